@@ -1,0 +1,304 @@
+#!/usr/bin/python3
+"""Export the pipecc test models to ONNX (tests and tools only; never part of the compiler).
+
+What it does
+    Builds every test model from torch.nn / torchvision with random weights (fixed seed,
+    weights=None: nothing is ever downloaded) and exports it with torch.onnx to
+    DIR/NAME.onnx. A file that already exists and is newer than this script is kept
+    (cache); exports go to NAME.onnx.tmp first and are renamed, so an interrupted run
+    never leaves a half-written model behind.
+
+How to run (always with Debian's python, which has torch 1.13 / torchvision 0.14):
+    /usr/bin/python3 tools/export_models.py --out build/testwork/models            # all
+    /usr/bin/python3 tools/export_models.py --out DIR --models resnet18,gpt
+    /usr/bin/python3 tools/export_models.py --list           # names, opsets, inputs
+    /usr/bin/python3 tools/export_models.py --out DIR --ops  # op types in DIR: the model
+                          # opsets they appear under and the ONNX schema versions that apply
+    Options: --force (re-export even if cached), --no-check (skip onnx.checker).
+
+Models (input "input" float32 [batch,3,H,W] with symbolic dim "batch", output "output",
+eval mode, opset 13 unless listed below):
+    vgg16 resnet18 resnet50 resnet101 alexnet resnext50_32x4d resnext101_32x8d
+    inception_v3 (299x299; aux_logits=False, init_weights=False) densenet121
+    squeezenet1_0 mobilenet_v2 googlenet (aux_logits=False, init_weights=False)
+  Opsets deliberately varied so the frontend sees several:
+    resnet18      opset 15
+    mobilenet_v2  opset 17
+    gpt           opset 14 (LayerNorm decomposes into ReduceMean/Sub/Pow/Sqrt/Div/Mul/Add)
+    bert          opset 17 (LayerNorm exported as the native LayerNormalization op)
+    *_train       opset 15 (BatchNormalization's training_mode attribute exists from 14)
+    all others    opset 13
+  Training-mode exports (TrainingMode.TRAINING, do_constant_folding=False):
+    resnet18_train, mobilenet_v2_train (keeps Dropout with training_mode=True),
+    smallcnn_train. BatchNormalization carries training_mode=1 and returns the updated
+    running mean/var as extra node outputs (not graph outputs).
+  gpt:  input "input_ids" int64 [batch,64] (ids < 512), output "logits" float32
+        [batch,64,512]; token + learned position Embedding, 2 pre-norm
+        TransformerEncoderLayer(128, 4 heads, ff 512, gelu) with a causal mask, final
+        LayerNorm, Linear head.
+  bert: input "input_ids" int64 [batch,64] (ids < 512), output "output" float32
+        [batch,2]; token + position Embedding + LayerNorm, 2 post-norm
+        TransformerEncoderLayer(128, 4 heads, ff 512, gelu), first-token pooler
+        Linear+Tanh, Linear(128,2) classifier. No attention-mask input.
+  smallcnn: input "input" float32 [batch,1,8,8] (the 8x8 digits set), output "output"
+        [batch,10]; (Conv3x3-BN-ReLU-MaxPool2) x2 + Linear.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+VOCAB = 512
+SEQ = 64
+D_MODEL = 128
+
+# name -> (builder key, opset, training, input spec)
+#   input spec: (input name, per-sample shape, dtype, output names)
+IMG = ("input", (3, 224, 224), "float32", ["output"])
+IMG299 = ("input", (3, 299, 299), "float32", ["output"])
+DIGITS = ("input", (1, 8, 8), "float32", ["output"])
+IDS_GPT = ("input_ids", (SEQ,), "int64", ["logits"])
+IDS_BERT = ("input_ids", (SEQ,), "int64", ["output"])
+
+MODELS = {
+    "vgg16": ("vgg16", 13, False, IMG),
+    "resnet18": ("resnet18", 15, False, IMG),
+    "resnet50": ("resnet50", 13, False, IMG),
+    "resnet101": ("resnet101", 13, False, IMG),
+    "alexnet": ("alexnet", 13, False, IMG),
+    "resnext50_32x4d": ("resnext50_32x4d", 13, False, IMG),
+    "resnext101_32x8d": ("resnext101_32x8d", 13, False, IMG),
+    "inception_v3": ("inception_v3", 13, False, IMG299),
+    "densenet121": ("densenet121", 13, False, IMG),
+    "squeezenet1_0": ("squeezenet1_0", 13, False, IMG),
+    "mobilenet_v2": ("mobilenet_v2", 17, False, IMG),
+    "googlenet": ("googlenet", 13, False, IMG),
+    "resnet18_train": ("resnet18", 15, True, IMG),
+    "mobilenet_v2_train": ("mobilenet_v2", 15, True, IMG),
+    "smallcnn": ("smallcnn", 13, False, DIGITS),
+    "smallcnn_train": ("smallcnn", 15, True, DIGITS),
+    "gpt": ("gpt", 14, False, IDS_GPT),
+    "bert": ("bert", 17, False, IDS_BERT),
+}
+
+
+def build_model(key):
+    """Returns a freshly initialised torch.nn.Module (seed fixed by the caller)."""
+    import torch
+    import torch.nn as nn
+    import torchvision.models as tvm
+
+    if key in ("inception_v3", "googlenet"):
+        return getattr(tvm, key)(weights=None, aux_logits=False, init_weights=False)
+    if hasattr(tvm, key) and key not in ("smallcnn", "gpt", "bert"):
+        return getattr(tvm, key)(weights=None)
+
+    if key == "smallcnn":
+        class SmallCNN(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.features = nn.Sequential(
+                    nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                    nn.MaxPool2d(2),                                   # 8x8 -> 4x4
+                    nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+                    nn.MaxPool2d(2))                                   # 4x4 -> 2x2
+                self.fc = nn.Linear(32 * 2 * 2, 10)
+
+            def forward(self, x):
+                return self.fc(torch.flatten(self.features(x), 1))
+        return SmallCNN()
+
+    def encoder_layer(norm_first):
+        return nn.TransformerEncoderLayer(d_model=D_MODEL, nhead=4, dim_feedforward=512,
+                                          dropout=0.1, activation="gelu",
+                                          batch_first=True, norm_first=norm_first)
+
+    if key == "gpt":
+        class GPT(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.tok = nn.Embedding(VOCAB, D_MODEL)
+                self.pos = nn.Embedding(SEQ, D_MODEL)
+                self.layers = nn.ModuleList([encoder_layer(True) for _ in range(2)])
+                self.ln_f = nn.LayerNorm(D_MODEL)
+                self.head = nn.Linear(D_MODEL, VOCAB)
+                self.register_buffer("positions", torch.arange(SEQ).unsqueeze(0),
+                                     persistent=False)
+                mask = torch.triu(torch.full((SEQ, SEQ), float("-inf")), diagonal=1)
+                self.register_buffer("causal_mask", mask, persistent=False)
+
+            def forward(self, ids):
+                x = self.tok(ids) + self.pos(self.positions)
+                for layer in self.layers:
+                    x = layer(x, src_mask=self.causal_mask)
+                return self.head(self.ln_f(x))
+        return GPT()
+
+    if key == "bert":
+        class Bert(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.tok = nn.Embedding(VOCAB, D_MODEL)
+                self.pos = nn.Embedding(SEQ, D_MODEL)
+                self.ln = nn.LayerNorm(D_MODEL)
+                self.layers = nn.ModuleList([encoder_layer(False) for _ in range(2)])
+                self.pool = nn.Linear(D_MODEL, D_MODEL)
+                self.cls = nn.Linear(D_MODEL, 2)
+                self.register_buffer("positions", torch.arange(SEQ).unsqueeze(0),
+                                     persistent=False)
+
+            def forward(self, ids):
+                x = self.ln(self.tok(ids) + self.pos(self.positions))
+                for layer in self.layers:
+                    x = layer(x)
+                return self.cls(torch.tanh(self.pool(x[:, 0])))
+        return Bert()
+
+    raise KeyError(key)
+
+
+def export_one(name, path, check):
+    import torch
+    key, opset, training, (in_name, sample_shape, dtype, out_names) = MODELS[name]
+    torch.manual_seed(0)
+    model = build_model(key)
+    model.train(training)
+    if dtype == "int64":
+        example = torch.randint(0, VOCAB, (2,) + sample_shape, dtype=torch.int64)
+    else:
+        example = torch.randn((2,) + sample_shape)
+    dyn = {in_name: {0: "batch"}}
+    for o in out_names:
+        dyn[o] = {0: "batch"}
+    mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
+    tmp = path + ".tmp"
+    # Grad stays enabled on purpose: under no_grad an eval TransformerEncoderLayer takes
+    # the fused fast path (aten::_transformer_encoder_layer_fwd), which has no ONNX export.
+    with torch.enable_grad():
+        torch.onnx.export(model, (example,), tmp, export_params=True,
+                          training=mode, input_names=[in_name], output_names=out_names,
+                          opset_version=opset, do_constant_folding=not training,
+                          dynamic_axes=dyn)
+    if check:
+        import onnx
+        onnx.checker.check_model(tmp)
+    os.replace(tmp, path)
+    return opset, training
+
+
+def op_summary(paths):
+    """Returns {(domain, op_type): set of 'opset' strings} over the given models."""
+    import onnx
+    ops = {}
+    per_model = {}
+    for p in paths:
+        m = onnx.load(p, load_external_data=False)
+        imports = {o.domain: o.version for o in m.opset_import}
+        names = set()
+
+        def walk(g):
+            for n in g.node:
+                dom = n.domain if n.domain not in ("", "ai.onnx") else ""
+                ops.setdefault((dom, n.op_type), set()).add(imports.get(dom, imports.get("ai.onnx")))
+                names.add(n.op_type)
+                for a in n.attribute:
+                    if a.type == onnx.AttributeProto.GRAPH:
+                        walk(a.g)
+                    for sg in a.graphs:
+                        walk(sg)
+        walk(m.graph)
+        per_model[os.path.basename(p)] = (imports.get("", None), sorted(names))
+    return ops, per_model
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", help="output directory (created if missing)")
+    ap.add_argument("--models", default="all", help="comma-separated names, or 'all'")
+    ap.add_argument("--list", action="store_true", help="list the models and exit")
+    ap.add_argument("--ops", action="store_true",
+                    help="print the op types (with opsets) found in the .onnx files of --out")
+    ap.add_argument("--force", action="store_true", help="re-export even when cached")
+    ap.add_argument("--no-check", action="store_true", help="skip onnx.checker")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    args = ap.parse_args(argv)
+
+    if args.list:
+        for name, (key, opset, training, (in_name, shape, dtype, outs)) in MODELS.items():
+            dims = "x".join(["batch"] + [str(d) for d in shape])
+            print(f"{name:20s} opset {opset:2d} {'train' if training else 'eval '} "
+                  f"{in_name}:{dtype}[{dims}] -> {','.join(outs)}")
+        return 0
+    if not args.out:
+        ap.error("--out DIR is required (or use --list)")
+
+    if args.models == "all":
+        names = list(MODELS)
+    else:
+        names = [n.strip() for n in args.models.split(",") if n.strip()]
+        bad = [n for n in names if n not in MODELS]
+        if bad:
+            print(f"export_models.py: unknown model(s): {', '.join(bad)}; "
+                  f"known: {', '.join(MODELS)}", file=sys.stderr)
+            return 2
+
+    if args.ops:
+        paths = [os.path.join(args.out, n + ".onnx") for n in names]
+        paths = [p for p in paths if os.path.exists(p)]
+        ops, per_model = op_summary(paths)
+        import onnx.defs
+        for (dom, op), opsets in sorted(ops.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+            since = set()
+            for v in opsets:
+                try:
+                    since.add(onnx.defs.get_schema(op, v, dom).since_version)
+                except Exception:
+                    since.add("?")
+            print(f"{(dom + '.') if dom else ''}{op}: model opsets {sorted(opsets)}, "
+                  f"schema versions {sorted(since, key=lambda v: (isinstance(v, str), str(v).zfill(4)))}")
+        print(f"# {len(ops)} op types in {len(paths)} models")
+        for base, (opset, opnames) in per_model.items():
+            print(f"# {base} (opset {opset}): {' '.join(opnames)}")
+        return 0
+
+    os.makedirs(args.out, exist_ok=True)
+    import torch
+    torch.set_num_threads(max(1, args.threads))
+    import warnings
+    warnings.filterwarnings("ignore")  # torch.onnx's tracer warnings drown the progress lines
+    script_mtime = os.path.getmtime(os.path.abspath(__file__))
+    t_all = time.time()
+    failed = []
+    for i, name in enumerate(names, 1):
+        path = os.path.join(args.out, name + ".onnx")
+        tag = f"[{i}/{len(names)}] {name}"
+        if (not args.force and os.path.exists(path)
+                and os.path.getmtime(path) > script_mtime):
+            print(f"{tag}: cached {path}", flush=True)
+            continue
+        t0 = time.time()
+        try:
+            opset, training = export_one(name, path, not args.no_check)
+        except Exception as e:  # report every model, fail at the end
+            failed.append(name)
+            print(f"{tag}: FAILED: {type(e).__name__}: {e}", flush=True)
+            try:
+                os.remove(path + ".tmp")
+            except OSError:
+                pass
+            continue
+        mb = os.path.getsize(path) / 1e6
+        print(f"{tag}: opset {opset} {'train' if training else 'eval'} "
+              f"{mb:.1f} MB in {time.time() - t0:.1f} s -> {path}", flush=True)
+    print(f"done: {len(names) - len(failed)}/{len(names)} models in "
+          f"{time.time() - t_all:.1f} s", flush=True)
+    if failed:
+        print(f"export_models.py: failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
