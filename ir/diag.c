@@ -1,0 +1,75 @@
+#include "ir/diag.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+int ir_diag_quiet;
+
+char *ir_printable(const char *s, size_t max, char *buf, size_t n) {
+  size_t o = 0;
+  if (!n) return buf;
+  if (!s) s = "";
+  for (size_t i = 0; s[i] && o + 5 < n; i++) {
+    if (i >= max) {
+      if (o + 4 < n) memcpy(buf + o, "...", 3), o += 3;
+      break;
+    }
+    unsigned char c = (unsigned char)s[i];
+    if (c >= 32 && c < 127 && c != '\'') buf[o++] = (char)c;
+    else o += (size_t)snprintf(buf + o, n - o, "\\x%02x", c);
+  }
+  buf[o < n ? o : n - 1] = 0;
+  return buf;
+}
+
+char *ir_node_desc(const ir_graph *g, int node, char *buf, size_t n) {
+  const ir_node *nd = &g->nodes[node];
+  char name[128], op[96], dom[96];
+  ir_printable(nd->name, 80, name, sizeof name);
+  ir_printable(nd->op_type, 60, op, sizeof op);
+  if (nd->domain && *nd->domain) {
+    ir_printable(nd->domain, 60, dom, sizeof dom);
+    snprintf(buf, n, "node %d '%s' (%s, domain %s, opset %d)", nd->index, name, op, dom, nd->opset);
+  } else {
+    snprintf(buf, n, "node %d '%s' (%s, opset %d)", nd->index, name, op, nd->opset);
+  }
+  return buf;
+}
+
+static void vmsg(const ir_graph *g, const char *kind, int node, const char *fmt, va_list ap) {
+  if (ir_diag_quiet) return;
+  char msg[1024], desc[512];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  const char *path = g && g->path ? g->path : "pipecc";
+  if (node >= 0 && g)
+    fprintf(stderr, "%s: %s%s: %s\n", path, kind, ir_node_desc(g, node, desc, sizeof desc), msg);
+  else
+    fprintf(stderr, "%s: %s%s\n", path, kind, msg);
+}
+
+void ir_error(ir_graph *g, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vmsg(g, "", -1, fmt, ap);
+  va_end(ap);
+  if (g) g->n_errors++;
+}
+void ir_error_node(ir_graph *g, int node, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vmsg(g, "", node, fmt, ap);
+  va_end(ap);
+  if (g) g->n_errors++;
+}
+void ir_warn(ir_graph *g, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vmsg(g, "warning: ", -1, fmt, ap);
+  va_end(ap);
+}
+void ir_warn_node(ir_graph *g, int node, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vmsg(g, "warning: ", node, fmt, ap);
+  va_end(ap);
+}

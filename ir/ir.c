@@ -1,0 +1,515 @@
+#include "ir/ir.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "ir/diag.h"
+
+/* ---- dtypes ---- */
+
+static const struct {
+  const char *np, *onnx;
+  size_t size;
+} dtypes[IR_DTYPE_COUNT] = {
+    [IR_UNDEFINED] = {"undefined", "UNDEFINED", 0}, [IR_FLOAT] = {"float32", "FLOAT", 4},
+    [IR_UINT8] = {"uint8", "UINT8", 1},             [IR_INT8] = {"int8", "INT8", 1},
+    [IR_UINT16] = {"uint16", "UINT16", 2},          [IR_INT16] = {"int16", "INT16", 2},
+    [IR_INT32] = {"int32", "INT32", 4},             [IR_INT64] = {"int64", "INT64", 8},
+    [IR_STRING] = {"string", "STRING", 0},          [IR_BOOL] = {"bool", "BOOL", 1},
+    [IR_FLOAT16] = {"float16", "FLOAT16", 2},       [IR_DOUBLE] = {"float64", "DOUBLE", 8},
+    [IR_UINT32] = {"uint32", "UINT32", 4},          [IR_UINT64] = {"uint64", "UINT64", 8},
+    [IR_COMPLEX64] = {"complex64", "COMPLEX64", 8}, [IR_COMPLEX128] = {"complex128", "COMPLEX128", 16},
+    [IR_BFLOAT16] = {"bfloat16", "BFLOAT16", 2},
+};
+
+size_t ir_dtype_size(ir_dtype t) { return (t > 0 && t < IR_DTYPE_COUNT) ? dtypes[t].size : 0; }
+const char *ir_dtype_name(ir_dtype t) { return (t >= 0 && t < IR_DTYPE_COUNT) ? dtypes[t].np : "undefined"; }
+int ir_dtype_parse(const char *s) {
+  for (int i = 1; i < IR_DTYPE_COUNT; i++)
+    if (!strcmp(s, dtypes[i].np) || !strcmp(s, dtypes[i].onnx)) return i;
+  if (!strcmp(s, "float")) return IR_FLOAT;
+  if (!strcmp(s, "double")) return IR_DOUBLE;
+  return -1;
+}
+
+/* ---- shapes ---- */
+
+int ir_shape_static(const ir_shape *s) {
+  if (s->rank < 0) return 0;
+  for (int i = 0; i < s->rank; i++)
+    if (s->dims[i] < 0) return 0;
+  return 1;
+}
+
+int64_t ir_shape_numel(const ir_shape *s) {
+  if (!ir_shape_static(s)) return -1;
+  int64_t n = 1;
+  for (int i = 0; i < s->rank; i++) {
+    if (s->dims[i] && n > INT64_MAX / s->dims[i]) return -1;
+    n *= s->dims[i];
+  }
+  return n;
+}
+
+char *ir_shape_str(const ir_shape *s, char *buf, size_t n) {
+  size_t o = 0;
+  if (!n) return buf;
+  buf[0] = 0;
+  if (s->rank < 0) {
+    snprintf(buf, n, "[?...]");
+    return buf;
+  }
+  o += (size_t)snprintf(buf + o, n - o, "[");
+  for (int i = 0; i < s->rank && o < n; i++) {
+    const char *sep = i ? ", " : "";
+    if (s->dims[i] >= 0) o += (size_t)snprintf(buf + o, n - o, "%s%" PRId64, sep, s->dims[i]);
+    else if (s->dims[i] == IR_DIM_SYM && s->sym[i]) {
+      char nm[40];
+      o += (size_t)snprintf(buf + o, n - o, "%s%s", sep, ir_printable(s->sym[i], 24, nm, sizeof nm));
+    } else o += (size_t)snprintf(buf + o, n - o, "%s?", sep);
+  }
+  if (o < n) snprintf(buf + o, n - o, "]");
+  return buf;
+}
+
+/* ---- string map: open addressing, power-of-two table ---- */
+
+struct ir_strmap {
+  const char **keys;
+  int *vals;
+  size_t cap, len;
+};
+
+static uint64_t hash_str(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static ir_strmap *strmap_new(void) {
+  ir_strmap *m = ir_xcalloc(1, sizeof *m);
+  m->cap = 1024;
+  m->keys = ir_xcalloc(m->cap, sizeof *m->keys);
+  m->vals = ir_xcalloc(m->cap, sizeof *m->vals);
+  return m;
+}
+static void strmap_free(ir_strmap *m) {
+  if (!m) return;
+  free(m->keys);
+  free(m->vals);
+  free(m);
+}
+static int strmap_get(const ir_strmap *m, const char *k) {
+  size_t i = hash_str(k) & (m->cap - 1);
+  while (m->keys[i]) {
+    if (!strcmp(m->keys[i], k)) return m->vals[i];
+    i = (i + 1) & (m->cap - 1);
+  }
+  return -1;
+}
+static void strmap_put(ir_strmap *m, const char *k, int v) {
+  if ((m->len + 1) * 2 > m->cap) {
+    ir_strmap n = {ir_xcalloc(m->cap * 2, sizeof(char *)), ir_xcalloc(m->cap * 2, sizeof(int)), m->cap * 2, 0};
+    for (size_t i = 0; i < m->cap; i++)
+      if (m->keys[i]) strmap_put(&n, m->keys[i], m->vals[i]);
+    free(m->keys);
+    free(m->vals);
+    *m = n;
+  }
+  size_t i = hash_str(k) & (m->cap - 1);
+  while (m->keys[i]) {
+    if (!strcmp(m->keys[i], k)) {
+      m->vals[i] = v;
+      return;
+    }
+    i = (i + 1) & (m->cap - 1);
+  }
+  m->keys[i] = k;
+  m->vals[i] = v;
+  m->len++;
+}
+
+/* ---- graph ---- */
+
+struct ir_mapping {
+  void *addr;
+  size_t len;
+  ir_mapping *next;
+};
+
+ir_graph *ir_graph_new(const char *path) {
+  ir_graph *g = ir_xcalloc(1, sizeof *g);
+  g->arena = ir_arena_new();
+  g->path = ir_strdup(g->arena, path ? path : "<memory>");
+  const char *slash = strrchr(g->path, '/');
+  g->dir = slash ? ir_strndup(g->arena, g->path, (size_t)(slash - g->path)) : ".";
+  if (slash == g->path) g->dir = "/";
+  g->names = strmap_new();
+  g->producer_name = g->producer_version = g->graph_name = "";
+  return g;
+}
+
+void ir_graph_add_mapping(ir_graph *g, void *addr, size_t len) {
+  ir_mapping *m = ir_xmalloc(sizeof *m);
+  m->addr = addr;
+  m->len = len;
+  m->next = g->maps;
+  g->maps = m;
+}
+
+void ir_graph_free(ir_graph *g) {
+  if (!g) return;
+  for (ir_mapping *m = g->maps, *n; m; m = n) {
+    n = m->next;
+    munmap(m->addr, m->len);
+    free(m);
+  }
+  free(g->nodes);
+  free(g->values);
+  free(g->use_list);
+  strmap_free(g->names);
+  ir_arena_free(g->arena);
+  free(g);
+}
+
+int ir_find_value(const ir_graph *g, const char *name) { return strmap_get(g->names, name); }
+
+int ir_add_value(ir_graph *g, const char *name, ir_val_kind kind, ir_dtype dt) {
+  if (g->n_values == g->cap_values) {
+    g->cap_values = g->cap_values ? g->cap_values * 2 : 256;
+    g->values = ir_xrealloc(g->values, sizeof(ir_value) * (size_t)g->cap_values);
+  }
+  const char *nm = name && *name ? name : "v";
+  if (strmap_get(g->names, nm) >= 0 || !name || !*name) {
+    for (int k = 1;; k++) {
+      char *cand = ir_sprintf(g->arena, "%s__%d", nm, k);
+      if (strmap_get(g->names, cand) < 0) {
+        nm = cand;
+        break;
+      }
+    }
+  } else {
+    nm = ir_strdup(g->arena, nm);
+  }
+  int id = g->n_values++;
+  ir_value *v = &g->values[id];
+  memset(v, 0, sizeof *v);
+  v->name = nm;
+  v->kind = kind;
+  v->dtype = dt;
+  v->shape.rank = -1;
+  v->producer = -1;
+  strmap_put(g->names, nm, id);
+  return id;
+}
+
+int ir_add_const(ir_graph *g, const char *name, ir_dtype dt, const ir_shape *shape, const void *data,
+                 size_t nbytes) {
+  int id = ir_add_value(g, name, IR_VAL_CONST, dt);
+  ir_value *v = &g->values[id];
+  v->shape = *shape;
+  void *d = ir_alloc(g->arena, nbytes);
+  if (nbytes) memcpy(d, data, nbytes);
+  v->data = d;
+  v->nbytes = nbytes;
+  return id;
+}
+
+int ir_add_node(ir_graph *g, ir_op op, const char *name, const int *in, int n_in, const int *out, int n_out) {
+  if (g->n_nodes == g->cap_nodes) {
+    g->cap_nodes = g->cap_nodes ? g->cap_nodes * 2 : 256;
+    g->nodes = ir_xrealloc(g->nodes, sizeof(ir_node) * (size_t)g->cap_nodes);
+  }
+  int id = g->n_nodes++;
+  ir_node *n = &g->nodes[id];
+  memset(n, 0, sizeof *n);
+  n->name = ir_strdup(g->arena, name ? name : "");
+  n->op = op;
+  n->op_type = ir_op_name(op);
+  n->domain = "";
+  n->opset = g->opset;
+  n->index = id;
+  n->n_in = n_in;
+  n->n_out = n_out;
+  n->in = ir_alloc_array(g->arena, (size_t)n_in, sizeof(int));
+  n->out = ir_alloc_array(g->arena, (size_t)n_out, sizeof(int));
+  if (n_in) memcpy(n->in, in, sizeof(int) * (size_t)n_in);
+  if (n_out) memcpy(n->out, out, sizeof(int) * (size_t)n_out);
+  for (int i = 0; i < n_out; i++)
+    if (out[i] >= 0) g->values[out[i]].producer = id;
+  return id;
+}
+
+/* ---- attributes ---- */
+
+const ir_attr *ir_attr_find(const ir_node *n, const char *name) {
+  for (int i = 0; i < n->n_attr; i++)
+    if (!strcmp(n->attr[i].name, name)) return &n->attr[i];
+  return NULL;
+}
+int64_t ir_attr_int(const ir_node *n, const char *name, int64_t dflt) {
+  const ir_attr *a = ir_attr_find(n, name);
+  return a && a->type == IR_ATTR_INT ? a->i : dflt;
+}
+float ir_attr_float(const ir_node *n, const char *name, float dflt) {
+  const ir_attr *a = ir_attr_find(n, name);
+  if (a && a->type == IR_ATTR_FLOAT) return a->f;
+  if (a && a->type == IR_ATTR_INT) return (float)a->i;
+  return dflt;
+}
+const char *ir_attr_str(const ir_node *n, const char *name, const char *dflt) {
+  const ir_attr *a = ir_attr_find(n, name);
+  return a && a->type == IR_ATTR_STRING ? a->s : dflt;
+}
+int ir_attr_ints(const ir_node *n, const char *name, const int64_t **v) {
+  const ir_attr *a = ir_attr_find(n, name);
+  if (!a || a->type != IR_ATTR_INTS) {
+    *v = NULL;
+    return -1;
+  }
+  *v = a->ints;
+  return a->n;
+}
+
+ir_value *ir_in(ir_graph *g, const ir_node *n, int i) {
+  return (i >= 0 && i < n->n_in && n->in[i] >= 0) ? &g->values[n->in[i]] : NULL;
+}
+ir_value *ir_out(ir_graph *g, const ir_node *n, int i) {
+  return (i >= 0 && i < n->n_out && n->out[i] >= 0) ? &g->values[n->out[i]] : NULL;
+}
+
+/* ---- uses, order, compaction ---- */
+
+void ir_replace_uses(ir_graph *g, int from, int to) {
+  for (int i = 0; i < g->n_nodes; i++) {
+    ir_node *n = &g->nodes[i];
+    if (n->dead) continue;
+    for (int k = 0; k < n->n_in; k++)
+      if (n->in[k] == from) n->in[k] = to;
+  }
+  for (int k = 0; k < g->n_outputs; k++)
+    if (g->outputs[k] == from) {
+      /* The graph output keeps its name: the value `to` takes it over when it is an
+       * intermediate; otherwise the output just points at `to`. */
+      g->outputs[k] = to;
+      g->values[to].is_output = 1;
+    }
+}
+
+void ir_rebuild_uses(ir_graph *g) {
+  int total = 0;
+  for (int v = 0; v < g->n_values; v++) g->values[v].n_uses = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    ir_node *n = &g->nodes[i];
+    if (n->dead) continue;
+    for (int k = 0; k < n->n_in; k++)
+      if (n->in[k] >= 0) g->values[n->in[k]].n_uses++, total++;
+  }
+  int off = 0;
+  for (int v = 0; v < g->n_values; v++) {
+    g->values[v].use_off = off;
+    off += g->values[v].n_uses;
+    g->values[v].n_uses = 0;
+  }
+  g->use_list = ir_xrealloc(g->use_list, sizeof(int) * (size_t)(total ? total : 1));
+  g->n_use_list = total;
+  for (int i = 0; i < g->n_nodes; i++) {
+    ir_node *n = &g->nodes[i];
+    if (n->dead) continue;
+    for (int k = 0; k < n->n_in; k++) {
+      if (n->in[k] < 0) continue;
+      ir_value *v = &g->values[n->in[k]];
+      /* a node using the same value twice is listed once */
+      if (v->n_uses && g->use_list[v->use_off + v->n_uses - 1] == i) continue;
+      g->use_list[v->use_off + v->n_uses++] = i;
+    }
+  }
+}
+
+int ir_toposort(ir_graph *g) {
+  int n = g->n_nodes;
+  int *indeg = ir_xcalloc((size_t)n + 1, sizeof(int));
+  int *order = ir_xmalloc(sizeof(int) * ((size_t)n + 1));
+  ir_rebuild_uses(g);
+  for (int i = 0; i < n; i++) {
+    ir_node *nd = &g->nodes[i];
+    if (nd->dead) continue;
+    for (int k = 0; k < nd->n_in; k++) {
+      int v = nd->in[k];
+      if (v < 0) continue;
+      int p = g->values[v].producer;
+      /* count each producer edge once per input slot; decremented the same way */
+      if (p >= 0 && !g->nodes[p].dead) indeg[i]++;
+    }
+  }
+  /* Kahn with a min-heap on the original index would give "file order where free";
+   * a FIFO over indices in ascending order is close enough and linear. */
+  int head = 0, tail = 0, live = 0;
+  for (int i = 0; i < n; i++) {
+    if (g->nodes[i].dead) continue;
+    live++;
+    if (!indeg[i]) order[tail++] = i;
+  }
+  while (head < tail) {
+    int i = order[head++];
+    ir_node *nd = &g->nodes[i];
+    for (int o = 0; o < nd->n_out; o++) {
+      int v = nd->out[o];
+      if (v < 0) continue;
+      ir_value *val = &g->values[v];
+      for (int u = 0; u < val->n_uses; u++) {
+        int c = g->use_list[val->use_off + u];
+        ir_node *cn = &g->nodes[c];
+        for (int k = 0; k < cn->n_in; k++)
+          if (cn->in[k] == v && --indeg[c] == 0) order[tail++] = c;
+      }
+    }
+  }
+  if (tail != live) {
+    int bad = -1;
+    for (int i = 0; i < n && bad < 0; i++)
+      if (!g->nodes[i].dead && indeg[i] > 0) bad = i;
+    ir_error_node(g, bad, "the graph has a cycle through this node");
+    free(indeg);
+    free(order);
+    return -1;
+  }
+  /* permute nodes into order and renumber producers */
+  ir_node *nn = ir_xmalloc(sizeof(ir_node) * ((size_t)live + 1));
+  for (int i = 0; i < live; i++) nn[i] = g->nodes[order[i]];
+  int dead_count = 0;
+  for (int i = 0; i < n; i++)
+    if (g->nodes[i].dead) dead_count++;
+  (void)dead_count;
+  free(g->nodes);
+  g->nodes = nn;
+  g->n_nodes = g->cap_nodes = live;
+  if (!g->cap_nodes) g->cap_nodes = 1;
+  for (int v = 0; v < g->n_values; v++)
+    if (g->values[v].kind == IR_VAL_ACT) g->values[v].producer = -1;
+  for (int i = 0; i < live; i++)
+    for (int o = 0; o < g->nodes[i].n_out; o++)
+      if (g->nodes[i].out[o] >= 0) g->values[g->nodes[i].out[o]].producer = i;
+  free(indeg);
+  free(order);
+  ir_rebuild_uses(g);
+  return 0;
+}
+
+void ir_compact(ir_graph *g) {
+  /* nodes: drop dead, keep order */
+  int w = 0;
+  for (int i = 0; i < g->n_nodes; i++)
+    if (!g->nodes[i].dead) g->nodes[w++] = g->nodes[i];
+  g->n_nodes = w;
+  /* values: keep those used, produced by a live node, inputs, or outputs */
+  char *keep = ir_xcalloc((size_t)g->n_values + 1, 1);
+  for (int i = 0; i < g->n_nodes; i++) {
+    ir_node *n = &g->nodes[i];
+    for (int k = 0; k < n->n_in; k++)
+      if (n->in[k] >= 0) keep[n->in[k]] = 1;
+    for (int k = 0; k < n->n_out; k++)
+      if (n->out[k] >= 0) keep[n->out[k]] = 1;
+  }
+  for (int k = 0; k < g->n_inputs; k++) keep[g->inputs[k]] = 1;
+  for (int k = 0; k < g->n_outputs; k++) keep[g->outputs[k]] = 1;
+  int *remap = ir_xmalloc(sizeof(int) * ((size_t)g->n_values + 1));
+  int nv = 0;
+  for (int v = 0; v < g->n_values; v++) {
+    if (keep[v]) {
+      remap[v] = nv;
+      g->values[nv++] = g->values[v];
+    } else remap[v] = -1;
+  }
+  g->n_values = nv;
+  for (int i = 0; i < g->n_nodes; i++) {
+    ir_node *n = &g->nodes[i];
+    for (int k = 0; k < n->n_in; k++)
+      if (n->in[k] >= 0) n->in[k] = remap[n->in[k]];
+    for (int k = 0; k < n->n_out; k++)
+      if (n->out[k] >= 0) n->out[k] = remap[n->out[k]];
+    for (int k = 0; k < n->n_attr; k++)
+      if (n->attr[k].type == IR_ATTR_TENSOR) n->attr[k].tensor = n->attr[k].tensor >= 0 ? remap[n->attr[k].tensor] : -1;
+  }
+  for (int k = 0; k < g->n_inputs; k++) g->inputs[k] = remap[g->inputs[k]];
+  for (int k = 0; k < g->n_outputs; k++) g->outputs[k] = remap[g->outputs[k]];
+  /* rebuild the name map */
+  strmap_free(g->names);
+  g->names = strmap_new();
+  for (int v = 0; v < g->n_values; v++) {
+    strmap_put(g->names, g->values[v].name, v);
+    g->values[v].producer = -1;
+  }
+  for (int i = 0; i < g->n_nodes; i++)
+    for (int o = 0; o < g->nodes[i].n_out; o++)
+      if (g->nodes[i].out[o] >= 0) g->values[g->nodes[i].out[o]].producer = i;
+  free(keep);
+  free(remap);
+  ir_rebuild_uses(g);
+}
+
+/* ---- constants ---- */
+
+int ir_const_i64(const ir_value *v, int64_t i, int64_t *out) {
+  size_t es = ir_dtype_size(v->dtype);
+  if (v->kind != IR_VAL_CONST || !v->data || !es || i < 0 || (uint64_t)(i + 1) * es > v->nbytes) return -1;
+  const unsigned char *p = (const unsigned char *)v->data + (size_t)i * es;
+  switch (v->dtype) {
+  case IR_INT64: { int64_t x; memcpy(&x, p, 8); *out = x; return 0; }
+  case IR_INT32: { int32_t x; memcpy(&x, p, 4); *out = x; return 0; }
+  case IR_INT16: { int16_t x; memcpy(&x, p, 2); *out = x; return 0; }
+  case IR_INT8: { int8_t x; memcpy(&x, p, 1); *out = x; return 0; }
+  case IR_UINT8: case IR_BOOL: *out = *p; return 0;
+  case IR_UINT16: { uint16_t x; memcpy(&x, p, 2); *out = x; return 0; }
+  case IR_UINT32: { uint32_t x; memcpy(&x, p, 4); *out = x; return 0; }
+  case IR_UINT64: { uint64_t x; memcpy(&x, p, 8); *out = (int64_t)x; return 0; }
+  case IR_FLOAT: { float x; memcpy(&x, p, 4); *out = (int64_t)x; return 0; }
+  case IR_DOUBLE: { double x; memcpy(&x, p, 8); *out = (int64_t)x; return 0; }
+  default: return -1;
+  }
+}
+
+static float half_to_float(uint16_t h) {
+  uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023, f;
+  if (e == 0) {
+    if (!m) f = s;
+    else {
+      e = 113;
+      while (!(m & 1024)) m <<= 1, e--;
+      f = s | (e << 23) | ((m & 1023) << 13);
+    }
+  } else if (e == 31) f = s | 0x7f800000u | (m << 13);
+  else f = s | ((e + 112) << 23) | (m << 13);
+  float r;
+  memcpy(&r, &f, 4);
+  return r;
+}
+
+int ir_const_f64(const ir_value *v, int64_t i, double *out) {
+  size_t es = ir_dtype_size(v->dtype);
+  if (v->kind != IR_VAL_CONST || !v->data || !es || i < 0 || (uint64_t)(i + 1) * es > v->nbytes) return -1;
+  const unsigned char *p = (const unsigned char *)v->data + (size_t)i * es;
+  switch (v->dtype) {
+  case IR_FLOAT: { float x; memcpy(&x, p, 4); *out = x; return 0; }
+  case IR_DOUBLE: { double x; memcpy(&x, p, 8); *out = x; return 0; }
+  case IR_FLOAT16: { uint16_t x; memcpy(&x, p, 2); *out = half_to_float(x); return 0; }
+  case IR_BFLOAT16: { uint16_t x; memcpy(&x, p, 2); uint32_t u = (uint32_t)x << 16; float f; memcpy(&f, &u, 4); *out = f; return 0; }
+  default: {
+    int64_t x;
+    if (ir_const_i64(v, i, &x)) return -1;
+    *out = (v->dtype == IR_UINT64) ? (double)(uint64_t)x : (double)x;
+    return 0;
+  }
+  }
+}
+
+int64_t ir_value_bytes(const ir_value *v) {
+  int64_t n = ir_shape_numel(&v->shape);
+  size_t es = ir_dtype_size(v->dtype);
+  if (n < 0 || !es) return -1;
+  if (n > INT64_MAX / (int64_t)es) return -1;
+  return n * (int64_t)es;
+}

@@ -1,0 +1,209 @@
+/* ir/ir.h - the graph every pass works on.
+ *
+ * A graph is a DAG of nodes (ONNX ops) over values (tensors). Nodes and values live
+ * in growable arrays and are referred to by index, never by pointer, so passes may
+ * add nodes and values freely. A value has one producer (a node, or none for graph
+ * inputs and constants) and any number of consumers (rebuilt by ir_rebuild_uses).
+ *
+ * Shapes are static after binding: every dim is a known int64 >= 0. Before binding,
+ * a dim may be symbolic (dims[i] == IR_DIM_SYM, sym[i] names it) or unknown
+ * (IR_DIM_UNKNOWN, before shape inference). rank == -1 means the rank is unknown.
+ *
+ * Constant tensors (initializers, Constant nodes, folded results) carry their bytes
+ * in `data`: either in place in the mmapped model or external-data file (weights are
+ * never copied), or in the graph's arena (folded constants). Data is stored in ONNX
+ * raw_data layout: little-endian, row-major, packed, and may be unaligned: read it
+ * with ir_const_* helpers or memcpy.
+ *
+ * Errors about the model go through ir_error / ir_error_node (ir/diag.h). */
+#ifndef PIPECC_IR_IR_H
+#define PIPECC_IR_IR_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ir/arena.h"
+#include "ir/ops.h"
+
+#define IR_MAX_RANK 8
+#define IR_DIM_UNKNOWN (-1) /* not inferred yet */
+#define IR_DIM_SYM (-2)     /* symbolic, named by sym[i], bound with --shape / -d */
+
+/* ONNX TensorProto.DataType codes. */
+typedef enum {
+  IR_UNDEFINED = 0,
+  IR_FLOAT = 1,
+  IR_UINT8 = 2,
+  IR_INT8 = 3,
+  IR_UINT16 = 4,
+  IR_INT16 = 5,
+  IR_INT32 = 6,
+  IR_INT64 = 7,
+  IR_STRING = 8,
+  IR_BOOL = 9,
+  IR_FLOAT16 = 10,
+  IR_DOUBLE = 11,
+  IR_UINT32 = 12,
+  IR_UINT64 = 13,
+  IR_COMPLEX64 = 14,
+  IR_COMPLEX128 = 15,
+  IR_BFLOAT16 = 16,
+  IR_DTYPE_COUNT
+} ir_dtype;
+
+/* Element size in bytes, 0 for undefined/string. */
+size_t ir_dtype_size(ir_dtype t);
+/* NumPy-style name: "float32", "int64", "bool", ... ("undefined" if unknown). */
+const char *ir_dtype_name(ir_dtype t);
+/* Name to code, -1 if unknown; accepts numpy names and ONNX names ("FLOAT"). */
+int ir_dtype_parse(const char *s);
+
+typedef struct {
+  int rank;                    /* -1: unknown rank */
+  int64_t dims[IR_MAX_RANK];   /* >= 0, or IR_DIM_UNKNOWN / IR_DIM_SYM */
+  const char *sym[IR_MAX_RANK];/* name of a symbolic dim (arena), else NULL */
+} ir_shape;
+
+/* 1 if the rank and every dim are known. */
+int ir_shape_static(const ir_shape *s);
+/* Number of elements; -1 if not static or on overflow past INT64_MAX. */
+int64_t ir_shape_numel(const ir_shape *s);
+/* "[2, 3, 224, 224]" / "[batch, 3, ?, ?]" into buf (always NUL-terminated). */
+char *ir_shape_str(const ir_shape *s, char *buf, size_t n);
+
+typedef enum {
+  IR_VAL_ACT = 0, /* produced by a node */
+  IR_VAL_INPUT,   /* graph input fed at run time */
+  IR_VAL_CONST    /* initializer, Constant node or folded: has data */
+} ir_val_kind;
+
+typedef struct {
+  const char *name;
+  ir_val_kind kind;
+  ir_dtype dtype;
+  ir_shape shape;
+  int producer;        /* node index, -1 for inputs and constants */
+  int is_output;       /* a graph output */
+  int is_initializer;  /* came from graph.initializer (a trainable weight when float) */
+  const void *data;    /* IR_VAL_CONST: nbytes of raw little-endian data (maybe unaligned) */
+  size_t nbytes;
+  /* consumers, valid after ir_rebuild_uses: node indices use_list[use_off..+n_uses] */
+  int use_off, n_uses;
+} ir_value;
+
+typedef enum {
+  IR_ATTR_UNDEFINED = 0,
+  IR_ATTR_FLOAT = 1,
+  IR_ATTR_INT = 2,
+  IR_ATTR_STRING = 3,
+  IR_ATTR_TENSOR = 4,
+  IR_ATTR_GRAPH = 5,
+  IR_ATTR_FLOATS = 6,
+  IR_ATTR_INTS = 7,
+  IR_ATTR_STRINGS = 8
+} ir_attr_type;
+
+typedef struct {
+  const char *name;
+  ir_attr_type type;
+  int64_t i;
+  float f;
+  const char *s; size_t slen; /* STRING: bytes, NUL-terminated too */
+  int n;                      /* FLOATS/INTS/STRINGS count */
+  int64_t *ints;
+  float *floats;
+  const char **strings;
+  int tensor;                 /* TENSOR: index of an IR_VAL_CONST value holding it */
+} ir_attr;
+
+typedef struct {
+  const char *name;     /* ONNX node name ("" if none) */
+  const char *op_type;  /* as in the file */
+  const char *domain;   /* "" for the default domain */
+  ir_op op;             /* IR_OP_UNKNOWN if unsupported */
+  int opset;            /* version of the node's domain in the model's opset_import */
+  int index;            /* position in the ONNX file's node list (for messages) */
+  int n_in, n_out;
+  int *in;              /* value indices; -1 for an omitted optional input */
+  int *out;             /* value indices; -1 for an omitted optional output */
+  int n_attr;
+  ir_attr *attr;
+  int dead;             /* removed by a pass; skipped everywhere, compacted by ir_compact */
+  double flops;         /* forward FLOPs, set by the shape pass */
+} ir_node;
+
+typedef struct {
+  const char *domain;
+  int64_t version;
+} ir_opset;
+
+typedef struct ir_mapping ir_mapping; /* an mmapped file, unmapped with the graph */
+typedef struct ir_strmap ir_strmap;
+
+typedef struct ir_graph {
+  ir_arena *arena;
+  const char *path;             /* model file as given on the command line */
+  const char *dir;              /* its folder, for external data */
+  const char *producer_name, *producer_version, *graph_name;
+  int64_t ir_version;
+  int opset;                    /* default-domain opset */
+  ir_opset *opsets; int n_opsets;
+
+  ir_node *nodes; int n_nodes, cap_nodes;
+  ir_value *values; int n_values, cap_values;
+  int *inputs; int n_inputs;    /* IR_VAL_INPUT values, in file order */
+  int *outputs; int n_outputs;  /* graph outputs, in file order */
+
+  int *use_list; int n_use_list;/* see ir_value.use_off */
+  ir_strmap *names;             /* value name -> index */
+  ir_mapping *maps;             /* mmapped files */
+  int n_errors;                 /* model errors reported so far */
+} ir_graph;
+
+ir_graph *ir_graph_new(const char *path);
+void ir_graph_free(ir_graph *g);
+
+/* Add a value with a unique name (a clash gets a numeric suffix). Returns its index. */
+int ir_add_value(ir_graph *g, const char *name, ir_val_kind kind, ir_dtype dt);
+/* Index of the value named name, -1 if none. */
+int ir_find_value(const ir_graph *g, const char *name);
+/* Add a constant value whose data is copied into the arena. */
+int ir_add_const(ir_graph *g, const char *name, ir_dtype dt, const ir_shape *shape,
+                 const void *data, size_t nbytes);
+/* Add a node; in/out are copied. Sets the outputs' producer. Returns its index. */
+int ir_add_node(ir_graph *g, ir_op op, const char *name, const int *in, int n_in,
+                const int *out, int n_out);
+
+/* Attribute lookup: NULL if absent. */
+const ir_attr *ir_attr_find(const ir_node *n, const char *name);
+int64_t ir_attr_int(const ir_node *n, const char *name, int64_t dflt);
+float ir_attr_float(const ir_node *n, const char *name, float dflt);
+const char *ir_attr_str(const ir_node *n, const char *name, const char *dflt);
+/* INTS attribute: returns count and sets *v, or -1 (and *v = NULL) if absent. */
+int ir_attr_ints(const ir_node *n, const char *name, const int64_t **v);
+
+/* Input/output value of a node, or NULL when omitted / out of range. */
+ir_value *ir_in(ir_graph *g, const ir_node *n, int i);
+ir_value *ir_out(ir_graph *g, const ir_node *n, int i);
+
+/* Replace every use of value `from` (node inputs, graph outputs) by `to`. */
+void ir_replace_uses(ir_graph *g, int from, int to);
+/* Recompute consumers (use_off/n_uses/use_list). */
+void ir_rebuild_uses(ir_graph *g);
+/* Topologically sort live nodes (stable: file order where free). Returns 0, or reports
+ * a cycle (naming a node on it) and returns -1. */
+int ir_toposort(ir_graph *g);
+/* Drop dead nodes and values no live node or output uses; keeps indices dense. */
+void ir_compact(ir_graph *g);
+
+/* Constant access (values of kind IR_VAL_CONST). Element i converted to int64/double.
+ * Returns 0 on success, -1 if v is not a constant of a numeric dtype or i out of range. */
+int ir_const_i64(const ir_value *v, int64_t i, int64_t *out);
+int ir_const_f64(const ir_value *v, int64_t i, double *out);
+
+/* Register an mmapped region to be unmapped by ir_graph_free. */
+void ir_graph_add_mapping(ir_graph *g, void *addr, size_t len);
+
+/* Size in bytes of a static tensor, -1 on overflow or unknown. */
+int64_t ir_value_bytes(const ir_value *v);
+
+#endif

@@ -1,0 +1,16 @@
+#include "passes/pass.h"
+
+#include <string.h>
+
+const pass_info pass_frontend_pipeline[] = {
+    {"bind", pass_bind, "bind symbolic input dims from --shape and -d"},
+    {"fold", pass_fold, "fold constants and shape arithmetic; drop Identity and (inference) Dropout"},
+    {"shape", pass_shape, "infer the static shape and dtype of every value, and node FLOPs"},
+    {NULL, NULL, NULL},
+};
+
+const pass_info *pass_find(const char *name) {
+  for (const pass_info *p = pass_frontend_pipeline; p->name; p++)
+    if (!strcmp(p->name, name)) return p;
+  return NULL;
+}

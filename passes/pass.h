@@ -1,0 +1,54 @@
+/* passes/pass.h - the pass manager: every pass is a function Graph -> Graph that can be
+ * run, timed and dumped alone (`pipecc -d PASS`, `--time-passes`).
+ *
+ * A pass returns 0, or -1 after reporting model errors through ir/diag.h (pipecc then
+ * exits with status 2). Internal bugs assert. */
+#ifndef PIPECC_PASSES_PASS_H
+#define PIPECC_PASSES_PASS_H
+#include <stdint.h>
+
+#include "ir/ir.h"
+
+typedef struct {
+  const char *name;   /* graph input name */
+  ir_shape shape;     /* static */
+} pass_shape_binding;
+
+typedef struct {
+  const char *name;   /* symbolic dim name (dim_param) */
+  int64_t value;
+} pass_dim_binding;
+
+typedef struct {
+  pass_shape_binding *shapes; int n_shapes; /* --shape NAME:AxBxC */
+  pass_dim_binding *dims; int n_dims;       /* -d DIM=VALUE (on the command line: --dim / -D too) */
+  int training;                             /* keep Dropout/BatchNorm training semantics */
+  int verbose;
+} pass_opts;
+
+typedef int (*pass_fn)(ir_graph *g, const pass_opts *o);
+
+typedef struct {
+  const char *name;
+  pass_fn fn;
+  const char *help;
+} pass_info;
+
+/* The passes of the front half, in order, terminated by {NULL}. */
+extern const pass_info pass_frontend_pipeline[];
+const pass_info *pass_find(const char *name);
+
+/* bind: apply --shape / -d to graph inputs; every input dim must end up static. */
+int pass_bind(ir_graph *g, const pass_opts *o);
+/* fold: evaluate constant subgraphs (incl. Shape->Gather->Unsqueeze->Concat->Reshape
+ * chains), remove Identity, remove Dropout for inference, drop dead nodes. Runs shape
+ * inference node by node as it goes (it needs input shapes to fold Shape). */
+int pass_fold(ir_graph *g, const pass_opts *o);
+/* shape: infer dtype and static shape of every value and the FLOPs of every node;
+ * reports what cannot be made static. */
+int pass_shape(ir_graph *g, const pass_opts *o);
+/* Infer the outputs of one node from its inputs (which must be inferred already).
+ * Sets dtype/shape of outputs and node->flops. 0, or -1 after reporting. */
+int pass_shape_node(ir_graph *g, int node);
+
+#endif
