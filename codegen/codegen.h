@@ -1,0 +1,49 @@
+/* codegen/codegen.h - the contract between the planner and the code emitters.
+ *
+ * The graph handed to an emitter has static shapes for ONE MICRO-BATCH (pipecc binds
+ * dim 0 of every graph input to batch / microbatches before the front passes), is
+ * topologically sorted, and has no dead nodes. The plan assigns each node to a stage;
+ * stages are convex and form a linear pipeline (stage s only reads values produced by
+ * stages < s, graph inputs, or constants). An emitter writes one source file per stage,
+ * the stage's weights file, pipeline_main.c and the build files into out_dir
+ * (see runtime/pipert.h for what they must define). */
+#ifndef PIPECC_CODEGEN_H
+#define PIPECC_CODEGEN_H
+#include <stdint.h>
+
+#include "ir/ir.h"
+
+typedef struct {
+  int op;  /* PIPERT_OP_* (runtime/pipert.h) */
+  int mb;
+} cg_instr;
+
+typedef struct {
+  int n_stages;
+  const int *node_stage;     /* [g->n_nodes]: stage of each node, 0..n_stages-1 */
+  const int *replicas;       /* [n_stages], >= 1; NULL: all 1 */
+  const cg_instr *const *programs; /* [n_stages] instruction streams for one round; NULL: default */
+  const int *program_len;    /* [n_stages] */
+  int microbatches;          /* M */
+  double predicted_bubble;
+  const char *schedule;      /* "gpipe" | "1f1b" */
+} cg_plan;
+
+typedef struct {
+  const char *command_line;  /* written at the top of every emitted file */
+  const char *model_path;
+  int emit_only;             /* write sources, do not build */
+  int jobs;                  /* parallel compile jobs for the build (0: nproc) */
+  int verbose;
+  int no_tf32;               /* cuda: exact float32 GEMMs */
+  const char *cuda_arch;     /* cuda: e.g. "80;90" */
+} cg_options;
+
+/* CPU target (codegen/c). Returns 0, or -1 after printing an error. */
+int cg_c_emit(ir_graph *g, const cg_plan *p, const cg_options *o, const char *out_dir);
+/* Build out_dir/pipeline from what an emitter wrote (parallel, with progress). */
+int cg_build(const char *out_dir, const cg_options *o);
+
+/* 64-bit checksum of the weights files, the same function as pipert_checksum64. */
+uint64_t cg_checksum64(const void *data, size_t len);
+#endif
