@@ -1,0 +1,145 @@
+/* pipert.h - the ABI between the stage code pipecc generates and libpipert.
+ *
+ * A pipecc build directory holds, for a g-stage plan:
+ *   stage_K.c      one per stage; defines `const pipert_stage_desc pipecc_stage_K`
+ *   weights_K.bin  the stage's weights (raw bytes, layout private to stage_K.c)
+ *   pipeline_main.c  defines one `pipert_pipeline` and
+ *                    `int main(int c, char **v) { return pipert_main(c, v, &P); }`
+ * linked with libpipert into DIR/pipeline.
+ *
+ * Shapes are static. Every tensor descriptor below gives the shape of ONE
+ * MICRO-BATCH: dims[batch_dim] (batch_dim is 0) is the micro-batch size b.
+ * A graph input of B samples is split into T = B / b micro-batches along dim 0
+ * (B must be a multiple of b), which run in rounds of M (pipert_pipeline.microbatches,
+ * or --microbatches); each round is a fill and a drain of the pipeline, so the
+ * measured bubble is comparable with the plan's predicted one. Graph outputs are
+ * reassembled along dim 0 in micro-batch order. Every tensor crossing a stage
+ * boundary or the graph boundary must have the batch dim as dim 0 (rank >= 1).
+ *
+ * Buffers handed to forward() are 64-byte aligned except graph-input slices,
+ * which are aligned to (micro-batch offset) only: stage code must not assume
+ * more than the element alignment for inputs that come straight from a graph input.
+ *
+ * Threading contract for stage code: init/forward/fini of one state are called
+ * from a single thread at a time, but replicas of a stage run forward() on
+ * different states concurrently, so stage code keeps its mutable data in *state
+ * (never in mutable globals). Weights are mapped read-only and shared by replicas.
+ */
+#ifndef PIPERT_H
+#define PIPERT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PIPERT_ABI_VERSION 1
+#define PIPERT_MAX_RANK 8
+
+/* Element types: ONNX TensorProto.DataType codes. */
+enum pipert_dtype {
+  PIPERT_FLOAT = 1, PIPERT_UINT8 = 2, PIPERT_INT8 = 3, PIPERT_UINT16 = 4,
+  PIPERT_INT16 = 5, PIPERT_INT32 = 6, PIPERT_INT64 = 7, PIPERT_BOOL = 9,
+  PIPERT_FLOAT16 = 10, PIPERT_DOUBLE = 11, PIPERT_UINT32 = 12, PIPERT_UINT64 = 13
+};
+
+/* A tensor of one micro-batch. nbytes = product(dims) * element size. */
+typedef struct pipert_tensor_desc {
+  const char *name;                /* ONNX value name */
+  int dtype;                       /* enum pipert_dtype */
+  int rank;                        /* 1..PIPERT_MAX_RANK */
+  int64_t dims[PIPERT_MAX_RANK];   /* dims[0] = micro-batch size */
+  size_t nbytes;
+} pipert_tensor_desc;
+
+/* One stage, emitted in stage_K.c as `const pipert_stage_desc pipecc_stage_K`. */
+typedef struct pipert_stage_desc {
+  int abi_version;                 /* PIPERT_ABI_VERSION */
+  int id;                          /* K */
+  const char *name;                /* optional, e.g. "stage_1 (conv3..fc1)"; may be NULL */
+  int n_inputs, n_outputs;
+  const pipert_tensor_desc *inputs;   /* forward()'s in[] order */
+  const pipert_tensor_desc *outputs;  /* forward()'s out[] order */
+  /* Weights: file name relative to the binary's directory (or --weights-dir),
+   * NULL when the stage has none. The file must be exactly weights_bytes long and
+   * hash to weights_checksum with pipert_checksum64(). */
+  const char *weights_file;
+  size_t weights_bytes;
+  uint64_t weights_checksum;
+  /* init: called once per replica after the weights are mapped and checked;
+   * sets *state (may stay NULL). weights points to weights_len read-only bytes
+   * (NULL, 0 when weights_file is NULL). Returns 0, or non-zero on failure. */
+  int (*init)(void **state, const void *weights, size_t weights_len);
+  /* forward: one micro-batch. in[k] holds inputs[k].nbytes bytes, out[k] has room
+   * for outputs[k].nbytes bytes. Returns 0, or non-zero on failure (the pipeline
+   * then stops with an error). */
+  int (*forward)(void *state, const void *const *in, void *const *out);
+  void (*fini)(void *state);       /* may be NULL */
+} pipert_stage_desc;
+
+/* Where a value comes from: stage >= 0: output `index` of that stage;
+ * stage == PIPERT_GRAPH_INPUT: graph input `index`. */
+#define PIPERT_GRAPH_INPUT (-1)
+typedef struct pipert_ref { int stage; int index; } pipert_ref;
+
+/* Per-stage instruction stream for one round; mb is the micro-batch index
+ * within the round (0..M-1). Inference uses RECV_ACT, FWD, SEND_ACT only:
+ *   RECV_ACT mb: wait for all inputs of micro-batch mb;
+ *   FWD mb:      run forward() on it;
+ *   SEND_ACT mb: hand its outputs to consumers (and to graph outputs).
+ * A stage may receive at most one micro-batch ahead of the one it runs (RECV mb+1
+ * before FWD mb is fine, RECV mb+2 is not): the in-flight buffers per edge are sized
+ * for that. Micro-batches must appear in increasing order for each opcode.
+ * The other opcodes are reserved for training and rejected by this runtime. */
+typedef enum pipert_opcode {
+  PIPERT_OP_NOP = 0,
+  PIPERT_OP_RECV_ACT, PIPERT_OP_FWD, PIPERT_OP_SEND_ACT,
+  PIPERT_OP_RECV_GRAD, PIPERT_OP_BWD_X, PIPERT_OP_BWD_W, PIPERT_OP_SEND_GRAD,
+  PIPERT_OP_ALLREDUCE, PIPERT_OP_STEP
+} pipert_opcode;
+typedef struct pipert_instr { int op; int mb; } pipert_instr;
+
+typedef struct pipert_stage_plan {
+  const pipert_stage_desc *stage;
+  const pipert_ref *input_src;     /* stage->n_inputs entries; producers must be earlier stages */
+  int replicas;                    /* >= 1; replica r runs the micro-batches with mb % replicas == r */
+  const pipert_instr *program;     /* one round for pipert_pipeline.microbatches micro-batches; */
+  int program_len;                 /* NULL/0: the runtime uses RECV,FWD,SEND for mb 0..M-1 */
+} pipert_stage_plan;
+
+typedef struct pipert_pipeline {
+  int abi_version;                 /* PIPERT_ABI_VERSION */
+  const char *name;                /* model name, for messages */
+  int n_stages;
+  const pipert_stage_plan *stages; /* stage K at index K, in topological order */
+  int n_inputs;
+  const pipert_tensor_desc *inputs;   /* graph inputs, per micro-batch shapes */
+  int n_outputs;
+  const pipert_tensor_desc *outputs;  /* graph outputs, per micro-batch shapes */
+  const pipert_ref *output_src;       /* n_outputs entries */
+  int microbatches;                /* M of the plan (micro-batches per round) */
+  int batch_dim;                   /* must be 0 */
+  double predicted_bubble;         /* the plan's bubble fraction, printed by --bench */
+  const char *schedule;            /* "gpipe", "1f1b", ...: for messages */
+} pipert_pipeline;
+
+/* The pipeline binary's main. Command line:
+ *   pipeline --input [NAME=]FILE.npy|FILE.npz ... --output FILE.npy|FILE.npz|DIR
+ *            [--microbatches M] [--bench N] [--threads-per-stage T] [--pin]
+ *            [--weights-dir DIR] [--transport auto|threads|mpi] [--timeout S]
+ * Under `mpirun -np <n_stages>` (and a libpipert built with MPI) rank r runs
+ * stage r; rank 0 reads the inputs and writes the outputs.
+ * Returns the process exit status: 0 ok, 2 user error (bad input, missing or
+ * corrupt weights, bad command line), 1 runtime failure (a stage failed). */
+int pipert_main(int argc, char **argv, const pipert_pipeline *p);
+
+/* The weights checksum: XXH64 (seed 0) of the file's bytes. pipecc computes the
+ * same function when it writes weights_K.bin. */
+uint64_t pipert_checksum64(const void *data, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,101 @@
+/* rt.h - libpipert internals shared between its files (and its tests). */
+#ifndef RT_H
+#define RT_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include "pipert.h"
+
+/* ---- arrays, .npy and .npz (rt_npy.c) ---------------------------------- */
+
+/* An n-d array owned by whoever filled it; data is 64-byte aligned. */
+typedef struct rt_array {
+  char *name;                      /* malloc'd, may be NULL */
+  int dtype;                       /* enum pipert_dtype */
+  int rank;                        /* 0..PIPERT_MAX_RANK */
+  int64_t dims[PIPERT_MAX_RANK];
+  size_t nbytes;
+  void *data;
+} rt_array;
+
+size_t rt_dtype_size(int dtype);         /* 0 when unknown */
+const char *rt_dtype_name(int dtype);    /* "float32", ... */
+void rt_array_free(rt_array *a);
+int rt_array_alloc(rt_array *a, const char *name, int dtype, int rank, const int64_t *dims);
+/* "(2, 3)" into buf */
+const char *rt_shape_str(char *buf, size_t len, int rank, const int64_t *dims);
+
+/* All return 0, or -1 with a one-line message (without "pipeline: ") in err. */
+int rt_npy_parse(const void *buf, size_t len, const char *what, rt_array *out, char *err, size_t errlen);
+int rt_npy_load(const char *path, rt_array *out, char *err, size_t errlen);
+int rt_npy_save(const char *path, const rt_array *a, char *err, size_t errlen);
+/* Loads every entry of an npz (stored entries only); names lose ".npy". */
+int rt_npz_load(const char *path, rt_array **arrs, int *n, char *err, size_t errlen);
+int rt_npz_save(const char *path, const rt_array *arrs, int n, char *err, size_t errlen);
+uint32_t rt_crc32(uint32_t crc, const void *data, size_t len);
+
+/* ---- weights (rt_weights.c) ------------------------------------------- */
+
+typedef struct rt_weights { void *map; size_t len; } rt_weights;
+/* Maps dir/desc->weights_file and checks size and checksum. On failure writes
+ * "stage K: FILE: reason" into err. */
+int rt_weights_load(const pipert_stage_desc *d, const char *dir, rt_weights *w, char *err, size_t errlen);
+void rt_weights_unload(rt_weights *w);
+
+/* ---- options and shared helpers (rt_main.c) ---------------------------- */
+
+typedef struct rt_input_arg { const char *name; const char *path; } rt_input_arg;
+
+typedef struct rt_options {
+  rt_input_arg *inputs; int n_inputs;
+  const char *output;
+  int microbatches;                /* 0: the plan's */
+  int bench;                       /* timed iterations, 0: none */
+  int threads_per_stage;
+  int pin;
+  const char *weights_dir;
+  const char *transport;           /* "auto", "threads", "mpi" */
+  double timeout_s;                /* 0: none */
+} rt_options;
+
+/* Per-run figures, filled by a transport. */
+typedef struct rt_stats {
+  double wall_s;
+  double *busy_s;                  /* per stage, summed over replicas */
+} rt_stats;
+
+void rt_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));  /* "pipeline: ..." + \n to stderr */
+double rt_now(void);                                  /* monotonic seconds */
+void rt_set_blas_threads(int n);
+void *rt_aligned_alloc(size_t n);                     /* 64-byte aligned, zeroed; aborts on OOM */
+
+/* Reads and checks the graph inputs; sets *T (micro-batch count). 0 or 2. */
+int rt_load_inputs(const pipert_pipeline *p, const rt_options *o, rt_array *in, int64_t *T);
+int rt_alloc_outputs(const pipert_pipeline *p, int64_t T, rt_array *out);
+int rt_write_outputs(const pipert_pipeline *p, const rt_options *o, const rt_array *out);
+void rt_print_bench(const pipert_pipeline *p, int iters, int64_t samples_per_iter, double wall_s,
+                    const double *busy_s);
+int rt_validate_plan(const pipert_pipeline *p);
+/* Program for stage s with M micro-batches per round: the plan's when M matches,
+ * else the default RECV/FWD/SEND sequence. *owned is set when it must be freed. */
+const pipert_instr *rt_stage_program(const pipert_pipeline *p, int s, int M, int *len, pipert_instr **owned);
+const char *rt_exe_dir(void);
+void rt_install_crash_handler(void);
+extern _Thread_local int rt_cur_stage;
+
+/* ---- transports -------------------------------------------------------- */
+
+/* Threads: runs T micro-batches (rounds of M) from in[] into out[]. Returns 0,
+ * 1 (a stage failed; message printed) or 2. */
+typedef struct rt_exec rt_exec;
+int rt_threads_create(const pipert_pipeline *p, const rt_options *o, int M, rt_exec **ex);
+int rt_threads_run(rt_exec *ex, const rt_array *in, rt_array *out, int64_t T, rt_stats *st);
+void rt_threads_destroy(rt_exec *ex);
+
+/* MPI (transport_mpi.c; a stub that reports the missing support without MPI). */
+int rt_mpi_compiled(void);
+int rt_mpi_launched(void);           /* launched by mpirun with more than one rank? */
+int rt_mpi_main(const pipert_pipeline *p, const rt_options *o);
+
+#endif

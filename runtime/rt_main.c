@@ -1,0 +1,470 @@
+/* pipert_main: command line, inputs and outputs, bench report, transport choice. */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include "rt.h"
+
+_Thread_local int rt_cur_stage = -1;
+
+void rt_errorf(const char *fmt, ...) {
+  char buf[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "pipeline: %s\n", buf);
+  fflush(stderr);
+}
+
+double rt_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void *rt_aligned_alloc(size_t n) {
+  void *p = NULL;
+  if (posix_memalign(&p, 64, n ? (n + 63) / 64 * 64 : 64) != 0) {
+    fprintf(stderr, "pipeline: out of memory (%zu bytes)\n", n);
+    abort();
+  }
+  memset(p, 0, n);
+  return p;
+}
+
+/* BLAS: one thread per stage unless told otherwise. The env vars cover a BLAS
+ * that initialises lazily; the weak symbols cover OpenBLAS already loaded. */
+extern void openblas_set_num_threads(int) __attribute__((weak));
+extern void goto_set_num_threads(int) __attribute__((weak));
+void rt_set_blas_threads(int n) {
+  char v[16];
+  snprintf(v, sizeof v, "%d", n);
+  setenv("OPENBLAS_NUM_THREADS", v, 1);
+  setenv("OMP_NUM_THREADS", v, 1);
+  setenv("MKL_NUM_THREADS", v, 1);
+  if (openblas_set_num_threads) openblas_set_num_threads(n);
+  else if (goto_set_num_threads) goto_set_num_threads(n);
+}
+
+const char *rt_exe_dir(void) {
+  static char dir[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
+  if (n <= 0) return ".";
+  dir[n] = 0;
+  char *s = strrchr(dir, '/');
+  if (s) *s = 0;
+  return dir;
+}
+
+static void crash_handler(int sig) {
+  char msg[128];
+  int st = rt_cur_stage;
+  const char *name = sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : sig == SIGFPE ? "SIGFPE"
+                     : sig == SIGILL ? "SIGILL" : "SIGABRT";
+  int n = st >= 0 ? snprintf(msg, sizeof msg, "pipeline: stage %d: crashed (%s)\n", st, name)
+                  : snprintf(msg, sizeof msg, "pipeline: crashed (%s)\n", name);
+  if (n > 0) { ssize_t w = write(2, msg, (size_t)n); (void)w; }
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+void rt_install_crash_handler(void) {
+  int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = crash_handler;
+    sa.sa_flags = SA_RESETHAND;
+    sigaction(sigs[i], &sa, NULL);
+  }
+}
+
+/* ---- plan checks --------------------------------------------------------- */
+
+int rt_validate_plan(const pipert_pipeline *p) {
+  char e[512] = "";
+  if (p->abi_version != PIPERT_ABI_VERSION)
+    snprintf(e, sizeof e, "ABI version %d, runtime has %d", p->abi_version, PIPERT_ABI_VERSION);
+  else if (p->n_stages < 1 || p->microbatches < 1 || p->batch_dim != 0)
+    snprintf(e, sizeof e, "needs >= 1 stage, >= 1 micro-batch and batch_dim 0");
+  for (int s = 0; !e[0] && s < p->n_stages; s++) {
+    const pipert_stage_plan *sp = &p->stages[s];
+    const pipert_stage_desc *d = sp->stage;
+    if (!d || d->abi_version != PIPERT_ABI_VERSION || d->id != s || !d->forward || sp->replicas < 1) {
+      snprintf(e, sizeof e, "stage %d: bad descriptor (ABI version, id, forward or replicas)", s);
+      break;
+    }
+    for (int k = 0; k < d->n_inputs; k++) {
+      pipert_ref r = sp->input_src[k];
+      const pipert_tensor_desc *src =
+          r.stage == PIPERT_GRAPH_INPUT ? (r.index >= 0 && r.index < p->n_inputs ? &p->inputs[r.index] : NULL)
+          : r.stage >= 0 && r.stage < s && r.index >= 0 && r.index < p->stages[r.stage].stage->n_outputs
+              ? &p->stages[r.stage].stage->outputs[r.index] : NULL;
+      if (!src) {
+        snprintf(e, sizeof e, "stage %d input %d: bad source (%d, %d); producers must be earlier stages",
+                 s, k, r.stage, r.index);
+        break;
+      }
+      if (src->nbytes != d->inputs[k].nbytes || src->dtype != d->inputs[k].dtype) {
+        snprintf(e, sizeof e, "stage %d input %d '%s': size or dtype differs from its source", s, k,
+                 d->inputs[k].name);
+        break;
+      }
+    }
+    for (int i = 0; !e[0] && i < sp->program_len; i++) {
+      int op = sp->program[i].op;
+      if (op != PIPERT_OP_NOP && op != PIPERT_OP_RECV_ACT && op != PIPERT_OP_FWD && op != PIPERT_OP_SEND_ACT)
+        snprintf(e, sizeof e, "stage %d: instruction %d: opcode %d is for training, which this runtime does not run",
+                 s, i, op);
+      else if (sp->program[i].mb < 0 || sp->program[i].mb >= p->microbatches)
+        snprintf(e, sizeof e, "stage %d: instruction %d: micro-batch %d out of range", s, i, sp->program[i].mb);
+    }
+  }
+  for (int o = 0; !e[0] && o < p->n_outputs; o++) {
+    pipert_ref r = p->output_src[o];
+    if (r.stage < 0 || r.stage >= p->n_stages || r.index < 0 || r.index >= p->stages[r.stage].stage->n_outputs ||
+        p->stages[r.stage].stage->outputs[r.index].nbytes != p->outputs[o].nbytes)
+      snprintf(e, sizeof e, "graph output %d: bad source (%d, %d)", o, r.stage, r.index);
+  }
+  for (int i = 0; !e[0] && i < p->n_inputs; i++)
+    if (p->inputs[i].rank < 1 || !rt_dtype_size(p->inputs[i].dtype))
+      snprintf(e, sizeof e, "graph input %d: needs rank >= 1 and a known dtype", i);
+  for (int i = 0; !e[0] && i < p->n_outputs; i++)
+    if (p->outputs[i].rank < 1 || !rt_dtype_size(p->outputs[i].dtype))
+      snprintf(e, sizeof e, "graph output %d: needs rank >= 1 and a known dtype", i);
+  if (e[0]) {
+    rt_errorf("internal error: bad pipeline description: %s", e);
+    return -1;
+  }
+  return 0;
+}
+
+const pipert_instr *rt_stage_program(const pipert_pipeline *p, int s, int M, int *len, pipert_instr **owned) {
+  const pipert_stage_plan *sp = &p->stages[s];
+  *owned = NULL;
+  if (sp->program && sp->program_len > 0 && M == p->microbatches) {
+    *len = sp->program_len;
+    return sp->program;
+  }
+  pipert_instr *v = malloc(sizeof *v * 3 * (size_t)M);
+  for (int m = 0; m < M; m++) {
+    v[3 * m] = (pipert_instr){PIPERT_OP_RECV_ACT, m};
+    v[3 * m + 1] = (pipert_instr){PIPERT_OP_FWD, m};
+    v[3 * m + 2] = (pipert_instr){PIPERT_OP_SEND_ACT, m};
+  }
+  *len = 3 * M;
+  *owned = v;
+  return v;
+}
+
+/* ---- inputs and outputs ------------------------------------------------- */
+
+static int ends_with(const char *s, const char *suf) {
+  size_t a = strlen(s), b = strlen(suf);
+  return a >= b && !strcmp(s + a - b, suf);
+}
+
+static int find_input(const pipert_pipeline *p, const char *name) {
+  for (int i = 0; i < p->n_inputs; i++)
+    if (!strcmp(p->inputs[i].name, name)) return i;
+  return -1;
+}
+
+static void expected_shape(const pipert_tensor_desc *d, int64_t mbs, char *buf, size_t len) {
+  int64_t dims[PIPERT_MAX_RANK];
+  memcpy(dims, d->dims, sizeof dims);
+  dims[0] = d->dims[0] * mbs;
+  rt_shape_str(buf, len, d->rank, dims);
+}
+
+/* Takes ownership of *a into in[idx] after checking it. */
+static int accept_input(const pipert_pipeline *p, int idx, rt_array *a, const char *src, rt_array *in, int64_t *T) {
+  const pipert_tensor_desc *d = &p->inputs[idx];
+  char want[256], got[256];
+  if (in[idx].data) {
+    rt_errorf("input '%s' given twice (again in %s)", d->name, src);
+    return 2;
+  }
+  if (a->dtype != d->dtype) {
+    rt_errorf("input '%s' (%s): expected dtype %s, given %s", d->name, src, rt_dtype_name(d->dtype),
+              rt_dtype_name(a->dtype));
+    return 2;
+  }
+  int ok = a->rank == d->rank && a->dims[0] > 0 && d->dims[0] > 0 && a->dims[0] % d->dims[0] == 0;
+  for (int k = 1; ok && k < d->rank; k++) ok = a->dims[k] == d->dims[k];
+  int64_t t = ok ? a->dims[0] / d->dims[0] : 0;
+  if (ok && *T && t != *T) {
+    rt_errorf("input '%s' (%s): batch of %lld samples, but other inputs have %lld", d->name, src,
+              (long long)a->dims[0], (long long)(*T * d->dims[0]));
+    return 2;
+  }
+  if (!ok) {
+    expected_shape(d, p->microbatches, want, sizeof want);
+    rt_errorf("input '%s' (%s): expected shape %s (dim 0 any multiple of the micro-batch size %lld), given %s",
+              d->name, src, want, (long long)d->dims[0], rt_shape_str(got, sizeof got, a->rank, a->dims));
+    return 2;
+  }
+  *T = t;
+  free(a->name);
+  a->name = strdup(d->name);
+  in[idx] = *a;
+  memset(a, 0, sizeof *a);
+  return 0;
+}
+
+int rt_load_inputs(const pipert_pipeline *p, const rt_options *o, rt_array *in, int64_t *T) {
+  char err[1024];
+  int positional = 0, rc = 0;
+  *T = 0;
+  for (int i = 0; i < o->n_inputs && !rc; i++) {
+    const rt_input_arg *ia = &o->inputs[i];
+    if (ends_with(ia->path, ".npz") && !ia->name) {
+      rt_array *arrs;
+      int n;
+      if (rt_npz_load(ia->path, &arrs, &n, err, sizeof err)) { rt_errorf("%s", err); return 2; }
+      for (int k = 0; k < n && !rc; k++) {
+        int idx = find_input(p, arrs[k].name);
+        if (idx < 0 && !strncmp(arrs[k].name, "arr_", 4)) idx = atoi(arrs[k].name + 4);
+        if (idx < 0 || idx >= p->n_inputs) {
+          rt_errorf("%s: array '%s' is not an input of this pipeline", ia->path, arrs[k].name);
+          rc = 2;
+          break;
+        }
+        char src[1200];
+        snprintf(src, sizeof src, "%s: %s", ia->path, arrs[k].name);
+        rc = accept_input(p, idx, &arrs[k], src, in, T);
+      }
+      for (int k = 0; k < n; k++) rt_array_free(&arrs[k]);
+      free(arrs);
+      continue;
+    }
+    int idx;
+    if (ia->name) {
+      idx = find_input(p, ia->name);
+      if (idx < 0) {
+        rt_errorf("--input %s=%s: this pipeline has no input named '%s'", ia->name, ia->path, ia->name);
+        return 2;
+      }
+    } else {
+      while (positional < p->n_inputs && in[positional].data) positional++;
+      idx = positional;
+      if (idx >= p->n_inputs) {
+        rt_errorf("--input %s: too many inputs (the pipeline has %d)", ia->path, p->n_inputs);
+        return 2;
+      }
+    }
+    rt_array a;
+    if (rt_npy_load(ia->path, &a, err, sizeof err)) { rt_errorf("%s", err); return 2; }
+    rc = accept_input(p, idx, &a, ia->path, in, T);
+    rt_array_free(&a);
+  }
+  if (rc) return rc;
+  for (int i = 0; i < p->n_inputs; i++)
+    if (!in[i].data) {
+      char want[256];
+      expected_shape(&p->inputs[i], p->microbatches, want, sizeof want);
+      rt_errorf("input '%s' (%s %s) not given: pass --input %s=FILE.npy", p->inputs[i].name,
+                rt_dtype_name(p->inputs[i].dtype), want, p->inputs[i].name);
+      return 2;
+    }
+  if (p->n_inputs == 0) *T = p->microbatches;
+  return 0;
+}
+
+int rt_alloc_outputs(const pipert_pipeline *p, int64_t T, rt_array *out) {
+  for (int i = 0; i < p->n_outputs; i++) {
+    const pipert_tensor_desc *d = &p->outputs[i];
+    int64_t dims[PIPERT_MAX_RANK];
+    memcpy(dims, d->dims, sizeof dims);
+    dims[0] *= T;
+    rt_array_alloc(&out[i], d->name, d->dtype, d->rank, dims);
+  }
+  return 0;
+}
+
+static void safe_name(char *dst, size_t len, const char *name) {
+  size_t i = 0;
+  for (; name[i] && i + 1 < len; i++) {
+    char c = name[i];
+    dst[i] = (c == '/' || c == '\\' || c == ':' || (unsigned char)c < 32) ? '_' : c;
+  }
+  dst[i] = 0;
+  if (!strcmp(dst, ".") || !strcmp(dst, "..") || !dst[0]) snprintf(dst, len, "output");
+}
+
+int rt_write_outputs(const pipert_pipeline *p, const rt_options *o, const rt_array *out) {
+  char err[1024];
+  const char *path = o->output;
+  if (!path) return 0;
+  struct stat st;
+  int is_dir = (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) || ends_with(path, "/");
+  if (ends_with(path, ".npz")) {
+    if (rt_npz_save(path, out, p->n_outputs, err, sizeof err)) { rt_errorf("%s", err); return 2; }
+    return 0;
+  }
+  if (!is_dir && ends_with(path, ".npy")) {
+    if (p->n_outputs != 1) {
+      rt_errorf("--output %s: the pipeline has %d outputs: give a directory or a .npz file", path, p->n_outputs);
+      return 2;
+    }
+    if (rt_npy_save(path, &out[0], err, sizeof err)) { rt_errorf("%s", err); return 2; }
+    return 0;
+  }
+  if (mkdir(path, 0777) != 0 && errno != EEXIST) {
+    rt_errorf("--output %s: %s", path, strerror(errno));
+    return 2;
+  }
+  for (int i = 0; i < p->n_outputs; i++) {
+    char name[256], file[4400];
+    safe_name(name, sizeof name, p->outputs[i].name);
+    snprintf(file, sizeof file, "%s%s%s.npy", path, ends_with(path, "/") ? "" : "/", name);
+    if (rt_npy_save(file, &out[i], err, sizeof err)) { rt_errorf("%s", err); return 2; }
+  }
+  return 0;
+}
+
+void rt_print_bench(const pipert_pipeline *p, int iters, int64_t samples_per_iter, double wall_s,
+                    const double *busy_s) {
+  double total_busy = 0;
+  int workers = 0;
+  printf("throughput: %.2f samples/s\n", (double)samples_per_iter * iters / wall_s);
+  printf("latency: %.3f ms per batch of %lld samples (%d iterations)\n", wall_s / iters * 1e3,
+         (long long)samples_per_iter, iters);
+  for (int s = 0; s < p->n_stages; s++) {
+    int r = p->stages[s].replicas;
+    printf("stage %d: busy %.3f ms (%.1f%%), %d replica%s\n", s, busy_s[s] / iters * 1e3,
+           100.0 * busy_s[s] / (wall_s * r), r, r == 1 ? "" : "s");
+    total_busy += busy_s[s];
+    workers += r;
+  }
+  printf("bubble: measured %.4f predicted %.4f\n", 1.0 - total_busy / (wall_s * workers), p->predicted_bubble);
+  fflush(stdout);
+}
+
+/* ---- main ------------------------------------------------------------------ */
+
+static void usage(const char *argv0) {
+  fprintf(stderr,
+          "usage: %s --input [NAME=]FILE.npy|FILE.npz ... --output FILE.npy|FILE.npz|DIR\n"
+          "       [--microbatches M] [--bench N] [--threads-per-stage T] [--pin]\n"
+          "       [--weights-dir DIR] [--transport auto|threads|mpi] [--timeout SECONDS]\n",
+          argv0);
+}
+
+static int parse_int(const char *opt, const char *v, int min, int *out) {
+  char *e;
+  long x = v ? strtol(v, &e, 10) : 0;
+  if (!v || *e || x < min || x > 1 << 30) {
+    rt_errorf("%s: expected an integer >= %d, given '%s'", opt, min, v ? v : "");
+    return -1;
+  }
+  *out = (int)x;
+  return 0;
+}
+
+static int parse_args(int argc, char **argv, rt_options *o) {
+  memset(o, 0, sizeof *o);
+  o->threads_per_stage = 1;
+  o->transport = "auto";
+  o->inputs = calloc((size_t)argc, sizeof *o->inputs);
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(argv[0]); exit(0); }
+    if (!strcmp(a, "--pin")) { o->pin = 1; continue; }
+    if (!v) { rt_errorf("%s: missing value", a); usage(argv[0]); return -1; }
+    i++;
+    if (!strcmp(a, "--input") || !strcmp(a, "-i")) {
+      const char *eq = strchr(v, '=');
+      rt_input_arg *ia = &o->inputs[o->n_inputs++];
+      if (eq) { ia->name = strndup(v, (size_t)(eq - v)); ia->path = eq + 1; }
+      else ia->path = v;
+    } else if (!strcmp(a, "--output") || !strcmp(a, "-o")) o->output = v;
+    else if (!strcmp(a, "--microbatches")) { if (parse_int(a, v, 1, &o->microbatches)) return -1; }
+    else if (!strcmp(a, "--bench")) { if (parse_int(a, v, 1, &o->bench)) return -1; }
+    else if (!strcmp(a, "--threads-per-stage")) { if (parse_int(a, v, 1, &o->threads_per_stage)) return -1; }
+    else if (!strcmp(a, "--weights-dir")) o->weights_dir = v;
+    else if (!strcmp(a, "--transport")) {
+      if (strcmp(v, "auto") && strcmp(v, "threads") && strcmp(v, "mpi")) {
+        rt_errorf("--transport: expected auto, threads or mpi, given '%s'", v);
+        return -1;
+      }
+      o->transport = v;
+    } else if (!strcmp(a, "--timeout")) {
+      char *e;
+      o->timeout_s = strtod(v, &e);
+      if (*e || o->timeout_s < 0) { rt_errorf("--timeout: expected seconds, given '%s'", v); return -1; }
+    } else {
+      rt_errorf("unknown option '%s'", a);
+      usage(argv[0]);
+      return -1;
+    }
+  }
+  if (!o->weights_dir) o->weights_dir = rt_exe_dir();
+  return 0;
+}
+
+static int run_threads(const pipert_pipeline *p, const rt_options *o) {
+  int M = o->microbatches ? o->microbatches : p->microbatches;
+  rt_array *in = calloc((size_t)p->n_inputs + 1, sizeof *in), *out = calloc((size_t)p->n_outputs + 1, sizeof *out);
+  int64_t T = 0;
+  rt_exec *ex = NULL;
+  int rc = rt_load_inputs(p, o, in, &T);
+  if (!rc) rc = rt_threads_create(p, o, M, &ex);
+  if (!rc) rc = rt_alloc_outputs(p, T, out);
+  rt_stats st = {0, calloc((size_t)p->n_stages, sizeof(double))};
+  if (!rc) rc = rt_threads_run(ex, in, out, T, &st);
+  if (!rc && o->bench) {
+    double *busy = calloc((size_t)p->n_stages, sizeof(double)), wall = 0;
+    for (int it = 0; it < o->bench && !rc; it++) {
+      rc = rt_threads_run(ex, in, out, T, &st);
+      wall += st.wall_s;
+      for (int s = 0; s < p->n_stages; s++) busy[s] += st.busy_s[s];
+    }
+    if (!rc) rt_print_bench(p, o->bench, T * (p->n_inputs ? p->inputs[0].dims[0] : p->outputs[0].dims[0]), wall, busy);
+    free(busy);
+  }
+  if (!rc) rc = rt_write_outputs(p, o, out);
+  if (ex) rt_threads_destroy(ex);
+  for (int i = 0; i < p->n_inputs; i++) rt_array_free(&in[i]);
+  for (int i = 0; i < p->n_outputs; i++) rt_array_free(&out[i]);
+  free(in);
+  free(out);
+  free(st.busy_s);
+  return rc;
+}
+
+static void free_args(rt_options *o) {
+  for (int i = 0; i < o->n_inputs; i++) free((char *)o->inputs[i].name);
+  free(o->inputs);
+  o->inputs = NULL;
+  o->n_inputs = 0;
+}
+
+int pipert_main(int argc, char **argv, const pipert_pipeline *p) {
+  rt_options o;
+  rt_install_crash_handler();
+  if (rt_validate_plan(p)) return 2;
+  int rc = parse_args(argc, argv, &o) ? 2 : 0;
+  if (!rc && o.n_inputs == 0 && p->n_inputs > 0) {
+    rt_errorf("no --input given (the pipeline has %d input%s)", p->n_inputs, p->n_inputs == 1 ? "" : "s");
+    usage(argv[0]);
+    rc = 2;
+  }
+  if (!rc && !o.output && !o.bench) {
+    rt_errorf("no --output given");
+    usage(argv[0]);
+    rc = 2;
+  }
+  if (!rc) {
+    rt_set_blas_threads(o.threads_per_stage);
+    int use_mpi = !strcmp(o.transport, "mpi") || (!strcmp(o.transport, "auto") && rt_mpi_launched());
+    rc = use_mpi ? rt_mpi_main(p, &o) : run_threads(p, &o);
+  }
+  free_args(&o);
+  return rc;
+}

@@ -1,0 +1,108 @@
+/* libpipert unit checks: `rt_unit selftest` (checksum, CRC, in-memory npy/npz
+ * round trips) and `rt_unit copy IN OUT` (.npy/.npz read then written by the
+ * runtime's own code, for the numpy round-trip tests). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "rt.h"
+
+static int failures;
+#define CHECK(c)                                                         \
+  do {                                                                   \
+    if (!(c)) { fprintf(stderr, "%s:%d: CHECK(%s)\n", __FILE__, __LINE__, #c); failures++; } \
+  } while (0)
+
+static int ends_with(const char *s, const char *suf) {
+  size_t a = strlen(s), b = strlen(suf);
+  return a >= b && !strcmp(s + a - b, suf);
+}
+
+static int selftest(const char *tmpdir) {
+  /* XXH64 reference values (seed 0). */
+  CHECK(pipert_checksum64("", 0) == 0xEF46DB3751D8E999ull);
+  CHECK(pipert_checksum64("a", 1) == 0xD24EC4F1A98C6E5Bull);
+  CHECK(pipert_checksum64("abc", 3) == 0x44BC2CF5AD770999ull);
+  CHECK(rt_crc32(0, "123456789", 9) == 0xCBF43926u);
+  char big[1000];
+  for (int i = 0; i < 1000; i++) big[i] = (char)(i * 7);
+  uint64_t h = pipert_checksum64(big, sizeof big);
+  big[500] ^= 1;
+  CHECK(pipert_checksum64(big, sizeof big) != h);
+
+  int dtypes[] = {PIPERT_FLOAT, PIPERT_DOUBLE, PIPERT_INT64, PIPERT_INT32, PIPERT_BOOL, PIPERT_UINT8, PIPERT_FLOAT16};
+  rt_array arrs[7];
+  char err[1024], path[4096];
+  for (int i = 0; i < 7; i++) {
+    int64_t dims[3] = {i + 1, 3, 2};
+    char name[16];
+    snprintf(name, sizeof name, "a%d", i);
+    rt_array_alloc(&arrs[i], name, dtypes[i], 1 + i % 3, dims);
+    for (size_t b = 0; b < arrs[i].nbytes; b++) ((unsigned char *)arrs[i].data)[b] = (unsigned char)(b * 13 + i);
+    if (dtypes[i] == PIPERT_BOOL) memset(arrs[i].data, 1, arrs[i].nbytes);
+    snprintf(path, sizeof path, "%s/rt_unit_%d.npy", tmpdir, i);
+    CHECK(rt_npy_save(path, &arrs[i], err, sizeof err) == 0);
+    rt_array back;
+    CHECK(rt_npy_load(path, &back, err, sizeof err) == 0);
+    CHECK(back.dtype == arrs[i].dtype && back.rank == arrs[i].rank && back.nbytes == arrs[i].nbytes);
+    CHECK(memcmp(back.dims, arrs[i].dims, sizeof(int64_t) * (size_t)back.rank) == 0);
+    CHECK(memcmp(back.data, arrs[i].data, back.nbytes) == 0);
+    rt_array_free(&back);
+  }
+  snprintf(path, sizeof path, "%s/rt_unit.npz", tmpdir);
+  CHECK(rt_npz_save(path, arrs, 7, err, sizeof err) == 0);
+  rt_array *back;
+  int n;
+  CHECK(rt_npz_load(path, &back, &n, err, sizeof err) == 0);
+  CHECK(n == 7);
+  for (int i = 0; i < n && i < 7; i++) {
+    CHECK(!strcmp(back[i].name, arrs[i].name));
+    CHECK(back[i].nbytes == arrs[i].nbytes && !memcmp(back[i].data, arrs[i].data, back[i].nbytes));
+    rt_array_free(&back[i]);
+  }
+  free(back);
+  /* a corrupted byte in the npz is caught by the CRC */
+  FILE *f = fopen(path, "r+b");
+  fseek(f, 166, SEEK_SET);
+  int c = fgetc(f);
+  fseek(f, 166, SEEK_SET);
+  fputc(c ^ 0x55, f);
+  fclose(f);
+  CHECK(rt_npz_load(path, &back, &n, err, sizeof err) != 0);
+  CHECK(strstr(err, "CRC") != NULL || strstr(err, "corrupt") != NULL);
+  /* truncated npy */
+  snprintf(path, sizeof path, "%s/rt_unit_0.npy", tmpdir);
+  f = fopen(path, "r+b");
+  fclose(f);
+  CHECK(truncate(path, 70) == 0);
+  rt_array t;
+  CHECK(rt_npy_load(path, &t, err, sizeof err) != 0 && strstr(err, "truncated"));
+  for (int i = 0; i < 7; i++) rt_array_free(&arrs[i]);
+  if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
+  else printf("selftest ok\n");
+  return failures ? 1 : 0;
+}
+
+static int copy(const char *in, const char *out) {
+  char err[1024];
+  rt_array *arrs = NULL, one;
+  int n = 1;
+  if (ends_with(in, ".npz")) {
+    if (rt_npz_load(in, &arrs, &n, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 2; }
+  } else {
+    if (rt_npy_load(in, &one, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 2; }
+    arrs = &one;
+  }
+  int rc = ends_with(out, ".npz") ? rt_npz_save(out, arrs, n, err, sizeof err) : rt_npy_save(out, &arrs[0], err, sizeof err);
+  if (rc) fprintf(stderr, "%s\n", err);
+  for (int i = 0; i < n; i++) rt_array_free(&arrs[i]);
+  if (arrs != &one) free(arrs);
+  return rc ? 2 : 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 3 && !strcmp(argv[1], "selftest")) return selftest(argv[2]);
+  if (argc == 4 && !strcmp(argv[1], "copy")) return copy(argv[2], argv[3]);
+  fprintf(stderr, "usage: rt_unit selftest TMPDIR | rt_unit copy IN OUT\n");
+  return 2;
+}
