@@ -124,6 +124,21 @@ int rt_validate_plan(const pipert_pipeline *p) {
       else if (sp->program[i].mb < 0 || sp->program[i].mb >= p->microbatches)
         snprintf(e, sizeof e, "stage %d: instruction %d: micro-batch %d out of range", s, i, sp->program[i].mb);
     }
+    /* Each micro-batch: RECV_ACT, FWD, SEND_ACT once each, in that order, in
+     * increasing micro-batch order per opcode, received at most one ahead. */
+    int next[4] = {0, 0, 0, 0};
+    for (int i = 0; !e[0] && i < sp->program_len; i++) {
+      int op = sp->program[i].op, mb = sp->program[i].mb;
+      if (op == PIPERT_OP_NOP) continue;
+      if (mb != next[op] || (op > PIPERT_OP_RECV_ACT && next[op - 1] <= mb) ||
+          (op == PIPERT_OP_RECV_ACT && mb > next[PIPERT_OP_FWD] + 1))
+        snprintf(e, sizeof e, "stage %d: instruction %d: %s of micro-batch %d out of order", s, i,
+                 op == PIPERT_OP_RECV_ACT ? "RECV_ACT" : op == PIPERT_OP_FWD ? "FWD" : "SEND_ACT", mb);
+      next[op]++;
+    }
+    if (!e[0] && sp->program_len > 0 &&
+        (next[1] != p->microbatches || next[2] != p->microbatches || next[3] != p->microbatches))
+      snprintf(e, sizeof e, "stage %d: the program does not cover micro-batches 0..%d", s, p->microbatches - 1);
   }
   for (int o = 0; !e[0] && o < p->n_outputs; o++) {
     pipert_ref r = p->output_src[o];

@@ -195,6 +195,13 @@ static const pipert_instr program[] = {
   {PIPERT_OP_FWD, 3}, {PIPERT_OP_SEND_ACT, 3},
 };
 
+/* FAKE_BAD_PROGRAM=1: receives two micro-batches ahead, which the runtime rejects. */
+static const pipert_instr bad_program[] = {
+  {PIPERT_OP_RECV_ACT, 0}, {PIPERT_OP_RECV_ACT, 1}, {PIPERT_OP_RECV_ACT, 2}, {PIPERT_OP_FWD, 0},
+  {PIPERT_OP_SEND_ACT, 0}, {PIPERT_OP_FWD, 1}, {PIPERT_OP_SEND_ACT, 1}, {PIPERT_OP_RECV_ACT, 3},
+  {PIPERT_OP_FWD, 2}, {PIPERT_OP_SEND_ACT, 2}, {PIPERT_OP_FWD, 3}, {PIPERT_OP_SEND_ACT, 3},
+};
+
 int main(int argc, char **argv) {
   const pipert_stage_desc *src[] = {
     &stage0,
@@ -225,6 +232,7 @@ int main(int argc, char **argv) {
     }
     int repl = (NSTAGES == 4 && (k == 1 || k == 2)) || (NSTAGES == 2 && k == 1) ? REPL : 1;
     plans[k] = (pipert_stage_plan){&stages_rw[k], insrc[k], repl, program, (int)(sizeof program / sizeof program[0])};
+    if (getenv("FAKE_BAD_PROGRAM")) plans[k].program = bad_program;
   }
   if (argc == 3 && !strcmp(argv[1], "--write-weights")) return 0;
   pipert_pipeline p = {PIPERT_ABI_VERSION, "fake", NSTAGES, plans, 2, graph_in, 3, graph_out, outsrc,

@@ -250,6 +250,10 @@ def case_bad_input():
     expect_error(run([exe("rt_fake_s2"), "--input", "x=/nonexistent.npy", "--input", "s=" + sp, "--output", out,
                       "--weights-dir", wd]), 2, r"^pipeline: /nonexistent.npy: No such file", "no file")
     expect_error(go(extra=["--microbatches", "0"]), 2, r"--microbatches", "bad option")
+    r = run([exe("rt_fake_s2"), "--input", "x=" + xp, "--input", "s=" + sp, "--output", out, "--weights-dir", wd],
+            {"FAKE_BAD_PROGRAM": "1"})
+    expect_error(r, 2, r"^pipeline: internal error: bad pipeline description: stage 0: instruction 2: RECV_ACT of "
+                 r"micro-batch 2 out of order", "bad program")
 
 
 def weights_case(mutate, pattern, mpi=False):
