@@ -161,7 +161,7 @@ static int dp_feasible(dp_ctx *c, double T)
  * split with the fewest devices. cuts[k] = end state of stage k, reps[k] = r_k.
  * Returns the number of stages, 0 if nothing fits in memory, -1 on no memory. */
 static int dp_solve(const pass_dag *d, const pass_plan_opts *o, const pass_states *st, double lb,
-                    int *cuts, int *reps, long *checks)
+                    double beat, int *cuts, int *reps, long *checks)
 {
     dp_ctx c;
     memset(&c, 0, sizeof c);
@@ -214,13 +214,16 @@ static int dp_solve(const pass_dag *d, const pass_plan_opts *o, const pass_state
         for (int m = 0; m <= g; m++)
             c.bnd[(size_t)s * G1 + m] = (m >= 1 && m < g) ? pass_boundary_time(o, m, st->cut[s], st->cut_grad[s]) : INFINITY;
 
-    if (!dp_feasible(&c, INFINITY)) { rc = 0; goto out; }
+    /* beat: bottleneck of the best order so far; this order is only solved
+     * if it can do clearly better. */
+    if (!dp_feasible(&c, isfinite(beat) ? beat * (1 - 1e-9) : INFINITY)) { rc = 0; goto out; }
     double hi, lo;
     if (dp_feasible(&c, 0.0)) {
         hi = lo = 0.0;
     } else {
         lo = lb > 0 ? lb * (1 - 1e-12) : 0.0;
-        hi = lb > 0 ? lb : 1e-6;
+        hi = lb > 0 ? lb * (1 + 1e-10) : 1e-6;
+        if (isfinite(beat) && hi > beat) hi = beat * (1 - 1e-9);
         while (!dp_feasible(&c, hi)) {
             lo = hi;
             hi *= 2;
@@ -441,7 +444,7 @@ int pass_partition(const pass_dag *d, const pass_plan_opts *o_in, pass_plan *pla
             snprintf(err, errlen, "planner: DAG has a cycle or out of memory");
             return -1;
         }
-        int k = dp_solve(d, &o, &st, lb, cuts, reps, &checks);
+        int k = dp_solve(d, &o, &st, lb, bval, cuts, reps, &checks);
         if (k < 0) {
             pass_states_free(&st); pass_states_free(&best_st); free(cuts); free(reps);
             snprintf(err, errlen, "planner: out of memory");
@@ -450,11 +453,7 @@ int pass_partition(const pass_dag *d, const pass_plan_opts *o_in, pass_plan *pla
         if (k > 0) {
             fit_any = 1;
             double v = eval_split(&o, &st, k, cuts, reps);
-            int dev = 0, bdev = 0;
-            for (int s = 0; s < k; s++) dev += reps[s];
-            for (int s = 0; s < bk; s++) bdev += breps[s];
-            /* prefer clearly better bottleneck, then fewer devices */
-            if (!bk || v < bval * (1 - 1e-12) || (v <= bval * (1 + 1e-12) && dev < bdev)) {
+            {   /* dp_solve only returns a split clearly better than bval */
                 bval = v;
                 bk = k;
                 memcpy(bcuts, cuts, sizeof(int) * (size_t)k);

@@ -2,7 +2,7 @@
  *
  * Split space. Stages are contiguous ranges of a topological order (prefix
  * down-set states, see antichain.h), for each of the orders in
- * pass_plan_opts.orders; each stage k gets r_k >= 1 data-parallel replicas
+ * pass_plan_opts.orders (default: index, dfs and level); each stage k gets r_k >= 1 data-parallel replicas
  * (r_k = 1 with no_replicate), sum r_k <= g, and the stages occupy devices
  * 0,1,2,... contiguously in pipeline order (host-major numbering: device d is
  * GPU d % gpus_per_host of host d / gpus_per_host). Every such split is convex
@@ -32,9 +32,12 @@
  * two pointers plus prefix counts answer each (j, m, r) in O(1) amortised:
  * O(n g^2) per check, ~40 checks (relative precision 1e-10), O(n g^2 log) total.
  *
+ * Orders are solved one after another; a later order is only solved when it
+ * can beat the best bottleneck so far by more than 1e-9 (one check otherwise).
+ *
  * Guarantee. The returned bottleneck is optimal (to relative 1e-9) over the
- * split space above under this cost model; among optimal splits the fewest
- * devices are used. It is NOT guaranteed optimal over all convex linear splits
+ * split space above under this cost model; within the order that reaches it,
+ * the split with the fewest devices is returned. It is NOT guaranteed optimal over all convex linear splits
  * (chains of arbitrary down-sets); tests/planner measures that gap on small
  * random DAGs against an exhaustive DP over every down-set. */
 #ifndef PIPECC_PASSES_PARTITION_H

@@ -1,10 +1,10 @@
 /* plan_json.h — write a pass_plan as plan.json (the compiler/runtime contract).
  *
  * Format version PASS_PLAN_JSON_VERSION; fields are documented in
- * passes/PLANNER.md. Output is deterministic: keys in fixed order, numbers
- * printed with "%.17g"-free fixed formats (ms with 6 decimals, bytes as
- * integers), nothing depends on addresses or time — except planner_ms, which
- * is written only when include_timing is set (null otherwise). */
+ * passes/PLANNER.md. Output is deterministic: keys in fixed order, fixed
+ * number formats (ms with 6 decimals, bytes as integers), nothing depends on
+ * addresses or time, except planner_ms, which is written only when
+ * include_timing is set (null otherwise). */
 #ifndef PIPECC_PASSES_PLAN_JSON_H
 #define PIPECC_PASSES_PLAN_JSON_H
 

@@ -132,7 +132,7 @@ static const char *shape_names[] = {"chain", "diamond", "branches", "skip", "sin
 
 int main(int argc, char **argv)
 {
-    int iters = argc > 1 ? atoi(argv[1]) : 600;
+    int iters = argc > 1 ? atoi(argv[1]) : 3000;
     int n_exact = 0, n_gap = 0, n_cmp = 0, n_infeasible = 0;
     double sum_gap = 0, max_gap = 0, sum_lbgap = 0;
     int per_shape_gap[SHAPE_COUNT] = {0}, per_shape_cnt[SHAPE_COUNT] = {0};

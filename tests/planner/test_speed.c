@@ -148,12 +148,14 @@ static double worst_ms;
 
 static void plan_model(const char *name, const pass_dag *d)
 {
-    for (int train = 0; train <= 1; train++)
+    static const char *const modes[3] = {"inference", "training", "train-pp"}; /* train-pp: no replication */
+    for (int mode = 0; mode < 3; mode++)
         for (int gi = 0; gi < 2; gi++) {
             int g = gi ? 8 : 4;
             pass_plan_opts o;
             pass_plan_opts_default(&o, g);
-            o.training = train;
+            o.training = mode > 0;
+            o.no_replicate = mode != 1; /* inference with replicas is plain data parallelism */
             o.microbatches = 4 * g;
             if (g == 8) { o.topo.hosts = 2; o.topo.gpus_per_host = 4; }
             pass_plan p;
@@ -175,7 +177,7 @@ static void plan_model(const char *name, const pass_dag *d)
             if (best > worst_ms) worst_ms = best;
             printf("%-16s %5d nodes %5d tensors  g=%d %-9s  plan %7.2f ms (%3ld checks)  stages %d (devs %d)  "
                    "bottleneck %8.3f  lower bound %8.3f  gap %5.1f%%  iter %9.2f ms  speedup %5.2f  bubble %4.1f%%\n",
-                   name, d->n_nodes, d->n_tensors, g, train ? "training" : "inference", best,
+                   name, d->n_nodes, d->n_tensors, g, modes[mode], best,
                    p.feasibility_checks, p.n_stages, p.devices_used, p.bottleneck_ms, p.lower_bound_ms,
                    100 * p.gap, p.predicted_iteration_ms, p.predicted_speedup, 100 * p.bubble_fraction);
             pass_plan_free(&p);
