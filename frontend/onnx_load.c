@@ -14,6 +14,10 @@
 #include "ir/diag.h"
 
 #define MAX_FUNCTION_DEPTH 16
+/* Inlining budget: a model whose functions call each other several times per level
+ * would otherwise expand exponentially (a "billion laughs" model). */
+#define MAX_INLINED_NODES (1 << 20)
+#define MAX_INLINE_ARENA ((size_t)256 << 20)
 
 typedef struct ext_file {
   const char *rel;
@@ -52,10 +56,25 @@ typedef struct {
   /* unsupported ops, reported together */
   int *unsupported;
   int n_unsupported, cap_unsupported;
+  /* nodes already reported (not checked again for arity) */
+  int *bad;
+  int n_bad, cap_bad;
   int fn_counter;
+  int n_inlined;
+  size_t arena_at_start;
+  int inline_failed; /* reported: recursion or budget; stop converting */
 } ctx;
 
 /* ---------- helpers ---------- */
+
+static void push_int(int **a, int *n, int *cap, int v) {
+  if (*n == *cap) {
+    *cap = *cap ? *cap * 2 : 16;
+    *a = ir_xrealloc(*a, sizeof(int) * (size_t)*cap);
+  }
+  (*a)[(*n)++] = v;
+}
+static void mark_bad(ctx *c, int node) { push_int(&c->bad, &c->n_bad, &c->cap_bad, node); }
 
 static int opset_of(ctx *c, const char *domain) {
   int def = !domain || !*domain || !strcmp(domain, "ai.onnx");
@@ -152,7 +171,8 @@ static const ext_file *open_external(ctx *c, int node, const char *tname, const 
     ir_error_node(c->g, node, "tensor '%s': external data file '%s' resolves outside the model's folder (symlink?)", nm, lc);
     return NULL;
   }
-  int fd = open(rfile, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: opening a FIFO must not wait for a writer */
+  int fd = open(rfile, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   struct stat st;
   if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ir_error_node(c->g, node, "tensor '%s': external data '%s' is not a readable regular file", nm, lc);
@@ -225,12 +245,16 @@ static int tensor_value(ctx *c, int node, const Onnx__TensorProto *t, const char
       if (!strcmp(kv->key, "location")) loc = kv->value;
       else if (!strcmp(kv->key, "offset")) {
         if (parse_u64(kv->value, &off)) {
-          ir_error_node(g, node, "tensor '%s': external data offset '%.40s' is not a number", nm, kv->value);
+          char vb[64];
+          ir_error_node(g, node, "tensor '%s': external data offset '%s' is not a number", nm,
+                        ir_printable(kv->value, 40, vb, sizeof vb));
           return -1;
         }
       } else if (!strcmp(kv->key, "length")) {
         if (parse_u64(kv->value, &len)) {
-          ir_error_node(g, node, "tensor '%s': external data length '%.40s' is not a number", nm, kv->value);
+          char vb[64];
+          ir_error_node(g, node, "tensor '%s': external data length '%s' is not a number", nm,
+                        ir_printable(kv->value, 40, vb, sizeof vb));
           return -1;
         }
       }
@@ -422,7 +446,7 @@ static const Onnx__AttributeProto *resolve_ref(const scope *s, const char *ref) 
     for (size_t i = 0; i < s->call->n_attribute; i++)
       if (!strcmp(s->call->attribute[i]->name, ref)) {
         const Onnx__AttributeProto *a = s->call->attribute[i];
-        if (a->ref_attr_name && *a->ref_attr_name) {
+        if (*a->ref_attr_name) {
           ref = a->ref_attr_name;
           break; /* continue in the outer scope */
         }
@@ -450,16 +474,26 @@ static void add_one_node(ctx *c, const Onnx__NodeProto *np, const scope *s, int 
   if (op == IR_OP_UNKNOWN || (*domain && strcmp(domain, "ai.onnx"))) fn = find_function(c, domain, np->op_type);
 
   if (fn) { /* inline a model-local function */
+    if (c->inline_failed) return;
     int depth = s ? s->depth + 1 : 1;
+    char fnm[96];
+    ir_printable(fn->name, 60, fnm, sizeof fnm);
     if (depth > MAX_FUNCTION_DEPTH) {
-      char fnm[96];
-      ir_error(g, "function '%s' calls itself (or nests deeper than %d)", ir_printable(fn->name, 60, fnm, sizeof fnm),
-               MAX_FUNCTION_DEPTH);
+      ir_error(g, "function '%s' calls itself (or functions nest deeper than %d)", fnm, MAX_FUNCTION_DEPTH);
+      c->inline_failed = 1;
+      return;
+    }
+    if (c->n_inlined > MAX_INLINED_NODES || ir_arena_used(g->arena) - c->arena_at_start > MAX_INLINE_ARENA) {
+      ir_error(g, "inlining model-local functions (here '%s') would create more than %d nodes or %zu MB of names",
+               fnm, MAX_INLINED_NODES, MAX_INLINE_ARENA >> 20);
+      c->inline_failed = 1;
       return;
     }
     const char **ain = ir_alloc_array(g->arena, fn->n_input, sizeof(char *));
     const char **aout = ir_alloc_array(g->arena, fn->n_output, sizeof(char *));
-    const char *prefix = ir_sprintf(g->arena, "%s%s#%d/", s ? s->prefix : "", *np->name ? np->name : fn->name, c->fn_counter++);
+    /* unique through the counter; the caller's name only helps reading, so it is cut */
+    const char *prefix = ir_sprintf(g->arena, "%s%.64s#%d/", s ? s->prefix : "", *np->name ? np->name : fn->name,
+                                    c->fn_counter++);
     for (size_t i = 0; i < fn->n_input; i++)
       ain[i] = i < np->n_input ? map_name(c, s, np->input[i]) : "";
     for (size_t i = 0; i < fn->n_output; i++)
@@ -469,6 +503,7 @@ static void add_one_node(ctx *c, const Onnx__NodeProto *np, const scope *s, int 
     return;
   }
 
+  if (s) c->n_inlined++;
   const char *name = s ? ir_sprintf(g->arena, "%s%s", s->prefix, np->name) : np->name;
   int outs[64];
   int n_out = (int)np->n_output;
@@ -493,38 +528,34 @@ static void add_one_node(ctx *c, const Onnx__NodeProto *np, const scope *s, int 
       ir_error_node(g, tmp, "output '%s' is already produced elsewhere", ir_printable(oname, 60, on, sizeof on));
       return;
     }
+    int v = -1;
     if (np->n_attribute != 1) {
       ir_error_node(g, tmp, "a Constant node needs exactly one attribute, it has %zu", np->n_attribute);
-      return;
-    }
-    const Onnx__AttributeProto *a = np->attribute[0];
-    if (a->ref_attr_name && *a->ref_attr_name) {
-      a = s ? resolve_ref(s, a->ref_attr_name) : NULL;
-      if (!a) {
-        ir_error_node(g, tmp, "attribute reference cannot be resolved");
-        return;
-      }
-    }
-    ir_shape sh = {0};
-    if (!strcmp(a->name, "value") && a->t) {
-      tensor_value(c, tmp, a->t, oname, NULL, 0);
-    } else if (!strcmp(a->name, "value_float")) {
-      ir_add_const(g, oname, IR_FLOAT, &sh, &a->f, 4);
-    } else if (!strcmp(a->name, "value_int")) {
-      ir_add_const(g, oname, IR_INT64, &sh, &a->i, 8);
-    } else if (!strcmp(a->name, "value_floats")) {
-      sh.rank = 1;
-      sh.dims[0] = (int64_t)a->n_floats;
-      ir_add_const(g, oname, IR_FLOAT, &sh, a->floats, a->n_floats * 4);
-    } else if (!strcmp(a->name, "value_ints")) {
-      sh.rank = 1;
-      sh.dims[0] = (int64_t)a->n_ints;
-      ir_add_const(g, oname, IR_INT64, &sh, a->ints, a->n_ints * 8);
     } else {
+      const Onnx__AttributeProto *a = np->attribute[0];
+      if (*a->ref_attr_name) a = s ? resolve_ref(s, a->ref_attr_name) : NULL;
+      ir_shape sh = {0};
       char an[96];
-      ir_error_node(g, tmp, "Constant attribute '%s' is not supported (string and sparse constants are not)",
-                    ir_printable(a->name, 60, an, sizeof an));
+      if (!a) ir_error_node(g, tmp, "the attribute reference of a Constant node cannot be resolved");
+      else if (!strcmp(a->name, "value") && a->t) v = tensor_value(c, tmp, a->t, oname, NULL, 0);
+      else if (!strcmp(a->name, "value_float")) v = ir_add_const(g, oname, IR_FLOAT, &sh, &a->f, 4);
+      else if (!strcmp(a->name, "value_int")) v = ir_add_const(g, oname, IR_INT64, &sh, &a->i, 8);
+      else if (!strcmp(a->name, "value_floats")) {
+        sh.rank = 1;
+        sh.dims[0] = (int64_t)a->n_floats;
+        v = ir_add_const(g, oname, IR_FLOAT, &sh, a->floats, a->n_floats * 4);
+      } else if (!strcmp(a->name, "value_ints")) {
+        sh.rank = 1;
+        sh.dims[0] = (int64_t)a->n_ints;
+        v = ir_add_const(g, oname, IR_INT64, &sh, a->ints, a->n_ints * 8);
+      } else if (!strcmp(a->name, "value"))
+        ir_error_node(g, tmp, "Constant attribute 'value' holds no tensor");
+      else
+        ir_error_node(g, tmp, "Constant attribute '%s' is not supported (string and sparse constants are not)",
+                      ir_printable(a->name, 60, an, sizeof an));
     }
+    /* a placeholder, so that consumers are not reported as dangling too */
+    if (v < 0) ir_add_value(g, oname, IR_VAL_ACT, IR_UNDEFINED);
     return;
   }
 
@@ -555,30 +586,31 @@ static void add_one_node(ctx *c, const Onnx__NodeProto *np, const scope *s, int 
       char on[96];
       ir_error_node(g, id, "output '%s' is already produced by another node, input or initializer",
                     ir_printable(map_name(c, s, np->output[i]), 60, on, sizeof on));
+      mark_bad(c, id);
       outs[i] = -1;
     }
     nd->out[i] = outs[i];
     if (outs[i] >= 0) g->values[outs[i]].producer = id;
   }
-  if (np->n_output > 64) ir_error_node(g, id, "too many outputs (%zu)", np->n_output);
-  if (nd->opset < 0) {
-    char dn[96];
-    ir_error_node(g, id, "domain '%s' is not in the model's opset_import", ir_printable(domain, 60, dn, sizeof dn));
+  if (np->n_output > 64) {
+    ir_error_node(g, id, "too many outputs (%zu)", np->n_output);
+    mark_bad(c, id);
   }
-  if (op == IR_OP_UNKNOWN) add_unsupported(c, id);
+  /* an op of a domain missing from opset_import is listed with the unsupported ops */
+  if (op == IR_OP_UNKNOWN || nd->opset < 0) add_unsupported(c, id);
 
   /* attributes */
   nd->n_attr = (int)np->n_attribute;
   nd->attr = ir_alloc_array(g->arena, np->n_attribute, sizeof(ir_attr));
   for (size_t i = 0; i < np->n_attribute; i++) {
     const Onnx__AttributeProto *a = np->attribute[i];
-    if (a->ref_attr_name && *a->ref_attr_name) {
+    if (*a->ref_attr_name) {
       const Onnx__AttributeProto *r = s ? resolve_ref(s, a->ref_attr_name) : NULL;
       if (!r) { /* an unset reference means the attribute is absent */
         if (!s) {
-          char an[96];
+          char an[96], rn[96];
           ir_error_node(g, id, "attribute '%s' refers to '%s' outside a function", ir_printable(a->name, 40, an, sizeof an),
-                        a->ref_attr_name);
+                        ir_printable(a->ref_attr_name, 40, rn, sizeof rn));
         }
         nd->n_attr--;
         continue;
@@ -631,18 +663,36 @@ static void report_unsupported(ctx *c) {
     while (j < c->n_unsupported && !strcmp(g->nodes[c->unsupported[j]].op_type, a->op_type) &&
            !strcmp(g->nodes[c->unsupported[j]].domain, a->domain))
       j++;
-    char op[80], dom[80], buf[1024];
-    ir_printable(a->op_type, 60, op, sizeof op);
-    ir_printable(a->domain, 60, dom, sizeof dom);
-    int o = snprintf(buf, sizeof buf, "%s%s (%s%s%sopset %d): ", types ? "; " : "", op, *a->domain ? "domain " : "",
-                     dom, *a->domain ? ", " : "", a->opset);
-    for (int k = i; k < j && k < i + 5; k++) {
+    if (len > 200) { /* keep the line short: count the rest */
+      int more_types = 0, more_nodes = c->n_unsupported - i;
+      for (int k = i; k < c->n_unsupported; k++)
+        if (k == i || strcmp(g->nodes[c->unsupported[k]].op_type, g->nodes[c->unsupported[k - 1]].op_type) ||
+            strcmp(g->nodes[c->unsupported[k]].domain, g->nodes[c->unsupported[k - 1]].domain))
+          more_types++;
+      char tail[96];
+      snprintf(tail, sizeof tail, "; and %d more op type%s (%d node%s)", more_types, more_types > 1 ? "s" : "",
+               more_nodes, more_nodes > 1 ? "s" : "");
+      size_t tl = strlen(tail);
+      if (len + tl + 1 > cap) msg = ir_xrealloc(msg, cap = len + tl + 1);
+      memcpy(msg + len, tail, tl + 1);
+      len += tl;
+      types += more_types;
+      break;
+    }
+    char op[80], dom[80], ver[32], buf[1024];
+    ir_printable(a->op_type, 40, op, sizeof op);
+    ir_printable(a->domain, 40, dom, sizeof dom);
+    if (a->opset < 0) snprintf(ver, sizeof ver, "not in opset_import");
+    else snprintf(ver, sizeof ver, "opset %d", a->opset);
+    int o = snprintf(buf, sizeof buf, "%s%s (%s%s%s%s): ", types ? "; " : "", op, *a->domain ? "domain " : "", dom,
+                     *a->domain ? ", " : "", ver);
+    for (int k = i; k < j && k < i + 3; k++) {
       char nm[80];
       o += snprintf(buf + o, sizeof buf - (size_t)o, "%snode %d '%s'", k > i ? ", " : "", g->nodes[c->unsupported[k]].index,
                     ir_printable(g->nodes[c->unsupported[k]].name, 40, nm, sizeof nm));
       if (o >= (int)sizeof buf) o = (int)sizeof buf - 1;
     }
-    if (j - i > 5) snprintf(buf + o, sizeof buf - (size_t)o, " and %d more", j - i - 5);
+    if (j - i > 3) snprintf(buf + o, sizeof buf - (size_t)o, " and %d more", j - i - 3);
     size_t bl = strlen(buf);
     if (len + bl + 1 > cap) {
       while (len + bl + 1 > cap) cap *= 2;
@@ -658,13 +708,17 @@ static void report_unsupported(ctx *c) {
   free(msg);
 }
 
-static void check_arity(ir_graph *g) {
+static void check_arity(ctx *c) {
+  ir_graph *g = c->g;
+  unsigned char *skip = ir_xcalloc((size_t)g->n_nodes + 1, 1);
+  for (int k = 0; k < c->n_bad; k++) skip[c->bad[k]] = 1;
   for (int i = 0; i < g->n_nodes; i++) {
     ir_node *n = &g->nodes[i];
-    if (n->dead || n->op == IR_OP_UNKNOWN) continue;
+    if (n->dead || n->op == IR_OP_UNKNOWN || skip[i]) continue;
     const ir_op_info *oi = &ir_op_table[n->op];
     int nin = n->n_in;
-    while (nin > 0 && n->in[nin - 1] < 0) nin--; /* trailing omitted optionals */
+    if (nin > oi->min_inputs)
+      while (nin > oi->min_inputs && n->in[nin - 1] < 0) nin--; /* trailing omitted optionals */
     if (nin < oi->min_inputs || (oi->max_inputs >= 0 && nin > oi->max_inputs)) {
       if (oi->max_inputs < 0) ir_error_node(g, i, "expects at least %d inputs, has %d", oi->min_inputs, nin);
       else if (oi->min_inputs == oi->max_inputs)
@@ -673,11 +727,15 @@ static void check_arity(ir_graph *g) {
       continue;
     }
     for (int k = 0; k < oi->min_inputs && k < nin; k++)
-      if (n->in[k] < 0 && !(n->op == IR_OP_Clip)) ir_error_node(g, i, "required input %d is empty", k);
+      if (n->in[k] < 0 && !(n->op == IR_OP_Clip)) {
+        ir_error_node(g, i, "required input %d is empty", k);
+        break;
+      }
     if (oi->max_outputs >= 0 && n->n_out > oi->max_outputs)
       ir_error_node(g, i, "has %d outputs, at most %d allowed", n->n_out, oi->max_outputs);
-    if (n->n_out < 1 || n->out[0] < 0) ir_error_node(g, i, "has no output");
+    else if (n->n_out < 1 || n->out[0] < 0) ir_error_node(g, i, "has no output");
   }
+  free(skip);
 }
 
 static ir_graph *convert(ctx *c) {
@@ -740,7 +798,9 @@ static ir_graph *convert(ctx *c) {
     if (v >= 0) g->inputs[g->n_inputs++] = v;
   }
   if (g->n_errors) return NULL;
+  c->arena_at_start = ir_arena_used(g->arena);
   add_nodes(c, gp->node, gp->n_node, NULL);
+  if (c->inline_failed) return NULL; /* what follows would only repeat it */
   /* resolve inputs */
   for (int p = 0; p < c->n_pend; p++) {
     ir_node *nd = &g->nodes[c->pend[p].node];
@@ -755,6 +815,7 @@ static ir_graph *convert(ctx *c) {
         char vn[96];
         ir_error_node(g, c->pend[p].node, "input '%s' is not produced by any node, graph input or initializer",
                       ir_printable(nm, 60, vn, sizeof vn));
+        mark_bad(c, c->pend[p].node);
         nd->in[k] = -1;
         continue;
       }
@@ -762,7 +823,7 @@ static ir_graph *convert(ctx *c) {
     }
   }
   report_unsupported(c);
-  check_arity(g);
+  check_arity(c);
   /* graph outputs */
   g->outputs = ir_alloc_array(g->arena, gp->n_output, sizeof(int));
   for (size_t i = 0; i < gp->n_output; i++) {
@@ -803,7 +864,7 @@ ir_graph *onnx_load_buffer(const void *buf, size_t len, const char *path, const 
     ir_graph_free(g);
     return NULL;
   }
-  Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, w.stripped_len, w.stripped);
+  Onnx__ModelProto *m = wire_unpack_model(&w);
   if (!m) {
     ir_error(g, "not a valid ONNX model: protobuf decoding failed");
     wire_result_free(&w);
@@ -818,10 +879,11 @@ ir_graph *onnx_load_buffer(const void *buf, size_t len, const char *path, const 
   c.m = m;
   c.dir = dir;
   ir_graph *r = convert(&c);
-  onnx__model_proto__free_unpacked(m, NULL);
+  wire_free_model(m);
   wire_result_free(&w);
   free(c.pend);
   free(c.unsupported);
+  free(c.bad);
   if (!r) {
     ir_graph_free(g);
     return NULL;
@@ -832,7 +894,7 @@ ir_graph *onnx_load_buffer(const void *buf, size_t len, const char *path, const 
 ir_graph *onnx_load_file(const char *path) {
   ir_graph tmp = {0};
   tmp.path = path;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     ir_error(&tmp, "cannot open: %s", strerror(errno));
     return NULL;

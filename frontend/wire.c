@@ -6,7 +6,9 @@
  *    hostile file could otherwise exhaust the stack).
  * 2. Builds a copy of the message without the raw_data of graph initializers and
  *    records where each of those raw_data blobs sits in the original bytes, so weights
- *    stay in the mmapped file and are never copied. */
+ *    stay in the mmapped file and are never copied.
+ * 3. After protobuf-c has decoded that copy, replaces every absent optional string
+ *    (a NULL pointer in protobuf-c) by a shared "" that the matching free skips. */
 #include "frontend/wire.h"
 
 #include <stdio.h>
@@ -211,4 +213,52 @@ void wire_result_free(wire_result *w) {
   free(w->stripped);
   free(w->raw);
   memset(w, 0, sizeof *w);
+}
+
+/* ---------- decoding with no NULL strings ---------- */
+
+static char empty_string[1];
+
+static void *pb_alloc(void *data, size_t n) {
+  (void)data;
+  return malloc(n);
+}
+static void pb_free(void *data, void *p) {
+  (void)data;
+  if (p != (void *)empty_string) free(p);
+}
+static ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
+
+/* Depth is bounded: the wire check allows at most WIRE_MAX_DEPTH levels. */
+static void fill_strings(ProtobufCMessage *m) {
+  const ProtobufCMessageDescriptor *d = m->descriptor;
+  for (unsigned i = 0; i < d->n_fields; i++) {
+    const ProtobufCFieldDescriptor *f = &d->fields[i];
+    uint8_t *member = (uint8_t *)m + f->offset;
+    if ((f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) && *(const uint32_t *)((const uint8_t *)m + f->quantifier_offset) != f->id)
+      continue;
+    if (f->label == PROTOBUF_C_LABEL_REPEATED) { /* repeated strings are never NULL */
+      if (f->type != PROTOBUF_C_TYPE_MESSAGE) continue;
+      size_t n = *(const size_t *)((const uint8_t *)m + f->quantifier_offset);
+      ProtobufCMessage **a = *(ProtobufCMessage ***)member;
+      for (size_t k = 0; k < n; k++)
+        if (a[k]) fill_strings(a[k]);
+    } else if (f->type == PROTOBUF_C_TYPE_STRING) {
+      char **sp = (char **)member;
+      if (!*sp) *sp = empty_string;
+    } else if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
+      ProtobufCMessage *sub = *(ProtobufCMessage **)member;
+      if (sub) fill_strings(sub);
+    }
+  }
+}
+
+Onnx__ModelProto *wire_unpack_model(const wire_result *w) {
+  Onnx__ModelProto *m = onnx__model_proto__unpack(&pb_allocator, w->stripped_len, w->stripped);
+  if (m) fill_strings(&m->base);
+  return m;
+}
+
+void wire_free_model(Onnx__ModelProto *m) {
+  if (m) onnx__model_proto__free_unpacked(m, &pb_allocator);
 }

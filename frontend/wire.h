@@ -22,4 +22,11 @@ typedef struct {
 int wire_prepare(const uint8_t *p, size_t n, wire_result *out, const char **err);
 void wire_result_free(wire_result *w);
 
+/* Decode the stripped model with protobuf-c and give every absent optional string field
+ * (NULL in protobuf-c) the value "", so readers never meet a NULL name, op_type or
+ * domain. Free the result with wire_free_model (never with protobuf-c's own free).
+ * NULL if protobuf-c rejects the bytes. */
+Onnx__ModelProto *wire_unpack_model(const wire_result *w);
+void wire_free_model(Onnx__ModelProto *m);
+
 #endif

@@ -3,6 +3,8 @@
 #include <stdarg.h>
 #include <string.h>
 
+#define IR_DIAG_MAX_ERRORS 20
+
 int ir_diag_quiet;
 
 char *ir_printable(const char *s, size_t max, char *buf, size_t n) {
@@ -36,28 +38,52 @@ char *ir_node_desc(const ir_graph *g, int node, char *buf, size_t n) {
   return buf;
 }
 
+/* The path as given, with control bytes escaped so that a message stays one line. */
+static const char *printable_path(const char *p, char *buf, size_t n) {
+  size_t o = 0;
+  for (; *p && o + 5 < n; p++) {
+    unsigned char c = (unsigned char)*p;
+    if (c >= 32 && c != 127) buf[o++] = (char)c;
+    else o += (size_t)snprintf(buf + o, n - o, "\\x%02x", c);
+  }
+  buf[o] = 0;
+  return buf;
+}
+
 static void vmsg(const ir_graph *g, const char *kind, int node, const char *fmt, va_list ap) {
   if (ir_diag_quiet) return;
-  char msg[1024], desc[512];
+  char msg[1024], desc[512], path[1024];
   vsnprintf(msg, sizeof msg, fmt, ap);
-  const char *path = g && g->path ? g->path : "pipecc";
-  if (node >= 0 && g)
+  for (char *q = msg; *q; q++) /* messages are one line, whatever a format argument held */
+    if (*q == '\n' || *q == '\r') *q = ' ';
+  printable_path(g && g->path ? g->path : "pipecc", path, sizeof path);
+  if (node >= 0 && g && node < g->n_nodes)
     fprintf(stderr, "%s: %s%s: %s\n", path, kind, ir_node_desc(g, node, desc, sizeof desc), msg);
   else
     fprintf(stderr, "%s: %s%s\n", path, kind, msg);
 }
 
+/* A hostile model can hold a million errors: print the first IR_DIAG_MAX_ERRORS. */
+static int error_shown(ir_graph *g) {
+  if (!g || g->n_errors < IR_DIAG_MAX_ERRORS) return 1;
+  if (g->n_errors == IR_DIAG_MAX_ERRORS && !ir_diag_quiet) {
+    char path[1024];
+    fprintf(stderr, "%s: too many errors, the rest are not shown\n", printable_path(g->path ? g->path : "pipecc", path, sizeof path));
+  }
+  return 0;
+}
+
 void ir_error(ir_graph *g, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vmsg(g, "", -1, fmt, ap);
+  if (error_shown(g)) vmsg(g, "", -1, fmt, ap);
   va_end(ap);
   if (g) g->n_errors++;
 }
 void ir_error_node(ir_graph *g, int node, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vmsg(g, "", node, fmt, ap);
+  if (error_shown(g)) vmsg(g, "", node, fmt, ap);
   va_end(ap);
   if (g) g->n_errors++;
 }

@@ -81,6 +81,9 @@ struct ir_strmap {
   const char **keys;
   int *vals;
   size_t cap, len;
+  /* names map only: base name -> last numeric suffix handed out by ir_add_value, so
+   * that N clashes on one name cost O(N), not O(N^2) */
+  struct ir_strmap *suffix;
 };
 
 static uint64_t hash_str(const char *s) {
@@ -98,6 +101,7 @@ static ir_strmap *strmap_new(void) {
 }
 static void strmap_free(ir_strmap *m) {
   if (!m) return;
+  strmap_free(m->suffix);
   free(m->keys);
   free(m->vals);
   free(m);
@@ -112,7 +116,7 @@ static int strmap_get(const ir_strmap *m, const char *k) {
 }
 static void strmap_put(ir_strmap *m, const char *k, int v) {
   if ((m->len + 1) * 2 > m->cap) {
-    ir_strmap n = {ir_xcalloc(m->cap * 2, sizeof(char *)), ir_xcalloc(m->cap * 2, sizeof(int)), m->cap * 2, 0};
+    ir_strmap n = {ir_xcalloc(m->cap * 2, sizeof(char *)), ir_xcalloc(m->cap * 2, sizeof(int)), m->cap * 2, 0, m->suffix};
     for (size_t i = 0; i < m->cap; i++)
       if (m->keys[i]) strmap_put(&n, m->keys[i], m->vals[i]);
     free(m->keys);
@@ -184,9 +188,13 @@ int ir_add_value(ir_graph *g, const char *name, ir_val_kind kind, ir_dtype dt) {
   }
   const char *nm = name && *name ? name : "v";
   if (strmap_get(g->names, nm) >= 0 || !name || !*name) {
-    for (int k = 1;; k++) {
+    ir_strmap *sfx = g->names->suffix ? g->names->suffix : (g->names->suffix = strmap_new());
+    int last = strmap_get(sfx, nm);
+    const char *base = last >= 0 ? NULL : ir_strdup(g->arena, nm);
+    for (int k = last >= 0 ? last + 1 : 1;; k++) {
       char *cand = ir_sprintf(g->arena, "%s__%d", nm, k);
       if (strmap_get(g->names, cand) < 0) {
+        strmap_put(sfx, base ? base : nm, k); /* an existing key keeps its stored pointer */
         nm = cand;
         break;
       }
@@ -329,24 +337,89 @@ void ir_rebuild_uses(ir_graph *g) {
   }
 }
 
+/* Name a node on a cycle, with the cycle itself, once Kahn's algorithm has stopped:
+ * every node left has a predecessor that is left too (left = indeg > 0), so walking
+ * back through such predecessors must come round; the first node met twice is on it. */
+static void report_cycle(ir_graph *g, const int *indeg) {
+  int n = g->n_nodes, start = -1;
+  for (int i = 0; i < n && start < 0; i++)
+    if (!g->nodes[i].dead && indeg[i] > 0) start = i;
+  IR_ASSERT(start >= 0);
+  int *seen = ir_xcalloc((size_t)n + 1, sizeof(int)), *pred = ir_xmalloc(sizeof(int) * ((size_t)n + 1));
+  int cur = start, step = 0;
+  while (!seen[cur]) {
+    seen[cur] = ++step;
+    const ir_node *nd = &g->nodes[cur];
+    int p = -1;
+    for (int k = 0; k < nd->n_in && p < 0; k++) {
+      int v = nd->in[k];
+      int q = v >= 0 ? g->values[v].producer : -1;
+      if (q >= 0 && !g->nodes[q].dead && indeg[q] > 0) p = q;
+    }
+    IR_ASSERT(p >= 0);
+    pred[cur] = p;
+    cur = p;
+  }
+  /* cur is on the cycle. back[] walks it against the data flow: cur, pred, pred of that... */
+  int len = 0;
+  for (int x = cur;;) {
+    seen[len++] = x; /* reuse seen[] as back[] */
+    x = pred[x];
+    if (x == cur) break;
+  }
+  int *cyc = ir_xmalloc(sizeof(int) * ((size_t)len + 1)); /* data-flow order from cur */
+  cyc[0] = cur;
+  for (int i = 1; i < len; i++) cyc[i] = seen[len - i];
+  char path[400];
+  size_t o = 0;
+  path[0] = 0;
+  for (int i = 0; i <= len && o + 60 < sizeof path; i++) {
+    int x = i < len ? cyc[i] : cyc[0];
+    char nm[48];
+    if (i == 4 && len > 5) {
+      o += (size_t)snprintf(path + o, sizeof path - o, " -> ... (%d nodes)", len);
+      break;
+    }
+    o += (size_t)snprintf(path + o, sizeof path - o, "%s'%s'", i ? " -> " : "", ir_printable(g->nodes[x].name, 30, nm, sizeof nm));
+  }
+  ir_error_node(g, cyc[0], "the graph has a cycle through this node: %s", path);
+  free(cyc);
+  free(seen);
+  free(pred);
+}
+
 int ir_toposort(ir_graph *g) {
   int n = g->n_nodes;
+  /* successor lists (one entry per input slot fed by a live node), so that the sort
+   * is linear in nodes + edges whatever the fan-in */
   int *indeg = ir_xcalloc((size_t)n + 1, sizeof(int));
-  int *order = ir_xmalloc(sizeof(int) * ((size_t)n + 1));
-  ir_rebuild_uses(g);
+  int *off = ir_xcalloc((size_t)n + 2, sizeof(int));
+  size_t edges = 0;
   for (int i = 0; i < n; i++) {
     ir_node *nd = &g->nodes[i];
     if (nd->dead) continue;
     for (int k = 0; k < nd->n_in; k++) {
       int v = nd->in[k];
-      if (v < 0) continue;
-      int p = g->values[v].producer;
-      /* count each producer edge once per input slot; decremented the same way */
-      if (p >= 0 && !g->nodes[p].dead) indeg[i]++;
+      int p = v >= 0 ? g->values[v].producer : -1;
+      if (p >= 0 && !g->nodes[p].dead) indeg[i]++, off[p + 1]++, edges++;
     }
   }
-  /* Kahn with a min-heap on the original index would give "file order where free";
-   * a FIFO over indices in ascending order is close enough and linear. */
+  for (int i = 0; i < n; i++) off[i + 1] += off[i];
+  int *succ = ir_xmalloc(sizeof(int) * (edges + 1));
+  int *fill = ir_xmalloc(sizeof(int) * ((size_t)n + 1));
+  memcpy(fill, off, sizeof(int) * ((size_t)n + 1));
+  for (int i = 0; i < n; i++) {
+    ir_node *nd = &g->nodes[i];
+    if (nd->dead) continue;
+    for (int k = 0; k < nd->n_in; k++) {
+      int v = nd->in[k];
+      int p = v >= 0 ? g->values[v].producer : -1;
+      if (p >= 0 && !g->nodes[p].dead) succ[fill[p]++] = i;
+    }
+  }
+  free(fill);
+  /* Kahn with a FIFO over ascending indices: close to file order, and linear. */
+  int *order = ir_xmalloc(sizeof(int) * ((size_t)n + 1));
   int head = 0, tail = 0, live = 0;
   for (int i = 0; i < n; i++) {
     if (g->nodes[i].dead) continue;
@@ -355,24 +428,13 @@ int ir_toposort(ir_graph *g) {
   }
   while (head < tail) {
     int i = order[head++];
-    ir_node *nd = &g->nodes[i];
-    for (int o = 0; o < nd->n_out; o++) {
-      int v = nd->out[o];
-      if (v < 0) continue;
-      ir_value *val = &g->values[v];
-      for (int u = 0; u < val->n_uses; u++) {
-        int c = g->use_list[val->use_off + u];
-        ir_node *cn = &g->nodes[c];
-        for (int k = 0; k < cn->n_in; k++)
-          if (cn->in[k] == v && --indeg[c] == 0) order[tail++] = c;
-      }
-    }
+    for (int e = off[i]; e < off[i + 1]; e++)
+      if (--indeg[succ[e]] == 0) order[tail++] = succ[e];
   }
+  free(succ);
+  free(off);
   if (tail != live) {
-    int bad = -1;
-    for (int i = 0; i < n && bad < 0; i++)
-      if (!g->nodes[i].dead && indeg[i] > 0) bad = i;
-    ir_error_node(g, bad, "the graph has a cycle through this node");
+    report_cycle(g, indeg);
     free(indeg);
     free(order);
     return -1;
@@ -380,10 +442,6 @@ int ir_toposort(ir_graph *g) {
   /* permute nodes into order and renumber producers */
   ir_node *nn = ir_xmalloc(sizeof(ir_node) * ((size_t)live + 1));
   for (int i = 0; i < live; i++) nn[i] = g->nodes[order[i]];
-  int dead_count = 0;
-  for (int i = 0; i < n; i++)
-    if (g->nodes[i].dead) dead_count++;
-  (void)dead_count;
   free(g->nodes);
   g->nodes = nn;
   g->n_nodes = g->cap_nodes = live;
@@ -413,6 +471,8 @@ void ir_compact(ir_graph *g) {
       if (n->in[k] >= 0) keep[n->in[k]] = 1;
     for (int k = 0; k < n->n_out; k++)
       if (n->out[k] >= 0) keep[n->out[k]] = 1;
+    for (int k = 0; k < n->n_attr; k++) /* e.g. ConstantOfShape's value */
+      if (n->attr[k].type == IR_ATTR_TENSOR && n->attr[k].tensor >= 0) keep[n->attr[k].tensor] = 1;
   }
   for (int k = 0; k < g->n_inputs; k++) keep[g->inputs[k]] = 1;
   for (int k = 0; k < g->n_outputs; k++) keep[g->outputs[k]] = 1;
@@ -436,9 +496,12 @@ void ir_compact(ir_graph *g) {
   }
   for (int k = 0; k < g->n_inputs; k++) g->inputs[k] = remap[g->inputs[k]];
   for (int k = 0; k < g->n_outputs; k++) g->outputs[k] = remap[g->outputs[k]];
-  /* rebuild the name map */
+  /* rebuild the name map (the suffix counters stay) */
+  ir_strmap *sfx = g->names->suffix;
+  g->names->suffix = NULL;
   strmap_free(g->names);
   g->names = strmap_new();
+  g->names->suffix = sfx;
   for (int v = 0; v < g->n_values; v++) {
     strmap_put(g->names, g->values[v].name, v);
     g->values[v].producer = -1;
