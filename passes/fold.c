@@ -1,0 +1,208 @@
+/* passes/fold.c - constant folding, Identity and (inference) Dropout removal, dead code.
+ *
+ * One walk over the nodes in topological order. Each live node first gets its outputs
+ * inferred (pass_shape_node: Shape needs its input's shape); then
+ *   - Identity, and Dropout when it is an identity (inference, or training_mode off),
+ *     is removed: its output becomes an alias of its input. A graph output keeps its
+ *     name: the input's producer writes the output value directly, or the output takes
+ *     over the input's constant data; only a copy of a graph input or of another graph
+ *     output stays as an Identity.
+ *   - a node whose inputs are all constants, or a Shape/Size whose input shape is
+ *     static, is evaluated (passes/fold_eval.c) and its output becomes a constant in
+ *     place (same value, same name), the node dead. Ops, dtypes or sizes the evaluator
+ *     does not cover are left alone. When compiling for training, nodes reading a
+ *     trainable float initializer are never folded, so gradients still reach it.
+ * Then every node whose outputs nobody needs is dropped and the graph compacted. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/diag.h"
+#include "passes/fold.h"
+#include "passes/pass.h"
+
+typedef struct {
+  ir_graph *g;
+  const pass_opts *o;
+  int *fwd; /* value -> the value that replaces it, -1 if none */
+  int n_folded, n_identity, n_dropout;
+  int warned_training_mode;
+} fold_ctx;
+
+static int resolve(const fold_ctx *c, int v) {
+  while (v >= 0 && c->fwd[v] >= 0) v = c->fwd[v];
+  return v;
+}
+
+static int is_fp_dtype(ir_dtype t) {
+  return t == IR_FLOAT || t == IR_DOUBLE || t == IR_FLOAT16 || t == IR_BFLOAT16;
+}
+
+/* Remove the single-input single-output copy `node` (y = x). Returns 1 if removed, 0 if
+ * it has to stay (a graph output copying a graph input or another graph output). */
+static int forward(fold_ctx *c, int node, int x, int y) {
+  ir_graph *g = c->g;
+  ir_value *X = &g->values[x], *Y = &g->values[y];
+  if (!Y->is_output) {
+    c->fwd[y] = x;
+    g->nodes[node].dead = 1;
+    return 1;
+  }
+  if (X->kind == IR_VAL_CONST) {
+    /* the output takes over the constant's data (no copy) */
+    Y->kind = IR_VAL_CONST;
+    Y->dtype = X->dtype;
+    Y->shape = X->shape;
+    Y->data = X->data;
+    Y->nbytes = X->nbytes;
+    Y->producer = -1;
+    Y->is_initializer = 0;
+    g->nodes[node].dead = 1;
+    return 1;
+  }
+  if (X->kind == IR_VAL_ACT && !X->is_output && X->producer >= 0 && !g->nodes[X->producer].dead) {
+    /* the producer of x writes the graph output y directly */
+    ir_node *p = &g->nodes[X->producer];
+    for (int k = 0; k < p->n_out; k++)
+      if (p->out[k] == x) p->out[k] = y;
+    Y->producer = X->producer;
+    Y->dtype = X->dtype;
+    Y->shape = X->shape;
+    X->producer = -1;
+    g->nodes[node].dead = 1;
+    ir_replace_uses(g, x, y); /* consumers of x already visited */
+    c->fwd[x] = y;            /* and those still to come */
+    return 1;
+  }
+  return 0;
+}
+
+/* 1 if the constant input v of a node may not be folded into a new constant. */
+static int trainable(const fold_ctx *c, const ir_value *v) {
+  return c->o->training && v->is_initializer && is_fp_dtype(v->dtype);
+}
+
+/* Dropout: 1 if handled (removed or turned into an Identity), 0 to keep it. */
+static int fold_dropout(fold_ctx *c, int node) {
+  ir_graph *g = c->g;
+  ir_node *n = &g->nodes[node];
+  if (n->n_in < 1 || n->in[0] < 0 || n->n_out < 1 || n->out[0] < 0) return 0;
+  const ir_value *tm = ir_in(g, n, 2);
+  int64_t tmv = 0;
+  int tm_const = !tm || (tm->kind == IR_VAL_CONST && !ir_const_i64(tm, 0, &tmv));
+  if (c->o->training) {
+    /* Dropout-12+ is an identity unless training_mode is on; older ones follow the run */
+    if (n->opset < 12 || !tm_const || tmv) return 0;
+  } else if (tm && (!tm_const || tmv) && !c->warned_training_mode) {
+    c->warned_training_mode = 1;
+    ir_warn_node(g, node, "Dropout has training_mode %s; compiling for inference, Dropout is removed",
+                 tm_const ? "= true" : "set at run time");
+  }
+  int x = n->in[0], m = n->n_out > 1 ? n->out[1] : -1;
+  if (m >= 0 && (g->values[m].n_uses || g->values[m].is_output)) {
+    /* the mask is a constant of x's shape: all true from Dropout-12 on (the spec's
+     * inference mode); onnxruntime returns it all false for Dropout-7..11 */
+    const ir_value *X = &g->values[x];
+    fold_tensor t = {0};
+    int64_t numel = ir_shape_numel(&X->shape);
+    if (numel < 0 || numel > FOLD_MAX_ELEMS || X->shape.rank > IR_MAX_RANK) return 0;
+    t.dt = IR_BOOL;
+    t.rank = X->shape.rank;
+    for (int d = 0; d < t.rank; d++) t.dims[d] = X->shape.dims[d];
+    t.n = numel;
+    t.d = malloc(sizeof(fold_el) * (size_t)(numel ? numel : 1));
+    IR_ASSERT(t.d);
+    for (int64_t k = 0; k < numel; k++) t.d[k].i = n->opset >= 12;
+    fold_tensor_store(g, &t, m);
+    fold_tensor_free(&t);
+  }
+  /* from here on it is an Identity */
+  n->op = IR_OP_Identity;
+  n->op_type = ir_op_name(IR_OP_Identity);
+  n->n_in = 1;
+  n->n_out = 1;
+  n->n_attr = 0;
+  c->n_dropout++;
+  forward(c, node, x, n->out[0]); /* or it stays as that Identity */
+  return 1;
+}
+
+static int foldable(const fold_ctx *c, const ir_node *n) {
+  const ir_graph *g = c->g;
+  if (n->n_out != 1 || n->out[0] < 0) return 0;
+  if (n->op == IR_OP_Shape || n->op == IR_OP_Size) {
+    const ir_value *x = n->n_in >= 1 && n->in[0] >= 0 ? &g->values[n->in[0]] : NULL;
+    return x && ir_shape_static(&x->shape);
+  }
+  int any = 0;
+  for (int k = 0; k < n->n_in; k++) {
+    if (n->in[k] < 0) continue;
+    const ir_value *v = &g->values[n->in[k]];
+    if (v->kind != IR_VAL_CONST || trainable(c, v)) return 0;
+    any = 1;
+  }
+  return any;
+}
+
+static int live_nodes(const ir_graph *g) {
+  int k = 0;
+  for (int i = 0; i < g->n_nodes; i++) k += !g->nodes[i].dead;
+  return k;
+}
+
+int pass_fold(ir_graph *g, const pass_opts *o) {
+  fold_ctx c = {g, o, NULL, 0, 0, 0, 0};
+  int before = live_nodes(g), rc = 0;
+  c.fwd = ir_xmalloc(sizeof(int) * ((size_t)g->n_values + 1));
+  for (int v = 0; v < g->n_values; v++) c.fwd[v] = -1;
+  ir_rebuild_uses(g);
+
+  for (int i = 0; i < g->n_nodes; i++) {
+    ir_node *n = &g->nodes[i];
+    if (n->dead) continue;
+    for (int k = 0; k < n->n_in; k++) n->in[k] = resolve(&c, n->in[k]);
+    if (pass_shape_node(g, i)) {
+      rc = -1;
+      break;
+    }
+    if (n->op == IR_OP_Identity && n->n_in == 1 && n->in[0] >= 0 && n->n_out == 1 && n->out[0] >= 0) {
+      if (forward(&c, i, n->in[0], n->out[0])) c.n_identity++;
+      continue;
+    }
+    if (n->op == IR_OP_Dropout && fold_dropout(&c, i)) continue;
+    if (!foldable(&c, n)) continue;
+    fold_tensor t;
+    if (!fold_eval(g, i, &t)) continue;
+    fold_tensor_store(g, &t, n->out[0]);
+    fold_tensor_free(&t);
+    n->dead = 1;
+    c.n_folded++;
+  }
+  free(c.fwd);
+  if (rc) return rc;
+
+  /* dead code: in reverse topological order, a node lives if a live node or the graph
+   * needs one of its outputs */
+  char *need = ir_xcalloc((size_t)g->n_values + 1, 1);
+  for (int k = 0; k < g->n_outputs; k++) need[g->outputs[k]] = 1;
+  int n_dead = 0;
+  for (int i = g->n_nodes - 1; i >= 0; i--) {
+    ir_node *n = &g->nodes[i];
+    if (n->dead) continue;
+    int live = 0;
+    for (int k = 0; k < n->n_out && !live; k++) live = n->out[k] >= 0 && need[n->out[k]];
+    if (!live) {
+      n->dead = 1;
+      n_dead++;
+      continue;
+    }
+    for (int k = 0; k < n->n_in; k++)
+      if (n->in[k] >= 0) need[n->in[k]] = 1;
+  }
+  free(need);
+  ir_compact(g);
+  if (o->verbose)
+    fprintf(stderr, "pipecc: fold: %d nodes -> %d (%d folded, %d Identity, %d Dropout, %d dead)\n", before,
+            g->n_nodes, c.n_folded, c.n_identity, c.n_dropout, n_dead);
+  return g->n_errors ? -1 : 0;
+}
