@@ -1,32 +1,64 @@
 /* tools/pipecc.c - the pipecc command: ONNX model -> pipeline stages -> code.
  *
+ *   load -> bind -> fold -> shape -> profile -> antichain/partition -> schedule
+ *        -> plan.json + report.html -> codegen (cpu | cuda) -> build
+ *
  * Exit status: 0 success, 2 a user or model error (one clear line per problem),
  * anything else a bug in pipecc. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
+#include "codegen/codegen.h"
 #include "frontend/onnx_load.h"
 #include "ir/diag.h"
 #include "ir/print.h"
 #include "passes/pass.h"
+#include "passes/plan_ir.h"
+#include "passes/plan_json.h"
+#include "tools/report_html.h"
 
 static void usage(FILE *f) {
   fputs(
       "usage: pipecc MODEL.onnx [options]\n"
       "\n"
-      "Compile an ONNX model into a pipeline of stages over several devices.\n"
+      "Compile an ONNX model into a pipeline of stages over several devices, e.g.\n"
+      "  pipecc model.onnx --shape input:32x3x224x224 -g 2 -o build/   # plan, emit, build\n"
+      "  build/pipeline --input x.npy --output y.npy\n"
       "\n"
       "Input:\n"
       "  --shape NAME:AxBxC     bind the shape of graph input NAME (trtexec style; repeatable)\n"
       "  -d DIM=VALUE           bind the symbolic dim DIM (dim_param) of every input (repeatable)\n"
       "\n"
+      "Planning:\n"
+      "  -g, --gpus N           number of devices (pipeline stages and replicas); default 1\n"
+      "  -m, --microbatches M   micro-batches per batch (dim 0 of each input is split in M);\n"
+      "                         default: the largest divisor of the batch that is <= 4*g\n"
+      "  --schedule S           gpipe | 1f1b (default 1f1b)\n"
+      "  --device NAME          cost model device: h100, h200, a100, v100, cpu\n"
+      "                         (default: cpu for --target cpu, h100 for --target cuda)\n"
+      "  --profile FILE.json    measured per-node times replace the cost model\n"
+      "  --topology HxG         H hosts with G devices each (default: one host with g devices)\n"
+      "  --link NAME            link between devices of a host: nvlink4 nvlink3 pcie4 pcie5 shm ...\n"
+      "  --inter-link NAME      link between hosts: ib-ndr ib-hdr eth100 ...\n"
+      "  --link-bw GBPS         bandwidth of every link (GB/s); --intra-link-bw / --inter-link-bw\n"
+      "  --link-latency-us US   latency of every link; --intra-link-latency-us / --inter-link-latency-us\n"
+      "  --memory-limit BYTES   per-device memory limit (K/M/G suffixes; default: the device's)\n"
+      "  --no-replicate         one device per stage (no data-parallel stage replicas)\n"
+      "  --train                plan for training (backward, weight gradients, optimizer state)\n"
+      "  --no-tf32              cost (and on cuda, run) float32 GEMMs without TF32\n"
+      "\n"
       "Output:\n"
+      "  -o, --out DIR          write plan.json, report.html, the stage sources and DIR/pipeline\n"
+      "  --plan-only            stop after plan.json and report.html\n"
+      "  --target T             cpu (default) | cuda\n"
+      "  --emit-only            write the sources and build files, do not compile\n"
+      "  -j, --jobs N           parallel compile jobs (default: number of cores)\n"
       "  --emit=ir              print the IR after the front-end passes, one line per node\n"
       "  --emit=ir-json         print the IR as JSON on stdout\n"
-      "  -o, --out DIR          output folder\n"
       "\n"
       "Debugging:\n"
       "  -d PASS                dump the IR after PASS (a name without '='; passes: bind, fold, shape)\n"
@@ -85,32 +117,169 @@ static int parse_dim(const char *arg, pass_dim_binding *b) {
   return 0;
 }
 
+static int parse_pos_int(const char *s, int *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end || errno || v < 1 || v > 1000000) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+static int parse_double(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || *end || errno || !(v >= 0)) return -1;
+  *out = v;
+  return 0;
+}
+
+static int parse_bytes(const char *s, uint64_t *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || errno || !(v > 0)) return -1;
+  double m = 1;
+  if (*end == 'k' || *end == 'K') m = 1024.0, end++;
+  else if (*end == 'm' || *end == 'M') m = 1024.0 * 1024, end++;
+  else if (*end == 'g' || *end == 'G') m = 1024.0 * 1024 * 1024, end++;
+  else if (*end == 't' || *end == 'T') m = 1024.0 * 1024 * 1024 * 1024, end++;
+  if (*end == 'i') end++;
+  if (*end == 'B' || *end == 'b') end++;
+  if (*end) return -1;
+  *out = (uint64_t)(v * m);
+  return 0;
+}
+
+static int mkdir_p(const char *dir) {
+  char *d = strdup(dir);
+  for (char *p = d + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    if (mkdir(d, 0755) && errno != EEXIST) {
+      free(d);
+      return -1;
+    }
+    *p = '/';
+  }
+  int rc = mkdir(d, 0755);
+  free(d);
+  return rc && errno != EEXIST ? -1 : 0;
+}
+
+/* Write a file atomically (tmp + rename) through a callback. */
+typedef int (*writer_fn)(FILE *f, void *ctx);
+static int write_file(const char *dir, const char *name, writer_fn fn, void *ctx) {
+  char path[4096], tmp[4200];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (!f) {
+    fprintf(stderr, "pipecc: cannot write %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  int rc = fn(f, ctx);
+  if (fclose(f) || rc) {
+    fprintf(stderr, "pipecc: cannot write %s\n", path);
+    remove(tmp);
+    return -1;
+  }
+  if (rename(tmp, path)) {
+    fprintf(stderr, "pipecc: cannot write %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+typedef struct {
+  ir_graph *g;
+  pass_planned *pl;
+  pass_plan_opts *po;
+  const char *cmdline;
+} plan_ctx;
+
+static int write_plan_json(FILE *f, void *c) {
+  plan_ctx *p = c;
+  /* planner_ms is the one figure that changes from run to run; reproducible builds
+   * (SOURCE_DATE_EPOCH set, as for other build tools) write null instead. */
+  return pass_plan_json_write(f, &p->pl->dag, &p->pl->plan, p->po, getenv("SOURCE_DATE_EPOCH") == NULL);
+}
+static int write_report(FILE *f, void *c) {
+  plan_ctx *p = c;
+  return report_html_write(f, p->g, p->pl, p->po, p->cmdline);
+}
+
+static void human_bytes(double b, char *buf, size_t n) {
+  if (b >= 1 << 30) snprintf(buf, n, "%.2f GiB", b / (1 << 30));
+  else if (b >= 1 << 20) snprintf(buf, n, "%.1f MiB", b / (1 << 20));
+  else if (b >= 1 << 10) snprintf(buf, n, "%.1f KiB", b / (1 << 10));
+  else snprintf(buf, n, "%.0f B", b);
+}
+
+static void print_plan_table(FILE *f, const ir_graph *g, const pass_planned *pl, const pass_device *dev) {
+  const pass_plan *p = &pl->plan;
+  fprintf(f, "pipecc: %s on %d x %s, %d micro-batches, %s\n", g->path, p->devices, dev->name, p->microbatches,
+          p->schedule == PASS_SCHED_GPIPE ? "gpipe" : "1f1b");
+  fprintf(f, "  stage  devices  replicas  nodes  compute_ms   comm_ms  memory      first .. last node\n");
+  for (int s = 0; s < p->n_stages; s++) {
+    const pass_stage *st = &p->stages[s];
+    char mem[32], a[48], b[48];
+    human_bytes((double)st->memory_bytes, mem, sizeof mem);
+    const char *first = st->n_nodes ? pl->dag.nodes[st->nodes[0]].name : "";
+    const char *last = st->n_nodes ? pl->dag.nodes[st->nodes[st->n_nodes - 1]].name : "";
+    fprintf(f, "  %5d  %3d..%-3d %8d  %5d  %10.4f %9.4f  %-10s  %s .. %s\n", s, st->dev_first,
+            st->dev_first + st->replicas - 1, st->replicas, st->n_nodes, st->compute_ms, st->comm_ms, mem,
+            ir_printable(first, 24, a, sizeof a), ir_printable(last, 24, b, sizeof b));
+  }
+  fprintf(f,
+          "  bottleneck %.4f ms (lower bound %.4f ms, gap %.1f%%), predicted iteration %.3f ms, bubble %.1f%%, "
+          "speedup %.2fx over 1 device; planned in %.2f ms\n",
+          p->bottleneck_ms, p->lower_bound_ms, 100 * p->gap, p->predicted_iteration_ms, 100 * p->bubble_fraction,
+          p->predicted_speedup, pl->antichain_partition_ms);
+}
+
 int main(int argc, char **argv) {
-  const char *model = NULL, *emit = NULL, *out_dir = NULL;
+  const char *model = NULL, *emit = NULL, *out_dir = NULL, *target = "cpu", *device_name = NULL;
+  const char *profile_path = NULL, *link_name = NULL, *inter_link_name = NULL;
   const char *dumps[16];
-  int n_dumps = 0, time_passes = 0;
+  int n_dumps = 0, time_passes = 0, g_devices = 1, microbatches = 0, plan_only = 0, emit_only = 0, jobs = 0;
+  int no_tf32 = 0, no_replicate = 0, hosts = 0, gpus_per_host = 0, train = 0;
+  double intra_bw = -1, intra_lat = -1, inter_bw = -1, inter_lat = -1;
+  uint64_t mem_limit = 0;
+  pass_schedule_kind schedule = PASS_SCHED_1F1B;
   pass_opts opts = {0};
   opts.shapes = calloc((size_t)argc, sizeof *opts.shapes);
   opts.dims = calloc((size_t)argc, sizeof *opts.dims);
 
+  /* the command line, for the header of every emitted file */
+  size_t cl_len = 1;
+  for (int i = 0; i < argc; i++) cl_len += strlen(argv[i]) + 1;
+  char *cmdline = calloc(1, cl_len);
+  for (int i = 0; i < argc; i++) {
+    if (i) strcat(cmdline, " ");
+    strcat(cmdline, argv[i]);
+  }
+
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-#define NEXT()                                                      \
-  ({                                                                \
+#define NEXT()                                                         \
+  ({                                                                   \
     if (i + 1 >= argc) return cli_error("option %s needs a value", a); \
-    argv[++i];                                                      \
+    argv[++i];                                                         \
   })
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+#define IS(x) (!strcmp(a, x))
+    if (IS("-h") || IS("--help")) {
       usage(stdout);
       return 0;
-    } else if (!strcmp(a, "--version")) {
+    } else if (IS("--version")) {
       printf("pipecc %s\n", PIPECC_VERSION);
       return 0;
-    } else if (!strcmp(a, "--shape") || !strncmp(a, "--shape=", 8)) {
+    } else if (IS("--shape") || !strncmp(a, "--shape=", 8)) {
       const char *v = a[7] == '=' ? a + 8 : NEXT();
       if (parse_shape(v, &opts.shapes[opts.n_shapes])) return cli_error("bad --shape '%s': expected NAME:AxBxC", v);
       opts.n_shapes++;
-    } else if (!strcmp(a, "-d") || !strcmp(a, "--dim") || !strcmp(a, "-D")) {
+    } else if (IS("-d") || IS("--dim") || IS("-D")) {
       const char *v = NEXT();
       if (strchr(v, '=')) {
         if (parse_dim(v, &opts.dims[opts.n_dims])) return cli_error("bad -d '%s': expected DIM=VALUE", v);
@@ -119,14 +288,71 @@ int main(int argc, char **argv) {
         if (!pass_find(v)) return cli_error("-d %s: no such pass (bind, fold, shape) and not DIM=VALUE", v);
         if (n_dumps < 16) dumps[n_dumps++] = v;
       }
-    } else if (!strncmp(a, "--emit=", 7) || !strcmp(a, "--emit")) {
+    } else if (!strncmp(a, "--emit=", 7) || IS("--emit")) {
       emit = a[6] == '=' ? a + 7 : NEXT();
       if (strcmp(emit, "ir") && strcmp(emit, "ir-json")) return cli_error("unknown --emit '%s' (ir, ir-json)", emit);
-    } else if (!strcmp(a, "-o") || !strcmp(a, "--out")) {
+    } else if (IS("-o") || IS("--out")) {
       out_dir = NEXT();
-    } else if (!strcmp(a, "--time-passes")) {
+    } else if (IS("-g") || IS("--gpus") || IS("--devices")) {
+      const char *v = NEXT();
+      if (parse_pos_int(v, &g_devices)) return cli_error("bad -g '%s': expected a number of devices >= 1", v);
+    } else if (IS("-m") || IS("--microbatches")) {
+      const char *v = NEXT();
+      if (parse_pos_int(v, &microbatches)) return cli_error("bad --microbatches '%s'", v);
+    } else if (IS("--schedule")) {
+      const char *v = NEXT();
+      if (!strcmp(v, "gpipe")) schedule = PASS_SCHED_GPIPE;
+      else if (!strcmp(v, "1f1b")) schedule = PASS_SCHED_1F1B;
+      else return cli_error("unknown --schedule '%s' (gpipe, 1f1b)", v);
+    } else if (IS("--device")) {
+      device_name = NEXT();
+      if (!pass_device_find(device_name)) return cli_error("unknown --device '%s' (h100, h200, a100, v100, cpu)", device_name);
+    } else if (IS("--profile")) {
+      profile_path = NEXT();
+    } else if (IS("--topology")) {
+      const char *v = NEXT();
+      if (sscanf(v, "%dx%d", &hosts, &gpus_per_host) != 2 || hosts < 1 || gpus_per_host < 1)
+        return cli_error("bad --topology '%s': expected HOSTSxGPUS, e.g. 2x8", v);
+    } else if (IS("--link")) {
+      link_name = NEXT();
+      if (!pass_link_find(link_name)) return cli_error("unknown --link '%s'", link_name);
+    } else if (IS("--inter-link")) {
+      inter_link_name = NEXT();
+      if (!pass_link_find(inter_link_name)) return cli_error("unknown --inter-link '%s'", inter_link_name);
+    } else if (IS("--link-bw") || IS("--intra-link-bw") || IS("--inter-link-bw")) {
+      const char *v = NEXT();
+      double x;
+      if (parse_double(v, &x) || x <= 0) return cli_error("bad link bandwidth '%s' (GB/s)", v);
+      if (!IS("--inter-link-bw")) intra_bw = x;
+      if (!IS("--intra-link-bw")) inter_bw = x;
+    } else if (IS("--link-latency-us") || IS("--intra-link-latency-us") || IS("--inter-link-latency-us")) {
+      const char *v = NEXT();
+      double x;
+      if (parse_double(v, &x)) return cli_error("bad link latency '%s' (microseconds)", v);
+      if (!IS("--inter-link-latency-us")) intra_lat = x;
+      if (!IS("--intra-link-latency-us")) inter_lat = x;
+    } else if (IS("--memory-limit")) {
+      const char *v = NEXT();
+      if (parse_bytes(v, &mem_limit)) return cli_error("bad --memory-limit '%s' (e.g. 16G)", v);
+    } else if (IS("--no-replicate")) {
+      no_replicate = 1;
+    } else if (IS("--train")) {
+      train = 1;
+    } else if (IS("--no-tf32")) {
+      no_tf32 = 1;
+    } else if (IS("--plan-only")) {
+      plan_only = 1;
+    } else if (IS("--target")) {
+      target = NEXT();
+      if (strcmp(target, "cpu") && strcmp(target, "cuda")) return cli_error("unknown --target '%s' (cpu, cuda)", target);
+    } else if (IS("--emit-only")) {
+      emit_only = 1;
+    } else if (IS("-j") || IS("--jobs")) {
+      const char *v = NEXT();
+      if (parse_pos_int(v, &jobs)) return cli_error("bad --jobs '%s'", v);
+    } else if (IS("--time-passes")) {
       time_passes = 1;
-    } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+    } else if (IS("-v") || IS("--verbose")) {
       opts.verbose = 1;
     } else if (a[0] == '-' && a[1]) {
       return cli_error("unknown option '%s'", a);
@@ -134,27 +360,60 @@ int main(int argc, char **argv) {
       if (model) return cli_error("more than one model given ('%s')", a);
       model = a;
     }
+#undef IS
   }
   if (!model) {
     usage(stderr);
     return 2;
   }
-  (void)out_dir;
+  int want_plan = !emit && (out_dir || plan_only || g_devices > 1);
+  if (plan_only && !out_dir) return cli_error("%s needs -o DIR", "--plan-only");
+  if (want_plan && !out_dir) return cli_error("%s", "planning and code generation need -o DIR");
+  if (hosts && hosts * gpus_per_host < g_devices) {
+    fprintf(stderr, "pipecc: --topology %dx%d has %d devices, fewer than -g %d\n", hosts, gpus_per_host,
+            hosts * gpus_per_host, g_devices);
+    return 2;
+  }
+  opts.training = train;
 
   double t0 = now_ms();
   ir_graph *g = onnx_load_file(model);
   double t1 = now_ms();
-  if (time_passes) fprintf(stderr, "pipecc: pass %-8s %8.2f ms\n", "load", t1 - t0);
+  if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms\n", "load", t1 - t0);
   if (!g) return 2;
 
   for (const pass_info *p = pass_frontend_pipeline; p->name; p++) {
     double s = now_ms();
     int rc = p->fn(g, &opts);
     double e = now_ms();
-    if (time_passes) fprintf(stderr, "pipecc: pass %-8s %8.2f ms\n", p->name, e - s);
+    if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms\n", p->name, e - s);
     if (rc || g->n_errors) {
       ir_graph_free(g);
       return 2;
+    }
+    /* Compile for one micro-batch: split dim 0 of every graph input after binding. */
+    if (!strcmp(p->name, "bind") && want_plan) {
+      int64_t batch = g->n_inputs && g->values[g->inputs[0]].shape.rank > 0 ? g->values[g->inputs[0]].shape.dims[0] : 1;
+      if (!microbatches) {
+        microbatches = 1;
+        for (int m = 4 * g_devices; m >= 1 && g_devices > 1; m--)
+          if (batch % m == 0) {
+            microbatches = m;
+            break;
+          }
+      }
+      for (int k = 0; k < g->n_inputs; k++) {
+        ir_value *v = &g->values[g->inputs[k]];
+        char nm[96];
+        if (v->shape.rank < 1 || v->shape.dims[0] % microbatches) {
+          fprintf(stderr, "%s: graph input '%s': batch (dim 0) %lld is not divisible by %d micro-batches\n", g->path,
+                  ir_printable(v->name, 60, nm, sizeof nm), (long long)(v->shape.rank > 0 ? v->shape.dims[0] : 0),
+                  microbatches);
+          ir_graph_free(g);
+          return 2;
+        }
+        v->shape.dims[0] /= microbatches;
+      }
     }
     for (int k = 0; k < n_dumps; k++)
       if (!strcmp(dumps[k], p->name)) {
@@ -162,13 +421,95 @@ int main(int argc, char **argv) {
         ir_print_text(stdout, g);
       }
   }
-  if (time_passes) fprintf(stderr, "pipecc: total          %8.2f ms\n", now_ms() - t0);
 
-  if (!emit || !strcmp(emit, "ir")) {
-    if (emit || !n_dumps) ir_print_text(stdout, g);
-  } else if (!strcmp(emit, "ir-json")) {
-    ir_print_json(stdout, g);
+  if (!want_plan) {
+    if (time_passes) fprintf(stderr, "pipecc: total           %8.2f ms\n", now_ms() - t0);
+    if (emit && !strcmp(emit, "ir-json")) ir_print_json(stdout, g);
+    else if (emit || !n_dumps) ir_print_text(stdout, g);
+    ir_graph_free(g);
+    return 0;
   }
+
+  /* ---- plan ---- */
+  const pass_device *dev = pass_device_find(device_name ? device_name : (!strcmp(target, "cpu") ? "cpu" : "h100"));
+  pass_profile_opts prof = {dev, !no_tf32, profile_path};
+  pass_plan_opts po;
+  pass_plan_opts_default(&po, g_devices);
+  po.microbatches = microbatches;
+  po.training = train;
+  po.no_replicate = no_replicate;
+  po.schedule = schedule;
+  const pass_link *intra = pass_link_find(link_name ? link_name : (!strcmp(target, "cpu") ? "shm" : "nvlink4"));
+  const pass_link *inter = pass_link_find(inter_link_name ? inter_link_name : "ib-ndr");
+  po.topo.hosts = hosts ? hosts : 1;
+  po.topo.gpus_per_host = hosts ? gpus_per_host : g_devices;
+  po.topo.intra_gbps = intra_bw > 0 ? intra_bw : intra->gbps;
+  po.topo.intra_lat_ms = (intra_lat >= 0 ? intra_lat : intra->lat_us) / 1e3;
+  po.topo.inter_gbps = inter_bw > 0 ? inter_bw : inter->gbps;
+  po.topo.inter_lat_ms = (inter_lat >= 0 ? inter_lat : inter->lat_us) / 1e3;
+  po.mem_limit = mem_limit ? mem_limit : (uint64_t)(dev->mem_gib * 1024 * 1024 * 1024);
+  pass_planned pl;
+  double tp = now_ms();
+  if (pass_plan_graph(g, &prof, &po, &pl)) {
+    pass_planned_free(&pl);
+    ir_graph_free(g);
+    return 2;
+  }
+  pl.plan.planner_ms = pl.antichain_partition_ms;
+  if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (antichain + partition %.2f ms)\n", "plan",
+                           now_ms() - tp, pl.antichain_partition_ms);
+  if (mkdir_p(out_dir)) {
+    fprintf(stderr, "pipecc: cannot create %s: %s\n", out_dir, strerror(errno));
+    return 2;
+  }
+  plan_ctx pc = {g, &pl, &po, cmdline};
+  if (write_file(out_dir, "plan.json", write_plan_json, &pc) || write_file(out_dir, "report.html", write_report, &pc))
+    return 2;
+  print_plan_table(stderr, g, &pl, dev);
+  int rc = 0;
+  if (!plan_only) {
+    /* ---- emit and build ---- */
+    cg_instr **progs = calloc((size_t)pl.plan.n_stages, sizeof *progs);
+    int *plen = calloc((size_t)pl.plan.n_stages, sizeof *plen);
+    int *reps = calloc((size_t)pl.plan.n_stages, sizeof *reps);
+    for (int s = 0; s < pl.plan.n_stages; s++) reps[s] = pl.plan.stages[s].replicas;
+    cg_plan cp = {pl.plan.n_stages, pl.node_stage, reps, NULL, NULL, microbatches, pl.plan.bubble_fraction,
+                  schedule == PASS_SCHED_GPIPE ? "gpipe" : "1f1b"};
+    /* ---- codegen/c block: PIPECC_SPLIT=even replaces the plan's stages by exactly g
+     * contiguous stages of about equal FLOPs (cg_fallback_split), one replica each. The
+     * cpu tests use it to check that results are bitwise equal for every stage count. */
+    const char *split_env = getenv("PIPECC_SPLIT");
+    if (split_env && !strcmp(split_env, "even")) {
+      int *even_stage = calloc((size_t)g->n_nodes + 1, sizeof *even_stage);
+      int *even_reps = calloc((size_t)g_devices, sizeof *even_reps);
+      for (int s = 0; s < g_devices; s++) even_reps[s] = 1;
+      if (cg_fallback_split(g, g_devices, even_stage)) {
+        fprintf(stderr, "pipecc: PIPECC_SPLIT=even: fewer nodes than %d stages; keeping the plan\n", g_devices);
+      } else {
+        cp.n_stages = g_devices;
+        cp.node_stage = even_stage; /* freed at exit */
+        cp.replicas = even_reps;
+        cp.predicted_bubble = 0;
+      }
+    }
+    /* ---- end of the codegen/c block ---- */
+    (void)progs;
+    (void)plen;
+    cg_options co = {cmdline, model, emit_only, jobs, opts.verbose, no_tf32, "80;90"};
+    if (!strcmp(target, "cpu")) {
+      if (cg_c_emit(g, &cp, &co, out_dir)) rc = 2;
+      else if (!emit_only && cg_build(out_dir, &co)) rc = 2;
+    } else {
+      fprintf(stderr, "pipecc: --target cuda is not available in this build yet\n");
+      rc = 2;
+    }
+    free(progs);
+    free(plen);
+    free(reps);
+  }
+  if (time_passes) fprintf(stderr, "pipecc: total           %8.2f ms\n", now_ms() - t0);
+  pass_planned_free(&pl);
   ir_graph_free(g);
-  return 0;
+  free(cmdline);
+  return rc;
 }

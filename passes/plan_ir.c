@@ -1,0 +1,94 @@
+#include "passes/plan_ir.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ir/diag.h"
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+/* A stable, unique display name for a node: its ONNX name, or Op_index when empty. */
+static const char *node_label(ir_graph *g, int i) {
+  const ir_node *n = &g->nodes[i];
+  if (n->name && *n->name) return n->name;
+  return ir_sprintf(g->arena, "%s_%d", n->op_type, n->index);
+}
+
+int pass_plan_graph(ir_graph *g, const pass_profile_opts *po, const pass_plan_opts *o, pass_planned *out) {
+  memset(out, 0, sizeof *out);
+  int n = g->n_nodes;
+  out->costs = ir_xcalloc((size_t)n + 1, sizeof(pass_node_cost));
+  out->node_stage = ir_xcalloc((size_t)n + 1, sizeof(int));
+  if (pass_profile(g, po, out->costs)) return -1;
+
+  pass_dag *d = &out->dag;
+  pass_dag_init(d);
+  int *tensor_of = ir_xmalloc(sizeof(int) * ((size_t)g->n_values + 1));
+  for (int v = 0; v < g->n_values; v++) {
+    tensor_of[v] = -1;
+    const ir_value *val = &g->values[v];
+    if (val->kind == IR_VAL_CONST) continue;
+    int64_t b = ir_value_bytes(val);
+    tensor_of[v] = pass_dag_add_tensor(d, val->name, b > 0 ? (uint64_t)b : 0);
+    if (val->is_output) pass_dag_mark_output(d, tensor_of[v]);
+  }
+  int cap = 16, *ins = ir_xmalloc(sizeof(int) * (size_t)cap), *outs = ir_xmalloc(sizeof(int) * (size_t)cap);
+  for (int i = 0; i < n; i++) {
+    const ir_node *nd = &g->nodes[i];
+    IR_ASSERT(!nd->dead);
+    if (nd->n_in > cap || nd->n_out > cap) {
+      cap = nd->n_in > nd->n_out ? nd->n_in : nd->n_out;
+      ins = ir_xrealloc(ins, sizeof(int) * (size_t)cap);
+      outs = ir_xrealloc(outs, sizeof(int) * (size_t)cap);
+    }
+    int ni = 0, no = 0;
+    for (int k = 0; k < nd->n_in; k++) {
+      int v = nd->in[k];
+      if (v < 0 || tensor_of[v] < 0) continue;
+      int dup = 0;
+      for (int q = 0; q < ni; q++) dup |= ins[q] == tensor_of[v];
+      if (!dup) ins[ni++] = tensor_of[v];
+    }
+    for (int k = 0; k < nd->n_out; k++)
+      if (nd->out[k] >= 0) outs[no++] = tensor_of[nd->out[k]];
+    const pass_node_cost *c = &out->costs[i];
+    int id = pass_dag_add_node(d, node_label(g, i), c->fwd_ms, o->training ? c->bwd_ms : 0, c->param_bytes,
+                               c->out_bytes, ni, ins, no, outs);
+    IR_ASSERT(id == i);
+  }
+  free(ins);
+  free(outs);
+  free(tensor_of);
+  char err[512];
+  if (pass_dag_finalize(d, err, sizeof err)) {
+    fprintf(stderr, "%s: planner: %s\n", g->path, err);
+    return -1;
+  }
+  double t0 = now_ms();
+  if (pass_partition(d, o, &out->plan, err, sizeof err)) {
+    fprintf(stderr, "%s: planner: %s\n", g->path, err);
+    return -1;
+  }
+  out->antichain_partition_ms = now_ms() - t0;
+  if (pass_schedule_attach(o, &out->plan, err, sizeof err)) {
+    fprintf(stderr, "%s: schedule: %s\n", g->path, err);
+    return -1;
+  }
+  for (int s = 0; s < out->plan.n_stages; s++)
+    for (int k = 0; k < out->plan.stages[s].n_nodes; k++) out->node_stage[out->plan.stages[s].nodes[k]] = s;
+  return 0;
+}
+
+void pass_planned_free(pass_planned *p) {
+  pass_plan_free(&p->plan);
+  pass_dag_free(&p->dag);
+  free(p->costs);
+  free(p->node_stage);
+  memset(p, 0, sizeof *p);
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# tools/install_deps.sh - install everything pipecc needs on a fresh Debian 12 machine.
+# Idempotent: skips what is already there. Needs root (apt-get) or sudo.
+set -euo pipefail
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO=sudo
+
+APT_PKGS="build-essential cmake ninja-build clang libclang-rt-14-dev pkg-config
+  libprotobuf-c-dev protobuf-c-compiler libonnx-dev libopenblas-dev libcjson-dev
+  libopenmpi-dev openmpi-bin python3-torch python3-torchvision python3-numpy python3-pip"
+missing=""
+for p in $APT_PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "install_deps: apt-get install$missing"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends $missing
+fi
+
+# Python is for tests and tools only: Debian's python3 (it has torch); onnx (which ships
+# the backend node tests) and onnxruntime (the inference oracle) from PyPI, with numpy<2
+# because Debian's torch is built against numpy 1.x.
+PY=/usr/bin/python3
+if ! $PY - <<'PYEOF' 2>/dev/null
+import onnx, onnxruntime, numpy, torch, torchvision
+assert onnx.__version__ == "1.16.2", onnx.__version__
+assert numpy.__version__.startswith("1."), numpy.__version__
+PYEOF
+then
+  echo "install_deps: pip install -r tools/requirements.txt"
+  $SUDO $PY -m pip install -q --break-system-packages -r "$(dirname "$0")/requirements.txt"
+fi
+echo "install_deps: ok"
