@@ -44,6 +44,11 @@ int cg_c_emit(ir_graph *g, const cg_plan *p, const cg_options *o, const char *ou
 /* Build out_dir/pipeline from what an emitter wrote (parallel, with progress). */
 int cg_build(const char *out_dir, const cg_options *o);
 
+/* Stage assignment used until the planner is connected: contiguous node ranges in
+ * topological order (always convex) with roughly equal FLOPs. Fills node_stage
+ * [g->n_nodes]; returns 0, or -1 when there are fewer live nodes than stages. */
+int cg_fallback_split(const ir_graph *g, int n_stages, int *node_stage);
+
 /* 64-bit checksum of the weights files, the same function as pipert_checksum64. */
 uint64_t cg_checksum64(const void *data, size_t len);
 #endif

@@ -1,0 +1,270 @@
+/* codegen/build.c - cg_build (compile an emitted build directory into DIR/pipeline,
+ * stages in parallel, with progress lines) and cg_checksum64 (XXH64, seed 0: the same
+ * function as pipert_checksum64 in runtime/rt_weights.c). */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "codegen/c/cg_c.h"
+#include "codegen/codegen.h"
+
+/* ---- XXH64 ------------------------------------------------------------------------------ */
+
+#define P1 0x9E3779B185EBCA87ull
+#define P2 0xC2B2AE3D27D4EB4Full
+#define P3 0x165667B19E3779F9ull
+#define P4 0x85EBCA77C2B2AE63ull
+#define P5 0x27D4EB2F165667C5ull
+
+static uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+static uint64_t rd64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+static uint32_t rd32(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t xround(uint64_t acc, uint64_t in) { return rotl64(acc + in * P2, 31) * P1; }
+static uint64_t xmerge(uint64_t acc, uint64_t v) { return (acc ^ xround(0, v)) * P1 + P4; }
+
+uint64_t cg_checksum64(const void *data, size_t len) {
+  const unsigned char *p = data, *end = p + len;
+  uint64_t h;
+  if (len >= 32) {
+    uint64_t v1 = P1 + P2, v2 = P2, v3 = 0, v4 = 0 - P1;
+    const unsigned char *lim = end - 32;
+    do {
+      v1 = xround(v1, rd64(p));
+      v2 = xround(v2, rd64(p + 8));
+      v3 = xround(v3, rd64(p + 16));
+      v4 = xround(v4, rd64(p + 24));
+      p += 32;
+    } while (p <= lim);
+    h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
+    h = xmerge(h, v1);
+    h = xmerge(h, v2);
+    h = xmerge(h, v3);
+    h = xmerge(h, v4);
+  } else {
+    h = P5;
+  }
+  h += (uint64_t)len;
+  for (; p + 8 <= end; p += 8) h = rotl64(h ^ xround(0, rd64(p)), 27) * P1 + P4;
+  if (p + 4 <= end) {
+    h = rotl64(h ^ ((uint64_t)rd32(p) * P1), 23) * P2 + P3;
+    p += 4;
+  }
+  for (; p < end; p++) h = rotl64(h ^ (*p * P5), 11) * P1;
+  h ^= h >> 33;
+  h *= P2;
+  h ^= h >> 29;
+  h *= P3;
+  h ^= h >> 32;
+  return h;
+}
+
+/* ---- build ---------------------------------------------------------------------------------- */
+
+typedef struct {
+  char **argv;
+  char *label;     /* "cc stage_1.c" */
+  pid_t pid;
+  char log[64];    /* temp file with the compiler's output */
+} job;
+
+static char **split_words(const char *s, int *n) {
+  char **v = NULL;
+  *n = 0;
+  const char *p = s;
+  while (*p) {
+    while (*p == ' ') p++;
+    if (!*p) break;
+    const char *e = p;
+    while (*e && *e != ' ') e++;
+    v = realloc(v, sizeof(char *) * (size_t)(*n + 2));
+    v[(*n)++] = strndup(p, (size_t)(e - p));
+    p = e;
+  }
+  return v;
+}
+
+static char **make_argv(const char *words, const char *const *extra, int n_extra) {
+  int n;
+  char **w = split_words(words, &n);
+  char **v = malloc(sizeof(char *) * (size_t)(n + n_extra + 1));
+  for (int i = 0; i < n; i++) v[i] = w[i];
+  for (int i = 0; i < n_extra; i++) v[n + i] = strdup(extra[i]);
+  v[n + n_extra] = NULL;
+  free(w);
+  return v;
+}
+
+static void free_argv(char **v) {
+  for (char **p = v; p && *p; p++) free(*p);
+  free(v);
+}
+
+static int start_job(job *j, const char *dir) {
+  strcpy(j->log, "/tmp/pipecc-cc-XXXXXX");
+  int fd = mkstemp(j->log);
+  if (fd < 0) {
+    fprintf(stderr, "pipecc: cannot create a temporary file: %s\n", strerror(errno));
+    return -1;
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    fprintf(stderr, "pipecc: fork: %s\n", strerror(errno));
+    close(fd);
+    return -1;
+  }
+  if (pid == 0) {
+    dup2(fd, 1);
+    dup2(fd, 2);
+    close(fd);
+    if (chdir(dir)) _exit(127);
+    execvp(j->argv[0], j->argv);
+    fprintf(stderr, "cannot run %s: %s\n", j->argv[0], strerror(errno));
+    _exit(127);
+  }
+  close(fd);
+  j->pid = pid;
+  return 0;
+}
+
+/* Print the job's output (if any) to stderr and remove the log. */
+static void dump_log(job *j, int always) {
+  FILE *f = fopen(j->log, "r");
+  if (f) {
+    char buf[4096];
+    size_t n;
+    int any = 0;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
+      if (always) fwrite(buf, 1, n, stderr);
+      any = 1;
+    }
+    fclose(f);
+    (void)any;
+  }
+  unlink(j->log);
+}
+
+static int file_exists(const char *dir, const char *name) {
+  char path[4096];
+  struct stat st;
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return stat(path, &st) == 0;
+}
+
+int cg_build(const char *out_dir, const cg_options *o) {
+  int n_src = 0;
+  char name[64];
+  for (;; n_src++) {
+    snprintf(name, sizeof name, "stage_%d.c", n_src);
+    if (!file_exists(out_dir, name)) break;
+  }
+  if (!n_src || !file_exists(out_dir, "pipeline_main.c")) {
+    fprintf(stderr, "pipecc: internal error: %s has no stage_0.c or pipeline_main.c to build\n", out_dir);
+    return -1;
+  }
+  int jobs = o && o->jobs > 0 ? o->jobs : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  if (jobs < 1) jobs = 1;
+  int total = n_src + 2; /* sources, pipeline_main.c, link */
+  job *js = calloc((size_t)total, sizeof(job));
+  char cflags[1024];
+  snprintf(cflags, sizeof cflags, "%s %s -I%s", CG_C_CC, CG_C_CFLAGS, PIPERT_INCLUDE_DIR);
+  for (int k = 0; k <= n_src; k++) {
+    char src[64], obj[64];
+    if (k < n_src) snprintf(src, sizeof src, "stage_%d.c", k);
+    else snprintf(src, sizeof src, "pipeline_main.c");
+    snprintf(obj, sizeof obj, "%.*s.o", (int)strlen(src) - 2, src);
+    const char *extra[] = {"-c", "-o", obj, src};
+    js[k].argv = make_argv(cflags, extra, 4);
+    js[k].label = malloc(strlen(src) + 8);
+    sprintf(js[k].label, "cc %s", src);
+  }
+  int failed = 0, next = 0, running = 0, done = 0;
+  /* compile in parallel, in order of submission */
+  while ((next < n_src + 1 && !failed) || running) {
+    while (!failed && next < n_src + 1 && running < jobs) {
+      fprintf(stderr, "[%d/%d] %s\n", next + 1, total, js[next].label);
+      if (start_job(&js[next], out_dir)) {
+        failed = 1;
+        break;
+      }
+      next++;
+      running++;
+    }
+    if (!running) break;
+    int status;
+    pid_t pid = wait(&status);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int k = 0; k < next; k++) {
+      if (js[k].pid != pid) continue;
+      running--;
+      done++;
+      js[k].pid = 0;
+      int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!ok) {
+        fprintf(stderr, "pipecc: %s failed:\n", js[k].label);
+        failed = 1;
+      }
+      dump_log(&js[k], 1); /* warnings too: the emitted code is meant to be warning-free */
+      if (!ok)
+        fprintf(stderr, "pipecc: internal error: the code emitted into %s does not compile (a pipecc bug)\n", out_dir);
+    }
+  }
+  if (!failed) {
+    /* cc -o pipeline stage_*.o pipeline_main.o libpipert.a [its libs] -lopenblas -lpthread -lm */
+    job *l = &js[n_src + 1];
+    char libs[2048];
+    snprintf(libs, sizeof libs, "%s %s", PIPERT_LINK_LIBS, CG_C_LIBS);
+    int n_words;
+    char **libw = split_words(libs, &n_words);
+    char **argv = malloc(sizeof(char *) * (size_t)(n_src + n_words + 8));
+    int a = 0;
+    argv[a++] = strdup(CG_C_CC);
+    argv[a++] = strdup("-o");
+    argv[a++] = strdup("pipeline");
+    for (int k = 0; k < n_src; k++) {
+      argv[a] = malloc(32);
+      snprintf(argv[a++], 32, "stage_%d.o", k);
+    }
+    argv[a++] = strdup("pipeline_main.o");
+    argv[a++] = strdup(PIPERT_LIB);
+    for (int k = 0; k < n_words; k++) argv[a++] = libw[k];
+    argv[a] = NULL;
+    free(libw);
+    l->argv = argv;
+    l->label = strdup("link pipeline");
+    fprintf(stderr, "[%d/%d] %s\n", total, total, l->label);
+    if (start_job(l, out_dir)) failed = 1;
+    else {
+      int status;
+      while (waitpid(l->pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!ok) fprintf(stderr, "pipecc: link failed:\n");
+      dump_log(l, 1);
+      if (!ok) {
+        fprintf(stderr, "pipecc: internal error: linking %s/pipeline failed\n", out_dir);
+        failed = 1;
+      }
+    }
+  }
+  for (int k = 0; k < total; k++) {
+    free_argv(js[k].argv);
+    free(js[k].label);
+  }
+  free(js);
+  return failed ? -1 : 0;
+}

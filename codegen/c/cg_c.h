@@ -1,0 +1,79 @@
+/* codegen/c/cg_c.h - internals of the CPU emitter (codegen/c), shared by its files.
+ *
+ * A stage is emitted as a list of units in graph order. A unit is one node, or a
+ * fused chain/tree of element-wise nodes (each intermediate has one consumer, and
+ * the same shape as the unit's output). Every unit becomes one static function in
+ * stage_K.c whose parameters are the unit's input and output tensors (and a scratch
+ * pointer); forward() calls them in order with pointers into the weights, the stage
+ * inputs/outputs or the activation arena.
+ *
+ * An op emitter writes the BODY of its unit's function with cg_w(); it refers to
+ * the tensors as x<slot> (input slot, const T *) and y<slot> (output slot, T *), and
+ * to scratch memory as `scr` (void *, 64-byte aligned, size requested with
+ * cg_scratch). Parameters the body does not mention are dropped from the signature.
+ * Emitters read shapes from the IR (all static) and compile-time constants (Reshape
+ * shapes, Slice starts, ...) from constant values; they report a model they cannot
+ * compile with cg_fail (the node, an error line) and return -1. */
+#ifndef PIPECC_CODEGEN_C_CG_C_H
+#define PIPECC_CODEGEN_C_CG_C_H
+#include <stdint.h>
+#include <stdio.h>
+
+#include "codegen/codegen.h"
+#include "ir/ir.h"
+
+/* How the emitted sources are compiled (the Makefile and cg_build use the same):
+ * -O2 without -march: a portable binary whose heavy work is in OpenBLAS (which picks
+ * its kernels at run time); -ffp-contract=off and no -ffast-math keep every node's
+ * arithmetic exactly as written, so results do not depend on how nodes are grouped. */
+#define CG_C_CC "cc"
+#define CG_C_CFLAGS "-O2 -std=c11 -ffp-contract=off -fno-fast-math -Wall -Wextra"
+#define CG_C_LIBS "-lopenblas -lpthread -lm"
+
+typedef struct cg_ctx {
+  ir_graph *g;
+  FILE *body;       /* the current unit's function body */
+  size_t scratch;   /* largest scratch (bytes) any unit of the stage asked for */
+  size_t unit_scratch;
+} cg_ctx;
+
+/* Write formatted text to the current body. */
+void cg_w(cg_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Ask for n bytes of scratch for the current unit. */
+void cg_scratch(cg_ctx *c, size_t n);
+/* Report an error about node n (ir_error_node) and return -1. */
+int cg_fail(cg_ctx *c, const ir_node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* C element type for a dtype ("float", "int64_t", "uint8_t" for bool), NULL if unsupported. */
+const char *cg_ctype(ir_dtype t);
+/* A float/double literal that reads back exactly ("1.5f", "-INFINITY", "NAN"). */
+const char *cg_flit(char *buf, size_t n, double v, ir_dtype t);
+
+/* Value helpers (NULL / -1 when the slot is omitted). */
+ir_value *cg_in(cg_ctx *c, const ir_node *n, int slot);
+ir_value *cg_out(cg_ctx *c, const ir_node *n, int slot);
+int64_t cg_numel(const ir_value *v);
+/* Row-major strides of a shape (elements). */
+void cg_strides(const ir_shape *s, int64_t *st);
+/* Compile-time integer contents of input `slot` (a constant): returns count (<= max),
+ * or -1 if the input is missing or not a constant. */
+int cg_const_ints(cg_ctx *c, const ir_node *n, int slot, int64_t *out, int max);
+int cg_const_f64(cg_ctx *c, const ir_node *n, int slot, double *out);
+
+/* Element-wise ops (kinds UNARY, UNARY_BOOL, BINARY, COMPARE, VARIADIC, and Where,
+ * Cast, CastLike, Expand): fusable. */
+int cg_is_eltwise(const ir_graph *g, const ir_node *n);
+/* Emit a fused element-wise unit: nodes[0..n_nodes) in graph order, the last one
+ * being the root whose output the unit stores. Inputs are referred to as x<k> where
+ * k indexes ext_in[] (distinct external values); the output is y0. */
+int cg_emit_eltwise(cg_ctx *c, const int *nodes, int n_nodes, const int *ext_in, int n_ext);
+
+/* Op emitters (one node): codegen/c/ops_nn.c, ops_data.c. Return 0 or -1. */
+typedef int (*cg_op_fn)(cg_ctx *c, const ir_node *n);
+cg_op_fn cg_op_emitter(ir_op op);
+
+/* Nodes whose output can share its input's memory (Reshape, Flatten, Squeeze,
+ * Unsqueeze, Identity, inference Dropout). */
+int cg_is_alias(const ir_node *n);
+
+#endif

@@ -1,0 +1,692 @@
+/* codegen/c/ops_data.c - data movement, shape ops and reductions for the CPU target:
+ * Reshape-like copies, Dropout, Shape, Size, ConstantOfShape, Range, Concat, Split,
+ * Slice, Gather, GatherElements, Transpose, Pad, Tile, Reduce*, ArgMax/ArgMin, CumSum,
+ * Trilu, DepthToSpace, SpaceToDepth, OneHot, Resize/Upsample; and the op dispatch. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/c/cg_c.h"
+
+#define LL(x) ((long long)(x))
+
+static int norm_axis(int64_t a, int r) { return (int)(a < 0 ? a + r : a); }
+
+/* Emit nested loops over shape dims[0..r) named i0..; returns the number opened. */
+static int open_loops(cg_ctx *c, const int64_t *dims, int r, int indent) {
+  for (int d = 0; d < r; d++)
+    cg_w(c, "%*sfor (long i%d = 0; i%d < %lld; i%d++) {\n", indent + 2 * d, "", d, d, LL(dims[d]), d);
+  return r;
+}
+static void close_loops(cg_ctx *c, int r, int indent) {
+  for (int d = r - 1; d >= 0; d--) cg_w(c, "%*s}\n", indent + 2 * d, "");
+}
+
+/* "i0 * 12 + i1 * 3 + i2" from strides (zero strides skipped), or "0". */
+static const char *index_expr(char *buf, size_t n, const int64_t *st, int r) {
+  size_t o = 0;
+  buf[0] = 0;
+  for (int d = 0; d < r; d++) {
+    if (!st[d]) continue;
+    if (st[d] == 1) o += (size_t)snprintf(buf + o, n - o, "%si%d", o ? " + " : "", d);
+    else o += (size_t)snprintf(buf + o, n - o, "%si%d * %lld", o ? " + " : "", d, LL(st[d]));
+  }
+  if (!o) snprintf(buf, n, "0");
+  return buf;
+}
+
+/* Reshape, Flatten, Squeeze, Unsqueeze, Identity when the output cannot alias */
+static int emit_copy(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
+  if (ir_value_bytes(x) != ir_value_bytes(y)) return cg_fail(c, n, "input and output sizes differ");
+  if (cg_numel(y)) cg_w(c, "  memcpy(y0, x0, %lldu);\n", LL(ir_value_bytes(y)));
+  return 0;
+}
+
+static int emit_dropout(cg_ctx *c, const ir_node *n) {
+  ir_value *y = cg_out(c, n, 0), *mask = cg_out(c, n, 1);
+  /* inference semantics: the output is the input; the mask all true */
+  if (y && cg_numel(y)) cg_w(c, "  memcpy(y0, x0, %lldu);\n", LL(ir_value_bytes(y)));
+  if (mask && cg_numel(mask)) cg_w(c, "  memset(y1, 1, %lldu);\n", LL(ir_value_bytes(mask)));
+  return 0;
+}
+
+static int emit_shape(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
+  int r = x->shape.rank;
+  int64_t s = ir_attr_int(n, "start", 0), e = ir_attr_int(n, "end", r);
+  if (s < 0) s += r;
+  if (e < 0) e += r;
+  if (s < 0) s = 0;
+  if (e > r) e = r;
+  int k = 0;
+  for (int64_t i = s; i < e; i++) cg_w(c, "  y0[%d] = %lld;\n", k++, LL(x->shape.dims[i]));
+  if (k != cg_numel(y)) return cg_fail(c, n, "output size does not match the shape slice");
+  return 0;
+}
+
+static int emit_size(cg_ctx *c, const ir_node *n) {
+  cg_w(c, "  y0[0] = %lld;\n", LL(cg_numel(cg_in(c, n, 0))));
+  return 0;
+}
+
+static int emit_constant_of_shape(cg_ctx *c, const ir_node *n) {
+  ir_value *y = cg_out(c, n, 0);
+  const ir_attr *a = ir_attr_find(n, "value");
+  double v = 0;
+  if (a && a->type == IR_ATTR_TENSOR && a->tensor >= 0) ir_const_f64(&c->g->values[a->tensor], 0, &v);
+  char l[48];
+  if (!cg_numel(y)) return 0;
+  if (y->dtype == IR_FLOAT || y->dtype == IR_DOUBLE) cg_flit(l, sizeof l, v, y->dtype);
+  else snprintf(l, sizeof l, "%lld", LL(v));
+  cg_w(c, "  for (long i = 0; i < %lld; i++) y0[i] = %s;\n", LL(cg_numel(y)), l);
+  return 0;
+}
+
+static int emit_range(cg_ctx *c, const ir_node *n) {
+  ir_value *y = cg_out(c, n, 0);
+  const char *T = cg_ctype(y->dtype);
+  if (!cg_numel(y)) return 0;
+  cg_w(c, "  for (long i = 0; i < %lld; i++) y0[i] = (%s)(x0[0] + (%s)i * x2[0]);\n", LL(cg_numel(y)), T, T);
+  return 0;
+}
+
+static int emit_concat(cg_ctx *c, const ir_node *n) {
+  ir_value *y = cg_out(c, n, 0);
+  int r = y->shape.rank;
+  int axis = norm_axis(ir_attr_int(n, "axis", 0), r);
+  if (axis < 0 || axis >= r) return cg_fail(c, n, "axis out of range");
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < axis; i++) outer *= y->shape.dims[i];
+  for (int i = axis + 1; i < r; i++) inner *= y->shape.dims[i];
+  int64_t tot = y->shape.dims[axis] * inner, off = 0;
+  size_t es = ir_dtype_size(y->dtype);
+  for (int k = 0; k < n->n_in; k++) {
+    ir_value *x = cg_in(c, n, k);
+    if (!x) continue;
+    int64_t chunk = x->shape.rank == r ? x->shape.dims[axis] * inner : 0;
+    if (chunk && outer)
+      cg_w(c, "  for (long o = 0; o < %lld; o++) memcpy(y0 + o * %lld + %lld, x%d + o * %lld, %lldu);\n", LL(outer),
+           LL(tot), LL(off), k, LL(chunk), LL(chunk * (int64_t)es));
+    off += chunk;
+  }
+  if (off != tot) return cg_fail(c, n, "input sizes do not add up to the output");
+  return 0;
+}
+
+static int emit_split(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0);
+  int r = x->shape.rank;
+  int axis = norm_axis(ir_attr_int(n, "axis", 0), r);
+  if (axis < 0 || axis >= r) return cg_fail(c, n, "axis out of range");
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < axis; i++) outer *= x->shape.dims[i];
+  for (int i = axis + 1; i < r; i++) inner *= x->shape.dims[i];
+  int64_t tot = x->shape.dims[axis] * inner, off = 0;
+  size_t es = ir_dtype_size(x->dtype);
+  for (int k = 0; k < n->n_out; k++) {
+    ir_value *y = cg_out(c, n, k);
+    if (!y) continue;
+    int64_t chunk = y->shape.dims[axis] * inner;
+    if (chunk && outer)
+      cg_w(c, "  for (long o = 0; o < %lld; o++) memcpy(y%d + o * %lld, x0 + o * %lld + %lld, %lldu);\n", LL(outer), k,
+           LL(chunk), LL(tot), LL(off), LL(chunk * (int64_t)es));
+    off += chunk;
+  }
+  return 0;
+}
+
+/* Slice: starts/ends/axes/steps from constant inputs (opset >= 10) or attributes. */
+static int emit_slice(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
+  int r = x->shape.rank;
+  int64_t starts[IR_MAX_RANK], ends[IR_MAX_RANK], axes[IR_MAX_RANK], steps[IR_MAX_RANK];
+  int ns, ne, na = -1, nst = -1;
+  if (n->opset >= 10) {
+    ns = cg_const_ints(c, n, 1, starts, IR_MAX_RANK);
+    ne = cg_const_ints(c, n, 2, ends, IR_MAX_RANK);
+    if (ns < 0 || ne < 0) return cg_fail(c, n, "starts and ends must be constants");
+    if (cg_in(c, n, 3)) {
+      na = cg_const_ints(c, n, 3, axes, IR_MAX_RANK);
+      if (na < 0) return cg_fail(c, n, "axes must be a constant");
+    }
+    if (cg_in(c, n, 4)) {
+      nst = cg_const_ints(c, n, 4, steps, IR_MAX_RANK);
+      if (nst < 0) return cg_fail(c, n, "steps must be a constant");
+    }
+  } else {
+    const int64_t *v;
+    ns = ir_attr_ints(n, "starts", &v);
+    for (int i = 0; i < ns && i < IR_MAX_RANK; i++) starts[i] = v[i];
+    ne = ir_attr_ints(n, "ends", &v);
+    for (int i = 0; i < ne && i < IR_MAX_RANK; i++) ends[i] = v[i];
+    na = ir_attr_ints(n, "axes", &v);
+    for (int i = 0; i < na && i < IR_MAX_RANK; i++) axes[i] = v[i];
+  }
+  if (ns != ne || (na >= 0 && na != ns) || (nst >= 0 && nst != ns)) return cg_fail(c, n, "starts/ends/axes/steps lengths differ");
+  int64_t st[IR_MAX_RANK], sp[IR_MAX_RANK];
+  for (int d = 0; d < r; d++) st[d] = 0, sp[d] = 1;
+  for (int i = 0; i < ns; i++) {
+    int a = na >= 0 ? norm_axis(axes[i], r) : i;
+    if (a < 0 || a >= r) return cg_fail(c, n, "axis out of range");
+    int64_t dim = x->shape.dims[a], s = starts[i], step = nst >= 0 ? steps[i] : 1;
+    if (step == 0) return cg_fail(c, n, "step 0");
+    if (s < 0) s += dim;
+    if (step > 0) s = s < 0 ? 0 : s > dim ? dim : s;
+    else s = s < 0 ? 0 : s > dim - 1 ? dim - 1 : s;
+    st[a] = s;
+    sp[a] = step;
+  }
+  if (!cg_numel(y)) return 0;
+  int64_t xs[IR_MAX_RANK] = {0}, is[IR_MAX_RANK] = {0};
+  cg_strides(&x->shape, xs);
+  int64_t base = 0;
+  for (int d = 0; d < r; d++) {
+    base += st[d] * xs[d];
+    is[d] = sp[d] * xs[d];
+  }
+  char e[512];
+  cg_w(c, "  const %s *xb = x0 + %lld;\n  long o = 0;\n", cg_ctype(x->dtype), LL(base));
+  open_loops(c, y->shape.dims, r, 2);
+  cg_w(c, "%*sy0[o++] = xb[%s];\n", 2 + 2 * r, "", index_expr(e, sizeof e, is, r));
+  close_loops(c, r, 2);
+  return 0;
+}
+
+static int emit_gather(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *ix = cg_in(c, n, 1), *y = cg_out(c, n, 0);
+  int r = x->shape.rank;
+  int axis = norm_axis(ir_attr_int(n, "axis", 0), r);
+  if (axis < 0 || axis >= r) return cg_fail(c, n, "axis out of range");
+  int64_t outer = 1, inner = 1, A = x->shape.dims[axis], ni = cg_numel(ix);
+  for (int i = 0; i < axis; i++) outer *= x->shape.dims[i];
+  for (int i = axis + 1; i < r; i++) inner *= x->shape.dims[i];
+  if (!cg_numel(y)) return 0;
+  size_t es = ir_dtype_size(x->dtype);
+  cg_w(c, "  for (long o = 0; o < %lld; o++)\n    for (long j = 0; j < %lld; j++) {\n", LL(outer), LL(ni));
+  cg_w(c, "      long k = (long)x1[j];\n      if (k < 0) k += %lld;\n      if (k < 0 || k >= %lld) k = 0; /* out of range: undefined in ONNX */\n",
+       LL(A), LL(A));
+  if (inner == 1) cg_w(c, "      y0[o * %lld + j] = x0[o * %lld + k];\n    }\n", LL(ni), LL(A));
+  else
+    cg_w(c, "      memcpy(y0 + (o * %lld + j) * %lld, x0 + (o * %lld + k) * %lld, %lldu);\n    }\n", LL(ni), LL(inner), LL(A),
+         LL(inner), LL(inner * (int64_t)es));
+  return 0;
+}
+
+static int emit_gather_elements(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
+  int r = x->shape.rank;
+  int axis = norm_axis(ir_attr_int(n, "axis", 0), r);
+  if (axis < 0 || axis >= r) return cg_fail(c, n, "axis out of range");
+  if (!cg_numel(y)) return 0;
+  int64_t xs[IR_MAX_RANK] = {0}, st[IR_MAX_RANK] = {0};
+  cg_strides(&x->shape, xs);
+  for (int d = 0; d < r; d++) st[d] = d == axis ? 0 : xs[d];
+  char e[512];
+  cg_w(c, "  long o = 0;\n");
+  open_loops(c, y->shape.dims, r, 2);
+  cg_w(c, "%*slong k = (long)x1[o];\n%*sif (k < 0) k += %lld;\n", 2 + 2 * r, "", 2 + 2 * r, "", LL(x->shape.dims[axis]));
+  cg_w(c, "%*sif (k < 0 || k >= %lld) k = 0;\n", 2 + 2 * r, "", LL(x->shape.dims[axis]));
+  cg_w(c, "%*sy0[o++] = x0[%s + k * %lld];\n", 2 + 2 * r, "", index_expr(e, sizeof e, st, r), LL(xs[axis]));
+  close_loops(c, r, 2);
+  return 0;
+}
+
+static int emit_transpose(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
+  int r = x->shape.rank;
+  int64_t perm[IR_MAX_RANK];
+  const int64_t *pv;
+  int np = ir_attr_ints(n, "perm", &pv);
+  for (int d = 0; d < r; d++) perm[d] = np == r ? pv[d] : r - 1 - d;
+  if (!cg_numel(y)) return 0;
+  int64_t xs[IR_MAX_RANK] = {0}, st[IR_MAX_RANK] = {0};
+  cg_strides(&x->shape, xs);
+  for (int d = 0; d < r; d++) {
+    if (perm[d] < 0 || perm[d] >= r) return cg_fail(c, n, "bad perm");
+    st[d] = xs[perm[d]];
+  }
+  char e[512];
+  cg_w(c, "  long o = 0;\n");
+  open_loops(c, y->shape.dims, r, 2);
+  cg_w(c, "%*sy0[o++] = x0[%s];\n", 2 + 2 * r, "", index_expr(e, sizeof e, st, r));
+  close_loops(c, r, 2);
+  if (!r) cg_w(c, "  y0[0] = x0[0];\n  (void)o;\n");
+  return 0;
+}
+
+static int emit_pad(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
+  int r = x->shape.rank;
+  int64_t pads[2 * IR_MAX_RANK] = {0}, raw[2 * IR_MAX_RANK], axes[IR_MAX_RANK];
+  double value = 0;
+  int np, na = -1;
+  if (n->opset >= 11) {
+    np = cg_const_ints(c, n, 1, raw, 2 * IR_MAX_RANK);
+    if (np < 0) return cg_fail(c, n, "pads must be a constant");
+    if (cg_in(c, n, 2) && cg_const_f64(c, n, 2, &value) && cg_numel(cg_in(c, n, 2)) > 0)
+      return cg_fail(c, n, "constant_value must be a constant");
+    if (cg_in(c, n, 3)) {
+      na = cg_const_ints(c, n, 3, axes, IR_MAX_RANK);
+      if (na < 0) return cg_fail(c, n, "axes must be a constant");
+    }
+  } else {
+    const int64_t *v;
+    np = ir_attr_ints(n, "pads", &v);
+    for (int i = 0; i < np && i < 2 * IR_MAX_RANK; i++) raw[i] = v[i];
+    value = ir_attr_float(n, "value", 0.0f);
+  }
+  int cnt = na >= 0 ? na : r;
+  if (np != 2 * cnt) return cg_fail(c, n, "pads has %d entries, expected %d", np, 2 * cnt);
+  for (int i = 0; i < cnt; i++) {
+    int a = na >= 0 ? norm_axis(axes[i], r) : i;
+    if (a < 0 || a >= r) return cg_fail(c, n, "axis out of range");
+    pads[a] = raw[i];
+    pads[r + a] = raw[cnt + i];
+  }
+  const char *mode = ir_attr_str(n, "mode", "constant");
+  int m = !strcmp(mode, "constant") ? 0 : !strcmp(mode, "reflect") ? 1 : !strcmp(mode, "edge") ? 2 : !strcmp(mode, "wrap") ? 3 : -1;
+  if (m < 0) return cg_fail(c, n, "Pad mode '%s' is not supported", mode);
+  if (!cg_numel(y)) return 0;
+  if (!cg_numel(x) && m) return cg_fail(c, n, "Pad mode '%s' of an empty tensor", mode);
+  int64_t xs[IR_MAX_RANK];
+  cg_strides(&x->shape, xs);
+  char l[48];
+  if (y->dtype == IR_FLOAT || y->dtype == IR_DOUBLE) cg_flit(l, sizeof l, value, y->dtype);
+  else snprintf(l, sizeof l, "%lld", LL(value));
+  cg_w(c, "  long o = 0;\n");
+  for (int d = 0; d < r; d++) {
+    int ind = 2 + 2 * d;
+    int64_t D = x->shape.dims[d];
+    cg_w(c, "%*sfor (long i%d = 0; i%d < %lld; i%d++) {\n", ind, "", d, d, LL(y->shape.dims[d]), d);
+    cg_w(c, "%*s  long j%d = i%d - %lld;\n", ind, "", d, d, LL(pads[d]));
+    if (m == 0) cg_w(c, "%*s  const int ok%d = j%d >= 0 && j%d < %lld;\n", ind, "", d, d, d, LL(D));
+    else if (m == 1) {
+      if (D == 1) cg_w(c, "%*s  j%d = 0;\n", ind, "", d);
+      else
+        cg_w(c, "%*s  while (j%d < 0 || j%d >= %lld) j%d = j%d < 0 ? -j%d : %lld - j%d;\n", ind, "", d, d, LL(D), d, d, d,
+             LL(2 * (D - 1)), d);
+    } else if (m == 2) cg_w(c, "%*s  j%d = j%d < 0 ? 0 : j%d >= %lld ? %lld : j%d;\n", ind, "", d, d, d, LL(D), LL(D - 1), d);
+    else cg_w(c, "%*s  j%d = ((j%d %% %lld) + %lld) %% %lld;\n", ind, "", d, d, LL(D), LL(D), LL(D));
+  }
+  int ind = 2 + 2 * r;
+  if (m == 0) {
+    cg_w(c, "%*sy0[o++] = (1", ind, "");
+    for (int d = 0; d < r; d++) cg_w(c, " && ok%d", d);
+    cg_w(c, ") ? x0[0");
+  } else cg_w(c, "%*sy0[o++] = x0[0", ind, "");
+  for (int d = 0; d < r; d++) cg_w(c, " + j%d * %lld", d, LL(xs[d]));
+  if (m == 0) cg_w(c, "] : %s;\n", l);
+  else cg_w(c, "];\n");
+  close_loops(c, r, 2);
+  return 0;
+}
+
+static int emit_tile(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
+  int r = x->shape.rank;
+  if (!cg_numel(y)) return 0;
+  int64_t xs[IR_MAX_RANK];
+  cg_strides(&x->shape, xs);
+  cg_w(c, "  long o = 0;\n");
+  open_loops(c, y->shape.dims, r, 2);
+  cg_w(c, "%*sy0[o++] = x0[0", 2 + 2 * r, "");
+  for (int d = 0; d < r; d++) cg_w(c, " + (i%d %% %lld) * %lld", d, LL(x->shape.dims[d]), LL(xs[d]));
+  cg_w(c, "];\n");
+  close_loops(c, r, 2);
+  if (!r) cg_w(c, "  y0[0] = x0[0];\n  (void)o;\n");
+  return 0;
+}
+
+/* Reduce*: accumulate in double (scratch) over the input in row-major order, then
+ * finish per output element. */
+static int emit_reduce(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
+  int r = x->shape.rank;
+  int64_t axes[IR_MAX_RANK];
+  int na = -1;
+  if (n->n_in > 1 && n->in[1] >= 0) {
+    na = cg_const_ints(c, n, 1, axes, IR_MAX_RANK);
+    if (na < 0) return cg_fail(c, n, "axes must be a constant");
+  } else {
+    const int64_t *v;
+    na = ir_attr_ints(n, "axes", &v);
+    for (int i = 0; i < na && i < IR_MAX_RANK; i++) axes[i] = v[i];
+  }
+  int red[IR_MAX_RANK] = {0};
+  if (na <= 0) {
+    if (ir_attr_int(n, "noop_with_empty_axes", 0)) {
+      if (ir_value_bytes(x) != ir_value_bytes(y)) return cg_fail(c, n, "noop reduction changes the size");
+      if (cg_numel(y)) cg_w(c, "  memcpy(y0, x0, %lldu);\n", LL(ir_value_bytes(y)));
+      return 0;
+    }
+    for (int d = 0; d < r; d++) red[d] = 1;
+  } else
+    for (int i = 0; i < na; i++) {
+      int a = norm_axis(axes[i], r);
+      if (a < 0 || a >= r) return cg_fail(c, n, "axis out of range");
+      red[a] = 1;
+    }
+  int64_t on = cg_numel(y), count = 1, ost[IR_MAX_RANK], acc = 1;
+  for (int d = r - 1; d >= 0; d--) {
+    if (red[d]) {
+      ost[d] = 0;
+      count *= x->shape.dims[d];
+    } else {
+      ost[d] = acc;
+      acc *= x->shape.dims[d];
+    }
+  }
+  if (acc != on) return cg_fail(c, n, "output size does not match the reduction");
+  if (!on) return 0;
+  const char *init = "0";
+  switch (n->op) {
+    case IR_OP_ReduceMax: init = "-INFINITY"; break;
+    case IR_OP_ReduceMin: init = "INFINITY"; break;
+    case IR_OP_ReduceProd: init = "1"; break;
+    default: break;
+  }
+  cg_scratch(c, (size_t)on * sizeof(double));
+  cg_w(c, "  double *acc = (double *)scr;\n  for (long i = 0; i < %lld; i++) acc[i] = %s;\n", LL(on), init);
+  if (n->op == IR_OP_ReduceLogSumExp) {
+    /* max first, for a stable log-sum-exp */
+    cg_w(c, "  double *mx = acc + %lld;\n  for (long i = 0; i < %lld; i++) mx[i] = -INFINITY;\n", LL(on), LL(on));
+    cg_scratch(c, (size_t)on * 2 * sizeof(double));
+  }
+  char e[512];
+  index_expr(e, sizeof e, ost, r);
+  if (n->op == IR_OP_ReduceLogSumExp) {
+    cg_w(c, "  {\n    long k = 0;\n");
+    open_loops(c, x->shape.dims, r, 4);
+    cg_w(c, "%*s{ const double v = x0[k++]; if (v > mx[%s]) mx[%s] = v; }\n", 4 + 2 * r, "", e, e);
+    close_loops(c, r, 4);
+    cg_w(c, "  }\n");
+  }
+  cg_w(c, "  {\n    long k = 0;\n");
+  open_loops(c, x->shape.dims, r, 4);
+  int ind = 4 + 2 * r;
+  cg_w(c, "%*sconst double v = x0[k++];\n", ind, "");
+  switch (n->op) {
+    case IR_OP_ReduceMax: cg_w(c, "%*sif (v > acc[%s] || v != v) acc[%s] = v;\n", ind, "", e, e); break;
+    case IR_OP_ReduceMin: cg_w(c, "%*sif (v < acc[%s] || v != v) acc[%s] = v;\n", ind, "", e, e); break;
+    case IR_OP_ReduceProd: cg_w(c, "%*sacc[%s] *= v;\n", ind, "", e); break;
+    case IR_OP_ReduceL1: cg_w(c, "%*sacc[%s] += fabs(v);\n", ind, "", e); break;
+    case IR_OP_ReduceL2: case IR_OP_ReduceSumSquare: cg_w(c, "%*sacc[%s] += v * v;\n", ind, "", e); break;
+    case IR_OP_ReduceLogSumExp: cg_w(c, "%*sacc[%s] += exp(v - mx[%s]);\n", ind, "", e, e); break;
+    default: cg_w(c, "%*sacc[%s] += v;\n", ind, "", e); break;
+  }
+  close_loops(c, r, 4);
+  cg_w(c, "  }\n");
+  const char *T = cg_ctype(y->dtype);
+  const char *fin = "acc[i]";
+  char buf[128];
+  switch (n->op) {
+    case IR_OP_ReduceMean: snprintf(buf, sizeof buf, "acc[i] / %lld.0", LL(count)); fin = buf; break;
+    case IR_OP_ReduceL2: fin = "sqrt(acc[i])"; break;
+    case IR_OP_ReduceLogSum: fin = "log(acc[i])"; break;
+    case IR_OP_ReduceLogSumExp: fin = "log(acc[i]) + mx[i]"; break;
+    default: break;
+  }
+  if (y->dtype != IR_FLOAT && y->dtype != IR_DOUBLE && n->op == IR_OP_ReduceMean) {
+    snprintf(buf, sizeof buf, "floor(acc[i] / %lld.0)", LL(count));
+    fin = buf;
+  }
+  cg_w(c, "  for (long i = 0; i < %lld; i++) y0[i] = (%s)(%s);\n", LL(on), T, fin);
+  return 0;
+}
+
+static int emit_argmax(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
+  int r = x->shape.rank;
+  int axis = norm_axis(ir_attr_int(n, "axis", 0), r);
+  if (axis < 0 || axis >= r) return cg_fail(c, n, "axis out of range");
+  int last = (int)ir_attr_int(n, "select_last_index", 0);
+  int64_t outer = 1, inner = 1, A = x->shape.dims[axis];
+  for (int i = 0; i < axis; i++) outer *= x->shape.dims[i];
+  for (int i = axis + 1; i < r; i++) inner *= x->shape.dims[i];
+  if (!cg_numel(y)) return 0;
+  const char *cmp = n->op == IR_OP_ArgMax ? (last ? ">=" : ">") : (last ? "<=" : "<");
+  cg_w(c, "  for (long o = 0; o < %lld; o++)\n    for (long i = 0; i < %lld; i++) {\n", LL(outer), LL(inner));
+  cg_w(c, "      const %s *xp = x0 + o * %lld + i;\n      long best = 0;\n", cg_ctype(x->dtype), LL(A * inner));
+  cg_w(c, "      for (long k = 1; k < %lld; k++)\n        if (xp[k * %lld] %s xp[best * %lld]) best = k;\n", LL(A), LL(inner),
+       cmp, LL(inner));
+  cg_w(c, "      y0[o * %lld + i] = best;\n    }\n", LL(inner));
+  return 0;
+}
+
+static int emit_cumsum2(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
+  int r = x->shape.rank;
+  int64_t av;
+  if (cg_const_ints(c, n, 1, &av, 1) != 1) return cg_fail(c, n, "axis must be a constant");
+  int axis = norm_axis(av, r);
+  if (axis < 0 || axis >= r) return cg_fail(c, n, "axis out of range");
+  int excl = (int)ir_attr_int(n, "exclusive", 0), rev = (int)ir_attr_int(n, "reverse", 0);
+  int64_t outer = 1, inner = 1, A = x->shape.dims[axis];
+  for (int i = 0; i < axis; i++) outer *= x->shape.dims[i];
+  for (int i = axis + 1; i < r; i++) inner *= x->shape.dims[i];
+  if (!cg_numel(y)) return 0;
+  const char *T = cg_ctype(y->dtype);
+  cg_w(c, "  for (long o = 0; o < %lld; o++)\n    for (long i = 0; i < %lld; i++) {\n      %s s = 0;\n", LL(outer),
+       LL(inner), T);
+  cg_w(c, "      for (long kk = 0; kk < %lld; kk++) {\n", LL(A));
+  if (rev) cg_w(c, "        const long k = %lld - kk;\n", LL(A - 1));
+  else cg_w(c, "        const long k = kk;\n");
+  cg_w(c, "        const long j = (o * %lld + k) * %lld + i;\n", LL(A), LL(inner));
+  if (excl) cg_w(c, "        const %s v = x0[j];\n        y0[j] = s;\n        s = (%s)(s + v);\n", T, T);
+  else cg_w(c, "        s = (%s)(s + x0[j]);\n        y0[j] = s;\n", T);
+  cg_w(c, "      }\n    }\n");
+  return 0;
+}
+
+static int emit_trilu(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
+  int r = x->shape.rank;
+  if (r < 2) return cg_fail(c, n, "Trilu needs rank >= 2");
+  int64_t k = 0;
+  if (cg_in(c, n, 1) && cg_const_ints(c, n, 1, &k, 1) != 1) return cg_fail(c, n, "k must be a constant");
+  int upper = (int)ir_attr_int(n, "upper", 1);
+  int64_t R = x->shape.dims[r - 2], C = x->shape.dims[r - 1], B = cg_numel(x) / (R * C != 0 ? R * C : 1);
+  if (!cg_numel(y)) return 0;
+  cg_w(c, "  for (long b = 0; b < %lld; b++)\n    for (long i = 0; i < %lld; i++)\n      for (long j = 0; j < %lld; j++) {\n",
+       LL(B), LL(R), LL(C));
+  cg_w(c, "        const long q = (b * %lld + i) * %lld + j;\n", LL(R), LL(C));
+  cg_w(c, "        y0[q] = (j - i %s %lld) ? x0[q] : 0;\n      }\n", upper ? ">=" : "<=", LL(k));
+  return 0;
+}
+
+static int emit_depth_space(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
+  if (x->shape.rank != 4) return cg_fail(c, n, "needs a 4-D input");
+  int64_t b = ir_attr_int(n, "blocksize", 1);
+  if (!cg_numel(y)) return 0;
+  int64_t N = x->shape.dims[0], C = x->shape.dims[1], H = x->shape.dims[2], W = x->shape.dims[3];
+  if (n->op == IR_OP_DepthToSpace) {
+    int crd = !strcmp(ir_attr_str(n, "mode", "DCR"), "CRD");
+    int64_t Co = C / (b * b);
+    /* y[n, c, h*b+i, w*b+j] = x[n, DCR: (i*b+j)*Co + c | CRD: c*b*b + i*b + j, h, w] */
+    cg_w(c, "  for (long n = 0; n < %lld; n++)\n    for (long ch = 0; ch < %lld; ch++)\n", LL(N), LL(Co));
+    cg_w(c, "      for (long h = 0; h < %lld; h++)\n        for (long i = 0; i < %lld; i++)\n", LL(H), LL(b));
+    cg_w(c, "          for (long w = 0; w < %lld; w++)\n            for (long j = 0; j < %lld; j++) {\n", LL(W), LL(b));
+    if (crd) cg_w(c, "              const long ci = ch * %lld + i * %lld + j;\n", LL(b * b), LL(b));
+    else cg_w(c, "              const long ci = (i * %lld + j) * %lld + ch;\n", LL(b), LL(Co));
+    cg_w(c, "              y0[((n * %lld + ch) * %lld + h * %lld + i) * %lld + w * %lld + j] = x0[((n * %lld + ci) * %lld + h) * %lld + w];\n",
+         LL(Co), LL(H * b), LL(b), LL(W * b), LL(b), LL(C), LL(H), LL(W));
+    cg_w(c, "            }\n");
+  } else {
+    int64_t Ho = H / b, Wo = W / b, Co = C * b * b;
+    cg_w(c, "  for (long n = 0; n < %lld; n++)\n    for (long ch = 0; ch < %lld; ch++)\n", LL(N), LL(C));
+    cg_w(c, "      for (long h = 0; h < %lld; h++)\n        for (long i = 0; i < %lld; i++)\n", LL(Ho), LL(b));
+    cg_w(c, "          for (long w = 0; w < %lld; w++)\n            for (long j = 0; j < %lld; j++) {\n", LL(Wo), LL(b));
+    cg_w(c, "              const long co = (i * %lld + j) * %lld + ch;\n", LL(b), LL(C));
+    cg_w(c, "              y0[((n * %lld + co) * %lld + h) * %lld + w] = x0[((n * %lld + ch) * %lld + h * %lld + i) * %lld + w * %lld + j];\n",
+         LL(Co), LL(Ho), LL(Wo), LL(C), LL(H), LL(b), LL(W), LL(b));
+    cg_w(c, "            }\n");
+  }
+  return 0;
+}
+
+static int emit_onehot(cg_ctx *c, const ir_node *n) {
+  ir_value *ix = cg_in(c, n, 0), *y = cg_out(c, n, 0);
+  double depth_d;
+  if (cg_const_f64(c, n, 1, &depth_d)) return cg_fail(c, n, "depth must be a constant");
+  int64_t depth = (int64_t)depth_d;
+  int r = y->shape.rank;
+  int axis = norm_axis(ir_attr_int(n, "axis", -1), r);
+  if (axis < 0 || axis >= r) return cg_fail(c, n, "axis out of range");
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < axis; i++) outer *= y->shape.dims[i];
+  for (int i = axis + 1; i < r; i++) inner *= y->shape.dims[i];
+  if (!cg_numel(y)) return 0;
+  (void)ix;
+  cg_w(c, "  for (long o = 0; o < %lld; o++)\n    for (long i = 0; i < %lld; i++) {\n", LL(outer), LL(inner));
+  cg_w(c, "      long k = (long)x0[o * %lld + i];\n      if (k < 0) k += %lld;\n", LL(inner), LL(depth));
+  cg_w(c, "      for (long d = 0; d < %lld; d++) y0[(o * %lld + d) * %lld + i] = d == k ? x2[1] : x2[0];\n    }\n", LL(depth),
+       LL(depth), LL(inner));
+  return 0;
+}
+
+/* Resize (opset 10+) and Upsample: nearest, linear (any number of dims) via
+ * compile-time index/weight tables per dim. */
+static int emit_resize(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
+  int r = x->shape.rank;
+  const char *mode = ir_attr_str(n, "mode", "nearest");
+  int linear = !strcmp(mode, "linear") || !strcmp(mode, "bilinear") || !strcmp(mode, "trilinear");
+  if (!linear && strcmp(mode, "nearest")) return cg_fail(c, n, "Resize mode '%s' is not supported", mode);
+  const char *ctm = n->op == IR_OP_Upsample || n->opset < 11 ? "asymmetric" : ir_attr_str(n, "coordinate_transformation_mode", "half_pixel");
+  const char *nm = ir_attr_str(n, "nearest_mode", "round_prefer_floor");
+  if (n->op == IR_OP_Resize && n->opset >= 13 && cg_in(c, n, 1) == NULL) { /* roi omitted: fine */ }
+  if (!strcmp(ctm, "tf_crop_and_resize")) return cg_fail(c, n, "tf_crop_and_resize is not supported");
+  if (ir_attr_ints(n, "axes", &(const int64_t *){0}) > 0) return cg_fail(c, n, "Resize with axes is not supported");
+  if (strcmp(ir_attr_str(n, "keep_aspect_ratio_policy", "stretch"), "stretch"))
+    return cg_fail(c, n, "keep_aspect_ratio_policy is not supported");
+  /* scales: from the scales input when given, else output/input */
+  double scales[IR_MAX_RANK];
+  int scale_slot = n->op == IR_OP_Upsample || n->opset < 11 ? 1 : 2;
+  ir_value *sv = cg_in(c, n, scale_slot);
+  int have_scales = sv && cg_numel(sv) == r && sv->kind == IR_VAL_CONST;
+  for (int d = 0; d < r; d++) {
+    double s = (double)y->shape.dims[d] / (double)(x->shape.dims[d] ? x->shape.dims[d] : 1);
+    if (have_scales) ir_const_f64(sv, d, &s);
+    scales[d] = s;
+  }
+  if (n->op == IR_OP_Upsample && !have_scales) {
+    const ir_attr *a = ir_attr_find(n, "scales");
+    if (a && a->n == r)
+      for (int d = 0; d < r; d++) scales[d] = a->floats[d];
+  }
+  if (!cg_numel(y)) return 0;
+  int64_t xs[IR_MAX_RANK];
+  cg_strides(&x->shape, xs);
+  /* per dim: for each output index, i0, i1 and weight of i1 */
+  for (int d = 0; d < r; d++) {
+    int64_t O = y->shape.dims[d], I = x->shape.dims[d];
+    cg_w(c, "  static const long t%d_a[%lld] = {", d, LL(O));
+    int64_t *ia = malloc(sizeof(int64_t) * (size_t)O), *ib = malloc(sizeof(int64_t) * (size_t)O);
+    double *wt = malloc(sizeof(double) * (size_t)O);
+    for (int64_t o = 0; o < O; o++) {
+      double s = scales[d], xo;
+      if (!strcmp(ctm, "half_pixel")) xo = ((double)o + 0.5) / s - 0.5;
+      else if (!strcmp(ctm, "pytorch_half_pixel")) xo = O > 1 ? ((double)o + 0.5) / s - 0.5 : 0;
+      else if (!strcmp(ctm, "align_corners")) xo = O > 1 ? (double)o * (double)(I - 1) / (double)(O - 1) : 0;
+      else if (!strcmp(ctm, "asymmetric")) xo = (double)o / s;
+      else if (!strcmp(ctm, "tf_half_pixel_for_nearest")) xo = ((double)o + 0.5) / s;
+      else if (!strcmp(ctm, "half_pixel_symmetric")) {
+        double adj = (double)O / (s * (double)I), center = (double)I / 2;
+        double off = center * (1 - adj);
+        xo = off + ((double)o + 0.5) / s - 0.5;
+      } else {
+        free(ia), free(ib), free(wt);
+        return cg_fail(c, n, "coordinate_transformation_mode '%s' is not supported", ctm);
+      }
+      if (linear) {
+        if (xo < 0) xo = 0;
+        if (xo > (double)(I - 1)) xo = (double)(I - 1);
+        int64_t a = (int64_t)floor(xo), b = a + 1 < I ? a + 1 : I - 1;
+        ia[o] = a;
+        ib[o] = b;
+        wt[o] = xo - (double)a;
+      } else {
+        int64_t k;
+        if (!strcmp(nm, "floor")) k = (int64_t)floor(xo);
+        else if (!strcmp(nm, "ceil")) k = (int64_t)ceil(xo);
+        else if (!strcmp(nm, "round_prefer_ceil")) k = (int64_t)floor(xo + 0.5);
+        else k = xo == floor(xo) + 0.5 ? (int64_t)floor(xo) : (int64_t)floor(xo + 0.5);
+        if (k < 0) k = 0;
+        if (k >= I) k = I - 1;
+        ia[o] = k;
+        ib[o] = k;
+        wt[o] = 0;
+      }
+      cg_w(c, "%s%lld", o ? ", " : "", LL(ia[o] * xs[d]));
+    }
+    cg_w(c, "};\n");
+    if (linear) {
+      cg_w(c, "  static const long t%d_b[%lld] = {", d, LL(O));
+      for (int64_t o = 0; o < O; o++) cg_w(c, "%s%lld", o ? ", " : "", LL(ib[o] * xs[d]));
+      cg_w(c, "};\n  static const double t%d_w[%lld] = {", d, LL(O));
+      for (int64_t o = 0; o < O; o++) cg_w(c, "%s%.17g", o ? ", " : "", wt[o]);
+      cg_w(c, "};\n");
+    }
+    free(ia);
+    free(ib);
+    free(wt);
+  }
+  cg_w(c, "  long o = 0;\n");
+  open_loops(c, y->shape.dims, r, 2);
+  int ind = 2 + 2 * r;
+  if (!linear) {
+    cg_w(c, "%*sy0[o++] = x0[0", ind, "");
+    for (int d = 0; d < r; d++) cg_w(c, " + t%d_a[i%d]", d, d);
+    cg_w(c, "];\n");
+  } else {
+    /* multilinear: sum over the 2^r corners (dims with equal ends contribute once) */
+    cg_w(c, "%*sdouble s = 0;\n", ind, "");
+    cg_w(c, "%*sfor (int corner = 0; corner < %d; corner++) {\n", ind, "", 1 << r);
+    cg_w(c, "%*s  long off = 0;\n%*s  double wgt = 1;\n", ind, "", ind, "");
+    for (int d = 0; d < r; d++)
+      cg_w(c, "%*s  if (corner & %d) { off += t%d_b[i%d]; wgt *= t%d_w[i%d]; } else { off += t%d_a[i%d]; wgt *= 1 - t%d_w[i%d]; }\n",
+           ind, "", 1 << d, d, d, d, d, d, d, d, d);
+    cg_w(c, "%*s  if (wgt != 0) s += wgt * x0[off];\n%*s}\n", ind, "", ind, "");
+    cg_w(c, "%*sy0[o++] = (%s)s;\n", ind, "", cg_ctype(y->dtype));
+  }
+  close_loops(c, r, 2);
+  return 0;
+}
+
+cg_op_fn cg_op_emitter_nn(ir_op op);
+
+cg_op_fn cg_op_emitter(ir_op op) {
+  cg_op_fn f = cg_op_emitter_nn(op);
+  if (f) return f;
+  switch (op) {
+    case IR_OP_Reshape: case IR_OP_Flatten: case IR_OP_Squeeze: case IR_OP_Unsqueeze: case IR_OP_Identity:
+      return emit_copy;
+    case IR_OP_Dropout: return emit_dropout;
+    case IR_OP_Shape: return emit_shape;
+    case IR_OP_Size: return emit_size;
+    case IR_OP_ConstantOfShape: return emit_constant_of_shape;
+    case IR_OP_Range: return emit_range;
+    case IR_OP_Concat: return emit_concat;
+    case IR_OP_Split: return emit_split;
+    case IR_OP_Slice: return emit_slice;
+    case IR_OP_Gather: return emit_gather;
+    case IR_OP_GatherElements: return emit_gather_elements;
+    case IR_OP_Transpose: return emit_transpose;
+    case IR_OP_Pad: return emit_pad;
+    case IR_OP_Tile: return emit_tile;
+    case IR_OP_ReduceMean: case IR_OP_ReduceSum: case IR_OP_ReduceMax: case IR_OP_ReduceMin: case IR_OP_ReduceProd:
+    case IR_OP_ReduceL1: case IR_OP_ReduceL2: case IR_OP_ReduceLogSum: case IR_OP_ReduceLogSumExp:
+    case IR_OP_ReduceSumSquare:
+      return emit_reduce;
+    case IR_OP_ArgMax: case IR_OP_ArgMin: return emit_argmax;
+    case IR_OP_CumSum: return emit_cumsum2;
+    case IR_OP_Trilu: return emit_trilu;
+    case IR_OP_DepthToSpace: case IR_OP_SpaceToDepth: return emit_depth_space;
+    case IR_OP_OneHot: return emit_onehot;
+    case IR_OP_Resize: case IR_OP_Upsample: return emit_resize;
+    default: return NULL;
+  }
+}

@@ -1,0 +1,593 @@
+/* codegen/c/ops_nn.c - compute-heavy and normalisation ops for the CPU target:
+ * Conv and ConvTranspose (im2col / col2im + BLAS GEMM per group), Gemm, MatMul,
+ * pooling, BatchNormalization, InstanceNormalization, LayerNormalization, LRN and the
+ * Softmax family. Shapes are constants in the emitted code. GEMMs always go through
+ * cblas_sgemm/dgemm with arguments that depend only on the node (never on the stage
+ * it lands in), so results are the same for every stage count. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "codegen/c/cg_c.h"
+
+#define LL(x) ((long long)(x))
+
+static const char *gemm_fn(ir_dtype t) { return t == IR_DOUBLE ? "cblas_dgemm" : "cblas_sgemm"; }
+
+/* ---- windows: Conv, ConvTranspose, pooling --------------------------------------- */
+
+/* Spatial parameters normalised to 3 dims (leading dims of size 1). */
+typedef struct {
+  int sr;                 /* spatial rank of the node, 1..3 */
+  int64_t in[3], out[3], k[3], s[3], d[3], pb[3], pe[3];
+} win3;
+
+/* kernel: sr kernel dims. For ConvTranspose (transposed=1) pads follow its rules. */
+static int window(cg_ctx *c, const ir_node *n, const ir_value *x, const ir_value *y, const int64_t *kernel,
+                  int transposed, win3 *w) {
+  int sr = x->shape.rank - 2;
+  if (sr < 1 || sr > 3) return cg_fail(c, n, "only 1, 2 or 3 spatial dims are supported (input rank %d)", x->shape.rank);
+  const int64_t *v;
+  int64_t st[3], dl[3], pads[6];
+  int cnt = ir_attr_ints(n, "strides", &v);
+  for (int i = 0; i < sr; i++) st[i] = cnt == sr ? v[i] : 1;
+  cnt = ir_attr_ints(n, "dilations", &v);
+  for (int i = 0; i < sr; i++) dl[i] = cnt == sr ? v[i] : 1;
+  cnt = ir_attr_ints(n, "pads", &v);
+  for (int i = 0; i < 2 * sr; i++) pads[i] = cnt == 2 * sr ? v[i] : 0;
+  const char *ap = ir_attr_str(n, "auto_pad", "NOTSET");
+  for (int i = 0; i < sr; i++) {
+    int64_t in = x->shape.dims[2 + i], out = y->shape.dims[2 + i];
+    if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER")) {
+      int64_t total;
+      if (!transposed) {
+        total = (out - 1) * st[i] + (kernel[i] - 1) * dl[i] + 1 - in;
+        if (total < 0) total = 0;
+      } else {
+        const int64_t *op;
+        int no = ir_attr_ints(n, "output_padding", &op);
+        total = st[i] * (in - 1) + (no == sr ? op[i] : 0) + ((kernel[i] - 1) * dl[i] + 1) - out;
+        if (total < 0) total = 0;
+      }
+      int upper = !strcmp(ap, "SAME_UPPER");
+      pads[i] = upper ? total / 2 : total - total / 2;
+      pads[sr + i] = total - pads[i];
+    } else if (!strcmp(ap, "VALID")) {
+      pads[i] = pads[sr + i] = 0;
+    }
+  }
+  w->sr = sr;
+  for (int j = 0; j < 3; j++) {
+    int i = j - (3 - sr);
+    if (i < 0) {
+      w->in[j] = w->out[j] = w->k[j] = w->s[j] = w->d[j] = 1;
+      w->pb[j] = w->pe[j] = 0;
+    } else {
+      w->in[j] = x->shape.dims[2 + i];
+      w->out[j] = y->shape.dims[2 + i];
+      w->k[j] = kernel[i];
+      w->s[j] = st[i];
+      w->d[j] = dl[i];
+      w->pb[j] = pads[i];
+      w->pe[j] = pads[sr + i];
+    }
+  }
+  return 0;
+}
+
+static int emit_conv(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *wt = cg_in(c, n, 1), *b = cg_in(c, n, 2), *y = cg_out(c, n, 0);
+  ir_dtype t = y->dtype;
+  if (t != IR_FLOAT && t != IR_DOUBLE) return cg_fail(c, n, "Conv on %s is not supported", ir_dtype_name(t));
+  int64_t kernel[3];
+  for (int i = 0; i < x->shape.rank - 2 && i < 3; i++) kernel[i] = wt->shape.dims[2 + i];
+  win3 w;
+  if (window(c, n, x, y, kernel, 0, &w)) return -1;
+  const char *T = cg_ctype(t);
+  int64_t N = x->shape.dims[0], C = x->shape.dims[1], M = y->shape.dims[1], G = ir_attr_int(n, "group", 1);
+  if (G < 1 || C % G || M % G) return cg_fail(c, n, "group %lld does not divide the channels", LL(G));
+  int64_t Cg = C / G, Mg = M / G;
+  int64_t IS = w.in[0] * w.in[1] * w.in[2], OS = w.out[0] * w.out[1] * w.out[2];
+  int64_t K = Cg * w.k[0] * w.k[1] * w.k[2];
+  if (wt->shape.dims[1] != Cg || wt->shape.dims[0] != M) return cg_fail(c, n, "weight shape does not match the input");
+  if (cg_numel(y) == 0) return 0;
+  int direct = 1;
+  for (int j = 0; j < 3; j++) direct &= w.k[j] == 1 && w.s[j] == 1 && w.pb[j] == 0 && w.pe[j] == 0;
+  cg_w(c, "  /* N=%lld C=%lld M=%lld group=%lld in=%lldx%lldx%lld out=%lldx%lldx%lld kernel=%lldx%lldx%lld */\n", LL(N),
+       LL(C), LL(M), LL(G), LL(w.in[0]), LL(w.in[1]), LL(w.in[2]), LL(w.out[0]), LL(w.out[1]), LL(w.out[2]), LL(w.k[0]),
+       LL(w.k[1]), LL(w.k[2]));
+  int64_t rows = w.out[0] * w.out[1], rt = rows;
+  size_t esz = t == IR_DOUBLE ? 8 : 4;
+  if (!direct) {
+    /* im2col tile: at most ~8 MiB of scratch, at least one output row */
+    int64_t per_row = K * w.out[2] * (int64_t)esz;
+    rt = per_row > 0 ? (8 << 20) / per_row : rows;
+    if (rt < 1) rt = 1;
+    if (rt > rows) rt = rows;
+    cg_scratch(c, (size_t)(K * rt * w.out[2]) * esz);
+    cg_w(c, "  %s *col = (%s *)scr;\n", T, T);
+  }
+  cg_w(c, "  for (long n = 0; n < %lld; n++) {\n", LL(N));
+  cg_w(c, "    for (long g = 0; g < %lld; g++) {\n", LL(G));
+  cg_w(c, "      const %s *xg = x0 + (n * %lld + g * %lld) * %lld;\n", T, LL(C), LL(Cg), LL(IS));
+  cg_w(c, "      const %s *wg = x1 + g * %lld;\n", T, LL(Mg * K));
+  cg_w(c, "      %s *yg = y0 + (n * %lld + g * %lld) * %lld;\n", T, LL(M), LL(Mg), LL(OS));
+  if (direct) {
+    cg_w(c, "      %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1, wg, %lld, xg, %lld, 0, yg, %lld);\n",
+         gemm_fn(t), LL(Mg), LL(OS), LL(K), LL(K), LL(OS), LL(OS));
+  } else {
+    cg_w(c, "      for (long r0 = 0; r0 < %lld; r0 += %lld) {\n", LL(rows), LL(rt));
+    cg_w(c, "        const long nr = %lld - r0 < %lld ? %lld - r0 : %lld;\n", LL(rows), LL(rt), LL(rows), LL(rt));
+    cg_w(c, "        const long P = nr * %lld;\n", LL(w.out[2]));
+    cg_w(c, "        for (long ci = 0; ci < %lld; ci++)\n", LL(Cg));
+    cg_w(c, "          for (long kd = 0; kd < %lld; kd++)\n", LL(w.k[0]));
+    cg_w(c, "            for (long kh = 0; kh < %lld; kh++)\n", LL(w.k[1]));
+    cg_w(c, "              for (long kw = 0; kw < %lld; kw++) {\n", LL(w.k[2]));
+    cg_w(c, "                %s *row = col + (((ci * %lld + kd) * %lld + kh) * %lld + kw) * P;\n", T, LL(w.k[0]),
+         LL(w.k[1]), LL(w.k[2]));
+    cg_w(c, "                for (long rr = 0; rr < nr; rr++) {\n");
+    cg_w(c, "                  const long r = r0 + rr, od = r / %lld, oh = r %% %lld;\n", LL(w.out[1]), LL(w.out[1]));
+    cg_w(c, "                  const long id = od * %lld - %lld + kd * %lld, ih = oh * %lld - %lld + kh * %lld;\n",
+         LL(w.s[0]), LL(w.pb[0]), LL(w.d[0]), LL(w.s[1]), LL(w.pb[1]), LL(w.d[1]));
+    cg_w(c, "                  %s *dst = row + rr * %lld;\n", T, LL(w.out[2]));
+    cg_w(c, "                  if (id < 0 || id >= %lld || ih < 0 || ih >= %lld) {\n", LL(w.in[0]), LL(w.in[1]));
+    cg_w(c, "                    for (long ow = 0; ow < %lld; ow++) dst[ow] = 0;\n", LL(w.out[2]));
+    cg_w(c, "                    continue;\n                  }\n");
+    cg_w(c, "                  const %s *src = xg + (ci * %lld + id) * %lld + ih * %lld;\n", T, LL(w.in[0]),
+         LL(w.in[1] * w.in[2]), LL(w.in[2]));
+    cg_w(c, "                  for (long ow = 0; ow < %lld; ow++) {\n", LL(w.out[2]));
+    cg_w(c, "                    const long iw = ow * %lld - %lld + kw * %lld;\n", LL(w.s[2]), LL(w.pb[2]), LL(w.d[2]));
+    cg_w(c, "                    dst[ow] = iw >= 0 && iw < %lld ? src[iw] : 0;\n", LL(w.in[2]));
+    cg_w(c, "                  }\n                }\n              }\n");
+    cg_w(c, "        %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)P, %lld, 1, wg, %lld, col, (int)P, 0, yg + r0 * %lld, %lld);\n",
+         gemm_fn(t), LL(Mg), LL(K), LL(K), LL(w.out[2]), LL(OS));
+    cg_w(c, "      }\n");
+  }
+  cg_w(c, "    }\n");
+  if (b) {
+    cg_w(c, "    for (long m = 0; m < %lld; m++) {\n", LL(M));
+    cg_w(c, "      %s *yp = y0 + (n * %lld + m) * %lld;\n", T, LL(M), LL(OS));
+    cg_w(c, "      const %s bm = x2[m];\n", T);
+    cg_w(c, "      for (long i = 0; i < %lld; i++) yp[i] += bm;\n", LL(OS));
+    cg_w(c, "    }\n");
+  }
+  cg_w(c, "  }\n");
+  return 0;
+}
+
+/* ConvTranspose: per sample and group, col = W_g^T X_g (GEMM), then col2im adds the
+ * columns into the output; bias last. */
+static int emit_conv_transpose(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *wt = cg_in(c, n, 1), *b = cg_in(c, n, 2), *y = cg_out(c, n, 0);
+  ir_dtype t = y->dtype;
+  if (t != IR_FLOAT && t != IR_DOUBLE) return cg_fail(c, n, "ConvTranspose on %s is not supported", ir_dtype_name(t));
+  int64_t kernel[3];
+  for (int i = 0; i < x->shape.rank - 2 && i < 3; i++) kernel[i] = wt->shape.dims[2 + i];
+  /* pads are given against the output: swap roles for window() */
+  win3 w;
+  if (window(c, n, x, y, kernel, 1, &w)) return -1;
+  /* when output_shape is given without pads, the total padding follows from it */
+  const int64_t *os;
+  int nos = ir_attr_ints(n, "output_shape", &os);
+  const int64_t *pv;
+  if (nos > 0 && ir_attr_ints(n, "pads", &pv) < 0 && !strcmp(ir_attr_str(n, "auto_pad", "NOTSET"), "NOTSET")) {
+    const int64_t *op;
+    int no = ir_attr_ints(n, "output_padding", &op);
+    for (int j = 3 - w.sr; j < 3; j++) {
+      int i = j - (3 - w.sr);
+      int64_t total = w.s[j] * (w.in[j] - 1) + (no == w.sr ? op[i] : 0) + ((w.k[j] - 1) * w.d[j] + 1) - w.out[j];
+      if (total < 0) total = 0;
+      /* SAME_UPPER-like split, as onnxruntime does */
+      w.pb[j] = total / 2;
+      w.pe[j] = total - w.pb[j];
+    }
+  }
+  const char *T = cg_ctype(t);
+  int64_t N = x->shape.dims[0], C = x->shape.dims[1], G = ir_attr_int(n, "group", 1), M = y->shape.dims[1];
+  if (G < 1 || C % G || M % G) return cg_fail(c, n, "group %lld does not divide the channels", LL(G));
+  int64_t Cg = C / G, Mg = M / G;
+  int64_t IS = w.in[0] * w.in[1] * w.in[2], OS = w.out[0] * w.out[1] * w.out[2];
+  int64_t KK = w.k[0] * w.k[1] * w.k[2], Kc = Mg * KK;
+  size_t esz = t == IR_DOUBLE ? 8 : 4;
+  if (cg_numel(y) == 0) return 0;
+  cg_scratch(c, (size_t)(Kc * IS) * esz);
+  cg_w(c, "  %s *col = (%s *)scr;\n", T, T);
+  cg_w(c, "  memset(y0, 0, sizeof(%s) * %lld);\n", T, LL(cg_numel(y)));
+  cg_w(c, "  for (long n = 0; n < %lld; n++)\n    for (long g = 0; g < %lld; g++) {\n", LL(N), LL(G));
+  cg_w(c, "      const %s *xg = x0 + (n * %lld + g * %lld) * %lld;\n", T, LL(C), LL(Cg), LL(IS));
+  cg_w(c, "      %s *yg = y0 + (n * %lld + g * %lld) * %lld;\n", T, LL(M), LL(Mg), LL(OS));
+  /* W: [C, Mg, k...]; group g rows g*Cg..: as a [Cg, Kc] matrix; col = W_g^T (Kc x Cg) * X_g (Cg x IS) */
+  cg_w(c, "      %s(CblasRowMajor, CblasTrans, CblasNoTrans, %lld, %lld, %lld, 1, x1 + g * %lld, %lld, xg, %lld, 0, col, %lld);\n",
+       gemm_fn(t), LL(Kc), LL(IS), LL(Cg), LL(Cg * Kc), LL(Kc), LL(IS), LL(IS));
+  cg_w(c, "      for (long m = 0; m < %lld; m++)\n", LL(Mg));
+  cg_w(c, "        for (long kd = 0; kd < %lld; kd++)\n          for (long kh = 0; kh < %lld; kh++)\n", LL(w.k[0]), LL(w.k[1]));
+  cg_w(c, "            for (long kw = 0; kw < %lld; kw++) {\n", LL(w.k[2]));
+  cg_w(c, "              const %s *cr = col + (((m * %lld + kd) * %lld + kh) * %lld + kw) * %lld;\n", T, LL(w.k[0]),
+       LL(w.k[1]), LL(w.k[2]), LL(IS));
+  cg_w(c, "              for (long id = 0; id < %lld; id++) {\n", LL(w.in[0]));
+  cg_w(c, "                const long od = id * %lld - %lld + kd * %lld;\n", LL(w.s[0]), LL(w.pb[0]), LL(w.d[0]));
+  cg_w(c, "                if (od < 0 || od >= %lld) continue;\n", LL(w.out[0]));
+  cg_w(c, "                for (long ih = 0; ih < %lld; ih++) {\n", LL(w.in[1]));
+  cg_w(c, "                  const long oh = ih * %lld - %lld + kh * %lld;\n", LL(w.s[1]), LL(w.pb[1]), LL(w.d[1]));
+  cg_w(c, "                  if (oh < 0 || oh >= %lld) continue;\n", LL(w.out[1]));
+  cg_w(c, "                  for (long iw = 0; iw < %lld; iw++) {\n", LL(w.in[2]));
+  cg_w(c, "                    const long ow = iw * %lld - %lld + kw * %lld;\n", LL(w.s[2]), LL(w.pb[2]), LL(w.d[2]));
+  cg_w(c, "                    if (ow < 0 || ow >= %lld) continue;\n", LL(w.out[2]));
+  cg_w(c, "                    yg[((m * %lld + od) * %lld + oh) * %lld + ow] += cr[(id * %lld + ih) * %lld + iw];\n",
+       LL(w.out[0]), LL(w.out[1]), LL(w.out[2]), LL(w.in[1]), LL(w.in[2]));
+  cg_w(c, "                  }\n                }\n              }\n            }\n    }\n");
+  if (b) {
+    cg_w(c, "  for (long n = 0; n < %lld; n++)\n    for (long m = 0; m < %lld; m++)\n", LL(N), LL(M));
+    cg_w(c, "      for (long i = 0; i < %lld; i++) y0[(n * %lld + m) * %lld + i] += x2[m];\n", LL(OS), LL(M), LL(OS));
+  }
+  return 0;
+}
+
+/* ---- Gemm, MatMul ------------------------------------------------------------------ */
+
+static int emit_gemm(cg_ctx *c, const ir_node *n) {
+  ir_value *a = cg_in(c, n, 0), *b = cg_in(c, n, 1), *cc = cg_in(c, n, 2), *y = cg_out(c, n, 0);
+  ir_dtype t = y->dtype;
+  if (t != IR_FLOAT && t != IR_DOUBLE) return cg_fail(c, n, "Gemm on %s is not supported", ir_dtype_name(t));
+  if (a->shape.rank != 2 || b->shape.rank != 2) return cg_fail(c, n, "Gemm needs 2-D inputs");
+  int ta = (int)ir_attr_int(n, "transA", 0), tb = (int)ir_attr_int(n, "transB", 0);
+  double alpha = ir_attr_float(n, "alpha", 1.0f), beta = ir_attr_float(n, "beta", 1.0f);
+  int64_t M = ta ? a->shape.dims[1] : a->shape.dims[0], K = ta ? a->shape.dims[0] : a->shape.dims[1];
+  int64_t N = tb ? b->shape.dims[0] : b->shape.dims[1];
+  const char *T = cg_ctype(t);
+  char l1[48], l2[48];
+  if (M * N == 0) return 0;
+  int use_c = cc && beta != 0.0;
+  if (use_c) {
+    /* C broadcast to [M, N] */
+    int64_t cs0 = 0, cs1 = 0;
+    int r = cc->shape.rank;
+    int64_t d0 = r >= 2 ? cc->shape.dims[r - 2] : 1, d1 = r >= 1 ? cc->shape.dims[r - 1] : 1;
+    if (d1 != 1) cs1 = 1;
+    if (d0 != 1) cs0 = d1;
+    cg_w(c, "  for (long i = 0; i < %lld; i++)\n    for (long j = 0; j < %lld; j++)\n", LL(M), LL(N));
+    if (beta == 1.0) cg_w(c, "      y0[i * %lld + j] = x2[i * %lld + j * %lld];\n", LL(N), LL(cs0), LL(cs1));
+    else cg_w(c, "      y0[i * %lld + j] = %s * x2[i * %lld + j * %lld];\n", LL(N), cg_flit(l1, sizeof l1, beta, t), LL(cs0), LL(cs1));
+  }
+  if (K == 0) {
+    if (!use_c) cg_w(c, "  memset(y0, 0, sizeof(%s) * %lld);\n", T, LL(M * N));
+    return 0;
+  }
+  cg_w(c, "  %s(CblasRowMajor, %s, %s, %lld, %lld, %lld, %s, x0, %lld, x1, %lld, %s, y0, %lld);\n", gemm_fn(t),
+       ta ? "CblasTrans" : "CblasNoTrans", tb ? "CblasTrans" : "CblasNoTrans", LL(M), LL(N), LL(K),
+       cg_flit(l1, sizeof l1, alpha, t), LL(ta ? M : K), LL(tb ? K : N), use_c ? "1" : "0", LL(N));
+  (void)l2;
+  return 0;
+}
+
+static int emit_matmul(cg_ctx *c, const ir_node *n) {
+  ir_value *a = cg_in(c, n, 0), *b = cg_in(c, n, 1), *y = cg_out(c, n, 0);
+  ir_dtype t = y->dtype;
+  const char *T = cg_ctype(t);
+  int ra = a->shape.rank, rb = b->shape.rank;
+  if (ra < 1 || rb < 1) return cg_fail(c, n, "MatMul of scalars");
+  int64_t M = ra == 1 ? 1 : a->shape.dims[ra - 2], K = a->shape.dims[ra - 1];
+  int64_t N = rb == 1 ? 1 : b->shape.dims[rb - 1], K2 = rb == 1 ? b->shape.dims[0] : b->shape.dims[rb - 2];
+  if (K != K2) return cg_fail(c, n, "MatMul inner dims differ (%lld, %lld)", LL(K), LL(K2));
+  int nba = ra > 2 ? ra - 2 : 0, nbb = rb > 2 ? rb - 2 : 0;
+  int nb = nba > nbb ? nba : nbb;
+  int64_t bd[IR_MAX_RANK], sa[IR_MAX_RANK], sb[IR_MAX_RANK];
+  int64_t accA = M * K, accB = K * N, NB = 1;
+  for (int i = nb - 1; i >= 0; i--) {
+    int ia = i - (nb - nba), ib = i - (nb - nbb);
+    int64_t da = ia >= 0 ? a->shape.dims[ia] : 1, db = ib >= 0 ? b->shape.dims[ib] : 1;
+    bd[i] = da > db ? da : db;
+    if ((da != 1 && da != bd[i]) || (db != 1 && db != bd[i])) return cg_fail(c, n, "MatMul batch dims do not broadcast");
+    sa[i] = da == 1 ? 0 : accA;
+    sb[i] = db == 1 ? 0 : accB;
+    accA *= da;
+    accB *= db;
+    NB *= bd[i];
+  }
+  if (cg_numel(y) == 0) return 0;
+  if (K == 0) {
+    cg_w(c, "  memset(y0, 0, sizeof(%s) * %lld);\n", T, LL(cg_numel(y)));
+    return 0;
+  }
+  if (t != IR_FLOAT && t != IR_DOUBLE) {
+    /* integer MatMul: plain loops */
+    cg_w(c, "  for (long bi = 0; bi < %lld; bi++) {\n    long rem = bi, ao = 0, bo = 0;\n", LL(NB));
+    for (int i = nb - 1; i >= 0; i--)
+      cg_w(c, "    { const long q = rem %% %lld; rem /= %lld; ao += q * %lld; bo += q * %lld; }\n", LL(bd[i]), LL(bd[i]),
+           LL(sa[i]), LL(sb[i]));
+    cg_w(c, "    (void)rem;\n    for (long i = 0; i < %lld; i++)\n      for (long j = 0; j < %lld; j++) {\n", LL(M), LL(N));
+    cg_w(c, "        %s s = 0;\n        for (long k = 0; k < %lld; k++) s += x0[ao + i * %lld + k] * x1[bo + k * %lld + j];\n",
+         T, LL(K), LL(K), LL(N));
+    cg_w(c, "        y0[bi * %lld + i * %lld + j] = s;\n      }\n  }\n", LL(M * N), LL(N));
+    return 0;
+  }
+  int b_flat = 1;
+  for (int i = 0; i < nb; i++) b_flat &= sb[i] == 0;
+  int a_full = 1;
+  for (int i = 0; i < nb; i++) a_full &= sa[i] != 0 || bd[i] == 1;
+  if (b_flat && a_full) {
+    /* B is one matrix and A's batch is contiguous: one GEMM with M' = batch * M */
+    cg_w(c, "  %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1, x0, %lld, x1, %lld, 0, y0, %lld);\n",
+         gemm_fn(t), LL(NB * M), LL(N), LL(K), LL(K), LL(N), LL(N));
+    return 0;
+  }
+  cg_w(c, "  for (long bi = 0; bi < %lld; bi++) {\n    long rem = bi, ao = 0, bo = 0;\n", LL(NB));
+  for (int i = nb - 1; i >= 0; i--)
+    cg_w(c, "    { const long q = rem %% %lld; rem /= %lld; ao += q * %lld; bo += q * %lld; }\n", LL(bd[i]), LL(bd[i]),
+         LL(sa[i]), LL(sb[i]));
+  cg_w(c, "    (void)rem;\n");
+  cg_w(c, "    %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1, x0 + ao, %lld, x1 + bo, %lld, 0, y0 + bi * %lld, %lld);\n",
+       gemm_fn(t), LL(M), LL(N), LL(K), LL(K), LL(N), LL(M * N), LL(N));
+  cg_w(c, "  }\n");
+  return 0;
+}
+
+/* ---- pooling ------------------------------------------------------------------------- */
+
+static int emit_pool(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0), *yi = cg_out(c, n, 1);
+  ir_dtype t = y->dtype;
+  const char *T = cg_ctype(t);
+  int sr = x->shape.rank - 2;
+  int global = n->op == IR_OP_GlobalAveragePool || n->op == IR_OP_GlobalMaxPool || n->op == IR_OP_GlobalLpPool;
+  int64_t kernel[3];
+  win3 w;
+  if (sr < 1 || sr > 3) return cg_fail(c, n, "only 1, 2 or 3 spatial dims are supported (input rank %d)", x->shape.rank);
+  if (global) {
+    for (int j = 0; j < 3; j++) {
+      int i = j - (3 - sr);
+      w.in[j] = w.k[j] = i < 0 ? 1 : x->shape.dims[2 + i];
+      w.out[j] = w.s[j] = w.d[j] = 1;
+      w.pb[j] = w.pe[j] = 0;
+    }
+    w.sr = sr;
+  } else {
+    const int64_t *ks;
+    if (ir_attr_ints(n, "kernel_shape", &ks) != sr) return cg_fail(c, n, "kernel_shape must have %d entries", sr);
+    for (int i = 0; i < sr; i++) kernel[i] = ks[i];
+    if (window(c, n, x, y, kernel, 0, &w)) return -1;
+  }
+  int64_t NC = x->shape.dims[0] * x->shape.dims[1];
+  int64_t IS = w.in[0] * w.in[1] * w.in[2], OS = w.out[0] * w.out[1] * w.out[2];
+  if (cg_numel(y) == 0) return 0;
+  int is_max = n->op == IR_OP_MaxPool || n->op == IR_OP_GlobalMaxPool;
+  int is_lp = n->op == IR_OP_LpPool || n->op == IR_OP_GlobalLpPool;
+  int include_pad = (int)ir_attr_int(n, "count_include_pad", 0);
+  double p = (double)ir_attr_int(n, "p", 2);
+  int col_major = (int)ir_attr_int(n, "storage_order", 0);
+  if (yi && col_major && sr != 2) return cg_fail(c, n, "storage_order=1 is supported for 2-D pooling only");
+  cg_w(c, "  for (long nc = 0; nc < %lld; nc++) {\n", LL(NC));
+  cg_w(c, "    const %s *xp = x0 + nc * %lld;\n", T, LL(IS));
+  cg_w(c, "    for (long od = 0; od < %lld; od++)\n      for (long oh = 0; oh < %lld; oh++)\n", LL(w.out[0]), LL(w.out[1]));
+  cg_w(c, "        for (long ow = 0; ow < %lld; ow++) {\n", LL(w.out[2]));
+  cg_w(c, "          const long d0 = od * %lld - %lld, h0 = oh * %lld - %lld, w0 = ow * %lld - %lld;\n", LL(w.s[0]),
+       LL(w.pb[0]), LL(w.s[1]), LL(w.pb[1]), LL(w.s[2]), LL(w.pb[2]));
+  if (is_max) cg_w(c, "          %s m = %s;\n          long mi = 0;\n", T, t == IR_FLOAT || t == IR_DOUBLE ? "-INFINITY" : "0");
+  else cg_w(c, "          double s = 0;\n          long cnt = 0, cntp = 0;\n");
+  if (is_max && t != IR_FLOAT && t != IR_DOUBLE) cg_w(c, "          int first = 1;\n");
+  cg_w(c, "          for (long kd = 0; kd < %lld; kd++) {\n", LL(w.k[0]));
+  cg_w(c, "            const long id = d0 + kd * %lld;\n", LL(w.d[0]));
+  cg_w(c, "            for (long kh = 0; kh < %lld; kh++) {\n", LL(w.k[1]));
+  cg_w(c, "              const long ih = h0 + kh * %lld;\n", LL(w.d[1]));
+  cg_w(c, "              for (long kw = 0; kw < %lld; kw++) {\n", LL(w.k[2]));
+  cg_w(c, "                const long iw = w0 + kw * %lld;\n", LL(w.d[2]));
+  if (!is_max && !is_lp) {
+    cg_w(c, "                if (id >= -%lld && id < %lld && ih >= -%lld && ih < %lld && iw >= -%lld && iw < %lld) cntp++;\n",
+         LL(w.pb[0]), LL(w.in[0] + w.pe[0]), LL(w.pb[1]), LL(w.in[1] + w.pe[1]), LL(w.pb[2]), LL(w.in[2] + w.pe[2]));
+  }
+  cg_w(c, "                if (id < 0 || id >= %lld || ih < 0 || ih >= %lld || iw < 0 || iw >= %lld) continue;\n", LL(w.in[0]),
+       LL(w.in[1]), LL(w.in[2]));
+  cg_w(c, "                const long ii = (id * %lld + ih) * %lld + iw;\n", LL(w.in[1]), LL(w.in[2]));
+  cg_w(c, "                const %s v = xp[ii];\n", T);
+  if (is_max) {
+    if (t == IR_FLOAT || t == IR_DOUBLE) cg_w(c, "                if (v > m) {\n");
+    else cg_w(c, "                if (first || v > m) {\n                  first = 0;\n");
+    cg_w(c, "                  m = v;\n");
+    if (yi) {
+      if (col_major) cg_w(c, "                  mi = iw * %lld + ih;\n", LL(w.in[1]));
+      else cg_w(c, "                  mi = ii;\n");
+    }
+    cg_w(c, "                }\n");
+  } else if (is_lp) {
+    if (p == 1) cg_w(c, "                s += fabs((double)v);\n");
+    else if (p == 2) cg_w(c, "                s += (double)v * (double)v;\n");
+    else cg_w(c, "                s += pow(fabs((double)v), %.17g);\n", p);
+    cg_w(c, "                cnt++;\n");
+  } else {
+    cg_w(c, "                s += v;\n                cnt++;\n");
+  }
+  cg_w(c, "              }\n            }\n          }\n");
+  cg_w(c, "          const long oi = nc * %lld + (od * %lld + oh) * %lld + ow;\n", LL(OS), LL(w.out[1]), LL(w.out[2]));
+  if (is_max) {
+    cg_w(c, "          y0[oi] = m;\n");
+    if (yi) cg_w(c, "          y1[oi] = nc * %lld + mi;\n", LL(IS));
+    else cg_w(c, "          (void)mi;\n");
+  } else if (is_lp) {
+    if (p == 1 || p == 2) cg_w(c, "          (void)cnt;\n          y0[oi] = (%s)%s;\n", T, p == 1 ? "s" : "sqrt(s)");
+    else cg_w(c, "          (void)cnt;\n          y0[oi] = (%s)pow(s, 1.0 / %.17g);\n", T, p);
+  } else {
+    cg_w(c, "          (void)cntp;\n          y0[oi] = (%s)(s / (double)%s);\n", T, include_pad ? "cntp" : "(cnt ? cnt : 1)");
+  }
+  cg_w(c, "        }\n  }\n");
+  return 0;
+}
+
+/* ---- normalisation -------------------------------------------------------------------- */
+
+static int emit_batchnorm(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
+  ir_dtype t = y->dtype;
+  if (t != IR_FLOAT && t != IR_DOUBLE) return cg_fail(c, n, "BatchNormalization on %s is not supported", ir_dtype_name(t));
+  const char *T = cg_ctype(t);
+  char l1[48], l2[48], f1[16];
+  snprintf(f1, sizeof f1, "%s", t == IR_DOUBLE ? "sqrt" : "sqrtf");
+  double eps = ir_attr_float(n, "epsilon", 1e-5f), mom = ir_attr_float(n, "momentum", 0.9f);
+  int64_t N = x->shape.dims[0], C = x->shape.rank > 1 ? x->shape.dims[1] : 1, S = 1;
+  for (int i = 2; i < x->shape.rank; i++) S *= x->shape.dims[i];
+  int training = (int)ir_attr_int(n, "training_mode", 0);
+  if (cg_numel(y) == 0) return 0;
+  if (!training) {
+    /* as onnxruntime: y = x * (scale / sqrt(var + eps)) + (B - mean * scale / sqrt(var + eps)) */
+    cg_w(c, "  for (long ch = 0; ch < %lld; ch++) {\n", LL(C));
+    cg_w(c, "    const %s a = x1[ch] / %s(x4[ch] + %s);\n", T, f1, cg_flit(l1, sizeof l1, eps, t));
+    cg_w(c, "    const %s b = x2[ch] - x3[ch] * a;\n", T);
+    cg_w(c, "    for (long n = 0; n < %lld; n++) {\n", LL(N));
+    cg_w(c, "      const %s *xp = x0 + (n * %lld + ch) * %lld;\n      %s *yp = y0 + (n * %lld + ch) * %lld;\n", T, LL(C),
+         LL(S), T, LL(C), LL(S));
+    cg_w(c, "      for (long i = 0; i < %lld; i++) yp[i] = xp[i] * a + b;\n    }\n  }\n", LL(S));
+    return 0;
+  }
+  /* training mode: statistics of this micro-batch (population variance) */
+  ir_value *rm = cg_out(c, n, 1), *rv = cg_out(c, n, 2);
+  cg_w(c, "  for (long ch = 0; ch < %lld; ch++) {\n", LL(C));
+  cg_w(c, "    double s = 0, q = 0;\n");
+  cg_w(c, "    for (long n = 0; n < %lld; n++)\n      for (long i = 0; i < %lld; i++) s += x0[(n * %lld + ch) * %lld + i];\n",
+       LL(N), LL(S), LL(C), LL(S));
+  cg_w(c, "    const double mean = s / %lld.0;\n", LL(N * S));
+  cg_w(c, "    for (long n = 0; n < %lld; n++)\n      for (long i = 0; i < %lld; i++) {\n", LL(N), LL(S));
+  cg_w(c, "        const double d = x0[(n * %lld + ch) * %lld + i] - mean;\n        q += d * d;\n      }\n", LL(C), LL(S));
+  cg_w(c, "    const double var = q / %lld.0;\n", LL(N * S));
+  cg_w(c, "    const double inv = 1.0 / sqrt(var + %.17g);\n", (double)(float)eps);
+  cg_w(c, "    const double sc = x1[ch], bi = x2[ch];\n");
+  cg_w(c, "    for (long n = 0; n < %lld; n++)\n      for (long i = 0; i < %lld; i++) {\n", LL(N), LL(S));
+  cg_w(c, "        const long k = (n * %lld + ch) * %lld + i;\n", LL(C), LL(S));
+  cg_w(c, "        y0[k] = (%s)((x0[k] - mean) * inv * sc + bi);\n      }\n", T);
+  if (rm) cg_w(c, "    y1[ch] = (%s)(x3[ch] * %s + mean * (1 - %s));\n", T, cg_flit(l2, sizeof l2, mom, IR_DOUBLE), l2);
+  if (rv) cg_w(c, "    y2[ch] = (%s)(x4[ch] * %s + var * (1 - %s));\n", T, cg_flit(l2, sizeof l2, mom, IR_DOUBLE), l2);
+  cg_w(c, "  }\n");
+  return 0;
+}
+
+static int emit_instnorm(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
+  ir_dtype t = y->dtype;
+  const char *T = cg_ctype(t);
+  double eps = ir_attr_float(n, "epsilon", 1e-5f);
+  int64_t N = x->shape.dims[0], C = x->shape.dims[1], S = 1;
+  for (int i = 2; i < x->shape.rank; i++) S *= x->shape.dims[i];
+  if (cg_numel(y) == 0) return 0;
+  cg_w(c, "  for (long n = 0; n < %lld; n++)\n    for (long ch = 0; ch < %lld; ch++) {\n", LL(N), LL(C));
+  cg_w(c, "      const %s *xp = x0 + (n * %lld + ch) * %lld;\n      %s *yp = y0 + (n * %lld + ch) * %lld;\n", T, LL(C),
+       LL(S), T, LL(C), LL(S));
+  cg_w(c, "      double s = 0, q = 0;\n      for (long i = 0; i < %lld; i++) s += xp[i];\n", LL(S));
+  cg_w(c, "      const double mean = s / %lld.0;\n", LL(S));
+  cg_w(c, "      for (long i = 0; i < %lld; i++) q += (xp[i] - mean) * (xp[i] - mean);\n", LL(S));
+  cg_w(c, "      const double inv = 1.0 / sqrt(q / %lld.0 + %.17g);\n", LL(S), (double)(float)eps);
+  cg_w(c, "      for (long i = 0; i < %lld; i++) yp[i] = (%s)((xp[i] - mean) * inv * x1[ch] + x2[ch]);\n    }\n", LL(S), T);
+  return 0;
+}
+
+static int emit_layernorm(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *sc = cg_in(c, n, 1), *bi = cg_in(c, n, 2), *y = cg_out(c, n, 0);
+  ir_value *ym = cg_out(c, n, 1), *yr = cg_out(c, n, 2);
+  ir_dtype t = y->dtype;
+  const char *T = cg_ctype(t);
+  int r = x->shape.rank;
+  int axis = (int)ir_attr_int(n, "axis", -1);
+  if (axis < 0) axis += r;
+  if (axis < 0 || axis >= r) return cg_fail(c, n, "axis out of range");
+  double eps = ir_attr_float(n, "epsilon", 1e-5f);
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < axis; i++) outer *= x->shape.dims[i];
+  for (int i = axis; i < r; i++) inner *= x->shape.dims[i];
+  int64_t ns = cg_numel(sc), nbias = bi ? cg_numel(bi) : 0;
+  if ((ns != inner && ns != 1) || (bi && nbias != inner && nbias != 1))
+    return cg_fail(c, n, "Scale and B must have the normalised shape");
+  if (cg_numel(y) == 0) return 0;
+  cg_w(c, "  for (long o = 0; o < %lld; o++) {\n", LL(outer));
+  cg_w(c, "    const %s *xp = x0 + o * %lld;\n    %s *yp = y0 + o * %lld;\n", T, LL(inner), T, LL(inner));
+  cg_w(c, "    double s = 0, q = 0;\n    for (long i = 0; i < %lld; i++) s += xp[i];\n", LL(inner));
+  cg_w(c, "    const double mean = s / %lld.0;\n", LL(inner));
+  cg_w(c, "    for (long i = 0; i < %lld; i++) q += (xp[i] - mean) * (xp[i] - mean);\n", LL(inner));
+  cg_w(c, "    const double inv = 1.0 / sqrt(q / %lld.0 + %.17g);\n", LL(inner), (double)(float)eps);
+  cg_w(c, "    for (long i = 0; i < %lld; i++) yp[i] = (%s)((%s)((xp[i] - mean) * inv) * x1[%s]%s);\n", LL(inner), T, T,
+       ns == 1 ? "0" : "i", bi ? (nbias == 1 ? " + x2[0]" : " + x2[i]") : "");
+  if (ym) cg_w(c, "    y1[o] = (%s)mean;\n", cg_ctype(ym->dtype));
+  if (yr) cg_w(c, "    y2[o] = (%s)inv;\n", cg_ctype(yr->dtype));
+  cg_w(c, "  }\n");
+  return 0;
+}
+
+static int emit_lrn(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
+  const char *T = cg_ctype(y->dtype);
+  int64_t size = ir_attr_int(n, "size", 1);
+  double alpha = ir_attr_float(n, "alpha", 1e-4f), beta = ir_attr_float(n, "beta", 0.75f), bias = ir_attr_float(n, "bias", 1.0f);
+  int64_t N = x->shape.dims[0], C = x->shape.dims[1], S = 1;
+  for (int i = 2; i < x->shape.rank; i++) S *= x->shape.dims[i];
+  int64_t lo = (size - 1) / 2, hi = (size - 1) - lo; /* floor / ceil of (size-1)/2 */
+  if (cg_numel(y) == 0) return 0;
+  cg_w(c, "  for (long n = 0; n < %lld; n++)\n    for (long ch = 0; ch < %lld; ch++)\n", LL(N), LL(C));
+  cg_w(c, "      for (long i = 0; i < %lld; i++) {\n        double s = 0;\n", LL(S));
+  cg_w(c, "        for (long k = ch - %lld; k <= ch + %lld; k++) {\n", LL(lo), LL(hi));
+  cg_w(c, "          if (k < 0 || k >= %lld) continue;\n", LL(C));
+  cg_w(c, "          const double v = x0[(n * %lld + k) * %lld + i];\n          s += v * v;\n        }\n", LL(C), LL(S));
+  cg_w(c, "        const long j = (n * %lld + ch) * %lld + i;\n", LL(C), LL(S));
+  cg_w(c, "        y0[j] = (%s)(x0[j] / pow(%.17g + %.17g * s, %.17g));\n      }\n", T, (double)(float)bias,
+       (double)(float)alpha / (double)size, (double)(float)beta);
+  return 0;
+}
+
+/* Softmax, LogSoftmax, Hardmax: opset >= 13 along one axis (default -1); before 13 on
+ * the input coerced to 2-D at axis (default 1). */
+static int emit_softmax(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
+  ir_dtype t = y->dtype;
+  const char *T = cg_ctype(t);
+  int r = x->shape.rank;
+  int axis = (int)ir_attr_int(n, "axis", n->opset >= 13 ? -1 : 1);
+  if (axis < 0) axis += r;
+  if (r == 0) axis = 0;
+  if (axis < 0 || (r > 0 && axis >= r)) return cg_fail(c, n, "axis out of range");
+  int64_t outer = 1, A = 1, inner = 1;
+  for (int i = 0; i < axis; i++) outer *= x->shape.dims[i];
+  if (n->opset >= 13) {
+    A = r ? x->shape.dims[axis] : 1;
+    for (int i = axis + 1; i < r; i++) inner *= x->shape.dims[i];
+  } else {
+    for (int i = axis; i < r; i++) A *= x->shape.dims[i];
+  }
+  if (cg_numel(y) == 0) return 0;
+  const char *ex = t == IR_DOUBLE ? "exp" : "expf";
+  cg_w(c, "  for (long o = 0; o < %lld; o++)\n    for (long i = 0; i < %lld; i++) {\n", LL(outer), LL(inner));
+  cg_w(c, "      const %s *xp = x0 + o * %lld + i;\n      %s *yp = y0 + o * %lld + i;\n", T, LL(A * inner), T, LL(A * inner));
+  cg_w(c, "      %s m = xp[0];\n      long mk = 0;\n", T);
+  cg_w(c, "      for (long k = 1; k < %lld; k++)\n        if (xp[k * %lld] > m) {\n          m = xp[k * %lld];\n          mk = k;\n        }\n",
+       LL(A), LL(inner), LL(inner));
+  if (n->op == IR_OP_Hardmax) {
+    cg_w(c, "      for (long k = 0; k < %lld; k++) yp[k * %lld] = k == mk;\n    }\n", LL(A), LL(inner));
+    return 0;
+  }
+  cg_w(c, "      (void)mk;\n      double s = 0;\n");
+  if (n->op == IR_OP_Softmax) {
+    cg_w(c, "      for (long k = 0; k < %lld; k++) {\n        const %s e = %s(xp[k * %lld] - m);\n", LL(A), T, ex, LL(inner));
+    cg_w(c, "        yp[k * %lld] = e;\n        s += e;\n      }\n", LL(inner));
+    cg_w(c, "      for (long k = 0; k < %lld; k++) yp[k * %lld] = (%s)(yp[k * %lld] / s);\n    }\n", LL(A), LL(inner), T,
+         LL(inner));
+  } else {
+    cg_w(c, "      for (long k = 0; k < %lld; k++) s += %s(xp[k * %lld] - m);\n", LL(A), ex, LL(inner));
+    cg_w(c, "      const %s ls = (%s)log(s);\n", T, T);
+    cg_w(c, "      for (long k = 0; k < %lld; k++) yp[k * %lld] = xp[k * %lld] - m - ls;\n    }\n", LL(A), LL(inner), LL(inner));
+  }
+  return 0;
+}
+
+/* dispatch for this file; the rest is in ops_data.c */
+cg_op_fn cg_op_emitter_nn(ir_op op);
+cg_op_fn cg_op_emitter_nn(ir_op op) {
+  switch (op) {
+    case IR_OP_Conv: return emit_conv;
+    case IR_OP_ConvTranspose: return emit_conv_transpose;
+    case IR_OP_Gemm: return emit_gemm;
+    case IR_OP_MatMul: return emit_matmul;
+    case IR_OP_MaxPool: case IR_OP_AveragePool: case IR_OP_LpPool:
+    case IR_OP_GlobalAveragePool: case IR_OP_GlobalMaxPool: case IR_OP_GlobalLpPool:
+      return emit_pool;
+    case IR_OP_BatchNormalization: return emit_batchnorm;
+    case IR_OP_InstanceNormalization: return emit_instnorm;
+    case IR_OP_LayerNormalization: return emit_layernorm;
+    case IR_OP_LRN: return emit_lrn;
+    case IR_OP_Softmax: case IR_OP_LogSoftmax: case IR_OP_Hardmax: return emit_softmax;
+    default: return NULL;
+  }
+}
