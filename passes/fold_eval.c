@@ -724,7 +724,7 @@ static int is_cmp(int op) { return op >= B_EQ && op <= B_GE; }
 /* Fold inputs left to right with op (binary ops and variadic Max/Min/Sum). */
 static int op_binary(ctx *c, int op, fold_tensor *o) {
   if (c->n_in < 1) return 0;
-  const fold_tensor *ts[8];
+  const fold_tensor *ts[8] = {0};
   for (int k = 0; k < c->n_in; k++)
     if (!(ts[k] = IN(c, k))) return 0;
   ir_dtype dt = ts[0]->dt;

@@ -91,5 +91,7 @@ int main(int argc, char **argv) {
   }
   printf("}}\n");
   ir_graph_free(g);
+  for (int k = 0; k < o.n_dims; k++) free((char *)o.dims[k].name);
+  free(o.dims);
   return 0;
 }

@@ -58,7 +58,7 @@ def vi(name, dtype, shape=None):
 
 class Case:
     def __init__(self, name, nodes, inputs, outputs, inits=(), opset=13, remaining=(),
-                 folded=None, ort=True, warn=None):
+                 folded=None, ort=True, warn=None, training=False):
         """outputs: [(name, dtype)]; remaining: op types that stay after fold (a
         multiset); folded: outputs that must be constants (default: all outputs that
         no remaining node produces, i.e. all when remaining is empty)."""
@@ -71,8 +71,9 @@ class Case:
         prod = {o for n in nodes for o in n.output if n.op_type in remaining}
         self.folded = set(folded) if folded is not None else \
             {n for n, _ in outputs if n not in prod}
-        self.ort = ort
+        self.ort = ort and not training
         self.warn = warn
+        self.training = training  # fold_dump --training; nodes checked on its output
 
 
 X3 = vi("X", F32, ["batch", 3, 4])
@@ -372,6 +373,27 @@ def cases():
         N("MatMul", ["X", "Wt"], ["Y"]),
     ], [X2], [("Y", F32), ("Wt", F32)], [C("W", rng.standard_normal((4, 6)), F32)],
         remaining=["MatMul"]))
+
+    # ---- training: trainable weights are never folded, Dropout with training_mode stays ----
+    cs.append(Case("training", [
+        N("Transpose", ["W"], ["Wt"]),
+        N("MatMul", ["X", "Wt"], ["Y"]),
+        N("Identity", ["B"], ["b1"]),
+        N("Add", ["Y", "b1"], ["Yb"]),
+        N("Dropout", ["Yb", "ratio", "tm"], ["D"]),
+        N("Dropout", ["D"], ["D2"]),
+        N("Shape", ["X"], ["s"]),
+        N("Gather", ["s", "i0"], ["b"]),
+        N("Unsqueeze", ["b", "ax0"], ["bu"]),
+        N("Concat", ["bu", "m1"], ["shp"], axis=0),
+        N("Reshape", ["D2", "shp"], ["Z"]),
+        N("Cast", ["Ki"], ["Kf"], to=F32),
+        N("Mul", ["Z", "Kf"], ["Out"]),
+    ], [X2], [("Out", F32)],
+        [C("W", rng.standard_normal((4, 6)), F32), C("B", rng.standard_normal(4), F32),
+         C("ratio", 0.5, F32), C("tm", True, BOOL), C("i0", 0, I64), C("ax0", [0], I64),
+         C("m1", [-1], I64), C("Ki", [2], I64)],
+        remaining=["Transpose", "MatMul", "Add", "Dropout", "Reshape", "Mul"], training=True))
     return cs
 
 
@@ -402,7 +424,17 @@ def check(case, args):
     errs = []
     path = os.path.join(args.work, case.name + ".onnx")
     onnx.save(case.model, path)
-    binding = ["-d", "batch=2"]
+    binding = ["-d", "batch=2"] if case.model.graph.input else []
+    if case.training:
+        rc, out, err = run([args.fold_dump, path, "--training"] + binding)
+        if rc != 0:
+            return [f"fold_dump exited {rc}: {err.strip()[-2000:]}"]
+        left = sorted(json.loads(out)["nodes"])
+        if left != case.remaining:
+            errs.append(f"nodes left after fold (training): {left}, expected {case.remaining}")
+        if case.warn and case.warn not in err:
+            errs.append(f"expected a warning containing '{case.warn}' on stderr, got: {err.strip()}")
+        return errs
     rc, out, err = run([args.pipecc, path, "--emit=ir-json"] + binding)
     if rc != 0:
         return [f"pipecc exited {rc}: {err.strip()[-2000:]}"]
