@@ -1,0 +1,203 @@
+#!/usr/bin/python3
+"""cpu target, ONNX backend node tests: every test in onnx/backend/test/data/node whose
+ops are all in ir/ops.def is compiled with pipecc (one stage, one micro-batch), run on
+test_data_set_0 and compared with the expected outputs (floats: rtol 1e-4, atol 1e-5;
+integers and bools: exact).
+
+    node_tests.py --pipecc build/pipecc --work /tmp/w [--jobs 2] [-k PATTERN] [--xfail FILE]
+
+Tests named in the expected-failure list (tests/cpu/node_xfail.txt: `name  # reason`)
+must fail; one that passes is reported as XPASS and fails the run, so the list stays
+exact. Builds are cached in WORK by the hash of the model and the pipecc binary, so a
+second run only runs the pipelines. Exit status 0 when everything is as expected.
+"""
+
+import argparse
+import concurrent.futures as cf
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def supported_ops():
+    ops = set()
+    with open(os.path.join(ROOT, "ir", "ops.def")) as f:
+        for line in f:
+            m = re.match(r"OP\((\w+),", line)
+            if m:
+                ops.add(m.group(1))
+    ops.add("Constant")  # the frontend turns Constant nodes into constants
+    return ops
+
+
+def load_xfail(path):
+    xf = {}
+    if path and os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if not line or line.startswith("#"):
+                    continue
+                name, _, why = line.partition("#")
+                xf[name.strip()] = why.strip()
+    return xf
+
+
+def read_pb(path):
+    t = onnx.TensorProto()
+    with open(path, "rb") as f:
+        t.ParseFromString(f.read())
+    return t.name, numpy_helper.to_array(t)
+
+
+def run_one(args):
+    name, tdir, pipecc, work, pipecc_hash = args
+    model = os.path.join(tdir, "model.onnx")
+    ds = os.path.join(tdir, "test_data_set_0")
+    try:
+        m = onnx.load(model)
+    except Exception as e:  # noqa: BLE001
+        return name, False, f"cannot load model: {e}"
+    init = {i.name for i in m.graph.initializer}
+    in_names = [i.name for i in m.graph.input if i.name not in init]
+    out_names = [o.name for o in m.graph.output]
+    ins = sorted(f for f in os.listdir(ds) if f.startswith("input_"))
+    outs = sorted(f for f in os.listdir(ds) if f.startswith("output_"))
+    ins.sort(key=lambda s: int(re.findall(r"\d+", s)[0]))
+    outs.sort(key=lambda s: int(re.findall(r"\d+", s)[0]))
+    feeds = {}
+    for k, f in enumerate(ins):
+        _, arr = read_pb(os.path.join(ds, f))
+        if k < len(in_names):
+            feeds[in_names[k]] = arr
+    expect = {}
+    for k, f in enumerate(outs):
+        _, arr = read_pb(os.path.join(ds, f))
+        if k < len(out_names):
+            expect[out_names[k]] = arr
+    for k, v in feeds.items():
+        if v.ndim == 0:
+            return name, False, f"graph input '{k}' is a scalar (the runtime needs rank >= 1)"
+    for k, v in expect.items():
+        if v.ndim == 0:
+            return name, False, f"graph output '{k}' is a scalar (the runtime needs rank >= 1)"
+    d = os.path.join(work, name)
+    os.makedirs(d, exist_ok=True)
+    with open(model, "rb") as f:
+        key = hashlib.sha256(f.read() + pipecc_hash.encode()).hexdigest()[:16]
+    stamp = os.path.join(d, "built.key")
+    bdir = os.path.join(d, "build")
+    if not (os.path.exists(stamp) and open(stamp).read() == key and os.path.exists(os.path.join(bdir, "pipeline"))):
+        shutil.rmtree(bdir, ignore_errors=True)
+        cmd = [pipecc, model, "-g", "1", "-m", "1", "-o", bdir, "-j", "1"]
+        for k, v in feeds.items():
+            cmd += ["--shape", f"{k}:" + "x".join(str(s) for s in v.shape)]
+        r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PIPECC_SPLIT="even"))
+        if r.returncode:
+            msg = [l for l in r.stderr.splitlines() if "error" in l or "not supported" in l] or r.stderr.splitlines()[-3:]
+            return name, False, f"pipecc exit {r.returncode}: " + " | ".join(msg[:3])
+        warn = [l for l in r.stderr.splitlines() if re.search(r"\.c:\d+:\d+: warning:", l)]
+        if warn:
+            return name, False, "emitted code has warnings: " + warn[0]
+        with open(stamp, "w") as f:
+            f.write(key)
+    xin = os.path.join(d, "x.npz")
+    np.savez(xin, **feeds)
+    yout = os.path.join(d, "y.npz")
+    if os.path.exists(yout):
+        os.remove(yout)
+    r = subprocess.run([os.path.join(bdir, "pipeline"), "--input", xin, "--output", yout], capture_output=True, text=True)
+    if r.returncode:
+        return name, False, f"pipeline exit {r.returncode}: " + " | ".join(r.stderr.splitlines()[-2:])
+    got = dict(np.load(yout))
+    for k, e in expect.items():
+        if k not in got:
+            return name, False, f"output '{k}' missing"
+        g = got[k]
+        if g.shape != e.shape:
+            return name, False, f"output '{k}': shape {g.shape}, expected {e.shape}"
+        if g.dtype != e.dtype:
+            return name, False, f"output '{k}': dtype {g.dtype}, expected {e.dtype}"
+        if e.dtype.kind in "fc":
+            if not np.allclose(g, e, rtol=1e-4, atol=1e-5, equal_nan=True):
+                err = np.max(np.abs(g.astype(np.float64) - e.astype(np.float64)))
+                return name, False, f"output '{k}': max abs error {err:.3g}"
+        elif not np.array_equal(g, e):
+            return name, False, f"output '{k}': values differ"
+    return name, True, ""
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pipecc", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("-k", default=None, help="only tests whose name matches this regex")
+    ap.add_argument("--xfail", default=os.path.join(HERE, "node_xfail.txt"))
+    ap.add_argument("--write-xfail", default=None, help="write the failures as a new expected-failure list")
+    a = ap.parse_args()
+
+    data = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
+    ops = supported_ops()
+    xfail = load_xfail(a.xfail)
+    with open(a.pipecc, "rb") as f:
+        pipecc_hash = hashlib.sha256(f.read()).hexdigest()
+    tests, skipped = [], 0
+    for name in sorted(os.listdir(data)):
+        if a.k and not re.search(a.k, name):
+            continue
+        tdir = os.path.join(data, name)
+        try:
+            m = onnx.load(os.path.join(tdir, "model.onnx"), load_external_data=False)
+        except Exception:  # noqa: BLE001
+            skipped += 1
+            continue
+        if all(n.domain in ("", "ai.onnx") and n.op_type in ops for n in m.graph.node) and m.graph.node:
+            tests.append((name, tdir, a.pipecc, a.work, pipecc_hash))
+        else:
+            skipped += 1
+    os.makedirs(a.work, exist_ok=True)
+    t0 = time.time()
+    results = {}
+    with cf.ThreadPoolExecutor(max_workers=a.jobs) as ex:
+        for name, ok, why in ex.map(run_one, tests):
+            results[name] = (ok, why)
+    npass = nxfail = 0
+    bad = []
+    for name in sorted(results):
+        ok, why = results[name]
+        if ok and name in xfail:
+            bad.append(f"XPASS {name} (listed in the expected failures: {xfail[name]})")
+        elif ok:
+            npass += 1
+        elif name in xfail:
+            nxfail += 1
+        else:
+            bad.append(f"FAIL  {name}: {why}")
+    for line in bad:
+        print(line)
+    if a.write_xfail:
+        with open(a.write_xfail, "w") as f:
+            f.write("# ONNX backend node tests (onnx %s) expected to fail on the cpu target: name  # reason\n" % onnx.__version__)
+            for name in sorted(results):
+                ok, why = results[name]
+                if not ok:
+                    f.write(f"{name}  # {why}\n")
+    print(f"node tests: {len(tests)} run ({skipped} skipped: ops not in ir/ops.def), {npass} passed, "
+          f"{nxfail} expected failures, {len(bad)} unexpected; {time.time() - t0:.0f} s")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
