@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tools/quickstart.sh - the main job, end to end, on a fresh machine:
 #   install dependencies, build pipecc, export ResNet-18 from PyTorch, compile it into a
-#   2-stage pipeline for this machine's CPU cores, run a batch through it, and compare
+#   2-stage pipeline (--no-replicate: one stage per core, no data-parallel replicas) for this machine's CPU cores, run a batch through it, and compare
 #   the result with onnxruntime.
 #   MODEL=gpt SHAPE="-d batch=4" bash tools/quickstart.sh   # another model
 set -euo pipefail
@@ -19,7 +19,7 @@ PY=/usr/bin/python3
 $PY tools/export_models.py --out "$WORK/models" --models "$MODEL"
 echo "== pipecc $MODEL -g $G"
 # shellcheck disable=SC2086
-"$BUILD/pipecc" "$WORK/models/$MODEL.onnx" $SHAPE -g "$G" -o "$WORK/$MODEL-g$G"
+"$BUILD/pipecc" "$WORK/models/$MODEL.onnx" $SHAPE -g "$G" --no-replicate -o "$WORK/$MODEL-g$G"
 echo "== onnxruntime reference"
 # shellcheck disable=SC2086
 $PY tools/ort_ref.py "$WORK/models/$MODEL.onnx" $SHAPE --int-high 512 \
