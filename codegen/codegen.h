@@ -41,6 +41,9 @@ typedef struct {
 
 /* CPU target (codegen/c). Returns 0, or -1 after printing an error. */
 int cg_c_emit(ir_graph *g, const cg_plan *p, const cg_options *o, const char *out_dir);
+/* CUDA target (codegen/cuda): emit; build with make/nvcc (targets "pipeline", "profile"). */
+int cg_cuda_emit(ir_graph *g, const cg_plan *p, const cg_options *o, const char *out_dir);
+int cg_cuda_build_dir(const char *out_dir, const cg_options *o, const char *targets);
 /* Build out_dir/pipeline from what an emitter wrote (parallel, with progress). */
 int cg_build(const char *out_dir, const cg_options *o);
 

@@ -56,6 +56,8 @@ static void usage(FILE *f) {
       "  --plan-only            stop after plan.json and report.html\n"
       "  --target T             cpu (default) | cuda\n"
       "  --emit-only            write the sources and build files, do not compile\n"
+      "  --profile-run          cuda: build one stage and DIR/profile, which times every node on\n"
+      "                         the GPU and writes the JSON that --profile reads\n"
       "  -j, --jobs N           parallel compile jobs (default: number of cores)\n"
       "  --emit=ir              print the IR after the front-end passes, one line per node\n"
       "  --emit=ir-json         print the IR as JSON on stdout\n"
@@ -244,7 +246,7 @@ int main(int argc, char **argv) {
   const char *profile_path = NULL, *link_name = NULL, *inter_link_name = NULL;
   const char *dumps[16];
   int n_dumps = 0, time_passes = 0, g_devices = 1, microbatches = 0, plan_only = 0, emit_only = 0, jobs = 0;
-  int no_tf32 = 0, no_replicate = 0, hosts = 0, gpus_per_host = 0, train = 0;
+  int no_tf32 = 0, no_replicate = 0, hosts = 0, gpus_per_host = 0, train = 0, profile_run = 0;
   double intra_bw = -1, intra_lat = -1, inter_bw = -1, inter_lat = -1;
   uint64_t mem_limit = 0;
   pass_schedule_kind schedule = PASS_SCHED_1F1B;
@@ -345,6 +347,9 @@ int main(int argc, char **argv) {
     } else if (IS("--target")) {
       target = NEXT();
       if (strcmp(target, "cpu") && strcmp(target, "cuda")) return cli_error("unknown --target '%s' (cpu, cuda)", target);
+    } else if (IS("--profile-run")) {
+      profile_run = 1; /* codegen/cuda: a one-stage cuda build with the per-node profiler */
+      target = "cuda";
     } else if (IS("--emit-only")) {
       emit_only = 1;
     } else if (IS("-j") || IS("--jobs")) {
@@ -366,6 +371,8 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  if (profile_run && (g_devices != 1 || strcmp(target, "cuda")))
+    return cli_error("%s builds one stage for --target cuda (no -g N, no --target cpu)", "--profile-run");
   int want_plan = !emit && (out_dir || plan_only || g_devices > 1);
   if (plan_only && !out_dir) return cli_error("%s needs -o DIR", "--plan-only");
   if (want_plan && !out_dir) return cli_error("%s", "planning and code generation need -o DIR");
@@ -500,8 +507,12 @@ int main(int argc, char **argv) {
       if (cg_c_emit(g, &cp, &co, out_dir)) rc = 2;
       else if (!emit_only && cg_build(out_dir, &co)) rc = 2;
     } else {
-      fprintf(stderr, "pipecc: --target cuda is not available in this build yet\n");
-      rc = 2;
+      /* ---- codegen/cuda block ---- */
+      if (cg_cuda_emit(g, &cp, &co, out_dir)) rc = 2;
+      else if (!emit_only && cg_cuda_build_dir(out_dir, &co, profile_run ? "pipeline profile" : "pipeline")) rc = 2;
+      else if (profile_run)
+        fprintf(stderr, "pipecc: profiler built; on the target GPU run\n  %s/profile --profile-out profile.json\n"
+                        "then plan with measured costs: pipecc %s --profile profile.json ...\n", out_dir, model);
     }
     free(progs);
     free(plen);

@@ -1,0 +1,621 @@
+/* codegen/cuda/emit.c - the cuda target: stage_K.cu, weights_K.bin, pipeline_main.c,
+ * the device runtime, profile_main.c and a Makefile for a planned graph (layout in
+ * codegen/cuda/cg_cuda.h). Stage analysis, units and the arena plan are the cpu
+ * target's (shared.c), so both targets cut and lay out a stage the same way. Nothing
+ * here depends on hash order, addresses or time: the output is byte-identical for the
+ * same inputs. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "codegen/cuda/cg_cuda.h"
+#include "ir/diag.h"
+
+#ifndef PIPECC_SOURCE_DIR
+#define PIPECC_SOURCE_DIR "."
+#endif
+
+/* ---- helpers for the op emitters ------------------------------------------------------- */
+
+void cu_w(cu_ctx *c, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(c->call, fmt, ap);
+  va_end(ap);
+}
+
+void cu_decl(cu_ctx *c, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(c->decl, fmt, ap);
+  va_end(ap);
+}
+
+int cu_fail(cu_ctx *c, const ir_node *n, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  ir_error_node(c->g, (int)(n - c->g->nodes), "cuda target: %s", msg);
+  return -1;
+}
+
+void cu_scratch(cu_ctx *c, size_t n) {
+  if (n > c->scratch) c->scratch = n;
+}
+
+/* ---- one stage ------------------------------------------------------------------------------ */
+
+/* Operand expression for value v: device memory of the stage. */
+static char *ptr_expr(stage_ctx *st, const size_t *io_off, int v, int is_const) {
+  int r = st->root[v];
+  const char *t = cg_ctype(st->g->values[v].dtype);
+  const char *q = is_const ? "const " : "";
+  char buf[160];
+  switch (st->loc[r]) {
+    case LOC_W: snprintf(buf, sizeof buf, "(const %s *)(W + %zu)", t, st->off[r]); break;
+    case LOC_IN: snprintf(buf, sizeof buf, "(%s%s *)(IO + %zu)", q, t, io_off[st->off[r]]); break;
+    case LOC_OUT: snprintf(buf, sizeof buf, "(%s%s *)(IO + %zu)", q, t, io_off[st->si->n_in[st->s] + st->off[r]]); break;
+    case LOC_A: snprintf(buf, sizeof buf, "(%s%s *)(A + %zu)", q, t, st->off[r]); break;
+    default: IR_ASSERT(0 && "value without a location");
+  }
+  return strdup(buf);
+}
+
+static void put_unit_name(FILE *f, ir_graph *g, const unit *u) {
+  const ir_node *n = &g->nodes[u->root];
+  char nm[120], buf[300];
+  snprintf(buf, sizeof buf, "node %d '%s' (%s%s)", n->index, ir_printable(n->name, 80, nm, sizeof nm),
+           u->n_nodes > 1 ? "fused " : "", ir_op_name(n->op));
+  cgu_put_cstr(f, buf);
+}
+
+static int emit_unit(stage_ctx *st, cu_ctx *c, int ui, const size_t *io_off) {
+  ir_graph *g = st->g;
+  unit *u = &st->units[ui];
+  const ir_node *root = &g->nodes[u->root];
+  cgu_put_unit_comment(c->call, g, u, "  ");
+  c->unit = ui;
+  cu_w(c, "  PK_UNIT(%d);\n", ui);
+  if (u->alias) {
+    cu_w(c, "  /* (alias: no code) */\n");
+    return 0;
+  }
+  memset(c->x, 0, sizeof c->x);
+  memset(c->y, 0, sizeof c->y);
+  int rc;
+  if (cg_is_eltwise(g, root)) {
+    if (u->n_ext > 64) return cu_fail(c, root, "an element-wise unit with more than 64 inputs");
+    for (int e = 0; e < u->n_ext; e++) c->x[e] = ptr_expr(st, io_off, u->ext[e], 1);
+    c->y[0] = ptr_expr(st, io_off, root->out[0], 0);
+    rc = cu_emit_eltwise(c, u->nodes, u->n_nodes, u->ext, u->n_ext);
+  } else {
+    cu_op_fn fn = cu_op_emitter(root->op);
+    if (root->n_in > 64 || root->n_out > 8) return cu_fail(c, root, "too many inputs or outputs");
+    if (!fn) return cu_fail(c, root, "op %s is not supported", ir_op_name(root->op));
+    for (int k = 0; k < root->n_in; k++)
+      if (root->in[k] >= 0) c->x[k] = ptr_expr(st, io_off, root->in[k], 1);
+    for (int k = 0; k < root->n_out; k++)
+      if (root->out[k] >= 0) c->y[k] = ptr_expr(st, io_off, root->out[k], 0);
+    rc = fn(c, root);
+  }
+  for (int k = 0; k < 64; k++) free((void *)c->x[k]);
+  for (int k = 0; k < 8; k++) free((void *)c->y[k]);
+  memset(c->x, 0, sizeof c->x);
+  memset(c->y, 0, sizeof c->y);
+  return rc;
+}
+
+static void put_size_array(FILE *f, const char *name, const size_t *v, int n) {
+  if (!n) return;
+  fprintf(f, "static const size_t %s[%d] = {", name, n);
+  for (int i = 0; i < n; i++) fprintf(f, "%s%zuu", i ? ", " : "", v[i]);
+  fputs("};\n", f);
+}
+
+static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const stage_info *si, int s,
+                      const char *dir) {
+  stage_ctx st = {0};
+  int nv = g->n_values;
+  st.g = g;
+  st.p = p;
+  st.o = o;
+  st.si = si;
+  st.s = s;
+  st.loc = ir_xcalloc((size_t)nv + 1, sizeof(int));
+  st.off = ir_xcalloc((size_t)nv + 1, sizeof(size_t));
+  st.root = ir_xcalloc((size_t)nv + 1, sizeof(int));
+  st.def_unit = ir_xcalloc((size_t)nv + 1, sizeof(int));
+  st.last_unit = ir_xcalloc((size_t)nv + 1, sizeof(int));
+  cgu_build_units(&st);
+  size_t arena = cgu_plan_memory(&st);
+
+  /* IO region: the stage inputs, then its outputs, 256-byte aligned */
+  int nio = si->n_in[s] + si->n_out[s];
+  size_t *io_off = ir_xcalloc((size_t)nio + 1, sizeof(size_t)), *io_bytes = ir_xcalloc((size_t)nio + 1, sizeof(size_t));
+  size_t io = 0;
+  for (int k = 0; k < nio; k++) {
+    int v = k < si->n_in[s] ? si->s_in[s][k] : si->s_out[s][k - si->n_in[s]];
+    io_off[k] = io;
+    io_bytes[k] = (size_t)ir_value_bytes(&g->values[v]);
+    io += (io_bytes[k] + 255) / 256 * 256;
+  }
+
+  cu_ctx c = {0};
+  c.g = g;
+  c.o = o;
+  char *dbuf = NULL, *cbuf = NULL, *vbuf = NULL;
+  size_t dlen = 0, clen = 0, vlen = 0;
+  c.decl = open_memstream(&dbuf, &dlen);
+  c.call = open_memstream(&cbuf, &clen);
+  c.conv = open_memstream(&vbuf, &vlen);
+  int rc = 0;
+  for (int u = 0; u < st.n_units; u++)
+    if (emit_unit(&st, &c, u, io_off)) rc = -1;
+  fclose(c.decl);
+  fclose(c.call);
+  fclose(c.conv);
+
+  /* weights */
+  unsigned char *wbuf = ir_xcalloc(st.w_bytes + 1, 1);
+  for (int k = 0; k < st.n_w; k++) {
+    const ir_value *v = &g->values[st.w_vals[k]];
+    if (v->nbytes) memcpy(wbuf + st.off[st.w_vals[k]], v->data, v->nbytes);
+  }
+  uint64_t sum = cg_checksum64(wbuf, st.w_bytes);
+
+  char *sbuf = NULL;
+  size_t slen = 0;
+  FILE *f = open_memstream(&sbuf, &slen);
+  char what[64];
+  snprintf(what, sizeof what, "stage_%d.cu: stage %d of %d", s, s, p->n_stages);
+  cgu_put_header(f, g, o, what);
+  int first_node = -1, last_node = -1, count = 0;
+  for (int i = 0; i < g->n_nodes; i++)
+    if (!g->nodes[i].dead && p->node_stage[i] == s) {
+      if (first_node < 0) first_node = i;
+      last_node = i;
+      count++;
+    }
+  size_t scratch = cgu_align_up(c.scratch);
+  fprintf(f,
+          "/* %d nodes, %d units; %d inputs, %d outputs; weights %zu bytes; device arena %zu bytes + scratch %zu "
+          "bytes; inputs/outputs %zu bytes.\n"
+          " * forward() copies the host inputs to the device, runs the units on the stage's stream (a CUDA graph "
+          "after the\n * first micro-batch), copies the outputs back and synchronises: host staging between stages "
+          "for now,\n * NCCL between stages is a later step. Float32 GEMMs and convolutions %s. */\n",
+          count, st.n_units, si->n_in[s], si->n_out[s], st.w_bytes, arena, scratch, io,
+          o && o->no_tf32 ? "are exact float32 (--no-tf32)" : "use TF32 tensor cores");
+  fputs("#include \"pipecc_cuda.h\"\n\n", f);
+  fprintf(f, "#define SCRATCH_OFF %zuu\n\n", arena);
+  if (dlen) fputs(dbuf, f);
+  if (c.n_conv) {
+    fprintf(f, "static const pk_conv_p conv_table[%d] = {\n", c.n_conv);
+    fputs(vbuf, f);
+    fputs("};\n\n", f);
+  }
+  fputs("/* The units in graph order, on S->stream; 0 or 1 (error printed). */\n", f);
+  fputs("static int run(pk_stage *S) {\n  unsigned char *const W = S->w, *const IO = S->io, *const A = S->a;\n"
+        "  (void)W;\n  (void)IO;\n  (void)A;\n",
+        f);
+  if (clen) fputs(cbuf, f);
+  fputs("  return 0;\n}\n\n", f);
+  /* unit and node names */
+  int total_nodes = 0;
+  if (st.n_units) {
+    fprintf(f, "static const char *const unit_names[%d] = {\n", st.n_units);
+    for (int u = 0; u < st.n_units; u++) {
+      fputs("  ", f);
+      put_unit_name(f, g, &st.units[u]);
+      fputs(",\n", f);
+      total_nodes += st.units[u].n_nodes;
+    }
+    fputs("};\n", f);
+    fprintf(f, "static const int unit_n_nodes[%d] = {", st.n_units);
+    for (int u = 0; u < st.n_units; u++) fprintf(f, "%s%d", u ? ", " : "", st.units[u].n_nodes);
+    fputs("};\n", f);
+    fprintf(f, "static const char *const node_names[%d] = {\n", total_nodes);
+    for (int u = 0; u < st.n_units; u++)
+      for (int m = 0; m < st.units[u].n_nodes; m++) {
+        fputs("  ", f);
+        cgu_put_cstr(f, g->nodes[st.units[u].nodes[m]].name);
+        fputs(",\n", f);
+      }
+    fputs("};\n", f);
+  }
+  put_size_array(f, "in_off", io_off, si->n_in[s]);
+  put_size_array(f, "in_bytes", io_bytes, si->n_in[s]);
+  put_size_array(f, "out_off", io_off + si->n_in[s], si->n_out[s]);
+  put_size_array(f, "out_bytes", io_bytes + si->n_in[s], si->n_out[s]);
+  char nm[512];
+  if (first_node >= 0) {
+    char a[200], b[200];
+    snprintf(nm, sizeof nm, "stage_%d (%s .. %s)", s, ir_printable(g->nodes[first_node].name, 60, a, sizeof a),
+             ir_printable(g->nodes[last_node].name, 60, b, sizeof b));
+  } else snprintf(nm, sizeof nm, "stage_%d", s);
+  fprintf(f, "\nstatic const pk_stage_info info = {\n  %d,\n  ", s);
+  cgu_put_cstr(f, nm);
+  fprintf(f, ",\n  %d,\n  %s,\n  %s,\n  %s,\n  %d,\n  %d,\n  %s,\n  %s,\n  %s,\n  %s,\n  %zuu,\n  %zuu,\n  %d,\n  %s,\n  run,\n};\n\n",
+          st.n_units, st.n_units ? "unit_names" : "NULL", st.n_units ? "unit_n_nodes" : "NULL",
+          st.n_units ? "node_names" : "NULL", si->n_in[s], si->n_out[s], si->n_in[s] ? "in_off" : "NULL",
+          si->n_in[s] ? "in_bytes" : "NULL", si->n_out[s] ? "out_off" : "NULL", si->n_out[s] ? "out_bytes" : "NULL",
+          io, arena + scratch, c.n_conv, c.n_conv ? "conv_table" : "NULL");
+  fprintf(f, "static int stage_init(void **state, const void *weights, size_t weights_len) {\n"
+             "  return pk_stage_init(state, &info, %d, weights, weights_len);\n}\n\n",
+          o && o->no_tf32 ? 0 : 1);
+  fputs("static int stage_forward(void *state, const void *const *in, void *const *out) {\n"
+        "  return pk_stage_forward(state, in, out);\n}\n\n"
+        "static void stage_fini(void *state) { pk_stage_fini(state); }\n\n",
+        f);
+  cgu_put_tensor_descs(f, g, "stage_inputs", si->s_in[s], si->n_in[s]);
+  cgu_put_tensor_descs(f, g, "stage_outputs", si->s_out[s], si->n_out[s]);
+  fprintf(f, "\nextern \"C\" const pipert_stage_desc pipecc_stage_%d = {\n  PIPERT_ABI_VERSION,\n  %d,\n  ", s, s);
+  cgu_put_cstr(f, nm);
+  fprintf(f, ",\n  %d,\n  %d,\n  %s,\n  %s,\n", si->n_in[s], si->n_out[s], si->n_in[s] ? "stage_inputs" : "NULL",
+          si->n_out[s] ? "stage_outputs" : "NULL");
+  if (st.w_bytes) fprintf(f, "  \"weights_%d.bin\",\n  %zuu,\n  0x%016" PRIx64 "ull,\n", s, st.w_bytes, sum);
+  else fputs("  NULL,\n  0u,\n  0u,\n", f);
+  fputs("  stage_init,\n  stage_forward,\n  stage_fini,\n};\n", f);
+  fclose(f);
+
+  char fn[64];
+  if (!rc) {
+    snprintf(fn, sizeof fn, "stage_%d.cu", s);
+    rc = cgu_write_file(dir, fn, sbuf, slen);
+  }
+  if (!rc) {
+    snprintf(fn, sizeof fn, "weights_%d.bin", s);
+    if (st.w_bytes) rc = cgu_write_file(dir, fn, wbuf, st.w_bytes);
+    else {
+      char path[4096];
+      snprintf(path, sizeof path, "%s/%s", dir, fn);
+      remove(path);
+    }
+  }
+  free(sbuf);
+  free(dbuf);
+  free(cbuf);
+  free(vbuf);
+  free(wbuf);
+  free(io_off);
+  free(io_bytes);
+  for (int u = 0; u < st.n_units; u++) {
+    free(st.units[u].nodes);
+    free(st.units[u].ext);
+  }
+  free(st.units);
+  free(st.w_vals);
+  free(st.loc);
+  free(st.off);
+  free(st.root);
+  free(st.def_unit);
+  free(st.last_unit);
+  return rc;
+}
+
+/* ---- the device runtime, the profiler, the Makefile ------------------------------------------- */
+
+static int copy_rt_file(const char *dir, const char *name) {
+  char src[4096];
+  const char *rt = getenv("PIPECC_CUDA_RT_DIR");
+  snprintf(src, sizeof src, "%s/%s", rt && *rt ? rt : PIPECC_SOURCE_DIR "/codegen/cuda/rt", name);
+  FILE *f = fopen(src, "rb");
+  if (!f) {
+    fprintf(stderr, "pipecc: cannot read the cuda device runtime %s: %s (set PIPECC_CUDA_RT_DIR)\n", src, strerror(errno));
+    return -1;
+  }
+  char *buf = NULL;
+  size_t len = 0, cap = 0, n;
+  char chunk[65536];
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+    if (len + n > cap) {
+      cap = (len + n) * 2;
+      buf = ir_xrealloc(buf, cap);
+    }
+    memcpy(buf + len, chunk, n);
+    len += n;
+  }
+  fclose(f);
+  int rc = cgu_write_file(dir, name, buf, len);
+  free(buf);
+  return rc;
+}
+
+/* profile_main.c: plain C, compiled with cc; see the usage text in it. */
+static const char profile_main_src[] =
+    "#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n\n#include \"pipert.h\"\n\n"
+    "extern const pipert_stage_desc pipecc_stage_0;\n"
+    "int pk_stage_profile(void *state, const void *const *in, int warmup, int reps, float *unit_ms);\n"
+    "const char *pk_stage_device_name(void *state, char *buf, size_t n);\n"
+    "int pk_stage_units(void *state, const char *const **unit_names, const int **unit_n_nodes,\n"
+    "                   const char *const **node_names);\n\n"
+    "static void usage(void) {\n"
+    "  fputs(\"usage: profile [--profile-out FILE.json] [--warmup N] [--reps N] [--weights-dir DIR]\\n\"\n"
+    "        \"Times every node of the model (one stage, one micro-batch, random inputs) with CUDA events:\\n\"\n"
+    "        \"N warm-up runs, then the median of --reps runs per node; a fused unit's time is split evenly\\n\"\n"
+    "        \"over its nodes. Writes {\\\"device\\\": ..., \\\"nodes\\\": {NAME: {\\\"fwd_ms\\\": ...}}} for\\n\"\n"
+    "        \"pipecc --profile FILE.json (stdout without --profile-out).\\n\", stderr);\n"
+    "}\n\n"
+    "static void put_json_str(FILE *f, const char *s) {\n"
+    "  fputc('\"', f);\n"
+    "  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {\n"
+    "    if (*p == '\"' || *p == '\\\\') fprintf(f, \"\\\\%c\", *p);\n"
+    "    else if (*p < 32) fprintf(f, \"\\\\u%04x\", *p);\n"
+    "    else fputc(*p, f);\n"
+    "  }\n"
+    "  fputc('\"', f);\n"
+    "}\n\n"
+    "int main(int argc, char **argv) {\n"
+    "  const char *out_path = NULL, *wdir = NULL;\n"
+    "  int warmup = 5, reps = 20;\n"
+    "  for (int i = 1; i < argc; i++) {\n"
+    "    if (!strcmp(argv[i], \"--profile-out\") && i + 1 < argc) out_path = argv[++i];\n"
+    "    else if (!strcmp(argv[i], \"--warmup\") && i + 1 < argc) warmup = atoi(argv[++i]);\n"
+    "    else if (!strcmp(argv[i], \"--reps\") && i + 1 < argc) reps = atoi(argv[++i]);\n"
+    "    else if (!strcmp(argv[i], \"--weights-dir\") && i + 1 < argc) wdir = argv[++i];\n"
+    "    else {\n      usage();\n      return strcmp(argv[i], \"-h\") && strcmp(argv[i], \"--help\") ? 2 : 0;\n    }\n"
+    "  }\n"
+    "  if (warmup < 0 || reps < 1) {\n    usage();\n    return 2;\n  }\n"
+    "  const pipert_stage_desc *d = &pipecc_stage_0;\n"
+    "  void *w = NULL;\n  size_t wlen = 0;\n"
+    "  if (d->weights_file) {\n"
+    "    char path[4096], self[4096];\n"
+    "    if (!wdir) {\n"
+    "      ssize_t k = readlink(\"/proc/self/exe\", self, sizeof self - 1);\n"
+    "      self[k > 0 ? k : 0] = 0;\n"
+    "      char *slash = strrchr(self, '/');\n"
+    "      if (slash) *slash = 0; else strcpy(self, \".\");\n"
+    "      wdir = self;\n"
+    "    }\n"
+    "    snprintf(path, sizeof path, \"%s/%s\", wdir, d->weights_file);\n"
+    "    FILE *f = fopen(path, \"rb\");\n"
+    "    w = malloc(d->weights_bytes ? d->weights_bytes : 1);\n"
+    "    if (!f || !w || fread(w, 1, d->weights_bytes, f) != d->weights_bytes || fgetc(f) != EOF ||\n"
+    "        pipert_checksum64(w, d->weights_bytes) != d->weights_checksum) {\n"
+    "      fprintf(stderr, \"profile: %s: missing or corrupt weights file\\n\", path);\n"
+    "      return 2;\n"
+    "    }\n"
+    "    fclose(f);\n"
+    "    wlen = d->weights_bytes;\n"
+    "  }\n"
+    "  /* inputs: floats uniform in [-1, 1) from a fixed generator, everything else 0 */\n"
+    "  void **in = calloc((size_t)d->n_inputs + 1, sizeof(void *));\n"
+    "  uint64_t rng = 0x9E3779B97F4A7C15ull;\n"
+    "  for (int k = 0; k < d->n_inputs; k++) {\n"
+    "    in[k] = calloc(1, d->inputs[k].nbytes + 1);\n"
+    "    if (d->inputs[k].dtype == PIPERT_FLOAT)\n"
+    "      for (size_t i = 0; i < d->inputs[k].nbytes / 4; i++) {\n"
+    "        rng = rng * 6364136223846793005ull + 1442695040888963407ull;\n"
+    "        ((float *)in[k])[i] = (float)((rng >> 40) * (1.0 / 8388608.0)) - 1.0f;\n"
+    "      }\n"
+    "  }\n"
+    "  void *st = NULL;\n"
+    "  if (d->init(&st, w, wlen)) return 1;\n"
+    "  const char *const *unames, *const *nnames;\n"
+    "  const int *nper;\n"
+    "  int U = pk_stage_units(st, &unames, &nper, &nnames);\n"
+    "  float *ms = calloc((size_t)U + 1, sizeof(float));\n"
+    "  if (pk_stage_profile(st, (const void *const *)in, warmup, reps, ms)) return 1;\n"
+    "  FILE *o = out_path ? fopen(out_path, \"w\") : stdout;\n"
+    "  if (!o) {\n    perror(out_path);\n    return 2;\n  }\n"
+    "  char dev[256];\n"
+    "  fputs(\"{\\\"device\\\": \", o);\n"
+    "  put_json_str(o, pk_stage_device_name(st, dev, sizeof dev));\n"
+    "  fprintf(o, \", \\\"warmup\\\": %d, \\\"reps\\\": %d, \\\"nodes\\\": {\", warmup, reps);\n"
+    "  int first = 1, k = 0;\n"
+    "  double total = 0;\n"
+    "  for (int u = 0; u < U; u++) {\n"
+    "    total += ms[u];\n"
+    "    for (int m = 0; m < nper[u]; m++, k++) {\n"
+    "      if (!nnames[k][0]) continue;\n"
+    "      fputs(first ? \"\\n  \" : \",\\n  \", o);\n"
+    "      first = 0;\n"
+    "      put_json_str(o, nnames[k]);\n"
+    "      fprintf(o, \": {\\\"fwd_ms\\\": %.6g}\", (double)ms[u] / nper[u]);\n"
+    "    }\n"
+    "  }\n"
+    "  fprintf(o, \"\\n}, \\\"total_ms\\\": %.6g}\\n\", total);\n"
+    "  if (out_path) fclose(o);\n"
+    "  d->fini(st);\n"
+    "  fprintf(stderr, \"profile: %d units, %.3f ms per micro-batch on %s%s%s\\n\", U, total, dev,\n"
+    "          out_path ? \", wrote \" : \"\", out_path ? out_path : \"\");\n"
+    "  return 0;\n"
+    "}\n";
+
+static int emit_profile_main(ir_graph *g, const cg_options *o, const char *dir) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  cgu_put_header(f, g, o, "profile_main.c: per-node timing of a one-stage cuda build (make profile)");
+  fputs("#define _GNU_SOURCE\n#include <unistd.h>\n", f);
+  fputs(profile_main_src, f);
+  fclose(f);
+  int rc = cgu_write_file(dir, "profile_main.c", buf, len);
+  free(buf);
+  return rc;
+}
+
+/* "80;90" -> "-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90" */
+static void gencode_flags(const char *arch, char *out, size_t n) {
+  size_t o = 0;
+  out[0] = 0;
+  const char *p = arch && *arch ? arch : "80;90";
+  while (*p) {
+    while (*p == ';' || *p == ',' || *p == ' ') p++;
+    if (!*p) break;
+    const char *e = p;
+    while (*e && *e != ';' && *e != ',' && *e != ' ') e++;
+    int l = (int)(e - p);
+    o += (size_t)snprintf(out + o, o < n ? n - o : 0, "%s-gencode arch=compute_%.*s,code=sm_%.*s", o ? " " : "", l, p,
+                          l, p);
+    p = e;
+  }
+}
+
+static int emit_makefile(ir_graph *g, const cg_plan *p, const cg_options *o, const char *dir) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  char gencode[1024];
+  gencode_flags(o ? o->cuda_arch : NULL, gencode, sizeof gencode);
+  cgu_put_header_hash(f, g, o, "Makefile: builds ./pipeline with nvcc (make profile: the per-node profiler)");
+  fprintf(f,
+          "\nCUDA_HOME ?= /usr/local/cuda\nNVCC ?= $(CUDA_HOME)/bin/nvcc\nCUDA_ARCH = %s\n"
+          "NVCCFLAGS = %s $(CUDA_ARCH) -Xcompiler -Wall\nCC = cc\nCFLAGS = -O2 -std=c11 -Wall -Wextra\n"
+          "PIPERT_INCLUDE = %s\nPIPERT_LIB = %s\n"
+          "LIBS = %s -L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas -lcudart "
+          "-lpthread -lm\n\n",
+          gencode, CGU_NVCC_FLAGS, PIPERT_INCLUDE_DIR, PIPERT_LIB, PIPERT_LINK_LIBS);
+  fputs("STAGES =", f);
+  for (int s = 0; s < p->n_stages; s++) fprintf(f, " stage_%d.o", s);
+  fputs("\nOBJS = $(STAGES) pipecc_cuda_rt.o pipeline_main.o\n\n", f);
+  fputs("all: pipeline\n\n", f);
+  fputs("pipeline: $(OBJS) $(PIPERT_LIB)\n\t$(NVCC) $(CUDA_ARCH) -o $@ $(OBJS) $(PIPERT_LIB) $(LIBS)\n\n", f);
+  if (p->n_stages == 1)
+    fputs("profile: stage_0.o pipecc_cuda_rt.o profile_main.o $(PIPERT_LIB)\n"
+          "\t$(NVCC) $(CUDA_ARCH) -o $@ stage_0.o pipecc_cuda_rt.o profile_main.o $(PIPERT_LIB) $(LIBS)\n\n",
+          f);
+  fputs("%.o: %.cu pipecc_cuda.h\n\t$(NVCC) $(NVCCFLAGS) -I. -I$(PIPERT_INCLUDE) -c -o $@ $<\n\n", f);
+  fputs("%.o: %.c\n\t$(CC) $(CFLAGS) -I$(PIPERT_INCLUDE) -c -o $@ $<\n\n", f);
+  fputs("clean:\n\trm -f $(OBJS) profile_main.o pipeline profile\n\n.PHONY: all clean\n", f);
+  fclose(f);
+  int rc = cgu_write_file(dir, "Makefile", buf, len);
+  free(buf);
+  return rc;
+}
+
+static int check_graph(ir_graph *g, const cg_plan *p) {
+  int bad = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const ir_node *n = &g->nodes[i];
+    if (n->dead) continue;
+    if (p->node_stage[i] < 0 || p->node_stage[i] >= p->n_stages) {
+      ir_error_node(g, i, "internal error: node assigned to stage %d of %d", p->node_stage[i], p->n_stages);
+      bad = 1;
+      continue;
+    }
+    if (n->op == IR_OP_UNKNOWN) continue;
+    for (int side = 0; side < 2; side++) {
+      int cnt = side ? n->n_out : n->n_in;
+      const int *vs = side ? n->out : n->in;
+      for (int k = 0; k < cnt; k++) {
+        if (vs[k] < 0) continue;
+        const ir_value *v = &g->values[vs[k]];
+        if (!ir_shape_static(&v->shape)) {
+          ir_error_node(g, i, "cuda target: %s '%s' has no static shape (shape inference did not run or failed)",
+                        side ? "output" : "input", v->name);
+          bad = 1;
+        } else if (!cg_ctype(v->dtype)) {
+          ir_error_node(g, i, "cuda target: %s '%s' has dtype %s, which the cuda target does not support",
+                        side ? "output" : "input", v->name, ir_dtype_name(v->dtype));
+          bad = 1;
+        }
+      }
+    }
+  }
+  /* all unsupported ops at once */
+  for (int i = 0; i < g->n_nodes; i++) {
+    const ir_node *n = &g->nodes[i];
+    if (n->dead) continue;
+    if (n->op == IR_OP_UNKNOWN) {
+      ir_error_node(g, i, "cuda target: op %s%s%s is not supported", *n->domain ? n->domain : "", *n->domain ? "." : "",
+                    n->op_type);
+      bad = 1;
+    } else if (!cg_is_eltwise(g, n) && !cg_is_alias(n) && !cu_op_emitter(n->op)) {
+      ir_error_node(g, i, "cuda target: op %s is not supported yet", ir_op_name(n->op));
+      bad = 1;
+    }
+  }
+  return bad ? -1 : 0;
+}
+
+int cg_cuda_emit(ir_graph *g, const cg_plan *p, const cg_options *o, const char *out_dir) {
+  if (!p || p->n_stages < 1 || !p->node_stage) {
+    fprintf(stderr, "pipecc: internal error: cg_cuda_emit without a plan\n");
+    return -1;
+  }
+  for (int i = 0; i < g->n_nodes; i++)
+    for (int k = 0; k < g->nodes[i].n_in; k++) {
+      int v = g->nodes[i].in[k];
+      if (v >= 0 && g->values[v].producer >= i) {
+        fprintf(stderr, "pipecc: internal error: cg_cuda_emit needs a topologically sorted graph\n");
+        return -1;
+      }
+    }
+  ir_rebuild_uses(g);
+  if (check_graph(g, p)) return -1;
+  if (mkdir(out_dir, 0777) && errno != EEXIST) {
+    fprintf(stderr, "pipecc: cannot create %s: %s\n", out_dir, strerror(errno));
+    return -1;
+  }
+  stage_info si = {0};
+  if (cgu_analyse_stages(g, p, &si)) {
+    cgu_free_stage_info(&si);
+    return -1;
+  }
+  int rc = 0;
+  for (int s = 0; s < p->n_stages; s++)
+    if (emit_stage(g, p, o, &si, s, out_dir)) rc = -1;
+  /* stale stage sources of an earlier build with more stages would confuse readers */
+  for (int s = p->n_stages; !rc; s++) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/stage_%d.cu", out_dir, s);
+    if (remove(path)) break;
+    snprintf(path, sizeof path, "%s/weights_%d.bin", out_dir, s);
+    remove(path);
+  }
+  if (!rc) rc = cgu_emit_main(g, p, o, &si, out_dir);
+  if (!rc) rc = copy_rt_file(out_dir, "pipecc_cuda.h");
+  if (!rc) rc = copy_rt_file(out_dir, "pipecc_cuda_rt.cu");
+  if (!rc && p->n_stages == 1) rc = emit_profile_main(g, o, out_dir);
+  if (!rc) rc = emit_makefile(g, p, o, out_dir);
+  cgu_free_stage_info(&si);
+  return rc;
+}
+
+/* ---- build: make in out_dir ---------------------------------------------------------------------- */
+
+int cg_cuda_build_dir(const char *out_dir, const cg_options *o, const char *targets) {
+  int jobs = o && o->jobs > 0 ? o->jobs : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  if (jobs < 1) jobs = 1;
+  char jarg[32];
+  snprintf(jarg, sizeof jarg, "-j%d", jobs);
+  fprintf(stderr, "pipecc: make %s %s in %s (nvcc)\n", jarg, targets, out_dir);
+  pid_t pid = fork();
+  if (pid < 0) {
+    fprintf(stderr, "pipecc: fork: %s\n", strerror(errno));
+    return -1;
+  }
+  if (pid == 0) {
+    if (chdir(out_dir)) _exit(127);
+    /* stdout to stderr: pipecc's stdout stays for IR dumps */
+    dup2(2, 1);
+    char *argv[8];
+    int a = 0;
+    argv[a++] = "make";
+    argv[a++] = jarg;
+    argv[a++] = o && o->verbose ? "--no-print-directory" : "-s";
+    char t1[64] = "", t2[64] = "";
+    if (sscanf(targets, "%63s %63s", t1, t2) >= 1) argv[a++] = t1;
+    if (t2[0]) argv[a++] = t2;
+    argv[a] = NULL;
+    execvp("make", argv);
+    fprintf(stderr, "pipecc: cannot run make: %s\n", strerror(errno));
+    _exit(127);
+  }
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+    fprintf(stderr, "pipecc: building %s with nvcc failed (see the messages above)\n", out_dir);
+    return -1;
+  }
+  return 0;
+}

@@ -1,0 +1,198 @@
+/* pipecc_cuda.h - the device runtime shared by every stage_K.cu of a cuda build.
+ *
+ * pipecc copies this header and pipecc_cuda_rt.cu into the build directory. The
+ * runtime is compiled ONCE per build (pipecc_cuda_rt.o) and holds everything that
+ * does not depend on the model: the stage life cycle (device selection, stream,
+ * cuDNN/cuBLAS handles, weights upload, device memory, CUDA graph capture, host
+ * staging of inputs/outputs, errors, per-unit profiling), the cuDNN convolution
+ * setup, the cuBLAS GEMM wrapper and generic kernels (strided/padded copy, gather,
+ * pooling, softmax, layer/batch/instance normalisation, reductions, fills).
+ * A stage_K.cu holds only its generated fused element-wise kernels, the parameter
+ * tables of its nodes and the list of calls (run function), so nvcc compiles little
+ * per stage.
+ *
+ * Data path (this version): pipert hands forward() HOST buffers. forward() copies the
+ * stage inputs to the device (cudaMemcpyAsync), runs the units on the stage's stream
+ * (replaying a CUDA graph captured on the first micro-batch), copies the outputs back
+ * and synchronises. Moving activations between stages with NCCL (device buffers on
+ * both sides, no host round trip) is a later step.
+ *
+ * Devices: stage K runs on device K % cudaGetDeviceCount() (PIPECC_CUDA_DEVICE=N pins
+ * every stage to device N), so a one-GPU machine runs a g-stage build; replicas of a
+ * stage share its device. Environment: PIPECC_CUDA_GRAPH=0 runs eagerly (no graph).
+ *
+ * Errors: one line on stderr naming the stage, the device and what failed
+ * ("pipeline: stage 1 on cuda:0 (NVIDIA H100 80GB HBM3): node 54 'conv1' (Conv):
+ * cudnnConvolutionForward: CUDNN_STATUS_..."); init/forward then return non-zero and
+ * the runtime stops every stage. */
+#ifndef PIPECC_CUDA_H
+#define PIPECC_CUDA_H
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pipert.h"
+
+#define PK_MAX_RANK 8
+#define PK_THREADS 256
+
+/* Element types (ONNX codes, as pipert). */
+enum { PK_F32 = 1, PK_I32 = 6, PK_I64 = 7, PK_F64 = 11 };
+
+/* Convolution of one node, set up once in init (descriptors, algorithm by cuDNN's
+ * heuristics, workspace size). Spatial dims are normalised to 3 (leading ones 1);
+ * pads are symmetric here (the emitter pre-pads asymmetric ones). */
+typedef struct pk_conv_p {
+  int dtype;            /* PK_F32 | PK_F64 */
+  int sr;               /* spatial rank of the node, 1..3 */
+  int n, c, m, groups;
+  int in[3], out[3], k[3], stride[3], dil[3], pad[3];
+} pk_conv_p;
+
+/* Strided / padded copy: y[o] = x[base + sum_d j_d * xs[d]] with j_d = o_d - pb[d]
+ * mapped into [0, xd[d]) by mode (NONE: no check; CONST: out of range gives value;
+ * EDGE; REFLECT; WRAP). Transpose, Slice, broadcast, Pad and Tile are all this. */
+enum { PK_PAD_NONE = 0, PK_PAD_CONST, PK_PAD_EDGE, PK_PAD_REFLECT, PK_PAD_WRAP };
+typedef struct pk_copy_p {
+  int esize;            /* element bytes: 1, 2, 4, 8 */
+  int rank;             /* >= 1 */
+  int mode;
+  int64_t base;
+  int64_t ydims[PK_MAX_RANK], xs[PK_MAX_RANK], xd[PK_MAX_RANK], pb[PK_MAX_RANK];
+  uint64_t value;       /* CONST: the element's bit pattern */
+} pk_copy_p;
+
+/* Pooling (float): MAX / AVG / LP over a 3-D window (leading dims 1). */
+enum { PK_POOL_MAX = 0, PK_POOL_AVG, PK_POOL_LP };
+typedef struct pk_pool_p {
+  int kind, count_include_pad, col_major_index;
+  double p;
+  int64_t nc;
+  int64_t in[3], out[3], k[3], s[3], d[3], pb[3], pe[3];
+} pk_pool_p;
+
+/* Row-wise ops over [outer, A, inner]. */
+enum { PK_SOFTMAX = 0, PK_LOGSOFTMAX, PK_HARDMAX };
+
+/* Reductions (float) over the axes with red[d] = 1 of an input of dims xd. */
+enum { PK_RED_SUM = 0, PK_RED_MEAN, PK_RED_MAX, PK_RED_MIN, PK_RED_PROD, PK_RED_L1, PK_RED_L2, PK_RED_SUMSQ,
+       PK_RED_LOGSUM, PK_RED_LOGSUMEXP };
+typedef struct pk_reduce_p {
+  int kind, rank;
+  int64_t xd[PK_MAX_RANK];
+  int red[PK_MAX_RANK];
+} pk_reduce_p;
+
+struct pk_stage;
+/* What a stage_K.cu tells the runtime about itself. */
+typedef struct pk_stage_info {
+  int id;
+  const char *name;
+  int n_units;
+  const char *const *unit_names;   /* "node 54 'conv1' (Conv)": errors and profiles */
+  const int *unit_n_nodes;         /* ONNX nodes per unit */
+  const char *const *node_names;   /* ONNX names of the units' nodes, unit after unit */
+  int n_in, n_out;
+  const size_t *in_off, *in_bytes, *out_off, *out_bytes; /* in the IO region */
+  size_t io_bytes, arena_bytes;    /* arena includes the scratch at its end */
+  int n_conv;
+  const pk_conv_p *conv;
+  int (*run)(struct pk_stage *S);  /* the units, in order, on S->stream */
+} pk_stage_info;
+
+/* The state of one replica of a stage. Generated code reads the fields marked (gen). */
+typedef struct pk_stage {
+  const pk_stage_info *info;
+  int device;
+  char where[320];                 /* "stage 1 on cuda:0 (NVIDIA ...)" */
+  cudaStream_t stream;             /* (gen) */
+  void *cudnn, *cublas;            /* cudnnHandle_t, cublasHandle_t */
+  int tf32;                        /* TF32 tensor cores for float32 GEMM/conv */
+  unsigned char *w, *io, *a;       /* (gen) device weights, stage inputs/outputs, arena */
+  void *ws;
+  size_t ws_bytes;
+  struct pk_conv_s *conv;
+  int use_graph, captured;
+  cudaGraphExec_t exec;
+  int unit;                        /* the unit running (errors) */
+  cudaEvent_t *ev;                 /* profiling: n_units + 1 events, else NULL */
+} pk_stage;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Life cycle (pipert_stage_desc's init/forward/fini). tf32: 0 for exact float32. */
+int pk_stage_init(void **state, const pk_stage_info *info, int tf32, const void *weights, size_t weights_len);
+int pk_stage_forward(void *state, const void *const *in, void *const *out);
+void pk_stage_fini(void *state);
+/* Profiling: runs warmup + reps micro-batches eagerly with an event around every
+ * unit; unit_ms[u] is the median time of unit u. Returns 0 or non-zero. */
+int pk_stage_profile(void *state, const void *const *in, int warmup, int reps, float *unit_ms);
+/* Device name of a state (for profiles). */
+const char *pk_stage_device_name(void *state, char *buf, size_t n);
+/* The units of a state: returns their count; names, ONNX nodes per unit and the
+ * nodes' ONNX names (unit after unit). For the profiler, which is plain C. */
+int pk_stage_units(void *state, const char *const **unit_names, const int **unit_n_nodes,
+                   const char *const **node_names);
+
+/* Called by generated code between units: records the profiling event of unit u. */
+void pk_mark(pk_stage *S, int u);
+/* Report a failed unit (message) and return 1. */
+int pk_fail(pk_stage *S, const char *what, const char *detail);
+/* Check the last kernel launch of unit S->unit. */
+int pk_check_launch(pk_stage *S);
+/* Grid size for n elements with PK_THREADS threads (grid-stride kernels). */
+unsigned pk_grid(int64_t n);
+
+/* Ops. All return 0, or 1 after printing the error line. */
+int pk_conv(pk_stage *S, int idx, const void *x, const void *w, void *y);
+/* y[n, c, ...] += b[c] (float / double by dtype) */
+int pk_bias(pk_stage *S, int dtype, void *y, const void *b, int64_t n, int64_t c, int64_t spatial);
+/* Row-major GEMM, batched with strides (0: broadcast):
+ * C_i = alpha * op(A_i) op(B_i) + beta * C_i, op(A) M x K, op(B) K x N, C M x N. */
+int pk_gemm(pk_stage *S, int dtype, int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
+            int64_t lda, int64_t sa, const void *b, int64_t ldb, int64_t sb, double beta, void *c, int64_t ldc,
+            int64_t sc, int64_t batch);
+int pk_copy(pk_stage *S, const pk_copy_p *p, const void *x, void *y);
+/* Contiguous copy (D2D) and copies of `rows` rows of `width` bytes with pitches (Concat, Split). */
+int pk_memcpy(pk_stage *S, void *y, const void *x, size_t bytes);
+int pk_memcpy2d(pk_stage *S, void *y, size_t ypitch, const void *x, size_t xpitch, size_t width, size_t rows);
+int pk_fill(pk_stage *S, void *y, int esize, uint64_t value, int64_t n);
+/* y[o, j, i] = x[o, idx[j], i]; idx int64 (idx64) or int32, negative from the end. */
+int pk_gather(pk_stage *S, int esize, const void *x, const void *idx, int idx64, void *y, int64_t outer, int64_t a,
+              int64_t ni, int64_t inner);
+int pk_pool(pk_stage *S, const pk_pool_p *p, const float *x, float *y, int64_t *yi);
+int pk_softmax(pk_stage *S, int kind, const float *x, float *y, int64_t outer, int64_t a, int64_t inner);
+/* Layer normalisation of rows of `inner` elements; scale/bias indexed by i % ns (ns
+ * = inner or 1) or, for instance norm (per_row), by row % ns. mean/inv may be NULL. */
+int pk_layernorm(pk_stage *S, const float *x, const float *scale, int64_t ns, const float *bias, int64_t nb,
+                 float *y, float *mean, float *inv, int64_t outer, int64_t inner, double eps, int per_row);
+/* Inference batch norm (running statistics), onnxruntime's formula. */
+int pk_batchnorm(pk_stage *S, const float *x, const float *scale, const float *bias, const float *mean,
+                 const float *var, float *y, int64_t n, int64_t c, int64_t spatial, double eps);
+/* Training-mode batch norm: statistics of this micro-batch; running mean/var out (may be NULL). */
+int pk_batchnorm_train(pk_stage *S, const float *x, const float *scale, const float *bias, const float *mean,
+                       const float *var, float *y, float *rmean, float *rvar, int64_t n, int64_t c, int64_t spatial,
+                       double eps, double momentum);
+int pk_reduce(pk_stage *S, const pk_reduce_p *p, const float *x, float *y);
+#ifdef __cplusplus
+}
+#endif
+
+/* Generated code (inside run(), where S is the pk_stage *): start unit u (error
+ * messages name it; profiling records its event), call an op, launch a kernel. */
+#define PK_UNIT(u)              \
+  do {                          \
+    S->unit = (u);              \
+    if (S->ev) pk_mark(S, (u)); \
+  } while (0)
+#define PK_TRY(call)   \
+  do {                 \
+    if (call) return 1; \
+  } while (0)
+#define PK_LAUNCH(kern, n, ...)                                            \
+  do {                                                                     \
+    kern<<<pk_grid(n), PK_THREADS, 0, S->stream>>>((n), __VA_ARGS__);      \
+    if (pk_check_launch(S)) return 1;                                      \
+  } while (0)
+#endif
