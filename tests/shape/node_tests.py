@@ -93,7 +93,7 @@ def classify_error(err):
         names = sorted({(d + "." if d else "") + o for o, d in ops})
         return "unsupported op: " + ", ".join(names)
     if "must be a constant for a static shape" in err:
-        return "needs fold: a shape input is computed in the graph (Shape/ConstantOfShape arithmetic)"
+        return "data-dependent: a shape input is computed at run time (from graph input values)"
     m = re.search(r"unsupported default-domain opset (\d+)", err)
     if m:
         return "old opset: %s (pipecc reads 7..21)" % m.group(1)
