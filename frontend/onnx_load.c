@@ -16,7 +16,7 @@
 #define MAX_FUNCTION_DEPTH 16
 /* Inlining budget: a model whose functions call each other several times per level
  * would otherwise expand exponentially (a "billion laughs" model). */
-#define MAX_INLINED_NODES (1 << 19)
+#define MAX_INLINED_NODES (1 << 18)
 #define MAX_INLINE_ARENA ((size_t)256 << 20)
 
 typedef struct ext_file {

@@ -142,6 +142,25 @@ def _(d, n):
     return save(b"", d, n)
 
 
+@case("missing_model", r"cannot open: No such file")
+def _(d, n):
+    return os.path.join(d, n + ".onnx")  # never written
+
+
+@case("model_is_directory", r"not a regular file")
+def _(d, n):
+    p = os.path.join(d, n + ".onnx")
+    os.makedirs(p)
+    return p
+
+
+@case("model_is_fifo", r"not a regular file", max_s=10)
+def _(d, n):  # opening a FIFO for reading waits for a writer unless done with care
+    p = os.path.join(d, n + ".onnx")
+    os.mkfifo(p)
+    return p
+
+
 @case("not_a_model_text", r"not (a valid )?(an )?onnx model")
 def _(d, n):
     return save(b"This is a text file, not an ONNX model.\n" * 3, d, n)
