@@ -440,6 +440,55 @@ static void attr_convert(ctx *c, int node, const Onnx__AttributeProto *a, ir_att
   }
 }
 
+/* The attribute types of the ONNX schemas of the supported ops, default domain, opsets
+ * 7 to 21: each of these names has one type in all of them ("value" has two and is not
+ * listed). Made with onnx.defs.get_schema over the rows of ir/ops.def; a new op whose
+ * attribute shares a name here with another type must drop that name from the table.
+ * Sorted by name (bsearch). */
+static const struct attr_type {
+  const char *name;
+  ir_attr_type type;
+} attr_types[] = {
+    {"allowzero", IR_ATTR_INT}, {"alpha", IR_ATTR_FLOAT}, {"antialias", IR_ATTR_INT}, {"approximate", IR_ATTR_STRING},
+    {"auto_pad", IR_ATTR_STRING}, {"axes", IR_ATTR_INTS}, {"axis", IR_ATTR_INT}, {"batch_dims", IR_ATTR_INT},
+    {"beta", IR_ATTR_FLOAT}, {"bias", IR_ATTR_FLOAT}, {"blocksize", IR_ATTR_INT}, {"ceil_mode", IR_ATTR_INT},
+    {"coordinate_transformation_mode", IR_ATTR_STRING}, {"count_include_pad", IR_ATTR_INT},
+    {"cubic_coeff_a", IR_ATTR_FLOAT}, {"detect_negative", IR_ATTR_INT}, {"detect_positive", IR_ATTR_INT},
+    {"dilations", IR_ATTR_INTS}, {"direction", IR_ATTR_STRING}, {"end", IR_ATTR_INT}, {"ends", IR_ATTR_INTS},
+    {"epsilon", IR_ATTR_FLOAT}, {"exclude_outside", IR_ATTR_INT}, {"exclusive", IR_ATTR_INT},
+    {"extrapolation_value", IR_ATTR_FLOAT}, {"fmod", IR_ATTR_INT}, {"gamma", IR_ATTR_FLOAT}, {"group", IR_ATTR_INT},
+    {"ignore_index", IR_ATTR_INT}, {"k", IR_ATTR_INT}, {"keep_aspect_ratio_policy", IR_ATTR_STRING},
+    {"keepdims", IR_ATTR_INT}, {"kernel_shape", IR_ATTR_INTS}, {"lambd", IR_ATTR_FLOAT}, {"largest", IR_ATTR_INT},
+    {"max", IR_ATTR_FLOAT}, {"min", IR_ATTR_FLOAT}, {"mode", IR_ATTR_STRING}, {"momentum", IR_ATTR_FLOAT},
+    {"nearest_mode", IR_ATTR_STRING}, {"noop_with_empty_axes", IR_ATTR_INT}, {"num_outputs", IR_ATTR_INT},
+    {"output_padding", IR_ATTR_INTS}, {"output_shape", IR_ATTR_INTS}, {"p", IR_ATTR_INT}, {"pads", IR_ATTR_INTS},
+    {"perm", IR_ATTR_INTS}, {"ratio", IR_ATTR_FLOAT}, {"reduction", IR_ATTR_STRING}, {"reverse", IR_ATTR_INT},
+    {"saturate", IR_ATTR_INT}, {"scales", IR_ATTR_FLOATS}, {"seed", IR_ATTR_INT}, {"select_last_index", IR_ATTR_INT},
+    {"size", IR_ATTR_INT}, {"sorted", IR_ATTR_INT}, {"spatial", IR_ATTR_INT}, {"split", IR_ATTR_INTS},
+    {"start", IR_ATTR_INT}, {"starts", IR_ATTR_INTS}, {"stash_type", IR_ATTR_INT}, {"storage_order", IR_ATTR_INT},
+    {"strides", IR_ATTR_INTS}, {"to", IR_ATTR_INT}, {"training_mode", IR_ATTR_INT}, {"transA", IR_ATTR_INT},
+    {"transB", IR_ATTR_INT}, {"upper", IR_ATTR_INT},
+};
+
+static int cmp_attr_type(const void *k, const void *e) { return strcmp(k, ((const struct attr_type *)e)->name); }
+
+static const char *attr_type_name(int t) {
+  static const char *const names[] = {"undefined", "a float", "an int", "a string", "a tensor", "a graph",
+                                      "floats", "ints", "strings"};
+  return t >= 0 && t <= IR_ATTR_STRINGS ? names[t] : "of another type";
+}
+
+/* A supported op's attribute of the wrong type (perm given as floats, say) is an error;
+ * the passes would otherwise take it for absent and use the default. */
+static void check_attr_type(ir_graph *g, int node, const ir_attr *a) {
+  const struct attr_type *e =
+      bsearch(a->name, attr_types, sizeof attr_types / sizeof *attr_types, sizeof *attr_types, cmp_attr_type);
+  if (!e || e->type == a->type || a->type < IR_ATTR_FLOAT || a->type > IR_ATTR_STRINGS) return; /* odd types: reported */
+  char an[96];
+  ir_error_node(g, node, "attribute '%s' must be %s, it is %s", ir_printable(a->name, 60, an, sizeof an),
+                attr_type_name(e->type), attr_type_name(a->type));
+}
+
 /* Find a caller attribute for ref_attr_name, walking out through nested scopes. */
 static const Onnx__AttributeProto *resolve_ref(const scope *s, const char *ref) {
   for (; s; s = s->call_scope) {
@@ -622,6 +671,8 @@ static void add_one_node(ctx *c, const Onnx__NodeProto *np, const scope *s, int 
     }
     attr_convert(c, id, a, &nd->attr[(int)i - ((int)np->n_attribute - nd->n_attr)]);
   }
+  if (op != IR_OP_UNKNOWN)
+    for (int i = 0; i < nd->n_attr; i++) check_attr_type(g, id, &nd->attr[i]);
 
   /* inputs are resolved once every node has its outputs */
   if (c->n_pend == c->cap_pend) {

@@ -684,10 +684,17 @@ def _(d, n):
     return save(model(nodes, [vi("x", [2, 3])], [vi("y", [3, 2])]), d, n)
 
 
-@case("attr_wrong_kind", r"perm", node="tpf", pending="shape pass (passes/)")
-def _(d, n):  # perm given as floats
+@case("attr_wrong_kind", r"attribute 'perm' must be ints, it is floats", node="tpf")
+def _(d, n):  # perm given as floats: taken for absent, it would silently mean "reverse"
     nodes = [helper.make_node("Transpose", ["x"], ["y"], name="tpf", perm=[1.0, 0.0])]
     return save(model(nodes, [vi("x", [2, 3])], [vi("y", [3, 2])]), d, n)
+
+
+@case("attr_int_for_ints", r"attribute 'strides' must be ints, it is an int", node="convs")
+def _(d, n):
+    w = numpy_helper.from_array(np.zeros([4, 3, 3, 3], np.float32), "W")
+    nodes = [helper.make_node("Conv", ["x", "W"], ["y"], name="convs", strides=2)]
+    return save(model(nodes, [vi("x", [1, 3, 8, 8])], [vi("y", [1, 4, 3, 3])], inits=[w]), d, n)
 
 
 @case("attr_concat_axis", r"axis", node="cat", pending="shape pass (passes/)")
