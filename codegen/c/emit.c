@@ -209,6 +209,8 @@ typedef struct {
   int **s_in, *n_in;  /* per stage: input values */
   int **s_out, *n_out;/* per stage: output values */
   int *out_index;     /* [n_values] index in its producing stage's outputs, else -1 */
+  char *passthrough;  /* [n_values] a graph output that is a constant or a graph input:
+                       * the last stage copies it to its output */
 } stage_info;
 
 static void push(int **arr, int *n, int v) {
@@ -222,6 +224,7 @@ static int analyse_stages(ir_graph *g, const cg_plan *p, stage_info *si) {
   si->vstage = ir_xmalloc(sizeof(int) * (size_t)(nv + 1));
   si->last_stage = ir_xmalloc(sizeof(int) * (size_t)(nv + 1));
   si->out_index = ir_xmalloc(sizeof(int) * (size_t)(nv + 1));
+  si->passthrough = ir_xcalloc((size_t)nv + 1, 1);
   si->s_in = ir_xcalloc((size_t)S, sizeof(int *));
   si->s_out = ir_xcalloc((size_t)S, sizeof(int *));
   si->n_in = ir_xcalloc((size_t)S, sizeof(int));
@@ -270,15 +273,29 @@ static int analyse_stages(ir_graph *g, const cg_plan *p, stage_info *si) {
   free(used);
   for (int k = 0; k < g->n_outputs; k++) {
     int v = g->outputs[k];
-    if (si->vstage[v] < 0) {
-      ir_error(g, "graph output '%s' is %s; the cpu target needs every graph output computed by a node", g->values[v].name,
-               si->vstage[v] == -1 ? "a graph input" : "a constant");
+    if (si->vstage[v] == -3) {
+      ir_error(g, "graph output '%s' has no producer", g->values[v].name);
       return -1;
+    }
+    if (si->vstage[v] < 0 && !si->passthrough[v]) {
+      si->passthrough[v] = 1;
+      if (si->vstage[v] == -1) {
+        int have = 0;
+        for (int k = 0; k < si->n_in[S - 1]; k++) have |= si->s_in[S - 1][k] == v;
+        if (!have) {
+          push(&si->s_in[S - 1], &si->n_in[S - 1], v);
+          for (int k = si->n_in[S - 1] - 1; k > 0 && si->s_in[S - 1][k] < si->s_in[S - 1][k - 1]; k--) {
+            int t = si->s_in[S - 1][k];
+            si->s_in[S - 1][k] = si->s_in[S - 1][k - 1];
+            si->s_in[S - 1][k - 1] = t;
+          }
+        }
+      }
     }
     si->last_stage[v] = S;
   }
   for (int v = 0; v < nv; v++) {
-    int s = si->vstage[v];
+    int s = si->passthrough[v] ? S - 1 : si->vstage[v];
     if (s >= 0 && si->last_stage[v] > s) {
       si->out_index[v] = si->n_out[s];
       push(&si->s_out[s], &si->n_out[s], v);
@@ -299,6 +316,7 @@ static void free_stage_info(stage_info *si) {
   free(si->vstage);
   free(si->last_stage);
   free(si->out_index);
+  free(si->passthrough);
 }
 
 /* ---- arena planning ----------------------------------------------------------------- */
@@ -436,12 +454,17 @@ static size_t plan_memory(stage_ctx *st) {
     st->loc[si->s_in[s][k]] = LOC_IN;
     st->off[si->s_in[s][k]] = (size_t)k;
   }
+  char *wmark = ir_xcalloc((size_t)nv + 1, 1);
   for (int k = 0; k < si->n_out[s]; k++) {
-    st->loc[si->s_out[s][k]] = LOC_OUT;
-    st->off[si->s_out[s][k]] = (size_t)k;
+    int v = si->s_out[s][k];
+    if (si->passthrough[v]) {
+      if (g->values[v].kind == IR_VAL_CONST) wmark[v] = 1; /* copied out of the weights */
+      continue;
+    }
+    st->loc[v] = LOC_OUT;
+    st->off[v] = (size_t)k;
   }
   /* constants: in value order */
-  char *wmark = ir_xcalloc((size_t)nv + 1, 1);
   for (int u = 0; u < st->n_units; u++)
     for (int m = 0; m < st->units[u].n_nodes; m++) {
       const ir_node *n = &g->nodes[st->units[u].nodes[m]];
@@ -720,7 +743,8 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
   fputs("#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n\n#include <cblas.h>\n\n"
         "#include \"pipert.h\"\n\n",
         f);
-  fprintf(f, "#define ARENA_BYTES %zuu\n#define SCRATCH_OFF %zuu\n\n", arena + align_up(c.scratch), arena);
+  size_t total = arena + align_up(c.scratch);
+  fprintf(f, "#define ARENA_BYTES %zuu\n#define SCRATCH_OFF %zuu\n\n", total ? total : ALIGN, arena);
   if (flen) fputs(fbuf, f);
   fputs("typedef struct {\n  const unsigned char *w;\n  unsigned char *a;\n} stage_state;\n\n", f);
   fputs("static int stage_init(void **state, const void *weights, size_t weights_len) {\n"
@@ -739,6 +763,15 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
         "  (void)W;\n  (void)A;\n  (void)in;\n  (void)out;\n",
         f);
   if (clen) fputs(cbuf, f);
+  for (int k = 0; k < si->n_out[s]; k++) {
+    int v = si->s_out[s][k];
+    if (!si->passthrough[v]) continue;
+    fprintf(f, "  /* graph output '");
+    put_comment(f, g->values[v].name, 200);
+    fprintf(f, "' is a %s */\n  memcpy(out[%d], ", g->values[v].kind == IR_VAL_CONST ? "constant" : "graph input", k);
+    put_ptr(f, &st, v, 1);
+    fprintf(f, ", %lldu);\n", (long long)ir_value_bytes(&g->values[v]));
+  }
   fputs("  return 0;\n}\n\n", f);
   put_tensor_descs(f, g, "stage_inputs", si->s_in[s], si->n_in[s]);
   put_tensor_descs(f, g, "stage_outputs", si->s_out[s], si->n_out[s]);
@@ -834,7 +867,7 @@ static int emit_main(ir_graph *g, const cg_plan *p, const cg_options *o, const s
   fprintf(f, "static const pipert_ref output_src[%d] = {", g->n_outputs ? g->n_outputs : 1);
   for (int k = 0; k < g->n_outputs; k++) {
     int v = g->outputs[k];
-    fprintf(f, "%s{%d, %d}", k ? ", " : "", si->vstage[v], si->out_index[v]);
+    fprintf(f, "%s{%d, %d}", k ? ", " : "", si->passthrough[v] ? p->n_stages - 1 : si->vstage[v], si->out_index[v]);
   }
   if (!g->n_outputs) fputs("{0, 0}", f);
   fputs("};\n\n", f);

@@ -556,7 +556,8 @@ static int emit_resize(cg_ctx *c, const ir_node *n) {
   int linear = !strcmp(mode, "linear") || !strcmp(mode, "bilinear") || !strcmp(mode, "trilinear");
   if (!linear && strcmp(mode, "nearest")) return cg_fail(c, n, "Resize mode '%s' is not supported", mode);
   const char *ctm = n->op == IR_OP_Upsample || n->opset < 11 ? "asymmetric" : ir_attr_str(n, "coordinate_transformation_mode", "half_pixel");
-  const char *nm = ir_attr_str(n, "nearest_mode", "round_prefer_floor");
+  const char *nm = n->op == IR_OP_Upsample ? "floor" : ir_attr_str(n, "nearest_mode", "round_prefer_floor");
+  if (ir_attr_int(n, "antialias", 0)) return cg_fail(c, n, "Resize with antialias is not supported");
   if (n->op == IR_OP_Resize && n->opset >= 13 && cg_in(c, n, 1) == NULL) { /* roi omitted: fine */ }
   if (!strcmp(ctm, "tf_crop_and_resize")) return cg_fail(c, n, "tf_crop_and_resize is not supported");
   if (ir_attr_ints(n, "axes", &(const int64_t *){0}) > 0) return cg_fail(c, n, "Resize with axes is not supported");
@@ -590,7 +591,9 @@ static int emit_resize(cg_ctx *c, const ir_node *n) {
       double s = scales[d], xo;
       if (!strcmp(ctm, "half_pixel")) xo = ((double)o + 0.5) / s - 0.5;
       else if (!strcmp(ctm, "pytorch_half_pixel")) xo = O > 1 ? ((double)o + 0.5) / s - 0.5 : 0;
-      else if (!strcmp(ctm, "align_corners")) xo = O > 1 ? (double)o * (double)(I - 1) / (double)(O - 1) : 0;
+      else if (!strcmp(ctm, "align_corners"))
+        /* the ONNX reference divides by scale * input - 1, not output - 1 */
+        xo = s * (double)I != 1 ? (double)o * (double)(I - 1) / (s * (double)I - 1) : 0;
       else if (!strcmp(ctm, "asymmetric")) xo = (double)o / s;
       else if (!strcmp(ctm, "tf_half_pixel_for_nearest")) xo = ((double)o + 0.5) / s;
       else if (!strcmp(ctm, "half_pixel_symmetric")) {
@@ -656,6 +659,121 @@ static int emit_resize(cg_ctx *c, const ir_node *n) {
   return 0;
 }
 
+
+/* TopK: repeated selection (ties: the lower index first), always sorted. */
+static int emit_topk(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0), *yi = cg_out(c, n, 1);
+  int r = x->shape.rank;
+  int axis = norm_axis(ir_attr_int(n, "axis", -1), r);
+  if (axis < 0 || axis >= r) return cg_fail(c, n, "axis out of range");
+  int64_t outer = 1, inner = 1, A = x->shape.dims[axis];
+  for (int i = 0; i < axis; i++) outer *= x->shape.dims[i];
+  for (int i = axis + 1; i < r; i++) inner *= x->shape.dims[i];
+  int64_t K = (y ? y : yi)->shape.dims[axis];
+  if (!K || !outer || !inner) return 0;
+  const char *T = cg_ctype(x->dtype);
+  const char *cmp = ir_attr_int(n, "largest", 1) ? ">" : "<";
+  cg_scratch(c, (size_t)A);
+  cg_w(c, "  unsigned char *used = (unsigned char *)scr;\n");
+  cg_w(c, "  for (long o = 0; o < %lld; o++)\n    for (long i = 0; i < %lld; i++) {\n", LL(outer), LL(inner));
+  cg_w(c, "      const %s *xp = x0 + o * %lld + i;\n      memset(used, 0, %lld);\n", T, LL(A * inner), LL(A));
+  cg_w(c, "      for (long j = 0; j < %lld; j++) {\n        long b = -1;\n", LL(K));
+  cg_w(c, "        for (long a = 0; a < %lld; a++)\n          if (!used[a] && (b < 0 || xp[a * %lld] %s xp[b * %lld])) b = a;\n",
+       LL(A), LL(inner), cmp, LL(inner));
+  cg_w(c, "        used[b] = 1;\n        const long q = (o * %lld + j) * %lld + i;\n", LL(K), LL(inner));
+  if (y) cg_w(c, "        y0[q] = xp[b * %lld];\n", LL(inner));
+  if (yi) cg_w(c, "        y1[q] = b;\n");
+  cg_w(c, "      }\n    }\n");
+  return 0;
+}
+
+/* Flat data offset of the index tuple ix[0..L) over dims[0..L) (negative indices wrap). */
+static void emit_nd_offset(cg_ctx *c, const int64_t *dims, int L, const char *ix, int ind) {
+  cg_w(c, "%*slong off = 0;\n", ind, "");
+  for (int l = 0; l < L; l++)
+    cg_w(c, "%*s{ long k = (long)%s[%d]; if (k < 0) k += %lld; if (k < 0 || k >= %lld) k = 0; off = off * %lld + k; }\n", ind,
+         "", ix, l, LL(dims[l]), LL(dims[l]), LL(dims[l]));
+}
+
+static int emit_gather_nd(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *ix = cg_in(c, n, 1), *y = cg_out(c, n, 0);
+  int b = (int)ir_attr_int(n, "batch_dims", 0), qr = ix->shape.rank;
+  if (qr < 1) return cg_fail(c, n, "indices must have rank >= 1");
+  int L = (int)ix->shape.dims[qr - 1];
+  if (b < 0 || b + L > x->shape.rank) return cg_fail(c, n, "indices do not fit the data");
+  int64_t B = 1, nI = 1, slice = 1, D = 1;
+  for (int i = 0; i < b; i++) B *= x->shape.dims[i];
+  for (int i = b; i < qr - 1; i++) nI *= ix->shape.dims[i];
+  for (int i = b + L; i < x->shape.rank; i++) slice *= x->shape.dims[i];
+  for (int i = b; i < x->shape.rank; i++) D *= x->shape.dims[i];
+  if (!cg_numel(y)) return 0;
+  cg_w(c, "  for (long bi = 0; bi < %lld; bi++)\n    for (long j = 0; j < %lld; j++) {\n", LL(B), LL(nI));
+  cg_w(c, "      const %s *ix = x1 + (bi * %lld + j) * %d;\n", cg_ctype(ix->dtype), LL(nI), L);
+  emit_nd_offset(c, x->shape.dims + b, L, "ix", 6);
+  cg_w(c, "      memcpy(y0 + (bi * %lld + j) * %lld, x0 + bi * %lld + off * %lld, %lldu);\n    }\n", LL(nI), LL(slice), LL(D),
+       LL(slice), LL(slice * (int64_t)ir_dtype_size(x->dtype)));
+  return 0;
+}
+
+/* "dst = src" / "dst += src" ... for the reduction attribute of ScatterElements/ScatterND. */
+static int scatter_stmt(cg_ctx *c, const ir_node *n, const char *dst, const char *src, int ind) {
+  const char *red = ir_attr_str(n, "reduction", "none");
+  if (!strcmp(red, "none")) cg_w(c, "%*s%s = %s;\n", ind, "", dst, src);
+  else if (!strcmp(red, "add")) cg_w(c, "%*s%s += %s;\n", ind, "", dst, src);
+  else if (!strcmp(red, "mul")) cg_w(c, "%*s%s *= %s;\n", ind, "", dst, src);
+  else if (!strcmp(red, "max")) cg_w(c, "%*sif (%s > %s) %s = %s;\n", ind, "", src, dst, dst, src);
+  else if (!strcmp(red, "min")) cg_w(c, "%*sif (%s < %s) %s = %s;\n", ind, "", src, dst, dst, src);
+  else return cg_fail(c, n, "reduction '%s' is not supported", red);
+  return 0;
+}
+
+static int emit_scatter_elements(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *ix = cg_in(c, n, 1), *y = cg_out(c, n, 0);
+  int r = x->shape.rank;
+  int axis = norm_axis(ir_attr_int(n, "axis", 0), r);
+  if (axis < 0 || axis >= r || ix->shape.rank != r) return cg_fail(c, n, "axis or indices rank out of range");
+  if (!cg_numel(y)) return 0;
+  cg_w(c, "  memcpy(y0, x0, %lldu);\n", LL(ir_value_bytes(y)));
+  if (!cg_numel(ix)) return 0;
+  int64_t xs[IR_MAX_RANK] = {0}, st[IR_MAX_RANK] = {0};
+  cg_strides(&x->shape, xs);
+  for (int d = 0; d < r; d++) st[d] = d == axis ? 0 : xs[d];
+  char e[512], dst[600];
+  cg_w(c, "  long u = 0;\n");
+  open_loops(c, ix->shape.dims, r, 2);
+  int ind = 2 + 2 * r;
+  cg_w(c, "%*slong k = (long)x1[u];\n%*sif (k < 0) k += %lld;\n%*sif (k < 0 || k >= %lld) k = 0;\n", ind, "", ind, "",
+       LL(x->shape.dims[axis]), ind, "", LL(x->shape.dims[axis]));
+  snprintf(dst, sizeof dst, "y0[%s + k * %lld]", index_expr(e, sizeof e, st, r), LL(xs[axis]));
+  if (scatter_stmt(c, n, dst, "x2[u]", ind)) return -1;
+  cg_w(c, "%*su++;\n", ind, "");
+  close_loops(c, r, 2);
+  return 0;
+}
+
+static int emit_scatter_nd(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *ix = cg_in(c, n, 1), *y = cg_out(c, n, 0);
+  int qr = ix->shape.rank;
+  if (qr < 1) return cg_fail(c, n, "indices must have rank >= 1");
+  int L = (int)ix->shape.dims[qr - 1];
+  if (L > x->shape.rank) return cg_fail(c, n, "indices do not fit the data");
+  int64_t nI = 1, slice = 1;
+  for (int i = 0; i < qr - 1; i++) nI *= ix->shape.dims[i];
+  for (int i = L; i < x->shape.rank; i++) slice *= x->shape.dims[i];
+  if (!cg_numel(y)) return 0;
+  cg_w(c, "  memcpy(y0, x0, %lldu);\n", LL(ir_value_bytes(y)));
+  cg_w(c, "  for (long j = 0; j < %lld; j++) {\n    const %s *ix = x1 + j * %d;\n", LL(nI), cg_ctype(ix->dtype), L);
+  emit_nd_offset(c, x->shape.dims, L, "ix", 4);
+  cg_w(c, "    for (long s = 0; s < %lld; s++) {\n", LL(slice));
+  char dst[64];
+  snprintf(dst, sizeof dst, "y0[off * %lld + s]", LL(slice));
+  char src[64];
+  snprintf(src, sizeof src, "x2[j * %lld + s]", LL(slice));
+  if (scatter_stmt(c, n, dst, src, 6)) return -1;
+  cg_w(c, "    }\n  }\n");
+  return 0;
+}
+
 cg_op_fn cg_op_emitter_nn(ir_op op);
 
 cg_op_fn cg_op_emitter(ir_op op) {
@@ -687,6 +805,10 @@ cg_op_fn cg_op_emitter(ir_op op) {
     case IR_OP_DepthToSpace: case IR_OP_SpaceToDepth: return emit_depth_space;
     case IR_OP_OneHot: return emit_onehot;
     case IR_OP_Resize: case IR_OP_Upsample: return emit_resize;
+    case IR_OP_TopK: return emit_topk;
+    case IR_OP_GatherND: return emit_gather_nd;
+    case IR_OP_ScatterElements: return emit_scatter_elements;
+    case IR_OP_ScatterND: return emit_scatter_nd;
     default: return NULL;
   }
 }
