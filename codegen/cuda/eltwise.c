@@ -298,6 +298,7 @@ int cu_emit_eltwise(cu_ctx *c, const int *nodes, int n_nodes, const int *ext, in
   }
   if (q > 1) cu_w(c, "    const %s i0 = rem / %lldu;\n", I, (long long)QD[1]);
   else if (q == 1) cu_w(c, "    const %s i0 = i;\n", I);
+  for (int d = 0; d < q; d++) cu_w(c, "    (void)i%d;\n", d);
   char idx[256];
   for (int e = 0; e < n_ext; e++) {
     size_t o = 0;

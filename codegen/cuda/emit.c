@@ -302,7 +302,8 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
 
 /* ---- the device runtime, the profiler, the Makefile ------------------------------------------- */
 
-static int copy_rt_file(const char *dir, const char *name) {
+/* Copy a device runtime file into dir, under the usual header. */
+static int copy_rt_file(ir_graph *g, const cg_options *o, const char *dir, const char *name) {
   char src[4096];
   const char *rt = getenv("PIPECC_CUDA_RT_DIR");
   snprintf(src, sizeof src, "%s/%s", rt && *rt ? rt : PIPECC_SOURCE_DIR "/codegen/cuda/rt", name);
@@ -311,9 +312,18 @@ static int copy_rt_file(const char *dir, const char *name) {
     fprintf(stderr, "pipecc: cannot read the cuda device runtime %s: %s (set PIPECC_CUDA_RT_DIR)\n", src, strerror(errno));
     return -1;
   }
-  char *buf = NULL;
-  size_t len = 0, cap = 0, n;
-  char chunk[65536];
+  char *buf = NULL, *head = NULL;
+  size_t len = 0, cap = 0, n, hlen = 0;
+  char chunk[65536], what[128];
+  FILE *h = open_memstream(&head, &hlen);
+  snprintf(what, sizeof what, "%s: the device runtime (a copy of codegen/cuda/rt/%s)", name, name);
+  cgu_put_header(h, g, o, what);
+  fclose(h);
+  cap = hlen + 1;
+  buf = ir_xrealloc(buf, cap);
+  memcpy(buf, head, hlen);
+  len = hlen;
+  free(head);
   while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
     if (len + n > cap) {
       cap = (len + n) * 2;
@@ -572,8 +582,8 @@ int cg_cuda_emit(ir_graph *g, const cg_plan *p, const cg_options *o, const char 
     remove(path);
   }
   if (!rc) rc = cgu_emit_main(g, p, o, &si, out_dir);
-  if (!rc) rc = copy_rt_file(out_dir, "pipecc_cuda.h");
-  if (!rc) rc = copy_rt_file(out_dir, "pipecc_cuda_rt.cu");
+  if (!rc) rc = copy_rt_file(g, o, out_dir, "pipecc_cuda.h");
+  if (!rc) rc = copy_rt_file(g, o, out_dir, "pipecc_cuda_rt.cu");
   if (!rc && p->n_stages == 1) rc = emit_profile_main(g, o, out_dir);
   if (!rc) rc = emit_makefile(g, p, o, out_dir);
   cgu_free_stage_info(&si);

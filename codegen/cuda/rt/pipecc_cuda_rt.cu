@@ -114,13 +114,17 @@ static int conv_setup(pk_stage *S, struct pk_conv_s *c, const pk_conv_p *p) {
               "cudnnGetConvolutionForwardAlgorithm_v7"))
     return 1;
   int pick = -1;
+  /* never ALLOW_CONVERSION (float16 down-conversion); with --no-tf32 the descriptor
+   * keeps FMA math, which is what the chosen algorithm then runs with */
   for (int i = 0; i < found && pick < 0; i++)
     if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= PK_CONV_WS_LIMIT &&
-        (S->tf32 || p->dtype != PK_F32 || perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+        perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
       pick = i;
   if (pick < 0) return pk_fail(S, "cudnnGetConvolutionForwardAlgorithm_v7", "no usable algorithm");
   c->algo = perf[pick].algo;
-  if (S->tf32 || p->dtype != PK_F32) cudnnSetConvolutionMathType(c->conv, perf[pick].mathType);
+  if (math == CUDNN_DEFAULT_MATH &&
+      !dnn_ok(S, cudnnSetConvolutionMathType(c->conv, perf[pick].mathType), "cudnnSetConvolutionMathType"))
+    return 1;
   if (!dnn_ok(S, cudnnGetConvolutionForwardWorkspaceSize(h, c->x, c->w, c->conv, c->y, c->algo, &c->ws),
               "cudnnGetConvolutionForwardWorkspaceSize"))
     return 1;

@@ -1,0 +1,136 @@
+#!/bin/bash
+# tools/bench_gpu.sh - cuda target throughput on one GPU: ResNet-50 and the BERT-style
+# model of tools/export_models.py, pipecc (g=1 and g=4 stages sharing the GPU) against
+# PyTorch eager and torch.compile on the same GPU, batch and precision (TF32 on, as
+# pipecc's default; --no-tf32 switches both sides to exact float32).
+#
+#   tools/bench_gpu.sh [--build DIR] [--batch B] [--iters N] [--work DIR] [--no-tf32]
+#
+#   --build DIR   pipecc build directory (default: build), with DIR/pipecc
+#   --batch B     samples per batch (default 32; must be divisible by the micro-batches)
+#   --iters N     timed iterations (default 50; pipecc --bench N, PyTorch N batches)
+#   --work DIR    models and pipecc builds (default: /tmp/pipecc-bench-gpu)
+#   PIPECC_PYTHON python with torch, torchvision, onnx, numpy (default /usr/bin/python3)
+#
+# Prints one line per (model, runner): samples/s and ms per batch, then the speedups.
+# Needs an NVIDIA GPU: exits 1 with a message when there is none.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+BUILD="$ROOT/build"
+BATCH=32
+ITERS=50
+WORK=/tmp/pipecc-bench-gpu
+TF32=1
+PY="${PIPECC_PYTHON:-/usr/bin/python3}"
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) BUILD="$2"; shift 2 ;;
+    --batch) BATCH="$2"; shift 2 ;;
+    --iters) ITERS="$2"; shift 2 ;;
+    --work) WORK="$2"; shift 2 ;;
+    --no-tf32) TF32=0; shift ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    *) echo "bench_gpu.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+if [ ! -e /dev/nvidia0 ] || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "bench_gpu.sh: no NVIDIA GPU here (/dev/nvidia0 missing or nvidia-smi failed);" \
+       "this benchmark runs the cuda target and PyTorch on a GPU, nothing was measured" >&2
+  exit 1
+fi
+PIPECC="$BUILD/pipecc"
+if [ ! -x "$PIPECC" ]; then
+  echo "bench_gpu.sh: $PIPECC not found (build pipecc first, or pass --build DIR)" >&2
+  exit 2
+fi
+if ! "$PY" -c "import torch, torchvision, numpy; assert torch.cuda.is_available()" 2>/dev/null; then
+  echo "bench_gpu.sh: $PY lacks torch/torchvision/numpy or torch sees no CUDA device" >&2
+  exit 2
+fi
+
+GPU="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+mkdir -p "$WORK/models"
+"$PY" "$ROOT/tools/export_models.py" --out "$WORK/models" --models resnet50,bert >&2
+
+NOTF32=()
+[ "$TF32" = 1 ] || NOTF32=(--no-tf32)
+RESULTS="$WORK/results.txt"
+: > "$RESULTS"
+
+# pipecc: build (g stages, all on the one GPU), run --bench, record samples/s
+bench_pipecc() { # name input_name shape input_file g
+  local name=$1 in=$2 shape=$3 file=$4 g=$5
+  local d="$WORK/$name-g$g"
+  local split=()
+  [ "$g" -gt 1 ] && split=(env PIPECC_SPLIT=even)  # exactly g stages, one replica each
+  ${split[@]+"${split[@]}"} "$PIPECC" "$WORK/models/$name.onnx" --target cuda --shape "$in:$shape" -g "$g" \
+      ${NOTF32[@]+"${NOTF32[@]}"} -o "$d" >&2
+  local out
+  out="$("$d/pipeline" --input "$in=$file" --bench "$ITERS")"
+  echo "$out" >&2
+  local sps
+  sps="$(echo "$out" | sed -n 's/^throughput: \([0-9.]*\) samples\/s.*/\1/p')"
+  echo "$name pipecc-g$g $sps" >> "$RESULTS"
+}
+
+# PyTorch eager and torch.compile, same model definition, batch and input
+bench_torch() { # name input_file
+  "$PY" - "$ROOT" "$1" "$2" "$ITERS" "$TF32" >> "$RESULTS" <<'EOF'
+import sys, time
+import numpy as np
+import torch
+root, name, path, iters, tf32 = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1"
+sys.path.insert(0, root + "/tools")
+from export_models import build_model
+torch.backends.cuda.matmul.allow_tf32 = tf32
+torch.backends.cudnn.allow_tf32 = tf32
+torch.manual_seed(0)
+model = build_model(name).eval().cuda()
+x = torch.from_numpy(np.load(path)).cuda()
+
+def rate(fn):
+    with torch.inference_mode():
+        for _ in range(10):
+            fn(x)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(iters):
+            fn(x)
+        torch.cuda.synchronize()
+        return x.shape[0] * iters / (time.perf_counter() - t)
+
+print(f"{name} torch-eager {rate(model):.2f}")
+print(f"{name} torch-compile {rate(torch.compile(model)):.2f}")
+EOF
+}
+
+"$PY" - "$WORK" "$BATCH" <<'EOF'
+import sys
+import numpy as np
+work, b = sys.argv[1], int(sys.argv[2])
+rng = np.random.default_rng(0)
+np.save(f"{work}/resnet50_x.npy", rng.standard_normal((b, 3, 224, 224), dtype=np.float32))
+np.save(f"{work}/bert_x.npy", rng.integers(0, 512, (b, 64), dtype=np.int64))
+EOF
+
+for g in 1 4; do
+  bench_pipecc resnet50 input "${BATCH}x3x224x224" "$WORK/resnet50_x.npy" "$g"
+  bench_pipecc bert input_ids "${BATCH}x64" "$WORK/bert_x.npy" "$g"
+done
+bench_torch resnet50 "$WORK/resnet50_x.npy"
+bench_torch bert "$WORK/bert_x.npy"
+
+echo
+echo "GPU: $GPU, batch $BATCH, $ITERS iterations, TF32 $([ "$TF32" = 1 ] && echo on || echo off)"
+printf "%-10s %-15s %14s %14s\n" model runner samples/s ms/batch
+awk -v b="$BATCH" '{ printf "%-10s %-15s %14.1f %14.3f\n", $1, $2, $3, ($3 > 0 ? 1000 * b / $3 : 0) }' "$RESULTS"
+for m in resnet50 bert; do
+  awk -v m="$m" '$1 == m { r[$2] = $3 }
+    END { if (r["pipecc-g1"] > 0 && r["torch-eager"] > 0)
+            printf "%s: pipecc g=1 / eager %.2fx, / torch.compile %.2fx, g=4 (one GPU) / g=1 %.2fx\n", m,
+                   r["pipecc-g1"] / r["torch-eager"], r["pipecc-g1"] / r["torch-compile"], r["pipecc-g4"] / r["pipecc-g1"] }' \
+    "$RESULTS"
+done
