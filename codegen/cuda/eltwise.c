@@ -76,13 +76,17 @@ static int emit_node_expr(cg_ctx *c, const ir_node *n, const char **a, int nin) 
     case IR_OP_Neg: cg_w(c, "(%s)(-%s);\n", T, A); return 0;
     case IR_OP_Reciprocal: cg_w(c, "%s / %s;\n", lit(l1, 1, t), A); return 0;
     case IR_OP_Sign:
-      cg_w(c, "(%s)(%s > 0 ? 1 : (%s < 0 ? -1 : 0));\n", T, A, A);
+      if (!fl && !is_signed_int(t)) cg_w(c, "(%s)(%s > 0);\n", T, A);
+      else cg_w(c, "(%s)(%s > 0 ? 1 : (%s < 0 ? -1 : 0));\n", T, A, A);
       return 0;
     case IR_OP_Sigmoid:
       cg_w(c, "%s >= 0 ? %s / (%s + %s(-%s)) : %s(%s) / (%s + %s(%s));\n", A, lit(l1, 1, t), lit(l2, 1, t),
            fm(f1, "exp", t), A, fm(f2, "exp", t), A, l2, f2, A);
       return 0;
-    case IR_OP_Relu: cg_w(c, "%s < 0 ? (%s)0 : %s;\n", A, T, A); return 0;
+    case IR_OP_Relu:
+      if (!fl && !is_signed_int(t)) cg_w(c, "%s;\n", A);
+      else cg_w(c, "%s < 0 ? (%s)0 : %s;\n", A, T, A);
+      return 0;
     case IR_OP_LeakyRelu:
       cg_w(c, "%s >= 0 ? %s : %s * %s;\n", A, A, lit(l1, ir_attr_float(n, "alpha", 0.01f), t), A);
       return 0;
@@ -172,7 +176,7 @@ static int emit_node_expr(cg_ctx *c, const ir_node *n, const char **a, int nin) 
       return 0;
     case IR_OP_Mod:
       if (fl) cg_w(c, "%s(%s, %s);\n", fm(f1, "fmod", t), A, B);
-      else if (ir_attr_int(n, "fmod", 0)) cg_w(c, "(%s)(%s %% %s);\n", T, A, B);
+      else if (ir_attr_int(n, "fmod", 0) || !is_signed_int(t)) cg_w(c, "(%s)(%s %% %s);\n", T, A, B);
       else {
         cg_w(c, "(%s)(%s %% %s);\n", T, A, B);
         cg_w(c, "    const %s u%d = (t%d != 0 && ((t%d < 0) != (%s < 0))) ? (%s)(t%d + %s) : t%d;\n", T, node, node, node,
