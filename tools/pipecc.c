@@ -16,6 +16,7 @@
 #include "frontend/onnx_load.h"
 #include "ir/diag.h"
 #include "ir/print.h"
+#include "passes/autodiff.h"
 #include "passes/pass.h"
 #include "passes/plan_ir.h"
 #include "passes/plan_json.h"
@@ -50,6 +51,13 @@ static void usage(FILE *f) {
       "  --no-replicate         one device per stage (no data-parallel stage replicas)\n"
       "  --train                plan for training (backward, weight gradients, optimizer state)\n"
       "  --no-tf32              cost (and on cuda, run) float32 GEMMs without TF32\n"
+      "\n"
+      "Training step (--train with any option below, or with --emit=ir): compile one SGD/Adam\n"
+      "step as a pure function: inputs + labels -> loss, grad/W and new/W per weight W\n"
+      "  --loss L               cross-entropy (default; labels int64) | mse | NAME of a scalar value\n"
+      "  --labels NAME          name of the added labels input (default labels)\n"
+      "  --optimizer O          sgd (default) | adam | adamw\n"
+      "  --lr X --momentum X --nesterov --weight-decay X --beta1 X --beta2 X --eps X\n"
       "\n"
       "Output:\n"
       "  -o, --out DIR          write plan.json, report.html, the stage sources and DIR/pipeline\n"
@@ -251,6 +259,9 @@ int main(int argc, char **argv) {
   uint64_t mem_limit = 0;
   pass_schedule_kind schedule = PASS_SCHED_1F1B;
   pass_opts opts = {0};
+  pass_train_opts topts; /* ---- training step (passes/autodiff.h) ---- */
+  pass_train_opts_default(&topts);
+  int train_step = 0;
   opts.shapes = calloc((size_t)argc, sizeof *opts.shapes);
   opts.dims = calloc((size_t)argc, sizeof *opts.dims);
 
@@ -340,6 +351,25 @@ int main(int argc, char **argv) {
       no_replicate = 1;
     } else if (IS("--train")) {
       train = 1;
+      /* ---- training block (passes/autodiff.h) ---- */
+    } else if (IS("--loss") || IS("--labels") || IS("--optimizer")) {
+      const char *v = NEXT();
+      train_step = 1;
+      if (IS("--loss")) topts.loss = v;
+      else if (IS("--labels")) topts.labels = v;
+      else if (strcmp(v, "sgd") && strcmp(v, "adam") && strcmp(v, "adamw"))
+        return cli_error("unknown --optimizer '%s' (sgd, adam, adamw)", v);
+      else topts.optimizer = v;
+    } else if (IS("--nesterov")) {
+      topts.nesterov = train_step = 1;
+    } else if (IS("--lr") || IS("--momentum") || IS("--weight-decay") || IS("--beta1") || IS("--beta2") || IS("--eps")) {
+      const char *v = NEXT();
+      double x;
+      if (parse_double(v, &x)) return cli_error("bad value '%s' (a number >= 0)", v);
+      train_step = 1;
+      *(IS("--lr") ? &topts.lr : IS("--momentum") ? &topts.momentum : IS("--weight-decay") ? &topts.weight_decay
+        : IS("--beta1") ? &topts.beta1 : IS("--beta2") ? &topts.beta2 : &topts.eps) = x;
+      /* ---- end of the training block ---- */
     } else if (IS("--no-tf32")) {
       no_tf32 = 1;
     } else if (IS("--plan-only")) {
@@ -382,6 +412,11 @@ int main(int argc, char **argv) {
     return 2;
   }
   opts.training = train;
+  topts.verbose = opts.verbose;
+  train_step = train && (train_step || emit);
+  if (train_step && microbatches > 1) /* the step graph is one batch; schedules come later */
+    return cli_error("%s: the training step is compiled for one micro-batch (-m 1)", "--train");
+  if (train_step) microbatches = 1;
 
   double t0 = now_ms();
   ir_graph *g = onnx_load_file(model);
@@ -429,6 +464,16 @@ int main(int argc, char **argv) {
       }
   }
 
+  if (train_step) { /* ---- training step: loss, backward, optimizer ---- */
+    double s = now_ms();
+    int rc = pass_autodiff(g, &topts);
+    if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms\n", "autodiff", now_ms() - s);
+    if (rc || g->n_errors) {
+      ir_graph_free(g);
+      return 2;
+    }
+  }
+
   if (!want_plan) {
     if (time_passes) fprintf(stderr, "pipecc: total           %8.2f ms\n", now_ms() - t0);
     if (emit && !strcmp(emit, "ir-json")) ir_print_json(stdout, g);
@@ -443,7 +488,7 @@ int main(int argc, char **argv) {
   pass_plan_opts po;
   pass_plan_opts_default(&po, g_devices);
   po.microbatches = microbatches;
-  po.training = train;
+  po.training = train && !train_step; /* a training step graph is planned as a function */
   po.no_replicate = no_replicate;
   po.schedule = schedule;
   const pass_link *intra = pass_link_find(link_name ? link_name : (!strcmp(target, "cpu") ? "shm" : "nvlink4"));

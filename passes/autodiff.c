@@ -1,0 +1,883 @@
+/* passes/autodiff.c - reverse-mode autodiff: backward nodes as ONNX ops (see autodiff.h).
+ * The loss and the optimizer step are in passes/optim.c. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/diag.h"
+#include "passes/autodiff_impl.h"
+#include "passes/pass.h"
+#include "passes/shape_impl.h"
+
+/* ---- node construction ---- */
+
+static const char *node_name(ad_ctx *a) {
+  int k = a->cnt++;
+  return k ? ir_sprintf(a->g->arena, "%s/%s_%d", a->base, a->tag, k) : ir_sprintf(a->g->arena, "%s/%s", a->base, a->tag);
+}
+
+int ad_begin(ad_ctx *a, ir_op op, const int *in, int n_in, int n_out, const char *out_name) {
+  ir_graph *g = a->g;
+  const char *nm = node_name(a);
+  int outs[4];
+  IR_ASSERT(n_out >= 1 && n_out <= 4);
+  for (int k = 0; k < n_out; k++)
+    outs[k] = ir_add_value(g, k == 0 && out_name ? out_name : ir_sprintf(g->arena, "%s:%d", nm, k), IR_VAL_ACT, IR_UNDEFINED);
+  int id = ir_add_node(g, op, nm, in, n_in, outs, n_out);
+  g->nodes[id].opset = AD_OPSET;
+  return id;
+}
+
+static ir_attr *add_attr(ad_ctx *a, int node, const char *name, ir_attr_type t) {
+  ir_node *n = &a->g->nodes[node];
+  ir_attr *na = ir_alloc_array(a->g->arena, (size_t)n->n_attr + 1, sizeof(ir_attr));
+  if (n->n_attr) memcpy(na, n->attr, sizeof(ir_attr) * (size_t)n->n_attr);
+  n->attr = na;
+  ir_attr *at = &na[n->n_attr++];
+  memset(at, 0, sizeof *at);
+  at->name = ir_strdup(a->g->arena, name);
+  at->type = t;
+  at->tensor = -1;
+  return at;
+}
+void ad_attr_i(ad_ctx *a, int node, const char *name, int64_t v) { add_attr(a, node, name, IR_ATTR_INT)->i = v; }
+void ad_attr_f(ad_ctx *a, int node, const char *name, double v) { add_attr(a, node, name, IR_ATTR_FLOAT)->f = (float)v; }
+void ad_attr_s(ad_ctx *a, int node, const char *name, const char *v) {
+  ir_attr *at = add_attr(a, node, name, IR_ATTR_STRING);
+  at->s = ir_strdup(a->g->arena, v);
+  at->slen = strlen(v);
+}
+void ad_attr_is(ad_ctx *a, int node, const char *name, const int64_t *v, int n) {
+  ir_attr *at = add_attr(a, node, name, IR_ATTR_INTS);
+  at->n = n;
+  at->ints = ir_alloc_array(a->g->arena, (size_t)n, sizeof(int64_t));
+  if (n) memcpy(at->ints, v, sizeof(int64_t) * (size_t)n);
+}
+
+int ad_end(ad_ctx *a, int node) {
+  if (pass_shape_node(a->g, node)) a->err = 1;
+  return a->g->nodes[node].out[0];
+}
+
+int ad_op(ad_ctx *a, ir_op op, const int *in, int n_in) { return ad_end(a, ad_begin(a, op, in, n_in, 1, NULL)); }
+int ad_un(ad_ctx *a, ir_op op, int x) { return ad_op(a, op, &x, 1); }
+int ad_bin(ad_ctx *a, ir_op op, int x, int y) {
+  int in[2] = {x, y};
+  return ad_op(a, op, in, 2);
+}
+
+int ad_c_i64(ad_ctx *a, const int64_t *v, int n) {
+  ir_shape s;
+  memset(&s, 0, sizeof s);
+  s.rank = 1;
+  s.dims[0] = n;
+  return ir_add_const(a->g, ir_sprintf(a->g->arena, "%s/%s/c", a->base, a->tag), IR_INT64, &s, v,
+                      sizeof(int64_t) * (size_t)n);
+}
+int ad_c_f(ad_ctx *a, double v, ir_dtype dt) {
+  ir_shape s;
+  memset(&s, 0, sizeof s);
+  const char *nm = ir_sprintf(a->g->arena, "%s/%s/c", a->base, a->tag);
+  if (dt == IR_DOUBLE) return ir_add_const(a->g, nm, dt, &s, &v, sizeof v);
+  float f = (float)v;
+  return ir_add_const(a->g, nm, IR_FLOAT, &s, &f, sizeof f);
+}
+int ad_c_i64_scalar(ad_ctx *a, int64_t v) {
+  ir_shape s;
+  memset(&s, 0, sizeof s);
+  return ir_add_const(a->g, ir_sprintf(a->g->arena, "%s/%s/c", a->base, a->tag), IR_INT64, &s, &v, sizeof v);
+}
+
+ir_shape ad_shape(ad_ctx *a, int v) { return a->g->values[v].shape; }
+ir_dtype ad_dtype(ad_ctx *a, int v) { return a->g->values[v].dtype; }
+
+int ad_reshape(ad_ctx *a, int x, const ir_shape *s) {
+  ir_shape xs = ad_shape(a, x);
+  int same = xs.rank == s->rank;
+  for (int i = 0; same && i < s->rank; i++) same = xs.dims[i] == s->dims[i];
+  if (same) return x;
+  return ad_bin(a, IR_OP_Reshape, x, ad_c_i64(a, s->dims, s->rank));
+}
+int ad_transpose(ad_ctx *a, int x, const int64_t *perm, int r) {
+  int id = ad_begin(a, IR_OP_Transpose, &x, 1, 1, NULL);
+  ad_attr_is(a, id, "perm", perm, r);
+  return ad_end(a, id);
+}
+/* ReduceSum (axes as input) or ReduceMean (axes attribute, opset < 18) */
+int ad_reduce(ad_ctx *a, ir_op op, int x, const int64_t *axes, int n, int keep) {
+  if (n == 0) return x;
+  int id;
+  if (op == IR_OP_ReduceSum) {
+    int in[2] = {x, ad_c_i64(a, axes, n)};
+    id = ad_begin(a, op, in, 2, 1, NULL);
+  } else {
+    id = ad_begin(a, op, &x, 1, 1, NULL);
+    ad_attr_is(a, id, "axes", axes, n);
+  }
+  ad_attr_i(a, id, "keepdims", keep);
+  return ad_end(a, id);
+}
+int ad_expand(ad_ctx *a, int x, const ir_shape *s) { return ad_bin(a, IR_OP_Expand, x, ad_c_i64(a, s->dims, s->rank)); }
+int ad_zeros(ad_ctx *a, const ir_shape *s, ir_dtype dt) { return ad_expand(a, ad_c_f(a, 0, dt), s); }
+
+/* Sum gradient gv (shape of a broadcast result) down to the shape s of an operand. */
+int ad_unbroadcast(ad_ctx *a, int gv, const ir_shape *s) {
+  ir_shape gs = ad_shape(a, gv);
+  int64_t axes[IR_MAX_RANK];
+  int n = 0, d = gs.rank - s->rank;
+  for (int i = 0; i < gs.rank; i++)
+    if (i < d || (s->dims[i - d] == 1 && gs.dims[i] != 1)) axes[n++] = i;
+  int r = ad_reduce(a, IR_OP_ReduceSum, gv, axes, n, 1);
+  return ad_reshape(a, r, s);
+}
+
+/* ---- gradient bookkeeping ---- */
+
+static int is_param(const ir_graph *g, int v) {
+  const ir_value *x = &g->values[v];
+  return x->kind == IR_VAL_CONST && x->is_initializer && x->dtype == IR_FLOAT;
+}
+
+static int needs(ad_ctx *a, int v) { return v >= 0 && v < a->n0 && a->need[v]; }
+
+static void acc(ad_ctx *a, int v, int gv) {
+  if (!needs(a, v) || gv < 0) return;
+  if (a->grad[v] < 0) a->grad[v] = gv;
+  else a->grad[v] = ad_bin(a, IR_OP_Add, a->grad[v], gv);
+}
+
+/* Select the tag for computing the gradient of input value v. */
+static void for_input(ad_ctx *a, int v) {
+  const char *t = is_param(a->g, v) ? "grad_w" : "grad_x";
+  if (a->tag != t) a->cnt = 0;
+  a->tag = t;
+}
+
+static int unsupported(ad_ctx *a, int node, const char *why) {
+  ir_error_node(a->g, node, "autodiff: no gradient for %s%s%s", ir_op_name(a->g->nodes[node].op), why ? ": " : "",
+                why ? why : "");
+  a->err = 1;
+  return -1;
+}
+
+/* ---- rules ---- */
+
+static int get_ints(ad_ctx *a, int node, const char *name, int64_t *out, int n, int64_t dflt) {
+  const int64_t *v;
+  int k = ir_attr_ints(&a->g->nodes[node], name, &v);
+  for (int i = 0; i < n; i++) out[i] = k == n ? v[i] : dflt;
+  return k;
+}
+
+/* Conv: dX = ConvTranspose(dy, W); dW = Conv(X^T, dy^T) with strides and dilations
+ * swapped, sliced to the kernel and transposed back; dB = sum of dy. */
+static int bw_conv(ad_ctx *a, int node, int dy) {
+  ir_node nd = a->g->nodes[node];
+  int X = nd.in[0], W = nd.in[1], B = nd.n_in > 2 ? nd.in[2] : -1;
+  ir_shape xs = ad_shape(a, X), ws = ad_shape(a, W), ys = ad_shape(a, dy);
+  int sp = xs.rank - 2;
+  int64_t k[IR_MAX_RANK], s[IR_MAX_RANK], d[IR_MAX_RANK], p[2 * IR_MAX_RANK], group = ir_attr_int(&nd, "group", 1);
+  for (int i = 0; i < sp; i++) k[i] = ws.dims[2 + i];
+  get_ints(a, node, "strides", s, sp, 1);
+  get_ints(a, node, "dilations", d, sp, 1);
+  get_ints(a, node, "pads", p, 2 * sp, 0);
+  int ap = sh_auto_pad(ir_attr_str(&nd, "auto_pad", "NOTSET"));
+  for (int i = 0; i < sp; i++) {
+    int64_t o;
+    if (sh_window_out(xs.dims[2 + i], k[i], s[i], d[i], ap, 0, &p[i], &p[sp + i], &o)) return unsupported(a, node, "bad window");
+  }
+  if (needs(a, X)) {
+    for_input(a, X);
+    int64_t op[IR_MAX_RANK];
+    for (int i = 0; i < sp; i++) op[i] = xs.dims[2 + i] - ((ys.dims[2 + i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - p[i] - p[sp + i]);
+    int in[2] = {dy, W};
+    int id = ad_begin(a, IR_OP_ConvTranspose, in, 2, 1, NULL);
+    ad_attr_is(a, id, "kernel_shape", k, sp);
+    ad_attr_is(a, id, "strides", s, sp);
+    ad_attr_is(a, id, "dilations", d, sp);
+    ad_attr_is(a, id, "pads", p, 2 * sp);
+    ad_attr_is(a, id, "output_padding", op, sp);
+    ad_attr_i(a, id, "group", group);
+    acc(a, X, ad_end(a, id));
+  }
+  if (needs(a, W)) {
+    for_input(a, W);
+    int64_t perm[IR_MAX_RANK];
+    for (int i = 0; i < xs.rank; i++) perm[i] = i < 2 ? 1 - i : i;
+    int depthwise = group > 1 && ws.dims[1] == 1;
+    if (group != 1 && !depthwise) return unsupported(a, node, "weight gradient of a grouped convolution that is not depthwise");
+    int xt = ad_transpose(a, X, perm, xs.rank), yt = ad_transpose(a, dy, perm, xs.rank);
+    if (depthwise) { /* channels become groups of N: [1, C*N, H..] with kernel [O, N, h..] */
+      ir_shape s1 = ad_shape(a, xt);
+      ir_shape s2 = s1;
+      s2.dims[0] = 1;
+      s2.dims[1] = s1.dims[0] * s1.dims[1];
+      xt = ad_reshape(a, xt, &s2);
+    }
+    int in[2] = {xt, yt};
+    int id = ad_begin(a, IR_OP_Conv, in, 2, 1, NULL);
+    ad_attr_is(a, id, "strides", d, sp);
+    ad_attr_is(a, id, "dilations", s, sp);
+    ad_attr_is(a, id, "pads", p, 2 * sp);
+    if (depthwise) ad_attr_i(a, id, "group", group);
+    int r = ad_end(a, id);
+    ir_shape rs = ad_shape(a, r);
+    int64_t st[IR_MAX_RANK], en[IR_MAX_RANK], ax[IR_MAX_RANK];
+    int need_slice = 0;
+    for (int i = 0; i < sp; i++) {
+      st[i] = 0;
+      en[i] = k[i];
+      ax[i] = 2 + i;
+      need_slice |= rs.dims[2 + i] != k[i];
+    }
+    if (need_slice) {
+      int in2[4] = {r, ad_c_i64(a, st, sp), ad_c_i64(a, en, sp), ad_c_i64(a, ax, sp)};
+      r = ad_op(a, IR_OP_Slice, in2, 4);
+    }
+    r = depthwise ? ad_reshape(a, r, &ws) : ad_transpose(a, r, perm, xs.rank);
+    acc(a, W, r);
+  }
+  if (B >= 0 && needs(a, B)) {
+    for_input(a, B);
+    int64_t axes[IR_MAX_RANK];
+    int n = 0;
+    for (int i = 0; i < ys.rank; i++)
+      if (i != 1) axes[n++] = i;
+    acc(a, B, ad_reduce(a, IR_OP_ReduceSum, dy, axes, n, 0));
+  }
+  return 0;
+}
+
+static int gemm(ad_ctx *a, int x, int y, int ta, int tb, double alpha) {
+  int in[2] = {x, y};
+  int id = ad_begin(a, IR_OP_Gemm, in, 2, 1, NULL);
+  if (ta) ad_attr_i(a, id, "transA", 1);
+  if (tb) ad_attr_i(a, id, "transB", 1);
+  if (alpha != 1) ad_attr_f(a, id, "alpha", alpha);
+  return ad_end(a, id);
+}
+
+static int bw_gemm(ad_ctx *a, int node, int dy) {
+  ir_node nd = a->g->nodes[node];
+  int A = nd.in[0], B = nd.in[1], C = nd.n_in > 2 ? nd.in[2] : -1;
+  int ta = ir_attr_int(&nd, "transA", 0) != 0, tb = ir_attr_int(&nd, "transB", 0) != 0;
+  double alpha = ir_attr_float(&nd, "alpha", 1), beta = ir_attr_float(&nd, "beta", 1);
+  if (needs(a, A)) {
+    for_input(a, A);
+    acc(a, A, ta ? gemm(a, B, dy, tb, 1, alpha) : gemm(a, dy, B, 0, !tb, alpha));
+  }
+  if (needs(a, B)) {
+    for_input(a, B);
+    acc(a, B, tb ? gemm(a, dy, A, 1, ta, alpha) : gemm(a, A, dy, !ta, 0, alpha));
+  }
+  if (C >= 0 && needs(a, C)) {
+    for_input(a, C);
+    ir_shape cs = ad_shape(a, C);
+    int gv = beta == 1 ? dy : ad_bin(a, IR_OP_Mul, dy, ad_c_f(a, beta, IR_FLOAT));
+    acc(a, C, ad_unbroadcast(a, gv, &cs));
+  }
+  return 0;
+}
+
+static int swap_last(ad_ctx *a, int x) {
+  int r = ad_shape(a, x).rank;
+  int64_t perm[IR_MAX_RANK];
+  for (int i = 0; i < r; i++) perm[i] = i;
+  perm[r - 1] = r - 2;
+  perm[r - 2] = r - 1;
+  return ad_transpose(a, x, perm, r);
+}
+
+static int bw_matmul(ad_ctx *a, int node, int dy) {
+  ir_node nd = a->g->nodes[node];
+  int A = nd.in[0], B = nd.in[1];
+  ir_shape as = ad_shape(a, A), bs = ad_shape(a, B);
+  if (as.rank < 2 || bs.rank < 2) return unsupported(a, node, "1-D operands");
+  if (needs(a, A)) {
+    for_input(a, A);
+    acc(a, A, ad_unbroadcast(a, ad_bin(a, IR_OP_MatMul, dy, swap_last(a, B)), &as));
+  }
+  if (needs(a, B)) {
+    for_input(a, B);
+    acc(a, B, ad_unbroadcast(a, ad_bin(a, IR_OP_MatMul, swap_last(a, A), dy), &bs));
+  }
+  return 0;
+}
+
+/* MaxPool: the forward node also returns its argmax indices (flat over the whole
+ * input); dX = ScatterElements(zeros, indices, dy, reduction add). */
+static int bw_maxpool(ad_ctx *a, int node, int dy) {
+  ir_graph *g = a->g;
+  ir_node *nd = &g->nodes[node];
+  int X = nd->in[0];
+  if (!needs(a, X)) return 0;
+  if (ir_attr_int(nd, "storage_order", 0)) return unsupported(a, node, "storage_order 1");
+  for_input(a, X);
+  int idx = nd->n_out > 1 ? nd->out[1] : -1;
+  if (idx < 0) {
+    idx = ir_add_value(g, ir_sprintf(g->arena, "%s/indices", nd->name), IR_VAL_ACT, IR_UNDEFINED);
+    nd = &g->nodes[node];
+    int *outs = ir_alloc_array(g->arena, 2, sizeof(int));
+    outs[0] = nd->out[0];
+    outs[1] = idx;
+    nd->out = outs;
+    nd->n_out = 2;
+    g->values[idx].producer = node;
+    if (pass_shape_node(g, node)) return a->err = 1, -1;
+  }
+  ir_shape xs = ad_shape(a, X);
+  int64_t numel = ir_shape_numel(&xs);
+  ir_shape flat;
+  memset(&flat, 0, sizeof flat);
+  flat.rank = 2;
+  flat.dims[0] = 1;
+  flat.dims[1] = ir_shape_numel(&g->values[dy].shape);
+  int fi = ad_reshape(a, idx, &flat), fd = ad_reshape(a, dy, &flat);
+  flat.dims[1] = numel;
+  int in[3] = {ad_zeros(a, &flat, IR_FLOAT), fi, fd};
+  int id = ad_begin(a, IR_OP_ScatterElements, in, 3, 1, NULL);
+  ad_attr_i(a, id, "axis", 1);
+  ad_attr_s(a, id, "reduction", "add");
+  acc(a, X, ad_reshape(a, ad_end(a, id), &xs));
+  return 0;
+}
+
+static int bw_avgpool(ad_ctx *a, int node, int dy) {
+  ir_node nd = a->g->nodes[node];
+  int X = nd.in[0];
+  if (!needs(a, X)) return 0;
+  for_input(a, X);
+  ir_shape xs = ad_shape(a, X), ys = ad_shape(a, dy);
+  int sp = xs.rank - 2;
+  if (nd.op == IR_OP_GlobalAveragePool) {
+    double cnt = 1;
+    for (int i = 0; i < sp; i++) cnt *= (double)xs.dims[2 + i];
+    acc(a, X, ad_bin(a, IR_OP_Div, ad_expand(a, dy, &xs), ad_c_f(a, cnt, IR_FLOAT)));
+    return 0;
+  }
+  int64_t k[IR_MAX_RANK], s[IR_MAX_RANK], p[2 * IR_MAX_RANK], one[IR_MAX_RANK], op[IR_MAX_RANK];
+  get_ints(a, node, "kernel_shape", k, sp, 1);
+  get_ints(a, node, "strides", s, sp, 1);
+  get_ints(a, node, "pads", p, 2 * sp, 0);
+  int ap = sh_auto_pad(ir_attr_str(&nd, "auto_pad", "NOTSET"));
+  int anypad = 0;
+  double cnt = 1;
+  for (int i = 0; i < sp; i++) {
+    int64_t o;
+    if (sh_window_out(xs.dims[2 + i], k[i], s[i], 1, ap, 0, &p[i], &p[sp + i], &o)) return unsupported(a, node, "bad window");
+    anypad |= p[i] || p[sp + i];
+    one[i] = 1;
+    cnt *= (double)k[i];
+    op[i] = xs.dims[2 + i] - ((ys.dims[2 + i] - 1) * s[i] + k[i] - p[i] - p[sp + i]);
+  }
+  if (ir_attr_int(&nd, "ceil_mode", 0) || (anypad && !ir_attr_int(&nd, "count_include_pad", 0)))
+    return unsupported(a, node, "ceil_mode or padding not counted in the average");
+  /* depthwise ConvTranspose with a constant kernel of 1/count */
+  int64_t C = xs.dims[1];
+  ir_shape ks;
+  memset(&ks, 0, sizeof ks);
+  ks.rank = xs.rank;
+  ks.dims[0] = C;
+  ks.dims[1] = 1;
+  int64_t kn = C;
+  for (int i = 0; i < sp; i++) ks.dims[2 + i] = k[i], kn *= k[i];
+  float *kd = malloc(sizeof(float) * (size_t)kn);
+  for (int64_t i = 0; i < kn; i++) kd[i] = (float)(1.0 / cnt);
+  int kv = ir_add_const(a->g, ir_sprintf(a->g->arena, "%s/%s/k", a->base, a->tag), IR_FLOAT, &ks, kd, sizeof(float) * (size_t)kn);
+  free(kd);
+  int in[2] = {dy, kv};
+  int id = ad_begin(a, IR_OP_ConvTranspose, in, 2, 1, NULL);
+  ad_attr_is(a, id, "kernel_shape", k, sp);
+  ad_attr_is(a, id, "strides", s, sp);
+  ad_attr_is(a, id, "dilations", one, sp);
+  ad_attr_is(a, id, "pads", p, 2 * sp);
+  ad_attr_is(a, id, "output_padding", op, sp);
+  ad_attr_i(a, id, "group", C);
+  acc(a, X, ad_end(a, id));
+  return 0;
+}
+
+/* Normalisation over axes[] of x: mean, inv = 1/sqrt(var + eps), xhat (all keepdims). */
+static void norm_stats(ad_ctx *a, int x, const int64_t *axes, int n, double eps, int *inv, int *xhat) {
+  int mean = ad_reduce(a, IR_OP_ReduceMean, x, axes, n, 1);
+  int xc = ad_bin(a, IR_OP_Sub, x, mean);
+  int var = ad_reduce(a, IR_OP_ReduceMean, ad_bin(a, IR_OP_Mul, xc, xc), axes, n, 1);
+  *inv = ad_un(a, IR_OP_Reciprocal, ad_un(a, IR_OP_Sqrt, ad_bin(a, IR_OP_Add, var, ad_c_f(a, eps, IR_FLOAT))));
+  *xhat = ad_bin(a, IR_OP_Mul, xc, *inv);
+}
+
+/* dx = inv * (gs - mean(gs) - xhat * mean(gs * xhat)) over axes, gs = dy * scale */
+static int norm_dx(ad_ctx *a, int gs, int inv, int xhat, const int64_t *axes, int n) {
+  int m1 = ad_reduce(a, IR_OP_ReduceMean, gs, axes, n, 1);
+  int m2 = ad_reduce(a, IR_OP_ReduceMean, ad_bin(a, IR_OP_Mul, gs, xhat), axes, n, 1);
+  int t = ad_bin(a, IR_OP_Sub, ad_bin(a, IR_OP_Sub, gs, m1), ad_bin(a, IR_OP_Mul, xhat, m2));
+  return ad_bin(a, IR_OP_Mul, t, inv);
+}
+
+static int bw_batchnorm(ad_ctx *a, int node, int dy) {
+  ir_node nd = a->g->nodes[node];
+  int X = nd.in[0], S = nd.in[1], B = nd.in[2], M = nd.in[3], V = nd.in[4];
+  int training = ir_attr_int(&nd, "training_mode", 0) != 0;
+  double eps = ir_attr_float(&nd, "epsilon", 1e-5f);
+  ir_shape xs = ad_shape(a, X), cs;
+  memset(&cs, 0, sizeof cs);
+  cs.rank = xs.rank;
+  int64_t axes[IR_MAX_RANK];
+  int n = 0;
+  for (int i = 0; i < xs.rank; i++) {
+    cs.dims[i] = i == 1 ? xs.dims[1] : 1;
+    if (i != 1) axes[n++] = i;
+  }
+  a->tag = "grad_x";
+  a->cnt = 0;
+  int inv, xhat;
+  if (training) {
+    norm_stats(a, X, axes, n, eps, &inv, &xhat);
+  } else {
+    int vr = ad_reshape(a, V, &cs), mr = ad_reshape(a, M, &cs);
+    inv = ad_un(a, IR_OP_Reciprocal, ad_un(a, IR_OP_Sqrt, ad_bin(a, IR_OP_Add, vr, ad_c_f(a, eps, IR_FLOAT))));
+    xhat = ad_bin(a, IR_OP_Mul, ad_bin(a, IR_OP_Sub, X, mr), inv);
+  }
+  if (needs(a, X)) {
+    for_input(a, X);
+    int gs = ad_bin(a, IR_OP_Mul, dy, ad_reshape(a, S, &cs));
+    acc(a, X, training ? norm_dx(a, gs, inv, xhat, axes, n) : ad_bin(a, IR_OP_Mul, gs, inv));
+  }
+  if (needs(a, S)) {
+    for_input(a, S);
+    acc(a, S, ad_reduce(a, IR_OP_ReduceSum, ad_bin(a, IR_OP_Mul, dy, xhat), axes, n, 0));
+  }
+  if (needs(a, B)) {
+    for_input(a, B);
+    acc(a, B, ad_reduce(a, IR_OP_ReduceSum, dy, axes, n, 0));
+  }
+  return 0;
+}
+
+static int bw_layernorm(ad_ctx *a, int node, int dy) {
+  ir_node nd = a->g->nodes[node];
+  int X = nd.in[0], S = nd.in[1], B = nd.n_in > 2 ? nd.in[2] : -1;
+  ir_shape xs = ad_shape(a, X);
+  int axis = (int)ir_attr_int(&nd, "axis", -1);
+  if (axis < 0) axis += xs.rank;
+  double eps = ir_attr_float(&nd, "epsilon", 1e-5f);
+  int64_t axes[IR_MAX_RANK], outer[IR_MAX_RANK];
+  int n = 0, no = 0;
+  for (int i = 0; i < xs.rank; i++) {
+    if (i >= axis) axes[n++] = i;
+    else outer[no++] = i;
+  }
+  a->tag = "grad_x";
+  a->cnt = 0;
+  int inv, xhat;
+  norm_stats(a, X, axes, n, eps, &inv, &xhat);
+  if (needs(a, X)) {
+    for_input(a, X);
+    acc(a, X, norm_dx(a, ad_bin(a, IR_OP_Mul, dy, S), inv, xhat, axes, n));
+  }
+  if (needs(a, S)) {
+    for_input(a, S);
+    ir_shape ss = ad_shape(a, S);
+    acc(a, S, ad_unbroadcast(a, ad_bin(a, IR_OP_Mul, dy, xhat), &ss));
+  }
+  if (B >= 0 && needs(a, B)) {
+    for_input(a, B);
+    ir_shape bs = ad_shape(a, B);
+    acc(a, B, ad_unbroadcast(a, dy, &bs));
+  }
+  (void)outer;
+  (void)no;
+  return 0;
+}
+
+static int norm_axis(ad_ctx *a, int node, int r, int64_t dflt) {
+  int64_t ax = ir_attr_int(&a->g->nodes[node], "axis", dflt);
+  return (int)(ax < 0 ? ax + r : ax);
+}
+
+/* Reduce axes of node (input or attribute by opset); returns count, 0 = all. */
+static int reduce_axes(ad_ctx *a, int node, int64_t *axes, int r) {
+  ir_graph *g = a->g;
+  ir_node *nd = &g->nodes[node];
+  int n = 0;
+  int as_input = nd->op == IR_OP_ReduceSum ? nd->opset >= 13 : nd->opset >= 18;
+  if (as_input) {
+    const ir_value *v = ir_in(g, nd, 1);
+    if (v) {
+      n = (int)ir_shape_numel(&v->shape);
+      for (int i = 0; i < n; i++) ir_const_i64(v, i, &axes[i]);
+    }
+  } else {
+    const int64_t *p;
+    int k = ir_attr_ints(nd, "axes", &p);
+    for (int i = 0; i < k; i++) axes[n++] = p[i];
+  }
+  for (int i = 0; i < n; i++)
+    if (axes[i] < 0) axes[i] += r;
+  return n;
+}
+
+static int bw_reduce(ad_ctx *a, int node, int dy) {
+  ir_node nd = a->g->nodes[node];
+  int X = nd.in[0];
+  if (!needs(a, X)) return 0;
+  for_input(a, X);
+  ir_shape xs = ad_shape(a, X), ks = xs;
+  int64_t axes[IR_MAX_RANK];
+  int n = reduce_axes(a, node, axes, xs.rank);
+  if (n == 0 && ir_attr_int(&nd, "noop_with_empty_axes", 0)) {
+    acc(a, X, dy);
+    return 0;
+  }
+  double cnt = 1;
+  for (int i = 0; i < xs.rank; i++) {
+    int red = n == 0;
+    for (int j = 0; j < n; j++) red |= axes[j] == i;
+    if (red) cnt *= (double)xs.dims[i], ks.dims[i] = 1;
+  }
+  int gv = ad_expand(a, ad_reshape(a, dy, &ks), &xs);
+  if (nd.op == IR_OP_ReduceMean) gv = ad_bin(a, IR_OP_Div, gv, ad_c_f(a, cnt, IR_FLOAT));
+  acc(a, X, gv);
+  return 0;
+}
+
+static int bw_eltwise(ad_ctx *a, int node, int dy) {
+  ir_graph *g = a->g;
+  ir_node nd = g->nodes[node];
+  int X = nd.in[0], Y = nd.out[0], X2 = nd.n_in > 1 ? nd.in[1] : -1;
+  ir_shape xs = ad_shape(a, X), x2s;
+  if (X2 >= 0) x2s = ad_shape(a, X2);
+  int gx = -1;
+  if (needs(a, X)) for_input(a, X);
+  switch (nd.op) {
+    case IR_OP_Identity: gx = dy; break;
+    case IR_OP_Neg: gx = ad_un(a, IR_OP_Neg, dy); break;
+    case IR_OP_Relu: {
+      int in[3] = {ad_bin(a, IR_OP_Greater, Y, ad_c_f(a, 0, IR_FLOAT)), dy, ad_c_f(a, 0, IR_FLOAT)};
+      gx = ad_op(a, IR_OP_Where, in, 3);
+      break;
+    }
+    case IR_OP_LeakyRelu: {
+      double al = ir_attr_float(&nd, "alpha", 0.01f);
+      int in[3] = {ad_bin(a, IR_OP_Greater, X, ad_c_f(a, 0, IR_FLOAT)), dy,
+                   ad_bin(a, IR_OP_Mul, dy, ad_c_f(a, al, IR_FLOAT))};
+      gx = ad_op(a, IR_OP_Where, in, 3);
+      break;
+    }
+    case IR_OP_Sigmoid: /* dy * (1 - y) * y */
+      gx = ad_bin(a, IR_OP_Mul, ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Sub, ad_c_f(a, 1, IR_FLOAT), Y)), Y);
+      break;
+    case IR_OP_Tanh: /* dy * (1 - y * y) */
+      gx = ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Sub, ad_c_f(a, 1, IR_FLOAT), ad_bin(a, IR_OP_Mul, Y, Y)));
+      break;
+    case IR_OP_Exp: gx = ad_bin(a, IR_OP_Mul, dy, Y); break;
+    case IR_OP_Log: gx = ad_bin(a, IR_OP_Div, dy, X); break;
+    case IR_OP_Sqrt: gx = ad_bin(a, IR_OP_Div, dy, ad_bin(a, IR_OP_Mul, Y, ad_c_f(a, 2, IR_FLOAT))); break;
+    case IR_OP_Reciprocal: gx = ad_un(a, IR_OP_Neg, ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Mul, Y, Y))); break;
+    case IR_OP_Abs: gx = ad_bin(a, IR_OP_Mul, dy, ad_un(a, IR_OP_Sign, X)); break;
+    case IR_OP_Erf: /* dy * 2/sqrt(pi) * exp(-x^2) */
+      gx = ad_bin(a, IR_OP_Mul, dy,
+                  ad_bin(a, IR_OP_Mul, ad_c_f(a, 1.1283791670955126, IR_FLOAT),
+                         ad_un(a, IR_OP_Exp, ad_un(a, IR_OP_Neg, ad_bin(a, IR_OP_Mul, X, X)))));
+      break;
+    case IR_OP_Softplus: gx = ad_bin(a, IR_OP_Mul, dy, ad_un(a, IR_OP_Sigmoid, X)); break;
+    case IR_OP_Cast:
+      if (ad_dtype(a, X) != IR_FLOAT) return 0;
+      gx = dy;
+      break;
+    case IR_OP_Add: case IR_OP_Sub: case IR_OP_Mul: case IR_OP_Div: case IR_OP_Pow: {
+      if (needs(a, X)) {
+        int gf = nd.op == IR_OP_Add || nd.op == IR_OP_Sub ? dy
+                 : nd.op == IR_OP_Mul                     ? ad_bin(a, IR_OP_Mul, dy, X2)
+                 : nd.op == IR_OP_Div                     ? ad_bin(a, IR_OP_Div, dy, X2)
+                                                          : -1;
+        if (nd.op == IR_OP_Pow) {
+          double e;
+          if (g->values[X2].kind != IR_VAL_CONST || ir_shape_numel(&x2s) != 1 || ir_const_f64(&g->values[X2], 0, &e))
+            return unsupported(a, node, "exponent must be a constant scalar");
+          gf = e == 2 ? ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Mul, X, ad_c_f(a, 2, IR_FLOAT)))
+                      : ad_bin(a, IR_OP_Mul, dy,
+                               ad_bin(a, IR_OP_Mul, ad_bin(a, IR_OP_Pow, X, ad_c_f(a, e - 1, IR_FLOAT)), ad_c_f(a, e, IR_FLOAT)));
+        }
+        gx = ad_unbroadcast(a, gf, &xs);
+      }
+      if (needs(a, X2)) {
+        acc(a, X, gx);
+        gx = -1;
+        for_input(a, X2);
+        int gf = nd.op == IR_OP_Add ? dy
+                 : nd.op == IR_OP_Sub ? ad_un(a, IR_OP_Neg, dy)
+                 : nd.op == IR_OP_Mul ? ad_bin(a, IR_OP_Mul, dy, X)
+                 : nd.op == IR_OP_Div ? ad_un(a, IR_OP_Neg, ad_bin(a, IR_OP_Div, ad_bin(a, IR_OP_Mul, dy, Y), X2))
+                                      : -1;
+        if (gf < 0) return unsupported(a, node, "gradient of the exponent");
+        acc(a, X2, ad_unbroadcast(a, gf, &x2s));
+      }
+      break;
+    }
+    default: return unsupported(a, node, NULL);
+  }
+  acc(a, X, gx);
+  return 0;
+}
+
+static int bw_softmax(ad_ctx *a, int node, int dy) {
+  ir_node nd = a->g->nodes[node];
+  int X = nd.in[0], Y = nd.out[0];
+  if (!needs(a, X)) return 0;
+  for_input(a, X);
+  int r = ad_shape(a, X).rank;
+  int ax = norm_axis(a, node, r, nd.opset >= 13 ? -1 : 1);
+  if (nd.opset < 13 && ax != r - 1) return unsupported(a, node, "opset < 13 with axis other than the last");
+  int64_t axes[1] = {ax};
+  if (nd.op == IR_OP_Softmax) { /* y * (dy - sum(dy * y)) */
+    int s = ad_reduce(a, IR_OP_ReduceSum, ad_bin(a, IR_OP_Mul, dy, Y), axes, 1, 1);
+    acc(a, X, ad_bin(a, IR_OP_Mul, Y, ad_bin(a, IR_OP_Sub, dy, s)));
+  } else { /* dy - exp(y) * sum(dy) */
+    int s = ad_reduce(a, IR_OP_ReduceSum, dy, axes, 1, 1);
+    acc(a, X, ad_bin(a, IR_OP_Sub, dy, ad_bin(a, IR_OP_Mul, ad_un(a, IR_OP_Exp, Y), s)));
+  }
+  return 0;
+}
+
+static int bw_concat(ad_ctx *a, int node, int dy) {
+  ir_node nd = a->g->nodes[node];
+  int r = ad_shape(a, dy).rank;
+  int ax = norm_axis(a, node, r, 0);
+  int64_t off = 0;
+  for (int i = 0; i < nd.n_in; i++) {
+    int X = nd.in[i];
+    ir_shape xs = ad_shape(a, X);
+    if (needs(a, X)) {
+      for_input(a, X);
+      int64_t st = off, en = off + xs.dims[ax], axv = ax;
+      int in[4] = {dy, ad_c_i64(a, &st, 1), ad_c_i64(a, &en, 1), ad_c_i64(a, &axv, 1)};
+      acc(a, X, ad_op(a, IR_OP_Slice, in, 4));
+    }
+    off += xs.dims[ax];
+  }
+  return 0;
+}
+
+static int bw_split(ad_ctx *a, int node) {
+  ir_node nd = a->g->nodes[node];
+  int X = nd.in[0];
+  if (!needs(a, X)) return 0;
+  for_input(a, X);
+  int *parts = malloc(sizeof(int) * (size_t)nd.n_out);
+  for (int k = 0; k < nd.n_out; k++) {
+    int o = nd.out[k];
+    ir_shape os = ad_shape(a, o);
+    parts[k] = o >= 0 && o < a->n0 && a->grad[o] >= 0 ? a->grad[o] : ad_zeros(a, &os, IR_FLOAT);
+  }
+  int id = ad_begin(a, IR_OP_Concat, parts, nd.n_out, 1, NULL);
+  ad_attr_i(a, id, "axis", norm_axis(a, node, ad_shape(a, X).rank, 0));
+  free(parts);
+  acc(a, X, ad_end(a, id));
+  return 0;
+}
+
+static int bw_slice(ad_ctx *a, int node, int dy) {
+  ir_graph *g = a->g;
+  ir_node nd = g->nodes[node];
+  int X = nd.in[0];
+  if (!needs(a, X)) return 0;
+  for_input(a, X);
+  ir_shape xs = ad_shape(a, X), ys = ad_shape(a, dy);
+  int r = xs.rank;
+  int64_t st[IR_MAX_RANK], ax[IR_MAX_RANK], sp[IR_MAX_RANK], pads[2 * IR_MAX_RANK];
+  int n = 0;
+  if (nd.opset < 10) return unsupported(a, node, "opset < 10");
+  const ir_value *sv = ir_in(g, &nd, 1), *av = ir_in(g, &nd, 3), *pv = ir_in(g, &nd, 4);
+  n = (int)ir_shape_numel(&sv->shape);
+  for (int i = 0; i < n; i++) {
+    ir_const_i64(sv, i, &st[i]);
+    ax[i] = i;
+    sp[i] = 1;
+    if (av) ir_const_i64(av, i, &ax[i]);
+    if (pv) ir_const_i64(pv, i, &sp[i]);
+    if (ax[i] < 0) ax[i] += r;
+    if (sp[i] != 1) return unsupported(a, node, "steps other than 1");
+  }
+  for (int i = 0; i < r; i++) pads[i] = 0;
+  for (int i = 0; i < n; i++) {
+    int64_t d = xs.dims[ax[i]], s = st[i] < 0 ? st[i] + d : st[i];
+    if (s < 0) s = 0;
+    if (s > d) s = d;
+    pads[ax[i]] = s;
+  }
+  for (int i = 0; i < r; i++) pads[r + i] = xs.dims[i] - ys.dims[i] - pads[i];
+  int in[2] = {dy, ad_c_i64(a, pads, 2 * r)};
+  acc(a, X, ad_op(a, IR_OP_Pad, in, 2));
+  return 0;
+}
+
+static int bw_gather(ad_ctx *a, int node, int dy) {
+  ir_node nd = a->g->nodes[node];
+  int X = nd.in[0], I = nd.in[1];
+  if (!needs(a, X)) return 0;
+  for_input(a, X);
+  ir_shape xs = ad_shape(a, X), is = ad_shape(a, I);
+  if (norm_axis(a, node, xs.rank, 0) != 0) return unsupported(a, node, "axis other than 0");
+  ir_shape us = is;
+  us.dims[us.rank++] = 1;
+  int idx = ad_reshape(a, I, &us);
+  if (ad_dtype(a, I) != IR_INT64) {
+    int id = ad_begin(a, IR_OP_Cast, &idx, 1, 1, NULL);
+    ad_attr_i(a, id, "to", IR_INT64);
+    idx = ad_end(a, id);
+  }
+  int in[3] = {ad_zeros(a, &xs, IR_FLOAT), idx, dy};
+  int id = ad_begin(a, IR_OP_ScatterND, in, 3, 1, NULL);
+  ad_attr_s(a, id, "reduction", "add");
+  acc(a, X, ad_end(a, id));
+  return 0;
+}
+
+static int bw_where(ad_ctx *a, int node, int dy) {
+  ir_node nd = a->g->nodes[node];
+  int Cn = nd.in[0];
+  for (int k = 1; k <= 2; k++) {
+    int X = nd.in[k];
+    if (!needs(a, X)) continue;
+    for_input(a, X);
+    ir_shape xs = ad_shape(a, X);
+    int z = ad_c_f(a, 0, IR_FLOAT);
+    int in[3] = {Cn, k == 1 ? dy : z, k == 1 ? z : dy};
+    acc(a, X, ad_unbroadcast(a, ad_op(a, IR_OP_Where, in, 3), &xs));
+  }
+  return 0;
+}
+
+static int bw_dropout(ad_ctx *a, int node, int dy) {
+  ir_graph *g = a->g;
+  ir_node *nd = &g->nodes[node];
+  int X = nd->in[0];
+  if (!needs(a, X)) return 0;
+  for_input(a, X);
+  double ratio = 0.5;
+  const ir_value *rv = ir_in(g, nd, 1);
+  if (rv && (rv->kind != IR_VAL_CONST || ir_const_f64(rv, 0, &ratio))) return unsupported(a, node, "ratio must be a constant");
+  int mask = nd->n_out > 1 ? nd->out[1] : -1;
+  if (mask < 0) {
+    mask = ir_add_value(g, ir_sprintf(g->arena, "%s/mask", nd->name), IR_VAL_ACT, IR_UNDEFINED);
+    nd = &g->nodes[node];
+    int *outs = ir_alloc_array(g->arena, 2, sizeof(int));
+    outs[0] = nd->out[0];
+    outs[1] = mask;
+    nd->out = outs;
+    nd->n_out = 2;
+    g->values[mask].producer = node;
+    if (pass_shape_node(g, node)) return a->err = 1, -1;
+  }
+  int id = ad_begin(a, IR_OP_Cast, &mask, 1, 1, NULL);
+  ad_attr_i(a, id, "to", IR_FLOAT);
+  int m = ad_end(a, id);
+  int gv = ad_bin(a, IR_OP_Mul, dy, m);
+  if (ratio > 0 && ratio < 1) gv = ad_bin(a, IR_OP_Div, gv, ad_c_f(a, 1 - ratio, IR_FLOAT));
+  acc(a, X, gv);
+  return 0;
+}
+
+static int bw_node(ad_ctx *a, int node) {
+  ir_node nd = a->g->nodes[node];
+  int dy = nd.out[0] >= 0 && nd.out[0] < a->n0 ? a->grad[nd.out[0]] : -1;
+  a->base = nd.name && *nd.name ? nd.name : ir_sprintf(a->g->arena, "%s_%d", ir_op_name(nd.op), node);
+  a->tag = "grad_x";
+  a->cnt = 0;
+  if (nd.op == IR_OP_Split) return bw_split(a, node);
+  if (dy < 0) return 0;
+  switch (nd.op) {
+    case IR_OP_Conv: return bw_conv(a, node, dy);
+    case IR_OP_Gemm: return bw_gemm(a, node, dy);
+    case IR_OP_MatMul: return bw_matmul(a, node, dy);
+    case IR_OP_MaxPool: return bw_maxpool(a, node, dy);
+    case IR_OP_AveragePool: case IR_OP_GlobalAveragePool: return bw_avgpool(a, node, dy);
+    case IR_OP_BatchNormalization: return bw_batchnorm(a, node, dy);
+    case IR_OP_LayerNormalization: return bw_layernorm(a, node, dy);
+    case IR_OP_Softmax: case IR_OP_LogSoftmax: return bw_softmax(a, node, dy);
+    case IR_OP_ReduceSum: case IR_OP_ReduceMean: return bw_reduce(a, node, dy);
+    case IR_OP_Concat: return bw_concat(a, node, dy);
+    case IR_OP_Slice: return bw_slice(a, node, dy);
+    case IR_OP_Gather: return bw_gather(a, node, dy);
+    case IR_OP_Where: return bw_where(a, node, dy);
+    case IR_OP_Dropout: return bw_dropout(a, node, dy);
+    case IR_OP_Reshape: case IR_OP_Flatten: case IR_OP_Squeeze: case IR_OP_Unsqueeze: {
+      int X = nd.in[0];
+      if (!needs(a, X)) return 0;
+      for_input(a, X);
+      ir_shape xs = ad_shape(a, X);
+      acc(a, X, ad_reshape(a, dy, &xs));
+      return 0;
+    }
+    case IR_OP_Expand: {
+      int X = nd.in[0];
+      if (!needs(a, X)) return 0;
+      for_input(a, X);
+      ir_shape xs = ad_shape(a, X);
+      acc(a, X, ad_unbroadcast(a, dy, &xs));
+      return 0;
+    }
+    case IR_OP_Transpose: {
+      int X = nd.in[0];
+      if (!needs(a, X)) return 0;
+      for_input(a, X);
+      int r = ad_shape(a, X).rank;
+      int64_t perm[IR_MAX_RANK], inv[IR_MAX_RANK];
+      const int64_t *p;
+      int k = ir_attr_ints(&nd, "perm", &p);
+      for (int i = 0; i < r; i++) perm[i] = k == r ? p[i] : r - 1 - i;
+      for (int i = 0; i < r; i++) inv[perm[i]] = i;
+      acc(a, X, ad_transpose(a, dy, inv, r));
+      return 0;
+    }
+    default:
+      return bw_eltwise(a, node, dy);
+  }
+}
+
+/* Ops whose outputs do not carry gradients to their (float) inputs. */
+static int no_grad_op(ir_op op) {
+  switch (op) {
+    case IR_OP_Shape: case IR_OP_Size: case IR_OP_ArgMax: case IR_OP_ArgMin: case IR_OP_Equal: case IR_OP_Less:
+    case IR_OP_LessOrEqual: case IR_OP_Greater: case IR_OP_GreaterOrEqual: case IR_OP_IsNaN: case IR_OP_IsInf:
+    case IR_OP_Sign: case IR_OP_Floor: case IR_OP_Ceil: case IR_OP_Round: case IR_OP_OneHot: case IR_OP_ConstantOfShape:
+      return 1;
+    default: return 0;
+  }
+}
+
+int ad_backward(ad_ctx *a, int loss) {
+  ir_graph *g = a->g;
+  a->n0 = g->n_values;
+  a->need = ir_xcalloc((size_t)a->n0 + 1, 1);
+  a->grad = ir_xmalloc(sizeof(int) * ((size_t)a->n0 + 1));
+  for (int v = 0; v < a->n0; v++) {
+    a->grad[v] = -1;
+    a->need[v] = (char)is_param(g, v);
+  }
+  int n_nodes = g->n_nodes;
+  for (int i = 0; i < n_nodes; i++) {
+    ir_node *n = &g->nodes[i];
+    if (n->dead || no_grad_op(n->op)) continue;
+    int any = 0;
+    for (int k = 0; k < n->n_in; k++) any |= n->in[k] >= 0 && a->need[n->in[k]];
+    for (int k = 0; k < n->n_out && any; k++)
+      if (n->out[k] >= 0 && g->values[n->out[k]].dtype == IR_FLOAT) a->need[n->out[k]] = 1;
+  }
+  if (!a->need[loss]) {
+    ir_error(g, "autodiff: the loss '%s' does not depend on any trainable float initializer", g->values[loss].name);
+    return -1;
+  }
+  a->base = "loss";
+  a->tag = "grad";
+  a->cnt = 0;
+  a->grad[loss] = ad_c_f(a, 1, IR_FLOAT);
+  for (int i = n_nodes - 1; i >= 0; i--) {
+    if (g->nodes[i].dead) continue;
+    bw_node(a, i);
+  }
+  return a->err || g->n_errors ? -1 : 0;
+}

@@ -1,0 +1,278 @@
+/* passes/optim.c - the training step: loss, autodiff (passes/autodiff.c), optimizer
+ * update, outputs. See passes/autodiff.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/diag.h"
+#include "passes/autodiff.h"
+#include "passes/autodiff_impl.h"
+#include "passes/pass.h"
+
+void pass_train_opts_default(pass_train_opts *t) {
+  memset(t, 0, sizeof *t);
+  t->loss = "cross-entropy";
+  t->labels = "labels";
+  t->optimizer = "sgd";
+  t->lr = 0.01;
+  t->beta1 = 0.9;
+  t->beta2 = 0.999;
+  t->eps = 1e-8;
+}
+
+static int add_input(ir_graph *g, const char *name, ir_dtype dt, const ir_shape *s) {
+  if (ir_find_value(g, name) >= 0) {
+    ir_error(g, "--labels %s: the model already has a value of that name", name);
+    return -1;
+  }
+  int v = ir_add_value(g, name, IR_VAL_INPUT, dt);
+  g->values[v].shape = *s;
+  int *in = ir_alloc_array(g->arena, (size_t)g->n_inputs + 1, sizeof(int));
+  if (g->n_inputs) memcpy(in, g->inputs, sizeof(int) * (size_t)g->n_inputs);
+  in[g->n_inputs++] = v;
+  g->inputs = in;
+  return v;
+}
+
+/* Cross-entropy of logits z [N, C] (or [..., C]) against int64 labels: the mean over
+ * the rows of -log_softmax(z)[label], as ONNX ops (LogSoftmax, OneHot, Mul, ReduceSum). */
+static int loss_ce(ad_ctx *a, int z, const char *labels) {
+  ir_graph *g = a->g;
+  ir_shape zs = ad_shape(a, z), ls, z2;
+  if (zs.rank < 2) {
+    ir_error(g, "--loss cross-entropy: output '%s' must have rank >= 2 (batch, classes)", g->values[z].name);
+    return -1;
+  }
+  memset(&ls, 0, sizeof ls);
+  memset(&z2, 0, sizeof z2);
+  int64_t C = zs.dims[zs.rank - 1], rows = 1;
+  ls.rank = zs.rank - 1;
+  for (int i = 0; i < ls.rank; i++) ls.dims[i] = zs.dims[i], rows *= zs.dims[i];
+  int lab = add_input(g, labels, IR_INT64, &ls);
+  if (lab < 0) return -1;
+  z2.rank = 2;
+  z2.dims[0] = rows;
+  z2.dims[1] = C;
+  z = ad_reshape(a, z, &z2);
+  int id = ad_begin(a, IR_OP_LogSoftmax, &z, 1, 1, NULL);
+  ad_attr_i(a, id, "axis", 1);
+  int lsm = ad_end(a, id);
+  ir_shape rs;
+  memset(&rs, 0, sizeof rs);
+  rs.rank = 1;
+  rs.dims[0] = rows;
+  float onoff[2] = {0, 1};
+  ir_shape two;
+  memset(&two, 0, sizeof two);
+  two.rank = 1;
+  two.dims[0] = 2;
+  int in[3] = {ad_reshape(a, lab, &rs), ad_c_i64_scalar(a, C),
+               ir_add_const(g, "loss/onehot_values", IR_FLOAT, &two, onoff, sizeof onoff)};
+  id = ad_begin(a, IR_OP_OneHot, in, 3, 1, NULL);
+  ad_attr_i(a, id, "axis", -1);
+  int oh = ad_end(a, id);
+  int prod = ad_bin(a, IR_OP_Mul, oh, lsm);
+  id = ad_begin(a, IR_OP_ReduceSum, &prod, 1, 1, NULL);
+  ad_attr_i(a, id, "keepdims", 0);
+  int s = ad_un(a, IR_OP_Neg, ad_end(a, id));
+  int in2[2] = {s, ad_c_f(a, (double)rows, IR_FLOAT)};
+  return ad_end(a, ad_begin(a, IR_OP_Div, in2, 2, 1, "loss"));
+}
+
+/* Mean squared error over all elements. */
+static int loss_mse(ad_ctx *a, int y, const char *labels) {
+  ir_shape ys = ad_shape(a, y);
+  int t = add_input(a->g, labels, ad_dtype(a, y), &ys);
+  if (t < 0) return -1;
+  int d = ad_bin(a, IR_OP_Sub, y, t);
+  int sq = ad_bin(a, IR_OP_Mul, d, d);
+  int id = ad_begin(a, IR_OP_ReduceMean, &sq, 1, 1, "loss");
+  ad_attr_i(a, id, "keepdims", 0);
+  return ad_end(a, id);
+}
+
+static int build_loss(ad_ctx *a, const pass_train_opts *t) {
+  ir_graph *g = a->g;
+  a->base = "loss";
+  a->tag = "fwd";
+  a->cnt = 0;
+  int ce = !strcmp(t->loss, "cross-entropy"), mse = !strcmp(t->loss, "mse");
+  if (!ce && !mse) {
+    int v = ir_find_value(g, t->loss);
+    if (v < 0) {
+      ir_error(g, "--loss %s: not cross-entropy or mse, and the model has no value of that name", t->loss);
+      return -1;
+    }
+    if (g->values[v].dtype != IR_FLOAT || ir_shape_numel(&g->values[v].shape) != 1) {
+      ir_error(g, "--loss %s: the loss must be a float32 value of one element", t->loss);
+      return -1;
+    }
+    if (g->values[v].shape.rank == 0) return v;
+    int id = ad_begin(a, IR_OP_ReduceMean, &v, 1, 1, NULL);
+    ad_attr_i(a, id, "keepdims", 0);
+    return ad_end(a, id);
+  }
+  int y = -1;
+  for (int k = 0; k < g->n_outputs && y < 0; k++)
+    if (g->values[g->outputs[k]].dtype == IR_FLOAT) y = g->outputs[k];
+  if (y < 0) {
+    ir_error(g, "--loss %s: the model has no float32 output", t->loss);
+    return -1;
+  }
+  return ce ? loss_ce(a, y, t->labels) : loss_mse(a, y, t->labels);
+}
+
+static int state(ad_ctx *a, const char *p, const char *what, const ir_shape *s) {
+  int64_t n = ir_shape_numel(s);
+  void *z = calloc((size_t)(n ? n : 1), sizeof(float));
+  int v = ir_add_const(a->g, ir_sprintf(a->g->arena, "state/%s%s%s", p ? p : "", p ? "/" : "", what), IR_FLOAT, s, z,
+                       sizeof(float) * (size_t)n);
+  free(z);
+  a->g->values[v].is_initializer = 1;
+  return v;
+}
+
+typedef struct {
+  int *v;
+  int n, cap;
+} vec;
+static void push(vec *o, int v) {
+  if (o->n == o->cap) {
+    o->cap = o->cap ? 2 * o->cap : 64;
+    o->v = ir_xrealloc(o->v, sizeof(int) * (size_t)o->cap);
+  }
+  o->v[o->n++] = v;
+}
+
+/* name of a made value: "new/<p>" etc. */
+static const char *nm(ad_ctx *a, const char *pre, const char *p, const char *post) {
+  return ir_sprintf(a->g->arena, "%s%s%s", pre, p, post ? post : "");
+}
+
+static int named(ad_ctx *a, ir_op op, int x, int y, const char *name) {
+  int in[2] = {x, y};
+  return ad_end(a, ad_begin(a, op, in, 2, 1, name));
+}
+
+int pass_autodiff(ir_graph *g, const pass_train_opts *t) {
+  ad_ctx a;
+  memset(&a, 0, sizeof a);
+  a.g = g;
+  int sgd = !strcmp(t->optimizer, "sgd"), adam = !strcmp(t->optimizer, "adam"), adamw = !strcmp(t->optimizer, "adamw");
+  if (!sgd && !adam && !adamw) {
+    ir_error(g, "--optimizer %s: expected sgd, adam or adamw", t->optimizer);
+    return -1;
+  }
+  int loss = build_loss(&a, t);
+  if (loss < 0 || a.err) return -1;
+  if (ad_backward(&a, loss)) return -1;
+
+  vec outs = {0}, st_outs = {0};
+  push(&outs, loss);
+  int n0 = a.n0, n_params = 0;
+  int bc1 = -1, bc2s = -1, step_size = -1;
+  a.cnt = 0;
+  if (adam || adamw) {
+    ir_shape s0;
+    memset(&s0, 0, sizeof s0);
+    a.base = "optim";
+    a.tag = "step";
+    int step = state(&a, NULL, "step", &s0);
+    int tnew = named(&a, IR_OP_Add, step, ad_c_f(&a, 1, IR_FLOAT), "new/state/step");
+    bc1 = ad_bin(&a, IR_OP_Sub, ad_c_f(&a, 1, IR_FLOAT), ad_bin(&a, IR_OP_Pow, ad_c_f(&a, t->beta1, IR_FLOAT), tnew));
+    int bc2 = ad_bin(&a, IR_OP_Sub, ad_c_f(&a, 1, IR_FLOAT), ad_bin(&a, IR_OP_Pow, ad_c_f(&a, t->beta2, IR_FLOAT), tnew));
+    step_size = ad_bin(&a, IR_OP_Div, ad_c_f(&a, t->lr, IR_FLOAT), bc1);
+    bc2s = ad_un(&a, IR_OP_Sqrt, bc2);
+    push(&st_outs, tnew);
+  }
+  for (int v = 0; v < n0; v++) {
+    const ir_value *pv = &g->values[v];
+    if (!(pv->kind == IR_VAL_CONST && pv->is_initializer && pv->dtype == IR_FLOAT) || a.grad[v] < 0) continue;
+    const char *p = pv->name;
+    ir_shape ps = pv->shape;
+    n_params++;
+    a.base = p;
+    a.tag = "grad";
+    a.cnt = 0;
+    int gv = a.grad[v];
+    int gout = ad_end(&a, ad_begin(&a, IR_OP_Identity, &gv, 1, 1, nm(&a, "grad/", p, NULL)));
+    push(&outs, gout);
+    a.tag = "optim";
+    a.cnt = 0;
+    int newp;
+    if (sgd) {
+      int d = gv;
+      if (t->weight_decay) d = ad_bin(&a, IR_OP_Add, d, ad_bin(&a, IR_OP_Mul, v, ad_c_f(&a, t->weight_decay, IR_FLOAT)));
+      if (t->momentum) {
+        int buf = state(&a, p, "momentum", &ps);
+        int nb = named(&a, IR_OP_Add, ad_bin(&a, IR_OP_Mul, buf, ad_c_f(&a, t->momentum, IR_FLOAT)), d,
+                       nm(&a, "new/state/", p, "/momentum"));
+        push(&st_outs, nb);
+        d = t->nesterov ? ad_bin(&a, IR_OP_Add, d, ad_bin(&a, IR_OP_Mul, nb, ad_c_f(&a, t->momentum, IR_FLOAT))) : nb;
+      }
+      newp = named(&a, IR_OP_Sub, v, ad_bin(&a, IR_OP_Mul, d, ad_c_f(&a, t->lr, IR_FLOAT)), nm(&a, "new/", p, NULL));
+    } else {
+      int d = gv, p0 = v;
+      if (adam && t->weight_decay) d = ad_bin(&a, IR_OP_Add, d, ad_bin(&a, IR_OP_Mul, v, ad_c_f(&a, t->weight_decay, IR_FLOAT)));
+      if (adamw && t->weight_decay) p0 = ad_bin(&a, IR_OP_Mul, v, ad_c_f(&a, 1 - t->lr * t->weight_decay, IR_FLOAT));
+      int m = state(&a, p, "m", &ps), s = state(&a, p, "v", &ps);
+      int nm1 = named(&a, IR_OP_Add, ad_bin(&a, IR_OP_Mul, m, ad_c_f(&a, t->beta1, IR_FLOAT)),
+                      ad_bin(&a, IR_OP_Mul, d, ad_c_f(&a, 1 - t->beta1, IR_FLOAT)), nm(&a, "new/state/", p, "/m"));
+      int nv = named(&a, IR_OP_Add, ad_bin(&a, IR_OP_Mul, s, ad_c_f(&a, t->beta2, IR_FLOAT)),
+                     ad_bin(&a, IR_OP_Mul, ad_bin(&a, IR_OP_Mul, d, d), ad_c_f(&a, 1 - t->beta2, IR_FLOAT)),
+                     nm(&a, "new/state/", p, "/v"));
+      push(&st_outs, nm1);
+      push(&st_outs, nv);
+      int denom = ad_bin(&a, IR_OP_Add, ad_bin(&a, IR_OP_Div, ad_un(&a, IR_OP_Sqrt, nv), bc2s), ad_c_f(&a, t->eps, IR_FLOAT));
+      newp = named(&a, IR_OP_Sub, p0, ad_bin(&a, IR_OP_Mul, step_size, ad_bin(&a, IR_OP_Div, nm1, denom)),
+                   nm(&a, "new/", p, NULL));
+    }
+    push(&outs, newp);
+  }
+  (void)bc1;
+  free(a.need);
+  free(a.grad);
+  if (a.err || g->n_errors) {
+    free(outs.v);
+    free(st_outs.v);
+    return -1;
+  }
+  for (int k = 0; k < st_outs.n; k++) push(&outs, st_outs.v[k]);
+  for (int k = 0; k < g->n_outputs; k++) g->values[g->outputs[k]].is_output = 0;
+  g->outputs = ir_alloc_array(g->arena, (size_t)outs.n, sizeof(int));
+  memcpy(g->outputs, outs.v, sizeof(int) * (size_t)outs.n);
+  g->n_outputs = outs.n;
+  for (int k = 0; k < outs.n; k++) g->values[outs.v[k]].is_output = 1;
+  free(outs.v);
+  free(st_outs.v);
+
+  /* drop what the step does not need (other model outputs), sort, check */
+  char *need = ir_xcalloc((size_t)g->n_values + 1, 1);
+  for (int k = 0; k < g->n_outputs; k++) need[g->outputs[k]] = 1;
+  if (ir_toposort(g)) {
+    free(need);
+    return -1;
+  }
+  for (int i = g->n_nodes - 1; i >= 0; i--) {
+    ir_node *n = &g->nodes[i];
+    if (n->dead) continue;
+    int live = 0;
+    for (int k = 0; k < n->n_out && !live; k++) live = n->out[k] >= 0 && need[n->out[k]];
+    if (!live) {
+      n->dead = 1;
+      continue;
+    }
+    for (int k = 0; k < n->n_in; k++)
+      if (n->in[k] >= 0) need[n->in[k]] = 1;
+  }
+  free(need);
+  ir_compact(g);
+  pass_opts o;
+  memset(&o, 0, sizeof o);
+  o.training = 1;
+  if (pass_shape(g, &o)) return -1;
+  if (t->verbose)
+    fprintf(stderr, "pipecc: autodiff: %d trained initializers, %d nodes in the training step, optimizer %s\n",
+            n_params, g->n_nodes, t->optimizer);
+  return g->n_errors ? -1 : 0;
+}

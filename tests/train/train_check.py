@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""Training step vs PyTorch autograd (passes/autodiff.c, passes/optim.c).
+
+For every case: a torch model and its ONNX export (parameters keep their torch names),
+one optimizer step in torch on fixed random data (loss, each parameter's .grad, the
+updated parameters), then `pipecc MODEL --train --loss ... --optimizer ... -g G -o DIR`
+for every G, DIR/pipeline on the same data and labels. Asserts per tensor rel-L2 <= tol
+for the loss, every gradient and every updated weight, and bitwise-equal outputs
+across the stage counts (PIPECC_SPLIT=even).
+
+  train_check.py --pipecc build/pipecc --work /tmp/tw [--cases smallcnn_train,mlp,...]
+                 [--stages 1,2] [--models DIR]
+
+Cases: smallcnn_train (tools/export_models.py, BatchNorm with batch statistics), mlp,
+mlp_mse_adam, convnet, convnet_adamw, tiny_transformer, and the stretch cases
+resnet18_train and gpt (from --models DIR when given, else exported here).
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+
+def rel_l2(a, b, floor=0.0):
+    """||a - b|| / max(||b||, floor). The floor is for tensors whose exact value is ~0
+    (the bias of a convolution followed by BatchNorm has gradient 0 in exact
+    arithmetic; both sides hold rounding noise of ~1e-8 there)."""
+    a = np.asarray(a, np.float64).ravel()
+    b = np.asarray(b, np.float64).ravel()
+    n = max(np.linalg.norm(b), floor)
+    d = np.linalg.norm(a - b)
+    return float(d / n) if n > 0 else float(d)
+
+
+# ---- models -------------------------------------------------------------------------
+
+def make_case(name, models_dir, work):
+    """-> (torch module, onnx path, input dict name->np, labels np, loss, optimizer spec, train mode)"""
+    import torch
+    import torch.nn as nn
+    import export_models as em
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(1)
+    path = os.path.join(work, name + ".onnx")
+
+    def export(model, x, in_name, opset, training):
+        mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
+        with torch.enable_grad():
+            torch.onnx.export(model, (torch.from_numpy(x),), path, export_params=True, training=mode,
+                              input_names=[in_name], output_names=["output"], opset_version=opset,
+                              do_constant_folding=False, keep_initializers_as_inputs=False)
+
+    if name in ("smallcnn_train", "resnet18_train"):
+        key = name[:-6]
+        src = os.path.join(models_dir, name + ".onnx") if models_dir else None
+        if src and os.path.exists(src):
+            shutil.copy(src, path)
+        else:
+            em.export_one(name, path, False)
+        torch.manual_seed(0)
+        model = em.build_model(key)
+        model.train(True)
+        shape = (4, 1, 8, 8) if key == "smallcnn" else (2, 3, 64, 64)
+        x = rng.standard_normal(shape).astype(np.float32)
+        y = rng.integers(0, 10 if key == "smallcnn" else 1000, size=(shape[0],)).astype(np.int64)
+        opt = ("sgd", dict(lr=0.1, momentum=0.9, weight_decay=1e-4))
+        return model, path, {"input": x}, y, "cross-entropy", opt, True
+    if name == "gpt":
+        src = os.path.join(models_dir, "gpt.onnx") if models_dir else None
+        if src and os.path.exists(src):
+            shutil.copy(src, path)
+        else:
+            em.export_one("gpt", path, False)
+        torch.manual_seed(0)
+        model = em.build_model("gpt")
+        model.eval()  # exported in eval mode: no dropout; autograd still works
+        x = rng.integers(0, 512, size=(2, 64)).astype(np.int64)
+        y = rng.integers(0, 512, size=(2, 64)).astype(np.int64)
+        return model, path, {"input_ids": x}, y, "cross-entropy", ("adam", dict(lr=1e-3)), False
+    if name in ("mlp", "mlp_mse_adam"):
+        model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 24),
+                              nn.Sigmoid(), nn.Linear(24, 10))
+        x = rng.standard_normal((8, 16)).astype(np.float32)
+        export(model, x, "input", 15, False)
+        if name == "mlp":
+            y = rng.integers(0, 10, size=(8,)).astype(np.int64)
+            return model, path, {"input": x}, y, "cross-entropy", ("sgd", dict(lr=0.1, momentum=0.9, nesterov=True,
+                                                                                 weight_decay=0.01)), False
+        y = rng.standard_normal((8, 10)).astype(np.float32)
+        return model, path, {"input": x}, y, "mse", ("adam", dict(lr=0.01, weight_decay=0.01)), False
+    if name in ("convnet", "convnet_adamw"):
+        class ConvNet(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.c1 = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+                self.bn1 = nn.BatchNorm2d(8)
+                self.c2 = nn.Conv2d(8, 8, 3, padding=2, dilation=2, bias=False)
+                self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+                self.c3 = nn.Conv2d(16, 12, 1)
+                self.pool = nn.MaxPool2d(3, stride=2, padding=1)
+                self.avg = nn.AvgPool2d(2)
+                self.fc = nn.Linear(12, 5)
+                self.scale = nn.Parameter(torch.randn(1, 12, 1, 1))
+
+            def forward(self, x):
+                x = torch.relu(self.bn1(self.c1(x)))          # [N,8,8,8]
+                r = x
+                x = torch.relu(self.c2(x)) + r                # residual Add
+                x = self.pool(x)                              # [N,8,4,4]
+                y = torch.sigmoid(self.dw(x))
+                x = torch.cat([x, y * x], 1)                  # Concat, Mul
+                x = torch.tanh(self.c3(x)) * self.scale       # broadcast Mul with a weight
+                x = self.avg(x)                               # [N,12,2,2]
+                x = x.mean(dim=(2, 3))                        # ReduceMean
+                return self.fc(x)
+        model = ConvNet()
+        model.train(True)
+        x = rng.standard_normal((4, 3, 16, 16)).astype(np.float32)
+        export(model, x, "input", 15, True)
+        y = rng.integers(0, 5, size=(4,)).astype(np.int64)
+        if name == "convnet":
+            return model, path, {"input": x}, y, "cross-entropy", ("sgd", dict(lr=0.05, momentum=0.5)), True
+        return model, path, {"input": x}, y, "cross-entropy", ("adamw", dict(lr=0.01, weight_decay=0.1)), True
+    if name == "tiny_transformer":
+        class Tiny(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = nn.Embedding(20, 16)
+                self.ln = nn.LayerNorm(16)
+                self.qkv = nn.Linear(16, 48)
+                self.proj = nn.Linear(16, 16)
+                self.ff1 = nn.Linear(16, 32)
+                self.ff2 = nn.Linear(32, 16)
+                self.head = nn.Linear(16, 7)
+
+            def forward(self, ids):
+                x = self.emb(ids)                                   # Gather
+                h = self.ln(x)
+                q, k, v = self.qkv(h).split(16, dim=-1)             # Split / Slice
+                q = q.reshape(2, 6, 2, 8).transpose(1, 2)           # Reshape, Transpose
+                k = k.reshape(2, 6, 2, 8).transpose(1, 2)
+                v = v.reshape(2, 6, 2, 8).transpose(1, 2)
+                att = torch.softmax(q @ k.transpose(-1, -2) / 8 ** 0.5, dim=-1)
+                o = (att @ v).transpose(1, 2).reshape(2, 6, 16)
+                x = x + self.proj(o)
+                x = x + self.ff2(torch.nn.functional.gelu(self.ff1(x)))
+                return self.head(x[:, 0])                           # Gather / Slice
+        model = Tiny()
+        x = rng.integers(0, 20, size=(2, 6)).astype(np.int64)
+        export(model, x, "ids", 17, False)
+        y = rng.integers(0, 7, size=(2,)).astype(np.int64)
+        return model, path, {"ids": x}, y, "cross-entropy", ("sgd", dict(lr=0.1)), False
+    raise KeyError(name)
+
+
+def torch_step(model, inputs, labels, loss_kind, opt_spec, train_mode):
+    import torch
+    import torch.nn.functional as F
+    model.train(train_mode)
+    params = dict(model.named_parameters())
+    before = {k: v.detach().clone() for k, v in params.items()}
+    xs = [torch.from_numpy(v) for v in inputs.values()]
+    out = model(*xs)
+    if loss_kind == "cross-entropy":
+        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), torch.from_numpy(labels).reshape(-1))
+    else:
+        loss = F.mse_loss(out, torch.from_numpy(labels))
+    kind, kw = opt_spec
+    opt = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[kind](
+        model.parameters(), **kw)
+    opt.zero_grad()
+    loss.backward()
+    grads = {k: v.grad.detach().numpy().copy() for k, v in params.items() if v.grad is not None}
+    opt.step()
+    new = {k: v.detach().numpy().copy() for k, v in params.items()}
+    return float(loss), grads, new, {k: v.numpy() for k, v in before.items()}
+
+
+def pipecc_args(loss_kind, opt_spec):
+    kind, kw = opt_spec
+    a = ["--train", "--loss", loss_kind, "--optimizer", kind, "--lr", repr(kw.get("lr", 0.01))]
+    if kw.get("momentum"):
+        a += ["--momentum", repr(kw["momentum"])]
+    if kw.get("nesterov"):
+        a += ["--nesterov"]
+    if kind == "adamw" or kw.get("weight_decay"):
+        a += ["--weight-decay", repr(kw.get("weight_decay", 0.01))]
+    return a
+
+
+def run_case(a, name):
+    work = os.path.join(a.work, name)
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    model, path, inputs, labels, loss_kind, opt_spec, train_mode = make_case(name, a.models, work)
+    t0 = time.time()
+    loss, grads, new, before = torch_step(model, inputs, labels, loss_kind, opt_spec, train_mode)
+    npz_in = os.path.join(work, "in.npz")
+    feeds = dict(inputs)
+    feeds["labels"] = labels
+    np.savez(npz_in, **feeds)
+    shapes = []
+    for k, v in inputs.items():
+        shapes += ["--shape", f"{k}:" + "x".join(str(d) for d in v.shape)]
+    results = {}
+    ok = True
+    worst = {"loss": 0.0, "grad": 0.0, "new": 0.0}
+    for g in a.stages:
+        d = os.path.join(work, f"g{g}")
+        cmd = [a.pipecc, path, "-g", str(g), "-m", "1", "-o", d, "-j", "2"] + shapes + pipecc_args(loss_kind, opt_spec)
+        r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PIPECC_SPLIT="even"))
+        if r.returncode:
+            print(" ".join(cmd))
+            print(r.stdout[-3000:], r.stderr[-6000:])
+            print(f"FAIL {name} g={g}: pipecc exited with {r.returncode}")
+            return False, worst
+        out = os.path.join(d, "out.npz")
+        r = subprocess.run([os.path.join(d, "pipeline"), "--input", npz_in, "--output", out], capture_output=True,
+                           text=True)
+        if r.returncode:
+            print(r.stdout[-3000:], r.stderr[-3000:])
+            print(f"FAIL {name} g={g}: pipeline exited with {r.returncode}")
+            return False, worst
+        res = dict(np.load(out))
+        results[g] = res
+        e = rel_l2(res["loss"], loss)
+        worst["loss"] = max(worst["loss"], e)
+        if e > a.tol:
+            print(f"  {name} g={g}: loss {float(res['loss']):.7g} vs torch {loss:.7g} (rel {e:.2e})")
+            ok = False
+        trained = sorted(k[5:] for k in res if k.startswith("grad/"))
+        # floors: 1e-3 of the largest gradient / update of the model (see rel_l2)
+        gfloor = 1e-3 * max(np.linalg.norm(v) for v in grads.values())
+        nfloor = 1e-3 * max(np.linalg.norm(new[k] - before[k]) for k in grads)
+        missing = [k for k in grads if k not in trained]
+        if missing:
+            print(f"  {name}: torch parameters without a pipecc gradient: {missing}")
+            ok = False
+        for p in trained:
+            if p not in grads:
+                print(f"  {name}: pipecc trains '{p}', which torch does not have as a parameter")
+                ok = False
+                continue
+            for kind, ref in (("grad", grads[p]), ("new", new[p])):
+                got = res[f"{kind}/{p}"]
+                if got.shape != ref.shape:
+                    print(f"  {name} g={g}: {kind}/{p} shape {got.shape} vs torch {ref.shape}")
+                    ok = False
+                    continue
+                e = rel_l2(got, ref, gfloor)
+                if kind == "new":  # relative to the step, not to the weight
+                    e = rel_l2(got - before[p], ref - before[p], nfloor)
+                worst[kind] = max(worst[kind], e)
+                if e > a.tol:
+                    print(f"  {name} g={g}: {kind}/{p} rel-L2 {e:.2e}")
+                    ok = False
+    gs = sorted(results)
+    for g in gs[1:]:
+        for k, v in results[gs[0]].items():
+            if not np.array_equal(v.view(np.uint8), results[g][k].view(np.uint8)):
+                print(f"  {name}: output {k} differs bitwise between g={gs[0]} and g={g}")
+                ok = False
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: max rel-L2 loss {worst['loss']:.2e} grads {worst['grad']:.2e} "
+          f"update {worst['new']:.2e} (stages {','.join(map(str, gs))}, {time.time() - t0:.1f} s)")
+    return ok, worst
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pipecc", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--models", default=None)
+    ap.add_argument("--cases", default="smallcnn_train,mlp,mlp_mse_adam,convnet,convnet_adamw,tiny_transformer")
+    ap.add_argument("--stages", default="1,2")
+    ap.add_argument("--tol", type=float, default=1e-4)
+    a = ap.parse_args()
+    a.stages = [int(s) for s in a.stages.split(",")]
+    os.makedirs(a.work, exist_ok=True)
+    bad = []
+    for c in a.cases.split(","):
+        ok, _ = run_case(a, c)
+        if not ok:
+            bad.append(c)
+    if bad:
+        print("FAILED:", ", ".join(bad))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
