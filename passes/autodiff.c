@@ -595,9 +595,10 @@ static int bw_eltwise(ad_ctx *a, int node, int dy) {
                                                           : -1;
         if (nd.op == IR_OP_Pow) {
           double e;
-          if (g->values[X2].kind != IR_VAL_CONST || ir_shape_numel(&x2s) != 1 || ir_const_f64(&g->values[X2], 0, &e))
-            return unsupported(a, node, "exponent must be a constant scalar");
-          gf = e == 2 ? ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Mul, X, ad_c_f(a, 2, IR_FLOAT)))
+          if (g->values[X2].kind != IR_VAL_CONST || g->values[X2].is_initializer || ir_shape_numel(&x2s) != 1 ||
+              ir_const_f64(&g->values[X2], 0, &e)) /* dy * e * x^(e-1) with e a tensor */
+            gf = ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Mul, X2, ad_bin(a, IR_OP_Pow, X, ad_bin(a, IR_OP_Sub, X2, ad_c_f(a, 1, IR_FLOAT)))));
+          else gf = e == 2 ? ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Mul, X, ad_c_f(a, 2, IR_FLOAT)))
                       : ad_bin(a, IR_OP_Mul, dy,
                                ad_bin(a, IR_OP_Mul, ad_bin(a, IR_OP_Pow, X, ad_c_f(a, e - 1, IR_FLOAT)), ad_c_f(a, e, IR_FLOAT)));
         }
@@ -611,8 +612,7 @@ static int bw_eltwise(ad_ctx *a, int node, int dy) {
                  : nd.op == IR_OP_Sub ? ad_un(a, IR_OP_Neg, dy)
                  : nd.op == IR_OP_Mul ? ad_bin(a, IR_OP_Mul, dy, X)
                  : nd.op == IR_OP_Div ? ad_un(a, IR_OP_Neg, ad_bin(a, IR_OP_Div, ad_bin(a, IR_OP_Mul, dy, Y), X2))
-                                      : -1;
-        if (gf < 0) return unsupported(a, node, "gradient of the exponent");
+                                      : ad_bin(a, IR_OP_Mul, ad_bin(a, IR_OP_Mul, dy, Y), ad_un(a, IR_OP_Log, X)); /* Pow */
         acc(a, X2, ad_unbroadcast(a, gf, &x2s));
       }
       break;
@@ -714,13 +714,15 @@ static int bw_slice(ad_ctx *a, int node, int dy) {
   return 0;
 }
 
+/* Gather along axis a: the indexed axis is moved to the front, dX = ScatterND(zeros,
+ * indices, dy moved alike, reduction add), then moved back. */
 static int bw_gather(ad_ctx *a, int node, int dy) {
   ir_node nd = a->g->nodes[node];
   int X = nd.in[0], I = nd.in[1];
   if (!needs(a, X)) return 0;
   for_input(a, X);
-  ir_shape xs = ad_shape(a, X), is = ad_shape(a, I);
-  if (norm_axis(a, node, xs.rank, 0) != 0) return unsupported(a, node, "axis other than 0");
+  ir_shape xs = ad_shape(a, X), is = ad_shape(a, I), ys = ad_shape(a, dy);
+  int ax = norm_axis(a, node, xs.rank, 0), q = is.rank;
   ir_shape us = is;
   us.dims[us.rank++] = 1;
   int idx = ad_reshape(a, I, &us);
@@ -729,10 +731,57 @@ static int bw_gather(ad_ctx *a, int node, int dy) {
     ad_attr_i(a, id, "to", IR_INT64);
     idx = ad_end(a, id);
   }
-  int in[3] = {ad_zeros(a, &xs, IR_FLOAT), idx, dy};
+  int upd = dy;
+  ir_shape zs = xs;
+  int64_t perm[IR_MAX_RANK], back[IR_MAX_RANK];
+  if (ax != 0) {
+    /* dy [X[:a], I, X[a+1:]] -> [I, X[:a], X[a+1:]]; zeros [X[a], X[:a], X[a+1:]] */
+    int k = 0;
+    for (int i = 0; i < q; i++) perm[k++] = ax + i;
+    for (int i = 0; i < ax; i++) perm[k++] = i;
+    for (int i = ax + q; i < ys.rank; i++) perm[k++] = i;
+    upd = ad_transpose(a, dy, perm, ys.rank);
+    zs.dims[0] = xs.dims[ax];
+    for (int i = 0; i < ax; i++) zs.dims[1 + i] = xs.dims[i];
+    /* result [X[a], X[:a], X[a+1:]] -> X order */
+    for (int i = 0; i < xs.rank; i++) back[i] = i < ax ? i + 1 : i == ax ? 0 : i;
+  }
+  int in[3] = {ad_zeros(a, &zs, IR_FLOAT), idx, upd};
   int id = ad_begin(a, IR_OP_ScatterND, in, 3, 1, NULL);
   ad_attr_s(a, id, "reduction", "add");
-  acc(a, X, ad_end(a, id));
+  int r = ad_end(a, id);
+  if (ax != 0) r = ad_transpose(a, r, back, xs.rank);
+  acc(a, X, r);
+  return 0;
+}
+
+/* Pad (constant mode, pads >= 0): dX = Slice of dy. */
+static int bw_pad(ad_ctx *a, int node, int dy) {
+  ir_graph *g = a->g;
+  ir_node nd = g->nodes[node];
+  int X = nd.in[0];
+  if (!needs(a, X)) return 0;
+  for_input(a, X);
+  ir_shape xs = ad_shape(a, X);
+  int r = xs.rank;
+  int64_t pads[2 * IR_MAX_RANK], st[IR_MAX_RANK], en[IR_MAX_RANK], ax[IR_MAX_RANK];
+  if (strcmp(ir_attr_str(&nd, "mode", "constant"), "constant")) return unsupported(a, node, "mode other than constant");
+  if (nd.opset >= 11) {
+    const ir_value *pv = ir_in(g, &nd, 1);
+    if (!pv || pv->kind != IR_VAL_CONST || ir_shape_numel(&pv->shape) != 2 * r || (nd.n_in > 3 && nd.in[3] >= 0))
+      return unsupported(a, node, "pads must be a constant over all axes");
+    for (int i = 0; i < 2 * r; i++) ir_const_i64(pv, i, &pads[i]);
+  } else if (get_ints(a, node, "pads", pads, 2 * r, 0) != 2 * r) {
+    return unsupported(a, node, "pads");
+  }
+  for (int i = 0; i < r; i++) {
+    if (pads[i] < 0 || pads[r + i] < 0) return unsupported(a, node, "negative pads");
+    st[i] = pads[i];
+    en[i] = pads[i] + xs.dims[i];
+    ax[i] = i;
+  }
+  int in[4] = {dy, ad_c_i64(a, st, r), ad_c_i64(a, en, r), ad_c_i64(a, ax, r)};
+  acc(a, X, ad_op(a, IR_OP_Slice, in, 4));
   return 0;
 }
 
@@ -802,6 +851,7 @@ static int bw_node(ad_ctx *a, int node) {
     case IR_OP_Concat: return bw_concat(a, node, dy);
     case IR_OP_Slice: return bw_slice(a, node, dy);
     case IR_OP_Gather: return bw_gather(a, node, dy);
+    case IR_OP_Pad: return bw_pad(a, node, dy);
     case IR_OP_Where: return bw_where(a, node, dy);
     case IR_OP_Dropout: return bw_dropout(a, node, dy);
     case IR_OP_Reshape: case IR_OP_Flatten: case IR_OP_Squeeze: case IR_OP_Unsqueeze: {

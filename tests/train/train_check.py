@@ -11,9 +11,11 @@ across the stage counts (PIPECC_SPLIT=even).
   train_check.py --pipecc build/pipecc --work /tmp/tw [--cases smallcnn_train,mlp,...]
                  [--stages 1,2] [--models DIR]
 
-Cases: smallcnn_train (tools/export_models.py, BatchNorm with batch statistics), mlp,
-mlp_mse_adam, convnet, convnet_adamw, tiny_transformer, and the stretch cases
-resnet18_train and gpt (from --models DIR when given, else exported here).
+Cases: smallcnn_train (tools/export_models.py's model, BatchNorm with batch statistics),
+mlp, mlp_mse_adam, convnet, convnet_adamw, tiny_transformer, and the bigger cases
+resnet18_train and gpt. Every model is exported here as tools/export_models.py does, but
+with do_constant_folding=False (weights keep their torch names) and parameters made
+distinct (the exporter merges equal initializers). --models is accepted and unused.
 """
 import argparse
 import os
@@ -59,33 +61,38 @@ def make_case(name, models_dir, work):
                               input_names=[in_name], output_names=["output"], opset_version=opset,
                               do_constant_folding=False, keep_initializers_as_inputs=False)
 
+    def perturb(model):
+        # the exporter merges initializers with equal contents (every LayerNorm/BatchNorm
+        # weight starts as ones): make every parameter distinct so names map one to one
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.01 * torch.randn(p.shape))
+
     if name in ("smallcnn_train", "resnet18_train"):
         key = name[:-6]
-        src = os.path.join(models_dir, name + ".onnx") if models_dir else None
-        if src and os.path.exists(src):
-            shutil.copy(src, path)
-        else:
-            em.export_one(name, path, False)
         torch.manual_seed(0)
         model = em.build_model(key)
+        perturb(model)
         model.train(True)
-        shape = (4, 1, 8, 8) if key == "smallcnn" else (2, 3, 64, 64)
+        shape = (4, 1, 8, 8) if key == "smallcnn" else (2, 3, 224, 224)
         x = rng.standard_normal(shape).astype(np.float32)
         y = rng.integers(0, 10 if key == "smallcnn" else 1000, size=(shape[0],)).astype(np.int64)
+        export(model, x, "input", 15, True)  # as tools/export_models.py, parameters made distinct
         opt = ("sgd", dict(lr=0.1, momentum=0.9, weight_decay=1e-4))
         return model, path, {"input": x}, y, "cross-entropy", opt, True
     if name == "gpt":
-        src = os.path.join(models_dir, "gpt.onnx") if models_dir else None
-        if src and os.path.exists(src):
-            shutil.copy(src, path)
-        else:
-            em.export_one("gpt", path, False)
+        # tools/export_models.py folds constants (weights become transposed
+        # onnx::MatMul_* tensors); exported here without folding, so they keep their names
         torch.manual_seed(0)
         model = em.build_model("gpt")
-        model.eval()  # exported in eval mode: no dropout; autograd still works
+        perturb(model)
+        model.eval()  # eval mode: no dropout; autograd still works
         x = rng.integers(0, 512, size=(2, 64)).astype(np.int64)
+        export(model, x, "input_ids", 14, False)
         y = rng.integers(0, 512, size=(2, 64)).astype(np.int64)
-        return model, path, {"input_ids": x}, y, "cross-entropy", ("adam", dict(lr=1e-3)), False
+        # SGD: Adam would turn the key part of in_proj_bias, whose exact gradient is 0
+        # (softmax ignores a constant shift), into +-lr from rounding noise
+        return model, path, {"input_ids": x}, y, "cross-entropy", ("sgd", dict(lr=0.1, momentum=0.9)), False
     if name in ("mlp", "mlp_mse_adam"):
         model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 24),
                               nn.Sigmoid(), nn.Linear(24, 10))
@@ -101,7 +108,7 @@ def make_case(name, models_dir, work):
         class ConvNet(nn.Module):
             def __init__(self):
                 super().__init__()
-                self.c1 = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+                self.c1 = nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False)  # before BN: grad 0
                 self.bn1 = nn.BatchNorm2d(8)
                 self.c2 = nn.Conv2d(8, 8, 3, padding=2, dilation=2, bias=False)
                 self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8)

@@ -1,0 +1,260 @@
+#!/usr/bin/env python3
+"""Per-op gradients of pipecc's autodiff against torch autograd.
+
+Every case is a small ONNX graph made with onnx.helper:
+    Xw = X * W0            (W0 an initializer of X's shape: its gradient is the op's dX)
+    Y  = OP(Xw, weights...) [-> more nodes]
+compiled with `pipecc --train --loss mse --optimizer sgd -g 1` and run on random data;
+the loss and the gradient of every float initializer must be within rel-L2 1e-4 of the
+same function written with torch ops.
+
+  op_grads.py --pipecc build/pipecc --work /tmp/og [-k NAME_SUBSTRING]
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import torch
+import torch.nn.functional as F
+from onnx import TensorProto, helper, numpy_helper
+
+R = np.random.default_rng(7)
+
+
+def rn(*s, lo=None):
+    a = R.standard_normal(s).astype(np.float32)
+    return np.abs(a) + lo if lo is not None else a
+
+
+def i64(*v):
+    return np.array(v, np.int64)
+
+
+class Case:
+    def __init__(self, name, x, nodes, weights, fn, opset=17, ints=None):
+        self.name, self.x, self.nodes, self.weights, self.fn, self.opset = name, x, nodes, weights, fn, opset
+        self.ints = ints or {}  # constants (Constant nodes: not trained): shapes, axes, indices
+
+
+def N(op, ins, outs=("Y",), **attrs):
+    return helper.make_node(op, list(ins), list(outs), **attrs)
+
+
+def cases():
+    cs = []
+    # ---- convolution / pooling ----
+    x = rn(2, 3, 9, 8)
+    cs.append(Case("conv_stride_asympad_dilation", x,
+                   [N("Conv", ["Xw", "W", "B"], strides=[2, 3], pads=[1, 0, 2, 1], dilations=[1, 2])],
+                   {"W": rn(4, 3, 3, 2), "B": rn(4)},
+                   lambda t: F.conv2d(F.pad(t["Xw"], (0, 1, 1, 2)), t["W"], t["B"], stride=(2, 3), dilation=(1, 2))))
+    cs.append(Case("conv_same_upper", rn(2, 3, 7, 6),
+                   [N("Conv", ["Xw", "W"], strides=[2, 2], auto_pad="SAME_UPPER")], {"W": rn(5, 3, 3, 3)},
+                   lambda t: F.conv2d(F.pad(t["Xw"], (0, 1, 1, 1)), t["W"], stride=2)))
+    cs.append(Case("conv_depthwise", rn(2, 4, 7, 7),
+                   [N("Conv", ["Xw", "W", "B"], group=4, pads=[1, 1, 1, 1], strides=[2, 2])],
+                   {"W": rn(4, 1, 3, 3), "B": rn(4)},
+                   lambda t: F.conv2d(t["Xw"], t["W"], t["B"], stride=2, padding=1, groups=4)))
+    cs.append(Case("conv1d", rn(2, 3, 10), [N("Conv", ["Xw", "W"], strides=[2])], {"W": rn(5, 3, 3)},
+                   lambda t: F.conv1d(t["Xw"], t["W"], stride=2)))
+    cs.append(Case("maxpool_ceil_pad", rn(2, 3, 8, 7),
+                   [N("MaxPool", ["Xw"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)], {},
+                   lambda t: F.max_pool2d(t["Xw"], 3, 2, 1, ceil_mode=True)))
+    cs.append(Case("maxpool_2x2", rn(2, 3, 6, 6), [N("MaxPool", ["Xw"], kernel_shape=[2, 2], strides=[2, 2])], {},
+                   lambda t: F.max_pool2d(t["Xw"], 2, 2)))
+    cs.append(Case("avgpool_pad_include", rn(2, 3, 7, 7),
+                   [N("AveragePool", ["Xw"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                      count_include_pad=1)], {},
+                   lambda t: F.avg_pool2d(t["Xw"], 3, 2, 1, count_include_pad=True)))
+    cs.append(Case("globalavgpool", rn(2, 3, 5, 4), [N("GlobalAveragePool", ["Xw"])], {},
+                   lambda t: t["Xw"].mean(dim=(2, 3), keepdim=True)))
+    # ---- dense ----
+    cs.append(Case("gemm_trans_alpha_beta", rn(5, 4),
+                   [N("Gemm", ["Xw", "W", "C"], transA=1, transB=1, alpha=0.5, beta=2.0)],
+                   {"W": rn(6, 5), "C": rn(1, 6)},
+                   lambda t: 0.5 * t["Xw"].T @ t["W"].T + 2.0 * t["C"]))
+    cs.append(Case("matmul_broadcast", rn(2, 3, 4, 5), [N("MatMul", ["Xw", "W"])], {"W": rn(5, 6)},
+                   lambda t: t["Xw"] @ t["W"]))
+    cs.append(Case("matmul_batch_bcast", rn(2, 1, 4, 5), [N("MatMul", ["Xw", "W"])], {"W": rn(3, 5, 2)},
+                   lambda t: t["Xw"] @ t["W"]))
+    # ---- normalisation ----
+    cs.append(Case("batchnorm_training", rn(4, 3, 5, 5),
+                   [N("BatchNormalization", ["Xw", "S", "B", "M", "V"], ["Y"], training_mode=1, epsilon=1e-3)],
+                   {"S": rn(3), "B": rn(3), "M": rn(3), "V": rn(3, lo=0.5)},
+                   lambda t: F.batch_norm(t["Xw"], None, None, t["S"], t["B"], training=True, eps=1e-3), opset=15))
+    cs.append(Case("batchnorm_eval", rn(4, 3, 5),
+                   [N("BatchNormalization", ["Xw", "S", "B", "M", "V"])],
+                   {"S": rn(3), "B": rn(3), "M": rn(3), "V": rn(3, lo=0.5)},
+                   lambda t: F.batch_norm(t["Xw"], t["M"].detach(), t["V"].detach(), t["S"], t["B"], training=False),
+                   opset=15))
+    cs.append(Case("layernorm_last", rn(3, 4, 8), [N("LayerNormalization", ["Xw", "S", "B"], epsilon=1e-5)],
+                   {"S": rn(8), "B": rn(8)}, lambda t: F.layer_norm(t["Xw"], (8,), t["S"], t["B"])))
+    cs.append(Case("layernorm_axis1", rn(3, 4, 5), [N("LayerNormalization", ["Xw", "S"], axis=1)],
+                   {"S": rn(4, 5)}, lambda t: F.layer_norm(t["Xw"], (4, 5), t["S"])))
+    cs.append(Case("softmax_axis1", rn(3, 6, 4), [N("Softmax", ["Xw"], axis=1)], {},
+                   lambda t: torch.softmax(t["Xw"], 1)))
+    cs.append(Case("logsoftmax", rn(3, 6), [N("LogSoftmax", ["Xw"])], {}, lambda t: torch.log_softmax(t["Xw"], -1)))
+    # ---- element-wise ----
+    un = {"Relu": torch.relu, "Sigmoid": torch.sigmoid, "Tanh": torch.tanh, "Erf": torch.erf, "Exp": torch.exp,
+          "Neg": torch.neg, "Abs": torch.abs, "Softplus": F.softplus, "Identity": lambda v: v}
+    for op, f in un.items():
+        cs.append(Case("unary_" + op, rn(3, 5), [N(op, ["Xw"])], {}, lambda t, f=f: f(t["Xw"])))
+    cs.append(Case("unary_Log", rn(3, 5, lo=0.5), [N("Log", ["Xw"])], {}, lambda t: torch.log(t["Xw"])))
+    cs.append(Case("unary_Sqrt", rn(3, 5, lo=0.5), [N("Sqrt", ["Xw"])], {}, lambda t: torch.sqrt(t["Xw"])))
+    cs.append(Case("unary_Reciprocal", rn(3, 5, lo=0.5), [N("Reciprocal", ["Xw"])], {}, lambda t: 1 / t["Xw"]))
+    cs.append(Case("leakyrelu", rn(3, 5), [N("LeakyRelu", ["Xw"], alpha=0.2)], {},
+                   lambda t: F.leaky_relu(t["Xw"], 0.2)))
+    bins = {"Add": torch.add, "Sub": torch.sub, "Mul": torch.mul, "Div": torch.div}
+    for op, f in bins.items():
+        cs.append(Case("bcast_" + op, rn(2, 3, 4), [N(op, ["Xw", "W"])], {"W": rn(3, 1, lo=0.5)},
+                       lambda t, f=f: f(t["Xw"], t["W"])))
+        cs.append(Case("bcast_rev_" + op, rn(3, 1), [N(op, ["W", "Xw"])], {"W": rn(2, 3, 4)},
+                       lambda t, f=f: f(t["W"], t["Xw"])) if op != "Div" else
+                  Case("bcast_rev_Div", rn(3, 1, lo=0.5), [N(op, ["W", "Xw"])], {"W": rn(2, 3, 4)},
+                       lambda t: t["W"] / t["Xw"]))
+    cs.append(Case("pow3", rn(3, 4), [N("Pow", ["Xw", "E"])], {}, lambda t: t["Xw"] ** 3,
+                   ints={"E": np.array(3.0, np.float32)}))
+    cs.append(Case("pow2", rn(3, 4), [N("Pow", ["Xw", "E"])], {}, lambda t: t["Xw"] ** 2,
+                   ints={"E": np.array(2.0, np.float32)}))
+    cs.append(Case("pow_trained_exponent", rn(3, 4, lo=0.5), [N("Pow", ["Xw", "E"])], {"E": rn(4)},
+                   lambda t: t["Xw"] ** t["E"]))
+    cs.append(Case("gelu_erf_chain", rn(3, 4),
+                   [N("Div", ["Xw", "S2"], ["a"]), N("Erf", ["a"], ["b"]), N("Add", ["b", "One"], ["c"]),
+                    N("Mul", ["Xw", "c"], ["d"]), N("Mul", ["d", "Half"])], {},
+                   lambda t: F.gelu(t["Xw"]),
+                   ints={"S2": np.array(2 ** 0.5, np.float32), "One": np.array(1.0, np.float32),
+                         "Half": np.array(0.5, np.float32)}))
+    cs.append(Case("where", rn(3, 4), [N("Greater", ["Xw", "Z"], ["c"]), N("Where", ["c", "Xw", "W"])],
+                   {"W": rn(4)}, lambda t: torch.where(t["Xw"] > 0, t["Xw"], t["W"]),
+                   ints={"Z": np.array(0.0, np.float32)}))
+    # ---- reductions ----
+    cs.append(Case("reducesum_axis1", rn(2, 3, 4), [N("ReduceSum", ["Xw", "ax"], keepdims=0)], {},
+                   lambda t: t["Xw"].sum(1), ints={"ax": i64(1)}))
+    cs.append(Case("reducemean_02_keep", rn(2, 3, 4), [N("ReduceMean", ["Xw"], axes=[0, 2], keepdims=1)], {},
+                   lambda t: t["Xw"].mean((0, 2), keepdim=True)))
+    cs.append(Case("reducesum_all", rn(2, 3), [N("ReduceSum", ["Xw"], keepdims=1)], {},
+                   lambda t: t["Xw"].sum().reshape(1, 1)))
+    # ---- data movement ----
+    cs.append(Case("concat_axis1", rn(2, 3, 2), [N("Concat", ["Xw", "W", "Xw"], axis=1)], {"W": rn(2, 4, 2)},
+                   lambda t: torch.cat([t["Xw"], t["W"], t["Xw"]], 1)))
+    cs.append(Case("split_unused_output", rn(2, 5), [N("Split", ["Xw", "sp"], ["a", "b"], axis=1),
+                                                     N("Mul", ["b", "b"])], {},
+                   lambda t: t["Xw"][:, 2:] * t["Xw"][:, 2:], ints={"sp": i64(2, 3)}))
+    cs.append(Case("slice_neg", rn(4, 6), [N("Slice", ["Xw", "st", "en", "ax"])], {},
+                   lambda t: t["Xw"][1:3, -4:-1], ints={"st": i64(1, -4), "en": i64(3, -1), "ax": i64(0, 1)}))
+    cs.append(Case("reshape_transpose", rn(2, 3, 4),
+                   [N("Reshape", ["Xw", "sh"], ["a"]), N("Transpose", ["a"], perm=[2, 0, 1])], {},
+                   lambda t: t["Xw"].reshape(4, 6, 1).permute(2, 0, 1), ints={"sh": i64(4, 6, 1)}))
+    cs.append(Case("squeeze_unsqueeze_flatten", rn(2, 1, 3),
+                   [N("Squeeze", ["Xw", "a1"], ["a"]), N("Unsqueeze", ["a", "a0"], ["b"]), N("Flatten", ["b"], axis=2)],
+                   {}, lambda t: t["Xw"].reshape(2, 3),
+                   ints={"a1": i64(1), "a0": i64(0)}))
+    cs.append(Case("gather_axis0_weight", rn(2, 3), [N("Gather", ["E", "idx"], ["e"]), N("Mul", ["e", "Xw"])],
+                   {"E": rn(5, 3)}, lambda t: t["E"][torch.tensor([[1, 4], [1, 0]])] * t["Xw"],
+                   ints={"idx": i64(1, 4, 1, 0).reshape(2, 2)}))
+    cs.append(Case("gather_axis1", rn(3, 5, 2), [N("Gather", ["Xw", "idx"], axis=1)], {},
+                   lambda t: t["Xw"][:, torch.tensor([[4, 0], [4, 2]])], ints={"idx": i64(4, 0, 4, 2).reshape(2, 2)}))
+    cs.append(Case("gather_scalar", rn(3, 5), [N("Gather", ["Xw", "idx"], axis=1)], {},
+                   lambda t: t["Xw"][:, 3], ints={"idx": np.array(3, np.int64)}))
+    cs.append(Case("expand", rn(3, 1), [N("Expand", ["Xw", "sh"])], {}, lambda t: t["Xw"].expand(2, 3, 4),
+                   ints={"sh": i64(2, 3, 4)}))
+    cs.append(Case("pad", rn(2, 3), [N("Pad", ["Xw", "p"])], {}, lambda t: F.pad(t["Xw"], (2, 0, 1, 1)),
+                   ints={"p": i64(1, 2, 1, 0)}))
+    return cs
+
+
+def build(c, path):
+    w0 = (1 + 0.1 * R.standard_normal(c.x.shape)).astype(np.float32)
+    weights = {"W0": w0, **c.weights}
+    nodes = [N("Constant", [], [k], value=numpy_helper.from_array(v, k)) for k, v in c.ints.items()]
+    nodes += [N("Mul", ["X", "W0"], ["Xw"])] + c.nodes
+    inits = [numpy_helper.from_array(v, k) for k, v in weights.items()]
+    g = helper.make_graph(nodes, c.name, [helper.make_tensor_value_info("X", TensorProto.FLOAT, c.x.shape)],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", c.opset)])
+    m.ir_version = 8
+    onnx.save(m, path)
+    return weights
+
+
+def ref(c, weights, target):
+    t = {k: torch.tensor(v, requires_grad=True) for k, v in weights.items()}
+    x = torch.tensor(c.x)
+    t["Xw"] = x * t["W0"]
+    y = c.fn(t)
+    loss = F.mse_loss(y, torch.tensor(target))
+    loss.backward()
+    return float(loss), {k: t[k].grad.numpy() for k in weights if t[k].grad is not None}, y.detach().numpy()
+
+
+def rel_l2(a, b):
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    n = np.linalg.norm(b)
+    return float(np.linalg.norm(a - b) / n) if n > 0 else float(np.linalg.norm(a - b))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pipecc", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("-k", default="")
+    ap.add_argument("--tol", type=float, default=1e-4)
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    bad = []
+    for c in cases():
+        if a.k not in c.name:
+            continue
+        d = os.path.join(a.work, c.name)
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        path = os.path.join(d, "m.onnx")
+        weights = build(c, path)
+        # the target has the output's shape: take it from torch
+        _, _, y = ref(c, weights, np.zeros(1, np.float32)) if False else (None, None, None)
+        t = {k: torch.tensor(v) for k, v in weights.items()}
+        t["Xw"] = torch.tensor(c.x) * t["W0"]
+        yshape = tuple(c.fn(t).shape)
+        target = R.standard_normal(yshape).astype(np.float32)
+        loss, grads, _ = ref(c, weights, target)
+        out = os.path.join(d, "g1")
+        cmd = [a.pipecc, path, "-g", "1", "-o", out, "-j", "2", "--train", "--loss", "mse", "--lr", "0.1"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode:
+            print(r.stderr[-3000:])
+            print(f"FAIL {c.name}: pipecc exited with {r.returncode}")
+            bad.append(c.name)
+            continue
+        np.savez(os.path.join(d, "in.npz"), X=c.x, labels=target)
+        r = subprocess.run([os.path.join(out, "pipeline"), "--input", os.path.join(d, "in.npz"), "--output",
+                            os.path.join(d, "out.npz")], capture_output=True, text=True)
+        if r.returncode:
+            print(r.stderr[-3000:])
+            print(f"FAIL {c.name}: pipeline exited with {r.returncode}")
+            bad.append(c.name)
+            continue
+        res = dict(np.load(os.path.join(d, "out.npz")))
+        errs = {"loss": rel_l2(res["loss"], loss)}
+        for k, gref in grads.items():
+            if f"grad/{k}" not in res:
+                errs[k] = float("inf")
+                continue
+            errs[k] = rel_l2(res[f"grad/{k}"], gref)
+        worst = max(errs.values())
+        ok = worst <= a.tol
+        if not ok:
+            bad.append(c.name)
+        print(f"{'ok  ' if ok else 'FAIL'} {c.name:32s} max rel-L2 {worst:.2e}" +
+              ("" if ok else "  " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items())))
+    if bad:
+        print("FAILED:", ", ".join(bad))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
