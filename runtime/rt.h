@@ -57,6 +57,7 @@ typedef struct rt_options {
   const char *weights_dir;
   const char *transport;           /* "auto", "threads", "mpi" */
   double timeout_s;                /* 0: none */
+  int stream;                      /* --stream: bench as one continuous stream of batches */
 } rt_options;
 
 /* Per-run figures, filled by a transport. */
@@ -75,7 +76,7 @@ int rt_load_inputs(const pipert_pipeline *p, const rt_options *o, rt_array *in, 
 int rt_alloc_outputs(const pipert_pipeline *p, int64_t T, rt_array *out);
 int rt_write_outputs(const pipert_pipeline *p, const rt_options *o, const rt_array *out);
 void rt_print_bench(const pipert_pipeline *p, int iters, int64_t samples_per_iter, double wall_s,
-                    const double *busy_s);
+                    const double *busy_s, int stream);
 int rt_validate_plan(const pipert_pipeline *p);
 /* Program for stage s with M micro-batches per round: the plan's when M matches,
  * else the default RECV/FWD/SEND sequence. *owned is set when it must be freed. */
@@ -91,6 +92,9 @@ extern _Thread_local int rt_cur_stage;
 typedef struct rt_exec rt_exec;
 int rt_threads_create(const pipert_pipeline *p, const rt_options *o, int M, rt_exec **ex);
 int rt_threads_run(rt_exec *ex, const rt_array *in, rt_array *out, int64_t T, rt_stats *st);
+/* Streaming: run T micro-batches over data arrays that hold only `period` micro-batches
+ * (micro-batch g reads and writes slot g % period). 0 restores the default (period = T). */
+void rt_threads_set_period(rt_exec *ex, int64_t period);
 void rt_threads_destroy(rt_exec *ex);
 
 /* MPI (transport_mpi.c; a stub that reports the missing support without MPI). */

@@ -79,6 +79,7 @@ struct rt_exec {
   const rt_array *in;
   rt_array *out;
   int64_t T;
+  int64_t period;                 /* data slots (micro-batches) in in[]/out[]; 0: T */
 };
 
 static void cond_init(pthread_cond_t *cv) {
@@ -222,7 +223,7 @@ static int worker_run(rt_worker *w) {
         for (int k = 0; k < d->n_inputs; k++) {
           pipert_ref src = sp->input_src[k];
           if (src.stage == PIPERT_GRAPH_INPUT) {
-            w->in[k] = (const char *)ex->in[src.index].data + (size_t)g * p->inputs[src.index].nbytes;
+            w->in[k] = (const char *)ex->in[src.index].data + (size_t)(g % ex->period) * p->inputs[src.index].nbytes;
           } else {
             rt_set *rs = recv[prod_slot(ex, s, src.stage)];
             if (!rs) {
@@ -258,7 +259,7 @@ static int worker_run(rt_worker *w) {
         w->outs[ins.mb] = NULL;
         for (int q = 0; q < p->n_outputs; q++)
           if (p->output_src[q].stage == s)
-            memcpy((char *)ex->out[q].data + (size_t)g * p->outputs[q].nbytes, o->bufs[p->output_src[q].index],
+            memcpy((char *)ex->out[q].data + (size_t)(g % ex->period) * p->outputs[q].nbytes, o->bufs[p->output_src[q].index],
                    p->outputs[q].nbytes);
         int nc = ex->ncons[s];
         atomic_store(&o->refs, nc ? nc : 1);
@@ -378,12 +379,15 @@ int rt_threads_create(const pipert_pipeline *p, const rt_options *o, int M, rt_e
   return 0;
 }
 
+void rt_threads_set_period(rt_exec *ex, int64_t period) { ex->period = period; }
+
 int rt_threads_run(rt_exec *ex, const rt_array *in, rt_array *out, int64_t T, rt_stats *st) {
   const pipert_pipeline *p = ex->p;
   int S = p->n_stages;
   ex->in = in;
   ex->out = out;
   ex->T = T;
+  if (ex->period <= 0 || ex->period > T) ex->period = T;
   atomic_store(&ex->abort, 0);
   ex->done = ex->failed_rc = ex->bar_count = 0;
   for (int i = 0; i < S * S; i++) if (ex->box[i]) box_reset(ex->box[i]);

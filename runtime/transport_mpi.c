@@ -255,7 +255,7 @@ int rt_mpi_main(const pipert_pipeline *p, const rt_options *o) {
       MPI_Gather(&busy, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
       if (rank == 0) {
         int64_t mbs = p->n_inputs ? p->inputs[0].dims[0] : p->outputs[0].dims[0];
-        rt_print_bench(p, o->bench, T * mbs, wall, all);
+        rt_print_bench(p, o->bench, T * mbs, wall, all, 0);
         free(all);
       }
     }
