@@ -26,9 +26,16 @@
  * -O2 without -march: a portable binary whose heavy work is in OpenBLAS (which picks
  * its kernels at run time); -ffp-contract=off and no -ffast-math keep every node's
  * arithmetic exactly as written, so results do not depend on how nodes are grouped. */
+#ifndef CG_C_CC
 #define CG_C_CC "cc"
-#define CG_C_CFLAGS "-O2 -std=c11 -ffp-contract=off -fno-fast-math -Wall -Wextra"
-#define CG_C_LIBS "-lopenblas -lpthread -lm"
+#endif
+/* Extra compile and link flags of the pipecc build itself that the emitted code must
+ * share: the sanitizers in a PIPECC_SANITIZE build (libpipert is instrumented then). */
+#ifndef CG_C_EXTRA
+#define CG_C_EXTRA ""
+#endif
+#define CG_C_CFLAGS "-O2 -std=c11 -ffp-contract=off -fno-fast-math -Wall -Wextra " CG_C_EXTRA
+#define CG_C_LIBS CG_C_EXTRA " -lopenblas -lpthread -lm"
 
 typedef struct cg_ctx {
   ir_graph *g;
