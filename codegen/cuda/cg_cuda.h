@@ -19,7 +19,8 @@
  * fixed offsets; forward() copies host inputs in and outputs out), A (the activation
  * arena planned by liveness exactly as the cpu target does, scratch at its end).
  *
- * Units are the cpu target's: one node, or a fused element-wise tree (cg_c.h). An op
+ * Stage analysis, units and the arena plan are shared with the cpu target
+ * (codegen/stage.h): one node, or a fused element-wise tree. An op
  * emitter writes, for its node, file-scope tables into `decl` and the calls into
  * `call` (inside run(), after PK_UNIT(u)), using the operand expressions x[k] / y[k]
  * ("(const float *)(A + 4096)"). */
@@ -30,64 +31,11 @@
 
 #include "codegen/c/cg_c.h" /* cg_ctype, cg_flit, cg_numel, cg_strides, cg_is_eltwise, cg_is_alias */
 #include "codegen/codegen.h"
+#include "codegen/emit_common.h"
+#include "codegen/stage.h"
 #include "ir/ir.h"
 
-#define CGU_ALIGN 64
 #define CGU_NVCC_FLAGS "-O3 -std=c++17"
-
-/* ---- copies of codegen/c/emit.c internals (shared.c). TODO(share with codegen/c) ---- */
-enum { LOC_NONE = 0, LOC_W, LOC_IN, LOC_OUT, LOC_A };
-
-typedef struct {
-  int root;           /* node index of the unit's root */
-  int *nodes;         /* members in graph order (root last) */
-  int n_nodes;
-  int *ext;           /* eltwise units: distinct external input values */
-  int n_ext;
-  int alias;          /* emits no code: its output lives in its input's memory */
-} unit;
-
-typedef struct {
-  int n_stages;
-  int *vstage;        /* [n_values] stage producing the value; -1 graph input, -2 constant */
-  int *last_stage;    /* [n_values] last stage using it (or n_stages for graph outputs) */
-  int **s_in, *n_in;  /* per stage: input values */
-  int **s_out, *n_out;/* per stage: output values */
-  int *out_index;     /* [n_values] index in its producing stage's outputs, else -1 */
-} stage_info;
-
-typedef struct {
-  ir_graph *g;
-  const cg_plan *p;
-  const cg_options *o;
-  const stage_info *si;
-  int s;
-  /* per value */
-  int *loc;
-  size_t *off;        /* LOC_W/LOC_A: byte offset; LOC_IN/LOC_OUT: index */
-  int *root;          /* alias root */
-  int *def_unit, *last_unit;
-  unit *units;
-  int n_units;
-  int *w_vals;
-  int n_w;
-  size_t w_bytes;
-} stage_ctx;
-
-size_t cgu_align_up(size_t n);
-void cgu_put_cstr(FILE *f, const char *s);
-void cgu_put_comment(FILE *f, const char *s, size_t max);
-void cgu_put_header(FILE *f, const ir_graph *g, const cg_options *o, const char *what);
-void cgu_put_header_hash(FILE *f, const ir_graph *g, const cg_options *o, const char *what);
-void cgu_push(int **arr, int *n, int v);
-int cgu_analyse_stages(ir_graph *g, const cg_plan *p, stage_info *si);
-void cgu_free_stage_info(stage_info *si);
-void cgu_build_units(stage_ctx *st);
-size_t cgu_plan_memory(stage_ctx *st);
-void cgu_put_unit_comment(FILE *f, ir_graph *g, const unit *u, const char *indent);
-void cgu_put_tensor_descs(FILE *f, ir_graph *g, const char *name, const int *vals, int n);
-int cgu_write_file(const char *dir, const char *name, const void *data, size_t len);
-int cgu_emit_main(ir_graph *g, const cg_plan *p, const cg_options *o, const stage_info *si, const char *dir);
 
 /* ---- the cuda emitter ------------------------------------------------------------------ */
 

@@ -286,7 +286,7 @@ int cu_emit_eltwise(cu_ctx *c, const int *nodes, int n_nodes, const int *ext, in
   for (int m = 0; m < n_nodes; m++) {
     const ir_node *n = &g->nodes[nodes[m]];
     cu_w(c, "/* node %d: %s '", n->index, ir_op_name(n->op));
-    cgu_put_comment(c->decl, n->name, 200);
+    cg_put_comment(c->decl, n->name, 200);
     cu_w(c, "' */\n");
   }
   cu_w(c, "__global__ void __launch_bounds__(PK_THREADS) %s(%s n", kname, I);

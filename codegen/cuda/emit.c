@@ -1,7 +1,7 @@
 /* codegen/cuda/emit.c - the cuda target: stage_K.cu, weights_K.bin, pipeline_main.c,
  * the device runtime, profile_main.c and a Makefile for a planned graph (layout in
  * codegen/cuda/cg_cuda.h). Stage analysis, units and the arena plan are the cpu
- * target's (shared.c), so both targets cut and lay out a stage the same way. Nothing
+ * target's (codegen/stage.c), so both targets cut and lay out a stage the same way. Nothing
  * here depends on hash order, addresses or time: the output is byte-identical for the
  * same inputs. */
 #include <errno.h>
@@ -54,34 +54,34 @@ void cu_scratch(cu_ctx *c, size_t n) {
 /* ---- one stage ------------------------------------------------------------------------------ */
 
 /* Operand expression for value v: device memory of the stage. */
-static char *ptr_expr(stage_ctx *st, const size_t *io_off, int v, int is_const) {
+static char *ptr_expr(cg_stage *st, const size_t *io_off, int v, int is_const) {
   int r = st->root[v];
   const char *t = cg_ctype(st->g->values[v].dtype);
   const char *q = is_const ? "const " : "";
   char buf[160];
   switch (st->loc[r]) {
-    case LOC_W: snprintf(buf, sizeof buf, "(const %s *)(W + %zu)", t, st->off[r]); break;
-    case LOC_IN: snprintf(buf, sizeof buf, "(%s%s *)(IO + %zu)", q, t, io_off[st->off[r]]); break;
-    case LOC_OUT: snprintf(buf, sizeof buf, "(%s%s *)(IO + %zu)", q, t, io_off[st->si->n_in[st->s] + st->off[r]]); break;
-    case LOC_A: snprintf(buf, sizeof buf, "(%s%s *)(A + %zu)", q, t, st->off[r]); break;
+    case CG_LOC_W: snprintf(buf, sizeof buf, "(const %s *)(W + %zu)", t, st->off[r]); break;
+    case CG_LOC_IN: snprintf(buf, sizeof buf, "(%s%s *)(IO + %zu)", q, t, io_off[st->off[r]]); break;
+    case CG_LOC_OUT: snprintf(buf, sizeof buf, "(%s%s *)(IO + %zu)", q, t, io_off[st->si->n_in[st->s] + st->off[r]]); break;
+    case CG_LOC_A: snprintf(buf, sizeof buf, "(%s%s *)(A + %zu)", q, t, st->off[r]); break;
     default: IR_ASSERT(0 && "value without a location");
   }
   return strdup(buf);
 }
 
-static void put_unit_name(FILE *f, ir_graph *g, const unit *u) {
+static void put_unit_name(FILE *f, ir_graph *g, const cg_unit *u) {
   const ir_node *n = &g->nodes[u->root];
   char nm[120], buf[300];
   snprintf(buf, sizeof buf, "node %d '%s' (%s%s)", n->index, ir_printable(n->name, 80, nm, sizeof nm),
            u->n_nodes > 1 ? "fused " : "", ir_op_name(n->op));
-  cgu_put_cstr(f, buf);
+  cg_put_cstr(f, buf);
 }
 
-static int emit_unit(stage_ctx *st, cu_ctx *c, int ui, const size_t *io_off) {
+static int emit_unit(cg_stage *st, cu_ctx *c, int ui, const size_t *io_off) {
   ir_graph *g = st->g;
-  unit *u = &st->units[ui];
+  cg_unit *u = &st->units[ui];
   const ir_node *root = &g->nodes[u->root];
-  cgu_put_unit_comment(c->call, g, u, "  ");
+  cg_put_unit_comment(c->call, g, u, "  ");
   c->unit = ui;
   cu_w(c, "  PK_UNIT(%d);\n", ui);
   if (u->alias) {
@@ -120,22 +120,11 @@ static void put_size_array(FILE *f, const char *name, const size_t *v, int n) {
   fputs("};\n", f);
 }
 
-static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const stage_info *si, int s,
+static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const cg_stage_info *si, int s,
                       const char *dir) {
-  stage_ctx st = {0};
-  int nv = g->n_values;
-  st.g = g;
-  st.p = p;
-  st.o = o;
-  st.si = si;
-  st.s = s;
-  st.loc = ir_xcalloc((size_t)nv + 1, sizeof(int));
-  st.off = ir_xcalloc((size_t)nv + 1, sizeof(size_t));
-  st.root = ir_xcalloc((size_t)nv + 1, sizeof(int));
-  st.def_unit = ir_xcalloc((size_t)nv + 1, sizeof(int));
-  st.last_unit = ir_xcalloc((size_t)nv + 1, sizeof(int));
-  cgu_build_units(&st);
-  size_t arena = cgu_plan_memory(&st);
+  cg_stage st;
+  cg_stage_open(&st, g, p, o, si, s);
+  size_t arena = st.arena;
 
   /* IO region: the stage inputs, then its outputs, 256-byte aligned */
   int nio = si->n_in[s] + si->n_out[s];
@@ -163,28 +152,18 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
   fclose(c.call);
   fclose(c.conv);
 
-  /* weights */
-  unsigned char *wbuf = ir_xcalloc(st.w_bytes + 1, 1);
-  for (int k = 0; k < st.n_w; k++) {
-    const ir_value *v = &g->values[st.w_vals[k]];
-    if (v->nbytes) memcpy(wbuf + st.off[st.w_vals[k]], v->data, v->nbytes);
-  }
-  uint64_t sum = cg_checksum64(wbuf, st.w_bytes);
+  uint64_t sum;
+  unsigned char *wbuf = cg_stage_weights(&st, &sum);
 
   char *sbuf = NULL;
   size_t slen = 0;
   FILE *f = open_memstream(&sbuf, &slen);
   char what[64];
   snprintf(what, sizeof what, "stage_%d.cu: stage %d of %d", s, s, p->n_stages);
-  cgu_put_header(f, g, o, what);
-  int first_node = -1, last_node = -1, count = 0;
-  for (int i = 0; i < g->n_nodes; i++)
-    if (!g->nodes[i].dead && p->node_stage[i] == s) {
-      if (first_node < 0) first_node = i;
-      last_node = i;
-      count++;
-    }
-  size_t scratch = cgu_align_up(c.scratch);
+  cg_put_header(f, g, o, "cuda", what);
+  char nm[512];
+  int count = cg_stage_nodes(&st, nm, sizeof nm);
+  size_t scratch = cg_align_up(c.scratch);
   fprintf(f,
           "/* %d nodes, %d units; %d inputs, %d outputs; weights %zu bytes; device arena %zu bytes + scratch %zu "
           "bytes; inputs/outputs %zu bytes.\n"
@@ -225,7 +204,7 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
     for (int u = 0; u < st.n_units; u++)
       for (int m = 0; m < st.units[u].n_nodes; m++) {
         fputs("  ", f);
-        cgu_put_cstr(f, g->nodes[st.units[u].nodes[m]].name);
+        cg_put_cstr(f, g->nodes[st.units[u].nodes[m]].name);
         fputs(",\n", f);
       }
     fputs("};\n", f);
@@ -234,14 +213,8 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
   put_size_array(f, "in_bytes", io_bytes, si->n_in[s]);
   put_size_array(f, "out_off", io_off + si->n_in[s], si->n_out[s]);
   put_size_array(f, "out_bytes", io_bytes + si->n_in[s], si->n_out[s]);
-  char nm[512];
-  if (first_node >= 0) {
-    char a[200], b[200];
-    snprintf(nm, sizeof nm, "stage_%d (%s .. %s)", s, ir_printable(g->nodes[first_node].name, 60, a, sizeof a),
-             ir_printable(g->nodes[last_node].name, 60, b, sizeof b));
-  } else snprintf(nm, sizeof nm, "stage_%d", s);
   fprintf(f, "\nstatic const pk_stage_info info = {\n  %d,\n  ", s);
-  cgu_put_cstr(f, nm);
+  cg_put_cstr(f, nm);
   fprintf(f, ",\n  %d,\n  %s,\n  %s,\n  %s,\n  %d,\n  %d,\n  %s,\n  %s,\n  %s,\n  %s,\n  %zuu,\n  %zuu,\n  %d,\n  %s,\n  run,\n};\n\n",
           st.n_units, st.n_units ? "unit_names" : "NULL", st.n_units ? "unit_n_nodes" : "NULL",
           st.n_units ? "node_names" : "NULL", si->n_in[s], si->n_out[s], si->n_in[s] ? "in_off" : "NULL",
@@ -254,31 +227,10 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
         "  return pk_stage_forward(state, in, out);\n}\n\n"
         "static void stage_fini(void *state) { pk_stage_fini(state); }\n\n",
         f);
-  cgu_put_tensor_descs(f, g, "stage_inputs", si->s_in[s], si->n_in[s]);
-  cgu_put_tensor_descs(f, g, "stage_outputs", si->s_out[s], si->n_out[s]);
-  fprintf(f, "\nextern \"C\" const pipert_stage_desc pipecc_stage_%d = {\n  PIPERT_ABI_VERSION,\n  %d,\n  ", s, s);
-  cgu_put_cstr(f, nm);
-  fprintf(f, ",\n  %d,\n  %d,\n  %s,\n  %s,\n", si->n_in[s], si->n_out[s], si->n_in[s] ? "stage_inputs" : "NULL",
-          si->n_out[s] ? "stage_outputs" : "NULL");
-  if (st.w_bytes) fprintf(f, "  \"weights_%d.bin\",\n  %zuu,\n  0x%016" PRIx64 "ull,\n", s, st.w_bytes, sum);
-  else fputs("  NULL,\n  0u,\n  0u,\n", f);
-  fputs("  stage_init,\n  stage_forward,\n  stage_fini,\n};\n", f);
+  cg_put_stage_desc(f, &st, "extern \"C\" const", nm, sum);
   fclose(f);
 
-  char fn[64];
-  if (!rc) {
-    snprintf(fn, sizeof fn, "stage_%d.cu", s);
-    rc = cgu_write_file(dir, fn, sbuf, slen);
-  }
-  if (!rc) {
-    snprintf(fn, sizeof fn, "weights_%d.bin", s);
-    if (st.w_bytes) rc = cgu_write_file(dir, fn, wbuf, st.w_bytes);
-    else {
-      char path[4096];
-      snprintf(path, sizeof path, "%s/%s", dir, fn);
-      remove(path);
-    }
-  }
+  if (!rc) rc = cg_write_stage_files(dir, s, "cu", sbuf, slen, wbuf, st.w_bytes);
   free(sbuf);
   free(dbuf);
   free(cbuf);
@@ -286,17 +238,7 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
   free(wbuf);
   free(io_off);
   free(io_bytes);
-  for (int u = 0; u < st.n_units; u++) {
-    free(st.units[u].nodes);
-    free(st.units[u].ext);
-  }
-  free(st.units);
-  free(st.w_vals);
-  free(st.loc);
-  free(st.off);
-  free(st.root);
-  free(st.def_unit);
-  free(st.last_unit);
+  cg_stage_close(&st);
   return rc;
 }
 
@@ -317,7 +259,7 @@ static int copy_rt_file(ir_graph *g, const cg_options *o, const char *dir, const
   char chunk[65536], what[128];
   FILE *h = open_memstream(&head, &hlen);
   snprintf(what, sizeof what, "%s: the device runtime (a copy of codegen/cuda/rt/%s)", name, name);
-  cgu_put_header(h, g, o, what);
+  cg_put_header(h, g, o, "cuda", what);
   fclose(h);
   cap = hlen + 1;
   buf = ir_xrealloc(buf, cap);
@@ -333,7 +275,7 @@ static int copy_rt_file(ir_graph *g, const cg_options *o, const char *dir, const
     len += n;
   }
   fclose(f);
-  int rc = cgu_write_file(dir, name, buf, len);
+  int rc = cg_write_file(dir, name, buf, len);
   free(buf);
   return rc;
 }
@@ -443,11 +385,11 @@ static int emit_profile_main(ir_graph *g, const cg_options *o, const char *dir) 
   char *buf = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);
-  cgu_put_header(f, g, o, "profile_main.c: per-node timing of a one-stage cuda build (make profile)");
+  cg_put_header(f, g, o, "cuda", "profile_main.c: per-node timing of a one-stage cuda build (make profile)");
   fputs("#define _GNU_SOURCE\n#include <unistd.h>\n", f);
   fputs(profile_main_src, f);
   fclose(f);
-  int rc = cgu_write_file(dir, "profile_main.c", buf, len);
+  int rc = cg_write_file(dir, "profile_main.c", buf, len);
   free(buf);
   return rc;
 }
@@ -475,7 +417,7 @@ static int emit_makefile(ir_graph *g, const cg_plan *p, const cg_options *o, con
   FILE *f = open_memstream(&buf, &len);
   char gencode[1024];
   gencode_flags(o ? o->cuda_arch : NULL, gencode, sizeof gencode);
-  cgu_put_header_hash(f, g, o, "Makefile: builds ./pipeline with nvcc (make profile: the per-node profiler)");
+  cg_put_header_hash(f, g, o, "cuda", "Makefile: builds ./pipeline with nvcc (make profile: the per-node profiler)");
   fprintf(f,
           "\nCUDA_HOME ?= /usr/local/cuda\nNVCC ?= $(CUDA_HOME)/bin/nvcc\nCUDA_ARCH = %s\n"
           "NVCCFLAGS = %s $(CUDA_ARCH) -Xcompiler -Wall\nCC = cc\nCFLAGS = -O2 -std=c11 -Wall -Wextra\n"
@@ -496,78 +438,18 @@ static int emit_makefile(ir_graph *g, const cg_plan *p, const cg_options *o, con
   fputs("%.o: %.c\n\t$(CC) $(CFLAGS) -I$(PIPERT_INCLUDE) -c -o $@ $<\n\n", f);
   fputs("clean:\n\trm -f $(OBJS) profile_main.o pipeline profile\n\n.PHONY: all clean\n", f);
   fclose(f);
-  int rc = cgu_write_file(dir, "Makefile", buf, len);
+  int rc = cg_write_file(dir, "Makefile", buf, len);
   free(buf);
   return rc;
 }
 
-static int check_graph(ir_graph *g, const cg_plan *p) {
-  int bad = 0;
-  for (int i = 0; i < g->n_nodes; i++) {
-    const ir_node *n = &g->nodes[i];
-    if (n->dead) continue;
-    if (p->node_stage[i] < 0 || p->node_stage[i] >= p->n_stages) {
-      ir_error_node(g, i, "internal error: node assigned to stage %d of %d", p->node_stage[i], p->n_stages);
-      bad = 1;
-      continue;
-    }
-    if (n->op == IR_OP_UNKNOWN) continue;
-    for (int side = 0; side < 2; side++) {
-      int cnt = side ? n->n_out : n->n_in;
-      const int *vs = side ? n->out : n->in;
-      for (int k = 0; k < cnt; k++) {
-        if (vs[k] < 0) continue;
-        const ir_value *v = &g->values[vs[k]];
-        if (!ir_shape_static(&v->shape)) {
-          ir_error_node(g, i, "cuda target: %s '%s' has no static shape (shape inference did not run or failed)",
-                        side ? "output" : "input", v->name);
-          bad = 1;
-        } else if (!cg_ctype(v->dtype)) {
-          ir_error_node(g, i, "cuda target: %s '%s' has dtype %s, which the cuda target does not support",
-                        side ? "output" : "input", v->name, ir_dtype_name(v->dtype));
-          bad = 1;
-        }
-      }
-    }
-  }
-  /* all unsupported ops at once */
-  for (int i = 0; i < g->n_nodes; i++) {
-    const ir_node *n = &g->nodes[i];
-    if (n->dead) continue;
-    if (n->op == IR_OP_UNKNOWN) {
-      ir_error_node(g, i, "cuda target: op %s%s%s is not supported", *n->domain ? n->domain : "", *n->domain ? "." : "",
-                    n->op_type);
-      bad = 1;
-    } else if (!cg_is_eltwise(g, n) && !cg_is_alias(n) && !cu_op_emitter(n->op)) {
-      ir_error_node(g, i, "cuda target: op %s is not supported yet", ir_op_name(n->op));
-      bad = 1;
-    }
-  }
-  return bad ? -1 : 0;
-}
+static int has_emitter(ir_op op) { return cu_op_emitter(op) != NULL; }
 
 int cg_cuda_emit(ir_graph *g, const cg_plan *p, const cg_options *o, const char *out_dir) {
-  if (!p || p->n_stages < 1 || !p->node_stage) {
-    fprintf(stderr, "pipecc: internal error: cg_cuda_emit without a plan\n");
-    return -1;
-  }
-  for (int i = 0; i < g->n_nodes; i++)
-    for (int k = 0; k < g->nodes[i].n_in; k++) {
-      int v = g->nodes[i].in[k];
-      if (v >= 0 && g->values[v].producer >= i) {
-        fprintf(stderr, "pipecc: internal error: cg_cuda_emit needs a topologically sorted graph\n");
-        return -1;
-      }
-    }
-  ir_rebuild_uses(g);
-  if (check_graph(g, p)) return -1;
-  if (mkdir(out_dir, 0777) && errno != EEXIST) {
-    fprintf(stderr, "pipecc: cannot create %s: %s\n", out_dir, strerror(errno));
-    return -1;
-  }
-  stage_info si = {0};
-  if (cgu_analyse_stages(g, p, &si)) {
-    cgu_free_stage_info(&si);
+  if (cg_emit_begin(g, p, "cuda", "cg_cuda_emit", has_emitter, out_dir)) return -1;
+  cg_stage_info si = {0};
+  if (cg_analyse_stages(g, p, 0, "cuda", &si)) {
+    cg_free_stage_info(&si);
     return -1;
   }
   int rc = 0;
@@ -581,12 +463,12 @@ int cg_cuda_emit(ir_graph *g, const cg_plan *p, const cg_options *o, const char 
     snprintf(path, sizeof path, "%s/weights_%d.bin", out_dir, s);
     remove(path);
   }
-  if (!rc) rc = cgu_emit_main(g, p, o, &si, out_dir);
+  if (!rc) rc = cg_emit_main(g, p, o, &si, "cuda", out_dir);
   if (!rc) rc = copy_rt_file(g, o, out_dir, "pipecc_cuda.h");
   if (!rc) rc = copy_rt_file(g, o, out_dir, "pipecc_cuda_rt.cu");
   if (!rc && p->n_stages == 1) rc = emit_profile_main(g, o, out_dir);
   if (!rc) rc = emit_makefile(g, p, o, out_dir);
-  cgu_free_stage_info(&si);
+  cg_free_stage_info(&si);
   return rc;
 }
 

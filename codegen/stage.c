@@ -1,0 +1,371 @@
+/* codegen/stage.c - stage boundaries, units and the memory plan shared by the cpu and
+ * cuda emitters (see codegen/stage.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/c/cg_c.h" /* cg_is_eltwise, cg_is_alias */
+#include "codegen/stage.h"
+#include "ir/diag.h"
+
+size_t cg_align_up(size_t n) { return (n + CG_ALIGN - 1) / CG_ALIGN * CG_ALIGN; }
+
+void cg_push(int **arr, int *n, int v) {
+  if ((*n & (*n - 1)) == 0) *arr = ir_xrealloc(*arr, sizeof(int) * (size_t)(*n ? *n * 2 : 1));
+  (*arr)[(*n)++] = v;
+}
+
+/* ---- stage analysis --------------------------------------------------------------- */
+
+int cg_analyse_stages(ir_graph *g, const cg_plan *p, int allow_passthrough, const char *target, cg_stage_info *si) {
+  int S = p->n_stages, nv = g->n_values;
+  si->n_stages = S;
+  si->vstage = ir_xmalloc(sizeof(int) * (size_t)(nv + 1));
+  si->last_stage = ir_xmalloc(sizeof(int) * (size_t)(nv + 1));
+  si->out_index = ir_xmalloc(sizeof(int) * (size_t)(nv + 1));
+  si->passthrough = ir_xcalloc((size_t)nv + 1, 1);
+  si->s_in = ir_xcalloc((size_t)S, sizeof(int *));
+  si->s_out = ir_xcalloc((size_t)S, sizeof(int *));
+  si->n_in = ir_xcalloc((size_t)S, sizeof(int));
+  si->n_out = ir_xcalloc((size_t)S, sizeof(int));
+  for (int v = 0; v < nv; v++) {
+    ir_value *val = &g->values[v];
+    si->vstage[v] = val->kind == IR_VAL_CONST ? -2 : val->kind == IR_VAL_INPUT ? -1 : -3;
+    si->last_stage[v] = -1;
+    si->out_index[v] = -1;
+  }
+  for (int i = 0; i < g->n_nodes; i++) {
+    const ir_node *n = &g->nodes[i];
+    if (n->dead) continue;
+    for (int k = 0; k < n->n_out; k++)
+      if (n->out[k] >= 0) si->vstage[n->out[k]] = p->node_stage[i];
+  }
+  /* every stage's set of used values, as marks per stage */
+  char *used = ir_xcalloc((size_t)nv + 1, 1);
+  for (int s = 0; s < S; s++) {
+    memset(used, 0, (size_t)nv + 1);
+    for (int i = 0; i < g->n_nodes; i++) {
+      const ir_node *n = &g->nodes[i];
+      if (n->dead || p->node_stage[i] != s) continue;
+      for (int k = 0; k < n->n_in; k++) {
+        int v = n->in[k];
+        if (v < 0 || used[v]) continue;
+        used[v] = 1;
+        if (si->vstage[v] == -2) continue;
+        if (si->vstage[v] == -3) {
+          ir_error_node(g, i, "input '%s' has no producer", g->values[v].name);
+          free(used);
+          return -1;
+        }
+        if (si->vstage[v] > s) {
+          ir_error_node(g, i, "internal error: the plan is not a linear pipeline (input from stage %d in stage %d)",
+                        si->vstage[v], s);
+          free(used);
+          return -1;
+        }
+        if (s > si->last_stage[v]) si->last_stage[v] = s;
+      }
+    }
+    for (int v = 0; v < nv; v++)
+      if (used[v] && (si->vstage[v] == -1 || (si->vstage[v] >= 0 && si->vstage[v] < s))) cg_push(&si->s_in[s], &si->n_in[s], v);
+  }
+  free(used);
+  for (int k = 0; k < g->n_outputs; k++) {
+    int v = g->outputs[k];
+    if (!allow_passthrough && si->vstage[v] < 0) {
+      ir_error(g, "graph output '%s' is %s; the %s target needs every graph output computed by a node", g->values[v].name,
+               si->vstage[v] == -1 ? "a graph input" : "a constant", target);
+      return -1;
+    }
+    if (si->vstage[v] == -3) {
+      ir_error(g, "graph output '%s' has no producer", g->values[v].name);
+      return -1;
+    }
+    if (si->vstage[v] < 0 && !si->passthrough[v]) {
+      si->passthrough[v] = 1;
+      if (si->vstage[v] == -1) {
+        int have = 0;
+        for (int k = 0; k < si->n_in[S - 1]; k++) have |= si->s_in[S - 1][k] == v;
+        if (!have) {
+          cg_push(&si->s_in[S - 1], &si->n_in[S - 1], v);
+          for (int k = si->n_in[S - 1] - 1; k > 0 && si->s_in[S - 1][k] < si->s_in[S - 1][k - 1]; k--) {
+            int t = si->s_in[S - 1][k];
+            si->s_in[S - 1][k] = si->s_in[S - 1][k - 1];
+            si->s_in[S - 1][k - 1] = t;
+          }
+        }
+      }
+    }
+    si->last_stage[v] = S;
+  }
+  for (int v = 0; v < nv; v++) {
+    int s = si->passthrough[v] ? S - 1 : si->vstage[v];
+    if (s >= 0 && si->last_stage[v] > s) {
+      si->out_index[v] = si->n_out[s];
+      cg_push(&si->s_out[s], &si->n_out[s], v);
+    }
+  }
+  return 0;
+}
+
+void cg_free_stage_info(cg_stage_info *si) {
+  for (int s = 0; s < si->n_stages; s++) {
+    free(si->s_in[s]);
+    free(si->s_out[s]);
+  }
+  free(si->s_in);
+  free(si->s_out);
+  free(si->n_in);
+  free(si->n_out);
+  free(si->vstage);
+  free(si->last_stage);
+  free(si->out_index);
+  free(si->passthrough);
+}
+
+/* ---- arena planning ----------------------------------------------------------------- */
+
+typedef struct { size_t off, size; } block;
+typedef struct { block *b; int n, cap; size_t peak; } alloc_state;
+
+static size_t arena_alloc(alloc_state *a, size_t size) {
+  size = cg_align_up(size ? size : 1);
+  size_t off = 0;
+  int at = 0;
+  for (; at < a->n; at++) {
+    if (a->b[at].off >= off + size) break;
+    size_t end = a->b[at].off + a->b[at].size;
+    if (end > off) off = end;
+  }
+  if (a->n == a->cap) {
+    a->cap = a->cap ? a->cap * 2 : 16;
+    a->b = ir_xrealloc(a->b, sizeof(block) * (size_t)a->cap);
+  }
+  memmove(&a->b[at + 1], &a->b[at], sizeof(block) * (size_t)(a->n - at));
+  a->b[at].off = off;
+  a->b[at].size = size;
+  a->n++;
+  if (off + size > a->peak) a->peak = off + size;
+  return off;
+}
+
+static void arena_free(alloc_state *a, size_t off) {
+  for (int i = 0; i < a->n; i++)
+    if (a->b[i].off == off) {
+      memmove(&a->b[i], &a->b[i + 1], sizeof(block) * (size_t)(a->n - i - 1));
+      a->n--;
+      return;
+    }
+  IR_ASSERT(0 && "arena_free: no such block");
+}
+
+/* ---- one stage ------------------------------------------------------------------------- */
+
+static int same_shape(const ir_shape *a, const ir_shape *b) {
+  if (a->rank != b->rank) return 0;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return 0;
+  return 1;
+}
+
+/* Group the stage's nodes into units. */
+static void build_units(cg_stage *st) {
+  ir_graph *g = st->g;
+  int N = g->n_nodes;
+  int *group = ir_xmalloc(sizeof(int) * (size_t)(N + 1)); /* node -> root of its unit, -1 not in stage */
+  for (int i = 0; i < N; i++) group[i] = (!g->nodes[i].dead && st->p->node_stage[i] == st->s) ? i : -1;
+  for (int i = 0; i < N; i++) {
+    if (group[i] < 0) continue;
+    const ir_node *n = &g->nodes[i];
+    if (!cg_is_eltwise(g, n)) continue;
+    const ir_value *y = ir_out(g, n, 0);
+    for (int k = 0; k < n->n_in; k++) {
+      int v = n->in[k];
+      if (v < 0) continue;
+      const ir_value *x = &g->values[v];
+      int pnode = x->producer;
+      if (x->kind != IR_VAL_ACT || pnode < 0 || group[pnode] != pnode) continue; /* other stage, or already merged */
+      if (!cg_is_eltwise(g, &g->nodes[pnode]) || x->n_uses != 1 || x->is_output) continue;
+      if (st->si->last_stage[v] > st->s) continue;
+      if (!same_shape(&x->shape, &y->shape)) continue;
+      /* merge the producer's unit into this node's */
+      int old = pnode;
+      for (int j = 0; j <= pnode; j++)
+        if (group[j] == old) group[j] = i;
+    }
+  }
+  st->units = ir_xcalloc((size_t)N + 1, sizeof(cg_unit));
+  st->n_units = 0;
+  for (int i = 0; i < N; i++) {
+    if (group[i] != i) continue;
+    cg_unit *u = &st->units[st->n_units++];
+    u->root = i;
+    for (int j = 0; j <= i; j++)
+      if (group[j] == i) cg_push(&u->nodes, &u->n_nodes, j);
+    const ir_node *n = &g->nodes[i];
+    if (u->n_nodes == 1 && cg_is_alias(n) && n->in[0] >= 0 && st->si->out_index[n->out[0]] < 0) u->alias = 1;
+    if (cg_is_eltwise(g, n)) {
+      /* external inputs: values not produced inside the unit, in order of appearance */
+      for (int m = 0; m < u->n_nodes; m++) {
+        const ir_node *mn = &g->nodes[u->nodes[m]];
+        int nin = mn->n_in;
+        if (mn->op == IR_OP_Expand || mn->op == IR_OP_CastLike) nin = 1; /* the shape / the type: compile time */
+        for (int k = 0; k < nin; k++) {
+          int v = mn->in[k];
+          if (v < 0) continue;
+          int pnode = g->values[v].producer;
+          if (g->values[v].kind == IR_VAL_ACT && pnode >= 0 && group[pnode] == i) continue;
+          int dup = 0;
+          for (int e = 0; e < u->n_ext; e++) dup |= u->ext[e] == v;
+          if (!dup) cg_push(&u->ext, &u->n_ext, v);
+        }
+      }
+    }
+  }
+  free(group);
+}
+
+/* Locations: weights, stage inputs/outputs, alias roots, liveness, arena offsets.
+ * Returns the arena bytes needed for values. */
+static size_t plan_memory(cg_stage *st) {
+  ir_graph *g = st->g;
+  const cg_stage_info *si = st->si;
+  int nv = g->n_values, s = st->s;
+  for (int v = 0; v < nv; v++) {
+    st->root[v] = v;
+    st->def_unit[v] = -1;
+    st->last_unit[v] = -1;
+  }
+  for (int k = 0; k < si->n_in[s]; k++) {
+    st->loc[si->s_in[s][k]] = CG_LOC_IN;
+    st->off[si->s_in[s][k]] = (size_t)k;
+  }
+  char *wmark = ir_xcalloc((size_t)nv + 1, 1);
+  for (int k = 0; k < si->n_out[s]; k++) {
+    int v = si->s_out[s][k];
+    if (si->passthrough[v]) {
+      if (g->values[v].kind == IR_VAL_CONST) wmark[v] = 1; /* copied out of the weights */
+      continue;
+    }
+    st->loc[v] = CG_LOC_OUT;
+    st->off[v] = (size_t)k;
+  }
+  /* constants: in value order */
+  for (int u = 0; u < st->n_units; u++)
+    for (int m = 0; m < st->units[u].n_nodes; m++) {
+      const ir_node *n = &g->nodes[st->units[u].nodes[m]];
+      for (int k = 0; k < n->n_in; k++)
+        if (n->in[k] >= 0 && g->values[n->in[k]].kind == IR_VAL_CONST) wmark[n->in[k]] = 1;
+    }
+  st->w_bytes = 0;
+  for (int v = 0; v < nv; v++) {
+    if (!wmark[v]) continue;
+    st->loc[v] = CG_LOC_W;
+    st->off[v] = st->w_bytes;
+    cg_push(&st->w_vals, &st->n_w, v);
+    st->w_bytes += cg_align_up(g->values[v].nbytes);
+  }
+  free(wmark);
+  /* liveness over units */
+  for (int u = 0; u < st->n_units; u++) {
+    cg_unit *un = &st->units[u];
+    for (int m = 0; m < un->n_nodes; m++) {
+      const ir_node *n = &g->nodes[un->nodes[m]];
+      for (int k = 0; k < n->n_in; k++)
+        if (n->in[k] >= 0) st->last_unit[n->in[k]] = u;
+      for (int k = 0; k < n->n_out; k++)
+        if (n->out[k] >= 0) {
+          st->def_unit[n->out[k]] = u;
+          if (st->last_unit[n->out[k]] < u) st->last_unit[n->out[k]] = u;
+        }
+    }
+    if (un->alias) {
+      const ir_node *n = &g->nodes[un->root];
+      st->root[n->out[0]] = st->root[n->in[0]];
+    }
+  }
+  for (int v = 0; v < nv; v++)
+    if (st->root[v] != v && st->last_unit[v] > st->last_unit[st->root[v]]) st->last_unit[st->root[v]] = st->last_unit[v];
+  /* arena: allocate outputs of each unit, then free what died at it */
+  alloc_state a = {0};
+  int **dying = ir_xcalloc((size_t)st->n_units + 1, sizeof(int *));
+  int *n_dying = ir_xcalloc((size_t)st->n_units + 1, sizeof(int));
+  for (int u = 0; u < st->n_units; u++) {
+    cg_unit *un = &st->units[u];
+    const ir_node *n = &g->nodes[un->root];
+    if (un->alias) continue;
+    /* fused members' outputs never reach memory; only the root's outputs do */
+    for (int k = 0; k < n->n_out; k++) {
+      int v = n->out[k];
+      if (v < 0 || st->loc[v] != CG_LOC_NONE) continue;
+      st->loc[v] = CG_LOC_A;
+      st->off[v] = arena_alloc(&a, (size_t)ir_value_bytes(&g->values[v]));
+      cg_push(&dying[st->last_unit[v]], &n_dying[st->last_unit[v]], v);
+    }
+    for (int d = 0; d < n_dying[u]; d++) arena_free(&a, st->off[dying[u][d]]);
+  }
+  for (int u = 0; u < st->n_units; u++) free(dying[u]);
+  free(dying);
+  free(n_dying);
+  free(a.b);
+  return cg_align_up(a.peak);
+}
+
+void cg_stage_open(cg_stage *st, ir_graph *g, const cg_plan *p, const cg_options *o, const cg_stage_info *si, int s) {
+  int nv = g->n_values;
+  memset(st, 0, sizeof *st);
+  st->g = g;
+  st->p = p;
+  st->o = o;
+  st->si = si;
+  st->s = s;
+  st->loc = ir_xcalloc((size_t)nv + 1, sizeof(int));
+  st->off = ir_xcalloc((size_t)nv + 1, sizeof(size_t));
+  st->root = ir_xcalloc((size_t)nv + 1, sizeof(int));
+  st->def_unit = ir_xcalloc((size_t)nv + 1, sizeof(int));
+  st->last_unit = ir_xcalloc((size_t)nv + 1, sizeof(int));
+  build_units(st);
+  st->arena = plan_memory(st);
+}
+
+void cg_stage_close(cg_stage *st) {
+  for (int u = 0; u < st->n_units; u++) {
+    free(st->units[u].nodes);
+    free(st->units[u].ext);
+  }
+  free(st->units);
+  free(st->w_vals);
+  free(st->loc);
+  free(st->off);
+  free(st->root);
+  free(st->def_unit);
+  free(st->last_unit);
+  memset(st, 0, sizeof *st);
+}
+
+unsigned char *cg_stage_weights(const cg_stage *st, uint64_t *sum) {
+  unsigned char *wbuf = ir_xcalloc(st->w_bytes + 1, 1);
+  for (int k = 0; k < st->n_w; k++) {
+    const ir_value *v = &st->g->values[st->w_vals[k]];
+    if (v->nbytes) memcpy(wbuf + st->off[st->w_vals[k]], v->data, v->nbytes);
+  }
+  *sum = cg_checksum64(wbuf, st->w_bytes);
+  return wbuf;
+}
+
+int cg_stage_nodes(const cg_stage *st, char *nm, size_t nm_len) {
+  const ir_graph *g = st->g;
+  int first = -1, last = -1, count = 0;
+  for (int i = 0; i < g->n_nodes; i++)
+    if (!g->nodes[i].dead && st->p->node_stage[i] == st->s) {
+      if (first < 0) first = i;
+      last = i;
+      count++;
+    }
+  if (first >= 0) {
+    char a[200], b[200];
+    snprintf(nm, nm_len, "stage_%d (%s .. %s)", st->s, ir_printable(g->nodes[first].name, 60, a, sizeof a),
+             ir_printable(g->nodes[last].name, 60, b, sizeof b));
+  } else snprintf(nm, nm_len, "stage_%d", st->s);
+  return count;
+}
