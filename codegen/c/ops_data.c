@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "codegen/c/cg_c.h"
+#include "codegen/op_params.h"
 
 #define LL(x) ((long long)(x))
 
@@ -259,33 +260,10 @@ static int emit_transpose(cg_ctx *c, const ir_node *n) {
 static int emit_pad(cg_ctx *c, const ir_node *n) {
   ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
   int r = x->shape.rank;
-  int64_t pads[2 * IR_MAX_RANK] = {0}, raw[2 * IR_MAX_RANK], axes[IR_MAX_RANK];
+  int64_t pads[2 * IR_MAX_RANK] = {0};
   double value = 0;
-  int np, na = -1;
-  if (n->opset >= 11) {
-    np = cg_const_ints(c, n, 1, raw, 2 * IR_MAX_RANK);
-    if (np < 0) return cg_fail(c, n, "pads must be a constant");
-    if (cg_in(c, n, 2) && cg_const_f64(c, n, 2, &value) && cg_numel(cg_in(c, n, 2)) > 0)
-      return cg_fail(c, n, "constant_value must be a constant");
-    if (cg_in(c, n, 3)) {
-      na = cg_const_ints(c, n, 3, axes, IR_MAX_RANK);
-      if (na < 0) return cg_fail(c, n, "axes must be a constant");
-    }
-  } else {
-    const int64_t *v;
-    np = ir_attr_ints(n, "pads", &v);
-    for (int i = 0; i < np && i < 2 * IR_MAX_RANK; i++) raw[i] = v[i];
-    value = ir_attr_float(n, "value", 0.0f);
-  }
-  int cnt = na >= 0 ? na : r;
-  if (np != 2 * cnt) return cg_fail(c, n, "pads has %d entries, expected %d", np, 2 * cnt);
-  for (int i = 0; i < cnt; i++) {
-    int a = na >= 0 ? norm_axis(axes[i], r) : i;
-    if (a < 0 || a >= r) return cg_fail(c, n, "axis out of range");
-    pads[a] = raw[i];
-    pads[r + a] = raw[cnt + i];
-  }
-  const char *mode = ir_attr_str(n, "mode", "constant");
+  const char *mode;
+  if (cg_pad_params(c->g, "cpu", n, pads, &value, &mode)) return -1;
   int m = !strcmp(mode, "constant") ? 0 : !strcmp(mode, "reflect") ? 1 : !strcmp(mode, "edge") ? 2 : !strcmp(mode, "wrap") ? 3 : -1;
   if (m < 0) return cg_fail(c, n, "Pad mode '%s' is not supported", mode);
   if (!cg_numel(y)) return 0;

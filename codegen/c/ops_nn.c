@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "codegen/c/cg_c.h"
+#include "codegen/op_params.h"
 
 #define LL(x) ((long long)(x))
 
@@ -16,63 +17,10 @@ static const char *gemm_fn(ir_dtype t) { return t == IR_DOUBLE ? "cblas_dgemm" :
 
 /* ---- windows: Conv, ConvTranspose, pooling --------------------------------------- */
 
-/* Spatial parameters normalised to 3 dims (leading dims of size 1). */
-typedef struct {
-  int sr;                 /* spatial rank of the node, 1..3 */
-  int64_t in[3], out[3], k[3], s[3], d[3], pb[3], pe[3];
-} win3;
-
-/* kernel: sr kernel dims. For ConvTranspose (transposed=1) pads follow its rules. */
+/* window(): codegen/op_params.c, shared with the cuda target. */
 static int window(cg_ctx *c, const ir_node *n, const ir_value *x, const ir_value *y, const int64_t *kernel,
-                  int transposed, win3 *w) {
-  int sr = x->shape.rank - 2;
-  if (sr < 1 || sr > 3) return cg_fail(c, n, "only 1, 2 or 3 spatial dims are supported (input rank %d)", x->shape.rank);
-  const int64_t *v;
-  int64_t st[3], dl[3], pads[6];
-  int cnt = ir_attr_ints(n, "strides", &v);
-  for (int i = 0; i < sr; i++) st[i] = cnt == sr ? v[i] : 1;
-  cnt = ir_attr_ints(n, "dilations", &v);
-  for (int i = 0; i < sr; i++) dl[i] = cnt == sr ? v[i] : 1;
-  cnt = ir_attr_ints(n, "pads", &v);
-  for (int i = 0; i < 2 * sr; i++) pads[i] = cnt == 2 * sr ? v[i] : 0;
-  const char *ap = ir_attr_str(n, "auto_pad", "NOTSET");
-  for (int i = 0; i < sr; i++) {
-    int64_t in = x->shape.dims[2 + i], out = y->shape.dims[2 + i];
-    if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER")) {
-      int64_t total;
-      if (!transposed) {
-        total = (out - 1) * st[i] + (kernel[i] - 1) * dl[i] + 1 - in;
-        if (total < 0) total = 0;
-      } else {
-        const int64_t *op;
-        int no = ir_attr_ints(n, "output_padding", &op);
-        total = st[i] * (in - 1) + (no == sr ? op[i] : 0) + ((kernel[i] - 1) * dl[i] + 1) - out;
-        if (total < 0) total = 0;
-      }
-      int upper = !strcmp(ap, "SAME_UPPER");
-      pads[i] = upper ? total / 2 : total - total / 2;
-      pads[sr + i] = total - pads[i];
-    } else if (!strcmp(ap, "VALID")) {
-      pads[i] = pads[sr + i] = 0;
-    }
-  }
-  w->sr = sr;
-  for (int j = 0; j < 3; j++) {
-    int i = j - (3 - sr);
-    if (i < 0) {
-      w->in[j] = w->out[j] = w->k[j] = w->s[j] = w->d[j] = 1;
-      w->pb[j] = w->pe[j] = 0;
-    } else {
-      w->in[j] = x->shape.dims[2 + i];
-      w->out[j] = y->shape.dims[2 + i];
-      w->k[j] = kernel[i];
-      w->s[j] = st[i];
-      w->d[j] = dl[i];
-      w->pb[j] = pads[i];
-      w->pe[j] = pads[sr + i];
-    }
-  }
-  return 0;
+                  int transposed, cg_win3 *w) {
+  return cg_window(c->g, "cpu", n, x, y, kernel, transposed, w);
 }
 
 static int emit_conv(cg_ctx *c, const ir_node *n) {
@@ -81,7 +29,7 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
   if (t != IR_FLOAT && t != IR_DOUBLE) return cg_fail(c, n, "Conv on %s is not supported", ir_dtype_name(t));
   int64_t kernel[3];
   for (int i = 0; i < x->shape.rank - 2 && i < 3; i++) kernel[i] = wt->shape.dims[2 + i];
-  win3 w;
+  cg_win3 w;
   if (window(c, n, x, y, kernel, 0, &w)) return -1;
   const char *T = cg_ctype(t);
   int64_t N = x->shape.dims[0], C = x->shape.dims[1], M = y->shape.dims[1], G = ir_attr_int(n, "group", 1);
@@ -164,7 +112,7 @@ static int emit_conv_transpose(cg_ctx *c, const ir_node *n) {
   int64_t kernel[3];
   for (int i = 0; i < x->shape.rank - 2 && i < 3; i++) kernel[i] = wt->shape.dims[2 + i];
   /* pads are given against the output: swap roles for window() */
-  win3 w;
+  cg_win3 w;
   if (window(c, n, x, y, kernel, 1, &w)) return -1;
   /* when output_shape is given without pads, the total padding follows from it */
   const int64_t *os;
@@ -331,7 +279,7 @@ static int emit_pool(cg_ctx *c, const ir_node *n) {
   int sr = x->shape.rank - 2;
   int global = n->op == IR_OP_GlobalAveragePool || n->op == IR_OP_GlobalMaxPool || n->op == IR_OP_GlobalLpPool;
   int64_t kernel[3];
-  win3 w;
+  cg_win3 w;
   if (sr < 1 || sr > 3) return cg_fail(c, n, "only 1, 2 or 3 spatial dims are supported (input rank %d)", x->shape.rank);
   if (global) {
     for (int j = 0; j < 3; j++) {

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "codegen/cuda/cg_cuda.h"
+#include "codegen/op_params.h"
 
 #define LL(x) ((long long)(x))
 
@@ -58,54 +59,11 @@ static void emit_copy_call(cu_ctx *c, const ir_node *n, int tag, int esize, int 
   cu_w(c, "  PK_TRY(pk_copy(S, &cp%d_%d, %s, %s));\n", node, tag, x, y);
 }
 
-/* ---- windows: Conv, pooling (a copy of codegen/c/ops_nn.c's window(); TODO(share with codegen/c)) ---- */
+/* ---- windows: Conv, pooling (codegen/op_params.c, shared with the cpu target) ---- */
 
-typedef struct {
-  int sr;
-  int64_t in[3], out[3], k[3], s[3], d[3], pb[3], pe[3];
-} win3;
-
-static int window(cu_ctx *c, const ir_node *n, const ir_value *x, const ir_value *y, const int64_t *kernel, win3 *w) {
-  int sr = x->shape.rank - 2;
-  if (sr < 1 || sr > 3) return cu_fail(c, n, "only 1, 2 or 3 spatial dims are supported (input rank %d)", x->shape.rank);
-  const int64_t *v;
-  int64_t st[3], dl[3], pads[6];
-  int cnt = ir_attr_ints(n, "strides", &v);
-  for (int i = 0; i < sr; i++) st[i] = cnt == sr ? v[i] : 1;
-  cnt = ir_attr_ints(n, "dilations", &v);
-  for (int i = 0; i < sr; i++) dl[i] = cnt == sr ? v[i] : 1;
-  cnt = ir_attr_ints(n, "pads", &v);
-  for (int i = 0; i < 2 * sr; i++) pads[i] = cnt == 2 * sr ? v[i] : 0;
-  const char *ap = ir_attr_str(n, "auto_pad", "NOTSET");
-  for (int i = 0; i < sr; i++) {
-    int64_t in = x->shape.dims[2 + i], out = y->shape.dims[2 + i];
-    if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER")) {
-      int64_t total = (out - 1) * st[i] + (kernel[i] - 1) * dl[i] + 1 - in;
-      if (total < 0) total = 0;
-      int upper = !strcmp(ap, "SAME_UPPER");
-      pads[i] = upper ? total / 2 : total - total / 2;
-      pads[sr + i] = total - pads[i];
-    } else if (!strcmp(ap, "VALID")) {
-      pads[i] = pads[sr + i] = 0;
-    }
-  }
-  w->sr = sr;
-  for (int j = 0; j < 3; j++) {
-    int i = j - (3 - sr);
-    if (i < 0) {
-      w->in[j] = w->out[j] = w->k[j] = w->s[j] = w->d[j] = 1;
-      w->pb[j] = w->pe[j] = 0;
-    } else {
-      w->in[j] = x->shape.dims[2 + i];
-      w->out[j] = y->shape.dims[2 + i];
-      w->k[j] = kernel[i];
-      w->s[j] = st[i];
-      w->d[j] = dl[i];
-      w->pb[j] = pads[i];
-      w->pe[j] = pads[sr + i];
-    }
-  }
-  return 0;
+static int window(cu_ctx *c, const ir_node *n, const ir_value *x, const ir_value *y, const int64_t *kernel,
+                  cg_win3 *w) {
+  return cg_window(c->g, "cuda", n, x, y, kernel, 0, w);
 }
 
 static int emit_conv(cu_ctx *c, const ir_node *n) {
@@ -115,7 +73,7 @@ static int emit_conv(cu_ctx *c, const ir_node *n) {
   if (t != IR_FLOAT && t != IR_DOUBLE) return cu_fail(c, n, "Conv on %s is not supported", ir_dtype_name(t));
   int64_t kernel[3] = {1, 1, 1};
   for (int i = 0; i < x->shape.rank - 2 && i < 3; i++) kernel[i] = wt->shape.dims[2 + i];
-  win3 w;
+  cg_win3 w;
   if (window(c, n, x, y, kernel, &w)) return -1;
   int64_t N = x->shape.dims[0], C = x->shape.dims[1], M = y->shape.dims[1], G = ir_attr_int(n, "group", 1);
   if (G < 1 || C % G || M % G) return cu_fail(c, n, "group %lld does not divide the channels", LL(G));
@@ -266,7 +224,7 @@ static int emit_pool(cu_ctx *c, const ir_node *n) {
   int sr = x->shape.rank - 2;
   int global = n->op == IR_OP_GlobalAveragePool || n->op == IR_OP_GlobalMaxPool || n->op == IR_OP_GlobalLpPool;
   int64_t kernel[3];
-  win3 w;
+  cg_win3 w;
   if (sr < 1 || sr > 3) return cu_fail(c, n, "only 1, 2 or 3 spatial dims are supported (input rank %d)", x->shape.rank);
   if (global) {
     for (int j = 0; j < 3; j++) {
@@ -579,33 +537,10 @@ static uint64_t value_bits(double v, ir_dtype t) {
 static int emit_pad(cu_ctx *c, const ir_node *n) {
   ir_value *x = ir_in(c->g, n, 0), *y = ir_out(c->g, n, 0);
   int r = x->shape.rank;
-  int64_t pads[2 * IR_MAX_RANK] = {0}, raw[2 * IR_MAX_RANK], axes[IR_MAX_RANK];
+  int64_t pads[2 * IR_MAX_RANK] = {0};
   double value = 0;
-  int np, na = -1;
-  cg_ctx cc = {0};
-  cc.g = c->g;
-  if (n->opset >= 11) {
-    np = cg_const_ints(&cc, n, 1, raw, 2 * IR_MAX_RANK);
-    if (np < 0) return cu_fail(c, n, "pads must be a constant");
-    if (ir_in(c->g, n, 2) && cg_numel(ir_in(c->g, n, 2)) > 0 && cg_const_f64(&cc, n, 2, &value))
-      return cu_fail(c, n, "constant_value must be a constant");
-    if (ir_in(c->g, n, 3) && (na = cg_const_ints(&cc, n, 3, axes, IR_MAX_RANK)) < 0)
-      return cu_fail(c, n, "axes must be a constant");
-  } else {
-    const int64_t *v;
-    np = ir_attr_ints(n, "pads", &v);
-    for (int i = 0; i < np && i < 2 * IR_MAX_RANK; i++) raw[i] = v[i];
-    value = ir_attr_float(n, "value", 0.0f);
-  }
-  int cnt = na >= 0 ? na : r;
-  if (np != 2 * cnt) return cu_fail(c, n, "pads has %d entries, expected %d", np, 2 * cnt);
-  for (int i = 0; i < cnt; i++) {
-    int a = na >= 0 ? norm_axis(axes[i], r) : i;
-    if (a < 0 || a >= r) return cu_fail(c, n, "axis out of range");
-    pads[a] = raw[i];
-    pads[r + a] = raw[cnt + i];
-  }
-  const char *mode = ir_attr_str(n, "mode", "constant");
+  const char *mode;
+  if (cg_pad_params(c->g, "cuda", n, pads, &value, &mode)) return -1;
   int m = !strcmp(mode, "constant") ? 1 : !strcmp(mode, "edge") ? 2 : !strcmp(mode, "reflect") ? 3 : !strcmp(mode, "wrap") ? 4 : -1;
   if (m < 0) return cu_fail(c, n, "Pad mode '%s' is not supported", mode);
   if (!cg_numel(y)) return 0;

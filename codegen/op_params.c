@@ -1,0 +1,107 @@
+/* codegen/op_params.c - op attribute arithmetic shared by the cpu and cuda emitters
+ * (see codegen/op_params.h). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "codegen/c/cg_c.h" /* cg_const_ints, cg_const_f64, cg_numel */
+#include "codegen/op_params.h"
+#include "ir/diag.h"
+
+static int fail(ir_graph *g, const char *target, const ir_node *n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int fail(ir_graph *g, const char *target, const ir_node *n, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  ir_error_node(g, (int)(n - g->nodes), "%s target: %s", target, msg);
+  return -1;
+}
+
+int cg_window(ir_graph *g, const char *target, const ir_node *n, const ir_value *x, const ir_value *y,
+              const int64_t *kernel, int transposed, cg_win3 *w) {
+  int sr = x->shape.rank - 2;
+  if (sr < 1 || sr > 3) return fail(g, target, n, "only 1, 2 or 3 spatial dims are supported (input rank %d)", x->shape.rank);
+  const int64_t *v;
+  int64_t st[3], dl[3], pads[6];
+  int cnt = ir_attr_ints(n, "strides", &v);
+  for (int i = 0; i < sr; i++) st[i] = cnt == sr ? v[i] : 1;
+  cnt = ir_attr_ints(n, "dilations", &v);
+  for (int i = 0; i < sr; i++) dl[i] = cnt == sr ? v[i] : 1;
+  cnt = ir_attr_ints(n, "pads", &v);
+  for (int i = 0; i < 2 * sr; i++) pads[i] = cnt == 2 * sr ? v[i] : 0;
+  const char *ap = ir_attr_str(n, "auto_pad", "NOTSET");
+  for (int i = 0; i < sr; i++) {
+    int64_t in = x->shape.dims[2 + i], out = y->shape.dims[2 + i];
+    if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER")) {
+      int64_t total;
+      if (!transposed) {
+        total = (out - 1) * st[i] + (kernel[i] - 1) * dl[i] + 1 - in;
+        if (total < 0) total = 0;
+      } else {
+        const int64_t *op;
+        int no = ir_attr_ints(n, "output_padding", &op);
+        total = st[i] * (in - 1) + (no == sr ? op[i] : 0) + ((kernel[i] - 1) * dl[i] + 1) - out;
+        if (total < 0) total = 0;
+      }
+      int upper = !strcmp(ap, "SAME_UPPER");
+      pads[i] = upper ? total / 2 : total - total / 2;
+      pads[sr + i] = total - pads[i];
+    } else if (!strcmp(ap, "VALID")) {
+      pads[i] = pads[sr + i] = 0;
+    }
+  }
+  w->sr = sr;
+  for (int j = 0; j < 3; j++) {
+    int i = j - (3 - sr);
+    if (i < 0) {
+      w->in[j] = w->out[j] = w->k[j] = w->s[j] = w->d[j] = 1;
+      w->pb[j] = w->pe[j] = 0;
+    } else {
+      w->in[j] = x->shape.dims[2 + i];
+      w->out[j] = y->shape.dims[2 + i];
+      w->k[j] = kernel[i];
+      w->s[j] = st[i];
+      w->d[j] = dl[i];
+      w->pb[j] = pads[i];
+      w->pe[j] = pads[sr + i];
+    }
+  }
+  return 0;
+}
+
+int cg_pad_params(ir_graph *g, const char *target, const ir_node *n, int64_t *pads, double *value_out, const char **mode) {
+  cg_ctx cc = {0};
+  cc.g = g;
+  int r = cg_in(&cc, n, 0)->shape.rank;
+  int64_t raw[2 * IR_MAX_RANK], axes[IR_MAX_RANK];
+  double value = 0;
+  int np, na = -1;
+  if (n->opset >= 11) {
+    np = cg_const_ints(&cc, n, 1, raw, 2 * IR_MAX_RANK);
+    if (np < 0) return fail(g, target, n, "pads must be a constant");
+    if (cg_in(&cc, n, 2) && cg_const_f64(&cc, n, 2, &value) && cg_numel(cg_in(&cc, n, 2)) > 0)
+      return fail(g, target, n, "constant_value must be a constant");
+    if (cg_in(&cc, n, 3)) {
+      na = cg_const_ints(&cc, n, 3, axes, IR_MAX_RANK);
+      if (na < 0) return fail(g, target, n, "axes must be a constant");
+    }
+  } else {
+    const int64_t *v;
+    np = ir_attr_ints(n, "pads", &v);
+    for (int i = 0; i < np && i < 2 * IR_MAX_RANK; i++) raw[i] = v[i];
+    value = ir_attr_float(n, "value", 0.0f);
+  }
+  int cnt = na >= 0 ? na : r;
+  if (np != 2 * cnt) return fail(g, target, n, "pads has %d entries, expected %d", np, 2 * cnt);
+  for (int i = 0; i < cnt; i++) {
+    int a = na >= 0 ? (int)(axes[i] < 0 ? axes[i] + r : axes[i]) : i;
+    if (a < 0 || a >= r) return fail(g, target, n, "axis out of range");
+    pads[a] = raw[i];
+    pads[r + a] = raw[cnt + i];
+  }
+  *value_out = value;
+  *mode = ir_attr_str(n, "mode", "constant");
+  return 0;
+}

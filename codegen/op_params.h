@@ -1,0 +1,28 @@
+/* codegen/op_params.h - attribute arithmetic of ops that both targets (codegen/c,
+ * codegen/cuda) emit: what the node means, before either target decides how to compute
+ * it. Errors are reported on the node as "<target> target: ..." and return -1. */
+#ifndef PIPECC_CODEGEN_OP_PARAMS_H
+#define PIPECC_CODEGEN_OP_PARAMS_H
+#include <stdint.h>
+
+#include "ir/ir.h"
+
+/* Spatial parameters of Conv, ConvTranspose and pooling normalised to 3 dims (leading
+ * dims of size 1): input/output sizes, kernel, strides, dilations, begin/end pads. */
+typedef struct {
+  int sr;                 /* spatial rank of the node, 1..3 */
+  int64_t in[3], out[3], k[3], s[3], d[3], pb[3], pe[3];
+} cg_win3;
+
+/* The window of node n from x (N, C, spatial...) to y; kernel: sr kernel dims.
+ * strides/dilations/pads/auto_pad as ONNX; for ConvTranspose (transposed = 1, x and y
+ * swapped by the caller) SAME pads follow its rules (output_padding). */
+int cg_window(ir_graph *g, const char *target, const ir_node *n, const ir_value *x, const ir_value *y,
+              const int64_t *kernel, int transposed, cg_win3 *w);
+
+/* Pad (opset 2-10 attributes, 11+ inputs pads/constant_value/axes, which must be
+ * constants): begin pads into pads[0..r), end pads into pads[r..2r) for input rank r
+ * (pads zeroed by the caller), the constant value and the mode attribute. */
+int cg_pad_params(ir_graph *g, const char *target, const ir_node *n, int64_t *pads, double *value, const char **mode);
+
+#endif
