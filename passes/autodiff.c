@@ -583,6 +583,107 @@ static int bw_eltwise(ad_ctx *a, int node, int dy) {
                          ad_un(a, IR_OP_Exp, ad_un(a, IR_OP_Neg, ad_bin(a, IR_OP_Mul, X, X)))));
       break;
     case IR_OP_Softplus: gx = ad_bin(a, IR_OP_Mul, dy, ad_un(a, IR_OP_Sigmoid, X)); break;
+    case IR_OP_Clip: { /* torch hardtanh/clamp: dy where min < x < max (strict), else 0 */
+      double lo = -INFINITY, hi = INFINITY;
+      if (nd.opset < 11) {
+        lo = ir_attr_float(&nd, "min", -INFINITY);
+        hi = ir_attr_float(&nd, "max", INFINITY);
+      } else {
+        for (int k = 1; k <= 2; k++) {
+          const ir_value *b = ir_in(g, &nd, k);
+          if (!b) continue;
+          double v;
+          if (b->kind != IR_VAL_CONST || b->is_initializer || ir_const_f64(b, 0, &v))
+            return unsupported(a, node, "min and max must be constants");
+          if (k == 1) lo = v;
+          else hi = v;
+        }
+      }
+      int m = -1;
+      if (lo > -INFINITY) m = ad_bin(a, IR_OP_Greater, X, ad_c_f(a, lo, IR_FLOAT));
+      if (hi < INFINITY) {
+        int m2 = ad_bin(a, IR_OP_Less, X, ad_c_f(a, hi, IR_FLOAT));
+        m = m < 0 ? m2 : ad_bin(a, IR_OP_And, m, m2);
+      }
+      if (m < 0) {
+        gx = dy;
+        break;
+      }
+      int in[3] = {m, dy, ad_c_f(a, 0, IR_FLOAT)};
+      gx = ad_op(a, IR_OP_Where, in, 3);
+      break;
+    }
+    case IR_OP_Gelu: { /* exact: dy * (Phi(x) + x * phi(x)) */
+      if (strcmp(ir_attr_str(&nd, "approximate", "none"), "none")) return unsupported(a, node, "approximate tanh");
+      int cdf = ad_bin(a, IR_OP_Mul, ad_c_f(a, 0.5, IR_FLOAT),
+                       ad_bin(a, IR_OP_Add, ad_c_f(a, 1, IR_FLOAT),
+                              ad_un(a, IR_OP_Erf, ad_bin(a, IR_OP_Mul, X, ad_c_f(a, 0.70710678118654752, IR_FLOAT)))));
+      int pdf = ad_bin(a, IR_OP_Mul, ad_c_f(a, 0.39894228040143268, IR_FLOAT),
+                       ad_un(a, IR_OP_Exp, ad_bin(a, IR_OP_Mul, ad_bin(a, IR_OP_Mul, X, X), ad_c_f(a, -0.5, IR_FLOAT))));
+      gx = ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Add, cdf, ad_bin(a, IR_OP_Mul, X, pdf)));
+      break;
+    }
+    case IR_OP_Elu: case IR_OP_Selu: { /* x > 0: dy * scale; else dy * (y + alpha * scale) (Elu: scale 1) */
+      int selu = nd.op == IR_OP_Selu;
+      double al = ir_attr_float(&nd, "alpha", selu ? 1.67326319217681884765625f : 1.0f);
+      double sc = selu ? ir_attr_float(&nd, "gamma", 1.05070102214813232421875f) : 1.0;
+      int pos = ad_bin(a, IR_OP_Greater, X, ad_c_f(a, 0, IR_FLOAT));
+      int neg = ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Add, Y, ad_c_f(a, al * sc, IR_FLOAT)));
+      int in[3] = {pos, sc == 1 ? dy : ad_bin(a, IR_OP_Mul, dy, ad_c_f(a, sc, IR_FLOAT)), neg};
+      gx = ad_op(a, IR_OP_Where, in, 3);
+      break;
+    }
+    case IR_OP_HardSigmoid: case IR_OP_HardSwish: {
+      double al = nd.op == IR_OP_HardSwish ? 1.0 / 6 : ir_attr_float(&nd, "alpha", 0.2f);
+      double be = nd.op == IR_OP_HardSwish ? 0.5 : ir_attr_float(&nd, "beta", 0.5f);
+      /* inside: -beta/alpha < x < (1-beta)/alpha */
+      int m = ad_bin(a, IR_OP_And, ad_bin(a, IR_OP_Greater, X, ad_c_f(a, -be / al, IR_FLOAT)),
+                     ad_bin(a, IR_OP_Less, X, ad_c_f(a, (1 - be) / al, IR_FLOAT)));
+      if (nd.op == IR_OP_HardSigmoid) {
+        int in[3] = {m, ad_bin(a, IR_OP_Mul, dy, ad_c_f(a, al, IR_FLOAT)), ad_c_f(a, 0, IR_FLOAT)};
+        gx = ad_op(a, IR_OP_Where, in, 3);
+      } else { /* torch hardswish_backward: x < -3: 0; x <= 3: dy * (x / 3 + 0.5); else dy */
+        int in1[3] = {ad_bin(a, IR_OP_LessOrEqual, X, ad_c_f(a, 3, IR_FLOAT)),
+                      ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Add, ad_bin(a, IR_OP_Div, X, ad_c_f(a, 3, IR_FLOAT)),
+                                                       ad_c_f(a, 0.5, IR_FLOAT))),
+                      dy};
+        int in2[3] = {ad_bin(a, IR_OP_Less, X, ad_c_f(a, -3, IR_FLOAT)), ad_c_f(a, 0, IR_FLOAT), ad_op(a, IR_OP_Where, in1, 3)};
+        gx = ad_op(a, IR_OP_Where, in2, 3);
+      }
+      break;
+    }
+    case IR_OP_PRelu: {
+      int pos = ad_bin(a, IR_OP_Greater, X, ad_c_f(a, 0, IR_FLOAT));
+      if (needs(a, X)) {
+        int in[3] = {pos, dy, ad_bin(a, IR_OP_Mul, dy, X2)};
+        gx = ad_unbroadcast(a, ad_op(a, IR_OP_Where, in, 3), &xs);
+      }
+      if (needs(a, X2)) {
+        acc(a, X, gx);
+        gx = -1;
+        for_input(a, X2);
+        int in[3] = {pos, ad_c_f(a, 0, IR_FLOAT), ad_bin(a, IR_OP_Mul, dy, X)};
+        acc(a, X2, ad_unbroadcast(a, ad_op(a, IR_OP_Where, in, 3), &x2s));
+      }
+      break;
+    }
+    case IR_OP_Sum: case IR_OP_Mean:
+      for (int k = 0; k < nd.n_in; k++) {
+        int Xk = nd.in[k];
+        if (!needs(a, Xk)) continue;
+        for_input(a, Xk);
+        ir_shape ks = ad_shape(a, Xk);
+        int gk = nd.op == IR_OP_Mean ? ad_bin(a, IR_OP_Div, dy, ad_c_f(a, nd.n_in, IR_FLOAT)) : dy;
+        acc(a, Xk, ad_unbroadcast(a, gk, &ks));
+      }
+      return 0;
+    case IR_OP_CumSum: {
+      int id = ad_begin(a, IR_OP_CumSum, (int[]){dy, nd.in[1]}, 2, 1, NULL);
+      ad_attr_i(a, id, "reverse", !ir_attr_int(&nd, "reverse", 0));
+      if (ir_attr_int(&nd, "exclusive", 0)) ad_attr_i(a, id, "exclusive", 1);
+      gx = ad_end(a, id);
+      break;
+    }
     case IR_OP_Cast:
       if (ad_dtype(a, X) != IR_FLOAT) return 0;
       gx = dy;
@@ -830,6 +931,118 @@ static int bw_dropout(ad_ctx *a, int node, int dy) {
   return 0;
 }
 
+static int bw_instnorm(ad_ctx *a, int node, int dy) {
+  ir_node nd = a->g->nodes[node];
+  int X = nd.in[0], S = nd.in[1], B = nd.in[2];
+  ir_shape xs = ad_shape(a, X), cs;
+  memset(&cs, 0, sizeof cs);
+  cs.rank = xs.rank;
+  int64_t axes[IR_MAX_RANK], all[IR_MAX_RANK];
+  int n = 0, na = 0;
+  for (int i = 0; i < xs.rank; i++) {
+    cs.dims[i] = i == 1 ? xs.dims[1] : 1;
+    if (i >= 2) axes[n++] = i;
+    if (i != 1) all[na++] = i;
+  }
+  a->tag = "grad_x";
+  a->cnt = 0;
+  int inv, xhat;
+  norm_stats(a, X, axes, n, ir_attr_float(&nd, "epsilon", 1e-5f), &inv, &xhat);
+  if (needs(a, X)) {
+    for_input(a, X);
+    acc(a, X, norm_dx(a, ad_bin(a, IR_OP_Mul, dy, ad_reshape(a, S, &cs)), inv, xhat, axes, n));
+  }
+  if (needs(a, S)) {
+    for_input(a, S);
+    acc(a, S, ad_reduce(a, IR_OP_ReduceSum, ad_bin(a, IR_OP_Mul, dy, xhat), all, na, 0));
+  }
+  if (needs(a, B)) {
+    for_input(a, B);
+    acc(a, B, ad_reduce(a, IR_OP_ReduceSum, dy, all, na, 0));
+  }
+  return 0;
+}
+
+/* Tile: dy viewed as [reps0, d0, reps1, d1, ...], summed over the reps axes. */
+static int bw_tile(ad_ctx *a, int node, int dy) {
+  ir_node nd = a->g->nodes[node];
+  int X = nd.in[0];
+  if (!needs(a, X)) return 0;
+  for_input(a, X);
+  ir_shape xs = ad_shape(a, X), ys = ad_shape(a, dy), v;
+  if (2 * xs.rank > IR_MAX_RANK) return unsupported(a, node, "rank > 4");
+  memset(&v, 0, sizeof v);
+  v.rank = 2 * xs.rank;
+  int64_t axes[IR_MAX_RANK];
+  for (int i = 0; i < xs.rank; i++) {
+    v.dims[2 * i] = xs.dims[i] ? ys.dims[i] / xs.dims[i] : 0;
+    v.dims[2 * i + 1] = xs.dims[i];
+    axes[i] = 2 * i;
+  }
+  acc(a, X, ad_reshape(a, ad_reduce(a, IR_OP_ReduceSum, ad_reshape(a, dy, &v), axes, xs.rank, 0), &xs));
+  return 0;
+}
+
+/* ConvTranspose (group 1 for dW): dX = Conv(dy, W) with the same window; dW = Conv of
+ * dy^T [O, N, ..] with x^T [C, N, ..] as kernel, strides and dilations swapped. */
+static int bw_convtranspose(ad_ctx *a, int node, int dy) {
+  ir_node nd = a->g->nodes[node];
+  int X = nd.in[0], W = nd.in[1], B = nd.n_in > 2 ? nd.in[2] : -1;
+  ir_shape xs = ad_shape(a, X), ws = ad_shape(a, W), ys = ad_shape(a, dy);
+  int sp = xs.rank - 2;
+  int64_t k[IR_MAX_RANK], s[IR_MAX_RANK], d[IR_MAX_RANK], p[2 * IR_MAX_RANK], group = ir_attr_int(&nd, "group", 1);
+  for (int i = 0; i < sp; i++) k[i] = ws.dims[2 + i];
+  get_ints(a, node, "strides", s, sp, 1);
+  get_ints(a, node, "dilations", d, sp, 1);
+  if (get_ints(a, node, "pads", p, 2 * sp, 0) < 0 && strcmp(ir_attr_str(&nd, "auto_pad", "NOTSET"), "NOTSET"))
+    return unsupported(a, node, "auto_pad");
+  if (ir_attr_find(&nd, "output_shape")) return unsupported(a, node, "output_shape");
+  if (needs(a, X)) {
+    for_input(a, X);
+    int in[2] = {dy, W};
+    int id = ad_begin(a, IR_OP_Conv, in, 2, 1, NULL);
+    ad_attr_is(a, id, "kernel_shape", k, sp);
+    ad_attr_is(a, id, "strides", s, sp);
+    ad_attr_is(a, id, "dilations", d, sp);
+    ad_attr_is(a, id, "pads", p, 2 * sp);
+    ad_attr_i(a, id, "group", group);
+    int r = ad_end(a, id);
+    ir_shape rs = ad_shape(a, r);
+    int64_t st[IR_MAX_RANK], en[IR_MAX_RANK], ax[IR_MAX_RANK];
+    int sl = 0;
+    for (int i = 0; i < sp; i++) st[i] = 0, en[i] = xs.dims[2 + i], ax[i] = 2 + i, sl |= rs.dims[2 + i] != xs.dims[2 + i];
+    if (sl) r = ad_op(a, IR_OP_Slice, (int[]){r, ad_c_i64(a, st, sp), ad_c_i64(a, en, sp), ad_c_i64(a, ax, sp)}, 4);
+    acc(a, X, r);
+  }
+  if (needs(a, W)) {
+    for_input(a, W);
+    if (group != 1) return unsupported(a, node, "weight gradient with group > 1");
+    int64_t perm[IR_MAX_RANK];
+    for (int i = 0; i < xs.rank; i++) perm[i] = i < 2 ? 1 - i : i;
+    int in[2] = {ad_transpose(a, dy, perm, xs.rank), ad_transpose(a, X, perm, xs.rank)};
+    int id = ad_begin(a, IR_OP_Conv, in, 2, 1, NULL);
+    ad_attr_is(a, id, "strides", d, sp);
+    ad_attr_is(a, id, "dilations", s, sp);
+    ad_attr_is(a, id, "pads", p, 2 * sp);
+    int r = ad_end(a, id); /* [O, C, k'..] */
+    ir_shape rs = ad_shape(a, r);
+    int64_t st[IR_MAX_RANK], en[IR_MAX_RANK], ax[IR_MAX_RANK];
+    int sl = 0;
+    for (int i = 0; i < sp; i++) st[i] = 0, en[i] = k[i], ax[i] = 2 + i, sl |= rs.dims[2 + i] != k[i];
+    if (sl) r = ad_op(a, IR_OP_Slice, (int[]){r, ad_c_i64(a, st, sp), ad_c_i64(a, en, sp), ad_c_i64(a, ax, sp)}, 4);
+    acc(a, W, ad_transpose(a, r, perm, xs.rank));
+  }
+  if (B >= 0 && needs(a, B)) {
+    for_input(a, B);
+    int64_t axes[IR_MAX_RANK];
+    int n = 0;
+    for (int i = 0; i < ys.rank; i++)
+      if (i != 1) axes[n++] = i;
+    acc(a, B, ad_reduce(a, IR_OP_ReduceSum, dy, axes, n, 0));
+  }
+  return 0;
+}
+
 static int bw_node(ad_ctx *a, int node) {
   ir_node nd = a->g->nodes[node];
   int dy = nd.out[0] >= 0 && nd.out[0] < a->n0 ? a->grad[nd.out[0]] : -1;
@@ -852,6 +1065,9 @@ static int bw_node(ad_ctx *a, int node) {
     case IR_OP_Slice: return bw_slice(a, node, dy);
     case IR_OP_Gather: return bw_gather(a, node, dy);
     case IR_OP_Pad: return bw_pad(a, node, dy);
+    case IR_OP_InstanceNormalization: return bw_instnorm(a, node, dy);
+    case IR_OP_Tile: return bw_tile(a, node, dy);
+    case IR_OP_ConvTranspose: return bw_convtranspose(a, node, dy);
     case IR_OP_Where: return bw_where(a, node, dy);
     case IR_OP_Dropout: return bw_dropout(a, node, dy);
     case IR_OP_Reshape: case IR_OP_Flatten: case IR_OP_Squeeze: case IR_OP_Unsqueeze: {

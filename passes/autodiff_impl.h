@@ -16,6 +16,7 @@
 
 typedef struct {
   ir_graph *g;
+  ir_dtype ft;     /* the float type trained: IR_FLOAT or IR_DOUBLE (the loss's) */
   int n0;          /* values before the backward pass: the only ones with gradients */
   char *need;      /* [n0] the value depends on a trainable initializer */
   int *grad;       /* [n0] value holding d loss / d value, -1 if none (yet) */

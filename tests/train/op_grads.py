@@ -164,6 +164,33 @@ def cases():
                    ints={"sh": i64(2, 3, 4)}))
     cs.append(Case("pad", rn(2, 3), [N("Pad", ["Xw", "p"])], {}, lambda t: F.pad(t["Xw"], (2, 0, 1, 1)),
                    ints={"p": i64(1, 2, 1, 0)}))
+    # ---- more activations and ops ----
+    cs.append(Case("clip_relu6", rn(3, 5) * 4, [N("Clip", ["Xw", "lo", "hi"])], {}, lambda t: F.relu6(t["Xw"]),
+                   ints={"lo": np.array(0.0, np.float32), "hi": np.array(6.0, np.float32)}))
+    cs.append(Case("gelu_op", rn(3, 5), [N("Gelu", ["Xw"])], {}, lambda t: F.gelu(t["Xw"]), opset=20))
+    cs.append(Case("elu", rn(3, 5), [N("Elu", ["Xw"], alpha=0.7)], {}, lambda t: F.elu(t["Xw"], 0.7)))
+    cs.append(Case("selu", rn(3, 5), [N("Selu", ["Xw"])], {}, lambda t: F.selu(t["Xw"])))
+    cs.append(Case("hardsigmoid", rn(3, 5) * 4, [N("HardSigmoid", ["Xw"], alpha=1 / 6, beta=0.5)], {},
+                   lambda t: F.hardsigmoid(t["Xw"])))
+    cs.append(Case("hardswish", rn(3, 5) * 4, [N("HardSwish", ["Xw"])], {}, lambda t: F.hardswish(t["Xw"])))
+    cs.append(Case("prelu", rn(2, 3, 4), [N("PRelu", ["Xw", "W"])], {"W": rn(3, 1, lo=0.1)},
+                   lambda t: torch.where(t["Xw"] > 0, t["Xw"], t["Xw"] * t["W"])))
+    cs.append(Case("sum_mean_variadic", rn(2, 3), [N("Sum", ["Xw", "W", "Xw"], ["a"]), N("Mean", ["a", "W"])],
+                   {"W": rn(3)}, lambda t: (t["Xw"] + t["W"] + t["Xw"] + t["W"]) / 2))
+    cs.append(Case("cumsum_reverse", rn(3, 4), [N("CumSum", ["Xw", "ax"], reverse=1)], {},
+                   lambda t: t["Xw"].flip(1).cumsum(1).flip(1), ints={"ax": np.array(1, np.int64)}))
+    cs.append(Case("tile", rn(2, 3), [N("Tile", ["Xw", "r"])], {}, lambda t: t["Xw"].repeat(2, 3),
+                   ints={"r": i64(2, 3)}))
+    cs.append(Case("instancenorm", rn(2, 3, 4, 5), [N("InstanceNormalization", ["Xw", "S", "B"])],
+                   {"S": rn(3), "B": rn(3)}, lambda t: F.instance_norm(t["Xw"], weight=t["S"], bias=t["B"])))
+    cs.append(Case("convtranspose", rn(2, 3, 5, 4),
+                   [N("ConvTranspose", ["Xw", "W", "B"], strides=[2, 2], pads=[1, 0, 1, 1], output_padding=[1, 0],
+                      dilations=[1, 2])], {"W": rn(3, 4, 3, 3), "B": rn(4)},
+                   lambda t: F.conv_transpose2d(t["Xw"], t["W"], t["B"], stride=2, output_padding=(1, 0),
+                                                dilation=(1, 2))[:, :, 1:-1, 0:-1]))
+    cs.append(Case("dropout_training_ratio0", rn(3, 4),
+                   [N("Dropout", ["Xw", "r", "tm"], ["Y", "mask"])], {}, lambda t: t["Xw"],
+                   ints={"r": np.array(0.0, np.float32), "tm": np.array(True)}))
     return cs
 
 
