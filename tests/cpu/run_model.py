@@ -24,43 +24,8 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-
-
-def rel_l2(a, b):
-    a = a.astype(np.float64).ravel()
-    b = b.astype(np.float64).ravel()
-    d = np.linalg.norm(a - b)
-    n = np.linalg.norm(b)
-    return d / n if n > 0 else d
-
-
-def ort_micro(model, inputs, M):
-    """onnxruntime per micro-batch (training-mode exports), Dropout forced to inference."""
-    import onnx
-    import onnxruntime as ort
-    m = onnx.load(model)
-    for n in m.graph.node:
-        if n.op_type == "Dropout" and len(n.input) >= 3 and n.input[2]:
-            name = n.input[2]
-            for c in m.graph.node:
-                if c.op_type == "Constant" and c.output[0] == name:
-                    c.attribute[0].t.raw_data = b"\x00"
-            for init in m.graph.initializer:
-                if init.name == name:
-                    init.raw_data = b"\x00"
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    outs = {k: [] for k in names}
-    B = next(iter(inputs.values())).shape[0]
-    b = B // M
-    for i in range(M):
-        feed = {k: v[i * b:(i + 1) * b] for k, v in inputs.items()}
-        for k, v in zip(names, sess.run(None, feed)):
-            outs[k].append(v)
-    return {k: np.concatenate(v) for k, v in outs.items()}
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "lib"))
+import pipecc_test as pt  # noqa: E402
 
 
 def main():
@@ -83,22 +48,13 @@ def main():
     os.makedirs(work, exist_ok=True)
     xin = os.path.join(work, "x.npz")
     yref = os.path.join(work, "y.npz")
-    cmd = [sys.executable, os.path.join(ROOT, "tools", "ort_ref.py"), a.model, "--inputs-out", xin,
-           "--outputs-out", yref, "--threads", "1", "--seed", "0"]
-    for s in a.shape:
-        cmd += ["--shape", s]
-    if a.int_high:
-        cmd += ["--int-high", str(a.int_high)]
     t = time.time()
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode:
-        print(r.stdout, r.stderr)
-        print(f"FAIL {name}: ort_ref.py failed")
+    if not pt.ort_reference(name, a.model, a.shape, a.int_high, xin, yref, 1):
         return 1
     inputs = dict(np.load(xin))
     ref = dict(np.load(yref))
     if a.train:
-        ref = ort_micro(a.model, inputs, a.microbatches)
+        ref = pt.ort_micro(a.model, inputs, a.microbatches)
     print(f"{name}: onnxruntime {time.time() - t:.1f} s")
 
     ok = True
@@ -106,12 +62,9 @@ def main():
     for g in [int(x) for x in a.stages.split(",")]:
         d = os.path.join(work, f"g{g}")
         shutil.rmtree(d, ignore_errors=True)
-        cmd = [a.pipecc, a.model, "-g", str(g), "-m", str(a.microbatches), "-o", d, "-j", str(a.jobs)]
-        for s in a.shape:
-            cmd += ["--shape", s]
-        env = dict(os.environ, PIPECC_SPLIT="even")
+        cmd = pt.pipecc_cmd(a.pipecc, a.model, g, a.microbatches, d, a.jobs, a.shape)
         t = time.time()
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        r = subprocess.run(cmd, capture_output=True, text=True, env=pt.split_env())
         tc = time.time() - t
         if r.returncode:
             print(r.stdout[-4000:], r.stderr[-8000:])
@@ -123,31 +76,12 @@ def main():
             print("\n".join(warn[:20]))
             print(f"FAIL {name} g={g}: the emitted code compiles with warnings")
             ok = False
-        out = os.path.join(d, "y.npz")
-        t = time.time()
-        r = subprocess.run([os.path.join(d, "pipeline"), "--input", xin, "--output", out], capture_output=True, text=True)
-        tr = time.time() - t
-        if r.returncode:
-            print(r.stdout[-4000:], r.stderr[-4000:])
-            print(f"FAIL {name} g={g}: pipeline exited with {r.returncode}")
+        got, tr = pt.run_pipeline(d, xin, f"{name} g={g}")
+        if got is None:
             ok = False
             continue
-        got = dict(np.load(out))
-        worst = 0.0
-        for k, v in ref.items():
-            if k not in got:
-                print(f"FAIL {name} g={g}: output {k} missing")
-                ok = False
-                continue
-            if got[k].shape != v.shape or got[k].dtype != v.dtype:
-                print(f"FAIL {name} g={g}: output {k}: {got[k].dtype}{got[k].shape} vs {v.dtype}{v.shape}")
-                ok = False
-                continue
-            e = rel_l2(got[k], v)
-            worst = max(worst, e)
-            if not e <= a.tol:
-                print(f"FAIL {name} g={g}: output {k}: rel-L2 {e:.3g} > {a.tol:g}")
-                ok = False
+        good, worst = pt.compare(got, ref, a.tol, f"{name} g={g}")
+        ok &= good
         same = ""
         if first is None:
             first = got

@@ -28,7 +28,9 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "lib"))
+import pipecc_test as pt  # noqa: E402
+
 SKIP = 77
 
 
@@ -42,19 +44,14 @@ def have_gpu():
 
 
 def pipecc_cmd(a, g, d, extra=()):
-    cmd = [a.pipecc, a.model, "--target", "cuda", "-g", str(g), "-m", str(a.microbatches), "-o", d,
-           "-j", str(a.jobs)]
-    for s in a.shape:
-        cmd += ["--shape", s]
-    return cmd + list(extra)
+    return pt.pipecc_cmd(a.pipecc, a.model, g, a.microbatches, d, a.jobs, a.shape, ["--target", "cuda"], extra)
 
 
 def build(a, g, d, extra=()):
     """pipecc --target cuda into d; returns (ok, seconds)."""
     shutil.rmtree(d, ignore_errors=True)
-    env = dict(os.environ, PIPECC_SPLIT="even")
     t = time.time()
-    r = subprocess.run(pipecc_cmd(a, g, d, extra), capture_output=True, text=True, env=env)
+    r = subprocess.run(pipecc_cmd(a, g, d, extra), capture_output=True, text=True, env=pt.split_env())
     dt = time.time() - t
     name = os.path.basename(a.model)
     if r.returncode or not os.path.exists(os.path.join(d, "pipeline")):
@@ -73,8 +70,8 @@ def build(a, g, d, extra=()):
 def same_sources(a, g, d, d2):
     """A second --emit-only run must write byte-identical sources."""
     shutil.rmtree(d2, ignore_errors=True)
-    env = dict(os.environ, PIPECC_SPLIT="even", SOURCE_DATE_EPOCH="0")
-    r = subprocess.run(pipecc_cmd(a, g, d2, ["--emit-only"]), capture_output=True, text=True, env=env)
+    r = subprocess.run(pipecc_cmd(a, g, d2, ["--emit-only"]), capture_output=True, text=True,
+                       env=pt.split_env(SOURCE_DATE_EPOCH="0"))
     if r.returncode:
         print(r.stderr[-4000:])
         return False
@@ -111,15 +108,6 @@ def no_device_error(a, d, work):
         return False
     print("no GPU: " + r.stderr.splitlines()[0])
     return True
-
-
-def rel_l2(x, y):
-    import numpy as np
-    x = x.astype(np.float64).ravel()
-    y = y.astype(np.float64).ravel()
-    n = np.linalg.norm(y)
-    d = np.linalg.norm(x - y)
-    return d / n if n > 0 else d
 
 
 def main():
@@ -161,24 +149,13 @@ def main():
         print(f"SKIP {name}: no GPU (/dev/nvidia0 missing or nvidia-smi failed)")
         return SKIP
     import numpy as np
-    sys.path.insert(0, os.path.join(ROOT, "tests", "cpu"))
     xin = os.path.join(work, "x.npz")
     yref = os.path.join(work, "y.npz")
-    cmd = [sys.executable, os.path.join(ROOT, "tools", "ort_ref.py"), a.model, "--inputs-out", xin,
-           "--outputs-out", yref, "--threads", "4", "--seed", "0"]
-    for s in a.shape:
-        cmd += ["--shape", s]
-    if a.int_high:
-        cmd += ["--int-high", str(a.int_high)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode:
-        print(r.stdout, r.stderr)
-        print(f"FAIL {name}: ort_ref.py failed")
+    if not pt.ort_reference(name, a.model, a.shape, a.int_high, xin, yref, 4):
         return 1
     ref = dict(np.load(yref))
     if a.train:
-        from run_model import ort_micro  # onnxruntime per micro-batch (batch statistics)
-        ref = ort_micro(a.model, dict(np.load(xin)), a.microbatches)
+        ref = pt.ort_micro(a.model, dict(np.load(xin)), a.microbatches)  # per micro-batch (batch statistics)
     runs = [(g, [], 1e-3, "tf32") for g in stages] + [(1, ["--no-tf32"], 1e-4, "fp32")]
     ok = True
     for g, extra, tol, tag in runs:
@@ -187,28 +164,12 @@ def main():
         if not good:
             ok = False
             continue
-        out = os.path.join(d, "y.npz")
-        t = time.time()
-        r = subprocess.run([os.path.join(d, "pipeline"), "--input", xin, "--output", out], capture_output=True,
-                           text=True)
-        tr = time.time() - t
-        if r.returncode:
-            print(r.stdout[-4000:], r.stderr[-4000:])
-            print(f"FAIL {name} g={g} {tag}: pipeline exited with {r.returncode}")
+        got, tr = pt.run_pipeline(d, xin, f"{name} g={g} {tag}")
+        if got is None:
             ok = False
             continue
-        got = dict(np.load(out))
-        worst = 0.0
-        for k, v in ref.items():
-            if k not in got or got[k].shape != v.shape or got[k].dtype != v.dtype:
-                print(f"FAIL {name} g={g} {tag}: output {k} missing or of another shape/dtype")
-                ok = False
-                continue
-            e = rel_l2(got[k], v)
-            worst = max(worst, e)
-            if not e <= tol:
-                print(f"FAIL {name} g={g} {tag}: output {k}: rel-L2 {e:.3g} > {tol:g}")
-                ok = False
+        good, worst = pt.compare(got, ref, tol, f"{name} g={g} {tag}")
+        ok &= good
         print(f"{name} g={g} {tag}: build {dt:.1f} s, run {tr:.2f} s, max rel-L2 {worst:.3g} (tolerance {tol:g})")
         if not a.keep:
             shutil.rmtree(d, ignore_errors=True)

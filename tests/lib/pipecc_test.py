@@ -1,0 +1,120 @@
+"""Helpers shared by the real-model test drivers (tests/cpu/run_model.py,
+tests/cuda/run_cuda.py): the pipecc command line, the onnxruntime reference
+(tools/ort_ref.py, or per micro-batch for training-mode exports), running a built
+pipeline and comparing its outputs (rel-L2).
+
+    sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+    import pipecc_test as pt
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def rel_l2(a, b):
+    """||a - b|| / ||b|| in float64 (||a - b|| when b is zero)."""
+    import numpy as np
+    a = a.astype(np.float64).ravel()
+    b = b.astype(np.float64).ravel()
+    d = np.linalg.norm(a - b)
+    n = np.linalg.norm(b)
+    return d / n if n > 0 else d
+
+
+def pipecc_cmd(pipecc, model, g, microbatches, out_dir, jobs, shapes, pre=(), post=()):
+    """pipecc MODEL [pre] -g G -m M -o DIR -j JOBS --shape ... [post]."""
+    cmd = [pipecc, model] + list(pre) + ["-g", str(g), "-m", str(microbatches), "-o", out_dir, "-j", str(jobs)]
+    for s in shapes:
+        cmd += ["--shape", s]
+    return cmd + list(post)
+
+
+def split_env(**more):
+    """The environment for pipecc with exactly g contiguous stages (PIPECC_SPLIT=even)."""
+    return dict(os.environ, PIPECC_SPLIT="even", **more)
+
+
+def ort_reference(name, model, shapes, int_high, xin, yref, threads):
+    """tools/ort_ref.py: random inputs (seed 0) into xin, onnxruntime outputs into yref.
+    Returns True, or prints the failure and returns False."""
+    cmd = [sys.executable, os.path.join(ROOT, "tools", "ort_ref.py"), model, "--inputs-out", xin,
+           "--outputs-out", yref, "--threads", str(threads), "--seed", "0"]
+    for s in shapes:
+        cmd += ["--shape", s]
+    if int_high:
+        cmd += ["--int-high", str(int_high)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        print(r.stdout, r.stderr)
+        print(f"FAIL {name}: ort_ref.py failed")
+        return False
+    return True
+
+
+def ort_micro(model, inputs, M):
+    """onnxruntime per micro-batch (training-mode exports), Dropout forced to inference."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    m = onnx.load(model)
+    for n in m.graph.node:
+        if n.op_type == "Dropout" and len(n.input) >= 3 and n.input[2]:
+            name = n.input[2]
+            for c in m.graph.node:
+                if c.op_type == "Constant" and c.output[0] == name:
+                    c.attribute[0].t.raw_data = b"\x00"
+            for init in m.graph.initializer:
+                if init.name == name:
+                    init.raw_data = b"\x00"
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    outs = {k: [] for k in names}
+    B = next(iter(inputs.values())).shape[0]
+    b = B // M
+    for i in range(M):
+        feed = {k: v[i * b:(i + 1) * b] for k, v in inputs.items()}
+        for k, v in zip(names, sess.run(None, feed)):
+            outs[k].append(v)
+    return {k: np.concatenate(v) for k, v in outs.items()}
+
+
+def run_pipeline(d, xin, label):
+    """Runs d/pipeline on the inputs xin; returns (outputs dict or None, seconds)."""
+    import numpy as np
+    out = os.path.join(d, "y.npz")
+    t = time.time()
+    r = subprocess.run([os.path.join(d, "pipeline"), "--input", xin, "--output", out], capture_output=True, text=True)
+    tr = time.time() - t
+    if r.returncode:
+        print(r.stdout[-4000:], r.stderr[-4000:])
+        print(f"FAIL {label}: pipeline exited with {r.returncode}")
+        return None, tr
+    return dict(np.load(out)), tr
+
+
+def compare(got, ref, tol, label):
+    """Every reference output present with its shape and dtype, rel-L2 <= tol.
+    Returns (ok, worst rel-L2)."""
+    ok = True
+    worst = 0.0
+    for k, v in ref.items():
+        if k not in got:
+            print(f"FAIL {label}: output {k} missing")
+            ok = False
+            continue
+        if got[k].shape != v.shape or got[k].dtype != v.dtype:
+            print(f"FAIL {label}: output {k}: {got[k].dtype}{got[k].shape} vs {v.dtype}{v.shape}")
+            ok = False
+            continue
+        e = rel_l2(got[k], v)
+        worst = max(worst, e)
+        if not e <= tol:
+            print(f"FAIL {label}: output {k}: rel-L2 {e:.3g} > {tol:g}")
+            ok = False
+    return ok, worst
