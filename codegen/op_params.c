@@ -8,6 +8,8 @@
 #include "codegen/op_params.h"
 #include "ir/diag.h"
 
+#define LL(x) ((long long)(x))
+
 static int fail(ir_graph *g, const char *target, const ir_node *n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static int fail(ir_graph *g, const char *target, const ir_node *n, const char *fmt, ...) {
   char msg[512];
@@ -103,5 +105,79 @@ int cg_pad_params(ir_graph *g, const char *target, const ir_node *n, int64_t *pa
   }
   *value_out = value;
   *mode = ir_attr_str(n, "mode", "constant");
+  return 0;
+}
+
+int cg_slice_params(ir_graph *g, const char *target, const ir_node *n, int64_t *st, int64_t *sp) {
+  cg_ctx cc = {0};
+  cc.g = g;
+  const ir_value *x = cg_in(&cc, n, 0);
+  int r = x->shape.rank;
+  int64_t starts[IR_MAX_RANK], ends[IR_MAX_RANK], axes[IR_MAX_RANK], steps[IR_MAX_RANK];
+  int ns, ne, na = -1, nst = -1;
+  if (n->opset >= 10) {
+    ns = cg_const_ints(&cc, n, 1, starts, IR_MAX_RANK);
+    ne = cg_const_ints(&cc, n, 2, ends, IR_MAX_RANK);
+    if (ns < 0 || ne < 0) return fail(g, target, n, "starts and ends must be constants");
+    if (cg_in(&cc, n, 3)) {
+      na = cg_const_ints(&cc, n, 3, axes, IR_MAX_RANK);
+      if (na < 0) return fail(g, target, n, "axes must be a constant");
+    }
+    if (cg_in(&cc, n, 4)) {
+      nst = cg_const_ints(&cc, n, 4, steps, IR_MAX_RANK);
+      if (nst < 0) return fail(g, target, n, "steps must be a constant");
+    }
+  } else {
+    const int64_t *v;
+    ns = ir_attr_ints(n, "starts", &v);
+    for (int i = 0; i < ns && i < IR_MAX_RANK; i++) starts[i] = v[i];
+    ne = ir_attr_ints(n, "ends", &v);
+    for (int i = 0; i < ne && i < IR_MAX_RANK; i++) ends[i] = v[i];
+    na = ir_attr_ints(n, "axes", &v);
+    for (int i = 0; i < na && i < IR_MAX_RANK; i++) axes[i] = v[i];
+  }
+  if (ns != ne || (na >= 0 && na != ns) || (nst >= 0 && nst != ns)) return fail(g, target, n, "starts/ends/axes/steps lengths differ");
+  for (int d = 0; d < r; d++) st[d] = 0, sp[d] = 1;
+  for (int i = 0; i < ns; i++) {
+    int a = na >= 0 ? (int)(axes[i] < 0 ? axes[i] + r : axes[i]) : i;
+    if (a < 0 || a >= r) return fail(g, target, n, "axis out of range");
+    int64_t dim = x->shape.dims[a], s = starts[i], step = nst >= 0 ? steps[i] : 1;
+    if (step == 0) return fail(g, target, n, "step 0");
+    if (s < 0) s += dim;
+    if (step > 0) s = s < 0 ? 0 : s > dim ? dim : s;
+    else s = s < 0 ? 0 : s > dim - 1 ? dim - 1 : s;
+    st[a] = s;
+    sp[a] = step;
+  }
+  return 0;
+}
+
+int cg_matmul_params(ir_graph *g, const char *target, const ir_node *n, cg_matmul *mm) {
+  const ir_value *a = ir_in(g, n, 0), *b = ir_in(g, n, 1);
+  int ra = a->shape.rank, rb = b->shape.rank;
+  if (ra < 1 || rb < 1) return fail(g, target, n, "MatMul of scalars");
+  int64_t M = ra == 1 ? 1 : a->shape.dims[ra - 2], K = a->shape.dims[ra - 1];
+  int64_t N = rb == 1 ? 1 : b->shape.dims[rb - 1], K2 = rb == 1 ? b->shape.dims[0] : b->shape.dims[rb - 2];
+  if (K != K2) return fail(g, target, n, "MatMul inner dims differ (%lld, %lld)", LL(K), LL(K2));
+  int nba = ra > 2 ? ra - 2 : 0, nbb = rb > 2 ? rb - 2 : 0;
+  int nb = nba > nbb ? nba : nbb;
+  int64_t *bd = mm->bd, *sa = mm->sa, *sb = mm->sb;
+  int64_t accA = M * K, accB = K * N, NB = 1;
+  for (int i = nb - 1; i >= 0; i--) {
+    int ia = i - (nb - nba), ib = i - (nb - nbb);
+    int64_t da = ia >= 0 ? a->shape.dims[ia] : 1, db = ib >= 0 ? b->shape.dims[ib] : 1;
+    bd[i] = da > db ? da : db;
+    if ((da != 1 && da != bd[i]) || (db != 1 && db != bd[i])) return fail(g, target, n, "MatMul batch dims do not broadcast");
+    sa[i] = da == 1 ? 0 : accA;
+    sb[i] = db == 1 ? 0 : accB;
+    accA *= da;
+    accB *= db;
+    NB *= bd[i];
+  }
+  mm->M = M;
+  mm->K = K;
+  mm->N = N;
+  mm->nb = nb;
+  mm->NB = NB;
   return 0;
 }

@@ -25,4 +25,19 @@ int cg_window(ir_graph *g, const char *target, const ir_node *n, const ir_value 
  * (pads zeroed by the caller), the constant value and the mode attribute. */
 int cg_pad_params(ir_graph *g, const char *target, const ir_node *n, int64_t *pads, double *value, const char **mode);
 
+/* Slice (opset 1-9 attributes, 10+ constant inputs starts/ends/axes/steps): per axis of
+ * the input (rank r) the first index st[d], clamped as ONNX, and the step sp[d]
+ * (0 and 1 for axes not sliced). */
+int cg_slice_params(ir_graph *g, const char *target, const ir_node *n, int64_t *st, int64_t *sp);
+
+/* MatMul (numpy semantics): A is [batch..] M x K (M = 1 for a vector), B [batch..] K x N;
+ * nb broadcast batch dims bd[] (NB elements in all) with element strides sa[]/sb[] of
+ * A's and B's matrices (0 where that side broadcasts). */
+typedef struct {
+  int64_t M, K, N, NB;
+  int nb;
+  int64_t bd[IR_MAX_RANK], sa[IR_MAX_RANK], sb[IR_MAX_RANK];
+} cg_matmul;
+int cg_matmul_params(ir_graph *g, const char *target, const ir_node *n, cg_matmul *mm);
+
 #endif

@@ -142,43 +142,8 @@ static int emit_split(cg_ctx *c, const ir_node *n) {
 static int emit_slice(cg_ctx *c, const ir_node *n) {
   ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
   int r = x->shape.rank;
-  int64_t starts[IR_MAX_RANK], ends[IR_MAX_RANK], axes[IR_MAX_RANK], steps[IR_MAX_RANK];
-  int ns, ne, na = -1, nst = -1;
-  if (n->opset >= 10) {
-    ns = cg_const_ints(c, n, 1, starts, IR_MAX_RANK);
-    ne = cg_const_ints(c, n, 2, ends, IR_MAX_RANK);
-    if (ns < 0 || ne < 0) return cg_fail(c, n, "starts and ends must be constants");
-    if (cg_in(c, n, 3)) {
-      na = cg_const_ints(c, n, 3, axes, IR_MAX_RANK);
-      if (na < 0) return cg_fail(c, n, "axes must be a constant");
-    }
-    if (cg_in(c, n, 4)) {
-      nst = cg_const_ints(c, n, 4, steps, IR_MAX_RANK);
-      if (nst < 0) return cg_fail(c, n, "steps must be a constant");
-    }
-  } else {
-    const int64_t *v;
-    ns = ir_attr_ints(n, "starts", &v);
-    for (int i = 0; i < ns && i < IR_MAX_RANK; i++) starts[i] = v[i];
-    ne = ir_attr_ints(n, "ends", &v);
-    for (int i = 0; i < ne && i < IR_MAX_RANK; i++) ends[i] = v[i];
-    na = ir_attr_ints(n, "axes", &v);
-    for (int i = 0; i < na && i < IR_MAX_RANK; i++) axes[i] = v[i];
-  }
-  if (ns != ne || (na >= 0 && na != ns) || (nst >= 0 && nst != ns)) return cg_fail(c, n, "starts/ends/axes/steps lengths differ");
   int64_t st[IR_MAX_RANK], sp[IR_MAX_RANK];
-  for (int d = 0; d < r; d++) st[d] = 0, sp[d] = 1;
-  for (int i = 0; i < ns; i++) {
-    int a = na >= 0 ? norm_axis(axes[i], r) : i;
-    if (a < 0 || a >= r) return cg_fail(c, n, "axis out of range");
-    int64_t dim = x->shape.dims[a], s = starts[i], step = nst >= 0 ? steps[i] : 1;
-    if (step == 0) return cg_fail(c, n, "step 0");
-    if (s < 0) s += dim;
-    if (step > 0) s = s < 0 ? 0 : s > dim ? dim : s;
-    else s = s < 0 ? 0 : s > dim - 1 ? dim - 1 : s;
-    st[a] = s;
-    sp[a] = step;
-  }
+  if (cg_slice_params(c->g, "cpu", n, st, sp)) return -1;
   if (!cg_numel(y)) return 0;
   int64_t xs[IR_MAX_RANK] = {0}, is[IR_MAX_RANK] = {0};
   cg_strides(&x->shape, xs);

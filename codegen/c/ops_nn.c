@@ -209,29 +209,14 @@ static int emit_gemm(cg_ctx *c, const ir_node *n) {
 }
 
 static int emit_matmul(cg_ctx *c, const ir_node *n) {
-  ir_value *a = cg_in(c, n, 0), *b = cg_in(c, n, 1), *y = cg_out(c, n, 0);
+  ir_value *y = cg_out(c, n, 0);
   ir_dtype t = y->dtype;
   const char *T = cg_ctype(t);
-  int ra = a->shape.rank, rb = b->shape.rank;
-  if (ra < 1 || rb < 1) return cg_fail(c, n, "MatMul of scalars");
-  int64_t M = ra == 1 ? 1 : a->shape.dims[ra - 2], K = a->shape.dims[ra - 1];
-  int64_t N = rb == 1 ? 1 : b->shape.dims[rb - 1], K2 = rb == 1 ? b->shape.dims[0] : b->shape.dims[rb - 2];
-  if (K != K2) return cg_fail(c, n, "MatMul inner dims differ (%lld, %lld)", LL(K), LL(K2));
-  int nba = ra > 2 ? ra - 2 : 0, nbb = rb > 2 ? rb - 2 : 0;
-  int nb = nba > nbb ? nba : nbb;
-  int64_t bd[IR_MAX_RANK], sa[IR_MAX_RANK], sb[IR_MAX_RANK];
-  int64_t accA = M * K, accB = K * N, NB = 1;
-  for (int i = nb - 1; i >= 0; i--) {
-    int ia = i - (nb - nba), ib = i - (nb - nbb);
-    int64_t da = ia >= 0 ? a->shape.dims[ia] : 1, db = ib >= 0 ? b->shape.dims[ib] : 1;
-    bd[i] = da > db ? da : db;
-    if ((da != 1 && da != bd[i]) || (db != 1 && db != bd[i])) return cg_fail(c, n, "MatMul batch dims do not broadcast");
-    sa[i] = da == 1 ? 0 : accA;
-    sb[i] = db == 1 ? 0 : accB;
-    accA *= da;
-    accB *= db;
-    NB *= bd[i];
-  }
+  cg_matmul mm;
+  if (cg_matmul_params(c->g, "cpu", n, &mm)) return -1;
+  int64_t M = mm.M, K = mm.K, N = mm.N, NB = mm.NB;
+  int nb = mm.nb;
+  const int64_t *bd = mm.bd, *sa = mm.sa, *sb = mm.sb;
   if (cg_numel(y) == 0) return 0;
   if (K == 0) {
     cg_w(c, "  memset(y0, 0, sizeof(%s) * %lld);\n", T, LL(cg_numel(y)));

@@ -156,29 +156,14 @@ static int emit_gemm(cu_ctx *c, const ir_node *n) {
 
 static int emit_matmul(cu_ctx *c, const ir_node *n) {
   ir_graph *g = c->g;
-  ir_value *a = ir_in(g, n, 0), *b = ir_in(g, n, 1), *y = ir_out(g, n, 0);
+  ir_value *y = ir_out(g, n, 0);
   ir_dtype t = y->dtype;
   if (t != IR_FLOAT && t != IR_DOUBLE) return cu_fail(c, n, "MatMul on %s is not supported", ir_dtype_name(t));
-  int ra = a->shape.rank, rb = b->shape.rank;
-  if (ra < 1 || rb < 1) return cu_fail(c, n, "MatMul of scalars");
-  int64_t M = ra == 1 ? 1 : a->shape.dims[ra - 2], K = a->shape.dims[ra - 1];
-  int64_t N = rb == 1 ? 1 : b->shape.dims[rb - 1], K2 = rb == 1 ? b->shape.dims[0] : b->shape.dims[rb - 2];
-  if (K != K2) return cu_fail(c, n, "MatMul inner dims differ (%lld, %lld)", LL(K), LL(K2));
-  int nba = ra > 2 ? ra - 2 : 0, nbb = rb > 2 ? rb - 2 : 0;
-  int nb = nba > nbb ? nba : nbb;
-  int64_t bd[IR_MAX_RANK], sa[IR_MAX_RANK], sb[IR_MAX_RANK];
-  int64_t accA = M * K, accB = K * N, NB = 1;
-  for (int i = nb - 1; i >= 0; i--) {
-    int ia = i - (nb - nba), ib = i - (nb - nbb);
-    int64_t da = ia >= 0 ? a->shape.dims[ia] : 1, db = ib >= 0 ? b->shape.dims[ib] : 1;
-    bd[i] = da > db ? da : db;
-    if ((da != 1 && da != bd[i]) || (db != 1 && db != bd[i])) return cu_fail(c, n, "MatMul batch dims do not broadcast");
-    sa[i] = da == 1 ? 0 : accA;
-    sb[i] = db == 1 ? 0 : accB;
-    accA *= da;
-    accB *= db;
-    NB *= bd[i];
-  }
+  cg_matmul mm;
+  if (cg_matmul_params(c->g, "cuda", n, &mm)) return -1;
+  int64_t M = mm.M, K = mm.K, N = mm.N, NB = mm.NB;
+  int nb = mm.nb;
+  const int64_t *bd = mm.bd, *sa = mm.sa, *sb = mm.sb;
   if (cg_numel(y) == 0) return 0;
   size_t es = ir_dtype_size(t);
   if (K == 0) {
@@ -438,42 +423,8 @@ static int emit_split(cu_ctx *c, const ir_node *n) {
 static int emit_slice(cu_ctx *c, const ir_node *n) {
   ir_value *x = ir_in(c->g, n, 0), *y = ir_out(c->g, n, 0);
   int r = x->shape.rank;
-  int64_t starts[IR_MAX_RANK], ends[IR_MAX_RANK], axes[IR_MAX_RANK], steps[IR_MAX_RANK];
-  int ns, ne, na = -1, nst = -1;
-  if (n->opset >= 10) {
-    cg_ctx cc = {0};
-    cc.g = c->g;
-    ns = cg_const_ints(&cc, n, 1, starts, IR_MAX_RANK);
-    ne = cg_const_ints(&cc, n, 2, ends, IR_MAX_RANK);
-    if (ns < 0 || ne < 0) return cu_fail(c, n, "starts and ends must be constants");
-    if (ir_in(c->g, n, 3) && (na = cg_const_ints(&cc, n, 3, axes, IR_MAX_RANK)) < 0)
-      return cu_fail(c, n, "axes must be a constant");
-    if (ir_in(c->g, n, 4) && (nst = cg_const_ints(&cc, n, 4, steps, IR_MAX_RANK)) < 0)
-      return cu_fail(c, n, "steps must be a constant");
-  } else {
-    const int64_t *v;
-    ns = ir_attr_ints(n, "starts", &v);
-    for (int i = 0; i < ns && i < IR_MAX_RANK; i++) starts[i] = v[i];
-    ne = ir_attr_ints(n, "ends", &v);
-    for (int i = 0; i < ne && i < IR_MAX_RANK; i++) ends[i] = v[i];
-    na = ir_attr_ints(n, "axes", &v);
-    for (int i = 0; i < na && i < IR_MAX_RANK; i++) axes[i] = v[i];
-  }
-  if (ns != ne || (na >= 0 && na != ns) || (nst >= 0 && nst != ns))
-    return cu_fail(c, n, "starts/ends/axes/steps lengths differ");
   int64_t st[IR_MAX_RANK], sp[IR_MAX_RANK];
-  for (int d = 0; d < r; d++) st[d] = 0, sp[d] = 1;
-  for (int i = 0; i < ns; i++) {
-    int a = na >= 0 ? norm_axis(axes[i], r) : i;
-    if (a < 0 || a >= r) return cu_fail(c, n, "axis out of range");
-    int64_t dim = x->shape.dims[a], s = starts[i], step = nst >= 0 ? steps[i] : 1;
-    if (step == 0) return cu_fail(c, n, "step 0");
-    if (s < 0) s += dim;
-    if (step > 0) s = s < 0 ? 0 : s > dim ? dim : s;
-    else s = s < 0 ? 0 : s > dim - 1 ? dim - 1 : s;
-    st[a] = s;
-    sp[a] = step;
-  }
+  if (cg_slice_params(c->g, "cuda", n, st, sp)) return -1;
   if (!cg_numel(y)) return 0;
   int64_t xs[IR_MAX_RANK] = {0}, is[IR_MAX_RANK] = {0}, base = 0;
   cg_strides(&x->shape, xs);
