@@ -73,6 +73,29 @@ int cg_window(ir_graph *g, const char *target, const ir_node *n, const ir_value 
   return 0;
 }
 
+int cg_pool_window(ir_graph *g, const char *target, const ir_node *n, const ir_value *x, const ir_value *y,
+                   cg_win3 *w) {
+  int sr = x->shape.rank - 2;
+  int global = n->op == IR_OP_GlobalAveragePool || n->op == IR_OP_GlobalMaxPool || n->op == IR_OP_GlobalLpPool;
+  int64_t kernel[3];
+  if (sr < 1 || sr > 3) return fail(g, target, n, "only 1, 2 or 3 spatial dims are supported (input rank %d)", x->shape.rank);
+  if (global) {
+    for (int j = 0; j < 3; j++) {
+      int i = j - (3 - sr);
+      w->in[j] = w->k[j] = i < 0 ? 1 : x->shape.dims[2 + i];
+      w->out[j] = w->s[j] = w->d[j] = 1;
+      w->pb[j] = w->pe[j] = 0;
+    }
+    w->sr = sr;
+  } else {
+    const int64_t *ks;
+    if (ir_attr_ints(n, "kernel_shape", &ks) != sr) return fail(g, target, n, "kernel_shape must have %d entries", sr);
+    for (int i = 0; i < sr; i++) kernel[i] = ks[i];
+    if (cg_window(g, target, n, x, y, kernel, 0, w)) return -1;
+  }
+  return 0;
+}
+
 int cg_pad_params(ir_graph *g, const char *target, const ir_node *n, int64_t *pads, double *value_out, const char **mode) {
   cg_ctx cc = {0};
   cc.g = g;

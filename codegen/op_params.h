@@ -20,6 +20,11 @@ typedef struct {
 int cg_window(ir_graph *g, const char *target, const ir_node *n, const ir_value *x, const ir_value *y,
               const int64_t *kernel, int transposed, cg_win3 *w);
 
+/* The window of a pooling node (AveragePool, MaxPool, LpPool: kernel_shape and
+ * cg_window; the Global* forms: the whole spatial extent, one output). */
+int cg_pool_window(ir_graph *g, const char *target, const ir_node *n, const ir_value *x, const ir_value *y,
+                   cg_win3 *w);
+
 /* Pad (opset 2-10 attributes, 11+ inputs pads/constant_value/axes, which must be
  * constants): begin pads into pads[0..r), end pads into pads[r..2r) for input rank r
  * (pads zeroed by the caller), the constant value and the mode attribute. */

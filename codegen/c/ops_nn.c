@@ -262,24 +262,8 @@ static int emit_pool(cg_ctx *c, const ir_node *n) {
   ir_dtype t = y->dtype;
   const char *T = cg_ctype(t);
   int sr = x->shape.rank - 2;
-  int global = n->op == IR_OP_GlobalAveragePool || n->op == IR_OP_GlobalMaxPool || n->op == IR_OP_GlobalLpPool;
-  int64_t kernel[3];
   cg_win3 w;
-  if (sr < 1 || sr > 3) return cg_fail(c, n, "only 1, 2 or 3 spatial dims are supported (input rank %d)", x->shape.rank);
-  if (global) {
-    for (int j = 0; j < 3; j++) {
-      int i = j - (3 - sr);
-      w.in[j] = w.k[j] = i < 0 ? 1 : x->shape.dims[2 + i];
-      w.out[j] = w.s[j] = w.d[j] = 1;
-      w.pb[j] = w.pe[j] = 0;
-    }
-    w.sr = sr;
-  } else {
-    const int64_t *ks;
-    if (ir_attr_ints(n, "kernel_shape", &ks) != sr) return cg_fail(c, n, "kernel_shape must have %d entries", sr);
-    for (int i = 0; i < sr; i++) kernel[i] = ks[i];
-    if (window(c, n, x, y, kernel, 0, &w)) return -1;
-  }
+  if (cg_pool_window(c->g, "cpu", n, x, y, &w)) return -1;
   int64_t NC = x->shape.dims[0] * x->shape.dims[1];
   int64_t IS = w.in[0] * w.in[1] * w.in[2], OS = w.out[0] * w.out[1] * w.out[2];
   if (cg_numel(y) == 0) return 0;

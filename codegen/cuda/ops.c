@@ -207,24 +207,8 @@ static int emit_pool(cu_ctx *c, const ir_node *n) {
   ir_value *x = ir_in(g, n, 0), *y = ir_out(g, n, 0), *yi = ir_out(g, n, 1);
   if (need_float(c, n, y->dtype)) return -1;
   int sr = x->shape.rank - 2;
-  int global = n->op == IR_OP_GlobalAveragePool || n->op == IR_OP_GlobalMaxPool || n->op == IR_OP_GlobalLpPool;
-  int64_t kernel[3];
   cg_win3 w;
-  if (sr < 1 || sr > 3) return cu_fail(c, n, "only 1, 2 or 3 spatial dims are supported (input rank %d)", x->shape.rank);
-  if (global) {
-    for (int j = 0; j < 3; j++) {
-      int i = j - (3 - sr);
-      w.in[j] = w.k[j] = i < 0 ? 1 : x->shape.dims[2 + i];
-      w.out[j] = w.s[j] = w.d[j] = 1;
-      w.pb[j] = w.pe[j] = 0;
-    }
-    w.sr = sr;
-  } else {
-    const int64_t *ks;
-    if (ir_attr_ints(n, "kernel_shape", &ks) != sr) return cu_fail(c, n, "kernel_shape must have %d entries", sr);
-    for (int i = 0; i < sr; i++) kernel[i] = ks[i];
-    if (window(c, n, x, y, kernel, &w)) return -1;
-  }
+  if (cg_pool_window(c->g, "cuda", n, x, y, &w)) return -1;
   if (cg_numel(y) == 0) return 0;
   int is_max = n->op == IR_OP_MaxPool || n->op == IR_OP_GlobalMaxPool;
   int is_lp = n->op == IR_OP_LpPool || n->op == IR_OP_GlobalLpPool;
