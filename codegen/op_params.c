@@ -96,6 +96,28 @@ int cg_pool_window(ir_graph *g, const char *target, const ir_node *n, const ir_v
   return 0;
 }
 
+int cg_softmax_params(ir_graph *g, const char *target, const ir_node *n, int64_t *outer_out, int64_t *A_out,
+                      int64_t *inner_out) {
+  const ir_value *x = ir_in(g, n, 0);
+  int r = x->shape.rank;
+  int axis = (int)ir_attr_int(n, "axis", n->opset >= 13 ? -1 : 1);
+  if (axis < 0) axis += r;
+  if (r == 0) axis = 0;
+  if (axis < 0 || (r > 0 && axis >= r)) return fail(g, target, n, "axis out of range");
+  int64_t outer = 1, A = 1, inner = 1;
+  for (int i = 0; i < axis; i++) outer *= x->shape.dims[i];
+  if (n->opset >= 13) {
+    A = r ? x->shape.dims[axis] : 1;
+    for (int i = axis + 1; i < r; i++) inner *= x->shape.dims[i];
+  } else {
+    for (int i = axis; i < r; i++) A *= x->shape.dims[i];
+  }
+  *outer_out = outer;
+  *A_out = A;
+  *inner_out = inner;
+  return 0;
+}
+
 int cg_pad_params(ir_graph *g, const char *target, const ir_node *n, int64_t *pads, double *value_out, const char **mode) {
   cg_ctx cc = {0};
   cc.g = g;

@@ -25,6 +25,11 @@ int cg_window(ir_graph *g, const char *target, const ir_node *n, const ir_value 
 int cg_pool_window(ir_graph *g, const char *target, const ir_node *n, const ir_value *x, const ir_value *y,
                    cg_win3 *w);
 
+/* Softmax, LogSoftmax, Hardmax: opset >= 13 along one axis (default -1); before 13 on
+ * the input coerced to 2-D at axis (default 1). The input as [outer, A, inner], the
+ * function taken over A. */
+int cg_softmax_params(ir_graph *g, const char *target, const ir_node *n, int64_t *outer, int64_t *A, int64_t *inner);
+
 /* Pad (opset 2-10 attributes, 11+ inputs pads/constant_value/axes, which must be
  * constants): begin pads into pads[0..r), end pads into pads[r..2r) for input rank r
  * (pads zeroed by the caller), the constant value and the mode attribute. */

@@ -448,22 +448,11 @@ static int emit_lrn(cg_ctx *c, const ir_node *n) {
 /* Softmax, LogSoftmax, Hardmax: opset >= 13 along one axis (default -1); before 13 on
  * the input coerced to 2-D at axis (default 1). */
 static int emit_softmax(cg_ctx *c, const ir_node *n) {
-  ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
+  ir_value *y = cg_out(c, n, 0);
   ir_dtype t = y->dtype;
   const char *T = cg_ctype(t);
-  int r = x->shape.rank;
-  int axis = (int)ir_attr_int(n, "axis", n->opset >= 13 ? -1 : 1);
-  if (axis < 0) axis += r;
-  if (r == 0) axis = 0;
-  if (axis < 0 || (r > 0 && axis >= r)) return cg_fail(c, n, "axis out of range");
-  int64_t outer = 1, A = 1, inner = 1;
-  for (int i = 0; i < axis; i++) outer *= x->shape.dims[i];
-  if (n->opset >= 13) {
-    A = r ? x->shape.dims[axis] : 1;
-    for (int i = axis + 1; i < r; i++) inner *= x->shape.dims[i];
-  } else {
-    for (int i = axis; i < r; i++) A *= x->shape.dims[i];
-  }
+  int64_t outer, A, inner;
+  if (cg_softmax_params(c->g, "cpu", n, &outer, &A, &inner)) return -1;
   if (cg_numel(y) == 0) return 0;
   const char *ex = t == IR_DOUBLE ? "exp" : "expf";
   cg_w(c, "  for (long o = 0; o < %lld; o++)\n    for (long i = 0; i < %lld; i++) {\n", LL(outer), LL(inner));

@@ -289,21 +289,10 @@ static int emit_instnorm(cu_ctx *c, const ir_node *n) {
 
 static int emit_softmax(cu_ctx *c, const ir_node *n) {
   ir_graph *g = c->g;
-  ir_value *x = ir_in(g, n, 0), *y = ir_out(g, n, 0);
+  ir_value *y = ir_out(g, n, 0);
   if (need_float(c, n, y->dtype)) return -1;
-  int r = x->shape.rank;
-  int axis = (int)ir_attr_int(n, "axis", n->opset >= 13 ? -1 : 1);
-  if (axis < 0) axis += r;
-  if (r == 0) axis = 0;
-  if (axis < 0 || (r > 0 && axis >= r)) return cu_fail(c, n, "axis out of range");
-  int64_t outer = 1, A = 1, inner = 1;
-  for (int i = 0; i < axis; i++) outer *= x->shape.dims[i];
-  if (n->opset >= 13) {
-    A = r ? x->shape.dims[axis] : 1;
-    for (int i = axis + 1; i < r; i++) inner *= x->shape.dims[i];
-  } else {
-    for (int i = axis; i < r; i++) A *= x->shape.dims[i];
-  }
+  int64_t outer, A, inner;
+  if (cg_softmax_params(c->g, "cuda", n, &outer, &A, &inner)) return -1;
   if (cg_numel(y) == 0) return 0;
   const char *kind = n->op == IR_OP_Softmax ? "PK_SOFTMAX" : n->op == IR_OP_LogSoftmax ? "PK_LOGSOFTMAX" : "PK_HARDMAX";
   cu_w(c, "  PK_TRY(pk_softmax(S, %s, %s, %s, %lld, %lld, %lld));\n", kind, c->x[0], c->y[0], LL(outer), LL(A), LL(inner));
