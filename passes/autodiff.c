@@ -135,9 +135,9 @@ int ad_unbroadcast(ad_ctx *a, int gv, const ir_shape *s) {
 
 /* ---- gradient bookkeeping ---- */
 
-static int is_param(const ir_graph *g, int v) {
-  const ir_value *x = &g->values[v];
-  return x->kind == IR_VAL_CONST && x->is_initializer && x->dtype == IR_FLOAT;
+static int is_param(const ad_ctx *a, int v) {
+  const ir_value *x = &a->g->values[v];
+  return x->kind == IR_VAL_CONST && x->is_initializer && x->dtype == a->ft;
 }
 
 static int needs(ad_ctx *a, int v) { return v >= 0 && v < a->n0 && a->need[v]; }
@@ -150,7 +150,7 @@ static void acc(ad_ctx *a, int v, int gv) {
 
 /* Select the tag for computing the gradient of input value v. */
 static void for_input(ad_ctx *a, int v) {
-  const char *t = is_param(a->g, v) ? "grad_w" : "grad_x";
+  const char *t = is_param(a, v) ? "grad_w" : "grad_x";
   if (a->tag != t) a->cnt = 0;
   a->tag = t;
 }
@@ -275,7 +275,7 @@ static int bw_gemm(ad_ctx *a, int node, int dy) {
   if (C >= 0 && needs(a, C)) {
     for_input(a, C);
     ir_shape cs = ad_shape(a, C);
-    int gv = beta == 1 ? dy : ad_bin(a, IR_OP_Mul, dy, ad_c_f(a, beta, IR_FLOAT));
+    int gv = beta == 1 ? dy : ad_bin(a, IR_OP_Mul, dy, ad_c_f(a, beta, a->ft));
     acc(a, C, ad_unbroadcast(a, gv, &cs));
   }
   return 0;
@@ -336,7 +336,7 @@ static int bw_maxpool(ad_ctx *a, int node, int dy) {
   flat.dims[1] = ir_shape_numel(&g->values[dy].shape);
   int fi = ad_reshape(a, idx, &flat), fd = ad_reshape(a, dy, &flat);
   flat.dims[1] = numel;
-  int in[3] = {ad_zeros(a, &flat, IR_FLOAT), fi, fd};
+  int in[3] = {ad_zeros(a, &flat, a->ft), fi, fd};
   int id = ad_begin(a, IR_OP_ScatterElements, in, 3, 1, NULL);
   ad_attr_i(a, id, "axis", 1);
   ad_attr_s(a, id, "reduction", "add");
@@ -354,7 +354,7 @@ static int bw_avgpool(ad_ctx *a, int node, int dy) {
   if (nd.op == IR_OP_GlobalAveragePool) {
     double cnt = 1;
     for (int i = 0; i < sp; i++) cnt *= (double)xs.dims[2 + i];
-    acc(a, X, ad_bin(a, IR_OP_Div, ad_expand(a, dy, &xs), ad_c_f(a, cnt, IR_FLOAT)));
+    acc(a, X, ad_bin(a, IR_OP_Div, ad_expand(a, dy, &xs), ad_c_f(a, cnt, a->ft)));
     return 0;
   }
   int64_t k[IR_MAX_RANK], s[IR_MAX_RANK], p[2 * IR_MAX_RANK], one[IR_MAX_RANK], op[IR_MAX_RANK];
@@ -383,9 +383,14 @@ static int bw_avgpool(ad_ctx *a, int node, int dy) {
   ks.dims[1] = 1;
   int64_t kn = C;
   for (int i = 0; i < sp; i++) ks.dims[2 + i] = k[i], kn *= k[i];
-  float *kd = malloc(sizeof(float) * (size_t)kn);
-  for (int64_t i = 0; i < kn; i++) kd[i] = (float)(1.0 / cnt);
-  int kv = ir_add_const(a->g, ir_sprintf(a->g->arena, "%s/%s/k", a->base, a->tag), IR_FLOAT, &ks, kd, sizeof(float) * (size_t)kn);
+  size_t es = a->ft == IR_DOUBLE ? 8 : 4;
+  char *kd = malloc(es * (size_t)kn);
+  for (int64_t i = 0; i < kn; i++) {
+    double dv = 1.0 / cnt;
+    float fv = (float)dv;
+    memcpy(kd + es * (size_t)i, es == 8 ? (void *)&dv : (void *)&fv, es);
+  }
+  int kv = ir_add_const(a->g, ir_sprintf(a->g->arena, "%s/%s/k", a->base, a->tag), a->ft, &ks, kd, es * (size_t)kn);
   free(kd);
   int in[2] = {dy, kv};
   int id = ad_begin(a, IR_OP_ConvTranspose, in, 2, 1, NULL);
@@ -404,7 +409,7 @@ static void norm_stats(ad_ctx *a, int x, const int64_t *axes, int n, double eps,
   int mean = ad_reduce(a, IR_OP_ReduceMean, x, axes, n, 1);
   int xc = ad_bin(a, IR_OP_Sub, x, mean);
   int var = ad_reduce(a, IR_OP_ReduceMean, ad_bin(a, IR_OP_Mul, xc, xc), axes, n, 1);
-  *inv = ad_un(a, IR_OP_Reciprocal, ad_un(a, IR_OP_Sqrt, ad_bin(a, IR_OP_Add, var, ad_c_f(a, eps, IR_FLOAT))));
+  *inv = ad_un(a, IR_OP_Reciprocal, ad_un(a, IR_OP_Sqrt, ad_bin(a, IR_OP_Add, var, ad_c_f(a, eps, a->ft))));
   *xhat = ad_bin(a, IR_OP_Mul, xc, *inv);
 }
 
@@ -430,14 +435,14 @@ static int bw_batchnorm(ad_ctx *a, int node, int dy) {
     cs.dims[i] = i == 1 ? xs.dims[1] : 1;
     if (i != 1) axes[n++] = i;
   }
-  a->tag = "grad_x";
+  a->tag = "grad";
   a->cnt = 0;
   int inv, xhat;
   if (training) {
     norm_stats(a, X, axes, n, eps, &inv, &xhat);
   } else {
     int vr = ad_reshape(a, V, &cs), mr = ad_reshape(a, M, &cs);
-    inv = ad_un(a, IR_OP_Reciprocal, ad_un(a, IR_OP_Sqrt, ad_bin(a, IR_OP_Add, vr, ad_c_f(a, eps, IR_FLOAT))));
+    inv = ad_un(a, IR_OP_Reciprocal, ad_un(a, IR_OP_Sqrt, ad_bin(a, IR_OP_Add, vr, ad_c_f(a, eps, a->ft))));
     xhat = ad_bin(a, IR_OP_Mul, ad_bin(a, IR_OP_Sub, X, mr), inv);
   }
   if (needs(a, X)) {
@@ -469,7 +474,7 @@ static int bw_layernorm(ad_ctx *a, int node, int dy) {
     if (i >= axis) axes[n++] = i;
     else outer[no++] = i;
   }
-  a->tag = "grad_x";
+  a->tag = "grad";
   a->cnt = 0;
   int inv, xhat;
   norm_stats(a, X, axes, n, eps, &inv, &xhat);
@@ -538,7 +543,7 @@ static int bw_reduce(ad_ctx *a, int node, int dy) {
     if (red) cnt *= (double)xs.dims[i], ks.dims[i] = 1;
   }
   int gv = ad_expand(a, ad_reshape(a, dy, &ks), &xs);
-  if (nd.op == IR_OP_ReduceMean) gv = ad_bin(a, IR_OP_Div, gv, ad_c_f(a, cnt, IR_FLOAT));
+  if (nd.op == IR_OP_ReduceMean) gv = ad_bin(a, IR_OP_Div, gv, ad_c_f(a, cnt, a->ft));
   acc(a, X, gv);
   return 0;
 }
@@ -555,31 +560,31 @@ static int bw_eltwise(ad_ctx *a, int node, int dy) {
     case IR_OP_Identity: gx = dy; break;
     case IR_OP_Neg: gx = ad_un(a, IR_OP_Neg, dy); break;
     case IR_OP_Relu: {
-      int in[3] = {ad_bin(a, IR_OP_Greater, Y, ad_c_f(a, 0, IR_FLOAT)), dy, ad_c_f(a, 0, IR_FLOAT)};
+      int in[3] = {ad_bin(a, IR_OP_Greater, Y, ad_c_f(a, 0, a->ft)), dy, ad_c_f(a, 0, a->ft)};
       gx = ad_op(a, IR_OP_Where, in, 3);
       break;
     }
     case IR_OP_LeakyRelu: {
       double al = ir_attr_float(&nd, "alpha", 0.01f);
-      int in[3] = {ad_bin(a, IR_OP_Greater, X, ad_c_f(a, 0, IR_FLOAT)), dy,
-                   ad_bin(a, IR_OP_Mul, dy, ad_c_f(a, al, IR_FLOAT))};
+      int in[3] = {ad_bin(a, IR_OP_Greater, X, ad_c_f(a, 0, a->ft)), dy,
+                   ad_bin(a, IR_OP_Mul, dy, ad_c_f(a, al, a->ft))};
       gx = ad_op(a, IR_OP_Where, in, 3);
       break;
     }
     case IR_OP_Sigmoid: /* dy * (1 - y) * y */
-      gx = ad_bin(a, IR_OP_Mul, ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Sub, ad_c_f(a, 1, IR_FLOAT), Y)), Y);
+      gx = ad_bin(a, IR_OP_Mul, ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Sub, ad_c_f(a, 1, a->ft), Y)), Y);
       break;
     case IR_OP_Tanh: /* dy * (1 - y * y) */
-      gx = ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Sub, ad_c_f(a, 1, IR_FLOAT), ad_bin(a, IR_OP_Mul, Y, Y)));
+      gx = ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Sub, ad_c_f(a, 1, a->ft), ad_bin(a, IR_OP_Mul, Y, Y)));
       break;
     case IR_OP_Exp: gx = ad_bin(a, IR_OP_Mul, dy, Y); break;
     case IR_OP_Log: gx = ad_bin(a, IR_OP_Div, dy, X); break;
-    case IR_OP_Sqrt: gx = ad_bin(a, IR_OP_Div, dy, ad_bin(a, IR_OP_Mul, Y, ad_c_f(a, 2, IR_FLOAT))); break;
+    case IR_OP_Sqrt: gx = ad_bin(a, IR_OP_Div, dy, ad_bin(a, IR_OP_Mul, Y, ad_c_f(a, 2, a->ft))); break;
     case IR_OP_Reciprocal: gx = ad_un(a, IR_OP_Neg, ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Mul, Y, Y))); break;
     case IR_OP_Abs: gx = ad_bin(a, IR_OP_Mul, dy, ad_un(a, IR_OP_Sign, X)); break;
     case IR_OP_Erf: /* dy * 2/sqrt(pi) * exp(-x^2) */
       gx = ad_bin(a, IR_OP_Mul, dy,
-                  ad_bin(a, IR_OP_Mul, ad_c_f(a, 1.1283791670955126, IR_FLOAT),
+                  ad_bin(a, IR_OP_Mul, ad_c_f(a, 1.1283791670955126, a->ft),
                          ad_un(a, IR_OP_Exp, ad_un(a, IR_OP_Neg, ad_bin(a, IR_OP_Mul, X, X)))));
       break;
     case IR_OP_Softplus: gx = ad_bin(a, IR_OP_Mul, dy, ad_un(a, IR_OP_Sigmoid, X)); break;
@@ -600,26 +605,26 @@ static int bw_eltwise(ad_ctx *a, int node, int dy) {
         }
       }
       int m = -1;
-      if (lo > -INFINITY) m = ad_bin(a, IR_OP_Greater, X, ad_c_f(a, lo, IR_FLOAT));
+      if (lo > -INFINITY) m = ad_bin(a, IR_OP_Greater, X, ad_c_f(a, lo, a->ft));
       if (hi < INFINITY) {
-        int m2 = ad_bin(a, IR_OP_Less, X, ad_c_f(a, hi, IR_FLOAT));
+        int m2 = ad_bin(a, IR_OP_Less, X, ad_c_f(a, hi, a->ft));
         m = m < 0 ? m2 : ad_bin(a, IR_OP_And, m, m2);
       }
       if (m < 0) {
         gx = dy;
         break;
       }
-      int in[3] = {m, dy, ad_c_f(a, 0, IR_FLOAT)};
+      int in[3] = {m, dy, ad_c_f(a, 0, a->ft)};
       gx = ad_op(a, IR_OP_Where, in, 3);
       break;
     }
     case IR_OP_Gelu: { /* exact: dy * (Phi(x) + x * phi(x)) */
       if (strcmp(ir_attr_str(&nd, "approximate", "none"), "none")) return unsupported(a, node, "approximate tanh");
-      int cdf = ad_bin(a, IR_OP_Mul, ad_c_f(a, 0.5, IR_FLOAT),
-                       ad_bin(a, IR_OP_Add, ad_c_f(a, 1, IR_FLOAT),
-                              ad_un(a, IR_OP_Erf, ad_bin(a, IR_OP_Mul, X, ad_c_f(a, 0.70710678118654752, IR_FLOAT)))));
-      int pdf = ad_bin(a, IR_OP_Mul, ad_c_f(a, 0.39894228040143268, IR_FLOAT),
-                       ad_un(a, IR_OP_Exp, ad_bin(a, IR_OP_Mul, ad_bin(a, IR_OP_Mul, X, X), ad_c_f(a, -0.5, IR_FLOAT))));
+      int cdf = ad_bin(a, IR_OP_Mul, ad_c_f(a, 0.5, a->ft),
+                       ad_bin(a, IR_OP_Add, ad_c_f(a, 1, a->ft),
+                              ad_un(a, IR_OP_Erf, ad_bin(a, IR_OP_Mul, X, ad_c_f(a, 0.70710678118654752, a->ft)))));
+      int pdf = ad_bin(a, IR_OP_Mul, ad_c_f(a, 0.39894228040143268, a->ft),
+                       ad_un(a, IR_OP_Exp, ad_bin(a, IR_OP_Mul, ad_bin(a, IR_OP_Mul, X, X), ad_c_f(a, -0.5, a->ft))));
       gx = ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Add, cdf, ad_bin(a, IR_OP_Mul, X, pdf)));
       break;
     }
@@ -627,9 +632,9 @@ static int bw_eltwise(ad_ctx *a, int node, int dy) {
       int selu = nd.op == IR_OP_Selu;
       double al = ir_attr_float(&nd, "alpha", selu ? 1.67326319217681884765625f : 1.0f);
       double sc = selu ? ir_attr_float(&nd, "gamma", 1.05070102214813232421875f) : 1.0;
-      int pos = ad_bin(a, IR_OP_Greater, X, ad_c_f(a, 0, IR_FLOAT));
-      int neg = ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Add, Y, ad_c_f(a, al * sc, IR_FLOAT)));
-      int in[3] = {pos, sc == 1 ? dy : ad_bin(a, IR_OP_Mul, dy, ad_c_f(a, sc, IR_FLOAT)), neg};
+      int pos = ad_bin(a, IR_OP_Greater, X, ad_c_f(a, 0, a->ft));
+      int neg = ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Add, Y, ad_c_f(a, al * sc, a->ft)));
+      int in[3] = {pos, sc == 1 ? dy : ad_bin(a, IR_OP_Mul, dy, ad_c_f(a, sc, a->ft)), neg};
       gx = ad_op(a, IR_OP_Where, in, 3);
       break;
     }
@@ -637,23 +642,23 @@ static int bw_eltwise(ad_ctx *a, int node, int dy) {
       double al = nd.op == IR_OP_HardSwish ? 1.0 / 6 : ir_attr_float(&nd, "alpha", 0.2f);
       double be = nd.op == IR_OP_HardSwish ? 0.5 : ir_attr_float(&nd, "beta", 0.5f);
       /* inside: -beta/alpha < x < (1-beta)/alpha */
-      int m = ad_bin(a, IR_OP_And, ad_bin(a, IR_OP_Greater, X, ad_c_f(a, -be / al, IR_FLOAT)),
-                     ad_bin(a, IR_OP_Less, X, ad_c_f(a, (1 - be) / al, IR_FLOAT)));
+      int m = ad_bin(a, IR_OP_And, ad_bin(a, IR_OP_Greater, X, ad_c_f(a, -be / al, a->ft)),
+                     ad_bin(a, IR_OP_Less, X, ad_c_f(a, (1 - be) / al, a->ft)));
       if (nd.op == IR_OP_HardSigmoid) {
-        int in[3] = {m, ad_bin(a, IR_OP_Mul, dy, ad_c_f(a, al, IR_FLOAT)), ad_c_f(a, 0, IR_FLOAT)};
+        int in[3] = {m, ad_bin(a, IR_OP_Mul, dy, ad_c_f(a, al, a->ft)), ad_c_f(a, 0, a->ft)};
         gx = ad_op(a, IR_OP_Where, in, 3);
       } else { /* torch hardswish_backward: x < -3: 0; x <= 3: dy * (x / 3 + 0.5); else dy */
-        int in1[3] = {ad_bin(a, IR_OP_LessOrEqual, X, ad_c_f(a, 3, IR_FLOAT)),
-                      ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Add, ad_bin(a, IR_OP_Div, X, ad_c_f(a, 3, IR_FLOAT)),
-                                                       ad_c_f(a, 0.5, IR_FLOAT))),
+        int in1[3] = {ad_bin(a, IR_OP_LessOrEqual, X, ad_c_f(a, 3, a->ft)),
+                      ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Add, ad_bin(a, IR_OP_Div, X, ad_c_f(a, 3, a->ft)),
+                                                       ad_c_f(a, 0.5, a->ft))),
                       dy};
-        int in2[3] = {ad_bin(a, IR_OP_Less, X, ad_c_f(a, -3, IR_FLOAT)), ad_c_f(a, 0, IR_FLOAT), ad_op(a, IR_OP_Where, in1, 3)};
+        int in2[3] = {ad_bin(a, IR_OP_Less, X, ad_c_f(a, -3, a->ft)), ad_c_f(a, 0, a->ft), ad_op(a, IR_OP_Where, in1, 3)};
         gx = ad_op(a, IR_OP_Where, in2, 3);
       }
       break;
     }
     case IR_OP_PRelu: {
-      int pos = ad_bin(a, IR_OP_Greater, X, ad_c_f(a, 0, IR_FLOAT));
+      int pos = ad_bin(a, IR_OP_Greater, X, ad_c_f(a, 0, a->ft));
       if (needs(a, X)) {
         int in[3] = {pos, dy, ad_bin(a, IR_OP_Mul, dy, X2)};
         gx = ad_unbroadcast(a, ad_op(a, IR_OP_Where, in, 3), &xs);
@@ -662,7 +667,7 @@ static int bw_eltwise(ad_ctx *a, int node, int dy) {
         acc(a, X, gx);
         gx = -1;
         for_input(a, X2);
-        int in[3] = {pos, ad_c_f(a, 0, IR_FLOAT), ad_bin(a, IR_OP_Mul, dy, X)};
+        int in[3] = {pos, ad_c_f(a, 0, a->ft), ad_bin(a, IR_OP_Mul, dy, X)};
         acc(a, X2, ad_unbroadcast(a, ad_op(a, IR_OP_Where, in, 3), &x2s));
       }
       break;
@@ -673,7 +678,7 @@ static int bw_eltwise(ad_ctx *a, int node, int dy) {
         if (!needs(a, Xk)) continue;
         for_input(a, Xk);
         ir_shape ks = ad_shape(a, Xk);
-        int gk = nd.op == IR_OP_Mean ? ad_bin(a, IR_OP_Div, dy, ad_c_f(a, nd.n_in, IR_FLOAT)) : dy;
+        int gk = nd.op == IR_OP_Mean ? ad_bin(a, IR_OP_Div, dy, ad_c_f(a, nd.n_in, a->ft)) : dy;
         acc(a, Xk, ad_unbroadcast(a, gk, &ks));
       }
       return 0;
@@ -684,9 +689,14 @@ static int bw_eltwise(ad_ctx *a, int node, int dy) {
       gx = ad_end(a, id);
       break;
     }
-    case IR_OP_Cast:
-      if (ad_dtype(a, X) != IR_FLOAT) return 0;
+    case IR_OP_Cast: /* between floating-point types: cast the gradient back */
+      if (ad_dtype(a, X) != IR_FLOAT && ad_dtype(a, X) != IR_DOUBLE) return 0;
       gx = dy;
+      if (ad_dtype(a, X) != ad_dtype(a, dy)) {
+        int id = ad_begin(a, IR_OP_Cast, &dy, 1, 1, NULL);
+        ad_attr_i(a, id, "to", ad_dtype(a, X));
+        gx = ad_end(a, id);
+      }
       break;
     case IR_OP_Add: case IR_OP_Sub: case IR_OP_Mul: case IR_OP_Div: case IR_OP_Pow: {
       if (needs(a, X)) {
@@ -698,10 +708,10 @@ static int bw_eltwise(ad_ctx *a, int node, int dy) {
           double e;
           if (g->values[X2].kind != IR_VAL_CONST || g->values[X2].is_initializer || ir_shape_numel(&x2s) != 1 ||
               ir_const_f64(&g->values[X2], 0, &e)) /* dy * e * x^(e-1) with e a tensor */
-            gf = ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Mul, X2, ad_bin(a, IR_OP_Pow, X, ad_bin(a, IR_OP_Sub, X2, ad_c_f(a, 1, IR_FLOAT)))));
-          else gf = e == 2 ? ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Mul, X, ad_c_f(a, 2, IR_FLOAT)))
+            gf = ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Mul, X2, ad_bin(a, IR_OP_Pow, X, ad_bin(a, IR_OP_Sub, X2, ad_c_f(a, 1, a->ft)))));
+          else gf = e == 2 ? ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Mul, X, ad_c_f(a, 2, a->ft)))
                       : ad_bin(a, IR_OP_Mul, dy,
-                               ad_bin(a, IR_OP_Mul, ad_bin(a, IR_OP_Pow, X, ad_c_f(a, e - 1, IR_FLOAT)), ad_c_f(a, e, IR_FLOAT)));
+                               ad_bin(a, IR_OP_Mul, ad_bin(a, IR_OP_Pow, X, ad_c_f(a, e - 1, a->ft)), ad_c_f(a, e, a->ft)));
         }
         gx = ad_unbroadcast(a, gf, &xs);
       }
@@ -771,7 +781,7 @@ static int bw_split(ad_ctx *a, int node) {
   for (int k = 0; k < nd.n_out; k++) {
     int o = nd.out[k];
     ir_shape os = ad_shape(a, o);
-    parts[k] = o >= 0 && o < a->n0 && a->grad[o] >= 0 ? a->grad[o] : ad_zeros(a, &os, IR_FLOAT);
+    parts[k] = o >= 0 && o < a->n0 && a->grad[o] >= 0 ? a->grad[o] : ad_zeros(a, &os, a->ft);
   }
   int id = ad_begin(a, IR_OP_Concat, parts, nd.n_out, 1, NULL);
   ad_attr_i(a, id, "axis", norm_axis(a, node, ad_shape(a, X).rank, 0));
@@ -847,7 +857,7 @@ static int bw_gather(ad_ctx *a, int node, int dy) {
     /* result [X[a], X[:a], X[a+1:]] -> X order */
     for (int i = 0; i < xs.rank; i++) back[i] = i < ax ? i + 1 : i == ax ? 0 : i;
   }
-  int in[3] = {ad_zeros(a, &zs, IR_FLOAT), idx, upd};
+  int in[3] = {ad_zeros(a, &zs, a->ft), idx, upd};
   int id = ad_begin(a, IR_OP_ScatterND, in, 3, 1, NULL);
   ad_attr_s(a, id, "reduction", "add");
   int r = ad_end(a, id);
@@ -894,7 +904,7 @@ static int bw_where(ad_ctx *a, int node, int dy) {
     if (!needs(a, X)) continue;
     for_input(a, X);
     ir_shape xs = ad_shape(a, X);
-    int z = ad_c_f(a, 0, IR_FLOAT);
+    int z = ad_c_f(a, 0, a->ft);
     int in[3] = {Cn, k == 1 ? dy : z, k == 1 ? z : dy};
     acc(a, X, ad_unbroadcast(a, ad_op(a, IR_OP_Where, in, 3), &xs));
   }
@@ -923,10 +933,10 @@ static int bw_dropout(ad_ctx *a, int node, int dy) {
     if (pass_shape_node(g, node)) return a->err = 1, -1;
   }
   int id = ad_begin(a, IR_OP_Cast, &mask, 1, 1, NULL);
-  ad_attr_i(a, id, "to", IR_FLOAT);
+  ad_attr_i(a, id, "to", a->ft);
   int m = ad_end(a, id);
   int gv = ad_bin(a, IR_OP_Mul, dy, m);
-  if (ratio > 0 && ratio < 1) gv = ad_bin(a, IR_OP_Div, gv, ad_c_f(a, 1 - ratio, IR_FLOAT));
+  if (ratio > 0 && ratio < 1) gv = ad_bin(a, IR_OP_Div, gv, ad_c_f(a, 1 - ratio, a->ft));
   acc(a, X, gv);
   return 0;
 }
@@ -944,7 +954,7 @@ static int bw_instnorm(ad_ctx *a, int node, int dy) {
     if (i >= 2) axes[n++] = i;
     if (i != 1) all[na++] = i;
   }
-  a->tag = "grad_x";
+  a->tag = "grad";
   a->cnt = 0;
   int inv, xhat;
   norm_stats(a, X, axes, n, ir_attr_float(&nd, "epsilon", 1e-5f), &inv, &xhat);
@@ -1122,7 +1132,7 @@ int ad_backward(ad_ctx *a, int loss) {
   a->grad = ir_xmalloc(sizeof(int) * ((size_t)a->n0 + 1));
   for (int v = 0; v < a->n0; v++) {
     a->grad[v] = -1;
-    a->need[v] = (char)is_param(g, v);
+    a->need[v] = (char)is_param(a, v);
   }
   int n_nodes = g->n_nodes;
   for (int i = 0; i < n_nodes; i++) {
@@ -1131,7 +1141,7 @@ int ad_backward(ad_ctx *a, int loss) {
     int any = 0;
     for (int k = 0; k < n->n_in; k++) any |= n->in[k] >= 0 && a->need[n->in[k]];
     for (int k = 0; k < n->n_out && any; k++)
-      if (n->out[k] >= 0 && g->values[n->out[k]].dtype == IR_FLOAT) a->need[n->out[k]] = 1;
+      if (n->out[k] >= 0 && g->values[n->out[k]].dtype == a->ft) a->need[n->out[k]] = 1;
   }
   if (!a->need[loss]) {
     ir_error(g, "autodiff: the loss '%s' does not depend on any trainable float initializer", g->values[loss].name);
@@ -1140,7 +1150,7 @@ int ad_backward(ad_ctx *a, int loss) {
   a->base = "loss";
   a->tag = "grad";
   a->cnt = 0;
-  a->grad[loss] = ad_c_f(a, 1, IR_FLOAT);
+  a->grad[loss] = ad_c_f(a, 1, a->ft);
   for (int i = n_nodes - 1; i >= 0; i--) {
     if (g->nodes[i].dead) continue;
     bw_node(a, i);

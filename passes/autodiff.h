@@ -18,13 +18,30 @@
  * ConvTranspose, Where, ScatterElements, ...), typed by pass_shape_node as they are
  * made. The gradient of the inputs of node N is computed by nodes named "N/grad_x"
  * (activation inputs) and "N/grad_w" (initializers), the two sets never shared, so a
- * schedule may run them apart. Losses:
+ * schedule may run them apart; only the batch statistics that BatchNormalization,
+ * LayerNormalization and InstanceNormalization recompute for both are "N/grad" nodes.
+ * Gradients reaching a value along several paths are summed by Add nodes in the order
+ * the consumers appear in reverse topological order. Losses:
  *   cross-entropy  mean over the batch of -log softmax(logits)[label]; logits of rank 2
  *                  [N, C], or rank > 2 with the classes on the LAST dim (flattened to
  *                  [N*..., C], as logits.view(-1, C) in PyTorch)
  *   mse            mean over all elements of (output - labels)^2
  *   NAME           an existing float value of one element (its mean is the loss);
  *                  a SoftmaxCrossEntropyLoss producing it is lowered to ONNX ops.
+ * Gradients (every float input that carries one; anything else on a path from a trained
+ * initializer to the loss is reported, all at once):
+ *   Conv (dX = ConvTranspose; dW = Conv of the transposed input and gradient, for
+ *     group 1 and depthwise), ConvTranspose (dX = Conv; dW for group 1), Gemm (all
+ *     trans/alpha/beta), MatMul (rank >= 2, broadcasting), MaxPool (its Indices output
+ *     + ScatterElements add), AveragePool (depthwise ConvTranspose with 1/k; no ceil_mode,
+ *     padding only with count_include_pad), GlobalAveragePool, BatchNormalization
+ *     (training and inference mode), LayerNormalization, InstanceNormalization, Softmax,
+ *     LogSoftmax, Relu, LeakyRelu, PRelu, Elu, Selu, Sigmoid, HardSigmoid, HardSwish,
+ *     Tanh, Erf, Gelu (exact), Softplus, Exp, Log, Sqrt, Reciprocal, Abs, Neg, Clip,
+ *     Identity, Cast, Add/Sub/Mul/Div/Pow with broadcasting (ReduceSum + Reshape), Sum,
+ *     Mean, ReduceSum, ReduceMean, Concat, Split, Slice (steps 1), Pad (constant),
+ *     Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Gather (any axis; ScatterND add),
+ *     Expand, Tile, Where, CumSum, Dropout (through its mask).
  * Optimizers follow torch.optim (1.13) exactly: SGD (momentum, dampening 0, Nesterov,
  * weight decay), Adam (L2 weight decay) and AdamW (decoupled weight decay). */
 #ifndef PIPECC_PASSES_AUTODIFF_H
