@@ -118,6 +118,26 @@ int cg_softmax_params(ir_graph *g, const char *target, const ir_node *n, int64_t
   return 0;
 }
 
+int cg_layernorm_params(ir_graph *g, const char *target, const ir_node *n, int64_t *outer_out, int64_t *inner_out,
+                        int64_t *ns_out, int64_t *nbias_out) {
+  const ir_value *x = ir_in(g, n, 0), *sc = ir_in(g, n, 1), *bi = ir_in(g, n, 2);
+  int r = x->shape.rank;
+  int axis = (int)ir_attr_int(n, "axis", -1);
+  if (axis < 0) axis += r;
+  if (axis < 0 || axis >= r) return fail(g, target, n, "axis out of range");
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < axis; i++) outer *= x->shape.dims[i];
+  for (int i = axis; i < r; i++) inner *= x->shape.dims[i];
+  int64_t ns = cg_numel(sc), nbias = bi ? cg_numel(bi) : 0;
+  if ((ns != inner && ns != 1) || (bi && nbias != inner && nbias != 1))
+    return fail(g, target, n, "Scale and B must have the normalised shape");
+  *outer_out = outer;
+  *inner_out = inner;
+  *ns_out = ns;
+  *nbias_out = nbias;
+  return 0;
+}
+
 int cg_pad_params(ir_graph *g, const char *target, const ir_node *n, int64_t *pads, double *value_out, const char **mode) {
   cg_ctx cc = {0};
   cc.g = g;

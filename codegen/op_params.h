@@ -30,6 +30,11 @@ int cg_pool_window(ir_graph *g, const char *target, const ir_node *n, const ir_v
  * function taken over A. */
 int cg_softmax_params(ir_graph *g, const char *target, const ir_node *n, int64_t *outer, int64_t *A, int64_t *inner);
 
+/* LayerNormalization: the input as [outer, inner] split at axis (default -1), and the
+ * element counts of Scale and B (0 without B), each inner or 1. */
+int cg_layernorm_params(ir_graph *g, const char *target, const ir_node *n, int64_t *outer, int64_t *inner, int64_t *ns,
+                        int64_t *nbias);
+
 /* Pad (opset 2-10 attributes, 11+ inputs pads/constant_value/axes, which must be
  * constants): begin pads into pads[0..r), end pads into pads[r..2r) for input rank r
  * (pads zeroed by the caller), the constant value and the mode attribute. */

@@ -395,21 +395,13 @@ static int emit_instnorm(cg_ctx *c, const ir_node *n) {
 }
 
 static int emit_layernorm(cg_ctx *c, const ir_node *n) {
-  ir_value *x = cg_in(c, n, 0), *sc = cg_in(c, n, 1), *bi = cg_in(c, n, 2), *y = cg_out(c, n, 0);
+  ir_value *bi = cg_in(c, n, 2), *y = cg_out(c, n, 0);
   ir_value *ym = cg_out(c, n, 1), *yr = cg_out(c, n, 2);
   ir_dtype t = y->dtype;
   const char *T = cg_ctype(t);
-  int r = x->shape.rank;
-  int axis = (int)ir_attr_int(n, "axis", -1);
-  if (axis < 0) axis += r;
-  if (axis < 0 || axis >= r) return cg_fail(c, n, "axis out of range");
   double eps = ir_attr_float(n, "epsilon", 1e-5f);
-  int64_t outer = 1, inner = 1;
-  for (int i = 0; i < axis; i++) outer *= x->shape.dims[i];
-  for (int i = axis; i < r; i++) inner *= x->shape.dims[i];
-  int64_t ns = cg_numel(sc), nbias = bi ? cg_numel(bi) : 0;
-  if ((ns != inner && ns != 1) || (bi && nbias != inner && nbias != 1))
-    return cg_fail(c, n, "Scale and B must have the normalised shape");
+  int64_t outer, inner, ns, nbias;
+  if (cg_layernorm_params(c->g, "cpu", n, &outer, &inner, &ns, &nbias)) return -1;
   if (cg_numel(y) == 0) return 0;
   cg_w(c, "  for (long o = 0; o < %lld; o++) {\n", LL(outer));
   cg_w(c, "    const %s *xp = x0 + o * %lld;\n    %s *yp = y0 + o * %lld;\n", T, LL(inner), T, LL(inner));

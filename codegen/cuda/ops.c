@@ -254,20 +254,13 @@ static int emit_batchnorm(cu_ctx *c, const ir_node *n) {
 
 static int emit_layernorm(cu_ctx *c, const ir_node *n) {
   ir_graph *g = c->g;
-  ir_value *x = ir_in(g, n, 0), *sc = ir_in(g, n, 1), *bi = ir_in(g, n, 2), *y = ir_out(g, n, 0);
+  ir_value *bi = ir_in(g, n, 2), *y = ir_out(g, n, 0);
   ir_value *ym = ir_out(g, n, 1), *yr = ir_out(g, n, 2);
   if (need_float(c, n, y->dtype)) return -1;
   if ((ym && ym->dtype != IR_FLOAT) || (yr && yr->dtype != IR_FLOAT)) return cu_fail(c, n, "Mean and InvStdDev must be float32");
-  int r = x->shape.rank;
-  int axis = norm_axis(ir_attr_int(n, "axis", -1), r);
-  if (axis < 0 || axis >= r) return cu_fail(c, n, "axis out of range");
   double eps = ir_attr_float(n, "epsilon", 1e-5f);
-  int64_t outer = 1, inner = 1;
-  for (int i = 0; i < axis; i++) outer *= x->shape.dims[i];
-  for (int i = axis; i < r; i++) inner *= x->shape.dims[i];
-  int64_t ns = cg_numel(sc), nb = bi ? cg_numel(bi) : 0;
-  if ((ns != inner && ns != 1) || (bi && nb != inner && nb != 1))
-    return cu_fail(c, n, "Scale and B must have the normalised shape");
+  int64_t outer, inner, ns, nb;
+  if (cg_layernorm_params(c->g, "cuda", n, &outer, &inner, &ns, &nb)) return -1;
   if (cg_numel(y) == 0) return 0;
   cu_w(c, "  PK_TRY(pk_layernorm(S, %s, %s, %lld, %s, %lld, %s, %s, %s, %lld, %lld, %.9g, 0));\n", c->x[0], c->x[1],
        LL(ns), bi ? c->x[2] : "NULL", LL(nb), c->y[0], ym ? c->y[1] : "NULL", yr ? c->y[2] : "NULL", LL(outer),
