@@ -224,6 +224,70 @@ def rel_l2(a, b):
     return float(np.linalg.norm(a - b) / n) if n > 0 else float(np.linalg.norm(a - b))
 
 
+def named_loss_cases(a):
+    """A loss already in the graph, named with --loss NAME: SoftmaxCrossEntropyLoss and
+    LogSoftmax + NegativeLogLikelihoodLoss (lowered by pipecc), and an MSE written as ops."""
+    bad = []
+    x = rn(6, 5)
+    w, b = rn(4, 5), rn(4)
+    lab = R.integers(0, 4, size=(6,)).astype(np.int64)
+    graphs = {
+        "named_sce_mean": ([N("Gemm", ["X", "W", "B"], ["s"], transB=1),
+                            N("SoftmaxCrossEntropyLoss", ["s", "labels"], ["L"])], True),
+        "named_nll_sum": ([N("Gemm", ["X", "W", "B"], ["s"], transB=1), N("LogSoftmax", ["s"], ["ls"], axis=1),
+                           N("NegativeLogLikelihoodLoss", ["ls", "labels"], ["L"], reduction="sum")], True),
+        "named_scalar_ops": ([N("Gemm", ["X", "W", "B"], ["s"], transB=1), N("Mul", ["s", "s"], ["q"]),
+                              N("ReduceMean", ["q"], ["L"], keepdims=0)], False),
+    }
+    for name, (nodes, with_labels) in graphs.items():
+        if a.k not in name:
+            continue
+        d = os.path.join(a.work, name)
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        ins = [helper.make_tensor_value_info("X", TensorProto.FLOAT, x.shape)]
+        if with_labels:
+            ins.append(helper.make_tensor_value_info("labels", TensorProto.INT64, lab.shape))
+        g = helper.make_graph(nodes, name, ins, [helper.make_tensor_value_info("L", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "B")])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        m.ir_version = 8
+        path = os.path.join(d, "m.onnx")
+        onnx.save(m, path)
+        tw, tb = torch.tensor(w, requires_grad=True), torch.tensor(b, requires_grad=True)
+        sc = torch.tensor(x) @ tw.T + tb
+        if name == "named_sce_mean":
+            loss = F.cross_entropy(sc, torch.tensor(lab))
+        elif name == "named_nll_sum":
+            loss = F.nll_loss(torch.log_softmax(sc, 1), torch.tensor(lab), reduction="sum")
+        else:
+            loss = (sc * sc).mean()
+        loss.backward()
+        out = os.path.join(d, "g1")
+        r = subprocess.run([a.pipecc, path, "-g", "1", "-o", out, "-j", "2", "--train", "--loss", "L", "--lr", "0.1"],
+                           capture_output=True, text=True)
+        feeds = {"X": x, "labels": lab} if with_labels else {"X": x}
+        np.savez(os.path.join(d, "in.npz"), **feeds)
+        if not r.returncode:
+            r = subprocess.run([os.path.join(out, "pipeline"), "--input", os.path.join(d, "in.npz"), "--output",
+                                os.path.join(d, "out.npz")], capture_output=True, text=True)
+        if r.returncode:
+            print(r.stderr[-3000:])
+            print(f"FAIL {name}")
+            bad.append(name)
+            continue
+        res = dict(np.load(os.path.join(d, "out.npz")))
+        lk = [k for k in res if not k.startswith(("grad/", "new/"))][0]
+        errs = {"loss": rel_l2(res[lk], float(loss)), "W": rel_l2(res["grad/W"], tw.grad.numpy()),
+                "B": rel_l2(res["grad/B"], tb.grad.numpy())}
+        worst = max(errs.values())
+        ok = worst <= a.tol
+        if not ok:
+            bad.append(name)
+        print(f"{'ok  ' if ok else 'FAIL'} {name:32s} max rel-L2 {worst:.2e}" + ("" if ok else f"  {errs}"))
+    return bad
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pipecc", required=True)
@@ -277,6 +341,7 @@ def main():
             bad.append(c.name)
         print(f"{'ok  ' if ok else 'FAIL'} {c.name:32s} max rel-L2 {worst:.2e}" +
               ("" if ok else "  " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items())))
+    bad += named_loss_cases(a)
     if bad:
         print("FAILED:", ", ".join(bad))
         return 1
