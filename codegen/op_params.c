@@ -138,6 +138,57 @@ int cg_layernorm_params(ir_graph *g, const char *target, const ir_node *n, int64
   return 0;
 }
 
+int cg_axis_split(ir_graph *g, const char *target, const ir_node *n, const ir_value *v, int *axis_out,
+                  int64_t *outer_out, int64_t *inner_out) {
+  int r = v->shape.rank;
+  int64_t a = ir_attr_int(n, "axis", 0);
+  int axis = (int)(a < 0 ? a + r : a);
+  if (axis < 0 || axis >= r) return fail(g, target, n, "axis out of range");
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < axis; i++) outer *= v->shape.dims[i];
+  for (int i = axis + 1; i < r; i++) inner *= v->shape.dims[i];
+  *axis_out = axis;
+  *outer_out = outer;
+  *inner_out = inner;
+  return 0;
+}
+
+void cg_shape_range(const ir_node *n, int r, int64_t *start, int64_t *end) {
+  int64_t s = ir_attr_int(n, "start", 0), e = ir_attr_int(n, "end", r);
+  if (s < 0) s += r;
+  if (e < 0) e += r;
+  if (s < 0) s = 0;
+  if (e > r) e = r;
+  *start = s;
+  *end = e;
+}
+
+int cg_reduce_axes(ir_graph *g, const char *target, const ir_node *n, int *red) {
+  cg_ctx cc = {0};
+  cc.g = g;
+  int r = cg_in(&cc, n, 0)->shape.rank;
+  int64_t axes[IR_MAX_RANK];
+  int na;
+  if (n->n_in > 1 && n->in[1] >= 0) {
+    na = cg_const_ints(&cc, n, 1, axes, IR_MAX_RANK);
+    if (na < 0) return fail(g, target, n, "axes must be a constant");
+  } else {
+    const int64_t *v;
+    na = ir_attr_ints(n, "axes", &v);
+    for (int i = 0; i < na && i < IR_MAX_RANK; i++) axes[i] = v[i];
+  }
+  if (na <= 0) {
+    if (ir_attr_int(n, "noop_with_empty_axes", 0)) return 1;
+    for (int d = 0; d < r; d++) red[d] = 1;
+  } else
+    for (int i = 0; i < na; i++) {
+      int a = (int)(axes[i] < 0 ? axes[i] + r : axes[i]);
+      if (a < 0 || a >= r) return fail(g, target, n, "axis out of range");
+      red[a] = 1;
+    }
+  return 0;
+}
+
 int cg_pad_params(ir_graph *g, const char *target, const ir_node *n, int64_t *pads, double *value_out, const char **mode) {
   cg_ctx cc = {0};
   cc.g = g;

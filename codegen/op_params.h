@@ -35,6 +35,19 @@ int cg_softmax_params(ir_graph *g, const char *target, const ir_node *n, int64_t
 int cg_layernorm_params(ir_graph *g, const char *target, const ir_node *n, int64_t *outer, int64_t *inner, int64_t *ns,
                         int64_t *nbias);
 
+/* Concat/Split: the attribute axis (default 0) of v normalised, and v as
+ * [outer, dims[axis], inner] around it. */
+int cg_axis_split(ir_graph *g, const char *target, const ir_node *n, const ir_value *v, int *axis, int64_t *outer,
+                  int64_t *inner);
+
+/* Shape (opset 15 start/end): the range [start, end) of the input's r dims. */
+void cg_shape_range(const ir_node *n, int r, int64_t *start, int64_t *end);
+
+/* Reduce*: red[d] = 1 for every reduced axis of the input (red zeroed by the caller),
+ * from the axes input or attribute; all axes when none is given. Returns 1 when none
+ * is given and noop_with_empty_axes is set (the node is a copy), 0, or -1. */
+int cg_reduce_axes(ir_graph *g, const char *target, const ir_node *n, int *red);
+
 /* Pad (opset 2-10 attributes, 11+ inputs pads/constant_value/axes, which must be
  * constants): begin pads into pads[0..r), end pads into pads[r..2r) for input rank r
  * (pads zeroed by the caller), the constant value and the mode attribute. */

@@ -56,11 +56,8 @@ static int emit_dropout(cg_ctx *c, const ir_node *n) {
 static int emit_shape(cg_ctx *c, const ir_node *n) {
   ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
   int r = x->shape.rank;
-  int64_t s = ir_attr_int(n, "start", 0), e = ir_attr_int(n, "end", r);
-  if (s < 0) s += r;
-  if (e < 0) e += r;
-  if (s < 0) s = 0;
-  if (e > r) e = r;
+  int64_t s, e;
+  cg_shape_range(n, r, &s, &e);
   int k = 0;
   for (int64_t i = s; i < e; i++) cg_w(c, "  y0[%d] = %lld;\n", k++, LL(x->shape.dims[i]));
   if (k != cg_numel(y)) return cg_fail(c, n, "output size does not match the shape slice");
@@ -95,12 +92,9 @@ static int emit_range(cg_ctx *c, const ir_node *n) {
 
 static int emit_concat(cg_ctx *c, const ir_node *n) {
   ir_value *y = cg_out(c, n, 0);
-  int r = y->shape.rank;
-  int axis = norm_axis(ir_attr_int(n, "axis", 0), r);
-  if (axis < 0 || axis >= r) return cg_fail(c, n, "axis out of range");
-  int64_t outer = 1, inner = 1;
-  for (int i = 0; i < axis; i++) outer *= y->shape.dims[i];
-  for (int i = axis + 1; i < r; i++) inner *= y->shape.dims[i];
+  int r = y->shape.rank, axis;
+  int64_t outer, inner;
+  if (cg_axis_split(c->g, "cpu", n, y, &axis, &outer, &inner)) return -1;
   int64_t tot = y->shape.dims[axis] * inner, off = 0;
   size_t es = ir_dtype_size(y->dtype);
   for (int k = 0; k < n->n_in; k++) {
@@ -118,12 +112,9 @@ static int emit_concat(cg_ctx *c, const ir_node *n) {
 
 static int emit_split(cg_ctx *c, const ir_node *n) {
   ir_value *x = cg_in(c, n, 0);
-  int r = x->shape.rank;
-  int axis = norm_axis(ir_attr_int(n, "axis", 0), r);
-  if (axis < 0 || axis >= r) return cg_fail(c, n, "axis out of range");
-  int64_t outer = 1, inner = 1;
-  for (int i = 0; i < axis; i++) outer *= x->shape.dims[i];
-  for (int i = axis + 1; i < r; i++) inner *= x->shape.dims[i];
+  int axis;
+  int64_t outer, inner;
+  if (cg_axis_split(c->g, "cpu", n, x, &axis, &outer, &inner)) return -1;
   int64_t tot = x->shape.dims[axis] * inner, off = 0;
   size_t es = ir_dtype_size(x->dtype);
   for (int k = 0; k < n->n_out; k++) {
@@ -287,30 +278,14 @@ static int emit_tile(cg_ctx *c, const ir_node *n) {
 static int emit_reduce(cg_ctx *c, const ir_node *n) {
   ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
   int r = x->shape.rank;
-  int64_t axes[IR_MAX_RANK];
-  int na = -1;
-  if (n->n_in > 1 && n->in[1] >= 0) {
-    na = cg_const_ints(c, n, 1, axes, IR_MAX_RANK);
-    if (na < 0) return cg_fail(c, n, "axes must be a constant");
-  } else {
-    const int64_t *v;
-    na = ir_attr_ints(n, "axes", &v);
-    for (int i = 0; i < na && i < IR_MAX_RANK; i++) axes[i] = v[i];
-  }
   int red[IR_MAX_RANK] = {0};
-  if (na <= 0) {
-    if (ir_attr_int(n, "noop_with_empty_axes", 0)) {
-      if (ir_value_bytes(x) != ir_value_bytes(y)) return cg_fail(c, n, "noop reduction changes the size");
-      if (cg_numel(y)) cg_w(c, "  memcpy(y0, x0, %lldu);\n", LL(ir_value_bytes(y)));
-      return 0;
-    }
-    for (int d = 0; d < r; d++) red[d] = 1;
-  } else
-    for (int i = 0; i < na; i++) {
-      int a = norm_axis(axes[i], r);
-      if (a < 0 || a >= r) return cg_fail(c, n, "axis out of range");
-      red[a] = 1;
-    }
+  int noop = cg_reduce_axes(c->g, "cpu", n, red);
+  if (noop < 0) return -1;
+  if (noop) {
+    if (ir_value_bytes(x) != ir_value_bytes(y)) return cg_fail(c, n, "noop reduction changes the size");
+    if (cg_numel(y)) cg_w(c, "  memcpy(y0, x0, %lldu);\n", LL(ir_value_bytes(y)));
+    return 0;
+  }
   int64_t on = cg_numel(y), count = 1, ost[IR_MAX_RANK], acc = 1;
   for (int d = r - 1; d >= 0; d--) {
     if (red[d]) {

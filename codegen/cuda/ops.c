@@ -317,11 +317,8 @@ static int emit_shape(cu_ctx *c, const ir_node *n) {
     return 0;
   }
   int r = x->shape.rank;
-  int64_t s = ir_attr_int(n, "start", 0), e = ir_attr_int(n, "end", r);
-  if (s < 0) s += r;
-  if (e < 0) e += r;
-  if (s < 0) s = 0;
-  if (e > r) e = r;
+  int64_t s, e;
+  cg_shape_range(n, r, &s, &e);
   int k = 0;
   for (int64_t i = s; i < e; i++, k++)
     cu_w(c, "  PK_TRY(pk_fill(S, %s + %d, 8, %lldull, 1));\n", c->y[0], k, LL(x->shape.dims[i]));
@@ -345,12 +342,9 @@ static int emit_constant_of_shape(cu_ctx *c, const ir_node *n) {
 
 static int emit_concat(cu_ctx *c, const ir_node *n) {
   ir_value *y = ir_out(c->g, n, 0);
-  int r = y->shape.rank;
-  int axis = norm_axis(ir_attr_int(n, "axis", 0), r);
-  if (axis < 0 || axis >= r) return cu_fail(c, n, "axis out of range");
-  int64_t outer = 1, inner = 1;
-  for (int i = 0; i < axis; i++) outer *= y->shape.dims[i];
-  for (int i = axis + 1; i < r; i++) inner *= y->shape.dims[i];
+  int r = y->shape.rank, axis;
+  int64_t outer, inner;
+  if (cg_axis_split(c->g, "cuda", n, y, &axis, &outer, &inner)) return -1;
   int64_t es = (int64_t)ir_dtype_size(y->dtype), tot = y->shape.dims[axis] * inner, off = 0;
   for (int k = 0; k < n->n_in; k++) {
     ir_value *x = ir_in(c->g, n, k);
@@ -367,12 +361,9 @@ static int emit_concat(cu_ctx *c, const ir_node *n) {
 
 static int emit_split(cu_ctx *c, const ir_node *n) {
   ir_value *x = ir_in(c->g, n, 0);
-  int r = x->shape.rank;
-  int axis = norm_axis(ir_attr_int(n, "axis", 0), r);
-  if (axis < 0 || axis >= r) return cu_fail(c, n, "axis out of range");
-  int64_t outer = 1, inner = 1;
-  for (int i = 0; i < axis; i++) outer *= x->shape.dims[i];
-  for (int i = axis + 1; i < r; i++) inner *= x->shape.dims[i];
+  int axis;
+  int64_t outer, inner;
+  if (cg_axis_split(c->g, "cuda", n, x, &axis, &outer, &inner)) return -1;
   int64_t es = (int64_t)ir_dtype_size(x->dtype), tot = x->shape.dims[axis] * inner, off = 0;
   for (int k = 0; k < n->n_out; k++) {
     ir_value *y = ir_out(c->g, n, k);
@@ -483,28 +474,10 @@ static int emit_tile(cu_ctx *c, const ir_node *n) {
 static int emit_reduce(cu_ctx *c, const ir_node *n) {
   ir_value *x = ir_in(c->g, n, 0), *y = ir_out(c->g, n, 0);
   int r = x->shape.rank;
-  int64_t axes[IR_MAX_RANK];
-  int na;
-  if (n->n_in > 1 && n->in[1] >= 0) {
-    cg_ctx cc = {0};
-    cc.g = c->g;
-    na = cg_const_ints(&cc, n, 1, axes, IR_MAX_RANK);
-    if (na < 0) return cu_fail(c, n, "axes must be a constant");
-  } else {
-    const int64_t *v;
-    na = ir_attr_ints(n, "axes", &v);
-    for (int i = 0; i < na && i < IR_MAX_RANK; i++) axes[i] = v[i];
-  }
   int red[IR_MAX_RANK] = {0};
-  if (na <= 0) {
-    if (ir_attr_int(n, "noop_with_empty_axes", 0)) return emit_copy(c, n);
-    for (int d = 0; d < r; d++) red[d] = 1;
-  } else
-    for (int i = 0; i < na; i++) {
-      int a = norm_axis(axes[i], r);
-      if (a < 0 || a >= r) return cu_fail(c, n, "axis out of range");
-      red[a] = 1;
-    }
+  int noop = cg_reduce_axes(c->g, "cuda", n, red);
+  if (noop < 0) return -1;
+  if (noop) return emit_copy(c, n);
   if (need_float(c, n, y->dtype) || need_float(c, n, x->dtype)) return -1;
   if (!cg_numel(y)) return 0;
   const char *kind;
