@@ -13,7 +13,8 @@ across the stage counts (PIPECC_SPLIT=even).
 
 Cases: smallcnn_train (tools/export_models.py's model, BatchNorm with batch statistics),
 mlp, mlp_mse_adam, convnet, convnet_adamw, tiny_transformer, and the bigger cases
-resnet18_train (in float64, see make_case), resnet18_train_f32 and gpt. Every model is exported here as tools/export_models.py does, but
+resnet18_train and mobilenet_v2_train (in float64, see make_case), resnet18_train_f32
+and gpt. Every model is exported here as tools/export_models.py does, but
 with do_constant_folding=False (weights keep their torch names) and parameters made
 distinct (the exporter merges equal initializers). --models is accepted and unused.
 """
@@ -87,6 +88,18 @@ def make_case(name, models_dir, work):
         export(model, x, "input", 15, True)  # as tools/export_models.py, parameters made distinct
         opt = ("sgd", dict(lr=0.1, momentum=0.9, weight_decay=1e-4))
         return model, path, {"input": x}, y, "cross-entropy", opt, True
+    if name == "mobilenet_v2_train":
+        # float64 as resnet18_train; Dropout p=0 (a random mask cannot match torch's)
+        torch.manual_seed(0)
+        model = em.build_model("mobilenet_v2")
+        model.classifier[0].p = 0.0
+        perturb(model)
+        model.train(True)
+        model.double()
+        x = rng.standard_normal((2, 3, 224, 224))
+        y = rng.integers(0, 1000, size=(2,)).astype(np.int64)
+        export(model, x, "input", 15, True)
+        return model, path, {"input": x}, y, "cross-entropy", ("sgd", dict(lr=0.1, momentum=0.9)), True
     if name == "gpt":
         # tools/export_models.py folds constants (weights become transposed
         # onnx::MatMul_* tensors); exported here without folding, so they keep their names
