@@ -8,6 +8,8 @@
  *   stage output k    -> out[k] (written in place by its producer)
  *   anything else     -> the state's arena, offsets planned by liveness (first fit),
  *                        or the memory of its input for aliasing nodes (Reshape...).
+ * (codegen/stage.c, shared with the cuda target, plans units and locations;
+ * codegen/emit_common.c writes the headers, descriptors and pipeline_main.c.)
  * Nothing here depends on hash order, addresses or time, so the output is
  * byte-identical for the same inputs. */
 #include <stdarg.h>

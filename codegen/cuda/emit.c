@@ -1,9 +1,9 @@
 /* codegen/cuda/emit.c - the cuda target: stage_K.cu, weights_K.bin, pipeline_main.c,
  * the device runtime, profile_main.c and a Makefile for a planned graph (layout in
- * codegen/cuda/cg_cuda.h). Stage analysis, units and the arena plan are the cpu
- * target's (codegen/stage.c), so both targets cut and lay out a stage the same way. Nothing
- * here depends on hash order, addresses or time: the output is byte-identical for the
- * same inputs. */
+ * codegen/cuda/cg_cuda.h). Stage analysis, units and the arena plan are shared with
+ * the cpu target (codegen/stage.c), so both targets cut and lay out a stage the same
+ * way. Nothing here depends on hash order, addresses or time: the output is
+ * byte-identical for the same inputs. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
