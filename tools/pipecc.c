@@ -81,6 +81,30 @@ static void usage(FILE *f) {
       f);
 }
 
+/* Allocations that live for the whole run; freed at exit (every return path of main). */
+static struct {
+  pass_opts *opts;
+  char *cmdline;
+  int *even_stage, *even_reps, *reps;
+  ir_graph *g;
+  pass_planned *pl;
+} owned;
+
+static void free_owned(void) {
+  if (owned.opts) {
+    for (int i = 0; i <= owned.opts->n_shapes && owned.opts->shapes; i++) free((char *)owned.opts->shapes[i].name);
+    for (int i = 0; i <= owned.opts->n_dims && owned.opts->dims; i++) free((char *)owned.opts->dims[i].name);
+    free(owned.opts->shapes);
+    free(owned.opts->dims);
+  }
+  free(owned.cmdline);
+  free(owned.even_stage);
+  free(owned.even_reps);
+  free(owned.reps);
+  if (owned.pl) pass_planned_free(owned.pl);
+  ir_graph_free(owned.g);
+}
+
 static double now_ms(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -258,17 +282,19 @@ int main(int argc, char **argv) {
   double intra_bw = -1, intra_lat = -1, inter_bw = -1, inter_lat = -1;
   uint64_t mem_limit = 0;
   pass_schedule_kind schedule = PASS_SCHED_1F1B;
-  pass_opts opts = {0};
+  static pass_opts opts; /* static: free_owned reads it after main returns */
   pass_train_opts topts; /* ---- training step (passes/autodiff.h) ---- */
   pass_train_opts_default(&topts);
   int train_step = 0;
   opts.shapes = calloc((size_t)argc, sizeof *opts.shapes);
   opts.dims = calloc((size_t)argc, sizeof *opts.dims);
+  owned.opts = &opts;
+  atexit(free_owned);
 
   /* the command line, for the header of every emitted file */
   size_t cl_len = 1;
   for (int i = 0; i < argc; i++) cl_len += strlen(argv[i]) + 1;
-  char *cmdline = calloc(1, cl_len);
+  char *cmdline = owned.cmdline = calloc(1, cl_len);
   for (int i = 0; i < argc; i++) {
     if (i) strcat(cmdline, " ");
     strcat(cmdline, argv[i]);
@@ -419,7 +445,7 @@ int main(int argc, char **argv) {
   if (train_step) microbatches = 1;
 
   double t0 = now_ms();
-  ir_graph *g = onnx_load_file(model);
+  ir_graph *g = owned.g = onnx_load_file(model);
   double t1 = now_ms();
   if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms\n", "load", t1 - t0);
   if (!g) return 2;
@@ -430,7 +456,6 @@ int main(int argc, char **argv) {
     double e = now_ms();
     if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms\n", p->name, e - s);
     if (rc || g->n_errors) {
-      ir_graph_free(g);
       return 2;
     }
     /* Compile for one micro-batch: split dim 0 of every graph input after binding. */
@@ -451,7 +476,6 @@ int main(int argc, char **argv) {
           fprintf(stderr, "%s: graph input '%s': batch (dim 0) %lld is not divisible by %d micro-batches\n", g->path,
                   ir_printable(v->name, 60, nm, sizeof nm), (long long)(v->shape.rank > 0 ? v->shape.dims[0] : 0),
                   microbatches);
-          ir_graph_free(g);
           return 2;
         }
         v->shape.dims[0] /= microbatches;
@@ -469,7 +493,6 @@ int main(int argc, char **argv) {
     int rc = pass_autodiff(g, &topts);
     if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms\n", "autodiff", now_ms() - s);
     if (rc || g->n_errors) {
-      ir_graph_free(g);
       return 2;
     }
   }
@@ -478,7 +501,6 @@ int main(int argc, char **argv) {
     if (time_passes) fprintf(stderr, "pipecc: total           %8.2f ms\n", now_ms() - t0);
     if (emit && !strcmp(emit, "ir-json")) ir_print_json(stdout, g);
     else if (emit || !n_dumps) ir_print_text(stdout, g);
-    ir_graph_free(g);
     return 0;
   }
 
@@ -500,11 +522,10 @@ int main(int argc, char **argv) {
   po.topo.inter_gbps = inter_bw > 0 ? inter_bw : inter->gbps;
   po.topo.inter_lat_ms = (inter_lat >= 0 ? inter_lat : inter->lat_us) / 1e3;
   po.mem_limit = mem_limit ? mem_limit : (uint64_t)(dev->mem_gib * 1024 * 1024 * 1024);
-  pass_planned pl;
+  static pass_planned pl;
+  owned.pl = &pl;
   double tp = now_ms();
   if (pass_plan_graph(g, &prof, &po, &pl)) {
-    pass_planned_free(&pl);
-    ir_graph_free(g);
     return 2;
   }
   pl.plan.planner_ms = pl.antichain_partition_ms;
@@ -521,9 +542,7 @@ int main(int argc, char **argv) {
   int rc = 0;
   if (!plan_only) {
     /* ---- emit and build ---- */
-    cg_instr **progs = calloc((size_t)pl.plan.n_stages, sizeof *progs);
-    int *plen = calloc((size_t)pl.plan.n_stages, sizeof *plen);
-    int *reps = calloc((size_t)pl.plan.n_stages, sizeof *reps);
+    int *reps = owned.reps = calloc((size_t)pl.plan.n_stages, sizeof *reps);
     for (int s = 0; s < pl.plan.n_stages; s++) reps[s] = pl.plan.stages[s].replicas;
     cg_plan cp = {pl.plan.n_stages, pl.node_stage, reps, NULL, NULL, microbatches, pl.plan.bubble_fraction,
                   schedule == PASS_SCHED_GPIPE ? "gpipe" : "1f1b"};
@@ -532,21 +551,19 @@ int main(int argc, char **argv) {
      * cpu tests use it to check that results are bitwise equal for every stage count. */
     const char *split_env = getenv("PIPECC_SPLIT");
     if (split_env && !strcmp(split_env, "even")) {
-      int *even_stage = calloc((size_t)g->n_nodes + 1, sizeof *even_stage);
-      int *even_reps = calloc((size_t)g_devices, sizeof *even_reps);
+      int *even_stage = owned.even_stage = calloc((size_t)g->n_nodes + 1, sizeof *even_stage);
+      int *even_reps = owned.even_reps = calloc((size_t)g_devices, sizeof *even_reps);
       for (int s = 0; s < g_devices; s++) even_reps[s] = 1;
       if (cg_fallback_split(g, g_devices, even_stage)) {
         fprintf(stderr, "pipecc: PIPECC_SPLIT=even: fewer nodes than %d stages; keeping the plan\n", g_devices);
       } else {
         cp.n_stages = g_devices;
-        cp.node_stage = even_stage; /* freed at exit */
+        cp.node_stage = even_stage;
         cp.replicas = even_reps;
         cp.predicted_bubble = 0;
       }
     }
     /* ---- end of the codegen/c block ---- */
-    (void)progs;
-    (void)plen;
     cg_options co = {cmdline, model, emit_only, jobs, opts.verbose, no_tf32, "80;90"};
     if (!strcmp(target, "cpu")) {
       if (cg_c_emit(g, &cp, &co, out_dir)) rc = 2;
@@ -559,13 +576,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "pipecc: profiler built; on the target GPU run\n  %s/profile --profile-out profile.json\n"
                         "then plan with measured costs: pipecc %s --profile profile.json ...\n", out_dir, model);
     }
-    free(progs);
-    free(plen);
-    free(reps);
   }
   if (time_passes) fprintf(stderr, "pipecc: total           %8.2f ms\n", now_ms() - t0);
-  pass_planned_free(&pl);
-  ir_graph_free(g);
-  free(cmdline);
   return rc;
 }
