@@ -9,7 +9,9 @@
  *            class dim, for cross-entropy; the output's shape and dtype for MSE)
  *   outputs: "loss" (float scalar), then per trained initializer P (a float initializer
  *            the loss depends on, in file order) "grad/P" and "new/P", then the new
- *            optimizer state "new/state/..." (momentum buffers, Adam's m, v and step).
+ *            optimizer state "new/state/..." (momentum buffers, Adam's m, v and step),
+ *            then "new/<name>" for the running mean and variance that a
+ *            BatchNormalization in training mode updates (as its emitter computes them).
  *   state:   optimizer state is added as zero initializers "state/P/momentum",
  *            "state/P/m", "state/P/v", "state/step" (is_initializer set): a runtime
  *            that trains for several steps feeds "new/state/..." back into them.

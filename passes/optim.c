@@ -286,6 +286,22 @@ int pass_autodiff(ir_graph *g, const pass_train_opts *t) {
     free(st_outs.v);
     return -1;
   }
+  /* BatchNormalization in training mode: its updated running mean and variance, when
+   * the node computes them from initializers, become "new/<initializer>" outputs */
+  for (int i = 0; i < g->n_nodes; i++) {
+    ir_node *n = &g->nodes[i];
+    if (n->dead || n->op != IR_OP_BatchNormalization || !ir_attr_int(n, "training_mode", 0)) continue;
+    for (int k = 1; k <= 2 && k < n->n_out; k++) {
+      int o = n->out[k], src = n->in[2 + k];
+      if (o < 0 || src < 0 || !g->values[src].is_initializer || g->values[src].kind != IR_VAL_CONST) continue;
+      a->base = n->name;
+      a->tag = "running";
+      a->cnt = k;
+      int id = ad_begin(a, IR_OP_Identity, &o, 1, 1, nm(a, "new/", g->values[src].name, NULL));
+      push(&st_outs, ad_end(a, id));
+      n = &g->nodes[i];
+    }
+  }
   for (int k = 0; k < st_outs.n; k++) push(&outs, st_outs.v[k]);
   for (int k = 0; k < g->n_outputs; k++) g->values[g->outputs[k]].is_output = 0;
   g->outputs = ir_alloc_array(g->arena, (size_t)outs.n, sizeof(int));
