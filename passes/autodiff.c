@@ -543,8 +543,43 @@ static int bw_reduce(ad_ctx *a, int node, int dy) {
     if (red) cnt *= (double)xs.dims[i], ks.dims[i] = 1;
   }
   int gv = ad_expand(a, ad_reshape(a, dy, &ks), &xs);
-  if (nd.op == IR_OP_ReduceMean) gv = ad_bin(a, IR_OP_Div, gv, ad_c_f(a, cnt, a->ft));
+  int Y = nd.out[0];
+  switch (nd.op) {
+    case IR_OP_ReduceMean: gv = ad_bin(a, IR_OP_Div, gv, ad_c_f(a, cnt, a->ft)); break;
+    case IR_OP_ReduceSumSquare: gv = ad_bin(a, IR_OP_Mul, gv, ad_bin(a, IR_OP_Mul, X, ad_c_f(a, 2, a->ft))); break;
+    case IR_OP_ReduceL2: gv = ad_bin(a, IR_OP_Mul, gv, ad_bin(a, IR_OP_Div, X, ad_reshape(a, Y, &ks))); break;
+    case IR_OP_ReduceLogSumExp:
+      gv = ad_bin(a, IR_OP_Mul, gv, ad_un(a, IR_OP_Exp, ad_bin(a, IR_OP_Sub, X, ad_reshape(a, Y, &ks))));
+      break;
+    case IR_OP_ReduceMax: case IR_OP_ReduceMin: { /* as torch amax/amin: shared evenly by the ties */
+      int m = ad_bin(a, IR_OP_Equal, X, ad_reshape(a, Y, &ks));
+      int id = ad_begin(a, IR_OP_Cast, &m, 1, 1, NULL);
+      ad_attr_i(a, id, "to", a->ft);
+      int mf = ad_end(a, id);
+      int64_t all[IR_MAX_RANK];
+      for (int i = 0; i < xs.rank; i++) all[i] = i;
+      int c = n ? ad_reduce(a, IR_OP_ReduceSum, mf, axes, n, 1) : ad_reduce(a, IR_OP_ReduceSum, mf, all, xs.rank, 1);
+      gv = ad_bin(a, IR_OP_Mul, gv, ad_bin(a, IR_OP_Div, mf, c));
+      break;
+    }
+    default: break;
+  }
   acc(a, X, gv);
+  return 0;
+}
+
+/* GatherElements: dX = ScatterElements(zeros, indices, dy, reduction add). */
+static int bw_gather_elements(ad_ctx *a, int node, int dy) {
+  ir_node nd = a->g->nodes[node];
+  int X = nd.in[0];
+  if (!needs(a, X)) return 0;
+  for_input(a, X);
+  ir_shape xs = ad_shape(a, X);
+  int in[3] = {ad_zeros(a, &xs, a->ft), nd.in[1], dy};
+  int id = ad_begin(a, IR_OP_ScatterElements, in, 3, 1, NULL);
+  ad_attr_i(a, id, "axis", ir_attr_int(&nd, "axis", 0));
+  ad_attr_s(a, id, "reduction", "add");
+  acc(a, X, ad_end(a, id));
   return 0;
 }
 
@@ -587,6 +622,8 @@ static int bw_eltwise(ad_ctx *a, int node, int dy) {
                   ad_bin(a, IR_OP_Mul, ad_c_f(a, 1.1283791670955126, a->ft),
                          ad_un(a, IR_OP_Exp, ad_un(a, IR_OP_Neg, ad_bin(a, IR_OP_Mul, X, X)))));
       break;
+    case IR_OP_Sin: gx = ad_bin(a, IR_OP_Mul, dy, ad_un(a, IR_OP_Cos, X)); break;
+    case IR_OP_Cos: gx = ad_un(a, IR_OP_Neg, ad_bin(a, IR_OP_Mul, dy, ad_un(a, IR_OP_Sin, X))); break;
     case IR_OP_Softplus: gx = ad_bin(a, IR_OP_Mul, dy, ad_un(a, IR_OP_Sigmoid, X)); break;
     case IR_OP_Clip: { /* torch hardtanh/clamp: dy where min < x < max (strict), else 0 */
       double lo = -INFINITY, hi = INFINITY;
@@ -1070,7 +1107,10 @@ static int bw_node(ad_ctx *a, int node) {
     case IR_OP_BatchNormalization: return bw_batchnorm(a, node, dy);
     case IR_OP_LayerNormalization: return bw_layernorm(a, node, dy);
     case IR_OP_Softmax: case IR_OP_LogSoftmax: return bw_softmax(a, node, dy);
-    case IR_OP_ReduceSum: case IR_OP_ReduceMean: return bw_reduce(a, node, dy);
+    case IR_OP_ReduceSum: case IR_OP_ReduceMean: case IR_OP_ReduceSumSquare: case IR_OP_ReduceL2:
+    case IR_OP_ReduceLogSumExp: case IR_OP_ReduceMax: case IR_OP_ReduceMin:
+      return bw_reduce(a, node, dy);
+    case IR_OP_GatherElements: return bw_gather_elements(a, node, dy);
     case IR_OP_Concat: return bw_concat(a, node, dy);
     case IR_OP_Slice: return bw_slice(a, node, dy);
     case IR_OP_Gather: return bw_gather(a, node, dy);

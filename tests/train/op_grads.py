@@ -138,6 +138,21 @@ def cases():
                    lambda t: t["Xw"].mean((0, 2), keepdim=True)))
     cs.append(Case("reducesum_all", rn(2, 3), [N("ReduceSum", ["Xw"], keepdims=1)], {},
                    lambda t: t["Xw"].sum().reshape(1, 1)))
+    cs.append(Case("reducesumsquare", rn(2, 3, 4), [N("ReduceSumSquare", ["Xw"], axes=[1], keepdims=0)], {},
+                   lambda t: (t["Xw"] ** 2).sum(1)))
+    cs.append(Case("reducel2", rn(2, 3, 4), [N("ReduceL2", ["Xw"], axes=[2], keepdims=1)], {},
+                   lambda t: t["Xw"].norm(dim=2, keepdim=True)))
+    cs.append(Case("reducelogsumexp", rn(2, 3, 4), [N("ReduceLogSumExp", ["Xw"], axes=[0, 2], keepdims=0)], {},
+                   lambda t: torch.logsumexp(t["Xw"], (0, 2))))
+    cs.append(Case("reducemax", rn(2, 3, 4), [N("ReduceMax", ["Xw"], axes=[1], keepdims=0)], {},
+                   lambda t: t["Xw"].amax(1)))
+    cs.append(Case("reducemin_all", rn(2, 3), [N("ReduceMin", ["Xw"], keepdims=1)], {},
+                   lambda t: t["Xw"].amin((0, 1), keepdim=True)))
+    cs.append(Case("sin_cos", rn(3, 4), [N("Sin", ["Xw"], ["a"]), N("Cos", ["a"])], {},
+                   lambda t: torch.cos(torch.sin(t["Xw"]))))
+    cs.append(Case("gather_elements", rn(3, 4), [N("GatherElements", ["Xw", "idx"], axis=1)], {},
+                   lambda t: torch.gather(t["Xw"], 1, torch.tensor([[0, 0], [3, 1], [2, 2]])),
+                   ints={"idx": i64(0, 0, 3, 1, 2, 2).reshape(3, 2)}))
     # ---- data movement ----
     cs.append(Case("concat_axis1", rn(2, 3, 2), [N("Concat", ["Xw", "W", "Xw"], axis=1)], {"W": rn(2, 4, 2)},
                    lambda t: torch.cat([t["Xw"], t["W"], t["Xw"]], 1)))
