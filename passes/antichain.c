@@ -1,6 +1,7 @@
 /* antichain.c — pass_dag builder, topological orders, prefix states and cut sizes. */
 #include "passes/antichain.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,6 +168,7 @@ static int topo_kahn(const pass_dag *d, pass_order_kind kind, int *order);
 
 int pass_topo_order(const pass_dag *d, pass_order_kind kind, int *order)
 {
+    if ((int)kind < 0 || kind >= PASS_ORDER_COUNT) return -1;
     if (kind != PASS_ORDER_LEVEL) return topo_kahn(d, kind, order);
     int n = d->n_nodes, rc = -1;
     int *tmp = malloc(sizeof(int) * ((size_t)n + 1)), *depth = malloc(sizeof(int) * ((size_t)n + 1));
@@ -261,9 +263,8 @@ void pass_states_free(pass_states *st)
     memset(st, 0, sizeof *st);
 }
 
-int pass_states_build(const pass_dag *d, pass_order_kind kind, pass_states *st)
+static int states_alloc(int n, pass_order_kind kind, pass_states *st)
 {
-    int n = d->n_nodes;
     memset(st, 0, sizeof *st);
     st->n = n;
     st->kind = kind;
@@ -277,10 +278,37 @@ int pass_states_build(const pass_dag *d, pass_order_kind kind, pass_states *st)
     st->cut = calloc(s1 + 1, sizeof(uint64_t));
     st->cut_grad = calloc(s1 + 1, sizeof(uint64_t));
     if (!st->order || !st->pos || !st->fwd || !st->bwd || !st->param || !st->act || !st->cut ||
-        !st->cut_grad || pass_topo_order(d, kind, st->order) != 0) {
+        !st->cut_grad) {
         pass_states_free(st);
         return -1;
     }
+    return 0;
+}
+
+static void states_fill(const pass_dag *d, pass_states *st);
+
+int pass_states_build(const pass_dag *d, pass_order_kind kind, pass_states *st)
+{
+    if (states_alloc(d->n_nodes, kind, st) != 0) return -1;
+    if (pass_topo_order(d, kind, st->order) != 0) {
+        pass_states_free(st);
+        return -1;
+    }
+    states_fill(d, st);
+    return 0;
+}
+
+int pass_states_from_order(const pass_dag *d, const int *order, pass_order_kind kind, pass_states *st)
+{
+    if (states_alloc(d->n_nodes, kind, st) != 0) return -1;
+    memcpy(st->order, order, sizeof(int) * (size_t)d->n_nodes);
+    states_fill(d, st);
+    return 0;
+}
+
+static void states_fill(const pass_dag *d, pass_states *st)
+{
+    int n = st->n;
     st->fwd[0] = st->bwd[0] = 0;
     st->param[0] = st->act[0] = 0;
     for (int p = 0; p < n; p++) {
@@ -316,7 +344,6 @@ int pass_states_build(const pass_dag *d, pass_order_kind kind, pass_states *st)
         st->cut[s] += st->cut[s - 1];
         st->cut_grad[s] += st->cut_grad[s - 1];
     }
-    return 0;
 }
 
 /* ---- arbitrary down-sets ---------------------------------------------------- */
@@ -421,4 +448,343 @@ long pass_downsets_enumerate(const pass_dag *d, uint64_t *out, long max)
         lvl_end = cnt;
     }
     return cnt;
+}
+
+/* ---- the antichain DAG: every down-set, under a budget ------------------------ */
+
+void pass_downsets_free(pass_downsets *ds)
+{
+    free(ds->order);
+    free(ds->pos);
+    free(ds->parent);
+    free(ds->added);
+    free(ds->size);
+    free(ds->key);
+    free(ds->param);
+    free(ds->act);
+    free(ds->cut);
+    free(ds->cut_grad);
+    free(ds->lower_start);
+    free(ds->lower);
+    memset(ds, 0, sizeof *ds);
+}
+
+void pass_downset_members(const pass_downsets *ds, long s, unsigned char *in)
+{
+    memset(in, 0, (size_t)ds->n);
+    for (; s > 0; s = ds->parent[s]) in[ds->added[s]] = 1;
+}
+
+/* Next set bit of b (words w) at position >= from, or -1. */
+static int next_bit(const uint64_t *b, int w, int from)
+{
+    int k = from >> 6;
+    if (k >= w) return -1;
+    uint64_t x = b[k] & (~0ull << (from & 63));
+    for (;;) {
+        if (x) return (k << 6) + __builtin_ctzll(x);
+        if (++k >= w) return -1;
+        x = b[k];
+    }
+}
+
+/* Distinct predecessor / successor positions per position (CSR). */
+static int ds_adjacency(const pass_dag *d, const int *pos, const int *order, int **pst, int **pl, int **sst, int **sl)
+{
+    int n = d->n_nodes;
+    long np = 0;
+    int *mark = malloc(sizeof(int) * ((size_t)n + 1));
+    *pst = calloc((size_t)n + 2, sizeof(int));
+    *sst = calloc((size_t)n + 2, sizeof(int));
+    if (!mark || !*pst || !*sst) { free(mark); return -1; }
+    for (int q = 0; q < n; q++) mark[q] = -1;
+    for (int q = 0; q < n; q++) {
+        const pass_dag_node *v = &d->nodes[order[q]];
+        for (int i = 0; i < v->n_inputs; i++) {
+            int pr = d->tensors[v->inputs[i]].producer;
+            if (pr < 0 || mark[pos[pr]] == q) continue;
+            mark[pos[pr]] = q;
+            (*pst)[q + 1]++;
+            (*sst)[pos[pr] + 1]++;
+            np++;
+        }
+    }
+    for (int q = 0; q < n; q++) { (*pst)[q + 1] += (*pst)[q]; (*sst)[q + 1] += (*sst)[q]; }
+    *pl = malloc(sizeof(int) * (size_t)(np ? np : 1));
+    *sl = malloc(sizeof(int) * (size_t)(np ? np : 1));
+    int *fill = calloc((size_t)n + 1, sizeof(int));
+    if (!*pl || !*sl || !fill) { free(mark); free(fill); return -1; }
+    for (int q = 0; q < n; q++) mark[q] = -1;
+    int k = 0;
+    for (int q = 0; q < n; q++) {
+        const pass_dag_node *v = &d->nodes[order[q]];
+        for (int i = 0; i < v->n_inputs; i++) {
+            int pr = d->tensors[v->inputs[i]].producer;
+            if (pr < 0 || mark[pos[pr]] == q) continue;
+            mark[pos[pr]] = q;
+            (*pl)[k++] = pos[pr];
+            (*sl)[(*sst)[pos[pr]] + fill[pos[pr]]++] = q;
+        }
+    }
+    free(mark);
+    free(fill);
+    return 0;
+}
+
+long pass_downsets_build(const pass_dag *d, const double *weight, long max_states, size_t max_bytes,
+                         pass_downsets *ds)
+{
+    memset(ds, 0, sizeof *ds);
+    int n = d->n_nodes, W = (n + 63) / 64;
+    if (n < 1 || max_states < 2 || max_states > 0x3fffffffL) return -1;
+    for (int v = 0; v < n; v++) {
+        double w = weight ? weight[v] : d->nodes[v].fwd_ms;
+        if (!(w >= 0) || !isfinite(w) || !(d->nodes[v].fwd_ms >= 0) || !(d->nodes[v].bwd_ms >= 0)) return -1;
+    }
+    /* Bytes per state while building: generation arrays 36, children 8, sort 12,
+     * output 76, and ~4 edges of 12 bytes. Arrays are allocated at the cap once:
+     * pages never touched cost nothing. */
+    const size_t per_state = 36 + 8 + 12 + 76 + 48;
+    long cap = max_states;
+    if (max_bytes && (size_t)cap > max_bytes / per_state) cap = (long)(max_bytes / per_state);
+    if (cap < 2) return -1;
+    long ecap = 4 * cap + 64; /* edges: grown if needed */
+
+    long rc = -1, count = 0, mxn = 0;
+    /* generation order */
+    int *par = malloc(sizeof(int) * (size_t)cap), *add = malloc(sizeof(int) * (size_t)cap);
+    int *size = malloc(sizeof(int) * (size_t)cap), *mx_start = malloc(sizeof(int) * ((size_t)cap + 1));
+    double *key = malloc(sizeof(double) * (size_t)cap);
+    uint64_t *cut = malloc(8 * (size_t)cap), *cutg = malloc(8 * (size_t)cap);
+    int *mx = malloc(sizeof(int) * (size_t)ecap);
+    int *ch_start = NULL, *ch = NULL, *lowg = NULL, *perm = NULL, *tmp = NULL, *inv = NULL;
+    int *order = malloc(sizeof(int) * (size_t)n), *pos = malloc(sizeof(int) * (size_t)n);
+    int *pst = NULL, *pl = NULL, *sst = NULL, *sl = NULL;
+    uint64_t *D = calloc((size_t)W, 8), *R = calloc((size_t)W, 8), *MX = calloc((size_t)W, 8);
+    int *cnt = calloc((size_t)n, sizeof(int)), *cnts = calloc((size_t)n, sizeof(int));
+    int *cons_in = calloc((size_t)d->n_tensors + 1, sizeof(int));
+    int *stack = malloc(sizeof(int) * ((size_t)n + 1)), *sid = malloc(sizeof(int) * ((size_t)n + 1));
+    if (!par || !add || !size || !mx_start || !key || !cut || !cutg || !mx || !order || !pos || !D || !R || !MX ||
+        !cnt || !cnts || !cons_in || !stack || !sid || pass_topo_order(d, PASS_ORDER_INDEX, order) != 0)
+        goto out;
+    for (int q = 0; q < n; q++) pos[order[q]] = q;
+    if (ds_adjacency(d, pos, order, &pst, &pl, &sst, &sl) != 0) goto out;
+    for (int q = 0; q < n; q++)
+        if (pst[q + 1] == pst[q]) R[q >> 6] |= 1ull << (q & 63);
+    uint64_t cut0 = 0; /* cut of {}: graph inputs that are consumed or are outputs */
+    for (int t = 0; t < d->n_tensors; t++)
+        if (d->tensors[t].producer < 0 && (d->tensors[t].is_output || d->tensors[t].n_consumers > 0))
+            cut0 += d->tensors[t].bytes;
+
+    /* Reverse search: children of D add a ready node positioned after all of D. */
+    int depth = 0, last = -1;
+    for (;;) {
+        /* record the current down-set */
+        if (count >= cap) goto out;
+        long s = count++;
+        if (depth == 0) {
+            par[s] = -1;
+            add[s] = -1;
+            key[s] = 0;
+            cut[s] = cut0;
+            cutg[s] = 0;
+        } else {
+            int p = sid[depth - 1], x = stack[depth - 1];
+            const pass_dag_node *v = &d->nodes[order[x]];
+            uint64_t c = cut[p], cg = cutg[p];
+            for (int i = 0; i < v->n_inputs; i++) {
+                int t = v->inputs[i], dup = 0;
+                for (int k = 0; k < i; k++) dup |= v->inputs[k] == t;
+                if (dup) continue;
+                const pass_dag_tensor *tt = &d->tensors[t];
+                if (cons_in[t] == tt->n_consumers && !tt->is_output) { /* v was its last consumer outside */
+                    c -= tt->bytes;
+                    if (tt->producer >= 0) cg -= tt->bytes;
+                }
+            }
+            for (int o = 0; o < v->n_outputs; o++) {
+                const pass_dag_tensor *tt = &d->tensors[v->outputs[o]];
+                if (tt->is_output || tt->n_consumers > 0) { c += tt->bytes; cg += tt->bytes; }
+            }
+            par[s] = p;
+            add[s] = x;
+            key[s] = key[p] + (weight ? weight[order[x]] : v->fwd_ms); /* x follows all of D: a position-order sum */
+            cut[s] = c;
+            cutg[s] = cg;
+        }
+        size[s] = depth;
+        sid[depth] = (int)s;
+        mx_start[s] = (int)mxn;
+        for (int q = next_bit(MX, W, 0); q >= 0; q = next_bit(MX, W, q + 1)) {
+            if (mxn >= ecap) {
+                int *nm = realloc(mx, sizeof(int) * (size_t)ecap * 2);
+                if (!nm) goto out;
+                mx = nm;
+                ecap *= 2;
+            }
+            mx[mxn++] = q;
+        }
+        /* next child of the current set, else backtrack */
+        int x;
+        for (;;) {
+            x = next_bit(R, W, last + 1);
+            if (x >= 0 || depth == 0) break;
+            int y = stack[--depth];
+            const pass_dag_node *v = &d->nodes[order[y]];
+            for (int i = 0; i < v->n_inputs; i++) {
+                int t = v->inputs[i], dup = 0;
+                for (int k = 0; k < i; k++) dup |= v->inputs[k] == t;
+                if (!dup) cons_in[t]--;
+            }
+            for (int e = sst[y]; e < sst[y + 1]; e++) {
+                int u = sl[e];
+                if (cnt[u] == pst[u + 1] - pst[u]) R[u >> 6] &= ~(1ull << (u & 63));
+                cnt[u]--;
+            }
+            for (int e = pst[y]; e < pst[y + 1]; e++) {
+                int u = pl[e];
+                if (--cnts[u] == 0) MX[u >> 6] |= 1ull << (u & 63);
+            }
+            MX[y >> 6] &= ~(1ull << (y & 63));
+            D[y >> 6] &= ~(1ull << (y & 63));
+            R[y >> 6] |= 1ull << (y & 63);
+            last = y;
+        }
+        if (x < 0) break;
+        const pass_dag_node *v = &d->nodes[order[x]];
+        for (int i = 0; i < v->n_inputs; i++) {
+            int t = v->inputs[i], dup = 0;
+            for (int k = 0; k < i; k++) dup |= v->inputs[k] == t;
+            if (!dup) cons_in[t]++;
+        }
+        for (int e = sst[x]; e < sst[x + 1]; e++) {
+            int u = sl[e];
+            if (++cnt[u] == pst[u + 1] - pst[u]) R[u >> 6] |= 1ull << (u & 63);
+        }
+        for (int e = pst[x]; e < pst[x + 1]; e++) {
+            int u = pl[e];
+            if (cnts[u]++ == 0) MX[u >> 6] &= ~(1ull << (u & 63));
+        }
+        MX[x >> 6] |= 1ull << (x & 63);
+        D[x >> 6] |= 1ull << (x & 63);
+        R[x >> 6] &= ~(1ull << (x & 63));
+        stack[depth++] = x;
+        last = x;
+    }
+    mx_start[count] = (int)mxn;
+
+    /* Children per state (CSR; generated in increasing position of the added node). */
+    ch_start = calloc((size_t)count + 2, sizeof(int));
+    ch = malloc(sizeof(int) * (size_t)count);
+    lowg = malloc(sizeof(int) * (size_t)(mxn ? mxn : 1));
+    if (!ch_start || !ch || !lowg) goto out;
+    for (long s = 1; s < count; s++) ch_start[par[s] + 2]++;
+    for (long s = 0; s < count; s++) ch_start[s + 2] += ch_start[s + 1];
+    for (long s = 1; s < count; s++) ch[ch_start[par[s] + 1]++] = (int)s; /* now ch_start[p] .. ch_start[p+1] */
+    /* Edges: D \ {v} for v maximal in D. With u the node added last (D = P + u):
+     * v = u gives P; otherwise v is maximal in P and D \ {v} = (P \ {v}) + u, a
+     * canonical child of P \ {v} (u follows all of it and is ready in it). */
+    for (long s = 1; s < count; s++) {
+        int p = par[s], k = mx_start[p], u = add[s];
+        for (int e = mx_start[s]; e < mx_start[s + 1]; e++) {
+            int v = mx[e];
+            if (v == u) { lowg[e] = p; continue; }
+            while (k < mx_start[p + 1] && mx[k] < v) k++;
+            if (k >= mx_start[p + 1] || mx[k] != v) goto out; /* cannot happen */
+            int X = lowg[k], lo = ch_start[X], hi = ch_start[X + 1] - 1, found = -1;
+            while (lo <= hi) {
+                int mid = lo + (hi - lo) / 2, a = add[ch[mid]];
+                if (a == u) { found = ch[mid]; break; }
+                if (a < u) lo = mid + 1;
+                else hi = mid - 1;
+            }
+            if (found < 0) goto out; /* cannot happen */
+            lowg[e] = found;
+        }
+    }
+    free(ch_start); ch_start = NULL;
+    free(ch); ch = NULL;
+
+    /* Sort by (key, size), stable: counting sort by size, then LSD radix on the
+     * key's bits (non-negative doubles order like their bit patterns). */
+    perm = malloc(sizeof(int) * (size_t)count);
+    tmp = malloc(sizeof(int) * (size_t)count);
+    inv = malloc(sizeof(int) * (size_t)count);
+    if (!perm || !tmp || !inv) goto out;
+    {
+        int *c = calloc((size_t)n + 2, sizeof(int));
+        if (!c) goto out;
+        for (long s = 0; s < count; s++) c[size[s] + 1]++;
+        for (int k = 0; k <= n; k++) c[k + 1] += c[k];
+        for (long s = 0; s < count; s++) perm[c[size[s]]++] = (int)s;
+        free(c);
+        for (int shift = 0; shift < 64; shift += 8) {
+            long b[257];
+            memset(b, 0, sizeof b);
+            for (long i = 0; i < count; i++) {
+                uint64_t kb;
+                memcpy(&kb, &key[perm[i]], 8);
+                b[((kb >> shift) & 255) + 1]++;
+            }
+            int uniform = 0;
+            for (int k = 0; k < 256; k++) uniform |= b[k + 1] == count;
+            if (uniform) continue;
+            for (int k = 0; k < 256; k++) b[k + 1] += b[k];
+            for (long i = 0; i < count; i++) {
+                uint64_t kb;
+                memcpy(&kb, &key[perm[i]], 8);
+                tmp[b[(kb >> shift) & 255]++] = perm[i];
+            }
+            int *t = perm; perm = tmp; tmp = t;
+        }
+    }
+    for (long i = 0; i < count; i++) inv[perm[i]] = (int)i;
+
+    ds->n = n;
+    ds->count = count;
+    ds->order = order; order = NULL;
+    ds->pos = pos; pos = NULL;
+    ds->parent = malloc(sizeof(int) * (size_t)count);
+    ds->added = malloc(sizeof(int) * (size_t)count);
+    ds->size = malloc(sizeof(int) * (size_t)count);
+    ds->key = malloc(sizeof(double) * (size_t)count);
+    ds->param = malloc(8 * (size_t)count);
+    ds->act = malloc(8 * (size_t)count);
+    ds->cut = malloc(8 * (size_t)count);
+    ds->cut_grad = malloc(8 * (size_t)count);
+    ds->lower_start = malloc(sizeof(int) * ((size_t)count + 1));
+    ds->lower = malloc(sizeof(int) * (size_t)(mxn ? mxn : 1));
+    ds->edges = mxn;
+    if (!ds->parent || !ds->added || !ds->size || !ds->key || !ds->param || !ds->act || !ds->cut ||
+        !ds->cut_grad || !ds->lower_start || !ds->lower)
+        goto out;
+    long e = 0;
+    for (long i = 0; i < count; i++) {
+        int s = perm[i];
+        ds->size[i] = size[s];
+        ds->key[i] = key[s];
+        ds->cut[i] = cut[s];
+        ds->cut_grad[i] = cutg[s];
+        if (par[s] < 0) {
+            ds->parent[i] = ds->added[i] = -1;
+            ds->param[i] = ds->act[i] = 0;
+        } else {
+            int pi = inv[par[s]], v = ds->order[add[s]]; /* the parent is listed earlier */
+            ds->parent[i] = pi;
+            ds->added[i] = v;
+            ds->param[i] = ds->param[pi] + d->nodes[v].param_bytes;
+            ds->act[i] = ds->act[pi] + d->nodes[v].act_bytes;
+        }
+        ds->lower_start[i] = (int)e;
+        for (int k = mx_start[s]; k < mx_start[s + 1]; k++) ds->lower[e++] = inv[lowg[k]];
+    }
+    ds->lower_start[count] = (int)e;
+    rc = count;
+out:
+    if (rc < 0) pass_downsets_free(ds);
+    free(par); free(add); free(size); free(mx); free(mx_start); free(key);
+    free(cut); free(cutg); free(perm); free(tmp); free(inv); free(ch_start); free(ch); free(lowg);
+    free(order); free(pos); free(pst); free(pl); free(sst); free(sl);
+    free(D); free(R); free(MX); free(cnt); free(cnts); free(cons_in); free(stack); free(sid);
+    return rc;
 }

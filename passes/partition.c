@@ -273,6 +273,386 @@ out:
     return rc;
 }
 
+/* ---- the exact DP over all down-sets (the antichain DAG) ------------------------------
+ *
+ * Same recurrence as dp_feasible, over the states of pass_downsets_build instead
+ * of a prefix chain: F[D][m] holds if some down-set D' < D and r <= m have
+ * G[D'][m-r] (F, and the boundary after D' fits T on the link into device m-r)
+ * and the stage D \ D' on devices [m-r, m) fits T and memory. Every D \ D' is
+ * convex and every chain of down-sets is a linear pipeline, so this covers all
+ * convex linear splits.
+ *
+ * Enumerating the pairs (D', D) would be quadratic in the states. Instead, for
+ * a fixed (m, r) the stage time is key(D) - key(D') + const with key = W/r +
+ * P*allreduce_per_byte: linear and monotone under inclusion, so the best D'
+ * for D is the one of largest key among the G-marked down-sets below D. That
+ * maximum is propagated up the antichain DAG: H[D] = D if marked, else the best
+ * of H over D's lower covers D \ {v} (v maximal in D); every D' < D lies below
+ * some lower cover, so the strict maximum Hs[D] is the best over the lower
+ * covers. One (m, r) costs O(states + edges). Without allreduce terms (inference,
+ * or r = 1 only) the key is W for every r, and one H per m-r serves all r.
+ *
+ * Windows: a prefix D covered by m devices within T has W(D) <= m T, and the
+ * rest needs W(V) - W(D) <= (g - m) T; states are sorted by W (antichain.h), so
+ * each layer only scans a range of them.
+ *
+ * Memory: when the whole model as one stage fits the limit, no stage can
+ * exceed it and memory is ignored. Otherwise, when the best-time D' violates
+ * memory, the down-sets D' < D whose stage fits both time and memory (an
+ * up-closed family, reachable from D through lower covers) are searched
+ * depth-first for a marked one.
+ *
+ * Every unit of work (edge, state, class comparison; a search step counts 6) is
+ * counted; past the budget the DP stops and the prefix plan stands: the time
+ * is bounded and the outcome is deterministic. */
+
+typedef struct ex_ctx {
+    const pass_plan_opts *o;
+    const pass_downsets *ds;
+    int S, g, G1, max_r, npairs, shared, nk, mem_binds;
+    double *inv_r, *arb, *arc;   /* per (m, r) pair */
+    unsigned char *F;            /* [S*G1] bit 0: F, bit 1: G */
+    int *gfirst, *a, *b;         /* [G1] first G-marked state per layer, window [a, b] per layer */
+    int *HU;                     /* [S] best marked down-set below, the same for every class (-1: none, -2: per class) */
+    double *HK, *bk;             /* [S*nk] per class: key of the best marked down-set below; [nk] scratch */
+    int *HI, *bi;                /* [S*nk] that down-set; [nk] scratch */
+    int *ch_i;                   /* [S*G1] chosen D' */
+    unsigned char *ch_r;         /* [S*G1] chosen r */
+    int *stamp, *stk, gen;
+    long work, budget;
+    int over;
+    long checks;
+} ex_ctx;
+
+static inline double ex_stage_time(const ex_ctx *c, int p, int i, int j)
+{
+    return (c->ds->key[j] - c->ds->key[i]) * c->inv_r[p] + (double)(c->ds->param[j] - c->ds->param[i]) * c->arb[p] +
+           c->arc[p];
+}
+
+static inline int ex_mem_ok(const ex_ctx *c, int i, int j, int m, int r)
+{
+    pass_stage_agg a = {0, 0, c->ds->param[j] - c->ds->param[i], c->ds->act[j] - c->ds->act[i], m - r, r};
+    return pass_stage_memory(c->o, &a) <= c->o->mem_limit;
+}
+
+/* Depth-first search below D for a G[mp]-marked D' whose stage fits T and memory. */
+static int ex_search(ex_ctx *c, int p, int mp, int m, int r, int D, int lo, double T)
+{
+    const pass_downsets *ds = c->ds;
+    int top = 0;
+    if (++c->gen == 0x7fffffff) {
+        memset(c->stamp, 0, sizeof(int) * (size_t)c->S);
+        c->gen = 1;
+    }
+    for (long e = ds->lower_start[D]; e < ds->lower_start[D + 1]; e++) {
+        int x = ds->lower[e];
+        if (x >= lo && c->stamp[x] != c->gen) { c->stamp[x] = c->gen; c->stk[top++] = x; }
+    }
+    while (top > 0) {
+        int x = c->stk[--top];
+        c->work += 6; /* a step costs several walk units (memory model, scattered reads) */
+        if (c->work > c->budget) { c->over = 1; return -1; }
+        if (ex_stage_time(c, p, x, D) > T || !ex_mem_ok(c, x, D, m, r)) continue; /* nor anything below */
+        if (c->F[(size_t)x * c->G1 + mp] & 2) return x;
+        for (long e = ds->lower_start[x]; e < ds->lower_start[x + 1]; e++) {
+            int y = ds->lower[e];
+            if (y >= lo && c->stamp[y] != c->gen) { c->stamp[y] = c->gen; c->stk[top++] = y; }
+        }
+    }
+    return -1;
+}
+
+/* The stage (best, D] with r replicas ending at device m: does it fit T (and
+ * memory, searching further below D when the best-time choice does not)? If
+ * so record it for F[D][m] (later calls have smaller r and overwrite). */
+static void ex_offer(ex_ctx *c, int best, int D, int mp, int r, int lo, double T)
+{
+    int m = mp + r, p = pair_idx(m, r);
+    unsigned char *f = &c->F[(size_t)D * c->G1 + m];
+    if (best < 0 || ex_stage_time(c, p, best, D) > T) return;
+    c->work += c->mem_binds;
+    if (c->mem_binds && !ex_mem_ok(c, best, D, m, r)) {
+        if (*f & 1) return; /* already feasible with more replicas */
+        best = ex_search(c, p, mp, m, r, D, lo, T);
+        if (best < 0) return;
+    }
+    *f |= 1;
+    c->ch_i[(size_t)D * c->G1 + m] = best;
+    c->ch_r[(size_t)D * c->G1 + m] = (unsigned char)r;
+}
+
+/* Propagate, up the antichain DAG, the best G[mp]-marked down-set below each
+ * state, for each key class (one per r, or one shared), and offer the stages
+ * ending at every state of the windows of layers mp + r.
+ *
+ * The class keys are W + c_r P (scaled by 1/r) with c_r >= 0, c_1 = 0. A
+ * candidate maximising both W and W + c_max P maximises every class (the
+ * maximum over candidates is convex in c, the candidate's key linear), so most
+ * states keep one "uniform" best (HU >= 0, or -1: none); only where candidates
+ * trade W against P (HU = -2) are per-class bests stored in HK/HI. */
+static void ex_walk(ex_ctx *c, int mp, int R, double T)
+{
+    const pass_downsets *ds = c->ds;
+    /* classes 0 .. kn-1 (r = k + 1 <= R) are live at this layer; nk is the stride */
+    int G1 = c->G1, nk = c->nk, kn = c->shared ? 1 : R, lo = c->gfirst[mp], hi = c->b[mp + R];
+    double *bk = c->bk, cmax = 0;
+    int *bi = c->bi;
+    if (!c->shared)
+        for (int r = 2; r <= R; r++) {
+            int p = pair_idx(mp + r, r);
+            if (c->arb[p] * r > cmax) cmax = c->arb[p] * r;
+        }
+    int r0 = 1; /* smallest r whose layer window reaches D (b grows with the layer) */
+    long edges = 0, cls = 0;
+    for (int D = lo; D <= hi; D++) {
+        while (r0 < R && c->b[mp + r0] < D) r0++;
+        int k0 = c->shared ? 0 : r0 - 1;
+        /* uniform candidates: best by W and by W + cmax P */
+        int b0 = -1, b1 = -1, mixed = 0;
+        double k0v = -INFINITY, k1v = -INFINITY;
+        for (long e = ds->lower_start[D]; e < ds->lower_start[D + 1]; e++) {
+            int x = ds->lower[e];
+            if (x < lo) continue;
+            int h = c->HU[x];
+            if (h == -2) { mixed = 1; continue; }
+            if (h < 0) continue;
+            double w = ds->key[h], w1 = w + cmax * (double)ds->param[h];
+            if (w > k0v) { k0v = w; b0 = h; }
+            if (w1 > k1v) { k1v = w1; b1 = h; }
+        }
+        edges += ds->lower_start[D + 1] - ds->lower_start[D];
+        int uni = !mixed && b0 == b1;
+        if (!uni) { /* per class, over every candidate */
+            for (int k = k0; k < kn; k++) { bk[k] = -INFINITY; bi[k] = -1; }
+            for (long e = ds->lower_start[D]; e < ds->lower_start[D + 1]; e++) {
+                int x = ds->lower[e];
+                if (x < lo) continue;
+                int h = c->HU[x];
+                if (h == -1) continue;
+                if (h >= 0) {
+                    for (int k = k0; k < kn; k++) {
+                        int p = pair_idx(mp + k + 1, k + 1);
+                        double kv = ds->key[h] * c->inv_r[p] + (double)ds->param[h] * c->arb[p];
+                        if (kv > bk[k]) { bk[k] = kv; bi[k] = h; }
+                    }
+                } else {
+                    const double *hk = c->HK + (size_t)x * (size_t)nk;
+                    const int *hx = c->HI + (size_t)x * (size_t)nk;
+                    for (int k = k0; k < kn; k++)
+                        if (hk[k] > bk[k]) { bk[k] = hk[k]; bi[k] = hx[k]; }
+                }
+            }
+            cls += kn - k0;
+        }
+        for (int r = r0; r <= R; r++) {
+            int m = mp + r;
+            if (D >= c->a[m] && D <= c->b[m]) ex_offer(c, uni ? b0 : bi[c->shared ? 0 : r - 1], D, mp, r, lo, T);
+        }
+        if (c->F[(size_t)D * G1 + mp] & 2) {
+            c->HU[D] = D; /* a marked down-set beats everything below it, in every class */
+        } else if (uni) {
+            c->HU[D] = b0;
+        } else {
+            c->HU[D] = -2;
+            double *hk = c->HK + (size_t)D * (size_t)nk;
+            int *hx = c->HI + (size_t)D * (size_t)nk;
+            for (int k = k0; k < kn; k++) { hk[k] = bk[k]; hx[k] = bi[k]; }
+        }
+    }
+    c->work += (hi - lo + 1) + edges + cls * 4;
+}
+
+/* first state with key >= w */
+static int ex_lower_bound(const pass_downsets *ds, double w)
+{
+    int lo = 0, hi = (int)ds->count;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (ds->key[mid] < w) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* Returns the smallest m with F[V][m] (0: infeasible). Layers are completed in
+ * order: once every layer below m has offered its stages, layer m is final. */
+static int ex_feasible(ex_ctx *c, double T)
+{
+    const pass_downsets *ds = c->ds;
+    int S = c->S, g = c->g, G1 = c->G1;
+    double WV = ds->key[S - 1], slack = 1e-12 * WV;
+    c->checks++;
+    memset(c->F, 0, (size_t)S * (size_t)G1);
+    for (int m = 0; m <= g; m++) {
+        c->gfirst[m] = S;
+        double hiw = isinf(T) ? INFINITY : m * T * (1 + 1e-9) + slack;
+        double low = m == g ? WV - slack : isinf(T) ? -INFINITY : WV - (g - m) * T * (1 + 1e-9) - slack;
+        c->a[m] = m == 0 ? 0 : ex_lower_bound(ds, low);
+        c->b[m] = m == 0 ? 0 : (isinf(hiw) ? S : ex_lower_bound(ds, nextafter(hiw, INFINITY))) - 1;
+        if (m > 0 && c->a[m] < 1) c->a[m] = 1;
+    }
+    c->F[0] = 3;
+    c->gfirst[0] = 0;
+    c->work += S / 8 + 1;
+    for (int mp = 0; mp < g; mp++) {
+        if (mp > 0) {
+            if (c->F[(size_t)(S - 1) * G1 + mp] & 1) return mp;
+            for (int D = c->a[mp]; D <= c->b[mp] && D < S - 1; D++) {
+                unsigned char *f = &c->F[(size_t)D * G1 + mp];
+                if ((*f & 1) && pass_boundary_time(c->o, mp, ds->cut[D], ds->cut_grad[D]) <= T) {
+                    *f |= 2;
+                    if (c->gfirst[mp] == S) c->gfirst[mp] = D;
+                }
+            }
+            c->work += c->b[mp] - c->a[mp] + 1;
+        }
+        if (c->gfirst[mp] >= S) continue;
+        int R = c->max_r < g - mp ? c->max_r : g - mp;
+        if (mp == 0) { /* {} is the only mark: the best down-set below anything */
+            for (int r = R; r >= 1; r--) {
+                for (int D = c->a[r]; D <= c->b[r]; D++) ex_offer(c, 0, D, 0, r, 0, T);
+                c->work += c->b[r] - c->a[r] + 1;
+            }
+        } else if (c->gfirst[mp] <= c->b[mp + R]) {
+            ex_walk(c, mp, R, T);
+        }
+        if (c->over) return 0;
+        if (c->work > c->budget) { c->over = 1; return 0; }
+    }
+    return (c->F[(size_t)(S - 1) * G1 + g] & 1) ? g : 0;
+}
+
+/* The chain found by the last check ending with m devices: states chain[0..k)
+ * (stage ends, pipeline order), replicas reps[]; returns k and its bottleneck. */
+static int ex_chain(const ex_ctx *c, int m, int *chain, int *reps, double *bott)
+{
+    int k = 0, D = c->S - 1;
+    double b = 0;
+    while (D != 0 && k <= c->g) {
+        int i = c->ch_i[(size_t)D * c->G1 + m], r = c->ch_r[(size_t)D * c->G1 + m];
+        double t = ex_stage_time(c, pair_idx(m, r), i, D);
+        if (t > b) b = t;
+        if (i != 0) {
+            t = pass_boundary_time(c->o, m - r, c->ds->cut[i], c->ds->cut_grad[i]);
+            if (t > b) b = t;
+        }
+        chain[k] = D;
+        reps[k] = r;
+        k++;
+        D = i;
+        m -= r;
+    }
+    for (int x = 0, y = k - 1; x < y; x++, y--) {
+        int t = chain[x]; chain[x] = chain[y]; chain[y] = t;
+        t = reps[x]; reps[x] = reps[y]; reps[y] = t;
+    }
+    *bott = b;
+    return k;
+}
+
+static void ex_free(ex_ctx *c)
+{
+    free(c->inv_r); free(c->arb); free(c->arc); free(c->F); free(c->gfirst); free(c->a); free(c->b);
+    free(c->HU); free(c->HK); free(c->bk); free(c->HI); free(c->bi); free(c->ch_i); free(c->ch_r); free(c->stamp); free(c->stk);
+}
+
+/* Minimise the bottleneck over all chains of down-sets, only looking for one
+ * below beat*(1-1e-9). Returns the number of stages (chain[], reps[]), 0 if
+ * nothing beats `beat` (or fits), -1 on no memory, -2 over the work budget. */
+static int ex_solve(const pass_plan_opts *o, const pass_downsets *ds, double lb, double beat, long budget,
+                    int *chain, int *reps, long *checks, long *work)
+{
+    ex_ctx c;
+    memset(&c, 0, sizeof c);
+    c.o = o;
+    c.ds = ds;
+    c.S = (int)ds->count;
+    c.g = o->devices;
+    c.G1 = c.g + 1;
+    c.max_r = o->no_replicate ? 1 : c.g;
+    c.npairs = c.g * (c.g + 1) / 2;
+    c.shared = !o->training || c.max_r == 1; /* no allreduce term: the key is W for every r */
+    c.budget = budget;
+    c.nk = c.shared ? 1 : c.max_r;
+    int S = c.S, g = c.g, G1 = c.G1, rc = -1;
+    size_t SG = (size_t)S * (size_t)G1, HS = (size_t)S * (size_t)c.nk;
+    c.inv_r = malloc(sizeof(double) * (size_t)c.npairs);
+    c.arb = malloc(sizeof(double) * (size_t)c.npairs);
+    c.arc = malloc(sizeof(double) * (size_t)c.npairs);
+    c.F = malloc(SG);
+    c.gfirst = malloc(sizeof(int) * (size_t)G1);
+    c.a = malloc(sizeof(int) * (size_t)G1);
+    c.b = malloc(sizeof(int) * (size_t)G1);
+    c.HU = malloc(sizeof(int) * (size_t)S);
+    c.HK = malloc(sizeof(double) * HS);
+    c.HI = malloc(sizeof(int) * HS);
+    c.bk = malloc(sizeof(double) * (size_t)c.nk);
+    c.bi = malloc(sizeof(int) * (size_t)c.nk);
+    c.ch_i = malloc(sizeof(int) * SG);
+    c.ch_r = malloc(SG);
+    if (o->mem_limit) {
+        /* the largest stage memory of any placement: all of V, one replica, first device */
+        pass_stage_agg all = {0, 0, ds->param[S - 1], ds->act[S - 1], 0, 1};
+        c.mem_binds = pass_stage_memory(o, &all) > o->mem_limit;
+    }
+    if (c.mem_binds) {
+        c.stamp = calloc((size_t)S, sizeof(int));
+        c.stk = malloc(sizeof(int) * (size_t)S);
+    }
+    if (!c.inv_r || !c.arb || !c.arc || !c.F || !c.gfirst || !c.a || !c.b || !c.HU || !c.HK || !c.HI || !c.bk || !c.bi ||
+        !c.ch_i || !c.ch_r ||
+        (c.mem_binds && (!c.stamp || !c.stk)))
+        goto out;
+    for (int m = 1; m <= g; m++)
+        for (int r = 1; r <= m; r++) {
+            int p = pair_idx(m, r);
+            c.inv_r[p] = 1.0 / r;
+            c.arb[p] = c.arc[p] = 0;
+            if (o->training && r > 1) {
+                double pb, fx;
+                allreduce_coef(&o->topo, m - r, r, &pb, &fx);
+                c.arb[p] = pb / o->microbatches;
+                c.arc[p] = fx / o->microbatches;
+            }
+        }
+    double T0 = isfinite(beat) ? beat * (1 - 1e-9) : INFINITY;
+    int m = ex_feasible(&c, T0);
+    if (c.over) { rc = -2; goto out; }
+    if (!m) { rc = 0; goto out; }
+    /* Bisection on T, except that every feasible check lowers hi to the actual
+     * bottleneck of the chain it found and is followed by a probe just below
+     * it: an infeasible probe proves hi optimal at once (the optimum is
+     * usually reached within a few checks; bisection alone would spend ~25
+     * more checks proving it). */
+    double hi, lo = lb > 0 ? lb * (1 - 1e-12) : 0.0, v;
+    int k = ex_chain(&c, m, chain, reps, &hi);
+    if (hi < lo) lo = hi * (1 - 1e-12);
+    int last_probe = 0, probed = 0; /* probed: hi has been probed */
+    while (hi - lo > 1e-10 * hi) {
+        int probe = !last_probe && !probed;
+        double t = probe ? hi * (1 - 1e-10) : 0.5 * (lo + hi);
+        if (t <= lo || t >= hi) break;
+        m = ex_feasible(&c, t);
+        if (c.over) { rc = -2; goto out; }
+        if (m) {
+            k = ex_chain(&c, m, chain, reps, &v); /* v <= t < hi: the best so far */
+            hi = v;
+            probed = 0;
+        } else {
+            lo = t;
+            probed |= probe;
+        }
+        last_probe = probe;
+    }
+    rc = k; /* the chain of the last feasible check: the best one */
+out:
+    *checks += c.checks;
+    *work += c.work;
+    ex_free(&c);
+    return rc;
+}
+
 /* Evaluate a split (cuts/reps over st) under the public cost model. */
 static double eval_split(const pass_plan_opts *o, const pass_states *st, int k, const int *cuts, const int *reps)
 {
@@ -465,6 +845,88 @@ int pass_partition(const pass_dag *d, const pass_plan_opts *o_in, pass_plan *pla
         }
         pass_states_free(&st);
     }
+    /* The exact DP over all down-sets, when the antichain DAG and the work fit
+     * the budget; it only returns a split clearly better than the prefix one. */
+    pass_exact_status exact = PASS_EXACT_OFF;
+    long downsets = 0, n_states = 0, ework = 0;
+    int ek = 0;
+    if (o.states != PASS_STATES_PREFIX) {
+        long max_states = o.exact_max_states > 0 ? o.exact_max_states : PASS_EXACT_MAX_STATES;
+        long budget = o.exact_work > 0 ? o.exact_work : PASS_EXACT_WORK;
+        double *w = malloc(sizeof(double) * (size_t)d->n_nodes);
+        pass_downsets ds;
+        memset(&ds, 0, sizeof ds);
+        int *chain = malloc(sizeof(int) * (size_t)(g + 1)), *ereps = malloc(sizeof(int) * (size_t)(g + 1));
+        if (!w || !chain || !ereps) {
+            exact = PASS_EXACT_NO_MEMORY;
+        } else {
+            for (int v = 0; v < d->n_nodes; v++)
+                w[v] = d->nodes[v].fwd_ms + (o.training ? d->nodes[v].bwd_ms : 0.0);
+            long S = pass_downsets_build(d, w, max_states, PASS_EXACT_MAX_BYTES, &ds);
+            if (S < 2) {
+                exact = PASS_EXACT_TOO_MANY_STATES;
+                downsets = -1;
+            } else {
+                downsets = S;
+                int shared = !o.training || o.no_replicate;
+                int nk = shared ? 1 : g;
+                /* one check: a walk per layer, each edge compared for every key class */
+                double one_check = (double)(ds.edges * (nk + 1) + S * 2) * (double)g;
+                double bytes = (double)S * (g + 1) * 6.0 + (double)S * 12.0 * nk;
+                if (one_check > (double)budget || bytes > (double)PASS_EXACT_MAX_BYTES || g > 255) {
+                    exact = PASS_EXACT_OVER_BUDGET;
+                } else {
+                    ek = ex_solve(&o, &ds, lb, fit_any ? bval : INFINITY, budget, chain, ereps, &checks, &ework);
+                    exact = ek == -2 ? PASS_EXACT_OVER_BUDGET : ek == -1 ? PASS_EXACT_NO_MEMORY : PASS_EXACT_RAN;
+                    if (exact == PASS_EXACT_RAN) n_states = S;
+                    if (ek < 0) ek = 0; /* the prefix plan stands */
+                }
+            }
+        }
+        if (ek > 0) {
+            /* stage k = D_k \ D_{k-1}; the concatenation (each stage in index order) is a
+             * topological order whose prefixes include every D_k */
+            int *ord = malloc(sizeof(int) * (size_t)d->n_nodes), q = 0;
+            unsigned char *cur = malloc((size_t)d->n_nodes), *prev = calloc((size_t)d->n_nodes, 1);
+            pass_states st;
+            if (!ord || !cur || !prev) {
+                ek = -1;
+            } else {
+                for (int k = 0; k < ek; k++) {
+                    pass_downset_members(&ds, chain[k], cur);
+                    for (int x = 0; x < d->n_nodes; x++) {
+                        int v = ds.order[x];
+                        if (cur[v] && !prev[v]) ord[q++] = v;
+                    }
+                    memcpy(prev, cur, (size_t)d->n_nodes);
+                    cuts[k] = q;
+                    reps[k] = ereps[k];
+                }
+                if (pass_states_from_order(d, ord, PASS_ORDER_CHAIN, &st) != 0) {
+                    ek = -1;
+                } else {
+                    fit_any = 1;
+                    bk = ek;
+                    memcpy(bcuts, cuts, sizeof(int) * (size_t)ek);
+                    memcpy(breps, reps, sizeof(int) * (size_t)ek);
+                    pass_states_free(&best_st);
+                    best_st = st;
+                }
+            }
+            free(ord);
+            free(cur);
+            free(prev);
+        }
+        free(w);
+        free(chain);
+        free(ereps);
+        pass_downsets_free(&ds);
+        if (ek == -1) {
+            free(cuts); free(reps); pass_states_free(&best_st);
+            snprintf(err, errlen, "planner: out of memory");
+            return -1;
+        }
+    }
     if (!fit_any) {
         free(cuts); free(reps); pass_states_free(&best_st);
         snprintf(err, errlen, "planner: the model does not fit in %llu bytes per device on %d devices",
@@ -477,6 +939,12 @@ int pass_partition(const pass_dag *d, const pass_plan_opts *o_in, pass_plan *pla
     plan->training = o.training;
     plan->schedule = o.schedule;
     plan->feasibility_checks = checks;
+    plan->all_downsets = exact == PASS_EXACT_RAN;
+    plan->state_count = exact == PASS_EXACT_RAN ? n_states : d->n_nodes + 1;
+    plan->downsets = downsets;
+    plan->exact = exact;
+    plan->exact_improved = ek > 0;
+    plan->exact_work = ework;
     int rc = build_plan(d, &o, &best_st, bk, bcuts, breps, plan);
     pass_states_free(&best_st);
     free(cuts);

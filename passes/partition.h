@@ -1,12 +1,16 @@
 /* partition.h — split a pass_dag into a linear pipeline of stages over g devices.
  *
- * Split space. Stages are contiguous ranges of a topological order (prefix
- * down-set states, see antichain.h), for each of the orders in
- * pass_plan_opts.orders (default: index, dfs and level); each stage k gets r_k >= 1 data-parallel replicas
- * (r_k = 1 with no_replicate), sum r_k <= g, and the stages occupy devices
- * 0,1,2,... contiguously in pipeline order (host-major numbering: device d is
- * GPU d % gpus_per_host of host d / gpus_per_host). Every such split is convex
- * and linear, no stage is empty, g = 1 gives one stage.
+ * Split space. A stage split is a chain of nested down-sets {} = D0 < D1 < ...
+ * < Dp = V (stage k = Dk \ Dk-1: convex, data only flows forward); each stage
+ * k gets r_k >= 1 data-parallel replicas (r_k = 1 with no_replicate), sum r_k
+ * <= g, and the stages occupy devices 0,1,2,... contiguously in pipeline order
+ * (host-major numbering: device d is GPU d % gpus_per_host of host d /
+ * gpus_per_host). No stage is empty, g = 1 gives one stage. Two state spaces:
+ *   - prefix orders: the Dk are prefixes of a topological order (antichain.h),
+ *     for each of the orders in pass_plan_opts.orders (default: index, dfs,
+ *     level): stages are contiguous ranges of one order;
+ *   - all down-sets (states = PASS_STATES_AUTO, the default, when affordable):
+ *     the Dk are any down-sets, i.e. every convex linear split.
  *
  * Cost model (per micro-batch, steady state; communication overlaps compute as
  * in PipeDream, so the pipeline's period is the slowest of its stages and links):
@@ -24,22 +28,39 @@
  *                    device and all g devices are used)
  *   with P, A, fwd, bwd the sums over the stage's nodes, cut the boundary bytes.
  *
- * Algorithm. For each order: bisection on the bottleneck T. feasible(T) is a
- * DP over (state j, devices m): F[j][m] = some i < j, r <= m with F[i][m-r],
- * boundary(i, at device m-r) <= T and stage(i..j, r, devices [m-r, m)) <= T and
- * memory ok. Stage time and memory are monotone in the stage's extent, so for
- * fixed (r, m) the valid i form a range [lo, j-1] whose lo only grows with j:
- * two pointers plus prefix counts answer each (j, m, r) in O(1) amortised:
- * O(n g^2) per check, ~40 checks (relative precision 1e-10), O(n g^2 log) total.
+ * Algorithm, prefix orders. For each order: bisection on the bottleneck T.
+ * feasible(T) is a DP over (state j, devices m): F[j][m] = some i < j, r <= m
+ * with F[i][m-r], boundary(i, at device m-r) <= T and stage(i..j, r, devices
+ * [m-r, m)) <= T and memory ok. Stage time and memory are monotone in the
+ * stage's extent, so for fixed (r, m) the valid i form a range [lo, j-1] whose
+ * lo only grows with j: two pointers plus prefix counts answer each (j, m, r)
+ * in O(1) amortised: O(n g^2) per check, ~40 checks (relative precision
+ * 1e-10). Orders are solved one after another; a later order is only solved
+ * when it can beat the best bottleneck so far by more than 1e-9 (one check).
  *
- * Orders are solved one after another; a later order is only solved when it
- * can beat the best bottleneck so far by more than 1e-9 (one check otherwise).
+ * Algorithm, all down-sets (partition.c, "exact DP"). The antichain DAG is
+ * enumerated (pass_downsets_build, at most exact_max_states states) and the
+ * same DP runs over its states, ordered by work: for fixed (m, r) the stage
+ * time is key(D) - key(D') + const with key linear and monotone under
+ * inclusion, so the best D' below D is propagated up the antichain DAG's edges
+ * instead of enumerating pairs: O(states + edges) per layer, with windows on
+ * the work of each layer. The first check asks for a split clearly better
+ * (1e-9) than the prefix result; only if one exists does a search follow
+ * (bisection, each feasible check lowering T to its split's bottleneck and
+ * followed by a probe just below it). The work is counted; past exact_work
+ * (or when one check alone would exceed it) the prefix plan stands.
  *
- * Guarantee. The returned bottleneck is optimal (to relative 1e-9) over the
- * split space above under this cost model; within the order that reaches it,
- * the split with the fewest devices is returned. It is NOT guaranteed optimal over all convex linear splits
- * (chains of arbitrary down-sets); tests/planner measures that gap on small
- * random DAGs against an exhaustive DP over every down-set. */
+ * Guarantee. The returned bottleneck is optimal (to relative 1e-9) under this
+ * cost model over
+ *   - ALL convex linear splits when plan.all_downsets (plan.json "states":
+ *     "all-downsets"): every model whose antichain DAG has at most
+ *     exact_max_states states and fits the work budget;
+ *   - the prefix orders otherwise ("prefix-orders"), with tests/planner
+ *     measuring the gap of that mode to the all-convex optimum.
+ * Within the winning space, the split with the fewest devices found is
+ * returned. Planning time is bounded either way: the enumeration by its state
+ * and memory caps, the exact DP by its work budget (deterministic: the same
+ * DAG and options give the same plan on any machine). */
 #ifndef PIPECC_PASSES_PARTITION_H
 #define PIPECC_PASSES_PARTITION_H
 
@@ -57,6 +78,22 @@ typedef struct pass_topology {
 
 typedef enum pass_schedule_kind { PASS_SCHED_GPIPE = 0, PASS_SCHED_1F1B = 1 } pass_schedule_kind;
 
+/* Which split space the planner searches (pass_plan_opts.states). */
+typedef enum pass_states_mode {
+    PASS_STATES_AUTO = 0,     /* prefix orders, then all down-sets when within the budget */
+    PASS_STATES_PREFIX = 1    /* prefix orders only */
+} pass_states_mode;
+
+/* Why the all-down-sets DP did or did not decide the plan (pass_plan.exact). */
+typedef enum pass_exact_status {
+    PASS_EXACT_RAN = 0,       /* ran to the end: optimal over all convex linear splits */
+    PASS_EXACT_OFF,           /* disabled (PASS_STATES_PREFIX) */
+    PASS_EXACT_TOO_MANY_STATES, /* more down-sets than exact_max_states (or its memory cap), or
+                                   costs it cannot order (negative, not finite) */
+    PASS_EXACT_OVER_BUDGET,   /* the DP would exceed / exceeded exact_work */
+    PASS_EXACT_NO_MEMORY
+} pass_exact_status;
+
 typedef struct pass_plan_opts {
     int devices;                      /* g >= 1 */
     int microbatches;                 /* M >= 1 */
@@ -67,7 +104,14 @@ typedef struct pass_plan_opts {
     uint64_t mem_limit;               /* bytes per device, 0 = unlimited */
     double optimizer_state_factor;    /* optimizer bytes per parameter byte (Adam 2, SGD+momentum 1) */
     unsigned orders;                  /* bitmask of 1u<<pass_order_kind to try; 0 = all */
+    pass_states_mode states;          /* AUTO: also the exact DP over all down-sets, when affordable */
+    long exact_max_states;            /* down-sets enumerated at most; 0 = PASS_EXACT_MAX_STATES */
+    long exact_work;                  /* work units of the exact DP at most; 0 = PASS_EXACT_WORK */
 } pass_plan_opts;
+
+#define PASS_EXACT_MAX_STATES 60000L
+#define PASS_EXACT_WORK 10000000L     /* ~1.5-2 ns each: <= ~20 ms of one core */
+#define PASS_EXACT_MAX_BYTES ((size_t)64 << 20)
 
 /* Defaults: M = 4*g, inference, 1F1B, one host (NVLink-like 100 GB/s, 0.01 ms;
  * inter-host 12.5 GB/s, 0.02 ms), no memory limit, Adam (2). */
@@ -118,6 +162,13 @@ typedef struct pass_plan {
     double gap;                       /* bottleneck / lower bound - 1 */
     double planner_ms;                /* wall time of pass_partition */
     long feasibility_checks;
+    int all_downsets;                 /* 1: the exact DP over every down-set ran: the bottleneck is
+                                         optimal over ALL convex linear splits; 0: over prefix orders */
+    long state_count;                 /* down-sets (all_downsets) or prefix states of one order (n + 1) */
+    long downsets;                    /* down-sets enumerated, -1 if over the cap, 0 if not tried */
+    pass_exact_status exact;
+    int exact_improved;               /* the plan comes from the exact DP (beat the prefix orders) */
+    long exact_work;                  /* work units the exact DP spent (deterministic; ~1-2 ns each) */
     /* filled by pass_schedule_attach (schedule.h) */
     pass_stream *streams;             /* [n_stages] */
     double predicted_iteration_ms, bubble_fraction, single_device_ms, predicted_speedup;

@@ -43,8 +43,11 @@ int pass_plan_json_write(FILE *f, const pass_dag *d, const pass_plan *p, const p
     fputs(", \"inter_lat_ms\": ", f);
     jnum(f, o->topo.inter_lat_ms);
     fprintf(f, "},\n  \"mem_limit_bytes\": %llu,\n", (unsigned long long)o->mem_limit);
-    static const char *const order_names[PASS_ORDER_COUNT] = {"index", "dfs", "level"};
-    fprintf(f, "  \"state_order\": \"%s\",\n", order_names[p->order_kind]);
+    static const char *const order_names[] = {"index", "dfs", "level", "?", "downsets"};
+    int ok = (int)p->order_kind >= 0 && (int)p->order_kind <= PASS_ORDER_CHAIN;
+    fprintf(f, "  \"state_order\": \"%s\",\n", order_names[ok ? p->order_kind : 3]);
+    fprintf(f, "  \"states\": \"%s\",\n  \"state_count\": %ld,\n",
+            p->all_downsets ? "all-downsets" : "prefix-orders", p->state_count);
     const char *keys[] = {"bottleneck_ms", "lower_bound_ms", "gap", "predicted_iteration_ms",
                           "bubble_fraction", "single_device_ms", "predicted_speedup"};
     double vals[] = {p->bottleneck_ms, p->lower_bound_ms, p->gap, p->predicted_iteration_ms,

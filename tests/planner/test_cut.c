@@ -2,7 +2,10 @@
  * boundary it crosses (several for skip edges), never when it does not cross;
  * graph inputs and outputs; several inputs and outputs; prefix cut arrays agree
  * with the direct definition on random DAGs; augmented antichains; down-set
- * enumeration. */
+ * enumeration; the antichain DAG of pass_downsets_build (every down-set once,
+ * sums and cuts, edges = maximal elements, a topological listing, the budget). */
+#include <math.h>
+
 #include "tests/planner/planner_test.h"
 
 static void set_prefix(const pass_states *st, int s, unsigned char *in)
@@ -165,6 +168,117 @@ static void test_random_consistency(void)
     }
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* pass_downsets_build against the bitmask enumeration and the direct definitions. */
+static void test_downsets_build(void)
+{
+    long total = 0;
+    for (int it = 0; it < 400; it++) {
+        pass_dag d;
+        random_dag(&d, rng_int(1, 14), it % SHAPE_COUNT);
+        int n = d.n_nodes;
+        long cap = 1 << 16;
+        uint64_t *ref = malloc(sizeof(uint64_t) * (size_t)cap), *got = malloc(sizeof(uint64_t) * (size_t)cap);
+        long nr = pass_downsets_enumerate(&d, ref, cap);
+        double *w = malloc(sizeof(double) * (size_t)n);
+        for (int v = 0; v < n; v++) w[v] = d.nodes[v].fwd_ms + (it & 1) * d.nodes[v].bwd_ms;
+        pass_downsets ds;
+        long S = pass_downsets_build(&d, w, 1 << 20, 0, &ds);
+        CHECK(S == nr && S == ds.count, "it %d: %ld down-sets built, %ld enumerated", it, S, nr);
+        if (S != nr) { free(ref); free(got); free(w); pass_downsets_free(&ds); pass_dag_free(&d); continue; }
+        total += S;
+        unsigned char in[64], in2[64];
+        for (long s = 0; s < S; s++) {
+            uint64_t mask = 0;
+            pass_downset_members(&ds, s, in);
+            CHECK((ds.parent[s] < 0) == (s == 0) && (s == 0 || (ds.added[s] >= 0 && in[ds.added[s]])),
+                  "parent / added node");
+            double key = 0;
+            uint64_t P = 0, A = 0;
+            for (int v = 0; v < n; v++) {
+                if (in[v]) {
+                    mask |= 1ull << v;
+                    key += w[v];
+                    P += d.nodes[v].param_bytes; A += d.nodes[v].act_bytes;
+                }
+            }
+            got[s] = mask;
+            CHECK(pass_is_downset(&d, in), "it %d state %ld not a down-set", it, s);
+            int size = __builtin_popcountll(mask);
+            CHECK(ds.size[s] == size, "size");
+            CHECK(fabs(ds.key[s] - key) <= 1e-9 * (1 + key) && ds.param[s] == P && ds.act[s] == A,
+                  "it %d state %ld: sums", it, s);
+            uint64_t gb, cb = pass_cut_bytes(&d, in, &gb);
+            CHECK(ds.cut[s] == cb && ds.cut_grad[s] == gb, "it %d state %ld: cut %llu/%llu vs %llu/%llu", it, s,
+                  (unsigned long long)ds.cut[s], (unsigned long long)ds.cut_grad[s], (unsigned long long)cb,
+                  (unsigned long long)gb);
+            if (s > 0) CHECK(ds.key[s - 1] <= ds.key[s], "not sorted by key");
+            /* edges: D \ {v} for exactly the maximal v of D, listed earlier */
+            int n_max = 0;
+            for (int v = 0; v < n; v++) {
+                if (!in[v]) continue;
+                int maximal = 1;
+                for (int o = 0; o < d.nodes[v].n_outputs; o++) {
+                    const pass_dag_tensor *t = &d.tensors[d.nodes[v].outputs[o]];
+                    for (int c = 0; c < t->n_consumers; c++) maximal &= !in[t->consumers[c]];
+                }
+                n_max += maximal;
+            }
+            CHECK(ds.lower_start[s + 1] - ds.lower_start[s] == n_max, "it %d state %ld: %d edges, %d maximal", it, s,
+                  ds.lower_start[s + 1] - ds.lower_start[s], n_max);
+            for (long e = ds.lower_start[s]; e < ds.lower_start[s + 1]; e++) {
+                int x = ds.lower[e];
+                CHECK(x >= 0 && x < s, "edge to a later state");
+                int diff = 0;
+                pass_downset_members(&ds, x, in2);
+                for (int v = 0; v < n; v++) {
+                    if (in2[v] && !in[v]) diff = 99;
+                    if (in[v] && !in2[v]) diff++;
+                }
+                CHECK(diff == 1, "edge is not D minus one node");
+            }
+        }
+        CHECK(ds.size[0] == 0 && ds.size[S - 1] == n, "first {} and last V");
+        qsort(ref, (size_t)S, sizeof(uint64_t), cmp_u64);
+        qsort(got, (size_t)S, sizeof(uint64_t), cmp_u64);
+        for (long s = 0; s < S; s++) CHECK(ref[s] == got[s], "it %d: different down-sets", it);
+        pass_downsets_free(&ds);
+        /* the cap */
+        if (S > 3) CHECK(pass_downsets_build(&d, w, S - 1, 0, &ds) < 0 && ds.count == 0, "cap ignored");
+        CHECK(pass_downsets_build(&d, w, S, 0, &ds) == S, "cap of exactly S refused");
+        pass_downsets_free(&ds);
+        free(ref); free(got); free(w);
+        pass_dag_free(&d);
+    }
+    /* a wide graph: 12 parallel chains of 3 -> 4^12 down-sets, over any sane cap */
+    pass_dag d;
+    pass_dag_init(&d);
+    int x = pass_dag_add_tensor(&d, "x", 1), ends[12];
+    for (int b = 0; b < 12; b++) {
+        int t = x;
+        for (int l = 0; l < 3; l++) {
+            char nm[32];
+            snprintf(nm, sizeof nm, "b%d_%d", b, l);
+            t = add_op(&d, nm, 1.0, 0, 10, 1, &t);
+        }
+        ends[b] = t;
+    }
+    int y = add_op(&d, "join", 1.0, 0, 10, 12, ends);
+    pass_dag_mark_output(&d, y);
+    char err[64];
+    CHECK(pass_dag_finalize(&d, err, sizeof err) == 0, "%s", err);
+    pass_downsets ds;
+    CHECK(pass_downsets_build(&d, NULL, 100000, 0, &ds) < 0, "16.7M down-sets under a 100k cap");
+    CHECK(pass_downsets_build(&d, NULL, 1L << 30, 1 << 20, &ds) < 0, "memory cap ignored");
+    pass_dag_free(&d);
+    printf("antichain DAG: %ld down-sets checked\n", total);
+}
+
 int main(void)
 {
     test_chain();
@@ -172,6 +286,7 @@ int main(void)
     test_multi_io();
     test_cycle();
     test_random_consistency();
+    test_downsets_build();
     printf("%s\n", g_failures ? "FAIL" : "PASS");
     return g_failures ? 1 : 0;
 }

@@ -80,10 +80,18 @@ int main(void)
                           "\"stages\"", "\"id\"", "\"nodes\"", "\"devices\"", "\"replicas\"", "\"compute_ms\"",
                           "\"comm_ms\"", "\"memory_bytes\"", "\"bottleneck_ms\"", "\"lower_bound_ms\"",
                           "\"predicted_iteration_ms\"", "\"predicted_speedup\"", "\"planner_ms\": null",
-                          "\"boundaries\"", "\"from_stage\"", "\"to_stage\"", "\"instructions\"", "[\"FWD\", 0]",
+                          "\"boundaries\"", "\"from_stage\"", "\"states\": \"all-downsets\"",
+                          "\"state_count\": ", "\"to_stage\"", "\"instructions\"", "[\"FWD\", 0]",
                           "[\"STEP\", -1]", "conv \\\"3\\\"\\\\x"};
     for (unsigned i = 0; i < sizeof keys / sizeof keys[0]; i++)
         CHECK(strstr(a, keys[i]) != NULL, "missing %s", keys[i]);
+    /* prefix-order mode says so */
+    pass_plan_opts op = o;
+    op.states = PASS_STATES_PREFIX;
+    char *pf = plan_to_string(&d, &op, 0);
+    CHECK(strstr(pf, "\"states\": \"prefix-orders\"") && strstr(pf, "\"state_count\": 41,"),
+          "prefix-order mode not recorded");
+    free(pf);
     char *c = plan_to_string(&d, &o, 1);
     CHECK(strstr(c, "\"planner_ms\": null") == NULL, "timing requested but null");
     const char *e2 = value(c);

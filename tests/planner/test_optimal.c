@@ -1,9 +1,16 @@
-/* Random-DAG optimality: the DP's bottleneck equals a brute-force enumeration
- * of the same split space (contiguous ranges of each tried topological order,
- * every replica assignment, devices placed contiguously), under the same cost
- * model. Also measures (prints, does not assert) the gap to the optimum over
- * ALL convex linear splits (chains of arbitrary down-sets), computed by an
- * exhaustive DP over every pair of nested down-sets. */
+/* Random-DAG optimality, under one cost model, against two references:
+ *
+ *   1. prefix-order mode (PASS_STATES_PREFIX): the DP's bottleneck equals a
+ *      brute-force enumeration of the same split space (contiguous ranges of
+ *      each tried topological order, every replica assignment, devices placed
+ *      contiguously);
+ *   2. the default mode (PASS_STATES_AUTO): on every random DAG here (all small
+ *      enough for the exact DP over all down-sets) the exact DP must engage and
+ *      the planner's bottleneck must equal (to 1e-9 relative) the optimum over
+ *      ALL convex linear splits, computed by an exhaustive DP over every pair of
+ *      nested down-sets (all_convex_optimum, independent of the planner's code).
+ *
+ * The gap of prefix-order mode alone to that optimum is printed, not asserted. */
 #include <math.h>
 
 #include "tests/planner/planner_test.h"
@@ -132,17 +139,21 @@ static const char *shape_names[] = {"chain", "diamond", "branches", "skip", "sin
 
 int main(int argc, char **argv)
 {
-    int iters = argc > 1 ? atoi(argv[1]) : 3000;
-    int n_exact = 0, n_gap = 0, n_cmp = 0, n_infeasible = 0;
-    double sum_gap = 0, max_gap = 0, sum_lbgap = 0;
+    int iters = argc > 1 ? atoi(argv[1]) : 3000;      /* n = 2..10: both references */
+    int big_iters = argc > 2 ? atoi(argv[2]) : 300;   /* n = 11..15: the all-convex reference only */
+    int n_exact = 0, n_gap = 0, n_cmp = 0, n_infeasible = 0, n_exact_cmp = 0, n_improved = 0;
+    int n_exact_infeasible = 0, n_big = 0, n_big_gap = 0;
+    double sum_gap = 0, max_gap = 0, sum_lbgap = 0, big_sum_gap = 0, big_max_gap = 0;
+    long max_states = 0;
     int per_shape_gap[SHAPE_COUNT] = {0}, per_shape_cnt[SHAPE_COUNT] = {0};
-    for (int it = 0; it < iters; it++) {
+    for (int it = 0; it < iters + big_iters; it++) {
+        int big = it >= iters;
         int shape = it % SHAPE_COUNT;
-        int n = rng_int(2, 10);
+        int n = big ? rng_int(11, 15) : rng_int(2, 10);
         pass_dag d;
         random_dag(&d, n, shape);
         pass_plan_opts o;
-        pass_plan_opts_default(&o, rng_int(1, 4));
+        pass_plan_opts_default(&o, big ? rng_int(1, 8) : rng_int(1, 4));
         o.microbatches = rng_int(1, 8);
         o.training = rng_int(0, 1);
         o.no_replicate = rng_int(0, 2) == 0;
@@ -159,61 +170,134 @@ int main(int argc, char **argv)
             for (int v = 0; v < n; v++) tot += d.nodes[v].param_bytes * 4 + d.nodes[v].act_bytes * 8;
             o.mem_limit = tot / (uint64_t)rng_int(1, 6) + 1;
         }
-        pass_plan plan;
         char err[256];
-        int rc = pass_partition(&d, &o, &plan, err, sizeof err);
-        double bf = INFINITY;
-        unsigned orders = o.orders ? o.orders : 7;
-        for (int k = 0; k < PASS_ORDER_COUNT; k++)
-            if (orders & (1u << k)) {
-                double v = brute_force_order(&d, &o, (pass_order_kind)k);
-                if (v < bf) bf = v;
+        double all = all_convex_optimum(&d, &o);
+
+        /* 1. prefix-order mode vs brute force over the same orders (small graphs) */
+        double dp_all = INFINITY; /* prefix-order mode, all orders */
+        if (!big) {
+            pass_plan_opts op = o;
+            op.states = PASS_STATES_PREFIX;
+            pass_plan plan;
+            int rc = pass_partition(&d, &op, &plan, err, sizeof err);
+            double bf = INFINITY;
+            unsigned orders = op.orders ? op.orders : 7;
+            for (int k = 0; k < PASS_ORDER_COUNT; k++)
+                if (orders & (1u << k)) {
+                    double v = brute_force_order(&d, &op, (pass_order_kind)k);
+                    if (v < bf) bf = v;
+                }
+            if (!isfinite(bf)) {
+                CHECK(rc != 0, "iter %d: brute force finds nothing fits but the DP planned", it);
+                n_infeasible++;
+                if (rc == 0) pass_plan_free(&plan);
+            } else {
+                CHECK(rc == 0, "iter %d: DP failed (%s) but brute force found %g", it, err, bf);
+                if (rc == 0) {
+                    check_plan_invariants(&d, &op, &plan);
+                    CHECK(!plan.all_downsets && plan.exact == PASS_EXACT_OFF && plan.order_kind < PASS_ORDER_COUNT,
+                          "iter %d: prefix mode ran the exact DP", it);
+                    CHECK(fabs(plan.bottleneck_ms - bf) <= 1e-7 * fmax(1.0, bf),
+                          "iter %d (%s, n=%d, g=%d, train=%d, norep=%d, mem=%llu, orders=%u): DP %.12g != brute force %.12g",
+                          it, shape_names[shape], n, op.devices, op.training, op.no_replicate,
+                          (unsigned long long)op.mem_limit, op.orders, plan.bottleneck_ms, bf);
+                    CHECK(plan.bottleneck_ms >= plan.lower_bound_ms * (1 - 1e-9), "bottleneck below lower bound");
+                    sum_lbgap += plan.gap;
+                    n_cmp++;
+                    pass_plan_free(&plan);
+                }
             }
-        if (!isfinite(bf)) {
-            CHECK(rc != 0, "iter %d: brute force finds nothing fits but the DP planned", it);
-            n_infeasible++;
-            if (rc == 0) pass_plan_free(&plan);
-            pass_dag_free(&d);
-            continue;
         }
-        CHECK(rc == 0, "iter %d: DP failed (%s) but brute force found %g", it, err, bf);
-        if (rc != 0) { pass_dag_free(&d); continue; }
-        check_plan_invariants(&d, &o, &plan);
-        CHECK(fabs(plan.bottleneck_ms - bf) <= 1e-7 * fmax(1.0, bf),
-              "iter %d (%s, n=%d, g=%d, train=%d, norep=%d, mem=%llu, orders=%u): DP %.12g != brute force %.12g",
-              it, shape_names[shape], n, o.devices, o.training, o.no_replicate,
-              (unsigned long long)o.mem_limit, o.orders, plan.bottleneck_ms, bf);
-        CHECK(plan.bottleneck_ms >= plan.lower_bound_ms * (1 - 1e-9), "bottleneck below lower bound");
-        sum_lbgap += plan.gap;
-        /* the gap is measured for the default planner (all orders) */
-        double dp_all = plan.bottleneck_ms;
-        if (o.orders) {
+        if (isfinite(all)) {
             pass_plan p2;
             pass_plan_opts o2 = o;
             o2.orders = 0;
-            CHECK(pass_partition(&d, &o2, &p2, err, sizeof err) == 0, "%s", err);
-            dp_all = p2.bottleneck_ms;
-            pass_plan_free(&p2);
+            o2.states = PASS_STATES_PREFIX;
+            if (pass_partition(&d, &o2, &p2, err, sizeof err) == 0) {
+                dp_all = p2.bottleneck_ms;
+                pass_plan_free(&p2);
+            }
         }
-        double all = all_convex_optimum(&d, &o);
-        CHECK(all <= dp_all * (1 + 1e-9), "iter %d: all-convex optimum %g above DP %g", it, all, dp_all);
-        double gap = all > 0 ? dp_all / all - 1 : 0;
-        n_cmp++;
-        per_shape_cnt[shape]++;
-        if (gap <= 1e-9) n_exact++;
-        else { n_gap++; per_shape_gap[shape]++; }
-        sum_gap += gap;
-        if (gap > max_gap) max_gap = gap;
-        pass_plan_free(&plan);
+
+        /* 2. the default mode: exact over all down-sets, equal to the all-convex optimum */
+        pass_plan pe;
+        int rce = pass_partition(&d, &o, &pe, err, sizeof err);
+        if (!isfinite(all)) {
+            CHECK(rce != 0, "iter %d: no convex split fits in memory but the planner planned", it);
+            n_exact_infeasible++;
+            if (rce == 0) pass_plan_free(&pe);
+            pass_dag_free(&d);
+            continue;
+        }
+        CHECK(rce == 0, "iter %d: planner failed (%s) but a convex split fits (%g)", it, err, all);
+        if (rce != 0) { pass_dag_free(&d); continue; }
+        check_plan_invariants(&d, &o, &pe);
+        CHECK(pe.all_downsets && pe.exact == PASS_EXACT_RAN && pe.state_count == pe.downsets,
+              "iter %d: exact mode did not engage (status %d, %ld down-sets)", it, (int)pe.exact, pe.downsets);
+        CHECK(fabs(pe.bottleneck_ms - all) <= 1e-9 * all + 1e-12,
+              "iter %d (%s, n=%d, g=%d, train=%d, norep=%d, mem=%llu, orders=%u, M=%d): planner %.15g != all-convex optimum %.15g",
+              it, shape_names[shape], n, o.devices, o.training, o.no_replicate, (unsigned long long)o.mem_limit,
+              o.orders, o.microbatches, pe.bottleneck_ms, all);
+        CHECK(pe.bottleneck_ms >= pe.lower_bound_ms * (1 - 1e-9), "bottleneck below lower bound");
+        CHECK(pass_schedule_attach(&o, &pe, err, sizeof err) == 0, "iter %d: schedule: %s", it, err);
+        if (pe.downsets > max_states) max_states = pe.downsets;
+        n_exact_cmp++;
+        n_improved += pe.exact_improved;
+        if (pe.exact_improved) CHECK(pe.order_kind == PASS_ORDER_CHAIN, "improved plan not marked as a down-set chain");
+        pass_plan_free(&pe);
+
+        /* budgets: past the state cap or the work budget the prefix plan stands */
+        if (it % 7 == 0 && isfinite(dp_all) && o.orders == 0) {
+            pass_plan_opts ob = o;
+            ob.exact_max_states = it % 2 ? 2 : 0;
+            ob.exact_work = it % 2 ? 0 : rng_int(1, 400);
+            CHECK(pass_partition(&d, &ob, &pe, err, sizeof err) == 0, "iter %d: %s", it, err);
+            check_plan_invariants(&d, &ob, &pe);
+            if (pe.exact == PASS_EXACT_RAN) {
+                CHECK(fabs(pe.bottleneck_ms - all) <= 1e-9 * all + 1e-12, "iter %d: small budget, wrong optimum", it);
+            } else {
+                CHECK(pe.exact == (it % 2 ? PASS_EXACT_TOO_MANY_STATES : PASS_EXACT_OVER_BUDGET) && !pe.all_downsets &&
+                      pe.state_count == n + 1 && !pe.exact_improved,
+                      "iter %d: budget status %d", it, (int)pe.exact);
+                CHECK(pe.bottleneck_ms == dp_all, "iter %d: over budget, but not the prefix plan (%g vs %g)", it,
+                      pe.bottleneck_ms, dp_all);
+            }
+            pass_plan_free(&pe);
+        }
+
+        /* gap of prefix-order mode alone */
+        if (isfinite(dp_all)) {
+            CHECK(all <= dp_all * (1 + 1e-9), "iter %d: all-convex optimum %g above DP %g", it, all, dp_all);
+            double gap = all > 0 ? dp_all / all - 1 : 0;
+            if (big) {
+                n_big++;
+                if (gap > 1e-9) n_big_gap++;
+                big_sum_gap += gap;
+                if (gap > big_max_gap) big_max_gap = gap;
+            } else {
+                per_shape_cnt[shape]++;
+                if (gap <= 1e-9) n_exact++;
+                else { n_gap++; per_shape_gap[shape]++; }
+                sum_gap += gap;
+                if (gap > max_gap) max_gap = gap;
+            }
+        }
         pass_dag_free(&d);
     }
-    printf("planner optimality: %d random DAGs, %d compared with brute force (all equal unless reported), "
-           "%d infeasible in memory on both sides\n", iters, n_cmp, n_infeasible);
+    int n_pc = n_exact + n_gap;
+    printf("planner optimality: %d random DAGs of 2-10 nodes, %d compared with brute force over the orders "
+           "(prefix mode, all equal unless reported), %d infeasible in memory on both sides\n", iters, n_cmp,
+           n_infeasible);
     printf("mean gap to lower bound (total work/g, largest node): %.1f%%\n", 100 * sum_lbgap / (n_cmp ? n_cmp : 1));
-    printf("vs optimum over ALL convex linear splits: %d/%d identical, %d worse; mean gap %.3f%%, max gap %.2f%%\n",
-           n_exact, n_cmp, n_gap, 100 * sum_gap / (n_cmp ? n_cmp : 1), 100 * max_gap);
+    printf("default mode (exact over all down-sets, up to %ld states here): %d/%d equal to the optimum over ALL "
+           "convex linear splits (%d better than prefix orders), %d infeasible on both sides\n",
+           max_states, n_exact_cmp, n_exact_cmp, n_improved, n_exact_infeasible);
+    printf("prefix-order mode alone vs that optimum, 2-10 nodes: %d/%d identical, %d worse; mean gap %.3f%%, "
+           "max gap %.2f%%\n", n_exact, n_pc, n_gap, 100 * sum_gap / (n_pc ? n_pc : 1), 100 * max_gap);
     for (int s = 0; s < SHAPE_COUNT; s++)
         printf("  %-8s: %d/%d with a gap\n", shape_names[s], per_shape_gap[s], per_shape_cnt[s]);
+    printf("prefix-order mode alone vs that optimum, 11-15 nodes: %d/%d identical; mean gap %.3f%%, max gap %.2f%%\n",
+           n_big - n_big_gap, n_big, 100 * big_sum_gap / (n_big ? n_big : 1), 100 * big_max_gap);
     printf("%s\n", g_failures ? "FAIL" : "PASS");
     return g_failures ? 1 : 0;
 }

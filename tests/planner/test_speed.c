@@ -175,11 +175,16 @@ static void plan_model(const char *name, const pass_dag *d)
             check_plan_invariants(d, &o, &p);
             CHECK(pass_schedule_attach(&o, &p, err, sizeof err) == 0, "%s: schedule: %s", name, err);
             if (best > worst_ms) worst_ms = best;
+            static const char *const ex[] = {"exact", "off", "too many down-sets", "over budget", "no memory"};
+            char states[64];
+            if (p.all_downsets) snprintf(states, sizeof states, "all %ld down-sets%s", p.downsets,
+                                         p.exact_improved ? " (better)" : "");
+            else snprintf(states, sizeof states, "prefix (%s)", ex[p.exact]);
             printf("%-16s %5d nodes %5d tensors  g=%d %-9s  plan %7.2f ms (%3ld checks)  stages %d (devs %d)  "
-                   "bottleneck %8.3f  lower bound %8.3f  gap %5.1f%%  iter %9.2f ms  speedup %5.2f  bubble %4.1f%%\n",
+                   "bottleneck %8.3f  lower bound %8.3f  gap %5.1f%%  iter %9.2f ms  speedup %5.2f  bubble %4.1f%%  %s\n",
                    name, d->n_nodes, d->n_tensors, g, modes[mode], best,
                    p.feasibility_checks, p.n_stages, p.devices_used, p.bottleneck_ms, p.lower_bound_ms,
-                   100 * p.gap, p.predicted_iteration_ms, p.predicted_speedup, 100 * p.bubble_fraction);
+                   100 * p.gap, p.predicted_iteration_ms, p.predicted_speedup, 100 * p.bubble_fraction, states);
             pass_plan_free(&p);
         }
 }
