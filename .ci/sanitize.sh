@@ -11,16 +11,20 @@
 # pipecc itself runs under the sanitizers on the two small exported models (smallcnn,
 # gpt), which the suite only reaches through the excluded `models` label.
 #
-# Labels left out (EXCLUDE, a ctest -LE regex; default "models|benchmark|fuzz"):
+# Labels left out (EXCLUDE, a ctest -LE regex; default "models|benchmark|fuzz|cuda-build"):
 #   models     exports a dozen torchvision models and compiles each: many minutes even
 #              without sanitizers (smallcnn and gpt are checked here directly instead)
 #   benchmark  timing runs: meaningless under ASan
 #   fuzz       only exists in a -DPIPECC_FUZZ=ON build (tests/fuzz/run_fuzz.sh runs it)
+#   cuda-build nvcc builds of emitted CUDA pipelines: the sanitizers do not instrument
+#              nvcc's device or host code, and nvcc's host gcc cannot link the clang-ASan
+#              libpipert; the main suite runs them (pipecc's cuda emitter still runs under
+#              the sanitizers in cuda.errors)
 # Tests matching runtime\.mpi run in a second ctest call without leak detection (see below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-asan}
-EXCLUDE=${EXCLUDE:-models|benchmark|fuzz}
+EXCLUDE=${EXCLUDE:-models|benchmark|fuzz|cuda-build}
 JOBS=${JOBS:-2}
 MPI_TESTS='runtime\.mpi'
 if [ -z "${CC:-}" ]; then
