@@ -23,6 +23,72 @@ static int window(cg_ctx *c, const ir_node *n, const ir_value *x, const ir_value
   return cg_window(c->g, "cpu", n, x, y, kernel, transposed, w);
 }
 
+/* Conv batching (see emit_conv): outputs with fewer than CONV_BATCH_OS positions per
+ * image, blocks of images whose col + yt fit in CONV_BATCH_BYTES of scratch. */
+#define CONV_BATCH_OS 1024
+#define CONV_BATCH_BYTES (8 << 20)
+
+static int emit_conv_batched(cg_ctx *c, const ir_node *n, const cg_win3 *w, const char *T, ir_dtype t, size_t esz,
+                             int64_t N, int64_t C, int64_t M, int64_t G, int64_t Cg, int64_t Mg, int64_t IS, int64_t OS,
+                             int64_t K, int direct, int64_t NB, int has_bias) {
+  (void)n;
+  int64_t rows = w->out[0] * w->out[1];
+  cg_scratch(c, (size_t)((K + Mg) * NB * OS) * esz);
+  cg_w(c, "  /* batched: %lld images per GEMM */\n", LL(NB));
+  cg_w(c, "  %s *col = (%s *)scr;\n", T, T);
+  cg_w(c, "  %s *yt = col + %lld;\n", T, LL(K * NB * OS));
+  cg_w(c, "  for (long n0 = 0; n0 < %lld; n0 += %lld) {\n", LL(N), LL(NB));
+  cg_w(c, "    const long nb = %lld - n0 < %lld ? %lld - n0 : %lld;\n", LL(N), LL(NB), LL(N), LL(NB));
+  cg_w(c, "    const long P = nb * %lld;\n", LL(OS));
+  cg_w(c, "    for (long g = 0; g < %lld; g++) {\n", LL(G));
+  cg_w(c, "      const %s *wg = x1 + g * %lld;\n", T, LL(Mg * K));
+  cg_w(c, "      for (long j = 0; j < nb; j++) {\n");
+  cg_w(c, "        const %s *xg = x0 + ((n0 + j) * %lld + g * %lld) * %lld;\n", T, LL(C), LL(Cg), LL(IS));
+  if (direct) {
+    cg_w(c, "        for (long ci = 0; ci < %lld; ci++) memcpy(col + ci * P + j * %lld, xg + ci * %lld, %lld);\n", LL(Cg),
+         LL(OS), LL(IS), LL(OS * (int64_t)esz));
+  } else {
+    cg_w(c, "        for (long ci = 0; ci < %lld; ci++)\n", LL(Cg));
+    cg_w(c, "          for (long kd = 0; kd < %lld; kd++)\n", LL(w->k[0]));
+    cg_w(c, "            for (long kh = 0; kh < %lld; kh++)\n", LL(w->k[1]));
+    cg_w(c, "              for (long kw = 0; kw < %lld; kw++) {\n", LL(w->k[2]));
+    cg_w(c, "                %s *row = col + (((ci * %lld + kd) * %lld + kh) * %lld + kw) * P + j * %lld;\n", T,
+         LL(w->k[0]), LL(w->k[1]), LL(w->k[2]), LL(OS));
+    cg_w(c, "                for (long r = 0; r < %lld; r++) {\n", LL(rows));
+    cg_w(c, "                  const long od = r / %lld, oh = r %% %lld;\n", LL(w->out[1]), LL(w->out[1]));
+    cg_w(c, "                  const long id = od * %lld - %lld + kd * %lld, ih = oh * %lld - %lld + kh * %lld;\n",
+         LL(w->s[0]), LL(w->pb[0]), LL(w->d[0]), LL(w->s[1]), LL(w->pb[1]), LL(w->d[1]));
+    cg_w(c, "                  %s *dst = row + r * %lld;\n", T, LL(w->out[2]));
+    cg_w(c, "                  if (id < 0 || id >= %lld || ih < 0 || ih >= %lld) {\n", LL(w->in[0]), LL(w->in[1]));
+    cg_w(c, "                    for (long ow = 0; ow < %lld; ow++) dst[ow] = 0;\n", LL(w->out[2]));
+    cg_w(c, "                    continue;\n                  }\n");
+    cg_w(c, "                  const %s *src = xg + (ci * %lld + id) * %lld + ih * %lld;\n", T, LL(w->in[0]),
+         LL(w->in[1] * w->in[2]), LL(w->in[2]));
+    cg_w(c, "                  for (long ow = 0; ow < %lld; ow++) {\n", LL(w->out[2]));
+    cg_w(c, "                    const long iw = ow * %lld - %lld + kw * %lld;\n", LL(w->s[2]), LL(w->pb[2]),
+         LL(w->d[2]));
+    cg_w(c, "                    dst[ow] = iw >= 0 && iw < %lld ? src[iw] : 0;\n", LL(w->in[2]));
+    cg_w(c, "                  }\n                }\n              }\n");
+  }
+  cg_w(c, "      }\n");
+  if (has_bias) {
+    cg_w(c, "      for (long m = 0; m < %lld; m++) {\n", LL(Mg));
+    cg_w(c, "        %s *yp = yt + m * P;\n", T);
+    cg_w(c, "        const %s bm = x2[g * %lld + m];\n", T, LL(Mg));
+    cg_w(c, "        for (long i = 0; i < P; i++) yp[i] = bm;\n");
+    cg_w(c, "      }\n");
+  }
+  cg_w(c, "      %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)P, %lld, 1, wg, %lld, col, (int)P, %s, yt, (int)P);\n",
+       gemm_fn(t), LL(Mg), LL(K), LL(K), has_bias ? "1" : "0");
+  cg_w(c, "      for (long j = 0; j < nb; j++)\n");
+  cg_w(c, "        for (long m = 0; m < %lld; m++)\n", LL(Mg));
+  cg_w(c, "          memcpy(y0 + ((n0 + j) * %lld + g * %lld + m) * %lld, yt + m * P + j * %lld, %lld);\n", LL(M),
+       LL(Mg), LL(OS), LL(OS), LL(OS * (int64_t)esz));
+  cg_w(c, "    }\n");
+  cg_w(c, "  }\n");
+  return 0;
+}
+
 static int emit_conv(cg_ctx *c, const ir_node *n) {
   ir_value *x = cg_in(c, n, 0), *wt = cg_in(c, n, 1), *b = cg_in(c, n, 2), *y = cg_out(c, n, 0);
   ir_dtype t = y->dtype;
@@ -46,6 +112,23 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
        LL(w.k[1]), LL(w.k[2]));
   int64_t rows = w.out[0] * w.out[1], rt = rows;
   size_t esz = t == IR_DOUBLE ? 8 : 4;
+  /* Small outputs (late layers): one GEMM for a block of NB images, so BLAS packs the
+   * weights once per block instead of once per image. col is [K, nb*OS] (for a direct
+   * 1x1 conv a transposing copy of X), the GEMM writes yt [Mg, nb*OS] (initialised with
+   * the bias, beta 1), and a copy scatters it back to [nb, M, OS]. The decision and NB
+   * depend only on the node's shapes. */
+  int64_t NB = 1;
+  if (OS < CONV_BATCH_OS && N > 1) {
+    int64_t per_img = (K + Mg) * OS * (int64_t)esz;
+    NB = per_img > 0 ? (int64_t)(CONV_BATCH_BYTES / per_img) : 1;
+    if (NB > N) NB = N;
+    if (NB >= 2) {
+      int64_t blocks = (N + NB - 1) / NB;
+      NB = (N + blocks - 1) / blocks;
+    }
+  }
+  if (NB >= 2) return emit_conv_batched(c, n, &w, T, t, esz, N, C, M, G, Cg, Mg, IS, OS, K, direct, NB, b != NULL);
+  const char *beta = b ? "1" : "0";
   if (!direct) {
     /* im2col tile: at most ~8 MiB of scratch, at least one output row */
     int64_t per_row = K * w.out[2] * (int64_t)esz;
@@ -60,9 +143,17 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
   cg_w(c, "      const %s *xg = x0 + (n * %lld + g * %lld) * %lld;\n", T, LL(C), LL(Cg), LL(IS));
   cg_w(c, "      const %s *wg = x1 + g * %lld;\n", T, LL(Mg * K));
   cg_w(c, "      %s *yg = y0 + (n * %lld + g * %lld) * %lld;\n", T, LL(M), LL(Mg), LL(OS));
+  if (b) {
+    /* the bias first, then the GEMM accumulates onto it (beta 1) */
+    cg_w(c, "      for (long m = 0; m < %lld; m++) {\n", LL(Mg));
+    cg_w(c, "        %s *yp = yg + m * %lld;\n", T, LL(OS));
+    cg_w(c, "        const %s bm = x2[g * %lld + m];\n", T, LL(Mg));
+    cg_w(c, "        for (long i = 0; i < %lld; i++) yp[i] = bm;\n", LL(OS));
+    cg_w(c, "      }\n");
+  }
   if (direct) {
-    cg_w(c, "      %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1, wg, %lld, xg, %lld, 0, yg, %lld);\n",
-         gemm_fn(t), LL(Mg), LL(OS), LL(K), LL(K), LL(OS), LL(OS));
+    cg_w(c, "      %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1, wg, %lld, xg, %lld, %s, yg, %lld);\n",
+         gemm_fn(t), LL(Mg), LL(OS), LL(K), LL(K), LL(OS), beta, LL(OS));
   } else {
     cg_w(c, "      for (long r0 = 0; r0 < %lld; r0 += %lld) {\n", LL(rows), LL(rt));
     cg_w(c, "        const long nr = %lld - r0 < %lld ? %lld - r0 : %lld;\n", LL(rows), LL(rt), LL(rows), LL(rt));
@@ -87,18 +178,11 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
     cg_w(c, "                    const long iw = ow * %lld - %lld + kw * %lld;\n", LL(w.s[2]), LL(w.pb[2]), LL(w.d[2]));
     cg_w(c, "                    dst[ow] = iw >= 0 && iw < %lld ? src[iw] : 0;\n", LL(w.in[2]));
     cg_w(c, "                  }\n                }\n              }\n");
-    cg_w(c, "        %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)P, %lld, 1, wg, %lld, col, (int)P, 0, yg + r0 * %lld, %lld);\n",
-         gemm_fn(t), LL(Mg), LL(K), LL(K), LL(w.out[2]), LL(OS));
+    cg_w(c, "        %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)P, %lld, 1, wg, %lld, col, (int)P, %s, yg + r0 * %lld, %lld);\n",
+         gemm_fn(t), LL(Mg), LL(K), LL(K), beta, LL(w.out[2]), LL(OS));
     cg_w(c, "      }\n");
   }
   cg_w(c, "    }\n");
-  if (b) {
-    cg_w(c, "    for (long m = 0; m < %lld; m++) {\n", LL(M));
-    cg_w(c, "      %s *yp = y0 + (n * %lld + m) * %lld;\n", T, LL(M), LL(OS));
-    cg_w(c, "      const %s bm = x2[m];\n", T);
-    cg_w(c, "      for (long i = 0; i < %lld; i++) yp[i] += bm;\n", LL(OS));
-    cg_w(c, "    }\n");
-  }
   cg_w(c, "  }\n");
   return 0;
 }
