@@ -254,8 +254,8 @@ static double edge_bow(const dag_layout *L, int u, int v) {
   if (span <= 1 || !blocked(L, u, v)) return 0;
   int lu = L->layer[u], lv = L->layer[v];
   int u_last = L->pos[u] == L->l_off[lu + 1] - L->l_off[lu] - 1, v_last = L->pos[v] == L->l_off[lv + 1] - L->l_off[lv] - 1;
-  double b = 10 + 6.0 * (span - 1);
-  if (b > 40) b = 40;
+  double b = 4 + 12 * log2((double)span); /* nested arcs of different heights, not one band */
+  if (b > 72) b = 72;
   return (u_last && v_last && (L->pos[u] || L->pos[v])) ? b : -b;
 }
 
@@ -359,11 +359,14 @@ void rep_write_dag(FILE *f, const ir_graph *g, const pass_planned *p) {
               rep_dark_text(c) ? "d" : "l", s);
   }
   fputs("</g>\n", f);
-  for (int pass = 0; pass < 2; pass++) { /* plain edges first, stage-crossing edges on top */
-    fputs(pass ? "<g class=\"ecut\">" : "<g class=\"e\">", f);
+  /* arcs first, then S-curves; within each, stage-crossing edges (dark) on top */
+  static const char *const groups[4] = {"el", "ecutl", "e", "ecut"};
+  for (int grp = 0; grp < 4; grp++) {
+    int pass = grp & 1, arcs = grp < 2;
+    fprintf(f, "<g class=\"%s\">", groups[grp]);
     for (int i = 0; i < L.n_edges; i++) {
       int u = L.eu[i], v = L.ev[i];
-      if ((stage[u] != stage[v]) != pass) continue;
+      if ((stage[u] != stage[v]) != pass || (bow[i] != 0) != arcs) continue;
       double x1 = X(u) + NODE_W, y1 = Y(u) + NODE_H / 2.0, x2 = X(v), y2 = Y(v) + NODE_H / 2.0, dx = x2 - x1;
       double c1x = x1 + dx / 2, c1y = y1, c2x = x2 - dx / 2, c2y = y2;
       if (bow[i] != 0) {
