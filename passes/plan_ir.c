@@ -13,11 +13,18 @@ static double now_ms(void) {
   return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
 
-/* A stable, unique display name for a node: its ONNX name, or Op_index when empty. */
-static const char *node_label(ir_graph *g, int i) {
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* A stable name for a node: its ONNX name, or Op_index when empty ("~k" appended while
+ * that collides with a real node name, so plan.json's names stay unique). names is the
+ * sorted array of the graph's non-empty node names. */
+static const char *node_label(ir_graph *g, int i, const char **names, int n_names) {
   const ir_node *n = &g->nodes[i];
   if (n->name && *n->name) return n->name;
-  return ir_sprintf(g->arena, "%s_%d", n->op_type, n->index);
+  const char *cand = ir_sprintf(g->arena, "%s_%d", n->op_type, n->index);
+  for (int k = 1; bsearch(&cand, names, (size_t)n_names, sizeof *names, cmp_str); k++)
+    cand = ir_sprintf(g->arena, "%s_%d~%d", n->op_type, n->index, k);
+  return cand;
 }
 
 int pass_plan_graph(ir_graph *g, const pass_profile_opts *po, const pass_plan_opts *o, pass_planned *out) {
@@ -38,6 +45,11 @@ int pass_plan_graph(ir_graph *g, const pass_profile_opts *po, const pass_plan_op
     tensor_of[v] = pass_dag_add_tensor(d, val->name, b > 0 ? (uint64_t)b : 0);
     if (val->is_output) pass_dag_mark_output(d, tensor_of[v]);
   }
+  const char **names = ir_xmalloc(sizeof(char *) * ((size_t)n + 1));
+  int n_names = 0;
+  for (int i = 0; i < n; i++)
+    if (g->nodes[i].name && *g->nodes[i].name) names[n_names++] = g->nodes[i].name;
+  qsort(names, (size_t)n_names, sizeof *names, cmp_str);
   int cap = 16, *ins = ir_xmalloc(sizeof(int) * (size_t)cap), *outs = ir_xmalloc(sizeof(int) * (size_t)cap);
   for (int i = 0; i < n; i++) {
     const ir_node *nd = &g->nodes[i];
@@ -58,13 +70,14 @@ int pass_plan_graph(ir_graph *g, const pass_profile_opts *po, const pass_plan_op
     for (int k = 0; k < nd->n_out; k++)
       if (nd->out[k] >= 0) outs[no++] = tensor_of[nd->out[k]];
     const pass_node_cost *c = &out->costs[i];
-    int id = pass_dag_add_node(d, node_label(g, i), c->fwd_ms, o->training ? c->bwd_ms : 0, c->param_bytes,
+    int id = pass_dag_add_node(d, node_label(g, i, names, n_names), c->fwd_ms, o->training ? c->bwd_ms : 0, c->param_bytes,
                                c->out_bytes, ni, ins, no, outs);
     IR_ASSERT(id == i);
   }
   free(ins);
   free(outs);
   free(tensor_of);
+  free(names);
   char err[512];
   if (pass_dag_finalize(d, err, sizeof err)) {
     fprintf(stderr, "%s: planner: %s\n", g->path, err);
