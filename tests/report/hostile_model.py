@@ -4,6 +4,7 @@ markup, quotes and ampersands, control characters, a 1 MB name, an empty name, n
 
     /usr/bin/python3 tests/report/hostile_model.py OUT.onnx
 """
+import os
 import sys
 
 import numpy as np
@@ -31,6 +32,7 @@ def main(out):
     y = helper.make_tensor_value_info(prev, TensorProto.FLOAT, ["batch", 64])
     g = helper.make_graph(nodes, "hostile <graph> & \"co\"", [x], [y], initializer=[w])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="<producer>")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     onnx.save(m, out)
 
 
