@@ -1,6 +1,6 @@
 /* codegen/build.c - cg_build (compile an emitted build directory into DIR/pipeline,
- * stages in parallel, with progress lines) and cg_checksum64 (XXH64, seed 0: the same
- * function as pipert_checksum64 in runtime/rt_weights.c). */
+ * stages in parallel, with progress lines) and cg_checksum64 (runtime/pipert_xxh64.h, the
+ * same function the runtime checks weights files with). */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -13,62 +13,9 @@
 
 #include "codegen/c/cg_c.h"
 #include "codegen/codegen.h"
+#include "runtime/pipert_xxh64.h"
 
-/* ---- XXH64 ------------------------------------------------------------------------------ */
-
-#define P1 0x9E3779B185EBCA87ull
-#define P2 0xC2B2AE3D27D4EB4Full
-#define P3 0x165667B19E3779F9ull
-#define P4 0x85EBCA77C2B2AE63ull
-#define P5 0x27D4EB2F165667C5ull
-
-static uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-static uint64_t rd64(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-  return v;
-}
-static uint32_t rd32(const unsigned char *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static uint64_t xround(uint64_t acc, uint64_t in) { return rotl64(acc + in * P2, 31) * P1; }
-static uint64_t xmerge(uint64_t acc, uint64_t v) { return (acc ^ xround(0, v)) * P1 + P4; }
-
-uint64_t cg_checksum64(const void *data, size_t len) {
-  const unsigned char *p = data, *end = p + len;
-  uint64_t h;
-  if (len >= 32) {
-    uint64_t v1 = P1 + P2, v2 = P2, v3 = 0, v4 = 0 - P1;
-    const unsigned char *lim = end - 32;
-    do {
-      v1 = xround(v1, rd64(p));
-      v2 = xround(v2, rd64(p + 8));
-      v3 = xround(v3, rd64(p + 16));
-      v4 = xround(v4, rd64(p + 24));
-      p += 32;
-    } while (p <= lim);
-    h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
-    h = xmerge(h, v1);
-    h = xmerge(h, v2);
-    h = xmerge(h, v3);
-    h = xmerge(h, v4);
-  } else {
-    h = P5;
-  }
-  h += (uint64_t)len;
-  for (; p + 8 <= end; p += 8) h = rotl64(h ^ xround(0, rd64(p)), 27) * P1 + P4;
-  if (p + 4 <= end) {
-    h = rotl64(h ^ ((uint64_t)rd32(p) * P1), 23) * P2 + P3;
-    p += 4;
-  }
-  for (; p < end; p++) h = rotl64(h ^ (*p * P5), 11) * P1;
-  h ^= h >> 33;
-  h *= P2;
-  h ^= h >> 29;
-  h *= P3;
-  h ^= h >> 32;
-  return h;
-}
+uint64_t cg_checksum64(const void *data, size_t len) { return pipert_xxh64(data, len); }
 
 /* ---- build ---------------------------------------------------------------------------------- */
 
