@@ -31,6 +31,9 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from npzio import save_npz  # noqa: E402
+
 # ONNX TensorProto.DataType -> numpy dtype name (the names pipecc uses in its JSON too).
 ONNX_DTYPES = {
     1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",
@@ -249,9 +252,9 @@ def main(argv=None):
         report["outputs"][meta.name] = {"dtype": str(value.dtype),
                                         "shape": [int(d) for d in value.shape]}
     if args.inputs_out:
-        np.savez(args.inputs_out, **feeds)
+        save_npz(args.inputs_out, feeds)
     if args.outputs_out:
-        np.savez(args.outputs_out, **arrays)
+        save_npz(args.outputs_out, arrays)
     print(json.dumps(report))
     return 0
 

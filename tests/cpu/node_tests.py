@@ -32,6 +32,8 @@ from onnx import numpy_helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+from npzio import save_npz  # noqa: E402
 
 
 def supported_ops():
@@ -151,7 +153,7 @@ def run_one_(args):
         with open(stamp, "w") as f:
             f.write(key)
     xin = os.path.join(d, "x.npz")
-    np.savez(xin, **feeds)
+    save_npz(xin, feeds)
     yout = os.path.join(d, "y.npz")
     if os.path.exists(yout):
         os.remove(yout)

@@ -22,6 +22,9 @@ import torch
 import torch.nn.functional as F
 from onnx import TensorProto, helper, numpy_helper
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tools"))
+from npzio import save_npz  # noqa: E402
+
 R = np.random.default_rng(7)
 
 
@@ -282,7 +285,7 @@ def named_loss_cases(a):
         r = subprocess.run([a.pipecc, path, "-g", "1", "-o", out, "-j", "2", "--train", "--loss", "L", "--lr", "0.1"],
                            capture_output=True, text=True)
         feeds = {"X": x, "labels": lab} if with_labels else {"X": x}
-        np.savez(os.path.join(d, "in.npz"), **feeds)
+        save_npz(os.path.join(d, "in.npz"), feeds)
         if not r.returncode:
             r = subprocess.run([os.path.join(out, "pipeline"), "--input", os.path.join(d, "in.npz"), "--output",
                                 os.path.join(d, "out.npz")], capture_output=True, text=True)

@@ -30,6 +30,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
+from npzio import save_npz  # noqa: E402
 
 
 def rel_l2(a, b, floor=0.0):
@@ -235,7 +236,7 @@ def run_case(a, name):
     npz_in = os.path.join(work, "in.npz")
     feeds = dict(inputs)
     feeds["labels"] = labels
-    np.savez(npz_in, **feeds)
+    save_npz(npz_in, feeds)
     shapes = []
     for k, v in inputs.items():
         shapes += ["--shape", f"{k}:" + "x".join(str(d) for d in v.shape)]
