@@ -347,7 +347,7 @@ unsigned char *cg_stage_weights(const cg_stage *st, uint64_t *sum) {
   unsigned char *wbuf = ir_xcalloc(st->w_bytes + 1, 1);
   for (int k = 0; k < st->n_w; k++) {
     const ir_value *v = &st->g->values[st->w_vals[k]];
-    if (v->nbytes) memcpy(wbuf + st->off[st->w_vals[k]], v->data, v->nbytes);
+    if (v->nbytes && v->data) memcpy(wbuf + st->off[st->w_vals[k]], v->data, v->nbytes); /* zero_init: zeros */
   }
   *sum = cg_checksum64(wbuf, st->w_bytes);
   return wbuf;

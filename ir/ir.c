@@ -207,6 +207,7 @@ int ir_add_value(ir_graph *g, const char *name, ir_val_kind kind, ir_dtype dt) {
   memset(v, 0, sizeof *v);
   v->name = nm;
   v->kind = kind;
+  v->writeback = -1;
   v->dtype = dt;
   v->shape.rank = -1;
   v->producer = -1;
@@ -226,6 +227,16 @@ int ir_add_const(ir_graph *g, const char *name, ir_dtype dt, const ir_shape *sha
   return id;
 }
 
+int ir_add_zero_const(ir_graph *g, const char *name, ir_dtype dt, const ir_shape *shape) {
+  int id = ir_add_value(g, name, IR_VAL_CONST, dt);
+  ir_value *v = &g->values[id];
+  v->shape = *shape;
+  int64_t b = ir_value_bytes(v);
+  v->nbytes = b > 0 ? (size_t)b : 0;
+  v->zero_init = 1;
+  return id;
+}
+
 int ir_add_node(ir_graph *g, ir_op op, const char *name, const int *in, int n_in, const int *out, int n_out) {
   if (g->n_nodes == g->cap_nodes) {
     g->cap_nodes = g->cap_nodes ? g->cap_nodes * 2 : 256;
@@ -240,6 +251,7 @@ int ir_add_node(ir_graph *g, ir_op op, const char *name, const int *in, int n_in
   n->domain = "";
   n->opset = g->opset;
   n->index = id;
+  n->stage = -1;
   n->n_in = n_in;
   n->n_out = n_out;
   n->in = ir_alloc_array(g->arena, (size_t)n_in, sizeof(int));
@@ -476,6 +488,8 @@ void ir_compact(ir_graph *g) {
   }
   for (int k = 0; k < g->n_inputs; k++) keep[g->inputs[k]] = 1;
   for (int k = 0; k < g->n_outputs; k++) keep[g->outputs[k]] = 1;
+  for (int v = 0; v < g->n_values; v++) /* a param a kept value is written back into */
+    if (keep[v] && g->values[v].writeback >= 0) keep[g->values[v].writeback] = 1;
   int *remap = ir_xmalloc(sizeof(int) * ((size_t)g->n_values + 1));
   int nv = 0;
   for (int v = 0; v < g->n_values; v++) {
@@ -496,6 +510,8 @@ void ir_compact(ir_graph *g) {
   }
   for (int k = 0; k < g->n_inputs; k++) g->inputs[k] = remap[g->inputs[k]];
   for (int k = 0; k < g->n_outputs; k++) g->outputs[k] = remap[g->outputs[k]];
+  for (int v = 0; v < nv; v++)
+    if (g->values[v].writeback >= 0) g->values[v].writeback = remap[g->values[v].writeback];
   /* rebuild the name map (the suffix counters stay) */
   ir_strmap *sfx = g->names->suffix;
   g->names->suffix = NULL;
@@ -518,7 +534,12 @@ void ir_compact(ir_graph *g) {
 
 int ir_const_i64(const ir_value *v, int64_t i, int64_t *out) {
   size_t es = ir_dtype_size(v->dtype);
-  if (v->kind != IR_VAL_CONST || !v->data || !es || i < 0 || (uint64_t)(i + 1) * es > v->nbytes) return -1;
+  if (v->kind != IR_VAL_CONST || (!v->data && !v->zero_init) || !es || i < 0 || (uint64_t)(i + 1) * es > v->nbytes)
+    return -1;
+  if (v->zero_init) {
+    *out = 0;
+    return 0;
+  }
   const unsigned char *p = (const unsigned char *)v->data + (size_t)i * es;
   switch (v->dtype) {
   case IR_INT64: { int64_t x; memcpy(&x, p, 8); *out = x; return 0; }
@@ -553,7 +574,12 @@ static float half_to_float(uint16_t h) {
 
 int ir_const_f64(const ir_value *v, int64_t i, double *out) {
   size_t es = ir_dtype_size(v->dtype);
-  if (v->kind != IR_VAL_CONST || !v->data || !es || i < 0 || (uint64_t)(i + 1) * es > v->nbytes) return -1;
+  if (v->kind != IR_VAL_CONST || (!v->data && !v->zero_init) || !es || i < 0 || (uint64_t)(i + 1) * es > v->nbytes)
+    return -1;
+  if (v->zero_init) {
+    *out = 0;
+    return 0;
+  }
   const unsigned char *p = (const unsigned char *)v->data + (size_t)i * es;
   switch (v->dtype) {
   case IR_FLOAT: { float x; memcpy(&x, p, 4); *out = x; return 0; }

@@ -76,6 +76,18 @@ typedef enum {
   IR_VAL_CONST    /* initializer, Constant node or folded: has data */
 } ir_val_kind;
 
+/* Training: the role of a mutable constant (initializer or state) of a training
+ * program, which the stage code holds in writable memory and the runtime saves,
+ * restores and synchronises (passes/train.h). */
+typedef enum {
+  IR_PARAM_NONE = 0,
+  IR_PARAM_WEIGHT,      /* a trained initializer */
+  IR_PARAM_BUFFER,      /* an initializer the forward pass updates (BatchNorm running stats) */
+  IR_PARAM_OPTSTATE,    /* optimizer state (momentum, Adam's m, v, step), zero at start */
+  IR_PARAM_GRAD,        /* gradient accumulator of a weight over the micro-batches of a step */
+  IR_PARAM_HYPER        /* a hyperparameter (lr, momentum, ...) the runtime may override */
+} ir_param_kind;
+
 typedef struct {
   const char *name;
   ir_val_kind kind;
@@ -84,8 +96,13 @@ typedef struct {
   int producer;        /* node index, -1 for inputs and constants */
   int is_output;       /* a graph output */
   int is_initializer;  /* came from graph.initializer (a trainable weight when float) */
-  const void *data;    /* IR_VAL_CONST: nbytes of raw little-endian data (maybe unaligned) */
+  const void *data;    /* IR_VAL_CONST: nbytes of raw little-endian data (maybe unaligned); NULL
+                        * with zero_init set: nbytes of zeros that take no memory */
   size_t nbytes;
+  int zero_init;       /* IR_VAL_CONST whose contents are all zero bytes, not stored (data NULL) */
+  ir_param_kind param; /* training: the role of a mutable constant, else IR_PARAM_NONE */
+  int writeback;       /* training: the param (value index) this value is copied into at the end of
+                        * its phase (the new weight, state or running statistic), else -1 */
   /* consumers, valid after ir_rebuild_uses: node indices use_list[use_off..+n_uses] */
   int use_off, n_uses;
 } ir_value;
@@ -129,7 +146,14 @@ typedef struct {
   ir_attr *attr;
   int dead;             /* removed by a pass; skipped everywhere, compacted by ir_compact */
   double flops;         /* forward FLOPs, set by the shape pass */
+  /* training programs (passes/train.h): the pipeline stage the node runs in (-1: not
+   * assigned) and its phase: IR_PHASE_FWD once per micro-batch, IR_PHASE_BWD once per
+   * micro-batch in reverse, IR_PHASE_UPD once per optimizer step */
+  int stage;
+  int phase;
 } ir_node;
+
+enum { IR_PHASE_FWD = 0, IR_PHASE_BWD = 1, IR_PHASE_UPD = 2 };
 
 typedef struct {
   const char *domain;
@@ -169,6 +193,8 @@ int ir_find_value(const ir_graph *g, const char *name);
 /* Add a constant value whose data is copied into the arena. */
 int ir_add_const(ir_graph *g, const char *name, ir_dtype dt, const ir_shape *shape,
                  const void *data, size_t nbytes);
+/* Add a constant of zeros (zero_init: no data is stored, ir_const_* read zeros). */
+int ir_add_zero_const(ir_graph *g, const char *name, ir_dtype dt, const ir_shape *shape);
 /* Add a node; in/out are copied. Sets the outputs' producer. Returns its index. */
 int ir_add_node(ir_graph *g, ir_op op, const char *name, const int *in, int n_in,
                 const int *out, int n_out);

@@ -27,6 +27,8 @@ int ad_begin(ad_ctx *a, ir_op op, const int *in, int n_in, int n_out, const char
     outs[k] = ir_add_value(g, k == 0 && out_name ? out_name : ir_sprintf(g->arena, "%s:%d", nm, k), IR_VAL_ACT, IR_UNDEFINED);
   int id = ir_add_node(g, op, nm, in, n_in, outs, n_out);
   g->nodes[id].opset = AD_OPSET;
+  g->nodes[id].stage = a->stage;
+  g->nodes[id].phase = a->phase;
   return id;
 }
 
@@ -1096,6 +1098,8 @@ static int bw_node(ad_ctx *a, int node) {
   a->base = nd.name && *nd.name ? nd.name : ir_sprintf(a->g->arena, "%s_%d", ir_op_name(nd.op), node);
   a->tag = "grad_x";
   a->cnt = 0;
+  a->stage = nd.stage; /* a node's backward runs in its stage */
+  a->phase = IR_PHASE_BWD;
   if (nd.op == IR_OP_Split) return bw_split(a, node);
   if (dy < 0) return 0;
   switch (nd.op) {
@@ -1190,7 +1194,7 @@ int ad_backward(ad_ctx *a, int loss) {
   a->base = "loss";
   a->tag = "grad";
   a->cnt = 0;
-  a->grad[loss] = ad_c_f(a, 1, a->ft);
+  a->grad[loss] = ad_c_f(a, a->seed ? a->seed : 1, a->ft);
   for (int i = n_nodes - 1; i >= 0; i--) {
     if (g->nodes[i].dead) continue;
     bw_node(a, i);

@@ -1,20 +1,42 @@
 /* passes/autodiff.h - training: loss, reverse-mode autodiff and the optimizer step.
  *
- * pass_autodiff turns an inferred forward graph (after bind, fold and shape, compiled
- * with pass_opts.training so trainable initializers were not folded) into the graph of
- * ONE TRAINING STEP, a pure function that every backend compiles like an inference
- * model:
+ * Two forms of a training program, built from the same loss, backward rules and
+ * optimizer updates (passes/autodiff.c, passes/optim.c):
  *
+ * 1. pass_autodiff: ONE TRAINING STEP as a pure function of an inferred forward graph
+ *    (after bind, fold and shape, compiled with pass_opts.training so trainable
+ *    initializers were not folded), which every backend compiles like an inference
+ *    model (`pipecc --train-step`; the tests compare it with torch):
  *   inputs:  the model's inputs, plus the labels (int64, the logits' shape without its
  *            class dim, for cross-entropy; the output's shape and dtype for MSE)
  *   outputs: "loss" (float scalar), then per trained initializer P (a float initializer
  *            the loss depends on, in file order) "grad/P" and "new/P", then the new
- *            optimizer state "new/state/..." (momentum buffers, Adam's m, v and step),
+ *            optimizer state "new/state/P/..." (momentum buffers, Adam's m, v and step),
  *            then "new/<name>" for the running mean and variance that a
  *            BatchNormalization in training mode updates (as its emitter computes them).
- *   state:   optimizer state is added as zero initializers "state/P/momentum",
- *            "state/P/m", "state/P/v", "state/step" (is_initializer set): a runtime
- *            that trains for several steps feeds "new/state/..." back into them.
+ *   state:   optimizer state tensors "state/P/momentum", "state/P/m", "state/P/v",
+ *            "state/P/step" are zero constants (zero_init, is_initializer set).
+ *
+ * 2. The PIPELINED PROGRAM (`pipecc --train`), in two calls around the planner:
+ *    pass_train_loss adds the loss as forward nodes (stage -1) and makes the graph's
+ *    outputs "loss" (shape [1]: one value per micro-batch) and, for cross-entropy, the
+ *    logits; the planner then sets ir_node.stage of every node; pass_train_program adds
+ *    the rest, every node tagged with its stage and phase (ir_node.stage, .phase):
+ *      FWD  the model and the loss, once per micro-batch;
+ *      BWD  a node's gradient nodes run in the node's stage, once per micro-batch; the
+ *           gradient of the loss is seeded with 1/M (M micro-batches; 1 for a loss
+ *           that sums over the samples), so the accumulated gradients are those of the
+ *           whole batch's mean loss; per trained weight P one Add accumulates the
+ *           micro-batch's gradient into the param "grad/P" (IR_PARAM_GRAD, written back),
+ *           in the stage whose backward completes P's gradient (P's owner);
+ *      UPD  the optimizer update of P from grad/P, in P's owner stage, once per step;
+ *           the new weight and optimizer state are written back (ir_value.writeback)
+ *           into P and "state/P/..." (IR_PARAM_OPTSTATE, zero_init); hyperparameters
+ *           are scalar params "hyper/lr", "hyper/momentum", "hyper/weight_decay",
+ *           "hyper/beta1", "hyper/beta2", "hyper/eps" (IR_PARAM_HYPER) the runtime may
+ *           override; a stage other than the owner that reads P holds a copy.
+ *    BatchNormalization in training mode writes its running statistics back into their
+ *    initializers (IR_PARAM_BUFFER) after every micro-batch's forward pass.
  *
  * Backward nodes are ordinary ONNX ops in the same IR (MatMul, Transpose, ReduceSum,
  * ConvTranspose, Where, ScatterElements, ...), typed by pass_shape_node as they are
@@ -45,7 +67,8 @@
  *     Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Gather (any axis; ScatterND add),
  *     Expand, Tile, Where, CumSum, Dropout (through its mask).
  * Optimizers follow torch.optim (1.13) exactly: SGD (momentum, dampening 0, Nesterov,
- * weight decay), Adam (L2 weight decay) and AdamW (decoupled weight decay). */
+ * weight decay), Adam (L2 weight decay) and AdamW (decoupled weight decay); Adam's step
+ * count is kept per weight, as torch keeps it. */
 #ifndef PIPECC_PASSES_AUTODIFF_H
 #define PIPECC_PASSES_AUTODIFF_H
 #include "ir/ir.h"
@@ -64,8 +87,25 @@ typedef struct {
 
 /* Defaults as documented above. */
 void pass_train_opts_default(pass_train_opts *t);
-/* Build the training step graph in place. 0, or -1 after reporting model errors
- * (every unsupported op is reported at once). */
+/* Build the training step graph (form 1) in place. 0, or -1 after reporting model
+ * errors (every unsupported op is reported at once). */
 int pass_autodiff(ir_graph *g, const pass_train_opts *t);
+
+/* What the pipelined program's builder tells the rest of the compiler. */
+typedef struct {
+  const char *loss_scalar;  /* the loss value (scalar) the backward pass starts from */
+  const char *labels;       /* the labels input it added, NULL for a named loss */
+  int loss_sum;             /* the loss sums over the samples (a batch's loss is the sum over its
+                             * micro-batches), else it is a mean (the mean over them) */
+  int classify;             /* cross-entropy: graph output 1 is the logits */
+  int n_weights;            /* trained initializers */
+} pass_train_info;
+
+/* Form 2, before planning: the loss as forward nodes; outputs "loss" [1] and, for
+ * cross-entropy, the logits. 0, or -1 after reporting. */
+int pass_train_loss(ir_graph *g, const pass_train_opts *t, pass_train_info *ti);
+/* Form 2, after every node got its stage (ir_node.stage >= 0): backward, accumulation
+ * and update phases for M micro-batches per step. 0, or -1 after reporting. */
+int pass_train_program(ir_graph *g, const pass_train_opts *t, int microbatches, pass_train_info *ti);
 
 #endif

@@ -23,6 +23,8 @@ typedef struct {
   const char *base, *tag;
   int cnt;
   int err;
+  int stage, phase; /* given to every node made (ir_node.stage / .phase) */
+  double seed;      /* d(reported loss) / d(loss value): 1, or 1/M for M micro-batches */
 } ad_ctx;
 
 int ad_begin(ad_ctx *a, ir_op op, const int *in, int n_in, int n_out, const char *out_name);

@@ -1,5 +1,8 @@
-/* passes/optim.c - the training step: loss, autodiff (passes/autodiff.c), optimizer
- * update, outputs. See passes/autodiff.h. */
+/* passes/optim.c - training: the loss, autodiff (passes/autodiff.c), the optimizer
+ * update, and the two forms of a training program (see passes/autodiff.h):
+ *   - pass_autodiff: one step as a pure function (inputs -> loss, grad/W, new/W);
+ *   - pass_train_loss + pass_train_program: the pipelined program (forward, backward
+ *     and update phases of every stage; gradient accumulators; write-backs). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +22,8 @@ void pass_train_opts_default(pass_train_opts *t) {
   t->beta2 = 0.999;
   t->eps = 1e-8;
 }
+
+/* ---- the loss ---------------------------------------------------------------------- */
 
 /* One-hot float [rows, C] of int labels [rows]: Cast(Equal(labels[:, None], arange(C)))
  * (element-wise ops every backend has). */
@@ -62,7 +67,7 @@ static int add_input(ir_graph *g, const char *name, ir_dtype dt, const ir_shape 
 
 /* Cross-entropy of logits z [N, C] (or [..., C]) against int64 labels: the mean over
  * the rows of -log_softmax(z)[label], as ONNX ops (LogSoftmax, one_hot, Mul, ReduceSum). */
-static int loss_ce(ad_ctx *a, int z, const char *labels) {
+static int loss_ce(ad_ctx *a, int z, const char *labels, const char *out_name) {
   ir_graph *g = a->g;
   ir_shape zs = ad_shape(a, z), ls, z2;
   if (zs.rank < 2) {
@@ -88,12 +93,13 @@ static int loss_ce(ad_ctx *a, int z, const char *labels) {
   ad_attr_i(a, id, "keepdims", 0);
   int s = ad_un(a, IR_OP_Neg, ad_end(a, id));
   int in2[2] = {s, ad_c_f(a, (double)rows, a->ft)};
-  return ad_end(a, ad_begin(a, IR_OP_Div, in2, 2, 1, "loss"));
+  return ad_end(a, ad_begin(a, IR_OP_Div, in2, 2, 1, out_name));
 }
 
 /* A SoftmaxCrossEntropyLoss / NegativeLogLikelihoodLoss node named as the loss is lowered
- * to LogSoftmax/one_hot/Mul/ReduceSum (no emitter has them); its uses move to the new loss. */
-static int lower_loss_node(ad_ctx *a, int node) {
+ * to LogSoftmax/one_hot/Mul/ReduceSum (no emitter has them); its uses move to the new loss.
+ * *is_sum is set for reduction "sum". */
+static int lower_loss_node(ad_ctx *a, int node, int *is_sum) {
   ir_graph *g = a->g;
   ir_node nd = g->nodes[node];
   int sce = nd.op == IR_OP_SoftmaxCrossEntropyLoss;
@@ -106,6 +112,7 @@ static int lower_loss_node(ad_ctx *a, int node) {
   }
   ir_shape zs = g->values[nd.in[0]].shape;
   int lsm = nd.in[0];
+  a->stage = nd.stage;
   if (sce) {
     int id = ad_begin(a, IR_OP_LogSoftmax, &lsm, 1, 1, NULL);
     ad_attr_i(a, id, "axis", 1);
@@ -115,7 +122,8 @@ static int lower_loss_node(ad_ctx *a, int node) {
   int id = ad_begin(a, IR_OP_ReduceSum, &prod, 1, 1, NULL);
   ad_attr_i(a, id, "keepdims", 0);
   int s = ad_un(a, IR_OP_Neg, ad_end(a, id));
-  int loss = !strcmp(red, "mean") ? ad_bin(a, IR_OP_Div, s, ad_c_f(a, (double)zs.dims[0], a->ft)) : s;
+  *is_sum = !strcmp(red, "sum");
+  int loss = *is_sum ? s : ad_bin(a, IR_OP_Div, s, ad_c_f(a, (double)zs.dims[0], a->ft));
   g->nodes[node].dead = 1;
   ir_replace_uses(g, nd.out[0], loss);
   if (nd.n_out > 1 && nd.out[1] >= 0) ir_replace_uses(g, nd.out[1], lsm);
@@ -123,22 +131,28 @@ static int lower_loss_node(ad_ctx *a, int node) {
 }
 
 /* Mean squared error over all elements. */
-static int loss_mse(ad_ctx *a, int y, const char *labels) {
+static int loss_mse(ad_ctx *a, int y, const char *labels, const char *out_name) {
   ir_shape ys = ad_shape(a, y);
   int t = add_input(a->g, labels, ad_dtype(a, y), &ys);
   if (t < 0) return -1;
   int d = ad_bin(a, IR_OP_Sub, y, t);
   int sq = ad_bin(a, IR_OP_Mul, d, d);
-  int id = ad_begin(a, IR_OP_ReduceMean, &sq, 1, 1, "loss");
+  int id = ad_begin(a, IR_OP_ReduceMean, &sq, 1, 1, out_name);
   ad_attr_i(a, id, "keepdims", 0);
   return ad_end(a, id);
 }
 
-static int build_loss(ad_ctx *a, const pass_train_opts *t) {
+/* The loss (forward nodes); sets a->ft, *y (the model output the built-in losses read,
+ * -1 for a named loss) and *is_sum (the loss is a sum, not a mean, over the samples). */
+static int build_loss(ad_ctx *a, const pass_train_opts *t, const char *out_name, int *y_out, int *is_sum) {
   ir_graph *g = a->g;
   a->base = "loss";
   a->tag = "fwd";
   a->cnt = 0;
+  a->phase = IR_PHASE_FWD;
+  a->stage = -1;
+  *y_out = -1;
+  *is_sum = 0;
   int ce = !strcmp(t->loss, "cross-entropy"), mse = !strcmp(t->loss, "mse");
   if (!ce && !mse) {
     int v = ir_find_value(g, t->loss);
@@ -153,7 +167,7 @@ static int build_loss(ad_ctx *a, const pass_train_opts *t) {
     a->ft = g->values[v].dtype;
     int p = g->values[v].producer;
     if (p >= 0 && (g->nodes[p].op == IR_OP_SoftmaxCrossEntropyLoss || g->nodes[p].op == IR_OP_NegativeLogLikelihoodLoss))
-      return lower_loss_node(a, p);
+      return lower_loss_node(a, p, is_sum);
     if (g->values[v].shape.rank == 0) return v;
     int id = ad_begin(a, IR_OP_ReduceMean, &v, 1, 1, NULL);
     ad_attr_i(a, id, "keepdims", 0);
@@ -167,19 +181,11 @@ static int build_loss(ad_ctx *a, const pass_train_opts *t) {
     return -1;
   }
   a->ft = g->values[y].dtype;
-  return ce ? loss_ce(a, y, t->labels) : loss_mse(a, y, t->labels);
+  *y_out = y;
+  return ce ? loss_ce(a, y, t->labels, out_name) : loss_mse(a, y, t->labels, out_name);
 }
 
-static int state(ad_ctx *a, const char *p, const char *what, const ir_shape *s) {
-  int64_t n = ir_shape_numel(s);
-  size_t es = ir_dtype_size(a->ft);
-  void *z = calloc((size_t)(n ? n : 1), es);
-  int v = ir_add_const(a->g, ir_sprintf(a->g->arena, "state/%s%s%s", p ? p : "", p ? "/" : "", what), a->ft, s, z,
-                       es * (size_t)n);
-  free(z);
-  a->g->values[v].is_initializer = 1;
-  return v;
-}
+/* ---- the optimizer update ------------------------------------------------------------ */
 
 typedef struct {
   int *v;
@@ -203,117 +209,135 @@ static int named(ad_ctx *a, ir_op op, int x, int y, const char *name) {
   return ad_end(a, ad_begin(a, op, in, 2, 1, name));
 }
 
-int pass_autodiff(ir_graph *g, const pass_train_opts *t) {
-  ad_ctx ctx, *a = &ctx;
-  memset(&ctx, 0, sizeof ctx);
-  a->g = g;
-  int sgd = !strcmp(t->optimizer, "sgd"), adam = !strcmp(t->optimizer, "adam"), adamw = !strcmp(t->optimizer, "adamw");
-  if (!sgd && !adam && !adamw) {
+/* Optimizer hyperparameters: compile-time constants (the step function), or scalar
+ * params "hyper/<name>" the runtime may override (the pipelined program; one value
+ * each, read by every stage that holds a copy). */
+enum { HY_LR, HY_MOMENTUM, HY_WD, HY_BETA1, HY_BETA2, HY_EPS, HY_N };
+static const char *const hyper_names[HY_N] = {"lr", "momentum", "weight_decay", "beta1", "beta2", "eps"};
+
+typedef struct {
+  const pass_train_opts *t;
+  int as_params;
+  int v[HY_N]; /* params made so far, -1 */
+} hyper;
+
+static double hyper_value(const pass_train_opts *t, int k) {
+  switch (k) {
+    case HY_LR: return t->lr;
+    case HY_MOMENTUM: return t->momentum;
+    case HY_WD: return t->weight_decay;
+    case HY_BETA1: return t->beta1;
+    case HY_BETA2: return t->beta2;
+    default: return t->eps;
+  }
+}
+
+static int hy(ad_ctx *a, hyper *h, int k) {
+  double x = hyper_value(h->t, k);
+  if (!h->as_params) return ad_c_f(a, x, a->ft);
+  if (h->v[k] < 0) {
+    ir_shape s0;
+    memset(&s0, 0, sizeof s0);
+    float f = (float)x;
+    h->v[k] = ir_add_const(a->g, ir_sprintf(a->g->arena, "hyper/%s", hyper_names[k]), a->ft, &s0,
+                           a->ft == IR_DOUBLE ? (const void *)&x : (const void *)&f, ir_dtype_size(a->ft));
+    a->g->values[h->v[k]].param = IR_PARAM_HYPER;
+  }
+  return h->v[k];
+}
+
+/* 1 - hyperparameter k (folded at compile time in the step function). */
+static int one_minus(ad_ctx *a, hyper *h, int k) {
+  if (!h->as_params) return ad_c_f(a, 1 - hyper_value(h->t, k), a->ft);
+  return ad_bin(a, IR_OP_Sub, ad_c_f(a, 1, a->ft), hy(a, h, k));
+}
+
+/* Optimizer state tensor "state/<p>/<what>" (zeros at the start). */
+static int state(ad_ctx *a, const char *p, const char *what, const ir_shape *s) {
+  int v = ir_add_zero_const(a->g, ir_sprintf(a->g->arena, "state/%s/%s", p, what), a->ft, s);
+  a->g->values[v].is_initializer = 1;
+  a->g->values[v].param = IR_PARAM_OPTSTATE;
+  return v;
+}
+
+/* The update of trained initializer v (named p) from gradient gv, following torch.optim
+ * (1.13) exactly: SGD (momentum, dampening 0, Nesterov, weight decay), Adam (L2 weight
+ * decay), AdamW (decoupled weight decay). Adam's step count is per weight, as in torch.
+ * Pushes the new optimizer state values (named "new/state/<p>/...") with the state
+ * tensor each replaces onto st_new/st_old; returns the new weight "new/<p>". */
+static int update(ad_ctx *a, const pass_train_opts *t, hyper *h, int v, int gv, vec *st_new, vec *st_old) {
+  const char *p = a->g->values[v].name;
+  ir_shape ps = a->g->values[v].shape, s0;
+  memset(&s0, 0, sizeof s0);
+  a->base = p;
+  a->tag = "optim";
+  a->cnt = 0;
+  if (!strcmp(t->optimizer, "sgd")) {
+    int d = gv;
+    if (t->weight_decay) d = ad_bin(a, IR_OP_Add, d, ad_bin(a, IR_OP_Mul, v, hy(a, h, HY_WD)));
+    if (t->momentum) {
+      int buf = state(a, p, "momentum", &ps);
+      int nb = named(a, IR_OP_Add, ad_bin(a, IR_OP_Mul, buf, hy(a, h, HY_MOMENTUM)), d, nm(a, "new/state/", p, "/momentum"));
+      push(st_new, nb);
+      push(st_old, buf);
+      d = t->nesterov ? ad_bin(a, IR_OP_Add, d, ad_bin(a, IR_OP_Mul, nb, hy(a, h, HY_MOMENTUM))) : nb;
+    }
+    return named(a, IR_OP_Sub, v, ad_bin(a, IR_OP_Mul, d, hy(a, h, HY_LR)), nm(a, "new/", p, NULL));
+  }
+  int adamw = !strcmp(t->optimizer, "adamw");
+  int d = gv, p0 = v;
+  if (!adamw && t->weight_decay) d = ad_bin(a, IR_OP_Add, d, ad_bin(a, IR_OP_Mul, v, hy(a, h, HY_WD)));
+  if (adamw && t->weight_decay) {
+    int f = h->as_params ? ad_bin(a, IR_OP_Sub, ad_c_f(a, 1, a->ft), ad_bin(a, IR_OP_Mul, hy(a, h, HY_LR), hy(a, h, HY_WD)))
+                         : ad_c_f(a, 1 - t->lr * t->weight_decay, a->ft);
+    p0 = ad_bin(a, IR_OP_Mul, v, f);
+  }
+  int step = state(a, p, "step", &s0);
+  int tnew = named(a, IR_OP_Add, step, ad_c_f(a, 1, a->ft), nm(a, "new/state/", p, "/step"));
+  push(st_new, tnew);
+  push(st_old, step);
+  int bc1 = ad_bin(a, IR_OP_Sub, ad_c_f(a, 1, a->ft), ad_bin(a, IR_OP_Pow, hy(a, h, HY_BETA1), tnew));
+  int bc2 = ad_bin(a, IR_OP_Sub, ad_c_f(a, 1, a->ft), ad_bin(a, IR_OP_Pow, hy(a, h, HY_BETA2), tnew));
+  int step_size = ad_bin(a, IR_OP_Div, hy(a, h, HY_LR), bc1);
+  int bc2s = ad_un(a, IR_OP_Sqrt, bc2);
+  int m = state(a, p, "m", &ps), s = state(a, p, "v", &ps);
+  int nm1 = named(a, IR_OP_Add, ad_bin(a, IR_OP_Mul, m, hy(a, h, HY_BETA1)), ad_bin(a, IR_OP_Mul, d, one_minus(a, h, HY_BETA1)),
+                  nm(a, "new/state/", p, "/m"));
+  int nv = named(a, IR_OP_Add, ad_bin(a, IR_OP_Mul, s, hy(a, h, HY_BETA2)),
+                 ad_bin(a, IR_OP_Mul, ad_bin(a, IR_OP_Mul, d, d), one_minus(a, h, HY_BETA2)), nm(a, "new/state/", p, "/v"));
+  push(st_new, nm1);
+  push(st_old, m);
+  push(st_new, nv);
+  push(st_old, s);
+  int denom = ad_bin(a, IR_OP_Add, ad_bin(a, IR_OP_Div, ad_un(a, IR_OP_Sqrt, nv), bc2s), hy(a, h, HY_EPS));
+  return named(a, IR_OP_Sub, p0, ad_bin(a, IR_OP_Mul, step_size, ad_bin(a, IR_OP_Div, nm1, denom)), nm(a, "new/", p, NULL));
+}
+
+static int check_optimizer(ir_graph *g, const pass_train_opts *t) {
+  if (strcmp(t->optimizer, "sgd") && strcmp(t->optimizer, "adam") && strcmp(t->optimizer, "adamw")) {
     ir_error(g, "--optimizer %s: expected sgd, adam or adamw", t->optimizer);
     return -1;
   }
-  int loss = build_loss(a, t);
-  if (loss < 0 || a->err) return -1;
-  if (ad_backward(a, loss)) return -1;
+  return 0;
+}
 
-  vec outs = {0}, st_outs = {0};
-  push(&outs, loss);
-  int n0 = a->n0, n_params = 0;
-  int bc1 = -1, bc2s = -1, step_size = -1;
-  a->cnt = 0;
-  if (adam || adamw) {
-    ir_shape s0;
-    memset(&s0, 0, sizeof s0);
-    a->base = "optim";
-    a->tag = "step";
-    int step = state(a, NULL, "step", &s0);
-    int tnew = named(a, IR_OP_Add, step, ad_c_f(a, 1, a->ft), "new/state/step");
-    bc1 = ad_bin(a, IR_OP_Sub, ad_c_f(a, 1, a->ft), ad_bin(a, IR_OP_Pow, ad_c_f(a, t->beta1, a->ft), tnew));
-    int bc2 = ad_bin(a, IR_OP_Sub, ad_c_f(a, 1, a->ft), ad_bin(a, IR_OP_Pow, ad_c_f(a, t->beta2, a->ft), tnew));
-    step_size = ad_bin(a, IR_OP_Div, ad_c_f(a, t->lr, a->ft), bc1);
-    bc2s = ad_un(a, IR_OP_Sqrt, bc2);
-    push(&st_outs, tnew);
-  }
-  for (int v = 0; v < n0; v++) {
-    const ir_value *pv = &g->values[v];
-    if (!(pv->kind == IR_VAL_CONST && pv->is_initializer && pv->dtype == a->ft) || a->grad[v] < 0) continue;
-    const char *p = pv->name;
-    ir_shape ps = pv->shape;
-    n_params++;
-    a->base = p;
-    a->tag = "grad";
-    a->cnt = 0;
-    int gv = a->grad[v];
-    int gout = ad_end(a, ad_begin(a, IR_OP_Identity, &gv, 1, 1, nm(a, "grad/", p, NULL)));
-    push(&outs, gout);
-    a->tag = "optim";
-    a->cnt = 0;
-    int newp;
-    if (sgd) {
-      int d = gv;
-      if (t->weight_decay) d = ad_bin(a, IR_OP_Add, d, ad_bin(a, IR_OP_Mul, v, ad_c_f(a, t->weight_decay, a->ft)));
-      if (t->momentum) {
-        int buf = state(a, p, "momentum", &ps);
-        int nb = named(a, IR_OP_Add, ad_bin(a, IR_OP_Mul, buf, ad_c_f(a, t->momentum, a->ft)), d,
-                       nm(a, "new/state/", p, "/momentum"));
-        push(&st_outs, nb);
-        d = t->nesterov ? ad_bin(a, IR_OP_Add, d, ad_bin(a, IR_OP_Mul, nb, ad_c_f(a, t->momentum, a->ft))) : nb;
-      }
-      newp = named(a, IR_OP_Sub, v, ad_bin(a, IR_OP_Mul, d, ad_c_f(a, t->lr, a->ft)), nm(a, "new/", p, NULL));
-    } else {
-      int d = gv, p0 = v;
-      if (adam && t->weight_decay) d = ad_bin(a, IR_OP_Add, d, ad_bin(a, IR_OP_Mul, v, ad_c_f(a, t->weight_decay, a->ft)));
-      if (adamw && t->weight_decay) p0 = ad_bin(a, IR_OP_Mul, v, ad_c_f(a, 1 - t->lr * t->weight_decay, a->ft));
-      int m = state(a, p, "m", &ps), s = state(a, p, "v", &ps);
-      int nm1 = named(a, IR_OP_Add, ad_bin(a, IR_OP_Mul, m, ad_c_f(a, t->beta1, a->ft)),
-                      ad_bin(a, IR_OP_Mul, d, ad_c_f(a, 1 - t->beta1, a->ft)), nm(a, "new/state/", p, "/m"));
-      int nv = named(a, IR_OP_Add, ad_bin(a, IR_OP_Mul, s, ad_c_f(a, t->beta2, a->ft)),
-                     ad_bin(a, IR_OP_Mul, ad_bin(a, IR_OP_Mul, d, d), ad_c_f(a, 1 - t->beta2, a->ft)),
-                     nm(a, "new/state/", p, "/v"));
-      push(&st_outs, nm1);
-      push(&st_outs, nv);
-      int denom = ad_bin(a, IR_OP_Add, ad_bin(a, IR_OP_Div, ad_un(a, IR_OP_Sqrt, nv), bc2s), ad_c_f(a, t->eps, a->ft));
-      newp = named(a, IR_OP_Sub, p0, ad_bin(a, IR_OP_Mul, step_size, ad_bin(a, IR_OP_Div, nm1, denom)),
-                   nm(a, "new/", p, NULL));
-    }
-    push(&outs, newp);
-  }
-  (void)bc1;
-  free(a->need);
-  free(a->grad);
-  if (a->err || g->n_errors) {
-    free(outs.v);
-    free(st_outs.v);
-    return -1;
-  }
-  /* BatchNormalization in training mode: its updated running mean and variance, when
-   * the node computes them from initializers, become "new/<initializer>" outputs */
-  for (int i = 0; i < g->n_nodes; i++) {
-    ir_node *n = &g->nodes[i];
-    if (n->dead || n->op != IR_OP_BatchNormalization || !ir_attr_int(n, "training_mode", 0)) continue;
-    for (int k = 1; k <= 2 && k < n->n_out; k++) {
-      int o = n->out[k], src = n->in[2 + k];
-      if (o < 0 || src < 0 || !g->values[src].is_initializer || g->values[src].kind != IR_VAL_CONST) continue;
-      a->base = n->name;
-      a->tag = "running";
-      a->cnt = k;
-      int id = ad_begin(a, IR_OP_Identity, &o, 1, 1, nm(a, "new/", g->values[src].name, NULL));
-      push(&st_outs, ad_end(a, id));
-      n = &g->nodes[i];
-    }
-  }
-  for (int k = 0; k < st_outs.n; k++) push(&outs, st_outs.v[k]);
+static int is_trained(const ad_ctx *a, int v) {
+  const ir_value *pv = &a->g->values[v];
+  return pv->kind == IR_VAL_CONST && pv->is_initializer && pv->dtype == a->ft && a->grad[v] >= 0;
+}
+
+/* Set the graph outputs, drop the nodes none of them (nor a write-back) needs, sort,
+ * compact and infer shapes again. */
+static int finish(ir_graph *g, const vec *outs, int verbose, const char *what) {
   for (int k = 0; k < g->n_outputs; k++) g->values[g->outputs[k]].is_output = 0;
-  g->outputs = ir_alloc_array(g->arena, (size_t)outs.n, sizeof(int));
-  memcpy(g->outputs, outs.v, sizeof(int) * (size_t)outs.n);
-  g->n_outputs = outs.n;
-  for (int k = 0; k < outs.n; k++) g->values[outs.v[k]].is_output = 1;
-  free(outs.v);
-  free(st_outs.v);
-
-  /* drop what the step does not need (other model outputs), sort, check */
+  g->outputs = ir_alloc_array(g->arena, (size_t)outs->n, sizeof(int));
+  memcpy(g->outputs, outs->v, sizeof(int) * (size_t)outs->n);
+  g->n_outputs = outs->n;
+  for (int k = 0; k < outs->n; k++) g->values[outs->v[k]].is_output = 1;
   char *need = ir_xcalloc((size_t)g->n_values + 1, 1);
   for (int k = 0; k < g->n_outputs; k++) need[g->outputs[k]] = 1;
+  for (int v = 0; v < g->n_values; v++)
+    if (g->values[v].writeback >= 0) need[v] = 1;
   if (ir_toposort(g)) {
     free(need);
     return -1;
@@ -336,8 +360,180 @@ int pass_autodiff(ir_graph *g, const pass_train_opts *t) {
   memset(&o, 0, sizeof o);
   o.training = 1;
   if (pass_shape(g, &o)) return -1;
-  if (t->verbose)
-    fprintf(stderr, "pipecc: autodiff: %d trained initializers, %d nodes in the training step, optimizer %s\n",
-            n_params, g->n_nodes, t->optimizer);
+  if (verbose) fprintf(stderr, "pipecc: %s: %d nodes\n", what, g->n_nodes);
   return g->n_errors ? -1 : 0;
+}
+
+/* ---- one step as a function ---------------------------------------------------------- */
+
+int pass_autodiff(ir_graph *g, const pass_train_opts *t) {
+  ad_ctx ctx, *a = &ctx;
+  memset(&ctx, 0, sizeof ctx);
+  a->g = g;
+  a->stage = -1;
+  if (check_optimizer(g, t)) return -1;
+  int y, is_sum;
+  int loss = build_loss(a, t, "loss", &y, &is_sum);
+  if (loss < 0 || a->err) return -1;
+  if (ad_backward(a, loss)) return -1;
+
+  vec outs = {0}, st_new = {0}, st_old = {0};
+  push(&outs, loss);
+  int n0 = a->n0, n_params = 0;
+  hyper h = {t, 0, {-1, -1, -1, -1, -1, -1}};
+  a->phase = IR_PHASE_UPD;
+  for (int v = 0; v < n0; v++) {
+    if (!is_trained(a, v)) continue;
+    n_params++;
+    a->base = g->values[v].name;
+    a->tag = "grad";
+    a->cnt = 0;
+    int gv = a->grad[v];
+    push(&outs, ad_end(a, ad_begin(a, IR_OP_Identity, &gv, 1, 1, nm(a, "grad/", g->values[v].name, NULL))));
+    push(&outs, update(a, t, &h, v, gv, &st_new, &st_old));
+  }
+  free(a->need);
+  free(a->grad);
+  /* BatchNormalization in training mode: its updated running mean and variance, when
+   * the node computes them from initializers, become "new/<initializer>" outputs */
+  for (int i = 0; i < g->n_nodes && !a->err; i++) {
+    ir_node *n = &g->nodes[i];
+    if (n->dead || n->op != IR_OP_BatchNormalization || !ir_attr_int(n, "training_mode", 0)) continue;
+    for (int k = 1; k <= 2 && k < n->n_out; k++) {
+      int o = n->out[k], src = n->in[2 + k];
+      if (o < 0 || src < 0 || !g->values[src].is_initializer || g->values[src].kind != IR_VAL_CONST) continue;
+      a->base = n->name;
+      a->tag = "running";
+      a->cnt = k;
+      int id = ad_begin(a, IR_OP_Identity, &o, 1, 1, nm(a, "new/", g->values[src].name, NULL));
+      push(&st_new, ad_end(a, id));
+      n = &g->nodes[i];
+    }
+  }
+  for (int k = 0; k < st_new.n; k++) push(&outs, st_new.v[k]);
+  int rc = a->err || g->n_errors ? -1 : finish(g, &outs, t->verbose, "autodiff: the training step");
+  if (!rc && t->verbose)
+    fprintf(stderr, "pipecc: autodiff: %d trained initializers, optimizer %s\n", n_params, t->optimizer);
+  free(outs.v);
+  free(st_new.v);
+  free(st_old.v);
+  return rc;
+}
+
+/* ---- the pipelined program ------------------------------------------------------------- */
+
+int pass_train_loss(ir_graph *g, const pass_train_opts *t, pass_train_info *ti) {
+  ad_ctx ctx, *a = &ctx;
+  memset(&ctx, 0, sizeof ctx);
+  memset(ti, 0, sizeof *ti);
+  a->g = g;
+  if (check_optimizer(g, t)) return -1;
+  int y, is_sum;
+  int loss = build_loss(a, t, NULL, &y, &is_sum);
+  if (loss < 0 || a->err || g->n_errors) return -1;
+  /* the runtime gathers the per-micro-batch losses along dim 0: shape [1] */
+  ir_shape s1;
+  memset(&s1, 0, sizeof s1);
+  s1.rank = 1;
+  s1.dims[0] = 1;
+  a->base = "loss";
+  a->tag = "out";
+  int lout = ad_end(a, ad_begin(a, IR_OP_Reshape, (int[]){loss, ad_c_i64(a, s1.dims, 1)}, 2, 1, "loss"));
+  vec outs = {0};
+  push(&outs, lout);
+  int ce = !strcmp(t->loss, "cross-entropy");
+  if (ce && y >= 0) push(&outs, y); /* the logits: the runtime counts correct predictions */
+  ti->loss_scalar = g->values[loss].name;
+  ti->loss_sum = is_sum;
+  ti->classify = ce && y >= 0;
+  ti->labels = ir_find_value(g, t->labels) >= 0 && g->values[ir_find_value(g, t->labels)].kind == IR_VAL_INPUT ? t->labels
+                                                                                                              : NULL;
+  int rc = a->err || g->n_errors ? -1 : finish(g, &outs, t->verbose, "train: forward and loss");
+  free(outs.v);
+  return rc;
+}
+
+int pass_train_program(ir_graph *g, const pass_train_opts *t, int microbatches, pass_train_info *ti) {
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i].stage < 0) {
+      ir_error_node(g, i, "internal error: train: a forward node without a stage");
+      return -1;
+    }
+  ad_ctx ctx, *a = &ctx;
+  memset(&ctx, 0, sizeof ctx);
+  a->g = g;
+  int loss = ir_find_value(g, ti->loss_scalar);
+  IR_ASSERT(loss >= 0);
+  a->ft = g->values[loss].dtype;
+  a->seed = ti->loss_sum ? 1.0 : 1.0 / (microbatches > 0 ? microbatches : 1);
+  if (ad_backward(a, loss)) return -1;
+
+  vec st_new = {0}, st_old = {0};
+  hyper h = {t, 1, {-1, -1, -1, -1, -1, -1}};
+  int n0 = a->n0;
+  ti->n_weights = 0;
+  for (int v = 0; v < n0 && !a->err; v++) {
+    if (!is_trained(a, v)) continue;
+    int gv = a->grad[v], prod = g->values[gv].producer;
+    if (prod < 0) {
+      ir_error(g, "train: the gradient of '%s' does not come from a node", g->values[v].name);
+      free(a->need);
+      free(a->grad);
+      return -1;
+    }
+    ti->n_weights++;
+    g->values[v].param = IR_PARAM_WEIGHT;
+    /* the stage whose backward computes the whole gradient updates the weight; stages
+     * that also read it hold copies the runtime refreshes after every step */
+    a->stage = g->nodes[prod].stage;
+    a->phase = IR_PHASE_BWD;
+    a->base = g->values[v].name;
+    a->tag = "accumulate";
+    a->cnt = 0;
+    int acc = ir_add_zero_const(g, nm(a, "grad/", g->values[v].name, NULL), a->ft, &g->values[v].shape);
+    g->values[acc].param = IR_PARAM_GRAD;
+    int sum = ad_bin(a, IR_OP_Add, acc, gv);
+    g->values[sum].writeback = acc;
+    a->phase = IR_PHASE_UPD;
+    st_new.n = st_old.n = 0;
+    int newp = update(a, t, &h, v, acc, &st_new, &st_old);
+    g->values[newp].writeback = v;
+    for (int k = 0; k < st_new.n; k++) g->values[st_new.v[k]].writeback = st_old.v[k];
+  }
+  free(a->need);
+  free(a->grad);
+  free(st_new.v);
+  free(st_old.v);
+  if (a->err || g->n_errors) return -1;
+  /* BatchNormalization in training mode writes its running statistics back after the
+   * forward pass of every micro-batch, in micro-batch order, as torch does per batch */
+  ir_rebuild_uses(g);
+  for (int i = 0; i < g->n_nodes; i++) {
+    ir_node *n = &g->nodes[i];
+    if (n->dead || n->op != IR_OP_BatchNormalization || !ir_attr_int(n, "training_mode", 0)) continue;
+    for (int k = 1; k <= 2 && k < n->n_out; k++) {
+      int o = n->out[k], src = n->in[2 + k];
+      if (o < 0 || src < 0 || !g->values[src].is_initializer || g->values[src].kind != IR_VAL_CONST) continue;
+      if (g->values[src].param != IR_PARAM_NONE || g->values[src].n_uses != 1) {
+        ir_error_node(g, i, "train: running statistic '%s' is also used elsewhere; it must belong to one "
+                      "BatchNormalization", g->values[src].name);
+        return -1;
+      }
+      g->values[src].param = IR_PARAM_BUFFER;
+      g->values[o].writeback = src;
+    }
+  }
+  vec outs = {0};
+  for (int k = 0; k < g->n_outputs; k++) push(&outs, g->outputs[k]);
+  int rc = finish(g, &outs, t->verbose, "train: the pipelined program");
+  free(outs.v);
+  for (int i = 0; !rc && i < g->n_nodes; i++)
+    if (g->nodes[i].stage < 0) {
+      ir_error_node(g, i, "internal error: train: a node without a stage");
+      rc = -1;
+    }
+  if (!rc && t->verbose)
+    fprintf(stderr, "pipecc: train: %d trained initializers, optimizer %s, %d micro-batches\n", ti->n_weights,
+            t->optimizer, microbatches);
+  return rc;
 }
