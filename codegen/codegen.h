@@ -18,6 +18,16 @@ typedef struct {
   int mb;
 } cg_instr;
 
+/* A pipelined training program (passes/autodiff.h, form 2): every node carries its
+ * phase (ir_node.phase); mutable constants their role (ir_value.param) and values
+ * copied into them at the end of their phase (ir_value.writeback). */
+typedef struct {
+  int loss_sum;              /* the loss sums over samples (else a mean) */
+  int classify;              /* graph output 1 is the logits */
+  const char *labels;        /* the labels graph input, NULL if none */
+  const char *optimizer;     /* "sgd", "adam", "adamw" */
+} cg_train;
+
 typedef struct {
   int n_stages;
   const int *node_stage;     /* [g->n_nodes]: stage of each node, 0..n_stages-1 */
@@ -27,6 +37,7 @@ typedef struct {
   int microbatches;          /* M */
   double predicted_bubble;
   const char *schedule;      /* "gpipe" | "1f1b" */
+  const cg_train *train;     /* NULL: inference */
 } cg_plan;
 
 typedef struct {

@@ -105,19 +105,63 @@ int cg_write_file(const char *dir, const char *name, const void *data, size_t le
   return 0;
 }
 
-void cg_put_stage_desc(FILE *f, const cg_stage *st, const char *decl, const char *nm, uint64_t sum) {
-  ir_graph *g = st->g;
-  const cg_stage_info *si = st->si;
-  int s = st->s;
-  cg_put_tensor_descs(f, g, "stage_inputs", si->s_in[s], si->n_in[s]);
-  cg_put_tensor_descs(f, g, "stage_outputs", si->s_out[s], si->n_out[s]);
-  fprintf(f, "\n%s pipert_stage_desc pipecc_stage_%d = {\n  PIPERT_ABI_VERSION,\n  %d,\n  ", decl, s, s);
+/* A param's owner: the stage whose parts write it back (a hyperparameter: every stage). */
+static int param_owned(const ir_graph *g, const cg_plan *p, int stage, int v) {
+  if (g->values[v].param == IR_PARAM_HYPER) return 1;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const ir_node *n = &g->nodes[i];
+    if (n->dead || p->node_stage[i] != stage) continue;
+    for (int k = 0; k < n->n_out; k++)
+      if (n->out[k] >= 0 && g->values[n->out[k]].writeback == v) return 1;
+  }
+  return 0;
+}
+
+int cg_put_param_descs(FILE *f, const ir_graph *g, const cg_plan *p, const cg_wlayout *wl, int stage) {
+  int n = 0;
+  for (int k = 0; k < wl->n; k++) n += g->values[wl->vals[k]].param != IR_PARAM_NONE;
+  if (!n) return 0;
+  fprintf(f, "static const pipert_param_desc stage_params[%d] = {\n", n);
+  for (int k = 0; k < wl->n; k++) {
+    const ir_value *v = &g->values[wl->vals[k]];
+    if (v->param == IR_PARAM_NONE) continue;
+    fputs("  {", f);
+    cg_put_cstr(f, v->name);
+    fprintf(f, ", %d, %d, %d, {", (int)v->param, (int)v->dtype, v->shape.rank);
+    if (!v->shape.rank) fputs("0", f);
+    for (int i = 0; i < v->shape.rank; i++) fprintf(f, "%s%" PRId64, i ? ", " : "", v->shape.dims[i]);
+    fprintf(f, "}, %zuu, %zuu, %d},\n", v->nbytes, wl->off[wl->vals[k]], param_owned(g, p, stage, wl->vals[k]));
+  }
+  fputs("};\n", f);
+  return n;
+}
+
+void cg_put_stage_desc(FILE *f, ir_graph *g, const cg_plan *p, const cg_stage_info *si, const cg_wlayout *wl, int stage,
+                       const char *decl, const char *nm, uint64_t sum) {
+  int fp = cg_part(p, stage, IR_PHASE_FWD);
+  cg_put_tensor_descs(f, g, "stage_inputs", si->s_in[fp], si->n_in[fp]);
+  cg_put_tensor_descs(f, g, "stage_outputs", si->s_out[fp], si->n_out[fp]);
+  int bp = p->train ? cg_part(p, stage, IR_PHASE_BWD) : -1, n_params = 0;
+  if (p->train) {
+    cg_put_tensor_descs(f, g, "bwd_inputs", si->s_in[bp], si->n_in[bp]);
+    cg_put_tensor_descs(f, g, "bwd_outputs", si->s_out[bp], si->n_out[bp]);
+    n_params = cg_put_param_descs(f, g, p, wl, stage);
+  }
+  fprintf(f, "\n%s pipert_stage_desc pipecc_stage_%d = {\n  PIPERT_ABI_VERSION,\n  %d,\n  ", decl, stage, stage);
   cg_put_cstr(f, nm);
-  fprintf(f, ",\n  %d,\n  %d,\n  %s,\n  %s,\n", si->n_in[s], si->n_out[s], si->n_in[s] ? "stage_inputs" : "NULL",
-          si->n_out[s] ? "stage_outputs" : "NULL");
-  if (st->w_bytes) fprintf(f, "  \"weights_%d.bin\",\n  %zuu,\n  0x%016" PRIx64 "ull,\n", s, st->w_bytes, sum);
+  fprintf(f, ",\n  %d,\n  %d,\n  %s,\n  %s,\n", si->n_in[fp], si->n_out[fp], si->n_in[fp] ? "stage_inputs" : "NULL",
+          si->n_out[fp] ? "stage_outputs" : "NULL");
+  if (wl->file_bytes) fprintf(f, "  \"weights_%d.bin\",\n  %zuu,\n  0x%016" PRIx64 "ull,\n", stage, wl->file_bytes, sum);
   else fputs("  NULL,\n  0u,\n  0u,\n", f);
-  fputs("  stage_init,\n  stage_forward,\n  stage_fini,\n};\n", f);
+  fputs("  stage_init,\n  stage_forward,\n  stage_fini,\n", f);
+  if (!p->train) fputs("  /* no training */\n  0u,\n  0,\n  0,\n  NULL,\n  NULL,\n  NULL,\n  NULL,\n  NULL,\n  0,\n  NULL,\n  NULL,\n", f);
+  else {
+    fprintf(f, "  /* training */\n  %zuu,\n  %d,\n  %d,\n  %s,\n  %s,\n", wl->total_bytes, si->n_in[bp], si->n_out[bp],
+            si->n_in[bp] ? "bwd_inputs" : "NULL", si->n_out[bp] ? "bwd_outputs" : "NULL");
+    fprintf(f, "  stage_backward,\n  stage_step,\n  stage_zero_grads,\n  %d,\n  %s,\n  stage_param_io,\n", n_params,
+            n_params ? "stage_params" : "NULL");
+  }
+  fputs("};\n", f);
 }
 
 int cg_write_stage_files(const char *dir, int s, const char *ext, const char *src, size_t src_len,
@@ -139,6 +183,24 @@ int cg_write_stage_files(const char *dir, int s, const char *ext, const char *sr
 
 /* ---- pipeline_main.c ---------------------------------------------------------- */
 
+/* `static const pipert_ref NAME_s[] = {...};` for the inputs of part q (nothing if none). */
+static void put_refs(FILE *f, ir_graph *g, const cg_plan *p, const cg_stage_info *si, const char *name, int s, int q) {
+  if (!si->n_in[q]) return;
+  fprintf(f, "static const pipert_ref %s_%d[%d] = {", name, s, si->n_in[q]);
+  for (int k = 0; k < si->n_in[q]; k++) {
+    int v = si->s_in[q][k];
+    if (si->vstage[v] == -1) {
+      int idx = 0;
+      for (int i = 0; i < g->n_inputs; i++)
+        if (g->inputs[i] == v) idx = i;
+      fprintf(f, "%s{PIPERT_GRAPH_INPUT, %d, 0}", k ? ", " : "", idx);
+    } else
+      fprintf(f, "%s{%d, %d, %d}", k ? ", " : "", cg_part_stage(p, si->vstage[v]), si->out_index[v],
+              cg_part_phase(p, si->vstage[v]) == IR_PHASE_BWD);
+  }
+  fputs("};\n", f);
+}
+
 int cg_emit_main(ir_graph *g, const cg_plan *p, const cg_options *o, const cg_stage_info *si, const char *target,
                  const char *dir) {
   char *buf = NULL;
@@ -150,19 +212,8 @@ int cg_emit_main(ir_graph *g, const cg_plan *p, const cg_options *o, const cg_st
   for (int s = 0; s < p->n_stages; s++) fprintf(f, "extern const pipert_stage_desc pipecc_stage_%d;\n", s);
   fputs("\n", f);
   for (int s = 0; s < p->n_stages; s++) {
-    if (si->n_in[s]) {
-      fprintf(f, "static const pipert_ref input_src_%d[%d] = {", s, si->n_in[s]);
-      for (int k = 0; k < si->n_in[s]; k++) {
-        int v = si->s_in[s][k];
-        if (si->vstage[v] == -1) {
-          int idx = 0;
-          for (int i = 0; i < g->n_inputs; i++)
-            if (g->inputs[i] == v) idx = i;
-          fprintf(f, "%s{PIPERT_GRAPH_INPUT, %d}", k ? ", " : "", idx);
-        } else fprintf(f, "%s{%d, %d}", k ? ", " : "", si->vstage[v], si->out_index[v]);
-      }
-      fputs("};\n", f);
-    }
+    put_refs(f, g, p, si, "input_src", s, cg_part(p, s, IR_PHASE_FWD));
+    if (p->train) put_refs(f, g, p, si, "bwd_input_src", s, cg_part(p, s, IR_PHASE_BWD));
     if (p->programs && p->programs[s] && p->program_len && p->program_len[s] > 0) {
       fprintf(f, "static const pipert_instr program_%d[%d] = {", s, p->program_len[s]);
       for (int i = 0; i < p->program_len[s]; i++)
@@ -173,11 +224,12 @@ int cg_emit_main(ir_graph *g, const cg_plan *p, const cg_options *o, const cg_st
   fprintf(f, "\nstatic const pipert_stage_plan stages[%d] = {\n", p->n_stages);
   for (int s = 0; s < p->n_stages; s++) {
     int has_prog = p->programs && p->programs[s] && p->program_len && p->program_len[s] > 0;
-    char in_src[32], prog[32];
-    snprintf(in_src, sizeof in_src, si->n_in[s] ? "input_src_%d" : "NULL", s);
+    char in_src[32], prog[32], bsrc[40] = ", NULL";
+    snprintf(in_src, sizeof in_src, si->n_in[cg_part(p, s, IR_PHASE_FWD)] ? "input_src_%d" : "NULL", s);
     snprintf(prog, sizeof prog, has_prog ? "program_%d" : "NULL", s);
-    fprintf(f, "  {&pipecc_stage_%d, %s, %d, %s, %d},\n", s, in_src, p->replicas ? p->replicas[s] : 1, prog,
-            has_prog ? p->program_len[s] : 0);
+    if (p->train && si->n_in[cg_part(p, s, IR_PHASE_BWD)]) snprintf(bsrc, sizeof bsrc, ", bwd_input_src_%d", s);
+    fprintf(f, "  {&pipecc_stage_%d, %s, %d, %s, %d%s},\n", s, in_src, p->replicas ? p->replicas[s] : 1, prog,
+            has_prog ? p->program_len[s] : 0, bsrc);
   }
   fputs("};\n\n", f);
   cg_put_tensor_descs(f, g, "graph_inputs", g->inputs, g->n_inputs);
@@ -185,9 +237,10 @@ int cg_emit_main(ir_graph *g, const cg_plan *p, const cg_options *o, const cg_st
   fprintf(f, "static const pipert_ref output_src[%d] = {", g->n_outputs ? g->n_outputs : 1);
   for (int k = 0; k < g->n_outputs; k++) {
     int v = g->outputs[k];
-    fprintf(f, "%s{%d, %d}", k ? ", " : "", si->passthrough[v] ? p->n_stages - 1 : si->vstage[v], si->out_index[v]);
+    fprintf(f, "%s{%d, %d, 0}", k ? ", " : "", si->passthrough[v] ? p->n_stages - 1 : cg_part_stage(p, si->vstage[v]),
+            si->out_index[v]);
   }
-  if (!g->n_outputs) fputs("{0, 0}", f);
+  if (!g->n_outputs) fputs("{0, 0, 0}", f);
   fputs("};\n\n", f);
   fputs("static const pipert_pipeline pipeline = {\n  PIPERT_ABI_VERSION,\n  ", f);
   const char *mname = g->graph_name && *g->graph_name ? g->graph_name : "model";
@@ -203,6 +256,15 @@ int cg_emit_main(ir_graph *g, const cg_plan *p, const cg_options *o, const cg_st
           g->n_inputs, g->n_inputs ? "graph_inputs" : "NULL", g->n_outputs, g->n_outputs ? "graph_outputs" : "NULL",
           p->microbatches > 0 ? p->microbatches : 1, bub);
   cg_put_cstr(f, p->schedule ? p->schedule : "gpipe");
+  if (p->train) {
+    int labels = -1;
+    for (int i = 0; i < g->n_inputs && p->train->labels; i++)
+      if (!strcmp(g->values[g->inputs[i]].name, p->train->labels)) labels = i;
+    fprintf(f, ",\n  /* training */\n  1,\n  0,\n  %d,\n  %d,\n  %d,\n  ", p->train->loss_sum,
+            p->train->classify ? 1 : -1, labels);
+    cg_put_cstr(f, p->train->optimizer);
+    fputs(",\n  NULL", f);
+  } else fputs(",\n  /* no training */\n  0,\n  0,\n  0,\n  -1,\n  -1,\n  NULL,\n  NULL", f);
   fputs(",\n};\n\nint main(int argc, char **argv) { return pipert_main(argc, argv, &pipeline); }\n", f);
   fclose(f);
   int rc = cg_write_file(dir, "pipeline_main.c", buf, len);

@@ -28,8 +28,13 @@ void cg_put_unit_comment(FILE *f, ir_graph *g, const cg_unit *u, const char *ind
 void cg_put_tensor_descs(FILE *f, ir_graph *g, const char *name, const int *vals, int n);
 /* The stage's tensor descriptor tables and its pipert_stage_desc `pipecc_stage_K`,
  * declared with the prefix decl ("const", "extern \"C\" const"); nm is the stage's
- * display name (cg_stage_nodes), sum the weights checksum. */
-void cg_put_stage_desc(FILE *f, const cg_stage *st, const char *decl, const char *nm, uint64_t sum);
+ * display name (cg_stage_nodes), sum the weights checksum. A training program's stage
+ * also names stage_backward, stage_step, stage_zero_grads and stage_param_io, and its
+ * param table (cg_put_param_descs). */
+void cg_put_stage_desc(FILE *f, ir_graph *g, const cg_plan *p, const cg_stage_info *si, const cg_wlayout *wl, int stage,
+                       const char *decl, const char *nm, uint64_t sum);
+/* `static const pipert_param_desc stage_params[]` for the params in wl; returns their count. */
+int cg_put_param_descs(FILE *f, const ir_graph *g, const cg_plan *p, const cg_wlayout *wl, int stage);
 /* Write dir/name; 0, or -1 after printing an error. */
 int cg_write_file(const char *dir, const char *name, const void *data, size_t len);
 /* Write dir/stage_K.<ext> and dir/weights_K.bin (removed when the stage has no weights). */

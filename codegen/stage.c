@@ -15,10 +15,56 @@ void cg_push(int **arr, int *n, int v) {
   (*arr)[(*n)++] = v;
 }
 
+/* ---- parts -------------------------------------------------------------------------- */
+
+int cg_n_parts(const cg_plan *p) { return p->train ? 3 * p->n_stages : p->n_stages; }
+
+int cg_part(const cg_plan *p, int stage, int phase) {
+  if (!p->train) return stage;
+  int S = p->n_stages;
+  return phase == IR_PHASE_FWD ? stage : phase == IR_PHASE_BWD ? 2 * S - 1 - stage : 2 * S + stage;
+}
+
+int cg_part_stage(const cg_plan *p, int part) {
+  int S = p->n_stages;
+  return !p->train || part < S ? part : part < 2 * S ? 2 * S - 1 - part : part - 2 * S;
+}
+
+int cg_part_phase(const cg_plan *p, int part) {
+  int S = p->n_stages;
+  return !p->train || part < S ? IR_PHASE_FWD : part < 2 * S ? IR_PHASE_BWD : IR_PHASE_UPD;
+}
+
+int cg_node_part(const ir_graph *g, const cg_plan *p, int node) {
+  return cg_part(p, p->node_stage[node], p->train ? g->nodes[node].phase : IR_PHASE_FWD);
+}
+
 /* ---- stage analysis --------------------------------------------------------------- */
 
+/* A training program's parts may only exchange values along the pipeline's edges. */
+static int check_training_flow(ir_graph *g, const cg_plan *p, const cg_stage_info *si) {
+  for (int q = 0; q < si->n_stages; q++) {
+    int st = cg_part_stage(p, q), ph = cg_part_phase(p, q);
+    if (ph == IR_PHASE_UPD && (si->n_in[q] || si->n_out[q])) {
+      int v = si->n_in[q] ? si->s_in[q][0] : si->s_out[q][0];
+      ir_error(g, "internal error: train: the update of stage %d %s '%s', which is not a parameter", st,
+               si->n_in[q] ? "reads" : "computes", g->values[v].name);
+      return -1;
+    }
+    for (int k = 0; ph == IR_PHASE_BWD && k < si->n_in[q]; k++) {
+      int v = si->s_in[q][k], src = si->vstage[v];
+      if (src >= 0 && cg_part_phase(p, src) == IR_PHASE_FWD && cg_part_stage(p, src) > st) {
+        ir_error(g, "internal error: train: the backward of stage %d reads '%s', computed by the forward of "
+                 "the later stage %d", st, g->values[v].name, cg_part_stage(p, src));
+        return -1;
+      }
+    }
+  }
+  return 0;
+}
+
 int cg_analyse_stages(ir_graph *g, const cg_plan *p, int allow_passthrough, const char *target, cg_stage_info *si) {
-  int S = p->n_stages, nv = g->n_values;
+  int S = cg_n_parts(p), nv = g->n_values;
   si->n_stages = S;
   si->vstage = ir_xmalloc(sizeof(int) * (size_t)(nv + 1));
   si->last_stage = ir_xmalloc(sizeof(int) * (size_t)(nv + 1));
@@ -38,7 +84,7 @@ int cg_analyse_stages(ir_graph *g, const cg_plan *p, int allow_passthrough, cons
     const ir_node *n = &g->nodes[i];
     if (n->dead) continue;
     for (int k = 0; k < n->n_out; k++)
-      if (n->out[k] >= 0) si->vstage[n->out[k]] = p->node_stage[i];
+      if (n->out[k] >= 0) si->vstage[n->out[k]] = cg_node_part(g, p, i);
   }
   /* every stage's set of used values, as marks per stage */
   char *used = ir_xcalloc((size_t)nv + 1, 1);
@@ -46,7 +92,7 @@ int cg_analyse_stages(ir_graph *g, const cg_plan *p, int allow_passthrough, cons
     memset(used, 0, (size_t)nv + 1);
     for (int i = 0; i < g->n_nodes; i++) {
       const ir_node *n = &g->nodes[i];
-      if (n->dead || p->node_stage[i] != s) continue;
+      if (n->dead || cg_node_part(g, p, i) != s) continue;
       for (int k = 0; k < n->n_in; k++) {
         int v = n->in[k];
         if (v < 0 || used[v]) continue;
@@ -105,7 +151,7 @@ int cg_analyse_stages(ir_graph *g, const cg_plan *p, int allow_passthrough, cons
       cg_push(&si->s_out[s], &si->n_out[s], v);
     }
   }
-  return 0;
+  return p->train ? check_training_flow(g, p, si) : 0;
 }
 
 void cg_free_stage_info(cg_stage_info *si) {
@@ -121,6 +167,59 @@ void cg_free_stage_info(cg_stage_info *si) {
   free(si->last_stage);
   free(si->out_index);
   free(si->passthrough);
+}
+
+/* ---- parameter memory -------------------------------------------------------------- */
+
+void cg_wlayout_build(cg_wlayout *wl, ir_graph *g, const cg_plan *p, const cg_stage_info *si, int stage) {
+  int nv = g->n_values;
+  memset(wl, 0, sizeof *wl);
+  wl->off = ir_xmalloc(sizeof(size_t) * ((size_t)nv + 1));
+  char *mark = ir_xcalloc((size_t)nv + 1, 1);
+  for (int i = 0; i < g->n_nodes; i++) {
+    const ir_node *n = &g->nodes[i];
+    if (n->dead || p->node_stage[i] != stage) continue;
+    for (int k = 0; k < n->n_in; k++)
+      if (n->in[k] >= 0 && g->values[n->in[k]].kind == IR_VAL_CONST) mark[n->in[k]] = 1;
+    for (int k = 0; p->train && k < n->n_out; k++)
+      if (n->out[k] >= 0 && g->values[n->out[k]].writeback >= 0) mark[g->values[n->out[k]].writeback] = 1;
+  }
+  /* graph outputs that are constants: copied out of the weights by the last part */
+  for (int q = 0; q < si->n_stages; q++)
+    if (cg_part_stage(p, q) == stage)
+      for (int k = 0; k < si->n_out[q]; k++) {
+        int v = si->s_out[q][k];
+        if (si->passthrough[v] && g->values[v].kind == IR_VAL_CONST) mark[v] = 1;
+      }
+  for (int v = 0; v < nv; v++) wl->off[v] = SIZE_MAX;
+  /* file-backed constants first; in a training program zero_init ones after the file */
+  for (int pass = 0; pass < 2; pass++) {
+    for (int v = 0; v < nv; v++) {
+      if (!mark[v] || (p->train && g->values[v].zero_init) != pass) continue;
+      wl->off[v] = wl->total_bytes;
+      cg_push(&wl->vals, &wl->n, v);
+      wl->total_bytes += cg_align_up(g->values[v].nbytes);
+    }
+    if (!pass) wl->file_bytes = wl->total_bytes;
+  }
+  free(mark);
+}
+
+void cg_wlayout_free(cg_wlayout *wl) {
+  free(wl->off);
+  free(wl->vals);
+  memset(wl, 0, sizeof *wl);
+}
+
+unsigned char *cg_wlayout_file(const cg_wlayout *wl, const ir_graph *g, uint64_t *sum) {
+  unsigned char *wbuf = ir_xcalloc(wl->file_bytes + 1, 1);
+  for (int k = 0; k < wl->n; k++) {
+    const ir_value *v = &g->values[wl->vals[k]];
+    if (wl->off[wl->vals[k]] < wl->file_bytes && v->nbytes && v->data)
+      memcpy(wbuf + wl->off[wl->vals[k]], v->data, v->nbytes); /* zero_init: zeros */
+  }
+  *sum = cg_checksum64(wbuf, wl->file_bytes);
+  return wbuf;
 }
 
 /* ---- arena planning ----------------------------------------------------------------- */
@@ -173,7 +272,7 @@ static void build_units(cg_stage *st) {
   ir_graph *g = st->g;
   int N = g->n_nodes;
   int *group = ir_xmalloc(sizeof(int) * (size_t)(N + 1)); /* node -> root of its unit, -1 not in stage */
-  for (int i = 0; i < N; i++) group[i] = (!g->nodes[i].dead && st->p->node_stage[i] == st->s) ? i : -1;
+  for (int i = 0; i < N; i++) group[i] = (!g->nodes[i].dead && cg_node_part(g, st->p, i) == st->s) ? i : -1;
   for (int i = 0; i < N; i++) {
     if (group[i] < 0) continue;
     const ir_node *n = &g->nodes[i];
@@ -185,7 +284,7 @@ static void build_units(cg_stage *st) {
       const ir_value *x = &g->values[v];
       int pnode = x->producer;
       if (x->kind != IR_VAL_ACT || pnode < 0 || group[pnode] != pnode) continue; /* other stage, or already merged */
-      if (!cg_is_eltwise(g, &g->nodes[pnode]) || x->n_uses != 1 || x->is_output) continue;
+      if (!cg_is_eltwise(g, &g->nodes[pnode]) || x->n_uses != 1 || x->is_output || x->writeback >= 0) continue;
       if (st->si->last_stage[v] > st->s) continue;
       if (!same_shape(&x->shape, &y->shape)) continue;
       /* merge the producer's unit into this node's */
@@ -240,32 +339,18 @@ static size_t plan_memory(cg_stage *st) {
     st->loc[si->s_in[s][k]] = CG_LOC_IN;
     st->off[si->s_in[s][k]] = (size_t)k;
   }
-  char *wmark = ir_xcalloc((size_t)nv + 1, 1);
   for (int k = 0; k < si->n_out[s]; k++) {
     int v = si->s_out[s][k];
-    if (si->passthrough[v]) {
-      if (g->values[v].kind == IR_VAL_CONST) wmark[v] = 1; /* copied out of the weights */
-      continue;
-    }
+    if (si->passthrough[v]) continue; /* a constant is copied out of the weights */
     st->loc[v] = CG_LOC_OUT;
     st->off[v] = (size_t)k;
   }
-  /* constants: in value order */
-  for (int u = 0; u < st->n_units; u++)
-    for (int m = 0; m < st->units[u].n_nodes; m++) {
-      const ir_node *n = &g->nodes[st->units[u].nodes[m]];
-      for (int k = 0; k < n->n_in; k++)
-        if (n->in[k] >= 0 && g->values[n->in[k]].kind == IR_VAL_CONST) wmark[n->in[k]] = 1;
+  /* constants: in the stage's parameter memory */
+  for (int v = 0; v < nv; v++)
+    if (st->wl->off[v] != SIZE_MAX && g->values[v].kind == IR_VAL_CONST) {
+      st->loc[v] = CG_LOC_W;
+      st->off[v] = st->wl->off[v];
     }
-  st->w_bytes = 0;
-  for (int v = 0; v < nv; v++) {
-    if (!wmark[v]) continue;
-    st->loc[v] = CG_LOC_W;
-    st->off[v] = st->w_bytes;
-    cg_push(&st->w_vals, &st->n_w, v);
-    st->w_bytes += cg_align_up(g->values[v].nbytes);
-  }
-  free(wmark);
   /* liveness over units */
   for (int u = 0; u < st->n_units; u++) {
     cg_unit *un = &st->units[u];
@@ -284,6 +369,12 @@ static size_t plan_memory(cg_stage *st) {
       st->root[n->out[0]] = st->root[n->in[0]];
     }
   }
+  /* write-backs are copied into their params after the last unit */
+  for (int v = 0; v < nv; v++)
+    if (g->values[v].writeback >= 0 && st->def_unit[v] >= 0) {
+      st->last_unit[v] = st->n_units - 1;
+      cg_push(&st->wb, &st->n_wb, v);
+    }
   for (int v = 0; v < nv; v++)
     if (st->root[v] != v && st->last_unit[v] > st->last_unit[st->root[v]]) st->last_unit[st->root[v]] = st->last_unit[v];
   /* arena: allocate outputs of each unit, then free what died at it */
@@ -311,14 +402,18 @@ static size_t plan_memory(cg_stage *st) {
   return cg_align_up(a.peak);
 }
 
-void cg_stage_open(cg_stage *st, ir_graph *g, const cg_plan *p, const cg_options *o, const cg_stage_info *si, int s) {
+void cg_stage_open(cg_stage *st, ir_graph *g, const cg_plan *p, const cg_options *o, const cg_stage_info *si,
+                   const cg_wlayout *wl, int s) {
   int nv = g->n_values;
   memset(st, 0, sizeof *st);
   st->g = g;
   st->p = p;
   st->o = o;
   st->si = si;
+  st->wl = wl;
   st->s = s;
+  st->stage = cg_part_stage(p, s);
+  st->phase = cg_part_phase(p, s);
   st->loc = ir_xcalloc((size_t)nv + 1, sizeof(int));
   st->off = ir_xcalloc((size_t)nv + 1, sizeof(size_t));
   st->root = ir_xcalloc((size_t)nv + 1, sizeof(int));
@@ -334,7 +429,7 @@ void cg_stage_close(cg_stage *st) {
     free(st->units[u].ext);
   }
   free(st->units);
-  free(st->w_vals);
+  free(st->wb);
   free(st->loc);
   free(st->off);
   free(st->root);
@@ -343,29 +438,18 @@ void cg_stage_close(cg_stage *st) {
   memset(st, 0, sizeof *st);
 }
 
-unsigned char *cg_stage_weights(const cg_stage *st, uint64_t *sum) {
-  unsigned char *wbuf = ir_xcalloc(st->w_bytes + 1, 1);
-  for (int k = 0; k < st->n_w; k++) {
-    const ir_value *v = &st->g->values[st->w_vals[k]];
-    if (v->nbytes && v->data) memcpy(wbuf + st->off[st->w_vals[k]], v->data, v->nbytes); /* zero_init: zeros */
-  }
-  *sum = cg_checksum64(wbuf, st->w_bytes);
-  return wbuf;
-}
-
-int cg_stage_nodes(const cg_stage *st, char *nm, size_t nm_len) {
-  const ir_graph *g = st->g;
+int cg_stage_nodes(const ir_graph *g, const cg_plan *p, int stage, char *nm, size_t nm_len) {
   int first = -1, last = -1, count = 0;
   for (int i = 0; i < g->n_nodes; i++)
-    if (!g->nodes[i].dead && st->p->node_stage[i] == st->s) {
+    if (!g->nodes[i].dead && p->node_stage[i] == stage && (!p->train || g->nodes[i].phase == IR_PHASE_FWD)) {
       if (first < 0) first = i;
       last = i;
-      count++;
     }
+  for (int i = 0; i < g->n_nodes; i++) count += !g->nodes[i].dead && p->node_stage[i] == stage;
   if (first >= 0) {
     char a[200], b[200];
-    snprintf(nm, nm_len, "stage_%d (%s .. %s)", st->s, ir_printable(g->nodes[first].name, 60, a, sizeof a),
+    snprintf(nm, nm_len, "stage_%d (%s .. %s)", stage, ir_printable(g->nodes[first].name, 60, a, sizeof a),
              ir_printable(g->nodes[last].name, 60, b, sizeof b));
-  } else snprintf(nm, nm_len, "stage_%d", st->s);
+  } else snprintf(nm, nm_len, "stage_%d", stage);
   return count;
 }

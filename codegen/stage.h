@@ -9,7 +9,13 @@
  *   - the memory plan: every value the stage touches gets a location (weights at
  *     64-byte aligned offsets in value order, stage input/output slot, or an arena
  *     offset planned first-fit by liveness over units; aliases share their root's).
- * Nothing here depends on hash order or addresses. */
+ * Nothing here depends on hash order or addresses.
+ *
+ * Parts. An inference plan has one part per stage: part s is stage s. A training
+ * program (cg_plan.train) has three per stage, numbered so that values only flow to
+ * higher parts: the forward part of stage s is part s, its backward part 2S-1-s, its
+ * update part 2S+s (S stages). The boundary analysis and the units and memory plan
+ * work on parts; a stage's parts share one parameter memory (cg_wlayout). */
 #ifndef PIPECC_CODEGEN_STAGE_H
 #define PIPECC_CODEGEN_STAGE_H
 #include <stddef.h>
@@ -27,6 +33,7 @@ void cg_push(int **arr, int *n, int v);
 /* Where a value lives during a stage. */
 enum { CG_LOC_NONE = 0, CG_LOC_W, CG_LOC_IN, CG_LOC_OUT, CG_LOC_A };
 
+
 typedef struct {
   int root;           /* node index of the unit's root */
   int *nodes;         /* members in graph order (root last) */
@@ -36,30 +43,58 @@ typedef struct {
   int alias;          /* emits no code: its output lives in its input's memory */
 } cg_unit;
 
+int cg_n_parts(const cg_plan *p);
+int cg_part(const cg_plan *p, int stage, int phase);   /* phase: IR_PHASE_* */
+int cg_part_stage(const cg_plan *p, int part);
+int cg_part_phase(const cg_plan *p, int part);
+int cg_node_part(const ir_graph *g, const cg_plan *p, int node);
+
 typedef struct {
-  int n_stages;
-  int *vstage;        /* [n_values] stage producing the value; -1 graph input, -2 constant */
-  int *last_stage;    /* [n_values] last stage using it (or n_stages for graph outputs) */
-  int **s_in, *n_in;  /* per stage: input values */
-  int **s_out, *n_out;/* per stage: output values */
-  int *out_index;     /* [n_values] index in its producing stage's outputs, else -1 */
+  int n_stages;       /* parts (cg_n_parts); the arrays below are indexed by part */
+  int *vstage;        /* [n_values] part producing the value; -1 graph input, -2 constant */
+  int *last_stage;    /* [n_values] last part using it (or n_stages for graph outputs) */
+  int **s_in, *n_in;  /* per part: input values */
+  int **s_out, *n_out;/* per part: output values */
+  int *out_index;     /* [n_values] index in its producing part's outputs, else -1 */
   char *passthrough;  /* [n_values] a graph output that is a constant or a graph input:
-                       * the last stage copies it to its output (all 0 unless allowed) */
+                       * the last part copies it to its output (all 0 unless allowed) */
 } cg_stage_info;
 
-/* Boundaries of every stage of plan p. allow_passthrough: graph outputs that are
- * constants or graph inputs become outputs of the last stage (cpu); otherwise they are
- * an error naming `target`. Returns 0, or -1 after printing an error; free si with
- * cg_free_stage_info either way. */
+/* Boundaries of every part of plan p. allow_passthrough: graph outputs that are
+ * constants or graph inputs become outputs of the last part (cpu); otherwise they are
+ * an error naming `target`. A training program's update parts must have no inputs or
+ * outputs (they read and write parameters only), and a backward part may read the
+ * forward outputs of its own and earlier stages only. Returns 0, or -1 after printing
+ * an error; free si with cg_free_stage_info either way. */
 int cg_analyse_stages(ir_graph *g, const cg_plan *p, int allow_passthrough, const char *target, cg_stage_info *si);
 void cg_free_stage_info(cg_stage_info *si);
+
+/* A stage's parameter memory: the constants its parts read (and, in a training program,
+ * the params they write back into), 64-byte aligned, in value order; in a training
+ * program the zero_init constants come last and are not part of the weights file. */
+typedef struct {
+  size_t *off;        /* [n_values] byte offset, or SIZE_MAX if not in this stage */
+  int *vals;          /* the values, in memory order */
+  int n;
+  size_t file_bytes;  /* bytes of weights_K.bin: the first part of the memory */
+  size_t total_bytes; /* the whole parameter memory */
+} cg_wlayout;
+
+/* The layout of stage `stage` (all its parts). Free with cg_wlayout_free. */
+void cg_wlayout_build(cg_wlayout *wl, ir_graph *g, const cg_plan *p, const cg_stage_info *si, int stage);
+void cg_wlayout_free(cg_wlayout *wl);
+/* The weights file's bytes (file_bytes, at least one byte allocated; caller frees) and
+ * its checksum (cg_checksum64). */
+unsigned char *cg_wlayout_file(const cg_wlayout *wl, const ir_graph *g, uint64_t *sum);
 
 typedef struct {
   ir_graph *g;
   const cg_plan *p;
   const cg_options *o;
   const cg_stage_info *si;
-  int s;
+  const cg_wlayout *wl;
+  int s;              /* the part (index into si) */
+  int stage, phase;   /* its stage and phase (IR_PHASE_FWD for inference) */
   /* per value */
   int *loc;           /* CG_LOC_* */
   size_t *off;        /* CG_LOC_W/CG_LOC_A: byte offset; CG_LOC_IN/CG_LOC_OUT: index */
@@ -67,19 +102,18 @@ typedef struct {
   int *def_unit, *last_unit;
   cg_unit *units;
   int n_units;
-  int *w_vals;        /* the constants in weights_K.bin, in value order */
-  int n_w;
-  size_t w_bytes;
+  int *wb;            /* the part's write-backs: values it defines with ir_value.writeback set, */
+  int n_wb;           /* in value order; they live until the end of the part */
   size_t arena;       /* arena bytes the values need (CG_ALIGN multiple) */
 } cg_stage;
 
-/* Units and memory plan of stage s (st->arena set). Free with cg_stage_close. */
-void cg_stage_open(cg_stage *st, ir_graph *g, const cg_plan *p, const cg_options *o, const cg_stage_info *si, int s);
+/* Units and memory plan of part s, whose stage has parameter memory wl (st->arena
+ * set). Free with cg_stage_close. */
+void cg_stage_open(cg_stage *st, ir_graph *g, const cg_plan *p, const cg_options *o, const cg_stage_info *si,
+                   const cg_wlayout *wl, int s);
 void cg_stage_close(cg_stage *st);
-/* The stage's weights_K.bin contents (w_bytes, at least one byte allocated; caller
- * frees) and its checksum (cg_checksum64). */
-unsigned char *cg_stage_weights(const cg_stage *st, uint64_t *sum);
-/* The stage's node count, and its display name "stage_K (first .. last node)" into nm. */
-int cg_stage_nodes(const cg_stage *st, char *nm, size_t nm_len);
+/* The stage's node count (all its parts), and its display name "stage_K (first .. last
+ * node)" into nm. */
+int cg_stage_nodes(const ir_graph *g, const cg_plan *p, int stage, char *nm, size_t nm_len);
 
 #endif

@@ -35,7 +35,7 @@
 extern "C" {
 #endif
 
-#define PIPERT_ABI_VERSION 1
+#define PIPERT_ABI_VERSION 2
 #define PIPERT_MAX_RANK 8
 
 /* Element types: ONNX TensorProto.DataType codes. */
@@ -53,6 +53,32 @@ typedef struct pipert_tensor_desc {
   int64_t dims[PIPERT_MAX_RANK];   /* dims[0] = micro-batch size */
   size_t nbytes;
 } pipert_tensor_desc;
+
+/* Training: the parameters a stage holds in writable memory (its "parameter memory",
+ * param_bytes long: the weights file's bytes, then zeros). Kinds (ir_param_kind):
+ *   WEIGHT    a trained initializer (its ONNX name);
+ *   BUFFER    an initializer the forward pass updates (BatchNorm running statistics);
+ *   OPTSTATE  optimizer state "state/<weight>/momentum|m|v|step";
+ *   GRAD      "grad/<weight>": the weight's gradient summed over the step's micro-batches
+ *             (zero_grads clears it; backward adds to it; step reads it);
+ *   HYPER     a scalar hyperparameter "hyper/lr|momentum|weight_decay|beta1|beta2|eps".
+ * A stage that updates a param is its owner; another stage that reads the same weight
+ * holds a copy (owner 0), which the runtime refreshes from the owner after each step. */
+enum pipert_param_kind {
+  PIPERT_PARAM_WEIGHT = 1, PIPERT_PARAM_BUFFER = 2, PIPERT_PARAM_OPTSTATE = 3, PIPERT_PARAM_GRAD = 4,
+  PIPERT_PARAM_HYPER = 5
+};
+
+typedef struct pipert_param_desc {
+  const char *name;
+  int kind;                        /* enum pipert_param_kind */
+  int dtype;
+  int rank;                        /* 0 for a scalar */
+  int64_t dims[PIPERT_MAX_RANK];
+  size_t nbytes;
+  size_t offset;                   /* in the stage's parameter memory */
+  int owner;                       /* 1: updated by this stage; 0: a copy of the owner's */
+} pipert_param_desc;
 
 /* One stage, emitted in stage_K.c as `const pipert_stage_desc pipecc_stage_K`. */
 typedef struct pipert_stage_desc {
@@ -77,26 +103,47 @@ typedef struct pipert_stage_desc {
    * then stops with an error). */
   int (*forward)(void *state, const void *const *in, void *const *out);
   void (*fini)(void *state);       /* may be NULL */
+  /* ---- training programs only (NULL / 0 in an inference build) ---- */
+  size_t param_bytes;              /* parameter memory: weights_bytes of the file, then zeros */
+  int n_bwd_inputs, n_bwd_outputs;
+  const pipert_tensor_desc *bwd_inputs;  /* backward()'s in[] order */
+  const pipert_tensor_desc *bwd_outputs; /* backward()'s out[]: gradients for earlier stages */
+  /* backward: one micro-batch's gradients; adds the weights' gradients to the GRAD params.
+   * in[] holds what pipert_stage_plan.bwd_input_src names (the stage's own forward outputs
+   * of that micro-batch, earlier stages' outputs it received, graph inputs, later stages'
+   * backward outputs). */
+  int (*backward)(void *state, const void *const *in, void *const *out);
+  int (*step)(void *state);        /* the optimizer update from the GRAD params */
+  int (*zero_grads)(void *state);  /* GRAD params to zero (before a step's first backward) */
+  int n_params;
+  const pipert_param_desc *params;
+  /* Copy nbytes at offset of the parameter memory to (write 0) or from (write 1) host. */
+  int (*param_io)(void *state, int write, size_t offset, void *host, size_t nbytes);
 } pipert_stage_desc;
 
-/* Where a value comes from: stage >= 0: output `index` of that stage;
- * stage == PIPERT_GRAPH_INPUT: graph input `index`. */
+/* Where a value comes from: stage >= 0: forward output `index` of that stage (phase 0)
+ * or backward output `index` (phase 1); stage == PIPERT_GRAPH_INPUT: graph input `index`. */
 #define PIPERT_GRAPH_INPUT (-1)
-typedef struct pipert_ref { int stage; int index; } pipert_ref;
+typedef struct pipert_ref { int stage; int index; int phase; } pipert_ref;
 
 /* Per-stage instruction stream for one round; mb is the micro-batch index
  * within the round (0..M-1). Inference uses RECV_ACT, FWD, SEND_ACT only:
- *   RECV_ACT mb: wait for all inputs of micro-batch mb;
- *   FWD mb:      run forward() on it;
- *   SEND_ACT mb: hand its outputs to consumers (and to graph outputs).
- * A stage may receive at most one micro-batch ahead of the one it runs (RECV mb+1
- * before FWD mb is fine, RECV mb+2 is not): the in-flight buffers per edge are sized
- * for that. Micro-batches must appear in increasing order for each opcode.
- * The other opcodes are reserved for training and rejected by this runtime. */
+ *   RECV_ACT mb:  wait for all inputs of micro-batch mb from earlier stages;
+ *   FWD mb:       run forward() on it (graph outputs it computes are stored now);
+ *   SEND_ACT mb:  hand its outputs to the later stages that read them.
+ * An inference stage may receive at most one micro-batch ahead of the one it runs
+ * (RECV mb+1 before FWD mb is fine, RECV mb+2 is not): the in-flight buffers per edge
+ * are sized for that. Micro-batches must appear in increasing order for each opcode.
+ * A training round is one optimizer step; it adds, per micro-batch,
+ *   RECV_GRAD mb: wait for the gradients of mb from later stages;
+ *   BWD mb:       run backward() on it (after its FWD);
+ *   SEND_GRAD mb: hand its gradients to the earlier stages that read them;
+ * and once, after every BWD: ALLREDUCE (sum the GRAD params over the stage's replicas;
+ * only when it has several) and STEP. BWD_W is reserved. */
 typedef enum pipert_opcode {
   PIPERT_OP_NOP = 0,
   PIPERT_OP_RECV_ACT, PIPERT_OP_FWD, PIPERT_OP_SEND_ACT,
-  PIPERT_OP_RECV_GRAD, PIPERT_OP_BWD_X, PIPERT_OP_BWD_W, PIPERT_OP_SEND_GRAD,
+  PIPERT_OP_RECV_GRAD, PIPERT_OP_BWD, PIPERT_OP_BWD_W, PIPERT_OP_SEND_GRAD,
   PIPERT_OP_ALLREDUCE, PIPERT_OP_STEP
 } pipert_opcode;
 typedef struct pipert_instr { int op; int mb; } pipert_instr;
@@ -107,7 +154,23 @@ typedef struct pipert_stage_plan {
   int replicas;                    /* >= 1; replica r runs the micro-batches with mb % replicas == r */
   const pipert_instr *program;     /* one round for pipert_pipeline.microbatches micro-batches; */
   int program_len;                 /* NULL/0: the runtime uses RECV,FWD,SEND for mb 0..M-1 */
+  const pipert_ref *bwd_input_src; /* training: stage->n_bwd_inputs entries */
 } pipert_stage_plan;
+
+/* --export-onnx: where the model's trained initializers are, so that the runtime can
+ * write a copy of the model with the trained values (same bytes everywhere else). */
+typedef struct pipert_export_entry {
+  const char *name;                /* initializer (a WEIGHT or BUFFER param) */
+  const char *file;                /* NULL: in the model file; else an external data file,
+                                    * relative to the model's folder */
+  uint64_t offset, nbytes;         /* its raw little-endian data in that file */
+} pipert_export_entry;
+typedef struct pipert_export_desc {
+  const char *model_path;          /* absolute path at compile time */
+  uint64_t model_bytes, model_hash;/* size and pipert_checksum64 of the model file */
+  int n;
+  const pipert_export_entry *entries;
+} pipert_export_desc;
 
 typedef struct pipert_pipeline {
   int abi_version;                 /* PIPERT_ABI_VERSION */
@@ -123,6 +186,14 @@ typedef struct pipert_pipeline {
   int batch_dim;                   /* must be 0 */
   double predicted_bubble;         /* the plan's bubble fraction, printed by --bench */
   const char *schedule;            /* "gpipe", "1f1b", ...: for messages */
+  /* ---- training programs (`pipeline train`; 0 / -1 / NULL for inference) ---- */
+  int training;
+  int loss_output;                 /* graph output holding each micro-batch's loss, shape [1] */
+  int loss_sum;                    /* a step's loss is the sum of its micro-batches' (else their mean) */
+  int logits_output;               /* graph output with the logits (classification), else -1 */
+  int labels_input;                /* graph input with the labels, else -1 */
+  const char *optimizer;           /* "sgd", "adam", "adamw" */
+  const pipert_export_desc *export_info; /* NULL: --export-onnx is not available */
 } pipert_pipeline;
 
 /* The pipeline binary's main. Command line:

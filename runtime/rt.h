@@ -64,6 +64,10 @@ typedef struct rt_options {
 typedef struct rt_stats {
   double wall_s;
   double *busy_s;                  /* per stage, summed over replicas */
+  size_t *peak_bytes;              /* per stage (max over replicas): output buffers the run held at
+                                    * once (forward sets incl. stashed activations, gradient sets);
+                                    * NULL: not wanted */
+  int *peak_sets;                  /* per stage: forward output sets held at once; NULL: not wanted */
 } rt_stats;
 
 void rt_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));  /* "pipeline: ..." + \n to stderr */
@@ -96,6 +100,14 @@ int rt_threads_run(rt_exec *ex, const rt_array *in, rt_array *out, int64_t T, rt
  * (micro-batch g reads and writes slot g % period). 0 restores the default (period = T). */
 void rt_threads_set_period(rt_exec *ex, int64_t period);
 void rt_threads_destroy(rt_exec *ex);
+/* The state of a stage's replica (for param_io between runs). */
+void *rt_threads_state(rt_exec *ex, int stage, int replica);
+
+/* ---- training (rt_train.c) ------------------------------------------------ */
+
+/* `pipeline train ...`: argv without the program name and "train". Returns the exit
+ * status (0, 1 a stage failed, 2 a user error). */
+int rt_train_main(const pipert_pipeline *p, int argc, char **argv);
 
 /* MPI (transport_mpi.c; a stub that reports the missing support without MPI). */
 int rt_mpi_compiled(void);

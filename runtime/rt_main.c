@@ -86,6 +86,50 @@ void rt_install_crash_handler(void) {
 
 /* ---- plan checks --------------------------------------------------------- */
 
+static const char *op_name(int op) {
+  static const char *const names[] = {"NOP", "RECV_ACT", "FWD", "SEND_ACT", "RECV_GRAD", "BWD", "BWD_W",
+                                      "SEND_GRAD", "ALLREDUCE", "STEP"};
+  return op >= 0 && op <= PIPERT_OP_STEP ? names[op] : "?";
+}
+
+/* Stage s's program: per opcode micro-batches 0..M-1 in increasing order (each
+ * receive and send opcode present for all or none), RECV before FWD before SEND of a
+ * micro-batch (an inference stage receives at most one micro-batch ahead); training:
+ * RECV_GRAD before BWD before SEND_GRAD, FWD of a micro-batch before its BWD, and
+ * after the last BWD one STEP, preceded by one ALLREDUCE exactly when the stage has
+ * replicas. Writes the first problem into e. */
+static void check_program(const pipert_pipeline *p, int s, char *e, size_t elen) {
+  const pipert_stage_plan *sp = &p->stages[s];
+  int M = p->microbatches, next[PIPERT_OP_STEP + 1] = {0}, has[PIPERT_OP_STEP + 1] = {0}, steps = 0, allreduces = 0;
+  for (int i = 0; i < sp->program_len; i++) has[sp->program[i].op] = 1;
+  for (int i = 0; i < sp->program_len && !e[0]; i++) {
+    int op = sp->program[i].op, mb = sp->program[i].mb;
+    if (op == PIPERT_OP_NOP) continue;
+    if (op == PIPERT_OP_STEP || op == PIPERT_OP_ALLREDUCE) {
+      if (next[PIPERT_OP_BWD] != M || steps || (op == PIPERT_OP_ALLREDUCE && allreduces))
+        snprintf(e, elen, "stage %d: instruction %d: %s out of place", s, i, op_name(op));
+      if (op == PIPERT_OP_STEP) steps++;
+      else allreduces++;
+      continue;
+    }
+    int bad = mb != next[op] || (op == PIPERT_OP_FWD && has[PIPERT_OP_RECV_ACT] && next[PIPERT_OP_RECV_ACT] <= mb) ||
+              (op == PIPERT_OP_SEND_ACT && next[PIPERT_OP_FWD] <= mb) ||
+              (op == PIPERT_OP_RECV_ACT && !p->training && mb > next[PIPERT_OP_FWD] + 1) ||
+              (op == PIPERT_OP_BWD && (next[PIPERT_OP_FWD] <= mb ||
+                                       (has[PIPERT_OP_RECV_GRAD] && next[PIPERT_OP_RECV_GRAD] <= mb))) ||
+              (op == PIPERT_OP_SEND_GRAD && next[PIPERT_OP_BWD] <= mb);
+    if (bad) snprintf(e, elen, "stage %d: instruction %d: %s of micro-batch %d out of order", s, i, op_name(op), mb);
+    next[op]++;
+  }
+  for (int op = PIPERT_OP_RECV_ACT; op <= PIPERT_OP_SEND_GRAD && !e[0]; op++) {
+    int required = op == PIPERT_OP_FWD || (p->training ? op == PIPERT_OP_BWD : op <= PIPERT_OP_SEND_ACT);
+    if ((required || has[op]) && next[op] != M)
+      snprintf(e, elen, "stage %d: the program's %s does not cover micro-batches 0..%d", s, op_name(op), M - 1);
+  }
+  if (!e[0] && p->training && (steps != 1 || allreduces != (sp->replicas > 1)))
+    snprintf(e, elen, "stage %d: the program needs one STEP%s", s, sp->replicas > 1 ? " after one ALLREDUCE" : "");
+}
+
 int rt_validate_plan(const pipert_pipeline *p) {
   char e[512] = "";
   if (p->abi_version != PIPERT_ABI_VERSION)
@@ -116,29 +160,33 @@ int rt_validate_plan(const pipert_pipeline *p) {
         break;
       }
     }
+    if (!e[0] && p->training && (!d->backward || !d->step || !d->zero_grads || !d->param_io || !sp->program ||
+                                 (d->n_bwd_inputs && !sp->bwd_input_src)))
+      snprintf(e, sizeof e, "stage %d: a training stage needs backward, step, zero_grads, param_io, a program "
+               "and its backward sources", s);
+    for (int k = 0; !e[0] && p->training && k < d->n_bwd_inputs; k++) {
+      pipert_ref r = sp->bwd_input_src[k];
+      const pipert_tensor_desc *src =
+          r.stage == PIPERT_GRAPH_INPUT ? (r.index >= 0 && r.index < p->n_inputs ? &p->inputs[r.index] : NULL)
+          : r.phase == 0 && r.stage >= 0 && r.stage <= s && r.index >= 0 && r.index < p->stages[r.stage].stage->n_outputs
+              ? &p->stages[r.stage].stage->outputs[r.index]
+          : r.phase == 1 && r.stage > s && r.stage < p->n_stages && r.index >= 0 &&
+                  r.index < p->stages[r.stage].stage->n_bwd_outputs
+              ? &p->stages[r.stage].stage->bwd_outputs[r.index] : NULL;
+      if (!src || src->nbytes != d->bwd_inputs[k].nbytes || src->dtype != d->bwd_inputs[k].dtype)
+        snprintf(e, sizeof e, "stage %d backward input %d: bad source (%d, %d, phase %d)", s, k, r.stage, r.index,
+                 r.phase);
+    }
     for (int i = 0; !e[0] && i < sp->program_len; i++) {
       int op = sp->program[i].op;
-      if (op != PIPERT_OP_NOP && op != PIPERT_OP_RECV_ACT && op != PIPERT_OP_FWD && op != PIPERT_OP_SEND_ACT)
-        snprintf(e, sizeof e, "stage %d: instruction %d: opcode %d is for training, which this runtime does not run",
-                 s, i, op);
+      if (op < PIPERT_OP_NOP || op > PIPERT_OP_STEP || op == PIPERT_OP_BWD_W ||
+          (!p->training && op > PIPERT_OP_SEND_ACT))
+        snprintf(e, sizeof e, "stage %d: instruction %d: opcode %d is not %s", s, i, op,
+                 p->training ? "a training opcode this runtime runs" : "an inference opcode");
       else if (sp->program[i].mb < 0 || sp->program[i].mb >= p->microbatches)
         snprintf(e, sizeof e, "stage %d: instruction %d: micro-batch %d out of range", s, i, sp->program[i].mb);
     }
-    /* Each micro-batch: RECV_ACT, FWD, SEND_ACT once each, in that order, in
-     * increasing micro-batch order per opcode, received at most one ahead. */
-    int next[4] = {0, 0, 0, 0};
-    for (int i = 0; !e[0] && i < sp->program_len; i++) {
-      int op = sp->program[i].op, mb = sp->program[i].mb;
-      if (op == PIPERT_OP_NOP) continue;
-      if (mb != next[op] || (op > PIPERT_OP_RECV_ACT && next[op - 1] <= mb) ||
-          (op == PIPERT_OP_RECV_ACT && mb > next[PIPERT_OP_FWD] + 1))
-        snprintf(e, sizeof e, "stage %d: instruction %d: %s of micro-batch %d out of order", s, i,
-                 op == PIPERT_OP_RECV_ACT ? "RECV_ACT" : op == PIPERT_OP_FWD ? "FWD" : "SEND_ACT", mb);
-      next[op]++;
-    }
-    if (!e[0] && sp->program_len > 0 &&
-        (next[1] != p->microbatches || next[2] != p->microbatches || next[3] != p->microbatches))
-      snprintf(e, sizeof e, "stage %d: the program does not cover micro-batches 0..%d", s, p->microbatches - 1);
+    if (!e[0] && sp->program_len > 0) check_program(p, s, e, sizeof e);
   }
   for (int o = 0; !e[0] && o < p->n_outputs; o++) {
     pipert_ref r = p->output_src[o];
@@ -371,8 +419,9 @@ static void usage(const char *argv0) {
   fprintf(stderr,
           "usage: %s --input [NAME=]FILE.npy|FILE.npz ... --output FILE.npy|FILE.npz|DIR\n"
           "       [--microbatches M] [--bench N [--stream]] [--threads-per-stage T] [--pin]\n"
-          "       [--weights-dir DIR] [--transport auto|threads|mpi] [--timeout SECONDS]\n",
-          argv0);
+          "       [--weights-dir DIR] [--transport auto|threads|mpi] [--timeout SECONDS]\n"
+          "       (a training program: %s train --help)\n",
+          argv0, argv0);
 }
 
 static int parse_int(const char *opt, const char *v, int min, int *out) {
@@ -436,7 +485,7 @@ static int run_threads(const pipert_pipeline *p, const rt_options *o) {
   int rc = rt_load_inputs(p, o, in, &T);
   if (!rc) rc = rt_threads_create(p, o, M, &ex);
   if (!rc) rc = rt_alloc_outputs(p, T, out);
-  rt_stats st = {0, calloc((size_t)p->n_stages, sizeof(double))};
+  rt_stats st = {0, calloc((size_t)p->n_stages, sizeof(double)), NULL, NULL};
   if (!rc) rc = rt_threads_run(ex, in, out, T, &st);
   if (!rc && o->bench) {
     double *busy = calloc((size_t)p->n_stages, sizeof(double)), wall = 0;
@@ -485,6 +534,15 @@ int pipert_main(int argc, char **argv, const pipert_pipeline *p) {
   rt_options o;
   rt_install_crash_handler();
   if (rt_validate_plan(p)) return 2;
+  int train_cmd = argc > 1 && !strcmp(argv[1], "train");
+  if (train_cmd != !!p->training) {
+    if (p->training)
+      rt_errorf("this is a training program (pipecc --train): run `%s train --data X.npy --labels Y.npy --steps N ...` "
+                "(see %s train --help)", argv[0], argv[0]);
+    else rt_errorf("`train`: this pipeline was compiled for inference; compile the model with pipecc --train");
+    return 2;
+  }
+  if (train_cmd) return rt_train_main(p, argc - 2, argv + 2);
   int rc = parse_args(argc, argv, &o) ? 2 : 0;
   if (!rc && o.n_inputs == 0 && p->n_inputs > 0) {
     rt_errorf("no --input given (the pipeline has %d input%s)", p->n_inputs, p->n_inputs == 1 ? "" : "s");

@@ -20,6 +20,7 @@
 #include "passes/pass.h"
 #include "passes/plan_ir.h"
 #include "passes/plan_json.h"
+#include "runtime/pipert.h"
 #include "tools/report_html.h"
 
 static void usage(FILE *f) {
@@ -49,15 +50,18 @@ static void usage(FILE *f) {
       "  --link-latency-us US   latency of every link; --intra-link-latency-us / --inter-link-latency-us\n"
       "  --memory-limit BYTES   per-device memory limit (K/M/G suffixes; default: the device's)\n"
       "  --no-replicate         one device per stage (no data-parallel stage replicas)\n"
-      "  --train                plan for training (backward, weight gradients, optimizer state)\n"
+      "  --train                compile a pipelined training program: forward, backward and optimizer\n"
+      "                         step of every stage, run by `DIR/pipeline train` (see Training)\n"
       "  --no-tf32              cost (and on cuda, run) float32 GEMMs without TF32\n"
       "\n"
-      "Training step (--train with any option below, or with --emit=ir): compile one SGD/Adam\n"
-      "step as a pure function: inputs + labels -> loss, grad/W and new/W per weight W\n"
+      "Training (--train; --train-step compiles instead ONE step as a pure function: inputs +\n"
+      "labels -> loss, grad/W and new/W per weight W, run like an inference model):\n"
       "  --loss L               cross-entropy (default; labels int64) | mse | NAME of a scalar value\n"
       "  --labels NAME          name of the added labels input (default labels)\n"
       "  --optimizer O          sgd (default) | adam | adamw\n"
       "  --lr X --momentum X --nesterov --weight-decay X --beta1 X --beta2 X --eps X\n"
+      "                         (lr, momentum, weight decay, betas and eps can be changed when running;\n"
+      "                         momentum and weight decay only if compiled non-zero)\n"
       "\n"
       "Output:\n"
       "  -o, --out DIR          write plan.json, report.html, the stage sources and DIR/pipeline\n"
@@ -85,7 +89,9 @@ static void usage(FILE *f) {
 static struct {
   pass_opts *opts;
   char *cmdline;
-  int *even_stage, *even_reps, *reps;
+  int *even_stage, *even_reps, *reps, *train_stage;
+  cg_instr **progs;
+  int *prog_len, n_progs;
   ir_graph *g;
   pass_planned *pl;
 } owned;
@@ -101,6 +107,10 @@ static void free_owned(void) {
   free(owned.even_stage);
   free(owned.even_reps);
   free(owned.reps);
+  free(owned.train_stage);
+  for (int k = 0; k < owned.n_progs; k++) free(owned.progs[k]);
+  free(owned.progs);
+  free(owned.prog_len);
   if (owned.pl) pass_planned_free(owned.pl);
   ir_graph_free(owned.g);
 }
@@ -273,6 +283,37 @@ static void print_plan_table(FILE *f, const ir_graph *g, const pass_planned *pl,
           p->predicted_speedup, pl->antichain_partition_ms);
 }
 
+/* The training program's instruction streams for the final stages (the plan's, or
+ * PIPECC_SPLIT's), checked, as runtime opcodes. Returns 0, or -1 (internal error). */
+static int training_programs(pass_schedule_kind kind, cg_plan *cp) {
+  static const int opcode[] = {[PASS_OP_FWD] = PIPERT_OP_FWD, [PASS_OP_BWD] = PIPERT_OP_BWD,
+                               [PASS_OP_SEND_ACT] = PIPERT_OP_SEND_ACT, [PASS_OP_RECV_ACT] = PIPERT_OP_RECV_ACT,
+                               [PASS_OP_SEND_GRAD] = PIPERT_OP_SEND_GRAD, [PASS_OP_RECV_GRAD] = PIPERT_OP_RECV_GRAD,
+                               [PASS_OP_ALLREDUCE] = PIPERT_OP_ALLREDUCE, [PASS_OP_STEP] = PIPERT_OP_STEP};
+  int S = cp->n_stages;
+  pass_stream *streams = calloc((size_t)S, sizeof *streams);
+  char err[512];
+  int rc = pass_schedule_build(kind, S, cp->microbatches, 1, cp->replicas, streams) ? -1 : 0;
+  if (!rc && pass_schedule_check(S, streams, err, sizeof err)) {
+    fprintf(stderr, "pipecc: internal error: training schedule: %s\n", err);
+    rc = -1;
+  }
+  owned.n_progs = S;
+  owned.progs = calloc((size_t)S, sizeof *owned.progs);
+  owned.prog_len = calloc((size_t)S, sizeof *owned.prog_len);
+  for (int k = 0; !rc && k < S; k++) {
+    owned.progs[k] = calloc((size_t)streams[k].n + 1, sizeof(cg_instr));
+    owned.prog_len[k] = streams[k].n;
+    for (int i = 0; i < streams[k].n; i++)
+      owned.progs[k][i] = (cg_instr){opcode[streams[k].v[i].op], streams[k].v[i].mb < 0 ? 0 : streams[k].v[i].mb};
+  }
+  pass_streams_free(streams, S);
+  free(streams);
+  cp->programs = (const cg_instr *const *)owned.progs;
+  cp->program_len = owned.prog_len;
+  return rc;
+}
+
 int main(int argc, char **argv) {
   const char *model = NULL, *emit = NULL, *out_dir = NULL, *target = "cpu", *device_name = NULL;
   const char *profile_path = NULL, *link_name = NULL, *inter_link_name = NULL;
@@ -283,9 +324,11 @@ int main(int argc, char **argv) {
   uint64_t mem_limit = 0;
   pass_schedule_kind schedule = PASS_SCHED_1F1B;
   static pass_opts opts; /* static: free_owned reads it after main returns */
-  pass_train_opts topts; /* ---- training step (passes/autodiff.h) ---- */
+  pass_train_opts topts; /* ---- training (passes/autodiff.h) ---- */
   pass_train_opts_default(&topts);
-  int train_step = 0;
+  int train_step = 0;     /* --train-step: one step as a function */
+  pass_train_info tinfo;
+  memset(&tinfo, 0, sizeof tinfo);
   opts.shapes = calloc((size_t)argc, sizeof *opts.shapes);
   opts.dims = calloc((size_t)argc, sizeof *opts.dims);
   owned.opts = &opts;
@@ -378,21 +421,21 @@ int main(int argc, char **argv) {
     } else if (IS("--train")) {
       train = 1;
       /* ---- training block (passes/autodiff.h) ---- */
+    } else if (IS("--train-step")) {
+      train = train_step = 1;
     } else if (IS("--loss") || IS("--labels") || IS("--optimizer")) {
       const char *v = NEXT();
-      train_step = 1;
       if (IS("--loss")) topts.loss = v;
       else if (IS("--labels")) topts.labels = v;
       else if (strcmp(v, "sgd") && strcmp(v, "adam") && strcmp(v, "adamw"))
         return cli_error("unknown --optimizer '%s' (sgd, adam, adamw)", v);
       else topts.optimizer = v;
     } else if (IS("--nesterov")) {
-      topts.nesterov = train_step = 1;
+      topts.nesterov = 1;
     } else if (IS("--lr") || IS("--momentum") || IS("--weight-decay") || IS("--beta1") || IS("--beta2") || IS("--eps")) {
       const char *v = NEXT();
       double x;
       if (parse_double(v, &x)) return cli_error("bad value '%s' (a number >= 0)", v);
-      train_step = 1;
       *(IS("--lr") ? &topts.lr : IS("--momentum") ? &topts.momentum : IS("--weight-decay") ? &topts.weight_decay
         : IS("--beta1") ? &topts.beta1 : IS("--beta2") ? &topts.beta2 : &topts.eps) = x;
       /* ---- end of the training block ---- */
@@ -439,10 +482,12 @@ int main(int argc, char **argv) {
   }
   opts.training = train;
   topts.verbose = opts.verbose;
-  train_step = train && (train_step || emit);
-  if (train_step && microbatches > 1) /* the step graph is one batch; schedules come later */
-    return cli_error("%s: the training step is compiled for one micro-batch (-m 1)", "--train");
+  train_step = train && (train_step || emit); /* --emit=ir --train prints the step function */
+  if (train_step && microbatches > 1) /* the step function is one batch */
+    return cli_error("%s: the training step function is compiled for one micro-batch (-m 1)", "--train-step");
   if (train_step) microbatches = 1;
+  if (train && !train_step && profile_run) return cli_error("%s: profile the forward model (without --train)", "--profile-run");
+  int train_prog = train && !train_step; /* the pipelined training program */
 
   double t0 = now_ms();
   ir_graph *g = owned.g = onnx_load_file(model);
@@ -488,10 +533,10 @@ int main(int argc, char **argv) {
       }
   }
 
-  if (train_step) { /* ---- training step: loss, backward, optimizer ---- */
+  if (train_step || train_prog) { /* ---- training: the step function, or the loss of the program ---- */
     double s = now_ms();
-    int rc = pass_autodiff(g, &topts);
-    if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms\n", "autodiff", now_ms() - s);
+    int rc = train_step ? pass_autodiff(g, &topts) : pass_train_loss(g, &topts, &tinfo);
+    if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms\n", train_step ? "autodiff" : "loss", now_ms() - s);
     if (rc || g->n_errors) {
       return 2;
     }
@@ -510,7 +555,7 @@ int main(int argc, char **argv) {
   pass_plan_opts po;
   pass_plan_opts_default(&po, g_devices);
   po.microbatches = microbatches;
-  po.training = train && !train_step; /* a training step graph is planned as a function */
+  po.training = train_prog; /* a training step function is planned as a function */
   po.no_replicate = no_replicate;
   po.schedule = schedule;
   const pass_link *intra = pass_link_find(link_name ? link_name : (!strcmp(target, "cpu") ? "shm" : "nvlink4"));
@@ -545,7 +590,7 @@ int main(int argc, char **argv) {
     int *reps = owned.reps = calloc((size_t)pl.plan.n_stages, sizeof *reps);
     for (int s = 0; s < pl.plan.n_stages; s++) reps[s] = pl.plan.stages[s].replicas;
     cg_plan cp = {pl.plan.n_stages, pl.node_stage, reps, NULL, NULL, microbatches, pl.plan.bubble_fraction,
-                  schedule == PASS_SCHED_GPIPE ? "gpipe" : "1f1b"};
+                  schedule == PASS_SCHED_GPIPE ? "gpipe" : "1f1b", NULL};
     /* ---- codegen/c block: PIPECC_SPLIT=even replaces the plan's stages by exactly g
      * contiguous stages of about equal FLOPs (cg_fallback_split), one replica each. The
      * cpu tests use it to check that results are bitwise equal for every stage count. */
@@ -564,6 +609,18 @@ int main(int argc, char **argv) {
       }
     }
     /* ---- end of the codegen/c block ---- */
+    cg_train ct = {tinfo.loss_sum, tinfo.classify, tinfo.labels, topts.optimizer};
+    if (train_prog) { /* ---- training: backward and update phases of every stage ---- */
+      for (int i = 0; i < g->n_nodes; i++) g->nodes[i].stage = cp.node_stage[i];
+      double ts = now_ms();
+      if (pass_train_program(g, &topts, microbatches, &tinfo) || g->n_errors) return 2;
+      if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms\n", "train", now_ms() - ts);
+      int *ns = owned.train_stage = calloc((size_t)g->n_nodes + 1, sizeof *ns); /* the nodes moved */
+      for (int i = 0; i < g->n_nodes; i++) ns[i] = g->nodes[i].stage;
+      cp.node_stage = ns;
+      cp.train = &ct;
+      if (training_programs(schedule, &cp)) return 3;
+    }
     cg_options co = {cmdline, model, emit_only, jobs, opts.verbose, no_tf32, "80;90"};
     if (!strcmp(target, "cpu")) {
       if (cg_c_emit(g, &cp, &co, out_dir)) rc = 2;

@@ -257,25 +257,70 @@ static int emit_unit(cg_stage *st, cg_ctx *c, int ui, FILE *f, FILE *call) {
   return 0;
 }
 
+/* Copy the part's write-backs into their params (after its last unit). */
+static void put_writebacks(FILE *f, cg_stage *st) {
+  ir_graph *g = st->g;
+  for (int k = 0; k < st->n_wb; k++) {
+    int v = st->wb[k], d = g->values[v].writeback;
+    fprintf(f, "  /* write back '");
+    cg_put_comment(f, g->values[v].name, 120);
+    fprintf(f, "' into '");
+    cg_put_comment(f, g->values[d].name, 120);
+    fprintf(f, "' */\n  memcpy(s->w + %zu, ", st->wl->off[d]);
+    put_ptr(f, st, v, 1);
+    fprintf(f, ", %zuu);\n", g->values[d].nbytes);
+  }
+}
+
+/* One function of the stage: the units of part q, then its write-backs. */
+static void put_part_fn(FILE *f, cg_stage *st, const char *sig, const char *body) {
+  fputs(sig, f);
+  fputs(" {\n  stage_state *s = state;\n  const unsigned char *W = s->w;\n  unsigned char *A = s->a;\n"
+        "  (void)W;\n  (void)A;\n",
+        f);
+  if (strstr(sig, "in, ")) fputs("  (void)in;\n  (void)out;\n", f);
+  fputs(body, f);
+  put_writebacks(f, st);
+}
+
+static const char train_fns[] =
+    "static int stage_zero_grads(void *state) {\n"
+    "  stage_state *s = state;\n"
+    "  for (int k = 0; k < N_GRADS; k++) memset(s->w + grad_off[k], 0, grad_bytes[k]);\n"
+    "  return 0;\n}\n\n"
+    "static int stage_param_io(void *state, int write, size_t off, void *host, size_t n) {\n"
+    "  stage_state *s = state;\n"
+    "  if (off > PARAM_BYTES || n > PARAM_BYTES - off) return 1;\n"
+    "  if (write) memcpy(s->w + off, host, n);\n"
+    "  else memcpy(host, s->w + off, n);\n"
+    "  return 0;\n}\n\n";
+
 static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const cg_stage_info *si, int s,
                       const char *dir) {
-  cg_stage st;
-  cg_stage_open(&st, g, p, o, si, s);
-  size_t arena = st.arena;
-
+  int train = p->train != NULL, n_parts = train ? 3 : 1;
+  const int phases[3] = {IR_PHASE_FWD, IR_PHASE_BWD, IR_PHASE_UPD};
+  cg_wlayout wl;
+  cg_wlayout_build(&wl, g, p, si, s);
+  cg_stage st[3];
   cg_ctx c = {0};
   c.g = g;
-  char *fbuf = NULL, *cbuf = NULL;
-  size_t flen = 0, clen = 0;
-  FILE *fns = open_memstream(&fbuf, &flen), *calls = open_memstream(&cbuf, &clen);
-  int rc = 0;
-  for (int u = 0; u < st.n_units; u++)
-    if (emit_unit(&st, &c, u, fns, calls)) rc = -1;
+  char *fbuf = NULL, *cbuf[3] = {NULL, NULL, NULL};
+  size_t flen = 0, clen[3] = {0, 0, 0}, arena = 0;
+  FILE *fns = open_memstream(&fbuf, &flen);
+  int rc = 0, units = 0;
+  for (int q = 0; q < n_parts; q++) {
+    cg_stage_open(&st[q], g, p, o, si, &wl, cg_part(p, s, phases[q]));
+    if (st[q].arena > arena) arena = st[q].arena;
+    units += st[q].n_units;
+    FILE *calls = open_memstream(&cbuf[q], &clen[q]);
+    for (int u = 0; u < st[q].n_units; u++)
+      if (emit_unit(&st[q], &c, u, fns, calls)) rc = -1;
+    fclose(calls);
+  }
   fclose(fns);
-  fclose(calls);
 
   uint64_t sum;
-  unsigned char *wbuf = cg_stage_weights(&st, &sum);
+  unsigned char *wbuf = cg_wlayout_file(&wl, g, &sum);
 
   char *sbuf = NULL;
   size_t slen = 0;
@@ -284,51 +329,99 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
   snprintf(what, sizeof what, "stage_%d.c: stage %d of %d", s, s, p->n_stages);
   cg_put_header(f, g, o, "cpu", what);
   char nm[512];
-  int count = cg_stage_nodes(&st, nm, sizeof nm);
+  int count = cg_stage_nodes(g, p, s, nm, sizeof nm);
+  int fq = cg_part(p, s, IR_PHASE_FWD);
   fprintf(f, "/* %d nodes, %d units; %d inputs, %d outputs; weights %zu bytes; arena %zu bytes + scratch %zu bytes */\n",
-          count, st.n_units, si->n_in[s], si->n_out[s], st.w_bytes, arena, cg_align_up(c.scratch));
+          count, units, si->n_in[fq], si->n_out[fq], wl.file_bytes, arena, cg_align_up(c.scratch));
+  if (train) {
+    int bq = cg_part(p, s, IR_PHASE_BWD);
+    fprintf(f, "/* training: backward %d inputs, %d outputs; parameter memory %zu bytes (the weights file, then "
+               "zeros) */\n", si->n_in[bq], si->n_out[bq], wl.total_bytes);
+  }
   fputs("#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n\n#include <cblas.h>\n\n"
         "#include \"pipert.h\"\n\n",
         f);
   size_t total = arena + cg_align_up(c.scratch);
-  fprintf(f, "#define ARENA_BYTES %zuu\n#define SCRATCH_OFF %zuu\n\n", total ? total : CG_ALIGN, arena);
+  fprintf(f, "#define ARENA_BYTES %zuu\n#define SCRATCH_OFF %zuu\n", total ? total : CG_ALIGN, arena);
+  if (train) {
+    int ng = 0;
+    for (int k = 0; k < wl.n; k++) ng += g->values[wl.vals[k]].param == IR_PARAM_GRAD;
+    fprintf(f, "#define PARAM_BYTES %zuu\n#define N_GRADS %d\n", wl.total_bytes ? wl.total_bytes : CG_ALIGN, ng);
+    if (ng) {
+      fprintf(f, "static const size_t grad_off[%d] = {", ng);
+      for (int k = 0, i = 0; k < wl.n; k++)
+        if (g->values[wl.vals[k]].param == IR_PARAM_GRAD) fprintf(f, "%s%zuu", i++ ? ", " : "", wl.off[wl.vals[k]]);
+      fprintf(f, "};\nstatic const size_t grad_bytes[%d] = {", ng);
+      for (int k = 0, i = 0; k < wl.n; k++)
+        if (g->values[wl.vals[k]].param == IR_PARAM_GRAD) fprintf(f, "%s%zuu", i++ ? ", " : "", g->values[wl.vals[k]].nbytes);
+      fputs("};\n", f);
+    } else fputs("static const size_t grad_off[1] = {0}, grad_bytes[1] = {0};\n", f);
+  }
+  fputs("\n", f);
   if (flen) fputs(fbuf, f);
-  fputs("typedef struct {\n  const unsigned char *w;\n  unsigned char *a;\n} stage_state;\n\n", f);
-  fputs("static int stage_init(void **state, const void *weights, size_t weights_len) {\n"
-        "  (void)weights_len;\n"
-        "  stage_state *s = calloc(1, sizeof *s);\n"
-        "  if (!s) return 1;\n"
-        "  s->w = weights;\n"
-        "  s->a = aligned_alloc(64, ARENA_BYTES);\n"
-        "  if (!s->a) {\n    free(s);\n    return 1;\n  }\n"
-        "  memset(s->a, 0, ARENA_BYTES);\n"
-        "  *state = s;\n  return 0;\n}\n\n",
-        f);
-  fputs("static void stage_fini(void *state) {\n  stage_state *s = state;\n  if (!s) return;\n  free(s->a);\n  free(s);\n}\n\n", f);
-  fputs("static int stage_forward(void *state, const void *const *in, void *const *out) {\n"
-        "  stage_state *s = state;\n  const unsigned char *W = s->w;\n  unsigned char *A = s->a;\n"
-        "  (void)W;\n  (void)A;\n  (void)in;\n  (void)out;\n",
-        f);
-  if (clen) fputs(cbuf, f);
-  for (int k = 0; k < si->n_out[s]; k++) {
-    int v = si->s_out[s][k];
+  if (train) {
+    /* the parameters are written: a copy of the weights file, then zeros */
+    fputs("typedef struct {\n  unsigned char *w;\n  unsigned char *a;\n} stage_state;\n\n", f);
+    fputs("static int stage_init(void **state, const void *weights, size_t weights_len) {\n"
+          "  stage_state *s = calloc(1, sizeof *s);\n"
+          "  if (!s) return 1;\n"
+          "  s->w = aligned_alloc(64, PARAM_BYTES);\n"
+          "  s->a = aligned_alloc(64, ARENA_BYTES);\n"
+          "  if (!s->w || !s->a || weights_len > PARAM_BYTES) {\n    free(s->w);\n    free(s->a);\n    free(s);\n"
+          "    return 1;\n  }\n"
+          "  if (weights_len) memcpy(s->w, weights, weights_len);\n"
+          "  memset(s->w + weights_len, 0, PARAM_BYTES - weights_len);\n"
+          "  memset(s->a, 0, ARENA_BYTES);\n"
+          "  *state = s;\n  return 0;\n}\n\n",
+          f);
+    fputs("static void stage_fini(void *state) {\n  stage_state *s = state;\n  if (!s) return;\n  free(s->w);\n"
+          "  free(s->a);\n  free(s);\n}\n\n",
+          f);
+  } else {
+    fputs("typedef struct {\n  const unsigned char *w;\n  unsigned char *a;\n} stage_state;\n\n", f);
+    fputs("static int stage_init(void **state, const void *weights, size_t weights_len) {\n"
+          "  (void)weights_len;\n"
+          "  stage_state *s = calloc(1, sizeof *s);\n"
+          "  if (!s) return 1;\n"
+          "  s->w = weights;\n"
+          "  s->a = aligned_alloc(64, ARENA_BYTES);\n"
+          "  if (!s->a) {\n    free(s);\n    return 1;\n  }\n"
+          "  memset(s->a, 0, ARENA_BYTES);\n"
+          "  *state = s;\n  return 0;\n}\n\n",
+          f);
+    fputs("static void stage_fini(void *state) {\n  stage_state *s = state;\n  if (!s) return;\n  free(s->a);\n  free(s);\n}\n\n", f);
+  }
+  put_part_fn(f, &st[0], "static int stage_forward(void *state, const void *const *in, void *const *out)", clen[0] ? cbuf[0] : "");
+  for (int k = 0; k < si->n_out[fq]; k++) {
+    int v = si->s_out[fq][k];
     if (!si->passthrough[v]) continue;
     fprintf(f, "  /* graph output '");
     cg_put_comment(f, g->values[v].name, 200);
     fprintf(f, "' is a %s */\n  memcpy(out[%d], ", g->values[v].kind == IR_VAL_CONST ? "constant" : "graph input", k);
-    put_ptr(f, &st, v, 1);
+    put_ptr(f, &st[0], v, 1);
     fprintf(f, ", %lldu);\n", (long long)ir_value_bytes(&g->values[v]));
   }
   fputs("  return 0;\n}\n\n", f);
-  cg_put_stage_desc(f, &st, "const", nm, sum);
+  if (train) {
+    put_part_fn(f, &st[1], "static int stage_backward(void *state, const void *const *in, void *const *out)",
+                clen[1] ? cbuf[1] : "");
+    fputs("  return 0;\n}\n\n", f);
+    put_part_fn(f, &st[2], "static int stage_step(void *state)", clen[2] ? cbuf[2] : "");
+    fputs("  return 0;\n}\n\n", f);
+    fputs(train_fns, f);
+  }
+  cg_put_stage_desc(f, g, p, si, &wl, s, "const", nm, sum);
   fclose(f);
 
-  if (!rc) rc = cg_write_stage_files(dir, s, "c", sbuf, slen, wbuf, st.w_bytes);
+  if (!rc) rc = cg_write_stage_files(dir, s, "c", sbuf, slen, wbuf, wl.file_bytes);
   free(sbuf);
   free(fbuf);
-  free(cbuf);
+  for (int q = 0; q < n_parts; q++) {
+    free(cbuf[q]);
+    cg_stage_close(&st[q]);
+  }
   free(wbuf);
-  cg_stage_close(&st);
+  cg_wlayout_free(&wl);
   return rc;
 }
 

@@ -122,8 +122,10 @@ static void put_size_array(FILE *f, const char *name, const size_t *v, int n) {
 
 static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const cg_stage_info *si, int s,
                       const char *dir) {
+  cg_wlayout wl;
+  cg_wlayout_build(&wl, g, p, si, s);
   cg_stage st;
-  cg_stage_open(&st, g, p, o, si, s);
+  cg_stage_open(&st, g, p, o, si, &wl, s);
   size_t arena = st.arena;
 
   /* IO region: the stage inputs, then its outputs, 256-byte aligned */
@@ -153,7 +155,7 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
   fclose(c.conv);
 
   uint64_t sum;
-  unsigned char *wbuf = cg_stage_weights(&st, &sum);
+  unsigned char *wbuf = cg_wlayout_file(&wl, g, &sum);
 
   char *sbuf = NULL;
   size_t slen = 0;
@@ -162,7 +164,7 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
   snprintf(what, sizeof what, "stage_%d.cu: stage %d of %d", s, s, p->n_stages);
   cg_put_header(f, g, o, "cuda", what);
   char nm[512];
-  int count = cg_stage_nodes(&st, nm, sizeof nm);
+  int count = cg_stage_nodes(g, p, s, nm, sizeof nm);
   size_t scratch = cg_align_up(c.scratch);
   fprintf(f,
           "/* %d nodes, %d units; %d inputs, %d outputs; weights %zu bytes; device arena %zu bytes + scratch %zu "
@@ -170,7 +172,7 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
           " * forward() copies the host inputs to the device, runs the units on the stage's stream (a CUDA graph "
           "after the\n * first micro-batch), copies the outputs back and synchronises: host staging between stages "
           "for now,\n * NCCL between stages is a later step. Float32 GEMMs and convolutions %s. */\n",
-          count, st.n_units, si->n_in[s], si->n_out[s], st.w_bytes, arena, scratch, io,
+          count, st.n_units, si->n_in[s], si->n_out[s], wl.file_bytes, arena, scratch, io,
           o && o->no_tf32 ? "are exact float32 (--no-tf32)" : "use TF32 tensor cores");
   fputs("#include \"pipecc_cuda.h\"\n\n", f);
   fprintf(f, "#define SCRATCH_OFF %zuu\n\n", arena);
@@ -227,10 +229,10 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
         "  return pk_stage_forward(state, in, out);\n}\n\n"
         "static void stage_fini(void *state) { pk_stage_fini(state); }\n\n",
         f);
-  cg_put_stage_desc(f, &st, "extern \"C\" const", nm, sum);
+  cg_put_stage_desc(f, g, p, si, &wl, s, "extern \"C\" const", nm, sum);
   fclose(f);
 
-  if (!rc) rc = cg_write_stage_files(dir, s, "cu", sbuf, slen, wbuf, st.w_bytes);
+  if (!rc) rc = cg_write_stage_files(dir, s, "cu", sbuf, slen, wbuf, wl.file_bytes);
   free(sbuf);
   free(dbuf);
   free(cbuf);
@@ -239,6 +241,7 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
   free(io_off);
   free(io_bytes);
   cg_stage_close(&st);
+  cg_wlayout_free(&wl);
   return rc;
 }
 

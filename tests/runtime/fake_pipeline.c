@@ -16,6 +16,9 @@
 #include <unistd.h>
 #include "pipert.h"
 
+/* the training fields of an inference stage */
+#define NO_TRAIN 0, 0, 0, NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL
+
 #ifndef NSTAGES
 #define NSTAGES 2
 #endif
@@ -93,10 +96,10 @@ static int fwd_0(void *s, const void *const *in, void *const *out) {
 }
 static const pipert_tensor_desc s0_in[] = {TX, TS}, s0_out[] = {TD("y", 0), TZ, TD("h2", 0)};
 static const pipert_stage_desc stage0 = {PIPERT_ABI_VERSION, 0, "ABCD", 2, 3, s0_in, s0_out, "weights_0.bin",
-                                         2 * W * sizeof(float), 0, init_0, fwd_0, fake_fini};
+                                         2 * W * sizeof(float), 0, init_0, fwd_0, fake_fini, NO_TRAIN};
 static pipert_stage_desc stages_rw[1];
-static const pipert_ref in0[] = {{PIPERT_GRAPH_INPUT, 0}, {PIPERT_GRAPH_INPUT, 1}};
-static const pipert_ref outsrc[] = {{0, 0}, {0, 1}, {0, 2}};
+static const pipert_ref in0[] = {{PIPERT_GRAPH_INPUT, 0, 0}, {PIPERT_GRAPH_INPUT, 1, 0}};
+static const pipert_ref outsrc[] = {{0, 0, 0}, {0, 1, 0}, {0, 2, 0}};
 static const pipert_ref *insrc[] = {in0};
 static const int weighted[] = {1};
 static void weights_of(int k, float *buf) { (void)k; w1_values(buf); w3_values(buf + W); }
@@ -125,13 +128,13 @@ static int fwd_1(void *s, const void *const *in, void *const *out) {
 static const pipert_tensor_desc s0_in[] = {TX}, s0_out[] = {TD("h2", 0)};
 static const pipert_tensor_desc s1_in[] = {TD("h2", 0), TX, TS}, s1_out[] = {TD("y", 0), TZ};
 static const pipert_stage_desc stage0 = {PIPERT_ABI_VERSION, 0, "AB", 1, 1, s0_in, s0_out, "weights_0.bin",
-                                         W * sizeof(float), 0, init_0, fwd_0, fake_fini};
+                                         W * sizeof(float), 0, init_0, fwd_0, fake_fini, NO_TRAIN};
 static const pipert_stage_desc stage1 = {PIPERT_ABI_VERSION, 1, "CD", 3, 2, s1_in, s1_out, "weights_1.bin",
-                                         W * sizeof(float), 0, init_1, fwd_1, fake_fini};
+                                         W * sizeof(float), 0, init_1, fwd_1, fake_fini, NO_TRAIN};
 static pipert_stage_desc stages_rw[2];
-static const pipert_ref in0[] = {{PIPERT_GRAPH_INPUT, 0}};
-static const pipert_ref in1[] = {{0, 0}, {PIPERT_GRAPH_INPUT, 0}, {PIPERT_GRAPH_INPUT, 1}};
-static const pipert_ref outsrc[] = {{1, 0}, {1, 1}, {0, 0}};
+static const pipert_ref in0[] = {{PIPERT_GRAPH_INPUT, 0, 0}};
+static const pipert_ref in1[] = {{0, 0, 0}, {PIPERT_GRAPH_INPUT, 0, 0}, {PIPERT_GRAPH_INPUT, 1, 0}};
+static const pipert_ref outsrc[] = {{1, 0, 0}, {1, 1, 0}, {0, 0, 0}};
 static const pipert_ref *insrc[] = {in0, in1};
 static const int weighted[] = {1, 1};
 static void weights_of(int k, float *buf) { if (k == 0) w1_values(buf); else w3_values(buf); }
@@ -165,18 +168,18 @@ static const pipert_tensor_desc s0_in[] = {TX}, s0_out[] = {TD("h1", 0)};
 static const pipert_tensor_desc s1_in[] = {TD("h1", 0)}, s1_out[] = {TD("h2", 0)};
 static const pipert_tensor_desc s2_in[] = {TD("h2", 0)}, s2_out[] = {TD("h3", 0)};
 static const pipert_tensor_desc s3_in[] = {TD("h3", 0), TX, TS}, s3_out[] = {TD("y", 0), TZ};
-static const pipert_stage_desc stage0 = {PIPERT_ABI_VERSION, 0, "A", 1, 1, s0_in, s0_out, NULL, 0, 0, init_0, fwd_0, fake_fini};
+static const pipert_stage_desc stage0 = {PIPERT_ABI_VERSION, 0, "A", 1, 1, s0_in, s0_out, NULL, 0, 0, init_0, fwd_0, fake_fini, NO_TRAIN};
 static const pipert_stage_desc stage1 = {PIPERT_ABI_VERSION, 1, "B", 1, 1, s1_in, s1_out, "weights_1.bin",
-                                         W * sizeof(float), 0, init_1, fwd_1, fake_fini};
-static const pipert_stage_desc stage2 = {PIPERT_ABI_VERSION, 2, "C", 1, 1, s2_in, s2_out, NULL, 0, 0, init_2, fwd_2, fake_fini};
+                                         W * sizeof(float), 0, init_1, fwd_1, fake_fini, NO_TRAIN};
+static const pipert_stage_desc stage2 = {PIPERT_ABI_VERSION, 2, "C", 1, 1, s2_in, s2_out, NULL, 0, 0, init_2, fwd_2, fake_fini, NO_TRAIN};
 static const pipert_stage_desc stage3 = {PIPERT_ABI_VERSION, 3, "D", 3, 2, s3_in, s3_out, "weights_3.bin",
-                                         W * sizeof(float), 0, init_3, fwd_3, fake_fini};
+                                         W * sizeof(float), 0, init_3, fwd_3, fake_fini, NO_TRAIN};
 static pipert_stage_desc stages_rw[4];
-static const pipert_ref in0[] = {{PIPERT_GRAPH_INPUT, 0}};
-static const pipert_ref in1[] = {{0, 0}};
-static const pipert_ref in2[] = {{1, 0}};
-static const pipert_ref in3[] = {{2, 0}, {PIPERT_GRAPH_INPUT, 0}, {PIPERT_GRAPH_INPUT, 1}};
-static const pipert_ref outsrc[] = {{3, 0}, {3, 1}, {1, 0}};
+static const pipert_ref in0[] = {{PIPERT_GRAPH_INPUT, 0, 0}};
+static const pipert_ref in1[] = {{0, 0, 0}};
+static const pipert_ref in2[] = {{1, 0, 0}};
+static const pipert_ref in3[] = {{2, 0, 0}, {PIPERT_GRAPH_INPUT, 0, 0}, {PIPERT_GRAPH_INPUT, 1, 0}};
+static const pipert_ref outsrc[] = {{3, 0, 0}, {3, 1, 0}, {1, 0, 0}};
 static const pipert_ref *insrc[] = {in0, in1, in2, in3};
 static const int weighted[] = {0, 1, 0, 1};
 static void weights_of(int k, float *buf) { if (k == 1) w1_values(buf); else w3_values(buf); }
@@ -231,11 +234,12 @@ int main(int argc, char **argv) {
       }
     }
     int repl = (NSTAGES == 4 && (k == 1 || k == 2)) || (NSTAGES == 2 && k == 1) ? REPL : 1;
-    plans[k] = (pipert_stage_plan){&stages_rw[k], insrc[k], repl, program, (int)(sizeof program / sizeof program[0])};
+    plans[k] = (pipert_stage_plan){&stages_rw[k], insrc[k], repl, program, (int)(sizeof program / sizeof program[0]), NULL};
     if (getenv("FAKE_BAD_PROGRAM")) plans[k].program = bad_program;
   }
   if (argc == 3 && !strcmp(argv[1], "--write-weights")) return 0;
   pipert_pipeline p = {PIPERT_ABI_VERSION, "fake", NSTAGES, plans, 2, graph_in, 3, graph_out, outsrc,
-                       PLAN_M, 0, (double)(NSTAGES - 1) / (PLAN_M + NSTAGES - 1), "gpipe"};
+                       PLAN_M, 0, (double)(NSTAGES - 1) / (PLAN_M + NSTAGES - 1), "gpipe",
+                       0, 0, 0, -1, -1, NULL, NULL};
   return pipert_main(argc, argv, &p);
 }

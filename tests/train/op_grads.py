@@ -282,7 +282,7 @@ def named_loss_cases(a):
             loss = (sc * sc).mean()
         loss.backward()
         out = os.path.join(d, "g1")
-        r = subprocess.run([a.pipecc, path, "-g", "1", "-o", out, "-j", "2", "--train", "--loss", "L", "--lr", "0.1"],
+        r = subprocess.run([a.pipecc, path, "-g", "1", "-o", out, "-j", "2", "--train-step", "--loss", "L", "--lr", "0.1"],
                            capture_output=True, text=True)
         feeds = {"X": x, "labels": lab} if with_labels else {"X": x}
         save_npz(os.path.join(d, "in.npz"), feeds)
@@ -331,7 +331,7 @@ def main():
         target = R.standard_normal(yshape).astype(np.float32)
         loss, grads, _ = ref(c, weights, target)
         out = os.path.join(d, "g1")
-        cmd = [a.pipecc, path, "-g", "1", "-o", out, "-j", "2", "--train", "--loss", "mse", "--lr", "0.1"]
+        cmd = [a.pipecc, path, "-g", "1", "-o", out, "-j", "2", "--train-step", "--loss", "mse", "--lr", "0.1"]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode:
             print(r.stderr[-3000:])

@@ -61,7 +61,8 @@ def make_case(name, models_dir, work):
         with torch.enable_grad():
             torch.onnx.export(model, (torch.from_numpy(x),), path, export_params=True, training=mode,
                               input_names=[in_name], output_names=["output"], opset_version=opset,
-                              do_constant_folding=False, keep_initializers_as_inputs=False)
+                              do_constant_folding=False, keep_initializers_as_inputs=False,
+                              dynamic_axes={in_name: {0: "batch"}, "output": {0: "batch"}})
 
     def perturb(model):
         # the exporter merges initializers with equal contents (every LayerNorm/BatchNorm
@@ -171,14 +172,15 @@ def make_case(name, models_dir, work):
                 self.head = nn.Linear(16, 7)
 
             def forward(self, ids):
+                n = ids.shape[0]
                 x = self.emb(ids)                                   # Gather
                 h = self.ln(x)
                 q, k, v = self.qkv(h).split(16, dim=-1)             # Split / Slice
-                q = q.reshape(2, 6, 2, 8).transpose(1, 2)           # Reshape, Transpose
-                k = k.reshape(2, 6, 2, 8).transpose(1, 2)
-                v = v.reshape(2, 6, 2, 8).transpose(1, 2)
+                q = q.reshape(n, 6, 2, 8).transpose(1, 2)           # Reshape, Transpose
+                k = k.reshape(n, 6, 2, 8).transpose(1, 2)
+                v = v.reshape(n, 6, 2, 8).transpose(1, 2)
                 att = torch.softmax(q @ k.transpose(-1, -2) / 8 ** 0.5, dim=-1)
-                o = (att @ v).transpose(1, 2).reshape(2, 6, 16)
+                o = (att @ v).transpose(1, 2).reshape(n, 6, 16)
                 x = x + self.proj(o)
                 x = x + self.ff2(torch.nn.functional.gelu(self.ff1(x)))
                 return self.head(x[:, 0])                           # Gather / Slice
@@ -214,9 +216,148 @@ def torch_step(model, inputs, labels, loss_kind, opt_spec, train_mode):
     return float(loss), grads, new, {k: v.numpy() for k, v in before.items()}
 
 
-def pipecc_args(loss_kind, opt_spec):
+def torch_steps(model, inputs, labels, loss_kind, opt_spec, train_mode, M, steps):
+    """`steps` optimizer steps on the same batch, each over M micro-batches (BatchNorm with
+    each micro-batch's statistics, every micro-batch's loss divided by M, gradients
+    accumulated), as pipecc's pipelined program runs them. Returns the mean loss and
+    the gradients of the last step, the weights (and buffers) after it, and the weights
+    before the last step."""
+    import torch
+    import torch.nn.functional as F
+    model.train(train_mode)
+    params = dict(model.named_parameters())
     kind, kw = opt_spec
-    a = ["--train", "--loss", loss_kind, "--optimizer", kind, "--lr", repr(kw.get("lr", 0.01))]
+    opt = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[kind](
+        model.parameters(), **kw)
+    xs = [torch.from_numpy(v) for v in inputs.values()]
+    y = torch.from_numpy(labels)
+    B = xs[0].shape[0]
+    b = B // M
+    for _ in range(steps):
+        before = {k: v.detach().clone().numpy() for k, v in params.items()}
+        opt.zero_grad()
+        total = 0.0
+        for m in range(M):
+            out = model(*[x[m * b:(m + 1) * b] for x in xs])
+            ym = y[m * b:(m + 1) * b]
+            if loss_kind == "cross-entropy":
+                loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), ym.reshape(-1))
+            else:
+                loss = F.mse_loss(out, ym)
+            (loss / M).backward()
+            total += float(loss) / M
+        grads = {k: v.grad.detach().numpy().copy() for k, v in params.items() if v.grad is not None}
+        opt.step()
+    new = {k: v.detach().numpy().copy() for k, v in params.items()}
+    new.update({k: v.detach().numpy().copy() for k, v in model.named_buffers() if v.dtype.is_floating_point})
+    return total, grads, new, before
+
+
+def run_pipeline_case(a, name):
+    """The pipelined training program: pipecc --train -g G -m M, `pipeline train --steps K`."""
+    work = os.path.join(a.work, name)
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    model, path, inputs, labels, loss_kind, opt_spec, train_mode = make_case(name, a.models, work)
+    t0 = time.time()
+    loss, grads, new, before = torch_steps(model, inputs, labels, loss_kind, opt_spec, train_mode, a.microbatches,
+                                           a.steps)
+    (in_name, x), = inputs.items()
+    np.save(os.path.join(work, "X.npy"), x)
+    np.save(os.path.join(work, "Y.npy"), labels)
+    shapes = ["--shape", f"{in_name}:" + "x".join(str(d) for d in x.shape)]
+    results, ok = {}, True
+    worst = {"loss": 0.0, "grad": 0.0, "new": 0.0, "step": 0.0}
+    for g in a.stages:
+        d = os.path.join(work, f"g{g}")
+        cmd = ([a.pipecc, path, "-g", str(g), "-m", str(a.microbatches), "-o", d, "-j", "2", "--schedule", a.schedule]
+               + shapes + pipecc_args(loss_kind, opt_spec, "--train"))
+        r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PIPECC_SPLIT="even"))
+        if r.returncode:
+            print(" ".join(cmd))
+            print(r.stdout[-3000:], r.stderr[-6000:])
+            print(f"FAIL {name} g={g}: pipecc exited with {r.returncode}")
+            return False, worst
+        run = [os.path.join(d, "pipeline"), "train", "--data", os.path.join(work, "X.npy"), "--labels",
+               os.path.join(work, "Y.npy"), "--steps", str(a.steps), "--no-shuffle", "--quiet",
+               "--save", os.path.join(d, "w.npz"), "--save-grads", os.path.join(d, "g.npz"),
+               "--log", os.path.join(d, "log.csv")]
+        r = subprocess.run(run, capture_output=True, text=True)
+        if r.returncode:
+            print(" ".join(run))
+            print(r.stdout[-3000:], r.stderr[-3000:])
+            print(f"FAIL {name} g={g}: pipeline train exited with {r.returncode}")
+            return False, worst
+        with open(os.path.join(d, "log.csv")) as f:
+            last = f.read().strip().splitlines()[-1].split(",")
+        res = {"loss": np.array(float(last[2]))}
+        res.update({k: v for k, v in np.load(os.path.join(d, "g.npz")).items()})
+        res.update({"new/" + k: v for k, v in np.load(os.path.join(d, "w.npz")).items()})
+        results[g] = (res, last[2])
+        e = rel_l2(res["loss"], loss)
+        worst["loss"] = max(worst["loss"], e)
+        if e > a.tol:
+            print(f"  {name} g={g}: loss {float(res['loss']):.7g} vs torch {loss:.7g} (rel {e:.2e})")
+            ok = False
+        ok &= compare_step(name, g, res, grads, new, before, a.tol, worst)
+    gs = sorted(results)
+    for g in gs[1:]:
+        if results[g][1] != results[gs[0]][1]:
+            print(f"  {name}: the loss differs between g={gs[0]} ({results[gs[0]][1]}) and g={g} ({results[g][1]})")
+            ok = False
+        for k, v in results[gs[0]][0].items():
+            if k != "loss" and not np.array_equal(v.view(np.uint8), results[g][0][k].view(np.uint8)):
+                print(f"  {name}: {k} differs bitwise between g={gs[0]} and g={g}")
+                ok = False
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: {a.steps} step(s) of {a.microbatches} micro-batches ({a.schedule}): "
+          f"max rel-L2 loss {worst['loss']:.2e} grads {worst['grad']:.2e} updated weights {worst['new']:.2e} "
+          f"(of the step {worst['step']:.2e})"
+          + (f" BN running stats {worst['running']:.2e}" if "running" in worst else "")
+          + f" (stages {','.join(map(str, gs))}, bitwise equal; {time.time() - t0:.1f} s)")
+    return ok, worst
+
+
+def compare_step(name, g, res, grads, new, before, tol, worst):
+    """res: "grad/P" and "new/P" arrays of one run vs torch; updates worst. Returns ok."""
+    ok = True
+    trained = sorted(k[5:] for k in res if k.startswith("grad/"))
+    # floors: 1e-3 of the largest gradient / update of the model (see rel_l2)
+    gfloor = 1e-3 * max(np.linalg.norm(v) for v in grads.values())
+    nfloor = 1e-3 * max(np.linalg.norm(new[k] - before[k]) for k in grads)
+    missing = [k for k in grads if k not in trained]
+    if missing:
+        print(f"  {name}: torch parameters without a pipecc gradient: {missing}")
+        ok = False
+    for p in trained:
+        if p not in grads:
+            print(f"  {name}: pipecc trains '{p}', which torch does not have as a parameter")
+            ok = False
+            continue
+        for kind, ref in (("grad", grads[p]), ("new", new[p])):
+            got = res[f"{kind}/{p}"]
+            if got.shape != ref.shape:
+                print(f"  {name} g={g}: {kind}/{p} shape {got.shape} vs torch {ref.shape}")
+                ok = False
+                continue
+            e = rel_l2(got, ref, gfloor if kind == "grad" else 0.0)
+            worst[kind] = max(worst[kind], e)
+            if kind == "new":  # also relative to the step (information: rounding of p - lr*d)
+                worst["step"] = max(worst["step"], rel_l2(got - before[p], ref - before[p], nfloor))
+            if e > tol:
+                print(f"  {name} g={g}: {kind}/{p} rel-L2 {e:.2e}")
+                ok = False
+    # BatchNorm running statistics (torch updates the variance with the unbiased
+    # batch variance, n/(n-1); ONNX BatchNormalization-15 and pipecc with the
+    # population variance): reported, not asserted
+    for k in res:
+        if k.startswith("new/") and k[4:] not in grads and k[4:] in new and not k.startswith("new/state/"):
+            worst["running"] = max(worst.get("running", 0.0), rel_l2(res[k], new[k[4:]]))
+    return ok
+
+
+def pipecc_args(loss_kind, opt_spec, flag="--train-step"):
+    kind, kw = opt_spec
+    a = [flag, "--loss", loss_kind, "--optimizer", kind, "--lr", repr(kw.get("lr", 0.01))]
     if kw.get("momentum"):
         a += ["--momentum", repr(kw["momentum"])]
     if kw.get("nesterov"):
@@ -266,38 +407,7 @@ def run_case(a, name):
         if e > a.tol:
             print(f"  {name} g={g}: loss {float(res['loss']):.7g} vs torch {loss:.7g} (rel {e:.2e})")
             ok = False
-        trained = sorted(k[5:] for k in res if k.startswith("grad/"))
-        # floors: 1e-3 of the largest gradient / update of the model (see rel_l2)
-        gfloor = 1e-3 * max(np.linalg.norm(v) for v in grads.values())
-        nfloor = 1e-3 * max(np.linalg.norm(new[k] - before[k]) for k in grads)
-        missing = [k for k in grads if k not in trained]
-        if missing:
-            print(f"  {name}: torch parameters without a pipecc gradient: {missing}")
-            ok = False
-        for p in trained:
-            if p not in grads:
-                print(f"  {name}: pipecc trains '{p}', which torch does not have as a parameter")
-                ok = False
-                continue
-            for kind, ref in (("grad", grads[p]), ("new", new[p])):
-                got = res[f"{kind}/{p}"]
-                if got.shape != ref.shape:
-                    print(f"  {name} g={g}: {kind}/{p} shape {got.shape} vs torch {ref.shape}")
-                    ok = False
-                    continue
-                e = rel_l2(got, ref, gfloor if kind == "grad" else 0.0)
-                worst[kind] = max(worst[kind], e)
-                if kind == "new":  # also relative to the step (information: rounding of p - lr*d)
-                    worst["step"] = max(worst["step"], rel_l2(got - before[p], ref - before[p], nfloor))
-                if e > a.tol:
-                    print(f"  {name} g={g}: {kind}/{p} rel-L2 {e:.2e}")
-                    ok = False
-        # BatchNorm running statistics (torch updates the variance with the unbiased
-        # batch variance, n/(n-1); ONNX BatchNormalization-15 and pipecc with the
-        # population variance): reported, not asserted
-        for k in res:
-            if k.startswith("new/") and k[4:] not in grads and k[4:] in new and not k.startswith("new/state/"):
-                worst["running"] = max(worst.get("running", 0.0), rel_l2(res[k], new[k[4:]]))
+        ok &= compare_step(name, g, res, grads, new, before, a.tol, worst)
     gs = sorted(results)
     for g in gs[1:]:
         for k, v in results[gs[0]].items():
@@ -318,12 +428,17 @@ def main():
     ap.add_argument("--cases", default="smallcnn_train,mlp,mlp_mse_adam,convnet,convnet_adamw,tiny_transformer")
     ap.add_argument("--stages", default="1,2")
     ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--mode", choices=["step", "pipeline"], default="step",
+                    help="step: the one-step function (--train-step); pipeline: the pipelined program (--train)")
+    ap.add_argument("--microbatches", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=1)
+    ap.add_argument("--schedule", default="1f1b")
     a = ap.parse_args()
     a.stages = [int(s) for s in a.stages.split(",")]
     os.makedirs(a.work, exist_ok=True)
     bad = []
     for c in a.cases.split(","):
-        ok, _ = run_case(a, c)
+        ok, _ = (run_pipeline_case if a.mode == "pipeline" else run_case)(a, c)
         if not ok:
             bad.append(c)
     if bad:

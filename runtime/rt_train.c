@@ -1,0 +1,805 @@
+/* `pipeline train`: the training loop around a training program (pipert.h).
+ *
+ * Every step runs one round of the stages' instruction streams (M micro-batches, one
+ * optimizer step) on the threads transport. Data: the samples of --data (one array per
+ * data input, dim 0 = samples) and --labels, in batches of the compiled size; every
+ * epoch visits the samples in the order of a permutation drawn from --seed and the
+ * epoch number (or in file order with --no-shuffle), dropping the last partial batch,
+ * so a run that resumes from a checkpoint sees exactly the batches it would have seen.
+ *
+ * Params (pipert_param_desc): the runtime reads and writes them through param_io:
+ * hyperparameter overrides before the first step, the copies of a weight that several
+ * stages read refreshed from its owner after every step, --save / --save-grads /
+ * --checkpoint / --resume / --export-onnx. A checkpoint is one .npz (every owned
+ * weight, buffer, optimizer state and hyperparameter by name, and "pipecc/step",
+ * "pipecc/seed", "pipecc/shuffle"), written to a temporary file, synced and renamed
+ * over the last one. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "pipert_xxh64.h"
+#include "rt.h"
+
+enum { HY_LR, HY_MOMENTUM, HY_WD, HY_BETA1, HY_BETA2, HY_EPS, HY_N };
+static const char *const hyper_opt[HY_N] = {"--lr", "--momentum", "--weight-decay", "--beta1", "--beta2", "--eps"};
+static const char *const hyper_param[HY_N] = {"hyper/lr", "hyper/momentum", "hyper/weight_decay", "hyper/beta1",
+                                              "hyper/beta2", "hyper/eps"};
+
+typedef struct {
+  rt_input_arg *data;
+  int n_data;
+  const char *labels;
+  int64_t batch, steps;
+  double epochs;
+  int shuffle;
+  uint64_t seed;
+  int seed_given, shuffle_given;
+  int have_hyper[HY_N];
+  double hyper[HY_N];
+  const char *save, *save_grads, *checkpoint, *resume, *export_onnx, *log;
+  int64_t checkpoint_every;
+  int quiet;
+  rt_options ro;
+} train_opts;
+
+static void usage(void) {
+  fputs("usage: pipeline train --data [NAME=]X.npy|X.npz ... [--labels Y.npy] (--steps N | --epochs E)\n"
+        "       [--batch B] [--lr L] [--momentum U] [--weight-decay W] [--beta1 B1] [--beta2 B2] [--eps E]\n"
+        "       [--no-shuffle] [--seed S] [--save W.npz] [--save-grads G.npz] [--checkpoint DIR\n"
+        "       [--checkpoint-every K]] [--resume DIR] [--export-onnx OUT.onnx] [--log FILE.csv] [--quiet]\n"
+        "       [--weights-dir DIR] [--threads-per-stage T] [--pin] [--timeout S]\n"
+        "Trains for --steps optimizer steps (or --epochs passes over the data), one batch of the compiled\n"
+        "size per step, and prints the loss (and accuracy for classification) with a progress bar.\n",
+        stderr);
+}
+
+static int parse_num(const char *opt, const char *v, double min, double *out) {
+  char *e;
+  double x = v ? strtod(v, &e) : 0;
+  if (!v || *e || !(x >= min) || !isfinite(x)) {
+    rt_errorf("train: %s: expected a number >= %g, given '%s'", opt, min, v ? v : "");
+    return -1;
+  }
+  *out = x;
+  return 0;
+}
+
+static int parse_train_args(int argc, char **argv, train_opts *t) {
+  memset(t, 0, sizeof *t);
+  t->shuffle = 1;
+  t->ro.threads_per_stage = 1;
+  t->ro.transport = "threads";
+  t->data = calloc((size_t)argc + 1, sizeof *t->data);
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    double x;
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); exit(0); }
+    if (!strcmp(a, "--no-shuffle")) { t->shuffle = 0; t->shuffle_given = 1; continue; }
+    if (!strcmp(a, "--quiet")) { t->quiet = 1; continue; }
+    if (!strcmp(a, "--pin")) { t->ro.pin = 1; continue; }
+    if (!v) { rt_errorf("train: %s: missing value (see pipeline train --help)", a); return -1; }
+    i++;
+    int h = -1;
+    for (int k = 0; k < HY_N; k++) if (!strcmp(a, hyper_opt[k])) h = k;
+    if (h >= 0) {
+      if (parse_num(a, v, 0, &t->hyper[h])) return -1;
+      t->have_hyper[h] = 1;
+    } else if (!strcmp(a, "--data")) {
+      const char *eq = strchr(v, '=');
+      rt_input_arg *ia = &t->data[t->n_data++];
+      if (eq) { ia->name = strndup(v, (size_t)(eq - v)); ia->path = eq + 1; }
+      else ia->path = v;
+    } else if (!strcmp(a, "--labels")) t->labels = v;
+    else if (!strcmp(a, "--batch") || !strcmp(a, "--steps") || !strcmp(a, "--checkpoint-every") ||
+             !strcmp(a, "--seed") || !strcmp(a, "--threads-per-stage")) {
+      if (parse_num(a, v, !strcmp(a, "--seed") ? 0 : 1, &x) || x != floor(x)) {
+        if (x != floor(x)) rt_errorf("train: %s: expected an integer, given '%s'", a, v);
+        return -1;
+      }
+      if (!strcmp(a, "--batch")) t->batch = (int64_t)x;
+      else if (!strcmp(a, "--steps")) t->steps = (int64_t)x;
+      else if (!strcmp(a, "--checkpoint-every")) t->checkpoint_every = (int64_t)x;
+      else if (!strcmp(a, "--threads-per-stage")) t->ro.threads_per_stage = (int)x;
+      else { t->seed = (uint64_t)x; t->seed_given = 1; }
+    } else if (!strcmp(a, "--epochs")) {
+      if (parse_num(a, v, 0, &t->epochs) || t->epochs <= 0) { rt_errorf("train: --epochs must be > 0"); return -1; }
+    } else if (!strcmp(a, "--timeout")) {
+      if (parse_num(a, v, 0, &t->ro.timeout_s)) return -1;
+    } else if (!strcmp(a, "--save")) t->save = v;
+    else if (!strcmp(a, "--save-grads")) t->save_grads = v;
+    else if (!strcmp(a, "--checkpoint")) t->checkpoint = v;
+    else if (!strcmp(a, "--resume")) t->resume = v;
+    else if (!strcmp(a, "--export-onnx")) t->export_onnx = v;
+    else if (!strcmp(a, "--log")) t->log = v;
+    else if (!strcmp(a, "--weights-dir")) t->ro.weights_dir = v;
+    else {
+      rt_errorf("train: unknown option '%s' (see pipeline train --help)", a);
+      return -1;
+    }
+  }
+  if (!t->ro.weights_dir) t->ro.weights_dir = rt_exe_dir();
+  if (!t->n_data) { rt_errorf("train: no --data given (see pipeline train --help)"); return -1; }
+  if (!t->steps && !t->epochs) { rt_errorf("train: give --steps N or --epochs E"); return -1; }
+  if (t->steps && t->epochs) { rt_errorf("train: give --steps or --epochs, not both"); return -1; }
+  if (t->checkpoint_every && !t->checkpoint) { rt_errorf("train: --checkpoint-every needs --checkpoint DIR"); return -1; }
+  return 0;
+}
+
+/* ---- the data --------------------------------------------------------------- */
+
+static int input_index(const pipert_pipeline *p, const char *name) {
+  for (int i = 0; i < p->n_inputs; i++)
+    if (!strcmp(p->inputs[i].name, name)) return i;
+  return -1;
+}
+
+/* Takes a (dim 0: samples) as the data of graph input idx, after checking it. */
+static int accept_data(const pipert_pipeline *p, int idx, rt_array *a, const char *src, rt_array *data, int64_t *N) {
+  const pipert_tensor_desc *d = &p->inputs[idx];
+  char want[256], got[256];
+  if (data[idx].data) {
+    rt_errorf("train: input '%s' given twice (again in %s)", d->name, src);
+    return 2;
+  }
+  int ok = a->dtype == d->dtype && a->rank == d->rank && a->dims[0] > 0;
+  for (int k = 1; ok && k < d->rank; k++) ok = a->dims[k] == d->dims[k];
+  if (!ok) {
+    int64_t dims[PIPERT_MAX_RANK];
+    memcpy(dims, d->dims, sizeof dims);
+    dims[0] = -1;
+    rt_shape_str(want, sizeof want, d->rank, dims);
+    rt_errorf("train: %s: '%s' must be %s of shape %s (N samples), given %s %s", src, d->name, rt_dtype_name(d->dtype),
+              want, rt_dtype_name(a->dtype), rt_shape_str(got, sizeof got, a->rank, a->dims));
+    return 2;
+  }
+  if (*N && a->dims[0] != *N) {
+    rt_errorf("train: %s: %lld samples, but the other data has %lld", src, (long long)a->dims[0], (long long)*N);
+    return 2;
+  }
+  *N = a->dims[0];
+  free(a->name);
+  a->name = strdup(d->name);
+  data[idx] = *a;
+  memset(a, 0, sizeof *a);
+  return 0;
+}
+
+static int load_data(const pipert_pipeline *p, const train_opts *t, rt_array *data, int64_t *N) {
+  char err[1024];
+  int rc = 0;
+  *N = 0;
+  for (int i = 0; i < t->n_data && !rc; i++) {
+    const rt_input_arg *ia = &t->data[i];
+    size_t pl = strlen(ia->path);
+    if (!ia->name && pl > 4 && !strcmp(ia->path + pl - 4, ".npz")) {
+      rt_array *arrs;
+      int n;
+      if (rt_npz_load(ia->path, &arrs, &n, err, sizeof err)) { rt_errorf("train: %s", err); return 2; }
+      for (int k = 0; k < n && !rc; k++) {
+        int idx = input_index(p, arrs[k].name);
+        char src[1200];
+        snprintf(src, sizeof src, "%s: %s", ia->path, arrs[k].name);
+        if (idx < 0) {
+          rt_errorf("train: %s: '%s' is not an input of this program", ia->path, arrs[k].name);
+          rc = 2;
+        } else rc = accept_data(p, idx, &arrs[k], src, data, N);
+      }
+      for (int k = 0; k < n; k++) rt_array_free(&arrs[k]);
+      free(arrs);
+      continue;
+    }
+    int idx = -1;
+    if (ia->name) idx = input_index(p, ia->name);
+    else
+      for (int k = 0; k < p->n_inputs && idx < 0; k++)
+        if (k != p->labels_input && !data[k].data) idx = k;
+    if (idx < 0 || idx == p->labels_input) {
+      rt_errorf("train: --data %s%s%s: %s", ia->name ? ia->name : "", ia->name ? "=" : "", ia->path,
+                ia->name ? "not a data input of this program" : "more data arrays than the program has data inputs");
+      return 2;
+    }
+    rt_array a;
+    if (rt_npy_load(ia->path, &a, err, sizeof err)) { rt_errorf("train: %s", err); return 2; }
+    rc = accept_data(p, idx, &a, ia->path, data, N);
+    rt_array_free(&a);
+  }
+  if (!rc && p->labels_input >= 0) {
+    if (!t->labels) {
+      rt_errorf("train: no --labels given (the loss reads '%s': %s)", p->inputs[p->labels_input].name,
+                rt_dtype_name(p->inputs[p->labels_input].dtype));
+      return 2;
+    }
+    rt_array a;
+    if (rt_npy_load(t->labels, &a, err, sizeof err)) { rt_errorf("train: %s", err); return 2; }
+    if (a.dtype == PIPERT_INT32 && p->inputs[p->labels_input].dtype == PIPERT_INT64) { /* widen int32 labels */
+      rt_array b;
+      rt_array_alloc(&b, NULL, PIPERT_INT64, a.rank, a.dims);
+      for (size_t i = 0; i < a.nbytes / 4; i++) ((int64_t *)b.data)[i] = ((const int32_t *)a.data)[i];
+      rt_array_free(&a);
+      a = b;
+    }
+    rc = accept_data(p, p->labels_input, &a, t->labels, data, N);
+    rt_array_free(&a);
+  } else if (!rc && t->labels) {
+    rt_errorf("train: --labels: this program's loss reads no labels");
+    rc = 2;
+  }
+  for (int i = 0; !rc && i < p->n_inputs; i++)
+    if (!data[i].data) {
+      rt_errorf("train: no data for input '%s' (pass --data %s=FILE.npy)", p->inputs[i].name, p->inputs[i].name);
+      rc = 2;
+    }
+  return rc;
+}
+
+/* splitmix64: the shuffling generator (the same order on every machine). */
+static uint64_t splitmix(uint64_t *x) {
+  uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static void epoch_order(int64_t *order, int64_t N, int shuffle, uint64_t seed, int64_t epoch) {
+  for (int64_t i = 0; i < N; i++) order[i] = i;
+  if (!shuffle) return;
+  uint64_t st = seed * 0x100000001B3ull + (uint64_t)epoch;
+  for (int64_t i = N - 1; i > 0; i--) {
+    int64_t j = (int64_t)(splitmix(&st) % (uint64_t)(i + 1));
+    int64_t x = order[i];
+    order[i] = order[j];
+    order[j] = x;
+  }
+}
+
+/* ---- params --------------------------------------------------------------------- */
+
+typedef struct {
+  const pipert_pipeline *p;
+  rt_exec *ex;
+} trainer;
+
+static int param_io(trainer *tr, int s, int r, const pipert_param_desc *pd, int write, void *buf) {
+  const pipert_stage_desc *d = tr->p->stages[s].stage;
+  return d->param_io(rt_threads_state(tr->ex, s, r), write, pd->offset, buf, pd->nbytes);
+}
+
+/* The owner of a param name: its stage and descriptor (the first stage that owns it). */
+static const pipert_param_desc *find_owner(const pipert_pipeline *p, const char *name, int *stage) {
+  for (int s = 0; s < p->n_stages; s++) {
+    const pipert_stage_desc *d = p->stages[s].stage;
+    for (int k = 0; k < d->n_params; k++)
+      if (d->params[k].owner && !strcmp(d->params[k].name, name)) {
+        *stage = s;
+        return &d->params[k];
+      }
+  }
+  return NULL;
+}
+
+static void shape_of(const pipert_param_desc *pd, int *rank, int64_t *dims) {
+  *rank = pd->rank;
+  for (int i = 0; i < pd->rank; i++) dims[i] = pd->dims[i];
+}
+
+/* Write buf (a param's bytes) into every holder of the name (all stages, all replicas). */
+static int param_set_all(trainer *tr, const char *name, void *buf, size_t nbytes, int *holders) {
+  const pipert_pipeline *p = tr->p;
+  *holders = 0;
+  for (int s = 0; s < p->n_stages; s++) {
+    const pipert_stage_desc *d = p->stages[s].stage;
+    for (int k = 0; k < d->n_params; k++) {
+      if (strcmp(d->params[k].name, name)) continue;
+      if (d->params[k].nbytes != nbytes) return -1;
+      for (int r = 0; r < p->stages[s].replicas; r++)
+        if (param_io(tr, s, r, &d->params[k], 1, buf)) return -1;
+      ++*holders;
+    }
+  }
+  return 0;
+}
+
+static int set_hyper(trainer *tr, const train_opts *t) {
+  for (int h = 0; h < HY_N; h++) {
+    if (!t->have_hyper[h]) continue;
+    int s;
+    const pipert_param_desc *pd = find_owner(tr->p, hyper_param[h], &s);
+    if (!pd) {
+      rt_errorf("train: %s: this program was compiled without it (optimizer %s%s); recompile with pipecc %s",
+                hyper_opt[h], tr->p->optimizer ? tr->p->optimizer : "?",
+                h == HY_MOMENTUM || h == HY_WD ? ", and it was zero" : "", hyper_opt[h]);
+      return 2;
+    }
+    double x = t->hyper[h];
+    float f = (float)x;
+    int holders;
+    if (param_set_all(tr, hyper_param[h], pd->dtype == PIPERT_DOUBLE ? (void *)&x : (void *)&f, pd->nbytes, &holders)) {
+      rt_errorf("train: %s: cannot set it", hyper_opt[h]);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Copies of weights held by several stages: refreshed from their owner. */
+static int sync_copies(trainer *tr) {
+  const pipert_pipeline *p = tr->p;
+  for (int s = 0; s < p->n_stages; s++) {
+    const pipert_stage_desc *d = p->stages[s].stage;
+    for (int k = 0; k < d->n_params; k++) {
+      const pipert_param_desc *pd = &d->params[k];
+      if (pd->owner || (pd->kind != PIPERT_PARAM_WEIGHT && pd->kind != PIPERT_PARAM_BUFFER)) continue;
+      int os;
+      const pipert_param_desc *od = find_owner(p, pd->name, &os);
+      if (!od || od->nbytes != pd->nbytes) {
+        rt_errorf("internal error: stage %d holds a copy of '%s', which no stage owns", s, pd->name);
+        return 1;
+      }
+      void *buf = rt_aligned_alloc(pd->nbytes);
+      int rc = param_io(tr, os, 0, od, 0, buf);
+      for (int r = 0; r < p->stages[s].replicas && !rc; r++) rc = param_io(tr, s, r, pd, 1, buf);
+      free(buf);
+      if (rc) {
+        rt_errorf("stage %d: cannot refresh its copy of '%s'", s, pd->name);
+        return 1;
+      }
+    }
+  }
+  return 0;
+}
+
+static int kind_in(int kind, unsigned mask) { return (mask >> kind) & 1u; }
+#define KINDS(...) kinds_mask((int[]){__VA_ARGS__, 0})
+static unsigned kinds_mask(const int *k) {
+  unsigned m = 0;
+  for (; *k; k++) m |= 1u << *k;
+  return m;
+}
+
+/* The owned params of the given kinds as arrays (by name, stage order; replica 0). */
+static int collect(trainer *tr, unsigned kinds, rt_array **out, int *n, int extra) {
+  const pipert_pipeline *p = tr->p;
+  int cap = extra;
+  for (int s = 0; s < p->n_stages; s++) cap += p->stages[s].stage->n_params;
+  rt_array *a = calloc((size_t)cap + 1, sizeof *a);
+  int cnt = 0;
+  for (int s = 0; s < p->n_stages; s++) {
+    const pipert_stage_desc *d = p->stages[s].stage;
+    for (int k = 0; k < d->n_params; k++) {
+      const pipert_param_desc *pd = &d->params[k];
+      int os;
+      if (!kind_in(pd->kind, kinds) || !pd->owner || find_owner(p, pd->name, &os) != pd) continue;
+      int rank;
+      int64_t dims[PIPERT_MAX_RANK];
+      shape_of(pd, &rank, dims);
+      rt_array_alloc(&a[cnt], pd->name, pd->dtype, rank, dims);
+      if (param_io(tr, s, 0, pd, 0, a[cnt].data)) {
+        rt_errorf("stage %d: cannot read '%s'", s, pd->name);
+        for (int i = 0; i <= cnt; i++) rt_array_free(&a[i]);
+        free(a);
+        return 1;
+      }
+      cnt++;
+    }
+  }
+  *out = a;
+  *n = cnt;
+  return 0;
+}
+
+static void free_arrays(rt_array *a, int n) {
+  for (int i = 0; i < n; i++) rt_array_free(&a[i]);
+  free(a);
+}
+
+static int save_params(trainer *tr, const char *path, unsigned kinds, const char *what) {
+  rt_array *a;
+  int n;
+  char err[1024];
+  if (collect(tr, kinds, &a, &n, 0)) return 1;
+  int rc = rt_npz_save(path, a, n, err, sizeof err) ? 2 : 0;
+  if (rc) rt_errorf("train: %s: %s", what, err);
+  free_arrays(a, n);
+  return rc;
+}
+
+static void meta_array(rt_array *a, const char *name, int64_t v) {
+  int64_t one = 1;
+  rt_array_alloc(a, name, PIPERT_INT64, 1, &one);
+  *(int64_t *)a->data = v;
+}
+
+static int fsync_path(const char *path, int dir) {
+  int fd = open(path, (dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int rc = fsync(fd);
+  close(fd);
+  return rc;
+}
+
+/* DIR/checkpoint.npz, atomically: written to DIR/checkpoint.npz.tmp, synced, renamed. */
+static int write_checkpoint(trainer *tr, const train_opts *t, int64_t step) {
+  rt_array *a;
+  int n;
+  char err[1024], path[4096], tmp[4200];
+  if (mkdir(t->checkpoint, 0777) && errno != EEXIST) {
+    rt_errorf("train: --checkpoint %s: %s", t->checkpoint, strerror(errno));
+    return 2;
+  }
+  if (collect(tr, KINDS(PIPERT_PARAM_WEIGHT, PIPERT_PARAM_BUFFER, PIPERT_PARAM_OPTSTATE, PIPERT_PARAM_HYPER), &a, &n, 3))
+    return 1;
+  meta_array(&a[n++], "pipecc/step", step);
+  meta_array(&a[n++], "pipecc/seed", (int64_t)t->seed);
+  meta_array(&a[n++], "pipecc/shuffle", t->shuffle);
+  snprintf(path, sizeof path, "%s/checkpoint.npz", t->checkpoint);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  int rc = 0;
+  if (rt_npz_save(tmp, a, n, err, sizeof err) || fsync_path(tmp, 0) || rename(tmp, path) ||
+      fsync_path(t->checkpoint, 1)) {
+    rt_errorf("train: checkpoint %s: %s", path, err[0] ? err : strerror(errno));
+    remove(tmp);
+    rc = 2;
+  }
+  free_arrays(a, n);
+  return rc;
+}
+
+static int64_t meta_value(const rt_array *a, int n, const char *name, int64_t dflt) {
+  for (int i = 0; i < n; i++)
+    if (!strcmp(a[i].name, name) && a[i].dtype == PIPERT_INT64 && a[i].nbytes == 8) return *(const int64_t *)a[i].data;
+  return dflt;
+}
+
+/* Loads DIR/checkpoint.npz into every holder of every param it names; sets *step. */
+static int resume(trainer *tr, train_opts *t, int64_t *step) {
+  const pipert_pipeline *p = tr->p;
+  char path[4096], err[1024];
+  snprintf(path, sizeof path, "%s/checkpoint.npz", t->resume);
+  rt_array *a;
+  int n;
+  if (rt_npz_load(path, &a, &n, err, sizeof err)) {
+    rt_errorf("train: --resume: %s", err);
+    return 2;
+  }
+  int rc = 0;
+  *step = meta_value(a, n, "pipecc/step", -1);
+  int64_t seed = meta_value(a, n, "pipecc/seed", -1), shuffle = meta_value(a, n, "pipecc/shuffle", -1);
+  if (*step < 0 || seed < 0 || shuffle < 0) {
+    rt_errorf("train: --resume: %s is not a pipecc checkpoint (no pipecc/step, seed, shuffle)", path);
+    rc = 2;
+  } else if ((t->seed_given && (uint64_t)seed != t->seed) || (t->shuffle_given && shuffle != t->shuffle)) {
+    rt_errorf("train: --resume: the checkpoint was trained with --seed %lld%s; resuming with another data order "
+              "would not continue the same run", (long long)seed, shuffle ? "" : " --no-shuffle");
+    rc = 2;
+  } else {
+    t->seed = (uint64_t)seed;
+    t->shuffle = (int)shuffle;
+  }
+  for (int s = 0; s < p->n_stages && !rc; s++) {
+    const pipert_stage_desc *d = p->stages[s].stage;
+    for (int k = 0; k < d->n_params && !rc; k++) {
+      const pipert_param_desc *pd = &d->params[k];
+      if (pd->kind == PIPERT_PARAM_GRAD) continue;
+      const rt_array *e = NULL;
+      for (int i = 0; i < n && !e; i++)
+        if (!strcmp(a[i].name, pd->name)) e = &a[i];
+      if (!e) {
+        rt_errorf("train: --resume: %s has no '%s' (a checkpoint of another model or optimizer?)", path, pd->name);
+        rc = 2;
+      } else if (e->dtype != pd->dtype || e->nbytes != pd->nbytes) {
+        rt_errorf("train: --resume: %s: '%s' is %s of %zu bytes, the program has %s of %zu bytes", path, pd->name,
+                  rt_dtype_name(e->dtype), e->nbytes, rt_dtype_name(pd->dtype), pd->nbytes);
+        rc = 2;
+      }
+      for (int r = 0; r < p->stages[s].replicas && !rc; r++)
+        if (param_io(tr, s, r, pd, 1, e->data)) {
+          rt_errorf("stage %d: cannot restore '%s'", s, pd->name);
+          rc = 1;
+        }
+    }
+  }
+  free_arrays(a, n);
+  return rc;
+}
+
+/* ---- --export-onnx ---------------------------------------------------------------- */
+
+static unsigned char *read_whole(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  unsigned char *b = NULL;
+  size_t cap = 0, n = 0, k;
+  do {
+    if (n == cap) b = realloc(b, cap = cap ? cap * 2 : 1 << 20);
+    k = fread(b + n, 1, cap - n, f);
+    n += k;
+  } while (k > 0);
+  fclose(f);
+  *len = n;
+  return b;
+}
+
+static int write_whole(const char *path, const void *b, size_t n) {
+  char tmp[8500];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "wb");
+  if (!f || fwrite(b, 1, n, f) != n || fclose(f)) {
+    if (f) fclose(f);
+    remove(tmp);
+    return -1;
+  }
+  return rename(tmp, path);
+}
+
+/* A copy of the model with the trained initializers (and running statistics) in place:
+ * the same bytes everywhere else, external data files copied beside OUT. */
+static int export_onnx(trainer *tr, const char *out) {
+  const pipert_export_desc *x = tr->p->export_info;
+  if (!x) {
+    rt_errorf("train: --export-onnx: this program does not know where its weights are in the model (compiled "
+              "from a model whose trained initializers are not stored as raw data)");
+    return 2;
+  }
+  size_t len;
+  unsigned char *model = read_whole(x->model_path, &len);
+  if (!model || len != x->model_bytes || pipert_xxh64(model, len) != x->model_hash) {
+    rt_errorf("train: --export-onnx: %s is %s since pipecc compiled it", x->model_path, model ? "changed" : "gone");
+    free(model);
+    return 2;
+  }
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", x->model_path);
+  char *slash = strrchr(dir, '/');
+  if (slash) *slash = 0;
+  else strcpy(dir, ".");
+  char odir[4096];
+  snprintf(odir, sizeof odir, "%s", out);
+  slash = strrchr(odir, '/');
+  if (slash) *slash = 0;
+  else strcpy(odir, ".");
+  int rc = 0;
+  /* files: the model, then each external data file once */
+  for (int f = -1; f < x->n && !rc; f++) {
+    const char *file = f < 0 ? NULL : x->entries[f].file;
+    if (f >= 0) {
+      int seen = !file;
+      for (int g = 0; g < f && !seen; g++) seen = x->entries[g].file && !strcmp(x->entries[g].file, file);
+      if (seen) continue;
+    }
+    unsigned char *buf = model;
+    size_t blen = len;
+    char src[8400], dst[8400];
+    if (file) {
+      snprintf(src, sizeof src, "%s/%s", dir, file);
+      if (!(buf = read_whole(src, &blen))) {
+        rt_errorf("train: --export-onnx: cannot read %s", src);
+        rc = 2;
+        break;
+      }
+    }
+    for (int e = 0; e < x->n && !rc; e++) {
+      const pipert_export_entry *en = &x->entries[e];
+      if ((en->file == NULL) != (file == NULL) || (file && strcmp(en->file, file))) continue;
+      int s;
+      const pipert_param_desc *pd = find_owner(tr->p, en->name, &s);
+      if (!pd || pd->nbytes != en->nbytes || en->offset + en->nbytes > blen) {
+        rt_errorf("internal error: --export-onnx: '%s' does not fit its place in the model", en->name);
+        rc = 1;
+      } else if (param_io(tr, s, 0, pd, 0, buf + en->offset)) {
+        rt_errorf("stage %d: cannot read '%s'", s, en->name);
+        rc = 1;
+      }
+    }
+    if (!rc) {
+      if (file) snprintf(dst, sizeof dst, "%s/%s", odir, file);
+      else snprintf(dst, sizeof dst, "%s", out);
+      if (write_whole(dst, buf, blen)) {
+        rt_errorf("train: --export-onnx: cannot write %s: %s", dst, strerror(errno));
+        rc = 2;
+      }
+    }
+    if (file) free(buf);
+  }
+  free(model);
+  return rc;
+}
+
+/* ---- the loop ------------------------------------------------------------------------ */
+
+/* Correct predictions of a step: argmax over the logits' last dim against the labels. */
+static int64_t count_correct(const rt_array *logits, const rt_array *labels, int64_t *total) {
+  int64_t C = logits->dims[logits->rank - 1], rows = C ? (int64_t)(logits->nbytes / rt_dtype_size(logits->dtype)) / C : 0;
+  int64_t ok = 0;
+  *total = rows;
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t best = 0;
+    for (int64_t c = 1; c < C; c++) {
+      double a = logits->dtype == PIPERT_DOUBLE ? ((const double *)logits->data)[r * C + c]
+                                                : ((const float *)logits->data)[r * C + c];
+      double b = logits->dtype == PIPERT_DOUBLE ? ((const double *)logits->data)[r * C + best]
+                                                : ((const float *)logits->data)[r * C + best];
+      if (a > b) best = c;
+    }
+    int64_t lab = labels->dtype == PIPERT_INT64 ? ((const int64_t *)labels->data)[r] : ((const int32_t *)labels->data)[r];
+    ok += best == lab;
+  }
+  return ok;
+}
+
+static void progress(FILE *f, int tty, int64_t step, int64_t steps, int64_t spe, double loss, int classify, double acc,
+                     double sps) {
+  int64_t ep = (step - 1) / spe + 1, eps = (steps + spe - 1) / spe;
+  int width = 24, fill = (int)(width * step / steps);
+  char bar[32];
+  for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
+  bar[width] = 0;
+  fprintf(f, "%sstep %lld/%lld  epoch %lld/%lld  [%s]  loss %.6f", tty ? "\r" : "", (long long)step, (long long)steps,
+          (long long)ep, (long long)eps, bar, loss);
+  if (classify) fprintf(f, "  acc %5.1f%%", 100 * acc);
+  fprintf(f, "  %.1f samples/s%s", sps, tty ? "   " : "\n");
+  fflush(f);
+}
+
+static void human(size_t b, char *buf, size_t n) {
+  if (b >= (size_t)1 << 30) snprintf(buf, n, "%.2f GiB", (double)b / (1 << 30));
+  else if (b >= (size_t)1 << 20) snprintf(buf, n, "%.2f MiB", (double)b / (1 << 20));
+  else snprintf(buf, n, "%.1f KiB", (double)b / (1 << 10));
+}
+
+int rt_train_main(const pipert_pipeline *p, int argc, char **argv) {
+  train_opts t;
+  if (parse_train_args(argc, argv, &t)) {
+    free(t.data);
+    return 2;
+  }
+  int S = p->n_stages, M = p->microbatches, rc = 0;
+  int64_t b = p->inputs[0].dims[0], B = b * M, N = 0;
+  if (t.batch && t.batch != B) {
+    rt_errorf("train: --batch %lld: this program is compiled for batches of %lld (%d micro-batches of %lld); "
+              "recompile with pipecc --shape ... or -m", (long long)t.batch, (long long)B, M, (long long)b);
+    free(t.data);
+    return 2;
+  }
+  rt_array *data = calloc((size_t)p->n_inputs + 1, sizeof *data), *in = calloc((size_t)p->n_inputs + 1, sizeof *in);
+  rt_array *out = calloc((size_t)p->n_outputs + 1, sizeof *out);
+  rc = load_data(p, &t, data, &N);
+  int64_t spe = N / (B ? B : 1);
+  if (!rc && spe < 1) {
+    rt_errorf("train: %lld samples are fewer than one batch of %lld", (long long)N, (long long)B);
+    rc = 2;
+  }
+  int64_t steps = t.steps ? t.steps : (int64_t)ceil(t.epochs * (double)spe - 1e-9);
+  rt_exec *ex = NULL;
+  trainer tr = {p, NULL};
+  if (!rc) {
+    rt_set_blas_threads(t.ro.threads_per_stage);
+    rc = rt_threads_create(p, &t.ro, M, &ex);
+    tr.ex = ex;
+  }
+  int64_t start = 0;
+  if (!rc && t.resume) rc = resume(&tr, &t, &start);
+  if (!rc) rc = set_hyper(&tr, &t);
+  if (!rc) rc = sync_copies(&tr);
+  for (int i = 0; !rc && i < p->n_inputs; i++) {
+    int64_t dims[PIPERT_MAX_RANK];
+    memcpy(dims, p->inputs[i].dims, sizeof dims);
+    dims[0] = B;
+    rt_array_alloc(&in[i], p->inputs[i].name, p->inputs[i].dtype, p->inputs[i].rank, dims);
+  }
+  if (!rc) rt_alloc_outputs(p, M, out);
+  if (!rc && start >= steps) {
+    rt_errorf("train: the checkpoint is at step %lld, and training ends at step %lld", (long long)start, (long long)steps);
+    rc = 2;
+  }
+  FILE *log = NULL;
+  if (!rc && t.log && !(log = fopen(t.log, t.resume ? "a" : "w"))) {
+    rt_errorf("train: --log %s: %s", t.log, strerror(errno));
+    rc = 2;
+  }
+  if (log && !t.resume) fputs("step,epoch,loss,accuracy,samples_per_s\n", log);
+  int tty = isatty(1) && !t.quiet;
+  if (!rc && !t.quiet)
+    printf("training %s: %d stage%s, %s, %d micro-batches of %lld, %lld samples, %lld steps per epoch, %lld steps%s\n",
+           p->name, S, S == 1 ? "" : "s", p->schedule, M, (long long)b, (long long)N, (long long)spe, (long long)steps,
+           start ? " (resumed)" : "");
+  int64_t *order = calloc((size_t)N + 1, sizeof *order), order_epoch = -1;
+  rt_stats st = {0, calloc((size_t)S, sizeof(double)), calloc((size_t)S, sizeof(size_t)), calloc((size_t)S, sizeof(int))};
+  size_t *peak = calloc((size_t)S, sizeof(size_t));
+  int *peak_sets = calloc((size_t)S, sizeof(int));
+  double wall = 0, loss = 0, acc = 0, ep_loss = 0, ep_acc = 0;
+  int64_t ep_steps = 0, done = start;
+  int every = steps / 20 > 0 ? (int)(steps / 20) : 1;
+  for (int64_t step = start; !rc && step < steps; step++) {
+    int64_t epoch = step / spe, pos = step % spe;
+    if (epoch != order_epoch) {
+      epoch_order(order, N, t.shuffle, t.seed, epoch);
+      order_epoch = epoch;
+    }
+    for (int i = 0; i < p->n_inputs; i++) {
+      size_t row = data[i].nbytes / (size_t)N;
+      for (int64_t j = 0; j < B; j++)
+        memcpy((char *)in[i].data + (size_t)j * row, (const char *)data[i].data + (size_t)order[pos * B + j] * row, row);
+    }
+    rc = rt_threads_run(ex, in, out, M, &st);
+    if (!rc) rc = sync_copies(&tr);
+    if (rc) break;
+    wall += st.wall_s;
+    for (int s = 0; s < S; s++) {
+      if (st.peak_bytes[s] > peak[s]) peak[s] = st.peak_bytes[s];
+      if (st.peak_sets[s] > peak_sets[s]) peak_sets[s] = st.peak_sets[s];
+    }
+    const rt_array *L = &out[p->loss_output];
+    loss = 0;
+    for (int m = 0; m < M; m++)
+      loss += L->dtype == PIPERT_DOUBLE ? ((const double *)L->data)[m] : ((const float *)L->data)[m];
+    if (!p->loss_sum) loss /= M;
+    acc = 0;
+    if (p->logits_output >= 0 && p->labels_input >= 0) {
+      int64_t total;
+      acc = (double)count_correct(&out[p->logits_output], &in[p->labels_input], &total) / (double)(total ? total : 1);
+    }
+    if (!isfinite(loss)) {
+      rt_errorf("train: step %lld: the loss is %s (lower --lr?)", (long long)step + 1, isnan(loss) ? "NaN" : "infinite");
+      rc = 1;
+      break;
+    }
+    done = step + 1;
+    ep_loss += loss;
+    ep_acc += acc;
+    ep_steps++;
+    double sps = (double)B / (st.wall_s > 0 ? st.wall_s : 1e-9);
+    if (log) fprintf(log, "%lld,%lld,%.9g,%.9g,%.6g\n", (long long)done, (long long)epoch + 1, loss, acc, sps);
+    if (!t.quiet && (tty || done % every == 0 || done == steps))
+      progress(stdout, tty, done, steps, spe, loss, p->logits_output >= 0, acc, sps);
+    if (pos == spe - 1 || done == steps) { /* end of an epoch */
+      if (tty) fputc('\n', stdout);
+      if (!t.quiet)
+        printf("epoch %lld: mean loss %.6f%s%.2f%s over %lld steps\n", (long long)epoch + 1, ep_loss / (double)ep_steps,
+               p->logits_output >= 0 ? ", accuracy " : "", p->logits_output >= 0 ? 100 * ep_acc / (double)ep_steps : 0.0,
+               p->logits_output >= 0 ? "%" : "", (long long)ep_steps);
+      ep_loss = ep_acc = 0;
+      ep_steps = 0;
+    }
+    if (t.checkpoint && ((t.checkpoint_every && done % t.checkpoint_every == 0) || done == steps))
+      rc = write_checkpoint(&tr, &t, done);
+  }
+  if (log) fclose(log);
+  if (!rc && !t.quiet && done > start) {
+    printf("trained %lld steps: final loss %.6f", (long long)(done - start), loss);
+    if (p->logits_output >= 0) printf(", accuracy %.2f%%", 100 * acc);
+    printf("; %.1f samples/s\n", (double)B * (double)(done - start) / (wall > 0 ? wall : 1e-9));
+    printf("memory:");
+    for (int s = 0; s < S; s++) {
+      char hb[32];
+      human(peak[s], hb, sizeof hb);
+      printf(" stage %d %s (%d micro-batch%s held)%s", s, hb, peak_sets[s], peak_sets[s] == 1 ? "" : "es",
+             s + 1 < S ? ";" : "\n");
+    }
+  }
+  if (!rc && t.save) rc = save_params(&tr, t.save, KINDS(PIPERT_PARAM_WEIGHT, PIPERT_PARAM_BUFFER), "--save");
+  if (!rc && t.save_grads) rc = save_params(&tr, t.save_grads, KINDS(PIPERT_PARAM_GRAD), "--save-grads");
+  if (!rc && t.export_onnx) rc = export_onnx(&tr, t.export_onnx);
+  fflush(stdout);
+  if (ex) rt_threads_destroy(ex);
+  for (int i = 0; i < p->n_inputs; i++) {
+    rt_array_free(&data[i]);
+    rt_array_free(&in[i]);
+  }
+  for (int i = 0; i < p->n_outputs; i++) rt_array_free(&out[i]);
+  for (int i = 0; i < t.n_data; i++) free((char *)t.data[i].name);
+  free(t.data);
+  free(data);
+  free(in);
+  free(out);
+  free(order);
+  free(st.busy_s);
+  free(st.peak_bytes);
+  free(st.peak_sets);
+  free(peak);
+  free(peak_sets);
+  return rc;
+}
