@@ -1,6 +1,7 @@
 /* codegen/emit_common.c - file text, descriptors, pipeline_main.c and the emit
  * set-up shared by the cpu and cuda emitters (see codegen/emit_common.h). */
 #include <errno.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -183,6 +184,50 @@ int cg_write_stage_files(const char *dir, int s, const char *ext, const char *sr
 
 /* ---- pipeline_main.c ---------------------------------------------------------- */
 
+/* --export-onnx: where every trained initializer and running statistic lies in the
+ * model's files. Writes the tables and returns 1, or 0 (with a comment saying why) when
+ * one of them is not raw bytes of a file (typed fields, folded). */
+static int put_export_info(FILE *f, const ir_graph *g, const cg_options *o) {
+  size_t mlen;
+  const void *model = ir_graph_model_bytes(g, &mlen);
+  char real[4096];
+  const char *why = !model ? "the model was not read from a file"
+                    : !realpath(o && o->model_path ? o->model_path : g->path, real) ? "the model's path cannot be resolved"
+                                                                                    : NULL;
+  int n = 0;
+  for (int v = 0; v < g->n_values && !why; v++) {
+    const ir_value *x = &g->values[v];
+    if (x->param != IR_PARAM_WEIGHT && x->param != IR_PARAM_BUFFER) continue;
+    const char *file;
+    uint64_t off;
+    if (!x->data || ir_graph_locate(g, x->data, x->nbytes, &file, &off)) why = "an initializer is not stored as raw data";
+    n++;
+  }
+  if (why) {
+    fprintf(f, "/* --export-onnx is not available: %s */\n", why);
+    return 0;
+  }
+  fprintf(f, "static const pipert_export_entry export_entries[%d] = {\n", n ? n : 1);
+  for (int v = 0; v < g->n_values; v++) {
+    const ir_value *x = &g->values[v];
+    if (x->param != IR_PARAM_WEIGHT && x->param != IR_PARAM_BUFFER) continue;
+    const char *file;
+    uint64_t off;
+    ir_graph_locate(g, x->data, x->nbytes, &file, &off);
+    fputs("  {", f);
+    cg_put_cstr(f, x->name);
+    fputs(", ", f);
+    if (file) cg_put_cstr(f, file);
+    else fputs("NULL", f);
+    fprintf(f, ", %" PRIu64 "u, %zuu},\n", off, x->nbytes);
+  }
+  if (!n) fputs("  {NULL, NULL, 0u, 0u},\n", f);
+  fputs("};\nstatic const pipert_export_desc export_info = {", f);
+  cg_put_cstr(f, real);
+  fprintf(f, ", %zuu, 0x%016" PRIx64 "ull, %d, export_entries};\n\n", mlen, cg_checksum64(model, mlen), n);
+  return 1;
+}
+
 /* `static const pipert_ref NAME_s[] = {...};` for the inputs of part q (nothing if none). */
 static void put_refs(FILE *f, ir_graph *g, const cg_plan *p, const cg_stage_info *si, const char *name, int s, int q) {
   if (!si->n_in[q]) return;
@@ -242,6 +287,7 @@ int cg_emit_main(ir_graph *g, const cg_plan *p, const cg_options *o, const cg_st
   }
   if (!g->n_outputs) fputs("{0, 0, 0}", f);
   fputs("};\n\n", f);
+  int exportable = p->train ? put_export_info(f, g, o) : 0;
   fputs("static const pipert_pipeline pipeline = {\n  PIPERT_ABI_VERSION,\n  ", f);
   const char *mname = g->graph_name && *g->graph_name ? g->graph_name : "model";
   if (o && o->model_path) {
@@ -263,7 +309,7 @@ int cg_emit_main(ir_graph *g, const cg_plan *p, const cg_options *o, const cg_st
     fprintf(f, ",\n  /* training */\n  1,\n  0,\n  %d,\n  %d,\n  %d,\n  ", p->train->loss_sum,
             p->train->classify ? 1 : -1, labels);
     cg_put_cstr(f, p->train->optimizer);
-    fputs(",\n  NULL", f);
+    fputs(exportable ? ",\n  &export_info" : ",\n  NULL", f);
   } else fputs(",\n  /* no training */\n  0,\n  0,\n  0,\n  -1,\n  -1,\n  NULL,\n  NULL", f);
   fputs(",\n};\n\nint main(int argc, char **argv) { return pipert_main(argc, argv, &pipeline); }\n", f);
   fclose(f);

@@ -189,7 +189,7 @@ static const ext_file *open_external(ctx *c, int node, const char *tname, const 
       close(fd);
       return NULL;
     }
-    ir_graph_add_mapping(c->g, p, e->len);
+    ir_graph_add_mapping(c->g, p, e->len, loc);
     e->data = p;
   } else {
     e->data = (const uint8_t *)"";
@@ -981,6 +981,6 @@ ir_graph *onnx_load_file(const char *path) {
     if (p) munmap(p, len);
     return NULL;
   }
-  if (p) ir_graph_add_mapping(g, p, len);
+  if (p) ir_graph_add_mapping(g, p, len, NULL);
   return g;
 }

@@ -141,6 +141,7 @@ static void strmap_put(ir_strmap *m, const char *k, int v) {
 struct ir_mapping {
   void *addr;
   size_t len;
+  const char *file; /* NULL: the model file; else external data, relative to its folder */
   ir_mapping *next;
 };
 
@@ -156,12 +157,36 @@ ir_graph *ir_graph_new(const char *path) {
   return g;
 }
 
-void ir_graph_add_mapping(ir_graph *g, void *addr, size_t len) {
+void ir_graph_add_mapping(ir_graph *g, void *addr, size_t len, const char *file) {
   ir_mapping *m = ir_xmalloc(sizeof *m);
   m->addr = addr;
   m->len = len;
+  m->file = file ? ir_strdup(g->arena, file) : NULL;
   m->next = g->maps;
   g->maps = m;
+}
+
+int ir_graph_locate(const ir_graph *g, const void *p, size_t n, const char **file, uint64_t *offset) {
+  const char *c = p;
+  for (const ir_mapping *m = g->maps; m && c; m = m->next) {
+    const char *a = m->addr;
+    if (c >= a && c - a <= (ptrdiff_t)m->len && n <= m->len - (size_t)(c - a)) {
+      *file = m->file;
+      *offset = (uint64_t)(c - a);
+      return 0;
+    }
+  }
+  return -1;
+}
+
+const void *ir_graph_model_bytes(const ir_graph *g, size_t *len) {
+  for (const ir_mapping *m = g->maps; m; m = m->next)
+    if (!m->file) {
+      *len = m->len;
+      return m->addr;
+    }
+  *len = 0;
+  return NULL;
 }
 
 void ir_graph_free(ir_graph *g) {

@@ -226,8 +226,15 @@ void ir_compact(ir_graph *g);
 int ir_const_i64(const ir_value *v, int64_t i, int64_t *out);
 int ir_const_f64(const ir_value *v, int64_t i, double *out);
 
-/* Register an mmapped region to be unmapped by ir_graph_free. */
-void ir_graph_add_mapping(ir_graph *g, void *addr, size_t len);
+/* Register an mmapped file to be unmapped by ir_graph_free: the model (file NULL) or
+ * an external data file (its path relative to the model's folder). */
+void ir_graph_add_mapping(ir_graph *g, void *addr, size_t len, const char *file);
+/* Where bytes p[0..n) of a constant lie in the model's files: 0 with *file (NULL for the
+ * model file) and *offset, or -1 when they are not in a mapped file (folded, or read
+ * from typed fields). */
+int ir_graph_locate(const ir_graph *g, const void *p, size_t n, const char **file, uint64_t *offset);
+/* The model file's bytes (NULL if the graph was not loaded from a file). */
+const void *ir_graph_model_bytes(const ir_graph *g, size_t *len);
 
 /* Size in bytes of a static tensor, -1 on overflow or unknown. */
 int64_t ir_value_bytes(const ir_value *v);

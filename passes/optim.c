@@ -453,12 +453,48 @@ int pass_train_loss(ir_graph *g, const pass_train_opts *t, pass_train_info *ti) 
   return rc;
 }
 
+/* A forward node that reads only constants (a weight's Transpose, say) moves to the
+ * earliest stage that uses its result, so that the weight, not a copy of it per
+ * micro-batch, is what stages share. Nodes are visited consumers first. */
+static void sink_param_nodes(ir_graph *g) {
+  ir_rebuild_uses(g);
+  char *param_only = ir_xcalloc((size_t)g->n_nodes + 1, 1);
+  for (int i = 0; i < g->n_nodes; i++) {
+    const ir_node *n = &g->nodes[i];
+    int only = 1;
+    for (int k = 0; k < n->n_in && only; k++) {
+      int v = n->in[k];
+      if (v < 0) continue;
+      const ir_value *x = &g->values[v];
+      only = x->kind == IR_VAL_CONST || (x->kind == IR_VAL_ACT && x->producer >= 0 && param_only[x->producer]);
+    }
+    param_only[i] = (char)only;
+  }
+  for (int i = g->n_nodes - 1; i >= 0; i--) {
+    ir_node *n = &g->nodes[i];
+    if (!param_only[i]) continue;
+    int best = -1;
+    for (int k = 0; k < n->n_out; k++) {
+      int v = n->out[k];
+      if (v < 0) continue;
+      if (g->values[v].is_output) best = n->stage; /* a graph output stays where it is */
+      for (int u = 0; u < g->values[v].n_uses; u++) {
+        int c = g->use_list[g->values[v].use_off + u];
+        if (best < 0 || g->nodes[c].stage < best) best = g->nodes[c].stage;
+      }
+    }
+    if (best > n->stage) n->stage = best;
+  }
+  free(param_only);
+}
+
 int pass_train_program(ir_graph *g, const pass_train_opts *t, int microbatches, pass_train_info *ti) {
   for (int i = 0; i < g->n_nodes; i++)
     if (g->nodes[i].stage < 0) {
       ir_error_node(g, i, "internal error: train: a forward node without a stage");
       return -1;
     }
+  sink_param_nodes(g);
   ad_ctx ctx, *a = &ctx;
   memset(&ctx, 0, sizeof ctx);
   a->g = g;

@@ -81,10 +81,18 @@ static int parse_train_args(int argc, char **argv, train_opts *t) {
     if (!strcmp(a, "--no-shuffle")) { t->shuffle = 0; t->shuffle_given = 1; continue; }
     if (!strcmp(a, "--quiet")) { t->quiet = 1; continue; }
     if (!strcmp(a, "--pin")) { t->ro.pin = 1; continue; }
+    static const char *const with_value[] = {"--data", "--labels", "--batch", "--steps", "--epochs", "--checkpoint-every",
+                                             "--seed", "--threads-per-stage", "--timeout", "--save", "--save-grads",
+                                             "--checkpoint", "--resume", "--export-onnx", "--log", "--weights-dir"};
+    int h = -1, known = 0;
+    for (int k = 0; k < HY_N; k++) if (!strcmp(a, hyper_opt[k])) h = k;
+    for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known |= !strcmp(a, with_value[k]);
+    if (h < 0 && !known) {
+      rt_errorf("train: unknown option '%s' (see pipeline train --help)", a);
+      return -1;
+    }
     if (!v) { rt_errorf("train: %s: missing value (see pipeline train --help)", a); return -1; }
     i++;
-    int h = -1;
-    for (int k = 0; k < HY_N; k++) if (!strcmp(a, hyper_opt[k])) h = k;
     if (h >= 0) {
       if (parse_num(a, v, 0, &t->hyper[h])) return -1;
       t->have_hyper[h] = 1;
@@ -115,11 +123,7 @@ static int parse_train_args(int argc, char **argv, train_opts *t) {
     else if (!strcmp(a, "--resume")) t->resume = v;
     else if (!strcmp(a, "--export-onnx")) t->export_onnx = v;
     else if (!strcmp(a, "--log")) t->log = v;
-    else if (!strcmp(a, "--weights-dir")) t->ro.weights_dir = v;
-    else {
-      rt_errorf("train: unknown option '%s' (see pipeline train --help)", a);
-      return -1;
-    }
+    else t->ro.weights_dir = v; /* --weights-dir */
   }
   if (!t->ro.weights_dir) t->ro.weights_dir = rt_exe_dir();
   if (!t->n_data) { rt_errorf("train: no --data given (see pipeline train --help)"); return -1; }

@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""`pipeline train` beyond one step's arithmetic (train_check.py covers that):
+
+  memory     GPipe vs 1F1B on 4 stages, 8 micro-batches: stage 0's measured peak of
+             held activations under 1F1B is p/M of GPipe's; the trained weights of both
+             schedules are bitwise equal
+  resume     5 steps straight vs 3 steps, a checkpoint, and --resume to step 5 (Adam,
+             shuffled data, an epoch boundary crossed): bitwise equal weights and log
+  export     --export-onnx: a valid model whose initializers are the trained values,
+             every other byte unchanged, that onnxruntime runs
+  replicas   a plan with replicated stages (gradients all-reduced) equals torch
+  tied       a weight read by the first and the last stage (tied embedding): gradients
+             summed across stages, copies refreshed; equals torch; bitwise equal for
+             1, 2 and 3 stages
+  errors     bad data, labels, batch, options, checkpoints: exit 2 and one line
+
+usage: train_runtime.py CASE --pipecc build/pipecc --work DIR
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "tools"))
+import train_check as tc  # noqa: E402
+
+A = None
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+def run(cmd, env=None, timeout=600):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=timeout)
+
+
+def compile_(path, out, args, even=True):
+    r = run([A.pipecc, path, "-o", out, "-j", "2"] + args, {"PIPECC_SPLIT": "even"} if even else {})
+    check(r.returncode == 0, "pipecc %s: %s" % (" ".join(args), r.stderr[-3000:]))
+    return os.path.join(out, "pipeline")
+
+
+def train(exe, args, ok=True):
+    r = run([exe, "train"] + args)
+    if ok:
+        check(r.returncode == 0, "pipeline train %s: exit %d\n%s%s" % (" ".join(args), r.returncode, r.stdout[-2000:],
+                                                                        r.stderr[-2000:]))
+    return r
+
+
+def npz(path):
+    with np.load(path) as z:
+        return {k: z[k] for k in z.files}
+
+
+def same_bits(a, b, what):
+    check(sorted(a) == sorted(b), "%s: different names" % what)
+    for k in a:
+        check(a[k].dtype == b[k].dtype and a[k].tobytes() == b[k].tobytes(), "%s: '%s' differs" % (what, k))
+
+
+def case_dir(name):
+    d = os.path.join(A.work, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    return d
+
+
+def model(name, d):
+    return tc.make_case(name, None, d)
+
+
+def save_data(d, x, y):
+    np.save(os.path.join(d, "X.npy"), x)
+    np.save(os.path.join(d, "Y.npy"), y)
+    return ["--data", os.path.join(d, "X.npy"), "--labels", os.path.join(d, "Y.npy")]
+
+
+# ---- cases ---------------------------------------------------------------------------
+
+def case_memory():
+    d = case_dir("memory")
+    _, path, inputs, labels, loss, opt, _ = model("convnet", d)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((8, 3, 16, 16)).astype(np.float32)
+    y = rng.integers(0, 5, size=8).astype(np.int64)
+    data = save_data(d, x, y)
+    P, M = 4, 8
+    held, nbytes, w = {}, {}, {}
+    for sched in ("gpipe", "1f1b"):
+        exe = compile_(path, os.path.join(d, sched), ["--shape", "input:8x3x16x16", "-g", str(P), "-m", str(M),
+                                                      "--schedule", sched] + tc.pipecc_args(loss, opt, "--train"))
+        r = train(exe, data + ["--steps", "2", "--no-shuffle", "--save", os.path.join(d, sched + ".npz")])
+        m = re.search(r"^memory: stage 0 ([\d.]+) (KiB|MiB) \((\d+) micro-batch", r.stdout, re.M)
+        check(m, "no memory line: " + r.stdout)
+        nbytes[sched] = float(m.group(1)) * (1024 if m.group(2) == "KiB" else 1 << 20)
+        held[sched] = int(m.group(3))
+        w[sched] = npz(os.path.join(d, sched + ".npz"))
+    ratio = nbytes["1f1b"] / nbytes["gpipe"]
+    print("stage 0 peak activations: gpipe %.1f KiB (%d micro-batches), 1f1b %.1f KiB (%d); ratio %.3f, p/M = %.3f" % (
+        nbytes["gpipe"] / 1024, held["gpipe"], nbytes["1f1b"] / 1024, held["1f1b"], ratio, P / M))
+    check(held["gpipe"] == M, "GPipe's stage 0 must hold all %d micro-batches, held %d" % (M, held["gpipe"]))
+    check(held["1f1b"] == P, "1F1B's stage 0 must hold p = %d micro-batches, held %d" % (P, held["1f1b"]))
+    check(abs(ratio - P / M) < 0.02, "1F1B/GPipe memory ratio %.3f, expected p/M = %.3f" % (ratio, P / M))
+    same_bits(w["gpipe"], w["1f1b"], "GPipe vs 1F1B weights")
+    print("ok memory")
+
+
+def case_resume():
+    d = case_dir("resume")
+    _, path, inputs, labels, loss, opt, _ = model("convnet_adamw", d)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((20, 3, 16, 16)).astype(np.float32)  # 2 batches of 8 per epoch, 4 dropped
+    y = rng.integers(0, 5, size=20).astype(np.int64)
+    data = save_data(d, x, y)
+    exe = compile_(path, os.path.join(d, "b"), ["--shape", "input:8x3x16x16", "-g", "2", "-m", "2"]
+                   + tc.pipecc_args(loss, opt, "--train"))
+    common = data + ["--seed", "7", "--quiet"]
+    ca, cb = os.path.join(d, "ckA"), os.path.join(d, "ckB")
+    train(exe, common + ["--steps", "5", "--checkpoint", ca, "--checkpoint-every", "2", "--save",
+                         os.path.join(d, "a.npz"), "--log", os.path.join(d, "a.csv")])
+    train(exe, common + ["--steps", "3", "--checkpoint", cb, "--checkpoint-every", "3", "--log", os.path.join(d, "b.csv")])
+    check(sorted(os.listdir(cb)) == ["checkpoint.npz"], "checkpoint folder: %s" % os.listdir(cb))
+    ck = npz(os.path.join(cb, "checkpoint.npz"))
+    check(int(ck["pipecc/step"][0]) == 3 and any(k.startswith("state/") for k in ck), "checkpoint contents: %s" % list(ck))
+    train(exe, common + ["--steps", "5", "--resume", cb, "--save", os.path.join(d, "b.npz"), "--log",
+                         os.path.join(d, "b.csv")])
+    same_bits(npz(os.path.join(d, "a.npz")), npz(os.path.join(d, "b.npz")), "straight vs resumed weights")
+    la = open(os.path.join(d, "a.csv")).read().splitlines()
+    lb = open(os.path.join(d, "b.csv")).read().splitlines()
+    strip = [",".join(r.split(",")[:4]) for r in la], [",".join(r.split(",")[:4]) for r in lb]
+    check(strip[0] == strip[1], "loss logs differ:\n%s\n%s" % ("\n".join(strip[0]), "\n".join(strip[1])))
+    r = train(exe, common + ["--steps", "5", "--resume", cb, "--seed", "8"], ok=False)
+    check(r.returncode == 2 and "seed" in r.stderr, "resume with another seed: " + r.stderr)
+    print("ok resume: 5 steps straight == 3 steps + checkpoint + resume (weights bitwise, losses %s)"
+          % " ".join(s.split(",")[2][:8] for s in strip[0][1:]))
+
+
+def case_export():
+    d = case_dir("export")
+    _, path, inputs, labels, loss, opt, _ = model("smallcnn_train", d)
+    x = np.concatenate([inputs["input"]] * 2)
+    data = save_data(d, x, np.concatenate([labels] * 2))
+    exe = compile_(path, os.path.join(d, "b"), ["--shape", "input:4x1x8x8", "-g", "2", "-m", "2"]
+                   + tc.pipecc_args(loss, opt, "--train"))
+    out = os.path.join(d, "trained.onnx")
+    train(exe, data + ["--steps", "3", "--quiet", "--save", os.path.join(d, "w.npz"), "--export-onnx", out])
+    import onnx
+    import onnxruntime as ort
+    from onnx import numpy_helper
+    onnx.checker.check_model(out)
+    before, after, saved = onnx.load(path), onnx.load(out), npz(os.path.join(d, "w.npz"))
+    init = {i.name: numpy_helper.to_array(i) for i in after.graph.initializer}
+    orig = {i.name: numpy_helper.to_array(i) for i in before.graph.initializer}
+    for k, v in saved.items():
+        check(np.array_equal(init[k], v), "exported '%s' differs from --save" % k)
+        check(not np.array_equal(orig[k], v), "'%s' did not change in training" % k)
+    for k in orig:
+        if k not in saved:
+            check(np.array_equal(orig[k], init[k]), "untrained initializer '%s' changed" % k)
+    for i in before.graph.initializer:
+        i.ClearField("raw_data")
+    for i in after.graph.initializer:
+        i.ClearField("raw_data")
+    check(before.SerializeToString() == after.SerializeToString(), "the exported model differs beyond the weights")
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    y = ort.InferenceSession(out, so, providers=["CPUExecutionProvider"]).run(None, {"input": inputs["input"]})[0]
+    check(np.isfinite(y).all(), "onnxruntime on the exported model: not finite")
+    print("ok export: %d trained initializers written into %s, the rest unchanged" % (len(saved), os.path.basename(out)))
+
+
+def case_replicas():
+    d = case_dir("replicas")
+    m, path, inputs, labels, loss, opt, mode = model("convnet", d)
+    x = inputs["input"]
+    x = np.concatenate([x, x[::-1] * 0.5])
+    y = np.concatenate([labels, labels[::-1]])
+    tl, grads, new, before = tc.torch_steps(m, {"input": x}, y, loss, opt, mode, 4, 2)
+    data = save_data(d, x, y)
+    out = os.path.join(d, "b")
+    r = run([A.pipecc, path, "--shape", "input:8x3x16x16", "-g", "4", "-m", "4", "-o", out]
+            + tc.pipecc_args(loss, opt, "--train"))
+    check(r.returncode == 0, r.stderr[-2000:])
+    check(re.search(r"^\s+0\s+0\.\.1\s+2 ", r.stderr, re.M), "the plan should replicate stage 0 over 2 devices:\n"
+          + r.stderr)
+    train(os.path.join(out, "pipeline"), data + ["--steps", "2", "--no-shuffle", "--quiet", "--save",
+                                                 os.path.join(d, "w.npz"), "--save-grads", os.path.join(d, "g.npz")])
+    res = npz(os.path.join(d, "g.npz"))
+    res.update({"new/" + k: v for k, v in npz(os.path.join(d, "w.npz")).items()})
+    worst = {"loss": 0.0, "grad": 0.0, "new": 0.0, "step": 0.0}
+    check(tc.compare_step("replicas", 4, res, grads, new, before, 1e-4, worst), "replicated stages vs torch")
+    print("ok replicas: 2 stages x 2 replicas, 2 steps: grads %.2e, weights %.2e rel-L2 of torch" % (worst["grad"],
+                                                                                                   worst["new"]))
+
+
+def tied_model(d):
+    import torch
+    import torch.nn as nn
+
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(20, 16)
+            self.mid = nn.Linear(16, 16)
+            self.mid2 = nn.Linear(16, 16)
+
+        def forward(self, ids):
+            x = torch.tanh(self.mid(self.emb(ids)))
+            x = torch.tanh(self.mid2(x)).mean(1)
+            return torch.nn.functional.linear(x, self.emb.weight)  # the embedding, tied as the output layer
+
+    torch.manual_seed(0)
+    model = Tied()
+    rng = np.random.default_rng(5)
+    ids = rng.integers(0, 20, size=(4, 6)).astype(np.int64)
+    y = rng.integers(0, 20, size=4).astype(np.int64)
+    path = os.path.join(d, "tied.onnx")
+    torch.onnx.export(model, (torch.from_numpy(ids),), path, input_names=["ids"], output_names=["output"],
+                      opset_version=17, do_constant_folding=False, dynamic_axes={"ids": {0: "batch"}})
+    return model, path, ids, y
+
+
+def case_tied():
+    d = case_dir("tied")
+    m, path, ids, y = tied_model(d)
+    opt = ("sgd", dict(lr=0.1, momentum=0.9))
+    tl, grads, new, before = tc.torch_steps(m, {"ids": ids}, y, "cross-entropy", opt, False, 2, 2)
+    data = save_data(d, ids, y)
+    res = {}
+    for g in (1, 2, 3):
+        exe = compile_(path, os.path.join(d, "g%d" % g), ["--shape", "ids:4x6", "-g", str(g), "-m", "2"]
+                       + tc.pipecc_args("cross-entropy", opt, "--train"))
+        if g > 1:
+            src = open(os.path.join(d, "g%d" % g, "stage_%d.c" % (g - 1))).read()
+            check('{"emb.weight", 1, 1, 2, {20, 16}' in src and re.search(r'"emb\.weight", 1, 1, 2, \{20, 16\}, \d+u, \d+u, 0}',
+                                                                         src), "the last stage should hold a copy of emb.weight")
+        train(exe, data + ["--steps", "2", "--no-shuffle", "--quiet", "--save", os.path.join(d, "w%d.npz" % g),
+                           "--save-grads", os.path.join(d, "g%d.npz" % g)])
+        r = npz(os.path.join(d, "g%d.npz" % g))
+        r.update({"new/" + k: v for k, v in npz(os.path.join(d, "w%d.npz" % g)).items()})
+        res[g] = r
+        worst = {"loss": 0.0, "grad": 0.0, "new": 0.0, "step": 0.0}
+        check(tc.compare_step("tied", g, r, grads, new, before, 1e-4, worst), "tied weights vs torch, g=%d" % g)
+    same_bits(res[1], res[2], "tied g=1 vs g=2")
+    same_bits(res[1], res[3], "tied g=1 vs g=3")
+    print("ok tied: emb.weight read by the first and last stages: equals torch, bitwise equal for 1, 2, 3 stages")
+
+
+def case_errors():
+    d = case_dir("errors")
+    _, path, inputs, labels, loss, opt, _ = model("smallcnn_train", d)
+    x = np.concatenate([inputs["input"]] * 2)
+    y = np.concatenate([labels] * 2)
+    data = save_data(d, x, y)
+    exe = compile_(path, os.path.join(d, "b"), ["--shape", "input:4x1x8x8", "-g", "2", "-m", "2", "--train",
+                                                "--lr", "0.1"])
+    np.save(os.path.join(d, "bad_shape.npy"), np.zeros((8, 1, 9, 9), np.float32))
+    np.save(os.path.join(d, "bad_dtype.npy"), np.zeros((8, 1, 8, 8), np.float64))
+    np.save(os.path.join(d, "few.npy"), np.zeros((2, 1, 8, 8), np.float32))
+    np.save(os.path.join(d, "Y7.npy"), np.zeros(7, np.int64))
+    os.makedirs(os.path.join(d, "empty"), exist_ok=True)
+    other = os.path.join(d, "other")
+    os.makedirs(other, exist_ok=True)
+    from npzio import save_npz
+    save_npz(os.path.join(other, "checkpoint.npz"), {"pipecc/step": np.array([1]), "pipecc/seed": np.array([0]),
+                                                     "pipecc/shuffle": np.array([1]), "x": np.zeros(3, np.float32)})
+    X, Y = os.path.join(d, "X.npy"), os.path.join(d, "Y.npy")
+    cases = [
+        (["--data", os.path.join(d, "bad_shape.npy"), "--labels", Y, "--steps", "1"], "shape"),
+        (["--data", os.path.join(d, "bad_dtype.npy"), "--labels", Y, "--steps", "1"], "float32"),
+        (["--data", X, "--steps", "1"], "--labels"),
+        (["--data", X, "--labels", os.path.join(d, "Y7.npy"), "--steps", "1"], "samples"),
+        (["--data", os.path.join(d, "few.npy"), "--labels", os.path.join(d, "few.npy"), "--steps", "1"], ""),
+        (data + ["--steps", "1", "--batch", "6"], "compiled for batches of 4"),
+        (data + ["--steps", "1", "--momentum", "0.9"], "compiled without"),
+        (data + ["--steps", "1", "--resume", os.path.join(d, "empty")], "checkpoint.npz"),
+        (data + ["--steps", "2", "--resume", other], "has no"),
+        (data, "--steps"),
+        (data + ["--steps", "1", "--frobnicate"], "unknown option"),
+        (["--data", os.path.join(d, "missing.npy"), "--labels", Y, "--steps", "1"], "missing.npy"),
+    ]
+    for args, want in cases:
+        r = train(exe, args, ok=False)
+        lines = [line for line in r.stderr.splitlines() if line.strip()]
+        check(r.returncode == 2, "%s: exit %d, expected 2: %s" % (args, r.returncode, r.stderr))
+        check(len(lines) == 1 and lines[0].startswith("pipeline: ") and want in lines[0],
+              "%s: expected one line with '%s', got: %s" % (args, want, r.stderr))
+    r = run([exe, "--input", X, "--output", os.path.join(d, "o.npz")])
+    check(r.returncode == 2 and "train" in r.stderr, "running a training program as inference: " + r.stderr)
+    print("ok errors: %d bad invocations, each exit 2 with one line" % (len(cases) + 1))
+
+
+def main():
+    global A
+    ap = argparse.ArgumentParser()
+    ap.add_argument("case")
+    ap.add_argument("--pipecc", required=True)
+    ap.add_argument("--work", required=True)
+    A = ap.parse_args()
+    os.makedirs(A.work, exist_ok=True)
+    globals()["case_" + A.case]()
+
+
+if __name__ == "__main__":
+    main()
