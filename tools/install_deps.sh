@@ -7,7 +7,7 @@ SUDO=""
 
 APT_PKGS="build-essential cmake ninja-build clang libclang-rt-14-dev pkg-config
   libprotobuf-c-dev protobuf-c-compiler libonnx-dev libopenblas-dev libcjson-dev
-  libopenmpi-dev openmpi-bin python3-torch python3-torchvision python3-numpy python3-pip"
+  libopenmpi-dev openmpi-bin python3-torch python3-torchvision python3-numpy python3-pip python3-sklearn"
 missing=""
 for p in $APT_PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
