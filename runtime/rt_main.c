@@ -130,6 +130,77 @@ static void check_program(const pipert_pipeline *p, int s, char *e, size_t elen)
     snprintf(e, elen, "stage %d: the program needs one STEP%s", s, sp->replicas > 1 ? " after one ALLREDUCE" : "");
 }
 
+/* Proof that the stage programs cannot deadlock: an execution where sends never block
+ * (within a round no mailbox holds more than M micro-batches, its capacity in training)
+ * and a receive waits for the producer's send of that micro-batch, replayed over the
+ * pipeline's actual edges (every producer a stage reads, skip edges included) and every
+ * replica, must finish. A stage's FWD/BWD without a RECV in its program receives
+ * itself; without a SEND it hands its outputs on at once. Writes the stuck instruction
+ * into e. */
+static void check_deadlock(const pipert_pipeline *p, char *e, size_t elen) {
+  int S = p->n_stages, M = p->microbatches, nc = 0;
+  for (int s = 0; s < S; s++) nc += p->stages[s].replicas;
+  int *cst = calloc((size_t)nc, sizeof(int)), *crep = calloc((size_t)nc, sizeof(int)), *pos = calloc((size_t)nc, sizeof(int));
+  char *act = calloc((size_t)S * (size_t)M, 1), *grad = calloc((size_t)S * (size_t)M, 1), *has = calloc((size_t)S * 16, 1);
+  for (int s = 0, c = 0; s < S; s++) {
+    for (int r = 0; r < p->stages[s].replicas; r++, c++) cst[c] = s, crep[c] = r;
+    for (int i = 0; i < p->stages[s].program_len; i++) has[s * 16 + p->stages[s].program[i].op] = 1;
+  }
+  for (int progress = 1; progress;) {
+    progress = 0;
+    for (int c = 0; c < nc; c++) {
+      int s = cst[c], R = p->stages[s].replicas;
+      const pipert_stage_plan *sp = &p->stages[s];
+      const pipert_stage_desc *d = sp->stage;
+      while (pos[c] < sp->program_len) {
+        pipert_instr in = sp->program[pos[c]];
+        int op = in.op, mb = in.mb, ready = 1;
+        if (op == PIPERT_OP_ALLREDUCE) { /* a barrier of the stage's replicas */
+          int there = 0;
+          for (int k = 0; k < nc; k++)
+            there += cst[k] == s && (pos[k] >= sp->program_len || sp->program[pos[k]].op == PIPERT_OP_ALLREDUCE ||
+                                     sp->program[pos[k]].op == PIPERT_OP_STEP);
+          ready = there == R;
+        } else if (op != PIPERT_OP_STEP && op != PIPERT_OP_NOP && mb % R != crep[c]) {
+          pos[c]++;
+          progress = 1;
+          continue;
+        }
+        if (op == PIPERT_OP_RECV_ACT || (op == PIPERT_OP_FWD && !has[s * 16 + PIPERT_OP_RECV_ACT])) {
+          for (int k = 0; k < d->n_inputs && ready; k++)
+            if (sp->input_src[k].stage >= 0) ready = act[sp->input_src[k].stage * M + mb];
+          for (int k = 0; p->training && k < d->n_bwd_inputs && ready; k++) {
+            pipert_ref r = sp->bwd_input_src[k];
+            if (r.stage >= 0 && r.stage != s && !r.phase) ready = act[r.stage * M + mb];
+          }
+        }
+        if (op == PIPERT_OP_RECV_GRAD || (op == PIPERT_OP_BWD && !has[s * 16 + PIPERT_OP_RECV_GRAD]))
+          for (int k = 0; k < d->n_bwd_inputs && ready; k++) {
+            pipert_ref r = sp->bwd_input_src[k];
+            if (r.stage >= 0 && r.phase) ready = grad[r.stage * M + mb];
+          }
+        if (!ready) break;
+        if (op == PIPERT_OP_SEND_ACT || (op == PIPERT_OP_FWD && !has[s * 16 + PIPERT_OP_SEND_ACT])) act[s * M + mb] = 1;
+        if (op == PIPERT_OP_SEND_GRAD || (op == PIPERT_OP_BWD && !has[s * 16 + PIPERT_OP_SEND_GRAD])) grad[s * M + mb] = 1;
+        pos[c]++;
+        progress = 1;
+      }
+    }
+  }
+  for (int c = 0; c < nc && !e[0]; c++)
+    if (pos[c] < p->stages[cst[c]].program_len) {
+      pipert_instr in = p->stages[cst[c]].program[pos[c]];
+      snprintf(e, elen, "stage %d%s: the programs deadlock: instruction %d (%s of micro-batch %d) waits forever",
+               cst[c], p->stages[cst[c]].replicas > 1 ? " (a replica)" : "", pos[c], op_name(in.op), in.mb);
+    }
+  free(cst);
+  free(crep);
+  free(pos);
+  free(act);
+  free(grad);
+  free(has);
+}
+
 int rt_validate_plan(const pipert_pipeline *p) {
   char e[512] = "";
   if (p->abi_version != PIPERT_ABI_VERSION)
@@ -188,6 +259,9 @@ int rt_validate_plan(const pipert_pipeline *p) {
     }
     if (!e[0] && sp->program_len > 0) check_program(p, s, e, sizeof e);
   }
+  int programs = 1;
+  for (int s = 0; s < p->n_stages && !e[0]; s++) programs &= p->stages[s].program_len > 0;
+  if (!e[0] && programs) check_deadlock(p, e, sizeof e);
   for (int o = 0; !e[0] && o < p->n_outputs; o++) {
     pipert_ref r = p->output_src[o];
     if (r.stage < 0 || r.stage >= p->n_stages || r.index < 0 || r.index >= p->stages[r.stage].stage->n_outputs ||

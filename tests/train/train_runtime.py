@@ -303,7 +303,20 @@ def case_errors():
               "%s: expected one line with '%s', got: %s" % (args, want, r.stderr))
     r = run([exe, "--input", X, "--output", os.path.join(d, "o.npz")])
     check(r.returncode == 2 and "train" in r.stderr, "running a training program as inference: " + r.stderr)
-    print("ok errors: %d bad invocations, each exit 2 with one line" % (len(cases) + 1))
+    # a program that deadlocks (stage 0 waits for micro-batch 0's gradient before it
+    # sends micro-batch 0's activations) is refused before anything runs
+    main_c = os.path.join(d, "b", "pipeline_main.c")
+    src = open(main_c).read()
+    good = "program_0[9] = {{2, 0}, {3, 0}, {2, 1}, {3, 1}, {4, 0}, {5, 0}, {4, 1}, {5, 1}, {9, 0}}"
+    check(good in src, "unexpected 1F1B program of stage 0: " + src[src.find("program_0"):][:120])
+    open(main_c, "w").write(src.replace(good, "program_0[9] = {{2, 0}, {4, 0}, {3, 0}, {2, 1}, {3, 1}, {5, 0}, "
+                                              "{4, 1}, {5, 1}, {9, 0}}"))
+    r = run(["make", "-s", "-C", os.path.join(d, "b")])
+    check(r.returncode == 0, "make: " + r.stderr)
+    r = train(exe, data + ["--steps", "1"], ok=False)
+    check(r.returncode == 2 and "deadlock" in r.stderr and len(r.stderr.strip().splitlines()) == 1,
+          "a deadlocking program: " + r.stderr)
+    print("ok errors: %d bad invocations and a deadlocking program, each exit 2 with one line" % (len(cases) + 1))
 
 
 def main():
