@@ -2,6 +2,7 @@
 #ifndef RT_H
 #define RT_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -74,6 +75,8 @@ void rt_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));  /* 
 double rt_now(void);                                  /* monotonic seconds */
 void rt_set_blas_threads(int n);
 void *rt_aligned_alloc(size_t n);                     /* 64-byte aligned, zeroed; aborts on OOM */
+/* acc[i] += x[i] over nbytes of float32 or float64 (dtype) elements. */
+void rt_sum_into(void *acc, const void *x, size_t nbytes, int dtype);
 
 /* Reads and checks the graph inputs; sets *T (micro-batch count). 0 or 2. */
 int rt_load_inputs(const pipert_pipeline *p, const rt_options *o, rt_array *in, int64_t *T);
@@ -88,6 +91,97 @@ const pipert_instr *rt_stage_program(const pipert_pipeline *p, int s, int M, int
 const char *rt_exe_dir(void);
 void rt_install_crash_handler(void);
 extern _Thread_local int rt_cur_stage;
+
+/* ---- the stream interpreter (rt_worker.c), shared by the transports ------- */
+
+/* A set: the forward (kind 0) or backward (kind 1) outputs of one stage for one
+ * micro-batch, in one block from a pool; reference counted, back to its pool when the
+ * last reader releases it. */
+typedef struct rt_pool rt_pool;
+typedef struct rt_set {
+  struct rt_set *next;
+  rt_pool *pool;
+  atomic_int refs;
+  void **bufs;                     /* one per tensor */
+  void *mem;
+  void *link;                      /* transport data (pending sends) */
+} rt_set;
+
+/* Sets of one layout; grows on demand up to cap, so n (sets allocated) measures the
+ * peak held at once. */
+struct rt_pool {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  rt_set *free;
+  rt_set **all;
+  int n, cap;
+  int n_bufs;
+  const pipert_tensor_desc *descs;
+  size_t set_bytes;
+};
+void rt_pool_init(rt_pool *pl, int n_bufs, const pipert_tensor_desc *descs, int cap);
+void rt_pool_reset(rt_pool *pl);   /* every set free (between runs) */
+void rt_pool_free(rt_pool *pl);
+void rt_set_release(rt_set *s);
+
+/* A stage's neighbours, from input_src and bwd_input_src. */
+typedef struct rt_topo {
+  int nfp, *fp;                    /* stages (!= itself) whose forward outputs it reads */
+  char *fp_bwd;                    /* [nfp] its backward reads that stage's outputs */
+  int own_bwd;                     /* its backward reads its own forward outputs */
+  int nfc, *fc;                    /* stages reading its forward outputs */
+  int ngp, *gp;                    /* stages whose backward outputs its backward reads */
+  int ngc, *gc;                    /* stages reading its backward outputs */
+  int has[PIPERT_OP_STEP + 1];     /* its program has this opcode */
+} rt_topo;
+/* topo[S] of pipeline p with programs prog[s] / prog_len[s]; free with rt_topo_free. */
+void rt_topo_build(const pipert_pipeline *p, const pipert_instr *const *prog, const int *prog_len, rt_topo *topo);
+void rt_topo_free(rt_topo *topo, int S);
+
+typedef struct rt_worker rt_worker;
+/* What a transport does for the interpreter. recv and send move whole sets: recv
+ * returns stage `from`'s kind-set of micro-batch g holding one reference for w (NULL
+ * after an abort); send hands w's set s of g to every stage reading it (the
+ * interpreter has set s->refs to the number of local readers first; a transport that
+ * copies keeps s until its copies are sent). */
+typedef struct rt_link_ops {
+  rt_set *(*recv)(void *link, rt_worker *w, int kind, int from, int64_t g);
+  int (*send)(void *link, rt_worker *w, int kind, rt_set *s, int64_t g);
+  const void *(*input)(void *link, rt_worker *w, int idx, int64_t g);           /* graph input slice */
+  void (*output)(void *link, rt_worker *w, int q, int64_t g, const void *data); /* graph output */
+  int (*allreduce)(void *link, rt_worker *w);  /* GRAD params summed over the stage's replicas */
+  int (*aborted)(void *link);
+  void (*fail)(void *link, int rc, const char *msg);
+  void (*poll)(void *link, rt_worker *w);     /* progress pending sends (may be NULL) */
+} rt_link_ops;
+
+struct rt_worker {
+  const pipert_pipeline *p;
+  const rt_link_ops *ops;
+  void *link;
+  int stage, replica, M;
+  const pipert_instr *prog;
+  int prog_len;
+  const rt_topo *topo;
+  void *state;
+  rt_pool fpool, gpool;            /* forward / backward output sets */
+  double busy;
+  rt_set **recv, **grecv;          /* [M][nfp] / [M][ngp] */
+  rt_set **outs, **gouts;          /* [M] */
+  const void **in, **bin;
+};
+/* Pools (cap sets each) and arrays; state stays for the caller's init. */
+void rt_worker_init(rt_worker *w, const pipert_pipeline *p, int stage, int replica, int M, const pipert_instr *prog,
+                    int prog_len, const rt_topo *topo, int cap, const rt_link_ops *ops, void *link);
+void rt_worker_reset(rt_worker *w);  /* before a run */
+void rt_worker_free(rt_worker *w);
+/* One round of the program (micro-batches base + mb, those >= T skipped); a training
+ * round first clears the gradients. 0, or -1 after w->ops->fail. */
+int rt_worker_round(rt_worker *w, int64_t base, int64_t T);
+/* A set from w's pool of kind k, NULL after an abort. */
+rt_set *rt_worker_get(rt_worker *w, int kind);
+/* "stage 1" or "stage 1 (replica 2)" */
+const char *rt_worker_name(const rt_worker *w, char *buf, size_t n);
 
 /* ---- transports -------------------------------------------------------- */
 

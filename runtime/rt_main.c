@@ -37,6 +37,13 @@ void *rt_aligned_alloc(size_t n) {
   return p;
 }
 
+void rt_sum_into(void *acc, const void *x, size_t nbytes, int dtype) {
+  if (dtype == PIPERT_DOUBLE)
+    for (size_t i = 0; i < nbytes / 8; i++) ((double *)acc)[i] += ((const double *)x)[i];
+  else
+    for (size_t i = 0; i < nbytes / 4; i++) ((float *)acc)[i] += ((const float *)x)[i];
+}
+
 /* BLAS: one thread per stage unless told otherwise. The env vars cover a BLAS
  * that initialises lazily; the weak symbols cover OpenBLAS already loaded. */
 extern void openblas_set_num_threads(int) __attribute__((weak));

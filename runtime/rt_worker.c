@@ -1,0 +1,374 @@
+/* The stream interpreter: one stage replica running its instruction stream
+ * (pipert.h), with set pools and the stage's topology; the transport (threads, MPI)
+ * moves sets through rt_link_ops.
+ *
+ * Forward outputs of a micro-batch form one set from the worker's forward pool; the
+ * set goes to every later stage that reads it and, in a training program, stays with
+ * the worker until its own backward of that micro-batch when the backward reads it
+ * (the stash). Backward outputs (gradients for earlier stages) travel the same way in
+ * the other direction. A stream without RECV/SEND opcodes for a direction (the first
+ * stage receives nothing, the last sends no activations) receives inside FWD/BWD and
+ * hands on at once. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "rt.h"
+
+#define WAIT_MS 20
+
+/* ---- pools ---------------------------------------------------------------------- */
+
+void rt_pool_init(rt_pool *pl, int n_bufs, const pipert_tensor_desc *descs, int cap) {
+  memset(pl, 0, sizeof *pl);
+  pthread_mutex_init(&pl->mu, NULL);
+  pthread_condattr_t a;
+  pthread_condattr_init(&a);
+  pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+  pthread_cond_init(&pl->cv, &a);
+  pthread_condattr_destroy(&a);
+  pl->n_bufs = n_bufs;
+  pl->descs = descs;
+  pl->cap = cap;
+  pl->all = calloc((size_t)cap + 1, sizeof *pl->all);
+  for (int k = 0; k < n_bufs; k++) pl->set_bytes += (descs[k].nbytes + 63) / 64 * 64;
+}
+
+/* A free set, or a new one while under cap; waits otherwise. NULL after an abort. */
+static rt_set *pool_get(rt_worker *w, rt_pool *pl) {
+  pthread_mutex_lock(&pl->mu);
+  while (!pl->free && pl->n == pl->cap && !w->ops->aborted(w->link)) {
+    if (w->ops->poll) { /* sends in flight may free a set */
+      pthread_mutex_unlock(&pl->mu);
+      w->ops->poll(w->link, w);
+      pthread_mutex_lock(&pl->mu);
+      if (pl->free) break;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_nsec += WAIT_MS * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+    pthread_cond_timedwait(&pl->cv, &pl->mu, &ts);
+  }
+  rt_set *s = NULL;
+  if (pl->free) {
+    s = pl->free;
+    pl->free = s->next;
+  } else if (pl->n < pl->cap) {
+    s = calloc(1, sizeof *s);
+    s->pool = pl;
+    s->bufs = calloc((size_t)pl->n_bufs + 1, sizeof(void *));
+    char *mem = s->mem = rt_aligned_alloc(pl->set_bytes);
+    for (int k = 0; k < pl->n_bufs; k++) {
+      s->bufs[k] = mem;
+      mem += (pl->descs[k].nbytes + 63) / 64 * 64;
+    }
+    pl->all[pl->n++] = s;
+  }
+  pthread_mutex_unlock(&pl->mu);
+  return s;
+}
+
+rt_set *rt_worker_get(rt_worker *w, int kind) { return pool_get(w, kind ? &w->gpool : &w->fpool); }
+
+void rt_set_release(rt_set *s) {
+  if (atomic_fetch_sub(&s->refs, 1) != 1) return;
+  rt_pool *pl = s->pool;
+  pthread_mutex_lock(&pl->mu);
+  s->next = pl->free;
+  pl->free = s;
+  pthread_cond_signal(&pl->cv);
+  pthread_mutex_unlock(&pl->mu);
+}
+
+void rt_pool_reset(rt_pool *pl) {
+  pl->free = NULL;
+  for (int i = 0; i < pl->n; i++) {
+    pl->all[i]->next = pl->free;
+    pl->free = pl->all[i];
+  }
+}
+
+void rt_pool_free(rt_pool *pl) {
+  for (int i = 0; i < pl->n; i++) {
+    free(pl->all[i]->mem);
+    free(pl->all[i]->bufs);
+    free(pl->all[i]->link);
+    free(pl->all[i]);
+  }
+  free(pl->all);
+  pthread_mutex_destroy(&pl->mu);
+  pthread_cond_destroy(&pl->cv);
+  memset(pl, 0, sizeof *pl);
+}
+
+/* ---- topology --------------------------------------------------------------------- */
+
+static int slot_of(const int *v, int n, int x) {
+  for (int k = 0; k < n; k++) if (v[k] == x) return k;
+  return -1;
+}
+
+static void add_unique(int *v, int *n, int x) {
+  if (slot_of(v, *n, x) < 0) v[(*n)++] = x;
+}
+
+void rt_topo_build(const pipert_pipeline *p, const pipert_instr *const *prog, const int *prog_len, rt_topo *topo) {
+  int S = p->n_stages;
+  for (int s = 0; s < S; s++) {
+    const pipert_stage_plan *sp = &p->stages[s];
+    const pipert_stage_desc *d = sp->stage;
+    rt_topo *t = &topo[s];
+    memset(t, 0, sizeof *t);
+    int nb = p->training ? d->n_bwd_inputs : 0;
+    t->fp = calloc((size_t)(d->n_inputs + nb) + 1, sizeof(int));
+    t->fp_bwd = calloc((size_t)(d->n_inputs + nb) + 1, 1);
+    t->gp = calloc((size_t)nb + 1, sizeof(int));
+    t->fc = calloc((size_t)S + 1, sizeof(int));
+    t->gc = calloc((size_t)S + 1, sizeof(int));
+    for (int k = 0; k < d->n_inputs; k++)
+      if (sp->input_src[k].stage >= 0) add_unique(t->fp, &t->nfp, sp->input_src[k].stage);
+    for (int k = 0; k < nb; k++) {
+      pipert_ref r = sp->bwd_input_src[k];
+      if (r.stage < 0) continue;
+      if (r.phase) add_unique(t->gp, &t->ngp, r.stage);
+      else if (r.stage == s) t->own_bwd = 1;
+      else {
+        add_unique(t->fp, &t->nfp, r.stage);
+        t->fp_bwd[slot_of(t->fp, t->nfp, r.stage)] = 1;
+      }
+    }
+    for (int i = 0; i < prog_len[s]; i++)
+      if (prog[s][i].op >= 0 && prog[s][i].op <= PIPERT_OP_STEP) t->has[prog[s][i].op] = 1;
+  }
+  for (int s = 0; s < S; s++) {
+    for (int k = 0; k < topo[s].nfp; k++) topo[topo[s].fp[k]].fc[topo[topo[s].fp[k]].nfc++] = s;
+    for (int k = 0; k < topo[s].ngp; k++) topo[topo[s].gp[k]].gc[topo[topo[s].gp[k]].ngc++] = s;
+  }
+}
+
+void rt_topo_free(rt_topo *topo, int S) {
+  for (int s = 0; s < S; s++) {
+    free(topo[s].fp);
+    free(topo[s].fp_bwd);
+    free(topo[s].gp);
+    free(topo[s].fc);
+    free(topo[s].gc);
+  }
+}
+
+/* ---- the worker ------------------------------------------------------------------ */
+
+void rt_worker_init(rt_worker *w, const pipert_pipeline *p, int stage, int replica, int M, const pipert_instr *prog,
+                    int prog_len, const rt_topo *topo, int cap, const rt_link_ops *ops, void *link) {
+  const pipert_stage_desc *d = p->stages[stage].stage;
+  memset(w, 0, sizeof *w);
+  w->p = p;
+  w->ops = ops;
+  w->link = link;
+  w->stage = stage;
+  w->replica = replica;
+  w->M = M;
+  w->prog = prog;
+  w->prog_len = prog_len;
+  w->topo = topo;
+  rt_pool_init(&w->fpool, d->n_outputs, d->outputs, cap);
+  rt_pool_init(&w->gpool, p->training ? d->n_bwd_outputs : 0, d->bwd_outputs, cap);
+  w->recv = calloc((size_t)M * (size_t)(topo->nfp + 1), sizeof(rt_set *));
+  w->grecv = calloc((size_t)M * (size_t)(topo->ngp + 1), sizeof(rt_set *));
+  w->outs = calloc((size_t)M, sizeof(rt_set *));
+  w->gouts = calloc((size_t)M, sizeof(rt_set *));
+  w->in = calloc((size_t)d->n_inputs + 1, sizeof(void *));
+  w->bin = calloc((size_t)(p->training ? d->n_bwd_inputs : 0) + 1, sizeof(void *));
+}
+
+void rt_worker_reset(rt_worker *w) {
+  w->busy = 0;
+  rt_pool_reset(&w->fpool);
+  rt_pool_reset(&w->gpool);
+  memset(w->outs, 0, sizeof(rt_set *) * (size_t)w->M);
+  memset(w->gouts, 0, sizeof(rt_set *) * (size_t)w->M);
+  memset(w->recv, 0, sizeof(rt_set *) * (size_t)w->M * (size_t)(w->topo->nfp + 1));
+  memset(w->grecv, 0, sizeof(rt_set *) * (size_t)w->M * (size_t)(w->topo->ngp + 1));
+}
+
+void rt_worker_free(rt_worker *w) {
+  if (w->fpool.all) rt_pool_free(&w->fpool);
+  if (w->gpool.all) rt_pool_free(&w->gpool);
+  free(w->recv);
+  free(w->grecv);
+  free(w->outs);
+  free(w->gouts);
+  free(w->in);
+  free(w->bin);
+}
+
+const char *rt_worker_name(const rt_worker *w, char *buf, size_t n) {
+  if (w->p->stages[w->stage].replicas > 1) snprintf(buf, n, "stage %d (replica %d)", w->stage, w->replica);
+  else snprintf(buf, n, "stage %d", w->stage);
+  return buf;
+}
+
+static int failf(rt_worker *w, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int failf(rt_worker *w, int rc, const char *fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  w->ops->fail(w->link, rc, buf);
+  return -1;
+}
+
+static int recv_all(rt_worker *w, int kind, int mb, int64_t g) {
+  const rt_topo *t = w->topo;
+  int n = kind ? t->ngp : t->nfp;
+  const int *from = kind ? t->gp : t->fp;
+  rt_set **r = kind ? &w->grecv[(size_t)mb * (size_t)(t->ngp + 1)] : &w->recv[(size_t)mb * (size_t)(t->nfp + 1)];
+  for (int k = 0; k < n; k++)
+    if (!r[k] && !(r[k] = w->ops->recv(w->link, w, kind, from[k], g))) return -1;
+  return 0;
+}
+
+/* Hand set o of micro-batch g on; keep: one more reference stays with the worker. */
+static int send_set(rt_worker *w, int kind, rt_set *o, int64_t g, int keep) {
+  atomic_store(&o->refs, 1 + keep); /* the transport's reference, released by it */
+  return w->ops->send(w->link, w, kind, o, g);
+}
+
+static int do_fwd(rt_worker *w, int mb, int64_t g) {
+  const pipert_pipeline *p = w->p;
+  const pipert_stage_plan *sp = &p->stages[w->stage];
+  const pipert_stage_desc *d = sp->stage;
+  const rt_topo *t = w->topo;
+  char nm[64];
+  if (recv_all(w, 0, mb, g)) return -1;
+  rt_set **recv = &w->recv[(size_t)mb * (size_t)(t->nfp + 1)];
+  for (int k = 0; k < d->n_inputs; k++) {
+    pipert_ref src = sp->input_src[k];
+    w->in[k] = src.stage == PIPERT_GRAPH_INPUT ? w->ops->input(w->link, w, src.index, g)
+                                               : recv[slot_of(t->fp, t->nfp, src.stage)]->bufs[src.index];
+    if (!w->in[k]) return -1;
+  }
+  rt_set *o = pool_get(w, &w->fpool);
+  if (!o) return -1;
+  double t0 = rt_now();
+  int rc = d->forward(w->state, w->in, o->bufs);
+  w->busy += rt_now() - t0;
+  for (int k = 0; k < t->nfp; k++)
+    if (!p->training || !t->fp_bwd[k]) {
+      rt_set_release(recv[k]);
+      recv[k] = NULL;
+    }
+  if (rc != 0) {
+    atomic_store(&o->refs, 1);
+    rt_set_release(o);
+    return failf(w, 1, "%s: forward failed on micro-batch %lld (status %d)", rt_worker_name(w, nm, sizeof nm),
+                 (long long)g, rc);
+  }
+  for (int q = 0; q < p->n_outputs; q++)
+    if (p->output_src[q].stage == w->stage) w->ops->output(w->link, w, q, g, o->bufs[p->output_src[q].index]);
+  int keep = p->training && t->own_bwd;
+  w->outs[mb] = o;
+  if (!t->has[PIPERT_OP_SEND_ACT]) {
+    if (!keep) w->outs[mb] = NULL;
+    return send_set(w, 0, o, g, keep);
+  }
+  return 0;
+}
+
+static int do_send(rt_worker *w, int kind, int mb, int64_t g) {
+  rt_set **slot = kind ? &w->gouts[mb] : &w->outs[mb];
+  rt_set *o = *slot;
+  if (!o) return failf(w, 1, "internal error: stage %d: %s %lld before its %s", w->stage, kind ? "SEND_GRAD" : "SEND_ACT",
+                       (long long)g, kind ? "BWD" : "FWD");
+  int keep = !kind && w->p->training && w->topo->own_bwd;
+  if (!keep) *slot = NULL;
+  return send_set(w, kind, o, g, keep);
+}
+
+static int do_bwd(rt_worker *w, int mb, int64_t g) {
+  const pipert_pipeline *p = w->p;
+  const pipert_stage_plan *sp = &p->stages[w->stage];
+  const pipert_stage_desc *d = sp->stage;
+  const rt_topo *t = w->topo;
+  char nm[64];
+  if (recv_all(w, 1, mb, g)) return -1;
+  rt_set **recv = &w->recv[(size_t)mb * (size_t)(t->nfp + 1)];
+  rt_set **grecv = &w->grecv[(size_t)mb * (size_t)(t->ngp + 1)];
+  rt_set *own = w->outs[mb];
+  for (int k = 0; k < d->n_bwd_inputs; k++) {
+    pipert_ref src = sp->bwd_input_src[k];
+    if (src.stage == PIPERT_GRAPH_INPUT) {
+      if (!(w->bin[k] = w->ops->input(w->link, w, src.index, g))) return -1;
+      continue;
+    }
+    rt_set *from = src.phase ? grecv[slot_of(t->gp, t->ngp, src.stage)]
+                   : src.stage == w->stage ? own : recv[slot_of(t->fp, t->nfp, src.stage)];
+    if (!from) return failf(w, 1, "internal error: %s: BWD %lld before its FWD", rt_worker_name(w, nm, sizeof nm), (long long)g);
+    w->bin[k] = from->bufs[src.index];
+  }
+  rt_set *o = pool_get(w, &w->gpool);
+  if (!o) return -1;
+  double t0 = rt_now();
+  int rc = d->backward(w->state, w->bin, o->bufs);
+  w->busy += rt_now() - t0;
+  for (int k = 0; k < t->ngp; k++) {
+    rt_set_release(grecv[k]);
+    grecv[k] = NULL;
+  }
+  for (int k = 0; k < t->nfp; k++)
+    if (recv[k]) {
+      rt_set_release(recv[k]);
+      recv[k] = NULL;
+    }
+  if (own && t->own_bwd) {
+    rt_set_release(own);
+    w->outs[mb] = NULL;
+  }
+  if (rc != 0) {
+    atomic_store(&o->refs, 1);
+    rt_set_release(o);
+    return failf(w, 1, "%s: backward failed on micro-batch %lld (status %d)", rt_worker_name(w, nm, sizeof nm),
+                 (long long)g, rc);
+  }
+  w->gouts[mb] = o;
+  if (!t->has[PIPERT_OP_SEND_GRAD]) {
+    w->gouts[mb] = NULL;
+    return send_set(w, 1, o, g, 0);
+  }
+  return 0;
+}
+
+int rt_worker_round(rt_worker *w, int64_t base, int64_t T) {
+  const pipert_pipeline *p = w->p;
+  const pipert_stage_desc *d = p->stages[w->stage].stage;
+  int R = p->stages[w->stage].replicas;
+  char nm[64];
+  if (p->training && d->zero_grads(w->state))
+    return failf(w, 1, "%s: clearing the gradients failed", rt_worker_name(w, nm, sizeof nm));
+  for (int i = 0; i < w->prog_len; i++) {
+    pipert_instr ins = w->prog[i];
+    int64_t g = base + ins.mb;
+    int rc = 0;
+    if (ins.op == PIPERT_OP_ALLREDUCE) {
+      rc = w->ops->allreduce(w->link, w);
+    } else if (ins.op == PIPERT_OP_STEP) {
+      double t0 = rt_now();
+      int st = d->step(w->state);
+      w->busy += rt_now() - t0;
+      if (st) return failf(w, 1, "%s: optimizer step failed (status %d)", rt_worker_name(w, nm, sizeof nm), st);
+    } else if (ins.op == PIPERT_OP_NOP || g >= T || g % R != w->replica) {
+      continue;
+    } else if (ins.op == PIPERT_OP_RECV_ACT || ins.op == PIPERT_OP_RECV_GRAD) {
+      rc = recv_all(w, ins.op == PIPERT_OP_RECV_GRAD, ins.mb, g);
+    } else if (ins.op == PIPERT_OP_FWD) {
+      rc = do_fwd(w, ins.mb, g);
+    } else if (ins.op == PIPERT_OP_BWD) {
+      rc = do_bwd(w, ins.mb, g);
+    } else if (ins.op == PIPERT_OP_SEND_ACT || ins.op == PIPERT_OP_SEND_GRAD) {
+      rc = do_send(w, ins.op == PIPERT_OP_SEND_GRAD, ins.mb, g);
+    }
+    if (rc) return -1;
+  }
+  return 0;
+}
