@@ -72,6 +72,7 @@ typedef struct rt_stats {
 } rt_stats;
 
 void rt_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));  /* "pipeline: ..." + \n to stderr */
+extern int rt_errors_muted;                           /* rt_errorf prints nothing while set */
 double rt_now(void);                                  /* monotonic seconds */
 void rt_set_blas_threads(int n);
 void *rt_aligned_alloc(size_t n);                     /* 64-byte aligned, zeroed; aborts on OOM */
@@ -180,6 +181,8 @@ void rt_worker_free(rt_worker *w);
 int rt_worker_round(rt_worker *w, int64_t base, int64_t T);
 /* A set from w's pool of kind k, NULL after an abort. */
 rt_set *rt_worker_get(rt_worker *w, int kind);
+/* A set from pool pl (waiting as w does), NULL after an abort. */
+rt_set *rt_pool_get(rt_worker *w, rt_pool *pl);
 /* "stage 1" or "stage 1 (replica 2)" */
 const char *rt_worker_name(const rt_worker *w, char *buf, size_t n);
 
@@ -199,13 +202,36 @@ void *rt_threads_state(rt_exec *ex, int stage, int replica);
 
 /* ---- training (rt_train.c) ------------------------------------------------ */
 
+/* What the training loop needs of a transport. Every call is collective: all processes
+ * make the same calls in the same order (rank is 0 for the process that reads data,
+ * writes files and prints; the threads transport has one process). */
+typedef struct rt_backend {
+  void *impl;
+  int rank;
+  /* one optimizer step: in[] (rank 0) holds the batch, out[] (rank 0) receives the
+   * graph outputs; st (rank 0) the figures of every stage. 0, 1 or 2. */
+  int (*run)(void *impl, const rt_array *in, rt_array *out, rt_stats *st);
+  /* a param of stage/replica to (write 0) or from (write 1) buf, which lives on rank 0 */
+  int (*param_io)(void *impl, int stage, int replica, const pipert_param_desc *pd, int write, void *buf);
+  int64_t (*bcast)(void *impl, int64_t v);  /* rank 0's v, everywhere */
+} rt_backend;
+/* Backends. Threads: one process, a worker thread per stage replica (rt_threads.c). MPI:
+ * one rank per stage replica, MPI_Init inside; *rc is 2 when the world does not fit the
+ * pipeline (transport_mpi.c). */
+int rt_threads_backend(const pipert_pipeline *p, const rt_options *o, int M, rt_backend *be);
+void rt_threads_backend_free(rt_backend *be);
+int rt_mpi_backend(const pipert_pipeline *p, const rt_options *o, rt_backend *be);
+/* Ends the MPI world after training: every rank exits with rank 0's status, returned. */
+int rt_mpi_backend_end(rt_backend *be, int rc);
+
 /* `pipeline train ...`: argv without the program name and "train". Returns the exit
- * status (0, 1 a stage failed, 2 a user error). */
+ * status (0, 1 a stage failed, 2 a user error). Chooses the transport like inference. */
 int rt_train_main(const pipert_pipeline *p, int argc, char **argv);
 
 /* MPI (transport_mpi.c; a stub that reports the missing support without MPI). */
 int rt_mpi_compiled(void);
 int rt_mpi_launched(void);           /* launched by mpirun with more than one rank? */
+int rt_mpi_rank_env(void);           /* this process's rank from the launcher's environment (0 if none) */
 int rt_mpi_main(const pipert_pipeline *p, const rt_options *o);
 
 #endif

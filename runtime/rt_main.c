@@ -11,7 +11,10 @@
 
 _Thread_local int rt_cur_stage = -1;
 
+int rt_errors_muted;
+
 void rt_errorf(const char *fmt, ...) {
+  if (rt_errors_muted) return;
   char buf[2048];
   va_list ap;
   va_start(ap, fmt);

@@ -464,3 +464,32 @@ void rt_threads_destroy(rt_exec *ex) {
   pthread_cond_destroy(&ex->cv);
   free(ex);
 }
+
+/* ---- the training backend ------------------------------------------------- */
+
+static int tb_run(void *impl, const rt_array *in, rt_array *out, rt_stats *st) {
+  rt_exec *ex = impl;
+  return rt_threads_run(ex, in, out, ex->M, st);
+}
+
+static int tb_param_io(void *impl, int stage, int replica, const pipert_param_desc *pd, int write, void *buf) {
+  rt_exec *ex = impl;
+  return ex->p->stages[stage].stage->param_io(rt_threads_state(ex, stage, replica), write, pd->offset, buf, pd->nbytes);
+}
+
+static int64_t tb_bcast(void *impl, int64_t v) {
+  (void)impl;
+  return v;
+}
+
+int rt_threads_backend(const pipert_pipeline *p, const rt_options *o, int M, rt_backend *be) {
+  rt_exec *ex = NULL;
+  int rc = rt_threads_create(p, o, M, &ex);
+  *be = (rt_backend){ex, 0, tb_run, tb_param_io, tb_bcast};
+  return rc;
+}
+
+void rt_threads_backend_free(rt_backend *be) {
+  if (be->impl) rt_threads_destroy(be->impl);
+  be->impl = NULL;
+}

@@ -13,7 +13,11 @@
  * --checkpoint / --resume / --export-onnx. A checkpoint is one .npz (every owned
  * weight, buffer, optimizer state and hyperparameter by name, and "pipecc/step",
  * "pipecc/seed", "pipecc/shuffle"), written to a temporary file, synced and renamed
- * over the last one. */
+ * over the last one.
+ *
+ * The loop runs over a backend (rt_backend): the threads transport, or MPI with one rank
+ * per stage replica, where every rank runs this loop and rank 0 reads the data, writes
+ * the files and prints; param reads and writes go through rank 0. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -264,13 +268,16 @@ static void epoch_order(int64_t *order, int64_t N, int shuffle, uint64_t seed, i
 
 typedef struct {
   const pipert_pipeline *p;
-  rt_exec *ex;
+  const rt_backend *be;
 } trainer;
 
 static int param_io(trainer *tr, int s, int r, const pipert_param_desc *pd, int write, void *buf) {
-  const pipert_stage_desc *d = tr->p->stages[s].stage;
-  return d->param_io(rt_threads_state(tr->ex, s, r), write, pd->offset, buf, pd->nbytes);
+  return tr->be->param_io(tr->be->impl, s, r, pd, write, buf);
 }
+
+/* rank 0's rc, everywhere (a decision every rank must follow) */
+static int agree(trainer *tr, int rc) { return (int)tr->be->bcast(tr->be->impl, rc); }
+static int root(const trainer *tr) { return tr->be->rank == 0; }
 
 /* The owner of a param name: its stage and descriptor (the first stage that owns it). */
 static const pipert_param_desc *find_owner(const pipert_pipeline *p, const char *name, int *stage) {
@@ -405,10 +412,10 @@ static int save_params(trainer *tr, const char *path, unsigned kinds, const char
   int n;
   char err[1024];
   if (collect(tr, kinds, &a, &n, 0)) return 1;
-  int rc = rt_npz_save(path, a, n, err, sizeof err) ? 2 : 0;
+  int rc = root(tr) && rt_npz_save(path, a, n, err, sizeof err) ? 2 : 0;
   if (rc) rt_errorf("train: %s: %s", what, err);
   free_arrays(a, n);
-  return rc;
+  return agree(tr, rc);
 }
 
 static void meta_array(rt_array *a, const char *name, int64_t v) {
@@ -429,11 +436,13 @@ static int fsync_path(const char *path, int dir) {
 static int write_checkpoint(trainer *tr, const train_opts *t, int64_t step) {
   rt_array *a;
   int n;
-  char err[1024], path[4096], tmp[4200];
-  if (mkdir(t->checkpoint, 0777) && errno != EEXIST) {
+  char err[1024] = "", path[4096], tmp[4200];
+  int rc = 0;
+  if (root(tr) && mkdir(t->checkpoint, 0777) && errno != EEXIST) {
     rt_errorf("train: --checkpoint %s: %s", t->checkpoint, strerror(errno));
-    return 2;
+    rc = 2;
   }
+  if ((rc = agree(tr, rc))) return rc;
   if (collect(tr, KINDS(PIPERT_PARAM_WEIGHT, PIPERT_PARAM_BUFFER, PIPERT_PARAM_OPTSTATE, PIPERT_PARAM_HYPER), &a, &n, 3))
     return 1;
   meta_array(&a[n++], "pipecc/step", step);
@@ -441,15 +450,14 @@ static int write_checkpoint(trainer *tr, const train_opts *t, int64_t step) {
   meta_array(&a[n++], "pipecc/shuffle", t->shuffle);
   snprintf(path, sizeof path, "%s/checkpoint.npz", t->checkpoint);
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  int rc = 0;
-  if (rt_npz_save(tmp, a, n, err, sizeof err) || fsync_path(tmp, 0) || rename(tmp, path) ||
-      fsync_path(t->checkpoint, 1)) {
+  if (root(tr) && (rt_npz_save(tmp, a, n, err, sizeof err) || fsync_path(tmp, 0) || rename(tmp, path) ||
+                   fsync_path(t->checkpoint, 1))) {
     rt_errorf("train: checkpoint %s: %s", path, err[0] ? err : strerror(errno));
     remove(tmp);
     rc = 2;
   }
   free_arrays(a, n);
-  return rc;
+  return agree(tr, rc);
 }
 
 static int64_t meta_value(const rt_array *a, int n, const char *name, int64_t dflt) {
@@ -458,49 +466,68 @@ static int64_t meta_value(const rt_array *a, int n, const char *name, int64_t df
   return dflt;
 }
 
-/* Loads DIR/checkpoint.npz into every holder of every param it names; sets *step. */
+/* Loads DIR/checkpoint.npz (rank 0) into every holder of every param it names; sets *step. */
 static int resume(trainer *tr, train_opts *t, int64_t *step) {
   const pipert_pipeline *p = tr->p;
   char path[4096], err[1024];
   snprintf(path, sizeof path, "%s/checkpoint.npz", t->resume);
-  rt_array *a;
-  int n;
-  if (rt_npz_load(path, &a, &n, err, sizeof err)) {
-    rt_errorf("train: --resume: %s", err);
-    return 2;
+  rt_array *a = NULL;
+  int n = 0, rc = 0;
+  int64_t seed = -1, shuffle = -1;
+  *step = -1;
+  if (root(tr)) {
+    if (rt_npz_load(path, &a, &n, err, sizeof err)) {
+      rt_errorf("train: --resume: %s", err);
+      rc = 2;
+    } else {
+      *step = meta_value(a, n, "pipecc/step", -1);
+      seed = meta_value(a, n, "pipecc/seed", -1);
+      shuffle = meta_value(a, n, "pipecc/shuffle", -1);
+    }
+    if (!rc && (*step < 0 || seed < 0 || shuffle < 0)) {
+      rt_errorf("train: --resume: %s is not a pipecc checkpoint (no pipecc/step, seed, shuffle)", path);
+      rc = 2;
+    } else if (!rc && ((t->seed_given && (uint64_t)seed != t->seed) || (t->shuffle_given && shuffle != t->shuffle))) {
+      rt_errorf("train: --resume: the checkpoint was trained with --seed %lld%s; resuming with another data order "
+                "would not continue the same run", (long long)seed, shuffle ? "" : " --no-shuffle");
+      rc = 2;
+    }
+    for (int s = 0; s < p->n_stages && !rc; s++) { /* every param there, of the right size */
+      const pipert_stage_desc *d = p->stages[s].stage;
+      for (int k = 0; k < d->n_params && !rc; k++) {
+        const pipert_param_desc *pd = &d->params[k];
+        const rt_array *e = NULL;
+        for (int i = 0; i < n && !e && pd->kind != PIPERT_PARAM_GRAD; i++)
+          if (!strcmp(a[i].name, pd->name)) e = &a[i];
+        if (pd->kind == PIPERT_PARAM_GRAD) continue;
+        if (!e) {
+          rt_errorf("train: --resume: %s has no '%s' (a checkpoint of another model or optimizer?)", path, pd->name);
+          rc = 2;
+        } else if (e->dtype != pd->dtype || e->nbytes != pd->nbytes) {
+          rt_errorf("train: --resume: %s: '%s' is %s of %zu bytes, the program has %s of %zu bytes", path, pd->name,
+                    rt_dtype_name(e->dtype), e->nbytes, rt_dtype_name(pd->dtype), pd->nbytes);
+          rc = 2;
+        }
+      }
+    }
   }
-  int rc = 0;
-  *step = meta_value(a, n, "pipecc/step", -1);
-  int64_t seed = meta_value(a, n, "pipecc/seed", -1), shuffle = meta_value(a, n, "pipecc/shuffle", -1);
-  if (*step < 0 || seed < 0 || shuffle < 0) {
-    rt_errorf("train: --resume: %s is not a pipecc checkpoint (no pipecc/step, seed, shuffle)", path);
-    rc = 2;
-  } else if ((t->seed_given && (uint64_t)seed != t->seed) || (t->shuffle_given && shuffle != t->shuffle)) {
-    rt_errorf("train: --resume: the checkpoint was trained with --seed %lld%s; resuming with another data order "
-              "would not continue the same run", (long long)seed, shuffle ? "" : " --no-shuffle");
-    rc = 2;
-  } else {
-    t->seed = (uint64_t)seed;
-    t->shuffle = (int)shuffle;
+  if ((rc = agree(tr, rc))) {
+    free_arrays(a, n);
+    return rc;
   }
+  *step = tr->be->bcast(tr->be->impl, *step);
+  t->seed = (uint64_t)tr->be->bcast(tr->be->impl, seed);
+  t->shuffle = (int)tr->be->bcast(tr->be->impl, shuffle);
   for (int s = 0; s < p->n_stages && !rc; s++) {
     const pipert_stage_desc *d = p->stages[s].stage;
     for (int k = 0; k < d->n_params && !rc; k++) {
       const pipert_param_desc *pd = &d->params[k];
       if (pd->kind == PIPERT_PARAM_GRAD) continue;
-      const rt_array *e = NULL;
-      for (int i = 0; i < n && !e; i++)
-        if (!strcmp(a[i].name, pd->name)) e = &a[i];
-      if (!e) {
-        rt_errorf("train: --resume: %s has no '%s' (a checkpoint of another model or optimizer?)", path, pd->name);
-        rc = 2;
-      } else if (e->dtype != pd->dtype || e->nbytes != pd->nbytes) {
-        rt_errorf("train: --resume: %s: '%s' is %s of %zu bytes, the program has %s of %zu bytes", path, pd->name,
-                  rt_dtype_name(e->dtype), e->nbytes, rt_dtype_name(pd->dtype), pd->nbytes);
-        rc = 2;
-      }
+      void *buf = NULL;
+      for (int i = 0; i < n && !buf; i++)
+        if (!strcmp(a[i].name, pd->name)) buf = a[i].data;
       for (int r = 0; r < p->stages[s].replicas && !rc; r++)
-        if (param_io(tr, s, r, pd, 1, e->data)) {
+        if (param_io(tr, s, r, pd, 1, buf)) {
           rt_errorf("stage %d: cannot restore '%s'", s, pd->name);
           rc = 1;
         }
@@ -539,15 +566,29 @@ static int write_whole(const char *path, const void *b, size_t n) {
   return rename(tmp, path);
 }
 
+static int patch_model(trainer *tr, const pipert_export_desc *x, const rt_array *w, int nw, const char *out);
+
 /* A copy of the model with the trained initializers (and running statistics) in place:
  * the same bytes everywhere else, external data files copied beside OUT. */
 static int export_onnx(trainer *tr, const char *out) {
   const pipert_export_desc *x = tr->p->export_info;
   if (!x) {
-    rt_errorf("train: --export-onnx: this program does not know where its weights are in the model (compiled "
-              "from a model whose trained initializers are not stored as raw data)");
+    if (root(tr))
+      rt_errorf("train: --export-onnx: this program does not know where its weights are in the model (compiled "
+                "from a model whose trained initializers are not stored as raw data)");
     return 2;
   }
+  rt_array *w;
+  int nw;
+  if (collect(tr, KINDS(PIPERT_PARAM_WEIGHT, PIPERT_PARAM_BUFFER), &w, &nw, 0)) return 1;
+  int rc = root(tr) ? patch_model(tr, x, w, nw, out) : 0;
+  free_arrays(w, nw);
+  return agree(tr, rc);
+}
+
+/* Rank 0: the model and its external data files, with the trained values at their places. */
+static int patch_model(trainer *tr, const pipert_export_desc *x, const rt_array *w, int nw, const char *out) {
+  (void)tr;
   size_t len;
   unsigned char *model = read_whole(x->model_path, &len);
   if (!model || len != x->model_bytes || pipert_xxh64(model, len) != x->model_hash) {
@@ -588,15 +629,13 @@ static int export_onnx(trainer *tr, const char *out) {
     for (int e = 0; e < x->n && !rc; e++) {
       const pipert_export_entry *en = &x->entries[e];
       if ((en->file == NULL) != (file == NULL) || (file && strcmp(en->file, file))) continue;
-      int s;
-      const pipert_param_desc *pd = find_owner(tr->p, en->name, &s);
-      if (!pd || pd->nbytes != en->nbytes || en->offset + en->nbytes > blen) {
+      const rt_array *a = NULL;
+      for (int i = 0; i < nw && !a; i++)
+        if (!strcmp(w[i].name, en->name)) a = &w[i];
+      if (!a || a->nbytes != en->nbytes || en->offset + en->nbytes > blen) {
         rt_errorf("internal error: --export-onnx: '%s' does not fit its place in the model", en->name);
         rc = 1;
-      } else if (param_io(tr, s, 0, pd, 0, buf + en->offset)) {
-        rt_errorf("stage %d: cannot read '%s'", s, en->name);
-        rc = 1;
-      }
+      } else memcpy(buf + en->offset, a->data, a->nbytes);
     }
     if (!rc) {
       if (file) snprintf(dst, sizeof dst, "%s/%s", odir, file);
@@ -654,63 +693,52 @@ static void human(size_t b, char *buf, size_t n) {
   else snprintf(buf, n, "%.1f KiB", (double)b / (1 << 10));
 }
 
-int rt_train_main(const pipert_pipeline *p, int argc, char **argv) {
-  train_opts t;
-  if (parse_train_args(argc, argv, &t)) {
-    free(t.data);
-    return 2;
-  }
-  int S = p->n_stages, M = p->microbatches, rc = 0;
+/* The loop; every rank runs it (collective calls through tr->be; rank 0 does the I/O). */
+static int train_loop(trainer *tr, train_opts *t) {
+  const pipert_pipeline *p = tr->p;
+  const rt_backend *be = tr->be;
+  int S = p->n_stages, M = p->microbatches, rc = 0, r0 = root(tr);
   int64_t b = p->inputs[0].dims[0], B = b * M, N = 0;
-  if (t.batch && t.batch != B) {
-    rt_errorf("train: --batch %lld: this program is compiled for batches of %lld (%d micro-batches of %lld); "
-              "recompile with pipecc --shape ... or -m", (long long)t.batch, (long long)B, M, (long long)b);
-    free(t.data);
-    return 2;
-  }
   rt_array *data = calloc((size_t)p->n_inputs + 1, sizeof *data), *in = calloc((size_t)p->n_inputs + 1, sizeof *in);
   rt_array *out = calloc((size_t)p->n_outputs + 1, sizeof *out);
-  rc = load_data(p, &t, data, &N);
-  int64_t spe = N / (B ? B : 1);
-  if (!rc && spe < 1) {
+  if (r0) rc = load_data(p, t, data, &N);
+  if (r0 && !rc && N / B < 1) {
     rt_errorf("train: %lld samples are fewer than one batch of %lld", (long long)N, (long long)B);
     rc = 2;
   }
-  int64_t steps = t.steps ? t.steps : (int64_t)ceil(t.epochs * (double)spe - 1e-9);
-  rt_exec *ex = NULL;
-  trainer tr = {p, NULL};
-  if (!rc) {
-    rt_set_blas_threads(t.ro.threads_per_stage);
-    rc = rt_threads_create(p, &t.ro, M, &ex);
-    tr.ex = ex;
-  }
+  rc = agree(tr, rc);
+  N = be->bcast(be->impl, N);
+  int64_t spe = rc ? 1 : N / B, steps = t->steps ? t->steps : (int64_t)ceil(t->epochs * (double)spe - 1e-9);
   int64_t start = 0;
-  if (!rc && t.resume) rc = resume(&tr, &t, &start);
-  if (!rc) rc = set_hyper(&tr, &t);
-  if (!rc) rc = sync_copies(&tr);
+  if (!rc && t->resume) rc = resume(tr, t, &start);
+  if (!rc) rc = set_hyper(tr, t);
+  if (!rc) rc = sync_copies(tr);
   for (int i = 0; !rc && i < p->n_inputs; i++) {
     int64_t dims[PIPERT_MAX_RANK];
     memcpy(dims, p->inputs[i].dims, sizeof dims);
-    dims[0] = B;
+    dims[0] = r0 ? B : 0;
     rt_array_alloc(&in[i], p->inputs[i].name, p->inputs[i].dtype, p->inputs[i].rank, dims);
   }
-  if (!rc) rt_alloc_outputs(p, M, out);
+  if (!rc && r0) rt_alloc_outputs(p, M, out);
   if (!rc && start >= steps) {
-    rt_errorf("train: the checkpoint is at step %lld, and training ends at step %lld", (long long)start, (long long)steps);
+    if (r0)
+      rt_errorf("train: the checkpoint is at step %lld, and training ends at step %lld", (long long)start,
+                (long long)steps);
     rc = 2;
   }
   FILE *log = NULL;
-  if (!rc && t.log && !(log = fopen(t.log, t.resume ? "a" : "w"))) {
-    rt_errorf("train: --log %s: %s", t.log, strerror(errno));
+  if (!rc && r0 && t->log && !(log = fopen(t->log, t->resume ? "a" : "w"))) {
+    rt_errorf("train: --log %s: %s", t->log, strerror(errno));
     rc = 2;
   }
-  if (log && !t.resume) fputs("step,epoch,loss,accuracy,samples_per_s\n", log);
-  int tty = isatty(1) && !t.quiet;
-  if (!rc && !t.quiet)
+  if (!rc) rc = agree(tr, rc);
+  int quiet = t->quiet || !r0, tty = isatty(1) && !quiet;
+  if (log && !t->resume) fputs("step,epoch,loss,accuracy,samples_per_s\n", log);
+  if (!rc && !quiet)
     printf("training %s: %d stage%s, %s, %d micro-batches of %lld, %lld samples, %lld steps per epoch, %lld steps%s\n",
            p->name, S, S == 1 ? "" : "s", p->schedule, M, (long long)b, (long long)N, (long long)spe, (long long)steps,
            start ? " (resumed)" : "");
-  int64_t *order = calloc((size_t)N + 1, sizeof *order), order_epoch = -1;
+  int64_t *order = calloc((size_t)(r0 ? N : 0) + 1, sizeof *order), order_epoch = -1;
   rt_stats st = {0, calloc((size_t)S, sizeof(double)), calloc((size_t)S, sizeof(size_t)), calloc((size_t)S, sizeof(int))};
   size_t *peak = calloc((size_t)S, sizeof(size_t));
   int *peak_sets = calloc((size_t)S, sizeof(int));
@@ -719,60 +747,65 @@ int rt_train_main(const pipert_pipeline *p, int argc, char **argv) {
   int every = steps / 20 > 0 ? (int)(steps / 20) : 1;
   for (int64_t step = start; !rc && step < steps; step++) {
     int64_t epoch = step / spe, pos = step % spe;
-    if (epoch != order_epoch) {
-      epoch_order(order, N, t.shuffle, t.seed, epoch);
-      order_epoch = epoch;
+    if (r0) {
+      if (epoch != order_epoch) {
+        epoch_order(order, N, t->shuffle, t->seed, epoch);
+        order_epoch = epoch;
+      }
+      for (int i = 0; i < p->n_inputs; i++) {
+        size_t row = data[i].nbytes / (size_t)N;
+        for (int64_t j = 0; j < B; j++)
+          memcpy((char *)in[i].data + (size_t)j * row, (const char *)data[i].data + (size_t)order[pos * B + j] * row,
+                 row);
+      }
     }
-    for (int i = 0; i < p->n_inputs; i++) {
-      size_t row = data[i].nbytes / (size_t)N;
-      for (int64_t j = 0; j < B; j++)
-        memcpy((char *)in[i].data + (size_t)j * row, (const char *)data[i].data + (size_t)order[pos * B + j] * row, row);
-    }
-    rc = rt_threads_run(ex, in, out, M, &st);
-    if (!rc) rc = sync_copies(&tr);
+    rc = be->run(be->impl, in, out, &st);
+    if (!rc) rc = sync_copies(tr);
     if (rc) break;
-    wall += st.wall_s;
-    for (int s = 0; s < S; s++) {
-      if (st.peak_bytes[s] > peak[s]) peak[s] = st.peak_bytes[s];
-      if (st.peak_sets[s] > peak_sets[s]) peak_sets[s] = st.peak_sets[s];
+    if (r0) {
+      wall += st.wall_s;
+      for (int s = 0; s < S; s++) {
+        if (st.peak_bytes[s] > peak[s]) peak[s] = st.peak_bytes[s];
+        if (st.peak_sets[s] > peak_sets[s]) peak_sets[s] = st.peak_sets[s];
+      }
+      const rt_array *L = &out[p->loss_output];
+      loss = 0;
+      for (int m = 0; m < M; m++)
+        loss += L->dtype == PIPERT_DOUBLE ? ((const double *)L->data)[m] : ((const float *)L->data)[m];
+      if (!p->loss_sum) loss /= M;
+      acc = 0;
+      if (p->logits_output >= 0 && p->labels_input >= 0) {
+        int64_t total;
+        acc = (double)count_correct(&out[p->logits_output], &in[p->labels_input], &total) / (double)(total ? total : 1);
+      }
+      if (!isfinite(loss)) {
+        rt_errorf("train: step %lld: the loss is %s (lower --lr?)", (long long)step + 1, isnan(loss) ? "NaN" : "infinite");
+        rc = 1;
+      }
     }
-    const rt_array *L = &out[p->loss_output];
-    loss = 0;
-    for (int m = 0; m < M; m++)
-      loss += L->dtype == PIPERT_DOUBLE ? ((const double *)L->data)[m] : ((const float *)L->data)[m];
-    if (!p->loss_sum) loss /= M;
-    acc = 0;
-    if (p->logits_output >= 0 && p->labels_input >= 0) {
-      int64_t total;
-      acc = (double)count_correct(&out[p->logits_output], &in[p->labels_input], &total) / (double)(total ? total : 1);
-    }
-    if (!isfinite(loss)) {
-      rt_errorf("train: step %lld: the loss is %s (lower --lr?)", (long long)step + 1, isnan(loss) ? "NaN" : "infinite");
-      rc = 1;
-      break;
-    }
+    if ((rc = agree(tr, rc))) break;
     done = step + 1;
     ep_loss += loss;
     ep_acc += acc;
     ep_steps++;
     double sps = (double)B / (st.wall_s > 0 ? st.wall_s : 1e-9);
     if (log) fprintf(log, "%lld,%lld,%.9g,%.9g,%.6g\n", (long long)done, (long long)epoch + 1, loss, acc, sps);
-    if (!t.quiet && (tty || done % every == 0 || done == steps))
+    if (!quiet && (tty || done % every == 0 || done == steps))
       progress(stdout, tty, done, steps, spe, loss, p->logits_output >= 0, acc, sps);
     if (pos == spe - 1 || done == steps) { /* end of an epoch */
       if (tty) fputc('\n', stdout);
-      if (!t.quiet)
+      if (!quiet)
         printf("epoch %lld: mean loss %.6f%s%.2f%s over %lld steps\n", (long long)epoch + 1, ep_loss / (double)ep_steps,
                p->logits_output >= 0 ? ", accuracy " : "", p->logits_output >= 0 ? 100 * ep_acc / (double)ep_steps : 0.0,
                p->logits_output >= 0 ? "%" : "", (long long)ep_steps);
       ep_loss = ep_acc = 0;
       ep_steps = 0;
     }
-    if (t.checkpoint && ((t.checkpoint_every && done % t.checkpoint_every == 0) || done == steps))
-      rc = write_checkpoint(&tr, &t, done);
+    if (t->checkpoint && ((t->checkpoint_every && done % t->checkpoint_every == 0) || done == steps))
+      rc = write_checkpoint(tr, t, done);
   }
   if (log) fclose(log);
-  if (!rc && !t.quiet && done > start) {
+  if (!rc && !quiet && done > start) {
     printf("trained %lld steps: final loss %.6f", (long long)(done - start), loss);
     if (p->logits_output >= 0) printf(", accuracy %.2f%%", 100 * acc);
     printf("; %.1f samples/s\n", (double)B * (double)(done - start) / (wall > 0 ? wall : 1e-9));
@@ -784,18 +817,15 @@ int rt_train_main(const pipert_pipeline *p, int argc, char **argv) {
              s + 1 < S ? ";" : "\n");
     }
   }
-  if (!rc && t.save) rc = save_params(&tr, t.save, KINDS(PIPERT_PARAM_WEIGHT, PIPERT_PARAM_BUFFER), "--save");
-  if (!rc && t.save_grads) rc = save_params(&tr, t.save_grads, KINDS(PIPERT_PARAM_GRAD), "--save-grads");
-  if (!rc && t.export_onnx) rc = export_onnx(&tr, t.export_onnx);
+  if (!rc && t->save) rc = save_params(tr, t->save, KINDS(PIPERT_PARAM_WEIGHT, PIPERT_PARAM_BUFFER), "--save");
+  if (!rc && t->save_grads) rc = save_params(tr, t->save_grads, KINDS(PIPERT_PARAM_GRAD), "--save-grads");
+  if (!rc && t->export_onnx) rc = export_onnx(tr, t->export_onnx);
   fflush(stdout);
-  if (ex) rt_threads_destroy(ex);
   for (int i = 0; i < p->n_inputs; i++) {
     rt_array_free(&data[i]);
     rt_array_free(&in[i]);
   }
   for (int i = 0; i < p->n_outputs; i++) rt_array_free(&out[i]);
-  for (int i = 0; i < t.n_data; i++) free((char *)t.data[i].name);
-  free(t.data);
   free(data);
   free(in);
   free(out);
@@ -805,5 +835,41 @@ int rt_train_main(const pipert_pipeline *p, int argc, char **argv) {
   free(st.peak_sets);
   free(peak);
   free(peak_sets);
+  return rc;
+}
+
+int rt_train_main(const pipert_pipeline *p, int argc, char **argv) {
+  train_opts t;
+  int use_mpi = rt_mpi_launched(), rank0 = !use_mpi || rt_mpi_rank_env() == 0;
+  rt_errors_muted = !rank0; /* every rank parses the same arguments: one of them reports */
+  int bad = parse_train_args(argc, argv, &t);
+  rt_errors_muted = 0;
+  if (bad) {
+    free(t.data);
+    return 2;
+  }
+  int M = p->microbatches, rc = 0;
+  int64_t b = p->inputs[0].dims[0], B = b * M;
+  if (t.batch && t.batch != B) {
+    if (rank0)
+      rt_errorf("train: --batch %lld: this program is compiled for batches of %lld (%d micro-batches of %lld); "
+                "recompile with pipecc --shape ... or -m", (long long)t.batch, (long long)B, M, (long long)b);
+    free(t.data);
+    return 2;
+  }
+  rt_set_blas_threads(t.ro.threads_per_stage);
+  rt_backend be;
+  trainer tr = {p, &be};
+  if (use_mpi) {
+    rc = rt_mpi_backend(p, &t.ro, &be);
+    if (!rc) rc = train_loop(&tr, &t);
+    rc = rt_mpi_backend_end(&be, rc);
+  } else {
+    rc = rt_threads_backend(p, &t.ro, M, &be);
+    if (!rc) rc = train_loop(&tr, &t);
+    rt_threads_backend_free(&be);
+  }
+  for (int i = 0; i < t.n_data; i++) free((char *)t.data[i].name);
+  free(t.data);
   return rc;
 }

@@ -70,6 +70,8 @@ static rt_set *pool_get(rt_worker *w, rt_pool *pl) {
 
 rt_set *rt_worker_get(rt_worker *w, int kind) { return pool_get(w, kind ? &w->gpool : &w->fpool); }
 
+rt_set *rt_pool_get(rt_worker *w, rt_pool *pl) { return pool_get(w, pl); }
+
 void rt_set_release(rt_set *s) {
   if (atomic_fetch_sub(&s->refs, 1) != 1) return;
   rt_pool *pl = s->pool;

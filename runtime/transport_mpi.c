@@ -1,17 +1,32 @@
-/* The MPI transport: `mpirun -np <n_stages> DIR/pipeline ...`, rank r runs
- * stage r (one process per stage; a stage's replica count is not used here).
- * Rank 0 reads the inputs, sends graph-input slices to the ranks that consume
- * them and receives the graph outputs straight into the output arrays (all
- * posted up front, non-blocking), and runs stage 0. Activations travel as raw
- * bytes: shapes are static, so there is no handshake. Messages from rank j to
- * rank i on tag TAG_ACT+k (input slot k of stage i) arrive in micro-batch order
- * (MPI's non-overtaking rule). A failing forward calls MPI_Abort; a watchdog
- * thread ends a rank whose launcher died or that passed --timeout.
+/* The MPI transport: `mpirun -np R DIR/pipeline ...` with R the number of stage
+ * replicas of the plan (the sum of every stage's replicas); rank r runs one replica
+ * (ranks in stage order), through the stream interpreter (rt_worker.c). Replica k of
+ * a stage runs the micro-batches with mb % replicas == k, as in the threads transport.
+ *
+ * Rank 0 reads the inputs and writes the outputs: it sends graph-input slices to the
+ * ranks that read them and receives graph outputs straight into the output arrays
+ * (all posted up front, non-blocking). A set travels as the raw bytes of the tensors
+ * the receiving stage reads (shapes are static: no handshake), with non-blocking sends
+ * that keep the set until they complete; messages between two ranks on one tag arrive
+ * in order (MPI's non-overtaking rule), which is the order of the micro-batches.
+ * Replicas sum their gradients in replica order (the threads transport's order), so
+ * both transports give the same bits. A failure prints its line and calls MPI_Abort;
+ * a watchdog thread ends a rank whose launcher died or that passed --timeout.
+ *
+ * Training (`mpirun -np R DIR/pipeline train ...`): every rank runs the training loop
+ * (rt_train.c) over the backend below; param reads and writes go through rank 0.
  *
  * Compiled to a stub unless PIPERT_HAVE_MPI is defined (see tests/runtime/CMakeLists.txt). */
 #include <stdlib.h>
 #include <string.h>
 #include "rt.h"
+
+int rt_mpi_rank_env(void) {
+  const char *v = getenv("OMPI_COMM_WORLD_RANK");
+  if (!v) v = getenv("PMI_RANK");
+  if (!v) v = getenv("PMIX_RANK");
+  return v ? atoi(v) : 0;
+}
 
 int rt_mpi_launched(void) {
   const char *v = getenv("OMPI_COMM_WORLD_SIZE");
@@ -24,12 +39,28 @@ int rt_mpi_launched(void) {
 
 int rt_mpi_compiled(void) { return 0; }
 
-int rt_mpi_main(const pipert_pipeline *p, const rt_options *o) {
-  (void)p;
-  (void)o;
+static int no_mpi(void) {
   rt_errorf("this pipeline was built without MPI support: run it without mpirun (threads transport), "
             "or link it with libpipert built with MPI");
   return 2;
+}
+
+int rt_mpi_main(const pipert_pipeline *p, const rt_options *o) {
+  (void)p;
+  (void)o;
+  return no_mpi();
+}
+
+int rt_mpi_backend(const pipert_pipeline *p, const rt_options *o, rt_backend *be) {
+  (void)p;
+  (void)o;
+  memset(be, 0, sizeof *be);
+  return no_mpi();
+}
+
+int rt_mpi_backend_end(rt_backend *be, int rc) {
+  (void)be;
+  return rc;
 }
 
 #else
@@ -38,31 +69,45 @@ int rt_mpi_main(const pipert_pipeline *p, const rt_options *o) {
 #include <pthread.h>
 #include <unistd.h>
 
-#define TAG_ACT 0
-#define TAG_OUT 16384
-#define RING 2
+enum { TAG_ACT = 1, TAG_GRAD = 2, TAG_PARAM = 3, TAG_SUM = 4, TAG_IN = 1000, TAG_OUT = 100000 };
 
 int rt_mpi_compiled(void) { return 1; }
 
-typedef struct {
+typedef struct {        /* the sends in flight of a set (rt_set.link) */
+  MPI_Request *req;
+  int n, cap;
+} pending;
+
+typedef struct world {
   const pipert_pipeline *p;
   const rt_options *o;
-  int rank, M;
-  const pipert_instr *prog;
-  int prog_len;
-  void *state;
-  void *recv_mem[RING], **recv[RING];   /* per input slot */
-  void *out_mem[RING], **outb[RING];    /* per stage output */
-  MPI_Request *oreq[RING];
-  int n_oreq[RING], max_oreq;
-  const void **in;
-  double busy;
-} mpi_ctx;
+  int rank, size, M, S;
+  int *base;                       /* [S + 1] first rank of each stage */
+  int stage, replica;
+  const pipert_instr **prog;
+  int *prog_len;
+  pipert_instr **prog_owned;
+  rt_topo *topo;
+  rt_worker w;
+  rt_weights weights;
+  rt_pool *rpool[2];               /* [kind][S]: sets received from each producer stage */
+  char **need;                     /* [(kind * S + from) * S + to]: flags per tensor of from's kind-set */
+  char *in_need;                   /* [S * n_inputs]: the stage reads graph input i */
+  rt_set **inflight;               /* sets with sends in flight */
+  int n_inflight, cap_inflight;
+  /* per run */
+  const rt_array *in;
+  rt_array *out;
+  char **inbuf;                    /* [n_inputs]: M slots each (ranks != 0) */
+  char *inhave;                    /* [n_inputs * M] */
+  MPI_Request *pre;
+  int npre;
+} world;
 
 static atomic_int wd_stop;
-static double wd_start;
-static double wd_timeout;
+static double wd_start, wd_timeout;
 static pid_t wd_parent;
+static pthread_t wd_thread;
 
 static void *watchdog(void *arg) {
   int rank = (int)(intptr_t)arg;
@@ -73,214 +118,453 @@ static void *watchdog(void *arg) {
       _exit(1);
     }
     if (wd_timeout > 0 && rt_now() - wd_start > wd_timeout && !atomic_load(&wd_stop)) {
-      rt_errorf("rank %d (stage %d): timed out after %.1f s (--timeout)", rank, rank, wd_timeout);
+      rt_errorf("rank %d (stage %d): timed out after %.1f s (--timeout)", rank, rt_cur_stage, wd_timeout);
       _exit(1);
     }
   }
   return NULL;
 }
 
-static void wait_ring(mpi_ctx *c, int r) {
-  if (c->n_oreq[r]) MPI_Waitall(c->n_oreq[r], c->oreq[r], MPI_STATUSES_IGNORE);
-  c->n_oreq[r] = 0;
+static int rank_of(const world *W, int stage, int64_t g) {
+  return W->base[stage] + (int)(g % W->p->stages[stage].replicas);
 }
 
-static int run_once(mpi_ctx *c, const rt_array *in, rt_array *out, int64_t T) {
-  const pipert_pipeline *p = c->p;
-  const pipert_stage_plan *sp = &p->stages[c->rank];
-  const pipert_stage_desc *d = sp->stage;
-  int S = p->n_stages, M = c->M;
-  MPI_Request *pre = NULL;
-  int npre = 0;
-  if (c->rank == 0) {
-    size_t cap = 0;
-    for (int i = 1; i < S; i++) cap += (size_t)p->stages[i].stage->n_inputs;
-    cap = (cap + (size_t)p->n_outputs) * (size_t)T;
-    pre = malloc(sizeof *pre * (cap ? cap : 1));
-    for (int q = 0; q < p->n_outputs; q++)
-      if (p->output_src[q].stage != 0)
-        for (int64_t g = 0; g < T; g++)
-          MPI_Irecv((char *)out[q].data + (size_t)g * p->outputs[q].nbytes, (int)p->outputs[q].nbytes, MPI_BYTE,
-                    p->output_src[q].stage, TAG_OUT + q, MPI_COMM_WORLD, &pre[npre++]);
-    for (int i = 1; i < S; i++)
-      for (int k = 0; k < p->stages[i].stage->n_inputs; k++) {
-        pipert_ref r = p->stages[i].input_src[k];
-        if (r.stage != PIPERT_GRAPH_INPUT) continue;
-        for (int64_t g = 0; g < T; g++)
-          MPI_Isend((const char *)in[r.index].data + (size_t)g * p->inputs[r.index].nbytes,
-                    (int)p->inputs[r.index].nbytes, MPI_BYTE, i, TAG_ACT + k, MPI_COMM_WORLD, &pre[npre++]);
+static char *need_of(world *W, int kind, int from, int to) { return W->need[(kind * W->S + from) * W->S + to]; }
+
+/* ---- the link ------------------------------------------------------------------ */
+
+static rt_set *m_recv(void *link, rt_worker *w, int kind, int from, int64_t g) {
+  world *W = link;
+  rt_set *s = rt_pool_get(w, &W->rpool[kind][from]);
+  const pipert_stage_desc *d = W->p->stages[from].stage;
+  const pipert_tensor_desc *t = kind ? d->bwd_outputs : d->outputs;
+  int n = kind ? d->n_bwd_outputs : d->n_outputs;
+  const char *need = need_of(W, kind, from, w->stage);
+  for (int k = 0; k < n; k++)
+    if (need[k])
+      MPI_Recv(s->bufs[k], (int)t[k].nbytes, MPI_BYTE, rank_of(W, from, g), kind ? TAG_GRAD : TAG_ACT, MPI_COMM_WORLD,
+               MPI_STATUS_IGNORE);
+  atomic_store(&s->refs, 1);
+  return s;
+}
+
+static void add_req(rt_set *s, MPI_Request r) {
+  pending *pd = s->link ? s->link : (s->link = calloc(1, sizeof(pending)));
+  if (pd->n == pd->cap) pd->req = realloc(pd->req, sizeof(MPI_Request) * (size_t)(pd->cap = pd->cap ? pd->cap * 2 : 8));
+  pd->req[pd->n++] = r;
+}
+
+static int m_send(void *link, rt_worker *w, int kind, rt_set *s, int64_t g) {
+  world *W = link;
+  const pipert_stage_desc *d = W->p->stages[w->stage].stage;
+  const pipert_tensor_desc *t = kind ? d->bwd_outputs : d->outputs;
+  int n = kind ? d->n_bwd_outputs : d->n_outputs, nc = kind ? w->topo->ngc : w->topo->nfc;
+  const int *to = kind ? w->topo->gc : w->topo->fc;
+  if (s->link) ((pending *)s->link)->n = 0;
+  for (int c = 0; c < nc; c++) {
+    const char *need = need_of(W, kind, w->stage, to[c]);
+    for (int k = 0; k < n; k++)
+      if (need[k]) {
+        MPI_Request r;
+        MPI_Isend(s->bufs[k], (int)t[k].nbytes, MPI_BYTE, rank_of(W, to[c], g), kind ? TAG_GRAD : TAG_ACT, MPI_COMM_WORLD,
+                  &r);
+        add_req(s, r);
       }
   }
-  int64_t rounds = (T + M - 1) / M;
-  for (int64_t rd = 0; rd < rounds; rd++) {
-    for (int i = 0; i < c->prog_len; i++) {
-      pipert_instr ins = c->prog[i];
-      int64_t g = rd * M + ins.mb;
-      if (ins.op == PIPERT_OP_NOP || g >= T) continue;
-      int ring = (int)(g % RING);
-      if (ins.op == PIPERT_OP_RECV_ACT) {
-        for (int k = 0; k < d->n_inputs; k++) {
-          pipert_ref r = sp->input_src[k];
-          if (r.stage == PIPERT_GRAPH_INPUT && c->rank == 0) continue;
-          MPI_Recv(c->recv[ring][k], (int)d->inputs[k].nbytes, MPI_BYTE, r.stage == PIPERT_GRAPH_INPUT ? 0 : r.stage,
-                   TAG_ACT + k, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        }
-      } else if (ins.op == PIPERT_OP_FWD) {
-        for (int k = 0; k < d->n_inputs; k++) {
-          pipert_ref r = sp->input_src[k];
-          c->in[k] = r.stage == PIPERT_GRAPH_INPUT && c->rank == 0
-                         ? (const char *)in[r.index].data + (size_t)g * p->inputs[r.index].nbytes
-                         : c->recv[ring][k];
-        }
-        wait_ring(c, ring);
-        double t0 = rt_now();
-        int rc = d->forward(c->state, c->in, c->outb[ring]);
-        c->busy += rt_now() - t0;
-        if (rc) {
-          rt_errorf("stage %d: forward failed on micro-batch %lld (status %d)", c->rank, (long long)g, rc);
-          MPI_Abort(MPI_COMM_WORLD, 1);
-          return 1;
-        }
-      } else if (ins.op == PIPERT_OP_SEND_ACT) {
-        for (int q = 0; q < p->n_outputs; q++) {
-          pipert_ref r = p->output_src[q];
-          if (r.stage != c->rank) continue;
-          if (c->rank == 0)
-            memcpy((char *)out[q].data + (size_t)g * p->outputs[q].nbytes, c->outb[ring][r.index], p->outputs[q].nbytes);
-          else
-            MPI_Isend(c->outb[ring][r.index], (int)p->outputs[q].nbytes, MPI_BYTE, 0, TAG_OUT + q, MPI_COMM_WORLD,
-                      &c->oreq[ring][c->n_oreq[ring]++]);
-        }
-        for (int i = c->rank + 1; i < S; i++)
-          for (int k = 0; k < p->stages[i].stage->n_inputs; k++) {
-            pipert_ref r = p->stages[i].input_src[k];
-            if (r.stage != c->rank) continue;
-            MPI_Isend(c->outb[ring][r.index], (int)p->stages[i].stage->inputs[k].nbytes, MPI_BYTE, i, TAG_ACT + k,
-                      MPI_COMM_WORLD, &c->oreq[ring][c->n_oreq[ring]++]);
-          }
-      }
-    }
-    if (rd + 1 < rounds) MPI_Barrier(MPI_COMM_WORLD);
+  if (!s->link || !((pending *)s->link)->n) {
+    rt_set_release(s);
+    return 0;
   }
-  for (int r = 0; r < RING; r++) wait_ring(c, r);
-  if (npre) MPI_Waitall(npre, pre, MPI_STATUSES_IGNORE);
-  free(pre);
+  if (W->n_inflight == W->cap_inflight)
+    W->inflight = realloc(W->inflight, sizeof(rt_set *) * (size_t)(W->cap_inflight = W->cap_inflight ? W->cap_inflight * 2 : 16));
+  W->inflight[W->n_inflight++] = s;
   return 0;
 }
 
-static void *alloc_set(const pipert_tensor_desc *t, int n, void ***ptrs) {
-  size_t total = 0;
-  for (int k = 0; k < n; k++) total += (t[k].nbytes + 63) / 64 * 64;
-  char *mem = rt_aligned_alloc(total);
-  *ptrs = calloc((size_t)n + 1, sizeof(void *));
-  for (int k = 0, off = 0; k < n; k++) {
-    (*ptrs)[k] = mem + off;
-    off += (int)((t[k].nbytes + 63) / 64 * 64);
+/* Sets whose sends completed go back to their pool; wait: until all have. */
+static void progress(world *W, int wait) {
+  int k = 0;
+  for (int i = 0; i < W->n_inflight; i++) {
+    rt_set *s = W->inflight[i];
+    pending *pd = s->link;
+    int done = 1;
+    if (wait) MPI_Waitall(pd->n, pd->req, MPI_STATUSES_IGNORE);
+    else MPI_Testall(pd->n, pd->req, &done, MPI_STATUSES_IGNORE);
+    if (done) {
+      pd->n = 0;
+      rt_set_release(s);
+    } else W->inflight[k++] = s;
   }
-  return mem;
+  W->n_inflight = k;
 }
 
-int rt_mpi_main(const pipert_pipeline *p, const rt_options *o) {
+static void m_poll(void *link, rt_worker *w) {
+  (void)w;
+  progress(link, 0);
+}
+
+static const void *m_input(void *link, rt_worker *w, int idx, int64_t g) {
+  world *W = link;
+  size_t nb = W->p->inputs[idx].nbytes;
+  (void)w;
+  if (W->rank == 0) return (const char *)W->in[idx].data + (size_t)g * nb;
+  int slot = (int)(g % W->M);
+  char *buf = W->inbuf[idx] + (size_t)slot * nb;
+  if (!W->inhave[idx * W->M + slot]) {
+    MPI_Recv(buf, (int)nb, MPI_BYTE, 0, TAG_IN + idx, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    W->inhave[idx * W->M + slot] = 1;
+  }
+  return buf;
+}
+
+static void m_output(void *link, rt_worker *w, int q, int64_t g, const void *data) {
+  world *W = link;
+  size_t nb = W->p->outputs[q].nbytes;
+  (void)w;
+  if (W->rank == 0) memcpy((char *)W->out[q].data + (size_t)g * nb, data, nb);
+  else MPI_Send(data, (int)nb, MPI_BYTE, 0, TAG_OUT + q, MPI_COMM_WORLD); /* rank 0 posted the receive */
+}
+
+/* The stage's GRAD params summed in replica order into every replica. */
+static int m_allreduce(void *link, rt_worker *w) {
+  world *W = link;
+  const pipert_stage_desc *d = W->p->stages[w->stage].stage;
+  int R = W->p->stages[w->stage].replicas, b = W->base[w->stage];
+  for (int k = 0; k < d->n_params; k++) {
+    const pipert_param_desc *pd = &d->params[k];
+    if (pd->kind != PIPERT_PARAM_GRAD) continue;
+    void *acc = rt_aligned_alloc(pd->nbytes), *tmp = rt_aligned_alloc(pd->nbytes);
+    int rc = d->param_io(w->state, 0, pd->offset, acc, pd->nbytes);
+    if (w->replica == 0) {
+      for (int r = 1; r < R; r++) {
+        MPI_Recv(tmp, (int)pd->nbytes, MPI_BYTE, b + r, TAG_SUM, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        rt_sum_into(acc, tmp, pd->nbytes, pd->dtype);
+      }
+      for (int r = 1; r < R; r++) MPI_Send(acc, (int)pd->nbytes, MPI_BYTE, b + r, TAG_SUM, MPI_COMM_WORLD);
+    } else {
+      MPI_Send(acc, (int)pd->nbytes, MPI_BYTE, b, TAG_SUM, MPI_COMM_WORLD);
+      MPI_Recv(acc, (int)pd->nbytes, MPI_BYTE, b, TAG_SUM, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+    rc |= d->param_io(w->state, 1, pd->offset, acc, pd->nbytes);
+    free(acc);
+    free(tmp);
+    if (rc) {
+      rt_errorf("stage %d: all-reduce of the gradients failed", w->stage);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+static int m_aborted(void *link) {
+  (void)link;
+  return 0;
+}
+
+static void m_fail(void *link, int rc, const char *msg) {
+  (void)link;
+  rt_errorf("%s", msg);
+  MPI_Abort(MPI_COMM_WORLD, rc);
+}
+
+static const rt_link_ops mpi_ops = {m_recv, m_send, m_input, m_output, m_allreduce, m_aborted, m_fail, m_poll};
+
+/* ---- the world ------------------------------------------------------------------- */
+
+/* Which tensors each stage reads of every other stage's sets, and which graph inputs. */
+static void build_needs(world *W) {
+  const pipert_pipeline *p = W->p;
+  int S = W->S;
+  W->need = calloc((size_t)(2 * S * S), sizeof(char *));
+  W->in_need = calloc((size_t)S * (size_t)p->n_inputs + 1, 1);
+  for (int kind = 0; kind < 2; kind++)
+    for (int from = 0; from < S; from++)
+      for (int to = 0; to < S; to++) {
+        const pipert_stage_desc *d = p->stages[from].stage;
+        W->need[(kind * S + from) * S + to] = calloc((size_t)(kind ? d->n_bwd_outputs : d->n_outputs) + 1, 1);
+      }
+  for (int s = 0; s < S; s++) {
+    const pipert_stage_plan *sp = &p->stages[s];
+    for (int k = 0; k < sp->stage->n_inputs; k++) {
+      pipert_ref r = sp->input_src[k];
+      if (r.stage >= 0) need_of(W, 0, r.stage, s)[r.index] = 1;
+      else W->in_need[s * p->n_inputs + r.index] = 1;
+    }
+    for (int k = 0; p->training && k < sp->stage->n_bwd_inputs; k++) {
+      pipert_ref r = sp->bwd_input_src[k];
+      if (r.stage < 0) W->in_need[s * p->n_inputs + r.index] = 1;
+      else if (r.stage != s || r.phase) need_of(W, r.phase, r.stage, s)[r.index] = 1;
+    }
+  }
+}
+
+/* MPI_Init, the rank's stage and replica, weights and init; 0, or 2 / 1 on every rank. */
+static int world_open(world *W, const pipert_pipeline *p, const rt_options *o, int M) {
+  memset(W, 0, sizeof *W);
   MPI_Init(NULL, NULL);
-  int rank, size, S = p->n_stages;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size != S) {
-    if (rank == 0)
-      rt_errorf("MPI: %d ranks for a %d-stage pipeline: run it with mpirun -np %d", size, S, S);
-    MPI_Finalize();
+  W->p = p;
+  W->o = o;
+  W->M = M;
+  W->S = p->n_stages;
+  MPI_Comm_rank(MPI_COMM_WORLD, &W->rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &W->size);
+  W->base = calloc((size_t)W->S + 1, sizeof(int));
+  for (int s = 0; s < W->S; s++) W->base[s + 1] = W->base[s] + p->stages[s].replicas;
+  if (W->size != W->base[W->S]) {
+    if (W->rank == 0)
+      rt_errorf("MPI: %d ranks for a %d-stage pipeline of %d stage replicas: run it with mpirun -np %d", W->size,
+                W->S, W->base[W->S], W->base[W->S]);
     return 2;
   }
-  rt_cur_stage = rank;
+  for (W->stage = 0; W->base[W->stage + 1] <= W->rank; W->stage++) {}
+  W->replica = W->rank - W->base[W->stage];
+  rt_cur_stage = W->stage;
   wd_start = rt_now();
   wd_timeout = o->timeout_s;
   wd_parent = getppid();
-  pthread_t wd;
-  pthread_create(&wd, NULL, watchdog, (void *)(intptr_t)rank);
+  pthread_create(&wd_thread, NULL, watchdog, (void *)(intptr_t)W->rank);
 
-  mpi_ctx c;
-  memset(&c, 0, sizeof c);
-  c.p = p;
-  c.o = o;
-  c.rank = rank;
-  c.M = o->microbatches ? o->microbatches : p->microbatches;
-  pipert_instr *owned;
-  c.prog = rt_stage_program(p, rank, c.M, &c.prog_len, &owned);
-  const pipert_stage_desc *d = p->stages[rank].stage;
+  W->prog = calloc((size_t)W->S, sizeof *W->prog);
+  W->prog_len = calloc((size_t)W->S, sizeof(int));
+  W->prog_owned = calloc((size_t)W->S, sizeof *W->prog_owned);
+  for (int s = 0; s < W->S; s++) W->prog[s] = rt_stage_program(p, s, M, &W->prog_len[s], &W->prog_owned[s]);
+  W->topo = calloc((size_t)W->S, sizeof *W->topo);
+  rt_topo_build(p, W->prog, W->prog_len, W->topo);
+  build_needs(W);
+  int cap = p->training ? M + 4 : 4;
+  for (int kind = 0; kind < 2; kind++) {
+    W->rpool[kind] = calloc((size_t)W->S, sizeof(rt_pool));
+    for (int s = 0; s < W->S; s++) {
+      const pipert_stage_desc *d = p->stages[s].stage;
+      if (kind && !p->training) continue;
+      rt_pool_init(&W->rpool[kind][s], kind ? d->n_bwd_outputs : d->n_outputs, kind ? d->bwd_outputs : d->outputs, cap);
+    }
+  }
+  rt_worker_init(&W->w, p, W->stage, W->replica, M, W->prog[W->stage], W->prog_len[W->stage], &W->topo[W->stage], cap,
+                 &mpi_ops, W);
+  W->inbuf = calloc((size_t)p->n_inputs + 1, sizeof(char *));
+  for (int i = 0; i < p->n_inputs; i++)
+    if (W->rank && W->in_need[W->stage * p->n_inputs + i]) W->inbuf[i] = rt_aligned_alloc(p->inputs[i].nbytes * (size_t)M);
+  W->inhave = calloc((size_t)p->n_inputs * (size_t)M + 1, 1);
 
-  /* Weights and init on every rank; all ranks agree on the outcome. */
+  /* weights and init on every rank; all ranks agree on the outcome */
+  const pipert_stage_desc *d = p->stages[W->stage].stage;
   char err[1024];
-  rt_weights w = {0};
   int st = 0, gst = 0;
-  if (rt_weights_load(d, o->weights_dir, &w, err, sizeof err)) {
+  if (rt_weights_load(d, o->weights_dir, &W->weights, err, sizeof err)) {
     rt_errorf("%s", err);
     st = 2;
-  } else if (d->init && (st = d->init(&c.state, w.map, w.len)) != 0) {
-    rt_errorf("stage %d: init failed (status %d)", rank, st);
+  } else if (d->init && (st = d->init(&W->w.state, W->weights.map, W->weights.len)) != 0) {
+    rt_errorf("stage %d: init failed (status %d)", W->stage, st);
     st = 1;
   }
   MPI_Allreduce(&st, &gst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return gst;
+}
 
+static void world_close(world *W) {
+  atomic_store(&wd_stop, 1);
+  if (W->base && W->size == W->base[W->S]) pthread_join(wd_thread, NULL);
+  const pipert_stage_desc *d = W->S ? W->p->stages[W->stage].stage : NULL;
+  if (W->w.state && d && d->fini) d->fini(W->w.state);
+  if (W->w.fpool.all) rt_worker_free(&W->w);
+  rt_weights_unload(&W->weights);
+  for (int kind = 0; kind < 2; kind++) {
+    for (int s = 0; W->rpool[kind] && s < W->S; s++)
+      if (W->rpool[kind][s].all) rt_pool_free(&W->rpool[kind][s]);
+    free(W->rpool[kind]);
+  }
+  for (int i = 0; W->need && i < 2 * W->S * W->S; i++) free(W->need[i]);
+  free(W->need);
+  free(W->in_need);
+  if (W->topo) rt_topo_free(W->topo, W->S);
+  free(W->topo);
+  for (int s = 0; W->prog_owned && s < W->S; s++) free(W->prog_owned[s]);
+  free(W->prog_owned);
+  free(W->prog);
+  free(W->prog_len);
+  for (int i = 0; W->inbuf && i < W->p->n_inputs; i++) free(W->inbuf[i]);
+  free(W->inbuf);
+  free(W->inhave);
+  free(W->inflight);
+  free(W->base);
+  free(W->pre);
+  MPI_Finalize();
+}
+
+/* Runs micro-batches [0, T) in rounds of M; rank 0 holds in[] and out[]. Returns 0 (a
+ * failure aborts the world). busy: this rank's compute time. */
+static int world_run(world *W, const rt_array *in, rt_array *out, int64_t T, double *busy) {
+  const pipert_pipeline *p = W->p;
+  W->in = in;
+  W->out = out;
+  rt_worker_reset(&W->w);
+  for (int kind = 0; kind < 2; kind++)
+    for (int s = 0; s < W->S; s++)
+      if (W->rpool[kind][s].all) rt_pool_reset(&W->rpool[kind][s]);
+  int64_t rounds = (T + W->M - 1) / W->M;
+  for (int64_t rd = 0; rd < rounds; rd++) {
+    int64_t lo = rd * W->M, hi = lo + W->M < T ? lo + W->M : T;
+    memset(W->inhave, 0, (size_t)p->n_inputs * (size_t)W->M + 1);
+    W->npre = 0;
+    if (W->rank == 0) { /* graph inputs out, graph outputs in: posted for the round */
+      size_t cap = (size_t)(p->n_outputs + W->size * p->n_inputs) * (size_t)W->M + 1;
+      W->pre = realloc(W->pre, sizeof(MPI_Request) * cap);
+      for (int q = 0; q < p->n_outputs; q++)
+        for (int64_t g = lo; g < hi; g++) {
+          int src = rank_of(W, p->output_src[q].stage, g);
+          if (src)
+            MPI_Irecv((char *)out[q].data + (size_t)g * p->outputs[q].nbytes, (int)p->outputs[q].nbytes, MPI_BYTE, src,
+                      TAG_OUT + q, MPI_COMM_WORLD, &W->pre[W->npre++]);
+        }
+      for (int s = 0; s < W->S; s++)
+        for (int i = 0; i < p->n_inputs; i++) {
+          if (!W->in_need[s * p->n_inputs + i]) continue;
+          for (int64_t g = lo; g < hi; g++) {
+            int dst = rank_of(W, s, g);
+            if (dst)
+              MPI_Isend((const char *)in[i].data + (size_t)g * p->inputs[i].nbytes, (int)p->inputs[i].nbytes, MPI_BYTE,
+                        dst, TAG_IN + i, MPI_COMM_WORLD, &W->pre[W->npre++]);
+          }
+        }
+    }
+    rt_worker_round(&W->w, lo, T);
+    progress(W, 1);
+    if (W->npre) MPI_Waitall(W->npre, W->pre, MPI_STATUSES_IGNORE);
+    if (rd + 1 < rounds) MPI_Barrier(MPI_COMM_WORLD);
+  }
+  *busy = W->w.busy;
+  return 0;
+}
+
+/* Per-stage figures on rank 0: busy time summed over replicas, peak memory the max. */
+static void gather_stats(world *W, double busy, rt_stats *st) {
+  double *all = W->rank == 0 ? calloc((size_t)W->size, sizeof(double)) : NULL;
+  long long mine[2] = {(long long)((size_t)W->w.fpool.n * W->w.fpool.set_bytes + (size_t)W->w.gpool.n * W->w.gpool.set_bytes),
+                       W->w.fpool.n};
+  long long *peaks = W->rank == 0 ? calloc((size_t)W->size * 2, sizeof(long long)) : NULL;
+  MPI_Gather(&busy, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  MPI_Gather(mine, 2, MPI_LONG_LONG, peaks, 2, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+  if (W->rank == 0) {
+    for (int s = 0; s < W->S; s++) {
+      st->busy_s[s] = 0;
+      if (st->peak_bytes) st->peak_bytes[s] = 0;
+      if (st->peak_sets) st->peak_sets[s] = 0;
+      for (int r = W->base[s]; r < W->base[s + 1]; r++) {
+        st->busy_s[s] += all[r];
+        if (st->peak_bytes && (size_t)peaks[2 * r] > st->peak_bytes[s]) st->peak_bytes[s] = (size_t)peaks[2 * r];
+        if (st->peak_sets && peaks[2 * r + 1] > st->peak_sets[s]) st->peak_sets[s] = (int)peaks[2 * r + 1];
+      }
+    }
+  }
+  free(all);
+  free(peaks);
+}
+
+/* ---- inference: mpirun -np R DIR/pipeline --input ... ------------------------------ */
+
+int rt_mpi_main(const pipert_pipeline *p, const rt_options *o) {
+  world W;
+  int M = o->microbatches ? o->microbatches : p->microbatches;
+  int rc = world_open(&W, p, o, M);
   rt_array *in = calloc((size_t)p->n_inputs + 1, sizeof *in), *out = calloc((size_t)p->n_outputs + 1, sizeof *out);
   int64_t T = -1;
-  int rc = gst;
   if (!rc) {
-    if (rank == 0 && rt_load_inputs(p, o, in, &T)) T = -1;
+    if (W.rank == 0 && rt_load_inputs(p, o, in, &T)) T = -1;
     MPI_Bcast(&T, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
     if (T < 0) rc = 2;
   }
   if (!rc) {
-    if (rank == 0) rt_alloc_outputs(p, T, out);
-    for (int r = 0; r < RING; r++) {
-      c.recv_mem[r] = alloc_set(d->inputs, d->n_inputs, &c.recv[r]);
-      c.out_mem[r] = alloc_set(d->outputs, d->n_outputs, &c.outb[r]);
-      c.max_oreq = p->n_outputs;
-      for (int i = rank + 1; i < S; i++) c.max_oreq += p->stages[i].stage->n_inputs;
-      c.oreq[r] = calloc((size_t)c.max_oreq + 1, sizeof(MPI_Request));
-    }
-    c.in = calloc((size_t)d->n_inputs + 1, sizeof(void *));
-    rc = run_once(&c, in, out, T);
+    if (W.rank == 0) rt_alloc_outputs(p, T, out);
+    double busy = 0;
+    rc = world_run(&W, in, out, T, &busy);
     if (!rc && o->bench) {
-      double wall = 0, busy = 0;
+      double wall = 0, total = 0;
       for (int it = 0; it < o->bench && !rc; it++) {
-        c.busy = 0;
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = rt_now();
-        rc = run_once(&c, in, out, T);
+        rc = world_run(&W, in, out, T, &busy);
         MPI_Barrier(MPI_COMM_WORLD);
         wall += rt_now() - t0;
-        busy += c.busy;
+        total += busy;
       }
-      double *all = rank == 0 ? calloc((size_t)S, sizeof(double)) : NULL;
-      MPI_Gather(&busy, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-      if (rank == 0) {
+      rt_stats st = {wall, calloc((size_t)W.S, sizeof(double)), NULL, NULL};
+      gather_stats(&W, total, &st);
+      if (W.rank == 0) {
         int64_t mbs = p->n_inputs ? p->inputs[0].dims[0] : p->outputs[0].dims[0];
-        rt_print_bench(p, o->bench, T * mbs, wall, all, 0);
-        free(all);
+        rt_print_bench(p, o->bench, T * mbs, wall, st.busy_s, 0);
       }
+      free(st.busy_s);
     }
-    if (!rc && rank == 0) rc = rt_write_outputs(p, o, out);
-    for (int r = 0; r < RING; r++) {
-      free(c.recv_mem[r]);
-      free(c.recv[r]);
-      free(c.out_mem[r]);
-      free(c.outb[r]);
-      free(c.oreq[r]);
-    }
-    free(c.in);
+    if (!rc && W.rank == 0) rc = rt_write_outputs(p, o, out);
   }
   /* rank 0 decides the exit status of everyone */
   MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  atomic_store(&wd_stop, 1);
-  pthread_join(wd, NULL);
-  if (c.state && d->fini) d->fini(c.state);
-  rt_weights_unload(&w);
+  world_close(&W);
   for (int i = 0; i < p->n_inputs; i++) rt_array_free(&in[i]);
   for (int i = 0; i < p->n_outputs; i++) rt_array_free(&out[i]);
   free(in);
   free(out);
-  free(owned);
-  MPI_Finalize();
+  return rc;
+}
+
+/* ---- training: the backend of rt_train.c ------------------------------------------ */
+
+static int mb_run(void *impl, const rt_array *in, rt_array *out, rt_stats *st) {
+  world *W = impl;
+  double busy = 0, t0 = rt_now();
+  int rc = world_run(W, in, out, W->M, &busy);
+  MPI_Barrier(MPI_COMM_WORLD);
+  st->wall_s = rt_now() - t0;
+  gather_stats(W, busy, st);
+  return rc;
+}
+
+static int mb_param_io(void *impl, int stage, int replica, const pipert_param_desc *pd, int write, void *buf) {
+  world *W = impl;
+  int holder = W->base[stage] + replica, rc = 0;
+  const pipert_stage_desc *d = W->p->stages[stage].stage;
+  if (holder == 0) return W->rank == 0 ? d->param_io(W->w.state, write, pd->offset, buf, pd->nbytes) : 0;
+  if (W->rank == 0) {
+    if (write) MPI_Send(buf, (int)pd->nbytes, MPI_BYTE, holder, TAG_PARAM, MPI_COMM_WORLD);
+    else MPI_Recv(buf, (int)pd->nbytes, MPI_BYTE, holder, TAG_PARAM, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  } else if (W->rank == holder) {
+    void *tmp = rt_aligned_alloc(pd->nbytes);
+    if (write) {
+      MPI_Recv(tmp, (int)pd->nbytes, MPI_BYTE, 0, TAG_PARAM, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      rc = d->param_io(W->w.state, 1, pd->offset, tmp, pd->nbytes);
+    } else {
+      rc = d->param_io(W->w.state, 0, pd->offset, tmp, pd->nbytes);
+      MPI_Send(tmp, (int)pd->nbytes, MPI_BYTE, 0, TAG_PARAM, MPI_COMM_WORLD);
+    }
+    free(tmp);
+  }
+  if (rc) {
+    rt_errorf("stage %d: cannot %s '%s'", stage, write ? "write" : "read", pd->name);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return 0;
+}
+
+static int64_t mb_bcast(void *impl, int64_t v) {
+  (void)impl;
+  MPI_Bcast(&v, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  return v;
+}
+
+int rt_mpi_backend(const pipert_pipeline *p, const rt_options *o, rt_backend *be) {
+  world *W = calloc(1, sizeof *W);
+  int rc = world_open(W, p, o, p->microbatches);
+  *be = (rt_backend){W, W->rank, mb_run, mb_param_io, mb_bcast};
+  return rc;
+}
+
+int rt_mpi_backend_end(rt_backend *be, int rc) {
+  world *W = be->impl;
+  MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  world_close(W);
+  free(W);
   return rc;
 }
 

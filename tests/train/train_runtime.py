@@ -13,8 +13,12 @@
              summed across stages, copies refreshed; equals torch; bitwise equal for
              1, 2 and 3 stages
   errors     bad data, labels, batch, options, checkpoints: exit 2 and one line
+  mpi        `mpirun -np R pipeline train` (one rank per stage replica): 3 stages and a plan
+             of 2 replicated stages give the threads transport's bits (weights, gradients,
+             losses); a checkpoint written under MPI resumes under threads and the reverse;
+             a wrong -np is one line and exit 2
 
-usage: train_runtime.py CASE --pipecc build/pipecc --work DIR
+usage: train_runtime.py CASE --pipecc build/pipecc --work DIR [--mpirun PATH]
 """
 import argparse
 import os
@@ -319,12 +323,67 @@ def case_errors():
     print("ok errors: %d bad invocations and a deadlocking program, each exit 2 with one line" % (len(cases) + 1))
 
 
+MPI_ENV = {"OMPI_MCA_btl_vader_single_copy_mechanism": "none", "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+
+
+def mpi_train(n, exe, args, ok=True):
+    r = run([A.mpirun, "--oversubscribe", "--allow-run-as-root", "-np", str(n), exe, "train"] + args, MPI_ENV)
+    if ok:
+        check(r.returncode == 0, "mpirun -np %d pipeline train: exit %d\n%s%s" % (n, r.returncode, r.stdout[-2000:],
+                                                                                  r.stderr[-2000:]))
+    return r
+
+
+def case_mpi():
+    check(A.mpirun, "mpirun not found")
+    d = case_dir("mpi")
+    _, path, inputs, labels, loss, opt, _ = model("convnet", d)
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((16, 3, 16, 16)).astype(np.float32)
+    y = rng.integers(0, 5, size=16).astype(np.int64)
+    data = save_data(d, x, y)
+    builds = {"3 stages": (compile_(path, os.path.join(d, "s3"), ["--shape", "input:8x3x16x16", "-g", "3", "-m", "4"]
+                                    + tc.pipecc_args(loss, opt, "--train")), 3)}
+    r = run([A.pipecc, path, "--shape", "input:8x3x16x16", "-g", "4", "-m", "4", "-o", os.path.join(d, "r4")]
+            + tc.pipecc_args(loss, opt, "--train"))
+    check(r.returncode == 0 and re.search(r"^\s+0\s+0\.\.1\s+2 ", r.stderr, re.M), "a replicated plan: " + r.stderr)
+    builds["2 stages x 2 replicas"] = (os.path.join(d, "r4", "pipeline"), 4)
+    for name, (exe, n) in builds.items():
+        out = {}
+        for how in ("threads", "mpi"):
+            o = os.path.join(d, "%s_%s" % (os.path.basename(os.path.dirname(exe)), how))
+            args = data + ["--steps", "3", "--seed", "2", "--quiet", "--save", o + "_w.npz", "--save-grads", o + "_g.npz",
+                           "--log", o + ".csv"]
+            if how == "mpi":
+                mpi_train(n, exe, args)
+            else:
+                train(exe, args)
+            out[how] = (npz(o + "_w.npz"), npz(o + "_g.npz"),
+                        [",".join(r.split(",")[:4]) for r in open(o + ".csv").read().splitlines()])
+        same_bits(out["threads"][0], out["mpi"][0], name + ": weights, threads vs MPI")
+        same_bits(out["threads"][1], out["mpi"][1], name + ": gradients, threads vs MPI")
+        check(out["threads"][2] == out["mpi"][2], name + ": loss logs, threads vs MPI")
+    # a checkpoint under MPI, resumed under threads, equals 4 steps straight
+    exe, n = builds["3 stages"]
+    ck = os.path.join(d, "ck")
+    mpi_train(n, exe, data + ["--steps", "2", "--seed", "2", "--quiet", "--checkpoint", ck])
+    train(exe, data + ["--steps", "4", "--seed", "2", "--quiet", "--resume", ck, "--save", os.path.join(d, "res.npz")])
+    train(exe, data + ["--steps", "4", "--seed", "2", "--quiet", "--save", os.path.join(d, "straight.npz")])
+    same_bits(npz(os.path.join(d, "straight.npz")), npz(os.path.join(d, "res.npz")), "MPI checkpoint resumed by threads")
+    r = mpi_train(2, exe, data + ["--steps", "1"], ok=False)
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("pipeline:")]
+    check(r.returncode == 2 and len(lines) == 1 and "mpirun -np 3" in lines[0], "wrong -np: " + r.stderr)
+    print("ok mpi: 3 stages on 3 ranks and 2x2 replicated stages on 4 ranks give the threads transport's bits; "
+          "checkpoints move between transports")
+
+
 def main():
     global A
     ap = argparse.ArgumentParser()
     ap.add_argument("case")
     ap.add_argument("--pipecc", required=True)
     ap.add_argument("--work", required=True)
+    ap.add_argument("--mpirun", default="")
     A = ap.parse_args()
     os.makedirs(A.work, exist_ok=True)
     globals()["case_" + A.case]()
