@@ -494,6 +494,24 @@ int ir_toposort(ir_graph *g) {
   return 0;
 }
 
+int ir_remove_dead(ir_graph *g, char *need) {
+  int n_dead = 0;
+  for (int i = g->n_nodes - 1; i >= 0; i--) {
+    ir_node *n = &g->nodes[i];
+    if (n->dead) continue;
+    int live = 0;
+    for (int k = 0; k < n->n_out && !live; k++) live = n->out[k] >= 0 && need[n->out[k]];
+    if (!live) {
+      n->dead = 1;
+      n_dead++;
+      continue;
+    }
+    for (int k = 0; k < n->n_in; k++)
+      if (n->in[k] >= 0) need[n->in[k]] = 1;
+  }
+  return n_dead;
+}
+
 void ir_compact(ir_graph *g) {
   /* nodes: drop dead, keep order */
   int w = 0;

@@ -220,6 +220,11 @@ void ir_rebuild_uses(ir_graph *g);
 int ir_toposort(ir_graph *g);
 /* Drop dead nodes and values no live node or output uses; keeps indices dense. */
 void ir_compact(ir_graph *g);
+/* Dead code: visiting the (topologically sorted) live nodes from the last, mark dead
+ * every node none of whose outputs is needed, and mark the inputs of the others needed.
+ * need[n_values] is seeded by the caller (graph outputs and whatever else must stay).
+ * Returns the number of nodes marked dead. */
+int ir_remove_dead(ir_graph *g, char *need);
 
 /* Constant access (values of kind IR_VAL_CONST). Element i converted to int64/double.
  * Returns 0 on success, -1 if v is not a constant of a numeric dtype or i out of range. */

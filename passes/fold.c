@@ -185,20 +185,7 @@ int pass_fold(ir_graph *g, const pass_opts *o) {
    * needs one of its outputs */
   char *need = ir_xcalloc((size_t)g->n_values + 1, 1);
   for (int k = 0; k < g->n_outputs; k++) need[g->outputs[k]] = 1;
-  int n_dead = 0;
-  for (int i = g->n_nodes - 1; i >= 0; i--) {
-    ir_node *n = &g->nodes[i];
-    if (n->dead) continue;
-    int live = 0;
-    for (int k = 0; k < n->n_out && !live; k++) live = n->out[k] >= 0 && need[n->out[k]];
-    if (!live) {
-      n->dead = 1;
-      n_dead++;
-      continue;
-    }
-    for (int k = 0; k < n->n_in; k++)
-      if (n->in[k] >= 0) need[n->in[k]] = 1;
-  }
+  int n_dead = ir_remove_dead(g, need);
   free(need);
   ir_compact(g);
   if (o->verbose)

@@ -342,18 +342,7 @@ static int finish(ir_graph *g, const vec *outs, int verbose, const char *what) {
     free(need);
     return -1;
   }
-  for (int i = g->n_nodes - 1; i >= 0; i--) {
-    ir_node *n = &g->nodes[i];
-    if (n->dead) continue;
-    int live = 0;
-    for (int k = 0; k < n->n_out && !live; k++) live = n->out[k] >= 0 && need[n->out[k]];
-    if (!live) {
-      n->dead = 1;
-      continue;
-    }
-    for (int k = 0; k < n->n_in; k++)
-      if (n->in[k] >= 0) need[n->in[k]] = 1;
-  }
+  ir_remove_dead(g, need);
   free(need);
   ir_compact(g);
   pass_opts o;
