@@ -17,7 +17,9 @@ Range too large to be folded.
         namespace of its own, its descriptor renamed), the device runtime once, and all
         of it linked into one program, so a runtime function that a stage calls but the
         runtime lacks fails too. Warnings fail the run. A second emit of every test
-        must give the same stage source (deterministic output).
+        must give the same stage source (deterministic output), and some stages must
+        take a given path (EXPECT_CALLS: the MaxPool gradient's gather, the cropped
+        ConvTranspose, ...).
 
     node_tests_cuda.py run --pipecc build/pipecc --work /tmp/w [--jobs 2] [-k PATTERN]
         Needs a GPU (exit 77 = skipped when /dev/nvidia0 is missing or nvidia-smi fails):
@@ -67,11 +69,12 @@ def extra_models():
     rng = np.random.default_rng(7)
     f32, i64 = TensorProto.FLOAT, TensorProto.INT64
 
-    def model(name, nodes, inputs, outputs, inits=(), opset=17):
+    def model(name, nodes, inputs, outputs, inits=(), opset=18):
         g = helper.make_graph(nodes, name, [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
                               [helper.make_tensor_value_info(n, t, None) for n, t in outputs],
                               [numpy_helper.from_array(v, k) for k, v in inits])
-        return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+        return onnx.shape_inference.infer_shapes(m, check_type=True, strict_mode=True)  # outputs get their shapes
 
     def c64(*v):
         return np.array(v, np.int64)
@@ -156,6 +159,17 @@ def write_extra(work):
     return res
 
 
+# calls an emitted stage must contain (the path the model is there to exercise)
+EXPECT_CALLS = {
+    "extra_maxpool_grad": "pk_maxpool_scatter(",
+    "extra_scatter_elements_add_large": "pk_scatter(",
+    "extra_convtranspose_group_asym": "unpadded into scratch, then cropped",
+    "test_convtranspose_autopad_same": "unpadded into scratch, then cropped",
+    "test_convtranspose": "pk_conv(",
+    "extra_range_large": "pk_range(",
+}
+
+
 def have_gpu():
     if not os.path.exists("/dev/nvidia0"):
         return False
@@ -237,6 +251,8 @@ def emit(args):
             srcs.append(open(os.path.join(out, "stage_0.cu"), "rb").read().split(b"\n", 4)[-1])
         if srcs[0] != srcs[1]:
             return name, "two emits differ", None
+        if name in EXPECT_CALLS and EXPECT_CALLS[name].encode() not in srcs[0]:
+            return name, f"the stage lacks '{EXPECT_CALLS[name]}'", None
         return name, "", os.path.join(d, "emit0")
     except Exception as e:  # noqa: BLE001
         return name, f"test harness: {type(e).__name__}: {str(e)[:160]}", None
