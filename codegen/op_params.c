@@ -297,3 +297,80 @@ int cg_matmul_params(ir_graph *g, const char *target, const ir_node *n, cg_matmu
   mm->NB = NB;
   return 0;
 }
+
+int cg_conv_transpose_window(ir_graph *g, const char *target, const ir_node *n, const ir_value *x, const ir_value *y,
+                             const int64_t *kernel, cg_win3 *w) {
+  if (cg_window(g, target, n, x, y, kernel, 1, w)) return -1;
+  const int64_t *os, *pv;
+  int nos = ir_attr_ints(n, "output_shape", &os);
+  if (nos > 0 && ir_attr_ints(n, "pads", &pv) < 0 && !strcmp(ir_attr_str(n, "auto_pad", "NOTSET"), "NOTSET")) {
+    const int64_t *op;
+    int no = ir_attr_ints(n, "output_padding", &op);
+    for (int j = 3 - w->sr; j < 3; j++) {
+      int i = j - (3 - w->sr);
+      int64_t total = w->s[j] * (w->in[j] - 1) + (no == w->sr ? op[i] : 0) + ((w->k[j] - 1) * w->d[j] + 1) - w->out[j];
+      if (total < 0) total = 0;
+      w->pb[j] = total / 2;
+      w->pe[j] = total - w->pb[j];
+    }
+  }
+  return 0;
+}
+
+int cg_resize_params(ir_graph *g, const char *target, const ir_node *n, cg_resize *rp) {
+  const ir_value *x = ir_in(g, n, 0), *y = ir_out(g, n, 0);
+  int r = x->shape.rank;
+  const char *mode = ir_attr_str(n, "mode", "nearest");
+  int old = n->op == IR_OP_Upsample || n->opset < 11;
+  rp->linear = !strcmp(mode, "linear") || !strcmp(mode, "bilinear") || !strcmp(mode, "trilinear");
+  if (!rp->linear && strcmp(mode, "nearest")) return fail(g, target, n, "Resize mode '%s' is not supported", mode);
+  const char *ctm = old ? "asymmetric" : ir_attr_str(n, "coordinate_transformation_mode", "half_pixel");
+  const char *nm = n->op == IR_OP_Upsample ? "floor" : ir_attr_str(n, "nearest_mode", "round_prefer_floor");
+  if (ir_attr_int(n, "antialias", 0)) return fail(g, target, n, "Resize with antialias is not supported");
+  if (!strcmp(ctm, "tf_crop_and_resize")) return fail(g, target, n, "tf_crop_and_resize is not supported");
+  const int64_t *axes;
+  if (ir_attr_ints(n, "axes", &axes) > 0) return fail(g, target, n, "Resize with axes is not supported");
+  if (strcmp(ir_attr_str(n, "keep_aspect_ratio_policy", "stretch"), "stretch"))
+    return fail(g, target, n, "keep_aspect_ratio_policy is not supported");
+  static const char *const ctms[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
+                                     "tf_half_pixel_for_nearest", "half_pixel_symmetric"};
+  rp->ctm = -1;
+  for (int i = 0; i < (int)(sizeof ctms / sizeof ctms[0]); i++)
+    if (!strcmp(ctm, ctms[i])) rp->ctm = i;
+  if (rp->ctm < 0) return fail(g, target, n, "coordinate_transformation_mode '%s' is not supported", ctm);
+  rp->nearest = !strcmp(nm, "floor")               ? CG_NEAREST_FLOOR
+                : !strcmp(nm, "ceil")              ? CG_NEAREST_CEIL
+                : !strcmp(nm, "round_prefer_ceil") ? CG_NEAREST_ROUND_PREFER_CEIL
+                                                   : CG_NEAREST_ROUND_PREFER_FLOOR;
+  /* scales: from the scales input when given, else output/input */
+  const ir_value *sv = ir_in(g, n, old ? 1 : 2);
+  int have_scales = sv && cg_numel(sv) == r && sv->kind == IR_VAL_CONST;
+  for (int d = 0; d < r; d++) {
+    double s = (double)y->shape.dims[d] / (double)(x->shape.dims[d] ? x->shape.dims[d] : 1);
+    if (have_scales) ir_const_f64(sv, d, &s);
+    rp->scales[d] = s;
+  }
+  if (n->op == IR_OP_Upsample && !have_scales) {
+    const ir_attr *a = ir_attr_find(n, "scales");
+    if (a && a->n == r)
+      for (int d = 0; d < r; d++) rp->scales[d] = a->floats[d];
+  }
+  return 0;
+}
+
+double cg_resize_coord(int ctm, int64_t o, double s, int64_t in, int64_t out) {
+  switch (ctm) {
+    case CG_CTM_HALF_PIXEL: return ((double)o + 0.5) / s - 0.5;
+    case CG_CTM_PYTORCH_HALF_PIXEL: return out > 1 ? ((double)o + 0.5) / s - 0.5 : 0;
+    case CG_CTM_ALIGN_CORNERS:
+      /* the ONNX reference divides by scale * input - 1, not output - 1 */
+      return s * (double)in != 1 ? (double)o * (double)(in - 1) / (s * (double)in - 1) : 0;
+    case CG_CTM_ASYMMETRIC: return (double)o / s;
+    case CG_CTM_TF_HALF_PIXEL_FOR_NEAREST: return ((double)o + 0.5) / s;
+    default: {
+      double adj = (double)out / (s * (double)in), center = (double)in / 2;
+      double off = center * (1 - adj);
+      return off + ((double)o + 0.5) / s - 0.5;
+    }
+  }
+}

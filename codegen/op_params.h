@@ -68,4 +68,28 @@ typedef struct {
 } cg_matmul;
 int cg_matmul_params(ir_graph *g, const char *target, const ir_node *n, cg_matmul *mm);
 
+/* ConvTranspose: cg_window (transposed = 1) of x -> y; when output_shape is given
+ * without pads (and auto_pad NOTSET), the total padding follows from it, split as
+ * onnxruntime does (the smaller half first). */
+int cg_conv_transpose_window(ir_graph *g, const char *target, const ir_node *n, const ir_value *x, const ir_value *y,
+                             const int64_t *kernel, cg_win3 *w);
+
+/* Resize (opset 10+) and Upsample: nearest or linear (bilinear, trilinear) over any
+ * number of dims. Coordinate transformation modes and nearest modes as ONNX; Upsample
+ * and Resize-10 are asymmetric with floor. Not supported (an error): cubic,
+ * antialias, tf_crop_and_resize, axes, keep_aspect_ratio_policy other than stretch. */
+enum { CG_CTM_HALF_PIXEL = 0, CG_CTM_PYTORCH_HALF_PIXEL, CG_CTM_ALIGN_CORNERS, CG_CTM_ASYMMETRIC,
+       CG_CTM_TF_HALF_PIXEL_FOR_NEAREST, CG_CTM_HALF_PIXEL_SYMMETRIC };
+enum { CG_NEAREST_ROUND_PREFER_FLOOR = 0, CG_NEAREST_ROUND_PREFER_CEIL, CG_NEAREST_FLOOR, CG_NEAREST_CEIL };
+typedef struct {
+  int linear;                 /* 0: nearest */
+  int ctm, nearest;           /* CG_CTM_*, CG_NEAREST_* */
+  double scales[IR_MAX_RANK]; /* per input dim: the scales input, Upsample's attribute, or out/in */
+} cg_resize;
+int cg_resize_params(ir_graph *g, const char *target, const ir_node *n, cg_resize *rp);
+/* Input coordinate of output index o along one dim (input size in, output size out,
+ * scale s) before clamping, as the ONNX reference computes it. The cuda runtime
+ * (k_resize) evaluates the same expressions in the same order. */
+double cg_resize_coord(int ctm, int64_t o, double s, int64_t in, int64_t out);
+
 #endif

@@ -470,32 +470,9 @@ static int emit_onehot(cg_ctx *c, const ir_node *n) {
 static int emit_resize(cg_ctx *c, const ir_node *n) {
   ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
   int r = x->shape.rank;
-  const char *mode = ir_attr_str(n, "mode", "nearest");
-  int linear = !strcmp(mode, "linear") || !strcmp(mode, "bilinear") || !strcmp(mode, "trilinear");
-  if (!linear && strcmp(mode, "nearest")) return cg_fail(c, n, "Resize mode '%s' is not supported", mode);
-  const char *ctm = n->op == IR_OP_Upsample || n->opset < 11 ? "asymmetric" : ir_attr_str(n, "coordinate_transformation_mode", "half_pixel");
-  const char *nm = n->op == IR_OP_Upsample ? "floor" : ir_attr_str(n, "nearest_mode", "round_prefer_floor");
-  if (ir_attr_int(n, "antialias", 0)) return cg_fail(c, n, "Resize with antialias is not supported");
-  if (n->op == IR_OP_Resize && n->opset >= 13 && cg_in(c, n, 1) == NULL) { /* roi omitted: fine */ }
-  if (!strcmp(ctm, "tf_crop_and_resize")) return cg_fail(c, n, "tf_crop_and_resize is not supported");
-  if (ir_attr_ints(n, "axes", &(const int64_t *){0}) > 0) return cg_fail(c, n, "Resize with axes is not supported");
-  if (strcmp(ir_attr_str(n, "keep_aspect_ratio_policy", "stretch"), "stretch"))
-    return cg_fail(c, n, "keep_aspect_ratio_policy is not supported");
-  /* scales: from the scales input when given, else output/input */
-  double scales[IR_MAX_RANK];
-  int scale_slot = n->op == IR_OP_Upsample || n->opset < 11 ? 1 : 2;
-  ir_value *sv = cg_in(c, n, scale_slot);
-  int have_scales = sv && cg_numel(sv) == r && sv->kind == IR_VAL_CONST;
-  for (int d = 0; d < r; d++) {
-    double s = (double)y->shape.dims[d] / (double)(x->shape.dims[d] ? x->shape.dims[d] : 1);
-    if (have_scales) ir_const_f64(sv, d, &s);
-    scales[d] = s;
-  }
-  if (n->op == IR_OP_Upsample && !have_scales) {
-    const ir_attr *a = ir_attr_find(n, "scales");
-    if (a && a->n == r)
-      for (int d = 0; d < r; d++) scales[d] = a->floats[d];
-  }
+  cg_resize rp;
+  if (cg_resize_params(c->g, "cpu", n, &rp)) return -1;
+  int linear = rp.linear;
   if (!cg_numel(y)) return 0;
   int64_t xs[IR_MAX_RANK];
   cg_strides(&x->shape, xs);
@@ -506,22 +483,7 @@ static int emit_resize(cg_ctx *c, const ir_node *n) {
     int64_t *ia = malloc(sizeof(int64_t) * (size_t)O), *ib = malloc(sizeof(int64_t) * (size_t)O);
     double *wt = malloc(sizeof(double) * (size_t)O);
     for (int64_t o = 0; o < O; o++) {
-      double s = scales[d], xo;
-      if (!strcmp(ctm, "half_pixel")) xo = ((double)o + 0.5) / s - 0.5;
-      else if (!strcmp(ctm, "pytorch_half_pixel")) xo = O > 1 ? ((double)o + 0.5) / s - 0.5 : 0;
-      else if (!strcmp(ctm, "align_corners"))
-        /* the ONNX reference divides by scale * input - 1, not output - 1 */
-        xo = s * (double)I != 1 ? (double)o * (double)(I - 1) / (s * (double)I - 1) : 0;
-      else if (!strcmp(ctm, "asymmetric")) xo = (double)o / s;
-      else if (!strcmp(ctm, "tf_half_pixel_for_nearest")) xo = ((double)o + 0.5) / s;
-      else if (!strcmp(ctm, "half_pixel_symmetric")) {
-        double adj = (double)O / (s * (double)I), center = (double)I / 2;
-        double off = center * (1 - adj);
-        xo = off + ((double)o + 0.5) / s - 0.5;
-      } else {
-        free(ia), free(ib), free(wt);
-        return cg_fail(c, n, "coordinate_transformation_mode '%s' is not supported", ctm);
-      }
+      double xo = cg_resize_coord(rp.ctm, o, rp.scales[d], I, O);
       if (linear) {
         if (xo < 0) xo = 0;
         if (xo > (double)(I - 1)) xo = (double)(I - 1);
@@ -531,10 +493,12 @@ static int emit_resize(cg_ctx *c, const ir_node *n) {
         wt[o] = xo - (double)a;
       } else {
         int64_t k;
-        if (!strcmp(nm, "floor")) k = (int64_t)floor(xo);
-        else if (!strcmp(nm, "ceil")) k = (int64_t)ceil(xo);
-        else if (!strcmp(nm, "round_prefer_ceil")) k = (int64_t)floor(xo + 0.5);
-        else k = xo == floor(xo) + 0.5 ? (int64_t)floor(xo) : (int64_t)floor(xo + 0.5);
+        switch (rp.nearest) {
+          case CG_NEAREST_FLOOR: k = (int64_t)floor(xo); break;
+          case CG_NEAREST_CEIL: k = (int64_t)ceil(xo); break;
+          case CG_NEAREST_ROUND_PREFER_CEIL: k = (int64_t)floor(xo + 0.5); break;
+          default: k = xo == floor(xo) + 0.5 ? (int64_t)floor(xo) : (int64_t)floor(xo + 0.5); break;
+        }
         if (k < 0) k = 0;
         if (k >= I) k = I - 1;
         ia[o] = k;

@@ -195,25 +195,8 @@ static int emit_conv_transpose(cg_ctx *c, const ir_node *n) {
   if (t != IR_FLOAT && t != IR_DOUBLE) return cg_fail(c, n, "ConvTranspose on %s is not supported", ir_dtype_name(t));
   int64_t kernel[3];
   for (int i = 0; i < x->shape.rank - 2 && i < 3; i++) kernel[i] = wt->shape.dims[2 + i];
-  /* pads are given against the output: swap roles for window() */
   cg_win3 w;
-  if (window(c, n, x, y, kernel, 1, &w)) return -1;
-  /* when output_shape is given without pads, the total padding follows from it */
-  const int64_t *os;
-  int nos = ir_attr_ints(n, "output_shape", &os);
-  const int64_t *pv;
-  if (nos > 0 && ir_attr_ints(n, "pads", &pv) < 0 && !strcmp(ir_attr_str(n, "auto_pad", "NOTSET"), "NOTSET")) {
-    const int64_t *op;
-    int no = ir_attr_ints(n, "output_padding", &op);
-    for (int j = 3 - w.sr; j < 3; j++) {
-      int i = j - (3 - w.sr);
-      int64_t total = w.s[j] * (w.in[j] - 1) + (no == w.sr ? op[i] : 0) + ((w.k[j] - 1) * w.d[j] + 1) - w.out[j];
-      if (total < 0) total = 0;
-      /* SAME_UPPER-like split, as onnxruntime does */
-      w.pb[j] = total / 2;
-      w.pe[j] = total - w.pb[j];
-    }
-  }
+  if (cg_conv_transpose_window(c->g, "cpu", n, x, y, kernel, &w)) return -1;
   const char *T = cg_ctype(t);
   int64_t N = x->shape.dims[0], C = x->shape.dims[1], G = ir_attr_int(n, "group", 1), M = y->shape.dims[1];
   if (G < 1 || C % G || M % G) return cg_fail(c, n, "group %lld does not divide the channels", LL(G));

@@ -3,11 +3,18 @@
  * runtime (pipecc_cuda.h) that run it:
  *   Conv                    cuDNN (table entry set up once in init; groups, dilations,
  *                           pads; asymmetric pads pre-padded into scratch), bias kernel
+ *   ConvTranspose           cuDNN backward data with the node's weight as the filter
+ *                           (asymmetric pads or output padding cuDNN cannot express:
+ *                           computed unpadded into scratch, then cropped), bias kernel
  *   Gemm, MatMul            cuBLAS strided-batched GEMM (TF32 unless --no-tf32)
  *   pooling, Softmax family, LayerNormalization, InstanceNormalization,
  *   BatchNormalization (inference and training mode), Reduce*   runtime kernels
- *   Transpose, Slice, Pad, Tile, Gather, Concat, Split, copies, Shape, Size,
- *   ConstantOfShape, Dropout   strided copies / memcpy2D / fills
+ *   Transpose, Slice, Pad, Tile, Gather, Concat, Split, DepthToSpace, SpaceToDepth,
+ *   copies, Shape, Size, ConstantOfShape, Dropout   strided copies / memcpy2D / fills
+ *   GatherElements, GatherND, ScatterElements, ScatterND, OneHot, CumSum, ArgMax,
+ *   ArgMin, TopK, Trilu, Range, Resize, Upsample, LRN   runtime kernels (scatters
+ *                           deterministic: see pk_scatter; MaxPool's gradient through its
+ *                           Indices as pk_maxpool_scatter)
  * Shapes are constants in the emitted code. */
 #include <math.h>
 #include <stdarg.h>
@@ -21,6 +28,49 @@
 
 static int norm_axis(int64_t a, int r) { return (int)(a < 0 ? a + r : a); }
 static const char *dt_name(ir_dtype t) { return t == IR_DOUBLE ? "PK_F64" : "PK_F32"; }
+
+/* The runtime's element type code of t, NULL where the runtime has none. */
+static const char *pk_type(ir_dtype t) {
+  switch (t) {
+    case IR_FLOAT: return "PK_F32";
+    case IR_DOUBLE: return "PK_F64";
+    case IR_INT32: return "PK_I32";
+    case IR_INT64: return "PK_I64";
+    case IR_INT16: return "PK_I16";
+    case IR_INT8: return "PK_I8";
+    case IR_UINT8: return "PK_U8";
+    case IR_BOOL: return "PK_BOOL";
+    default: return NULL;
+  }
+}
+
+/* float32, float64, int32 or int64: the types of the runtime's numeric kernels. */
+static int need_numeric(cu_ctx *c, const ir_node *n, ir_dtype t) {
+  if (t == IR_FLOAT || t == IR_DOUBLE || t == IR_INT32 || t == IR_INT64) return 0;
+  return cu_fail(c, n, "%s on %s is not supported by the cuda target", ir_op_name(n->op), ir_dtype_name(t));
+}
+
+/* Indices must be int32 or int64: returns 1 for int64, 0 for int32, -1 after the error. */
+static int index_type(cu_ctx *c, const ir_node *n, const ir_value *ix) {
+  if (ix->dtype == IR_INT64) return 1;
+  if (ix->dtype == IR_INT32) return 0;
+  return cu_fail(c, n, "indices must be int32 or int64");
+}
+
+/* [outer, dims[axis], inner] around axis of v. */
+static void split_at(const ir_value *v, int axis, int64_t *outer, int64_t *a, int64_t *inner) {
+  *outer = *inner = 1;
+  for (int i = 0; i < axis; i++) *outer *= v->shape.dims[i];
+  for (int i = axis + 1; i < v->shape.rank; i++) *inner *= v->shape.dims[i];
+  *a = v->shape.dims[axis];
+}
+
+/* A constant input's integers (cg_const_ints of the cpu target): count, or -1. */
+static int const_ints(cu_ctx *c, const ir_node *n, int slot, int64_t *out, int max) {
+  cg_ctx cc = {0};
+  cc.g = c->g;
+  return cg_const_ints(&cc, n, slot, out, max);
+}
 
 /* Values are float32 for the runtime kernels (pooling, normalisation, reductions). */
 static int need_float(cu_ctx *c, const ir_node *n, ir_dtype t) {
@@ -66,6 +116,16 @@ static int window(cu_ctx *c, const ir_node *n, const ir_value *x, const ir_value
   return cg_window(c->g, "cuda", n, x, y, kernel, 0, w);
 }
 
+/* One entry of the stage's convolution table (set up in init). */
+static void put_conv_entry(cu_ctx *c, const ir_node *n, ir_dtype t, const cg_win3 *w, int64_t N, int64_t C, int64_t M,
+                           int64_t G, int transposed) {
+  fprintf(c->conv, "  {%s, %d, %lld, %lld, %lld, %lld, {%lld, %lld, %lld}, {%lld, %lld, %lld}, {%lld, %lld, %lld}, "
+          "{%lld, %lld, %lld}, {%lld, %lld, %lld}, {%lld, %lld, %lld}, %d}, /* node %d */\n",
+          dt_name(t), w->sr, LL(N), LL(C), LL(M), LL(G), LL(w->in[0]), LL(w->in[1]), LL(w->in[2]), LL(w->out[0]),
+          LL(w->out[1]), LL(w->out[2]), LL(w->k[0]), LL(w->k[1]), LL(w->k[2]), LL(w->s[0]), LL(w->s[1]), LL(w->s[2]),
+          LL(w->d[0]), LL(w->d[1]), LL(w->d[2]), LL(w->pb[0]), LL(w->pb[1]), LL(w->pb[2]), transposed, n->index);
+}
+
 static int emit_conv(cu_ctx *c, const ir_node *n) {
   ir_graph *g = c->g;
   ir_value *x = ir_in(g, n, 0), *wt = ir_in(g, n, 1), *b = ir_in(g, n, 2), *y = ir_out(g, n, 0);
@@ -106,16 +166,80 @@ static int emit_conv(cu_ctx *c, const ir_node *n) {
     emit_copy_call(c, n, 0, (int)es, r, 1 /* PK_PAD_CONST, value 0 */, 0, yd, xs, x->shape.dims, pb, 0, xin, padded);
     xin = padded;
   }
-  fprintf(c->conv, "  {%s, %d, %lld, %lld, %lld, %lld, {%lld, %lld, %lld}, {%lld, %lld, %lld}, {%lld, %lld, %lld}, "
-          "{%lld, %lld, %lld}, {%lld, %lld, %lld}, {%lld, %lld, %lld}}, /* node %d */\n",
-          dt_name(t), w.sr, LL(N), LL(C), LL(M), LL(G), LL(w.in[0]), LL(w.in[1]), LL(w.in[2]), LL(w.out[0]),
-          LL(w.out[1]), LL(w.out[2]), LL(w.k[0]), LL(w.k[1]), LL(w.k[2]), LL(w.s[0]), LL(w.s[1]), LL(w.s[2]),
-          LL(w.d[0]), LL(w.d[1]), LL(w.d[2]), LL(w.pb[0]), LL(w.pb[1]), LL(w.pb[2]), n->index);
+  put_conv_entry(c, n, t, &w, N, C, M, G, 0);
   cu_w(c, "  /* N=%lld C=%lld M=%lld group=%lld in=%lldx%lldx%lld out=%lldx%lldx%lld kernel=%lldx%lldx%lld */\n", LL(N),
        LL(C), LL(M), LL(G), LL(w.in[0]), LL(w.in[1]), LL(w.in[2]), LL(w.out[0]), LL(w.out[1]), LL(w.out[2]), LL(w.k[0]),
        LL(w.k[1]), LL(w.k[2]));
   cu_w(c, "  PK_TRY(pk_conv(S, %d, %s, %s, %s));\n", c->n_conv, xin, c->x[1], c->y[0]);
   c->n_conv++;
+  if (b)
+    cu_w(c, "  PK_TRY(pk_bias(S, %s, %s, %s, %lld, %lld, %lld));\n", dt_name(t), c->y[0], c->x[2], LL(N), LL(M),
+         LL(w.out[0] * w.out[1] * w.out[2]));
+  return 0;
+}
+
+/* ConvTranspose: cudnnConvolutionBackwardData (see pk_conv_p). cuDNN pads both ends
+ * alike and derives the forward output size from the padded one; where that does not
+ * give this node's input size (asymmetric pads, output padding of a stride or more),
+ * the whole unpadded result (in - 1) * s + (k - 1) * d + 1 goes to scratch and a copy
+ * crops pads[begin] off the front, zeros where the output runs past it. */
+static int emit_conv_transpose(cu_ctx *c, const ir_node *n) {
+  ir_graph *g = c->g;
+  ir_value *x = ir_in(g, n, 0), *wt = ir_in(g, n, 1), *b = ir_in(g, n, 2), *y = ir_out(g, n, 0);
+  ir_dtype t = y->dtype;
+  if (t != IR_FLOAT && t != IR_DOUBLE) return cu_fail(c, n, "ConvTranspose on %s is not supported", ir_dtype_name(t));
+  int64_t kernel[3] = {1, 1, 1};
+  for (int i = 0; i < x->shape.rank - 2 && i < 3; i++) kernel[i] = wt->shape.dims[2 + i];
+  cg_win3 w;
+  if (cg_conv_transpose_window(g, "cuda", n, x, y, kernel, &w)) return -1;
+  int64_t N = x->shape.dims[0], C = x->shape.dims[1], M = y->shape.dims[1], G = ir_attr_int(n, "group", 1);
+  if (G < 1 || C % G || M % G) return cu_fail(c, n, "group %lld does not divide the channels", LL(G));
+  if (wt->shape.dims[0] != C || wt->shape.dims[1] != M / G) return cu_fail(c, n, "weight shape does not match the input");
+  for (int j = 0; j < 3; j++)
+    if (w.s[j] < 1 || w.d[j] < 1) return cu_fail(c, n, "strides and dilations must be positive");
+  if (cg_numel(y) == 0) return 0;
+  size_t es = ir_dtype_size(t);
+  if (cg_numel(x) == 0) { /* no input: the bias (or zeros) */
+    cu_w(c, "  PK_TRY(pk_fill(S, %s, %d, 0, %lld));\n", c->y[0], (int)es, LL(cg_numel(y)));
+  } else {
+    int direct = 1;
+    int64_t full[3];
+    for (int j = 0; j < 3; j++) {
+      int64_t keff = (w.k[j] - 1) * w.d[j] + 1, span = w.out[j] + 2 * w.pb[j] - keff;
+      direct &= w.pb[j] == w.pe[j] && span >= 0 && span / w.s[j] + 1 == w.in[j];
+      full[j] = (w.in[j] - 1) * w.s[j] + keff;
+    }
+    int64_t fullnum = N * M * full[0] * full[1] * full[2];
+    if (cg_numel(x) >= ((int64_t)1 << 31) || cg_numel(y) >= ((int64_t)1 << 31) || (!direct && fullnum >= ((int64_t)1 << 31)))
+      return cu_fail(c, n, "tensors of 2^31 elements or more are not supported by cuDNN here");
+    cu_w(c, "  /* N=%lld C=%lld M=%lld group=%lld in=%lldx%lldx%lld out=%lldx%lldx%lld kernel=%lldx%lldx%lld%s */\n", LL(N),
+         LL(C), LL(M), LL(G), LL(w.in[0]), LL(w.in[1]), LL(w.in[2]), LL(w.out[0]), LL(w.out[1]), LL(w.out[2]), LL(w.k[0]),
+         LL(w.k[1]), LL(w.k[2]), direct ? "" : ", unpadded into scratch, then cropped");
+    if (direct) {
+      put_conv_entry(c, n, t, &w, N, C, M, G, 1);
+      cu_w(c, "  PK_TRY(pk_conv(S, %d, %s, %s, %s));\n", c->n_conv, c->x[0], c->x[1], c->y[0]);
+    } else {
+      cg_win3 wf = w;
+      for (int j = 0; j < 3; j++) wf.out[j] = full[j], wf.pb[j] = wf.pe[j] = 0;
+      put_conv_entry(c, n, t, &wf, N, C, M, G, 1);
+      cu_scratch(c, (size_t)fullnum * es);
+      char tmp[96];
+      snprintf(tmp, sizeof tmp, "(%s *)(A + SCRATCH_OFF)", cg_ctype(t));
+      cu_w(c, "  PK_TRY(pk_conv(S, %d, %s, %s, %s));\n", c->n_conv, c->x[0], c->x[1], tmp);
+      int r = y->shape.rank;
+      int64_t fd[IR_MAX_RANK], fs[IR_MAX_RANK], pb[IR_MAX_RANK] = {0};
+      fd[0] = N, fd[1] = M;
+      for (int d = 2; d < r; d++) {
+        int j = 3 - w.sr + d - 2;
+        fd[d] = full[j];
+        pb[d] = -w.pb[j]; /* y[o] = full[o + pads_begin] */
+      }
+      int64_t acc = 1;
+      for (int d = r - 1; d >= 0; d--) fs[d] = acc, acc *= fd[d];
+      emit_copy_call(c, n, 0, (int)es, r, 1 /* PK_PAD_CONST, value 0 */, 0, y->shape.dims, fs, fd, pb, 0, tmp, c->y[0]);
+    }
+    c->n_conv++;
+  }
   if (b)
     cu_w(c, "  PK_TRY(pk_bias(S, %s, %s, %s, %lld, %lld, %lld));\n", dt_name(t), c->y[0], c->x[2], LL(N), LL(M),
          LL(w.out[0] * w.out[1] * w.out[2]));
@@ -509,6 +633,305 @@ static int emit_reduce(cu_ctx *c, const ir_node *n) {
   return 0;
 }
 
+/* ---- index ops ------------------------------------------------------------------------------ */
+
+static int emit_gather_elements(cu_ctx *c, const ir_node *n) {
+  ir_value *x = ir_in(c->g, n, 0), *ix = ir_in(c->g, n, 1), *y = ir_out(c->g, n, 0);
+  int r = x->shape.rank;
+  int axis = norm_axis(ir_attr_int(n, "axis", 0), r);
+  if (axis < 0 || axis >= r || ix->shape.rank != r) return cu_fail(c, n, "axis or indices rank out of range");
+  int i64 = index_type(c, n, ix);
+  if (i64 < 0) return -1;
+  if (!cg_numel(y)) return 0;
+  int64_t xs[IR_MAX_RANK];
+  cg_strides(&x->shape, xs);
+  int node = (int)(n - c->g->nodes);
+  cu_decl(c, "static const pk_gather_el_p ge%d = {%d, %d, %d, %d, %lld, ", node, (int)ir_dtype_size(x->dtype), r, axis,
+          i64, LL(x->shape.dims[axis]));
+  put_i64s(c, ix->shape.dims, r), cu_decl(c, ", ");
+  put_i64s(c, xs, r), cu_decl(c, "};\n");
+  cu_w(c, "  PK_TRY(pk_gather_elements(S, &ge%d, %s, %s, %s));\n", node, c->x[0], c->x[1], c->y[0]);
+  return 0;
+}
+
+static int emit_gather_nd(cu_ctx *c, const ir_node *n) {
+  ir_value *x = ir_in(c->g, n, 0), *ix = ir_in(c->g, n, 1), *y = ir_out(c->g, n, 0);
+  int b = (int)ir_attr_int(n, "batch_dims", 0), qr = ix->shape.rank;
+  if (qr < 1) return cu_fail(c, n, "indices must have rank >= 1");
+  int L = (int)ix->shape.dims[qr - 1];
+  if (b < 0 || b + L > x->shape.rank) return cu_fail(c, n, "indices do not fit the data");
+  int i64 = index_type(c, n, ix);
+  if (i64 < 0) return -1;
+  int64_t B = 1, nI = 1, slice = 1, D = 1;
+  for (int i = 0; i < b; i++) B *= x->shape.dims[i];
+  for (int i = b; i < qr - 1; i++) nI *= ix->shape.dims[i];
+  for (int i = b + L; i < x->shape.rank; i++) slice *= x->shape.dims[i];
+  for (int i = b; i < x->shape.rank; i++) D *= x->shape.dims[i];
+  if (!cg_numel(y)) return 0;
+  int node = (int)(n - c->g->nodes);
+  cu_decl(c, "static const pk_gather_nd_p gn%d = {%d, %d, %d, %lld, %lld, %lld, %lld, ", node,
+          (int)ir_dtype_size(x->dtype), i64, L, LL(B), LL(nI), LL(slice), LL(D));
+  put_i64s(c, x->shape.dims + b, L), cu_decl(c, "};\n");
+  cu_w(c, "  PK_TRY(pk_gather_nd(S, &gn%d, %s, %s, %s));\n", node, c->x[0], c->x[1], c->y[0]);
+  return 0;
+}
+
+static int scatter_reduction(cu_ctx *c, const ir_node *n, const ir_value *y) {
+  const char *red = ir_attr_str(n, "reduction", "none");
+  int r = !strcmp(red, "none") ? 0 : !strcmp(red, "add") ? 1 : !strcmp(red, "mul") ? 2 : !strcmp(red, "max") ? 3
+          : !strcmp(red, "min") ? 4 : -1;
+  if (r < 0) return cu_fail(c, n, "reduction '%s' is not supported", red);
+  if (r && need_numeric(c, n, y->dtype)) return -1;
+  return r;
+}
+
+/* The MaxPool whose Indices output idx is (through reshapes), or NULL. */
+static const ir_node *maxpool_of_indices(ir_graph *g, int v) {
+  for (int hops = 0; v >= 0 && hops < 16; hops++) {
+    int p = g->values[v].producer;
+    if (p < 0) return NULL;
+    const ir_node *pn = &g->nodes[p];
+    if (pn->op == IR_OP_MaxPool) return pn->n_out > 1 && pn->out[1] == v ? pn : NULL;
+    if (!cg_is_alias(pn)) return NULL;
+    v = pn->in[0];
+  }
+  return NULL;
+}
+
+/* autodiff's MaxPool gradient: ScatterElements(x [1, numel(X)], Indices [1, numel(Y)],
+ * dY [1, numel(Y)], axis 1, add) with the pool's own flat indices */
+static int emit_maxpool_scatter(cu_ctx *c, const ir_node *n) {
+  ir_graph *g = c->g;
+  ir_value *x = ir_in(g, n, 0), *ix = ir_in(g, n, 1), *y = ir_out(g, n, 0);
+  if (strcmp(ir_attr_str(n, "reduction", "none"), "add") || x->shape.rank != 2 || x->shape.dims[0] != 1 ||
+      norm_axis(ir_attr_int(n, "axis", 0), 2) != 1 || ix->dtype != IR_INT64 || ix->shape.rank != 2 ||
+      (y->dtype != IR_FLOAT && y->dtype != IR_DOUBLE))
+    return 1;
+  const ir_node *mp = maxpool_of_indices(g, n->in[1]);
+  if (!mp || ir_attr_int(mp, "storage_order", 0)) return 1;
+  ir_value *px = ir_in(g, mp, 0), *py = ir_out(g, mp, 0);
+  if (cg_numel(px) != cg_numel(x) || cg_numel(py) != cg_numel(ix) || px->shape.rank < 3) return 1;
+  cg_win3 w;
+  if (cg_pool_window(g, "cuda", mp, px, py, &w)) return -1;
+  int node = (int)(n - g->nodes);
+  cu_w(c, "  /* the gradient of MaxPool node %d: each element gathers the windows that picked it */\n", mp->index);
+  cu_decl(c, "static const pk_pool_p msc%d = {PK_POOL_MAX, 0, 0, 0, %lld, ", node,
+          LL(px->shape.dims[0] * px->shape.dims[1]));
+  put_i64s(c, w.in, 3), cu_decl(c, ", ");
+  put_i64s(c, w.out, 3), cu_decl(c, ", ");
+  put_i64s(c, w.k, 3), cu_decl(c, ", ");
+  put_i64s(c, w.s, 3), cu_decl(c, ", ");
+  put_i64s(c, w.d, 3), cu_decl(c, ", ");
+  put_i64s(c, w.pb, 3), cu_decl(c, ", ");
+  put_i64s(c, w.pe, 3), cu_decl(c, "};\n");
+  cu_w(c, "  PK_TRY(pk_maxpool_scatter(S, %s, &msc%d, %s, %s, %s, %s));\n", dt_name(y->dtype), node, c->x[0], c->x[1],
+       c->x[2], c->y[0]);
+  return 0;
+}
+
+static int emit_scatter(cu_ctx *c, const ir_node *n) {
+  ir_graph *g = c->g;
+  ir_value *x = ir_in(g, n, 0), *ix = ir_in(g, n, 1), *y = ir_out(g, n, 0);
+  int red = scatter_reduction(c, n, y);
+  if (red < 0) return -1;
+  int i64 = index_type(c, n, ix);
+  if (i64 < 0) return -1;
+  int nd = n->op == IR_OP_ScatterND, r = x->shape.rank, qr = ix->shape.rank, axis = 0, L = 0;
+  int64_t nu, slice = 1, xs[IR_MAX_RANK] = {0}, dims[IR_MAX_RANK] = {0};
+  if (!cg_numel(y)) return 0;
+  if (!nd) {
+    int rc = emit_maxpool_scatter(c, n);
+    if (rc <= 0) return rc;
+    axis = norm_axis(ir_attr_int(n, "axis", 0), r);
+    if (axis < 0 || axis >= r || qr != r) return cu_fail(c, n, "axis or indices rank out of range");
+    nu = cg_numel(ix);
+    cg_strides(&x->shape, xs);
+    for (int d = 0; d < r; d++) dims[d] = x->shape.dims[d];
+  } else {
+    if (qr < 1) return cu_fail(c, n, "indices must have rank >= 1");
+    L = (int)ix->shape.dims[qr - 1];
+    if (L > r) return cu_fail(c, n, "indices do not fit the data");
+    nu = 1;
+    for (int i = 0; i < qr - 1; i++) nu *= ix->shape.dims[i];
+    for (int i = L; i < r; i++) slice *= x->shape.dims[i];
+    for (int i = 0; i < L; i++) dims[i] = x->shape.dims[i];
+  }
+  int64_t sort_n = 1;
+  while (sort_n < nu) sort_n *= 2;
+  cu_scratch(c, (size_t)sort_n * 8);
+  const char *T = pk_type(y->dtype);
+  int node = (int)(n - g->nodes);
+  cu_decl(c, "static const pk_scatter_p sc%d = {%s, %d, %d, %d, %d, %d, %d, %d, %lld, %lld, %lld, %lld, ", node,
+          T ? T : "0", (int)ir_dtype_size(y->dtype), red, i64, nd, nd ? 0 : r, axis, L, LL(cg_numel(y)), LL(nu), LL(slice),
+          LL(sort_n));
+  put_i64s(c, ix->shape.dims, nd ? 0 : r), cu_decl(c, ", ");
+  put_i64s(c, xs, nd ? 0 : r), cu_decl(c, ", ");
+  put_i64s(c, dims, nd ? L : r), cu_decl(c, "};\n");
+  cu_w(c, "  PK_TRY(pk_scatter(S, &sc%d, %s, %s, %s, %s, A + SCRATCH_OFF));\n", node, c->x[0], c->x[1], c->x[2], c->y[0]);
+  return 0;
+}
+
+static int emit_onehot(cu_ctx *c, const ir_node *n) {
+  ir_value *ix = ir_in(c->g, n, 0), *y = ir_out(c->g, n, 0);
+  double depth_d;
+  ir_value *dv = ir_in(c->g, n, 1);
+  if (!dv || dv->kind != IR_VAL_CONST || ir_const_f64(dv, 0, &depth_d)) return cu_fail(c, n, "depth must be a constant");
+  int64_t depth = (int64_t)depth_d;
+  int r = y->shape.rank;
+  int axis = norm_axis(ir_attr_int(n, "axis", -1), r);
+  if (axis < 0 || axis >= r) return cu_fail(c, n, "axis out of range");
+  const char *it = pk_type(ix->dtype);
+  if (!it || ix->dtype == IR_BOOL) return cu_fail(c, n, "indices of type %s are not supported", ir_dtype_name(ix->dtype));
+  int64_t outer, a, inner;
+  split_at(y, axis, &outer, &a, &inner);
+  if (a != depth) return cu_fail(c, n, "output size along axis differs from depth");
+  if (!cg_numel(y)) return 0;
+  cu_w(c, "  PK_TRY(pk_onehot(S, %s, %d, %s, %s, %s, %lld, %lld, %lld));\n", it, (int)ir_dtype_size(y->dtype), c->x[0],
+       c->x[2], c->y[0], LL(outer), LL(depth), LL(inner));
+  return 0;
+}
+
+/* ---- along an axis: CumSum, ArgMax/ArgMin, TopK ---------------------------------------------------- */
+
+static int emit_cumsum(cu_ctx *c, const ir_node *n) {
+  ir_value *x = ir_in(c->g, n, 0), *y = ir_out(c->g, n, 0);
+  int r = x->shape.rank;
+  int64_t av;
+  if (const_ints(c, n, 1, &av, 1) != 1) return cu_fail(c, n, "axis must be a constant");
+  int axis = norm_axis(av, r);
+  if (axis < 0 || axis >= r) return cu_fail(c, n, "axis out of range");
+  if (need_numeric(c, n, y->dtype)) return -1;
+  int64_t outer, a, inner;
+  split_at(x, axis, &outer, &a, &inner);
+  if (!cg_numel(y)) return 0;
+  cu_w(c, "  PK_TRY(pk_cumsum(S, %s, %s, %s, %lld, %lld, %lld, %d, %d));\n", pk_type(y->dtype), c->x[0], c->y[0],
+       LL(outer), LL(a), LL(inner), (int)ir_attr_int(n, "exclusive", 0), (int)ir_attr_int(n, "reverse", 0));
+  return 0;
+}
+
+static int emit_argmax(cu_ctx *c, const ir_node *n) {
+  ir_value *x = ir_in(c->g, n, 0), *y = ir_out(c->g, n, 0);
+  int r = x->shape.rank;
+  int axis = norm_axis(ir_attr_int(n, "axis", 0), r);
+  if (axis < 0 || axis >= r) return cu_fail(c, n, "axis out of range");
+  if (need_numeric(c, n, x->dtype)) return -1;
+  if (y->dtype != IR_INT64) return cu_fail(c, n, "output must be int64");
+  int64_t outer, a, inner;
+  split_at(x, axis, &outer, &a, &inner);
+  if (!cg_numel(y)) return 0;
+  cu_w(c, "  PK_TRY(pk_argmax(S, %s, %s, %s, %lld, %lld, %lld, %d, %d));\n", pk_type(x->dtype), c->x[0], c->y[0], LL(outer),
+       LL(a), LL(inner), n->op == IR_OP_ArgMin, (int)ir_attr_int(n, "select_last_index", 0));
+  return 0;
+}
+
+static int emit_topk(cu_ctx *c, const ir_node *n) {
+  ir_value *x = ir_in(c->g, n, 0), *y = ir_out(c->g, n, 0), *yi = ir_out(c->g, n, 1);
+  int r = x->shape.rank;
+  int axis = norm_axis(ir_attr_int(n, "axis", -1), r);
+  if (axis < 0 || axis >= r) return cu_fail(c, n, "axis out of range");
+  if (need_numeric(c, n, x->dtype)) return -1;
+  if (yi && yi->dtype != IR_INT64) return cu_fail(c, n, "Indices must be int64");
+  if (!y && !yi) return 0;
+  int64_t outer, a, inner, K = (y ? y : yi)->shape.dims[axis];
+  split_at(x, axis, &outer, &a, &inner);
+  if (K > a) return cu_fail(c, n, "k (%lld) is larger than the axis (%lld)", LL(K), LL(a));
+  if (!K || !outer || !inner) return 0;
+  cu_w(c, "  PK_TRY(pk_topk(S, %s, %s, %s, %s, %lld, %lld, %lld, %lld, %d));\n", pk_type(x->dtype), c->x[0],
+       y ? c->y[0] : "NULL", yi ? c->y[1] : "NULL", LL(outer), LL(a), LL(inner), LL(K),
+       ir_attr_int(n, "largest", 1) != 0);
+  return 0;
+}
+
+/* ---- Trilu, DepthToSpace, SpaceToDepth, Range, Resize, LRN ------------------------------------ */
+
+static int emit_trilu(cu_ctx *c, const ir_node *n) {
+  ir_value *x = ir_in(c->g, n, 0), *y = ir_out(c->g, n, 0);
+  int r = x->shape.rank;
+  if (r < 2) return cu_fail(c, n, "Trilu needs rank >= 2");
+  int64_t k = 0;
+  if (ir_in(c->g, n, 1) && const_ints(c, n, 1, &k, 1) != 1) return cu_fail(c, n, "k must be a constant");
+  int64_t R = x->shape.dims[r - 2], C = x->shape.dims[r - 1];
+  if (!cg_numel(y)) return 0;
+  cu_w(c, "  PK_TRY(pk_trilu(S, %d, %s, %s, %lld, %lld, %lld, %lld, %d));\n", (int)ir_dtype_size(x->dtype), c->x[0],
+       c->y[0], LL(cg_numel(x) / (R * C)), LL(R), LL(C), LL(k), ir_attr_int(n, "upper", 1) != 0);
+  return 0;
+}
+
+/* Both are permutations of a 6-D view: a strided copy. */
+static int emit_depth_space(cu_ctx *c, const ir_node *n) {
+  ir_value *x = ir_in(c->g, n, 0), *y = ir_out(c->g, n, 0);
+  if (x->shape.rank != 4) return cu_fail(c, n, "needs a 4-D input");
+  int64_t b = ir_attr_int(n, "blocksize", 1);
+  if (b < 1) return cu_fail(c, n, "blocksize must be positive");
+  if (!cg_numel(y)) return 0;
+  int64_t N = x->shape.dims[0], C = x->shape.dims[1], H = x->shape.dims[2], W = x->shape.dims[3];
+  int64_t HW = H * W;
+  if (n->op == IR_OP_DepthToSpace) {
+    int crd = !strcmp(ir_attr_str(n, "mode", "DCR"), "CRD");
+    int64_t Co = C / (b * b);
+    /* y [N, Co, H, b(i), W, b(j)] = x[n, DCR: (i * b + j) * Co + c | CRD: (c * b + i) * b + j, h, w] */
+    int64_t yd[6] = {N, Co, H, b, W, b};
+    int64_t xs_dcr[6] = {C * HW, HW, W, b * Co * HW, 1, Co * HW}, xs_crd[6] = {C * HW, b * b * HW, W, b * HW, 1, HW};
+    emit_copy_call(c, n, 0, (int)ir_dtype_size(x->dtype), 6, 0, 0, yd, crd ? xs_crd : xs_dcr, NULL, NULL, 0, c->x[0],
+                   c->y[0]);
+  } else {
+    /* y [N, b(i), b(j), C, H/b, W/b] = x[n, c, h * b + i, w * b + j] */
+    int64_t yd[6] = {N, b, b, C, H / b, W / b}, xs[6] = {C * HW, W, 1, HW, b * W, b};
+    emit_copy_call(c, n, 0, (int)ir_dtype_size(x->dtype), 6, 0, 0, yd, xs, NULL, NULL, 0, c->x[0], c->y[0]);
+  }
+  return 0;
+}
+
+static int emit_range(cu_ctx *c, const ir_node *n) {
+  ir_value *y = ir_out(c->g, n, 0);
+  ir_dtype t = y->dtype;
+  if (t != IR_FLOAT && t != IR_DOUBLE && t != IR_INT16 && t != IR_INT32 && t != IR_INT64)
+    return cu_fail(c, n, "Range on %s is not supported", ir_dtype_name(t));
+  if (!cg_numel(y)) return 0;
+  cu_w(c, "  PK_TRY(pk_range(S, %s, %s, %s, %s, %lld));\n", pk_type(t), c->x[0], c->x[2], c->y[0], LL(cg_numel(y)));
+  return 0;
+}
+
+static int emit_resize(cu_ctx *c, const ir_node *n) {
+  ir_value *x = ir_in(c->g, n, 0), *y = ir_out(c->g, n, 0);
+  int r = x->shape.rank;
+  cg_resize rp;
+  if (cg_resize_params(c->g, "cuda", n, &rp)) return -1;
+  if (rp.linear && y->dtype != IR_FLOAT && y->dtype != IR_DOUBLE)
+    return cu_fail(c, n, "linear Resize on %s is not supported", ir_dtype_name(y->dtype));
+  if (!cg_numel(y)) return 0;
+  if (!cg_numel(x)) return cu_fail(c, n, "Resize of an empty tensor");
+  static const char *const ctm[] = {"PK_CTM_HALF_PIXEL", "PK_CTM_PYTORCH_HALF_PIXEL", "PK_CTM_ALIGN_CORNERS",
+                                    "PK_CTM_ASYMMETRIC", "PK_CTM_TF_HALF_PIXEL_FOR_NEAREST", "PK_CTM_HALF_PIXEL_SYMMETRIC"};
+  static const char *const nm[] = {"PK_NEAREST_ROUND_PREFER_FLOOR", "PK_NEAREST_ROUND_PREFER_CEIL", "PK_NEAREST_FLOOR",
+                                   "PK_NEAREST_CEIL"};
+  int node = (int)(n - c->g->nodes);
+  const char *T = pk_type(y->dtype);
+  cu_decl(c, "static const pk_resize_p rs%d = {%s, %d, %d, %d, %s, %s, ", node, T ? T : "0", (int)ir_dtype_size(y->dtype),
+          r, rp.linear, ctm[rp.ctm], nm[rp.nearest]);
+  put_i64s(c, x->shape.dims, r), cu_decl(c, ", ");
+  put_i64s(c, y->shape.dims, r), cu_decl(c, ", {");
+  for (int d = 0; d < r; d++) cu_decl(c, "%s%.17g", d ? ", " : "", rp.scales[d]);
+  cu_decl(c, "}};\n");
+  cu_w(c, "  PK_TRY(pk_resize(S, &rs%d, %s, %s));\n", node, c->x[0], c->y[0]);
+  return 0;
+}
+
+static int emit_lrn(cu_ctx *c, const ir_node *n) {
+  ir_value *x = ir_in(c->g, n, 0), *y = ir_out(c->g, n, 0);
+  if (y->dtype != IR_FLOAT && y->dtype != IR_DOUBLE) return cu_fail(c, n, "LRN on %s is not supported", ir_dtype_name(y->dtype));
+  int64_t size = ir_attr_int(n, "size", 1);
+  if (size < 1) return cu_fail(c, n, "size must be positive");
+  double alpha = ir_attr_float(n, "alpha", 1e-4f), beta = ir_attr_float(n, "beta", 0.75f), bias = ir_attr_float(n, "bias", 1.0f);
+  int64_t N = x->shape.dims[0], C = x->shape.rank > 1 ? x->shape.dims[1] : 1, Sp = 1;
+  for (int i = 2; i < x->shape.rank; i++) Sp *= x->shape.dims[i];
+  int64_t lo = (size - 1) / 2, hi = (size - 1) - lo; /* floor / ceil of (size-1)/2 */
+  if (!cg_numel(y)) return 0;
+  cu_w(c, "  PK_TRY(pk_lrn(S, %s, %s, %s, %lld, %lld, %lld, %lld, %lld, %.17g, %.17g, %.17g));\n", dt_name(y->dtype),
+       c->x[0], c->y[0], LL(N), LL(C), LL(Sp), LL(lo), LL(hi), bias, alpha / (double)size, beta);
+  return 0;
+}
+
 cu_op_fn cu_op_emitter(ir_op op) {
   switch (op) {
     case IR_OP_Conv: return emit_conv;
@@ -537,6 +960,19 @@ cu_op_fn cu_op_emitter(ir_op op) {
     case IR_OP_ReduceL1: case IR_OP_ReduceL2: case IR_OP_ReduceLogSum: case IR_OP_ReduceLogSumExp:
     case IR_OP_ReduceSumSquare:
       return emit_reduce;
+    case IR_OP_ConvTranspose: return emit_conv_transpose;
+    case IR_OP_GatherElements: return emit_gather_elements;
+    case IR_OP_GatherND: return emit_gather_nd;
+    case IR_OP_ScatterElements: case IR_OP_ScatterND: return emit_scatter;
+    case IR_OP_OneHot: return emit_onehot;
+    case IR_OP_CumSum: return emit_cumsum;
+    case IR_OP_ArgMax: case IR_OP_ArgMin: return emit_argmax;
+    case IR_OP_TopK: return emit_topk;
+    case IR_OP_Trilu: return emit_trilu;
+    case IR_OP_DepthToSpace: case IR_OP_SpaceToDepth: return emit_depth_space;
+    case IR_OP_Range: return emit_range;
+    case IR_OP_Resize: case IR_OP_Upsample: return emit_resize;
+    case IR_OP_LRN: return emit_lrn;
     default: return NULL;
   }
 }

@@ -15,6 +15,14 @@
         inputs and compares with onnxruntime (tools/ort_ref.py): rel-L2 <= 1e-3 with TF32
         (the default), and for g=1 again with --no-tf32 at rel-L2 <= 1e-4.
 
+    --step labels:2 --label-high 10 (both modes)
+        The one-step training program instead (STEP_ARGS: cross-entropy loss, SGD, one
+        micro-batch); labels:DIMS is the shape of its int64 labels input. build: as
+        above. run: the reference is the cpu target's build of the same program on the
+        same random inputs (labels below --label-high); every output (loss, gradients,
+        updated weights and statistics) within rel-L2 1e-3 with --no-tf32 for every g,
+        and 3e-2 with TF32 for g=1 (tolerances not yet measured on a GPU).
+
 Prints one line per build with its wall time. Exit 0 pass, 1 fail, 77 skipped.
 """
 
@@ -32,6 +40,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "lib"))
 import pipecc_test as pt  # noqa: E402
 
 SKIP = 77
+STEP_ARGS = ["--train", "--loss", "cross-entropy", "--optimizer", "sgd", "--lr", "0.1"]
 
 
 def have_gpu():
@@ -43,8 +52,9 @@ def have_gpu():
         return False
 
 
-def pipecc_cmd(a, g, d, extra=()):
-    return pt.pipecc_cmd(a.pipecc, a.model, g, a.microbatches, d, a.jobs, a.shape, ["--target", "cuda"], extra)
+def pipecc_cmd(a, g, d, extra=(), target="cuda"):
+    pre = ["--target", target] + (STEP_ARGS if a.step else [])
+    return pt.pipecc_cmd(a.pipecc, a.model, g, a.microbatches, d, a.jobs, a.shape, pre, extra)
 
 
 def build(a, g, d, extra=()):
@@ -94,11 +104,11 @@ def no_device_error(a, d, work):
     """Without a GPU the built pipeline must fail cleanly: exit 1, a line naming the stage."""
     import numpy as np
     files = []
-    for s in a.shape:
+    for s in a.shape + ([a.step] if a.step else []):
         name, dims = s.rsplit(":", 1)
         shape = [int(v) for v in dims.replace(",", "x").split("x")]
         f = os.path.join(work, f"zeros_{len(files)}.npy")
-        np.save(f, np.zeros(shape, dtype=np.int64 if a.int_high else np.float32))
+        np.save(f, np.zeros(shape, dtype=np.int64 if a.int_high or s == a.step else np.float32))
         files += ["--input", f"{name}={f}"]
     r = subprocess.run([os.path.join(d, "pipeline")] + files + ["--output", os.path.join(work, "y.npz")],
                        capture_output=True, text=True, timeout=300)
@@ -108,6 +118,52 @@ def no_device_error(a, d, work):
         return False
     print("no GPU: " + r.stderr.splitlines()[0])
     return True
+
+
+def run_step(a, name, work, stages):
+    """The one-step training program on the GPU against the cpu target's."""
+    import numpy as np
+    sys.path.insert(0, os.path.join(pt.ROOT, "tools"))
+    from npzio import save_npz
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for s in a.shape + [a.step]:
+        nm, dims = s.rsplit(":", 1)
+        shape = [int(v) for v in dims.replace(",", "x").split("x")]
+        if s == a.step:
+            feeds[nm] = rng.integers(0, a.label_high, shape).astype(np.int64)
+        elif a.int_high:
+            feeds[nm] = rng.integers(0, a.int_high, shape).astype(np.int64)
+        else:
+            feeds[nm] = rng.standard_normal(shape).astype(np.float32)
+    xin = os.path.join(work, "x.npz")
+    save_npz(xin, feeds)
+    d = os.path.join(work, "ref_cpu")
+    shutil.rmtree(d, ignore_errors=True)
+    r = subprocess.run(pipecc_cmd(a, 1, d, target="cpu"), capture_output=True, text=True, env=pt.split_env())
+    if r.returncode:
+        print(r.stderr[-4000:])
+        print(f"FAIL {name}: the cpu reference build failed")
+        return 1
+    ref, _ = pt.run_pipeline(d, xin, f"{name} cpu")
+    if ref is None:
+        return 1
+    runs = [(g, ["--no-tf32"], 1e-3, "fp32") for g in stages] + [(1, [], 3e-2, "tf32")]
+    ok = True
+    for g, extra, tol, tag in runs:
+        d = os.path.join(work, f"step_g{g}_{tag}")
+        good, dt = build(a, g, d, extra)
+        got = pt.run_pipeline(d, xin, f"{name} g={g} {tag}")[0] if good else None
+        if got is None:
+            ok = False
+            continue
+        good, worst = pt.compare(got, ref, tol, f"{name} g={g} {tag}")
+        ok &= good
+        print(f"{name} step g={g} {tag}: build {dt:.1f} s, max rel-L2 {worst:.3g} vs cpu (tolerance {tol:g})")
+        if not a.keep:
+            shutil.rmtree(d, ignore_errors=True)
+    print(("PASS " if ok else "FAIL ") + name)
+    return 0 if ok else 1
 
 
 def main():
@@ -122,12 +178,17 @@ def main():
     ap.add_argument("--int-high", type=int, default=None, help="integer inputs (token ids) below this")
     ap.add_argument("--train", action="store_true")
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--step", default=None, metavar="LABELS:DIMS",
+                    help="the one-step training program; its labels input and shape")
+    ap.add_argument("--label-high", type=int, default=2, help="labels below this (run --step)")
     ap.add_argument("--keep", action="store_true", help="keep the build directories")
     a = ap.parse_args()
     name = os.path.splitext(os.path.basename(a.model))[0]
     work = os.path.join(a.work, name)
     os.makedirs(work, exist_ok=True)
     stages = [int(x) for x in a.stages.split(",")]
+    if a.step:
+        a.microbatches = 1
 
     if a.mode == "build":
         ok = True
@@ -148,6 +209,8 @@ def main():
     if not have_gpu():
         print(f"SKIP {name}: no GPU (/dev/nvidia0 missing or nvidia-smi failed)")
         return SKIP
+    if a.step:
+        return run_step(a, name, work, stages)
     import numpy as np
     xin = os.path.join(work, "x.npz")
     yref = os.path.join(work, "y.npz")

@@ -5,8 +5,10 @@
  * does not depend on the model: the stage life cycle (device selection, stream,
  * cuDNN/cuBLAS handles, weights upload, device memory, CUDA graph capture, host
  * staging of inputs/outputs, errors, per-unit profiling), the cuDNN convolution
- * setup, the cuBLAS GEMM wrapper and generic kernels (strided/padded copy, gather,
- * pooling, softmax, layer/batch/instance normalisation, reductions, fills).
+ * setup (Conv forward, ConvTranspose as backward data), the cuBLAS GEMM wrapper and
+ * generic kernels (strided/padded copy, gathers, scatters, pooling, softmax, layer/
+ * batch/instance normalisation, LRN, reductions, arg-max, top-k, cumulative sums,
+ * resize, fills).
  * A stage_K.cu holds only its generated fused element-wise kernels, the parameter
  * tables of its nodes and the list of calls (run function), so nvcc compiles little
  * per stage.
@@ -37,16 +39,22 @@
 #define PK_THREADS 256
 
 /* Element types (ONNX codes, as pipert). */
-enum { PK_F32 = 1, PK_I32 = 6, PK_I64 = 7, PK_F64 = 11 };
+enum { PK_F32 = 1, PK_U8 = 2, PK_I8 = 3, PK_I16 = 5, PK_I32 = 6, PK_I64 = 7, PK_BOOL = 9, PK_F64 = 11 };
 
 /* Convolution of one node, set up once in init (descriptors, algorithm by cuDNN's
- * heuristics, workspace size). Spatial dims are normalised to 3 (leading ones 1);
- * pads are symmetric here (the emitter pre-pads asymmetric ones). */
+ * heuristics, workspace size; one workspace shared by all). Spatial dims are
+ * normalised to 3 (leading ones 1); pads are symmetric here (the emitter pre-pads
+ * asymmetric Conv pads, and computes an asymmetric ConvTranspose unpadded and crops).
+ * Conv: x [n, c, in], weight [m, c/groups, k], y [n, m, out] (cudnnConvolutionForward).
+ * ConvTranspose (transposed = 1): x [n, c, in], weight [c, m/groups, k], y [n, m, out]
+ * is cudnnConvolutionBackwardData of the convolution from [n, m, out] to [n, c, in]
+ * with that weight as its filter; cuDNN's deterministic algorithms are preferred. */
 typedef struct pk_conv_p {
   int dtype;            /* PK_F32 | PK_F64 */
   int sr;               /* spatial rank of the node, 1..3 */
   int n, c, m, groups;
   int in[3], out[3], k[3], stride[3], dil[3], pad[3];
+  int transposed;
 } pk_conv_p;
 
 /* Strided / padded copy: y[o] = x[base + sum_d j_d * xs[d]] with j_d = o_d - pb[d]
@@ -82,6 +90,52 @@ typedef struct pk_reduce_p {
   int64_t xd[PK_MAX_RANK];
   int red[PK_MAX_RANK];
 } pk_reduce_p;
+
+/* GatherElements: y[o] (o over the indices' dims ydims) = x[sum_d o_d * xs[d]], where
+ * along `axis` o_d is replaced by idx[o] (negative from the end, out of range 0). */
+typedef struct pk_gather_el_p {
+  int esize, rank, axis, idx64;
+  int64_t a;                       /* x's extent along axis */
+  int64_t ydims[PK_MAX_RANK], xs[PK_MAX_RANK];
+} pk_gather_el_p;
+
+/* GatherND: b batches of ni index tuples of l entries; tuple j of batch bi picks the
+ * slice (slice elements) at row off of batch bi's data (d elements), where off folds
+ * the tuple over dims[0..l). y[(bi * ni + j) * slice + s] = x[bi * d + off * slice + s]. */
+typedef struct pk_gather_nd_p {
+  int esize, idx64, l;
+  int64_t b, ni, slice, d;
+  int64_t dims[PK_MAX_RANK];
+} pk_gather_nd_p;
+
+/* ScatterElements (nd = 0) and ScatterND (nd = 1): y = x, then for every update unit
+ * u in order, y[target(u) * slice + s] op= upd[u * slice + s] for s < slice.
+ * ScatterElements: units are the index elements (slice 1), u's coordinates over udims
+ * with the index along axis, target = their offset by the data strides xs.
+ * ScatterND: units are the index tuples of l entries, target = the tuple folded over
+ * dims[0..l). Deterministic for every reduction: the units are sorted by (target, u)
+ * in scratch (a bitonic sort of sort_n = pow2 >= nu 64-bit keys), then each target
+ * is updated by one thread in unit order -- the cpu target's order, so its float sums
+ * are the same; duplicates under reduction none keep the last update, as the cpu. */
+enum { PK_SCATTER_NONE = 0, PK_SCATTER_ADD, PK_SCATTER_MUL, PK_SCATTER_MAX, PK_SCATTER_MIN };
+typedef struct pk_scatter_p {
+  int dtype, esize, reduction, idx64, nd, rank, axis, l;
+  int64_t ny;                      /* elements of x and y */
+  int64_t nu, slice, sort_n;
+  int64_t udims[PK_MAX_RANK], xs[PK_MAX_RANK], dims[PK_MAX_RANK];
+} pk_scatter_p;
+
+/* Resize / Upsample over rank dims: nearest (any element size: a copy) or multilinear
+ * (float32, float64), coordinates per dim as codegen/op_params.c's cg_resize_coord
+ * (same expressions, in double, rounded op by op: no FMA contraction). */
+enum { PK_CTM_HALF_PIXEL = 0, PK_CTM_PYTORCH_HALF_PIXEL, PK_CTM_ALIGN_CORNERS, PK_CTM_ASYMMETRIC,
+       PK_CTM_TF_HALF_PIXEL_FOR_NEAREST, PK_CTM_HALF_PIXEL_SYMMETRIC };
+enum { PK_NEAREST_ROUND_PREFER_FLOOR = 0, PK_NEAREST_ROUND_PREFER_CEIL, PK_NEAREST_FLOOR, PK_NEAREST_CEIL };
+typedef struct pk_resize_p {
+  int dtype, esize, rank, linear, ctm, nearest;
+  int64_t xdims[PK_MAX_RANK], ydims[PK_MAX_RANK];
+  double scales[PK_MAX_RANK];
+} pk_resize_p;
 
 struct pk_stage;
 /* What a stage_K.cu tells the runtime about itself. */
@@ -175,6 +229,50 @@ int pk_batchnorm_train(pk_stage *S, const float *x, const float *scale, const fl
                        const float *var, float *y, float *rmean, float *rvar, int64_t n, int64_t c, int64_t spatial,
                        double eps, double momentum);
 int pk_reduce(pk_stage *S, const pk_reduce_p *p, const float *x, float *y);
+
+/* Element types below are PK_* codes; esize is the element size in bytes (1, 2, 4, 8)
+ * where only bits are moved. Integer codes cover int32/int64 (and more where noted). */
+int pk_gather_elements(pk_stage *S, const pk_gather_el_p *p, const void *x, const void *idx, void *y);
+int pk_gather_nd(pk_stage *S, const pk_gather_nd_p *p, const void *x, const void *idx, void *y);
+/* dtype: PK_F32, PK_F64, PK_I32, PK_I64 for every reduction; any esize for NONE.
+ * scratch: p->sort_n * 8 bytes. */
+int pk_scatter(pk_stage *S, const pk_scatter_p *p, const void *x, const void *idx, const void *upd, void *y,
+               void *scratch);
+/* The gradient of MaxPool through its Indices (autodiff's ScatterElements(x, idx, dy,
+ * reduction add) on flat indices): y[e] = x[e] + the dy of every window of pool p (in
+ * output order, as the cpu target adds them) whose idx names e. Each element visits
+ * only the windows that contain it: no sort, no atomics. dtype PK_F32 or PK_F64. */
+int pk_maxpool_scatter(pk_stage *S, int dtype, const pk_pool_p *p, const void *x, const int64_t *idx, const void *dy,
+                       void *y);
+/* Cumulative sum along a of [outer, a, inner], in order (reverse: from the end;
+ * exclusive: without the element itself). dtype PK_F32, PK_F64, PK_I32, PK_I64. */
+int pk_cumsum(pk_stage *S, int dtype, const void *x, void *y, int64_t outer, int64_t a, int64_t inner, int exclusive,
+              int reverse);
+/* ArgMax (is_min 0) / ArgMin of [outer, a, inner] along a into int64 y[outer, inner];
+ * ties: the first index, or the last with select_last. dtype PK_F32, PK_F64, PK_I32, PK_I64. */
+int pk_argmax(pk_stage *S, int dtype, const void *x, int64_t *y, int64_t outer, int64_t a, int64_t inner, int is_min,
+              int select_last);
+/* TopK along a of [outer, a, inner]: the k largest (or smallest) in order, ties by the
+ * lower index; values into y and int64 indices into yi (either may be NULL). One warp
+ * per row. dtype PK_F32, PK_F64, PK_I32, PK_I64. */
+int pk_topk(pk_stage *S, int dtype, const void *x, void *y, int64_t *yi, int64_t outer, int64_t a, int64_t inner,
+            int64_t k, int largest);
+/* Trilu on b matrices rows x cols: keep x where col - row >= k (upper) or <= k (lower), else 0. */
+int pk_trilu(pk_stage *S, int esize, const void *x, void *y, int64_t b, int64_t rows, int64_t cols, int64_t k,
+             int upper);
+/* OneHot: idx [outer, inner] (type idx_dtype: integer or float, truncated; negative
+ * from the end), values[2] = {off, on} of esize bytes, y [outer, depth, inner]. */
+int pk_onehot(pk_stage *S, int idx_dtype, int esize, const void *idx, const void *values, void *y, int64_t outer,
+              int64_t depth, int64_t inner);
+/* Range: y[i] = start[0] + i * delta[0] (device scalars), rounded as the cpu target
+ * (the product, then the sum). dtype PK_F32, PK_F64, PK_I16, PK_I32, PK_I64. */
+int pk_range(pk_stage *S, int dtype, const void *start, const void *delta, void *y, int64_t n);
+int pk_resize(pk_stage *S, const pk_resize_p *p, const void *x, void *y);
+/* LRN across channels of [n, c, spatial]: y = x / (bias + alpha_n * sum of squares over
+ * channels [ch - lo, ch + hi])^beta, accumulated in double; alpha_n = alpha / size.
+ * dtype PK_F32 or PK_F64. */
+int pk_lrn(pk_stage *S, int dtype, const void *x, void *y, int64_t n, int64_t c, int64_t sp, int64_t lo, int64_t hi,
+           double bias, double alpha_n, double beta);
 #ifdef __cplusplus
 }
 #endif

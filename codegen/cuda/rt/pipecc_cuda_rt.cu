@@ -53,11 +53,15 @@ extern "C" unsigned pk_grid(int64_t n) {
 
 /* ---- convolution (cuDNN) ---------------------------------------------------------------- */
 
+/* x, y: the input and output of cuDNN's forward convolution; for a ConvTranspose
+ * (transposed) the node's output is x (backward data's dx) and its input y (dy). */
 struct pk_conv_s {
   cudnnTensorDescriptor_t x, y;
   cudnnFilterDescriptor_t w;
   cudnnConvolutionDescriptor_t conv;
   cudnnConvolutionFwdAlgo_t algo;
+  cudnnConvolutionBwdDataAlgo_t balgo;
+  int transposed;
   size_t ws;
   cudnnDataType_t dt;
 };
@@ -65,16 +69,76 @@ struct pk_conv_s {
 /* Workspace limit for one convolution's algorithm. */
 #define PK_CONV_WS_LIMIT ((size_t)1 << 30)
 
-static int conv_setup(pk_stage *S, struct pk_conv_s *c, const pk_conv_p *p) {
+/* Algorithm: cuDNN's heuristics, once; the first that fits the workspace limit and
+ * never ALLOW_CONVERSION (float16 down-conversion). With --no-tf32 the descriptor keeps
+ * FMA math, which is what the chosen algorithm then runs with. */
+static int conv_algo_fwd(pk_stage *S, struct pk_conv_s *c, cudnnMathType_t math) {
   cudnnHandle_t h = (cudnnHandle_t)S->cudnn;
+  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  int found = 0;
+  if (!dnn_ok(S, cudnnGetConvolutionForwardAlgorithm_v7(h, c->x, c->w, c->conv, c->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                        &found, perf),
+              "cudnnGetConvolutionForwardAlgorithm_v7"))
+    return 1;
+  int pick = -1;
+  for (int i = 0; i < found && pick < 0; i++)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= PK_CONV_WS_LIMIT &&
+        perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
+      pick = i;
+  if (pick < 0) return pk_fail(S, "cudnnGetConvolutionForwardAlgorithm_v7", "no usable algorithm");
+  c->algo = perf[pick].algo;
+  if (math == CUDNN_DEFAULT_MATH &&
+      !dnn_ok(S, cudnnSetConvolutionMathType(c->conv, perf[pick].mathType), "cudnnSetConvolutionMathType"))
+    return 1;
+  if (!dnn_ok(S, cudnnGetConvolutionForwardWorkspaceSize(h, c->x, c->w, c->conv, c->y, c->algo, &c->ws),
+              "cudnnGetConvolutionForwardWorkspaceSize"))
+    return 1;
+  if (c->ws > S->ws_bytes) S->ws_bytes = c->ws;
+  return 0;
+}
+
+/* Backward data (ConvTranspose): as conv_algo_fwd, deterministic algorithms first
+ * (CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 may add in any order). */
+static int conv_algo_bwd_data(pk_stage *S, struct pk_conv_s *c, cudnnMathType_t math) {
+  cudnnHandle_t h = (cudnnHandle_t)S->cudnn;
+  cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+  int found = 0;
+  if (!dnn_ok(S, cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c->w, c->y, c->conv, c->x,
+                                                             CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found, perf),
+              "cudnnGetConvolutionBackwardDataAlgorithm_v7"))
+    return 1;
+  int pick = -1;
+  for (int pass = 0; pass < 2 && pick < 0; pass++)
+    for (int i = 0; i < found && pick < 0; i++)
+      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= PK_CONV_WS_LIMIT &&
+          perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION &&
+          (pass || perf[i].determinism == CUDNN_DETERMINISTIC))
+        pick = i;
+  if (pick < 0) return pk_fail(S, "cudnnGetConvolutionBackwardDataAlgorithm_v7", "no usable algorithm");
+  c->balgo = perf[pick].algo;
+  if (math == CUDNN_DEFAULT_MATH &&
+      !dnn_ok(S, cudnnSetConvolutionMathType(c->conv, perf[pick].mathType), "cudnnSetConvolutionMathType"))
+    return 1;
+  if (!dnn_ok(S, cudnnGetConvolutionBackwardDataWorkspaceSize(h, c->w, c->y, c->conv, c->x, c->balgo, &c->ws),
+              "cudnnGetConvolutionBackwardDataWorkspaceSize"))
+    return 1;
+  if (c->ws > S->ws_bytes) S->ws_bytes = c->ws;
+  return 0;
+}
+
+static int conv_setup(pk_stage *S, struct pk_conv_s *c, const pk_conv_p *p) {
   c->dt = p->dtype == PK_F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
   /* 4-D descriptors for 1-D and 2-D convolutions (a leading 1), 5-D for 3-D */
   int nd = p->sr == 3 ? 3 : 2, off = 3 - nd;
   int xd[5], yd[5], wd[5], xs[5], ys[5], pad[3], str[3], dil[3];
-  xd[0] = p->n, xd[1] = p->c, yd[0] = p->n, yd[1] = p->m, wd[0] = p->m, wd[1] = p->c / p->groups;
+  /* cuDNN's forward direction: x [n, cx, sx] -> y [n, cy, sy], filter [cy, cx/groups, k] */
+  int tr = c->transposed = p->transposed;
+  int cx = tr ? p->m : p->c, cy = tr ? p->c : p->m;
+  const int *sx = tr ? p->out : p->in, *sy = tr ? p->in : p->out;
+  xd[0] = p->n, xd[1] = cx, yd[0] = p->n, yd[1] = cy, wd[0] = cy, wd[1] = cx / p->groups;
   for (int i = 0; i < nd; i++) {
-    xd[2 + i] = p->in[off + i];
-    yd[2 + i] = p->out[off + i];
+    xd[2 + i] = sx[off + i];
+    yd[2 + i] = sy[off + i];
     wd[2 + i] = p->k[off + i];
     pad[i] = p->pad[off + i];
     str[i] = p->stride[off + i];
@@ -106,30 +170,7 @@ static int conv_setup(pk_stage *S, struct pk_conv_s *c, const pk_conv_p *p) {
     return 1;
   for (int i = 0; i < nd + 2; i++)
     if (outd[i] != yd[i]) return pk_fail(S, "convolution", "cuDNN's output shape differs from the model's");
-  /* algorithm: cuDNN's heuristics, once; the first that fits the workspace limit */
-  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-  int found = 0;
-  if (!dnn_ok(S, cudnnGetConvolutionForwardAlgorithm_v7(h, c->x, c->w, c->conv, c->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                        &found, perf),
-              "cudnnGetConvolutionForwardAlgorithm_v7"))
-    return 1;
-  int pick = -1;
-  /* never ALLOW_CONVERSION (float16 down-conversion); with --no-tf32 the descriptor
-   * keeps FMA math, which is what the chosen algorithm then runs with */
-  for (int i = 0; i < found && pick < 0; i++)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= PK_CONV_WS_LIMIT &&
-        perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
-      pick = i;
-  if (pick < 0) return pk_fail(S, "cudnnGetConvolutionForwardAlgorithm_v7", "no usable algorithm");
-  c->algo = perf[pick].algo;
-  if (math == CUDNN_DEFAULT_MATH &&
-      !dnn_ok(S, cudnnSetConvolutionMathType(c->conv, perf[pick].mathType), "cudnnSetConvolutionMathType"))
-    return 1;
-  if (!dnn_ok(S, cudnnGetConvolutionForwardWorkspaceSize(h, c->x, c->w, c->conv, c->y, c->algo, &c->ws),
-              "cudnnGetConvolutionForwardWorkspaceSize"))
-    return 1;
-  if (c->ws > S->ws_bytes) S->ws_bytes = c->ws;
-  return 0;
+  return tr ? conv_algo_bwd_data(S, c, math) : conv_algo_fwd(S, c, math);
 }
 
 extern "C" int pk_conv(pk_stage *S, int idx, const void *x, const void *w, void *y) {
@@ -138,6 +179,12 @@ extern "C" int pk_conv(pk_stage *S, int idx, const void *x, const void *w, void 
   float onef = 1, zerof = 0;
   const void *al = c->dt == CUDNN_DATA_DOUBLE ? (const void *)&one : (const void *)&onef;
   const void *be = c->dt == CUDNN_DATA_DOUBLE ? (const void *)&zero : (const void *)&zerof;
+  if (c->transposed)
+    return dnn_ok(S, cudnnConvolutionBackwardData((cudnnHandle_t)S->cudnn, al, c->w, w, c->y, x, c->conv, c->balgo,
+                                                  S->ws, c->ws, be, c->x, y),
+                  "cudnnConvolutionBackwardData")
+               ? 0
+               : 1;
   return dnn_ok(S, cudnnConvolutionForward((cudnnHandle_t)S->cudnn, al, c->x, x, c->w, w, c->conv, c->algo, S->ws,
                                            c->ws, be, c->y, y),
                 "cudnnConvolutionForward")
@@ -611,6 +658,622 @@ extern "C" int pk_reduce(pk_stage *S, const pk_reduce_p *p, const float *x, floa
   }
   if (nout == 0) return 0;
   k_reduce<<<pk_grid(nout * 32), PK_THREADS, 0, S->stream>>>(*p, x, y, nout, cnt);
+  return pk_check_launch(S);
+}
+
+/* ---- index ops: GatherElements, GatherND, scatters, OneHot --------------------------------------- */
+
+/* Calls FN<T>(args...) for the element type code dt (numbers), or by element size es
+ * (bits only); anything else fails the unit. */
+#define PK_NUMERIC(S, what, dt, FN, ...)                                    \
+  switch (dt) {                                                             \
+    case PK_F32: FN<float>(__VA_ARGS__); break;                             \
+    case PK_F64: FN<double>(__VA_ARGS__); break;                            \
+    case PK_I32: FN<int32_t>(__VA_ARGS__); break;                           \
+    case PK_I64: FN<int64_t>(__VA_ARGS__); break;                           \
+    default: return pk_fail(S, what, "element type not supported here");  \
+  }
+#define PK_BITS(S, what, es, FN, ...)                                       \
+  switch (es) {                                                             \
+    case 1: FN<uint8_t>(__VA_ARGS__); break;                                \
+    case 2: FN<uint16_t>(__VA_ARGS__); break;                               \
+    case 4: FN<uint32_t>(__VA_ARGS__); break;                               \
+    case 8: FN<uint64_t>(__VA_ARGS__); break;                               \
+    default: return pk_fail(S, what, "element size not supported");        \
+  }
+
+/* index i of an int64 (idx64) or int32 index tensor */
+__device__ __forceinline__ int64_t load_idx(const void *idx, int idx64, int64_t i) {
+  return idx64 ? ((const int64_t *)idx)[i] : (int64_t)((const int32_t *)idx)[i];
+}
+
+/* k wrapped into [0, n): negative from the end; out of range 0 (undefined in ONNX; as the cpu target) */
+__device__ __forceinline__ int64_t wrap_idx(int64_t k, int64_t n) {
+  if (k < 0) k += n;
+  return k < 0 || k >= n ? 0 : k;
+}
+
+template <typename T>
+__global__ void k_gather_elements(pk_gather_el_p p, const T *__restrict__ x, const void *__restrict__ idx,
+                                  T *__restrict__ y, int64_t total) {
+  GRID_LOOP(t, total) {
+    int64_t r = t, off = 0;
+    for (int d = p.rank - 1; d >= 0; d--) {
+      int64_t o = r % p.ydims[d];
+      r /= p.ydims[d];
+      if (d != p.axis) off += o * p.xs[d];
+    }
+    y[t] = x[off + wrap_idx(load_idx(idx, p.idx64, t), p.a) * p.xs[p.axis]];
+  }
+}
+
+template <typename T>
+static void launch_gather_elements(pk_stage *S, const pk_gather_el_p *p, const void *x, const void *idx, void *y,
+                                   int64_t t) {
+  k_gather_elements<T><<<pk_grid(t), PK_THREADS, 0, S->stream>>>(*p, (const T *)x, idx, (T *)y, t);
+}
+
+extern "C" int pk_gather_elements(pk_stage *S, const pk_gather_el_p *p, const void *x, const void *idx, void *y) {
+  int64_t t = 1;
+  for (int d = 0; d < p->rank; d++) t *= p->ydims[d];
+  if (t == 0) return 0;
+  PK_BITS(S, "GatherElements", p->esize, launch_gather_elements, S, p, x, idx, y, t);
+  return pk_check_launch(S);
+}
+
+/* row of the data picked by the index tuple at idx[base .. base + l) */
+__device__ __forceinline__ int64_t nd_row(const void *idx, int idx64, int64_t base, int l, const int64_t *dims) {
+  int64_t off = 0;
+  for (int k = 0; k < l; k++) off = off * dims[k] + wrap_idx(load_idx(idx, idx64, base + k), dims[k]);
+  return off;
+}
+
+template <typename T>
+__global__ void k_gather_nd(pk_gather_nd_p p, const T *__restrict__ x, const void *__restrict__ idx,
+                            T *__restrict__ y, int64_t total) {
+  GRID_LOOP(t, total) {
+    int64_t s = t % p.slice, r = t / p.slice, j = r % p.ni, bi = r / p.ni;
+    int64_t row = nd_row(idx, p.idx64, (bi * p.ni + j) * p.l, p.l, p.dims);
+    y[t] = x[bi * p.d + row * p.slice + s];
+  }
+}
+
+template <typename T>
+static void launch_gather_nd(pk_stage *S, const pk_gather_nd_p *p, const void *x, const void *idx, void *y, int64_t t) {
+  k_gather_nd<T><<<pk_grid(t), PK_THREADS, 0, S->stream>>>(*p, (const T *)x, idx, (T *)y, t);
+}
+
+extern "C" int pk_gather_nd(pk_stage *S, const pk_gather_nd_p *p, const void *x, const void *idx, void *y) {
+  int64_t t = p->b * p->ni * p->slice;
+  if (t == 0) return 0;
+  PK_BITS(S, "GatherND", p->esize, launch_gather_nd, S, p, x, idx, y, t);
+  return pk_check_launch(S);
+}
+
+/* ---- sorting 64-bit keys (bitonic; n a power of two): blocks of PK_SORT_CHUNK keys in
+ * shared memory, the longer strides in global memory ---- */
+
+#define PK_SORT_CHUNK 2048
+
+__device__ __forceinline__ void sort_pair(uint64_t *a, int64_t i, int64_t l, bool up) {
+  uint64_t x = a[i], y = a[l];
+  if (up ? x > y : x < y) {
+    a[i] = y;
+    a[l] = x;
+  }
+}
+
+/* merge steps of stride j >= PK_SORT_CHUNK for sequences of length k */
+__global__ void k_bitonic_global(uint64_t *a, int64_t half, int64_t j, int64_t k) {
+  GRID_LOOP(t, half) {
+    int64_t i = (t / j) * 2 * j + t % j;
+    sort_pair(a, i, i + j, (i & k) == 0);
+  }
+}
+
+/* every step for sequence lengths k_lo .. k_hi (doubling; the first from stride j_first)
+ * with strides below the block's 2 * blockDim.x keys */
+__global__ void k_bitonic_shared(uint64_t *a, int64_t k_lo, int64_t k_hi, int64_t j_first) {
+  __shared__ uint64_t sh[PK_SORT_CHUNK];
+  int64_t nb = 2 * (int64_t)blockDim.x, base = (int64_t)blockIdx.x * nb;
+  for (int64_t i = threadIdx.x; i < nb; i += blockDim.x) sh[i] = a[base + i];
+  __syncthreads();
+  for (int64_t k = k_lo; k <= k_hi; k <<= 1)
+    for (int64_t j = k == k_lo ? j_first : k >> 1; j > 0; j >>= 1) {
+      int64_t t = threadIdx.x, i = (t / j) * 2 * j + t % j;
+      sort_pair(sh, i, i + j, ((base + i) & k) == 0);
+      __syncthreads();
+    }
+  for (int64_t i = threadIdx.x; i < nb; i += blockDim.x) a[base + i] = sh[i];
+}
+
+static int sort_u64(pk_stage *S, uint64_t *a, int64_t n) {
+  if (n < 2) return 0;
+  int64_t c = n < PK_SORT_CHUNK ? n : PK_SORT_CHUNK;
+  unsigned blocks = (unsigned)(n / c), threads = (unsigned)(c / 2);
+  k_bitonic_shared<<<blocks, threads, 0, S->stream>>>(a, 2, c, 1);
+  if (pk_check_launch(S)) return 1;
+  for (int64_t k = 2 * c; k <= n; k <<= 1) {
+    for (int64_t j = k >> 1; j >= c; j >>= 1) {
+      k_bitonic_global<<<pk_grid(n / 2), PK_THREADS, 0, S->stream>>>(a, n / 2, j, k);
+      if (pk_check_launch(S)) return 1;
+    }
+    k_bitonic_shared<<<blocks, threads, 0, S->stream>>>(a, k, k, c / 2);
+    if (pk_check_launch(S)) return 1;
+  }
+  return 0;
+}
+
+/* ---- ScatterElements, ScatterND ---- */
+
+/* the update row (ScatterND) or element (ScatterElements) that unit u writes */
+__device__ int64_t scatter_target(const pk_scatter_p &p, const void *idx, int64_t u) {
+  if (p.nd) return nd_row(idx, p.idx64, u * p.l, p.l, p.dims);
+  int64_t r = u, off = 0;
+  for (int d = p.rank - 1; d >= 0; d--) {
+    int64_t o = r % p.udims[d];
+    r /= p.udims[d];
+    if (d != p.axis) off += o * p.xs[d];
+  }
+  return off + wrap_idx(load_idx(idx, p.idx64, u), p.dims[p.axis]) * p.xs[p.axis];
+}
+
+/* key (target << ubits | u); the padding up to sort_n sorts last */
+__global__ void k_scatter_keys(pk_scatter_p p, const void *__restrict__ idx, uint64_t *__restrict__ keys, int ubits) {
+  GRID_LOOP(u, p.sort_n) keys[u] = u < p.nu ? ((uint64_t)scatter_target(p, idx, u) << ubits) | (uint64_t)u : ~0ull;
+}
+
+template <typename T>
+__device__ __forceinline__ T scatter_op(int red, T a, T b) {
+  switch (red) {
+    case PK_SCATTER_ADD: return a + b;
+    case PK_SCATTER_MUL: return a * b;
+    case PK_SCATTER_MAX: return b > a ? b : a;
+    case PK_SCATTER_MIN: return b < a ? b : a;
+    default: return b;
+  }
+}
+
+/* one thread per (target, slice element): the first sorted unit of each target applies
+ * all of that target's units in unit order */
+template <typename T>
+__global__ void k_scatter_apply(pk_scatter_p p, const uint64_t *__restrict__ keys, int ubits, const T *__restrict__ upd,
+                                T *__restrict__ y) {
+  uint64_t umask = (ubits ? ~0ull >> (64 - ubits) : 0);
+  GRID_LOOP(t, p.nu * p.slice) {
+    int64_t q = t / p.slice, s = t % p.slice;
+    uint64_t tgt = keys[q] >> ubits;
+    if (q > 0 && keys[q - 1] >> ubits == tgt) continue;
+    int64_t dst = (int64_t)tgt * p.slice + s;
+    T acc = y[dst];
+    for (int64_t r = q; r < p.nu && keys[r] >> ubits == tgt; r++)
+      acc = scatter_op<T>(p.reduction, acc, upd[(int64_t)(keys[r] & umask) * p.slice + s]);
+    y[dst] = acc;
+  }
+}
+
+template <typename T>
+static void launch_scatter_apply(pk_stage *S, const pk_scatter_p *p, const uint64_t *keys, int ubits, const void *upd,
+                                 void *y) {
+  k_scatter_apply<T><<<pk_grid(p->nu * p->slice), PK_THREADS, 0, S->stream>>>(*p, keys, ubits, (const T *)upd, (T *)y);
+}
+
+extern "C" int pk_scatter(pk_stage *S, const pk_scatter_p *p, const void *x, const void *idx, const void *upd, void *y,
+                          void *scratch) {
+  if (pk_memcpy(S, y, x, (size_t)(p->ny * p->esize))) return 1;
+  if (p->nu == 0 || p->slice == 0) return 0;
+  int ubits = 0;
+  while (((int64_t)1 << ubits) < p->nu) ubits++;
+  int64_t ntarget = p->nd ? p->ny / p->slice : p->ny;
+  if (ubits > 62 || ntarget >= (int64_t)1 << (63 - ubits) || p->sort_n < p->nu)
+    return pk_fail(S, "scatter", "too many updates for 64-bit sort keys");
+  uint64_t *keys = (uint64_t *)scratch;
+  k_scatter_keys<<<pk_grid(p->sort_n), PK_THREADS, 0, S->stream>>>(*p, idx, keys, ubits);
+  if (pk_check_launch(S) || sort_u64(S, keys, p->sort_n)) return 1;
+  if (p->reduction == PK_SCATTER_NONE) {
+    PK_BITS(S, "scatter", p->esize, launch_scatter_apply, S, p, keys, ubits, upd, y);
+  } else {
+    PK_NUMERIC(S, "scatter", p->dtype, launch_scatter_apply, S, p, keys, ubits, upd, y);
+  }
+  return pk_check_launch(S);
+}
+
+/* one thread per input element e; the windows containing e in output order */
+template <typename T>
+__global__ void k_maxpool_scatter(pk_pool_p p, const T *__restrict__ x, const int64_t *__restrict__ idx,
+                                  const T *__restrict__ dy, T *__restrict__ y, int64_t total) {
+  int64_t OS = p.out[0] * p.out[1] * p.out[2];
+  GRID_LOOP(e, total) {
+    int64_t iw = e % p.in[2], r = e / p.in[2], ih = r % p.in[1];
+    r /= p.in[1];
+    int64_t id = r % p.in[0], nc = r / p.in[0];
+    const int64_t *ip = idx + nc * OS;
+    const T *dp = dy + nc * OS;
+    T acc = x[e];
+    /* window o covers i when o * s - pb + kk * d == i: kk descending gives o ascending */
+    for (int64_t kd = p.k[0] - 1; kd >= 0; kd--) {
+      int64_t td = id + p.pb[0] - kd * p.d[0];
+      if (td < 0 || td % p.s[0] || td / p.s[0] >= p.out[0]) continue;
+      int64_t od = td / p.s[0];
+      for (int64_t kh = p.k[1] - 1; kh >= 0; kh--) {
+        int64_t th = ih + p.pb[1] - kh * p.d[1];
+        if (th < 0 || th % p.s[1] || th / p.s[1] >= p.out[1]) continue;
+        int64_t oh = th / p.s[1];
+        for (int64_t kw = p.k[2] - 1; kw >= 0; kw--) {
+          int64_t tw = iw + p.pb[2] - kw * p.d[2];
+          if (tw < 0 || tw % p.s[2] || tw / p.s[2] >= p.out[2]) continue;
+          int64_t o = (od * p.out[1] + oh) * p.out[2] + tw / p.s[2];
+          if (ip[o] == e) acc += dp[o];
+        }
+      }
+    }
+    y[e] = acc;
+  }
+}
+
+extern "C" int pk_maxpool_scatter(pk_stage *S, int dtype, const pk_pool_p *p, const void *x, const int64_t *idx,
+                                  const void *dy, void *y) {
+  int64_t t = p->nc * p->in[0] * p->in[1] * p->in[2];
+  if (t == 0) return 0;
+  if (dtype == PK_F64)
+    k_maxpool_scatter<double><<<pk_grid(t), PK_THREADS, 0, S->stream>>>(*p, (const double *)x, idx, (const double *)dy,
+                                                                         (double *)y, t);
+  else
+    k_maxpool_scatter<float><<<pk_grid(t), PK_THREADS, 0, S->stream>>>(*p, (const float *)x, idx, (const float *)dy,
+                                                                        (float *)y, t);
+  return pk_check_launch(S);
+}
+
+/* index i of a numeric index tensor, truncated to an integer (OneHot) */
+__device__ __forceinline__ int64_t load_num(const void *v, int dt, int64_t i) {
+  switch (dt) {
+    case PK_F32: return (int64_t)((const float *)v)[i];
+    case PK_F64: return (int64_t)((const double *)v)[i];
+    case PK_I32: return ((const int32_t *)v)[i];
+    case PK_I16: return ((const int16_t *)v)[i];
+    case PK_I8: return ((const int8_t *)v)[i];
+    case PK_U8: return ((const uint8_t *)v)[i];
+    default: return ((const int64_t *)v)[i];
+  }
+}
+
+template <typename T>
+__global__ void k_onehot(int dt, const void *__restrict__ idx, const T *__restrict__ values, T *__restrict__ y,
+                         int64_t depth, int64_t inner, int64_t total) {
+  GRID_LOOP(t, total) {
+    int64_t i = t % inner, r = t / inner, d = r % depth, o = r / depth;
+    int64_t k = load_num(idx, dt, o * inner + i);
+    if (k < 0) k += depth;
+    y[t] = d == k ? values[1] : values[0];
+  }
+}
+
+template <typename T>
+static void launch_onehot(pk_stage *S, int dt, const void *idx, const void *values, void *y, int64_t depth,
+                          int64_t inner, int64_t t) {
+  k_onehot<T><<<pk_grid(t), PK_THREADS, 0, S->stream>>>(dt, idx, (const T *)values, (T *)y, depth, inner, t);
+}
+
+extern "C" int pk_onehot(pk_stage *S, int idx_dtype, int esize, const void *idx, const void *values, void *y,
+                         int64_t outer, int64_t depth, int64_t inner) {
+  int64_t t = outer * depth * inner;
+  if (t == 0) return 0;
+  PK_BITS(S, "OneHot", esize, launch_onehot, S, idx_dtype, idx, values, y, depth, inner, t);
+  return pk_check_launch(S);
+}
+
+/* ---- scans and selections along an axis of [outer, a, inner] ------------------------------------- */
+
+template <typename T>
+__global__ void k_cumsum(const T *x, T *y, int64_t a, int64_t inner, int exclusive, int reverse, int64_t total) {
+  GRID_LOOP(t, total) {
+    int64_t i = t % inner, o = t / inner;
+    T s = 0;
+    for (int64_t kk = 0; kk < a; kk++) {
+      int64_t j = (o * a + (reverse ? a - 1 - kk : kk)) * inner + i;
+      T v = x[j];
+      if (exclusive) {
+        y[j] = s;
+        s = (T)(s + v);
+      } else {
+        s = (T)(s + v);
+        y[j] = s;
+      }
+    }
+  }
+}
+
+template <typename T>
+static void launch_cumsum(pk_stage *S, const void *x, void *y, int64_t a, int64_t inner, int exclusive, int reverse,
+                          int64_t t) {
+  k_cumsum<T><<<pk_grid(t), PK_THREADS, 0, S->stream>>>((const T *)x, (T *)y, a, inner, exclusive, reverse, t);
+}
+
+extern "C" int pk_cumsum(pk_stage *S, int dtype, const void *x, void *y, int64_t outer, int64_t a, int64_t inner,
+                         int exclusive, int reverse) {
+  int64_t t = outer * inner;
+  if (t == 0 || a == 0) return 0;
+  PK_NUMERIC(S, "CumSum", dtype, launch_cumsum, S, x, y, a, inner, exclusive, reverse, t);
+  return pk_check_launch(S);
+}
+
+template <typename T>
+__global__ void k_argmax(const T *__restrict__ x, int64_t *__restrict__ y, int64_t a, int64_t inner, int is_min,
+                         int last, int64_t total) {
+  GRID_LOOP(t, total) {
+    int64_t i = t % inner, o = t / inner;
+    const T *xp = x + o * a * inner + i;
+    int64_t best = 0;
+    for (int64_t k = 1; k < a; k++) {
+      T v = xp[k * inner], b = xp[best * inner];
+      if (is_min ? (last ? v <= b : v < b) : (last ? v >= b : v > b)) best = k;
+    }
+    y[t] = best;
+  }
+}
+
+template <typename T>
+static void launch_argmax(pk_stage *S, const void *x, int64_t *y, int64_t a, int64_t inner, int is_min, int last,
+                          int64_t t) {
+  k_argmax<T><<<pk_grid(t), PK_THREADS, 0, S->stream>>>((const T *)x, y, a, inner, is_min, last, t);
+}
+
+extern "C" int pk_argmax(pk_stage *S, int dtype, const void *x, int64_t *y, int64_t outer, int64_t a, int64_t inner,
+                         int is_min, int select_last) {
+  int64_t t = outer * inner;
+  if (t == 0) return 0;
+  PK_NUMERIC(S, "ArgMax", dtype, launch_argmax, S, x, y, a, inner, is_min, select_last, t);
+  return pk_check_launch(S);
+}
+
+template <typename T>
+__device__ __forceinline__ T shfl_xor_t(T v, int lane_mask) {
+  return __shfl_xor_sync(0xffffffffu, v, lane_mask);
+}
+template <>
+__device__ __forceinline__ int64_t shfl_xor_t<int64_t>(int64_t v, int lane_mask) {
+  return (int64_t)__shfl_xor_sync(0xffffffffu, (long long)v, lane_mask);
+}
+
+/* (v1, k1) comes before (v2, k2) in TopK's order: by value, then the lower index */
+template <typename T>
+__device__ __forceinline__ bool topk_before(T v1, int64_t k1, T v2, int64_t k2, int largest) {
+  return (largest ? v1 > v2 : v1 < v2) || (v1 == v2 && k1 < k2);
+}
+
+/* one warp per row: pick j is the first element after pick j - 1 in that order */
+template <typename T>
+__global__ void k_topk(const T *__restrict__ x, T *__restrict__ y, int64_t *__restrict__ yi, int64_t rows, int64_t a,
+                       int64_t inner, int64_t k, int largest) {
+  int lane = threadIdx.x & 31;
+  int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  int64_t nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
+  for (; w < rows; w += nw) {
+    int64_t i = w % inner, o = w / inner;
+    const T *xp = x + o * a * inner + i;
+    T pv = 0;
+    int64_t pk = -1;
+    for (int64_t j = 0; j < k; j++) {
+      T bv = 0;
+      int64_t bk = -1;
+      for (int64_t q = lane; q < a; q += 32) {
+        T v = xp[q * inner];
+        if (pk >= 0 && !topk_before(pv, pk, v, q, largest)) continue;
+        if (bk < 0 || topk_before(v, q, bv, bk, largest)) bv = v, bk = q;
+      }
+      for (int m = 16; m > 0; m >>= 1) {
+        T ov = shfl_xor_t(bv, m);
+        int64_t ok = shfl_xor_t(bk, m);
+        if (ok >= 0 && (bk < 0 || topk_before(ov, ok, bv, bk, largest))) bv = ov, bk = ok;
+      }
+      if (lane == 0) {
+        int64_t dst = (o * k + j) * inner + i;
+        if (y) y[dst] = bv;
+        if (yi) yi[dst] = bk;
+      }
+      pv = bv;
+      pk = bk;
+    }
+  }
+}
+
+template <typename T>
+static void launch_topk(pk_stage *S, const void *x, void *y, int64_t *yi, int64_t rows, int64_t a, int64_t inner,
+                        int64_t k, int largest) {
+  k_topk<T><<<pk_grid(rows * 32), PK_THREADS, 0, S->stream>>>((const T *)x, (T *)y, yi, rows, a, inner, k, largest);
+}
+
+extern "C" int pk_topk(pk_stage *S, int dtype, const void *x, void *y, int64_t *yi, int64_t outer, int64_t a,
+                       int64_t inner, int64_t k, int largest) {
+  int64_t rows = outer * inner;
+  if (rows == 0 || k == 0) return 0;
+  PK_NUMERIC(S, "TopK", dtype, launch_topk, S, x, y, yi, rows, a, inner, k, largest);
+  return pk_check_launch(S);
+}
+
+/* ---- Trilu, Range, Resize, LRN ------------------------------------------------------------------- */
+
+template <typename T>
+__global__ void k_trilu(const T *__restrict__ x, T *__restrict__ y, int64_t rows, int64_t cols, int64_t k, int upper,
+                        int64_t total) {
+  GRID_LOOP(t, total) {
+    int64_t j = t % cols, i = (t / cols) % rows;
+    y[t] = (upper ? j - i >= k : j - i <= k) ? x[t] : (T)0;
+  }
+}
+
+template <typename T>
+static void launch_trilu(pk_stage *S, const void *x, void *y, int64_t rows, int64_t cols, int64_t k, int upper,
+                         int64_t t) {
+  k_trilu<T><<<pk_grid(t), PK_THREADS, 0, S->stream>>>((const T *)x, (T *)y, rows, cols, k, upper, t);
+}
+
+extern "C" int pk_trilu(pk_stage *S, int esize, const void *x, void *y, int64_t b, int64_t rows, int64_t cols,
+                        int64_t k, int upper) {
+  int64_t t = b * rows * cols;
+  if (t == 0) return 0;
+  PK_BITS(S, "Trilu", esize, launch_trilu, S, x, y, rows, cols, k, upper, t);
+  return pk_check_launch(S);
+}
+
+/* start + i * delta, the product rounded before the sum (no FMA), as the cpu target */
+template <typename T>
+__device__ __forceinline__ T range_at(T s, T d, int64_t i) {
+  return (T)(s + (T)i * d);
+}
+template <>
+__device__ __forceinline__ float range_at<float>(float s, float d, int64_t i) {
+  return __fadd_rn(s, __fmul_rn((float)i, d));
+}
+template <>
+__device__ __forceinline__ double range_at<double>(double s, double d, int64_t i) {
+  return __dadd_rn(s, __dmul_rn((double)i, d));
+}
+
+template <typename T>
+__global__ void k_range(const T *__restrict__ start, const T *__restrict__ delta, T *__restrict__ y, int64_t n) {
+  GRID_LOOP(i, n) y[i] = range_at<T>(start[0], delta[0], i);
+}
+
+template <typename T>
+static void launch_range(pk_stage *S, const void *start, const void *delta, void *y, int64_t n) {
+  k_range<T><<<pk_grid(n), PK_THREADS, 0, S->stream>>>((const T *)start, (const T *)delta, (T *)y, n);
+}
+
+extern "C" int pk_range(pk_stage *S, int dtype, const void *start, const void *delta, void *y, int64_t n) {
+  if (n <= 0) return 0;
+  if (dtype == PK_I16) launch_range<int16_t>(S, start, delta, y, n);
+  else {
+    PK_NUMERIC(S, "Range", dtype, launch_range, S, start, delta, y, n);
+  }
+  return pk_check_launch(S);
+}
+
+/* codegen/op_params.c's cg_resize_coord, operation by operation in the same order */
+__device__ double resize_coord(int ctm, int64_t o, double s, int64_t in, int64_t out) {
+  double of = (double)o, sin = __dmul_rn(s, (double)in);
+  double hp = __ddiv_rn(__dadd_rn(of, 0.5), s);
+  switch (ctm) {
+    case PK_CTM_HALF_PIXEL: return __dsub_rn(hp, 0.5);
+    case PK_CTM_PYTORCH_HALF_PIXEL: return out > 1 ? __dsub_rn(hp, 0.5) : 0;
+    case PK_CTM_ALIGN_CORNERS: return sin != 1 ? __ddiv_rn(__dmul_rn(of, (double)(in - 1)), __dsub_rn(sin, 1.0)) : 0;
+    case PK_CTM_ASYMMETRIC: return __ddiv_rn(of, s);
+    case PK_CTM_TF_HALF_PIXEL_FOR_NEAREST: return hp;
+    default: {
+      double adj = __ddiv_rn((double)out, sin), center = __ddiv_rn((double)in, 2.0);
+      double off = __dmul_rn(center, __dsub_rn(1.0, adj));
+      return __dsub_rn(__dadd_rn(off, hp), 0.5);
+    }
+  }
+}
+
+/* Multilinear value at base offset off: the corners of the active dims (weight of the
+ * upper neighbour not 0) in the cpu target's corner order (a dim of weight 0 only
+ * multiplies by 1 there), each weight rounded before it is added. */
+template <typename T>
+__device__ double resize_corners(const T *x, int64_t off, int na, const int *act, const int64_t *step,
+                                 const double *wt) {
+  double s = 0;
+  for (int c = 0; c < 1 << na; c++) {
+    int64_t o2 = off;
+    double w = 1;
+    for (int a = 0; a < na; a++) {
+      int d = act[a];
+      if (c >> a & 1) {
+        o2 += step[d];
+        w = __dmul_rn(w, wt[d]);
+      } else {
+        w = __dmul_rn(w, __dsub_rn(1.0, wt[d]));
+      }
+    }
+    if (w != 0) s = __dadd_rn(s, __dmul_rn(w, (double)x[o2]));
+  }
+  return s;
+}
+
+/* Nearest (LINEAR false): T moves bits. Linear: T is float or double. */
+template <typename T, bool LINEAR>
+__global__ void k_resize(pk_resize_p p, const T *__restrict__ x, T *__restrict__ y, int64_t total) {
+  GRID_LOOP(t, total) {
+    int64_t step[PK_MAX_RANK];
+    double wt[PK_MAX_RANK];
+    int act[PK_MAX_RANK], na = 0;
+    int64_t r = t, xs = 1, off = 0;
+    for (int d = p.rank - 1; d >= 0; d--) {
+      int64_t o = r % p.ydims[d], I = p.xdims[d], k;
+      r /= p.ydims[d];
+      double xo = resize_coord(p.ctm, o, p.scales[d], I, p.ydims[d]);
+      if constexpr (LINEAR) {
+        if (xo < 0) xo = 0;
+        if (xo > (double)(I - 1)) xo = (double)(I - 1);
+        k = (int64_t)floor(xo);
+        step[d] = (k + 1 < I ? 1 : 0) * xs;
+        wt[d] = __dsub_rn(xo, (double)k);
+      } else {
+        switch (p.nearest) {
+          case PK_NEAREST_FLOOR: k = (int64_t)floor(xo); break;
+          case PK_NEAREST_CEIL: k = (int64_t)ceil(xo); break;
+          case PK_NEAREST_ROUND_PREFER_CEIL: k = (int64_t)floor(__dadd_rn(xo, 0.5)); break;
+          default: k = xo == __dadd_rn(floor(xo), 0.5) ? (int64_t)floor(xo) : (int64_t)floor(__dadd_rn(xo, 0.5)); break;
+        }
+        k = k < 0 ? 0 : k >= I ? I - 1 : k;
+      }
+      off += k * xs;
+      xs *= I;
+    }
+    if constexpr (LINEAR) {
+      for (int d = 0; d < p.rank; d++)
+        if (wt[d] != 0) act[na++] = d;
+      y[t] = (T)resize_corners(x, off, na, act, step, wt);
+    } else {
+      (void)step, (void)wt, (void)act, (void)na;
+      y[t] = x[off];
+    }
+  }
+}
+
+template <typename T, bool LINEAR = false>
+static void launch_resize(pk_stage *S, const pk_resize_p *p, const void *x, void *y, int64_t t) {
+  k_resize<T, LINEAR><<<pk_grid(t), PK_THREADS, 0, S->stream>>>(*p, (const T *)x, (T *)y, t);
+}
+
+extern "C" int pk_resize(pk_stage *S, const pk_resize_p *p, const void *x, void *y) {
+  int64_t t = 1;
+  for (int d = 0; d < p->rank; d++) t *= p->ydims[d];
+  if (t == 0) return 0;
+  if (!p->linear) {
+    PK_BITS(S, "Resize", p->esize, launch_resize, S, p, x, y, t);
+  } else if (p->dtype == PK_F64) launch_resize<double, true>(S, p, x, y, t);
+  else if (p->dtype == PK_F32) launch_resize<float, true>(S, p, x, y, t);
+  else return pk_fail(S, "Resize", "linear mode needs float32 or float64");
+  return pk_check_launch(S);
+}
+
+template <typename T>
+__global__ void k_lrn(const T *__restrict__ x, T *__restrict__ y, int64_t c, int64_t sp, int64_t lo, int64_t hi,
+                      double bias, double alpha_n, double beta, int64_t total) {
+  GRID_LOOP(t, total) {
+    int64_t i = t % sp, r = t / sp, ch = r % c, n = r / c;
+    double s = 0;
+    for (int64_t k = ch - lo; k <= ch + hi; k++) {
+      if (k < 0 || k >= c) continue;
+      double v = (double)x[(n * c + k) * sp + i];
+      s = __dadd_rn(s, __dmul_rn(v, v));
+    }
+    y[t] = (T)__ddiv_rn((double)x[t], pow(__dadd_rn(bias, __dmul_rn(alpha_n, s)), beta));
+  }
+}
+
+extern "C" int pk_lrn(pk_stage *S, int dtype, const void *x, void *y, int64_t n, int64_t c, int64_t sp, int64_t lo,
+                      int64_t hi, double bias, double alpha_n, double beta) {
+  int64_t t = n * c * sp;
+  if (t == 0) return 0;
+  if (dtype == PK_F64)
+    k_lrn<double><<<pk_grid(t), PK_THREADS, 0, S->stream>>>((const double *)x, (double *)y, c, sp, lo, hi, bias, alpha_n,
+                                                            beta, t);
+  else
+    k_lrn<float><<<pk_grid(t), PK_THREADS, 0, S->stream>>>((const float *)x, (float *)y, c, sp, lo, hi, bias, alpha_n,
+                                                           beta, t);
   return pk_check_launch(S);
 }
 

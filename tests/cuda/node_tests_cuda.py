@@ -1,0 +1,438 @@
+#!/usr/bin/python3
+"""cuda target, ONNX backend node tests of the ops with runtime kernels of their own
+(FAMILIES below: ConvTranspose, the gathers and scatters, ArgMax/ArgMin, TopK, CumSum,
+Trilu, DepthToSpace/SpaceToDepth, OneHot, Range, Resize/Upsample, LRN), and a few
+models of our own in the same layout (EXTRA, expected outputs from onnxruntime) for
+what the node tests leave out: autodiff's MaxPool gradient (ScatterElements add on the
+pool's Indices), scatters large enough for the multi-pass sort, ScatterND add with
+repeated rows, a grouped ConvTranspose with asymmetric pads, a wide TopK with ties,
+Range too large to be folded.
+
+    node_tests_cuda.py build --pipecc build/pipecc --work /tmp/w [--jobs 2] [-k PATTERN]
+        No GPU needed. Every node test of those ops whose ops are all in ir/ops.def, less
+        the cpu target's expected failures (tests/cpu/node_xfail.txt: features neither
+        target has), is emitted with `pipecc --target cuda --emit-only` (one stage, one
+        micro-batch); pipecc must exit 0. Then each family's stage sources are compiled
+        by nvcc for sm_80 and sm_90 as ONE translation unit (every stage_0.cu inside a
+        namespace of its own, its descriptor renamed), the device runtime once, and all
+        of it linked into one program, so a runtime function that a stage calls but the
+        runtime lacks fails too. Warnings fail the run. A second emit of every test
+        must give the same stage source (deterministic output), and some stages must
+        take a given path (EXPECT_CALLS: the MaxPool gradient's gather, the cropped
+        ConvTranspose, ...).
+
+    node_tests_cuda.py run --pipecc build/pipecc --work /tmp/w [--jobs 2] [-k PATTERN]
+        Needs a GPU (exit 77 = skipped when /dev/nvidia0 is missing or nvidia-smi fails):
+        builds every selected test (--no-tf32; the runtime object compiled once and
+        shared), runs it on test_data_set_0 and compares with the expected outputs as
+        the cpu target's node tests do (floats: rtol 1e-4, atol 1e-5; others exact).
+
+Exit 0 pass, 1 fail, 77 skipped.
+"""
+
+import argparse
+import concurrent.futures as cf
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "cpu"))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import node_tests as cpu_nodes  # noqa: E402  (read_pb, bake_shape_inputs, supported_ops, load_xfail)
+from npzio import save_npz  # noqa: E402
+
+SKIP = 77
+
+# family -> the ops it covers; a test belongs to the first family one of its nodes is in
+FAMILIES = {
+    "convtranspose": {"ConvTranspose"},
+    "gather_scatter": {"GatherElements", "GatherND", "ScatterElements", "ScatterND"},
+    "argmax_topk": {"ArgMax", "ArgMin", "TopK"},
+    "cumsum_trilu": {"CumSum", "Trilu"},
+    "layout": {"DepthToSpace", "SpaceToDepth", "OneHot", "Range"},
+    "resize": {"Resize", "Upsample"},
+    "lrn": {"LRN"},
+}
+
+
+def extra_models():
+    """[(name, model, feeds)]: the EXTRA models (see the docstring)."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(7)
+    f32, i64 = TensorProto.FLOAT, TensorProto.INT64
+
+    def model(name, nodes, inputs, outputs, inits=(), opset=18):
+        g = helper.make_graph(nodes, name, [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                              [helper.make_tensor_value_info(n, t, None) for n, t in outputs],
+                              [numpy_helper.from_array(v, k) for k, v in inits])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+        return onnx.shape_inference.infer_shapes(m, check_type=True, strict_mode=True)  # outputs get their shapes
+
+    def c64(*v):
+        return np.array(v, np.int64)
+
+    out = []
+    # autodiff's MaxPool gradient: ScatterElements(zeros [1, X], Indices [1, Y], dY [1, Y], axis 1, add)
+    x = rng.standard_normal((2, 3, 9, 9)).astype(np.float32)
+    x[0, 0, :2, :2] = 1.0  # ties: the first index wins, as MaxPool's reference
+    dy = rng.standard_normal((2, 3, 5, 5)).astype(np.float32)
+    out.append(("extra_maxpool_grad", model("g", [
+        helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Reshape", ["i", "s1"], ["fi"]),
+        helper.make_node("Reshape", ["dy", "s1"], ["fd"]),
+        helper.make_node("ScatterElements", ["z", "fi", "fd"], ["sc"], axis=1, reduction="add"),
+        helper.make_node("Reshape", ["sc", "s2"], ["dx"])],
+        [("x", f32, x.shape), ("dy", f32, dy.shape)], [("y", f32), ("dx", f32)],
+        [("s1", c64(1, 150)), ("s2", c64(2, 3, 9, 9)), ("z", np.zeros((1, 486), np.float32))]), {"x": x, "dy": dy}))
+    # scatters over 2048 units: the sort's global passes; repeated targets
+    data = rng.standard_normal((4, 1000)).astype(np.float32)
+    idx = rng.integers(-1000, 1000, (4, 3000)).astype(np.int64)
+    upd = rng.standard_normal((4, 3000)).astype(np.float32)
+    for red in ("add", "max"):
+        out.append((f"extra_scatter_elements_{red}_large", model("g", [
+            helper.make_node("ScatterElements", ["d", "i", "u"], ["y"], axis=1, reduction=red)],
+            [("d", f32, data.shape), ("i", i64, idx.shape), ("u", f32, upd.shape)], [("y", f32)]),
+            {"d": data, "i": idx, "u": upd}))
+    emb = np.zeros((50, 16), np.float32)
+    rows = rng.integers(0, 50, (3000, 1)).astype(np.int64)
+    vals = rng.standard_normal((3000, 16)).astype(np.float32)
+    out.append(("extra_scatternd_add_rows", model("g", [
+        helper.make_node("ScatterND", ["d", "i", "u"], ["y"], reduction="add")],
+        [("d", f32, emb.shape), ("i", i64, rows.shape), ("u", f32, vals.shape)], [("y", f32)]),
+        {"d": emb, "i": rows, "u": vals}))
+    # grouped ConvTranspose, asymmetric pads, output padding, dilation, bias: cropped from scratch
+    xc = rng.standard_normal((2, 4, 5, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 2)).astype(np.float32)
+    b = rng.standard_normal((6,)).astype(np.float32)
+    out.append(("extra_convtranspose_group_asym", model("g", [
+        helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], group=2, strides=[2, 3], dilations=[1, 2],
+                         pads=[1, 0, 0, 2], output_padding=[1, 2])],
+        [("x", f32, xc.shape)], [("y", f32)], [("w", w), ("b", b)]), {"x": xc}))
+    # wide TopK with ties, largest and smallest
+    xt = np.round(rng.standard_normal((3, 1000)) * 4).astype(np.float32)
+    for largest in (1, 0):
+        out.append((f"extra_topk_wide_{'largest' if largest else 'smallest'}", model("g", [
+            helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1, largest=largest)],
+            [("x", f32, xt.shape)], [("v", f32), ("i", i64)], [("k", c64(7))]), {"x": xt}))
+    # Range above the folder's size limit (and a trivial node for the pipeline's input)
+    xr = rng.standard_normal((4,)).astype(np.float32)
+    out.append(("extra_range_large", model("g", [
+        helper.make_node("Range", ["s", "l", "d"], ["r"]),
+        helper.make_node("Range", ["si", "li", "di"], ["ri"]),
+        helper.make_node("Relu", ["x"], ["y"])],
+        [("x", f32, xr.shape)], [("r", f32), ("ri", i64), ("y", f32)],
+        [("s", np.array(0.5, np.float32)), ("l", np.array(300000.5, np.float32)), ("d", np.array(0.25, np.float32)),
+         ("si", np.array(10, np.int64)), ("li", np.array(-4000000, np.int64)), ("di", np.array(-3, np.int64))]),
+        {"x": xr}))
+    return out
+
+
+def write_extra(work):
+    """The EXTRA models as node-test folders (expected outputs from onnxruntime): [(name, dir)]."""
+    import onnxruntime as ort
+    from onnx import numpy_helper
+    res = []
+    for name, m, feeds in extra_models():
+        d = os.path.join(work, "extra", name)
+        ds = os.path.join(d, "test_data_set_0")
+        os.makedirs(ds, exist_ok=True)
+        onnx.save(m, os.path.join(d, "model.onnx"))
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        outs = sess.run(None, feeds)
+        for k, (n, v) in enumerate(feeds.items()):
+            with open(os.path.join(ds, f"input_{k}.pb"), "wb") as f:
+                f.write(numpy_helper.from_array(v, n).SerializeToString())
+        for k, (o, v) in enumerate(zip(sess.get_outputs(), outs)):
+            with open(os.path.join(ds, f"output_{k}.pb"), "wb") as f:
+                f.write(numpy_helper.from_array(v, o.name).SerializeToString())
+        res.append((name, d))
+    return res
+
+
+# calls an emitted stage must contain (the path the model is there to exercise)
+EXPECT_CALLS = {
+    "extra_maxpool_grad": "pk_maxpool_scatter(",
+    "extra_scatter_elements_add_large": "pk_scatter(",
+    "extra_convtranspose_group_asym": "unpadded into scratch, then cropped",
+    "test_convtranspose_autopad_same": "unpadded into scratch, then cropped",
+    "test_convtranspose": "pk_conv(",
+    "extra_range_large": "pk_range(",
+}
+
+
+def have_gpu():
+    if not os.path.exists("/dev/nvidia0"):
+        return False
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def select_tests(pattern, work):
+    """[(family, name, test dir)] of the node tests of FAMILIES, sorted by name, then EXTRA."""
+    data = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
+    ops = cpu_nodes.supported_ops()
+    xfail = cpu_nodes.load_xfail(os.path.join(ROOT, "tests", "cpu", "node_xfail.txt"))
+    out = []
+    cands = [(n, os.path.join(data, n)) for n in sorted(os.listdir(data))] + write_extra(work)
+    for name, tdir in cands:
+        if (pattern and not re.search(pattern, name)) or name in xfail:
+            continue
+        try:
+            m = onnx.load(os.path.join(tdir, "model.onnx"), load_external_data=False)
+        except Exception:  # noqa: BLE001
+            continue
+        types = {n.op_type for n in m.graph.node}
+        if not m.graph.node or not all(n.domain in ("", "ai.onnx") and n.op_type in ops for n in m.graph.node):
+            continue
+        fam = next((f for f, fops in FAMILIES.items() if types & fops), None)
+        if fam:
+            out.append((fam, name, tdir))
+    return out
+
+
+def prepare(name, tdir, work):
+    """The test's model (shape inputs baked into initializers), feeds and expected outputs."""
+    m = onnx.load(os.path.join(tdir, "model.onnx"))
+    ds = os.path.join(tdir, "test_data_set_0")
+    init = {i.name for i in m.graph.initializer}
+    in_names = [i.name for i in m.graph.input if i.name not in init]
+    out_names = [o.name for o in m.graph.output]
+
+    def files(prefix):
+        fs = [f for f in os.listdir(ds) if f.startswith(prefix)]
+        return sorted(fs, key=lambda s: int(re.findall(r"\d+", s)[0]))
+
+    feeds = {in_names[k]: cpu_nodes.read_pb(os.path.join(ds, f))[1] for k, f in enumerate(files("input_"))
+             if k < len(in_names)}
+    expect = {out_names[k]: cpu_nodes.read_pb(os.path.join(ds, f))[1] for k, f in enumerate(files("output_"))
+              if k < len(out_names)}
+    d = os.path.join(work, name)
+    os.makedirs(d, exist_ok=True)
+    model = os.path.join(tdir, "model.onnx")
+    if cpu_nodes.bake_shape_inputs(m, feeds):
+        model = os.path.join(d, "model.onnx")
+        onnx.save(m, model)
+    return model, feeds, expect, d
+
+
+def pipecc_cmd(pipecc, model, feeds, out_dir, extra=()):
+    cmd = [pipecc, model, "--target", "cuda", "-g", "1", "-m", "1", "-o", out_dir, "-j", "1"] + list(extra)
+    for k, v in feeds.items():
+        cmd += ["--shape", f"{k}:" + "x".join(str(s) for s in v.shape)]
+    return cmd
+
+
+def emit(args):
+    """pipecc --emit-only twice; returns (name, error or '', stage source path)."""
+    fam, name, tdir, pipecc, work = args
+    try:
+        model, feeds, _, d = prepare(name, tdir, work)
+        srcs = []
+        for k in range(2):
+            out = os.path.join(d, f"emit{k}")
+            shutil.rmtree(out, ignore_errors=True)
+            r = subprocess.run(pipecc_cmd(pipecc, model, feeds, out, ["--emit-only"]), capture_output=True, text=True,
+                               env=dict(os.environ, PIPECC_SPLIT="even"))
+            if r.returncode:
+                msg = [l for l in r.stderr.splitlines() if "cuda target" in l or "error" in l] or r.stderr.splitlines()[-2:]
+                return name, f"pipecc exit {r.returncode}: " + (msg[0][:200] if msg else ""), None
+            srcs.append(open(os.path.join(out, "stage_0.cu"), "rb").read().split(b"\n", 4)[-1])
+        if srcs[0] != srcs[1]:
+            return name, "two emits differ", None
+        if name in EXPECT_CALLS and EXPECT_CALLS[name].encode() not in srcs[0]:
+            return name, f"the stage lacks '{EXPECT_CALLS[name]}'", None
+        return name, "", os.path.join(d, "emit0")
+    except Exception as e:  # noqa: BLE001
+        return name, f"test harness: {type(e).__name__}: {str(e)[:160]}", None
+
+
+def make_vars(build_dir):
+    """NVCC, CUDA_ARCH, NVCCFLAGS, PIPERT_INCLUDE, PIPERT_LIB, LIBS of an emitted Makefile."""
+    v = {}
+    for line in open(os.path.join(build_dir, "Makefile")):
+        m = re.match(r"^(CUDA_HOME|NVCC|CUDA_ARCH|NVCCFLAGS|PIPERT_INCLUDE|PIPERT_LIB|LIBS) \??= ?(.*)$", line.rstrip())
+        if m:
+            v[m.group(1)] = m.group(2)
+    for _ in range(3):
+        for k in v:
+            v[k] = re.sub(r"\$\((\w+)\)", lambda mm: v.get(mm.group(1), ""), v[k])
+    return v
+
+
+def nvcc_run(cmd, label):
+    t = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True, shell=True)
+    warn = [l for l in (r.stdout + r.stderr).splitlines() if re.search(r"warning", l, re.I)]
+    if r.returncode:
+        return f"{label}: nvcc failed:\n" + (r.stdout + r.stderr)[-6000:], time.time() - t
+    if warn:
+        return f"{label}: warnings:\n" + "\n".join(warn[:20]), time.time() - t
+    return "", time.time() - t
+
+
+def family_unit(work, fam, dirs):
+    """One .cu that includes every stage of the family, each in its own namespace."""
+    path = os.path.join(work, f"family_{fam}.cu")
+    with open(path, "w") as f:
+        f.write(f"/* node tests of family {fam}: every emitted stage_0.cu in a namespace of its own */\n")
+        f.write('#include "pipecc_cuda.h"\n')
+        for name, d in dirs:
+            ident = re.sub(r"\W", "_", name)
+            f.write(f"\n#undef SCRATCH_OFF\n#define pipecc_stage_0 pipecc_stage_{ident}\n")
+            f.write(f"namespace {ident} {{\n#include \"{os.path.join(d, 'stage_0.cu')}\"\n}}\n#undef pipecc_stage_0\n")
+    return path
+
+
+def build_mode(a, tests):
+    t0 = time.time()
+    with cf.ThreadPoolExecutor(max_workers=a.jobs) as ex:
+        res = list(ex.map(emit, [(fam, name, tdir, a.pipecc, a.work) for fam, name, tdir in tests]))
+    fam_of = {name: fam for fam, name, _ in tests}
+    bad = [f"FAIL  {name}: {why}" for name, why, _ in res if why]
+    dirs = {}
+    for name, why, d in res:
+        if not why:
+            dirs.setdefault(fam_of[name], []).append((name, d))
+    print(f"emitted {sum(len(v) for v in dirs.values())} of {len(tests)} node tests in {time.time() - t0:.0f} s")
+    if not dirs:
+        for line in bad:
+            print(line)
+        return 1
+    first = next(iter(dirs.values()))[0][1]
+    v = make_vars(first)
+    base = f"{v['NVCC']} {v['NVCCFLAGS']} -I{first} -I{v['PIPERT_INCLUDE']}"
+    jobs = [(f"{base} -c -o {os.path.join(a.work, 'rt.o')} {os.path.join(first, 'pipecc_cuda_rt.cu')}", "runtime")]
+    for fam in sorted(dirs):
+        src = family_unit(a.work, fam, dirs[fam])
+        jobs.append((f"{base} -c -o {src[:-3]}.o {src}", f"family {fam} ({len(dirs[fam])} tests)"))
+    with cf.ThreadPoolExecutor(max_workers=a.jobs) as ex:
+        outs = list(ex.map(lambda j: nvcc_run(*j), jobs))
+    for (cmd, label), (err, dt) in zip(jobs, outs):
+        print(f"nvcc {label}: {dt:.1f} s")
+        if err:
+            bad.append("FAIL  " + err)
+    if not any(err for err, _ in outs):
+        main = os.path.join(a.work, "link_main.c")
+        with open(main, "w") as f:
+            f.write("int main(void) { return 0; }\n")
+        objs = " ".join(os.path.join(a.work, f"family_{fam}.o") for fam in sorted(dirs))
+        err, dt = nvcc_run(f"{v['NVCC']} {v['CUDA_ARCH']} -o {os.path.join(a.work, 'linked')} {main} {objs} "
+                           f"{os.path.join(a.work, 'rt.o')} {v['PIPERT_LIB']} {v['LIBS']}", "link")
+        print(f"link: {dt:.1f} s")
+        if err:
+            bad.append("FAIL  " + err)
+    for line in bad:
+        print(line)
+    for fam in sorted(dirs):
+        print(f"  {fam}: {', '.join(n for n, _ in dirs[fam])}")
+    ntests = sum(len(x) for x in dirs.values())
+    print(f"cuda node tests (build): {len(tests)} selected, {ntests} emitted and compiled in {len(dirs)} families, "
+          f"{len(bad)} failures; {time.time() - t0:.0f} s")
+    return 1 if bad else 0
+
+
+def compare(got, expect):
+    for k, e in expect.items():
+        if k not in got:
+            return f"output '{k}' missing"
+        g = got[k]
+        if g.shape != e.shape or g.dtype != e.dtype:
+            return f"output '{k}': {g.dtype}{g.shape}, expected {e.dtype}{e.shape}"
+        if e.dtype.kind in "fc":
+            if not np.allclose(g, e, rtol=1e-4, atol=1e-5, equal_nan=True):
+                return f"output '{k}': max abs error {np.max(np.abs(g.astype(np.float64) - e.astype(np.float64))):.3g}"
+        elif not np.array_equal(g, e):
+            return f"output '{k}': values differ"
+    return ""
+
+
+def run_one(args):
+    fam, name, tdir, pipecc, work, rt_obj = args
+    try:
+        model, feeds, expect, d = prepare(name, tdir, work)
+        for k, e in expect.items():
+            if e.ndim == 0:
+                return name, f"graph output '{k}' is a scalar (the runtime needs rank >= 1)"
+        b = os.path.join(d, "build")
+        shutil.rmtree(b, ignore_errors=True)
+        r = subprocess.run(pipecc_cmd(pipecc, model, feeds, b, ["--emit-only", "--no-tf32"]), capture_output=True,
+                           text=True, env=dict(os.environ, PIPECC_SPLIT="even"))
+        if r.returncode:
+            return name, f"pipecc exit {r.returncode}: " + " | ".join(r.stderr.splitlines()[-2:])
+        shutil.copy(rt_obj, os.path.join(b, "pipecc_cuda_rt.o"))  # newer than the .cu: make keeps it
+        r = subprocess.run(["make", "-s", "-C", b, "pipeline"], capture_output=True, text=True)
+        if r.returncode:
+            return name, "make failed: " + (r.stdout + r.stderr)[-400:]
+        xin, yout = os.path.join(d, "x.npz"), os.path.join(d, "y.npz")
+        save_npz(xin, feeds)
+        if os.path.exists(yout):
+            os.remove(yout)
+        r = subprocess.run([os.path.join(b, "pipeline"), "--input", xin, "--output", yout], capture_output=True,
+                           text=True, timeout=600)
+        if r.returncode:
+            return name, f"pipeline exit {r.returncode}: " + " | ".join(r.stderr.splitlines()[-2:])
+        return name, compare(dict(np.load(yout)), expect)
+    except Exception as e:  # noqa: BLE001
+        return name, f"test harness: {type(e).__name__}: {str(e)[:160]}"
+
+
+def run_mode(a, tests):
+    if not have_gpu():
+        print("SKIP cuda node tests: no GPU (/dev/nvidia0 missing or nvidia-smi failed)")
+        return SKIP
+    t0 = time.time()
+    # the runtime object once, from the first test's emitted copy
+    fam, name, tdir = tests[0]
+    nm, why, d = emit((fam, name, tdir, a.pipecc, a.work))
+    if why:
+        print(f"FAIL  {nm}: {why}")
+        return 1
+    v = make_vars(d)
+    rt_obj = os.path.join(a.work, "rt.o")
+    err, dt = nvcc_run(f"{v['NVCC']} {v['NVCCFLAGS']} -I{d} -I{v['PIPERT_INCLUDE']} -c -o {rt_obj} "
+                       f"{os.path.join(d, 'pipecc_cuda_rt.cu')}", "runtime")
+    if err:
+        print("FAIL  " + err)
+        return 1
+    with cf.ThreadPoolExecutor(max_workers=a.jobs) as ex:
+        res = list(ex.map(run_one, [(f, n, t, a.pipecc, a.work, rt_obj) for f, n, t in tests]))
+    bad = [f"FAIL  {n}: {why}" for n, why in res if why]
+    for line in bad:
+        print(line)
+    print(f"cuda node tests (run): {len(tests)} run, {len(tests) - len(bad)} passed, {len(bad)} failed; "
+          f"{time.time() - t0:.0f} s")
+    return 1 if bad else 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["build", "run"])
+    ap.add_argument("--pipecc", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("-k", default=None, help="only tests whose name matches this regex")
+    a = ap.parse_args()
+    a.pipecc = os.path.abspath(a.pipecc)
+    a.work = os.path.abspath(a.work)
+    os.makedirs(a.work, exist_ok=True)
+    tests = select_tests(a.k, a.work)
+    if not tests:
+        print("no node tests selected")
+        return 1
+    return build_mode(a, tests) if a.mode == "build" else run_mode(a, tests)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
