@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "lib"))
 import pipecc_test as pt  # noqa: E402
 
 SKIP = 77
-STEP_ARGS = ["--train", "--loss", "cross-entropy", "--optimizer", "sgd", "--lr", "0.1"]
+STEP_ARGS = ["--train-step", "--loss", "cross-entropy", "--optimizer", "sgd", "--lr", "0.1"]
 
 
 def have_gpu():
