@@ -118,6 +118,20 @@ static int param_owned(const ir_graph *g, const cg_plan *p, int stage, int v) {
   return 0;
 }
 
+int cg_put_grad_ranges(FILE *f, const ir_graph *g, const cg_wlayout *wl) {
+  int n = 0;
+  for (int k = 0; k < wl->n; k++) n += g->values[wl->vals[k]].param == IR_PARAM_GRAD;
+  for (int pass = 0; pass < 2; pass++) {
+    fprintf(f, "static const size_t grad_%s[%d] = {", pass ? "bytes" : "off", n ? n : 1);
+    for (int k = 0, i = 0; k < wl->n; k++) {
+      const ir_value *v = &g->values[wl->vals[k]];
+      if (v->param == IR_PARAM_GRAD) fprintf(f, "%s%zuu", i++ ? ", " : "", pass ? v->nbytes : wl->off[wl->vals[k]]);
+    }
+    fputs(n ? "};\n" : "0};\n", f);
+  }
+  return n;
+}
+
 int cg_put_param_descs(FILE *f, const ir_graph *g, const cg_plan *p, const cg_wlayout *wl, int stage) {
   int n = 0;
   for (int k = 0; k < wl->n; k++) n += g->values[wl->vals[k]].param != IR_PARAM_NONE;

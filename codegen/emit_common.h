@@ -33,6 +33,9 @@ void cg_put_tensor_descs(FILE *f, ir_graph *g, const char *name, const int *vals
  * param table (cg_put_param_descs). */
 void cg_put_stage_desc(FILE *f, ir_graph *g, const cg_plan *p, const cg_stage_info *si, const cg_wlayout *wl, int stage,
                        const char *decl, const char *nm, uint64_t sum);
+/* `static const size_t grad_off[n], grad_bytes[n]` (n >= 1 entries) for the gradient
+ * accumulators in wl; returns their count. */
+int cg_put_grad_ranges(FILE *f, const ir_graph *g, const cg_wlayout *wl);
 /* `static const pipert_param_desc stage_params[]` for the params in wl; returns their count. */
 int cg_put_param_descs(FILE *f, const ir_graph *g, const cg_plan *p, const cg_wlayout *wl, int stage);
 /* Write dir/name; 0, or -1 after printing an error. */

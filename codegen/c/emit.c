@@ -344,18 +344,8 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
   size_t total = arena + cg_align_up(c.scratch);
   fprintf(f, "#define ARENA_BYTES %zuu\n#define SCRATCH_OFF %zuu\n", total ? total : CG_ALIGN, arena);
   if (train) {
-    int ng = 0;
-    for (int k = 0; k < wl.n; k++) ng += g->values[wl.vals[k]].param == IR_PARAM_GRAD;
-    fprintf(f, "#define PARAM_BYTES %zuu\n#define N_GRADS %d\n", wl.total_bytes ? wl.total_bytes : CG_ALIGN, ng);
-    if (ng) {
-      fprintf(f, "static const size_t grad_off[%d] = {", ng);
-      for (int k = 0, i = 0; k < wl.n; k++)
-        if (g->values[wl.vals[k]].param == IR_PARAM_GRAD) fprintf(f, "%s%zuu", i++ ? ", " : "", wl.off[wl.vals[k]]);
-      fprintf(f, "};\nstatic const size_t grad_bytes[%d] = {", ng);
-      for (int k = 0, i = 0; k < wl.n; k++)
-        if (g->values[wl.vals[k]].param == IR_PARAM_GRAD) fprintf(f, "%s%zuu", i++ ? ", " : "", g->values[wl.vals[k]].nbytes);
-      fputs("};\n", f);
-    } else fputs("static const size_t grad_off[1] = {0}, grad_bytes[1] = {0};\n", f);
+    fprintf(f, "#define PARAM_BYTES %zuu\n", wl.total_bytes ? wl.total_bytes : CG_ALIGN);
+    fprintf(f, "#define N_GRADS %d\n", cg_put_grad_ranges(f, g, &wl));
   }
   fputs("\n", f);
   if (flen) fputs(fbuf, f);

@@ -77,13 +77,15 @@ static void put_unit_name(FILE *f, ir_graph *g, const cg_unit *u) {
   cg_put_cstr(f, buf);
 }
 
-static int emit_unit(cg_stage *st, cu_ctx *c, int ui, const size_t *io_off) {
+/* Unit ui of part st; its number in the stage is base + ui (units are numbered across the
+ * parts of a training stage). */
+static int emit_unit(cg_stage *st, cu_ctx *c, int ui, int base, const size_t *io_off) {
   ir_graph *g = st->g;
   cg_unit *u = &st->units[ui];
   const ir_node *root = &g->nodes[u->root];
   cg_put_unit_comment(c->call, g, u, "  ");
-  c->unit = ui;
-  cu_w(c, "  PK_UNIT(%d);\n", ui);
+  c->unit = base + ui;
+  cu_w(c, "  PK_UNIT(%d);\n", base + ui);
   if (u->alias) {
     cu_w(c, "  /* (alias: no code) */\n");
     return 0;
@@ -120,38 +122,74 @@ static void put_size_array(FILE *f, const char *name, const size_t *v, int n) {
   fputs("};\n", f);
 }
 
-static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const cg_stage_info *si, int s,
-                      const char *dir) {
-  cg_wlayout wl;
-  cg_wlayout_build(&wl, g, p, si, s);
-  cg_stage st;
-  cg_stage_open(&st, g, p, o, si, &wl, s);
-  size_t arena = st.arena;
-
-  /* IO region: the stage inputs, then its outputs, 256-byte aligned */
-  int nio = si->n_in[s] + si->n_out[s];
-  size_t *io_off = ir_xcalloc((size_t)nio + 1, sizeof(size_t)), *io_bytes = ir_xcalloc((size_t)nio + 1, sizeof(size_t));
+/* The IO layout of part q: its inputs, then its outputs, 256-byte aligned; returns the
+ * bytes. off/bytes get n_in + n_out entries. */
+static size_t io_layout(ir_graph *g, const cg_stage_info *si, int q, size_t **off, size_t **bytes) {
+  int nio = si->n_in[q] + si->n_out[q];
+  *off = ir_xcalloc((size_t)nio + 1, sizeof(size_t));
+  *bytes = ir_xcalloc((size_t)nio + 1, sizeof(size_t));
   size_t io = 0;
   for (int k = 0; k < nio; k++) {
-    int v = k < si->n_in[s] ? si->s_in[s][k] : si->s_out[s][k - si->n_in[s]];
-    io_off[k] = io;
-    io_bytes[k] = (size_t)ir_value_bytes(&g->values[v]);
-    io += (io_bytes[k] + 255) / 256 * 256;
+    int v = k < si->n_in[q] ? si->s_in[q][k] : si->s_out[q][k - si->n_in[q]];
+    (*off)[k] = io;
+    (*bytes)[k] = (size_t)ir_value_bytes(&g->values[v]);
+    io += ((*bytes)[k] + 255) / 256 * 256;
   }
+  return io;
+}
 
+/* `static const pk_part NAME = {...}` (inside the info struct when inline) for part q. */
+static void put_part(FILE *f, const cg_stage_info *si, int q, const char *pre, const char *run, int inl) {
+  if (!inl) fprintf(f, "static const pk_part %s_part = ", pre);
+  fprintf(f, "{%d, %d, ", si->n_in[q], si->n_out[q]);
+  const char *names[4] = {"in_off", "in_bytes", "out_off", "out_bytes"};
+  for (int k = 0; k < 4; k++) {
+    if ((k < 2 ? si->n_in[q] : si->n_out[q])) fprintf(f, "%s_%s, ", pre, names[k]);
+    else fputs("NULL, ", f);
+  }
+  fprintf(f, "%s}%s", run, inl ? "" : ";\n");
+}
+
+static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const cg_stage_info *si, int s,
+                      const char *dir) {
+  int train = p->train != NULL, n_parts = train ? 3 : 1;
+  static const int phases[3] = {IR_PHASE_FWD, IR_PHASE_BWD, IR_PHASE_UPD};
+  static const char *const pre[3] = {"fwd", "bwd", "upd"}, *const runs[3] = {"run_fwd", "run_bwd", "run_upd"};
+  cg_wlayout wl;
+  cg_wlayout_build(&wl, g, p, si, s);
+  cg_stage st[3];
+  size_t *io_off[3] = {NULL, NULL, NULL}, *io_bytes[3] = {NULL, NULL, NULL}, io = 0, arena = 0;
   cu_ctx c = {0};
   c.g = g;
   c.o = o;
-  char *dbuf = NULL, *cbuf = NULL, *vbuf = NULL;
-  size_t dlen = 0, clen = 0, vlen = 0;
+  char *dbuf = NULL, *cbuf[3] = {NULL, NULL, NULL}, *vbuf = NULL;
+  size_t dlen = 0, clen[3] = {0, 0, 0}, vlen = 0;
   c.decl = open_memstream(&dbuf, &dlen);
-  c.call = open_memstream(&cbuf, &clen);
   c.conv = open_memstream(&vbuf, &vlen);
-  int rc = 0;
-  for (int u = 0; u < st.n_units; u++)
-    if (emit_unit(&st, &c, u, io_off)) rc = -1;
+  int rc = 0, units = 0;
+  for (int q = 0; q < n_parts; q++) {
+    int part = cg_part(p, s, phases[q]);
+    cg_stage_open(&st[q], g, p, o, si, &wl, part);
+    if (st[q].arena > arena) arena = st[q].arena;
+    size_t pio = io_layout(g, si, part, &io_off[q], &io_bytes[q]);
+    if (pio > io) io = pio;
+    c.call = open_memstream(&cbuf[q], &clen[q]);
+    for (int u = 0; u < st[q].n_units; u++)
+      if (emit_unit(&st[q], &c, u, units, io_off[q])) rc = -1;
+    units += st[q].n_units;
+    for (int k = 0; k < st[q].n_wb; k++) { /* write-backs: device copies into the params */
+      int v = st[q].wb[k], d = g->values[v].writeback;
+      char *src = ptr_expr(&st[q], io_off[q], v, 1);
+      fprintf(c.call, "  /* write back '");
+      cg_put_comment(c.call, g->values[v].name, 120);
+      fprintf(c.call, "' into '");
+      cg_put_comment(c.call, g->values[d].name, 120);
+      fprintf(c.call, "' */\n  PK_TRY(pk_memcpy(S, W + %zu, %s, %zuu));\n", wl.off[d], src, g->values[d].nbytes);
+      free(src);
+    }
+    fclose(c.call);
+  }
   fclose(c.decl);
-  fclose(c.call);
   fclose(c.conv);
 
   uint64_t sum;
@@ -164,7 +202,7 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
   snprintf(what, sizeof what, "stage_%d.cu: stage %d of %d", s, s, p->n_stages);
   cg_put_header(f, g, o, "cuda", what);
   char nm[512];
-  int count = cg_stage_nodes(g, p, s, nm, sizeof nm);
+  int count = cg_stage_nodes(g, p, s, nm, sizeof nm), fq = cg_part(p, s, IR_PHASE_FWD);
   size_t scratch = cg_align_up(c.scratch);
   fprintf(f,
           "/* %d nodes, %d units; %d inputs, %d outputs; weights %zu bytes; device arena %zu bytes + scratch %zu "
@@ -172,8 +210,11 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
           " * forward() copies the host inputs to the device, runs the units on the stage's stream (a CUDA graph "
           "after the\n * first micro-batch), copies the outputs back and synchronises: host staging between stages "
           "for now,\n * NCCL between stages is a later step. Float32 GEMMs and convolutions %s. */\n",
-          count, st.n_units, si->n_in[s], si->n_out[s], wl.file_bytes, arena, scratch, io,
+          count, units, si->n_in[fq], si->n_out[fq], wl.file_bytes, arena, scratch, io,
           o && o->no_tf32 ? "are exact float32 (--no-tf32)" : "use TF32 tensor cores");
+  if (train)
+    fprintf(f, "/* training: backward() and step() run their parts the same way; the parameter memory (%zu bytes: the "
+               "weights file, then zeros) stays on the device. */\n", wl.total_bytes);
   fputs("#include \"pipecc_cuda.h\"\n\n", f);
   fprintf(f, "#define SCRATCH_OFF %zuu\n\n", arena);
   if (dlen) fputs(dbuf, f);
@@ -182,46 +223,65 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
     fputs(vbuf, f);
     fputs("};\n\n", f);
   }
-  fputs("/* The units in graph order, on S->stream; 0 or 1 (error printed). */\n", f);
-  fputs("static int run(pk_stage *S) {\n  unsigned char *const W = S->w, *const IO = S->io, *const A = S->a;\n"
-        "  (void)W;\n  (void)IO;\n  (void)A;\n",
-        f);
-  if (clen) fputs(cbuf, f);
-  fputs("  return 0;\n}\n\n", f);
+  for (int q = 0; q < n_parts; q++) {
+    fprintf(f, "/* The units of the %s part in graph order, on S->stream; 0 or 1 (error printed). */\n",
+            q == 0 ? "forward" : q == 1 ? "backward" : "update");
+    fprintf(f, "static int %s(pk_stage *S) {\n  unsigned char *const W = S->w, *const IO = S->io, *const A = S->a;\n"
+               "  (void)W;\n  (void)IO;\n  (void)A;\n", runs[q]);
+    if (clen[q]) fputs(cbuf[q], f);
+    fputs("  return 0;\n}\n\n", f);
+  }
   /* unit and node names */
   int total_nodes = 0;
-  if (st.n_units) {
-    fprintf(f, "static const char *const unit_names[%d] = {\n", st.n_units);
-    for (int u = 0; u < st.n_units; u++) {
-      fputs("  ", f);
-      put_unit_name(f, g, &st.units[u]);
-      fputs(",\n", f);
-      total_nodes += st.units[u].n_nodes;
-    }
-    fputs("};\n", f);
-    fprintf(f, "static const int unit_n_nodes[%d] = {", st.n_units);
-    for (int u = 0; u < st.n_units; u++) fprintf(f, "%s%d", u ? ", " : "", st.units[u].n_nodes);
-    fputs("};\n", f);
-    fprintf(f, "static const char *const node_names[%d] = {\n", total_nodes);
-    for (int u = 0; u < st.n_units; u++)
-      for (int m = 0; m < st.units[u].n_nodes; m++) {
+  if (units) {
+    fprintf(f, "static const char *const unit_names[%d] = {\n", units);
+    for (int q = 0; q < n_parts; q++)
+      for (int u = 0; u < st[q].n_units; u++) {
         fputs("  ", f);
-        cg_put_cstr(f, g->nodes[st.units[u].nodes[m]].name);
+        put_unit_name(f, g, &st[q].units[u]);
         fputs(",\n", f);
+        total_nodes += st[q].units[u].n_nodes;
       }
     fputs("};\n", f);
+    fprintf(f, "static const int unit_n_nodes[%d] = {", units);
+    for (int q = 0, i = 0; q < n_parts; q++)
+      for (int u = 0; u < st[q].n_units; u++) fprintf(f, "%s%d", i++ ? ", " : "", st[q].units[u].n_nodes);
+    fputs("};\n", f);
+    fprintf(f, "static const char *const node_names[%d] = {\n", total_nodes);
+    for (int q = 0; q < n_parts; q++)
+      for (int u = 0; u < st[q].n_units; u++)
+        for (int m = 0; m < st[q].units[u].n_nodes; m++) {
+          fputs("  ", f);
+          cg_put_cstr(f, g->nodes[st[q].units[u].nodes[m]].name);
+          fputs(",\n", f);
+        }
+    fputs("};\n", f);
   }
-  put_size_array(f, "in_off", io_off, si->n_in[s]);
-  put_size_array(f, "in_bytes", io_bytes, si->n_in[s]);
-  put_size_array(f, "out_off", io_off + si->n_in[s], si->n_out[s]);
-  put_size_array(f, "out_bytes", io_bytes + si->n_in[s], si->n_out[s]);
+  for (int q = 0; q < n_parts; q++) {
+    int part = cg_part(p, s, phases[q]);
+    char nm2[32];
+    snprintf(nm2, sizeof nm2, "%s_in_off", pre[q]);
+    put_size_array(f, nm2, io_off[q], si->n_in[part]);
+    snprintf(nm2, sizeof nm2, "%s_in_bytes", pre[q]);
+    put_size_array(f, nm2, io_bytes[q], si->n_in[part]);
+    snprintf(nm2, sizeof nm2, "%s_out_off", pre[q]);
+    put_size_array(f, nm2, io_off[q] + si->n_in[part], si->n_out[part]);
+    snprintf(nm2, sizeof nm2, "%s_out_bytes", pre[q]);
+    put_size_array(f, nm2, io_bytes[q] + si->n_in[part], si->n_out[part]);
+    if (q) put_part(f, si, part, pre[q], runs[q], 0);
+  }
+  if (train) cg_put_grad_ranges(f, g, &wl);
   fprintf(f, "\nstatic const pk_stage_info info = {\n  %d,\n  ", s);
   cg_put_cstr(f, nm);
-  fprintf(f, ",\n  %d,\n  %s,\n  %s,\n  %s,\n  %d,\n  %d,\n  %s,\n  %s,\n  %s,\n  %s,\n  %zuu,\n  %zuu,\n  %d,\n  %s,\n  run,\n};\n\n",
-          st.n_units, st.n_units ? "unit_names" : "NULL", st.n_units ? "unit_n_nodes" : "NULL",
-          st.n_units ? "node_names" : "NULL", si->n_in[s], si->n_out[s], si->n_in[s] ? "in_off" : "NULL",
-          si->n_in[s] ? "in_bytes" : "NULL", si->n_out[s] ? "out_off" : "NULL", si->n_out[s] ? "out_bytes" : "NULL",
-          io, arena + scratch, c.n_conv, c.n_conv ? "conv_table" : "NULL");
+  fprintf(f, ",\n  %d,\n  %s,\n  %s,\n  %s,\n  %zuu,\n  %zuu,\n  %d,\n  %s,\n  ", units, units ? "unit_names" : "NULL",
+          units ? "unit_n_nodes" : "NULL", units ? "node_names" : "NULL", io, arena + scratch, c.n_conv,
+          c.n_conv ? "conv_table" : "NULL");
+  put_part(f, si, fq, pre[0], runs[0], 1);
+  if (train) {
+    int ng = 0;
+    for (int k = 0; k < wl.n; k++) ng += g->values[wl.vals[k]].param == IR_PARAM_GRAD;
+    fprintf(f, ",\n  %zuu,\n  &bwd_part,\n  &upd_part,\n  %d,\n  grad_off,\n  grad_bytes,\n};\n\n", wl.total_bytes, ng);
+  } else fputs(",\n  0u,\n  NULL,\n  NULL,\n  0,\n  NULL,\n  NULL,\n};\n\n", f);
   fprintf(f, "static int stage_init(void **state, const void *weights, size_t weights_len) {\n"
              "  return pk_stage_init(state, &info, %d, weights, weights_len);\n}\n\n",
           o && o->no_tf32 ? 0 : 1);
@@ -229,18 +289,28 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
         "  return pk_stage_forward(state, in, out);\n}\n\n"
         "static void stage_fini(void *state) { pk_stage_fini(state); }\n\n",
         f);
+  if (train)
+    fputs("static int stage_backward(void *state, const void *const *in, void *const *out) {\n"
+          "  return pk_stage_backward(state, in, out);\n}\n\n"
+          "static int stage_step(void *state) { return pk_stage_step(state); }\n\n"
+          "static int stage_zero_grads(void *state) { return pk_stage_zero_grads(state); }\n\n"
+          "static int stage_param_io(void *state, int write, size_t offset, void *host, size_t nbytes) {\n"
+          "  return pk_stage_param_io(state, write, offset, host, nbytes);\n}\n\n",
+          f);
   cg_put_stage_desc(f, g, p, si, &wl, s, "extern \"C\" const", nm, sum);
   fclose(f);
 
   if (!rc) rc = cg_write_stage_files(dir, s, "cu", sbuf, slen, wbuf, wl.file_bytes);
   free(sbuf);
   free(dbuf);
-  free(cbuf);
   free(vbuf);
   free(wbuf);
-  free(io_off);
-  free(io_bytes);
-  cg_stage_close(&st);
+  for (int q = 0; q < n_parts; q++) {
+    free(cbuf[q]);
+    free(io_off[q]);
+    free(io_bytes[q]);
+    cg_stage_close(&st[q]);
+  }
   cg_wlayout_free(&wl);
   return rc;
 }

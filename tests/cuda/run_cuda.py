@@ -15,6 +15,14 @@
         inputs and compares with onnxruntime (tools/ort_ref.py): rel-L2 <= 1e-3 with TF32
         (the default), and for g=1 again with --no-tf32 at rel-L2 <= 1e-4.
 
+    --program labels:2 --label-high 10 (both modes)
+        The pipelined training program instead (PROGRAM_ARGS: pipecc --train, cross-entropy,
+        SGD with momentum, 2 micro-batches). build: as above; without a GPU
+        `pipeline train` must exit 1 naming the stage. run: `pipeline train --steps 2
+        --no-shuffle` on random data for every g against the cpu target's g=1 program:
+        loss, every gradient (--save-grads) and weight (--save) within rel-L2 1e-3 with
+        --no-tf32 (tolerance not yet measured on a GPU).
+
     --step labels:2 --label-high 10 (both modes)
         The one-step training program instead (STEP_ARGS: cross-entropy loss, SGD, one
         micro-batch); labels:DIMS is the shape of its int64 labels input. build: as
@@ -41,6 +49,7 @@ import pipecc_test as pt  # noqa: E402
 
 SKIP = 77
 STEP_ARGS = ["--train-step", "--loss", "cross-entropy", "--optimizer", "sgd", "--lr", "0.1"]
+PROGRAM_ARGS = ["--train", "--loss", "cross-entropy", "--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9"]
 
 
 def have_gpu():
@@ -53,7 +62,7 @@ def have_gpu():
 
 
 def pipecc_cmd(a, g, d, extra=(), target="cuda"):
-    pre = ["--target", target] + (STEP_ARGS if a.step else [])
+    pre = ["--target", target] + (STEP_ARGS if a.step else PROGRAM_ARGS if a.program else [])
     return pt.pipecc_cmd(a.pipecc, a.model, g, a.microbatches, d, a.jobs, a.shape, pre, extra)
 
 
@@ -100,9 +109,48 @@ def same_sources(a, g, d, d2):
     return ok
 
 
+def random_feeds(a, labels):
+    """Random inputs for a.shape (token ids below --int-high) and int64 labels below
+    --label-high of shape `labels` (NAME:DIMS); {name: array}."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for s in a.shape + [labels]:
+        nm, dims = s.rsplit(":", 1)
+        shape = [int(v) for v in dims.replace(",", "x").split("x")]
+        if s == labels:
+            feeds[nm] = rng.integers(0, a.label_high, shape).astype(np.int64)
+        elif a.int_high:
+            feeds[nm] = rng.integers(0, a.int_high, shape).astype(np.int64)
+        else:
+            feeds[nm] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+def train_args(a, work, feeds):
+    """`pipeline train` data arguments for feeds (saved as .npy files in work)."""
+    import numpy as np
+    args = []
+    lab = a.program.rsplit(":", 1)[0]
+    for k, v in feeds.items():
+        f = os.path.join(work, f"train_{k}.npy")
+        np.save(f, v)
+        args += ["--labels", f] if k == lab else ["--data", f"{k}={f}"]
+    return args
+
+
 def no_device_error(a, d, work):
     """Without a GPU the built pipeline must fail cleanly: exit 1, a line naming the stage."""
     import numpy as np
+    if a.program:
+        r = subprocess.run([os.path.join(d, "pipeline"), "train", "--steps", "1"] + train_args(a, work, random_feeds(a, a.program)),
+                           capture_output=True, text=True, timeout=300)
+        if r.returncode != 1 or not re.search(r"^pipeline: stage \d+: no CUDA device", r.stderr, re.M):
+            print(r.stdout[-2000:], r.stderr[-2000:])
+            print(f"FAIL: without a GPU pipeline train should exit 1 naming the stage (got {r.returncode})")
+            return False
+        print("no GPU: " + r.stderr.splitlines()[0])
+        return True
     files = []
     for s in a.shape + ([a.step] if a.step else []):
         name, dims = s.rsplit(":", 1)
@@ -118,6 +166,49 @@ def no_device_error(a, d, work):
         return False
     print("no GPU: " + r.stderr.splitlines()[0])
     return True
+
+
+def run_program(a, name, work, stages):
+    """The pipelined training program on the GPU against the cpu target's, 2 steps."""
+    import numpy as np
+    args = train_args(a, work, random_feeds(a, a.program)) + ["--steps", "2", "--no-shuffle", "--quiet"]
+
+    def train(d, tag):
+        r = subprocess.run([os.path.join(d, "pipeline"), "train"] + args + [
+            "--save", os.path.join(d, "w.npz"), "--save-grads", os.path.join(d, "g.npz"), "--log", os.path.join(d, "l.csv")],
+            capture_output=True, text=True)
+        if r.returncode:
+            print(r.stdout[-3000:], r.stderr[-3000:])
+            print(f"FAIL {name} {tag}: pipeline train exited with {r.returncode}")
+            return None
+        out = dict(np.load(os.path.join(d, "w.npz")))
+        out.update(dict(np.load(os.path.join(d, "g.npz"))))
+        out["loss"] = np.array([float(r.split(",")[2]) for r in open(os.path.join(d, "l.csv")).read().splitlines()[1:]])
+        return out
+
+    d = os.path.join(work, "ref_cpu")
+    shutil.rmtree(d, ignore_errors=True)
+    r = subprocess.run(pipecc_cmd(a, 1, d, target="cpu"), capture_output=True, text=True, env=pt.split_env())
+    ref = train(d, "cpu") if not r.returncode else None
+    if ref is None:
+        print(r.stderr[-4000:])
+        print(f"FAIL {name}: the cpu reference failed")
+        return 1
+    ok = True
+    for g in stages:
+        d = os.path.join(work, f"program_g{g}")
+        good, dt = build(a, g, d, ["--no-tf32"])
+        got = train(d, f"g={g}") if good else None
+        if got is None:
+            ok = False
+            continue
+        good, worst = pt.compare(got, ref, 1e-3, f"{name} g={g}")
+        ok &= good
+        print(f"{name} training program g={g}: build {dt:.1f} s, max rel-L2 {worst:.3g} vs cpu (tolerance 1e-3)")
+        if not a.keep:
+            shutil.rmtree(d, ignore_errors=True)
+    print(("PASS " if ok else "FAIL ") + name)
+    return 0 if ok else 1
 
 
 def run_step(a, name, work, stages):
@@ -180,6 +271,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--step", default=None, metavar="LABELS:DIMS",
                     help="the one-step training program; its labels input and shape")
+    ap.add_argument("--program", default=None, metavar="LABELS:DIMS",
+                    help="the pipelined training program; its labels input and shape")
     ap.add_argument("--label-high", type=int, default=2, help="labels below this (run --step)")
     ap.add_argument("--keep", action="store_true", help="keep the build directories")
     a = ap.parse_args()
@@ -211,6 +304,8 @@ def main():
         return SKIP
     if a.step:
         return run_step(a, name, work, stages)
+    if a.program:
+        return run_program(a, name, work, stages)
     import numpy as np
     xin = os.path.join(work, "x.npz")
     yref = os.path.join(work, "y.npz")

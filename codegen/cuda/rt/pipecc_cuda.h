@@ -16,7 +16,10 @@
  * Data path (this version): pipert hands forward() HOST buffers. forward() copies the
  * stage inputs to the device (cudaMemcpyAsync), runs the units on the stage's stream
  * (replaying a CUDA graph captured on the first micro-batch), copies the outputs back
- * and synchronises. Moving activations between stages with NCCL (device buffers on
+ * and synchronises. A training program's backward() does the same with its part; the
+ * weights, gradient accumulators and optimizer state stay on the device (the units
+ * write new values back with device copies inside the graph); step() runs the update
+ * part; param_io copies a param to or from the host. Moving activations between stages with NCCL (device buffers on
  * both sides, no host round trip) is a later step.
  *
  * Devices: stage K runs on device K % cudaGetDeviceCount() (PIPECC_CUDA_DEVICE=N pins
@@ -138,20 +141,33 @@ typedef struct pk_resize_p {
 } pk_resize_p;
 
 struct pk_stage;
+/* One part of a stage: the forward pass, or in a training program the backward pass
+ * or the optimizer update. Its inputs and outputs live in the stage's IO region (host
+ * staging), its units run on the stage's stream. */
+typedef struct pk_part {
+  int n_in, n_out;
+  const size_t *in_off, *in_bytes, *out_off, *out_bytes; /* in the IO region */
+  int (*run)(struct pk_stage *S);  /* the units, in order, on S->stream */
+} pk_part;
+
 /* What a stage_K.cu tells the runtime about itself. */
 typedef struct pk_stage_info {
   int id;
   const char *name;
-  int n_units;
+  int n_units;                     /* of all parts; unit numbers are global */
   const char *const *unit_names;   /* "node 54 'conv1' (Conv)": errors and profiles */
   const int *unit_n_nodes;         /* ONNX nodes per unit */
   const char *const *node_names;   /* ONNX names of the units' nodes, unit after unit */
-  int n_in, n_out;
-  const size_t *in_off, *in_bytes, *out_off, *out_bytes; /* in the IO region */
-  size_t io_bytes, arena_bytes;    /* arena includes the scratch at its end */
+  size_t io_bytes, arena_bytes;    /* the largest part's; arena includes the scratch at its end */
   int n_conv;
   const pk_conv_p *conv;
-  int (*run)(struct pk_stage *S);  /* the units, in order, on S->stream */
+  pk_part fwd;
+  /* training programs (0 / NULL for inference): the device parameter memory (the weights
+   * file, then zeros), the backward and update parts, the gradient accumulators */
+  size_t param_bytes;
+  const pk_part *bwd, *upd;
+  int n_grads;
+  const size_t *grad_off, *grad_bytes;
 } pk_stage_info;
 
 /* The state of one replica of a stage. Generated code reads the fields marked (gen). */
@@ -166,8 +182,8 @@ typedef struct pk_stage {
   void *ws;
   size_t ws_bytes;
   struct pk_conv_s *conv;
-  int use_graph, captured;
-  cudaGraphExec_t exec;
+  int use_graph, captured[3];     /* per part: forward, backward, update */
+  cudaGraphExec_t exec[3];
   int unit;                        /* the unit running (errors) */
   cudaEvent_t *ev;                 /* profiling: n_units + 1 events, else NULL */
 } pk_stage;
@@ -178,6 +194,11 @@ extern "C" {
 /* Life cycle (pipert_stage_desc's init/forward/fini). tf32: 0 for exact float32. */
 int pk_stage_init(void **state, const pk_stage_info *info, int tf32, const void *weights, size_t weights_len);
 int pk_stage_forward(void *state, const void *const *in, void *const *out);
+/* Training (pipert_stage_desc's backward/step/zero_grads/param_io). */
+int pk_stage_backward(void *state, const void *const *in, void *const *out);
+int pk_stage_step(void *state);
+int pk_stage_zero_grads(void *state);
+int pk_stage_param_io(void *state, int write, size_t offset, void *host, size_t nbytes);
 void pk_stage_fini(void *state);
 /* Profiling: runs warmup + reps micro-batches eagerly with an event around every
  * unit; unit_ms[u] is the median time of unit u. Returns 0 or non-zero. */

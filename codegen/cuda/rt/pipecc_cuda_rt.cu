@@ -1289,7 +1289,6 @@ static void set_where(pk_stage *S) {
 static void stage_free(pk_stage *S) {
   if (!S) return;
   if (S->device >= 0) cudaSetDevice(S->device);
-  if (S->exec) cudaGraphExecDestroy(S->exec);
   if (S->conv) {
     for (int i = 0; i < S->info->n_conv; i++) {
       struct pk_conv_s *c = &S->conv[i];
@@ -1305,6 +1304,8 @@ static void stage_free(pk_stage *S) {
       if (S->ev[i]) cudaEventDestroy(S->ev[i]);
     free(S->ev);
   }
+  for (int k = 0; k < 3; k++)
+    if (S->exec[k]) cudaGraphExecDestroy(S->exec[k]);
   if (S->cublas) cublasDestroy((cublasHandle_t)S->cublas);
   if (S->cudnn) cudnnDestroy((cudnnHandle_t)S->cudnn);
   if (S->w) cudaFree(S->w);
@@ -1347,10 +1348,13 @@ extern "C" int pk_stage_init(void **state, const pk_stage_info *info, int tf32, 
   ok = ok && blas_ok(S, cublasCreate(&blas), "cublasCreate");
   S->cublas = blas;
   ok = ok && blas_ok(S, cublasSetStream(blas, S->stream), "cublasSetStream");
-  /* weights: uploaded once */
-  if (ok && weights_len) {
-    ok = cu_ok(S, cudaMalloc((void **)&S->w, weights_len), "cudaMalloc(weights)") &&
-         cu_ok(S, cudaMemcpy(S->w, weights, weights_len, cudaMemcpyHostToDevice), "cudaMemcpy(weights)");
+  /* weights: uploaded once; a training program's parameter memory goes on with zeros */
+  size_t pbytes = info->param_bytes > weights_len ? info->param_bytes : weights_len;
+  if (ok && pbytes) {
+    ok = cu_ok(S, cudaMalloc((void **)&S->w, pbytes), "cudaMalloc(weights)") &&
+         (!weights_len || cu_ok(S, cudaMemcpy(S->w, weights, weights_len, cudaMemcpyHostToDevice), "cudaMemcpy(weights)")) &&
+         (pbytes == weights_len ||
+          cu_ok(S, cudaMemset(S->w + weights_len, 0, pbytes - weights_len), "cudaMemset(parameters)"));
   }
   if (ok && info->io_bytes) ok = cu_ok(S, cudaMalloc((void **)&S->io, info->io_bytes), "cudaMalloc(inputs/outputs)");
   if (ok && info->arena_bytes) {
@@ -1379,55 +1383,92 @@ extern "C" int pk_stage_init(void **state, const pk_stage_info *info, int tf32, 
   return 0;
 }
 
-/* Run the units: replay the captured graph, or capture it on the first call. */
-static int run_units(pk_stage *S) {
-  if (!S->use_graph || S->ev) return S->info->run(S);
-  if (!S->captured) {
-    S->captured = 1;
+/* Run part k's units: replay its captured graph, or capture it on the first call. */
+static int run_units(pk_stage *S, int k, const pk_part *P) {
+  if (!S->use_graph || S->ev) return P->run(S);
+  if (!S->captured[k]) {
+    S->captured[k] = 1;
     cudaGraph_t graph = NULL;
     if (cudaStreamBeginCapture(S->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
       cudaGetLastError();
       S->use_graph = 0;
-      return S->info->run(S);
+      return P->run(S);
     }
-    int rc = S->info->run(S);
+    int rc = P->run(S);
     cudaError_t e = cudaStreamEndCapture(S->stream, &graph);
     if (rc) {
       if (graph) cudaGraphDestroy(graph);
       return rc;
     }
-    if (e != cudaSuccess || cudaGraphInstantiate(&S->exec, graph, 0) != cudaSuccess) {
+    if (e != cudaSuccess || cudaGraphInstantiate(&S->exec[k], graph, 0) != cudaSuccess) {
       /* capture not possible here: run eagerly from now on */
       cudaGetLastError();
       if (graph) cudaGraphDestroy(graph);
-      S->exec = NULL;
+      S->exec[k] = NULL;
       S->use_graph = 0;
-      return S->info->run(S);
+      return P->run(S);
     }
     cudaGraphDestroy(graph);
   }
   S->unit = -1;
-  return cu_ok(S, cudaGraphLaunch(S->exec, S->stream), "cudaGraphLaunch") ? 0 : 1;
+  return cu_ok(S, cudaGraphLaunch(S->exec[k], S->stream), "cudaGraphLaunch") ? 0 : 1;
 }
 
-extern "C" int pk_stage_forward(void *state, const void *const *in, void *const *out) {
-  pk_stage *S = (pk_stage *)state;
-  const pk_stage_info *I = S->info;
+/* Host inputs in, part k's units, host outputs out, synchronised. */
+static int run_part(pk_stage *S, int k, const pk_part *P, const void *const *in, void *const *out) {
   S->unit = -1;
   if (!cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice")) return 1;
-  for (int k = 0; k < I->n_in; k++)
-    if (I->in_bytes[k] && !cu_ok(S, cudaMemcpyAsync(S->io + I->in_off[k], in[k], I->in_bytes[k], cudaMemcpyHostToDevice,
+  for (int i = 0; i < P->n_in; i++)
+    if (P->in_bytes[i] && !cu_ok(S, cudaMemcpyAsync(S->io + P->in_off[i], in[i], P->in_bytes[i], cudaMemcpyHostToDevice,
                                                    S->stream),
                                  "cudaMemcpyAsync(input)"))
       return 1;
-  if (run_units(S)) return 1;
+  if (run_units(S, k, P)) return 1;
   S->unit = -1;
-  for (int k = 0; k < I->n_out; k++)
-    if (I->out_bytes[k] && !cu_ok(S, cudaMemcpyAsync(out[k], S->io + I->out_off[k], I->out_bytes[k],
+  for (int i = 0; i < P->n_out; i++)
+    if (P->out_bytes[i] && !cu_ok(S, cudaMemcpyAsync(out[i], S->io + P->out_off[i], P->out_bytes[i],
                                                     cudaMemcpyDeviceToHost, S->stream),
                                   "cudaMemcpyAsync(output)"))
       return 1;
   return cu_ok(S, cudaStreamSynchronize(S->stream), "cudaStreamSynchronize") ? 0 : 1;
+}
+
+extern "C" int pk_stage_forward(void *state, const void *const *in, void *const *out) {
+  pk_stage *S = (pk_stage *)state;
+  return run_part(S, 0, &S->info->fwd, in, out);
+}
+
+extern "C" int pk_stage_backward(void *state, const void *const *in, void *const *out) {
+  pk_stage *S = (pk_stage *)state;
+  return S->info->bwd ? run_part(S, 1, S->info->bwd, in, out) : pk_fail(S, "backward", "not a training program");
+}
+
+extern "C" int pk_stage_step(void *state) {
+  pk_stage *S = (pk_stage *)state;
+  return S->info->upd ? run_part(S, 2, S->info->upd, NULL, NULL) : pk_fail(S, "step", "not a training program");
+}
+
+extern "C" int pk_stage_zero_grads(void *state) {
+  pk_stage *S = (pk_stage *)state;
+  const pk_stage_info *I = S->info;
+  S->unit = -1;
+  if (!cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice")) return 1;
+  for (int k = 0; k < I->n_grads; k++)
+    if (!cu_ok(S, cudaMemsetAsync(S->w + I->grad_off[k], 0, I->grad_bytes[k], S->stream), "cudaMemsetAsync(gradients)"))
+      return 1;
+  return cu_ok(S, cudaStreamSynchronize(S->stream), "cudaStreamSynchronize") ? 0 : 1;
+}
+
+extern "C" int pk_stage_param_io(void *state, int write, size_t offset, void *host, size_t nbytes) {
+  pk_stage *S = (pk_stage *)state;
+  S->unit = -1;
+  if (offset > S->info->param_bytes || nbytes > S->info->param_bytes - offset) return 1;
+  if (!cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice") ||
+      !cu_ok(S, cudaStreamSynchronize(S->stream), "cudaStreamSynchronize"))
+    return 1;
+  cudaError_t e = write ? cudaMemcpy(S->w + offset, host, nbytes, cudaMemcpyHostToDevice)
+                        : cudaMemcpy(host, S->w + offset, nbytes, cudaMemcpyDeviceToHost);
+  return cu_ok(S, e, write ? "cudaMemcpy(parameter in)" : "cudaMemcpy(parameter out)") ? 0 : 1;
 }
 
 extern "C" void pk_stage_fini(void *state) { stage_free((pk_stage *)state); }
@@ -1449,12 +1490,13 @@ extern "C" int pk_stage_profile(void *state, const void *const *in, int warmup, 
   if (!S->ev || !samples) return 1;
   for (int i = 0; i <= U; i++)
     if (!cu_ok(S, cudaEventCreate(&S->ev[i]), "cudaEventCreate")) return 1;
-  for (int k = 0; k < I->n_in; k++)
-    if (I->in_bytes[k] &&
-        !cu_ok(S, cudaMemcpy(S->io + I->in_off[k], in[k], I->in_bytes[k], cudaMemcpyHostToDevice), "cudaMemcpy(input)"))
+  for (int k = 0; k < I->fwd.n_in; k++)
+    if (I->fwd.in_bytes[k] &&
+        !cu_ok(S, cudaMemcpy(S->io + I->fwd.in_off[k], in[k], I->fwd.in_bytes[k], cudaMemcpyHostToDevice),
+               "cudaMemcpy(input)"))
       return 1;
   for (int r = 0; r < warmup + reps; r++) {
-    if (I->run(S)) return 1;
+    if (I->fwd.run(S)) return 1;
     pk_mark(S, U);
     if (!cu_ok(S, cudaStreamSynchronize(S->stream), "cudaStreamSynchronize")) return 1;
     if (r < warmup) continue;
