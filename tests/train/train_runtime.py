@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """`pipeline train` beyond one step's arithmetic (train_check.py covers that):
 
-  memory     GPipe vs 1F1B on 4 stages, 8 micro-batches: stage 0's measured peak of
-             held activations under 1F1B is p/M of GPipe's; the trained weights of both
-             schedules are bitwise equal
+  memory     GPipe vs 1F1B on 4 stages, 8 micro-batches: under 1F1B stage s holds p - s
+             micro-batches (GPipe: all M), and stage 0's measured peak of held
+             activations is p/M of GPipe's; the trained weights of both schedules are
+             bitwise equal
   resume     5 steps straight vs 3 steps, a checkpoint, and --resume to step 5 (Adam,
              shuffled data, an epoch boundary crossed): bitwise equal weights and log
   export     --export-onnx: a valid model whose initializers are the trained values,
@@ -110,10 +111,13 @@ def case_memory():
         exe = compile_(path, os.path.join(d, sched), ["--shape", "input:8x3x16x16", "-g", str(P), "-m", str(M),
                                                       "--schedule", sched] + tc.pipecc_args(loss, opt, "--train"))
         r = train(exe, data + ["--steps", "2", "--no-shuffle", "--save", os.path.join(d, sched + ".npz")])
-        m = re.search(r"^memory: stage 0 ([\d.]+) (KiB|MiB) \((\d+) micro-batch", r.stdout, re.M)
-        check(m, "no memory line: " + r.stdout)
-        nbytes[sched] = float(m.group(1)) * (1024 if m.group(2) == "KiB" else 1 << 20)
-        held[sched] = int(m.group(3))
+        stages = re.findall(r"stage (\d+) ([\d.]+) (KiB|MiB) \((\d+) micro-batch", r.stdout)
+        check(len(stages) == P, "no memory line for %d stages: %s" % (P, r.stdout))
+        nbytes[sched] = float(stages[0][1]) * (1024 if stages[0][2] == "KiB" else 1 << 20)
+        held[sched] = int(stages[0][3])
+        for s, (_, _, _, n) in enumerate(stages):  # 1F1B: stage s holds p - s; GPipe: all M
+            want = P - s if sched == "1f1b" else M
+            check(int(n) == want, "%s: stage %d held %s micro-batches, expected %d" % (sched, s, n, want))
         w[sched] = npz(os.path.join(d, sched + ".npz"))
     ratio = nbytes["1f1b"] / nbytes["gpipe"]
     print("stage 0 peak activations: gpipe %.1f KiB (%d micro-batches), 1f1b %.1f KiB (%d); ratio %.3f, p/M = %.3f" % (
