@@ -152,7 +152,7 @@ int cg_put_param_descs(FILE *f, const ir_graph *g, const cg_plan *p, const cg_wl
 }
 
 void cg_put_stage_desc(FILE *f, ir_graph *g, const cg_plan *p, const cg_stage_info *si, const cg_wlayout *wl, int stage,
-                       const char *decl, const char *nm, uint64_t sum) {
+                       const char *decl, const char *nm, uint64_t sum, const char *device_ops) {
   int fp = cg_part(p, stage, IR_PHASE_FWD);
   cg_put_tensor_descs(f, g, "stage_inputs", si->s_in[fp], si->n_in[fp]);
   cg_put_tensor_descs(f, g, "stage_outputs", si->s_out[fp], si->n_out[fp]);
@@ -176,7 +176,7 @@ void cg_put_stage_desc(FILE *f, ir_graph *g, const cg_plan *p, const cg_stage_in
     fprintf(f, "  stage_backward,\n  stage_step,\n  stage_zero_grads,\n  %d,\n  %s,\n  stage_param_io,\n", n_params,
             n_params ? "stage_params" : "NULL");
   }
-  fputs("};\n", f);
+  fprintf(f, "  %s,\n};\n", device_ops ? device_ops : "NULL");
 }
 
 int cg_write_stage_files(const char *dir, int s, const char *ext, const char *src, size_t src_len,

@@ -30,9 +30,10 @@ void cg_put_tensor_descs(FILE *f, ir_graph *g, const char *name, const int *vals
  * declared with the prefix decl ("const", "extern \"C\" const"); nm is the stage's
  * display name (cg_stage_nodes), sum the weights checksum. A training program's stage
  * also names stage_backward, stage_step, stage_zero_grads and stage_param_io, and its
- * param table (cg_put_param_descs). */
+ * param table (cg_put_param_descs). device_ops: the name of the stage's
+ * pipert_device_ops, NULL for a host stage. */
 void cg_put_stage_desc(FILE *f, ir_graph *g, const cg_plan *p, const cg_stage_info *si, const cg_wlayout *wl, int stage,
-                       const char *decl, const char *nm, uint64_t sum);
+                       const char *decl, const char *nm, uint64_t sum, const char *device_ops);
 /* `static const size_t grad_off[n], grad_bytes[n]` (n >= 1 entries) for the gradient
  * accumulators in wl; returns their count. */
 int cg_put_grad_ranges(FILE *f, const ir_graph *g, const cg_wlayout *wl);

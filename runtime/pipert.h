@@ -80,6 +80,20 @@ typedef struct pipert_param_desc {
   int owner;                       /* 1: updated by this stage; 0: a copy of the owner's */
 } pipert_param_desc;
 
+/* A stage whose code runs on an accelerator (the cuda target). When every stage has
+ * these and all run on one device, the runtime keeps the sets stages exchange in device
+ * memory (alloc) and calls the device forms of forward/backward, whose in[]/out[] are
+ * device pointers; graph inputs are uploaded and graph outputs downloaded. */
+typedef struct pipert_device_ops {
+  int (*ordinal)(void *state);     /* the device the state runs on */
+  void *(*alloc)(void *state, size_t nbytes);
+  void (*release)(void *state, void *p);
+  int (*upload)(void *state, void *dev, const void *host, size_t nbytes);   /* synchronous */
+  int (*download)(void *state, void *host, const void *dev, size_t nbytes); /* synchronous */
+  int (*forward)(void *state, const void *const *in, void *const *out);
+  int (*backward)(void *state, const void *const *in, void *const *out);  /* NULL: inference */
+} pipert_device_ops;
+
 /* One stage, emitted in stage_K.c as `const pipert_stage_desc pipecc_stage_K`. */
 typedef struct pipert_stage_desc {
   int abi_version;                 /* PIPERT_ABI_VERSION */
@@ -119,6 +133,7 @@ typedef struct pipert_stage_desc {
   const pipert_param_desc *params;
   /* Copy nbytes at offset of the parameter memory to (write 0) or from (write 1) host. */
   int (*param_io)(void *state, int write, size_t offset, void *host, size_t nbytes);
+  const pipert_device_ops *device; /* NULL: a host stage */
 } pipert_stage_desc;
 
 /* Where a value comes from: stage >= 0: forward output `index` of that stage (phase 0)

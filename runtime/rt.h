@@ -119,6 +119,8 @@ struct rt_pool {
   int n_bufs;
   const pipert_tensor_desc *descs;
   size_t set_bytes;
+  const pipert_device_ops *dev;    /* sets in device memory (alloc with dev_state), else host */
+  void *dev_state;
 };
 void rt_pool_init(rt_pool *pl, int n_bufs, const pipert_tensor_desc *descs, int cap);
 void rt_pool_reset(rt_pool *pl);   /* every set free (between runs) */
@@ -160,6 +162,10 @@ struct rt_worker {
   const pipert_pipeline *p;
   const rt_link_ops *ops;
   void *link;
+  const pipert_device_ops *dev;    /* device mode (rt_worker_set_device), else NULL */
+  void **dev_in;                   /* device mode: [n_inputs * M] graph input slices on the device */
+  char *dev_in_have;               /* [n_inputs * M] uploaded this round */
+  void **host_out;                 /* device mode: [n_outputs] a graph output downloaded */
   int stage, replica, M;
   const pipert_instr *prog;
   int prog_len;
@@ -175,6 +181,10 @@ struct rt_worker {
 void rt_worker_init(rt_worker *w, const pipert_pipeline *p, int stage, int replica, int M, const pipert_instr *prog,
                     int prog_len, const rt_topo *topo, int cap, const rt_link_ops *ops, void *link);
 void rt_worker_reset(rt_worker *w);  /* before a run */
+/* Device mode (after init set w->state): the worker's sets in the device memory of its
+ * state, forward/backward in their device form, graph inputs uploaded (once per
+ * micro-batch) and outputs downloaded. Call before the first run. */
+void rt_worker_set_device(rt_worker *w, const pipert_device_ops *dev);
 void rt_worker_free(rt_worker *w);
 /* One round of the program (micro-batches base + mb, those >= T skipped); a training
  * round first clears the gradients. 0, or -1 after w->ops->fail. */

@@ -359,6 +359,14 @@ int rt_threads_create(const pipert_pipeline *p, const rt_options *o, int M, rt_e
       }
     }
   }
+  /* device mode: every stage on one accelerator exchanges sets in its memory */
+  int dev = getenv("PIPERT_HOST_SETS") == NULL;
+  for (int i = 0; i < ex->nworkers && dev; i++) {
+    const pipert_stage_desc *d = p->stages[ex->w[i].w.stage].stage;
+    dev = d->device && ex->w[i].w.state && (!p->training || d->device->backward) &&
+          d->device->ordinal(ex->w[i].w.state) == p->stages[0].stage->device->ordinal(ex->w[0].w.state);
+  }
+  for (int i = 0; i < ex->nworkers && dev; i++) rt_worker_set_device(&ex->w[i].w, p->stages[ex->w[i].w.stage].stage->device);
   return 0;
 }
 

@@ -30,7 +30,7 @@ void rt_pool_init(rt_pool *pl, int n_bufs, const pipert_tensor_desc *descs, int 
   pl->descs = descs;
   pl->cap = cap;
   pl->all = calloc((size_t)cap + 1, sizeof *pl->all);
-  for (int k = 0; k < n_bufs; k++) pl->set_bytes += (descs[k].nbytes + 63) / 64 * 64;
+  for (int k = 0; k < n_bufs; k++) pl->set_bytes += (descs[k].nbytes + 255) / 256 * 256;
 }
 
 /* A free set, or a new one while under cap; waits otherwise. NULL after an abort. */
@@ -54,15 +54,18 @@ static rt_set *pool_get(rt_worker *w, rt_pool *pl) {
     s = pl->free;
     pl->free = s->next;
   } else if (pl->n < pl->cap) {
-    s = calloc(1, sizeof *s);
-    s->pool = pl;
-    s->bufs = calloc((size_t)pl->n_bufs + 1, sizeof(void *));
-    char *mem = s->mem = rt_aligned_alloc(pl->set_bytes);
-    for (int k = 0; k < pl->n_bufs; k++) {
-      s->bufs[k] = mem;
-      mem += (pl->descs[k].nbytes + 63) / 64 * 64;
+    char *mem = pl->dev ? pl->dev->alloc(pl->dev_state, pl->set_bytes) : rt_aligned_alloc(pl->set_bytes);
+    if (mem) {
+      s = calloc(1, sizeof *s);
+      s->pool = pl;
+      s->bufs = calloc((size_t)pl->n_bufs + 1, sizeof(void *));
+      s->mem = mem;
+      for (int k = 0; k < pl->n_bufs; k++) {
+        s->bufs[k] = mem;
+        mem += (pl->descs[k].nbytes + 255) / 256 * 256;
+      }
+      pl->all[pl->n++] = s;
     }
-    pl->all[pl->n++] = s;
   }
   pthread_mutex_unlock(&pl->mu);
   return s;
@@ -92,7 +95,8 @@ void rt_pool_reset(rt_pool *pl) {
 
 void rt_pool_free(rt_pool *pl) {
   for (int i = 0; i < pl->n; i++) {
-    free(pl->all[i]->mem);
+    if (pl->dev) pl->dev->release(pl->dev_state, pl->all[i]->mem);
+    else free(pl->all[i]->mem);
     free(pl->all[i]->bufs);
     free(pl->all[i]->link);
     free(pl->all[i]);
@@ -193,9 +197,50 @@ void rt_worker_reset(rt_worker *w) {
   memset(w->grecv, 0, sizeof(rt_set *) * (size_t)w->M * (size_t)(w->topo->ngp + 1));
 }
 
+/* Graph input idx of micro-batch g for forward/backward: the transport's slice, or in
+ * device mode its copy on the device (uploaded once per micro-batch of the round). */
+static const void *graph_input(rt_worker *w, int idx, int64_t g) {
+  const void *host = w->ops->input(w->link, w, idx, g);
+  if (!w->dev || !host) return host;
+  size_t k = (size_t)idx * (size_t)w->M + (size_t)(g % w->M), n = w->p->inputs[idx].nbytes;
+  if (!w->dev_in[k] && !(w->dev_in[k] = w->dev->alloc(w->state, n))) return NULL;
+  if (!w->dev_in_have[k]) {
+    if (w->dev->upload(w->state, w->dev_in[k], host, n)) return NULL;
+    w->dev_in_have[k] = 1;
+  }
+  return w->dev_in[k];
+}
+
+/* Graph output q of micro-batch g to the transport (downloaded first in device mode). */
+static int graph_output(rt_worker *w, int q, int64_t g, const void *data) {
+  if (w->dev) {
+    size_t n = w->p->outputs[q].nbytes;
+    if (!w->host_out[q]) w->host_out[q] = rt_aligned_alloc(n);
+    if (w->dev->download(w->state, w->host_out[q], data, n)) return -1;
+    data = w->host_out[q];
+  }
+  w->ops->output(w->link, w, q, g, data);
+  return 0;
+}
+
+void rt_worker_set_device(rt_worker *w, const pipert_device_ops *dev) {
+  w->dev = dev;
+  w->fpool.dev = w->gpool.dev = dev;
+  w->fpool.dev_state = w->gpool.dev_state = w->state;
+  w->dev_in = calloc((size_t)w->p->n_inputs * (size_t)w->M + 1, sizeof(void *));
+  w->dev_in_have = calloc((size_t)w->p->n_inputs * (size_t)w->M + 1, 1);
+  w->host_out = calloc((size_t)w->p->n_outputs + 1, sizeof(void *));
+}
+
 void rt_worker_free(rt_worker *w) {
   if (w->fpool.all) rt_pool_free(&w->fpool);
   if (w->gpool.all) rt_pool_free(&w->gpool);
+  for (int i = 0; w->dev_in && i < w->p->n_inputs * w->M; i++)
+    if (w->dev_in[i]) w->dev->release(w->state, w->dev_in[i]);
+  for (int q = 0; w->host_out && q < w->p->n_outputs; q++) free(w->host_out[q]);
+  free(w->dev_in);
+  free(w->dev_in_have);
+  free(w->host_out);
   free(w->recv);
   free(w->grecv);
   free(w->outs);
@@ -247,14 +292,15 @@ static int do_fwd(rt_worker *w, int mb, int64_t g) {
   rt_set **recv = &w->recv[(size_t)mb * (size_t)(t->nfp + 1)];
   for (int k = 0; k < d->n_inputs; k++) {
     pipert_ref src = sp->input_src[k];
-    w->in[k] = src.stage == PIPERT_GRAPH_INPUT ? w->ops->input(w->link, w, src.index, g)
+    w->in[k] = src.stage == PIPERT_GRAPH_INPUT ? graph_input(w, src.index, g)
                                                : recv[slot_of(t->fp, t->nfp, src.stage)]->bufs[src.index];
-    if (!w->in[k]) return -1;
+    if (!w->in[k]) return failf(w, 1, "%s: graph input %d of micro-batch %lld unavailable",
+                                rt_worker_name(w, nm, sizeof nm), src.index, (long long)g);
   }
   rt_set *o = pool_get(w, &w->fpool);
   if (!o) return -1;
   double t0 = rt_now();
-  int rc = d->forward(w->state, w->in, o->bufs);
+  int rc = (w->dev ? w->dev->forward : d->forward)(w->state, w->in, o->bufs);
   w->busy += rt_now() - t0;
   for (int k = 0; k < t->nfp; k++)
     if (!p->training || !t->fp_bwd[k]) {
@@ -268,7 +314,9 @@ static int do_fwd(rt_worker *w, int mb, int64_t g) {
                  (long long)g, rc);
   }
   for (int q = 0; q < p->n_outputs; q++)
-    if (p->output_src[q].stage == w->stage) w->ops->output(w->link, w, q, g, o->bufs[p->output_src[q].index]);
+    if (p->output_src[q].stage == w->stage && graph_output(w, q, g, o->bufs[p->output_src[q].index]))
+      return failf(w, 1, "%s: cannot copy graph output %d of micro-batch %lld", rt_worker_name(w, nm, sizeof nm), q,
+                   (long long)g);
   int keep = p->training && t->own_bwd;
   w->outs[mb] = o;
   if (!t->has[PIPERT_OP_SEND_ACT]) {
@@ -301,7 +349,9 @@ static int do_bwd(rt_worker *w, int mb, int64_t g) {
   for (int k = 0; k < d->n_bwd_inputs; k++) {
     pipert_ref src = sp->bwd_input_src[k];
     if (src.stage == PIPERT_GRAPH_INPUT) {
-      if (!(w->bin[k] = w->ops->input(w->link, w, src.index, g))) return -1;
+      if (!(w->bin[k] = graph_input(w, src.index, g)))
+        return failf(w, 1, "%s: graph input %d of micro-batch %lld unavailable", rt_worker_name(w, nm, sizeof nm),
+                     src.index, (long long)g);
       continue;
     }
     rt_set *from = src.phase ? grecv[slot_of(t->gp, t->ngp, src.stage)]
@@ -312,7 +362,7 @@ static int do_bwd(rt_worker *w, int mb, int64_t g) {
   rt_set *o = pool_get(w, &w->gpool);
   if (!o) return -1;
   double t0 = rt_now();
-  int rc = d->backward(w->state, w->bin, o->bufs);
+  int rc = (w->dev ? w->dev->backward : d->backward)(w->state, w->bin, o->bufs);
   w->busy += rt_now() - t0;
   for (int k = 0; k < t->ngp; k++) {
     rt_set_release(grecv[k]);
@@ -346,6 +396,7 @@ int rt_worker_round(rt_worker *w, int64_t base, int64_t T) {
   const pipert_stage_desc *d = p->stages[w->stage].stage;
   int R = p->stages[w->stage].replicas;
   char nm[64];
+  if (w->dev_in_have) memset(w->dev_in_have, 0, (size_t)p->n_inputs * (size_t)w->M + 1);
   if (p->training && d->zero_grads(w->state))
     return failf(w, 1, "%s: clearing the gradients failed", rt_worker_name(w, nm, sizeof nm));
   for (int i = 0; i < w->prog_len; i++) {

@@ -400,7 +400,7 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
     fputs("  return 0;\n}\n\n", f);
     fputs(train_fns, f);
   }
-  cg_put_stage_desc(f, g, p, si, &wl, s, "const", nm, sum);
+  cg_put_stage_desc(f, g, p, si, &wl, s, "const", nm, sum, NULL);
   fclose(f);
 
   if (!rc) rc = cg_write_stage_files(dir, s, "c", sbuf, slen, wbuf, wl.file_bytes);

@@ -297,7 +297,7 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
           "static int stage_param_io(void *state, int write, size_t offset, void *host, size_t nbytes) {\n"
           "  return pk_stage_param_io(state, write, offset, host, nbytes);\n}\n\n",
           f);
-  cg_put_stage_desc(f, g, p, si, &wl, s, "extern \"C\" const", nm, sum);
+  cg_put_stage_desc(f, g, p, si, &wl, s, "extern \"C\" const", nm, sum, "&pk_device_ops");
   fclose(f);
 
   if (!rc) rc = cg_write_stage_files(dir, s, "cu", sbuf, slen, wbuf, wl.file_bytes);

@@ -16,8 +16,8 @@
 #include <unistd.h>
 #include "pipert.h"
 
-/* the training fields of an inference stage */
-#define NO_TRAIN 0, 0, 0, NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL
+/* the training and device fields of an inference host stage */
+#define NO_TRAIN 0, 0, 0, NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL
 
 #ifndef NSTAGES
 #define NSTAGES 2

@@ -199,6 +199,9 @@ int pk_stage_backward(void *state, const void *const *in, void *const *out);
 int pk_stage_step(void *state);
 int pk_stage_zero_grads(void *state);
 int pk_stage_param_io(void *state, int write, size_t offset, void *host, size_t nbytes);
+/* The stages' device form (pipert_device_ops): sets in device memory; forward/backward
+ * copy device inputs into the IO region and outputs out of it on the device. */
+extern const pipert_device_ops pk_device_ops;
 void pk_stage_fini(void *state);
 /* Profiling: runs warmup + reps micro-batches eagerly with an event around every
  * unit; unit_ms[u] is the median time of unit u. Returns 0 or non-zero. */

@@ -1414,39 +1414,87 @@ static int run_units(pk_stage *S, int k, const pk_part *P) {
   return cu_ok(S, cudaGraphLaunch(S->exec[k], S->stream), "cudaGraphLaunch") ? 0 : 1;
 }
 
-/* Host inputs in, part k's units, host outputs out, synchronised. */
-static int run_part(pk_stage *S, int k, const pk_part *P, const void *const *in, void *const *out) {
+/* Inputs in, part k's units, outputs out, synchronised; in[]/out[] are host memory, or
+ * device memory when dev (copied within the device: the graph's addresses are fixed). */
+static int run_part(pk_stage *S, int k, const pk_part *P, const void *const *in, void *const *out, int dev) {
   S->unit = -1;
   if (!cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice")) return 1;
   for (int i = 0; i < P->n_in; i++)
-    if (P->in_bytes[i] && !cu_ok(S, cudaMemcpyAsync(S->io + P->in_off[i], in[i], P->in_bytes[i], cudaMemcpyHostToDevice,
-                                                   S->stream),
-                                 "cudaMemcpyAsync(input)"))
+    if (P->in_bytes[i] &&
+        !cu_ok(S, cudaMemcpyAsync(S->io + P->in_off[i], in[i], P->in_bytes[i],
+                                  dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice, S->stream),
+               "cudaMemcpyAsync(input)"))
       return 1;
   if (run_units(S, k, P)) return 1;
   S->unit = -1;
   for (int i = 0; i < P->n_out; i++)
-    if (P->out_bytes[i] && !cu_ok(S, cudaMemcpyAsync(out[i], S->io + P->out_off[i], P->out_bytes[i],
-                                                    cudaMemcpyDeviceToHost, S->stream),
-                                  "cudaMemcpyAsync(output)"))
+    if (P->out_bytes[i] &&
+        !cu_ok(S, cudaMemcpyAsync(out[i], S->io + P->out_off[i], P->out_bytes[i],
+                                  dev ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost, S->stream),
+               "cudaMemcpyAsync(output)"))
       return 1;
   return cu_ok(S, cudaStreamSynchronize(S->stream), "cudaStreamSynchronize") ? 0 : 1;
 }
 
 extern "C" int pk_stage_forward(void *state, const void *const *in, void *const *out) {
   pk_stage *S = (pk_stage *)state;
-  return run_part(S, 0, &S->info->fwd, in, out);
+  return run_part(S, 0, &S->info->fwd, in, out, 0);
 }
 
 extern "C" int pk_stage_backward(void *state, const void *const *in, void *const *out) {
   pk_stage *S = (pk_stage *)state;
-  return S->info->bwd ? run_part(S, 1, S->info->bwd, in, out) : pk_fail(S, "backward", "not a training program");
+  return S->info->bwd ? run_part(S, 1, S->info->bwd, in, out, 0) : pk_fail(S, "backward", "not a training program");
 }
 
 extern "C" int pk_stage_step(void *state) {
   pk_stage *S = (pk_stage *)state;
-  return S->info->upd ? run_part(S, 2, S->info->upd, NULL, NULL) : pk_fail(S, "step", "not a training program");
+  return S->info->upd ? run_part(S, 2, S->info->upd, NULL, NULL, 0) : pk_fail(S, "step", "not a training program");
 }
+
+/* ---- the device form (pipert_device_ops) ---- */
+
+static int dev_ordinal(void *state) { return ((pk_stage *)state)->device; }
+
+static void *dev_alloc(void *state, size_t nbytes) {
+  pk_stage *S = (pk_stage *)state;
+  void *p = NULL;
+  if (!cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice") ||
+      !cu_ok(S, cudaMalloc(&p, nbytes ? nbytes : 1), "cudaMalloc(stage outputs)"))
+    return NULL;
+  return p;
+}
+
+static void dev_release(void *state, void *p) {
+  cudaSetDevice(((pk_stage *)state)->device);
+  cudaFree(p);
+}
+
+static int dev_copy(void *state, void *dst, const void *src, size_t n, cudaMemcpyKind kind, const char *what) {
+  pk_stage *S = (pk_stage *)state;
+  S->unit = -1;
+  return cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice") && cu_ok(S, cudaMemcpy(dst, src, n, kind), what) ? 0 : 1;
+}
+
+static int dev_upload(void *state, void *dev, const void *host, size_t n) {
+  return dev_copy(state, dev, host, n, cudaMemcpyHostToDevice, "cudaMemcpy(graph input)");
+}
+
+static int dev_download(void *state, void *host, const void *dev, size_t n) {
+  return dev_copy(state, host, dev, n, cudaMemcpyDeviceToHost, "cudaMemcpy(graph output)");
+}
+
+static int dev_forward(void *state, const void *const *in, void *const *out) {
+  pk_stage *S = (pk_stage *)state;
+  return run_part(S, 0, &S->info->fwd, in, out, 1);
+}
+
+static int dev_backward(void *state, const void *const *in, void *const *out) {
+  pk_stage *S = (pk_stage *)state;
+  return S->info->bwd ? run_part(S, 1, S->info->bwd, in, out, 1) : pk_fail(S, "backward", "not a training program");
+}
+
+extern "C" const pipert_device_ops pk_device_ops = {dev_ordinal, dev_alloc,   dev_release, dev_upload,
+                                                   dev_download, dev_forward, dev_backward};
 
 extern "C" int pk_stage_zero_grads(void *state) {
   pk_stage *S = (pk_stage *)state;
