@@ -92,6 +92,19 @@ typedef struct pipert_device_ops {
   int (*download)(void *state, void *host, const void *dev, size_t nbytes); /* synchronous */
   int (*forward)(void *state, const void *const *in, void *const *out);
   int (*backward)(void *state, const void *const *in, void *const *out);  /* NULL: inference */
+  /* Between processes, one device each (NCCL); NULL when the device has none. A comm is
+   * opaque. Sends and receives go inside groups: group(s, 1) starts one, group(s, 0)
+   * ends it and returns when every call in it has completed (they progress
+   * independently; a call that does not complete within the timeout fails, the
+   * communicator aborted). All return 0, or non-zero after printing one line. */
+  int (*comm_id)(void *buf, size_t len);   /* a new communicator id (one process makes it) */
+  void *(*comm_init)(void *state, const void *id, int nranks, int rank);
+  int (*comm_group)(void *state, void *comm, int begin);
+  int (*comm_send)(void *state, void *comm, const void *buf, size_t nbytes, int peer);
+  int (*comm_recv)(void *state, void *comm, void *buf, size_t nbytes, int peer);
+  /* parameter memory [offset, offset + nbytes) of float32/float64 (dtype) summed over comm */
+  int (*comm_sum)(void *state, void *comm, size_t offset, size_t nbytes, int dtype);
+  void (*comm_free)(void *state, void *comm);
 } pipert_device_ops;
 
 /* One stage, emitted in stage_K.c as `const pipert_stage_desc pipecc_stage_K`. */

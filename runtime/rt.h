@@ -86,6 +86,21 @@ int rt_write_outputs(const pipert_pipeline *p, const rt_options *o, const rt_arr
 void rt_print_bench(const pipert_pipeline *p, int iters, int64_t samples_per_iter, double wall_s,
                     const double *busy_s, int stream);
 int rt_validate_plan(const pipert_pipeline *p);
+
+/* Program checks (rt_check.c); each writes the first problem into e (left empty if none). */
+const char *rt_op_name(int op);     /* "RECV_ACT", ... */
+/* Stage s's stream on its own: every opcode over micro-batches 0..M-1 in order, RECV
+ * before FWD before SEND, FWD before BWD, one STEP (after one ALLREDUCE with replicas). */
+void rt_check_program(const pipert_pipeline *p, int s, char *e, size_t elen);
+/* All streams with sends that never wait and receives that wait for their send: must
+ * finish (the threads and MPI transports). */
+void rt_check_deadlock(const pipert_pipeline *p, char *e, size_t elen);
+/* All streams under NCCL's rules: each run of consecutive sends and receives of a stage
+ * replica (the implicit ones of a FWD/BWD without RECV/SEND opcodes included) is one
+ * group, which completes only when the matching call of every send and receive in it
+ * is posted in its peer's current group; ALLREDUCE waits for every replica. */
+void rt_check_rendezvous(const pipert_pipeline *p, const pipert_instr *const *prog, const int *prog_len, char *e,
+                         size_t elen);
 /* Program for stage s with M micro-batches per round: the plan's when M matches,
  * else the default RECV/FWD/SEND sequence. *owned is set when it must be freed. */
 const pipert_instr *rt_stage_program(const pipert_pipeline *p, int s, int M, int *len, pipert_instr **owned);
@@ -156,6 +171,10 @@ typedef struct rt_link_ops {
   int (*aborted)(void *link);
   void (*fail)(void *link, int rc, const char *msg);
   void (*poll)(void *link, rt_worker *w);     /* progress pending sends (may be NULL) */
+  /* Groups (may be NULL): the interpreter opens one (begin 1) before a run of receives
+   * and sends and closes it (begin 0) before the next compute, ALLREDUCE or the end of
+   * the round; closing returns when every call in the group has completed. */
+  int (*group)(void *link, rt_worker *w, int begin);
 } rt_link_ops;
 
 struct rt_worker {
@@ -176,6 +195,7 @@ struct rt_worker {
   rt_set **recv, **grecv;          /* [M][nfp] / [M][ngp] */
   rt_set **outs, **gouts;          /* [M] */
   const void **in, **bin;
+  int in_group;                    /* a group of sends/receives is open (rt_link_ops.group) */
 };
 /* Pools (cap sets each) and arrays; state stays for the caller's init. */
 void rt_worker_init(rt_worker *w, const pipert_pipeline *p, int stage, int replica, int M, const pipert_instr *prog,

@@ -96,121 +96,6 @@ void rt_install_crash_handler(void) {
 
 /* ---- plan checks --------------------------------------------------------- */
 
-static const char *op_name(int op) {
-  static const char *const names[] = {"NOP", "RECV_ACT", "FWD", "SEND_ACT", "RECV_GRAD", "BWD", "BWD_W",
-                                      "SEND_GRAD", "ALLREDUCE", "STEP"};
-  return op >= 0 && op <= PIPERT_OP_STEP ? names[op] : "?";
-}
-
-/* Stage s's program: per opcode micro-batches 0..M-1 in increasing order (each
- * receive and send opcode present for all or none), RECV before FWD before SEND of a
- * micro-batch (an inference stage receives at most one micro-batch ahead); training:
- * RECV_GRAD before BWD before SEND_GRAD, FWD of a micro-batch before its BWD, and
- * after the last BWD one STEP, preceded by one ALLREDUCE exactly when the stage has
- * replicas. Writes the first problem into e. */
-static void check_program(const pipert_pipeline *p, int s, char *e, size_t elen) {
-  const pipert_stage_plan *sp = &p->stages[s];
-  int M = p->microbatches, next[PIPERT_OP_STEP + 1] = {0}, has[PIPERT_OP_STEP + 1] = {0}, steps = 0, allreduces = 0;
-  for (int i = 0; i < sp->program_len; i++) has[sp->program[i].op] = 1;
-  for (int i = 0; i < sp->program_len && !e[0]; i++) {
-    int op = sp->program[i].op, mb = sp->program[i].mb;
-    if (op == PIPERT_OP_NOP) continue;
-    if (op == PIPERT_OP_STEP || op == PIPERT_OP_ALLREDUCE) {
-      if (next[PIPERT_OP_BWD] != M || steps || (op == PIPERT_OP_ALLREDUCE && allreduces))
-        snprintf(e, elen, "stage %d: instruction %d: %s out of place", s, i, op_name(op));
-      if (op == PIPERT_OP_STEP) steps++;
-      else allreduces++;
-      continue;
-    }
-    int bad = mb != next[op] || (op == PIPERT_OP_FWD && has[PIPERT_OP_RECV_ACT] && next[PIPERT_OP_RECV_ACT] <= mb) ||
-              (op == PIPERT_OP_SEND_ACT && next[PIPERT_OP_FWD] <= mb) ||
-              (op == PIPERT_OP_RECV_ACT && !p->training && mb > next[PIPERT_OP_FWD] + 1) ||
-              (op == PIPERT_OP_BWD && (next[PIPERT_OP_FWD] <= mb ||
-                                       (has[PIPERT_OP_RECV_GRAD] && next[PIPERT_OP_RECV_GRAD] <= mb))) ||
-              (op == PIPERT_OP_SEND_GRAD && next[PIPERT_OP_BWD] <= mb);
-    if (bad) snprintf(e, elen, "stage %d: instruction %d: %s of micro-batch %d out of order", s, i, op_name(op), mb);
-    next[op]++;
-  }
-  for (int op = PIPERT_OP_RECV_ACT; op <= PIPERT_OP_SEND_GRAD && !e[0]; op++) {
-    int required = op == PIPERT_OP_FWD || (p->training ? op == PIPERT_OP_BWD : op <= PIPERT_OP_SEND_ACT);
-    if ((required || has[op]) && next[op] != M)
-      snprintf(e, elen, "stage %d: the program's %s does not cover micro-batches 0..%d", s, op_name(op), M - 1);
-  }
-  if (!e[0] && p->training && (steps != 1 || allreduces != (sp->replicas > 1)))
-    snprintf(e, elen, "stage %d: the program needs one STEP%s", s, sp->replicas > 1 ? " after one ALLREDUCE" : "");
-}
-
-/* Proof that the stage programs cannot deadlock: an execution where sends never block
- * (within a round no mailbox holds more than M micro-batches, its capacity in training)
- * and a receive waits for the producer's send of that micro-batch, replayed over the
- * pipeline's actual edges (every producer a stage reads, skip edges included) and every
- * replica, must finish. A stage's FWD/BWD without a RECV in its program receives
- * itself; without a SEND it hands its outputs on at once. Writes the stuck instruction
- * into e. */
-static void check_deadlock(const pipert_pipeline *p, char *e, size_t elen) {
-  int S = p->n_stages, M = p->microbatches, nc = 0;
-  for (int s = 0; s < S; s++) nc += p->stages[s].replicas;
-  int *cst = calloc((size_t)nc, sizeof(int)), *crep = calloc((size_t)nc, sizeof(int)), *pos = calloc((size_t)nc, sizeof(int));
-  char *act = calloc((size_t)S * (size_t)M, 1), *grad = calloc((size_t)S * (size_t)M, 1), *has = calloc((size_t)S * 16, 1);
-  for (int s = 0, c = 0; s < S; s++) {
-    for (int r = 0; r < p->stages[s].replicas; r++, c++) cst[c] = s, crep[c] = r;
-    for (int i = 0; i < p->stages[s].program_len; i++) has[s * 16 + p->stages[s].program[i].op] = 1;
-  }
-  for (int progress = 1; progress;) {
-    progress = 0;
-    for (int c = 0; c < nc; c++) {
-      int s = cst[c], R = p->stages[s].replicas;
-      const pipert_stage_plan *sp = &p->stages[s];
-      const pipert_stage_desc *d = sp->stage;
-      while (pos[c] < sp->program_len) {
-        pipert_instr in = sp->program[pos[c]];
-        int op = in.op, mb = in.mb, ready = 1;
-        if (op == PIPERT_OP_ALLREDUCE) { /* a barrier of the stage's replicas */
-          int there = 0;
-          for (int k = 0; k < nc; k++)
-            there += cst[k] == s && (pos[k] >= sp->program_len || sp->program[pos[k]].op == PIPERT_OP_ALLREDUCE ||
-                                     sp->program[pos[k]].op == PIPERT_OP_STEP);
-          ready = there == R;
-        } else if (op != PIPERT_OP_STEP && op != PIPERT_OP_NOP && mb % R != crep[c]) {
-          pos[c]++;
-          progress = 1;
-          continue;
-        }
-        if (op == PIPERT_OP_RECV_ACT || (op == PIPERT_OP_FWD && !has[s * 16 + PIPERT_OP_RECV_ACT])) {
-          for (int k = 0; k < d->n_inputs && ready; k++)
-            if (sp->input_src[k].stage >= 0) ready = act[sp->input_src[k].stage * M + mb];
-          for (int k = 0; p->training && k < d->n_bwd_inputs && ready; k++) {
-            pipert_ref r = sp->bwd_input_src[k];
-            if (r.stage >= 0 && r.stage != s && !r.phase) ready = act[r.stage * M + mb];
-          }
-        }
-        if (op == PIPERT_OP_RECV_GRAD || (op == PIPERT_OP_BWD && !has[s * 16 + PIPERT_OP_RECV_GRAD]))
-          for (int k = 0; k < d->n_bwd_inputs && ready; k++) {
-            pipert_ref r = sp->bwd_input_src[k];
-            if (r.stage >= 0 && r.phase) ready = grad[r.stage * M + mb];
-          }
-        if (!ready) break;
-        if (op == PIPERT_OP_SEND_ACT || (op == PIPERT_OP_FWD && !has[s * 16 + PIPERT_OP_SEND_ACT])) act[s * M + mb] = 1;
-        if (op == PIPERT_OP_SEND_GRAD || (op == PIPERT_OP_BWD && !has[s * 16 + PIPERT_OP_SEND_GRAD])) grad[s * M + mb] = 1;
-        pos[c]++;
-        progress = 1;
-      }
-    }
-  }
-  for (int c = 0; c < nc && !e[0]; c++)
-    if (pos[c] < p->stages[cst[c]].program_len) {
-      pipert_instr in = p->stages[cst[c]].program[pos[c]];
-      snprintf(e, elen, "stage %d%s: the programs deadlock: instruction %d (%s of micro-batch %d) waits forever",
-               cst[c], p->stages[cst[c]].replicas > 1 ? " (a replica)" : "", pos[c], op_name(in.op), in.mb);
-    }
-  free(cst);
-  free(crep);
-  free(pos);
-  free(act);
-  free(grad);
-  free(has);
-}
-
 int rt_validate_plan(const pipert_pipeline *p) {
   char e[512] = "";
   if (p->abi_version != PIPERT_ABI_VERSION)
@@ -267,11 +152,20 @@ int rt_validate_plan(const pipert_pipeline *p) {
       else if (sp->program[i].mb < 0 || sp->program[i].mb >= p->microbatches)
         snprintf(e, sizeof e, "stage %d: instruction %d: micro-batch %d out of range", s, i, sp->program[i].mb);
     }
-    if (!e[0] && sp->program_len > 0) check_program(p, s, e, sizeof e);
+    if (!e[0] && sp->program_len > 0) rt_check_program(p, s, e, sizeof e);
   }
   int programs = 1;
   for (int s = 0; s < p->n_stages && !e[0]; s++) programs &= p->stages[s].program_len > 0;
-  if (!e[0] && programs) check_deadlock(p, e, sizeof e);
+  if (!e[0] && programs) rt_check_deadlock(p, e, sizeof e);
+  if (!e[0] && programs && getenv("PIPERT_CHECK_NCCL")) { /* diagnostics: the NCCL transport's proof */
+    const pipert_instr **prog = calloc((size_t)p->n_stages, sizeof *prog);
+    int *len = calloc((size_t)p->n_stages, sizeof(int));
+    for (int s = 0; s < p->n_stages; s++) prog[s] = p->stages[s].program, len[s] = p->stages[s].program_len;
+    rt_check_rendezvous(p, prog, len, e, sizeof e);
+    if (!e[0]) fprintf(stderr, "pipeline: the programs keep NCCL's rules\n");
+    free(prog);
+    free(len);
+  }
   for (int o = 0; !e[0] && o < p->n_outputs; o++) {
     pipert_ref r = p->output_src[o];
     if (r.stage < 0 || r.stage >= p->n_stages || r.index < 0 || r.index >= p->stages[r.stage].stage->n_outputs ||

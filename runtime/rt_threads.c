@@ -273,7 +273,7 @@ static int t_allreduce(void *link, rt_worker *w) {
 static int t_aborted(void *link) { return aborted(link); }
 static void t_fail(void *link, int rc, const char *msg) { fail_msg(link, rc, msg); }
 
-static const rt_link_ops threads_ops = {t_recv, t_send, t_input, t_output, t_allreduce, t_aborted, t_fail, NULL};
+static const rt_link_ops threads_ops = {t_recv, t_send, t_input, t_output, t_allreduce, t_aborted, t_fail, NULL, NULL};
 
 static void *worker_main(void *arg) {
   rt_tworker *tw = arg;
@@ -445,8 +445,8 @@ void rt_threads_destroy(rt_exec *ex) {
   for (int i = 0; ex->w && i < ex->nworkers; i++) {
     rt_worker *w = &ex->w[i].w;
     const pipert_stage_desc *d = p->stages[w->stage].stage;
+    rt_worker_free(w); /* sets (device memory in device mode) go before the stage's state */
     if (w->state && d->fini) d->fini(w->state);
-    rt_worker_free(w);
   }
   for (int i = 0; i < S * S; i++) {
     box_free(ex->box[i]);

@@ -266,20 +266,32 @@ static int failf(rt_worker *w, int rc, const char *fmt, ...) {
   return -1;
 }
 
+static int group_begin(rt_worker *w) {
+  if (!w->ops->group || w->in_group) return 0;
+  w->in_group = 1;
+  return w->ops->group(w->link, w, 1);
+}
+
+static int group_end(rt_worker *w) {
+  if (!w->in_group) return 0;
+  w->in_group = 0;
+  return w->ops->group(w->link, w, 0);
+}
+
 static int recv_all(rt_worker *w, int kind, int mb, int64_t g) {
   const rt_topo *t = w->topo;
   int n = kind ? t->ngp : t->nfp;
   const int *from = kind ? t->gp : t->fp;
   rt_set **r = kind ? &w->grecv[(size_t)mb * (size_t)(t->ngp + 1)] : &w->recv[(size_t)mb * (size_t)(t->nfp + 1)];
   for (int k = 0; k < n; k++)
-    if (!r[k] && !(r[k] = w->ops->recv(w->link, w, kind, from[k], g))) return -1;
+    if (!r[k] && (group_begin(w) || !(r[k] = w->ops->recv(w->link, w, kind, from[k], g)))) return -1;
   return 0;
 }
 
 /* Hand set o of micro-batch g on; keep: one more reference stays with the worker. */
 static int send_set(rt_worker *w, int kind, rt_set *o, int64_t g, int keep) {
   atomic_store(&o->refs, 1 + keep); /* the transport's reference, released by it */
-  return w->ops->send(w->link, w, kind, o, g);
+  return group_begin(w) || w->ops->send(w->link, w, kind, o, g);
 }
 
 static int do_fwd(rt_worker *w, int mb, int64_t g) {
@@ -288,7 +300,7 @@ static int do_fwd(rt_worker *w, int mb, int64_t g) {
   const pipert_stage_desc *d = sp->stage;
   const rt_topo *t = w->topo;
   char nm[64];
-  if (recv_all(w, 0, mb, g)) return -1;
+  if (recv_all(w, 0, mb, g) || group_end(w)) return -1;
   rt_set **recv = &w->recv[(size_t)mb * (size_t)(t->nfp + 1)];
   for (int k = 0; k < d->n_inputs; k++) {
     pipert_ref src = sp->input_src[k];
@@ -342,7 +354,7 @@ static int do_bwd(rt_worker *w, int mb, int64_t g) {
   const pipert_stage_desc *d = sp->stage;
   const rt_topo *t = w->topo;
   char nm[64];
-  if (recv_all(w, 1, mb, g)) return -1;
+  if (recv_all(w, 1, mb, g) || group_end(w)) return -1;
   rt_set **recv = &w->recv[(size_t)mb * (size_t)(t->nfp + 1)];
   rt_set **grecv = &w->grecv[(size_t)mb * (size_t)(t->ngp + 1)];
   rt_set *own = w->outs[mb];
@@ -404,8 +416,9 @@ int rt_worker_round(rt_worker *w, int64_t base, int64_t T) {
     int64_t g = base + ins.mb;
     int rc = 0;
     if (ins.op == PIPERT_OP_ALLREDUCE) {
-      rc = w->ops->allreduce(w->link, w);
+      rc = group_end(w) || w->ops->allreduce(w->link, w);
     } else if (ins.op == PIPERT_OP_STEP) {
+      if (group_end(w)) return -1;
       double t0 = rt_now();
       int st = d->step(w->state);
       w->busy += rt_now() - t0;
@@ -423,5 +436,5 @@ int rt_worker_round(rt_worker *w, int64_t base, int64_t T) {
     }
     if (rc) return -1;
   }
-  return 0;
+  return group_end(w);
 }

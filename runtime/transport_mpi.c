@@ -16,6 +16,16 @@
  * Training (`mpirun -np R DIR/pipeline train ...`): every rank runs the training loop
  * (rt_train.c) over the backend below; param reads and writes go through rank 0.
  *
+ * NCCL: when every stage is a device stage with communication (the cuda target,
+ * pipert_device_ops), each rank on its own GPU (the rank's local rank on its host picks
+ * it), and the programs keep NCCL's rules (rt_check_rendezvous), sets stay in device
+ * memory and move with NCCL sends and receives, grouped as the interpreter groups them,
+ * and replicas sum their gradients with an NCCL all-reduce (NCCL's order, not replica
+ * order: deterministic, but not the threads transport's bits). The communicator's id
+ * goes from rank 0 to everyone through MPI. Otherwise sets travel through host memory
+ * as above (PIPERT_HOST_SETS=1 asks for that). Graph inputs and outputs always go
+ * through rank 0's host memory.
+ *
  * Compiled to a stub unless PIPERT_HAVE_MPI is defined (see tests/runtime/CMakeLists.txt). */
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +105,11 @@ typedef struct world {
   char *in_need;                   /* [S * n_inputs]: the stage reads graph input i */
   rt_set **inflight;               /* sets with sends in flight */
   int n_inflight, cap_inflight;
+  /* NCCL */
+  const pipert_device_ops *dev;
+  void *comm, *scomm;              /* every rank; the stage's replicas */
+  rt_set **sent;                   /* sets sent in the open group */
+  int n_sent, cap_sent;
   /* per run */
   const rt_array *in;
   rt_array *out;
@@ -268,7 +283,148 @@ static void m_fail(void *link, int rc, const char *msg) {
   MPI_Abort(MPI_COMM_WORLD, rc);
 }
 
-static const rt_link_ops mpi_ops = {m_recv, m_send, m_input, m_output, m_allreduce, m_aborted, m_fail, m_poll};
+static const rt_link_ops mpi_ops = {m_recv, m_send, m_input, m_output, m_allreduce, m_aborted, m_fail, m_poll, NULL};
+
+/* ---- the NCCL link: device sets ------------------------------------------------------- */
+
+static void n_check(world *W, int rc, const char *what) {
+  if (!rc) return;
+  rt_errorf("stage %d: %s failed", W->stage, what);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+static rt_set *n_recv(void *link, rt_worker *w, int kind, int from, int64_t g) {
+  world *W = link;
+  rt_set *s = rt_pool_get(w, &W->rpool[kind][from]);
+  const pipert_stage_desc *d = W->p->stages[from].stage;
+  const pipert_tensor_desc *t = kind ? d->bwd_outputs : d->outputs;
+  int n = kind ? d->n_bwd_outputs : d->n_outputs;
+  const char *need = need_of(W, kind, from, w->stage);
+  for (int k = 0; k < n; k++)
+    if (need[k]) n_check(W, W->dev->comm_recv(w->state, W->comm, s->bufs[k], t[k].nbytes, rank_of(W, from, g)), "ncclRecv");
+  atomic_store(&s->refs, 1);
+  return s;
+}
+
+static int n_send(void *link, rt_worker *w, int kind, rt_set *s, int64_t g) {
+  world *W = link;
+  const pipert_stage_desc *d = W->p->stages[w->stage].stage;
+  const pipert_tensor_desc *t = kind ? d->bwd_outputs : d->outputs;
+  int n = kind ? d->n_bwd_outputs : d->n_outputs, nc = kind ? w->topo->ngc : w->topo->nfc, sent = 0;
+  const int *to = kind ? w->topo->gc : w->topo->fc;
+  for (int c = 0; c < nc; c++) {
+    const char *need = need_of(W, kind, w->stage, to[c]);
+    for (int k = 0; k < n; k++)
+      if (need[k]) {
+        n_check(W, W->dev->comm_send(w->state, W->comm, s->bufs[k], t[k].nbytes, rank_of(W, to[c], g)), "ncclSend");
+        sent = 1;
+      }
+  }
+  if (!sent) {
+    rt_set_release(s);
+    return 0;
+  }
+  if (W->n_sent == W->cap_sent) W->sent = realloc(W->sent, sizeof(rt_set *) * (size_t)(W->cap_sent = W->cap_sent ? W->cap_sent * 2 : 16));
+  W->sent[W->n_sent++] = s; /* released when the group has completed */
+  return 0;
+}
+
+static int n_group(void *link, rt_worker *w, int begin) {
+  world *W = link;
+  n_check(W, W->dev->comm_group(w->state, W->comm, begin), begin ? "ncclGroupStart" : "an NCCL group of sends and receives");
+  if (!begin) {
+    for (int i = 0; i < W->n_sent; i++) rt_set_release(W->sent[i]);
+    W->n_sent = 0;
+  }
+  return 0;
+}
+
+static int n_allreduce(void *link, rt_worker *w) {
+  world *W = link;
+  const pipert_stage_desc *d = W->p->stages[w->stage].stage;
+  for (int k = 0; W->scomm && k < d->n_params; k++)
+    if (d->params[k].kind == PIPERT_PARAM_GRAD)
+      n_check(W, W->dev->comm_sum(w->state, W->scomm, d->params[k].offset, d->params[k].nbytes, d->params[k].dtype),
+              "the NCCL all-reduce of the gradients");
+  return 0;
+}
+
+static const rt_link_ops nccl_ops = {n_recv, n_send, m_input, m_output, n_allreduce, m_aborted, m_fail, NULL, n_group};
+
+/* A communicator over the ranks of comm (an MPI communicator): its first rank makes
+ * the id. NULL on any rank when one failed (all agree). */
+static void *nccl_comm(world *W, MPI_Comm comm) {
+  int n, r;
+  MPI_Comm_size(comm, &n);
+  MPI_Comm_rank(comm, &r);
+  char id[512] = {0};
+  int bad = r == 0 && W->dev->comm_id(id, sizeof id), all = 0;
+  MPI_Bcast(&bad, 1, MPI_INT, 0, comm);
+  if (bad) return NULL;
+  MPI_Bcast(id, (int)sizeof id, MPI_BYTE, 0, comm);
+  void *c = W->dev->comm_init(W->w.state, id, n, r);
+  bad = !c;
+  MPI_Allreduce(&bad, &all, 1, MPI_INT, MPI_MAX, comm);
+  if (all && c) {
+    W->dev->comm_free(W->w.state, c);
+    c = NULL;
+  }
+  return c;
+}
+
+/* NCCL mode, when everything allows it (see the top); a note on rank 0 when it does not. */
+static void nccl_setup(world *W) {
+  const pipert_pipeline *p = W->p;
+  int cand = W->size > 1 && !getenv("PIPERT_HOST_SETS");
+  for (int s = 0; s < W->S && cand; s++)
+    cand = p->stages[s].stage->device && p->stages[s].stage->device->comm_init &&
+           (!p->training || p->stages[s].stage->device->backward);
+  if (!cand) return;
+  const pipert_device_ops *dev = p->stages[W->stage].stage->device;
+  const char *why = NULL;
+  /* one GPU per rank: (host, device) pairs must differ */
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  long long mine[2] = {(long long)pipert_checksum64(host, strlen(host)), dev->ordinal(W->w.state)};
+  long long *all = calloc((size_t)W->size * 2, sizeof(long long));
+  MPI_Allgather(mine, 2, MPI_LONG_LONG, all, 2, MPI_LONG_LONG, MPI_COMM_WORLD);
+  for (int i = 0; i < W->size && !why; i++)
+    for (int j = i + 1; j < W->size && !why; j++)
+      if (all[2 * i] == all[2 * j] && all[2 * i + 1] == all[2 * j + 1]) why = "two ranks share a GPU";
+  free(all);
+  char e[512] = "";
+  if (!why) {
+    rt_check_rendezvous(p, W->prog, W->prog_len, e, sizeof e);
+    if (e[0]) why = e;
+  }
+  W->dev = dev;
+  if (!why && !(W->comm = nccl_comm(W, MPI_COMM_WORLD))) why = "no NCCL communicator";
+  if (!why && p->stages[W->stage].replicas > 1) { /* the replicas' all-reduce */
+    MPI_Comm sc;
+    MPI_Comm_split(MPI_COMM_WORLD, W->stage, W->replica, &sc);
+    W->scomm = nccl_comm(W, sc);
+    MPI_Comm_free(&sc);
+  }
+  int bad = !why && p->stages[W->stage].replicas > 1 && !W->scomm, any = 0;
+  MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (!why && any) why = "no NCCL communicator for a stage's replicas";
+  if (why) {
+    if (W->rank == 0) fprintf(stderr, "pipeline: note: stages exchange tensors through host memory (MPI): %s\n", why);
+    if (W->scomm) dev->comm_free(W->w.state, W->scomm);
+    if (W->comm) dev->comm_free(W->w.state, W->comm);
+    W->comm = W->scomm = NULL;
+    W->dev = NULL;
+    return;
+  }
+  W->w.ops = &nccl_ops;
+  rt_worker_set_device(&W->w, dev);
+  for (int kind = 0; kind < 2; kind++)
+    for (int s = 0; s < W->S; s++)
+      if (W->rpool[kind][s].all) {
+        W->rpool[kind][s].dev = dev;
+        W->rpool[kind][s].dev_state = W->w.state;
+      }
+}
 
 /* ---- the world ------------------------------------------------------------------- */
 
@@ -348,8 +504,17 @@ static int world_open(world *W, const pipert_pipeline *p, const rt_options *o, i
     if (W->rank && W->in_need[W->stage * p->n_inputs + i]) W->inbuf[i] = rt_aligned_alloc(p->inputs[i].nbytes * (size_t)M);
   W->inhave = calloc((size_t)p->n_inputs * (size_t)M + 1, 1);
 
-  /* weights and init on every rank; all ranks agree on the outcome */
+  /* weights and init on every rank; all ranks agree on the outcome. A device stage runs
+   * on the GPU of its local rank (unless PIPECC_CUDA_DEVICE says otherwise). */
   const pipert_stage_desc *d = p->stages[W->stage].stage;
+  MPI_Comm local;
+  int lrank = 0;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, W->rank, MPI_INFO_NULL, &local);
+  MPI_Comm_rank(local, &lrank);
+  MPI_Comm_free(&local);
+  char lr[16];
+  snprintf(lr, sizeof lr, "%d", lrank);
+  if (d->device && !getenv("PIPECC_CUDA_DEVICE")) setenv("PIPECC_CUDA_DEVICE", lr, 1);
   char err[1024];
   int st = 0, gst = 0;
   if (rt_weights_load(d, o->weights_dir, &W->weights, err, sizeof err)) {
@@ -360,21 +525,25 @@ static int world_open(world *W, const pipert_pipeline *p, const rt_options *o, i
     st = 1;
   }
   MPI_Allreduce(&st, &gst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (!gst) nccl_setup(W);
   return gst;
 }
 
 static void world_close(world *W) {
   atomic_store(&wd_stop, 1);
+  if (W->dev && W->scomm) W->dev->comm_free(W->w.state, W->scomm);
+  if (W->dev && W->comm) W->dev->comm_free(W->w.state, W->comm);
   if (W->base && W->size == W->base[W->S]) pthread_join(wd_thread, NULL);
+  /* sets (device memory in NCCL mode) go before the stage's state */
   const pipert_stage_desc *d = W->S ? W->p->stages[W->stage].stage : NULL;
-  if (W->w.state && d && d->fini) d->fini(W->w.state);
   if (W->w.fpool.all) rt_worker_free(&W->w);
-  rt_weights_unload(&W->weights);
   for (int kind = 0; kind < 2; kind++) {
     for (int s = 0; W->rpool[kind] && s < W->S; s++)
       if (W->rpool[kind][s].all) rt_pool_free(&W->rpool[kind][s]);
     free(W->rpool[kind]);
   }
+  if (W->w.state && d && d->fini) d->fini(W->w.state);
+  rt_weights_unload(&W->weights);
   for (int i = 0; W->need && i < 2 * W->S * W->S; i++) free(W->need[i]);
   free(W->need);
   free(W->in_need);
@@ -388,6 +557,7 @@ static void world_close(world *W) {
   free(W->inbuf);
   free(W->inhave);
   free(W->inflight);
+  free(W->sent);
   free(W->base);
   free(W->pre);
   MPI_Finalize();

@@ -495,7 +495,7 @@ static int emit_makefile(ir_graph *g, const cg_plan *p, const cg_options *o, con
           "\nCUDA_HOME ?= /usr/local/cuda\nNVCC ?= $(CUDA_HOME)/bin/nvcc\nCUDA_ARCH = %s\n"
           "NVCCFLAGS = %s $(CUDA_ARCH) -Xcompiler -Wall\nCC = cc\nCFLAGS = -O2 -std=c11 -Wall -Wextra\n"
           "PIPERT_INCLUDE = %s\nPIPERT_LIB = %s\n"
-          "LIBS = %s -L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas -lcudart "
+          "LIBS = %s -L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas -lnccl -lcudart "
           "-lpthread -lm\n\n",
           gencode, CGU_NVCC_FLAGS, PIPERT_INCLUDE_DIR, PIPERT_LIB, PIPERT_LINK_LIBS);
   fputs("STAGES =", f);

@@ -1,6 +1,8 @@
 /* libpipert unit checks: `rt_unit selftest` (checksum, CRC, in-memory npy/npz
- * round trips) and `rt_unit copy IN OUT` (.npy/.npz read then written by the
- * runtime's own code, for the numpy round-trip tests). */
+ * round trips), `rt_unit programs` (the checks of stage programs under both
+ * transports' rules on hand-built two-stage training programs) and `rt_unit copy IN
+ * OUT` (.npy/.npz read then written by the runtime's own code, for the numpy
+ * round-trip tests). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +85,64 @@ static int selftest(const char *tmpdir) {
   return failures ? 1 : 0;
 }
 
+/* ---- program checks ---- */
+
+static const pipert_tensor_desc T1 = {"t", PIPERT_FLOAT, 1, {1}, 4};
+static const pipert_ref S0_BWD_SRC[] = {{1, 0, 1}};  /* stage 0's backward reads stage 1's gradient */
+static const pipert_ref S1_FWD_SRC[] = {{0, 0, 0}};  /* stage 1 reads stage 0's activation */
+static const pipert_stage_desc D0 = {.abi_version = PIPERT_ABI_VERSION, .id = 0, .n_outputs = 1, .outputs = &T1,
+                                     .n_bwd_inputs = 1, .bwd_inputs = &T1};
+static const pipert_stage_desc D1 = {.abi_version = PIPERT_ABI_VERSION, .id = 1, .n_inputs = 1, .inputs = &T1,
+                                     .n_bwd_outputs = 1, .bwd_outputs = &T1};
+
+/* Both checks on 2 stages with programs a (stage 0) and b (stage 1); returns
+ * (async-deadlock found) + 2 * (NCCL-deadlock found). */
+static int check_two(const pipert_instr *a, int na, const pipert_instr *b, int nb, int M) {
+  pipert_stage_plan sp[2] = {{.stage = &D0, .replicas = 1, .program = a, .program_len = na, .bwd_input_src = S0_BWD_SRC},
+                             {.stage = &D1, .input_src = S1_FWD_SRC, .replicas = 1, .program = b, .program_len = nb}};
+  pipert_pipeline p = {.abi_version = PIPERT_ABI_VERSION, .name = "unit", .n_stages = 2, .stages = sp,
+                       .microbatches = M, .training = 1, .logits_output = -1, .labels_input = -1};
+  const pipert_instr *prog[2] = {a, b};
+  int len[2] = {na, nb};
+  char e1[512] = "", e2[512] = "";
+  rt_check_deadlock(&p, e1, sizeof e1);
+  rt_check_rendezvous(&p, prog, len, e2, sizeof e2);
+  return (e1[0] != 0) + 2 * (e2[0] != 0);
+}
+
+static int programs(void) {
+  enum { RA = PIPERT_OP_RECV_ACT, F = PIPERT_OP_FWD, SA = PIPERT_OP_SEND_ACT, RG = PIPERT_OP_RECV_GRAD,
+         B = PIPERT_OP_BWD, SG = PIPERT_OP_SEND_GRAD, ST = PIPERT_OP_STEP };
+  /* 1F1B, 2 micro-batches: fine under both */
+  pipert_instr a1[] = {{F, 0}, {SA, 0}, {F, 1}, {SA, 1}, {RG, 0}, {B, 0}, {RG, 1}, {B, 1}, {ST, 0}};
+  pipert_instr b1[] = {{RA, 0}, {F, 0}, {B, 0}, {SG, 0}, {RA, 1}, {F, 1}, {B, 1}, {SG, 1}, {ST, 0}};
+  CHECK(check_two(a1, 9, b1, 9, 2) == 0);
+  /* GPipe: fine under both */
+  pipert_instr a2[] = {{F, 0}, {SA, 0}, {F, 1}, {SA, 1}, {RG, 0}, {B, 0}, {RG, 1}, {B, 1}, {ST, 0}};
+  pipert_instr b2[] = {{RA, 0}, {F, 0}, {RA, 1}, {F, 1}, {B, 0}, {SG, 0}, {B, 1}, {SG, 1}, {ST, 0}};
+  CHECK(check_two(a2, 9, b2, 9, 2) == 0);
+  /* stage 0 waits for a gradient before it sends the activation it comes from: a
+   * blocking receive never returns; in one NCCL group the two calls progress together */
+  pipert_instr a3[] = {{F, 0}, {RG, 0}, {SA, 0}, {B, 0}, {ST, 0}};
+  pipert_instr b3[] = {{RA, 0}, {F, 0}, {B, 0}, {SG, 0}, {ST, 0}};
+  CHECK(check_two(a3, 5, b3, 5, 1) == 1);
+  /* the same with the receive and the send in separate groups: both refuse */
+  pipert_instr a6[] = {{F, 0}, {RG, 0}, {ST, 0}, {SA, 0}, {B, 0}};
+  CHECK(check_two(a6, 5, b3, 5, 1) == 3);
+  /* each stage sends in one group and receives in a later one: fine when sends do not
+   * wait, a circular wait when a send waits for its receive (NCCL) */
+  pipert_instr a4[] = {{SA, 0}, {ST, 0}, {RG, 0}};
+  pipert_instr b4[] = {{SG, 0}, {ST, 0}, {RA, 0}};
+  CHECK(check_two(a4, 3, b4, 3, 1) == 2);
+  /* the same sends and receives in one group each: fine under both */
+  pipert_instr a5[] = {{SA, 0}, {RG, 0}, {ST, 0}};
+  pipert_instr b5[] = {{SG, 0}, {RA, 0}, {ST, 0}};
+  CHECK(check_two(a5, 3, b5, 3, 1) == 0);
+  if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
+  else printf("programs ok\n");
+  return failures ? 1 : 0;
+}
+
 static int copy(const char *in, const char *out) {
   char err[1024];
   rt_array *arrs = NULL, one;
@@ -102,7 +162,8 @@ static int copy(const char *in, const char *out) {
 
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "selftest")) return selftest(argv[2]);
+  if (argc == 2 && !strcmp(argv[1], "programs")) return programs();
   if (argc == 4 && !strcmp(argv[1], "copy")) return copy(argv[2], argv[3]);
-  fprintf(stderr, "usage: rt_unit selftest TMPDIR | rt_unit copy IN OUT\n");
+  fprintf(stderr, "usage: rt_unit selftest TMPDIR | rt_unit programs | rt_unit copy IN OUT\n");
   return 2;
 }

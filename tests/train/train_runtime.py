@@ -14,6 +14,9 @@
              summed across stages, copies refreshed; equals torch; bitwise equal for
              1, 2 and 3 stages
   errors     bad data, labels, batch, options, checkpoints: exit 2 and one line
+  nccl_rules the proof the NCCL transport needs (PIPERT_CHECK_NCCL=1): the 1F1B and GPipe
+             programs pipecc emits for 2-4 stages, with and without replicas, keep NCCL's
+             rules (programs it refuses: `rt_unit programs`, tests/runtime)
   mpi        `mpirun -np R pipeline train` (one rank per stage replica): 3 stages and a plan
              of 2 replicated stages give the threads transport's bits (weights, gradients,
              losses); a checkpoint written under MPI resumes under threads and the reverse;
@@ -325,6 +328,26 @@ def case_errors():
     check(r.returncode == 2 and "deadlock" in r.stderr and len(r.stderr.strip().splitlines()) == 1,
           "a deadlocking program: " + r.stderr)
     print("ok errors: %d bad invocations and a deadlocking program, each exit 2 with one line" % (len(cases) + 1))
+
+
+def case_nccl_rules():
+    d = case_dir("nccl_rules")
+    _, path, inputs, labels, loss, opt, _ = model("convnet", d)
+    rng = np.random.default_rng(7)
+    data = save_data(d, rng.standard_normal((8, 3, 16, 16)).astype(np.float32),
+                     rng.integers(0, 5, size=8).astype(np.int64))
+    configs = [["-g", "2", "-m", "4", "--no-replicate"], ["-g", "3", "-m", "4", "--no-replicate"],
+               ["-g", "4", "-m", "8", "--no-replicate"], ["-g", "4", "-m", "4"]]
+    n = 0
+    for sched in ("1f1b", "gpipe"):
+        for cfg in configs:
+            out = os.path.join(d, "%s_%s" % (sched, "_".join(cfg)))
+            exe = compile_(path, out, ["--shape", "input:8x3x16x16", "--schedule", sched] + cfg
+                           + tc.pipecc_args(loss, opt, "--train"), even=False)
+            r = run([exe, "train", "--steps", "1", "--quiet"] + data, {"PIPERT_CHECK_NCCL": "1"})
+            check(r.returncode == 0 and "keep NCCL's rules" in r.stderr, "%s %s: %s" % (sched, cfg, r.stderr))
+            n += 1
+    print("ok nccl_rules: the %d programs pipecc emitted keep NCCL's rules (refusals: tests/runtime rt_unit programs)" % n)
 
 
 MPI_ENV = {"OMPI_MCA_btl_vader_single_copy_mechanism": "none", "OMPI_MCA_rmaps_base_oversubscribe": "1"}

@@ -176,6 +176,7 @@ typedef struct pk_stage {
   int device;
   char where[320];                 /* "stage 1 on cuda:0 (NVIDIA ...)" */
   cudaStream_t stream;             /* (gen) */
+  cudaStream_t cstream;            /* NCCL sends, receives and all-reduces (made on first use) */
   void *cudnn, *cublas;            /* cudnnHandle_t, cublasHandle_t */
   int tf32;                        /* TF32 tensor cores for float32 GEMM/conv */
   unsigned char *w, *io, *a;       /* (gen) device weights, stage inputs/outputs, arena */

@@ -7,6 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <nccl.h>
+#include <time.h>
+#include <unistd.h>
+
 #include "pipecc_cuda.h"
 
 /* ---- errors ------------------------------------------------------------------------ */
@@ -1313,6 +1317,7 @@ static void stage_free(pk_stage *S) {
   if (S->a) cudaFree(S->a);
   if (S->ws) cudaFree(S->ws);
   if (S->stream) cudaStreamDestroy(S->stream);
+  if (S->cstream) cudaStreamDestroy(S->cstream);
   free(S);
 }
 
@@ -1493,8 +1498,120 @@ static int dev_backward(void *state, const void *const *in, void *const *out) {
   return S->info->bwd ? run_part(S, 1, S->info->bwd, in, out, 1) : pk_fail(S, "backward", "not a training program");
 }
 
-extern "C" const pipert_device_ops pk_device_ops = {dev_ordinal, dev_alloc,   dev_release, dev_upload,
-                                                   dev_download, dev_forward, dev_backward};
+/* ---- NCCL between processes: non-blocking communicators, so that a wait can time out ---- */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* PIPECC_NCCL_TIMEOUT seconds (default 600) for one group of sends/receives. */
+static double nccl_timeout(void) {
+  const char *v = getenv("PIPECC_NCCL_TIMEOUT");
+  double t = v ? atof(v) : 600;
+  return t > 0 ? t : 600;
+}
+
+static int nccl_fail(pk_stage *S, ncclComm_t c, const char *what, ncclResult_t r) {
+  char detail[256];
+  snprintf(detail, sizeof detail, "%s (%s)", ncclGetErrorString(r), ncclGetLastError(c));
+  return pk_fail(S, what, detail);
+}
+
+/* Waits for comm c's pending calls (and, when stream, for S->cstream) within the timeout. */
+static int nccl_wait(pk_stage *S, ncclComm_t c, const char *what, int stream) {
+  double t0 = now_s(), limit = nccl_timeout();
+  for (;;) {
+    ncclResult_t st = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(c, &st);
+    if (r != ncclSuccess) return nccl_fail(S, c, what, r);
+    if (st != ncclSuccess && st != ncclInProgress) return nccl_fail(S, c, what, st);
+    cudaError_t q = st == ncclInProgress || !stream ? cudaErrorNotReady : cudaStreamQuery(S->cstream);
+    if (st == ncclSuccess && (!stream || q == cudaSuccess)) return 0;
+    if (stream && q != cudaErrorNotReady && q != cudaSuccess) return cu_ok(S, q, what) ? 0 : 1;
+    if (st == ncclSuccess && !stream) return 0;
+    if (now_s() - t0 > limit) {
+      ncclCommAbort(c);
+      char detail[96];
+      snprintf(detail, sizeof detail, "timed out after %.0f s (a peer stopped?), communicator aborted", limit);
+      return pk_fail(S, what, detail);
+    }
+    usleep(100);
+  }
+}
+
+static int dev_comm_id(void *buf, size_t len) {
+  ncclUniqueId id;
+  if (len < sizeof id || ncclGetUniqueId(&id) != ncclSuccess) {
+    fprintf(stderr, "pipeline: ncclGetUniqueId failed\n");
+    return 1;
+  }
+  memcpy(buf, &id, sizeof id);
+  return 0;
+}
+
+static void *dev_comm_init(void *state, const void *id, int nranks, int rank) {
+  pk_stage *S = (pk_stage *)state;
+  S->unit = -1;
+  if (!cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice")) return NULL;
+  if (!S->cstream && !cu_ok(S, cudaStreamCreateWithFlags(&S->cstream, cudaStreamNonBlocking), "cudaStreamCreate(comm)"))
+    return NULL;
+  ncclUniqueId uid;
+  memcpy(&uid, id, sizeof uid);
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t c = NULL;
+  ncclResult_t r = ncclCommInitRankConfig(&c, nranks, uid, rank, &cfg);
+  if ((r != ncclSuccess && r != ncclInProgress) || nccl_wait(S, c, "ncclCommInitRank", 0)) {
+    if (r != ncclSuccess && r != ncclInProgress) nccl_fail(S, c, "ncclCommInitRank", r);
+    return NULL;
+  }
+  return c;
+}
+
+static int dev_comm_group(void *state, void *comm, int begin) {
+  pk_stage *S = (pk_stage *)state;
+  ncclComm_t c = (ncclComm_t)comm;
+  if (begin) return ncclGroupStart() == ncclSuccess ? 0 : pk_fail(S, "ncclGroupStart", "failed");
+  ncclResult_t r = ncclGroupEnd();
+  if (r != ncclSuccess && r != ncclInProgress) return nccl_fail(S, c, "ncclGroupEnd", r);
+  return nccl_wait(S, c, "NCCL send/receive", 1);
+}
+
+static int dev_comm_send(void *state, void *comm, const void *buf, size_t nbytes, int peer) {
+  pk_stage *S = (pk_stage *)state;
+  ncclResult_t r = ncclSend(buf, nbytes, ncclUint8, peer, (ncclComm_t)comm, S->cstream);
+  return r == ncclSuccess || r == ncclInProgress ? 0 : nccl_fail(S, (ncclComm_t)comm, "ncclSend", r);
+}
+
+static int dev_comm_recv(void *state, void *comm, void *buf, size_t nbytes, int peer) {
+  pk_stage *S = (pk_stage *)state;
+  ncclResult_t r = ncclRecv(buf, nbytes, ncclUint8, peer, (ncclComm_t)comm, S->cstream);
+  return r == ncclSuccess || r == ncclInProgress ? 0 : nccl_fail(S, (ncclComm_t)comm, "ncclRecv", r);
+}
+
+static int dev_comm_sum(void *state, void *comm, size_t offset, size_t nbytes, int dtype) {
+  pk_stage *S = (pk_stage *)state;
+  ncclComm_t c = (ncclComm_t)comm;
+  void *p = S->w + offset;
+  size_t es = dtype == PK_F64 ? 8 : 4;
+  /* the update reads the sums on S->stream: the gradients are complete before, and the
+   * all-reduce finishes (host wait) before anything else runs */
+  if (!cu_ok(S, cudaStreamSynchronize(S->stream), "cudaStreamSynchronize")) return 1;
+  ncclResult_t r = ncclAllReduce(p, p, nbytes / es, dtype == PK_F64 ? ncclDouble : ncclFloat, ncclSum, c, S->cstream);
+  if (r != ncclSuccess && r != ncclInProgress) return nccl_fail(S, c, "ncclAllReduce", r);
+  return nccl_wait(S, c, "ncclAllReduce of the gradients", 1);
+}
+
+static void dev_comm_free(void *state, void *comm) {
+  (void)state;
+  if (comm) ncclCommDestroy((ncclComm_t)comm);
+}
+
+extern "C" const pipert_device_ops pk_device_ops = {
+    dev_ordinal,   dev_alloc,      dev_release,    dev_upload,    dev_download,  dev_forward, dev_backward,
+    dev_comm_id,   dev_comm_init,  dev_comm_group, dev_comm_send, dev_comm_recv, dev_comm_sum, dev_comm_free};
 
 extern "C" int pk_stage_zero_grads(void *state) {
   pk_stage *S = (pk_stage *)state;
