@@ -398,6 +398,7 @@ static void usage(const char *argv0) {
           "usage: %s --input [NAME=]FILE.npy|FILE.npz ... --output FILE.npy|FILE.npz|DIR\n"
           "       [--microbatches M] [--bench N [--stream]] [--threads-per-stage T] [--pin]\n"
           "       [--weights-dir DIR] [--transport auto|threads|mpi] [--timeout SECONDS]\n"
+          "       [--launch]   one process per stage replica on this host (through mpirun)\n"
           "       (a training program: %s train --help)\n",
           argv0, argv0);
 }
@@ -508,10 +509,52 @@ static void free_args(rt_options *o) {
   o->n_inputs = 0;
 }
 
+/* --launch: this binary again under `mpirun -np R` (R = the plan's stage replicas), one
+ * process per stage replica on this host (the MPI transport; NCCL between GPUs when it
+ * applies). Returns only on failure. */
+static int launch(const pipert_pipeline *p, int argc, char **argv) {
+  int R = 0;
+  for (int s = 0; s < p->n_stages; s++) R += p->stages[s].replicas;
+  const char *mpirun = getenv("PIPERT_MPIRUN") ? getenv("PIPERT_MPIRUN") : "mpirun";
+  char np[16], self[PATH_MAX];
+  snprintf(np, sizeof np, "%d", R);
+  ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+  self[k > 0 ? k : 0] = 0;
+  char **av = calloc((size_t)argc + 8, sizeof(char *));
+  int n = 0;
+  av[n++] = (char *)mpirun;
+  if (getuid() == 0) av[n++] = "--allow-run-as-root";
+  av[n++] = "-np";
+  av[n++] = np;
+  av[n++] = k > 0 ? self : argv[0];
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--launch")) av[n++] = argv[i];
+  av[n] = NULL;
+  fflush(NULL);
+  execvp(mpirun, av);
+  rt_errorf("--launch: cannot run %s: %s (install Open MPI, or start the processes with mpirun -np %d)", mpirun,
+            strerror(errno), R);
+  free(av);
+  return 2;
+}
+
 int pipert_main(int argc, char **argv, const pipert_pipeline *p) {
   rt_options o;
   rt_install_crash_handler();
   if (rt_validate_plan(p)) return 2;
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--launch")) {
+      if (rt_mpi_launched()) { /* already one of the launched processes: the flag is done */
+        memmove(&argv[i], &argv[i + 1], sizeof(char *) * (size_t)(argc - i));
+        argc--;
+        break;
+      }
+      if (!rt_mpi_compiled()) {
+        rt_errorf("--launch: this pipeline was built without MPI support");
+        return 2;
+      }
+      return launch(p, argc, argv);
+    }
   int train_cmd = argc > 1 && !strcmp(argv[1], "train");
   if (train_cmd != !!p->training) {
     if (p->training)

@@ -55,9 +55,10 @@ static void usage(void) {
         "       [--batch B] [--lr L] [--momentum U] [--weight-decay W] [--beta1 B1] [--beta2 B2] [--eps E]\n"
         "       [--no-shuffle] [--seed S] [--save W.npz] [--save-grads G.npz] [--checkpoint DIR\n"
         "       [--checkpoint-every K]] [--resume DIR] [--export-onnx OUT.onnx] [--log FILE.csv] [--quiet]\n"
-        "       [--weights-dir DIR] [--threads-per-stage T] [--pin] [--timeout S]\n"
+        "       [--weights-dir DIR] [--threads-per-stage T] [--pin] [--timeout S] [--launch]\n"
         "Trains for --steps optimizer steps (or --epochs passes over the data), one batch of the compiled\n"
-        "size per step, and prints the loss (and accuracy for classification) with a progress bar.\n",
+        "size per step, and prints the loss (and accuracy for classification) with a progress bar.\n"
+        "--launch runs one process per stage replica on this host (mpirun; NCCL between GPUs).\n",
         stderr);
 }
 

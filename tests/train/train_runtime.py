@@ -19,8 +19,8 @@
              rules (programs it refuses: `rt_unit programs`, tests/runtime)
   mpi        `mpirun -np R pipeline train` (one rank per stage replica): 3 stages and a plan
              of 2 replicated stages give the threads transport's bits (weights, gradients,
-             losses); a checkpoint written under MPI resumes under threads and the reverse;
-             a wrong -np is one line and exit 2
+             losses); a checkpoint written under MPI resumes under threads; `pipeline train
+             --launch` starts the processes itself; a wrong -np is one line and exit 2
 
 usage: train_runtime.py CASE --pipecc build/pipecc --work DIR [--mpirun PATH]
 """
@@ -397,6 +397,11 @@ def case_mpi():
     train(exe, data + ["--steps", "4", "--seed", "2", "--quiet", "--resume", ck, "--save", os.path.join(d, "res.npz")])
     train(exe, data + ["--steps", "4", "--seed", "2", "--quiet", "--save", os.path.join(d, "straight.npz")])
     same_bits(npz(os.path.join(d, "straight.npz")), npz(os.path.join(d, "res.npz")), "MPI checkpoint resumed by threads")
+    # --launch starts the processes itself (through mpirun)
+    r = run([exe, "train", "--launch"] + data + ["--steps", "4", "--seed", "2", "--quiet", "--save",
+                                                 os.path.join(d, "launched.npz")], dict(MPI_ENV, PIPERT_MPIRUN=A.mpirun))
+    check(r.returncode == 0, "--launch: " + r.stderr)
+    same_bits(npz(os.path.join(d, "straight.npz")), npz(os.path.join(d, "launched.npz")), "--launch vs threads")
     r = mpi_train(2, exe, data + ["--steps", "1"], ok=False)
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("pipeline:")]
     check(r.returncode == 2 and len(lines) == 1 and "mpirun -np 3" in lines[0], "wrong -np: " + r.stderr)
