@@ -482,7 +482,8 @@ int main(int argc, char **argv) {
   }
   opts.training = train;
   topts.verbose = opts.verbose;
-  train_step = train && (train_step || emit); /* --emit=ir --train prints the step function */
+  train_step = train && train_step; /* --emit=ir: --train prints the model with its loss (what the planner
+                                     * splits), --train-step the step function */
   if (train_step && microbatches > 1) /* the step function is one batch */
     return cli_error("%s: the training step function is compiled for one micro-batch (-m 1)", "--train-step");
   if (train_step) microbatches = 1;

@@ -187,6 +187,8 @@ def main():
     for i, o in enumerate(a.extra[:-1]):
         if o == "-d" and "=" in a.extra[i + 1]:
             dims += ["-d", a.extra[i + 1]]
+    if "--train" in a.extra:  # a training plan splits the model with its loss
+        dims.append("--train")
     ir = json.loads(run([a.pipecc, a.model] + binds + dims + ["--emit=ir-json"]))
     ir_names = [n["name"] for n in ir["nodes"]]
     placed = {}
