@@ -547,7 +547,87 @@ int cg_cuda_emit(ir_graph *g, const cg_plan *p, const cg_options *o, const char 
 
 /* ---- build: make in out_dir ---------------------------------------------------------------------- */
 
+static int cg_cuda_make(const char *out_dir, const cg_options *o, const char *targets);
+
+/* The device runtime's object (pipecc_cuda_rt.o, about 30 s of nvcc) depends only on its
+ * sources and the nvcc command, not on the model: it is cached by their content in
+ * $PIPECC_CACHE_DIR (default ~/.cache/pipecc; "off" disables). Fills path with the
+ * cache entry; 0, or -1 when there is no cache. */
+static int rt_cache_path(const char *out_dir, char *path, size_t n) {
+  const char *dir = getenv("PIPECC_CACHE_DIR"), *home = getenv("HOME");
+  char base[4096];
+  if (dir && !strcmp(dir, "off")) return -1;
+  if (dir && *dir) snprintf(base, sizeof base, "%s", dir);
+  else if (home && *home) snprintf(base, sizeof base, "%s/.cache/pipecc", home);
+  else return -1;
+  /* key: the runtime's sources (as copied, without pipecc's header), the Makefile's nvcc
+   * lines, pipert.h and nvcc itself */
+  const char *rt = getenv("PIPECC_CUDA_RT_DIR");
+  char rtdir[4096];
+  snprintf(rtdir, sizeof rtdir, "%s", rt && *rt ? rt : PIPECC_SOURCE_DIR "/codegen/cuda/rt");
+  const char *files[] = {"pipecc_cuda_rt.cu", "pipecc_cuda.h", "Makefile"};
+  uint64_t key = 0x70697065636375ull;
+  for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+    char p[8400];
+    snprintf(p, sizeof p, "%s/%s", i < 2 ? rtdir : out_dir, files[i]);
+    FILE *f = fopen(p, "rb");
+    if (!f) return -1;
+    char line[8192];
+    while (fgets(line, sizeof line, f))
+      if (i < 2 || !strncmp(line, "NVCC", 4) || !strncmp(line, "CUDA_", 5) || !strncmp(line, "PIPERT_INCLUDE", 14))
+        key = cg_checksum64(line, strlen(line)) ^ (key * 0x100000001B3ull);
+    fclose(f);
+  }
+  char hdr[4200];
+  snprintf(hdr, sizeof hdr, "%s/pipert.h", PIPERT_INCLUDE_DIR);
+  struct stat st;
+  const char *cuda = getenv("CUDA_HOME");
+  char nvcc[4200];
+  snprintf(nvcc, sizeof nvcc, "%s/bin/nvcc", cuda && *cuda ? cuda : "/usr/local/cuda");
+  for (int i = 0; i < 2; i++) {
+    if (stat(i ? nvcc : hdr, &st)) return -1;
+    uint64_t v[2] = {(uint64_t)st.st_size, (uint64_t)st.st_mtime};
+    key = cg_checksum64(v, sizeof v) ^ (key * 0x100000001B3ull);
+  }
+  if (mkdir(base, 0777) && errno != EEXIST) {
+    char *p = strrchr(base, '/');
+    if (!p) return -1;
+    *p = 0; /* ~/.cache may not exist yet */
+    if (mkdir(base, 0777) && errno != EEXIST) return -1;
+    *p = '/';
+    if (mkdir(base, 0777) && errno != EEXIST) return -1;
+  }
+  snprintf(path, n, "%s/pipecc_cuda_rt-%016" PRIx64 ".o", base, key);
+  return 0;
+}
+
+static int copy_file(const char *from, const char *to) {
+  char tmp[4300];
+  snprintf(tmp, sizeof tmp, "%s.%d.tmp", to, (int)getpid());
+  FILE *a = fopen(from, "rb"), *b = a ? fopen(tmp, "wb") : NULL;
+  char buf[65536];
+  size_t k;
+  int ok = a && b;
+  while (ok && (k = fread(buf, 1, sizeof buf, a)) > 0) ok = fwrite(buf, 1, k, b) == k;
+  if (a) fclose(a);
+  if (b && fclose(b)) ok = 0;
+  if (ok && rename(tmp, to)) ok = 0;
+  if (!ok) remove(tmp);
+  return ok ? 0 : -1;
+}
+
 int cg_cuda_build_dir(const char *out_dir, const cg_options *o, const char *targets) {
+  char cached[4400], obj[4200];
+  int have_cache = rt_cache_path(out_dir, cached, sizeof cached) == 0;
+  snprintf(obj, sizeof obj, "%s/pipecc_cuda_rt.o", out_dir);
+  if (have_cache && !copy_file(cached, obj) && o && o->verbose) fprintf(stderr, "pipecc: %s from the cache\n", obj);
+  int rc = cg_cuda_make(out_dir, o, targets);
+  if (!rc && have_cache && access(cached, R_OK)) copy_file(obj, cached);
+  return rc;
+}
+
+/* make TARGETS in out_dir; 0 or -1 (messages printed). */
+static int cg_cuda_make(const char *out_dir, const cg_options *o, const char *targets) {
   int jobs = o && o->jobs > 0 ? o->jobs : (int)sysconf(_SC_NPROCESSORS_ONLN);
   if (jobs < 1) jobs = 1;
   char jarg[32];
