@@ -148,17 +148,27 @@ static char *need_of(world *W, int kind, int from, int to) { return W->need[(kin
 
 /* ---- the link ------------------------------------------------------------------ */
 
+static void n_check(world *W, int rc, const char *what) {
+  if (!rc) return;
+  rt_errorf("stage %d: %s failed", W->stage, what);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+/* Stage from's kind-set of micro-batch g: the tensors this stage reads, by MPI into host
+ * memory, or in NCCL mode (W->comm) by NCCL into device memory (within the open group). */
 static rt_set *m_recv(void *link, rt_worker *w, int kind, int from, int64_t g) {
   world *W = link;
   rt_set *s = rt_pool_get(w, &W->rpool[kind][from]);
   const pipert_stage_desc *d = W->p->stages[from].stage;
   const pipert_tensor_desc *t = kind ? d->bwd_outputs : d->outputs;
-  int n = kind ? d->n_bwd_outputs : d->n_outputs;
+  int n = kind ? d->n_bwd_outputs : d->n_outputs, src = rank_of(W, from, g);
   const char *need = need_of(W, kind, from, w->stage);
-  for (int k = 0; k < n; k++)
-    if (need[k])
-      MPI_Recv(s->bufs[k], (int)t[k].nbytes, MPI_BYTE, rank_of(W, from, g), kind ? TAG_GRAD : TAG_ACT, MPI_COMM_WORLD,
-               MPI_STATUS_IGNORE);
+  for (int k = 0; k < n; k++) {
+    if (!need[k]) continue;
+    if (W->comm) n_check(W, W->dev->comm_recv(w->state, W->comm, s->bufs[k], t[k].nbytes, src), "ncclRecv");
+    else
+      MPI_Recv(s->bufs[k], (int)t[k].nbytes, MPI_BYTE, src, kind ? TAG_GRAD : TAG_ACT, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  }
   atomic_store(&s->refs, 1);
   return s;
 }
@@ -169,30 +179,39 @@ static void add_req(rt_set *s, MPI_Request r) {
   pd->req[pd->n++] = r;
 }
 
+static void push_set(rt_set ***v, int *n, int *cap, rt_set *s) {
+  if (*n == *cap) *v = realloc(*v, sizeof(rt_set *) * (size_t)(*cap = *cap ? *cap * 2 : 16));
+  (*v)[(*n)++] = s;
+}
+
+/* Set s of micro-batch g to every stage reading it: non-blocking MPI sends, the set kept
+ * until they complete (progress); in NCCL mode (W->comm) NCCL sends within the open
+ * group, the set kept until the group ends. */
 static int m_send(void *link, rt_worker *w, int kind, rt_set *s, int64_t g) {
   world *W = link;
   const pipert_stage_desc *d = W->p->stages[w->stage].stage;
   const pipert_tensor_desc *t = kind ? d->bwd_outputs : d->outputs;
-  int n = kind ? d->n_bwd_outputs : d->n_outputs, nc = kind ? w->topo->ngc : w->topo->nfc;
+  int n = kind ? d->n_bwd_outputs : d->n_outputs, nc = kind ? w->topo->ngc : w->topo->nfc, sent = 0;
   const int *to = kind ? w->topo->gc : w->topo->fc;
   if (s->link) ((pending *)s->link)->n = 0;
   for (int c = 0; c < nc; c++) {
     const char *need = need_of(W, kind, w->stage, to[c]);
-    for (int k = 0; k < n; k++)
-      if (need[k]) {
-        MPI_Request r;
-        MPI_Isend(s->bufs[k], (int)t[k].nbytes, MPI_BYTE, rank_of(W, to[c], g), kind ? TAG_GRAD : TAG_ACT, MPI_COMM_WORLD,
-                  &r);
-        add_req(s, r);
+    int dst = rank_of(W, to[c], g);
+    for (int k = 0; k < n; k++) {
+      if (!need[k]) continue;
+      sent = 1;
+      if (W->comm) {
+        n_check(W, W->dev->comm_send(w->state, W->comm, s->bufs[k], t[k].nbytes, dst), "ncclSend");
+        continue;
       }
+      MPI_Request r;
+      MPI_Isend(s->bufs[k], (int)t[k].nbytes, MPI_BYTE, dst, kind ? TAG_GRAD : TAG_ACT, MPI_COMM_WORLD, &r);
+      add_req(s, r);
+    }
   }
-  if (!s->link || !((pending *)s->link)->n) {
-    rt_set_release(s);
-    return 0;
-  }
-  if (W->n_inflight == W->cap_inflight)
-    W->inflight = realloc(W->inflight, sizeof(rt_set *) * (size_t)(W->cap_inflight = W->cap_inflight ? W->cap_inflight * 2 : 16));
-  W->inflight[W->n_inflight++] = s;
+  if (!sent) rt_set_release(s);
+  else if (W->comm) push_set(&W->sent, &W->n_sent, &W->cap_sent, s);
+  else push_set(&W->inflight, &W->n_inflight, &W->cap_inflight, s);
   return 0;
 }
 
@@ -287,48 +306,6 @@ static const rt_link_ops mpi_ops = {m_recv, m_send, m_input, m_output, m_allredu
 
 /* ---- the NCCL link: device sets ------------------------------------------------------- */
 
-static void n_check(world *W, int rc, const char *what) {
-  if (!rc) return;
-  rt_errorf("stage %d: %s failed", W->stage, what);
-  MPI_Abort(MPI_COMM_WORLD, 1);
-}
-
-static rt_set *n_recv(void *link, rt_worker *w, int kind, int from, int64_t g) {
-  world *W = link;
-  rt_set *s = rt_pool_get(w, &W->rpool[kind][from]);
-  const pipert_stage_desc *d = W->p->stages[from].stage;
-  const pipert_tensor_desc *t = kind ? d->bwd_outputs : d->outputs;
-  int n = kind ? d->n_bwd_outputs : d->n_outputs;
-  const char *need = need_of(W, kind, from, w->stage);
-  for (int k = 0; k < n; k++)
-    if (need[k]) n_check(W, W->dev->comm_recv(w->state, W->comm, s->bufs[k], t[k].nbytes, rank_of(W, from, g)), "ncclRecv");
-  atomic_store(&s->refs, 1);
-  return s;
-}
-
-static int n_send(void *link, rt_worker *w, int kind, rt_set *s, int64_t g) {
-  world *W = link;
-  const pipert_stage_desc *d = W->p->stages[w->stage].stage;
-  const pipert_tensor_desc *t = kind ? d->bwd_outputs : d->outputs;
-  int n = kind ? d->n_bwd_outputs : d->n_outputs, nc = kind ? w->topo->ngc : w->topo->nfc, sent = 0;
-  const int *to = kind ? w->topo->gc : w->topo->fc;
-  for (int c = 0; c < nc; c++) {
-    const char *need = need_of(W, kind, w->stage, to[c]);
-    for (int k = 0; k < n; k++)
-      if (need[k]) {
-        n_check(W, W->dev->comm_send(w->state, W->comm, s->bufs[k], t[k].nbytes, rank_of(W, to[c], g)), "ncclSend");
-        sent = 1;
-      }
-  }
-  if (!sent) {
-    rt_set_release(s);
-    return 0;
-  }
-  if (W->n_sent == W->cap_sent) W->sent = realloc(W->sent, sizeof(rt_set *) * (size_t)(W->cap_sent = W->cap_sent ? W->cap_sent * 2 : 16));
-  W->sent[W->n_sent++] = s; /* released when the group has completed */
-  return 0;
-}
-
 static int n_group(void *link, rt_worker *w, int begin) {
   world *W = link;
   n_check(W, W->dev->comm_group(w->state, W->comm, begin), begin ? "ncclGroupStart" : "an NCCL group of sends and receives");
@@ -349,7 +326,7 @@ static int n_allreduce(void *link, rt_worker *w) {
   return 0;
 }
 
-static const rt_link_ops nccl_ops = {n_recv, n_send, m_input, m_output, n_allreduce, m_aborted, m_fail, NULL, n_group};
+static const rt_link_ops nccl_ops = {m_recv, m_send, m_input, m_output, n_allreduce, m_aborted, m_fail, NULL, n_group};
 
 /* A communicator over the ranks of comm (an MPI communicator): its first rank makes
  * the id. NULL on any rank when one failed (all agree). */
