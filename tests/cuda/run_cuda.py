@@ -213,22 +213,10 @@ def run_program(a, name, work, stages):
 
 def run_step(a, name, work, stages):
     """The one-step training program on the GPU against the cpu target's."""
-    import numpy as np
     sys.path.insert(0, os.path.join(pt.ROOT, "tools"))
     from npzio import save_npz
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for s in a.shape + [a.step]:
-        nm, dims = s.rsplit(":", 1)
-        shape = [int(v) for v in dims.replace(",", "x").split("x")]
-        if s == a.step:
-            feeds[nm] = rng.integers(0, a.label_high, shape).astype(np.int64)
-        elif a.int_high:
-            feeds[nm] = rng.integers(0, a.int_high, shape).astype(np.int64)
-        else:
-            feeds[nm] = rng.standard_normal(shape).astype(np.float32)
     xin = os.path.join(work, "x.npz")
-    save_npz(xin, feeds)
+    save_npz(xin, random_feeds(a, a.step))
     d = os.path.join(work, "ref_cpu")
     shutil.rmtree(d, ignore_errors=True)
     r = subprocess.run(pipecc_cmd(a, 1, d, target="cpu"), capture_output=True, text=True, env=pt.split_env())
