@@ -177,7 +177,8 @@ typedef struct pk_stage {
   char where[320];                 /* "stage 1 on cuda:0 (NVIDIA ...)" */
   cudaStream_t stream;             /* (gen) */
   cudaStream_t cstream;            /* NCCL sends, receives and all-reduces (made on first use) */
-  void *cudnn, *cublas;            /* cudnnHandle_t, cublasHandle_t */
+  void *cudnn, *cublas, *lt;       /* cudnnHandle_t, cublasHandle_t, cublasLtHandle_t */
+  struct pk_lt_plan *lt_plans;     /* cuBLASLt plans of the stage's GEMM shapes */
   int tf32;                        /* TF32 tensor cores for float32 GEMM/conv */
   unsigned char *w, *io, *a;       /* (gen) device weights, stage inputs/outputs, arena */
   void *ws;
@@ -228,7 +229,9 @@ int pk_conv(pk_stage *S, int idx, const void *x, const void *w, void *y);
 /* y[n, c, ...] += b[c] (float / double by dtype) */
 int pk_bias(pk_stage *S, int dtype, void *y, const void *b, int64_t n, int64_t c, int64_t spatial);
 /* Row-major GEMM, batched with strides (0: broadcast):
- * C_i = alpha * op(A_i) op(B_i) + beta * C_i, op(A) M x K, op(B) K x N, C M x N. */
+ * C_i = alpha * op(A_i) op(B_i) + beta * C_i, op(A) M x K, op(B) K x N, C M x N.
+ * Through cuBLASLt (TF32 unless the stage runs exact float32): a plan per shape made on
+ * its first call, on the stage's workspace; cuBLAS where cuBLASLt offers no algorithm. */
 int pk_gemm(pk_stage *S, int dtype, int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
             int64_t lda, int64_t sa, const void *b, int64_t ldb, int64_t sb, double beta, void *c, int64_t ldc,
             int64_t sc, int64_t batch);

@@ -1,5 +1,6 @@
 /* pipecc_cuda_rt.cu - the device runtime of a pipecc cuda build (see pipecc_cuda.h).
  * Compiled once per build; independent of the model. */
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cudnn.h>
 #include <math.h>
@@ -210,29 +211,101 @@ extern "C" int pk_bias(pk_stage *S, int dtype, void *y, const void *b, int64_t n
 
 /* ---- GEMM (cuBLAS) ------------------------------------------------------------------------ */
 
+/* One GEMM shape of a stage through cuBLASLt: the descriptor, the layouts and the
+ * algorithm cuBLASLt's heuristic picked, made on its first call and kept. */
+struct pk_lt_plan {
+  int dtype, ta, tb;
+  int64_t m, n, k, lda, ldb, ldc, sa, sb, sc, batch;
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t la, lb, lc;
+  cublasLtMatmulAlgo_t algo;
+  int usable;                      /* 0: cuBLASLt offered no algorithm; cuBLAS is used */
+  struct pk_lt_plan *next;
+};
+
+static void lt_plan_free(struct pk_lt_plan *p) {
+  if (p->op) cublasLtMatmulDescDestroy(p->op);
+  if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+  if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+  if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+  free(p);
+}
+
+static cublasLtMatrixLayout_t lt_layout(cudaDataType t, int64_t rows, int64_t cols, int64_t ld, int64_t stride,
+                                        int64_t batch) {
+  cublasLtMatrixLayout_t l = NULL;
+  if (cublasLtMatrixLayoutCreate(&l, t, (uint64_t)rows, (uint64_t)cols, ld) != CUBLAS_STATUS_SUCCESS) return NULL;
+  int32_t b = (int32_t)batch;
+  cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b);
+  cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride);
+  return l;
+}
+
+/* The plan for these parameters (made once): row-major C = op(A) op(B) is column-major
+ * C^T = op(B)^T op(A)^T, so cuBLASLt's A is our B and its B our A. */
+static struct pk_lt_plan *lt_plan(pk_stage *S, int dtype, int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t lda,
+                                  int64_t sa, int64_t ldb, int64_t sb, int64_t ldc, int64_t sc, int64_t batch) {
+  for (struct pk_lt_plan *p = S->lt_plans; p; p = p->next)
+    if (p->dtype == dtype && p->ta == ta && p->tb == tb && p->m == m && p->n == n && p->k == k && p->lda == lda &&
+        p->ldb == ldb && p->ldc == ldc && p->sa == sa && p->sb == sb && p->sc == sc && p->batch == batch)
+      return p;
+  struct pk_lt_plan *p = (struct pk_lt_plan *)calloc(1, sizeof *p);
+  if (!p) return NULL;
+  *p = (struct pk_lt_plan){dtype, ta, tb, m, n, k, lda, ldb, ldc, sa, sb, sc, batch};
+  int f64 = dtype == PK_F64;
+  cudaDataType t = f64 ? CUDA_R_64F : CUDA_R_32F;
+  cublasComputeType_t ct = f64 ? CUBLAS_COMPUTE_64F : S->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasLtMatmulPreference_t pref = NULL;
+  cublasLtMatmulHeuristicResult_t res;
+  int found = 0;
+  if (cublasLtMatmulDescCreate(&p->op, ct, t) == CUBLAS_STATUS_SUCCESS &&
+      cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) == CUBLAS_STATUS_SUCCESS &&
+      cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb) == CUBLAS_STATUS_SUCCESS &&
+      (p->la = lt_layout(t, tb ? k : n, tb ? n : k, ldb, sb, batch)) &&
+      (p->lb = lt_layout(t, ta ? m : k, ta ? k : m, lda, sa, batch)) && (p->lc = lt_layout(t, n, m, ldc, sc, batch)) &&
+      cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS) {
+    uint64_t ws = S->ws_bytes;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    if (cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)S->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
+                                       &found) != CUBLAS_STATUS_SUCCESS)
+      found = 0;
+  }
+  if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  if (found > 0) {
+    p->algo = res.algo;
+    p->usable = 1;
+  }
+  p->next = S->lt_plans;
+  S->lt_plans = p;
+  return p;
+}
+
 extern "C" int pk_gemm(pk_stage *S, int dtype, int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha,
                        const void *a, int64_t lda, int64_t sa, const void *b, int64_t ldb, int64_t sb, double beta,
                        void *c, int64_t ldc, int64_t sc, int64_t batch) {
-  /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap operands */
+  float af = (float)alpha, bf = (float)beta;
+  const void *pa = dtype == PK_F64 ? (const void *)&alpha : (const void *)&af;
+  const void *pb = dtype == PK_F64 ? (const void *)&beta : (const void *)&bf;
+  struct pk_lt_plan *p = S->lt ? lt_plan(S, dtype, ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch) : NULL;
+  if (p && p->usable)
+    return blas_ok(S,
+                   cublasLtMatmul((cublasLtHandle_t)S->lt, p->op, pa, b, p->la, a, p->lb, pb, c, p->lc, c, p->lc,
+                                  &p->algo, S->ws, S->ws_bytes, S->stream),
+                   "cublasLtMatmul")
+               ? 0
+               : 1;
+  /* no cuBLASLt algorithm for this shape: cuBLAS (column-major, operands swapped) */
   cublasHandle_t h = (cublasHandle_t)S->cublas;
   cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (m > 0x7fffffff || n > 0x7fffffff || k > 0x7fffffff || batch > 0x7fffffff)
     return pk_fail(S, "cublasGemmStridedBatchedEx", "dimension too large");
-  if (dtype == PK_F64) {
-    return blas_ok(S,
-                   cublasGemmStridedBatchedEx(h, ob, oa, (int)n, (int)m, (int)k, &alpha, b, CUDA_R_64F, (int)ldb, sb,
-                                              a, CUDA_R_64F, (int)lda, sa, &beta, c, CUDA_R_64F, (int)ldc, sc,
-                                              (int)batch, CUBLAS_COMPUTE_64F, CUBLAS_GEMM_DEFAULT),
-                   "cublasGemmStridedBatchedEx")
-               ? 0
-               : 1;
-  }
-  float af = (float)alpha, bf = (float)beta;
+  cudaDataType t = dtype == PK_F64 ? CUDA_R_64F : CUDA_R_32F;
+  cublasComputeType_t ct =
+      dtype == PK_F64 ? CUBLAS_COMPUTE_64F : S->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   return blas_ok(S,
-                 cublasGemmStridedBatchedEx(h, ob, oa, (int)n, (int)m, (int)k, &af, b, CUDA_R_32F, (int)ldb, sb, a,
-                                            CUDA_R_32F, (int)lda, sa, &bf, c, CUDA_R_32F, (int)ldc, sc, (int)batch,
-                                            S->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
-                                            CUBLAS_GEMM_DEFAULT),
+                 cublasGemmStridedBatchedEx(h, ob, oa, (int)n, (int)m, (int)k, pa, b, t, (int)ldb, sb, a, t, (int)lda, sa,
+                                            pb, c, t, (int)ldc, sc, (int)batch, ct, CUBLAS_GEMM_DEFAULT),
                  "cublasGemmStridedBatchedEx")
              ? 0
              : 1;
@@ -1310,6 +1383,12 @@ static void stage_free(pk_stage *S) {
   }
   for (int k = 0; k < 3; k++)
     if (S->exec[k]) cudaGraphExecDestroy(S->exec[k]);
+  while (S->lt_plans) {
+    struct pk_lt_plan *n = S->lt_plans->next;
+    lt_plan_free(S->lt_plans);
+    S->lt_plans = n;
+  }
+  if (S->lt) cublasLtDestroy((cublasLtHandle_t)S->lt);
   if (S->cublas) cublasDestroy((cublasHandle_t)S->cublas);
   if (S->cudnn) cudnnDestroy((cudnnHandle_t)S->cudnn);
   if (S->w) cudaFree(S->w);
@@ -1353,6 +1432,9 @@ extern "C" int pk_stage_init(void **state, const pk_stage_info *info, int tf32, 
   ok = ok && blas_ok(S, cublasCreate(&blas), "cublasCreate");
   S->cublas = blas;
   ok = ok && blas_ok(S, cublasSetStream(blas, S->stream), "cublasSetStream");
+  cublasLtHandle_t lt = NULL;
+  ok = ok && blas_ok(S, cublasLtCreate(&lt), "cublasLtCreate");
+  S->lt = lt;
   /* weights: uploaded once; a training program's parameter memory goes on with zeros */
   size_t pbytes = info->param_bytes > weights_len ? info->param_bytes : weights_len;
   if (ok && pbytes) {
