@@ -635,6 +635,13 @@ int main(int argc, char **argv) {
                         "then plan with measured costs: pipecc %s --profile profile.json ...\n", out_dir, model);
     }
   }
+  if (!rc && !plan_only && !emit_only && !profile_run) {
+    if (train_prog)
+      fprintf(stderr, "pipecc: built %s/pipeline; train it with\n  %s/pipeline train --data X.npy%s --epochs N "
+                      "[--save W.npz]\n", out_dir, out_dir, tinfo.labels ? " --labels Y.npy" : "");
+    else fprintf(stderr, "pipecc: built %s/pipeline; run it with\n  %s/pipeline --input X.npy --output Y.npy\n", out_dir,
+                 out_dir);
+  }
   if (time_passes) fprintf(stderr, "pipecc: total           %8.2f ms\n", now_ms() - t0);
   return rc;
 }
