@@ -242,9 +242,10 @@ int ir_add_value(ir_graph *g, const char *name, ir_val_kind kind, ir_dtype dt) {
 
 int ir_add_const(ir_graph *g, const char *name, ir_dtype dt, const ir_shape *shape, const void *data,
                  size_t nbytes) {
+  ir_shape sh = *shape; /* shape may point into g->values, which ir_add_value may move */
   int id = ir_add_value(g, name, IR_VAL_CONST, dt);
   ir_value *v = &g->values[id];
-  v->shape = *shape;
+  v->shape = sh;
   void *d = ir_alloc(g->arena, nbytes);
   if (nbytes) memcpy(d, data, nbytes);
   v->data = d;
@@ -253,9 +254,10 @@ int ir_add_const(ir_graph *g, const char *name, ir_dtype dt, const ir_shape *sha
 }
 
 int ir_add_zero_const(ir_graph *g, const char *name, ir_dtype dt, const ir_shape *shape) {
+  ir_shape sh = *shape; /* shape may point into g->values, which ir_add_value may move */
   int id = ir_add_value(g, name, IR_VAL_CONST, dt);
   ir_value *v = &g->values[id];
-  v->shape = *shape;
+  v->shape = sh;
   int64_t b = ir_value_bytes(v);
   v->nbytes = b > 0 ? (size_t)b : 0;
   v->zero_init = 1;
