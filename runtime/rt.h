@@ -192,6 +192,7 @@ struct rt_worker {
   void *state;
   rt_pool fpool, gpool;            /* forward / backward output sets */
   double busy;
+  int inflight, peak_inflight;     /* training: micro-batches past FWD, before their BWD (now / most) */
   rt_set **recv, **grecv;          /* [M][nfp] / [M][ngp] */
   rt_set **outs, **gouts;          /* [M] */
   const void **in, **bin;

@@ -429,7 +429,7 @@ int rt_threads_run(rt_exec *ex, const rt_array *in, rt_array *out, int64_t T, rt
     st->busy_s[w->stage] += w->busy;
     size_t b = (size_t)w->fpool.n * w->fpool.set_bytes + (size_t)w->gpool.n * w->gpool.set_bytes;
     if (st->peak_bytes && b > st->peak_bytes[w->stage]) st->peak_bytes[w->stage] = b;
-    if (st->peak_sets && w->fpool.n > st->peak_sets[w->stage]) st->peak_sets[w->stage] = w->fpool.n;
+    if (st->peak_sets && w->peak_inflight > st->peak_sets[w->stage]) st->peak_sets[w->stage] = w->peak_inflight;
   }
   return ex->failed_rc;
 }

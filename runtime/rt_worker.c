@@ -191,6 +191,7 @@ void rt_worker_reset(rt_worker *w) {
   w->busy = 0;
   rt_pool_reset(&w->fpool);
   rt_pool_reset(&w->gpool);
+  w->inflight = 0;
   memset(w->outs, 0, sizeof(rt_set *) * (size_t)w->M);
   memset(w->gouts, 0, sizeof(rt_set *) * (size_t)w->M);
   memset(w->recv, 0, sizeof(rt_set *) * (size_t)w->M * (size_t)(w->topo->nfp + 1));
@@ -330,6 +331,7 @@ static int do_fwd(rt_worker *w, int mb, int64_t g) {
       return failf(w, 1, "%s: cannot copy graph output %d of micro-batch %lld", rt_worker_name(w, nm, sizeof nm), q,
                    (long long)g);
   int keep = p->training && t->own_bwd;
+  if (p->training && ++w->inflight > w->peak_inflight) w->peak_inflight = w->inflight;
   w->outs[mb] = o;
   if (!t->has[PIPERT_OP_SEND_ACT]) {
     if (!keep) w->outs[mb] = NULL;
@@ -389,6 +391,7 @@ static int do_bwd(rt_worker *w, int mb, int64_t g) {
     rt_set_release(own);
     w->outs[mb] = NULL;
   }
+  w->inflight--;
   if (rc != 0) {
     atomic_store(&o->refs, 1);
     rt_set_release(o);

@@ -589,7 +589,7 @@ static int world_run(world *W, const rt_array *in, rt_array *out, int64_t T, dou
 static void gather_stats(world *W, double busy, rt_stats *st) {
   double *all = W->rank == 0 ? calloc((size_t)W->size, sizeof(double)) : NULL;
   long long mine[2] = {(long long)((size_t)W->w.fpool.n * W->w.fpool.set_bytes + (size_t)W->w.gpool.n * W->w.gpool.set_bytes),
-                       W->w.fpool.n};
+                       W->w.peak_inflight};
   long long *peaks = W->rank == 0 ? calloc((size_t)W->size * 2, sizeof(long long)) : NULL;
   MPI_Gather(&busy, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   MPI_Gather(mine, 2, MPI_LONG_LONG, peaks, 2, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
