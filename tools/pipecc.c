@@ -17,6 +17,7 @@
 #include "ir/diag.h"
 #include "ir/print.h"
 #include "passes/autodiff.h"
+#include "passes/fuse.h"
 #include "passes/pass.h"
 #include "passes/plan_ir.h"
 #include "passes/plan_json.h"
@@ -68,6 +69,7 @@ static void usage(FILE *f) {
       "  --plan-only            stop after plan.json and report.html\n"
       "  --target T             cpu (default) | cuda\n"
       "  --emit-only            write the sources and build files, do not compile\n"
+      "  --no-fuse              cpu: keep Add/Relu/Clip after a Conv as nodes of their own\n"
       "  --profile-run          cuda: build one stage and DIR/profile, which times every node on\n"
       "                         the GPU and writes the JSON that --profile reads\n"
       "  -j, --jobs N           parallel compile jobs (default: number of cores)\n"
@@ -320,6 +322,7 @@ int main(int argc, char **argv) {
   const char *dumps[16];
   int n_dumps = 0, time_passes = 0, g_devices = 1, microbatches = 0, plan_only = 0, emit_only = 0, jobs = 0;
   int no_tf32 = 0, no_replicate = 0, hosts = 0, gpus_per_host = 0, train = 0, profile_run = 0;
+  int no_fuse = 0;
   double intra_bw = -1, intra_lat = -1, inter_bw = -1, inter_lat = -1;
   uint64_t mem_limit = 0;
   pass_schedule_kind schedule = PASS_SCHED_1F1B;
@@ -418,6 +421,8 @@ int main(int argc, char **argv) {
       if (parse_bytes(v, &mem_limit)) return cli_error("bad --memory-limit '%s' (e.g. 16G)", v);
     } else if (IS("--no-replicate")) {
       no_replicate = 1;
+    } else if (IS("--no-fuse")) {
+      no_fuse = 1;
     } else if (IS("--train")) {
       train = 1;
       /* ---- training block (passes/autodiff.h) ---- */
@@ -548,6 +553,16 @@ int main(int argc, char **argv) {
     if (emit && !strcmp(emit, "ir-json")) ir_print_json(stdout, g);
     else if (emit || !n_dumps) ir_print_text(stdout, g);
     return 0;
+  }
+
+  /* cpu inference: fold Add/Relu/Clip consumers into their Conv before planning, so a
+   * fused chain is one node in every plan and the bits cannot depend on the stage
+   * count (passes/fuse.h) */
+  if (!strcmp(target, "cpu") && !train_step && !train_prog && !no_fuse) {
+    double s = now_ms();
+    int nf = pass_fuse_conv(g);
+    if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (%d chains)\n", "fuse", now_ms() - s, nf);
+    if (nf < 0 || g->n_errors) return 2;
   }
 
   /* ---- plan ---- */

@@ -9,7 +9,9 @@
 #include <string.h>
 
 #include "codegen/c/cg_c.h"
+#include "codegen/emit_common.h"
 #include "codegen/op_params.h"
+#include "passes/fuse.h"
 
 #define LL(x) ((long long)(x))
 
@@ -23,6 +25,61 @@ static int window(cg_ctx *c, const ir_node *n, const ir_value *x, const ir_value
   return cg_window(c->g, "cpu", n, x, y, kernel, transposed, w);
 }
 
+/* The epilogue passes/fuse.c folded into a Conv (a residual as input 3, then Relu or
+ * Clip), applied to nr rows of P outputs at pointer y (row stride ys), the residual at
+ * r (same offsets): the same expressions, in the same order, as the separate Add and
+ * Relu/Clip nodes (codegen/eltwise_expr.c), so fused and unfused builds give the same
+ * bits. Nothing when the node carries no epilogue. */
+typedef struct {
+  int act, res;
+  float lo, hi;
+} conv_epi;
+
+static conv_epi epilogue_of(cg_ctx *c, const ir_node *n) {
+  conv_epi e;
+  e.act = pass_fused_act(n, &e.lo, &e.hi);
+  e.res = cg_in(c, n, 3) != NULL;
+  return e;
+}
+
+static void emit_epilogue(cg_ctx *c, const conv_epi *e, const char *ind, const char *y, const char *r,
+                          const char *nr, const char *P, const char *ys) {
+  if (!e->act && !e->res) return;
+  char l1[48], l2[48];
+  cg_w(c, "%sfor (long m = 0; m < %s; m++) {\n", ind, nr);
+  cg_w(c, "%s  float *ym = %s + m * %s;\n", ind, y, ys);
+  if (e->res) cg_w(c, "%s  const float *rm = %s + m * %s;\n", ind, r, ys);
+  cg_w(c, "%s  for (long i = 0; i < %s; i++) {\n", ind, P);
+  cg_w(c, "%s    float v = ym[i];\n", ind);
+  if (e->res) cg_w(c, "%s    v = (float)(v + rm[i]);\n", ind);
+  if (e->act == 1) cg_w(c, "%s    v = v < 0 ? (float)0 : v;\n", ind);
+  if (e->act == 2) {
+    cg_w(c, "%s    v = ", ind);
+    if (isfinite(e->lo)) cg_w(c, "v < %s ? %s : ", cg_flit(l1, sizeof l1, e->lo, IR_FLOAT), l1);
+    if (isfinite(e->hi)) cg_w(c, "v > %s ? %s : ", cg_flit(l2, sizeof l2, e->hi, IR_FLOAT), l2);
+    cg_w(c, "v;\n");
+  }
+  cg_w(c, "%s    ym[i] = v;\n%s  }\n%s}\n", ind, ind, ind);
+}
+
+/* One im2col row: dst[ow] = src[ow * stride + kw * dilation - pad], 0 outside the input.
+ * The valid ow range is computed once per row: zeros, a copy (memcpy for stride 1), zeros.
+ * In the emitted code: dst, src and kw are in scope. */
+static void emit_im2col_row(cg_ctx *c, const cg_win3 *w, size_t esz) {
+  const char *ind = "                  ";
+  long long S = LL(w->s[2]), OW = LL(w->out[2]), W = LL(w->in[2]);
+  cg_w(c, "%sconst long off = kw * %lld - %lld; /* iw = ow * %lld + off */\n", ind, LL(w->d[2]), LL(w->pb[2]), S);
+  cg_w(c, "%slong lo = off >= 0 ? 0 : (-off + %lld) / %lld, hi = (%lld - off + %lld) / %lld;\n", ind, S - 1, S, W,
+       S - 1, S);
+  cg_w(c, "%sif (hi > %lld) hi = %lld;\n%sif (hi < 0) hi = 0;\n%sif (lo > hi) lo = hi;\n", ind, OW, OW, ind, ind);
+  cg_w(c, "%sfor (long ow = 0; ow < lo; ow++) dst[ow] = 0;\n", ind);
+  if (S == 1)
+    cg_w(c, "%sif (hi > lo) memcpy(dst + lo, src + lo + off, (size_t)(hi - lo) * %zu);\n", ind, esz);
+  else
+    cg_w(c, "%sfor (long ow = lo; ow < hi; ow++) dst[ow] = src[ow * %lld + off];\n", ind, S);
+  cg_w(c, "%sfor (long ow = hi; ow < %lld; ow++) dst[ow] = 0;\n", ind, OW);
+}
+
 /* Conv batching (see emit_conv): outputs with fewer than CONV_BATCH_OS positions per
  * image, blocks of images whose col + yt fit in CONV_BATCH_BYTES of scratch. */
 #define CONV_BATCH_OS 1024
@@ -30,7 +87,7 @@ static int window(cg_ctx *c, const ir_node *n, const ir_value *x, const ir_value
 
 static int emit_conv_batched(cg_ctx *c, const ir_node *n, const cg_win3 *w, const char *T, ir_dtype t, size_t esz,
                              int64_t N, int64_t C, int64_t M, int64_t G, int64_t Cg, int64_t Mg, int64_t IS, int64_t OS,
-                             int64_t K, int direct, int64_t NB, int has_bias) {
+                             int64_t K, int direct, int64_t NB, int has_bias, const conv_epi *e) {
   (void)n;
   int64_t rows = w->out[0] * w->out[1];
   cg_scratch(c, (size_t)((K + Mg) * NB * OS) * esz);
@@ -64,11 +121,8 @@ static int emit_conv_batched(cg_ctx *c, const ir_node *n, const cg_win3 *w, cons
     cg_w(c, "                    continue;\n                  }\n");
     cg_w(c, "                  const %s *src = xg + (ci * %lld + id) * %lld + ih * %lld;\n", T, LL(w->in[0]),
          LL(w->in[1] * w->in[2]), LL(w->in[2]));
-    cg_w(c, "                  for (long ow = 0; ow < %lld; ow++) {\n", LL(w->out[2]));
-    cg_w(c, "                    const long iw = ow * %lld - %lld + kw * %lld;\n", LL(w->s[2]), LL(w->pb[2]),
-         LL(w->d[2]));
-    cg_w(c, "                    dst[ow] = iw >= 0 && iw < %lld ? src[iw] : 0;\n", LL(w->in[2]));
-    cg_w(c, "                  }\n                }\n              }\n");
+    emit_im2col_row(c, w, esz);
+    cg_w(c, "                }\n              }\n");
   }
   cg_w(c, "      }\n");
   if (has_bias) {
@@ -80,10 +134,19 @@ static int emit_conv_batched(cg_ctx *c, const ir_node *n, const cg_win3 *w, cons
   }
   cg_w(c, "      %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)P, %lld, 1, wg, %lld, col, (int)P, %s, yt, (int)P);\n",
        gemm_fn(t), LL(Mg), LL(K), LL(K), has_bias ? "1" : "0");
-  cg_w(c, "      for (long j = 0; j < nb; j++)\n");
+  cg_w(c, "      for (long j = 0; j < nb; j++) {\n");
   cg_w(c, "        for (long m = 0; m < %lld; m++)\n", LL(Mg));
   cg_w(c, "          memcpy(y0 + ((n0 + j) * %lld + g * %lld + m) * %lld, yt + m * P + j * %lld, %lld);\n", LL(M),
        LL(Mg), LL(OS), LL(OS), LL(OS * (int64_t)esz));
+  if (e->act || e->res) {
+    char yo[160], ro[160], nr[32], os[32];
+    snprintf(yo, sizeof yo, "(y0 + ((n0 + j) * %lld + g * %lld) * %lld)", LL(M), LL(Mg), LL(OS));
+    snprintf(ro, sizeof ro, "(x3 + ((n0 + j) * %lld + g * %lld) * %lld)", LL(M), LL(Mg), LL(OS));
+    snprintf(nr, sizeof nr, "%lld", LL(Mg));
+    snprintf(os, sizeof os, "%lld", LL(OS));
+    emit_epilogue(c, e, "        ", yo, ro, nr, os, os);
+  }
+  cg_w(c, "      }\n");
   cg_w(c, "    }\n");
   cg_w(c, "  }\n");
   return 0;
@@ -127,7 +190,18 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
       NB = (N + blocks - 1) / blocks;
     }
   }
-  if (NB >= 2) return emit_conv_batched(c, n, &w, T, t, esz, N, C, M, G, Cg, Mg, IS, OS, K, direct, NB, b != NULL);
+  conv_epi e = epilogue_of(c, n);
+  if ((e.act || e.res) && t != IR_FLOAT) return cg_fail(c, n, "a fused epilogue on a %s Conv", ir_dtype_name(t));
+  const char *fused = ir_attr_str(n, "pipecc.fused", NULL);
+  if (fused) {
+    cg_w(c, "  /* fused into the GEMM's output blocks: ");
+    cg_put_comment(c->body, fused, 600);
+    cg_w(c, " */\n");
+  }
+  char nrs[32], oss[32];
+  snprintf(nrs, sizeof nrs, "%lld", LL(Mg));
+  snprintf(oss, sizeof oss, "%lld", LL(OS));
+  if (NB >= 2) return emit_conv_batched(c, n, &w, T, t, esz, N, C, M, G, Cg, Mg, IS, OS, K, direct, NB, b != NULL, &e);
   const char *beta = b ? "1" : "0";
   if (!direct) {
     /* im2col tile: at most ~8 MiB of scratch, at least one output row */
@@ -143,6 +217,7 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
   cg_w(c, "      const %s *xg = x0 + (n * %lld + g * %lld) * %lld;\n", T, LL(C), LL(Cg), LL(IS));
   cg_w(c, "      const %s *wg = x1 + g * %lld;\n", T, LL(Mg * K));
   cg_w(c, "      %s *yg = y0 + (n * %lld + g * %lld) * %lld;\n", T, LL(M), LL(Mg), LL(OS));
+  if (e.res) cg_w(c, "      const %s *rg = x3 + (n * %lld + g * %lld) * %lld;\n", T, LL(M), LL(Mg), LL(OS));
   if (b) {
     /* the bias first, then the GEMM accumulates onto it (beta 1) */
     cg_w(c, "      for (long m = 0; m < %lld; m++) {\n", LL(Mg));
@@ -154,6 +229,7 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
   if (direct) {
     cg_w(c, "      %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1, wg, %lld, xg, %lld, %s, yg, %lld);\n",
          gemm_fn(t), LL(Mg), LL(OS), LL(K), LL(K), LL(OS), beta, LL(OS));
+    emit_epilogue(c, &e, "      ", "yg", "rg", nrs, oss, oss);
   } else {
     cg_w(c, "      for (long r0 = 0; r0 < %lld; r0 += %lld) {\n", LL(rows), LL(rt));
     cg_w(c, "        const long nr = %lld - r0 < %lld ? %lld - r0 : %lld;\n", LL(rows), LL(rt), LL(rows), LL(rt));
@@ -174,12 +250,14 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
     cg_w(c, "                    continue;\n                  }\n");
     cg_w(c, "                  const %s *src = xg + (ci * %lld + id) * %lld + ih * %lld;\n", T, LL(w.in[0]),
          LL(w.in[1] * w.in[2]), LL(w.in[2]));
-    cg_w(c, "                  for (long ow = 0; ow < %lld; ow++) {\n", LL(w.out[2]));
-    cg_w(c, "                    const long iw = ow * %lld - %lld + kw * %lld;\n", LL(w.s[2]), LL(w.pb[2]), LL(w.d[2]));
-    cg_w(c, "                    dst[ow] = iw >= 0 && iw < %lld ? src[iw] : 0;\n", LL(w.in[2]));
-    cg_w(c, "                  }\n                }\n              }\n");
+    emit_im2col_row(c, &w, esz);
+    cg_w(c, "                }\n              }\n");
     cg_w(c, "        %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)P, %lld, 1, wg, %lld, col, (int)P, %s, yg + r0 * %lld, %lld);\n",
          gemm_fn(t), LL(Mg), LL(K), LL(K), beta, LL(w.out[2]), LL(OS));
+    char yo[64], ro[64];
+    snprintf(yo, sizeof yo, "(yg + r0 * %lld)", LL(w.out[2]));
+    snprintf(ro, sizeof ro, "(rg + r0 * %lld)", LL(w.out[2]));
+    emit_epilogue(c, &e, "        ", yo, ro, nrs, "P", oss);
     cg_w(c, "      }\n");
   }
   cg_w(c, "    }\n");

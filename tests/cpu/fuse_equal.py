@@ -1,0 +1,71 @@
+#!/usr/bin/python3
+"""cpu target, passes/fuse.c: a model compiled with its Conv -> Add -> Relu/Clip chains
+fused into the Conv (the default) and with --no-fuse gives bitwise equal outputs (the
+fused epilogue computes what the separate nodes compute, in the same order), and the
+fused build really fused something.
+
+    fuse_equal.py --pipecc build/pipecc --model resnet18.onnx --shape input:2x3x224x224 \\
+                  --work /tmp/w [-g 2]
+
+Exit status 0 when every check passes, 1 otherwise.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "lib"))
+import pipecc_test as pt  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pipecc", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--shape", action="append", default=[])
+    ap.add_argument("--work", required=True)
+    ap.add_argument("-g", type=int, default=2)
+    a = ap.parse_args()
+    name = os.path.splitext(os.path.basename(a.model))[0]
+    work = os.path.join(a.work, name)
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    xin, yref = os.path.join(work, "x.npz"), os.path.join(work, "y.npz")
+    if not pt.ort_reference(name, a.model, a.shape, None, xin, yref, 1):
+        return 1
+    outs = {}
+    for tag, post in (("fused", ["--time-passes"]), ("unfused", ["--no-fuse"])):
+        d = os.path.join(work, tag)
+        r = subprocess.run(pt.pipecc_cmd(a.pipecc, a.model, a.g, 2, d, 2, a.shape, post=post), capture_output=True,
+                           text=True, env=pt.split_env())
+        if r.returncode:
+            print(r.stderr[-4000:])
+            print(f"FAIL {name} {tag}: pipecc exited with {r.returncode}")
+            return 1
+        if tag == "fused":
+            m = re.search(r"pass fuse .*\((\d+) chains\)", r.stderr)
+            if not m or int(m.group(1)) == 0:
+                print(f"FAIL {name}: nothing fused")
+                return 1
+            print(f"{name}: {m.group(1)} chains fused")
+        outs[tag], _ = pt.run_pipeline(d, xin, f"{name} {tag}")
+        if outs[tag] is None:
+            return 1
+    ok = True
+    for k, v in outs["unfused"].items():
+        if k not in outs["fused"] or outs["fused"][k].tobytes() != v.tobytes():
+            print(f"FAIL {name}: output {k} differs between the fused and the unfused build")
+            ok = False
+    good, worst = pt.compare(outs["fused"], dict(np.load(yref)), 1e-4, name)
+    print(f"{name}: fused == unfused bitwise: {ok}; against onnxruntime rel-L2 {worst:.3g}")
+    return 0 if ok and good else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
