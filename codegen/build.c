@@ -215,3 +215,47 @@ int cg_build(const char *out_dir, const cg_options *o) {
   free(js);
   return failed ? -1 : 0;
 }
+
+/* Run one job to completion; 0 when it exited 0 (its output goes to stderr). */
+static int run_job(job *j, const char *dir) {
+  fprintf(stderr, "%s\n", j->label);
+  if (start_job(j, dir)) return -1;
+  int status;
+  while (waitpid(j->pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  dump_log(j, 1);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+int cg_build_profile(const char *out_dir, const cg_options *o) {
+  (void)o;
+  if (!file_exists(out_dir, "profile_main.c") || !file_exists(out_dir, "stage_0.c") || file_exists(out_dir, "stage_1.c")) {
+    fprintf(stderr, "pipecc: internal error: %s is not a one-stage cpu build with profile_main.c\n", out_dir);
+    return -1;
+  }
+  char cflags[1024], libs[2048];
+  snprintf(cflags, sizeof cflags, "%s %s -I%s", CG_C_CC, CG_C_CFLAGS, PIPERT_INCLUDE_DIR);
+  snprintf(libs, sizeof libs, "%s -o profile stage_0_prof.o profile_main.o %s %s %s", CG_C_CC, PIPERT_LIB,
+           PIPERT_LINK_LIBS, CG_C_LIBS);
+  const char *e1[] = {"-DPIPECC_PROFILE", "-c", "-o", "stage_0_prof.o", "stage_0.c"};
+  const char *e2[] = {"-c", "-o", "profile_main.o", "profile_main.c"};
+  job js[3];
+  memset(js, 0, sizeof js);
+  js[0].argv = make_argv(cflags, e1, 5);
+  js[0].label = strdup("[profile 1/3] cc -DPIPECC_PROFILE stage_0.c");
+  js[1].argv = make_argv(cflags, e2, 4);
+  js[1].label = strdup("[profile 2/3] cc profile_main.c");
+  js[2].argv = make_argv(libs, NULL, 0);
+  js[2].label = strdup("[profile 3/3] link profile");
+  int rc = 0;
+  for (int k = 0; k < 3 && !rc; k++)
+    if (run_job(&js[k], out_dir)) {
+      fprintf(stderr, "pipecc: internal error: %s failed in %s (a pipecc bug)\n", js[k].label, out_dir);
+      rc = -1;
+    }
+  for (int k = 0; k < 3; k++) {
+    free_argv(js[k].argv);
+    free(js[k].label);
+  }
+  return rc;
+}

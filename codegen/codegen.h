@@ -57,6 +57,9 @@ int cg_cuda_emit(ir_graph *g, const cg_plan *p, const cg_options *o, const char 
 int cg_cuda_build_dir(const char *out_dir, const cg_options *o, const char *targets);
 /* Build out_dir/pipeline from what an emitter wrote (parallel, with progress). */
 int cg_build(const char *out_dir, const cg_options *o);
+/* Build out_dir/profile, the per-node profiler of a one-stage cpu build
+ * (runtime/pipert_profile.h). 0, or -1 after printing an error. */
+int cg_build_profile(const char *out_dir, const cg_options *o);
 
 /* Stage assignment used until the planner is connected: contiguous node ranges in
  * topological order (always convex) with roughly equal FLOPs. Fills node_stage

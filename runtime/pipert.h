@@ -241,4 +241,7 @@ uint64_t pipert_checksum64(const void *data, size_t len);
 #ifdef __cplusplus
 }
 #endif
+
+/* The per-node profiler of one-stage cpu builds (DIR/profile). */
+#include "pipert_profile.h"
 #endif

@@ -70,8 +70,9 @@ static void usage(FILE *f) {
       "  --target T             cpu (default) | cuda\n"
       "  --emit-only            write the sources and build files, do not compile\n"
       "  --no-fuse              cpu: keep Add/Relu/Clip after a Conv as nodes of their own\n"
-      "  --profile-run          cuda: build one stage and DIR/profile, which times every node on\n"
-      "                         the GPU and writes the JSON that --profile reads\n"
+      "  --profile-run          build one stage and DIR/profile, which times every node on the\n"
+      "                         target and writes the JSON that --profile reads: the GPU (the\n"
+      "                         default here), or one core with --target cpu\n"
       "  -j, --jobs N           parallel compile jobs (default: number of cores)\n"
       "  --emit=ir              print the IR after the front-end passes, one line per node\n"
       "  --emit=ir-json         print the IR as JSON on stdout\n"
@@ -322,7 +323,7 @@ int main(int argc, char **argv) {
   const char *dumps[16];
   int n_dumps = 0, time_passes = 0, g_devices = 1, microbatches = 0, plan_only = 0, emit_only = 0, jobs = 0;
   int no_tf32 = 0, no_replicate = 0, hosts = 0, gpus_per_host = 0, train = 0, profile_run = 0;
-  int no_fuse = 0;
+  int no_fuse = 0, target_given = 0;
   double intra_bw = -1, intra_lat = -1, inter_bw = -1, inter_lat = -1;
   uint64_t mem_limit = 0;
   pass_schedule_kind schedule = PASS_SCHED_1F1B;
@@ -450,10 +451,10 @@ int main(int argc, char **argv) {
       plan_only = 1;
     } else if (IS("--target")) {
       target = NEXT();
+      target_given = 1;
       if (strcmp(target, "cpu") && strcmp(target, "cuda")) return cli_error("unknown --target '%s' (cpu, cuda)", target);
     } else if (IS("--profile-run")) {
-      profile_run = 1; /* codegen/cuda: a one-stage cuda build with the per-node profiler */
-      target = "cuda";
+      profile_run = 1; /* a one-stage build with the per-node profiler (DIR/profile) */
     } else if (IS("--emit-only")) {
       emit_only = 1;
     } else if (IS("-j") || IS("--jobs")) {
@@ -475,8 +476,8 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  if (profile_run && (g_devices != 1 || strcmp(target, "cuda")))
-    return cli_error("%s builds one stage for --target cuda (no -g N, no --target cpu)", "--profile-run");
+  if (profile_run && g_devices != 1) return cli_error("%s builds one stage (no -g N)", "--profile-run");
+  if (profile_run && !target_given) target = "cuda"; /* the GPU profiler unless --target cpu */
   int want_plan = !emit && (out_dir || plan_only || g_devices > 1);
   if (plan_only && !out_dir) return cli_error("%s needs -o DIR", "--plan-only");
   if (want_plan && !out_dir) return cli_error("%s", "planning and code generation need -o DIR");
@@ -641,6 +642,10 @@ int main(int argc, char **argv) {
     if (!strcmp(target, "cpu")) {
       if (cg_c_emit(g, &cp, &co, out_dir)) rc = 2;
       else if (!emit_only && cg_build(out_dir, &co)) rc = 2;
+      else if (profile_run && !emit_only && cg_build_profile(out_dir, &co)) rc = 2;
+      else if (profile_run && !emit_only)
+        fprintf(stderr, "pipecc: profiler built; on an idle core run\n  taskset -c 0 %s/profile --profile-out profile.json\n"
+                        "then plan with measured costs: pipecc %s --profile profile.json ...\n", out_dir, model);
     } else {
       /* ---- codegen/cuda block ---- */
       if (cg_cuda_emit(g, &cp, &co, out_dir)) rc = 2;

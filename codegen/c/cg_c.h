@@ -20,6 +20,7 @@
 #include <stdio.h>
 
 #include "codegen/codegen.h"
+#include "codegen/stage.h"
 #include "ir/ir.h"
 
 /* How the emitted sources are compiled (the Makefile and cg_build use the same):
@@ -78,6 +79,11 @@ int cg_emit_eltwise(cg_ctx *c, const int *nodes, int n_nodes, const int *ext_in,
 /* Op emitters (one node): codegen/c/ops_nn.c, ops_data.c. Return 0 or -1. */
 typedef int (*cg_op_fn)(cg_ctx *c, const ir_node *n);
 cg_op_fn cg_op_emitter(ir_op op);
+
+/* profile_main.c of a one-stage inference plan (codegen/c/profile.c): stage 0's unit
+ * table, in the order emit.c marks the units with PK_UNIT(u). 0 or -1. */
+int cg_c_emit_profile_main(ir_graph *g, const cg_plan *p, const cg_options *o, const cg_stage_info *si,
+                           const char *dir);
 
 /* Nodes whose output can share its input's memory (Reshape, Flatten, Squeeze,
  * Unsqueeze, Identity, inference Dropout). */

@@ -167,6 +167,7 @@ static int emit_unit(cg_stage *st, cg_ctx *c, int ui, FILE *f, FILE *call) {
   const ir_node *root = &g->nodes[u->root];
   if (u->alias) {
     cg_put_unit_comment(call, g, u, "  ");
+    if (!st->p->train) fprintf(call, "  PK_UNIT(%d);\n", ui);
     fprintf(call, "  /* (alias: no code) */\n");
     return 0;
   }
@@ -243,6 +244,7 @@ static int emit_unit(cg_stage *st, cg_ctx *c, int ui, FILE *f, FILE *call) {
   fputs("}\n\n", f);
 
   cg_put_unit_comment(call, g, u, "  ");
+  if (!st->p->train) fprintf(call, "  PK_UNIT(%d);\n", ui);
   fprintf(call, "  %s(", fname);
   first = 1;
   for (int i = 0; i < np; i++) {
@@ -315,6 +317,7 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
     FILE *calls = open_memstream(&cbuf[q], &clen[q]);
     for (int u = 0; u < st[q].n_units; u++)
       if (emit_unit(&st[q], &c, u, fns, calls)) rc = -1;
+    if (!train) fprintf(calls, "  PK_UNIT(%d);\n", st[q].n_units); /* the end of the last unit */
     fclose(calls);
   }
   fclose(fns);
@@ -339,7 +342,9 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
                "zeros) */\n", si->n_in[bq], si->n_out[bq], wl.total_bytes);
   }
   fputs("#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n\n#include <cblas.h>\n\n"
-        "#include \"pipert.h\"\n\n",
+        "#include \"pipert.h\"\n\n"
+        "/* PK_UNIT(u): unit u starts (timed in the profiler build, -DPIPECC_PROFILE) */\n"
+        "#ifdef PIPECC_PROFILE\n#define PK_UNIT(u) pipert_profile_mark(u)\n#else\n#define PK_UNIT(u) ((void)0)\n#endif\n\n",
         f);
   size_t total = arena + cg_align_up(c.scratch);
   fprintf(f, "#define ARENA_BYTES %zuu\n#define SCRATCH_OFF %zuu\n", total ? total : CG_ALIGN, arena);
@@ -415,6 +420,9 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
   return rc;
 }
 
+/* One-stage inference builds also get the per-node profiler (profile_main.c, make profile). */
+static int profiled(const cg_plan *p) { return p->n_stages == 1 && !p->train; }
+
 static int emit_makefile(ir_graph *g, const cg_plan *p, const cg_options *o, const char *dir) {
   char *buf = NULL;
   size_t len = 0;
@@ -426,8 +434,15 @@ static int emit_makefile(ir_graph *g, const cg_plan *p, const cg_options *o, con
   for (int s = 0; s < p->n_stages; s++) fprintf(f, " stage_%d.o", s);
   fputs(" pipeline_main.o\n\n", f);
   fputs("pipeline: $(OBJS) $(PIPERT_LIB)\n\t$(CC) -o $@ $(OBJS) $(PIPERT_LIB) $(LIBS)\n\n", f);
+  if (profiled(p))
+    fputs("profile: stage_0_prof.o profile_main.o $(PIPERT_LIB)\n"
+          "\t$(CC) -o $@ stage_0_prof.o profile_main.o $(PIPERT_LIB) $(LIBS)\n\n"
+          "stage_0_prof.o: stage_0.c\n\t$(CC) $(CFLAGS) -DPIPECC_PROFILE -I$(PIPERT_INCLUDE) -c -o $@ $<\n\n",
+          f);
   fputs("%.o: %.c\n\t$(CC) $(CFLAGS) -I$(PIPERT_INCLUDE) -c -o $@ $<\n\n", f);
-  fputs("clean:\n\trm -f $(OBJS) pipeline\n\n.PHONY: clean\n", f);
+  fputs(profiled(p) ? "clean:\n\trm -f $(OBJS) stage_0_prof.o profile_main.o pipeline profile\n\n.PHONY: clean\n"
+                    : "clean:\n\trm -f $(OBJS) pipeline\n\n.PHONY: clean\n",
+        f);
   fclose(f);
   int rc = cg_write_file(dir, "Makefile", buf, len);
   free(buf);
@@ -447,6 +462,7 @@ int cg_c_emit(ir_graph *g, const cg_plan *p, const cg_options *o, const char *ou
   for (int s = 0; s < p->n_stages; s++)
     if (emit_stage(g, p, o, &si, s, out_dir)) rc = -1;
   if (!rc) rc = cg_emit_main(g, p, o, &si, "cpu", out_dir);
+  if (!rc && profiled(p)) rc = cg_c_emit_profile_main(g, p, o, &si, out_dir);
   if (!rc) rc = emit_makefile(g, p, o, out_dir);
   cg_free_stage_info(&si);
   return rc;
