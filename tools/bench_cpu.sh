@@ -4,6 +4,9 @@
 #      pipeline on the 2 cores (one BLAS thread per stage) over 1 stage on one core.
 #      Goal >= 1.85x (limit 2.0). Both streamed (--bench N --stream: batches back to
 #      back, the pipeline filled once), and per batch (fill and drain every batch).
+#      The 2-stage split is planned on measured costs: --target cpu --profile-run builds
+#      a one-stage profiler, which times every node on core 0 (profile.json), and
+#      pipecc --profile profile.json plans with it.
 #  (b) pipecc g=1 on one thread vs onnxruntime with one intra-op thread, same model
 #      and batch. Goal >= 1.0x.
 # Each figure is taken ROUNDS times, the two sides of a ratio alternating. The machine
@@ -23,8 +26,10 @@ $PY tools/export_models.py --out "$WORK/models" --models resnet50 >/dev/null
 M="$WORK/models/resnet50.onnx"
 SHAPE="--shape input:32x3x224x224"
 $PY tools/ort_ref.py "$M" $SHAPE --threads 1 --inputs-out "$WORK/in.npz" --outputs-out "$WORK/exp.npz" >/dev/null
+"$BUILD/pipecc" "$M" $SHAPE -m 8 --target cpu --profile-run -o "$WORK/prof" >/dev/null 2>&1
+taskset -c 0 "$WORK/prof/profile" --profile-out "$WORK/profile.json" 2>&1 | tail -1
 "$BUILD/pipecc" "$M" $SHAPE -g 1 -m 8 -o "$WORK/g1m8" >/dev/null 2>&1
-"$BUILD/pipecc" "$M" $SHAPE -g 2 -m 8 --no-replicate -o "$WORK/g2m8" 2>&1 |
+"$BUILD/pipecc" "$M" $SHAPE -g 2 -m 8 --no-replicate --profile "$WORK/profile.json" -o "$WORK/g2m8" 2>&1 |
   grep -E "^ +[0-9]+ |bottleneck"
 "$BUILD/pipecc" "$M" $SHAPE -g 1 -m 1 -o "$WORK/g1m1" >/dev/null 2>&1
 Q="$PY tools/quiet_run.py --"
