@@ -260,13 +260,6 @@ static void arena_free(alloc_state *a, size_t off) {
 
 /* ---- one stage ------------------------------------------------------------------------- */
 
-static int same_shape(const ir_shape *a, const ir_shape *b) {
-  if (a->rank != b->rank) return 0;
-  for (int i = 0; i < a->rank; i++)
-    if (a->dims[i] != b->dims[i]) return 0;
-  return 1;
-}
-
 /* Group the stage's nodes into units. */
 static void build_units(cg_stage *st) {
   ir_graph *g = st->g;
@@ -286,7 +279,7 @@ static void build_units(cg_stage *st) {
       if (x->kind != IR_VAL_ACT || pnode < 0 || group[pnode] != pnode) continue; /* other stage, or already merged */
       if (!cg_is_eltwise(g, &g->nodes[pnode]) || x->n_uses != 1 || x->is_output || x->writeback >= 0) continue;
       if (st->si->last_stage[v] > st->s) continue;
-      if (!same_shape(&x->shape, &y->shape)) continue;
+      if (!ir_shape_same_dims(&x->shape, &y->shape)) continue;
       /* merge the producer's unit into this node's */
       int old = pnode;
       for (int j = 0; j <= pnode; j++)

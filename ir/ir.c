@@ -54,6 +54,13 @@ int64_t ir_shape_numel(const ir_shape *s) {
   return n;
 }
 
+int ir_shape_same_dims(const ir_shape *a, const ir_shape *b) {
+  if (a->rank != b->rank) return 0;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i]) return 0;
+  return 1;
+}
+
 char *ir_shape_str(const ir_shape *s, char *buf, size_t n) {
   size_t o = 0;
   if (!n) return buf;
@@ -291,6 +298,19 @@ int ir_add_node(ir_graph *g, ir_op op, const char *name, const int *in, int n_in
 }
 
 /* ---- attributes ---- */
+
+ir_attr *ir_node_add_attr(ir_graph *g, int node, const char *name, ir_attr_type t) {
+  ir_node *n = &g->nodes[node];
+  ir_attr *na = ir_alloc_array(g->arena, (size_t)n->n_attr + 1, sizeof(ir_attr));
+  if (n->n_attr) memcpy(na, n->attr, sizeof(ir_attr) * (size_t)n->n_attr);
+  n->attr = na;
+  ir_attr *at = &na[n->n_attr++];
+  memset(at, 0, sizeof *at);
+  at->name = ir_strdup(g->arena, name);
+  at->type = t;
+  at->tensor = -1;
+  return at;
+}
 
 const ir_attr *ir_attr_find(const ir_node *n, const char *name) {
   for (int i = 0; i < n->n_attr; i++)

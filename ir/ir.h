@@ -67,6 +67,8 @@ typedef struct {
 int ir_shape_static(const ir_shape *s);
 /* Number of elements; -1 if not static or on overflow past INT64_MAX. */
 int64_t ir_shape_numel(const ir_shape *s);
+/* 1 if a and b have the same rank and the same dims (symbolic names not compared). */
+int ir_shape_same_dims(const ir_shape *a, const ir_shape *b);
 /* "[2, 3, 224, 224]" / "[batch, 3, ?, ?]" into buf (always NUL-terminated). */
 char *ir_shape_str(const ir_shape *s, char *buf, size_t n);
 
@@ -201,6 +203,9 @@ int ir_add_node(ir_graph *g, ir_op op, const char *name, const int *in, int n_in
 
 /* Attribute lookup: NULL if absent. */
 const ir_attr *ir_attr_find(const ir_node *n, const char *name);
+/* Append an attribute of type t named name to node (arena copies; the value fields
+ * zeroed, tensor -1) and return it for the caller to fill. */
+ir_attr *ir_node_add_attr(ir_graph *g, int node, const char *name, ir_attr_type t);
 int64_t ir_attr_int(const ir_node *n, const char *name, int64_t dflt);
 float ir_attr_float(const ir_node *n, const char *name, float dflt);
 const char *ir_attr_str(const ir_node *n, const char *name, const char *dflt);

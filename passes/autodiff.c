@@ -33,16 +33,7 @@ int ad_begin(ad_ctx *a, ir_op op, const int *in, int n_in, int n_out, const char
 }
 
 static ir_attr *add_attr(ad_ctx *a, int node, const char *name, ir_attr_type t) {
-  ir_node *n = &a->g->nodes[node];
-  ir_attr *na = ir_alloc_array(a->g->arena, (size_t)n->n_attr + 1, sizeof(ir_attr));
-  if (n->n_attr) memcpy(na, n->attr, sizeof(ir_attr) * (size_t)n->n_attr);
-  n->attr = na;
-  ir_attr *at = &na[n->n_attr++];
-  memset(at, 0, sizeof *at);
-  at->name = ir_strdup(a->g->arena, name);
-  at->type = t;
-  at->tensor = -1;
-  return at;
+  return ir_node_add_attr(a->g, node, name, t);
 }
 void ad_attr_i(ad_ctx *a, int node, const char *name, int64_t v) { add_attr(a, node, name, IR_ATTR_INT)->i = v; }
 void ad_attr_f(ad_ctx *a, int node, const char *name, double v) { add_attr(a, node, name, IR_ATTR_FLOAT)->f = (float)v; }

@@ -5,13 +5,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static int same_shape(const ir_shape *a, const ir_shape *b) {
-  if (a->rank != b->rank) return 0;
-  for (int i = 0; i < a->rank; i++)
-    if (a->dims[i] != b->dims[i]) return 0;
-  return 1;
-}
-
 /* The single live consumer of value v, or -1 (none, several, or a graph output). */
 static int only_consumer(const ir_graph *g, int v) {
   const ir_value *val = &g->values[v];
@@ -36,22 +29,10 @@ static int clip_bound(ir_graph *g, const ir_node *n, int slot, const char *attr,
   return 0;
 }
 
-static void add_attr(ir_graph *g, ir_node *n, const ir_attr *a) {
-  ir_attr *na = ir_alloc_array(g->arena, (size_t)n->n_attr + 1, sizeof(ir_attr));
-  if (n->n_attr) memcpy(na, n->attr, sizeof(ir_attr) * (size_t)n->n_attr);
-  na[n->n_attr++] = *a;
-  n->attr = na;
-}
-
-static void add_str_attr(ir_graph *g, ir_node *n, const char *name, const char *s) {
-  ir_attr a;
-  memset(&a, 0, sizeof a);
-  a.name = name;
-  a.type = IR_ATTR_STRING;
-  a.s = ir_strdup(g->arena, s);
-  a.slen = strlen(s);
-  a.tensor = -1;
-  add_attr(g, n, &a);
+static void add_str_attr(ir_graph *g, int node, const char *name, const char *s) {
+  ir_attr *a = ir_node_add_attr(g, node, name, IR_ATTR_STRING);
+  a->s = ir_strdup(g->arena, s);
+  a->slen = strlen(s);
 }
 
 int pass_fused_act(const ir_node *n, float *lo, float *hi) {
@@ -86,8 +67,8 @@ int pass_fuse_conv(ir_graph *g) {
       const ir_node *an = &g->nodes[c];
       int other = an->in[0] == cur ? an->in[1] : an->in[0];
       const ir_value *ov = other >= 0 ? &g->values[other] : NULL;
-      if (ov && other != cur && ov->dtype == IR_FLOAT && same_shape(&ov->shape, &y->shape) &&
-          an->out[0] >= 0 && same_shape(&g->values[an->out[0]].shape, &y->shape)) {
+      if (ov && other != cur && ov->dtype == IR_FLOAT && ir_shape_same_dims(&ov->shape, &y->shape) &&
+          an->out[0] >= 0 && ir_shape_same_dims(&g->values[an->out[0]].shape, &y->shape)) {
         add = c;
         res = other;
         cur = an->out[0];
@@ -132,21 +113,16 @@ int pass_fuse_conv(ir_graph *g) {
     cv->out[0] = cur;
     g->values[cur].producer = i;
     if (act >= 0) {
-      add_str_attr(g, cv, "pipecc.act", g->nodes[act].op == IR_OP_Relu ? "Relu" : "Clip");
+      add_str_attr(g, i, "pipecc.act", g->nodes[act].op == IR_OP_Relu ? "Relu" : "Clip");
       if (g->nodes[act].op == IR_OP_Clip) {
-        ir_attr a;
-        memset(&a, 0, sizeof a);
-        a.name = "pipecc.clip";
-        a.type = IR_ATTR_FLOATS;
-        a.n = 2;
-        a.floats = ir_alloc_array(g->arena, 2, sizeof(float));
-        a.floats[0] = lo;
-        a.floats[1] = hi;
-        a.tensor = -1;
-        add_attr(g, cv, &a);
+        ir_attr *a = ir_node_add_attr(g, i, "pipecc.clip", IR_ATTR_FLOATS);
+        a->n = 2;
+        a->floats = ir_alloc_array(g->arena, 2, sizeof(float));
+        a->floats[0] = lo;
+        a->floats[1] = hi;
       }
     }
-    add_str_attr(g, cv, "pipecc.fused", desc);
+    add_str_attr(g, i, "pipecc.fused", desc);
     fused++;
   }
   if (!fused) return 0;
