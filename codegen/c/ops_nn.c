@@ -42,13 +42,13 @@ static conv_epi epilogue_of(cg_ctx *c, const ir_node *n) {
   return e;
 }
 
-static void emit_epilogue(cg_ctx *c, const conv_epi *e, const char *ind, const char *y, const char *r,
-                          const char *nr, const char *P, const char *ys) {
+static void emit_epilogue(cg_ctx *c, const conv_epi *e, const char *ind, const char *y, const char *r, int64_t nr,
+                          const char *P, int64_t ys) {
   if (!e->act && !e->res) return;
   char l1[48], l2[48];
-  cg_w(c, "%sfor (long m = 0; m < %s; m++) {\n", ind, nr);
-  cg_w(c, "%s  float *ym = %s + m * %s;\n", ind, y, ys);
-  if (e->res) cg_w(c, "%s  const float *rm = %s + m * %s;\n", ind, r, ys);
+  cg_w(c, "%sfor (long m = 0; m < %lld; m++) {\n", ind, LL(nr));
+  cg_w(c, "%s  float *ym = %s + m * %lld;\n", ind, y, LL(ys));
+  if (e->res) cg_w(c, "%s  const float *rm = %s + m * %lld;\n", ind, r, LL(ys));
   cg_w(c, "%s  for (long i = 0; i < %s; i++) {\n", ind, P);
   cg_w(c, "%s    float v = ym[i];\n", ind);
   if (e->res) cg_w(c, "%s    v = (float)(v + rm[i]);\n", ind);
@@ -139,12 +139,11 @@ static int emit_conv_batched(cg_ctx *c, const ir_node *n, const cg_win3 *w, cons
   cg_w(c, "          memcpy(y0 + ((n0 + j) * %lld + g * %lld + m) * %lld, yt + m * P + j * %lld, %lld);\n", LL(M),
        LL(Mg), LL(OS), LL(OS), LL(OS * (int64_t)esz));
   if (e->act || e->res) {
-    char yo[160], ro[160], nr[32], os[32];
+    char yo[160], ro[160], os[32];
     snprintf(yo, sizeof yo, "(y0 + ((n0 + j) * %lld + g * %lld) * %lld)", LL(M), LL(Mg), LL(OS));
     snprintf(ro, sizeof ro, "(x3 + ((n0 + j) * %lld + g * %lld) * %lld)", LL(M), LL(Mg), LL(OS));
-    snprintf(nr, sizeof nr, "%lld", LL(Mg));
     snprintf(os, sizeof os, "%lld", LL(OS));
-    emit_epilogue(c, e, "        ", yo, ro, nr, os, os);
+    emit_epilogue(c, e, "        ", yo, ro, Mg, os, OS);
   }
   cg_w(c, "      }\n");
   cg_w(c, "    }\n");
@@ -198,9 +197,6 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
     cg_put_comment(c->body, fused, 600);
     cg_w(c, " */\n");
   }
-  char nrs[32], oss[32];
-  snprintf(nrs, sizeof nrs, "%lld", LL(Mg));
-  snprintf(oss, sizeof oss, "%lld", LL(OS));
   if (NB >= 2) return emit_conv_batched(c, n, &w, T, t, esz, N, C, M, G, Cg, Mg, IS, OS, K, direct, NB, b != NULL, &e);
   const char *beta = b ? "1" : "0";
   if (!direct) {
@@ -229,7 +225,9 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
   if (direct) {
     cg_w(c, "      %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1, wg, %lld, xg, %lld, %s, yg, %lld);\n",
          gemm_fn(t), LL(Mg), LL(OS), LL(K), LL(K), LL(OS), beta, LL(OS));
-    emit_epilogue(c, &e, "      ", "yg", "rg", nrs, oss, oss);
+    char os[32];
+    snprintf(os, sizeof os, "%lld", LL(OS));
+    emit_epilogue(c, &e, "      ", "yg", "rg", Mg, os, OS);
   } else {
     cg_w(c, "      for (long r0 = 0; r0 < %lld; r0 += %lld) {\n", LL(rows), LL(rt));
     cg_w(c, "        const long nr = %lld - r0 < %lld ? %lld - r0 : %lld;\n", LL(rows), LL(rt), LL(rows), LL(rt));
@@ -257,7 +255,7 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
     char yo[64], ro[64];
     snprintf(yo, sizeof yo, "(yg + r0 * %lld)", LL(w.out[2]));
     snprintf(ro, sizeof ro, "(rg + r0 * %lld)", LL(w.out[2]));
-    emit_epilogue(c, &e, "        ", yo, ro, nrs, "P", oss);
+    emit_epilogue(c, &e, "        ", yo, ro, Mg, "P", OS);
     cg_w(c, "      }\n");
   }
   cg_w(c, "    }\n");
