@@ -18,6 +18,7 @@
 #include "ir/print.h"
 #include "passes/autodiff.h"
 #include "passes/fuse.h"
+#include "passes/winograd.h"
 #include "passes/pass.h"
 #include "passes/plan_ir.h"
 #include "passes/plan_json.h"
@@ -70,6 +71,9 @@ static void usage(FILE *f) {
       "  --target T             cpu (default) | cuda\n"
       "  --emit-only            write the sources and build files, do not compile\n"
       "  --no-fuse              cpu: keep Add/Relu/Clip after a Conv as nodes of their own\n"
+      "  --winograd M           cpu: 3x3 stride-1 Convs by Winograd F(MxM, 3x3): auto (default:\n"
+      "                         4, or 2 on maps under 4x4), 2, 4 (4x fewer FLOPs than im2col,\n"
+      "                         4x the filter bytes), or 0 (im2col + GEMM only)\n"
       "  --profile-run          build one stage and DIR/profile, which times every node on the\n"
       "                         target and writes the JSON that --profile reads: the GPU (the\n"
       "                         default here), or one core with --target cpu\n"
@@ -323,7 +327,7 @@ int main(int argc, char **argv) {
   const char *dumps[16];
   int n_dumps = 0, time_passes = 0, g_devices = 1, microbatches = 0, plan_only = 0, emit_only = 0, jobs = 0;
   int no_tf32 = 0, no_replicate = 0, hosts = 0, gpus_per_host = 0, train = 0, profile_run = 0;
-  int no_fuse = 0, target_given = 0;
+  int no_fuse = 0, target_given = 0, winograd = -1;
   double intra_bw = -1, intra_lat = -1, inter_bw = -1, inter_lat = -1;
   uint64_t mem_limit = 0;
   pass_schedule_kind schedule = PASS_SCHED_1F1B;
@@ -424,6 +428,11 @@ int main(int argc, char **argv) {
       no_replicate = 1;
     } else if (IS("--no-fuse")) {
       no_fuse = 1;
+    } else if (IS("--winograd")) {
+      const char *v = NEXT();
+      if (strcmp(v, "auto") && strcmp(v, "0") && strcmp(v, "2") && strcmp(v, "4"))
+        return cli_error("bad --winograd '%s' (auto, 0, 2 or 4)", v);
+      winograd = strcmp(v, "auto") ? atoi(v) : -1;
     } else if (IS("--train")) {
       train = 1;
       /* ---- training block (passes/autodiff.h) ---- */
@@ -564,6 +573,14 @@ int main(int argc, char **argv) {
     int nf = pass_fuse_conv(g);
     if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (%d chains)\n", "fuse", now_ms() - s, nf);
     if (nf < 0 || g->n_errors) return 2;
+  }
+  /* cpu inference: 3x3 stride-1 Convs by Winograd, filters transformed here
+   * (passes/winograd.h) */
+  if (!strcmp(target, "cpu") && !train_step && !train_prog && winograd) {
+    double s = now_ms();
+    int nw = pass_winograd(g, winograd);
+    if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (%d convs)\n", "winograd", now_ms() - s, nw);
+    if (nw < 0 || g->n_errors) return 2;
   }
 
   /* ---- plan ---- */

@@ -20,13 +20,17 @@
 #include <stdio.h>
 
 #include "codegen/codegen.h"
+#include "codegen/op_params.h"
 #include "codegen/stage.h"
 #include "ir/ir.h"
 
 /* How the emitted sources are compiled (the Makefile and cg_build use the same):
  * -O2 without -march: a portable binary whose heavy work is in OpenBLAS (which picks
  * its kernels at run time); -ffp-contract=off and no -ffast-math keep every node's
- * arithmetic exactly as written, so results do not depend on how nodes are grouped. */
+ * arithmetic exactly as written, so results do not depend on how nodes are grouped.
+ * -fvect-cost-model=dynamic: -O2's default (very cheap) leaves loops whose trip count is
+ * not a known multiple of the vector width scalar (the bias fills, epilogues and
+ * Winograd transforms); vectorising element-wise code does not change its results. */
 #ifndef CG_C_CC
 #define CG_C_CC "cc"
 #endif
@@ -35,7 +39,7 @@
 #ifndef CG_C_EXTRA
 #define CG_C_EXTRA ""
 #endif
-#define CG_C_CFLAGS "-O2 -std=c11 -ffp-contract=off -fno-fast-math -Wall -Wextra " CG_C_EXTRA
+#define CG_C_CFLAGS "-O2 -fvect-cost-model=dynamic -std=c11 -ffp-contract=off -fno-fast-math -Wall -Wextra " CG_C_EXTRA
 #define CG_C_LIBS CG_C_EXTRA " -lopenblas -lpthread -lm"
 
 typedef struct cg_ctx {
@@ -79,6 +83,25 @@ int cg_emit_eltwise(cg_ctx *c, const int *nodes, int n_nodes, const int *ext_in,
 /* Op emitters (one node): codegen/c/ops_nn.c, ops_data.c. Return 0 or -1. */
 typedef int (*cg_op_fn)(cg_ctx *c, const ir_node *n);
 cg_op_fn cg_op_emitter(ir_op op);
+
+/* The epilogue passes/fuse.c folded into a Conv: a residual (input 3) added, then Relu
+ * (act 1) or Clip to [lo, hi] (act 2). cg_conv_epi_emit writes the statements that apply
+ * it to the float variable v, the residual element being the expression r: the same
+ * expressions, in the same order, as the separate Add and Relu/Clip nodes
+ * (codegen/eltwise_expr.c), so fused and unfused builds give the same bits. */
+typedef struct {
+  int act, res;
+  float lo, hi;
+} cg_conv_epi;
+void cg_conv_epi_emit(cg_ctx *c, const cg_conv_epi *e, const char *ind, const char *v, const char *r);
+
+/* A Conv that passes/winograd.c prepared for F(m x m, 3 x 3) (codegen/c/winograd.c):
+ * cg_winograd_fits checks that its window allows it (2-D float, 3x3, strides and
+ * dilations 1, one group); cg_emit_conv_winograd writes the body, x1 being the
+ * transformed filters [a*a, M, C]. 0 or -1. */
+int cg_winograd_fits(const cg_win3 *w, int64_t G, int64_t C, int64_t M, ir_dtype t);
+int cg_emit_conv_winograd(cg_ctx *c, const ir_node *n, const cg_win3 *w, int m, int64_t N, int64_t C, int64_t M,
+                          int has_bias, const cg_conv_epi *e);
 
 /* profile_main.c of a one-stage inference plan (codegen/c/profile.c): stage 0's unit
  * table, in the order emit.c marks the units with PK_UNIT(u). 0 or -1. */

@@ -12,6 +12,7 @@
 #include "codegen/emit_common.h"
 #include "codegen/op_params.h"
 #include "passes/fuse.h"
+#include "passes/winograd.h"
 
 #define LL(x) ((long long)(x))
 
@@ -25,40 +26,39 @@ static int window(cg_ctx *c, const ir_node *n, const ir_value *x, const ir_value
   return cg_window(c->g, "cpu", n, x, y, kernel, transposed, w);
 }
 
-/* The epilogue passes/fuse.c folded into a Conv (a residual as input 3, then Relu or
- * Clip), applied to nr rows of P outputs at pointer y (row stride ys), the residual at
- * r (same offsets): the same expressions, in the same order, as the separate Add and
- * Relu/Clip nodes (codegen/eltwise_expr.c), so fused and unfused builds give the same
- * bits. Nothing when the node carries no epilogue. */
-typedef struct {
-  int act, res;
-  float lo, hi;
-} conv_epi;
-
-static conv_epi epilogue_of(cg_ctx *c, const ir_node *n) {
-  conv_epi e;
+/* The epilogue passes/fuse.c folded into a Conv (cg_conv_epi in cg_c.h), applied to nr
+ * rows of P outputs at pointer y (row stride ys), the residual at r (same offsets).
+ * Nothing when the node carries no epilogue. */
+static cg_conv_epi epilogue_of(cg_ctx *c, const ir_node *n) {
+  cg_conv_epi e;
   e.act = pass_fused_act(n, &e.lo, &e.hi);
   e.res = cg_in(c, n, 3) != NULL;
   return e;
 }
 
-static void emit_epilogue(cg_ctx *c, const conv_epi *e, const char *ind, const char *y, const char *r, int64_t nr,
+void cg_conv_epi_emit(cg_ctx *c, const cg_conv_epi *e, const char *ind, const char *v, const char *r) {
+  char l1[48], l2[48];
+  if (e->res) cg_w(c, "%s%s = (float)(%s + %s);\n", ind, v, v, r);
+  if (e->act == 1) cg_w(c, "%s%s = %s < 0 ? (float)0 : %s;\n", ind, v, v, v);
+  if (e->act == 2) {
+    cg_w(c, "%s%s = ", ind, v);
+    if (isfinite(e->lo)) cg_w(c, "%s < %s ? %s : ", v, cg_flit(l1, sizeof l1, e->lo, IR_FLOAT), l1);
+    if (isfinite(e->hi)) cg_w(c, "%s > %s ? %s : ", v, cg_flit(l2, sizeof l2, e->hi, IR_FLOAT), l2);
+    cg_w(c, "%s;\n", v);
+  }
+}
+
+static void emit_epilogue(cg_ctx *c, const cg_conv_epi *e, const char *ind, const char *y, const char *r, int64_t nr,
                           const char *P, int64_t ys) {
   if (!e->act && !e->res) return;
-  char l1[48], l2[48];
+  char in2[64];
+  snprintf(in2, sizeof in2, "%s    ", ind);
   cg_w(c, "%sfor (long m = 0; m < %lld; m++) {\n", ind, LL(nr));
   cg_w(c, "%s  float *ym = %s + m * %lld;\n", ind, y, LL(ys));
   if (e->res) cg_w(c, "%s  const float *rm = %s + m * %lld;\n", ind, r, LL(ys));
   cg_w(c, "%s  for (long i = 0; i < %s; i++) {\n", ind, P);
   cg_w(c, "%s    float v = ym[i];\n", ind);
-  if (e->res) cg_w(c, "%s    v = (float)(v + rm[i]);\n", ind);
-  if (e->act == 1) cg_w(c, "%s    v = v < 0 ? (float)0 : v;\n", ind);
-  if (e->act == 2) {
-    cg_w(c, "%s    v = ", ind);
-    if (isfinite(e->lo)) cg_w(c, "v < %s ? %s : ", cg_flit(l1, sizeof l1, e->lo, IR_FLOAT), l1);
-    if (isfinite(e->hi)) cg_w(c, "v > %s ? %s : ", cg_flit(l2, sizeof l2, e->hi, IR_FLOAT), l2);
-    cg_w(c, "v;\n");
-  }
+  cg_conv_epi_emit(c, e, in2, "v", "rm[i]");
   cg_w(c, "%s    ym[i] = v;\n%s  }\n%s}\n", ind, ind, ind);
 }
 
@@ -87,7 +87,7 @@ static void emit_im2col_row(cg_ctx *c, const cg_win3 *w, size_t esz) {
 
 static int emit_conv_batched(cg_ctx *c, const ir_node *n, const cg_win3 *w, const char *T, ir_dtype t, size_t esz,
                              int64_t N, int64_t C, int64_t M, int64_t G, int64_t Cg, int64_t Mg, int64_t IS, int64_t OS,
-                             int64_t K, int direct, int64_t NB, int has_bias, const conv_epi *e) {
+                             int64_t K, int direct, int64_t NB, int has_bias, const cg_conv_epi *e) {
   (void)n;
   int64_t rows = w->out[0] * w->out[1];
   cg_scratch(c, (size_t)((K + Mg) * NB * OS) * esz);
@@ -156,7 +156,8 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
   ir_dtype t = y->dtype;
   if (t != IR_FLOAT && t != IR_DOUBLE) return cg_fail(c, n, "Conv on %s is not supported", ir_dtype_name(t));
   int64_t kernel[3];
-  for (int i = 0; i < x->shape.rank - 2 && i < 3; i++) kernel[i] = wt->shape.dims[2 + i];
+  int wm = pass_winograd_m(n); /* filters transformed by passes/winograd.c: 3x3 */
+  for (int i = 0; i < x->shape.rank - 2 && i < 3; i++) kernel[i] = wm ? 3 : wt->shape.dims[2 + i];
   cg_win3 w;
   if (window(c, n, x, y, kernel, 0, &w)) return -1;
   const char *T = cg_ctype(t);
@@ -165,7 +166,11 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
   int64_t Cg = C / G, Mg = M / G;
   int64_t IS = w.in[0] * w.in[1] * w.in[2], OS = w.out[0] * w.out[1] * w.out[2];
   int64_t K = Cg * w.k[0] * w.k[1] * w.k[2];
-  if (wt->shape.dims[1] != Cg || wt->shape.dims[0] != M) return cg_fail(c, n, "weight shape does not match the input");
+  if (wm && (!cg_winograd_fits(&w, G, C, M, t) || wt->shape.rank != 3 || wt->shape.dims[0] != (wm + 2) * (wm + 2) ||
+             wt->shape.dims[1] != M || wt->shape.dims[2] != C))
+    return cg_fail(c, n, "pipecc.winograd on a Conv it does not fit");
+  if (!wm && (wt->shape.dims[1] != Cg || wt->shape.dims[0] != M))
+    return cg_fail(c, n, "weight shape does not match the input");
   if (cg_numel(y) == 0) return 0;
   int direct = 1;
   for (int j = 0; j < 3; j++) direct &= w.k[j] == 1 && w.s[j] == 1 && w.pb[j] == 0 && w.pe[j] == 0;
@@ -189,7 +194,7 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
       NB = (N + blocks - 1) / blocks;
     }
   }
-  conv_epi e = epilogue_of(c, n);
+  cg_conv_epi e = epilogue_of(c, n);
   if ((e.act || e.res) && t != IR_FLOAT) return cg_fail(c, n, "a fused epilogue on a %s Conv", ir_dtype_name(t));
   const char *fused = ir_attr_str(n, "pipecc.fused", NULL);
   if (fused) {
@@ -197,6 +202,7 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
     cg_put_comment(c->body, fused, 600);
     cg_w(c, " */\n");
   }
+  if (wm) return cg_emit_conv_winograd(c, n, &w, wm, N, C, M, b != NULL, &e);
   if (NB >= 2) return emit_conv_batched(c, n, &w, T, t, esz, N, C, M, G, Cg, Mg, IS, OS, K, direct, NB, b != NULL, &e);
   const char *beta = b ? "1" : "0";
   if (!direct) {

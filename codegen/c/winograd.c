@@ -1,0 +1,160 @@
+/* codegen/c/winograd.c - 2-D 3x3 stride-1 Convs by Winograd minimal filtering
+ * F(m x m, 3 x 3) for the cpu target; passes/winograd.c chose the Convs and transformed
+ * their filters to U = G g G^T ahead of time (the weight input, [a*a, M, C]).
+ *
+ * With a = m + 2, the output is cut into m x m tiles; each tile needs an a x a input
+ * patch d. For every tile and channel the emitted code computes V = B^T d B, and for
+ * every tile and output channel the output Y = A^T [sum_c U (.) V] A. The sum over channels for each of the a*a positions of the
+ * transformed tile is a GEMM, [M x C] x [C x tiles], done by OpenBLAS: a*a GEMMs of
+ * 2*M*C*tiles FLOPs instead of im2col's one GEMM of 2*M*C*9*m*m*tiles, i.e.
+ * 9 m^2 / (m + 2)^2 times fewer (2.25 for m = 2, 4 for m = 4). The transforms are
+ * straight-line code with the matrices' constants (zeros dropped, ones as adds).
+ *
+ * Memory: tiles are processed in blocks of whole tile rows (over all images), so V and
+ * the GEMM results stay within WINO_BYTES of scratch.
+ * Everything depends only on the node's shapes, so every stage count gives the same
+ * bits; the output gets the bias and then the fused epilogue, the same expressions as
+ * separate nodes. */
+#include <stdio.h>
+#include <string.h>
+
+#include "codegen/c/cg_c.h"
+#include "passes/winograd.h"
+
+#define LL(x) ((long long)(x))
+#define WINO_BYTES (8 << 20)
+
+/* n elements rounded up to an odd number of lines of `lines` elements */
+static int64_t odd_lines(int64_t n, int64_t lines) { return ((n + lines - 1) / lines | 1) * lines; }
+
+int cg_winograd_fits(const cg_win3 *w, int64_t G, int64_t C, int64_t M, ir_dtype t) {
+  if (t != IR_FLOAT || w->sr != 2 || G != 1 || C < 1 || M < 1) return 0;
+  if (w->k[1] != 3 || w->k[2] != 3) return 0;
+  for (int j = 1; j < 3; j++)
+    if (w->s[j] != 1 || w->d[j] != 1 || w->out[j] < 1) return 0;
+  return 1;
+}
+
+/* One term of a sum: "+ s", "- s" or "+ k * s"; first: no leading "+". */
+static void term(cg_ctx *c, int *first, double k, const char *s, ir_dtype t) {
+  char lit[48];
+  if (k == 0) return;
+  if (k == 1) cg_w(c, "%s%s", *first ? "" : " + ", s);
+  else if (k == -1) cg_w(c, "%s%s", *first ? "-" : " - ", s);
+  else cg_w(c, "%s%s * %s", *first ? "" : " + ", cg_flit(lit, sizeof lit, k, t), s);
+  *first = 0;
+}
+
+/* dst[i][j] = sum_k X[i*K + k] * src[k][j] for i < R, j < J (right = 0), or
+ * dst[i][j] = sum_k src[i][k] * X[j*K + k] for i < J, j < R (right = 1). */
+static void emit_mat(cg_ctx *c, const char *ind, const char *dst, const char *src, const double *X, int R, int K, int J,
+                     int right, ir_dtype t) {
+  for (int i = 0; i < (right ? J : R); i++)
+    for (int j = 0; j < (right ? R : J); j++) {
+      cg_w(c, "%s%s[%d][%d] = ", ind, dst, i, j);
+      int first = 1;
+      for (int k = 0; k < K; k++) {
+        char s[32];
+        snprintf(s, sizeof s, "%s[%d][%d]", src, right ? i : k, right ? k : j);
+        term(c, &first, right ? X[j * K + k] : X[i * K + k], s, t);
+      }
+      cg_w(c, "%s;\n", first ? "0" : "");
+    }
+}
+
+int cg_emit_conv_winograd(cg_ctx *c, const ir_node *n, const cg_win3 *w, int m, int64_t N, int64_t C, int64_t M,
+                          int has_bias, const cg_conv_epi *e) {
+  (void)n;
+  ir_dtype t = cg_out(c, n, 0)->dtype;
+  const char *T = cg_ctype(t), *gemm = "cblas_sgemm";
+  const double *BT, *Gm, *AT;
+  pass_winograd_mats(m, &BT, &Gm, &AT);
+  (void)Gm;
+  int a = m + 2, aa = a * a;
+  size_t esz = 4;
+  int64_t H = w->in[1], W = w->in[2], Ho = w->out[1], Wo = w->out[2];
+  int64_t th = (Ho + m - 1) / m, tw = (Wo + m - 1) / m, rows = N * th;
+  /* a block: RB tile rows; V [aa][C][P] and Yt [aa][M][P], P = RB * tw */
+  int64_t per_row = (int64_t)aa * (C + M) * tw * (int64_t)esz;
+  int64_t RB = per_row > 0 ? WINO_BYTES / per_row : rows;
+  if (RB < 1) RB = 1;
+  if (RB > rows) RB = rows;
+  int64_t blocks = (rows + RB - 1) / RB;
+  RB = (rows + blocks - 1) / blocks;
+  int64_t L = tw * m + 2; /* a padded input row: input columns -pb .. tw*m - pb + 1 */
+  /* The a*a matrices of V and Yt are written and read a*a at a time, one element of
+   * each: their distance is padded to an odd number of 64-byte lines, so the a*a streams
+   * fall in different cache sets (an exact multiple of 4 KiB would put them all in one). */
+  int64_t lines = (int64_t)(64 / esz);
+  cg_scratch(c, ((size_t)aa * (odd_lines(C * RB * tw, lines) + odd_lines(M * RB * tw, lines)) +
+                 (size_t)a * L) * esz);
+  cg_w(c, "  /* Winograd F(%dx%d, 3x3): %lldx%lld tiles per image, blocks of %lld tile rows; %d GEMMs "
+          "[%lld x %lld] x [%lld x tiles] per block */\n",
+       m, m, LL(th), LL(tw), LL(RB), aa, LL(M), LL(C), LL(C));
+  cg_w(c, "  %s *V = (%s *)scr;                     /* [%d][C][P]: B^T d B, VS apart */\n", T, T, aa);
+  cg_w(c, "  %s *Yt = V + %lld;                      /* [%d][M][P], YS apart */\n", T,
+       LL((int64_t)aa * odd_lines(C * RB * tw, lines)), aa);
+  cg_w(c, "  %s *buf = Yt + %lld;                    /* [%d][%lld]: padded input rows */\n", T,
+       LL((int64_t)aa * odd_lines(M * RB * tw, lines)), a, LL(L));
+  cg_w(c, "  for (long r0 = 0; r0 < %lld; r0 += %lld) {\n", LL(rows), LL(RB));
+  cg_w(c, "    const long nr = %lld - r0 < %lld ? %lld - r0 : %lld;\n", LL(rows), LL(RB), LL(rows), LL(RB));
+  cg_w(c, "    const long P = nr * %lld;\n", LL(tw));
+  cg_w(c, "    const long VS = ((%lld * P + %lld) / %lld | 1) * %lld, YS = ((%lld * P + %lld) / %lld | 1) * %lld;\n",
+       LL(C), LL(lines - 1), LL(lines), LL(lines), LL(M), LL(lines - 1), LL(lines), LL(lines));
+  /* input transform */
+  cg_w(c, "    for (long ci = 0; ci < %lld; ci++)\n", LL(C));
+  cg_w(c, "      for (long rr = 0; rr < nr; rr++) {\n");
+  cg_w(c, "        const long r = r0 + rr, img = r / %lld, ty = r %% %lld;\n", LL(th), LL(th));
+  cg_w(c, "        const %s *xc = x0 + (img * %lld + ci) * %lld;\n", T, LL(C), LL(H * W));
+  cg_w(c, "        for (int k = 0; k < %d; k++) {\n", a);
+  cg_w(c, "          const long iy = ty * %d - %lld + k;\n", m, LL(w->pb[1]));
+  cg_w(c, "          %s *dst = buf + k * %lld;\n", T, LL(L));
+  cg_w(c, "          if (iy < 0 || iy >= %lld) {\n", LL(H));
+  cg_w(c, "            for (long u = 0; u < %lld; u++) dst[u] = 0;\n", LL(L));
+  cg_w(c, "            continue;\n          }\n");
+  cg_w(c, "          const %s *src = xc + iy * %lld;\n", T, LL(W));
+  cg_w(c, "          for (long u = 0; u < %lld; u++) {\n", LL(L));
+  cg_w(c, "            const long ix = u - %lld;\n", LL(w->pb[2]));
+  cg_w(c, "            dst[u] = ix >= 0 && ix < %lld ? src[ix] : 0;\n", LL(W));
+  cg_w(c, "          }\n        }\n");
+  cg_w(c, "        %s *vp = V + ci * P + rr * %lld;\n", T, LL(tw));
+  cg_w(c, "        for (long tx = 0; tx < %lld; tx++) {\n", LL(tw));
+  cg_w(c, "          %s d[%d][%d], s[%d][%d], v[%d][%d];\n", T, a, a, a, a, a, a);
+  cg_w(c, "          for (int i = 0; i < %d; i++)\n", a);
+  cg_w(c, "            for (int j = 0; j < %d; j++) d[i][j] = buf[i * %lld + tx * %d + j];\n", a, LL(L), m);
+  emit_mat(c, "          ", "s", "d", BT, a, a, a, 0, t);
+  emit_mat(c, "          ", "v", "s", BT, a, a, a, 1, t);
+  cg_w(c, "          for (int i = 0; i < %d; i++)\n", a);
+  cg_w(c, "            for (int j = 0; j < %d; j++) vp[(i * %d + j) * VS + tx] = v[i][j];\n", a, a);
+  cg_w(c, "        }\n      }\n");
+  /* the a*a GEMMs */
+  cg_w(c, "    for (int e = 0; e < %d; e++)\n", aa);
+  cg_w(c, "      %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)P, %lld, 1, x1 + e * %lld, %lld, V + e * VS, "
+          "(int)P, 0, Yt + e * YS, (int)P);\n",
+       gemm, LL(M), LL(C), LL(M * C), LL(C));
+  /* output transform, bias, epilogue */
+  cg_w(c, "    for (long mo = 0; mo < %lld; mo++)\n", LL(M));
+  cg_w(c, "      for (long rr = 0; rr < nr; rr++) {\n");
+  cg_w(c, "        const long r = r0 + rr, img = r / %lld, ty = r %% %lld;\n", LL(th), LL(th));
+  cg_w(c, "        const long oy0 = ty * %d, ni = %lld - oy0 < %d ? %lld - oy0 : %d;\n", m, LL(Ho), m, LL(Ho), m);
+  cg_w(c, "        %s *yb = y0 + (img * %lld + mo) * %lld + oy0 * %lld;\n", T, LL(M), LL(Ho * Wo), LL(Wo));
+  if (e->res) cg_w(c, "        const float *rb = x3 + (img * %lld + mo) * %lld + oy0 * %lld;\n", LL(M), LL(Ho * Wo), LL(Wo));
+  cg_w(c, "        const %s *yp = Yt + mo * P + rr * %lld;\n", T, LL(tw));
+  cg_w(c, "        for (long tx = 0; tx < %lld; tx++) {\n", LL(tw));
+  cg_w(c, "          %s q[%d][%d], s[%d][%d], o[%d][%d];\n", T, a, a, m, a, m, m);
+  cg_w(c, "          for (int i = 0; i < %d; i++)\n", a);
+  cg_w(c, "            for (int j = 0; j < %d; j++) q[i][j] = yp[(i * %d + j) * YS + tx];\n", a, a);
+  emit_mat(c, "          ", "s", "q", AT, m, a, a, 0, t);
+  emit_mat(c, "          ", "o", "s", AT, m, a, m, 1, t);
+  cg_w(c, "          const long ox0 = tx * %d, nj = %lld - ox0 < %d ? %lld - ox0 : %d;\n", m, LL(Wo), m, LL(Wo), m);
+  cg_w(c, "          for (long i = 0; i < ni; i++)\n");
+  cg_w(c, "            for (long j = 0; j < nj; j++) {\n");
+  cg_w(c, "              %s v = o[i][j]%s;\n", T, has_bias ? " + x2[mo]" : "");
+  char rex[64];
+  snprintf(rex, sizeof rex, "rb[i * %lld + ox0 + j]", LL(Wo));
+  cg_conv_epi_emit(c, e, "              ", "v", rex);
+  cg_w(c, "              yb[i * %lld + ox0 + j] = v;\n", LL(Wo));
+  cg_w(c, "            }\n        }\n      }\n");
+  cg_w(c, "  }\n");
+  return 0;
+}
