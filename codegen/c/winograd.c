@@ -4,11 +4,12 @@
  *
  * With a = m + 2, the output is cut into m x m tiles; each tile needs an a x a input
  * patch d. For every tile and channel the emitted code computes V = B^T d B, and for
- * every tile and output channel the output Y = A^T [sum_c U (.) V] A. The sum over channels for each of the a*a positions of the
- * transformed tile is a GEMM, [M x C] x [C x tiles], done by OpenBLAS: a*a GEMMs of
+ * every tile and output channel the output Y = A^T [sum_c U (.) V] A. The sum over
+ * channels for each of the a*a positions of the transformed tile is a GEMM, [M x C] x [C x tiles], done by OpenBLAS: a*a GEMMs of
  * 2*M*C*tiles FLOPs instead of im2col's one GEMM of 2*M*C*9*m*m*tiles, i.e.
  * 9 m^2 / (m + 2)^2 times fewer (2.25 for m = 2, 4 for m = 4). The transforms are
  * straight-line code with the matrices' constants (zeros dropped, ones as adds).
+ * float32 only (the pass prepares nothing else).
  *
  * Memory: tiles are processed in blocks of whole tile rows (over all images), so V and
  * the GEMM results stay within WINO_BYTES of scratch.
@@ -36,19 +37,19 @@ int cg_winograd_fits(const cg_win3 *w, int64_t G, int64_t C, int64_t M, ir_dtype
 }
 
 /* One term of a sum: "+ s", "- s" or "+ k * s"; first: no leading "+". */
-static void term(cg_ctx *c, int *first, double k, const char *s, ir_dtype t) {
+static void term(cg_ctx *c, int *first, double k, const char *s) {
   char lit[48];
   if (k == 0) return;
   if (k == 1) cg_w(c, "%s%s", *first ? "" : " + ", s);
   else if (k == -1) cg_w(c, "%s%s", *first ? "-" : " - ", s);
-  else cg_w(c, "%s%s * %s", *first ? "" : " + ", cg_flit(lit, sizeof lit, k, t), s);
+  else cg_w(c, "%s%s * %s", *first ? "" : " + ", cg_flit(lit, sizeof lit, k, IR_FLOAT), s);
   *first = 0;
 }
 
 /* dst[i][j] = sum_k X[i*K + k] * src[k][j] for i < R, j < J (right = 0), or
  * dst[i][j] = sum_k src[i][k] * X[j*K + k] for i < J, j < R (right = 1). */
 static void emit_mat(cg_ctx *c, const char *ind, const char *dst, const char *src, const double *X, int R, int K, int J,
-                     int right, ir_dtype t) {
+                     int right) {
   for (int i = 0; i < (right ? J : R); i++)
     for (int j = 0; j < (right ? R : J); j++) {
       cg_w(c, "%s%s[%d][%d] = ", ind, dst, i, j);
@@ -56,7 +57,7 @@ static void emit_mat(cg_ctx *c, const char *ind, const char *dst, const char *sr
       for (int k = 0; k < K; k++) {
         char s[32];
         snprintf(s, sizeof s, "%s[%d][%d]", src, right ? i : k, right ? k : j);
-        term(c, &first, right ? X[j * K + k] : X[i * K + k], s, t);
+        term(c, &first, right ? X[j * K + k] : X[i * K + k], s);
       }
       cg_w(c, "%s;\n", first ? "0" : "");
     }
@@ -65,11 +66,10 @@ static void emit_mat(cg_ctx *c, const char *ind, const char *dst, const char *sr
 int cg_emit_conv_winograd(cg_ctx *c, const ir_node *n, const cg_win3 *w, int m, int64_t N, int64_t C, int64_t M,
                           int has_bias, const cg_conv_epi *e) {
   (void)n;
-  ir_dtype t = cg_out(c, n, 0)->dtype;
-  const char *T = cg_ctype(t), *gemm = "cblas_sgemm";
-  const double *BT, *Gm, *AT;
-  pass_winograd_mats(m, &BT, &Gm, &AT);
-  (void)Gm;
+  const char *T = "float";
+  const double *BT, *G, *AT;
+  pass_winograd_mats(m, &BT, &G, &AT);
+  (void)G; /* the pass applied G */
   int a = m + 2, aa = a * a;
   size_t esz = 4;
   int64_t H = w->in[1], W = w->in[2], Ho = w->out[1], Wo = w->out[2];
@@ -122,16 +122,16 @@ int cg_emit_conv_winograd(cg_ctx *c, const ir_node *n, const cg_win3 *w, int m, 
   cg_w(c, "          %s d[%d][%d], s[%d][%d], v[%d][%d];\n", T, a, a, a, a, a, a);
   cg_w(c, "          for (int i = 0; i < %d; i++)\n", a);
   cg_w(c, "            for (int j = 0; j < %d; j++) d[i][j] = buf[i * %lld + tx * %d + j];\n", a, LL(L), m);
-  emit_mat(c, "          ", "s", "d", BT, a, a, a, 0, t);
-  emit_mat(c, "          ", "v", "s", BT, a, a, a, 1, t);
+  emit_mat(c, "          ", "s", "d", BT, a, a, a, 0);
+  emit_mat(c, "          ", "v", "s", BT, a, a, a, 1);
   cg_w(c, "          for (int i = 0; i < %d; i++)\n", a);
   cg_w(c, "            for (int j = 0; j < %d; j++) vp[(i * %d + j) * VS + tx] = v[i][j];\n", a, a);
   cg_w(c, "        }\n      }\n");
   /* the a*a GEMMs */
   cg_w(c, "    for (int e = 0; e < %d; e++)\n", aa);
-  cg_w(c, "      %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)P, %lld, 1, x1 + e * %lld, %lld, V + e * VS, "
+  cg_w(c, "      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)P, %lld, 1, x1 + e * %lld, %lld, V + e * VS, "
           "(int)P, 0, Yt + e * YS, (int)P);\n",
-       gemm, LL(M), LL(C), LL(M * C), LL(C));
+       LL(M), LL(C), LL(M * C), LL(C));
   /* output transform, bias, epilogue */
   cg_w(c, "    for (long mo = 0; mo < %lld; mo++)\n", LL(M));
   cg_w(c, "      for (long rr = 0; rr < nr; rr++) {\n");
@@ -144,8 +144,8 @@ int cg_emit_conv_winograd(cg_ctx *c, const ir_node *n, const cg_win3 *w, int m, 
   cg_w(c, "          %s q[%d][%d], s[%d][%d], o[%d][%d];\n", T, a, a, m, a, m, m);
   cg_w(c, "          for (int i = 0; i < %d; i++)\n", a);
   cg_w(c, "            for (int j = 0; j < %d; j++) q[i][j] = yp[(i * %d + j) * YS + tx];\n", a, a);
-  emit_mat(c, "          ", "s", "q", AT, m, a, a, 0, t);
-  emit_mat(c, "          ", "o", "s", AT, m, a, m, 1, t);
+  emit_mat(c, "          ", "s", "q", AT, m, a, a, 0);
+  emit_mat(c, "          ", "o", "s", AT, m, a, m, 1);
   cg_w(c, "          const long ox0 = tx * %d, nj = %lld - ox0 < %d ? %lld - ox0 : %d;\n", m, LL(Wo), m, LL(Wo), m);
   cg_w(c, "          for (long i = 0; i < ni; i++)\n");
   cg_w(c, "            for (long j = 0; j < nj; j++) {\n");
