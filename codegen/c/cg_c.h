@@ -39,7 +39,12 @@
 #ifndef CG_C_EXTRA
 #define CG_C_EXTRA ""
 #endif
-#define CG_C_CFLAGS "-O2 -fvect-cost-model=dynamic -std=c11 -ffp-contract=off -fno-fast-math -Wall -Wextra " CG_C_EXTRA
+/* GCC's vectoriser cost model (below); the sanitizer build, whose compiler may be clang,
+ * sets it to what that compiler takes */
+#ifndef CG_C_VECT
+#define CG_C_VECT "-fvect-cost-model=dynamic"
+#endif
+#define CG_C_CFLAGS "-O2 " CG_C_VECT " -std=c11 -ffp-contract=off -fno-fast-math -Wall -Wextra " CG_C_EXTRA
 #define CG_C_LIBS CG_C_EXTRA " -lopenblas -lpthread -lm"
 
 typedef struct cg_ctx {
