@@ -81,8 +81,7 @@ int pass_winograd(ir_graph *g, int mode) {
     s.dims[2] = C;
     int v = ir_add_const(g, name, IR_FLOAT, &s, u, (size_t)(a * a * MC) * sizeof(float));
     free(u);
-    n = &g->nodes[i]; /* ir_add_const may move the value table, not the nodes; stay safe */
-    n->in[1] = v;
+    n->in[1] = v; /* (ir_add_const grows the value table; w and y are not used past it) */
     ir_attr *at = ir_node_add_attr(g, i, "pipecc.winograd", IR_ATTR_INT);
     at->i = m;
     done++;

@@ -10,10 +10,8 @@ fused build really fused something.
 Exit status 0 when every check passes, 1 otherwise.
 """
 
-import argparse
 import os
 import re
-import shutil
 import subprocess
 import sys
 
@@ -25,17 +23,10 @@ import pipecc_test as pt  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--pipecc", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--shape", action="append", default=[])
-    ap.add_argument("--work", required=True)
+    ap = pt.model_args()
     ap.add_argument("-g", type=int, default=2)
     a = ap.parse_args()
-    name = os.path.splitext(os.path.basename(a.model))[0]
-    work = os.path.join(a.work, name)
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
+    name, work = pt.model_work(a)
     xin, yref = os.path.join(work, "x.npz"), os.path.join(work, "y.npz")
     if not pt.ort_reference(name, a.model, a.shape, None, xin, yref, 1):
         return 1

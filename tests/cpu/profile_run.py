@@ -9,26 +9,21 @@ and that the planner takes it without falling back to the cost model for any nod
 Exit status 0 when every check passes, 1 otherwise.
 """
 
-import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "lib"))
+import pipecc_test as pt  # noqa: E402
+
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--pipecc", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--shape", action="append", default=[])
-    ap.add_argument("--work", required=True)
+    ap = pt.model_args()
     ap.add_argument("-g", type=int, default=2)
     a = ap.parse_args()
-    name = os.path.splitext(os.path.basename(a.model))[0]
-    work = os.path.join(a.work, name)
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
+    name, work = pt.model_work(a)
     shapes = [x for s in a.shape for x in ("--shape", s)]
     prof_dir, js = os.path.join(work, "prof"), os.path.join(work, "profile.json")
     env = dict(os.environ)

@@ -13,7 +13,6 @@ micro-batch separately, with Dropout switched to inference.
 Exit status 0 when every check passes, 1 otherwise.
 """
 
-import argparse
 import os
 import re
 import shutil
@@ -29,13 +28,9 @@ import pipecc_test as pt  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--pipecc", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--shape", action="append", default=[])
+    ap = pt.model_args()
     ap.add_argument("--stages", default="1,2")
     ap.add_argument("--microbatches", type=int, default=2)
-    ap.add_argument("--work", required=True)
     ap.add_argument("--int-high", type=int, default=None)
     ap.add_argument("--train", action="store_true")
     ap.add_argument("--tol", type=float, default=1e-4)
@@ -43,9 +38,7 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the build directories")
     a = ap.parse_args()
 
-    name = os.path.splitext(os.path.basename(a.model))[0]
-    work = os.path.join(a.work, name)
-    os.makedirs(work, exist_ok=True)
+    name, work = pt.model_work(a, fresh=False)
     xin = os.path.join(work, "x.npz")
     yref = os.path.join(work, "y.npz")
     t = time.time()

@@ -15,6 +15,29 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def model_args():
+    """The arguments every real-model driver takes: --pipecc, --model, --shape (repeated),
+    --work. Returns the parser for the driver to add its own."""
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pipecc", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--shape", action="append", default=[])
+    ap.add_argument("--work", required=True)
+    return ap
+
+
+def model_work(a, fresh=True):
+    """(model name, its folder under --work): emptied first when fresh, else kept."""
+    import shutil
+    name = os.path.splitext(os.path.basename(a.model))[0]
+    work = os.path.join(a.work, name)
+    if fresh:
+        shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work, exist_ok=True)
+    return name, work
+
+
 def rel_l2(a, b):
     """||a - b|| / ||b|| in float64 (||a - b|| when b is zero)."""
     import numpy as np
