@@ -175,11 +175,15 @@ def export_one(name, path, check):
     tmp = path + ".tmp"
     # Grad stays enabled on purpose: under no_grad an eval TransformerEncoderLayer takes
     # the fused fast path (aten::_transformer_encoder_layer_fwd), which has no ONNX export.
+    # PyTorch 2.9 and later export through torch.export (dynamo=True) unless told not to:
+    # the models here are the TorchScript exporter's, at the opsets listed above.
+    import inspect
+    legacy = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
     with torch.enable_grad():
         torch.onnx.export(model, (example,), tmp, export_params=True,
                           training=mode, input_names=[in_name], output_names=out_names,
                           opset_version=opset, do_constant_folding=not training,
-                          dynamic_axes=dyn)
+                          dynamic_axes=dyn, **legacy)
     if check:
         import onnx
         onnx.checker.check_model(tmp)
