@@ -55,6 +55,8 @@ static void usage(FILE *f) {
       "  --train                compile a pipelined training program: forward, backward and optimizer\n"
       "                         step of every stage, run by `DIR/pipeline train` (see Training)\n"
       "  --no-tf32              cost (and on cuda, run) float32 GEMMs without TF32\n"
+      "  --cuda-arch LIST       cuda: the SM versions nvcc builds for, e.g. 90 or 80;90 (default 80;90,\n"
+      "                         or $PIPECC_CUDA_ARCH)\n"
       "\n"
       "Training (--train; --train-step compiles instead ONE step as a pure function: inputs +\n"
       "labels -> loss, grad/W and new/W per weight W, run like an inference model):\n"
@@ -133,6 +135,26 @@ static int cli_error(const char *fmt, const char *arg) {
   fprintf(stderr, fmt, arg);
   fprintf(stderr, " (see pipecc --help)\n");
   return 2;
+}
+
+/* --cuda-arch: SM versions (two or three digits, optionally with an 'a' suffix such as
+ * 90a) separated by ';', ',' or spaces; at least one. */
+static int valid_cuda_arch(const char *v) {
+  int n = 0;
+  for (const char *p = v; *p;) {
+    if (*p == ';' || *p == ',' || *p == ' ') {
+      p++;
+      continue;
+    }
+    int d = 0;
+    while (p[d] >= '0' && p[d] <= '9') d++;
+    if (d < 2 || d > 3) return 0;
+    p += d;
+    if (*p == 'a') p++;
+    if (*p && *p != ';' && *p != ',' && *p != ' ') return 0;
+    n++;
+  }
+  return n > 0;
 }
 
 /* "NAME:2x3x224x224" -> binding. Returns 0 or -1. */
@@ -326,6 +348,8 @@ int main(int argc, char **argv) {
   const char *profile_path = NULL, *link_name = NULL, *inter_link_name = NULL;
   const char *dumps[16];
   int n_dumps = 0, time_passes = 0, g_devices = 1, microbatches = 0, plan_only = 0, emit_only = 0, jobs = 0;
+  const char *cuda_arch = getenv("PIPECC_CUDA_ARCH");
+  if (!cuda_arch || !*cuda_arch) cuda_arch = "80;90";
   int no_tf32 = 0, no_replicate = 0, hosts = 0, gpus_per_host = 0, train = 0, profile_run = 0;
   int no_fuse = 0, target_given = 0, winograd = -1;
   double intra_bw = -1, intra_lat = -1, inter_bw = -1, inter_lat = -1;
@@ -456,6 +480,9 @@ int main(int argc, char **argv) {
       /* ---- end of the training block ---- */
     } else if (IS("--no-tf32")) {
       no_tf32 = 1;
+    } else if (IS("--cuda-arch")) {
+      cuda_arch = NEXT();
+      if (!valid_cuda_arch(cuda_arch)) return cli_error("bad --cuda-arch '%s' (SM versions such as 90 or 80;90)", cuda_arch);
     } else if (IS("--plan-only")) {
       plan_only = 1;
     } else if (IS("--target")) {
@@ -655,7 +682,7 @@ int main(int argc, char **argv) {
       cp.train = &ct;
       if (training_programs(schedule, &cp)) return 3;
     }
-    cg_options co = {cmdline, model, emit_only, jobs, opts.verbose, no_tf32, "80;90"};
+    cg_options co = {cmdline, model, emit_only, jobs, opts.verbose, no_tf32, cuda_arch};
     if (!strcmp(target, "cpu")) {
       if (cg_c_emit(g, &cp, &co, out_dir)) rc = 2;
       else if (!emit_only && cg_build(out_dir, &co)) rc = 2;
