@@ -105,6 +105,9 @@ typedef struct pipert_device_ops {
   /* parameter memory [offset, offset + nbytes) of float32/float64 (dtype) summed over comm */
   int (*comm_sum)(void *state, void *comm, size_t offset, size_t nbytes, int dtype);
   void (*comm_free)(void *state, void *comm);
+  /* Page-locks (on) or releases (off) host memory that upload reads, so that copies from
+   * it run at the bus's speed; NULL or a non-zero return: uploads work unpinned. */
+  int (*pin)(void *state, void *host, size_t nbytes, int on);
 } pipert_device_ops;
 
 /* One stage, emitted in stage_K.c as `const pipert_stage_desc pipecc_stage_K`. */

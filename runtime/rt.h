@@ -182,8 +182,9 @@ struct rt_worker {
   const rt_link_ops *ops;
   void *link;
   const pipert_device_ops *dev;    /* device mode (rt_worker_set_device), else NULL */
-  void **dev_in;                   /* device mode: [n_inputs * M] graph input slices on the device */
-  char *dev_in_have;               /* [n_inputs * M] uploaded this round */
+  void **dev_in;                   /* device mode: [n_inputs * slots] graph input slices on the device
+                                      (slots: M in training, whose backward reads them again; else 1) */
+  int64_t *dev_in_mb;              /* [n_inputs * slots] the micro-batch + 1 held there (0: none) */
   void **host_out;                 /* device mode: [n_outputs] a graph output downloaded */
   int stage, replica, M;
   const pipert_instr *prog;

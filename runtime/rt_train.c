@@ -81,7 +81,7 @@ static int parse_train_args(int argc, char **argv, train_opts *t) {
   t->data = calloc((size_t)argc + 1, sizeof *t->data);
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    double x;
+    double x = 0;
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); exit(0); }
     if (!strcmp(a, "--no-shuffle")) { t->shuffle = 0; t->shuffle_given = 1; continue; }
     if (!strcmp(a, "--quiet")) { t->quiet = 1; continue; }

@@ -198,16 +198,23 @@ void rt_worker_reset(rt_worker *w) {
   memset(w->grecv, 0, sizeof(rt_set *) * (size_t)w->M * (size_t)(w->topo->ngp + 1));
 }
 
+/* device mode: device copies kept per graph input. Training keeps every micro-batch of
+ * the step (backward reads them again); inference one, since forward has finished with
+ * it before the worker asks for the next (a --bench --stream run of thousands of
+ * micro-batches once allocated one each). */
+static int dev_slots(const rt_worker *w) { return w->p->training ? w->M : 1; }
+
 /* Graph input idx of micro-batch g for forward/backward: the transport's slice, or in
  * device mode its copy on the device (uploaded once per micro-batch of the round). */
 static const void *graph_input(rt_worker *w, int idx, int64_t g) {
   const void *host = w->ops->input(w->link, w, idx, g);
   if (!w->dev || !host) return host;
-  size_t k = (size_t)idx * (size_t)w->M + (size_t)(g % w->M), n = w->p->inputs[idx].nbytes;
+  int slots = dev_slots(w);
+  size_t k = (size_t)idx * (size_t)slots + (size_t)(g % slots), n = w->p->inputs[idx].nbytes;
   if (!w->dev_in[k] && !(w->dev_in[k] = w->dev->alloc(w->state, n))) return NULL;
-  if (!w->dev_in_have[k]) {
+  if (w->dev_in_mb[k] != g + 1) {
     if (w->dev->upload(w->state, w->dev_in[k], host, n)) return NULL;
-    w->dev_in_have[k] = 1;
+    w->dev_in_mb[k] = g + 1;
   }
   return w->dev_in[k];
 }
@@ -228,19 +235,19 @@ void rt_worker_set_device(rt_worker *w, const pipert_device_ops *dev) {
   w->dev = dev;
   w->fpool.dev = w->gpool.dev = dev;
   w->fpool.dev_state = w->gpool.dev_state = w->state;
-  w->dev_in = calloc((size_t)w->p->n_inputs * (size_t)w->M + 1, sizeof(void *));
-  w->dev_in_have = calloc((size_t)w->p->n_inputs * (size_t)w->M + 1, 1);
+  w->dev_in = calloc((size_t)w->p->n_inputs * (size_t)dev_slots(w) + 1, sizeof(void *));
+  w->dev_in_mb = calloc((size_t)w->p->n_inputs * (size_t)dev_slots(w) + 1, sizeof(int64_t));
   w->host_out = calloc((size_t)w->p->n_outputs + 1, sizeof(void *));
 }
 
 void rt_worker_free(rt_worker *w) {
   if (w->fpool.all) rt_pool_free(&w->fpool);
   if (w->gpool.all) rt_pool_free(&w->gpool);
-  for (int i = 0; w->dev_in && i < w->p->n_inputs * w->M; i++)
+  for (int i = 0; w->dev_in && i < w->p->n_inputs * dev_slots(w); i++)
     if (w->dev_in[i]) w->dev->release(w->state, w->dev_in[i]);
   for (int q = 0; w->host_out && q < w->p->n_outputs; q++) free(w->host_out[q]);
   free(w->dev_in);
-  free(w->dev_in_have);
+  free(w->dev_in_mb);
   free(w->host_out);
   free(w->recv);
   free(w->grecv);
@@ -411,7 +418,7 @@ int rt_worker_round(rt_worker *w, int64_t base, int64_t T) {
   const pipert_stage_desc *d = p->stages[w->stage].stage;
   int R = p->stages[w->stage].replicas;
   char nm[64];
-  if (w->dev_in_have) memset(w->dev_in_have, 0, (size_t)p->n_inputs * (size_t)w->M + 1);
+  if (w->dev_in_mb) memset(w->dev_in_mb, 0, ((size_t)p->n_inputs * (size_t)dev_slots(w) + 1) * sizeof(int64_t));
   if (p->training && d->zero_grads(w->state))
     return failf(w, 1, "%s: clearing the gradients failed", rt_worker_name(w, nm, sizeof nm));
   for (int i = 0; i < w->prog_len; i++) {
