@@ -8,7 +8,7 @@
 #
 #   --build DIR   pipecc build directory (default: build), with DIR/pipecc
 #   --batch B     samples per batch (default 32; must be divisible by the micro-batches)
-#   --iters N     timed iterations (default 50; pipecc --bench N, PyTorch N batches)
+#   --iters N     timed iterations (default 200; pipecc --bench N --stream, PyTorch N batches)
 #   --work DIR    models and pipecc builds (default: /tmp/pipecc-bench-gpu)
 #   PIPECC_PYTHON python with torch, torchvision, onnx, numpy (default /usr/bin/python3)
 #
@@ -19,7 +19,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD="$ROOT/build"
 BATCH=32
-ITERS=50
+ITERS=200
 WORK=/tmp/pipecc-bench-gpu
 TF32=1
 PY="${PIPECC_PYTHON:-/usr/bin/python3}"
@@ -66,10 +66,14 @@ bench_pipecc() { # name input_name shape input_file g
   local d="$WORK/$name-g$g"
   local split=()
   [ "$g" -gt 1 ] && split=(env PIPECC_SPLIT=even)  # exactly g stages, one replica each
-  ${split[@]+"${split[@]}"} "$PIPECC" "$WORK/models/$name.onnx" --target cuda --shape "$in:$shape" -g "$g" \
+  # -m g: one micro-batch per stage (all stages share the one GPU, so smaller micro-batches
+  # would only add launches); --stream: batches back to back, as the PyTorch loop runs
+  # them. pipecc's figure includes copying every batch from host memory; PyTorch's input
+  # stays on the GPU.
+  ${split[@]+"${split[@]}"} "$PIPECC" "$WORK/models/$name.onnx" --target cuda --shape "$in:$shape" -g "$g" -m "$g" \
       ${NOTF32[@]+"${NOTF32[@]}"} -o "$d" >&2
   local out
-  out="$("$d/pipeline" --input "$in=$file" --bench "$ITERS")"
+  out="$("$d/pipeline" --input "$in=$file" --bench "$ITERS" --stream)"
   echo "$out" >&2
   local sps
   sps="$(echo "$out" | sed -n 's/^throughput: \([0-9.]*\) samples\/s.*/\1/p')"
