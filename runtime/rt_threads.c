@@ -477,7 +477,7 @@ void *rt_threads_state(rt_exec *ex, int stage, int replica) {
 void rt_threads_destroy(rt_exec *ex) {
   const pipert_pipeline *p = ex->p;
   int S = p->n_stages;
-  if (ex->pinned) unpin_inputs(ex);
+  unpin_inputs(ex);
   for (int i = 0; ex->w && i < ex->nworkers; i++) {
     rt_worker *w = &ex->w[i].w;
     const pipert_stage_desc *d = p->stages[w->stage].stage;

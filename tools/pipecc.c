@@ -142,7 +142,7 @@ static int cli_error(const char *fmt, const char *arg) {
 static int valid_cuda_arch(const char *v) {
   int n = 0;
   for (const char *p = v; *p;) {
-    if (*p == ';' || *p == ',' || *p == ' ') {
+    if (strchr(";, ", *p)) {
       p++;
       continue;
     }
@@ -151,7 +151,7 @@ static int valid_cuda_arch(const char *v) {
     if (d < 2 || d > 3) return 0;
     p += d;
     if (*p == 'a') p++;
-    if (*p && *p != ';' && *p != ',' && *p != ' ') return 0;
+    if (*p && !strchr(";, ", *p)) return 0;
     n++;
   }
   return n > 0;
@@ -482,7 +482,6 @@ int main(int argc, char **argv) {
       no_tf32 = 1;
     } else if (IS("--cuda-arch")) {
       cuda_arch = NEXT();
-      if (!valid_cuda_arch(cuda_arch)) return cli_error("bad --cuda-arch '%s' (SM versions such as 90 or 80;90)", cuda_arch);
     } else if (IS("--plan-only")) {
       plan_only = 1;
     } else if (IS("--target")) {
@@ -522,6 +521,8 @@ int main(int argc, char **argv) {
             hosts * gpus_per_host, g_devices);
     return 2;
   }
+  if (!valid_cuda_arch(cuda_arch)) /* from --cuda-arch or PIPECC_CUDA_ARCH */
+    return cli_error("bad --cuda-arch / PIPECC_CUDA_ARCH '%s' (SM versions such as 90 or 80;90)", cuda_arch);
   opts.training = train;
   topts.verbose = opts.verbose;
   train_step = train && train_step; /* --emit=ir: --train prints the model with its loss (what the planner

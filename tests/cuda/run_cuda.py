@@ -66,6 +66,11 @@ TF32_NOTE = ("TF32 not asserted: BatchNormalization with batch statistics over m
              "mode, batch 1, H100: rel-L2 0.65); the float32 runs are the check")
 
 
+def limit(tol):
+    """(the bound compare() applies, its description); tol None: printed, not asserted."""
+    return (tol, f"tolerance {tol:g}") if tol else (float("inf"), TF32_NOTE)
+
+
 def batch_stats(a):
     """True when the program normalises with batch statistics: --train inference of a model
     exported in training mode, or a training program of a model with BatchNormalization."""
@@ -254,9 +259,9 @@ def run_step(a, name, work, stages):
         if got is None:
             ok = False
             continue
-        good, worst = pt.compare(got, ref, tol if tol else float("inf"), f"{name} g={g} {tag}", floor=1e-3)
+        bound, told = limit(tol)
+        good, worst = pt.compare(got, ref, bound, f"{name} g={g} {tag}", floor=1e-3)
         ok &= good
-        told = f"tolerance {tol:g}" if tol else TF32_NOTE
         print(f"{name} step g={g} {tag}: build {dt:.1f} s, max rel-L2 {worst:.3g} vs cpu ({told})")
         if not a.keep:
             shutil.rmtree(d, ignore_errors=True)
@@ -336,9 +341,9 @@ def main():
         if got is None:
             ok = False
             continue
-        good, worst = pt.compare(got, ref, tol if tol else float("inf"), f"{name} g={g} {tag}")
+        bound, told = limit(tol)
+        good, worst = pt.compare(got, ref, bound, f"{name} g={g} {tag}")
         ok &= good
-        told = f"tolerance {tol:g}" if tol else TF32_NOTE
         print(f"{name} g={g} {tag}: build {dt:.1f} s, run {tr:.2f} s, max rel-L2 {worst:.3g} ({told})")
         if not a.keep:
             shutil.rmtree(d, ignore_errors=True)

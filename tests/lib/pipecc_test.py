@@ -38,13 +38,13 @@ def model_work(a, fresh=True):
     return name, work
 
 
-def rel_l2(a, b):
-    """||a - b|| / ||b|| in float64 (||a - b|| when b is zero)."""
+def rel_l2(a, b, floor=0.0):
+    """||a - b|| / max(||b||, floor) in float64 (||a - b|| when that is zero)."""
     import numpy as np
     a = a.astype(np.float64).ravel()
     b = b.astype(np.float64).ravel()
     d = np.linalg.norm(a - b)
-    n = np.linalg.norm(b)
+    n = max(np.linalg.norm(b), floor)
     return d / n if n > 0 else d
 
 
@@ -133,11 +133,13 @@ def compare(got, ref, tol, label, floor=None):
     and the rel-L2 of two noise vectors says nothing. Any error above floor * R * tol
     in absolute terms still fails."""
     import numpy as np
+
+    def kind(k):
+        return k.split("/", 1)[0] if "/" in k else ""
     scale = {}
     if floor:
         for k, v in ref.items():
-            kind = k.split("/", 1)[0] if "/" in k else ""
-            scale[kind] = max(scale.get(kind, 0.0), float(np.linalg.norm(v.astype(np.float64).ravel())))
+            scale[kind(k)] = max(scale.get(kind(k), 0.0), float(np.linalg.norm(v.astype(np.float64).ravel())))
     ok = True
     worst = 0.0
     for k, v in ref.items():
@@ -149,13 +151,7 @@ def compare(got, ref, tol, label, floor=None):
             print(f"FAIL {label}: output {k}: {got[k].dtype}{got[k].shape} vs {v.dtype}{v.shape}")
             ok = False
             continue
-        if floor:
-            d = got[k].astype(np.float64).ravel() - v.astype(np.float64).ravel()
-            n = max(float(np.linalg.norm(v.astype(np.float64).ravel())),
-                    floor * scale[k.split("/", 1)[0] if "/" in k else ""])
-            e = float(np.linalg.norm(d)) / n if n > 0 else float(np.linalg.norm(d))
-        else:
-            e = rel_l2(got[k], v)
+        e = rel_l2(got[k], v, floor * scale[kind(k)] if floor else 0.0)
         worst = max(worst, e)
         if not e <= tol:
             print(f"FAIL {label}: output {k}: rel-L2 {e:.3g} > {tol:g}")

@@ -85,7 +85,7 @@ struct pk_conv_s {
 #define PK_CONV_WS_LIMIT ((size_t)1 << 30)
 
 /* Forward algorithm, once per distinct convolution of the process (stages sharing a
- * process share the choice; ResNet-50's 53 Convs have about 20 distinct shapes).
+ * process share the choice; ResNet-50's 53 Convs have 23 distinct shapes).
  *   heuristic (the default): cuDNN's heuristic ranking (cudnnGetConvolutionForward-
  *     Algorithm_v7, as PyTorch without benchmark mode); no start-up timing, the same
  *     choice on every run.
