@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install_deps.sh
 BUILD=${BUILD:-build}
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPIPECC_WERROR=ON >/dev/null
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPIPECC_WERROR=ON -DPIPECC_BUILD_TESTS=ON >/dev/null
 cmake --build "$BUILD" -j "$(nproc)"
 cd "$BUILD"
 ctest -j "$(nproc)" --output-on-failure --timeout 1800 "$@"
