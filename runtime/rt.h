@@ -69,6 +69,8 @@ typedef struct rt_stats {
                                     * once (forward sets incl. stashed activations, gradient sets);
                                     * NULL: not wanted */
   int *peak_sets;                  /* per stage: forward output sets held at once; NULL: not wanted */
+  double steady_s;                 /* streaming: from the first batch's completion to the last's */
+  int steady_batches;              /* batches completed in steady_s (0: not measured) */
 } rt_stats;
 
 void rt_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));  /* "pipeline: ..." + \n to stderr */
@@ -84,7 +86,7 @@ int rt_load_inputs(const pipert_pipeline *p, const rt_options *o, rt_array *in, 
 int rt_alloc_outputs(const pipert_pipeline *p, int64_t T, rt_array *out);
 int rt_write_outputs(const pipert_pipeline *p, const rt_options *o, const rt_array *out);
 void rt_print_bench(const pipert_pipeline *p, int iters, int64_t samples_per_iter, double wall_s,
-                    const double *busy_s, int stream);
+                    const double *busy_s, const rt_stats *stream);
 int rt_validate_plan(const pipert_pipeline *p);
 
 /* Program checks (rt_check.c); each writes the first problem into e (left empty if none). */

@@ -370,10 +370,14 @@ int rt_write_outputs(const pipert_pipeline *p, const rt_options *o, const rt_arr
 }
 
 void rt_print_bench(const pipert_pipeline *p, int iters, int64_t samples_per_iter, double wall_s,
-                    const double *busy_s, int stream) {
+                    const double *busy_s, const rt_stats *stream) {
   double total_busy = 0;
   int workers = 0;
   printf("throughput: %.2f samples/s\n", (double)samples_per_iter * iters / wall_s);
+  if (stream && stream->steady_batches > 0 && stream->steady_s > 0)
+    printf("steady state: %.2f samples/s (%d batches from the first batch's completion to the last's; the fill "
+           "excluded)\n",
+           (double)samples_per_iter * stream->steady_batches / stream->steady_s, stream->steady_batches);
   printf("latency: %.3f ms per batch of %lld samples (%d iterations)\n", wall_s / iters * 1e3,
          (long long)samples_per_iter, iters);
   for (int s = 0; s < p->n_stages; s++) {
@@ -464,10 +468,11 @@ static int run_threads(const pipert_pipeline *p, const rt_options *o) {
   int rc = rt_load_inputs(p, o, in, &T);
   if (!rc) rc = rt_threads_create(p, o, M, &ex);
   if (!rc) rc = rt_alloc_outputs(p, T, out);
-  rt_stats st = {0, calloc((size_t)p->n_stages, sizeof(double)), NULL, NULL};
+  rt_stats st = {.busy_s = calloc((size_t)p->n_stages, sizeof(double))};
   if (!rc) rc = rt_threads_run(ex, in, out, T, &st);
   if (!rc && o->bench) {
     double *busy = calloc((size_t)p->n_stages, sizeof(double)), wall = 0;
+    rt_stats sst = {0};
     if (o->stream) {
       /* One continuous stream of bench x T micro-batches through a pipeline that is
        * filled once: the steady state of a server fed batch after batch. */
@@ -477,6 +482,7 @@ static int run_threads(const pipert_pipeline *p, const rt_options *o) {
         rt_threads_set_period(sx, T);
         rc = rt_threads_run(sx, in, out, T * o->bench, &st);
         wall = st.wall_s;
+        sst = st;
         for (int s = 0; s < p->n_stages; s++) busy[s] = st.busy_s[s];
       }
       if (sx) rt_threads_destroy(sx);
@@ -489,7 +495,7 @@ static int run_threads(const pipert_pipeline *p, const rt_options *o) {
     }
     if (!rc)
       rt_print_bench(p, o->bench, T * (p->n_inputs ? p->inputs[0].dims[0] : p->outputs[0].dims[0]), wall, busy,
-                     o->stream);
+                     o->stream ? &sst : NULL);
     free(busy);
   }
   if (!rc) rc = rt_write_outputs(p, o, out);

@@ -71,6 +71,11 @@ struct rt_exec {
   rt_array *out;
   int64_t T;
   int64_t period;                 /* data slots (micro-batches) in in[]/out[]; 0: T */
+  /* Streaming (period < T): batch b (micro-batches b*period .. +period) is complete when
+   * all its graph outputs are written; batch_left[b] counts down, batch_done[b] is when it reached 0. */
+  int64_t nbatch;
+  atomic_llong *batch_left;
+  double *batch_done;
   void **pinned;                  /* device mode: input arrays page-locked (pin), [n_inputs] */
   size_t *pinned_n;
 };
@@ -244,6 +249,7 @@ static void t_output(void *link, rt_worker *w, int q, int64_t g, const void *dat
   rt_exec *ex = link;
   (void)w;
   memcpy((char *)ex->out[q].data + (size_t)(g % ex->period) * ex->p->outputs[q].nbytes, data, ex->p->outputs[q].nbytes);
+  if (ex->batch_left && atomic_fetch_sub(&ex->batch_left[g / ex->period], 1) == 1) ex->batch_done[g / ex->period] = rt_now();
 }
 
 /* Sum the GRAD params over the stage's replicas, in replica order, into every replica. */
@@ -418,6 +424,20 @@ int rt_threads_run(rt_exec *ex, const rt_array *in, rt_array *out, int64_t T, rt
   ex->T = T;
   pin_inputs(ex, in);
   if (ex->period <= 0 || ex->period > T) ex->period = T;
+  free(ex->batch_left);
+  free(ex->batch_done);
+  ex->batch_left = NULL;
+  ex->batch_done = NULL;
+  ex->nbatch = 0;
+  if (ex->period < T && p->n_outputs) {
+    ex->nbatch = (T + ex->period - 1) / ex->period;
+    ex->batch_left = calloc((size_t)ex->nbatch, sizeof *ex->batch_left);
+    ex->batch_done = calloc((size_t)ex->nbatch, sizeof *ex->batch_done);
+    for (int64_t b = 0; b < ex->nbatch; b++) {
+      int64_t mbs = T - b * ex->period < ex->period ? T - b * ex->period : ex->period;
+      atomic_init(&ex->batch_left[b], (long long)(mbs * p->n_outputs));
+    }
+  }
   atomic_store(&ex->abort, 0);
   ex->done = ex->failed_rc = ex->bar_count = 0;
   for (int i = 0; i < S * S; i++) {
@@ -454,6 +474,16 @@ int rt_threads_run(rt_exec *ex, const rt_array *in, rt_array *out, int64_t T, rt
   pthread_mutex_unlock(&ex->mu);
   for (int i = 0; i < started; i++) pthread_join(ex->w[i].th, NULL);
   st->wall_s = rt_now() - t0;
+  /* the steady state: from the first batch's completion to the last's (the fill excluded) */
+  st->steady_s = 0;
+  st->steady_batches = 0;
+  if (ex->nbatch >= 2 && !ex->failed_rc) {
+    double last = 0;
+    for (int64_t b = 0; b < ex->nbatch; b++)
+      if (ex->batch_done[b] > last) last = ex->batch_done[b];
+    st->steady_s = last - ex->batch_done[0];
+    st->steady_batches = (int)(ex->nbatch - 1);
+  }
   for (int s = 0; s < S; s++) {
     st->busy_s[s] = 0;
     if (st->peak_bytes) st->peak_bytes[s] = 0;
@@ -498,6 +528,8 @@ void rt_threads_destroy(rt_exec *ex) {
   free(ex->w);
   free(ex->weights);
   free(ex->prog);
+  free(ex->batch_left);
+  free(ex->batch_done);
   free(ex->prog_len);
   free(ex->prog_owned);
   free(ex->topo);

@@ -740,7 +740,8 @@ static int train_loop(trainer *tr, train_opts *t) {
            p->name, S, S == 1 ? "" : "s", p->schedule, M, (long long)b, (long long)N, (long long)spe, (long long)steps,
            start ? " (resumed)" : "");
   int64_t *order = calloc((size_t)(r0 ? N : 0) + 1, sizeof *order), order_epoch = -1;
-  rt_stats st = {0, calloc((size_t)S, sizeof(double)), calloc((size_t)S, sizeof(size_t)), calloc((size_t)S, sizeof(int))};
+  rt_stats st = {.busy_s = calloc((size_t)S, sizeof(double)), .peak_bytes = calloc((size_t)S, sizeof(size_t)),
+                 .peak_sets = calloc((size_t)S, sizeof(int))};
   size_t *peak = calloc((size_t)S, sizeof(size_t));
   int *peak_sets = calloc((size_t)S, sizeof(int));
   double wall = 0, loss = 0, acc = 0, ep_loss = 0, ep_acc = 0;

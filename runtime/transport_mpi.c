@@ -636,11 +636,11 @@ int rt_mpi_main(const pipert_pipeline *p, const rt_options *o) {
         wall += rt_now() - t0;
         total += busy;
       }
-      rt_stats st = {wall, calloc((size_t)W.S, sizeof(double)), NULL, NULL};
+      rt_stats st = {.wall_s = wall, .busy_s = calloc((size_t)W.S, sizeof(double))};
       gather_stats(&W, total, &st);
       if (W.rank == 0) {
         int64_t mbs = p->n_inputs ? p->inputs[0].dims[0] : p->outputs[0].dims[0];
-        rt_print_bench(p, o->bench, T * mbs, wall, st.busy_s, 0);
+        rt_print_bench(p, o->bench, T * mbs, wall, st.busy_s, NULL);
       }
       free(st.busy_s);
     }

@@ -343,6 +343,20 @@ def case_bench():
         check(r.returncode == 0, "bench: " + r.stderr)
         measured, predicted = parse_bench(r.stdout, stages)
         check(abs(predicted - (stages - 1) / (4 + stages - 1)) < 1e-4, "predicted bubble %f" % predicted)
+        # --stream: N batches through one filled pipeline; the steady state over the
+        # N - 1 batches after the first one's completion (none for N = 1)
+        for n in (5, 1):
+            r = run([exe(name), "--input", "x=" + xp, "--input", "s=" + sp, "--bench", str(n), "--stream",
+                     "--weights-dir", weights_dir(name)])
+            check(r.returncode == 0, "bench --stream: " + r.stderr)
+            check(re.search(r"^bubble: measured -?[0-9.]+ \(streaming %d batches; " % n, r.stdout, re.M),
+                  "streamed bubble line: " + r.stdout)
+            m = re.search(r"^steady state: ([0-9.]+) samples/s \((\d+) batches from the first batch's completion",
+                          r.stdout, re.M)
+            if n == 1:
+                check(not m, "a steady state from one batch: " + r.stdout)
+            else:
+                check(m and float(m.group(1)) > 0 and int(m.group(2)) == n - 1, "steady state line: " + r.stdout)
 
 
 def case_mpi():
