@@ -1,6 +1,7 @@
 /* passes/fuse.h - fuse: fold the element-wise consumers of a float32 Conv into the Conv
  * (the cpu target applies them to each block of GEMM output while it is still in cache,
- * instead of separate passes over the whole tensor):
+ * the cuda target in one kernel with the bias after cuDNN's convolution, instead of
+ * separate passes over the whole tensor):
  *
  *   Conv -> Add(other) -> Relu | Clip      Conv -> Add(other)      Conv -> Relu | Clip
  *
@@ -14,7 +15,7 @@
  * (other has the Conv's shape and dtype). 1-D and 2-D float convolutions only.
  *
  * It runs before planning, so a fused chain is one node in every plan: the arithmetic
- * cannot depend on how nodes are cut into stages. Only for the cpu target and only for
+ * cannot depend on how nodes are cut into stages. For the cpu and cuda targets, only for
  * inference graphs (a training step's backward reads the intermediates). */
 #ifndef PIPECC_PASSES_FUSE_H
 #define PIPECC_PASSES_FUSE_H

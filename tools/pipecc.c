@@ -72,7 +72,7 @@ static void usage(FILE *f) {
       "  --plan-only            stop after plan.json and report.html\n"
       "  --target T             cpu (default) | cuda\n"
       "  --emit-only            write the sources and build files, do not compile\n"
-      "  --no-fuse              cpu: keep Add/Relu/Clip after a Conv as nodes of their own\n"
+      "  --no-fuse              keep Add/Relu/Clip after a Conv as nodes of their own\n"
       "  --winograd M           cpu: 3x3 stride-1 Convs by Winograd F(MxM, 3x3): auto (default:\n"
       "                         4, or 2 on maps under 4x4), 2, 4 (4x fewer FLOPs than im2col,\n"
       "                         4x the filter bytes), or 0 (im2col + GEMM only)\n"
@@ -593,10 +593,11 @@ int main(int argc, char **argv) {
     return 0;
   }
 
-  /* cpu inference: fold Add/Relu/Clip consumers into their Conv before planning, so a
+  /* inference: fold Add/Relu/Clip consumers into their Conv before planning, so a
    * fused chain is one node in every plan and the bits cannot depend on the stage
-   * count (passes/fuse.h) */
-  if (!strcmp(target, "cpu") && !train_step && !train_prog && !no_fuse) {
+   * count (passes/fuse.h); the cpu target applies the epilogue to GEMM blocks in
+   * cache, the cuda target in one kernel after cuDNN's convolution */
+  if ((!strcmp(target, "cpu") || !strcmp(target, "cuda")) && !train_step && !train_prog && !no_fuse) {
     double s = now_ms();
     int nf = pass_fuse_conv(g);
     if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (%d chains)\n", "fuse", now_ms() - s, nf);

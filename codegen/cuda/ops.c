@@ -23,6 +23,7 @@
 
 #include "codegen/cuda/cg_cuda.h"
 #include "codegen/op_params.h"
+#include "passes/fuse.h"
 
 #define LL(x) ((long long)(x))
 
@@ -172,7 +173,25 @@ static int emit_conv(cu_ctx *c, const ir_node *n) {
        LL(w.k[1]), LL(w.k[2]));
   cu_w(c, "  PK_TRY(pk_conv(S, %d, %s, %s, %s));\n", c->n_conv, xin, c->x[1], c->y[0]);
   c->n_conv++;
-  if (b)
+  /* the epilogue passes/fuse.c folded in (Add of a residual, Relu/Clip): one pass with the bias */
+  float lo, hi;
+  int act = pass_fused_act(n, &lo, &hi), bits = 0;
+  const char *res = n->n_in > 3 && n->in[3] >= 0 ? c->x[3] : NULL;
+  if (act == 1) bits = 1;
+  if (act == 2) bits = (isfinite(lo) ? 1 : 0) | (isfinite(hi) ? 2 : 0);
+  if ((act || res) && t != IR_FLOAT) return cu_fail(c, n, "a fused epilogue on a %s Conv", ir_dtype_name(t));
+  if (act || res) {
+    const char *fused = ir_attr_str(n, "pipecc.fused", NULL);
+    if (fused) {
+      cu_w(c, "  /* fused: ");
+      cg_put_comment(c->call, fused, 600);
+      cu_w(c, " */\n");
+    }
+    char l1[48], l2[48];
+    cu_w(c, "  PK_TRY(pk_conv_epi(S, %s, %s, %s, %lld, %lld, %lld, %d, %s, %s));\n", c->y[0], b ? c->x[2] : "NULL",
+         res ? res : "NULL", LL(N), LL(M), LL(w.out[0] * w.out[1] * w.out[2]), bits,
+         cg_flit(l1, sizeof l1, bits & 1 ? lo : 0, IR_FLOAT), cg_flit(l2, sizeof l2, bits & 2 ? hi : 0, IR_FLOAT));
+  } else if (b)
     cu_w(c, "  PK_TRY(pk_bias(S, %s, %s, %s, %lld, %lld, %lld));\n", dt_name(t), c->y[0], c->x[2], LL(N), LL(M),
          LL(w.out[0] * w.out[1] * w.out[2]));
   return 0;

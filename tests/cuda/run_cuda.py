@@ -15,6 +15,13 @@
         inputs and compares with onnxruntime (tools/ort_ref.py): rel-L2 <= 1e-3 with TF32
         (the default), and for g=1 again with --no-tf32 at rel-L2 <= 1e-4.
 
+    run_cuda.py fuse --pipecc ... --model resnet18.onnx --shape ... --work /tmp/w
+        Emits (--emit-only, no nvcc) with and without --no-fuse: the fused build's stage
+        sources call pk_conv_epi (bias, residual Add and Relu/Clip after cuDNN's
+        convolution in one kernel) once per chain pipecc reports fusing, the unfused
+        build never, and the fused build has fewer units. In run mode, g=1 is also built
+        with --no-fuse and compared (float32) with onnxruntime.
+
     --program labels:2 --label-high 10 (both modes)
         The pipelined training program instead (PROGRAM_ARGS: pipecc --train, cross-entropy,
         SGD with momentum, 2 micro-batches). build: as above; without a GPU
@@ -269,9 +276,37 @@ def run_step(a, name, work, stages):
     return 0 if ok else 1
 
 
+def check_fuse(a, name, work):
+    """Fused Conv epilogues in the emitted cuda sources (see the module docstring)."""
+    calls, units = {}, {}
+    for tag, extra in (("fused", ["--time-passes"]), ("unfused", ["--no-fuse"])):
+        d = os.path.join(work, f"fuse_{tag}")
+        shutil.rmtree(d, ignore_errors=True)
+        r = subprocess.run(pipecc_cmd(a, 2, d, ["--emit-only"] + extra), capture_output=True, text=True,
+                           env=pt.split_env())
+        if r.returncode:
+            print(r.stderr[-4000:])
+            print(f"FAIL {name}: pipecc --emit-only {' '.join(extra)} exited with {r.returncode}")
+            return 1
+        if tag == "fused":
+            m = re.search(r"pass fuse .*\((\d+) chains\)", r.stderr)
+            chains = int(m.group(1)) if m else -1
+        src = "".join(open(os.path.join(d, f)).read() for f in sorted(os.listdir(d))
+                      if f.startswith("stage_") and f.endswith(".cu"))
+        calls[tag] = len(re.findall(r"\bpk_conv_epi\(", src))
+        units[tag] = len(re.findall(r"PK_UNIT\(", src))
+        if not a.keep:
+            shutil.rmtree(d, ignore_errors=True)
+    print(f"{name}: {chains} chains fused; pk_conv_epi calls: fused {calls['fused']}, unfused {calls['unfused']}; "
+          f"units: fused {units['fused']}, unfused {units['unfused']}")
+    ok = chains > 0 and calls["fused"] == chains and calls["unfused"] == 0 and units["fused"] < units["unfused"]
+    print(("PASS " if ok else "FAIL ") + name)
+    return 0 if ok else 1
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["build", "run"])
+    ap.add_argument("mode", choices=["build", "run", "fuse"])
     ap.add_argument("--pipecc", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--shape", action="append", default=[])
@@ -294,6 +329,9 @@ def main():
     stages = [int(x) for x in a.stages.split(",")]
     if a.step:
         a.microbatches = 1
+
+    if a.mode == "fuse":
+        return check_fuse(a, name, work)
 
     if a.mode == "build":
         ok = True
@@ -330,6 +368,8 @@ def main():
         runs = [(g, ["--no-tf32"], 1e-4, "fp32") for g in stages] + [(1, [], None, "tf32")]
     else:
         runs = [(g, [], 1e-3, "tf32") for g in stages] + [(1, ["--no-tf32"], 1e-4, "fp32")]
+        if not a.train:
+            runs.append((1, ["--no-tf32", "--no-fuse"], 1e-4, "fp32-unfused"))
     ok = True
     for g, extra, tol, tag in runs:
         d = os.path.join(work, f"run_g{g}_{tag}")

@@ -228,6 +228,10 @@ unsigned pk_grid(int64_t n);
 int pk_conv(pk_stage *S, int idx, const void *x, const void *w, void *y);
 /* y[n, c, ...] += b[c] (float / double by dtype) */
 int pk_bias(pk_stage *S, int dtype, void *y, const void *b, int64_t n, int64_t c, int64_t spatial);
+/* A Conv's fused epilogue, float32: y = act(y + b[channel] + r) over [n, c, spatial];
+ * b and r may be NULL; act bit 0: clamp below at lo, bit 1: clamp above at hi. */
+int pk_conv_epi(pk_stage *S, void *y, const void *b, const void *r, int64_t n, int64_t c, int64_t spatial, int act,
+                float lo, float hi);
 /* Row-major GEMM, batched with strides (0: broadcast):
  * C_i = alpha * op(A_i) op(B_i) + beta * C_i, op(A) M x K, op(B) K x N, C M x N.
  * Through cuBLASLt (TF32 unless the stage runs exact float32): a plan per shape made on

@@ -268,6 +268,34 @@ extern "C" int pk_bias(pk_stage *S, int dtype, void *y, const void *b, int64_t n
   return pk_check_launch(S);
 }
 
+/* A Conv's fused epilogue (passes/fuse.h): y = act(y + b[channel] + r), one pass instead
+ * of a bias kernel, an Add and a Relu/Clip. float32 only (the pass fuses nothing else);
+ * the emitter keeps tensors under 2^31 elements, so the index arithmetic is 32-bit.
+ * act: bit 0 clamps below at lo, bit 1 above at hi (Relu: bit 0, lo 0). The same
+ * operations in the same order as the separate nodes (Conv's bias, Add, then Relu/Clip). */
+__global__ void k_conv_epi(float *y, const float *b, const float *r, unsigned c, unsigned sp, unsigned total, int act,
+                           float lo, float hi) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    unsigned u = (unsigned)i;
+    float v = y[u];
+    if (b) v += b[(u / sp) % c];
+    if (r) v = v + r[u];
+    if (act & 1) v = v < lo ? lo : v;
+    if (act & 2) v = v > hi ? hi : v;
+    y[u] = v;
+  }
+}
+
+extern "C" int pk_conv_epi(pk_stage *S, void *y, const void *b, const void *r, int64_t n, int64_t c, int64_t sp, int act,
+                           float lo, float hi) {
+  int64_t t = n * c * sp;
+  if (t <= 0) return 0;
+  if (t >= ((int64_t)1 << 31)) return pk_fail(S, "fused Conv epilogue", "2^31 elements or more");
+  k_conv_epi<<<pk_grid(t), PK_THREADS, 0, S->stream>>>((float *)y, (const float *)b, (const float *)r, (unsigned)c,
+                                                       (unsigned)sp, (unsigned)t, act, lo, hi);
+  return pk_check_launch(S);
+}
+
 /* ---- GEMM (cuBLAS) ------------------------------------------------------------------------ */
 
 /* One GEMM shape of a stage through cuBLASLt: the descriptor, the layouts and the
