@@ -72,7 +72,8 @@ struct rt_exec {
   int64_t T;
   int64_t period;                 /* data slots (micro-batches) in in[]/out[]; 0: T */
   /* Streaming (period < T): batch b (micro-batches b*period .. +period) is complete when
-   * all its graph outputs are written; batch_left[b] counts down, batch_done[b] is when it reached 0. */
+   * all its graph outputs are written; batch_left[b] counts down, batch_done[b] is the
+   * time it reached 0. */
   int64_t nbatch;
   atomic_llong *batch_left;
   double *batch_done;
@@ -249,7 +250,8 @@ static void t_output(void *link, rt_worker *w, int q, int64_t g, const void *dat
   rt_exec *ex = link;
   (void)w;
   memcpy((char *)ex->out[q].data + (size_t)(g % ex->period) * ex->p->outputs[q].nbytes, data, ex->p->outputs[q].nbytes);
-  if (ex->batch_left && atomic_fetch_sub(&ex->batch_left[g / ex->period], 1) == 1) ex->batch_done[g / ex->period] = rt_now();
+  int64_t b = g / ex->period;
+  if (ex->batch_left && atomic_fetch_sub(&ex->batch_left[b], 1) == 1) ex->batch_done[b] = rt_now();
 }
 
 /* Sum the GRAD params over the stage's replicas, in replica order, into every replica. */
@@ -433,6 +435,13 @@ int rt_threads_run(rt_exec *ex, const rt_array *in, rt_array *out, int64_t T, rt
     ex->nbatch = (T + ex->period - 1) / ex->period;
     ex->batch_left = calloc((size_t)ex->nbatch, sizeof *ex->batch_left);
     ex->batch_done = calloc((size_t)ex->nbatch, sizeof *ex->batch_done);
+    if (!ex->batch_left || !ex->batch_done) { /* no steady-state figure, nothing else lost */
+      free(ex->batch_left);
+      free(ex->batch_done);
+      ex->batch_left = NULL;
+      ex->batch_done = NULL;
+      ex->nbatch = 0;
+    }
     for (int64_t b = 0; b < ex->nbatch; b++) {
       int64_t mbs = T - b * ex->period < ex->period ? T - b * ex->period : ex->period;
       atomic_init(&ex->batch_left[b], (long long)(mbs * p->n_outputs));

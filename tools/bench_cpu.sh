@@ -25,6 +25,7 @@ BUILD=${1:-build}
 WORK=${2:-out/bench_cpu}
 N=${3:-4}
 R=${4:-3}
+[ "$N" -ge 2 ] || { echo "bench_cpu.sh: ITERS must be 2 or more (the steady state is measured from the first batch's completion)" >&2; exit 2; }
 PY=/usr/bin/python3
 mkdir -p "$WORK"
 $PY tools/export_models.py --out "$WORK/models" --models resnet50 >/dev/null
@@ -48,12 +49,12 @@ cc -O2 -mavx2 -mfma -pthread tools/fma_peak.c -o "$WORK/fma_peak" && $Q "$WORK/f
 med() { cut -d' ' -f"$1" "$2" | sort -g | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 RA=$(mktemp) RB=$(mktemp)
 trap 'rm -f "$RA" "$RB"' EXIT
+g1() { r1s=$($Q taskset -c 0 "$WORK/g1m8/pipeline" --input "$WORK/in.npz" --output "$WORK/o1.npz" --bench "$N" --stream)
+       r1b=$($Q taskset -c 0 "$WORK/g1m8/pipeline" --input "$WORK/in.npz" --output "$WORK/o1.npz" --bench "$N"); }
+g2() { r2s=$($Q "$WORK/g2m8/pipeline" --input "$WORK/in.npz" --output "$WORK/o2.npz" --bench "$N" --stream --pin)
+       r2b=$($Q "$WORK/g2m8/pipeline" --input "$WORK/in.npz" --output "$WORK/o2.npz" --bench "$N" --pin); }
 echo "== (a) 2 stages on 2 cores vs 1 stage on 1 core (ResNet-50, batch 32, 8 micro-batches)"
 for i in $(seq "$R"); do
-  g1() { r1s=$($Q taskset -c 0 "$WORK/g1m8/pipeline" --input "$WORK/in.npz" --output "$WORK/o1.npz" --bench "$N" --stream)
-         r1b=$($Q taskset -c 0 "$WORK/g1m8/pipeline" --input "$WORK/in.npz" --output "$WORK/o1.npz" --bench "$N"); }
-  g2() { r2s=$($Q "$WORK/g2m8/pipeline" --input "$WORK/in.npz" --output "$WORK/o2.npz" --bench "$N" --stream --pin)
-         r2b=$($Q "$WORK/g2m8/pipeline" --input "$WORK/in.npz" --output "$WORK/o2.npz" --bench "$N" --pin); }
   # the machine's speed drifts: the order alternates between rounds (g=1 first, then g=2 first)
   if [ $((i % 2)) = 1 ]; then g1; g2; else g2; g1; fi
   r1p=$($Q bash -c "taskset -c 0 '$WORK/g1m8/pipeline' --input '$WORK/in.npz' --output '$WORK/o1.npz' --bench $N --stream &
@@ -70,10 +71,10 @@ done
 printf "(a) median of %d rounds: streamed %.3fx (goal 1.85x); per batch %.3fx (limit for p=2, M=8: 1.78x); two independent g=1 copies %.3fx\n" \
   "$R" "$(med 1 "$RA")" "$(med 2 "$RA")" "$(med 3 "$RA")"
 $PY tools/compare.py "$WORK/o2.npz" "$WORK/o1.npz" --bitwise
+pc() { rp=$($Q taskset -c 0 "$WORK/g1m1/pipeline" --input "$WORK/in.npz" --output "$WORK/o3.npz" --bench "$N"); }
+ort() { ro=$($Q taskset -c 0 $PY tools/ort_bench.py "$M" "$WORK/in.npz" --threads 1 --iters "$N"); }
 echo "== (b) pipecc g=1, one thread vs onnxruntime, one intra-op thread (ResNet-50, batch 32)"
 for i in $(seq "$R"); do
-  pc() { rp=$($Q taskset -c 0 "$WORK/g1m1/pipeline" --input "$WORK/in.npz" --output "$WORK/o3.npz" --bench "$N"); }
-  ort() { ro=$($Q taskset -c 0 $PY tools/ort_bench.py "$M" "$WORK/in.npz" --threads 1 --iters "$N"); }
   if [ $((i % 2)) = 1 ]; then pc; ort; else ort; pc; fi
   awk -v a="$(echo "$rp" | tp)" -v b="$(echo "$ro" | tp)" -v o="$(echo "$rp" | oth) $(echo "$ro" | oth)" -v f="$RB" \
       'BEGIN { printf "round '"$i"': pipecc %.2f samples/s, onnxruntime %.2f samples/s, ratio %.3fx   others (cores): %s\n", a, b, a / b, o
