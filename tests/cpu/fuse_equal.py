@@ -11,8 +11,6 @@ Exit status 0 when every check passes, 1 otherwise.
 """
 
 import os
-import re
-import subprocess
 import sys
 
 import numpy as np
@@ -33,18 +31,15 @@ def main():
     outs = {}
     for tag, post in (("fused", ["--time-passes"]), ("unfused", ["--no-fuse"])):
         d = os.path.join(work, tag)
-        r = subprocess.run(pt.pipecc_cmd(a.pipecc, a.model, a.g, 2, d, 2, a.shape, post=post), capture_output=True,
-                           text=True, env=pt.split_env())
-        if r.returncode:
-            print(r.stderr[-4000:])
-            print(f"FAIL {name} {tag}: pipecc exited with {r.returncode}")
+        r = pt.run_pipecc(pt.pipecc_cmd(a.pipecc, a.model, a.g, 2, d, 2, a.shape, post=post), f"{name} {tag}")
+        if r is None:
             return 1
         if tag == "fused":
-            m = re.search(r"pass fuse .*\((\d+) chains\)", r.stderr)
-            if not m or int(m.group(1)) == 0:
+            chains = pt.fused_chains(r.stderr)
+            if chains <= 0:
                 print(f"FAIL {name}: nothing fused")
                 return 1
-            print(f"{name}: {m.group(1)} chains fused")
+            print(f"{name}: {chains} chains fused")
         outs[tag], _ = pt.run_pipeline(d, xin, f"{name} {tag}")
         if outs[tag] is None:
             return 1

@@ -282,15 +282,11 @@ def check_fuse(a, name, work):
     for tag, extra in (("fused", ["--time-passes"]), ("unfused", ["--no-fuse"])):
         d = os.path.join(work, f"fuse_{tag}")
         shutil.rmtree(d, ignore_errors=True)
-        r = subprocess.run(pipecc_cmd(a, 2, d, ["--emit-only"] + extra), capture_output=True, text=True,
-                           env=pt.split_env())
-        if r.returncode:
-            print(r.stderr[-4000:])
-            print(f"FAIL {name}: pipecc --emit-only {' '.join(extra)} exited with {r.returncode}")
+        r = pt.run_pipecc(pipecc_cmd(a, 2, d, ["--emit-only"] + extra), f"{name} {tag}")
+        if r is None:
             return 1
         if tag == "fused":
-            m = re.search(r"pass fuse .*\((\d+) chains\)", r.stderr)
-            chains = int(m.group(1)) if m else -1
+            chains = pt.fused_chains(r.stderr)
         src = "".join(open(os.path.join(d, f)).read() for f in sorted(os.listdir(d))
                       if f.startswith("stage_") and f.endswith(".cu"))
         calls[tag] = len(re.findall(r"\bpk_conv_epi\(", src))

@@ -8,6 +8,7 @@ pipeline and comparing its outputs (rel-L2).
 """
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -54,6 +55,22 @@ def pipecc_cmd(pipecc, model, g, microbatches, out_dir, jobs, shapes, pre=(), po
     for s in shapes:
         cmd += ["--shape", s]
     return cmd + list(post)
+
+
+def run_pipecc(cmd, label):
+    """Runs a pipecc command line; its CompletedProcess, or None (printed) when it failed."""
+    r = subprocess.run(cmd, capture_output=True, text=True, env=split_env())
+    if r.returncode:
+        print(r.stderr[-4000:])
+        print(f"FAIL {label}: pipecc exited with {r.returncode}")
+        return None
+    return r
+
+
+def fused_chains(stderr):
+    """The chain count of pipecc --time-passes' fuse line, -1 when there is none."""
+    m = re.search(r"pass fuse .*\((\d+) chains\)", stderr)
+    return int(m.group(1)) if m else -1
 
 
 def split_env(**more):
