@@ -414,6 +414,15 @@ static void pin_inputs(rt_exec *ex, const rt_array *in) {
   }
 }
 
+/* Forgets the streaming batches' bookkeeping (see struct rt_exec). */
+static void drop_batches(rt_exec *ex) {
+  free(ex->batch_left);
+  free(ex->batch_done);
+  ex->batch_left = NULL;
+  ex->batch_done = NULL;
+  ex->nbatch = 0;
+}
+
 int rt_threads_run(rt_exec *ex, const rt_array *in, rt_array *out, int64_t T, rt_stats *st) {
   const pipert_pipeline *p = ex->p;
   int S = p->n_stages;
@@ -426,22 +435,12 @@ int rt_threads_run(rt_exec *ex, const rt_array *in, rt_array *out, int64_t T, rt
   ex->T = T;
   pin_inputs(ex, in);
   if (ex->period <= 0 || ex->period > T) ex->period = T;
-  free(ex->batch_left);
-  free(ex->batch_done);
-  ex->batch_left = NULL;
-  ex->batch_done = NULL;
-  ex->nbatch = 0;
+  drop_batches(ex);
   if (ex->period < T && p->n_outputs) {
     ex->nbatch = (T + ex->period - 1) / ex->period;
     ex->batch_left = calloc((size_t)ex->nbatch, sizeof *ex->batch_left);
     ex->batch_done = calloc((size_t)ex->nbatch, sizeof *ex->batch_done);
-    if (!ex->batch_left || !ex->batch_done) { /* no steady-state figure, nothing else lost */
-      free(ex->batch_left);
-      free(ex->batch_done);
-      ex->batch_left = NULL;
-      ex->batch_done = NULL;
-      ex->nbatch = 0;
-    }
+    if (!ex->batch_left || !ex->batch_done) drop_batches(ex); /* no steady-state figure, nothing else lost */
     for (int64_t b = 0; b < ex->nbatch; b++) {
       int64_t mbs = T - b * ex->period < ex->period ? T - b * ex->period : ex->period;
       atomic_init(&ex->batch_left[b], (long long)(mbs * p->n_outputs));
@@ -537,8 +536,7 @@ void rt_threads_destroy(rt_exec *ex) {
   free(ex->w);
   free(ex->weights);
   free(ex->prog);
-  free(ex->batch_left);
-  free(ex->batch_done);
+  drop_batches(ex);
   free(ex->prog_len);
   free(ex->prog_owned);
   free(ex->topo);

@@ -593,11 +593,11 @@ int main(int argc, char **argv) {
     return 0;
   }
 
-  /* inference: fold Add/Relu/Clip consumers into their Conv before planning, so a
-   * fused chain is one node in every plan and the bits cannot depend on the stage
-   * count (passes/fuse.h); the cpu target applies the epilogue to GEMM blocks in
-   * cache, the cuda target in one kernel after cuDNN's convolution */
-  if ((!strcmp(target, "cpu") || !strcmp(target, "cuda")) && !train_step && !train_prog && !no_fuse) {
+  /* inference (both targets): fold Add/Relu/Clip consumers into their Conv before
+   * planning, so a fused chain is one node in every plan and the bits cannot depend on
+   * the stage count (passes/fuse.h); the cpu target applies the epilogue to GEMM blocks
+   * in cache, the cuda target in one kernel after cuDNN's convolution */
+  if (!train_step && !train_prog && !no_fuse) {
     double s = now_ms();
     int nf = pass_fuse_conv(g);
     if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (%d chains)\n", "fuse", now_ms() - s, nf);

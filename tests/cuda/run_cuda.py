@@ -363,9 +363,8 @@ def main():
     if batch_stats(a):
         runs = [(g, ["--no-tf32"], 1e-4, "fp32") for g in stages] + [(1, [], None, "tf32")]
     else:
-        runs = [(g, [], 1e-3, "tf32") for g in stages] + [(1, ["--no-tf32"], 1e-4, "fp32")]
-        if not a.train:
-            runs.append((1, ["--no-tf32", "--no-fuse"], 1e-4, "fp32-unfused"))
+        runs = [(g, [], 1e-3, "tf32") for g in stages] + [(1, ["--no-tf32"], 1e-4, "fp32"),
+                                                           (1, ["--no-tf32", "--no-fuse"], 1e-4, "fp32-unfused")]
     ok = True
     for g, extra, tol, tag in runs:
         d = os.path.join(work, f"run_g{g}_{tag}")
