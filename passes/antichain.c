@@ -115,12 +115,33 @@ int pass_dag_finalize(pass_dag *d, char *err, size_t errlen)
     return 0;
 }
 
+int pass_dag_set_fused(pass_dag *d, int id, int n, const char *const *names)
+{
+    if (id < 0 || id >= d->n_nodes || n < 0) return -1;
+    pass_dag_node *v = &d->nodes[id];
+    char **f = calloc((size_t)n + 1, sizeof *f);
+    if (!f) return -1;
+    for (int k = 0; k < n; k++)
+        if (!(f[k] = dup_str(names[k]))) {
+            while (k--) free(f[k]);
+            free(f);
+            return -1;
+        }
+    for (int k = 0; k < v->n_fused; k++) free(v->fused[k]);
+    free(v->fused);
+    v->fused = f;
+    v->n_fused = n;
+    return 0;
+}
+
 void pass_dag_free(pass_dag *d)
 {
     for (int v = 0; v < d->n_nodes; v++) {
         free(d->nodes[v].name);
         free(d->nodes[v].inputs);
         free(d->nodes[v].outputs);
+        for (int k = 0; k < d->nodes[v].n_fused; k++) free(d->nodes[v].fused[k]);
+        free(d->nodes[v].fused);
     }
     for (int t = 0; t < d->n_tensors; t++) {
         free(d->tensors[t].name);

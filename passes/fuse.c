@@ -97,11 +97,16 @@ int pass_fuse_conv(ir_graph *g) {
     char desc[512] = "";
     size_t dl = 0;
     int parts[2] = {add, act};
+    /* the absorbed nodes' names (Op_index when unnamed), listed in plan.json */
+    ir_attr *names = ir_node_add_attr(g, i, "pipecc.fused_nodes", IR_ATTR_STRINGS);
+    names->strings = ir_alloc_array(g->arena, 2, sizeof(char *));
     for (int k = 0; k < 2; k++) {
       if (parts[k] < 0) continue;
       ir_node *d = &g->nodes[parts[k]];
       dl += (size_t)snprintf(desc + dl, dl < sizeof desc ? sizeof desc - dl : 0, "%s%s '%.200s'", dl ? ", " : "",
                              ir_op_name(d->op), d->name);
+      names->strings[names->n++] =
+          d->name && *d->name ? ir_strdup(g->arena, d->name) : ir_sprintf(g->arena, "%s_%d", d->op_type, d->index);
       cv->flops += d->flops;
       d->dead = 1;
     }

@@ -33,6 +33,8 @@ typedef struct pass_dag_node {
     int n_inputs, n_outputs;
     int *inputs;            /* tensor ids */
     int *outputs;           /* tensor ids */
+    int n_fused;            /* nodes a pass merged into this one (a Conv's Add and Relu), */
+    char **fused;           /* listed in plan.json; the planner ignores them */
 } pass_dag_node;
 
 typedef struct pass_dag_tensor {
@@ -63,6 +65,8 @@ void pass_dag_mark_output(pass_dag *d, int t);
 int pass_dag_add_node(pass_dag *d, const char *name, double fwd_ms, double bwd_ms,
                       uint64_t param_bytes, uint64_t act_bytes,
                       int n_in, const int *in, int n_out, const int *out);
+/* Record the names of the nodes merged into node id (copied). Returns 0, or -1. */
+int pass_dag_set_fused(pass_dag *d, int id, int n, const char *const *names);
 /* Build consumer lists and check the graph is acyclic. Returns 0, or -1 with a
  * message in err. Must be called before any planner pass. */
 int pass_dag_finalize(pass_dag *d, char *err, size_t errlen);

@@ -73,6 +73,11 @@ int pass_plan_graph(ir_graph *g, const pass_profile_opts *po, const pass_plan_op
     int id = pass_dag_add_node(d, node_label(g, i, names, n_names), c->fwd_ms, o->training ? c->bwd_ms : 0, c->param_bytes,
                                c->out_bytes, ni, ins, no, outs);
     IR_ASSERT(id == i);
+    const ir_attr *fu = ir_attr_find(nd, "pipecc.fused_nodes");
+    if (fu && fu->type == IR_ATTR_STRINGS && fu->n && pass_dag_set_fused(d, id, fu->n, fu->strings)) {
+      fprintf(stderr, "%s: planner: out of memory\n", g->path);
+      return -1;
+    }
   }
   free(ins);
   free(outs);

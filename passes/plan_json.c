@@ -68,7 +68,22 @@ int pass_plan_json_write(FILE *f, const pass_dag *d, const pass_plan *p, const p
             if (i) fputs(", ", f);
             jstr(f, d->nodes[S->nodes[i]].name);
         }
-        fputs("],\n     \"devices\": [", f);
+        /* nodes a pass merged into another (Add/Relu into a Conv): "Conv": ["Add", "Relu"] */
+        fputs("],\n     \"fused\": {", f);
+        for (int i = 0, first = 1; i < S->n_nodes; i++) {
+            const pass_dag_node *v = &d->nodes[S->nodes[i]];
+            if (!v->n_fused) continue;
+            fputs(first ? "" : ", ", f);
+            first = 0;
+            jstr(f, v->name);
+            fputs(": [", f);
+            for (int k = 0; k < v->n_fused; k++) {
+                if (k) fputs(", ", f);
+                jstr(f, v->fused[k]);
+            }
+            fputc(']', f);
+        }
+        fputs("},\n     \"devices\": [", f);
         for (int r = 0; r < S->replicas; r++) fprintf(f, "%s%d", r ? ", " : "", S->dev_first + r);
         fputs("],\n     \"hosts\": [", f);
         for (int r = 0; r < S->replicas; r++)

@@ -392,6 +392,11 @@ void rep_write_dag(FILE *f, const ir_graph *g, const pass_planned *p) {
     rep_esc(f, rep_node_name(p, v), 160);
     fputs("\n", f);
     rep_esc(f, rep_node_op(g, v), 40);
+    const char *fused = v < g->n_nodes ? ir_attr_str(&g->nodes[v], "pipecc.fused", NULL) : NULL;
+    if (fused) {
+      fputs(" + ", f);
+      rep_esc(f, fused, 200);
+    }
     fprintf(f, " \xC2\xB7 stage %d \xC2\xB7 fwd %s ms", s, rep_fixed(b[0], k->fwd_ms, 4));
     if (p->plan.training) fprintf(f, " \xC2\xB7 bwd %s ms", rep_fixed(b[0], k->bwd_ms, 4));
     if (k->param_bytes) {

@@ -131,6 +131,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--max-report-bytes", type=int, default=0, help="fail if report.html is larger")
     ap.add_argument("--forbid", action="append", default=[], help="a string report.html must not contain")
+    ap.add_argument("--expect-fused", action="store_true", help="fail unless some nodes were fused")
     ap.add_argument("extra", nargs="*", help="more pipecc options (after --)")
     a = ap.parse_args()
     if not os.path.exists(a.model):
@@ -191,12 +192,25 @@ def main():
         dims.append("--train")
     ir = json.loads(run([a.pipecc, a.model] + binds + dims + ["--emit=ir-json"]))
     ir_names = [n["name"] for n in ir["nodes"]]
+    # every IR node is in exactly one stage: as a node of the planned graph, or merged into
+    # one of them by a pass (a Conv's Add/Relu, listed under "fused")
     placed = {}
+    n_planned = n_fused = 0
     for st in stages:
-        for name in st.get("nodes", []):
+        check(isinstance(st.get("fused"), dict), f"plan.json: stage {st.get('id')}: no fused object")
+        fused = st.get("fused") if isinstance(st.get("fused"), dict) else {}
+        nodes = st.get("nodes", [])
+        stray = [k for k in fused if k not in nodes]
+        check(not stray, f"plan.json: stage {st.get('id')}: fused into nodes not in the stage: {stray[:5]}")
+        n_planned += len(nodes)
+        for name in nodes + [m for v in fused.values() for m in v]:
             placed[name] = placed.get(name, 0) + 1
+        n_fused += sum(len(v) for v in fused.values())
+    if a.expect_fused:
+        check(n_fused > 0, "plan.json: no nodes fused, expected some")
     n_placed = sum(placed.values())
-    check(n_placed == len(ir_names), f"plan.json: {n_placed} nodes in stages, the IR has {len(ir_names)}")
+    check(n_placed == len(ir_names), f"plan.json: {n_placed} nodes in stages ({n_fused} of them fused), "
+                                     f"the IR has {len(ir_names)}")
     twice = [k for k, v in placed.items() if v > 1]
     check(not twice, f"plan.json: nodes in more than one stage: {twice[:5]}")
     missing = [n for n in ir_names if n and n not in placed]
@@ -229,7 +243,7 @@ def main():
     fills = {f for f, _ in r.dag_nodes}
     for k, c in enumerate(colours):
         check(c in fills, f"report.html: stage {k}'s colour {c} is on no DAG node")
-    check(len(r.dag_nodes) == len(ir_names), f"report.html: {len(r.dag_nodes)} DAG nodes, the IR has {len(ir_names)}")
+    check(len(r.dag_nodes) == n_planned, f"report.html: {len(r.dag_nodes)} DAG nodes, the plan has {n_planned}")
     stage_of = {}
     for k, st in enumerate(stages):
         for name in st.get("nodes", []):
@@ -240,6 +254,11 @@ def main():
         if name in stage_of and fill != colours[stage_of[name]]:
             wrong.append(name)
     check(not wrong, f"report.html: DAG nodes not in their stage's colour: {wrong[:5]}")
+    # a fused node's tooltip names what was merged into it (the search box finds them)
+    title_of = {t.split("\n", 1)[0]: t for _, t in r.dag_nodes}
+    unnamed = [(k, m) for st in stages for k, v in (st.get("fused") or {}).items() for m in v
+               if len(m) < 150 and m not in title_of.get(k, "")]
+    check(not unnamed, f"report.html: fused nodes missing from their node's tooltip: {unnamed[:3]}")
     n_fwd = sum(1 for st in stages for ins in st.get("instructions", []) if ins[0] == "FWD")
     n_bwd = sum(1 for st in stages for ins in st.get("instructions", []) if ins[0] == "BWD")
     check(n_fwd > 0, "plan.json: no FWD instructions")
@@ -254,7 +273,7 @@ def main():
         for f in failures:
             print("FAIL:", f)
         return 1
-    print(f"ok: {name} {' '.join(a.extra)}: {n_stages} stages, {len(ir_names)} nodes, {n_fwd} FWD / {n_bwd} BWD boxes, "
+    print(f"ok: {name} {' '.join(a.extra)}: {n_stages} stages, {len(ir_names)} nodes ({n_fused} fused), {n_fwd} FWD / {n_bwd} BWD boxes, "
           f"report {len(rep1)} bytes")
     return 0
 
