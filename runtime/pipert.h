@@ -35,7 +35,7 @@
 extern "C" {
 #endif
 
-#define PIPERT_ABI_VERSION 2
+#define PIPERT_ABI_VERSION 3
 #define PIPERT_MAX_RANK 8
 
 /* Element types: ONNX TensorProto.DataType codes. */
@@ -108,6 +108,15 @@ typedef struct pipert_device_ops {
   /* Page-locks (on) or releases (off) host memory that upload reads, so that copies from
    * it run at the bus's speed; NULL or a non-zero return: uploads work unpinned. */
   int (*pin)(void *state, void *host, size_t nbytes, int on);
+  /* Stages sharing this device in one process hand over without the host waiting (on):
+   * forward/backward return once their work is queued, and the device orders each set's
+   * reads after its write and its next write after those reads; upload and download
+   * still complete before they return. Off: every call completes before it returns.
+   * Returns 0 once switched. NULL: always off. */
+  int (*async)(void *state, int on);
+  /* async mode: seconds the forward/backward work queued since the last call ran on
+   * the device (waits for it to finish); < 0 when not measured. May be NULL. */
+  double (*busy)(void *state);
 } pipert_device_ops;
 
 /* One stage, emitted in stage_K.c as `const pipert_stage_desc pipecc_stage_K`. */

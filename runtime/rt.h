@@ -184,6 +184,8 @@ struct rt_worker {
   const rt_link_ops *ops;
   void *link;
   const pipert_device_ops *dev;    /* device mode (rt_worker_set_device), else NULL */
+  int dev_async;                   /* device mode, hand-over by the device (dev->async): busy
+                                      comes from dev->busy, forward only queues the work */
   void **dev_in;                   /* device mode: [n_inputs * slots] graph input slices on the device
                                       (slots: M in training, whose backward reads them again; else 1) */
   int64_t *dev_in_mb;              /* [n_inputs * slots] the micro-batch + 1 held there (0: none) */

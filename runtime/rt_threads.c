@@ -377,6 +377,18 @@ int rt_threads_create(const pipert_pipeline *p, const rt_options *o, int M, rt_e
           d->device->ordinal(ex->w[i].w.state) == p->stages[0].stage->device->ordinal(ex->w[0].w.state);
   }
   for (int i = 0; i < ex->nworkers && dev; i++) rt_worker_set_device(&ex->w[i].w, p->stages[ex->w[i].w.stage].stage->device);
+  /* ... and hands them over on the device, no thread waiting for another's work
+   * (PIPERT_SYNC_SETS=1: each forward/backward finishes before its set is handed on) */
+  int async = dev && getenv("PIPERT_SYNC_SETS") == NULL;
+  for (int i = 0; i < ex->nworkers && async; i++) {
+    rt_worker *w = &ex->w[i].w;
+    if (!w->dev->async) break;
+    if (w->dev->async(w->state, 1)) {
+      rt_errorf("stage %d: cannot hand over on the device", w->stage);
+      return 1;
+    }
+    w->dev_async = 1;
+  }
   return 0;
 }
 
@@ -499,6 +511,10 @@ int rt_threads_run(rt_exec *ex, const rt_array *in, rt_array *out, int64_t T, rt
   }
   for (int i = 0; i < ex->nworkers; i++) {
     rt_worker *w = &ex->w[i].w;
+    if (w->dev_async) { /* forward only queued the work: the time it ran on the device */
+      double b = w->dev->busy ? w->dev->busy(w->state) : -1;
+      w->busy = b >= 0 ? b : 0;
+    }
     st->busy_s[w->stage] += w->busy;
     size_t b = (size_t)w->fpool.n * w->fpool.set_bytes + (size_t)w->gpool.n * w->gpool.set_bytes;
     if (st->peak_bytes && b > st->peak_bytes[w->stage]) st->peak_bytes[w->stage] = b;

@@ -60,24 +60,31 @@ NOTF32=()
 RESULTS="$WORK/results.txt"
 : > "$RESULTS"
 
-# pipecc: build (g stages, all on the one GPU), run --bench, record samples/s
-bench_pipecc() { # name input_name shape input_file g
-  local name=$1 in=$2 shape=$3 file=$4 g=$5
-  local d="$WORK/$name-g$g"
+# pipecc: build (g stages, all on the one GPU, m micro-batches), run --bench, record
+# samples/s as runner LABEL; for g > 1 the same build again with PIPERT_SYNC_SETS=1
+# (every stage finishes each micro-batch before handing it on: the old hand-over)
+bench_pipecc() { # name input_name shape input_file g m label
+  local name=$1 in=$2 shape=$3 file=$4 g=$5 m=$6 label=$7
+  local d="$WORK/$name-g$g-m$m"
   local split=()
   [ "$g" -gt 1 ] && split=(env PIPECC_SPLIT=even)  # exactly g stages, one replica each
-  # -m g: one micro-batch per stage (all stages share the one GPU, so smaller micro-batches
-  # would only add launches); --stream: batches back to back, as the PyTorch loop runs
-  # them. pipecc's figure includes copying every batch from host memory; PyTorch's input
-  # stays on the GPU.
-  ${split[@]+"${split[@]}"} "$PIPECC" "$WORK/models/$name.onnx" --target cuda --shape "$in:$shape" -g "$g" -m "$g" \
+  # --stream: batches back to back, as the PyTorch loop runs them, so with -m 1 the
+  # stages overlap consecutive batches. pipecc's figure includes copying every batch
+  # from host memory; PyTorch's input stays on the GPU.
+  ${split[@]+"${split[@]}"} "$PIPECC" "$WORK/models/$name.onnx" --target cuda --shape "$in:$shape" -g "$g" -m "$m" \
       ${NOTF32[@]+"${NOTF32[@]}"} -o "$d" >&2
-  local out
-  out="$("$d/pipeline" --input "$in=$file" --bench "$ITERS" --stream)"
-  echo "$out" >&2
-  local sps
-  sps="$(echo "$out" | sed -n 's/^throughput: \([0-9.]*\) samples\/s.*/\1/p')"
-  echo "$name pipecc-g$g $sps" >> "$RESULTS"
+  local out sps i
+  local envs=("") tags=("$label")
+  if [ "$g" -gt 1 ]; then
+    envs+=("PIPERT_SYNC_SETS=1")
+    tags+=("$label-sync")
+  fi
+  for i in "${!envs[@]}"; do
+    out="$(env ${envs[$i]:+"${envs[$i]}"} "$d/pipeline" --input "$in=$file" --bench "$ITERS" --stream)"
+    echo "$out" >&2
+    sps="$(echo "$out" | sed -n 's/^throughput: \([0-9.]*\) samples\/s.*/\1/p')"
+    echo "$name ${tags[$i]} $sps" >> "$RESULTS"
+  done
 }
 
 # PyTorch eager and torch.compile, same model definition, batch and input
@@ -120,9 +127,12 @@ np.save(f"{work}/resnet50_x.npy", rng.standard_normal((b, 3, 224, 224), dtype=np
 np.save(f"{work}/bert_x.npy", rng.integers(0, 512, (b, 64), dtype=np.int64))
 EOF
 
-for g in 1 4; do
-  bench_pipecc resnet50 input "${BATCH}x3x224x224" "$WORK/resnet50_x.npy" "$g"
-  bench_pipecc bert input_ids "${BATCH}x64" "$WORK/bert_x.npy" "$g"
+# g=1: the batch in one micro-batch; g=4: 4 micro-batches (pipecc-g4), or the batch in one
+# (pipecc-g4-m1: kernels as large as g=1's, the stages overlapping consecutive batches)
+for run in "1 1 pipecc-g1" "4 4 pipecc-g4" "4 1 pipecc-g4-m1"; do
+  read -r g m label <<< "$run"
+  bench_pipecc resnet50 input "${BATCH}x3x224x224" "$WORK/resnet50_x.npy" "$g" "$m" "$label"
+  bench_pipecc bert input_ids "${BATCH}x64" "$WORK/bert_x.npy" "$g" "$m" "$label"
 done
 bench_torch resnet50 "$WORK/resnet50_x.npy"
 bench_torch bert "$WORK/bert_x.npy"
@@ -133,8 +143,11 @@ printf "%-10s %-15s %14s %14s\n" model runner samples/s ms/batch
 awk -v b="$BATCH" '{ printf "%-10s %-15s %14.1f %14.3f\n", $1, $2, $3, ($3 > 0 ? 1000 * b / $3 : 0) }' "$RESULTS"
 for m in resnet50 bert; do
   awk -v m="$m" '$1 == m { r[$2] = $3 }
-    END { if (r["pipecc-g1"] > 0 && r["torch-eager"] > 0)
-            printf "%s: pipecc g=1 / eager %.2fx, / torch.compile %.2fx, g=4 (one GPU) / g=1 %.2fx\n", m,
-                   r["pipecc-g1"] / r["torch-eager"], r["pipecc-g1"] / r["torch-compile"], r["pipecc-g4"] / r["pipecc-g1"] }' \
+    function q(a, b) { return (a > 0 && b > 0) ? sprintf("%.2fx", a / b) : "n/a" }
+    END { printf "%s: pipecc g=1 / eager %s, / torch.compile %s; g=4 (one GPU) / g=1: %s (-m 4), %s (-m 1);",
+                 m, q(r["pipecc-g1"], r["torch-eager"]), q(r["pipecc-g1"], r["torch-compile"]),
+                 q(r["pipecc-g4"], r["pipecc-g1"]), q(r["pipecc-g4-m1"], r["pipecc-g1"])
+          printf " hand-over on the device / synchronous (PIPERT_SYNC_SETS=1): %s (-m 4), %s (-m 1)\n",
+                 q(r["pipecc-g4"], r["pipecc-g4-sync"]), q(r["pipecc-g4-m1"], r["pipecc-g4-m1-sync"]) }' \
     "$RESULTS"
 done

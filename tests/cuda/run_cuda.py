@@ -13,7 +13,9 @@
         Needs a GPU (exit 77 = skipped when /dev/nvidia0 is missing or nvidia-smi fails):
         builds for every g (all stages share the one GPU), runs DIR/pipeline on random
         inputs and compares with onnxruntime (tools/ort_ref.py): rel-L2 <= 1e-3 with TF32
-        (the default), and for g=1 again with --no-tf32 at rel-L2 <= 1e-4.
+        (the default), and for g=1 again with --no-tf32 at rel-L2 <= 1e-4. The largest g
+        (stages handing over on the device) must give the same bits with
+        PIPERT_SYNC_SETS=1 and over 20 streamed batches (--bench 20 --stream).
 
     run_cuda.py fuse --pipecc ... --model resnet18.onnx --shape ... --work /tmp/w
         Emits (--emit-only, no nvcc) with and without --no-fuse: the fused build's stage
@@ -240,6 +242,22 @@ def run_program(a, name, work, stages):
     return 0 if ok else 1
 
 
+def same_handover(d, xin, got, label):
+    """Stages sharing the GPU hand sets over on the device (events, no host waits): the
+    outputs must not change, bit for bit, when every stage finishes each micro-batch
+    before handing it on (PIPERT_SYNC_SETS=1), nor over a stream of 20 batches that
+    reuses every set many times (--bench 20 --stream keeps the last batch's outputs)."""
+    ok = True
+    for how, extra, env in (("synchronous hand-over", [], {"PIPERT_SYNC_SETS": "1"}),
+                            ("20 batches streamed", ["--bench", "20", "--stream"], None)):
+        other, _ = pt.run_pipeline(d, xin, f"{label} {how}", extra, env, "y_other.npz")
+        same = other is not None and sorted(other) == sorted(got) and all(
+            other[k].tobytes() == got[k].tobytes() for k in got)
+        print(f"{label}: {how}: {'bitwise equal' if same else 'DIFFERENT'}")
+        ok &= same
+    return ok
+
+
 def run_step(a, name, work, stages):
     """The one-step training program on the GPU against the cpu target's."""
     sys.path.insert(0, os.path.join(pt.ROOT, "tools"))
@@ -380,6 +398,8 @@ def main():
         good, worst = pt.compare(got, ref, bound, f"{name} g={g} {tag}")
         ok &= good
         print(f"{name} g={g} {tag}: build {dt:.1f} s, run {tr:.2f} s, max rel-L2 {worst:.3g} ({told})")
+        if g > 1 and g == max(stages) and tag == runs[0][3]:
+            ok &= same_handover(d, xin, got, f"{name} g={g} {tag}")
         if not a.keep:
             shutil.rmtree(d, ignore_errors=True)
     print(("PASS " if ok else "FAIL ") + name)

@@ -124,12 +124,14 @@ def ort_micro(model, inputs, M):
     return {k: np.concatenate(v) for k, v in outs.items()}
 
 
-def run_pipeline(d, xin, label):
-    """Runs d/pipeline on the inputs xin; returns (outputs dict or None, seconds)."""
+def run_pipeline(d, xin, label, extra=(), env=None, out_name="y.npz"):
+    """Runs d/pipeline on the inputs xin (more options extra, environment variables env
+    added); returns (outputs dict or None, seconds)."""
     import numpy as np
-    out = os.path.join(d, "y.npz")
+    out = os.path.join(d, out_name)
     t = time.time()
-    r = subprocess.run([os.path.join(d, "pipeline"), "--input", xin, "--output", out], capture_output=True, text=True)
+    r = subprocess.run([os.path.join(d, "pipeline"), "--input", xin, "--output", out] + list(extra),
+                       capture_output=True, text=True, env=dict(os.environ, **(env or {})))
     tr = time.time() - t
     if r.returncode:
         print(r.stdout[-4000:], r.stderr[-4000:])

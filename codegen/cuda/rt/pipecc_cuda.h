@@ -170,6 +170,9 @@ typedef struct pk_stage_info {
   const size_t *grad_off, *grad_bytes;
 } pk_stage_info;
 
+/* Parts queued ahead of their completion, per stage, when stages hand over by events. */
+#define PK_TIMING_RING 16
+
 /* The state of one replica of a stage. Generated code reads the fields marked (gen). */
 typedef struct pk_stage {
   const pk_stage_info *info;
@@ -188,6 +191,12 @@ typedef struct pk_stage {
   cudaGraphExec_t exec[3];
   int unit;                        /* the unit running (errors) */
   cudaEvent_t *ev;                 /* profiling: n_units + 1 events, else NULL */
+  /* hand-over by events (pipert_device_ops.async): forward/backward return once queued;
+   * busy time from event pairs around each part, harvested as they complete */
+  int async;
+  double busy_s;
+  cudaEvent_t tev[2 * PK_TIMING_RING];
+  int t_first, t_n;
 } pk_stage;
 
 #ifdef __cplusplus

@@ -29,7 +29,18 @@ extern "C" int pk_fail(pk_stage *S, const char *what, const char *detail) {
 
 static int cu_ok(pk_stage *S, cudaError_t e, const char *what) {
   if (e == cudaSuccess) return 1;
-  pk_fail(S, what, cudaGetErrorString(e));
+  /* a kernel's fault shows at the next wait on the device, which in async mode may be
+   * another stage's */
+  int fault = e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure || e == cudaErrorIllegalInstruction ||
+              e == cudaErrorMisalignedAddress || e == cudaErrorAssert || e == cudaErrorHardwareStackError;
+  if (fault && S->async) {
+    char detail[320];
+    snprintf(detail, sizeof detail, "%s (stages hand over asynchronously, so the fault may be an earlier stage's: "
+             "PIPERT_SYNC_SETS=1 names it)", cudaGetErrorString(e));
+    pk_fail(S, what, detail);
+  } else {
+    pk_fail(S, what, cudaGetErrorString(e));
+  }
   return 0;
 }
 static int dnn_ok(pk_stage *S, cudnnStatus_t e, const char *what) {
@@ -1463,11 +1474,14 @@ static void stage_free(pk_stage *S) {
     }
     free(S->conv);
   }
+  if (S->stream) cudaStreamSynchronize(S->stream); /* async mode: parts still queued */
   if (S->ev) {
     for (int i = 0; i <= S->info->n_units; i++)
       if (S->ev[i]) cudaEventDestroy(S->ev[i]);
     free(S->ev);
   }
+  for (int i = 0; i < 2 * PK_TIMING_RING; i++)
+    if (S->tev[i]) cudaEventDestroy(S->tev[i]);
   for (int k = 0; k < 3; k++)
     if (S->exec[k]) cudaGraphExecDestroy(S->exec[k]);
   while (S->lt_plans) {
@@ -1557,6 +1571,159 @@ extern "C" int pk_stage_init(void **state, const pk_stage_info *info, int tf32, 
   return 0;
 }
 
+/* ---- hand-over between stages sharing a device, by events ---------------------------- */
+/* In async mode (dev_async) a stage's forward/backward returns once its work is queued on
+ * its stream; no host thread waits for the device except to download graph outputs and at
+ * the end. Every buffer dev_alloc made (the sets stages hand each other, graph input copies)
+ * is a region with a 'ready' event, recorded on its writer's stream after the write, and
+ * one event per reader, recorded on the reader's stream after its copy-in. A reader's
+ * stream waits for 'ready' before reading, a writer's for every reader's event (and the
+ * last write) before writing. The host hands the sets on as before (runtime/rt_worker.c,
+ * mutexes in between), so each record is made before the wait that names it. */
+#define PK_READERS 8
+struct pk_region {
+  char *base;
+  size_t n;
+  cudaEvent_t ready;
+  int has_ready;
+  int n_rd;
+  pk_stage *rd_by[PK_READERS];
+  cudaEvent_t rd_ev[PK_READERS];
+  int rd_live[PK_READERS];
+};
+static pthread_mutex_t g_reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct pk_region **g_reg;
+static int g_nreg, g_capreg;
+
+/* the region holding p (g_reg_mu held), or NULL */
+static struct pk_region *region_of(const void *p) {
+  for (int i = 0; i < g_nreg; i++)
+    if ((const char *)p >= g_reg[i]->base && (const char *)p < g_reg[i]->base + g_reg[i]->n) return g_reg[i];
+  return NULL;
+}
+
+static int region_add(pk_stage *S, void *p, size_t n) {
+  struct pk_region *r = (struct pk_region *)calloc(1, sizeof *r);
+  if (!r) return pk_fail(S, "hand-over", "out of host memory");
+  r->base = (char *)p;
+  r->n = n;
+  pthread_mutex_lock(&g_reg_mu);
+  if (g_nreg == g_capreg) {
+    int cap = g_capreg ? 2 * g_capreg : 64;
+    struct pk_region **nr = (struct pk_region **)realloc(g_reg, (size_t)cap * sizeof *nr);
+    if (!nr) {
+      pthread_mutex_unlock(&g_reg_mu);
+      free(r);
+      return pk_fail(S, "hand-over", "out of host memory");
+    }
+    g_reg = nr;
+    g_capreg = cap;
+  }
+  g_reg[g_nreg++] = r;
+  pthread_mutex_unlock(&g_reg_mu);
+  return 0;
+}
+
+static void region_remove(void *p) {
+  pthread_mutex_lock(&g_reg_mu);
+  for (int i = 0; i < g_nreg; i++)
+    if (g_reg[i]->base == (char *)p) {
+      struct pk_region *r = g_reg[i];
+      g_reg[i] = g_reg[--g_nreg];
+      if (r->ready) cudaEventDestroy(r->ready);
+      for (int k = 0; k < r->n_rd; k++) cudaEventDestroy(r->rd_ev[k]);
+      free(r);
+      break;
+    }
+  pthread_mutex_unlock(&g_reg_mu);
+}
+
+static int new_event(pk_stage *S, cudaEvent_t *e) {
+  return cu_ok(S, cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate(hand-over)");
+}
+
+/* S is about to read p on its stream: wait for its last write. */
+static int before_read(pk_stage *S, const void *p) {
+  int ok = 1;
+  pthread_mutex_lock(&g_reg_mu);
+  struct pk_region *r = region_of(p);
+  if (r && r->has_ready) ok = cu_ok(S, cudaStreamWaitEvent(S->stream, r->ready, 0), "cudaStreamWaitEvent(input)");
+  pthread_mutex_unlock(&g_reg_mu);
+  return ok;
+}
+
+/* S has queued its read of p: later writers wait for this point of S's stream. */
+static int after_read(pk_stage *S, const void *p) {
+  int ok = 1;
+  pthread_mutex_lock(&g_reg_mu);
+  struct pk_region *r = region_of(p);
+  if (r) {
+    int k = 0;
+    while (k < r->n_rd && r->rd_by[k] != S) k++;
+    if (k == r->n_rd && k < PK_READERS && (ok = new_event(S, &r->rd_ev[k]))) r->rd_by[r->n_rd++] = S;
+    if (ok && k < r->n_rd) {
+      ok = cu_ok(S, cudaEventRecord(r->rd_ev[k], S->stream), "cudaEventRecord(input read)");
+      r->rd_live[k] = ok;
+    } else if (ok) { /* more readers than slots: finish the read instead */
+      ok = cu_ok(S, cudaStreamSynchronize(S->stream), "cudaStreamSynchronize");
+    }
+  }
+  pthread_mutex_unlock(&g_reg_mu);
+  return ok;
+}
+
+/* S is about to write p on its stream: wait for the readers of what it holds, and for
+ * the last write when another stream made it. */
+static int before_write(pk_stage *S, const void *p) {
+  int ok = 1;
+  pthread_mutex_lock(&g_reg_mu);
+  struct pk_region *r = region_of(p);
+  for (int k = 0; r && ok && k < r->n_rd; k++)
+    if (r->rd_live[k]) {
+      if (r->rd_by[k] != S) ok = cu_ok(S, cudaStreamWaitEvent(S->stream, r->rd_ev[k], 0), "cudaStreamWaitEvent(output)");
+      r->rd_live[k] = 0;
+    }
+  if (r && ok && r->has_ready) ok = cu_ok(S, cudaStreamWaitEvent(S->stream, r->ready, 0), "cudaStreamWaitEvent(output)");
+  pthread_mutex_unlock(&g_reg_mu);
+  return ok;
+}
+
+/* S has queued its write of p (complete: the write has finished, no event needed). */
+static int after_write(pk_stage *S, const void *p, int complete) {
+  int ok = 1;
+  pthread_mutex_lock(&g_reg_mu);
+  struct pk_region *r = region_of(p);
+  if (r && complete) r->has_ready = 0;
+  else if (r) {
+    ok = (r->ready || new_event(S, &r->ready)) &&
+         cu_ok(S, cudaEventRecord(r->ready, S->stream), "cudaEventRecord(output written)");
+    r->has_ready = ok;
+  }
+  pthread_mutex_unlock(&g_reg_mu);
+  return ok;
+}
+
+/* Busy time from the queued parts' event pairs, oldest first: those complete, after
+ * waiting until at most keep parts are still queued. */
+static int harvest(pk_stage *S, int keep) {
+  while (S->t_n > 0) {
+    cudaEvent_t a = S->tev[2 * S->t_first], b = S->tev[2 * S->t_first + 1];
+    if (S->t_n > keep) {
+      if (!cu_ok(S, cudaEventSynchronize(b), "cudaEventSynchronize")) return 1;
+    } else {
+      cudaError_t q = cudaEventQuery(b);
+      if (q == cudaErrorNotReady) break;
+      if (!cu_ok(S, q, "cudaEventQuery")) return 1;
+    }
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, a, b) == cudaSuccess) S->busy_s += ms * 1e-3;
+    cudaGetLastError();
+    S->t_first = (S->t_first + 1) % PK_TIMING_RING;
+    S->t_n--;
+  }
+  return 0;
+}
+
 /* Run part k's units: replay its captured graph, or capture it on the first call. */
 static int run_units(pk_stage *S, int k, const pk_part *P) {
   if (!S->use_graph || S->ev) return P->run(S);
@@ -1593,21 +1760,45 @@ static int run_units(pk_stage *S, int k, const pk_part *P) {
 static int run_part(pk_stage *S, int k, const pk_part *P, const void *const *in, void *const *out, int dev) {
   S->unit = -1;
   if (!cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice")) return 1;
+  int async = dev && S->async;
+  if (async) {
+    /* a free slot for this part's timing events: wait for the oldest when all are queued */
+    if (harvest(S, PK_TIMING_RING - 1)) return 1;
+    for (int i = 0; i < P->n_in; i++)
+      if (P->in_bytes[i] && !before_read(S, in[i])) return 1;
+    int slot = (S->t_first + S->t_n) % PK_TIMING_RING;
+    if (!cu_ok(S, cudaEventRecord(S->tev[2 * slot], S->stream), "cudaEventRecord(busy)")) return 1;
+  }
   for (int i = 0; i < P->n_in; i++)
     if (P->in_bytes[i] &&
         !cu_ok(S, cudaMemcpyAsync(S->io + P->in_off[i], in[i], P->in_bytes[i],
                                   dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice, S->stream),
                "cudaMemcpyAsync(input)"))
       return 1;
+  for (int i = 0; async && i < P->n_in; i++)
+    if (P->in_bytes[i] && !after_read(S, in[i])) return 1;
+  /* the first call captures the part: from an idle stream, as in synchronous mode */
+  if (async && S->use_graph && !S->captured[k] && !cu_ok(S, cudaStreamSynchronize(S->stream), "cudaStreamSynchronize"))
+    return 1;
   if (run_units(S, k, P)) return 1;
   S->unit = -1;
+  for (int i = 0; async && i < P->n_out; i++)
+    if (P->out_bytes[i] && !before_write(S, out[i])) return 1;
   for (int i = 0; i < P->n_out; i++)
     if (P->out_bytes[i] &&
         !cu_ok(S, cudaMemcpyAsync(out[i], S->io + P->out_off[i], P->out_bytes[i],
                                   dev ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost, S->stream),
                "cudaMemcpyAsync(output)"))
       return 1;
-  return cu_ok(S, cudaStreamSynchronize(S->stream), "cudaStreamSynchronize") ? 0 : 1;
+  if (!async) return cu_ok(S, cudaStreamSynchronize(S->stream), "cudaStreamSynchronize") ? 0 : 1;
+  for (int i = 0; i < P->n_out; i++)
+    if (P->out_bytes[i] && !after_write(S, out[i], 0)) return 1;
+  int slot = (S->t_first + S->t_n) % PK_TIMING_RING;
+  if (!cu_ok(S, cudaEventRecord(S->tev[2 * slot + 1], S->stream), "cudaEventRecord(busy)")) return 1;
+  S->t_n++;
+  /* launch failures show now; faults while running show at the next wait, perhaps in
+   * another stage (PIPERT_SYNC_SETS=1 runs every part to its end) */
+  return cu_ok(S, cudaGetLastError(), "kernel launch") ? 0 : 1;
 }
 
 extern "C" int pk_stage_forward(void *state, const void *const *in, void *const *out) {
@@ -1635,12 +1826,17 @@ static void *dev_alloc(void *state, size_t nbytes) {
   if (!cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice") ||
       !cu_ok(S, cudaMalloc(&p, nbytes ? nbytes : 1), "cudaMalloc(stage outputs)"))
     return NULL;
+  if (region_add(S, p, nbytes ? nbytes : 1)) {
+    cudaFree(p);
+    return NULL;
+  }
   return p;
 }
 
 static void dev_release(void *state, void *p) {
   cudaSetDevice(((pk_stage *)state)->device);
-  cudaFree(p);
+  cudaFree(p); /* waits for the device: no queued reads or writes of p are left */
+  region_remove(p);
 }
 
 static int dev_copy(void *state, void *dst, const void *src, size_t n, cudaMemcpyKind kind, const char *what) {
@@ -1650,11 +1846,40 @@ static int dev_copy(void *state, void *dst, const void *src, size_t n, cudaMemcp
 }
 
 static int dev_upload(void *state, void *dev, const void *host, size_t n) {
-  return dev_copy(state, dev, host, n, cudaMemcpyHostToDevice, "cudaMemcpy(graph input)");
+  pk_stage *S = (pk_stage *)state;
+  if (S->async && (!cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice") || !before_write(S, dev))) return 1;
+  int rc = dev_copy(state, dev, host, n, cudaMemcpyHostToDevice, "cudaMemcpy(graph input)");
+  return rc || !S->async ? rc : !after_write(S, dev, 1);
 }
 
 static int dev_download(void *state, void *host, const void *dev, size_t n) {
+  pk_stage *S = (pk_stage *)state;
+  if (S->async && (!cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice") || !before_read(S, dev))) return 1;
   return dev_copy(state, host, dev, n, cudaMemcpyDeviceToHost, "cudaMemcpy(graph output)");
+}
+
+/* Stages on one device hand over by events (see before_read); off: every part ends with
+ * its stream synchronised, as between processes. */
+static int dev_async(void *state, int on) {
+  pk_stage *S = (pk_stage *)state;
+  S->unit = -1;
+  if (!cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice") ||
+      !cu_ok(S, cudaStreamSynchronize(S->stream), "cudaStreamSynchronize") || harvest(S, 0))
+    return 1;
+  for (int i = 0; on && i < 2 * PK_TIMING_RING; i++)
+    if (!S->tev[i] && !cu_ok(S, cudaEventCreate(&S->tev[i]), "cudaEventCreate(busy)")) return 1;
+  S->async = on;
+  return 0;
+}
+
+/* Seconds the parts queued since the last call ran on the device (waits for them). */
+static double dev_busy(void *state) {
+  pk_stage *S = (pk_stage *)state;
+  if (!S->async) return -1;
+  if (!cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice") || harvest(S, 0)) return -1;
+  double b = S->busy_s;
+  S->busy_s = 0;
+  return b;
 }
 
 static int dev_forward(void *state, const void *const *in, void *const *out) {
@@ -1794,7 +2019,7 @@ static int dev_pin(void *state, void *host, size_t nbytes, int on) {
 extern "C" const pipert_device_ops pk_device_ops = {
     dev_ordinal,   dev_alloc,      dev_release,    dev_upload,    dev_download,  dev_forward, dev_backward,
     dev_comm_id,   dev_comm_init,  dev_comm_group, dev_comm_send, dev_comm_recv, dev_comm_sum, dev_comm_free,
-    dev_pin};
+    dev_pin,       dev_async,      dev_busy};
 
 extern "C" int pk_stage_zero_grads(void *state) {
   pk_stage *S = (pk_stage *)state;
