@@ -38,7 +38,10 @@
         above. run: the reference is the cpu target's build of the same program on the
         same random inputs (labels below --label-high); every output (loss, gradients,
         updated weights and statistics) within rel-L2 1e-3 with --no-tf32 for every g,
-        and 3e-2 with TF32 for g=1 (tolerances not yet measured on a GPU).
+        and 3e-2 with TF32 for g=1 (tolerances not yet measured on a GPU). --noise TRIES
+        (resnet18_train, mobilenet_v2_train: batch statistics over few values): the fp32
+        bound is twice the most the cpu reference itself moves when its inputs move by
+        one ulp (at least 1e-3), and the median over the outputs must stay within 1e-3.
 
 Prints one line per build with its wall time. Exit 0 pass, 1 fail, 77 skipped.
 """
@@ -258,6 +261,37 @@ def same_handover(d, xin, got, label):
     return ok
 
 
+def reference_noise(d, xin, ref, tries, name):
+    """How far the cpu reference build d moves when every float input moves by one ulp in
+    a random direction: the worst rel-L2 (compare()'s, floor 1e-3) over `tries` such
+    inputs, or None after a failure. A training step with batch statistics over few
+    elements is ill-conditioned: a ReLU input within rounding of 0 flips and moves a
+    channel's batch-statistics gradient (resnet18_train at batch 2: layer4's BatchNorms
+    average 98 values; one-ulp input changes moved the cpu target's own gradients by up
+    to 1.0%, 6 of 8 tries above 0.15%). Two correct float32 implementations differ by
+    that much too, so the fp32 bound is measured, not assumed."""
+    import numpy as np
+    sys.path.insert(0, os.path.join(pt.ROOT, "tools"))
+    from npzio import save_npz
+    feeds = dict(np.load(xin))
+    worst = 0.0
+    for i in range(tries):
+        rng = np.random.default_rng(1000 + i)
+        moved = {}
+        for k, v in feeds.items():
+            if v.dtype.kind == "f":
+                to = np.where(rng.random(v.shape) < 0.5, -np.inf, np.inf).astype(v.dtype)
+                v = np.nextafter(v, to)
+            moved[k] = v
+        xp = os.path.join(d, "x_ulp.npz")
+        save_npz(xp, moved)
+        got, _ = pt.run_pipeline(d, xp, f"{name} cpu one ulp", out_name="y_ulp.npz")
+        if got is None:
+            return None
+        worst = max(worst, pt.compare(got, ref, float("inf"), f"{name} cpu one ulp", floor=1e-3)[1])
+    return worst
+
+
 def run_step(a, name, work, stages):
     """The one-step training program on the GPU against the cpu target's."""
     sys.path.insert(0, os.path.join(pt.ROOT, "tools"))
@@ -274,8 +308,16 @@ def run_step(a, name, work, stages):
     ref, _ = pt.run_pipeline(d, xin, f"{name} cpu")
     if ref is None:
         return 1
+    fp32_tol = 1e-3
+    if a.noise:
+        noise = reference_noise(d, xin, ref, a.noise, name)
+        if noise is None:
+            return 1
+        fp32_tol = max(fp32_tol, 2 * noise)
+        print(f"{name}: the cpu reference moves by up to rel-L2 {noise:.3g} when its float inputs move by one ulp "
+              f"({a.noise} tries): fp32 bound max(1e-3, 2 x {noise:.3g}) = {fp32_tol:.3g}, median over outputs 1e-3")
     tf32_tol = None if batch_stats(a) else 3e-2
-    runs = [(g, ["--no-tf32"], 1e-3, "fp32") for g in stages] + [(1, [], tf32_tol, "tf32")]
+    runs = [(g, ["--no-tf32"], fp32_tol, "fp32") for g in stages] + [(1, [], tf32_tol, "tf32")]
     ok = True
     for g, extra, tol, tag in runs:
         d = os.path.join(work, f"step_g{g}_{tag}")
@@ -286,6 +328,12 @@ def run_step(a, name, work, stages):
             continue
         bound, told = limit(tol)
         good, worst = pt.compare(got, ref, bound, f"{name} g={g} {tag}", floor=1e-3)
+        if a.noise and tag == "fp32":  # most outputs as close as a well-conditioned problem's
+            med = pt.median_rel_l2(got, ref, floor=1e-3)
+            if not med <= 1e-3:
+                print(f"FAIL {name} g={g} {tag}: median rel-L2 over the outputs {med:.3g} > 1e-3")
+                good = False
+            told += f", median {med:.3g}"
         ok &= good
         print(f"{name} step g={g} {tag}: build {dt:.1f} s, max rel-L2 {worst:.3g} vs cpu ({told})")
         if not a.keep:
@@ -336,6 +384,9 @@ def main():
                     help="the pipelined training program; its labels input and shape")
     ap.add_argument("--label-high", type=int, default=2, help="labels below this (run --step)")
     ap.add_argument("--keep", action="store_true", help="keep the build directories")
+    ap.add_argument("--noise", type=int, default=0, metavar="TRIES",
+                    help="run --step: bound fp32 differences by the cpu reference's own movement "
+                         "under one-ulp input changes (TRIES of them; see reference_noise)")
     a = ap.parse_args()
     name = os.path.splitext(os.path.basename(a.model))[0]
     work = os.path.join(a.work, name)

@@ -140,7 +140,17 @@ def run_pipeline(d, xin, label, extra=(), env=None, out_name="y.npz"):
     return dict(np.load(out)), tr
 
 
-def compare(got, ref, tol, label, floor=None):
+def median_rel_l2(got, ref, floor=None):
+    """The median over ref's outputs of compare()'s rel-L2 (outputs missing count as inf)."""
+    import numpy as np
+    errs = []
+    for k in ref:
+        errs.append(compare({k: got[k]}, {k: ref[k]}, float("inf"), k, floor, scale_ref=ref)[1]
+                    if k in got else float("inf"))
+    return float(np.median(errs)) if errs else 0.0
+
+
+def compare(got, ref, tol, label, floor=None, scale_ref=None):
     """Every reference output present with its shape and dtype, rel-L2 <= tol.
     Returns (ok, worst rel-L2).
 
@@ -150,14 +160,14 @@ def compare(got, ref, tol, label, floor=None):
     a batch-statistics BatchNormalization: the mean is subtracted again) comes out as
     rounding noise (norm 6e-8 beside weight gradients of 2 to 10 for smallcnn_train),
     and the rel-L2 of two noise vectors says nothing. Any error above floor * R * tol
-    in absolute terms still fails."""
+    in absolute terms still fails. scale_ref: the outputs R is taken from (default ref)."""
     import numpy as np
 
     def kind(k):
         return k.split("/", 1)[0] if "/" in k else ""
     scale = {}
     if floor:
-        for k, v in ref.items():
+        for k, v in (scale_ref or ref).items():
             scale[kind(k)] = max(scale.get(kind(k), 0.0), float(np.linalg.norm(v.astype(np.float64).ravel())))
     ok = True
     worst = 0.0
