@@ -561,7 +561,7 @@ static int rt_cache_path(const char *out_dir, char *path, size_t n) {
   else if (home && *home) snprintf(base, sizeof base, "%s/.cache/pipecc", home);
   else return -1;
   /* key: the runtime's sources (as copied, without pipecc's header), the Makefile's nvcc
-   * lines, pipert.h and nvcc itself */
+   * lines, the runtime headers it includes and nvcc itself */
   const char *rt = getenv("PIPECC_CUDA_RT_DIR");
   char rtdir[4096];
   snprintf(rtdir, sizeof rtdir, "%s", rt && *rt ? rt : PIPECC_SOURCE_DIR "/codegen/cuda/rt");
@@ -578,14 +578,14 @@ static int rt_cache_path(const char *out_dir, char *path, size_t n) {
         key = cg_checksum64(line, strlen(line)) ^ (key * 0x100000001B3ull);
     fclose(f);
   }
-  char hdr[4200];
-  snprintf(hdr, sizeof hdr, "%s/pipert.h", PIPERT_INCLUDE_DIR);
+  char deps[3][4200];
+  snprintf(deps[0], sizeof deps[0], "%s/pipert.h", PIPERT_INCLUDE_DIR);
+  snprintf(deps[1], sizeof deps[1], "%s/rt_handover.h", PIPERT_INCLUDE_DIR);
   struct stat st;
   const char *cuda = getenv("CUDA_HOME");
-  char nvcc[4200];
-  snprintf(nvcc, sizeof nvcc, "%s/bin/nvcc", cuda && *cuda ? cuda : "/usr/local/cuda");
-  for (int i = 0; i < 2; i++) {
-    if (stat(i ? nvcc : hdr, &st)) return -1;
+  snprintf(deps[2], sizeof deps[2], "%s/bin/nvcc", cuda && *cuda ? cuda : "/usr/local/cuda");
+  for (int i = 0; i < 3; i++) {
+    if (stat(deps[i], &st)) return -1;
     uint64_t v[2] = {(uint64_t)st.st_size, (uint64_t)st.st_mtime};
     key = cg_checksum64(v, sizeof v) ^ (key * 0x100000001B3ull);
   }

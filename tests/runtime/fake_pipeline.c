@@ -50,7 +50,15 @@ static void op_d(const float *h3, const float *x, const double *s, const float *
 
 /* ---- per-replica state and misbehaviour ---------------------------------- */
 
-typedef struct { int stage; int calls; const float *w; } fake_state;
+typedef struct {
+  int stage; int calls; const float *w;
+  struct fstream *s;                  /* DEVICE builds: the replica's stream */
+} fake_state;
+
+#ifdef DEVICE
+static int dev_open(fake_state *st);
+static void dev_close(fake_state *st);
+#endif
 
 static int fake_init(int stage, void **state, const void *weights, size_t len) {
   fake_state *st = calloc(1, sizeof *st);
@@ -58,9 +66,17 @@ static int fake_init(int stage, void **state, const void *weights, size_t len) {
   st->w = weights;
   (void)len;
   *state = st;
+#ifdef DEVICE
+  if (dev_open(st)) return 1;
+#endif
   return 0;
 }
-static void fake_fini(void *state) { free(state); }
+static void fake_fini(void *state) {
+#ifdef DEVICE
+  dev_close(state);
+#endif
+  free(state);
+}
 
 static int misbehave(fake_state *st) {
   const char *mode = getenv("FAKE_MODE"), *stage = getenv("FAKE_STAGE");
@@ -198,6 +214,278 @@ static const pipert_instr program[] = {
   {PIPERT_OP_FWD, 3}, {PIPERT_OP_SEND_ACT, 3},
 };
 
+#ifdef DEVICE
+/* ---- DEVICE=1: a fake asynchronous device -----------------------------------------
+ * Each stage replica gets a stream: a thread that runs its queued commands (copies, the
+ * stage's forward, event records and waits) in order, each after a random delay of up
+ * to 300 us, with "device memory" from malloc. forward() only queues its work when the
+ * runtime switches the hand-over on (pipert_device_ops.async), so whatever
+ * runtime/rt_handover.c fails to order shows up as wrong outputs: a set overwritten
+ * before a later stage read it, or read before it was written.
+ * FAKE_NO_WAIT=1 drops every event wait (a broken protocol, to see the test catch it);
+ * FAKE_DEV_STATS=1 prints per replica how many parts were queued ahead and waits made. */
+#include <pthread.h>
+#include <time.h>
+#include "rt_handover.h"
+
+typedef struct fev { pthread_mutex_t mu; pthread_cond_t cv; unsigned long rec, done; } fev;
+enum { C_COPY, C_RUN, C_RECORD, C_WAIT, C_FENCE };
+typedef struct cmd {
+  int k; void *dst; const void *src; size_t n; fev *ev; unsigned long seq; struct cmd *next;
+} cmd;
+typedef struct fstream {
+  fake_state *owner;
+  pthread_mutex_t mu; pthread_cond_t cv;
+  cmd *head, *tail;
+  int stop, err, async, queued_ahead, waits;
+  unsigned long fences, fences_done;
+  unsigned seed;
+  double busy;
+  void **io_in, **io_out;             /* the stage's own input/output buffers */
+  pthread_t th;
+  struct fstream *next;               /* every open stream (a release waits for them all) */
+} fstream;
+
+static pthread_mutex_t g_streams_mu = PTHREAD_MUTEX_INITIALIZER;
+static fstream *g_streams;
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void push(fstream *f, int k, void *dst, const void *src, size_t n, fev *ev, unsigned long seq) {
+  cmd *c = calloc(1, sizeof *c);
+  *c = (cmd){k, dst, src, n, ev, seq, NULL};
+  pthread_mutex_lock(&f->mu);
+  if (f->tail) f->tail->next = c;
+  else f->head = c;
+  f->tail = c;
+  pthread_cond_broadcast(&f->cv);
+  pthread_mutex_unlock(&f->mu);
+}
+
+static void *stream_main(void *arg) {
+  fstream *f = arg;
+  const pipert_stage_desc *d = &stages_rw[f->owner->stage];
+  for (;;) {
+    pthread_mutex_lock(&f->mu);
+    while (!f->head && !f->stop) pthread_cond_wait(&f->cv, &f->mu);
+    if (!f->head) {
+      pthread_mutex_unlock(&f->mu);
+      return NULL;
+    }
+    cmd *c = f->head;
+    f->head = c->next;
+    if (!f->head) f->tail = NULL;
+    unsigned r = (unsigned)rand_r(&f->seed);
+    pthread_mutex_unlock(&f->mu);
+    if (c->k != C_FENCE) usleep(r % 300);
+    if (c->k == C_COPY) { /* in two halves, a delay between: a racing write shows */
+      size_t h = c->n / 2;
+      memcpy(c->dst, c->src, h);
+      usleep(r % 50);
+      memcpy((char *)c->dst + h, (const char *)c->src + h, c->n - h);
+    } else if (c->k == C_RUN) {
+      double t0 = now_s();
+      int rc = d->forward(f->owner, (const void *const *)f->io_in, f->io_out);
+      pthread_mutex_lock(&f->mu);
+      f->busy += now_s() - t0;
+      if (rc && !f->err) f->err = rc;
+      pthread_mutex_unlock(&f->mu);
+    } else if (c->k == C_RECORD || c->k == C_WAIT) {
+      pthread_mutex_lock(&c->ev->mu);
+      if (c->k == C_RECORD) {
+        if (c->ev->done < c->seq) c->ev->done = c->seq;
+        pthread_cond_broadcast(&c->ev->cv);
+      } else {
+        while (c->ev->done < c->seq) pthread_cond_wait(&c->ev->cv, &c->ev->mu);
+      }
+      pthread_mutex_unlock(&c->ev->mu);
+    } else { /* C_FENCE */
+      pthread_mutex_lock(&f->mu);
+      f->fences_done = c->seq;
+      pthread_cond_broadcast(&f->cv);
+      pthread_mutex_unlock(&f->mu);
+    }
+    free(c);
+  }
+}
+
+/* Waits for everything queued on f; its first error, if any. */
+static int finish(fstream *f) {
+  pthread_mutex_lock(&f->mu);
+  unsigned long seq = ++f->fences;
+  pthread_mutex_unlock(&f->mu);
+  push(f, C_FENCE, NULL, NULL, 0, NULL, seq);
+  pthread_mutex_lock(&f->mu);
+  while (f->fences_done < seq) pthread_cond_wait(&f->cv, &f->mu);
+  int e = f->err;
+  pthread_mutex_unlock(&f->mu);
+  return e;
+}
+
+static void *ho_event_new(void *stream) {
+  (void)stream;
+  fev *e = calloc(1, sizeof *e);
+  pthread_mutex_init(&e->mu, NULL);
+  pthread_cond_init(&e->cv, NULL);
+  return e;
+}
+static void ho_event_free(void *event) {
+  fev *e = event;
+  pthread_mutex_destroy(&e->mu);
+  pthread_cond_destroy(&e->cv);
+  free(e);
+}
+static int ho_record(void *stream, void *event) {
+  fev *e = event;
+  pthread_mutex_lock(&e->mu);
+  unsigned long seq = ++e->rec;
+  pthread_mutex_unlock(&e->mu);
+  push(stream, C_RECORD, NULL, NULL, 0, e, seq);
+  return 0;
+}
+static int ho_wait(void *stream, void *event) {
+  fev *e = event;
+  fstream *f = stream;
+  if (getenv("FAKE_NO_WAIT")) return 0;
+  pthread_mutex_lock(&e->mu);
+  unsigned long seq = e->rec;
+  pthread_mutex_unlock(&e->mu);
+  if (seq) {
+    push(f, C_WAIT, NULL, NULL, 0, e, seq);
+    f->waits++;
+  }
+  return 0;
+}
+static int ho_finish(void *stream) { return finish(stream); }
+static const rt_ho_ops ho_ops = {ho_event_new, ho_event_free, ho_record, ho_wait, ho_finish};
+
+static int dev_open(fake_state *st) {
+  const pipert_stage_desc *d = &stages_rw[st->stage];
+  fstream *f = calloc(1, sizeof *f);
+  f->owner = st;
+  f->seed = 12345u + 977u * (unsigned)st->stage + (unsigned)(size_t)st % 1000u;
+  pthread_mutex_init(&f->mu, NULL);
+  pthread_cond_init(&f->cv, NULL);
+  f->io_in = calloc((size_t)d->n_inputs, sizeof(void *));
+  f->io_out = calloc((size_t)d->n_outputs, sizeof(void *));
+  for (int k = 0; k < d->n_inputs; k++) f->io_in[k] = malloc(d->inputs[k].nbytes);
+  for (int k = 0; k < d->n_outputs; k++) f->io_out[k] = malloc(d->outputs[k].nbytes);
+  st->s = f;
+  pthread_mutex_lock(&g_streams_mu);
+  f->next = g_streams;
+  g_streams = f;
+  pthread_mutex_unlock(&g_streams_mu);
+  return pthread_create(&f->th, NULL, stream_main, f) != 0;
+}
+
+static void dev_close(fake_state *st) {
+  fstream *f = st->s;
+  if (!f) return;
+  const pipert_stage_desc *d = &stages_rw[st->stage];
+  finish(f);
+  if (getenv("FAKE_DEV_STATS"))
+    fprintf(stderr, "fake device: stage %d: %d parts queued ahead, %d waits\n", st->stage, f->queued_ahead, f->waits);
+  pthread_mutex_lock(&g_streams_mu);
+  for (fstream **pp = &g_streams; *pp; pp = &(*pp)->next)
+    if (*pp == f) {
+      *pp = f->next;
+      break;
+    }
+  pthread_mutex_unlock(&g_streams_mu);
+  pthread_mutex_lock(&f->mu);
+  f->stop = 1;
+  pthread_cond_broadcast(&f->cv);
+  pthread_mutex_unlock(&f->mu);
+  pthread_join(f->th, NULL);
+  for (int k = 0; k < d->n_inputs; k++) free(f->io_in[k]);
+  for (int k = 0; k < d->n_outputs; k++) free(f->io_out[k]);
+  free(f->io_in);
+  free(f->io_out);
+  pthread_mutex_destroy(&f->mu);
+  pthread_cond_destroy(&f->cv);
+  free(f);
+  st->s = NULL;
+}
+
+static int dev_ordinal(void *state) { (void)state; return 0; }
+static void *dev_alloc(void *state, size_t n) {
+  (void)state;
+  void *p = malloc(n ? n : 1);
+  if (p) memset(p, 0xA5, n); /* garbage, as fresh device memory */
+  if (p && rt_ho_add(p, n)) {
+    free(p);
+    p = NULL;
+  }
+  return p;
+}
+static void dev_release(void *state, void *p) {
+  (void)state;
+  pthread_mutex_lock(&g_streams_mu); /* as cudaFree: the whole device finishes first */
+  for (fstream *f = g_streams; f; f = f->next) finish(f);
+  pthread_mutex_unlock(&g_streams_mu);
+  rt_ho_remove(&ho_ops, p);
+  free(p);
+}
+static int dev_upload(void *state, void *dev, const void *host, size_t n) {
+  fstream *f = ((fake_state *)state)->s;
+  if (f->async && rt_ho_before_write(&ho_ops, f, dev)) return 1;
+  push(f, C_COPY, dev, host, n, NULL, 0);
+  int rc = finish(f);
+  return rc ? rc : f->async ? rt_ho_after_write(&ho_ops, f, dev, 1) : 0;
+}
+static int dev_download(void *state, void *host, const void *dev, size_t n) {
+  fstream *f = ((fake_state *)state)->s;
+  if (f->async && rt_ho_before_read(&ho_ops, f, dev)) return 1;
+  push(f, C_COPY, host, dev, n, NULL, 0);
+  return finish(f);
+}
+static int dev_forward(void *state, const void *const *in, void *const *out) {
+  fake_state *st = state;
+  fstream *f = st->s;
+  const pipert_stage_desc *d = &stages_rw[st->stage];
+  for (int k = 0; f->async && k < d->n_inputs; k++)
+    if (rt_ho_before_read(&ho_ops, f, in[k])) return 1;
+  for (int k = 0; k < d->n_inputs; k++) push(f, C_COPY, f->io_in[k], in[k], d->inputs[k].nbytes, NULL, 0);
+  for (int k = 0; f->async && k < d->n_inputs; k++)
+    if (rt_ho_after_read(&ho_ops, f, in[k])) return 1;
+  push(f, C_RUN, NULL, NULL, 0, NULL, 0);
+  for (int k = 0; f->async && k < d->n_outputs; k++)
+    if (rt_ho_before_write(&ho_ops, f, out[k])) return 1;
+  for (int k = 0; k < d->n_outputs; k++) push(f, C_COPY, out[k], f->io_out[k], d->outputs[k].nbytes, NULL, 0);
+  if (!f->async) return finish(f);
+  for (int k = 0; k < d->n_outputs; k++)
+    if (rt_ho_after_write(&ho_ops, f, out[k], 0)) return 1;
+  f->queued_ahead++;
+  pthread_mutex_lock(&f->mu);
+  int e = f->err;
+  pthread_mutex_unlock(&f->mu);
+  return e;
+}
+static int dev_async(void *state, int on) {
+  fstream *f = ((fake_state *)state)->s;
+  int rc = finish(f);
+  if (!rc) f->async = on;
+  return rc;
+}
+static double dev_busy(void *state) {
+  fstream *f = ((fake_state *)state)->s;
+  if (finish(f)) return -1;
+  pthread_mutex_lock(&f->mu);
+  double b = f->busy;
+  f->busy = 0;
+  pthread_mutex_unlock(&f->mu);
+  return b;
+}
+static const pipert_device_ops fake_device = {
+    dev_ordinal, dev_alloc, dev_release, dev_upload, dev_download, dev_forward, NULL,
+    NULL,        NULL,      NULL,        NULL,       NULL,         NULL,        NULL,
+    NULL,        dev_async, dev_busy};
+#endif
+
 /* FAKE_BAD_PROGRAM=1: receives two micro-batches ahead, which the runtime rejects. */
 static const pipert_instr bad_program[] = {
   {PIPERT_OP_RECV_ACT, 0}, {PIPERT_OP_RECV_ACT, 1}, {PIPERT_OP_RECV_ACT, 2}, {PIPERT_OP_FWD, 0},
@@ -219,6 +507,9 @@ int main(int argc, char **argv) {
   for (int k = 0; k < NSTAGES; k++) {
     /* pipecc compiles the checksum in; here it is computed from the known values. */
     stages_rw[k] = *src[k];
+#ifdef DEVICE
+    stages_rw[k].device = &fake_device;
+#endif
     float buf[2 * W];
     if (weighted[k]) {
       weights_of(k, buf);

@@ -359,6 +359,63 @@ def case_bench():
                 check(m and float(m.group(1)) > 0 and int(m.group(2)) == n - 1, "steady state line: " + r.stdout)
 
 
+def dev_stats(stderr):
+    """(parts queued ahead, event waits) summed over the fake device's replicas."""
+    st = re.findall(r"^fake device: stage \d+: (\d+) parts queued ahead, (\d+) waits$", stderr, re.M)
+    check(st, "no fake device statistics: " + stderr)
+    return sum(int(a) for a, _ in st), sum(int(b) for _, b in st)
+
+
+def case_device():
+    """Stages on the fake asynchronous device (DEVICE=1 builds: a thread per stream, random
+    delays): sets handed over on the device by events give the same bits as the host
+    pipeline for 1 to 32 micro-batches and with replicas; so do the synchronous hand-over
+    (PIPERT_SYNC_SETS=1), host sets (PIPERT_HOST_SETS=1) and a stream of batches."""
+    ref = run_pipeline("rt_fake_s1", 64)
+    for name in ("rt_fake_s4_dev", "rt_fake_s2_r3_dev"):
+        for m in ("1", "4", "32"):
+            for how, env in (("events", {}), ("synchronous", {"PIPERT_SYNC_SETS": "1"}),
+                             ("host sets", {"PIPERT_HOST_SETS": "1"})):
+                out = os.path.join(A.work, "dev_%s_%s_%s" % (name, m, how.replace(" ", "_")))
+                env = dict(env, FAKE_DEV_STATS="1")
+                got = run_pipeline(name, 64, ["--microbatches", m], env, out=out)
+                same_bits(ref, got, "%s M=%s, %s" % (name, m, how))
+                # the statistics come with stderr: run again to read them (same bits again)
+                _, _, xp, sp = make_inputs(64)
+                r = run([exe(name), "--input", "x=" + xp, "--input", "s=" + sp, "--output", out + "_2",
+                         "--weights-dir", weights_dir(name), "--microbatches", m], env)
+                check(r.returncode == 0, "%s: %s" % (name, r.stderr))
+                ahead, waits = dev_stats(r.stderr)
+                if how == "events":
+                    check(ahead >= 64 // 2 and waits > 0, "%s M=%s: %d parts queued ahead, %d waits: the hand-over "
+                          "did not run on the device" % (name, m, ahead, waits))
+                else:
+                    check(ahead == 0, "%s M=%s %s: %d parts queued ahead" % (name, m, how, ahead))
+        # a stream of batches reuses every set many times; busy time comes from the device
+        _, _, xp, sp = make_inputs(64)
+        out = os.path.join(A.work, "dev_%s_stream" % name)
+        r = run([exe(name), "--input", "x=" + xp, "--input", "s=" + sp, "--output", out, "--bench", "5", "--stream",
+                 "--weights-dir", weights_dir(name), "--microbatches", "8"])
+        check(r.returncode == 0, "%s --bench --stream: %s" % (name, r.stderr))
+        same_bits(ref, {n: np.load(os.path.join(out, n + ".npy")) for n in ref}, "%s streamed" % name)
+        busy = re.findall(r"^stage \d+: busy ([0-9.]+) ms", r.stdout, re.M)
+        check(busy and all(float(b) > 0 for b in busy), "%s: busy lines: %s" % (name, r.stdout))
+    # the control: with the device's event waits dropped (FAKE_NO_WAIT=1) later stages read
+    # sets before they are written and the outputs change; else this test could not fail
+    broken = 0
+    for i in range(3):
+        out = os.path.join(A.work, "dev_no_wait_%d" % i)
+        r = run([exe("rt_fake_s4_dev"), "--input", "x=" + xp, "--input", "s=" + sp, "--output", out,
+                 "--weights-dir", weights_dir("rt_fake_s4_dev"), "--microbatches", "32"], {"FAKE_NO_WAIT": "1"})
+        check(r.returncode == 0, "rt_fake_s4_dev FAKE_NO_WAIT=1: " + r.stderr)
+        got = {n: np.load(os.path.join(out, n + ".npy")) for n in ref}
+        broken += any(got[n].tobytes() != ref[n].tobytes() for n in ref)
+        if broken:
+            break
+    check(broken, "without the event waits the outputs stayed right in 3 runs: the test cannot see a broken hand-over")
+    print("ok: device hand-over; without its waits the outputs change (run %d)" % (i + 1))
+
+
 def case_mpi():
     for n, name in ((2, "rt_fake_s2_mpi"), (4, "rt_fake_s4_mpi")):
         for batch, m in ((8, None), (12, "4"), (16, "3"), (16, "1")):

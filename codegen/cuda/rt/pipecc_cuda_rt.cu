@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "pipecc_cuda.h"
+#include "rt_handover.h"
 
 /* ---- errors ------------------------------------------------------------------------ */
 
@@ -1574,133 +1575,34 @@ extern "C" int pk_stage_init(void **state, const pk_stage_info *info, int tf32, 
 /* ---- hand-over between stages sharing a device, by events ---------------------------- */
 /* In async mode (dev_async) a stage's forward/backward returns once its work is queued on
  * its stream; no host thread waits for the device except to download graph outputs and at
- * the end. Every buffer dev_alloc made (the sets stages hand each other, graph input copies)
- * is a region with a 'ready' event, recorded on its writer's stream after the write, and
- * one event per reader, recorded on the reader's stream after its copy-in. A reader's
- * stream waits for 'ready' before reading, a writer's for every reader's event (and the
- * last write) before writing. The host hands the sets on as before (runtime/rt_worker.c,
- * mutexes in between), so each record is made before the wait that names it. */
-#define PK_READERS 8
-struct pk_region {
-  char *base;
-  size_t n;
-  cudaEvent_t ready;
-  int has_ready;
-  int n_rd;
-  pk_stage *rd_by[PK_READERS];
-  cudaEvent_t rd_ev[PK_READERS];
-  int rd_live[PK_READERS];
-};
-static pthread_mutex_t g_reg_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct pk_region **g_reg;
-static int g_nreg, g_capreg;
-
-/* the region holding p (g_reg_mu held), or NULL */
-static struct pk_region *region_of(const void *p) {
-  for (int i = 0; i < g_nreg; i++)
-    if ((const char *)p >= g_reg[i]->base && (const char *)p < g_reg[i]->base + g_reg[i]->n) return g_reg[i];
-  return NULL;
+ * the end. runtime/rt_handover.c orders the buffers dev_alloc made (the sets stages hand
+ * each other, graph input copies): readers' streams wait for the writer's event, the next
+ * writer's for the readers'. These are its streams (a pk_stage) and events (CUDA's). */
+static void *ho_event_new(void *stream) {
+  pk_stage *S = (pk_stage *)stream;
+  cudaEvent_t e = NULL;
+  return cu_ok(S, cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate(hand-over)") ? (void *)e : NULL;
 }
-
-static int region_add(pk_stage *S, void *p, size_t n) {
-  struct pk_region *r = (struct pk_region *)calloc(1, sizeof *r);
-  if (!r) return pk_fail(S, "hand-over", "out of host memory");
-  r->base = (char *)p;
-  r->n = n;
-  pthread_mutex_lock(&g_reg_mu);
-  if (g_nreg == g_capreg) {
-    int cap = g_capreg ? 2 * g_capreg : 64;
-    struct pk_region **nr = (struct pk_region **)realloc(g_reg, (size_t)cap * sizeof *nr);
-    if (!nr) {
-      pthread_mutex_unlock(&g_reg_mu);
-      free(r);
-      return pk_fail(S, "hand-over", "out of host memory");
-    }
-    g_reg = nr;
-    g_capreg = cap;
-  }
-  g_reg[g_nreg++] = r;
-  pthread_mutex_unlock(&g_reg_mu);
-  return 0;
+static void ho_event_free(void *event) { cudaEventDestroy((cudaEvent_t)event); }
+static int ho_record(void *stream, void *event) {
+  pk_stage *S = (pk_stage *)stream;
+  return cu_ok(S, cudaEventRecord((cudaEvent_t)event, S->stream), "cudaEventRecord(hand-over)") ? 0 : 1;
 }
-
-static void region_remove(void *p) {
-  pthread_mutex_lock(&g_reg_mu);
-  for (int i = 0; i < g_nreg; i++)
-    if (g_reg[i]->base == (char *)p) {
-      struct pk_region *r = g_reg[i];
-      g_reg[i] = g_reg[--g_nreg];
-      if (r->ready) cudaEventDestroy(r->ready);
-      for (int k = 0; k < r->n_rd; k++) cudaEventDestroy(r->rd_ev[k]);
-      free(r);
-      break;
-    }
-  pthread_mutex_unlock(&g_reg_mu);
+static int ho_wait(void *stream, void *event) {
+  pk_stage *S = (pk_stage *)stream;
+  return cu_ok(S, cudaStreamWaitEvent(S->stream, (cudaEvent_t)event, 0), "cudaStreamWaitEvent(hand-over)") ? 0 : 1;
 }
-
-static int new_event(pk_stage *S, cudaEvent_t *e) {
-  return cu_ok(S, cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate(hand-over)");
+static int ho_finish(void *stream) {
+  pk_stage *S = (pk_stage *)stream;
+  return cu_ok(S, cudaStreamSynchronize(S->stream), "cudaStreamSynchronize") ? 0 : 1;
 }
+static const rt_ho_ops ho_ops = {ho_event_new, ho_event_free, ho_record, ho_wait, ho_finish};
 
-/* S is about to read p on its stream: wait for its last write. */
-static int before_read(pk_stage *S, const void *p) {
-  int ok = 1;
-  pthread_mutex_lock(&g_reg_mu);
-  struct pk_region *r = region_of(p);
-  if (r && r->has_ready) ok = cu_ok(S, cudaStreamWaitEvent(S->stream, r->ready, 0), "cudaStreamWaitEvent(input)");
-  pthread_mutex_unlock(&g_reg_mu);
-  return ok;
-}
-
-/* S has queued its read of p: later writers wait for this point of S's stream. */
-static int after_read(pk_stage *S, const void *p) {
-  int ok = 1;
-  pthread_mutex_lock(&g_reg_mu);
-  struct pk_region *r = region_of(p);
-  if (r) {
-    int k = 0;
-    while (k < r->n_rd && r->rd_by[k] != S) k++;
-    if (k == r->n_rd && k < PK_READERS && (ok = new_event(S, &r->rd_ev[k]))) r->rd_by[r->n_rd++] = S;
-    if (ok && k < r->n_rd) {
-      ok = cu_ok(S, cudaEventRecord(r->rd_ev[k], S->stream), "cudaEventRecord(input read)");
-      r->rd_live[k] = ok;
-    } else if (ok) { /* more readers than slots: finish the read instead */
-      ok = cu_ok(S, cudaStreamSynchronize(S->stream), "cudaStreamSynchronize");
-    }
-  }
-  pthread_mutex_unlock(&g_reg_mu);
-  return ok;
-}
-
-/* S is about to write p on its stream: wait for the readers of what it holds, and for
- * the last write when another stream made it. */
-static int before_write(pk_stage *S, const void *p) {
-  int ok = 1;
-  pthread_mutex_lock(&g_reg_mu);
-  struct pk_region *r = region_of(p);
-  for (int k = 0; r && ok && k < r->n_rd; k++)
-    if (r->rd_live[k]) {
-      if (r->rd_by[k] != S) ok = cu_ok(S, cudaStreamWaitEvent(S->stream, r->rd_ev[k], 0), "cudaStreamWaitEvent(output)");
-      r->rd_live[k] = 0;
-    }
-  if (r && ok && r->has_ready) ok = cu_ok(S, cudaStreamWaitEvent(S->stream, r->ready, 0), "cudaStreamWaitEvent(output)");
-  pthread_mutex_unlock(&g_reg_mu);
-  return ok;
-}
-
-/* S has queued its write of p (complete: the write has finished, no event needed). */
+static int before_read(pk_stage *S, const void *p) { return rt_ho_before_read(&ho_ops, S, p) == 0; }
+static int after_read(pk_stage *S, const void *p) { return rt_ho_after_read(&ho_ops, S, p) == 0; }
+static int before_write(pk_stage *S, const void *p) { return rt_ho_before_write(&ho_ops, S, p) == 0; }
 static int after_write(pk_stage *S, const void *p, int complete) {
-  int ok = 1;
-  pthread_mutex_lock(&g_reg_mu);
-  struct pk_region *r = region_of(p);
-  if (r && complete) r->has_ready = 0;
-  else if (r) {
-    ok = (r->ready || new_event(S, &r->ready)) &&
-         cu_ok(S, cudaEventRecord(r->ready, S->stream), "cudaEventRecord(output written)");
-    r->has_ready = ok;
-  }
-  pthread_mutex_unlock(&g_reg_mu);
-  return ok;
+  return rt_ho_after_write(&ho_ops, S, p, complete) == 0;
 }
 
 /* Busy time from the queued parts' event pairs, oldest first: those complete, after
@@ -1826,7 +1728,8 @@ static void *dev_alloc(void *state, size_t nbytes) {
   if (!cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice") ||
       !cu_ok(S, cudaMalloc(&p, nbytes ? nbytes : 1), "cudaMalloc(stage outputs)"))
     return NULL;
-  if (region_add(S, p, nbytes ? nbytes : 1)) {
+  if (rt_ho_add(p, nbytes)) {
+    pk_fail(S, "hand-over", "out of host memory");
     cudaFree(p);
     return NULL;
   }
@@ -1836,7 +1739,7 @@ static void *dev_alloc(void *state, size_t nbytes) {
 static void dev_release(void *state, void *p) {
   cudaSetDevice(((pk_stage *)state)->device);
   cudaFree(p); /* waits for the device: no queued reads or writes of p are left */
-  region_remove(p);
+  rt_ho_remove(&ho_ops, p);
 }
 
 static int dev_copy(void *state, void *dst, const void *src, size_t n, cudaMemcpyKind kind, const char *what) {
