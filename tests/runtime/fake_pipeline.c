@@ -223,7 +223,8 @@ static const pipert_instr program[] = {
  * runtime/rt_handover.c fails to order shows up as wrong outputs: a set overwritten
  * before a later stage read it, or read before it was written.
  * FAKE_NO_WAIT=1 drops every event wait (a broken protocol, to see the test catch it);
- * FAKE_DEV_STATS=1 prints per replica how many parts were queued ahead and waits made. */
+ * FAKE_DEV_STATS=1 prints per replica how many parts were queued ahead and waits made.
+ * With FAKE_NCCL=1 (below) the device also has NCCL's communicators, over MPI. */
 #include <pthread.h>
 #include <time.h>
 #include "rt_handover.h"
@@ -411,7 +412,12 @@ static void dev_close(fake_state *st) {
   st->s = NULL;
 }
 
-static int dev_ordinal(void *state) { (void)state; return 0; }
+/* the transport names each rank's device in PIPECC_CUDA_DEVICE (its local rank) */
+static int dev_ordinal(void *state) {
+  (void)state;
+  const char *d = getenv("PIPECC_CUDA_DEVICE");
+  return d ? atoi(d) : 0;
+}
 static void *dev_alloc(void *state, size_t n) {
   (void)state;
   void *p = malloc(n ? n : 1);
@@ -480,10 +486,93 @@ static double dev_busy(void *state) {
   pthread_mutex_unlock(&f->mu);
   return b;
 }
+
+#ifdef FAKE_NCCL
+/* ---- FAKE_NCCL=1 (with MPI): NCCL's send/receive groups over MPI between the ranks'
+ * fake devices, so that the MPI transport's NCCL mode runs without GPUs: a duplicate of
+ * MPI_COMM_WORLD (communicators over a subset, the replicas' all-reduce, are declined),
+ * synchronous-mode sends (MPI_Issend: complete only once the peer receives, as NCCL's
+ * rendezvous), everything of a group completed at its end. */
+#include <mpi.h>
+
+typedef struct fcomm {
+  MPI_Comm c;
+  int depth, sends, recvs, groups;
+  MPI_Request *req;
+  int n, cap;
+} fcomm;
+
+static int comm_id(void *buf, size_t len) {
+  snprintf(buf, len, "fake-nccl %ld", (long)getpid());
+  return 0;
+}
+static void *comm_init(void *state, const void *id, int nranks, int rank) {
+  (void)state;
+  (void)id;
+  int n = 0, r = -1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  if (n != nranks || r != rank) return NULL; /* only the whole world */
+  fcomm *f = calloc(1, sizeof *f);
+  MPI_Comm_dup(MPI_COMM_WORLD, &f->c);
+  return f;
+}
+static int comm_complete(fcomm *f) {
+  int rc = MPI_Waitall(f->n, f->req, MPI_STATUSES_IGNORE) != MPI_SUCCESS;
+  f->n = 0;
+  return rc;
+}
+static int comm_group(void *state, void *comm, int begin) {
+  (void)state;
+  fcomm *f = comm;
+  if (begin) {
+    f->depth++;
+    return 0;
+  }
+  f->groups++;
+  return --f->depth ? 0 : comm_complete(f);
+}
+static int comm_post(fcomm *f, void *buf, size_t n, int peer, int send) {
+  if (f->n == f->cap) f->req = realloc(f->req, sizeof(MPI_Request) * (size_t)(f->cap = f->cap ? 2 * f->cap : 16));
+  MPI_Request *q = &f->req[f->n++];
+  int rc = send ? MPI_Issend(buf, (int)n, MPI_BYTE, peer, 7, f->c, q) : MPI_Irecv(buf, (int)n, MPI_BYTE, peer, 7, f->c, q);
+  if (send) f->sends++;
+  else f->recvs++;
+  return rc != MPI_SUCCESS || (!f->depth && comm_complete(f));
+}
+static int comm_send(void *state, void *comm, const void *buf, size_t n, int peer) {
+  (void)state;
+  return comm_post(comm, (void *)buf, n, peer, 1);
+}
+static int comm_recv(void *state, void *comm, void *buf, size_t n, int peer) {
+  (void)state;
+  return comm_post(comm, buf, n, peer, 0);
+}
+static int comm_sum(void *state, void *comm, size_t off, size_t n, int dtype) {
+  (void)state, (void)comm, (void)off, (void)n, (void)dtype;
+  fprintf(stderr, "fake device: no all-reduce (an inference pipeline)\n");
+  return 1;
+}
+static void comm_free(void *state, void *comm) {
+  (void)state;
+  fcomm *f = comm;
+  if (getenv("FAKE_DEV_STATS")) {
+    int r = 0;
+    MPI_Comm_rank(f->c, &r);
+    fprintf(stderr, "fake nccl: rank %d: %d sends, %d receives, %d groups\n", r, f->sends, f->recvs, f->groups);
+  }
+  MPI_Comm_free(&f->c);
+  free(f->req);
+  free(f);
+}
+#define FAKE_COMM comm_id, comm_init, comm_group, comm_send, comm_recv, comm_sum, comm_free
+#else
+#define FAKE_COMM NULL, NULL, NULL, NULL, NULL, NULL, NULL
+#endif
+
 static const pipert_device_ops fake_device = {
     dev_ordinal, dev_alloc, dev_release, dev_upload, dev_download, dev_forward, NULL,
-    NULL,        NULL,      NULL,        NULL,       NULL,         NULL,        NULL,
-    NULL,        dev_async, dev_busy};
+    FAKE_COMM, NULL, dev_async, dev_busy};
 #endif
 
 /* FAKE_BAD_PROGRAM=1: receives two micro-batches ahead, which the runtime rejects. */

@@ -463,6 +463,44 @@ def case_mpi_rank_dies():
     check(r.returncode != 0 and "timed out" in r.stderr and r.elapsed < 10, "mpi hang: " + r.stderr)
 
 
+def case_mpi_device():
+    """The MPI transport's NCCL mode (rt_fake_s4_mpi_dev: the fake device with NCCL's
+    send/receive groups over MPI, synchronous sends): sets in device memory, moved by the
+    device's sends and receives in groups; the same bits as the host pipeline, every
+    boundary's tensors sent and received once per micro-batch; PIPERT_HOST_SETS=1 goes
+    through host memory; a failing, dying or hanging stage stops every rank."""
+    name = "rt_fake_s4_mpi_dev"
+    ref = run_pipeline("rt_fake_s1", 64)
+    _, _, xp, sp = make_inputs(64)
+    for m in ("1", "4", "32"):
+        for host in (False, True):
+            env = dict(MPI_ENV, FAKE_DEV_STATS="1", **({"PIPERT_HOST_SETS": "1"} if host else {}))
+            out = os.path.join(A.work, "o_%s_%d" % (m, host))
+            r = run(mpirun(4) + [exe(name), "--input", "x=" + xp, "--input", "s=" + sp, "--output", out,
+                                 "--weights-dir", weights_dir(name), "--microbatches", m], env)
+            check(r.returncode == 0, "%s M=%s: %s" % (name, m, r.stderr))
+            same_bits(ref, {n: np.load(os.path.join(out, n + ".npy")) for n in ref}, "%s M=%s host=%d" % (name, m, host))
+            comm = re.findall(r"^fake nccl: rank (\d): (\d+) sends, (\d+) receives, (\d+) groups$", r.stderr, re.M)
+            note = "stages exchange tensors through host memory" in r.stderr
+            if host:
+                check(not comm, "PIPERT_HOST_SETS=1: NCCL used: " + r.stderr)
+                continue
+            check(not note, "NCCL mode declined: " + r.stderr)
+            check(sorted(int(c[0]) for c in comm) == [0, 1, 2, 3], "fake nccl statistics: " + r.stderr)
+            sends, recvs = sum(int(c[1]) for c in comm), sum(int(c[2]) for c in comm)
+            check(sends == recvs == 3 * 32, "%s M=%s: %d sends, %d receives, expected 96 each (3 boundaries x 32 "
+                  "micro-batches)" % (name, m, sends, recvs))
+    r = misbehave("fail", name, 2, prefix=mpirun(4), env=MPI_ENV)
+    check(r.returncode != 0 and "pipeline: stage 2: forward failed" in r.stderr and r.elapsed < 10,
+          "NCCL mode, a stage fails: " + r.stderr)
+    for stage in (1, 3):
+        r = misbehave("die", name, stage, prefix=mpirun(4), env=MPI_ENV)
+        check(r.returncode != 0 and r.elapsed < 10, "NCCL mode, stage %d dies: exit %d after %.1f s" %
+              (stage, r.returncode, r.elapsed))
+    r = misbehave("hang", name, 2, ["--timeout", "2"], prefix=mpirun(4), env=MPI_ENV)
+    check(r.returncode != 0 and "timed out" in r.stderr and r.elapsed < 10, "NCCL mode, a stage hangs: " + r.stderr)
+
+
 def main():
     global A
     ap = argparse.ArgumentParser()
