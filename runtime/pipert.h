@@ -88,7 +88,7 @@ typedef struct pipert_device_ops {
   int (*ordinal)(void *state);     /* the device the state runs on */
   void *(*alloc)(void *state, size_t nbytes);
   void (*release)(void *state, void *p);
-  int (*upload)(void *state, void *dev, const void *host, size_t nbytes);   /* synchronous */
+  int (*upload)(void *state, void *dev, const void *host, size_t nbytes);   /* synchronous (but see async) */
   int (*download)(void *state, void *host, const void *dev, size_t nbytes); /* synchronous */
   int (*forward)(void *state, const void *const *in, void *const *out);
   int (*backward)(void *state, const void *const *in, void *const *out);  /* NULL: inference */
@@ -109,13 +109,15 @@ typedef struct pipert_device_ops {
    * it run at the bus's speed; NULL or a non-zero return: uploads work unpinned. */
   int (*pin)(void *state, void *host, size_t nbytes, int on);
   /* Stages sharing this device in one process hand over without the host waiting (on):
-   * forward/backward return once their work is queued, and the device orders each set's
-   * reads after its write and its next write after those reads; upload and download
-   * still complete before they return. Off: every call completes before it returns.
-   * Returns 0 once switched. NULL: always off. */
+   * forward/backward return once their work is queued, upload once its copy is queued
+   * (the host memory it reads must stay unchanged until busy() returns), and the device
+   * orders each buffer's reads after its write and its next write after those reads
+   * (runtime/rt_handover.h); download still completes before it returns. Off: every
+   * call completes before it returns. Returns 0 once switched. NULL: always off. */
   int (*async)(void *state, int on);
   /* async mode: seconds the forward/backward work queued since the last call ran on
-   * the device (waits for it to finish); < 0 when not measured. May be NULL. */
+   * the device (waits for it and for the uploads to finish); < 0 when not measured.
+   * The runtime calls it at the end of every run. May be NULL. */
   double (*busy)(void *state);
 } pipert_device_ops;
 

@@ -190,6 +190,9 @@ struct rt_worker {
                                       (slots: M in training, whose backward reads them again; else 1) */
   int64_t *dev_in_mb;              /* [n_inputs * slots] the micro-batch + 1 held there (0: none) */
   void **host_out;                 /* device mode: [n_outputs] a graph output downloaded */
+  struct rt_pend *pend;            /* async device mode: graph outputs downloaded after the
+                                      next forward is queued, so the device never idles */
+  int n_pend, cap_pend;
   int stage, replica, M;
   const pipert_instr *prog;
   int prog_len;

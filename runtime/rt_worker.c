@@ -53,6 +53,7 @@ static rt_set *pool_get(rt_worker *w, rt_pool *pl) {
   if (pl->free) {
     s = pl->free;
     pl->free = s->next;
+    atomic_store(&s->refs, 0); /* references are added from here (send_set, deferred outputs) */
   } else if (pl->n < pl->cap) {
     char *mem = pl->dev ? pl->dev->alloc(pl->dev_state, pl->set_bytes) : rt_aligned_alloc(pl->set_bytes);
     if (mem) {
@@ -189,6 +190,7 @@ void rt_worker_init(rt_worker *w, const pipert_pipeline *p, int stage, int repli
 
 void rt_worker_reset(rt_worker *w) {
   w->busy = 0;
+  w->n_pend = 0; /* an aborted run's deferred outputs: the pools start over below */
   rt_pool_reset(&w->fpool);
   rt_pool_reset(&w->gpool);
   w->inflight = 0;
@@ -231,6 +233,45 @@ static int graph_output(rt_worker *w, int q, int64_t g, const void *data) {
   return 0;
 }
 
+static int failf(rt_worker *w, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Async device mode: graph output q of micro-batch g, in set s, waits for the next
+ * forward to be queued (a download waits for the device, which meanwhile has that
+ * forward to run). ref: the entry holds a reference on s. */
+struct rt_pend { rt_set *s; int q, ref; int64_t g; const void *data; };
+
+static int defer_output(rt_worker *w, rt_set *s, int q, int64_t g, const void *data, int ref) {
+  if (w->n_pend == w->cap_pend) {
+    int cap = w->cap_pend ? 2 * w->cap_pend : 8;
+    struct rt_pend *np = realloc(w->pend, sizeof *np * (size_t)cap);
+    if (!np) return -1;
+    w->pend = np;
+    w->cap_pend = cap;
+  }
+  if (ref) atomic_fetch_add(&s->refs, 1);
+  w->pend[w->n_pend++] = (struct rt_pend){s, q, ref, g, data};
+  return 0;
+}
+
+/* The deferred outputs of micro-batches before `before` to the transport (all: INT64_MAX). */
+static int flush_outputs(rt_worker *w, int64_t before) {
+  int keep = 0, rc = 0;
+  char nm[64];
+  for (int i = 0; i < w->n_pend; i++) {
+    struct rt_pend e = w->pend[i];
+    if (e.g >= before) {
+      w->pend[keep++] = e;
+      continue;
+    }
+    if (!rc && graph_output(w, e.q, e.g, e.data))
+      rc = failf(w, 1, "%s: cannot copy graph output %d of micro-batch %lld", rt_worker_name(w, nm, sizeof nm), e.q,
+                 (long long)e.g);
+    if (e.ref) rt_set_release(e.s);
+  }
+  w->n_pend = keep;
+  return rc;
+}
+
 void rt_worker_set_device(rt_worker *w, const pipert_device_ops *dev) {
   w->dev = dev;
   w->fpool.dev = w->gpool.dev = dev;
@@ -249,6 +290,7 @@ void rt_worker_free(rt_worker *w) {
   free(w->dev_in);
   free(w->dev_in_mb);
   free(w->host_out);
+  free(w->pend);
   free(w->recv);
   free(w->grecv);
   free(w->outs);
@@ -298,7 +340,7 @@ static int recv_all(rt_worker *w, int kind, int mb, int64_t g) {
 
 /* Hand set o of micro-batch g on; keep: one more reference stays with the worker. */
 static int send_set(rt_worker *w, int kind, rt_set *o, int64_t g, int keep) {
-  atomic_store(&o->refs, 1 + keep); /* the transport's reference, released by it */
+  atomic_fetch_add(&o->refs, 1 + keep); /* the transport's reference, released by it */
   return group_begin(w) || w->ops->send(w->link, w, kind, o, g);
 }
 
@@ -333,10 +375,15 @@ static int do_fwd(rt_worker *w, int mb, int64_t g) {
     return failf(w, 1, "%s: forward failed on micro-batch %lld (status %d)", rt_worker_name(w, nm, sizeof nm),
                  (long long)g, rc);
   }
-  for (int q = 0; q < p->n_outputs; q++)
-    if (p->output_src[q].stage == w->stage && graph_output(w, q, g, o->bufs[p->output_src[q].index]))
+  for (int q = 0, first = 1; q < p->n_outputs; q++) {
+    if (p->output_src[q].stage != w->stage) continue;
+    const void *data = o->bufs[p->output_src[q].index];
+    if (w->dev_async ? defer_output(w, o, q, g, data, first) : graph_output(w, q, g, data))
       return failf(w, 1, "%s: cannot copy graph output %d of micro-batch %lld", rt_worker_name(w, nm, sizeof nm), q,
                    (long long)g);
+    first = 0;
+  }
+  if (w->n_pend && flush_outputs(w, g)) return -1; /* the earlier ones: this forward is queued */
   int keep = p->training && t->own_bwd;
   if (p->training && ++w->inflight > w->peak_inflight) w->peak_inflight = w->inflight;
   w->outs[mb] = o;
@@ -446,5 +493,5 @@ int rt_worker_round(rt_worker *w, int64_t base, int64_t T) {
     }
     if (rc) return -1;
   }
-  return group_end(w);
+  return flush_outputs(w, INT64_MAX) || group_end(w) ? -1 : 0;
 }

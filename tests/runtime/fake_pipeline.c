@@ -52,7 +52,7 @@ static void op_d(const float *h3, const float *x, const double *s, const float *
 
 typedef struct {
   int stage; int calls; const float *w;
-  struct fstream *s;                  /* DEVICE builds: the replica's stream */
+  struct fstream *s, *us;             /* DEVICE builds: the replica's stream, its upload stream */
 } fake_state;
 
 #ifdef DEVICE
@@ -238,7 +238,7 @@ typedef struct fstream {
   fake_state *owner;
   pthread_mutex_t mu; pthread_cond_t cv;
   cmd *head, *tail;
-  int stop, err, async, queued_ahead, waits;
+  int stop, err, async, queued_ahead, waits, uploads_ahead;
   unsigned long fences, fences_done;
   unsigned seed;
   double busy;
@@ -364,32 +364,50 @@ static int ho_wait(void *stream, void *event) {
 static int ho_finish(void *stream) { return finish(stream); }
 static const rt_ho_ops ho_ops = {ho_event_new, ho_event_free, ho_record, ho_wait, ho_finish};
 
-static int dev_open(fake_state *st) {
+static fstream *stream_open(fake_state *st, unsigned salt) {
   const pipert_stage_desc *d = &stages_rw[st->stage];
   fstream *f = calloc(1, sizeof *f);
   f->owner = st;
-  f->seed = 12345u + 977u * (unsigned)st->stage + (unsigned)(size_t)st % 1000u;
+  f->seed = 12345u + 977u * (unsigned)st->stage + (unsigned)(size_t)st % 1000u + salt;
   pthread_mutex_init(&f->mu, NULL);
   pthread_cond_init(&f->cv, NULL);
   f->io_in = calloc((size_t)d->n_inputs, sizeof(void *));
   f->io_out = calloc((size_t)d->n_outputs, sizeof(void *));
   for (int k = 0; k < d->n_inputs; k++) f->io_in[k] = malloc(d->inputs[k].nbytes);
   for (int k = 0; k < d->n_outputs; k++) f->io_out[k] = malloc(d->outputs[k].nbytes);
-  st->s = f;
   pthread_mutex_lock(&g_streams_mu);
   f->next = g_streams;
   g_streams = f;
   pthread_mutex_unlock(&g_streams_mu);
-  return pthread_create(&f->th, NULL, stream_main, f) != 0;
+  if (pthread_create(&f->th, NULL, stream_main, f)) {
+    free(f); /* a test fake: it simply fails */
+    return NULL;
+  }
+  return f;
+}
+
+static void stream_close(fake_state *st, fstream *f);
+
+static int dev_open(fake_state *st) {
+  st->s = stream_open(st, 0);
+  st->us = stream_open(st, 7919u);
+  return !st->s || !st->us;
 }
 
 static void dev_close(fake_state *st) {
-  fstream *f = st->s;
-  if (!f) return;
-  const pipert_stage_desc *d = &stages_rw[st->stage];
-  finish(f);
+  if (!st->s) return;
+  finish(st->us);
+  finish(st->s);
   if (getenv("FAKE_DEV_STATS"))
-    fprintf(stderr, "fake device: stage %d: %d parts queued ahead, %d waits\n", st->stage, f->queued_ahead, f->waits);
+    fprintf(stderr, "fake device: stage %d: %d parts queued ahead, %d uploads queued ahead, %d waits\n", st->stage,
+            st->s->queued_ahead, st->us->uploads_ahead, st->s->waits + st->us->waits);
+  stream_close(st, st->us);
+  stream_close(st, st->s);
+  st->s = st->us = NULL;
+}
+
+static void stream_close(fake_state *st, fstream *f) {
+  const pipert_stage_desc *d = &stages_rw[st->stage];
   pthread_mutex_lock(&g_streams_mu);
   for (fstream **pp = &g_streams; *pp; pp = &(*pp)->next)
     if (*pp == f) {
@@ -409,7 +427,6 @@ static void dev_close(fake_state *st) {
   pthread_mutex_destroy(&f->mu);
   pthread_cond_destroy(&f->cv);
   free(f);
-  st->s = NULL;
 }
 
 /* the transport names each rank's device in PIPECC_CUDA_DEVICE (its local rank) */
@@ -436,12 +453,18 @@ static void dev_release(void *state, void *p) {
   rt_ho_remove(&ho_ops, p);
   free(p);
 }
+/* async: on the upload stream, ordered by the hand-over like any other write */
 static int dev_upload(void *state, void *dev, const void *host, size_t n) {
-  fstream *f = ((fake_state *)state)->s;
-  if (f->async && rt_ho_before_write(&ho_ops, f, dev)) return 1;
-  push(f, C_COPY, dev, host, n, NULL, 0);
-  int rc = finish(f);
-  return rc ? rc : f->async ? rt_ho_after_write(&ho_ops, f, dev, 1) : 0;
+  fake_state *st = state;
+  fstream *f = st->s, *u = st->us;
+  if (!f->async) {
+    push(f, C_COPY, dev, host, n, NULL, 0);
+    return finish(f);
+  }
+  if (rt_ho_before_write(&ho_ops, u, dev)) return 1;
+  push(u, C_COPY, dev, host, n, NULL, 0);
+  u->uploads_ahead++;
+  return rt_ho_after_write(&ho_ops, u, dev, 0);
 }
 static int dev_download(void *state, void *host, const void *dev, size_t n) {
   fstream *f = ((fake_state *)state)->s;
@@ -473,13 +496,13 @@ static int dev_forward(void *state, const void *const *in, void *const *out) {
 }
 static int dev_async(void *state, int on) {
   fstream *f = ((fake_state *)state)->s;
-  int rc = finish(f);
+  int rc = finish(((fake_state *)state)->us) || finish(f);
   if (!rc) f->async = on;
   return rc;
 }
 static double dev_busy(void *state) {
   fstream *f = ((fake_state *)state)->s;
-  if (finish(f)) return -1;
+  if (finish(((fake_state *)state)->us) || finish(f)) return -1;
   pthread_mutex_lock(&f->mu);
   double b = f->busy;
   f->busy = 0;

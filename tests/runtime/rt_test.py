@@ -360,10 +360,12 @@ def case_bench():
 
 
 def dev_stats(stderr):
-    """(parts queued ahead, event waits) summed over the fake device's replicas."""
-    st = re.findall(r"^fake device: stage \d+: (\d+) parts queued ahead, (\d+) waits$", stderr, re.M)
+    """(parts queued ahead, uploads queued ahead, event waits) summed over the fake
+    device's replicas."""
+    st = re.findall(r"^fake device: stage \d+: (\d+) parts queued ahead, (\d+) uploads queued ahead, (\d+) waits$",
+                    stderr, re.M)
     check(st, "no fake device statistics: " + stderr)
-    return sum(int(a) for a, _ in st), sum(int(b) for _, b in st)
+    return tuple(sum(int(x[i]) for x in st) for i in range(3))
 
 
 def case_device():
@@ -385,12 +387,16 @@ def case_device():
                 r = run([exe(name), "--input", "x=" + xp, "--input", "s=" + sp, "--output", out + "_2",
                          "--weights-dir", weights_dir(name), "--microbatches", m], env)
                 check(r.returncode == 0, "%s: %s" % (name, r.stderr))
-                ahead, waits = dev_stats(r.stderr)
+                ahead, uploads, waits = dev_stats(r.stderr)
                 if how == "events":
-                    check(ahead >= 64 // 2 and waits > 0, "%s M=%s: %d parts queued ahead, %d waits: the hand-over "
-                          "did not run on the device" % (name, m, ahead, waits))
+                    # every stage's 32 micro-batches queued; stage 0's x and the last stage's x and s
+                    # uploaded on the upload stream
+                    check(ahead >= 64 // 2 and uploads >= 3 * 32 and waits > 0, "%s M=%s: %d parts and %d uploads "
+                          "queued ahead, %d waits: the hand-over did not run on the device" %
+                          (name, m, ahead, uploads, waits))
                 else:
-                    check(ahead == 0, "%s M=%s %s: %d parts queued ahead" % (name, m, how, ahead))
+                    check(ahead == 0 and uploads == 0, "%s M=%s %s: %d parts, %d uploads queued ahead" %
+                          (name, m, how, ahead, uploads))
         # a stream of batches reuses every set many times; busy time comes from the device
         _, _, xp, sp = make_inputs(64)
         out = os.path.join(A.work, "dev_%s_stream" % name)

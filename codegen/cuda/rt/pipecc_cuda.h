@@ -170,6 +170,12 @@ typedef struct pk_stage_info {
   const size_t *grad_off, *grad_bytes;
 } pk_stage_info;
 
+/* A stream of a stage as runtime/rt_handover.c sees it (its identity as a reader). */
+struct pk_hstream {
+  struct pk_stage *S;
+  cudaStream_t s;
+};
+
 /* Parts queued ahead of their completion, per stage, when stages hand over by events. */
 #define PK_TIMING_RING 16
 
@@ -194,6 +200,8 @@ typedef struct pk_stage {
   /* hand-over by events (pipert_device_ops.async): forward/backward return once queued;
    * busy time from event pairs around each part, harvested as they complete */
   int async;
+  cudaStream_t ustream;            /* async mode: graph input uploads, beside the stage's work */
+  struct pk_hstream hs[2];          /* the hand-over's streams: stream, ustream */
   double busy_s;
   cudaEvent_t tev[2 * PK_TIMING_RING];
   int t_first, t_n;

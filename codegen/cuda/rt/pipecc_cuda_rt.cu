@@ -1475,7 +1475,8 @@ static void stage_free(pk_stage *S) {
     }
     free(S->conv);
   }
-  if (S->stream) cudaStreamSynchronize(S->stream); /* async mode: parts still queued */
+  if (S->ustream) cudaStreamSynchronize(S->ustream); /* async mode: uploads and parts still queued */
+  if (S->stream) cudaStreamSynchronize(S->stream);
   if (S->ev) {
     for (int i = 0; i <= S->info->n_units; i++)
       if (S->ev[i]) cudaEventDestroy(S->ev[i]);
@@ -1499,6 +1500,7 @@ static void stage_free(pk_stage *S) {
   if (S->ws) cudaFree(S->ws);
   if (S->stream) cudaStreamDestroy(S->stream);
   if (S->cstream) cudaStreamDestroy(S->cstream);
+  if (S->ustream) cudaStreamDestroy(S->ustream);
   free(S);
 }
 
@@ -1579,30 +1581,31 @@ extern "C" int pk_stage_init(void **state, const pk_stage_info *info, int tf32, 
  * each other, graph input copies): readers' streams wait for the writer's event, the next
  * writer's for the readers'. These are its streams (a pk_stage) and events (CUDA's). */
 static void *ho_event_new(void *stream) {
-  pk_stage *S = (pk_stage *)stream;
+  pk_stage *S = ((struct pk_hstream *)stream)->S;
   cudaEvent_t e = NULL;
   return cu_ok(S, cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate(hand-over)") ? (void *)e : NULL;
 }
 static void ho_event_free(void *event) { cudaEventDestroy((cudaEvent_t)event); }
 static int ho_record(void *stream, void *event) {
-  pk_stage *S = (pk_stage *)stream;
-  return cu_ok(S, cudaEventRecord((cudaEvent_t)event, S->stream), "cudaEventRecord(hand-over)") ? 0 : 1;
+  struct pk_hstream *h = (struct pk_hstream *)stream;
+  return cu_ok(h->S, cudaEventRecord((cudaEvent_t)event, h->s), "cudaEventRecord(hand-over)") ? 0 : 1;
 }
 static int ho_wait(void *stream, void *event) {
-  pk_stage *S = (pk_stage *)stream;
-  return cu_ok(S, cudaStreamWaitEvent(S->stream, (cudaEvent_t)event, 0), "cudaStreamWaitEvent(hand-over)") ? 0 : 1;
+  struct pk_hstream *h = (struct pk_hstream *)stream;
+  return cu_ok(h->S, cudaStreamWaitEvent(h->s, (cudaEvent_t)event, 0), "cudaStreamWaitEvent(hand-over)") ? 0 : 1;
 }
 static int ho_finish(void *stream) {
-  pk_stage *S = (pk_stage *)stream;
-  return cu_ok(S, cudaStreamSynchronize(S->stream), "cudaStreamSynchronize") ? 0 : 1;
+  struct pk_hstream *h = (struct pk_hstream *)stream;
+  return cu_ok(h->S, cudaStreamSynchronize(h->s), "cudaStreamSynchronize") ? 0 : 1;
 }
 static const rt_ho_ops ho_ops = {ho_event_new, ho_event_free, ho_record, ho_wait, ho_finish};
 
-static int before_read(pk_stage *S, const void *p) { return rt_ho_before_read(&ho_ops, S, p) == 0; }
-static int after_read(pk_stage *S, const void *p) { return rt_ho_after_read(&ho_ops, S, p) == 0; }
-static int before_write(pk_stage *S, const void *p) { return rt_ho_before_write(&ho_ops, S, p) == 0; }
-static int after_write(pk_stage *S, const void *p, int complete) {
-  return rt_ho_after_write(&ho_ops, S, p, complete) == 0;
+/* on the stage's stream (u = 0) or its upload stream (u = 1); 1 when done */
+static int before_read(pk_stage *S, const void *p) { return rt_ho_before_read(&ho_ops, &S->hs[0], p) == 0; }
+static int after_read(pk_stage *S, const void *p) { return rt_ho_after_read(&ho_ops, &S->hs[0], p) == 0; }
+static int before_write(pk_stage *S, int u, const void *p) { return rt_ho_before_write(&ho_ops, &S->hs[u], p) == 0; }
+static int after_write(pk_stage *S, int u, const void *p, int complete) {
+  return rt_ho_after_write(&ho_ops, &S->hs[u], p, complete) == 0;
 }
 
 /* Busy time from the queued parts' event pairs, oldest first: those complete, after
@@ -1685,7 +1688,7 @@ static int run_part(pk_stage *S, int k, const pk_part *P, const void *const *in,
   if (run_units(S, k, P)) return 1;
   S->unit = -1;
   for (int i = 0; async && i < P->n_out; i++)
-    if (P->out_bytes[i] && !before_write(S, out[i])) return 1;
+    if (P->out_bytes[i] && !before_write(S, 0, out[i])) return 1;
   for (int i = 0; i < P->n_out; i++)
     if (P->out_bytes[i] &&
         !cu_ok(S, cudaMemcpyAsync(out[i], S->io + P->out_off[i], P->out_bytes[i],
@@ -1694,7 +1697,7 @@ static int run_part(pk_stage *S, int k, const pk_part *P, const void *const *in,
       return 1;
   if (!async) return cu_ok(S, cudaStreamSynchronize(S->stream), "cudaStreamSynchronize") ? 0 : 1;
   for (int i = 0; i < P->n_out; i++)
-    if (P->out_bytes[i] && !after_write(S, out[i], 0)) return 1;
+    if (P->out_bytes[i] && !after_write(S, 0, out[i], 0)) return 1;
   int slot = (S->t_first + S->t_n) % PK_TIMING_RING;
   if (!cu_ok(S, cudaEventRecord(S->tev[2 * slot + 1], S->stream), "cudaEventRecord(busy)")) return 1;
   S->t_n++;
@@ -1748,11 +1751,18 @@ static int dev_copy(void *state, void *dst, const void *src, size_t n, cudaMemcp
   return cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice") && stream_copy(S, dst, src, n, kind, what) ? 0 : 1;
 }
 
+/* async mode: queued on the upload stream (from pinned memory it overlaps the stage's
+ * work), ordered before the reads by the hand-over; the host memory stays untouched
+ * until dev_busy at the end of the run */
 static int dev_upload(void *state, void *dev, const void *host, size_t n) {
   pk_stage *S = (pk_stage *)state;
-  if (S->async && (!cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice") || !before_write(S, dev))) return 1;
-  int rc = dev_copy(state, dev, host, n, cudaMemcpyHostToDevice, "cudaMemcpy(graph input)");
-  return rc || !S->async ? rc : !after_write(S, dev, 1);
+  if (!S->async) return dev_copy(state, dev, host, n, cudaMemcpyHostToDevice, "cudaMemcpy(graph input)");
+  S->unit = -1;
+  return cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice") && before_write(S, 1, dev) &&
+                 cu_ok(S, cudaMemcpyAsync(dev, host, n, cudaMemcpyHostToDevice, S->ustream), "cudaMemcpyAsync(graph input)") &&
+                 after_write(S, 1, dev, 0)
+             ? 0
+             : 1;
 }
 
 static int dev_download(void *state, void *host, const void *dev, size_t n) {
@@ -1767,19 +1777,29 @@ static int dev_async(void *state, int on) {
   pk_stage *S = (pk_stage *)state;
   S->unit = -1;
   if (!cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice") ||
+      (S->ustream && !cu_ok(S, cudaStreamSynchronize(S->ustream), "cudaStreamSynchronize(uploads)")) ||
       !cu_ok(S, cudaStreamSynchronize(S->stream), "cudaStreamSynchronize") || harvest(S, 0))
     return 1;
   for (int i = 0; on && i < 2 * PK_TIMING_RING; i++)
     if (!S->tev[i] && !cu_ok(S, cudaEventCreate(&S->tev[i]), "cudaEventCreate(busy)")) return 1;
+  if (on && !S->ustream &&
+      !cu_ok(S, cudaStreamCreateWithFlags(&S->ustream, cudaStreamNonBlocking), "cudaStreamCreate(uploads)"))
+    return 1;
+  S->hs[0].S = S->hs[1].S = S;
+  S->hs[0].s = S->stream;
+  S->hs[1].s = S->ustream;
   S->async = on;
   return 0;
 }
 
-/* Seconds the parts queued since the last call ran on the device (waits for them). */
+/* Seconds the parts queued since the last call ran on the device (waits for them, and
+ * for the uploads: the host's input arrays are free again). */
 static double dev_busy(void *state) {
   pk_stage *S = (pk_stage *)state;
   if (!S->async) return -1;
-  if (!cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice") || harvest(S, 0)) return -1;
+  if (!cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice") ||
+      !cu_ok(S, cudaStreamSynchronize(S->ustream), "cudaStreamSynchronize(uploads)") || harvest(S, 0))
+    return -1;
   double b = S->busy_s;
   S->busy_s = 0;
   return b;
