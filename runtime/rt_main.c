@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "rt.h"
+#include "rt_fakedev.h"
 
 _Thread_local int rt_cur_stage = -1;
 
@@ -544,10 +545,19 @@ static int launch(const pipert_pipeline *p, int argc, char **argv) {
   return 2;
 }
 
+static int main_with(int argc, char **argv, const pipert_pipeline *p);
+
 int pipert_main(int argc, char **argv, const pipert_pipeline *p) {
-  rt_options o;
   rt_install_crash_handler();
   if (rt_validate_plan(p)) return 2;
+  const pipert_pipeline *run = rt_fakedev_pipeline(p); /* PIPERT_FAKE_DEVICE=1: tests without a GPU */
+  int rc = main_with(argc, argv, run);
+  if (run != p) rt_fakedev_free(run);
+  return rc;
+}
+
+static int main_with(int argc, char **argv, const pipert_pipeline *p) {
+  rt_options o;
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "--launch")) {
       if (rt_mpi_launched()) { /* already one of the launched processes: the flag is done */

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "rt.h"
+#include "rt_fakedev.h"
 
 #define BOX_CAP 2      /* micro-batches in flight on one edge (inference) */
 #define POOL_EXTRA 2   /* sets per pool beyond the mailbox capacity */
@@ -366,6 +367,7 @@ int rt_threads_create(const pipert_pipeline *p, const rt_options *o, int M, rt_e
           rt_errorf("stage %d: init failed (status %d)", s, rc);
           return 1;
         }
+        if (rt_fakedev_attach(p, s, tw->w.state)) return 1;
       }
     }
   }
@@ -536,6 +538,7 @@ void rt_threads_destroy(rt_exec *ex) {
     rt_worker *w = &ex->w[i].w;
     const pipert_stage_desc *d = p->stages[w->stage].stage;
     rt_worker_free(w); /* sets (device memory in device mode) go before the stage's state */
+    rt_fakedev_detach(p, w->stage, w->state);
     if (w->state && d->fini) d->fini(w->state);
   }
   for (int i = 0; i < S * S; i++) {

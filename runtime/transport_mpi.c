@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "rt.h"
+#include "rt_fakedev.h"
 
 int rt_mpi_rank_env(void) {
   const char *v = getenv("OMPI_COMM_WORLD_RANK");
@@ -500,6 +501,8 @@ static int world_open(world *W, const pipert_pipeline *p, const rt_options *o, i
   } else if (d->init && (st = d->init(&W->w.state, W->weights.map, W->weights.len)) != 0) {
     rt_errorf("stage %d: init failed (status %d)", W->stage, st);
     st = 1;
+  } else if (rt_fakedev_attach(W->p, W->stage, W->w.state)) {
+    st = 1;
   }
   MPI_Allreduce(&st, &gst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (!gst) nccl_setup(W);
@@ -519,6 +522,7 @@ static void world_close(world *W) {
       if (W->rpool[kind][s].all) rt_pool_free(&W->rpool[kind][s]);
     free(W->rpool[kind]);
   }
+  if (d) rt_fakedev_detach(W->p, W->stage, W->w.state);
   if (W->w.state && d && d->fini) d->fini(W->w.state);
   rt_weights_unload(&W->weights);
   for (int i = 0; W->need && i < 2 * W->S * W->S; i++) free(W->need[i]);

@@ -369,17 +369,18 @@ def dev_stats(stderr):
 
 
 def case_device():
-    """Stages on the fake asynchronous device (DEVICE=1 builds: a thread per stream, random
-    delays): sets handed over on the device by events give the same bits as the host
-    pipeline for 1 to 32 micro-batches and with replicas; so do the synchronous hand-over
-    (PIPERT_SYNC_SETS=1), host sets (PIPERT_HOST_SETS=1) and a stream of batches."""
+    """Stages on the fake asynchronous device (PIPERT_FAKE_DEVICE=1, runtime/rt_fakedev.c: a
+    thread per stream, random delays): sets handed over on the device by events give the
+    same bits as the host pipeline for 1 to 32 micro-batches and with replicas; so do the
+    synchronous hand-over (PIPERT_SYNC_SETS=1), host sets (PIPERT_HOST_SETS=1) and a
+    stream of batches."""
     ref = run_pipeline("rt_fake_s1", 64)
-    for name in ("rt_fake_s4_dev", "rt_fake_s2_r3_dev"):
+    for name in ("rt_fake_s4", "rt_fake_s2_r3"):
         for m in ("1", "4", "32"):
             for how, env in (("events", {}), ("synchronous", {"PIPERT_SYNC_SETS": "1"}),
                              ("host sets", {"PIPERT_HOST_SETS": "1"})):
                 out = os.path.join(A.work, "dev_%s_%s_%s" % (name, m, how.replace(" ", "_")))
-                env = dict(env, FAKE_DEV_STATS="1")
+                env = dict(env, FAKE_DEV_STATS="1", PIPERT_FAKE_DEVICE="1")
                 got = run_pipeline(name, 64, ["--microbatches", m], env, out=out)
                 same_bits(ref, got, "%s M=%s, %s" % (name, m, how))
                 # the statistics come with stderr: run again to read them (same bits again)
@@ -401,7 +402,7 @@ def case_device():
         _, _, xp, sp = make_inputs(64)
         out = os.path.join(A.work, "dev_%s_stream" % name)
         r = run([exe(name), "--input", "x=" + xp, "--input", "s=" + sp, "--output", out, "--bench", "5", "--stream",
-                 "--weights-dir", weights_dir(name), "--microbatches", "8"])
+                 "--weights-dir", weights_dir(name), "--microbatches", "8"], {"PIPERT_FAKE_DEVICE": "1"})
         check(r.returncode == 0, "%s --bench --stream: %s" % (name, r.stderr))
         same_bits(ref, {n: np.load(os.path.join(out, n + ".npy")) for n in ref}, "%s streamed" % name)
         busy = re.findall(r"^stage \d+: busy ([0-9.]+) ms", r.stdout, re.M)
@@ -411,9 +412,10 @@ def case_device():
     broken = 0
     for i in range(3):
         out = os.path.join(A.work, "dev_no_wait_%d" % i)
-        r = run([exe("rt_fake_s4_dev"), "--input", "x=" + xp, "--input", "s=" + sp, "--output", out,
-                 "--weights-dir", weights_dir("rt_fake_s4_dev"), "--microbatches", "32"], {"FAKE_NO_WAIT": "1"})
-        check(r.returncode == 0, "rt_fake_s4_dev FAKE_NO_WAIT=1: " + r.stderr)
+        r = run([exe("rt_fake_s4"), "--input", "x=" + xp, "--input", "s=" + sp, "--output", out,
+                 "--weights-dir", weights_dir("rt_fake_s4"), "--microbatches", "32"],
+                {"FAKE_NO_WAIT": "1", "PIPERT_FAKE_DEVICE": "1"})
+        check(r.returncode == 0, "rt_fake_s4 FAKE_NO_WAIT=1: " + r.stderr)
         got = {n: np.load(os.path.join(out, n + ".npy")) for n in ref}
         broken += any(got[n].tobytes() != ref[n].tobytes() for n in ref)
         if broken:
@@ -470,17 +472,18 @@ def case_mpi_rank_dies():
 
 
 def case_mpi_device():
-    """The MPI transport's NCCL mode (rt_fake_s4_mpi_dev: the fake device with NCCL's
+    """The MPI transport's NCCL mode (PIPERT_FAKE_DEVICE=1: the fake device with NCCL's
     send/receive groups over MPI, synchronous sends): sets in device memory, moved by the
     device's sends and receives in groups; the same bits as the host pipeline, every
     boundary's tensors sent and received once per micro-batch; PIPERT_HOST_SETS=1 goes
     through host memory; a failing, dying or hanging stage stops every rank."""
-    name = "rt_fake_s4_mpi_dev"
+    name = "rt_fake_s4_mpi"
+    fake = dict(MPI_ENV, PIPERT_FAKE_DEVICE="1")
     ref = run_pipeline("rt_fake_s1", 64)
     _, _, xp, sp = make_inputs(64)
     for m in ("1", "4", "32"):
         for host in (False, True):
-            env = dict(MPI_ENV, FAKE_DEV_STATS="1", **({"PIPERT_HOST_SETS": "1"} if host else {}))
+            env = dict(fake, FAKE_DEV_STATS="1", **({"PIPERT_HOST_SETS": "1"} if host else {}))
             out = os.path.join(A.work, "o_%s_%d" % (m, host))
             r = run(mpirun(4) + [exe(name), "--input", "x=" + xp, "--input", "s=" + sp, "--output", out,
                                  "--weights-dir", weights_dir(name), "--microbatches", m], env)
@@ -496,14 +499,14 @@ def case_mpi_device():
             sends, recvs = sum(int(c[1]) for c in comm), sum(int(c[2]) for c in comm)
             check(sends == recvs == 3 * 32, "%s M=%s: %d sends, %d receives, expected 96 each (3 boundaries x 32 "
                   "micro-batches)" % (name, m, sends, recvs))
-    r = misbehave("fail", name, 2, prefix=mpirun(4), env=MPI_ENV)
+    r = misbehave("fail", name, 2, prefix=mpirun(4), env=fake)
     check(r.returncode != 0 and "pipeline: stage 2: forward failed" in r.stderr and r.elapsed < 10,
           "NCCL mode, a stage fails: " + r.stderr)
     for stage in (1, 3):
-        r = misbehave("die", name, stage, prefix=mpirun(4), env=MPI_ENV)
+        r = misbehave("die", name, stage, prefix=mpirun(4), env=fake)
         check(r.returncode != 0 and r.elapsed < 10, "NCCL mode, stage %d dies: exit %d after %.1f s" %
               (stage, r.returncode, r.elapsed))
-    r = misbehave("hang", name, 2, ["--timeout", "2"], prefix=mpirun(4), env=MPI_ENV)
+    r = misbehave("hang", name, 2, ["--timeout", "2"], prefix=mpirun(4), env=fake)
     check(r.returncode != 0 and "timed out" in r.stderr and r.elapsed < 10, "NCCL mode, a stage hangs: " + r.stderr)
 
 

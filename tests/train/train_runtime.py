@@ -409,6 +409,67 @@ def case_mpi():
           "checkpoints move between transports")
 
 
+def case_fake_device():
+    """Training programs on the fake asynchronous device (PIPERT_FAKE_DEVICE=1,
+    runtime/rt_fakedev.c): device-mode sets, stashes and graph inputs, forward and
+    backward queued on the device and handed over by events, the optimizer step after
+    them; the same bits as the host run for 3 stages (1F1B and GPipe) and 2x2 replicated
+    stages, with the threads transport and (3 stages) NCCL mode over MPI; dropping the
+    device's event waits changes them."""
+    d = case_dir("fake_device")
+    _, path, inputs, labels, loss, opt, _ = model("convnet", d)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((16, 3, 16, 16)).astype(np.float32)
+    y = rng.integers(0, 5, size=16).astype(np.int64)
+    data = save_data(d, x, y)
+    fake = {"PIPERT_FAKE_DEVICE": "1", "FAKE_DEV_STATS": "1"}
+    builds = {}
+    for sched in ("1f1b", "gpipe"):
+        builds["3 stages " + sched] = compile_(path, os.path.join(d, "s3_" + sched), [
+            "--shape", "input:8x3x16x16", "-g", "3", "-m", "4", "--schedule", sched] + tc.pipecc_args(loss, opt, "--train"))
+    r = run([A.pipecc, path, "--shape", "input:8x3x16x16", "-g", "4", "-m", "4", "-o", os.path.join(d, "r4")]
+            + tc.pipecc_args(loss, opt, "--train"))
+    check(r.returncode == 0 and re.search(r"^\s+0\s+0\.\.1\s+2 ", r.stderr, re.M), "a replicated plan: " + r.stderr)
+    builds["2 stages x 2 replicas"] = os.path.join(d, "r4", "pipeline")
+
+    def go(exe, tag, env, mpi_n=0):
+        o = os.path.join(d, "%s_%s" % (os.path.basename(os.path.dirname(exe)), tag))
+        args = data + ["--steps", "3", "--seed", "2", "--quiet", "--save", o + "_w.npz", "--save-grads", o + "_g.npz",
+                       "--log", o + ".csv"]
+        if mpi_n:
+            r = run([A.mpirun, "--oversubscribe", "--allow-run-as-root", "-np", str(mpi_n), exe, "train"] + args,
+                    dict(MPI_ENV, **env))
+        else:
+            r = run([exe, "train"] + args, env)
+        check(r.returncode == 0, "%s %s: exit %d\n%s" % (exe, tag, r.returncode, r.stderr[-3000:]))
+        log = [",".join(ln.split(",")[:4]) for ln in open(o + ".csv").read().splitlines()]
+        return (npz(o + "_w.npz"), npz(o + "_g.npz"), log), r.stderr
+
+    for name, exe in builds.items():
+        host, _ = go(exe, "host", {})
+        dev, err = go(exe, "fake", fake)
+        same_bits(host[0], dev[0], name + ": weights, host vs fake device")
+        same_bits(host[1], dev[1], name + ": gradients, host vs fake device")
+        check(host[2] == dev[2], name + ": loss logs, host vs fake device")
+        st = re.findall(r"^fake device: stage \d+: (\d+) parts queued ahead, (\d+) uploads queued ahead", err, re.M)
+        check(st and sum(int(a) for a, _ in st) > 0 and sum(int(b) for _, b in st) > 0,
+              name + ": nothing queued ahead on the fake device: " + err[-2000:])
+        print("ok %s: fake device (%d parts, %d uploads queued ahead) gives the host's bits" % (
+            name, sum(int(a) for a, _ in st), sum(int(b) for _, b in st)))
+    exe = builds["3 stages 1f1b"]
+    host, _ = go(exe, "host", {})
+    broken, _ = go(exe, "no_wait", dict(fake, FAKE_NO_WAIT="1"))
+    check(any(host[0][k].tobytes() != broken[0][k].tobytes() for k in host[0]),
+          "without the device's event waits the weights stayed right: the comparison cannot see a broken hand-over")
+    if A.mpirun:
+        dev, err = go(exe, "fake_mpi", fake, 3)
+        check(re.search(r"^fake nccl: rank 0: [1-9]\d* sends", err, re.M), "NCCL mode not used: " + err[-2000:])
+        same_bits(host[0], dev[0], "3 stages under MPI: weights, host vs fake device (NCCL mode)")
+        same_bits(host[1], dev[1], "3 stages under MPI: gradients, host vs fake device (NCCL mode)")
+        check(host[2] == dev[2], "3 stages under MPI: loss logs")
+        print("ok 3 stages under MPI, NCCL mode on the fake device: the host's bits")
+
+
 def main():
     global A
     ap = argparse.ArgumentParser()
