@@ -332,9 +332,9 @@ static double dev_busy(void *state) {
 }
 
 #ifdef PIPERT_HAVE_MPI
-/* NCCL's groups over MPI: a duplicate of MPI_COMM_WORLD (communicators over a subset are
- * declined), synchronous-mode sends (MPI_Issend: complete only once the peer receives,
- * as NCCL's rendezvous), every call of a group completed at its end. */
+/* NCCL's groups over MPI: an MPI communicator over the same ranks, synchronous-mode
+ * sends (MPI_Issend: complete only once the peer receives, as NCCL's rendezvous), every
+ * call of a group completed at its end, the all-reduce through param_io. */
 typedef struct fcomm {
   MPI_Comm c;
   int depth, sends, recvs, groups;
@@ -342,19 +342,57 @@ typedef struct fcomm {
   int n, cap;
 } fcomm;
 
+#define FAKE_TAG 0x6e63 /* setup messages on MPI_COMM_WORLD, apart from the transport's */
+
+/* The id names the world rank that made it (the communicator's rank 0) and a serial. */
 static int comm_id(void *buf, size_t len) {
-  snprintf(buf, len, "fake-nccl %ld", (long)getpid());
+  static int serial;
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  snprintf(buf, len, "fake-nccl %d %d", r, ++serial);
   return 0;
 }
+
+/* Members find each other through the id's maker: each sends it its world rank and its
+ * rank in the new communicator, the maker answers with everyone's world ranks in that
+ * order, and the members make an MPI communicator of them (collective over them only,
+ * as ncclCommInitRank). */
 static void *comm_init(void *state, const void *id, int nranks, int rank) {
   (void)state;
-  (void)id;
-  int n = 0, r = -1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  if (n != nranks || r != rank) return NULL; /* only the whole world */
+  int maker = -1, serial = 0, me = 0;
+  if (sscanf(id, "fake-nccl %d %d", &maker, &serial) != 2 || nranks < 1 || rank < 0 || rank >= nranks) return NULL;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  int *world = calloc((size_t)nranks, sizeof(int));
   fcomm *f = calloc(1, sizeof *f);
-  if (f) MPI_Comm_dup(MPI_COMM_WORLD, &f->c);
+  if (!world || !f) {
+    free(world);
+    free(f);
+    return NULL;
+  }
+  if (rank == 0) {
+    world[0] = me;
+    for (int i = 1; i < nranks; i++) {
+      int msg[2];
+      MPI_Recv(msg, 2, MPI_INT, MPI_ANY_SOURCE, FAKE_TAG + serial, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      if (msg[1] > 0 && msg[1] < nranks) world[msg[1]] = msg[0];
+    }
+    for (int i = 1; i < nranks; i++) MPI_Send(world, nranks, MPI_INT, world[i], FAKE_TAG + serial, MPI_COMM_WORLD);
+  } else {
+    int msg[2] = {me, rank};
+    MPI_Send(msg, 2, MPI_INT, maker, FAKE_TAG + serial, MPI_COMM_WORLD);
+    MPI_Recv(world, nranks, MPI_INT, maker, FAKE_TAG + serial, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  }
+  MPI_Group all, sub;
+  MPI_Comm_group(MPI_COMM_WORLD, &all);
+  MPI_Group_incl(all, nranks, world, &sub);
+  int rc = MPI_Comm_create_group(MPI_COMM_WORLD, sub, FAKE_TAG + serial, &f->c);
+  MPI_Group_free(&sub);
+  MPI_Group_free(&all);
+  free(world);
+  if (rc != MPI_SUCCESS) {
+    free(f);
+    return NULL;
+  }
   return f;
 }
 static int comm_complete(fcomm *f) {
@@ -394,10 +432,19 @@ static int comm_recv(void *state, void *comm, void *buf, size_t n, int peer) {
   (void)state;
   return comm_post(comm, buf, n, peer, 0);
 }
+/* parameter memory [off, off + n) of float32/float64 summed over the communicator */
 static int comm_sum(void *state, void *comm, size_t off, size_t n, int dtype) {
-  (void)state, (void)comm, (void)off, (void)n, (void)dtype;
-  fprintf(stderr, "pipeline: fake device: no all-reduce (communicators over every rank only)\n");
-  return 1;
+  fcomm *f = comm;
+  replica *r = replica_of(state);
+  void *buf = malloc(n ? n : 1);
+  if (!buf) return 1;
+  int f64 = dtype == PIPERT_DOUBLE;
+  int rc = finish_replica(r) || r->orig->param_io(state, 0, off, buf, n) ||
+           MPI_Allreduce(MPI_IN_PLACE, buf, (int)(n / (f64 ? 8 : 4)), f64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM, f->c) !=
+               MPI_SUCCESS ||
+           r->orig->param_io(state, 1, off, buf, n);
+  free(buf);
+  return rc;
 }
 static void comm_free(void *state, void *comm) {
   (void)state;

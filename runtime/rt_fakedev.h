@@ -10,8 +10,8 @@
  * hand-over fails to order shows up as wrong outputs. The stage's step, zero_grads and
  * param_io first wait for its queued work (a GPU runs them on the same stream).
  * With MPI, the device has NCCL-like communicators over MPI: synchronous sends
- * (complete once the peer receives, as NCCL's), a group's calls completed at its end;
- * only communicators over every rank (a stage's replicas get none: host all-reduce).
+ * (complete once the peer receives, as NCCL's), a group's calls completed at its end,
+ * the replicas' all-reduce through param_io and MPI_Allreduce.
  *
  *   PIPERT_FAKE_DEVICE=1   on (stages with a device of their own keep it)
  *   FAKE_NO_WAIT=1         event waits dropped: a broken hand-over, for tests to catch

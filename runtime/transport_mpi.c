@@ -377,11 +377,14 @@ static void nccl_setup(world *W) {
   }
   W->dev = dev;
   if (!why && !(W->comm = nccl_comm(W, MPI_COMM_WORLD))) why = "no NCCL communicator";
-  if (!why && p->stages[W->stage].replicas > 1) { /* the replicas' all-reduce */
+  if (!why) { /* the replicas' all-reduce; MPI_Comm_split is collective: every rank calls it */
     MPI_Comm sc;
-    MPI_Comm_split(MPI_COMM_WORLD, W->stage, W->replica, &sc);
-    W->scomm = nccl_comm(W, sc);
-    MPI_Comm_free(&sc);
+    int repl = p->stages[W->stage].replicas > 1;
+    MPI_Comm_split(MPI_COMM_WORLD, repl ? W->stage : MPI_UNDEFINED, W->replica, &sc);
+    if (repl) {
+      W->scomm = nccl_comm(W, sc);
+      MPI_Comm_free(&sc);
+    }
   }
   int bad = !why && p->stages[W->stage].replicas > 1 && !W->scomm, any = 0;
   MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
