@@ -123,6 +123,7 @@ typedef struct world {
 static atomic_int wd_stop;
 static double wd_start, wd_timeout;
 static pid_t wd_parent;
+static int wd_stage = -1; /* the rank's stage (rt_cur_stage is the main thread's own) */
 static pthread_t wd_thread;
 
 static void *watchdog(void *arg) {
@@ -134,7 +135,7 @@ static void *watchdog(void *arg) {
       _exit(1);
     }
     if (wd_timeout > 0 && rt_now() - wd_start > wd_timeout && !atomic_load(&wd_stop)) {
-      rt_errorf("rank %d (stage %d): timed out after %.1f s (--timeout)", rank, rt_cur_stage, wd_timeout);
+      rt_errorf("rank %d (stage %d): timed out after %.1f s (--timeout)", rank, wd_stage, wd_timeout);
       _exit(1);
     }
   }
@@ -460,6 +461,7 @@ static int world_open(world *W, const pipert_pipeline *p, const rt_options *o, i
   wd_start = rt_now();
   wd_timeout = o->timeout_s;
   wd_parent = getppid();
+  wd_stage = W->stage;
   pthread_create(&wd_thread, NULL, watchdog, (void *)(intptr_t)W->rank);
 
   W->prog = calloc((size_t)W->S, sizeof *W->prog);

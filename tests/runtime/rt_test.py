@@ -468,7 +468,8 @@ def case_mpi_rank_dies():
             check(r.returncode != 0, "mpi %s: exit 0" % mode)
             check(r.elapsed < 10, "mpi %s took %.1f s" % (mode, r.elapsed))
     r = misbehave("hang", "rt_fake_s4_mpi", 2, ["--timeout", "2"], prefix=mpirun(4), env=MPI_ENV)
-    check(r.returncode != 0 and "timed out" in r.stderr and r.elapsed < 10, "mpi hang: " + r.stderr)
+    check(r.returncode != 0 and re.search(r"rank \d \(stage \d\): timed out", r.stderr) and r.elapsed < 10,
+          "mpi hang: no line naming the rank and its stage: " + r.stderr)
 
 
 def case_mpi_device():
@@ -507,7 +508,8 @@ def case_mpi_device():
         check(r.returncode != 0 and r.elapsed < 10, "NCCL mode, stage %d dies: exit %d after %.1f s" %
               (stage, r.returncode, r.elapsed))
     r = misbehave("hang", name, 2, ["--timeout", "2"], prefix=mpirun(4), env=fake)
-    check(r.returncode != 0 and "timed out" in r.stderr and r.elapsed < 10, "NCCL mode, a stage hangs: " + r.stderr)
+    check(r.returncode != 0 and re.search(r"rank \d \(stage \d\): timed out", r.stderr) and r.elapsed < 10,
+          "NCCL mode, a stage hangs: " + r.stderr)
 
 
 def main():
