@@ -99,15 +99,21 @@ def save_data(d, x, y):
     return ["--data", os.path.join(d, "X.npy"), "--labels", os.path.join(d, "Y.npy")]
 
 
+def convnet_case(name, seed, batch):
+    """The convnet case in a fresh folder, with `batch` random samples saved:
+    (folder, model path, loss, optimizer, `pipeline train` data arguments)."""
+    d = case_dir(name)
+    _, path, inputs, labels, loss, opt, _ = model("convnet", d)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, 3, 16, 16)).astype(np.float32)
+    y = rng.integers(0, 5, size=batch).astype(np.int64)
+    return d, path, loss, opt, save_data(d, x, y)
+
+
 # ---- cases ---------------------------------------------------------------------------
 
 def case_memory():
-    d = case_dir("memory")
-    _, path, inputs, labels, loss, opt, _ = model("convnet", d)
-    rng = np.random.default_rng(3)
-    x = rng.standard_normal((8, 3, 16, 16)).astype(np.float32)
-    y = rng.integers(0, 5, size=8).astype(np.int64)
-    data = save_data(d, x, y)
+    d, path, loss, opt, data = convnet_case("memory", 3, 8)
     P, M = 4, 8
     held, nbytes, w = {}, {}, {}
     for sched in ("gpipe", "1f1b"):
@@ -363,12 +369,7 @@ def mpi_train(n, exe, args, ok=True):
 
 def case_mpi():
     check(A.mpirun, "mpirun not found")
-    d = case_dir("mpi")
-    _, path, inputs, labels, loss, opt, _ = model("convnet", d)
-    rng = np.random.default_rng(6)
-    x = rng.standard_normal((16, 3, 16, 16)).astype(np.float32)
-    y = rng.integers(0, 5, size=16).astype(np.int64)
-    data = save_data(d, x, y)
+    d, path, loss, opt, data = convnet_case("mpi", 6, 16)
     builds = {"3 stages": (compile_(path, os.path.join(d, "s3"), ["--shape", "input:8x3x16x16", "-g", "3", "-m", "4"]
                                     + tc.pipecc_args(loss, opt, "--train")), 3)}
     r = run([A.pipecc, path, "--shape", "input:8x3x16x16", "-g", "4", "-m", "4", "-o", os.path.join(d, "r4")]
@@ -417,12 +418,7 @@ def case_fake_device():
     stages and a replicated stage beside one that is not, with the threads transport and
     in NCCL mode under MPI (the replicas' all-reduce included); dropping the device's
     event waits changes them."""
-    d = case_dir("fake_device")
-    _, path, inputs, labels, loss, opt, _ = model("convnet", d)
-    rng = np.random.default_rng(7)
-    x = rng.standard_normal((16, 3, 16, 16)).astype(np.float32)
-    y = rng.integers(0, 5, size=16).astype(np.int64)
-    data = save_data(d, x, y)
+    d, path, loss, opt, data = convnet_case("fake_device", 7, 16)
     fake = {"PIPERT_FAKE_DEVICE": "1", "FAKE_DEV_STATS": "1"}
     builds = {}
     for sched in ("1f1b", "gpipe"):
