@@ -1579,7 +1579,8 @@ extern "C" int pk_stage_init(void **state, const pk_stage_info *info, int tf32, 
  * its stream; no host thread waits for the device except to download graph outputs and at
  * the end. runtime/rt_handover.c orders the buffers dev_alloc made (the sets stages hand
  * each other, graph input copies): readers' streams wait for the writer's event, the next
- * writer's for the readers'. These are its streams (a pk_stage) and events (CUDA's). */
+ * writer's for the readers'. Its streams are a stage's pk_hstreams (its work, its
+ * uploads), its events CUDA's. */
 static void *ho_event_new(void *stream) {
   pk_stage *S = ((struct pk_hstream *)stream)->S;
   cudaEvent_t e = NULL;
@@ -1600,7 +1601,7 @@ static int ho_finish(void *stream) {
 }
 static const rt_ho_ops ho_ops = {ho_event_new, ho_event_free, ho_record, ho_wait, ho_finish};
 
-/* on the stage's stream (u = 0) or its upload stream (u = 1); 1 when done */
+/* on the stage's stream (u = 0) or its upload stream (u = 1); 1 on success, as cu_ok */
 static int before_read(pk_stage *S, const void *p) { return rt_ho_before_read(&ho_ops, &S->hs[0], p) == 0; }
 static int after_read(pk_stage *S, const void *p) { return rt_ho_after_read(&ho_ops, &S->hs[0], p) == 0; }
 static int before_write(pk_stage *S, int u, const void *p) { return rt_ho_before_write(&ho_ops, &S->hs[u], p) == 0; }
