@@ -410,16 +410,11 @@ def case_mpi():
           "checkpoints move between transports")
 
 
-def case_fake_device():
-    """Training programs on the fake asynchronous device (PIPERT_FAKE_DEVICE=1,
-    runtime/rt_fakedev.c): device-mode sets, stashes and graph inputs, forward and
-    backward queued on the device and handed over by events, the optimizer step after
-    them; the same bits as the host run for 3 stages (1F1B and GPipe), 2x2 replicated
-    stages and a replicated stage beside one that is not, with the threads transport and
-    in NCCL mode under MPI (the replicas' all-reduce included); dropping the device's
-    event waits changes them."""
-    d, path, loss, opt, data = convnet_case("fake_device", 7, 16)
-    fake = {"PIPERT_FAKE_DEVICE": "1", "FAKE_DEV_STATS": "1"}
+def fake_device_builds(name):
+    """The convnet training builds the fake-device cases run: (folder, data arguments,
+    {name: pipeline}) for 3 stages under 1F1B and GPipe, 2x2 replicated stages and a
+    replicated stage beside one that is not."""
+    d, path, loss, opt, data = convnet_case(name, 7, 16)
     builds = {}
     for sched in ("1f1b", "gpipe"):
         builds["3 stages " + sched] = compile_(path, os.path.join(d, "s3_" + sched), [
@@ -434,49 +429,70 @@ def case_fake_device():
           re.search(r"^\s+1\s+2\.\.2\s+1 ", r.stderr, re.M), "a plan with stage 0 on 2 replicas, stage 1 on one: "
           + r.stderr)
     builds["stage 0 x 2 replicas, stage 1"] = os.path.join(d, "r3", "pipeline")
+    return d, data, builds
 
-    def go(exe, tag, env, mpi_n=0):
-        o = os.path.join(d, "%s_%s" % (os.path.basename(os.path.dirname(exe)), tag))
-        args = data + ["--steps", "3", "--seed", "2", "--quiet", "--save", o + "_w.npz", "--save-grads", o + "_g.npz",
-                       "--log", o + ".csv"]
-        if mpi_n:  # a hang (a collective some ranks miss) stops within a minute
-            r = run([A.mpirun, "--oversubscribe", "--allow-run-as-root", "-np", str(mpi_n), exe, "train"] + args +
-                    ["--timeout", "60"], dict(MPI_ENV, **env))
-        else:
-            r = run([exe, "train"] + args, env)
-        check(r.returncode == 0, "%s %s: exit %d\n%s" % (exe, tag, r.returncode, r.stderr[-3000:]))
-        log = [",".join(ln.split(",")[:4]) for ln in open(o + ".csv").read().splitlines()]
-        return (npz(o + "_w.npz"), npz(o + "_g.npz"), log), r.stderr
 
+FAKE = {"PIPERT_FAKE_DEVICE": "1", "FAKE_DEV_STATS": "1"}
+
+
+def fake_device_run(d, data, exe, tag, env, mpi_n=0):
+    """3 training steps of exe (under mpirun with mpi_n ranks when given): ((weights,
+    gradients, loss log), stderr)."""
+    o = os.path.join(d, "%s_%s" % (os.path.basename(os.path.dirname(exe)), tag))
+    args = data + ["--steps", "3", "--seed", "2", "--quiet", "--save", o + "_w.npz", "--save-grads", o + "_g.npz",
+                   "--log", o + ".csv"]
+    if mpi_n:  # a hang (a collective some ranks miss) stops within a minute
+        r = run([A.mpirun, "--oversubscribe", "--allow-run-as-root", "-np", str(mpi_n), exe, "train"] + args +
+                ["--timeout", "60"], dict(MPI_ENV, **env))
+    else:
+        r = run([exe, "train"] + args, env)
+    check(r.returncode == 0, "%s %s: exit %d\n%s" % (exe, tag, r.returncode, r.stderr[-3000:]))
+    log = [",".join(ln.split(",")[:4]) for ln in open(o + ".csv").read().splitlines()]
+    return (npz(o + "_w.npz"), npz(o + "_g.npz"), log), r.stderr
+
+
+def same_run(host, dev, what):
+    same_bits(host[0], dev[0], what + ": weights")
+    same_bits(host[1], dev[1], what + ": gradients")
+    check(host[2] == dev[2], what + ": loss logs")
+
+
+def case_fake_device():
+    """Training programs on the fake asynchronous device (PIPERT_FAKE_DEVICE=1,
+    runtime/rt_fakedev.c), threads transport: device-mode sets, stashes and graph inputs,
+    forward and backward queued on the device and handed over by events, the optimizer
+    step after them; the host run's bits (fake_device_builds' plans); dropping the
+    device's event waits changes them."""
+    d, data, builds = fake_device_builds("fake_device")
     for name, exe in builds.items():
-        host, _ = go(exe, "host", {})
-        dev, err = go(exe, "fake", fake)
-        same_bits(host[0], dev[0], name + ": weights, host vs fake device")
-        same_bits(host[1], dev[1], name + ": gradients, host vs fake device")
-        check(host[2] == dev[2], name + ": loss logs, host vs fake device")
+        host, _ = fake_device_run(d, data, exe, "host", {})
+        dev, err = fake_device_run(d, data, exe, "fake", FAKE)
+        same_run(host, dev, name + ", host vs fake device")
         st = re.findall(r"^fake device: stage \d+: (\d+) parts queued ahead, (\d+) uploads queued ahead", err, re.M)
         check(st and sum(int(a) for a, _ in st) > 0 and sum(int(b) for _, b in st) > 0,
               name + ": nothing queued ahead on the fake device: " + err[-2000:])
         print("ok %s: fake device (%d parts, %d uploads queued ahead) gives the host's bits" % (
             name, sum(int(a) for a, _ in st), sum(int(b) for _, b in st)))
     exe = builds["3 stages 1f1b"]
-    host, _ = go(exe, "host", {})
-    broken, _ = go(exe, "no_wait", dict(fake, FAKE_NO_WAIT="1"))
+    host, _ = fake_device_run(d, data, exe, "host", {})
+    broken, _ = fake_device_run(d, data, exe, "no_wait", dict(FAKE, FAKE_NO_WAIT="1"))
     check(any(host[0][k].tobytes() != broken[0][k].tobytes() for k in host[0]),
           "without the device's event waits the weights stayed right: the comparison cannot see a broken hand-over")
-    # NCCL mode under MPI: sends and receives in groups, the replicas' all-reduce over a
-    # communicator of their own (made by the replicas' ranks only)
+
+
+def case_mpi_fake_device():
+    """The same plans under MPI in NCCL mode on the fake device: sends and receives in
+    groups, the replicas' all-reduce over a communicator of their own (made by the
+    replicas' ranks only); the host run's bits."""
+    check(A.mpirun, "mpirun not found")
+    d, data, builds = fake_device_builds("mpi_fake_device")
     for name, n in (("3 stages 1f1b", 3), ("2 stages x 2 replicas", 4), ("stage 0 x 2 replicas, stage 1", 3)):
-        if not A.mpirun:
-            break
         exe = builds[name]
-        host, _ = go(exe, "host", {})
-        dev, err = go(exe, "fake_mpi", fake, n)
+        host, _ = fake_device_run(d, data, exe, "host", {})
+        dev, err = fake_device_run(d, data, exe, "fake_mpi", FAKE, n)
         check(re.search(r"^fake nccl: rank 0: [1-9]\d* sends", err, re.M) and "through host memory" not in err,
               name + ": NCCL mode not used: " + err[-2000:])
-        same_bits(host[0], dev[0], name + " under MPI: weights, host vs fake device (NCCL mode)")
-        same_bits(host[1], dev[1], name + " under MPI: gradients, host vs fake device (NCCL mode)")
-        check(host[2] == dev[2], name + " under MPI: loss logs")
+        same_run(host, dev, name + " under MPI, host vs fake device (NCCL mode)")
         print("ok %s under MPI (%d ranks), NCCL mode on the fake device: the host's bits" % (name, n))
 
 
