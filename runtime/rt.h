@@ -171,7 +171,7 @@ typedef struct rt_link_ops {
   void (*output)(void *link, rt_worker *w, int q, int64_t g, const void *data); /* graph output */
   int (*allreduce)(void *link, rt_worker *w);  /* GRAD params summed over the stage's replicas */
   int (*aborted)(void *link);
-  void (*fail)(void *link, int rc, const char *msg);
+  void (*fail)(void *link, int rc, const char *msg); /* msg "": printed already */
   void (*poll)(void *link, rt_worker *w);     /* progress pending sends (may be NULL) */
   /* Groups (may be NULL): the interpreter opens one (begin 1) before a run of receives
    * and sends and closes it (begin 0) before the next compute, ALLREDUCE or the end of

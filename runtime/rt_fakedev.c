@@ -244,13 +244,28 @@ static int dev_ordinal(void *state) {
   return d ? atoi(d) : 0;
 }
 
+/* FAKE_DEV_MEM=BYTES: the device's memory, for the out-of-memory paths */
+static size_t g_used;
+
 static void *dev_alloc(void *state, size_t n) {
-  (void)state;
-  void *p = malloc(n ? n : 1);
-  if (p) memset(p, 0xA5, n); /* garbage, as fresh device memory */
-  if (p && rt_ho_add(p, n)) {
-    free(p);
-    p = NULL;
+  const char *cap = getenv("FAKE_DEV_MEM");
+  pthread_mutex_lock(&g_mu);
+  int oom = cap && g_used + n > (size_t)strtoull(cap, NULL, 10);
+  if (!oom) g_used += n;
+  pthread_mutex_unlock(&g_mu);
+  if (oom) {
+    fprintf(stderr, "pipeline: stage %d on the fake device: out of memory (%zu bytes more, FAKE_DEV_MEM=%s)\n",
+            replica_of(state)->stage, n, cap);
+    return NULL;
+  }
+  char *base = malloc(64 + (n ? n : 1)); /* its size in front, for the release */
+  if (!base) return NULL;
+  memcpy(base, &n, sizeof n);
+  char *p = base + 64;
+  memset(p, 0xA5, n); /* garbage, as fresh device memory */
+  if (rt_ho_add(p, n)) {
+    free(base);
+    return NULL;
   }
   return p;
 }
@@ -261,7 +276,13 @@ static void dev_release(void *state, void *p) {
   for (fstream *f = g_streams; f; f = f->next) finish(f);
   pthread_mutex_unlock(&g_mu);
   rt_ho_remove(&ho_ops, p);
-  free(p);
+  char *base = (char *)p - 64;
+  size_t n;
+  memcpy(&n, base, sizeof n);
+  pthread_mutex_lock(&g_mu);
+  g_used -= n;
+  pthread_mutex_unlock(&g_mu);
+  free(base);
 }
 
 /* async: on the upload stream, ordered by the hand-over like any other write */

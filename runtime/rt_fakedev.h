@@ -15,6 +15,7 @@
  *
  *   PIPERT_FAKE_DEVICE=1   on (stages with a device of their own keep it)
  *   FAKE_NO_WAIT=1         event waits dropped: a broken hand-over, for tests to catch
+ *   FAKE_DEV_MEM=BYTES     the device's memory: allocations beyond it fail (one line)
  *   FAKE_DEV_STATS=1       per replica on stderr at the end: parts and uploads queued
  *                          ahead, waits made; per rank the NCCL sends and receives */
 #ifndef PIPERT_RT_FAKEDEV_H

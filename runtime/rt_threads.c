@@ -100,11 +100,12 @@ static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu) {
 
 static int aborted(rt_exec *ex) { return atomic_load_explicit(&ex->abort, memory_order_acquire); }
 
-/* First failure wins: prints its message and stops everyone. */
+/* First failure wins: prints its message (none when empty: printed already) and stops
+ * everyone. */
 static void fail_msg(rt_exec *ex, int rc, const char *msg) {
   pthread_mutex_lock(&ex->mu);
   if (!ex->failed_rc) {
-    rt_errorf("%s", msg);
+    if (msg[0]) rt_errorf("%s", msg);
     ex->failed_rc = rc;
   }
   atomic_store_explicit(&ex->abort, 1, memory_order_release);

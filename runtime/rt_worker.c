@@ -56,17 +56,23 @@ static rt_set *pool_get(rt_worker *w, rt_pool *pl) {
     atomic_store(&s->refs, 0); /* references are added from here (send_set, deferred outputs) */
   } else if (pl->n < pl->cap) {
     char *mem = pl->dev ? pl->dev->alloc(pl->dev_state, pl->set_bytes) : rt_aligned_alloc(pl->set_bytes);
-    if (mem) {
-      s = calloc(1, sizeof *s);
-      s->pool = pl;
-      s->bufs = calloc((size_t)pl->n_bufs + 1, sizeof(void *));
-      s->mem = mem;
-      for (int k = 0; k < pl->n_bufs; k++) {
-        s->bufs[k] = mem;
-        mem += (pl->descs[k].nbytes + 255) / 256 * 256;
-      }
-      pl->all[pl->n++] = s;
+    if (!mem) { /* stops the run: a device has said why already */
+      char msg[160] = "";
+      if (!pl->dev)
+        snprintf(msg, sizeof msg, "stage %d: out of memory for its sets (%zu bytes more)", w->stage, pl->set_bytes);
+      pthread_mutex_unlock(&pl->mu);
+      w->ops->fail(w->link, 1, msg);
+      return NULL;
     }
+    s = calloc(1, sizeof *s);
+    s->pool = pl;
+    s->bufs = calloc((size_t)pl->n_bufs + 1, sizeof(void *));
+    s->mem = mem;
+    for (int k = 0; k < pl->n_bufs; k++) {
+      s->bufs[k] = mem;
+      mem += (pl->descs[k].nbytes + 255) / 256 * 256;
+    }
+    pl->all[pl->n++] = s;
   }
   pthread_mutex_unlock(&pl->mu);
   return s;
@@ -213,7 +219,10 @@ static const void *graph_input(rt_worker *w, int idx, int64_t g) {
   if (!w->dev || !host) return host;
   int slots = dev_slots(w);
   size_t k = (size_t)idx * (size_t)slots + (size_t)(g % slots), n = w->p->inputs[idx].nbytes;
-  if (!w->dev_in[k] && !(w->dev_in[k] = w->dev->alloc(w->state, n))) return NULL;
+  if (!w->dev_in[k] && !(w->dev_in[k] = w->dev->alloc(w->state, n))) {
+    w->ops->fail(w->link, 1, ""); /* stops the run; the device has said why */
+    return NULL;
+  }
   if (w->dev_in_mb[k] != g + 1) {
     if (w->dev->upload(w->state, w->dev_in[k], host, n)) return NULL;
     w->dev_in_mb[k] = g + 1;

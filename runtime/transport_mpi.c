@@ -300,7 +300,7 @@ static int m_aborted(void *link) {
 
 static void m_fail(void *link, int rc, const char *msg) {
   (void)link;
-  rt_errorf("%s", msg);
+  if (msg[0]) rt_errorf("%s", msg); /* empty: printed already (a device) */
   MPI_Abort(MPI_COMM_WORLD, rc);
 }
 

@@ -421,6 +421,17 @@ def case_device():
         if broken:
             break
     check(broken, "without the event waits the outputs stayed right in 3 runs: the test cannot see a broken hand-over")
+    # out of device memory (FAKE_DEV_MEM: its size) at the first set, the graph inputs or
+    # later sets: one line naming the stage, exit 1, no outputs, no hang
+    for mem in ("100", "1200", "2000"):
+        out = os.path.join(A.work, "dev_oom")
+        shutil.rmtree(out, ignore_errors=True)
+        r = run([exe("rt_fake_s4"), "--input", "x=" + xp, "--input", "s=" + sp, "--output", out,
+                 "--weights-dir", weights_dir("rt_fake_s4"), "--microbatches", "8"],
+                {"PIPERT_FAKE_DEVICE": "1", "FAKE_DEV_MEM": mem})
+        expect_error(r, 1, r"^pipeline: stage \d on the fake device: out of memory \(\d+ bytes more",
+                     "FAKE_DEV_MEM=" + mem)
+        check(not os.path.exists(out) and r.elapsed < 10, "out of device memory: outputs written, or %.1f s" % r.elapsed)
     print("ok: device hand-over; without its waits the outputs change (run %d)" % (i + 1))
 
 
@@ -507,6 +518,9 @@ def case_mpi_device():
         r = misbehave("die", name, stage, prefix=mpirun(4), env=fake)
         check(r.returncode != 0 and r.elapsed < 10, "NCCL mode, stage %d dies: exit %d after %.1f s" %
               (stage, r.returncode, r.elapsed))
+    r = misbehave("none", name, 2, prefix=mpirun(4), env=dict(fake, FAKE_DEV_MEM="300"))
+    check(r.returncode != 0 and re.search(r"^pipeline: stage \d on the fake device: out of memory", r.stderr, re.M)
+          and r.elapsed < 10, "NCCL mode, out of device memory: " + r.stderr)
     r = misbehave("hang", name, 2, ["--timeout", "2"], prefix=mpirun(4), env=fake)
     check(r.returncode != 0 and re.search(r"rank \d \(stage \d\): timed out", r.stderr) and r.elapsed < 10,
           "NCCL mode, a stage hangs: " + r.stderr)
