@@ -259,15 +259,18 @@ static void *dev_alloc(void *state, size_t n) {
     return NULL;
   }
   char *base = malloc(64 + (n ? n : 1)); /* its size in front, for the release */
-  if (!base) return NULL;
-  memcpy(base, &n, sizeof n);
-  char *p = base + 64;
-  memset(p, 0xA5, n); /* garbage, as fresh device memory */
-  if (rt_ho_add(p, n)) {
+  if (!base || rt_ho_add(base + 64, n)) {
     free(base);
+    pthread_mutex_lock(&g_mu);
+    g_used -= n;
+    pthread_mutex_unlock(&g_mu);
+    fprintf(stderr, "pipeline: stage %d on the fake device: out of host memory (%zu bytes)\n", replica_of(state)->stage,
+            n);
     return NULL;
   }
-  return p;
+  memcpy(base, &n, sizeof n);
+  memset(base + 64, 0xA5, n); /* garbage, as fresh device memory */
+  return base + 64;
 }
 
 static void dev_release(void *state, void *p) {
