@@ -70,13 +70,6 @@ void rt_ho_remove(const rt_ho_ops *o, void *base) {
   pthread_mutex_unlock(&g_mu);
 }
 
-int rt_ho_count(void) {
-  pthread_mutex_lock(&g_mu);
-  int n = g_n;
-  pthread_mutex_unlock(&g_mu);
-  return n;
-}
-
 int rt_ho_before_read(const rt_ho_ops *o, void *stream, const void *p) {
   pthread_mutex_lock(&g_mu);
   ho_region *r = region_of(p);

@@ -39,8 +39,6 @@ int rt_ho_after_read(const rt_ho_ops *o, void *stream, const void *p);
  * the last write), after (record; complete: the write has finished, nothing to record). */
 int rt_ho_before_write(const rt_ho_ops *o, void *stream, const void *p);
 int rt_ho_after_write(const rt_ho_ops *o, void *stream, const void *p, int complete);
-/* Regions registered now (tests). */
-int rt_ho_count(void);
 
 #ifdef __cplusplus
 }
