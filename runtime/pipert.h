@@ -35,7 +35,7 @@
 extern "C" {
 #endif
 
-#define PIPERT_ABI_VERSION 3
+#define PIPERT_ABI_VERSION 4
 #define PIPERT_MAX_RANK 8
 
 /* Element types: ONNX TensorProto.DataType codes. */
@@ -96,7 +96,10 @@ typedef struct pipert_device_ops {
    * opaque. Sends and receives go inside groups: group(s, 1) starts one, group(s, 0)
    * ends it and returns when every call in it has completed (they progress
    * independently; a call that does not complete within the timeout fails, the
-   * communicator aborted). All return 0, or non-zero after printing one line. */
+   * communicator aborted). In async mode (below) a send is a read and a receive a write
+   * of its buffer, ordered by the hand-over on the device's communication stream, and
+   * group(s, 0) returns once the group is queued: a failure or timeout shows at a later
+   * call. All return 0, or non-zero after printing one line. */
   int (*comm_id)(void *buf, size_t len);   /* a new communicator id (one process makes it) */
   void *(*comm_init)(void *state, const void *id, int nranks, int rank);
   int (*comm_group)(void *state, void *comm, int begin);

@@ -2,6 +2,7 @@
 #include "rt_fakedev.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,8 @@ typedef int (*stage_fn)(void *state, const void *const *in, void *const *out);
 /* ---- streams ---------------------------------------------------------------------- */
 
 typedef struct fev { pthread_mutex_t mu; pthread_cond_t cv; unsigned long rec, done; } fev;
-enum { C_COPY, C_RUN, C_RECORD, C_WAIT, C_FENCE };
+enum { C_COPY, C_RUN, C_RECORD, C_WAIT, C_FENCE, C_COMM };
+struct fgroup;
 typedef struct cmd {
   int k;
   void *dst;
@@ -29,8 +31,11 @@ typedef struct cmd {
   stage_fn fn;                       /* C_RUN: fn(state, in, out) */
   void *state;
   void **in, **out;
+  struct fgroup *grp;                /* C_COMM: a group of sends and receives */
   struct cmd *next;
 } cmd;
+
+static int comm_run(struct fgroup *g); /* C_COMM on a stream: its calls, completed */
 
 typedef struct fstream {
   pthread_mutex_t mu;
@@ -91,6 +96,11 @@ static void *stream_main(void *arg) {
       int rc = c->fn(c->state, (const void *const *)c->in, c->out);
       pthread_mutex_lock(&f->mu);
       f->busy += now_s() - t0;
+      if (rc && !f->err) f->err = rc;
+      pthread_mutex_unlock(&f->mu);
+    } else if (c->k == C_COMM) {
+      int rc = comm_run(c->grp);
+      pthread_mutex_lock(&f->mu);
       if (rc && !f->err) f->err = rc;
       pthread_mutex_unlock(&f->mu);
     } else if (c->k == C_RECORD || c->k == C_WAIT) {
@@ -210,7 +220,8 @@ typedef struct replica {
   void *state;
   const pipert_stage_desc *orig;     /* the stage as compiled (its step, zero_grads, param_io) */
   int stage;
-  fstream *s, *us;                   /* its work, its uploads */
+  fstream *s, *us, *cs;              /* its work, its uploads, its NCCL calls (when MPI
+                                        allows calls from every thread) */
   void **io[4];                      /* its own buffers: forward in, out, backward in, out */
   int async, queued_ahead, uploads_ahead;
   struct replica *next;
@@ -231,8 +242,8 @@ static replica *replica_of(void *state) {
 }
 
 static int finish_replica(replica *r) {
-  int a = finish(r->us), b = finish(r->s);
-  return a ? a : b;
+  int c = r->cs ? finish(r->cs) : 0, a = finish(r->us), b = finish(r->s);
+  return c ? c : a ? a : b;
 }
 
 /* ---- the device form -------------------------------------------------------------------- */
@@ -246,16 +257,19 @@ static int dev_ordinal(void *state) {
 
 /* FAKE_DEV_MEM=BYTES: the device's memory, for the out-of-memory paths */
 static size_t g_used;
+static int g_oom_said;
 
 static void *dev_alloc(void *state, size_t n) {
   const char *cap = getenv("FAKE_DEV_MEM");
   pthread_mutex_lock(&g_mu);
-  int oom = cap && g_used + n > (size_t)strtoull(cap, NULL, 10);
+  int oom = cap && g_used + n > (size_t)strtoull(cap, NULL, 10), say = oom && !g_oom_said;
   if (!oom) g_used += n;
+  if (say) g_oom_said = 1;
   pthread_mutex_unlock(&g_mu);
-  if (oom) {
-    fprintf(stderr, "pipeline: stage %d on the fake device: out of memory (%zu bytes more, FAKE_DEV_MEM=%s)\n",
-            replica_of(state)->stage, n, cap);
+  if (oom) { /* the first says why; stages that run out at the same time stop quietly */
+    if (say)
+      fprintf(stderr, "pipeline: stage %d on the fake device: out of memory (%zu bytes more, FAKE_DEV_MEM=%s)\n",
+              replica_of(state)->stage, n, cap);
     return NULL;
   }
   char *base = malloc(64 + (n ? n : 1)); /* its size in front, for the release */
@@ -358,12 +372,17 @@ static double dev_busy(void *state) {
 #ifdef PIPERT_HAVE_MPI
 /* NCCL's groups over MPI: an MPI communicator over the same ranks, synchronous-mode
  * sends (MPI_Issend: complete only once the peer receives, as NCCL's rendezvous), every
- * call of a group completed at its end, the all-reduce through param_io. */
+ * call of a group completed at its end, the all-reduce through param_io. In async mode
+ * a group runs on the replica's comm stream (a send reads its buffer there, a receive
+ * writes it, ordered by the hand-over) and its end returns once it is queued. */
+typedef struct fop { void *buf; size_t n; int peer, send; } fop;
+typedef struct fgroup { MPI_Comm c; fop *op; int n, cap; atomic_int *done; } fgroup;
 typedef struct fcomm {
   MPI_Comm c;
-  int depth, sends, recvs, groups;
-  MPI_Request *req;
-  int n, cap;
+  int depth, sends, recvs, groups, ahead;
+  fgroup open;                       /* the calls of the open group */
+  atomic_int done;                   /* groups the comm stream has completed */
+  int queued;                        /* groups queued on it */
 } fcomm;
 
 #define FAKE_TAG 0x6e63 /* setup messages on MPI_COMM_WORLD, apart from the transport's */
@@ -380,11 +399,13 @@ static int comm_id(void *buf, size_t len) {
 /* Members find each other through the id's maker: each sends it its world rank and its
  * rank in the new communicator, the maker answers with everyone's world ranks in that
  * order, and the members make an MPI communicator of them (collective over them only,
- * as ncclCommInitRank). */
+ * as ncclCommInitRank). With MPI_THREAD_MULTIPLE the replica gets its comm stream. */
 static void *comm_init(void *state, const void *id, int nranks, int rank) {
-  (void)state;
-  int maker = -1, serial = 0, me = 0;
+  int maker = -1, serial = 0, me = 0, level = 0;
   if (sscanf(id, "fake-nccl %d %d", &maker, &serial) != 2 || nranks < 1 || rank < 0 || rank >= nranks) return NULL;
+  replica *r = replica_of(state);
+  MPI_Query_thread(&level);
+  if (level == MPI_THREAD_MULTIPLE && !r->cs && !(r->cs = stream_open(4049u + 31u * (unsigned)r->stage))) return NULL;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   int *world = calloc((size_t)nranks, sizeof(int));
   fcomm *f = calloc(1, sizeof *f);
@@ -417,44 +438,93 @@ static void *comm_init(void *state, const void *id, int nranks, int rank) {
     free(f);
     return NULL;
   }
+  f->open.c = f->c;
+  f->open.done = &f->done;
   return f;
 }
-static int comm_complete(fcomm *f) {
-  int rc = MPI_Waitall(f->n, f->req, MPI_STATUSES_IGNORE) != MPI_SUCCESS;
-  f->n = 0;
+
+/* A group's calls posted and completed (the comm stream, or the host); frees g's calls. */
+static int comm_run(fgroup *g) {
+  MPI_Request *q = malloc(sizeof(MPI_Request) * (size_t)(g->n + 1));
+  int rc = !q;
+  for (int i = 0; !rc && i < g->n; i++) {
+    fop *o = &g->op[i];
+    rc = (o->send ? MPI_Issend(o->buf, (int)o->n, MPI_BYTE, o->peer, 7, g->c, &q[i])
+                  : MPI_Irecv(o->buf, (int)o->n, MPI_BYTE, o->peer, 7, g->c, &q[i])) != MPI_SUCCESS;
+    if (rc) g->n = i;
+  }
+  if (q && g->n) rc |= MPI_Waitall(g->n, q, MPI_STATUSES_IGNORE) != MPI_SUCCESS;
+  free(q);
+  free(g->op);
+  if (g->done) atomic_fetch_add(g->done, 1);
+  free(g);
   return rc;
 }
+
+/* The open group to the comm stream (async) or run here; then its buffers' events. */
+static int comm_complete(replica *r, fcomm *f) {
+  fgroup *g = malloc(sizeof *g);
+  if (!g) return 1;
+  *g = f->open;
+  f->open.op = NULL;
+  f->open.n = f->open.cap = 0;
+  f->groups++;
+  if (!r->async || !r->cs) {
+    /* synchronous: the buffers' writers have finished (each part completes before it
+     * returns) */
+    g->done = NULL;
+    return comm_run(g);
+  }
+  fop *ops = malloc(sizeof(fop) * (size_t)(g->n + 1));
+  if (!ops) {
+    free(g->op);
+    free(g);
+    return 1;
+  }
+  memcpy(ops, g->op, sizeof(fop) * (size_t)g->n);
+  int n = g->n;
+  push(r->cs, (cmd){.k = C_COMM, .grp = g});
+  f->queued++;
+  int rc = 0;
+  for (int i = 0; !rc && i < n; i++)
+    rc = ops[i].send ? rt_ho_after_read(&ho_ops, r->cs, ops[i].buf) : rt_ho_after_write(&ho_ops, r->cs, ops[i].buf, 0);
+  free(ops);
+  if (atomic_load(&f->done) < f->queued) f->ahead++; /* returned before the group completed */
+  pthread_mutex_lock(&r->cs->mu);
+  int e = r->cs->err; /* a failure shows at the next call, as NCCL's */
+  pthread_mutex_unlock(&r->cs->mu);
+  return rc ? rc : e;
+}
 static int comm_group(void *state, void *comm, int begin) {
-  (void)state;
   fcomm *f = comm;
   if (begin) {
     f->depth++;
     return 0;
   }
-  f->groups++;
-  return --f->depth ? 0 : comm_complete(f);
+  return --f->depth ? 0 : comm_complete(replica_of(state), f);
 }
-static int comm_post(fcomm *f, void *buf, size_t n, int peer, int send) {
-  if (f->n == f->cap) {
-    int cap = f->cap ? 2 * f->cap : 16;
-    MPI_Request *nr = realloc(f->req, sizeof(MPI_Request) * (size_t)cap);
-    if (!nr) return 1;
-    f->req = nr;
-    f->cap = cap;
+static int comm_post(void *state, fcomm *f, void *buf, size_t n, int peer, int send) {
+  replica *r = replica_of(state);
+  fgroup *g = &f->open;
+  if (g->n == g->cap) {
+    int cap = g->cap ? 2 * g->cap : 16;
+    fop *no = realloc(g->op, sizeof(fop) * (size_t)cap);
+    if (!no) return 1;
+    g->op = no;
+    g->cap = cap;
   }
-  MPI_Request *q = &f->req[f->n++];
-  int rc = send ? MPI_Issend(buf, (int)n, MPI_BYTE, peer, 7, f->c, q) : MPI_Irecv(buf, (int)n, MPI_BYTE, peer, 7, f->c, q);
+  if (r->async && r->cs && (send ? rt_ho_before_read(&ho_ops, r->cs, buf) : rt_ho_before_write(&ho_ops, r->cs, buf)))
+    return 1;
+  g->op[g->n++] = (fop){buf, n, peer, send};
   if (send) f->sends++;
   else f->recvs++;
-  return rc != MPI_SUCCESS || (!f->depth && comm_complete(f));
+  return f->depth ? 0 : comm_complete(r, f);
 }
 static int comm_send(void *state, void *comm, const void *buf, size_t n, int peer) {
-  (void)state;
-  return comm_post(comm, (void *)buf, n, peer, 1);
+  return comm_post(state, comm, (void *)buf, n, peer, 1);
 }
 static int comm_recv(void *state, void *comm, void *buf, size_t n, int peer) {
-  (void)state;
-  return comm_post(comm, buf, n, peer, 0);
+  return comm_post(state, comm, buf, n, peer, 0);
 }
 /* parameter memory [off, off + n) of float32/float64 summed over the communicator */
 static int comm_sum(void *state, void *comm, size_t off, size_t n, int dtype) {
@@ -471,19 +541,25 @@ static int comm_sum(void *state, void *comm, size_t off, size_t n, int dtype) {
   return rc;
 }
 static void comm_free(void *state, void *comm) {
-  (void)state;
   fcomm *f = comm;
+  replica *r = replica_of(state);
+  if (r->cs) finish(r->cs); /* its groups done before the communicator goes */
   if (getenv("FAKE_DEV_STATS")) {
-    int r = 0;
-    MPI_Comm_rank(f->c, &r);
-    fprintf(stderr, "fake nccl: rank %d: %d sends, %d receives, %d groups\n", r, f->sends, f->recvs, f->groups);
+    int rk = 0;
+    MPI_Comm_rank(f->c, &rk);
+    fprintf(stderr, "fake nccl: rank %d: %d sends, %d receives, %d groups, %d queued ahead\n", rk, f->sends, f->recvs,
+            f->groups, f->ahead);
   }
   MPI_Comm_free(&f->c);
-  free(f->req);
+  free(f->open.op);
   free(f);
 }
 #define FAKE_COMM comm_id, comm_init, comm_group, comm_send, comm_recv, comm_sum, comm_free
 #else
+static int comm_run(struct fgroup *g) {
+  (void)g;
+  return 1;
+}
 #define FAKE_COMM NULL, NULL, NULL, NULL, NULL, NULL, NULL
 #endif
 
@@ -517,9 +593,13 @@ typedef struct fake_copy {
   pipert_stage_desc *descs;
 } fake_copy;
 
-const pipert_pipeline *rt_fakedev_pipeline(const pipert_pipeline *p) {
+int rt_fakedev_on(void) {
   const char *on = getenv("PIPERT_FAKE_DEVICE");
-  if (!on || strcmp(on, "1")) return p;
+  return on && !strcmp(on, "1");
+}
+
+const pipert_pipeline *rt_fakedev_pipeline(const pipert_pipeline *p) {
+  if (!rt_fakedev_on()) return p;
   int S = p->n_stages;
   fake_copy *c = calloc(1, sizeof *c);
   if (!c) return p;
@@ -549,8 +629,7 @@ const pipert_pipeline *rt_fakedev_pipeline(const pipert_pipeline *p) {
 }
 
 void rt_fakedev_free(const pipert_pipeline *p) {
-  const char *on = getenv("PIPERT_FAKE_DEVICE");
-  if (!on || strcmp(on, "1") || !p) return;
+  if (!rt_fakedev_on() || !p) return;
   fake_copy *c = (fake_copy *)p;
   free(c->plans);
   free(c->descs);
@@ -618,7 +697,8 @@ void rt_fakedev_detach(const pipert_pipeline *p, int s, void *state) {
   finish_replica(r);
   if (getenv("FAKE_DEV_STATS"))
     fprintf(stderr, "fake device: stage %d: %d parts queued ahead, %d uploads queued ahead, %d waits\n", s,
-            r->queued_ahead, r->uploads_ahead, r->s->waits + r->us->waits);
+            r->queued_ahead, r->uploads_ahead, r->s->waits + r->us->waits + (r->cs ? r->cs->waits : 0));
+  stream_close(r->cs);
   stream_close(r->us);
   stream_close(r->s);
   free_bufs(r->io[0], d->n_inputs);

@@ -11,13 +11,16 @@
  * param_io first wait for its queued work (a GPU runs them on the same stream).
  * With MPI, the device has NCCL-like communicators over MPI: synchronous sends
  * (complete once the peer receives, as NCCL's), a group's calls completed at its end,
- * the replicas' all-reduce through param_io and MPI_Allreduce.
+ * the replicas' all-reduce through param_io and MPI_Allreduce. In async mode a group runs
+ * on a third stream (the transport asks MPI for MPI_THREAD_MULTIPLE when
+ * rt_fakedev_on()), its sends and receives ordered by the hand-over as reads and writes.
  *
  *   PIPERT_FAKE_DEVICE=1   on (stages with a device of their own keep it)
  *   FAKE_NO_WAIT=1         event waits dropped: a broken hand-over, for tests to catch
  *   FAKE_DEV_MEM=BYTES     the device's memory: allocations beyond it fail (one line)
  *   FAKE_DEV_STATS=1       per replica on stderr at the end: parts and uploads queued
- *                          ahead, waits made; per rank the NCCL sends and receives */
+ *                          ahead, waits made; per rank the NCCL sends, receives,
+ *                          groups and groups whose end returned before they completed */
 #ifndef PIPERT_RT_FAKEDEV_H
 #define PIPERT_RT_FAKEDEV_H
 #include "pipert.h"
@@ -25,6 +28,7 @@
 /* A copy of p (its stages and their descriptions copied) whose host stages run on the
  * fake device, when PIPERT_FAKE_DEVICE=1; else p itself. rt_fakedev_free takes it back. */
 const pipert_pipeline *rt_fakedev_pipeline(const pipert_pipeline *p);
+int rt_fakedev_on(void); /* PIPERT_FAKE_DEVICE=1 */
 void rt_fakedev_free(const pipert_pipeline *p);
 /* After a replica's init (state) of stage s, before its fini: its streams. No-ops for
  * stages that are not on the fake device. attach: 0, or non-zero after printing. */

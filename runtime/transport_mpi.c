@@ -400,6 +400,16 @@ static void nccl_setup(world *W) {
   }
   W->w.ops = &nccl_ops;
   rt_worker_set_device(&W->w, dev);
+  /* sends, receives and parts queued on the device, ordered there by the hand-over, the
+   * host not waiting for transfers (PIPERT_SYNC_SETS=1: each group and part completes
+   * before the call returns) */
+  if (dev->async && !getenv("PIPERT_SYNC_SETS")) {
+    if (dev->async(W->w.state, 1)) {
+      rt_errorf("stage %d: cannot queue transfers on the device", W->stage);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    W->w.dev_async = 1;
+  }
   for (int kind = 0; kind < 2; kind++)
     for (int s = 0; s < W->S; s++)
       if (W->rpool[kind][s].all) {
@@ -440,7 +450,12 @@ static void build_needs(world *W) {
 /* MPI_Init, the rank's stage and replica, weights and init; 0, or 2 / 1 on every rank. */
 static int world_open(world *W, const pipert_pipeline *p, const rt_options *o, int M) {
   memset(W, 0, sizeof *W);
-  MPI_Init(NULL, NULL);
+  if (rt_fakedev_on()) { /* its NCCL groups run on threads of their own */
+    int level = 0;
+    MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &level);
+  } else {
+    MPI_Init(NULL, NULL);
+  }
   W->p = p;
   W->o = o;
   W->M = M;
@@ -560,6 +575,7 @@ static int world_run(world *W, const rt_array *in, rt_array *out, int64_t T, dou
     for (int s = 0; s < W->S; s++)
       if (W->rpool[kind][s].all) rt_pool_reset(&W->rpool[kind][s]);
   int64_t rounds = (T + W->M - 1) / W->M;
+  double dev_busy = 0;
   for (int64_t rd = 0; rd < rounds; rd++) {
     int64_t lo = rd * W->M, hi = lo + W->M < T ? lo + W->M : T;
     memset(W->inhave, 0, (size_t)p->n_inputs * (size_t)W->M + 1);
@@ -586,11 +602,19 @@ static int world_run(world *W, const rt_array *in, rt_array *out, int64_t T, dou
         }
     }
     rt_worker_round(&W->w, lo, T);
+    if (W->w.dev_async) { /* the round's device work done (uploads read inbuf), its time */
+      double b = W->w.dev->busy ? W->w.dev->busy(W->w.state) : -1;
+      if (b < 0 && W->w.dev->busy) {
+        rt_errorf("stage %d: work queued on its device failed", W->stage);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
+      dev_busy += b > 0 ? b : 0;
+    }
     progress(W, 1);
     if (W->npre) MPI_Waitall(W->npre, W->pre, MPI_STATUSES_IGNORE);
     if (rd + 1 < rounds) MPI_Barrier(MPI_COMM_WORLD);
   }
-  *busy = W->w.busy;
+  *busy = W->w.dev_async ? dev_busy : W->w.busy; /* async: the host only queued the work */
   return 0;
 }
 

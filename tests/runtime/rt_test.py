@@ -486,24 +486,29 @@ def case_mpi_rank_dies():
 def case_mpi_device():
     """The MPI transport's NCCL mode (PIPERT_FAKE_DEVICE=1: the fake device with NCCL's
     send/receive groups over MPI, synchronous sends): sets in device memory, moved by the
-    device's sends and receives in groups; the same bits as the host pipeline, every
-    boundary's tensors sent and received once per micro-batch; PIPERT_HOST_SETS=1 goes
-    through host memory; a failing, dying or hanging stage stops every rank."""
+    device's sends and receives in groups queued on a stream of their own, ordered against
+    the stage's work by the hand-over's events (the host does not wait for transfers);
+    the same bits as the host pipeline, every boundary's tensors sent and received once
+    per micro-batch; PIPERT_SYNC_SETS=1 completes every group and part before going on,
+    PIPERT_HOST_SETS=1 goes through host memory; with the device's event waits dropped the
+    outputs change (the control); a failing, dying or hanging stage stops every rank."""
     name = "rt_fake_s4_mpi"
     fake = dict(MPI_ENV, PIPERT_FAKE_DEVICE="1")
     ref = run_pipeline("rt_fake_s1", 64)
     _, _, xp, sp = make_inputs(64)
     for m in ("1", "4", "32"):
-        for host in (False, True):
-            env = dict(fake, FAKE_DEV_STATS="1", **({"PIPERT_HOST_SETS": "1"} if host else {}))
-            out = os.path.join(A.work, "o_%s_%d" % (m, host))
+        for how, extra in (("queued", {}), ("synchronous", {"PIPERT_SYNC_SETS": "1"}),
+                           ("host sets", {"PIPERT_HOST_SETS": "1"})):
+            env = dict(fake, FAKE_DEV_STATS="1", **extra)
+            out = os.path.join(A.work, "o_%s_%s" % (m, how.replace(" ", "_")))
             r = run(mpirun(4) + [exe(name), "--input", "x=" + xp, "--input", "s=" + sp, "--output", out,
                                  "--weights-dir", weights_dir(name), "--microbatches", m], env)
-            check(r.returncode == 0, "%s M=%s: %s" % (name, m, r.stderr))
-            same_bits(ref, {n: np.load(os.path.join(out, n + ".npy")) for n in ref}, "%s M=%s host=%d" % (name, m, host))
-            comm = re.findall(r"^fake nccl: rank (\d): (\d+) sends, (\d+) receives, (\d+) groups$", r.stderr, re.M)
+            check(r.returncode == 0, "%s M=%s %s: %s" % (name, m, how, r.stderr))
+            same_bits(ref, {n: np.load(os.path.join(out, n + ".npy")) for n in ref}, "%s M=%s %s" % (name, m, how))
+            comm = re.findall(r"^fake nccl: rank (\d): (\d+) sends, (\d+) receives, (\d+) groups, (\d+) queued ahead$",
+                              r.stderr, re.M)
             note = "stages exchange tensors through host memory" in r.stderr
-            if host:
+            if how == "host sets":
                 check(not comm, "PIPERT_HOST_SETS=1: NCCL used: " + r.stderr)
                 continue
             check(not note, "NCCL mode declined: " + r.stderr)
@@ -511,9 +516,37 @@ def case_mpi_device():
             sends, recvs = sum(int(c[1]) for c in comm), sum(int(c[2]) for c in comm)
             check(sends == recvs == 3 * 32, "%s M=%s: %d sends, %d receives, expected 96 each (3 boundaries x 32 "
                   "micro-batches)" % (name, m, sends, recvs))
+            ahead, groups = sum(int(c[4]) for c in comm), sum(int(c[3]) for c in comm)
+            ahead_parts = dev_stats(r.stderr)[0]
+            if how == "queued":
+                # most groups (each waits up to 300 us on the fake stream first) are still
+                # running when their end returns, and so are most parts
+                check(ahead * 2 >= groups and ahead_parts >= 32, "%s M=%s: %d of %d groups and %d parts queued "
+                      "ahead: the transfers did not run on the device's streams" % (name, m, ahead, groups,
+                                                                                    ahead_parts))
+                print("M=%s: %d of %d NCCL groups and %d parts queued ahead, the host pipeline's bits" %
+                      (m, ahead, groups, ahead_parts))
+            else:
+                check(ahead == 0 and ahead_parts == 0, "%s M=%s PIPERT_SYNC_SETS=1: %d groups, %d parts queued ahead"
+                      % (name, m, ahead, ahead_parts))
+    # the control: without the device's event waits, sends read sets before the forward
+    # has written them (and receives overwrite sets still read): the outputs change
+    broken = 0
+    for i in range(3):
+        out = os.path.join(A.work, "o_no_wait_%d" % i)
+        r = run(mpirun(4) + [exe(name), "--input", "x=" + xp, "--input", "s=" + sp, "--output", out,
+                             "--weights-dir", weights_dir(name), "--microbatches", "32"], dict(fake, FAKE_NO_WAIT="1"))
+        check(r.returncode == 0, "%s FAKE_NO_WAIT=1: %s" % (name, r.stderr))
+        got = {n: np.load(os.path.join(out, n + ".npy")) for n in ref}
+        broken += any(got[n].tobytes() != ref[n].tobytes() for n in ref)
+        if broken:
+            break
+    check(broken, "NCCL mode without the event waits: the outputs stayed right in 3 runs: the test cannot see a "
+          "broken order")
     r = misbehave("fail", name, 2, prefix=mpirun(4), env=fake)
-    check(r.returncode != 0 and "pipeline: stage 2: forward failed" in r.stderr and r.elapsed < 10,
-          "NCCL mode, a stage fails: " + r.stderr)
+    # queued work fails at a later call: the forward of a later micro-batch, or the round's end
+    check(r.returncode != 0 and re.search(r"^pipeline: stage 2: (forward failed|work queued on its device failed)",
+                                          r.stderr, re.M) and r.elapsed < 10, "NCCL mode, a stage fails: " + r.stderr)
     for stage in (1, 3):
         r = misbehave("die", name, stage, prefix=mpirun(4), env=fake)
         check(r.returncode != 0 and r.elapsed < 10, "NCCL mode, stage %d dies: exit %d after %.1f s" %

@@ -493,7 +493,12 @@ def case_mpi_fake_device():
         check(re.search(r"^fake nccl: rank 0: [1-9]\d* sends", err, re.M) and "through host memory" not in err,
               name + ": NCCL mode not used: " + err[-2000:])
         same_run(host, dev, name + " under MPI, host vs fake device (NCCL mode)")
-        print("ok %s under MPI (%d ranks), NCCL mode on the fake device: the host's bits" % (name, n))
+        # the groups run on the device's comm stream: their ends return before they complete
+        st = re.findall(r"^fake nccl: rank \d+: \d+ sends, \d+ receives, (\d+) groups, (\d+) queued ahead$", err, re.M)
+        groups, ahead = sum(int(g) for g, _ in st), sum(int(a) for _, a in st)
+        check(ahead > 0, "%s: none of %d NCCL groups queued ahead: %s" % (name, groups, err[-2000:]))
+        print("ok %s under MPI (%d ranks), NCCL mode on the fake device (%d of %d groups queued ahead): the host's "
+              "bits" % (name, n, ahead, groups))
 
 
 def main():

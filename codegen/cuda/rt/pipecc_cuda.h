@@ -178,6 +178,14 @@ struct pk_hstream {
 
 /* Parts queued ahead of their completion, per stage, when stages hand over by events. */
 #define PK_TIMING_RING 16
+/* NCCL groups queued ahead of their completion, per stage, in async mode. */
+#define PK_COMM_RING 8
+
+/* A send (reads p) or a receive (writes p) of the open NCCL group, async mode. */
+struct pk_cop {
+  const void *p;
+  int send;
+};
 
 /* The state of one replica of a stage. Generated code reads the fields marked (gen). */
 typedef struct pk_stage {
@@ -201,10 +209,17 @@ typedef struct pk_stage {
    * busy time from event pairs around each part, harvested as they complete */
   int async;
   cudaStream_t ustream;            /* async mode: graph input uploads, beside the stage's work */
-  struct pk_hstream hs[2];          /* the hand-over's streams: stream, ustream */
+  struct pk_hstream hs[3];          /* the hand-over's streams: stream, ustream, cstream */
   double busy_s;
   cudaEvent_t tev[2 * PK_TIMING_RING];
   int t_first, t_n;
+  /* async NCCL: a send reads its buffer on cstream, a receive writes it; the open group's
+   * buffers (ordered once the group is queued), an event after each of the last groups */
+  void *pcomm;                     /* ncclComm_t of the sends and receives: timed waits */
+  struct pk_cop *cop;
+  int n_cop, cap_cop;
+  cudaEvent_t cev[PK_COMM_RING];
+  long n_groups;
 } pk_stage;
 
 #ifdef __cplusplus

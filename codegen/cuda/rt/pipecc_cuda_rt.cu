@@ -59,9 +59,10 @@ static int blas_ok(pk_stage *S, cublasStatus_t e, const char *what) {
  * the legacy default stream, which the stage's non-blocking stream does not wait for, and
  * from pageable host memory it may return before the data has reached the device (the
  * first GPU runs read half-uploaded inputs and labels this way). */
+static int dev_wait(pk_stage *S, cudaStream_t s, cudaEvent_t e, const char *what);
 static int stream_copy(pk_stage *S, void *dst, const void *src, size_t n, cudaMemcpyKind kind, const char *what) {
   return cu_ok(S, cudaMemcpyAsync(dst, src, n, kind, S->stream), what) &&
-         cu_ok(S, cudaStreamSynchronize(S->stream), "cudaStreamSynchronize");
+         dev_wait(S, S->stream, NULL, "cudaStreamSynchronize");
 }
 
 extern "C" int pk_check_launch(pk_stage *S) {
@@ -1482,8 +1483,12 @@ static void stage_free(pk_stage *S) {
       if (S->ev[i]) cudaEventDestroy(S->ev[i]);
     free(S->ev);
   }
+  if (S->cstream) cudaStreamSynchronize(S->cstream);
   for (int i = 0; i < 2 * PK_TIMING_RING; i++)
     if (S->tev[i]) cudaEventDestroy(S->tev[i]);
+  for (int i = 0; i < PK_COMM_RING; i++)
+    if (S->cev[i]) cudaEventDestroy(S->cev[i]);
+  free(S->cop);
   for (int k = 0; k < 3; k++)
     if (S->exec[k]) cudaGraphExecDestroy(S->exec[k]);
   while (S->lt_plans) {
@@ -1601,9 +1606,12 @@ static int ho_finish(void *stream) {
 }
 static const rt_ho_ops ho_ops = {ho_event_new, ho_event_free, ho_record, ho_wait, ho_finish};
 
-/* on the stage's stream (u = 0) or its upload stream (u = 1); 1 on success, as cu_ok */
-static int before_read(pk_stage *S, const void *p) { return rt_ho_before_read(&ho_ops, &S->hs[0], p) == 0; }
-static int after_read(pk_stage *S, const void *p) { return rt_ho_after_read(&ho_ops, &S->hs[0], p) == 0; }
+/* on the stage's stream (u = 0), its upload stream (u = 1) or its NCCL stream (u = 2);
+ * 1 on success, as cu_ok */
+static int before_read_on(pk_stage *S, int u, const void *p) { return rt_ho_before_read(&ho_ops, &S->hs[u], p) == 0; }
+static int after_read_on(pk_stage *S, int u, const void *p) { return rt_ho_after_read(&ho_ops, &S->hs[u], p) == 0; }
+static int before_read(pk_stage *S, const void *p) { return before_read_on(S, 0, p); }
+static int after_read(pk_stage *S, const void *p) { return after_read_on(S, 0, p); }
 static int before_write(pk_stage *S, int u, const void *p) { return rt_ho_before_write(&ho_ops, &S->hs[u], p) == 0; }
 static int after_write(pk_stage *S, int u, const void *p, int complete) {
   return rt_ho_after_write(&ho_ops, &S->hs[u], p, complete) == 0;
@@ -1615,7 +1623,7 @@ static int harvest(pk_stage *S, int keep) {
   while (S->t_n > 0) {
     cudaEvent_t a = S->tev[2 * S->t_first], b = S->tev[2 * S->t_first + 1];
     if (S->t_n > keep) {
-      if (!cu_ok(S, cudaEventSynchronize(b), "cudaEventSynchronize")) return 1;
+      if (!dev_wait(S, NULL, b, "cudaEventSynchronize")) return 1;
     } else {
       cudaError_t q = cudaEventQuery(b);
       if (q == cudaErrorNotReady) break;
@@ -1684,8 +1692,7 @@ static int run_part(pk_stage *S, int k, const pk_part *P, const void *const *in,
   for (int i = 0; async && i < P->n_in; i++)
     if (P->in_bytes[i] && !after_read(S, in[i])) return 1;
   /* the first call captures the part: from an idle stream, as in synchronous mode */
-  if (async && S->use_graph && !S->captured[k] && !cu_ok(S, cudaStreamSynchronize(S->stream), "cudaStreamSynchronize"))
-    return 1;
+  if (async && S->use_graph && !S->captured[k] && !dev_wait(S, S->stream, NULL, "cudaStreamSynchronize")) return 1;
   if (run_units(S, k, P)) return 1;
   S->unit = -1;
   for (int i = 0; async && i < P->n_out; i++)
@@ -1696,7 +1703,7 @@ static int run_part(pk_stage *S, int k, const pk_part *P, const void *const *in,
                                   dev ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost, S->stream),
                "cudaMemcpyAsync(output)"))
       return 1;
-  if (!async) return cu_ok(S, cudaStreamSynchronize(S->stream), "cudaStreamSynchronize") ? 0 : 1;
+  if (!async) return dev_wait(S, S->stream, NULL, "cudaStreamSynchronize") ? 0 : 1;
   for (int i = 0; i < P->n_out; i++)
     if (P->out_bytes[i] && !after_write(S, 0, out[i], 0)) return 1;
   int slot = (S->t_first + S->t_n) % PK_TIMING_RING;
@@ -1786,9 +1793,10 @@ static int dev_async(void *state, int on) {
   if (on && !S->ustream &&
       !cu_ok(S, cudaStreamCreateWithFlags(&S->ustream, cudaStreamNonBlocking), "cudaStreamCreate(uploads)"))
     return 1;
-  S->hs[0].S = S->hs[1].S = S;
+  S->hs[0].S = S->hs[1].S = S->hs[2].S = S;
   S->hs[0].s = S->stream;
   S->hs[1].s = S->ustream;
+  S->hs[2].s = S->cstream;
   S->async = on;
   return 0;
 }
@@ -1799,7 +1807,8 @@ static double dev_busy(void *state) {
   pk_stage *S = (pk_stage *)state;
   if (!S->async) return -1;
   if (!cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice") ||
-      !cu_ok(S, cudaStreamSynchronize(S->ustream), "cudaStreamSynchronize(uploads)") || harvest(S, 0))
+      (S->cstream && !dev_wait(S, S->cstream, NULL, "NCCL send/receive")) ||
+      !dev_wait(S, S->ustream, NULL, "cudaStreamSynchronize(uploads)") || harvest(S, 0))
     return -1;
   double b = S->busy_s;
   S->busy_s = 0;
@@ -1837,26 +1846,43 @@ static int nccl_fail(pk_stage *S, ncclComm_t c, const char *what, ncclResult_t r
   return pk_fail(S, what, detail);
 }
 
-/* Waits for comm c's pending calls (and, when stream, for S->cstream) within the timeout. */
-static int nccl_wait(pk_stage *S, ncclComm_t c, const char *what, int stream) {
+/* Waits for comm c's calls to be queued (a non-blocking communicator) and then, when
+ * given, for stream s or event e to complete: within the timeout, checking c for errors. */
+static int nccl_poll(pk_stage *S, ncclComm_t c, cudaStream_t s, cudaEvent_t e, const char *what) {
   double t0 = now_s(), limit = nccl_timeout();
   for (;;) {
     ncclResult_t st = ncclSuccess;
     ncclResult_t r = ncclCommGetAsyncError(c, &st);
     if (r != ncclSuccess) return nccl_fail(S, c, what, r);
     if (st != ncclSuccess && st != ncclInProgress) return nccl_fail(S, c, what, st);
-    cudaError_t q = st == ncclInProgress || !stream ? cudaErrorNotReady : cudaStreamQuery(S->cstream);
-    if (st == ncclSuccess && (!stream || q == cudaSuccess)) return 0;
-    if (stream && q != cudaErrorNotReady && q != cudaSuccess) return cu_ok(S, q, what) ? 0 : 1;
-    if (st == ncclSuccess && !stream) return 0;
+    if (st == ncclSuccess) {
+      if (!s && !e) return 0;
+      cudaError_t q = e ? cudaEventQuery(e) : cudaStreamQuery(s);
+      if (q == cudaSuccess) return 0;
+      if (q != cudaErrorNotReady) return cu_ok(S, q, what) ? 0 : 1;
+    }
     if (now_s() - t0 > limit) {
       ncclCommAbort(c);
+      S->pcomm = NULL;
       char detail[96];
       snprintf(detail, sizeof detail, "timed out after %.0f s (a peer stopped?), communicator aborted", limit);
       return pk_fail(S, what, detail);
     }
     usleep(100);
   }
+}
+
+/* Waits for comm c's pending calls (and, when stream, for S->cstream) within the timeout. */
+static int nccl_wait(pk_stage *S, ncclComm_t c, const char *what, int stream) {
+  return nccl_poll(S, c, stream ? S->cstream : NULL, NULL, what);
+}
+
+/* The host waits for stream s (or event e) to complete. With transfers queued on the
+ * device (async NCCL), the stage's work may wait for a peer: polled within the NCCL
+ * timeout, so that a peer that stopped cannot hang this process. 1 on success, as cu_ok. */
+static int dev_wait(pk_stage *S, cudaStream_t s, cudaEvent_t e, const char *what) {
+  if (S->async && S->pcomm) return nccl_poll(S, (ncclComm_t)S->pcomm, s, e, what) == 0;
+  return cu_ok(S, e ? cudaEventSynchronize(e) : cudaStreamSynchronize(s), what);
 }
 
 static int dev_comm_id(void *buf, size_t len) {
@@ -1875,6 +1901,8 @@ static void *dev_comm_init(void *state, const void *id, int nranks, int rank) {
   if (!cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice")) return NULL;
   if (!S->cstream && !cu_ok(S, cudaStreamCreateWithFlags(&S->cstream, cudaStreamNonBlocking), "cudaStreamCreate(comm)"))
     return NULL;
+  S->hs[2].S = S;
+  S->hs[2].s = S->cstream;
   ncclUniqueId uid;
   memcpy(&uid, id, sizeof uid);
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -1888,23 +1916,61 @@ static void *dev_comm_init(void *state, const void *id, int nranks, int rank) {
   return c;
 }
 
+/* A group's end. Synchronous mode: returns when its calls have completed. Async mode:
+ * once they are queued on cstream; then each buffer's event is recorded there (a send
+ * read it, a receive wrote it: runtime/rt_handover.c orders the stage's work and later
+ * calls after them), and at most PK_COMM_RING groups stay queued (the oldest's
+ * completion waited for within the timeout, which also bounds how far the host runs
+ * ahead of its peers). */
 static int dev_comm_group(void *state, void *comm, int begin) {
   pk_stage *S = (pk_stage *)state;
   ncclComm_t c = (ncclComm_t)comm;
   if (begin) return ncclGroupStart() == ncclSuccess ? 0 : pk_fail(S, "ncclGroupStart", "failed");
   ncclResult_t r = ncclGroupEnd();
   if (r != ncclSuccess && r != ncclInProgress) return nccl_fail(S, c, "ncclGroupEnd", r);
-  return nccl_wait(S, c, "NCCL send/receive", 1);
+  if (!S->async) return nccl_wait(S, c, "NCCL send/receive", 1);
+  S->pcomm = c;
+  if (nccl_wait(S, c, "NCCL send/receive", 0)) return 1;
+  for (int i = 0; i < S->n_cop; i++)
+    if (!(S->cop[i].send ? after_read_on(S, 2, S->cop[i].p) : after_write(S, 2, S->cop[i].p, 0))) return 1;
+  S->n_cop = 0;
+  int slot = (int)(S->n_groups % PK_COMM_RING);
+  if (S->n_groups >= PK_COMM_RING && !dev_wait(S, NULL, S->cev[slot], "NCCL send/receive")) return 1;
+  if (!S->cev[slot] &&
+      !cu_ok(S, cudaEventCreateWithFlags(&S->cev[slot], cudaEventDisableTiming), "cudaEventCreate(NCCL group)"))
+    return 1;
+  if (!cu_ok(S, cudaEventRecord(S->cev[slot], S->cstream), "cudaEventRecord(NCCL group)")) return 1;
+  S->n_groups++;
+  return 0;
+}
+
+/* async mode: the buffer's last write (send) or reads (receive) come first on cstream;
+ * its events follow at the group's end */
+static int comm_order(pk_stage *S, const void *buf, int send) {
+  if (!S->async) return 0;
+  if (S->n_cop == S->cap_cop) {
+    int cap = S->cap_cop ? 2 * S->cap_cop : 16;
+    struct pk_cop *n = (struct pk_cop *)realloc(S->cop, sizeof *n * (size_t)cap);
+    if (!n) return pk_fail(S, "NCCL group", "out of host memory");
+    S->cop = n;
+    S->cap_cop = cap;
+  }
+  if (!(send ? before_read_on(S, 2, buf) : before_write(S, 2, buf))) return 1;
+  S->cop[S->n_cop].p = buf;
+  S->cop[S->n_cop++].send = send;
+  return 0;
 }
 
 static int dev_comm_send(void *state, void *comm, const void *buf, size_t nbytes, int peer) {
   pk_stage *S = (pk_stage *)state;
+  if (comm_order(S, buf, 1)) return 1;
   ncclResult_t r = ncclSend(buf, nbytes, ncclUint8, peer, (ncclComm_t)comm, S->cstream);
   return r == ncclSuccess || r == ncclInProgress ? 0 : nccl_fail(S, (ncclComm_t)comm, "ncclSend", r);
 }
 
 static int dev_comm_recv(void *state, void *comm, void *buf, size_t nbytes, int peer) {
   pk_stage *S = (pk_stage *)state;
+  if (comm_order(S, buf, 0)) return 1;
   ncclResult_t r = ncclRecv(buf, nbytes, ncclUint8, peer, (ncclComm_t)comm, S->cstream);
   return r == ncclSuccess || r == ncclInProgress ? 0 : nccl_fail(S, (ncclComm_t)comm, "ncclRecv", r);
 }
@@ -1916,7 +1982,7 @@ static int dev_comm_sum(void *state, void *comm, size_t offset, size_t nbytes, i
   size_t es = dtype == PK_F64 ? 8 : 4;
   /* the update reads the sums on S->stream: the gradients are complete before, and the
    * all-reduce finishes (host wait) before anything else runs */
-  if (!cu_ok(S, cudaStreamSynchronize(S->stream), "cudaStreamSynchronize")) return 1;
+  if (!dev_wait(S, S->stream, NULL, "cudaStreamSynchronize")) return 1;
   ncclResult_t r = ncclAllReduce(p, p, nbytes / es, dtype == PK_F64 ? ncclDouble : ncclFloat, ncclSum, c, S->cstream);
   if (r != ncclSuccess && r != ncclInProgress) return nccl_fail(S, c, "ncclAllReduce", r);
   return nccl_wait(S, c, "ncclAllReduce of the gradients", 1);
@@ -1953,15 +2019,14 @@ extern "C" int pk_stage_zero_grads(void *state) {
   for (int k = 0; k < I->n_grads; k++)
     if (!cu_ok(S, cudaMemsetAsync(S->w + I->grad_off[k], 0, I->grad_bytes[k], S->stream), "cudaMemsetAsync(gradients)"))
       return 1;
-  return cu_ok(S, cudaStreamSynchronize(S->stream), "cudaStreamSynchronize") ? 0 : 1;
+  return dev_wait(S, S->stream, NULL, "cudaStreamSynchronize") ? 0 : 1;
 }
 
 extern "C" int pk_stage_param_io(void *state, int write, size_t offset, void *host, size_t nbytes) {
   pk_stage *S = (pk_stage *)state;
   S->unit = -1;
   if (offset > S->info->param_bytes || nbytes > S->info->param_bytes - offset) return 1;
-  if (!cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice") ||
-      !cu_ok(S, cudaStreamSynchronize(S->stream), "cudaStreamSynchronize"))
+  if (!cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice") || !dev_wait(S, S->stream, NULL, "cudaStreamSynchronize"))
     return 1;
   return (write ? stream_copy(S, S->w + offset, host, nbytes, cudaMemcpyHostToDevice, "cudaMemcpy(parameter in)")
                 : stream_copy(S, host, S->w + offset, nbytes, cudaMemcpyDeviceToHost, "cudaMemcpy(parameter out)"))
