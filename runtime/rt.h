@@ -106,6 +106,11 @@ void rt_check_rendezvous(const pipert_pipeline *p, const pipert_instr *const *pr
 /* Program for stage s with M micro-batches per round: the plan's when M matches,
  * else the default RECV/FWD/SEND sequence. *owned is set when it must be freed. */
 const pipert_instr *rt_stage_program(const pipert_pipeline *p, int s, int M, int *len, pipert_instr **owned);
+/* Inference, a stage without replicas: prog with each RECV_ACT of micro-batch g + 1
+ * moved ahead of the FWD of g, so that where receives are queued on the device (NCCL,
+ * async mode) the next micro-batch's transfer runs beside this one's work; NULL when
+ * nothing moves (or out of memory). Same length; the caller frees it. */
+pipert_instr *rt_program_ahead(const pipert_pipeline *p, int s, const pipert_instr *prog, int len);
 const char *rt_exe_dir(void);
 void rt_install_crash_handler(void);
 extern _Thread_local int rt_cur_stage;

@@ -45,6 +45,9 @@ typedef struct fstream {
   unsigned long fences, fences_done;
   unsigned seed;
   double busy;                       /* seconds in C_RUN */
+  atomic_int comm_in, comm_out;      /* C_COMM commands begun, ended (a comm stream) */
+  struct fstream *watch;             /* its replica's comm stream, when it has one */
+  int beside;                        /* C_RUNs that ran while a C_COMM of watch did */
   pthread_t th;
   struct fstream *next;              /* every open stream: a release waits for them all */
 } fstream;
@@ -84,7 +87,11 @@ static void *stream_main(void *arg) {
     f->head = c->next;
     if (!f->head) f->tail = NULL;
     unsigned r = (unsigned)rand_r(&f->seed);
+    fstream *w = f->watch;
     pthread_mutex_unlock(&f->mu);
+    /* a command's delay is part of its time: a transfer beside a run overlaps it */
+    int in0 = w ? atomic_load(&w->comm_in) : 0, out0 = w ? atomic_load(&w->comm_out) : 0;
+    if (c->k == C_COMM) atomic_fetch_add(&f->comm_in, 1);
     if (c->k != C_FENCE) usleep(r % 300);
     if (c->k == C_COPY) { /* in two halves, a delay between: a racing access shows */
       size_t h = c->n / 2;
@@ -94,12 +101,15 @@ static void *stream_main(void *arg) {
     } else if (c->k == C_RUN) {
       double t0 = now_s();
       int rc = c->fn(c->state, (const void *const *)c->in, c->out);
+      int beside = w && (in0 > out0 || atomic_load(&w->comm_in) != in0);
       pthread_mutex_lock(&f->mu);
+      f->beside += beside;
       f->busy += now_s() - t0;
       if (rc && !f->err) f->err = rc;
       pthread_mutex_unlock(&f->mu);
     } else if (c->k == C_COMM) {
       int rc = comm_run(c->grp);
+      atomic_fetch_add(&f->comm_out, 1);
       pthread_mutex_lock(&f->mu);
       if (rc && !f->err) f->err = rc;
       pthread_mutex_unlock(&f->mu);
@@ -405,7 +415,12 @@ static void *comm_init(void *state, const void *id, int nranks, int rank) {
   if (sscanf(id, "fake-nccl %d %d", &maker, &serial) != 2 || nranks < 1 || rank < 0 || rank >= nranks) return NULL;
   replica *r = replica_of(state);
   MPI_Query_thread(&level);
-  if (level == MPI_THREAD_MULTIPLE && !r->cs && !(r->cs = stream_open(4049u + 31u * (unsigned)r->stage))) return NULL;
+  if (level == MPI_THREAD_MULTIPLE && !r->cs) {
+    if (!(r->cs = stream_open(4049u + 31u * (unsigned)r->stage))) return NULL;
+    pthread_mutex_lock(&r->s->mu);
+    r->s->watch = r->cs;
+    pthread_mutex_unlock(&r->s->mu);
+  }
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   int *world = calloc((size_t)nranks, sizeof(int));
   fcomm *f = calloc(1, sizeof *f);
@@ -481,7 +496,7 @@ static int comm_complete(replica *r, fcomm *f) {
     free(g);
     return 1;
   }
-  memcpy(ops, g->op, sizeof(fop) * (size_t)g->n);
+  if (g->n) memcpy(ops, g->op, sizeof(fop) * (size_t)g->n);
   int n = g->n;
   push(r->cs, (cmd){.k = C_COMM, .grp = g});
   f->queued++;
@@ -696,8 +711,12 @@ void rt_fakedev_detach(const pipert_pipeline *p, int s, void *state) {
   if (!r) return;
   finish_replica(r);
   if (getenv("FAKE_DEV_STATS"))
-    fprintf(stderr, "fake device: stage %d: %d parts queued ahead, %d uploads queued ahead, %d waits\n", s,
-            r->queued_ahead, r->uploads_ahead, r->s->waits + r->us->waits + (r->cs ? r->cs->waits : 0));
+    fprintf(stderr, "fake device: stage %d: %d parts queued ahead, %d uploads queued ahead, %d waits, %d parts beside "
+            "a transfer\n", s, r->queued_ahead, r->uploads_ahead, r->s->waits + r->us->waits + (r->cs ? r->cs->waits : 0),
+            r->s->beside);
+  pthread_mutex_lock(&r->s->mu);
+  r->s->watch = NULL; /* its thread reads it with every command */
+  pthread_mutex_unlock(&r->s->mu);
   stream_close(r->cs);
   stream_close(r->us);
   stream_close(r->s);

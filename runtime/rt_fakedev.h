@@ -19,8 +19,10 @@
  *   FAKE_NO_WAIT=1         event waits dropped: a broken hand-over, for tests to catch
  *   FAKE_DEV_MEM=BYTES     the device's memory: allocations beyond it fail (one line)
  *   FAKE_DEV_STATS=1       per replica on stderr at the end: parts and uploads queued
- *                          ahead, waits made; per rank the NCCL sends, receives,
- *                          groups and groups whose end returned before they completed */
+ *                          ahead, waits made, parts that ran while one of its groups
+ *                          was in flight (a command's random delay counts as its
+ *                          time); per rank the NCCL sends, receives, groups and groups
+ *                          whose end returned before they completed */
 #ifndef PIPERT_RT_FAKEDEV_H
 #define PIPERT_RT_FAKEDEV_H
 #include "pipert.h"

@@ -204,6 +204,37 @@ const pipert_instr *rt_stage_program(const pipert_pipeline *p, int s, int M, int
   return v;
 }
 
+pipert_instr *rt_program_ahead(const pipert_pipeline *p, int s, const pipert_instr *prog, int len) {
+  if (p->training || p->stages[s].replicas != 1) return NULL;
+  int n = 0;
+  for (int i = 0; i < len; i++)
+    if (prog[i].mb >= n) n = prog[i].mb + 1;
+  char *has = calloc((size_t)n + 2, 1), *done = calloc((size_t)n + 2, 1);
+  pipert_instr *v = malloc(sizeof *v * ((size_t)len + 1));
+  int k = 0, moved = 0;
+  for (int i = 0; has && done && v && i < len; i++)
+    if (prog[i].op == PIPERT_OP_RECV_ACT && prog[i].mb >= 0) has[prog[i].mb] = 1;
+  for (int i = 0; has && done && v && i < len; i++) {
+    pipert_instr in = prog[i];
+    if (in.op == PIPERT_OP_RECV_ACT && in.mb >= 0 && done[in.mb]) continue; /* moved earlier */
+    if (in.op == PIPERT_OP_FWD && in.mb >= 0 && in.mb + 1 < n && has[in.mb + 1] && !done[in.mb + 1]) {
+      v[k++] = (pipert_instr){PIPERT_OP_RECV_ACT, in.mb + 1};
+      done[in.mb + 1] = 1;
+      moved = 1;
+    }
+    if (in.op == PIPERT_OP_RECV_ACT && in.mb >= 0) done[in.mb] = 1;
+    v[k++] = in;
+  }
+  int ok = has && done && v && moved && k == len;
+  free(has);
+  free(done);
+  if (!ok) {
+    free(v);
+    return NULL;
+  }
+  return v;
+}
+
 /* ---- inputs and outputs ------------------------------------------------- */
 
 static int ends_with(const char *s, const char *suf) {

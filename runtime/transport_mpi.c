@@ -24,7 +24,12 @@
  * order: deterministic, but not the threads transport's bits). The communicator's id
  * goes from rank 0 to everyone through MPI. Otherwise sets travel through host memory
  * as above (PIPERT_HOST_SETS=1 asks for that). Graph inputs and outputs always go
- * through rank 0's host memory.
+ * through rank 0's host memory. With a device that queues work (pipert_device_ops.async)
+ * the sends and receives queue on its communication stream, ordered by the hand-over's
+ * events, and an inference stage's next receive is queued ahead of its work
+ * (programs_ahead), so that transfers run beside compute (PIPERT_SYNC_SETS=1: every
+ * group and part completes before the call returns; PIPERT_RECV_AHEAD=0: the plan's
+ * order).
  *
  * Compiled to a stub unless PIPERT_HAVE_MPI is defined (see tests/runtime/CMakeLists.txt). */
 #include <stdlib.h>
@@ -351,6 +356,37 @@ static void *nccl_comm(world *W, MPI_Comm comm) {
   return c;
 }
 
+/* Inference with receives queued on the device: every stage's program with its next
+ * micro-batch's receive ahead of its work (rt_program_ahead), so that the transfer runs
+ * beside it, when the programs still keep NCCL's rules (every rank decides alike);
+ * PIPERT_RECV_AHEAD=0 keeps the plan's order. */
+static void programs_ahead(world *W) {
+  const char *v = getenv("PIPERT_RECV_AHEAD");
+  if (W->p->training || (v && !strcmp(v, "0"))) return;
+  pipert_instr **ahead = calloc((size_t)W->S, sizeof *ahead);
+  const pipert_instr **use = calloc((size_t)W->S, sizeof *use);
+  int any = 0;
+  for (int s = 0; ahead && use && s < W->S; s++) {
+    ahead[s] = rt_program_ahead(W->p, s, W->prog[s], W->prog_len[s]);
+    use[s] = ahead[s] ? ahead[s] : W->prog[s];
+    any |= ahead[s] != NULL;
+  }
+  char e[512] = "";
+  if (any) rt_check_rendezvous(W->p, use, W->prog_len, e, sizeof e);
+  for (int s = 0; ahead && s < W->S; s++) {
+    if (!any || e[0] || !ahead[s]) {
+      free(ahead[s]);
+      continue;
+    }
+    free(W->prog_owned[s]);
+    W->prog_owned[s] = ahead[s];
+    W->prog[s] = ahead[s];
+  }
+  W->w.prog = W->prog[W->stage];
+  free(ahead);
+  free(use);
+}
+
 /* NCCL mode, when everything allows it (see the top); a note on rank 0 when it does not. */
 static void nccl_setup(world *W) {
   const pipert_pipeline *p = W->p;
@@ -400,10 +436,12 @@ static void nccl_setup(world *W) {
   }
   W->w.ops = &nccl_ops;
   rt_worker_set_device(&W->w, dev);
+  int async = dev->async && !getenv("PIPERT_SYNC_SETS");
+  if (async) programs_ahead(W);
   /* sends, receives and parts queued on the device, ordered there by the hand-over, the
    * host not waiting for transfers (PIPERT_SYNC_SETS=1: each group and part completes
    * before the call returns) */
-  if (dev->async && !getenv("PIPERT_SYNC_SETS")) {
+  if (async) {
     if (dev->async(W->w.state, 1)) {
       rt_errorf("stage %d: cannot queue transfers on the device", W->stage);
       MPI_Abort(MPI_COMM_WORLD, 1);

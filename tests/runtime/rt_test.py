@@ -362,10 +362,16 @@ def case_bench():
 def dev_stats(stderr):
     """(parts queued ahead, uploads queued ahead, event waits) summed over the fake
     device's replicas."""
-    st = re.findall(r"^fake device: stage \d+: (\d+) parts queued ahead, (\d+) uploads queued ahead, (\d+) waits$",
-                    stderr, re.M)
+    st = re.findall(r"^fake device: stage \d+: (\d+) parts queued ahead, (\d+) uploads queued ahead, (\d+) waits, "
+                    r"\d+ parts beside a transfer$", stderr, re.M)
     check(st, "no fake device statistics: " + stderr)
     return tuple(sum(int(x[i]) for x in st) for i in range(3))
+
+
+def beside_transfers(stderr):
+    """{stage: parts that ran while one of its NCCL groups was in flight} (fake device)."""
+    return {int(s): int(n) for s, n in re.findall(r"^fake device: stage (\d+): .* (\d+) parts beside a transfer$",
+                                                   stderr, re.M)}
 
 
 def case_device():
@@ -529,6 +535,25 @@ def case_mpi_device():
             else:
                 check(ahead == 0 and ahead_parts == 0, "%s M=%s PIPERT_SYNC_SETS=1: %d groups, %d parts queued ahead"
                       % (name, m, ahead, ahead_parts))
+    # the receive of the next micro-batch queued ahead of a stage's work (inference,
+    # rt_program_ahead): the middle stages' transfers run beside their parts; in the
+    # plan's order (PIPERT_RECV_AHEAD=0) a middle stage's group waits for its part's
+    # output and its next part for the group, so none does. The same bits either way.
+    beside = {}
+    for ahead in ("1", "0"):
+        out = os.path.join(A.work, "o_ahead_%s" % ahead)
+        r = run(mpirun(4) + [exe(name), "--input", "x=" + xp, "--input", "s=" + sp, "--output", out,
+                             "--weights-dir", weights_dir(name), "--microbatches", "32"],
+                dict(fake, FAKE_DEV_STATS="1", PIPERT_RECV_AHEAD=ahead))
+        check(r.returncode == 0, "%s PIPERT_RECV_AHEAD=%s: %s" % (name, ahead, r.stderr))
+        same_bits(ref, {n: np.load(os.path.join(out, n + ".npy")) for n in ref}, "PIPERT_RECV_AHEAD=" + ahead)
+        b = beside_transfers(r.stderr)
+        check(sorted(b) == [0, 1, 2, 3], "fake device statistics: " + r.stderr)
+        beside[ahead] = b[1] + b[2]
+    print("M=32: middle stages' parts beside a transfer: %d of 64 with the receive ahead, %d in the plan's order" %
+          (beside["1"], beside["0"]))
+    check(beside["1"] >= 16 and beside["0"] < beside["1"], "receives ahead: %d parts of the middle stages beside a "
+          "transfer, %d without" % (beside["1"], beside["0"]))
     # the control: without the device's event waits, sends read sets before the forward
     # has written them (and receives overwrite sets still read): the outputs change
     broken = 0

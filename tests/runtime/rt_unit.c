@@ -138,6 +138,32 @@ static int programs(void) {
   pipert_instr a5[] = {{SA, 0}, {RG, 0}, {ST, 0}};
   pipert_instr b5[] = {{SG, 0}, {RA, 0}, {ST, 0}};
   CHECK(check_two(a5, 3, b5, 3, 1) == 0);
+  /* inference, receives ahead (rt_program_ahead): stage 1 of 2 with 3 micro-batches gets
+   * RECV 0, RECV 1, FWD 0, RECV 2, FWD 1, FWD 2 (its outputs are the graph's); the
+   * plan's order again under NCCL's rules; stage 0 (no receives) and training unchanged */
+  {
+    pipert_instr i0[] = {{F, 0}, {SA, 0}, {F, 1}, {SA, 1}, {F, 2}, {SA, 2}};
+    pipert_instr i1[] = {{RA, 0}, {F, 0}, {RA, 1}, {F, 1}, {RA, 2}, {F, 2}};
+    pipert_instr want[] = {{RA, 0}, {RA, 1}, {F, 0}, {RA, 2}, {F, 1}, {F, 2}};
+    pipert_stage_plan sp[2] = {{.stage = &D0, .replicas = 1, .program = i0, .program_len = 6},
+                               {.stage = &D1, .input_src = S1_FWD_SRC, .replicas = 1, .program = i1, .program_len = 6}};
+    pipert_pipeline p = {.abi_version = PIPERT_ABI_VERSION, .name = "unit", .n_stages = 2, .stages = sp,
+                         .microbatches = 3, .training = 0, .logits_output = -1, .labels_input = -1};
+    pipert_instr *a = rt_program_ahead(&p, 0, i0, 6), *b = rt_program_ahead(&p, 1, i1, 6);
+    CHECK(a == NULL);
+    CHECK(b && !memcmp(b, want, sizeof want));
+    const pipert_instr *prog[2] = {i0, b ? b : i1};
+    int len[2] = {6, 6};
+    char e[512] = "";
+    rt_check_rendezvous(&p, prog, len, e, sizeof e);
+    CHECK(e[0] == 0);
+    sp[1].replicas = 2; /* a replica's next micro-batch is not g + 1 */
+    CHECK(rt_program_ahead(&p, 1, i1, 6) == NULL);
+    sp[1].replicas = 1;
+    p.training = 1;
+    CHECK(rt_program_ahead(&p, 1, i1, 6) == NULL);
+    free(b);
+  }
   if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
   else printf("programs ok\n");
   return failures ? 1 : 0;
