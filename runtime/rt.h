@@ -94,6 +94,8 @@ const char *rt_op_name(int op);     /* "RECV_ACT", ... */
 /* Stage s's stream on its own: every opcode over micro-batches 0..M-1 in order, RECV
  * before FWD before SEND, FWD before BWD, one STEP (after one ALLREDUCE with replicas). */
 void rt_check_program(const pipert_pipeline *p, int s, char *e, size_t elen);
+/* The same for a stream prog of len instructions over M micro-batches. */
+void rt_check_stream(const pipert_pipeline *p, int s, const pipert_instr *prog, int len, int M, char *e, size_t elen);
 /* All streams with sends that never wait and receives that wait for their send: must
  * finish (the threads and MPI transports). */
 void rt_check_deadlock(const pipert_pipeline *p, char *e, size_t elen);
@@ -106,11 +108,19 @@ void rt_check_rendezvous(const pipert_pipeline *p, const pipert_instr *const *pr
 /* Program for stage s with M micro-batches per round: the plan's when M matches,
  * else the default RECV/FWD/SEND sequence. *owned is set when it must be freed. */
 const pipert_instr *rt_stage_program(const pipert_pipeline *p, int s, int M, int *len, pipert_instr **owned);
-/* Inference, a stage without replicas: prog with each RECV_ACT of micro-batch g + 1
- * moved ahead of the FWD of g, so that where receives are queued on the device (NCCL,
- * async mode) the next micro-batch's transfer runs beside this one's work; NULL when
- * nothing moves (or out of memory). Same length; the caller frees it. */
-pipert_instr *rt_program_ahead(const pipert_pipeline *p, int s, const pipert_instr *prog, int len);
+/* Moves the receive (RECV_ACT, RECV_GRAD) at prog[i] ahead of the FWD or BWD before it
+ * (not across STEP or ALLREDUCE), so that where receives are queued on the device (NCCL,
+ * async mode) its transfer runs beside that work: RECV 0, FWD 0, RECV 1 becomes RECV 0,
+ * RECV 1, FWD 0. Returns 1 when it moved (the caller checks the programs again), else 0. */
+int rt_recv_ahead(pipert_instr *prog, int i);
+/* The stages' programs (len[s] instructions, M micro-batches) with their receives moved
+ * ahead one at a time (rt_recv_ahead), each move kept when every program still passes
+ * rt_check_stream and rt_check_rendezvous. In inference every receive moves; in 1F1B
+ * training moving both directions' would make a circular wait, so the first to move
+ * holds. ahead[s]: the new program (the caller frees it), or NULL where none moved.
+ * Returns how many changed. */
+int rt_programs_ahead(const pipert_pipeline *p, const pipert_instr *const *prog, const int *len, int M,
+                      pipert_instr **ahead);
 const char *rt_exe_dir(void);
 void rt_install_crash_handler(void);
 extern _Thread_local int rt_cur_stage;

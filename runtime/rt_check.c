@@ -20,10 +20,15 @@ const char *rt_op_name(int op) {
  * replicas. Writes the first problem into e. */
 void rt_check_program(const pipert_pipeline *p, int s, char *e, size_t elen) {
   const pipert_stage_plan *sp = &p->stages[s];
-  int M = p->microbatches, next[PIPERT_OP_STEP + 1] = {0}, has[PIPERT_OP_STEP + 1] = {0}, steps = 0, allreduces = 0;
-  for (int i = 0; i < sp->program_len; i++) has[sp->program[i].op] = 1;
-  for (int i = 0; i < sp->program_len && !e[0]; i++) {
-    int op = sp->program[i].op, mb = sp->program[i].mb;
+  rt_check_stream(p, s, sp->program, sp->program_len, p->microbatches, e, elen);
+}
+
+void rt_check_stream(const pipert_pipeline *p, int s, const pipert_instr *prog, int len, int M, char *e, size_t elen) {
+  const pipert_stage_plan *sp = &p->stages[s];
+  int next[PIPERT_OP_STEP + 1] = {0}, has[PIPERT_OP_STEP + 1] = {0}, steps = 0, allreduces = 0;
+  for (int i = 0; i < len; i++) has[prog[i].op] = 1;
+  for (int i = 0; i < len && !e[0]; i++) {
+    int op = prog[i].op, mb = prog[i].mb;
     if (op == PIPERT_OP_NOP) continue;
     if (op == PIPERT_OP_STEP || op == PIPERT_OP_ALLREDUCE) {
       if (next[PIPERT_OP_BWD] != M || steps || (op == PIPERT_OP_ALLREDUCE && allreduces))

@@ -204,35 +204,51 @@ const pipert_instr *rt_stage_program(const pipert_pipeline *p, int s, int M, int
   return v;
 }
 
-pipert_instr *rt_program_ahead(const pipert_pipeline *p, int s, const pipert_instr *prog, int len) {
-  if (p->training || p->stages[s].replicas != 1) return NULL;
-  int n = 0;
-  for (int i = 0; i < len; i++)
-    if (prog[i].mb >= n) n = prog[i].mb + 1;
-  char *has = calloc((size_t)n + 2, 1), *done = calloc((size_t)n + 2, 1);
-  pipert_instr *v = malloc(sizeof *v * ((size_t)len + 1));
-  int k = 0, moved = 0;
-  for (int i = 0; has && done && v && i < len; i++)
-    if (prog[i].op == PIPERT_OP_RECV_ACT && prog[i].mb >= 0) has[prog[i].mb] = 1;
-  for (int i = 0; has && done && v && i < len; i++) {
-    pipert_instr in = prog[i];
-    if (in.op == PIPERT_OP_RECV_ACT && in.mb >= 0 && done[in.mb]) continue; /* moved earlier */
-    if (in.op == PIPERT_OP_FWD && in.mb >= 0 && in.mb + 1 < n && has[in.mb + 1] && !done[in.mb + 1]) {
-      v[k++] = (pipert_instr){PIPERT_OP_RECV_ACT, in.mb + 1};
-      done[in.mb + 1] = 1;
-      moved = 1;
+int rt_recv_ahead(pipert_instr *prog, int i) {
+  if (prog[i].op != PIPERT_OP_RECV_ACT && prog[i].op != PIPERT_OP_RECV_GRAD) return 0;
+  int j = i - 1;
+  while (j >= 0 && prog[j].op != PIPERT_OP_FWD && prog[j].op != PIPERT_OP_BWD && prog[j].op != PIPERT_OP_STEP &&
+         prog[j].op != PIPERT_OP_ALLREDUCE)
+    j--;
+  if (j < 0 || prog[j].op == PIPERT_OP_STEP || prog[j].op == PIPERT_OP_ALLREDUCE) return 0;
+  pipert_instr r = prog[i];
+  memmove(&prog[j + 1], &prog[j], sizeof *prog * (size_t)(i - j));
+  prog[j] = r;
+  return 1;
+}
+
+int rt_programs_ahead(const pipert_pipeline *p, const pipert_instr *const *prog, const int *len, int M,
+                      pipert_instr **ahead) {
+  int S = p->n_stages, changed = 0;
+  const pipert_instr **use = calloc((size_t)S + 1, sizeof *use);
+  if (!use) return 0;
+  for (int s = 0; s < S; s++) {
+    use[s] = prog[s];
+    ahead[s] = NULL;
+  }
+  for (int s = 0; s < S; s++) {
+    pipert_instr *t = malloc(sizeof *t * ((size_t)len[s] + 1));
+    for (int i = 0; t && i < len[s]; i++) {
+      memcpy(t, use[s], sizeof *t * (size_t)len[s]);
+      if (!rt_recv_ahead(t, i)) continue;
+      const pipert_instr *keep = use[s];
+      char e[512] = "";
+      use[s] = t;
+      rt_check_stream(p, s, t, len[s], M, e, sizeof e);
+      if (!e[0]) rt_check_rendezvous(p, use, len, e, sizeof e);
+      if (e[0]) { /* back to the last order that passed */
+        use[s] = keep;
+        continue;
+      }
+      free(ahead[s]); /* the previous accepted order */
+      ahead[s] = t;
+      t = malloc(sizeof *t * ((size_t)len[s] + 1));
     }
-    if (in.op == PIPERT_OP_RECV_ACT && in.mb >= 0) done[in.mb] = 1;
-    v[k++] = in;
+    free(t);
+    changed += ahead[s] != NULL;
   }
-  int ok = has && done && v && moved && k == len;
-  free(has);
-  free(done);
-  if (!ok) {
-    free(v);
-    return NULL;
-  }
-  return v;
+  free(use);
+  return changed;
 }
 
 /* ---- inputs and outputs ------------------------------------------------- */

@@ -26,8 +26,8 @@
  * as above (PIPERT_HOST_SETS=1 asks for that). Graph inputs and outputs always go
  * through rank 0's host memory. With a device that queues work (pipert_device_ops.async)
  * the sends and receives queue on its communication stream, ordered by the hand-over's
- * events, and an inference stage's next receive is queued ahead of its work
- * (programs_ahead), so that transfers run beside compute (PIPERT_SYNC_SETS=1: every
+ * events, and receives are queued ahead of the work before them where the program
+ * checks allow (programs_ahead), so that transfers run beside compute (PIPERT_SYNC_SETS=1: every
  * group and part completes before the call returns; PIPERT_RECV_AHEAD=0: the plan's
  * order).
  *
@@ -356,35 +356,23 @@ static void *nccl_comm(world *W, MPI_Comm comm) {
   return c;
 }
 
-/* Inference with receives queued on the device: every stage's program with its next
- * micro-batch's receive ahead of its work (rt_program_ahead), so that the transfer runs
- * beside it, when the programs still keep NCCL's rules (every rank decides alike);
- * PIPERT_RECV_AHEAD=0 keeps the plan's order. */
+/* Receives queued on the device: the programs with receives moved ahead where the
+ * checks allow (rt_programs_ahead; every rank decides alike). PIPERT_RECV_AHEAD=0 keeps
+ * the plan's order. */
 static void programs_ahead(world *W) {
   const char *v = getenv("PIPERT_RECV_AHEAD");
-  if (W->p->training || (v && !strcmp(v, "0"))) return;
+  if (v && !strcmp(v, "0")) return;
   pipert_instr **ahead = calloc((size_t)W->S, sizeof *ahead);
-  const pipert_instr **use = calloc((size_t)W->S, sizeof *use);
-  int any = 0;
-  for (int s = 0; ahead && use && s < W->S; s++) {
-    ahead[s] = rt_program_ahead(W->p, s, W->prog[s], W->prog_len[s]);
-    use[s] = ahead[s] ? ahead[s] : W->prog[s];
-    any |= ahead[s] != NULL;
-  }
-  char e[512] = "";
-  if (any) rt_check_rendezvous(W->p, use, W->prog_len, e, sizeof e);
-  for (int s = 0; ahead && s < W->S; s++) {
-    if (!any || e[0] || !ahead[s]) {
-      free(ahead[s]);
-      continue;
-    }
+  if (!ahead) return;
+  rt_programs_ahead(W->p, W->prog, W->prog_len, W->M, ahead);
+  for (int s = 0; s < W->S; s++) {
+    if (!ahead[s]) continue;
     free(W->prog_owned[s]);
     W->prog_owned[s] = ahead[s];
     W->prog[s] = ahead[s];
   }
   W->w.prog = W->prog[W->stage];
   free(ahead);
-  free(use);
 }
 
 /* NCCL mode, when everything allows it (see the top); a note on rank 0 when it does not. */

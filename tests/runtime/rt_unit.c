@@ -138,31 +138,46 @@ static int programs(void) {
   pipert_instr a5[] = {{SA, 0}, {RG, 0}, {ST, 0}};
   pipert_instr b5[] = {{SG, 0}, {RA, 0}, {ST, 0}};
   CHECK(check_two(a5, 3, b5, 3, 1) == 0);
-  /* inference, receives ahead (rt_program_ahead): stage 1 of 2 with 3 micro-batches gets
-   * RECV 0, RECV 1, FWD 0, RECV 2, FWD 1, FWD 2 (its outputs are the graph's); the
-   * plan's order again under NCCL's rules; stage 0 (no receives) and training unchanged */
+  /* receives ahead (rt_programs_ahead): inference, stage 1 of 2 with 3 micro-batches
+   * gets RECV 0, RECV 1, FWD 0, SEND 0, RECV 2, FWD 1, ...; stage 0 (no receives) stays */
   {
     pipert_instr i0[] = {{F, 0}, {SA, 0}, {F, 1}, {SA, 1}, {F, 2}, {SA, 2}};
-    pipert_instr i1[] = {{RA, 0}, {F, 0}, {RA, 1}, {F, 1}, {RA, 2}, {F, 2}};
-    pipert_instr want[] = {{RA, 0}, {RA, 1}, {F, 0}, {RA, 2}, {F, 1}, {F, 2}};
+    pipert_instr i1[] = {{RA, 0}, {F, 0}, {SA, 0}, {RA, 1}, {F, 1}, {SA, 1}, {RA, 2}, {F, 2}, {SA, 2}};
+    pipert_instr want[] = {{RA, 0}, {RA, 1}, {F, 0}, {SA, 0}, {RA, 2}, {F, 1}, {SA, 1}, {F, 2}, {SA, 2}};
     pipert_stage_plan sp[2] = {{.stage = &D0, .replicas = 1, .program = i0, .program_len = 6},
-                               {.stage = &D1, .input_src = S1_FWD_SRC, .replicas = 1, .program = i1, .program_len = 6}};
+                               {.stage = &D1, .input_src = S1_FWD_SRC, .replicas = 1, .program = i1, .program_len = 9}};
     pipert_pipeline p = {.abi_version = PIPERT_ABI_VERSION, .name = "unit", .n_stages = 2, .stages = sp,
                          .microbatches = 3, .training = 0, .logits_output = -1, .labels_input = -1};
-    pipert_instr *a = rt_program_ahead(&p, 0, i0, 6), *b = rt_program_ahead(&p, 1, i1, 6);
-    CHECK(a == NULL);
-    CHECK(b && !memcmp(b, want, sizeof want));
-    const pipert_instr *prog[2] = {i0, b ? b : i1};
-    int len[2] = {6, 6};
-    char e[512] = "";
-    rt_check_rendezvous(&p, prog, len, e, sizeof e);
-    CHECK(e[0] == 0);
-    sp[1].replicas = 2; /* a replica's next micro-batch is not g + 1 */
-    CHECK(rt_program_ahead(&p, 1, i1, 6) == NULL);
-    sp[1].replicas = 1;
-    p.training = 1;
-    CHECK(rt_program_ahead(&p, 1, i1, 6) == NULL);
-    free(b);
+    const pipert_instr *prog[2] = {i0, i1};
+    int len[2] = {6, 9};
+    pipert_instr *ahead[2];
+    CHECK(rt_programs_ahead(&p, prog, len, 3, ahead) == 1);
+    CHECK(ahead[0] == NULL);
+    CHECK(ahead[1] && !memcmp(ahead[1], want, sizeof want));
+    free(ahead[1]);
+  }
+  /* training, 1F1B with 2 micro-batches (a1, b1 above): stage 0's gradient receives move
+   * ahead of the FWD/BWD before them; stage 1's activation receive of micro-batch 1
+   * ahead of BWD 0 as well would be a circular wait (check_two: 3), so it stays; nothing
+   * moves across STEP */
+  {
+    pipert_instr wa[] = {{F, 0}, {SA, 0}, {RG, 0}, {F, 1}, {SA, 1}, {RG, 1}, {B, 0}, {B, 1}, {ST, 0}};
+    pipert_instr wb[] = {{RA, 0}, {F, 0}, {RA, 1}, {B, 0}, {SG, 0}, {F, 1}, {B, 1}, {SG, 1}, {ST, 0}};
+    CHECK(check_two(wa, 9, wb, 9, 2) == 3);
+    CHECK(check_two(wa, 9, b1, 9, 2) == 0);
+    pipert_stage_plan sp[2] = {{.stage = &D0, .replicas = 1, .program = a1, .program_len = 9, .bwd_input_src = S0_BWD_SRC},
+                               {.stage = &D1, .input_src = S1_FWD_SRC, .replicas = 1, .program = b1, .program_len = 9}};
+    pipert_pipeline p = {.abi_version = PIPERT_ABI_VERSION, .name = "unit", .n_stages = 2, .stages = sp,
+                         .microbatches = 2, .training = 1, .logits_output = -1, .labels_input = -1};
+    const pipert_instr *prog[2] = {a1, b1};
+    int len[2] = {9, 9};
+    pipert_instr *ahead[2];
+    CHECK(rt_programs_ahead(&p, prog, len, 2, ahead) == 1);
+    CHECK(ahead[0] && !memcmp(ahead[0], wa, sizeof wa));
+    CHECK(ahead[1] == NULL);
+    free(ahead[0]);
+    pipert_instr st[] = {{F, 0}, {ST, 0}, {RG, 0}};
+    CHECK(rt_recv_ahead(st, 2) == 0);
   }
   if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
   else printf("programs ok\n");

@@ -499,6 +499,15 @@ def case_mpi_fake_device():
         check(ahead > 0, "%s: none of %d NCCL groups queued ahead: %s" % (name, groups, err[-2000:]))
         print("ok %s under MPI (%d ranks), NCCL mode on the fake device (%d of %d groups queued ahead): the host's "
               "bits" % (name, n, ahead, groups))
+        # the plan's order of receives (PIPERT_RECV_AHEAD=0): the same bits; the parts
+        # that ran beside a transfer, per stage, with and without receives moved ahead
+        plain, err0 = fake_device_run(d, data, exe, "fake_mpi_plain", dict(FAKE, PIPERT_RECV_AHEAD="0"), n)
+        same_run(host, plain, name + " under MPI, PIPERT_RECV_AHEAD=0")
+
+        def beside(e):
+            return [int(b) for b in re.findall(r"^fake device: stage \d+: .* (\d+) parts beside a transfer$", e, re.M)]
+        print("   parts beside a transfer, per process: %s with receives ahead, %s in the plan's order" %
+              (beside(err), beside(err0)))
 
 
 def main():
