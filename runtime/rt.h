@@ -113,12 +113,12 @@ const pipert_instr *rt_stage_program(const pipert_pipeline *p, int s, int M, int
  * async mode) its transfer runs beside that work: RECV 0, FWD 0, RECV 1 becomes RECV 0,
  * RECV 1, FWD 0. Returns 1 when it moved (the caller checks the programs again), else 0. */
 int rt_recv_ahead(pipert_instr *prog, int i);
-/* The stages' programs (len[s] instructions, M micro-batches) with their receives moved
- * ahead one at a time (rt_recv_ahead), each move kept when every program still passes
- * rt_check_stream and rt_check_rendezvous. In inference every receive moves; in 1F1B
- * training moving both directions' would make a circular wait, so the first to move
- * holds. ahead[s]: the new program (the caller frees it), or NULL where none moved.
- * Returns how many changed. */
+/* The stages' programs (len[s] instructions, M micro-batches) with receives moved ahead
+ * (rt_recv_ahead): every receive, else the gradients' only, else the activations' only,
+ * the first whose programs all pass rt_check_stream and rt_check_rendezvous. Inference
+ * takes the first; 1F1B training the second (moving both directions' would make a
+ * circular wait, which the checks find). ahead[s]: the new program (the caller frees
+ * it), or NULL where none moved. Returns how many changed (0: keep the plan's). */
 int rt_programs_ahead(const pipert_pipeline *p, const pipert_instr *const *prog, const int *len, int M,
                       pipert_instr **ahead);
 const char *rt_exe_dir(void);

@@ -219,36 +219,50 @@ int rt_recv_ahead(pipert_instr *prog, int i) {
 
 int rt_programs_ahead(const pipert_pipeline *p, const pipert_instr *const *prog, const int *len, int M,
                       pipert_instr **ahead) {
-  int S = p->n_stages, changed = 0;
+  static const int tries[3][2] = {{PIPERT_OP_RECV_ACT, PIPERT_OP_RECV_GRAD}, /* every receive */
+                                  {PIPERT_OP_RECV_GRAD, PIPERT_OP_RECV_GRAD},
+                                  {PIPERT_OP_RECV_ACT, PIPERT_OP_RECV_ACT}};
+  int S = p->n_stages;
   const pipert_instr **use = calloc((size_t)S + 1, sizeof *use);
-  if (!use) return 0;
-  for (int s = 0; s < S; s++) {
-    use[s] = prog[s];
-    ahead[s] = NULL;
-  }
-  for (int s = 0; s < S; s++) {
-    pipert_instr *t = malloc(sizeof *t * ((size_t)len[s] + 1));
-    for (int i = 0; t && i < len[s]; i++) {
-      memcpy(t, use[s], sizeof *t * (size_t)len[s]);
-      if (!rt_recv_ahead(t, i)) continue;
-      const pipert_instr *keep = use[s];
-      char e[512] = "";
-      use[s] = t;
-      rt_check_stream(p, s, t, len[s], M, e, sizeof e);
-      if (!e[0]) rt_check_rendezvous(p, use, len, e, sizeof e);
-      if (e[0]) { /* back to the last order that passed */
-        use[s] = keep;
+  for (int s = 0; s < S; s++) ahead[s] = NULL;
+  for (int t = 0; use && t < 3; t++) {
+    int changed = 0, bad = 0;
+    char e[512] = "";
+    for (int s = 0; s < S && !bad; s++) {
+      use[s] = prog[s];
+      pipert_instr *v = malloc(sizeof *v * ((size_t)len[s] + 1)), *was = ahead[s];
+      ahead[s] = NULL;
+      free(was);
+      if (!v) {
+        bad = 1;
+        break;
+      }
+      memcpy(v, prog[s], sizeof *v * (size_t)len[s]);
+      int moved = 0;
+      for (int i = 0; i < len[s]; i++)
+        if ((v[i].op == tries[t][0] || v[i].op == tries[t][1]) && rt_recv_ahead(v, i)) moved = 1;
+      if (!moved) {
+        free(v);
         continue;
       }
-      free(ahead[s]); /* the previous accepted order */
-      ahead[s] = t;
-      t = malloc(sizeof *t * ((size_t)len[s] + 1));
+      rt_check_stream(p, s, v, len[s], M, e, sizeof e);
+      ahead[s] = v;
+      use[s] = v;
+      changed++;
+      bad = e[0] != 0;
     }
-    free(t);
-    changed += ahead[s] != NULL;
+    if (!bad && changed) rt_check_rendezvous(p, use, len, e, sizeof e);
+    if (!bad && changed && !e[0]) {
+      free(use);
+      return changed;
+    }
+  }
+  for (int s = 0; s < S; s++) {
+    free(ahead[s]);
+    ahead[s] = NULL;
   }
   free(use);
-  return changed;
+  return 0;
 }
 
 /* ---- inputs and outputs ------------------------------------------------- */

@@ -357,7 +357,7 @@ static void *nccl_comm(world *W, MPI_Comm comm) {
 }
 
 /* Receives queued on the device: the programs with receives moved ahead where the
- * checks allow (rt_programs_ahead; every rank decides alike). PIPERT_RECV_AHEAD=0 keeps
+ * checks allow (rt_programs_ahead; every rank decides alike, in at most 3 checks). PIPERT_RECV_AHEAD=0 keeps
  * the plan's order. */
 static void programs_ahead(world *W) {
   const char *v = getenv("PIPERT_RECV_AHEAD");

@@ -156,10 +156,9 @@ static int programs(void) {
     CHECK(ahead[1] && !memcmp(ahead[1], want, sizeof want));
     free(ahead[1]);
   }
-  /* training, 1F1B with 2 micro-batches (a1, b1 above): stage 0's gradient receives move
-   * ahead of the FWD/BWD before them; stage 1's activation receive of micro-batch 1
-   * ahead of BWD 0 as well would be a circular wait (check_two: 3), so it stays; nothing
-   * moves across STEP */
+  /* training, 1F1B with 2 micro-batches (a1, b1 above): every receive ahead is a
+   * circular wait (check_two: 3); the gradients' only pass: stage 0's move ahead of the
+   * FWD/BWD before them; nothing moves across STEP */
   {
     pipert_instr wa[] = {{F, 0}, {SA, 0}, {RG, 0}, {F, 1}, {SA, 1}, {RG, 1}, {B, 0}, {B, 1}, {ST, 0}};
     pipert_instr wb[] = {{RA, 0}, {F, 0}, {RA, 1}, {B, 0}, {SG, 0}, {F, 1}, {B, 1}, {SG, 1}, {ST, 0}};
