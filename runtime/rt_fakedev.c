@@ -386,7 +386,7 @@ static double dev_busy(void *state) {
  * a group runs on the replica's comm stream (a send reads its buffer there, a receive
  * writes it, ordered by the hand-over) and its end returns once it is queued. */
 typedef struct fop { void *buf; size_t n; int peer, send; } fop;
-typedef struct fgroup { MPI_Comm c; fop *op; int n, cap; atomic_int *done; } fgroup;
+typedef struct fgroup { MPI_Comm c; fop *op; int n, cap, stage; atomic_int *done; } fgroup;
 typedef struct fcomm {
   MPI_Comm c;
   int depth, sends, recvs, groups, ahead;
@@ -454,6 +454,7 @@ static void *comm_init(void *state, const void *id, int nranks, int rank) {
     return NULL;
   }
   f->open.c = f->c;
+  f->open.stage = r->stage;
   f->open.done = &f->done;
   return f;
 }
@@ -468,7 +469,21 @@ static int comm_run(fgroup *g) {
                   : MPI_Irecv(o->buf, (int)o->n, MPI_BYTE, o->peer, 7, g->c, &q[i])) != MPI_SUCCESS;
     if (rc) g->n = i;
   }
-  if (q && g->n) rc |= MPI_Waitall(g->n, q, MPI_STATUSES_IGNORE) != MPI_SUCCESS;
+  /* as NCCL's waits: within PIPECC_NCCL_TIMEOUT seconds (default 600), else one line
+   * (the requests stay posted: the run stops) */
+  const char *tv = getenv("PIPECC_NCCL_TIMEOUT");
+  double limit = tv && atof(tv) > 0 ? atof(tv) : 600, t0 = now_s();
+  for (int done = 0; q && g->n && !rc && !done;) {
+    rc = MPI_Testall(g->n, q, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS;
+    if (!rc && !done && now_s() - t0 > limit) {
+      fprintf(stderr, "pipeline: stage %d on the fake device: NCCL send/receive: timed out after %.0f s (a peer "
+              "stopped?)\n", g->stage, limit);
+      rc = 1;
+      g->n = 0; /* left posted */
+    } else if (!done) {
+      usleep(100);
+    }
+  }
   free(q);
   free(g->op);
   if (g->done) atomic_fetch_add(g->done, 1);

@@ -11,8 +11,9 @@
  * param_io first wait for its queued work (a GPU runs them on the same stream).
  * With MPI, the device has NCCL-like communicators over MPI: synchronous sends
  * (complete once the peer receives, as NCCL's), a group's calls completed at its end,
- * the replicas' all-reduce through param_io and MPI_Allreduce. In async mode a group runs
- * on a third stream (the transport asks MPI for MPI_THREAD_MULTIPLE when
+ * the replicas' all-reduce through param_io and MPI_Allreduce, a group's wait timing
+ * out after PIPECC_NCCL_TIMEOUT seconds (600) with one line, as NCCL's. In async mode a
+ * group runs on a third stream (the transport asks MPI for MPI_THREAD_MULTIPLE when
  * rt_fakedev_on()), its sends and receives ordered by the hand-over as reads and writes.
  *
  *   PIPERT_FAKE_DEVICE=1   on (stages with a device of their own keep it)

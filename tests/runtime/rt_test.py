@@ -582,6 +582,14 @@ def case_mpi_device():
     r = misbehave("hang", name, 2, ["--timeout", "2"], prefix=mpirun(4), env=fake)
     check(r.returncode != 0 and re.search(r"rank \d \(stage \d\): timed out", r.stderr) and r.elapsed < 10,
           "NCCL mode, a stage hangs: " + r.stderr)
+    # no --timeout: the NCCL waits' own timeout (PIPECC_NCCL_TIMEOUT) stops a neighbour of
+    # the hanging stage, with transfers queued on the device or completed in each call
+    for how, extra in (("queued", {}), ("synchronous", {"PIPERT_SYNC_SETS": "1"})):
+        r = misbehave("hang", name, 2, prefix=mpirun(4), env=dict(fake, PIPECC_NCCL_TIMEOUT="2", **extra))
+        check(r.returncode != 0 and r.elapsed < 15 and
+              re.search(r"^pipeline: stage [13] on the fake device: NCCL send/receive: timed out after 2 s", r.stderr,
+                        re.M), "NCCL mode (%s), a stage hangs, NCCL timeout 2 s: exit %d after %.1f s: %s" %
+              (how, r.returncode, r.elapsed, r.stderr))
 
 
 def main():
