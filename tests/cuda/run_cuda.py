@@ -173,12 +173,16 @@ def train_args(a, work, feeds):
     return args
 
 
+NO_DEVICE_ENV = dict(os.environ, CUDASIM_DEVICES="0")
+
+
 def no_device_error(a, d, work):
-    """Without a GPU the built pipeline must fail cleanly: exit 1, a line naming the stage."""
+    """Without a GPU the built pipeline must fail cleanly: exit 1, a line naming the stage
+    (on the simulator: CUDASIM_DEVICES=0)."""
     import numpy as np
     if a.program:
         r = subprocess.run([os.path.join(d, "pipeline"), "train", "--steps", "1"] + train_args(a, work, random_feeds(a, a.program)),
-                           capture_output=True, text=True, timeout=300)
+                           capture_output=True, text=True, timeout=300, env=NO_DEVICE_ENV)
         if r.returncode != 1 or not re.search(r"^pipeline: stage \d+: no CUDA device", r.stderr, re.M):
             print(r.stdout[-2000:], r.stderr[-2000:])
             print(f"FAIL: without a GPU pipeline train should exit 1 naming the stage (got {r.returncode})")
@@ -193,7 +197,7 @@ def no_device_error(a, d, work):
         np.save(f, np.zeros(shape, dtype=np.int64 if a.int_high or s == a.step else np.float32))
         files += ["--input", f"{name}={f}"]
     r = subprocess.run([os.path.join(d, "pipeline")] + files + ["--output", os.path.join(work, "y.npz")],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300, env=NO_DEVICE_ENV)
     if r.returncode != 1 or not re.search(r"^pipeline: stage \d+: no CUDA device", r.stderr, re.M):
         print(r.stdout[-2000:], r.stderr[-2000:])
         print(f"FAIL: without a GPU the pipeline should exit 1 naming the stage (got {r.returncode})")
@@ -387,7 +391,13 @@ def main():
     ap.add_argument("--noise", type=int, default=0, metavar="TRIES",
                     help="run --step: bound fp32 differences by the cpu reference's own movement "
                          "under one-ulp input changes (TRIES of them; see reference_noise)")
+    ap.add_argument("--sim", default=None, metavar="LIBCUDASIM",
+                    help="build with tests/cuda/sim/nvcc against this simulator library and run on the CPU: "
+                         "the gpu checks without a GPU")
     a = ap.parse_args()
+    if a.sim:
+        os.environ["NVCC"] = os.path.join(HERE, "sim", "nvcc")
+        os.environ["CUDASIM_LIB"] = os.path.abspath(a.sim)
     name = os.path.splitext(os.path.basename(a.model))[0]
     work = os.path.join(a.work, name)
     os.makedirs(work, exist_ok=True)
@@ -406,7 +416,7 @@ def main():
             print(f"{name} g={g}: emit + nvcc build {dt:.1f} s")
             if good and not same_sources(a, g, d, d + "_again"):
                 good = False
-            if good and not have_gpu() and not no_device_error(a, d, work):
+            if good and (a.sim or not have_gpu()) and not no_device_error(a, d, work):
                 good = False
             ok &= good
             if good and not a.keep:
@@ -414,7 +424,7 @@ def main():
         print(("PASS " if ok else "FAIL ") + name)
         return 0 if ok else 1
 
-    if not have_gpu():
+    if not a.sim and not have_gpu():
         print(f"SKIP {name}: no GPU (/dev/nvidia0 missing or nvidia-smi failed)")
         return SKIP
     if a.step:
