@@ -207,9 +207,9 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
   fprintf(f,
           "/* %d nodes, %d units; %d inputs, %d outputs; weights %zu bytes; device arena %zu bytes + scratch %zu "
           "bytes; inputs/outputs %zu bytes.\n"
-          " * forward() copies the host inputs to the device, runs the units on the stage's stream (a CUDA graph "
-          "after the\n * first micro-batch), copies the outputs back and synchronises: host staging between stages "
-          "for now,\n * NCCL between stages is a later step. Float32 GEMMs and convolutions %s. */\n",
+          " * run_fwd() queues the units on the stage's stream over its device arena (a CUDA graph after the first\n"
+          " * micro-batch); how inputs and outputs reach it: pipecc_cuda.h, the data path. Float32 GEMMs and\n"
+          " * convolutions %s. */\n",
           count, units, si->n_in[fq], si->n_out[fq], wl.file_bytes, arena, scratch, io,
           o && o->no_tf32 ? "are exact float32 (--no-tf32)" : "use TF32 tensor cores");
   if (train)
@@ -582,10 +582,19 @@ static int rt_cache_path(const char *out_dir, char *path, size_t n) {
   snprintf(deps[0], sizeof deps[0], "%s/pipert.h", PIPERT_INCLUDE_DIR);
   snprintf(deps[1], sizeof deps[1], "%s/rt_handover.h", PIPERT_INCLUDE_DIR);
   struct stat st;
-  const char *cuda = getenv("CUDA_HOME");
-  snprintf(deps[2], sizeof deps[2], "%s/bin/nvcc", cuda && *cuda ? cuda : "/usr/local/cuda");
+  const char *cuda = getenv("CUDA_HOME"), *nvcc = getenv("NVCC");
+  /* make's NVCC ?= takes the environment's compiler (tests/cuda/sim/nvcc: the simulator) */
+  if (nvcc && *nvcc) snprintf(deps[2], sizeof deps[2], "%s", nvcc);
+  else snprintf(deps[2], sizeof deps[2], "%s/bin/nvcc", cuda && *cuda ? cuda : "/usr/local/cuda");
+  key = cg_checksum64(deps[2], strlen(deps[2])) ^ (key * 0x100000001B3ull);
   for (int i = 0; i < 3; i++) {
     if (stat(deps[i], &st)) return -1;
+    uint64_t v[2] = {(uint64_t)st.st_size, (uint64_t)st.st_mtime};
+    key = cg_checksum64(v, sizeof v) ^ (key * 0x100000001B3ull);
+  }
+  /* the CUDA simulator's library (tests/cuda/sim): rebuilt whenever its headers change */
+  const char *sim = getenv("CUDASIM_LIB");
+  if (sim && *sim && !stat(sim, &st)) {
     uint64_t v[2] = {(uint64_t)st.st_size, (uint64_t)st.st_mtime};
     key = cg_checksum64(v, sizeof v) ^ (key * 0x100000001B3ull);
   }
