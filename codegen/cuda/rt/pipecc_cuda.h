@@ -13,14 +13,18 @@
  * tables of its nodes and the list of calls (run function), so nvcc compiles little
  * per stage.
  *
- * Data path (this version): pipert hands forward() HOST buffers. forward() copies the
- * stage inputs to the device (cudaMemcpyAsync), runs the units on the stage's stream
- * (replaying a CUDA graph captured on the first micro-batch), copies the outputs back
- * and synchronises. A training program's backward() does the same with its part; the
- * weights, gradient accumulators and optimizer state stay on the device (the units
- * write new values back with device copies inside the graph); step() runs the update
- * part; param_io copies a param to or from the host. Moving activations between stages with NCCL (device buffers on
- * both sides, no host round trip) is a later step.
+ * Data path: the host form (pk_stage_forward/backward) takes HOST buffers, copies the
+ * stage inputs to the device, runs the units on the stage's stream (replaying a CUDA
+ * graph captured on the first micro-batch), copies the outputs back and synchronises.
+ * The device form (pk_device_ops, pipert_device_ops in pipert.h) takes DEVICE buffers:
+ * stages sharing a device in one process hand over device memory without the host
+ * waiting (async mode), and stages in different processes send and receive device
+ * buffers with NCCL on a communication stream of their own, so transfers overlap
+ * compute (runtime/transport_mpi.c). A training program's backward() runs its part the
+ * same way; the weights, gradient accumulators and optimizer state stay on the device
+ * (the units write new values back with device copies inside the graph); step() runs
+ * the update part, after replicas all-reduce their gradients (comm_sum, ncclAllReduce);
+ * param_io copies a param to or from the host.
  *
  * Devices: stage K runs on device K % cudaGetDeviceCount() (PIPECC_CUDA_DEVICE=N pins
  * every stage to device N), so a one-GPU machine runs a g-stage build; replicas of a

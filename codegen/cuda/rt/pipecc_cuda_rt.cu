@@ -312,10 +312,13 @@ extern "C" int pk_conv_epi(pk_stage *S, void *y, const void *b, const void *r, i
 /* ---- GEMM (cuBLAS) ------------------------------------------------------------------------ */
 
 /* One GEMM shape of a stage through cuBLASLt: the descriptor, the layouts and the
- * algorithm cuBLASLt's heuristic picked, made on its first call and kept. */
+ * algorithm cuBLASLt's heuristic picked, made on its first call and kept. The shape
+ * includes the alignment of the operands (al: a, b, c; every batch's start counted),
+ * which the algorithm is chosen for: cuBLASLt assumes 256 bytes unless told. */
 struct pk_lt_plan {
   int dtype, ta, tb;
   int64_t m, n, k, lda, ldb, ldc, sa, sb, sc, batch;
+  uint32_t al[3];
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t la, lb, lc;
   cublasLtMatmulAlgo_t algo;
@@ -334,24 +337,39 @@ static void lt_plan_free(struct pk_lt_plan *p) {
 static cublasLtMatrixLayout_t lt_layout(cudaDataType t, int64_t rows, int64_t cols, int64_t ld, int64_t stride,
                                         int64_t batch) {
   cublasLtMatrixLayout_t l = NULL;
+  if (batch > 0x7fffffff) return NULL; /* BATCH_COUNT is an int32: cuBLAS reports the size */
   if (cublasLtMatrixLayoutCreate(&l, t, (uint64_t)rows, (uint64_t)cols, ld) != CUBLAS_STATUS_SUCCESS) return NULL;
   int32_t b = (int32_t)batch;
-  cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b);
-  cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride);
+  if (cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b) != CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride) !=
+          CUBLAS_STATUS_SUCCESS) {
+    cublasLtMatrixLayoutDestroy(l);
+    return NULL;
+  }
   return l;
+}
+
+/* The largest power of two up to 256 dividing the address of every batch's operand. */
+static uint32_t lt_align(const void *p, int64_t stride, int64_t batch, int64_t esize) {
+  uint64_t v = (uint64_t)(uintptr_t)p | (batch > 1 ? (uint64_t)stride * (uint64_t)esize : 0);
+  uint32_t a = 256;
+  while (a > 1 && (v & (a - 1))) a >>= 1;
+  return a;
 }
 
 /* The plan for these parameters (made once): row-major C = op(A) op(B) is column-major
  * C^T = op(B)^T op(A)^T, so cuBLASLt's A is our B and its B our A. */
 static struct pk_lt_plan *lt_plan(pk_stage *S, int dtype, int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t lda,
-                                  int64_t sa, int64_t ldb, int64_t sb, int64_t ldc, int64_t sc, int64_t batch) {
+                                  int64_t sa, int64_t ldb, int64_t sb, int64_t ldc, int64_t sc, int64_t batch,
+                                  const uint32_t al[3]) {
   for (struct pk_lt_plan *p = S->lt_plans; p; p = p->next)
     if (p->dtype == dtype && p->ta == ta && p->tb == tb && p->m == m && p->n == n && p->k == k && p->lda == lda &&
-        p->ldb == ldb && p->ldc == ldc && p->sa == sa && p->sb == sb && p->sc == sc && p->batch == batch)
+        p->ldb == ldb && p->ldc == ldc && p->sa == sa && p->sb == sb && p->sc == sc && p->batch == batch &&
+        p->al[0] == al[0] && p->al[1] == al[1] && p->al[2] == al[2])
       return p;
   struct pk_lt_plan *p = (struct pk_lt_plan *)calloc(1, sizeof *p);
   if (!p) return NULL;
-  *p = (struct pk_lt_plan){dtype, ta, tb, m, n, k, lda, ldb, ldc, sa, sb, sc, batch};
+  *p = (struct pk_lt_plan){dtype, ta, tb, m, n, k, lda, ldb, ldc, sa, sb, sc, batch, {al[0], al[1], al[2]}};
   int f64 = dtype == PK_F64;
   cudaDataType t = f64 ? CUDA_R_64F : CUDA_R_32F;
   cublasComputeType_t ct = f64 ? CUBLAS_COMPUTE_64F : S->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -366,8 +384,16 @@ static struct pk_lt_plan *lt_plan(pk_stage *S, int dtype, int ta, int tb, int64_
       (p->lb = lt_layout(t, ta ? m : k, ta ? k : m, lda, sa, batch)) && (p->lc = lt_layout(t, n, m, ldc, sc, batch)) &&
       cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS) {
     uint64_t ws = S->ws_bytes;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-    if (cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)S->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
+    /* cuBLASLt's A is our b, its B our a; C and D are c */
+    uint32_t need[4] = {al[1], al[0], al[2], al[2]};
+    int pref_ok = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                       sizeof ws) == CUBLAS_STATUS_SUCCESS;
+    for (int i = 0; i < 4; i++)
+      pref_ok = pref_ok && cublasLtMatmulPreferenceSetAttribute(
+                               pref, (cublasLtMatmulPreferenceAttributes_t)(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i),
+                               &need[i], sizeof need[i]) == CUBLAS_STATUS_SUCCESS;
+    if (!pref_ok ||
+        cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)S->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
                                        &found) != CUBLAS_STATUS_SUCCESS)
       found = 0;
   }
@@ -387,7 +413,9 @@ extern "C" int pk_gemm(pk_stage *S, int dtype, int ta, int tb, int64_t m, int64_
   float af = (float)alpha, bf = (float)beta;
   const void *pa = dtype == PK_F64 ? (const void *)&alpha : (const void *)&af;
   const void *pb = dtype == PK_F64 ? (const void *)&beta : (const void *)&bf;
-  struct pk_lt_plan *p = S->lt ? lt_plan(S, dtype, ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch) : NULL;
+  int64_t es = dtype == PK_F64 ? 8 : 4;
+  uint32_t al[3] = {lt_align(a, sa, batch, es), lt_align(b, sb, batch, es), lt_align(c, sc, batch, es)};
+  struct pk_lt_plan *p = S->lt ? lt_plan(S, dtype, ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch, al) : NULL;
   if (p && p->usable)
     return blas_ok(S,
                    cublasLtMatmul((cublasLtHandle_t)S->lt, p->op, pa, b, p->la, a, p->lb, pb, c, p->lc, c, p->lc,
