@@ -21,8 +21,9 @@ Range too large to be folded.
         take a given path (EXPECT_CALLS: the MaxPool gradient's gather, the cropped
         ConvTranspose, ...).
 
-    node_tests_cuda.py run --pipecc build/pipecc --work /tmp/w [--jobs 2] [-k PATTERN]
-        Needs a GPU (exit 77 = skipped when /dev/nvidia0 is missing or nvidia-smi fails):
+    node_tests_cuda.py run --pipecc build/pipecc --work /tmp/w [--jobs 2] [-k PATTERN] [--sim LIB]
+        Needs a GPU (exit 77 = skipped when /dev/nvidia0 is missing or nvidia-smi fails),
+        or --sim LIB: the CUDA simulator (tests/cuda/sim; its nvcc, this libcudasim.a):
         builds every selected test (--no-tf32; the runtime object compiled once and
         shared), runs it on test_data_set_0 and compares with the expected outputs as
         the cpu target's node tests do (floats: rtol 1e-4, atol 1e-5; others exact).
@@ -271,6 +272,8 @@ def make_vars(build_dir):
         m = re.match(r"^(CUDA_HOME|NVCC|CUDA_ARCH|NVCCFLAGS|PIPERT_INCLUDE|PIPERT_LIB|LIBS) \??= ?(.*)$", line.rstrip())
         if m:
             v[m.group(1)] = m.group(2)
+    if os.environ.get("NVCC"):  # the Makefile's NVCC ?= takes it too
+        v["NVCC"] = os.environ["NVCC"]
     for _ in range(3):
         for k in v:
             v[k] = re.sub(r"\$\((\w+)\)", lambda mm: v.get(mm.group(1), ""), v[k])
@@ -395,7 +398,7 @@ def run_one(args):
 
 
 def run_mode(a, tests):
-    if not have_gpu():
+    if not a.sim and not have_gpu():
         print("SKIP cuda node tests: no GPU (/dev/nvidia0 missing or nvidia-smi failed)")
         return SKIP
     t0 = time.time()
@@ -429,7 +432,12 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("-k", default=None, help="only tests whose name matches this regex")
+    ap.add_argument("--sim", default=None, metavar="LIBCUDASIM",
+                    help="run: build with tests/cuda/sim/nvcc against this simulator library and run on the CPU")
     a = ap.parse_args()
+    if a.sim:
+        os.environ["NVCC"] = os.path.join(HERE, "sim", "nvcc")
+        os.environ["CUDASIM_LIB"] = os.path.abspath(a.sim)
     a.pipecc = os.path.abspath(a.pipecc)
     a.work = os.path.abspath(a.work)
     os.makedirs(a.work, exist_ok=True)

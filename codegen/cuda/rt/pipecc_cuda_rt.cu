@@ -18,13 +18,11 @@
 
 /* ---- errors ------------------------------------------------------------------------ */
 
-static const char *unit_name(pk_stage *S) {
-  if (S->unit >= 0 && S->unit < S->info->n_units) return S->info->unit_names[S->unit];
-  return "setup";
-}
-
+/* "pipeline: stage K on cuda:D (NAME): [UNIT: ]WHAT: DETAIL", the unit named while one runs */
 extern "C" int pk_fail(pk_stage *S, const char *what, const char *detail) {
-  fprintf(stderr, "pipeline: %s: %s: %s: %s\n", S->where, unit_name(S), what, detail ? detail : "failed");
+  int in_unit = S->unit >= 0 && S->unit < S->info->n_units;
+  fprintf(stderr, "pipeline: %s: %s%s%s: %s\n", S->where, in_unit ? S->info->unit_names[S->unit] : "",
+          in_unit ? ": " : "", what, detail ? detail : "failed");
   return 1;
 }
 
@@ -61,6 +59,10 @@ static int blas_ok(pk_stage *S, cublasStatus_t e, const char *what) {
  * first GPU runs read half-uploaded inputs and labels this way). */
 static int dev_wait(pk_stage *S, cudaStream_t s, cudaEvent_t e, const char *what);
 static int stream_copy(pk_stage *S, void *dst, const void *src, size_t n, cudaMemcpyKind kind, const char *what) {
+  /* a copy into pageable host memory returns only once done, so it would wait for the
+   * stream's earlier work without dev_wait's timeout (a hung stage beside NCCL peers
+   * would hang this rank): wait for that work first */
+  if (kind == cudaMemcpyDeviceToHost && !dev_wait(S, S->stream, NULL, "cudaStreamSynchronize")) return 0;
   return cu_ok(S, cudaMemcpyAsync(dst, src, n, kind, S->stream), what) &&
          dev_wait(S, S->stream, NULL, "cudaStreamSynchronize");
 }
@@ -1892,8 +1894,9 @@ static int nccl_poll(pk_stage *S, ncclComm_t c, cudaStream_t s, cudaEvent_t e, c
     if (now_s() - t0 > limit) {
       ncclCommAbort(c);
       S->pcomm = NULL;
-      char detail[96];
-      snprintf(detail, sizeof detail, "timed out after %.0f s (a peer stopped?), communicator aborted", limit);
+      char detail[160];
+      snprintf(detail, sizeof detail,
+               "timed out after %.0f s (PIPECC_NCCL_TIMEOUT; a peer or this device stopped?), communicator aborted", limit);
       return pk_fail(S, what, detail);
     }
     usleep(100);

@@ -15,7 +15,15 @@
  *   CUDASIM_MEM_MB=N    memory per device (default 81920): cudaMalloc beyond it fails
  *   CUDASIM_POISON=0    leave fresh device memory as the allocator gives it
  *   CUDASIM_HANG_S=N    a host wait longer than N s (default 600) stops the process
- *   CUDASIM_STATS=1     at exit: kernels, blocks and fiber switches, per process */
+ *   CUDASIM_STATS=1     at exit: kernels, blocks and fiber switches, per process
+ *   CUDASIM_FAULT=MODE:N[:RANK]  the N-th kernel this process runs (from 1; under
+ *                       mpirun only in the process of that rank, OMPI_COMM_WORLD_RANK
+ *                       or PMI_RANK) fails as a GPU fault would, for error-path tests.
+ *                       MODE error: the kernel does not run, and like an illegal
+ *                       address the error is sticky: every later call returns
+ *                       cudaErrorIllegalAddress and queued work is dropped. die: the
+ *                       process exits at once (status 9, as if killed). hang: the
+ *                       kernel never finishes (its stream stops). */
 #include <cuda_runtime.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -79,8 +87,12 @@ static int n_devices() {
 static thread_local int tl_device = 0;
 static thread_local cudaError_t tl_last = cudaSuccess;
 
+/* A sticky error (CUDASIM_FAULT=error): once set, every call returns it. */
+static std::atomic<int> sticky{0};
+
 static cudaError_t fail(cudaError_t e) {
-  if (e != cudaSuccess) tl_last = e;
+  if (e == cudaSuccess && sticky.load()) e = (cudaError_t)sticky.load();
+  if (e != cudaSuccess && e != cudaErrorNotReady) tl_last = e; /* not-ready is a status, not an error */
   return e;
 }
 
@@ -202,7 +214,7 @@ static void worker(CUstream_st *s) {
     std::function<void()> fn = std::move(it.fn);
     uint64_t t = it.ticket;
     lk.unlock();
-    if (fn) fn();
+    if (fn && !sticky.load()) fn(); /* after a sticky error the context is dead: work is dropped */
     lk.lock();
     s->completed = t;
     s->q.pop_front();
@@ -543,7 +555,45 @@ void warp_exchange(const void *mine, void *theirs, size_t size, int lane_mask, i
   memcpy(theirs, &got, size);
 }
 
+/* CUDASIM_FAULT (above): whether this kernel run is the one to fail, and how. */
+enum { FAULT_NONE = 0, FAULT_ERROR, FAULT_DIE, FAULT_HANG };
+static int fault_now(const char *name) {
+  static int mode = -1;
+  static long at = 0;
+  static std::atomic<long> runs{0};
+  static std::once_flag once;
+  std::call_once(once, [] {
+    mode = FAULT_NONE;
+    const char *v = getenv("CUDASIM_FAULT");
+    if (!v || !*v) return;
+    char m[16] = "";
+    long n = 0, rank = -1;
+    int k = sscanf(v, "%15[a-z]:%ld:%ld", m, &n, &rank);
+    if (k < 2 || n < 1) fatal("CUDASIM_FAULT=%s: expected MODE:N[:RANK] with MODE error, die or hang", v);
+    const char *r = getenv("OMPI_COMM_WORLD_RANK");
+    if (!r) r = getenv("PMI_RANK");
+    if (k == 3 && (!r || atol(r) != rank)) return;
+    if (!strcmp(m, "error")) mode = FAULT_ERROR;
+    else if (!strcmp(m, "die")) mode = FAULT_DIE;
+    else if (!strcmp(m, "hang")) mode = FAULT_HANG;
+    else fatal("CUDASIM_FAULT=%s: MODE is error, die or hang", v);
+    at = n;
+  });
+  if (mode == FAULT_NONE || ++runs != at) return FAULT_NONE;
+  warn("CUDASIM_FAULT: kernel %s (run %ld in process %d) %s", name, at, (int)getpid(),
+       mode == FAULT_ERROR ? "faults (sticky cudaErrorIllegalAddress)" : mode == FAULT_DIE ? "kills its process"
+                                                                       : "never finishes");
+  return mode;
+}
+
 static void run_grid(const char *name, dim3 grid, dim3 block, const std::function<void()> &body) {
+  switch (fault_now(name)) {
+    case FAULT_ERROR: sticky = cudaErrorIllegalAddress; return;
+    case FAULT_DIE: _exit(9);
+    case FAULT_HANG:
+      for (;;) pause();
+    default: break;
+  }
   gridDim = grid;
   blockDim = block;
   tl_kernel = name;
@@ -668,11 +718,11 @@ const char *cudaGetErrorString(cudaError_t e) {
 }
 
 cudaError_t cudaGetLastError(void) {
-  cudaError_t e = tl_last;
+  cudaError_t e = sticky.load() ? (cudaError_t)sticky.load() : tl_last;
   tl_last = cudaSuccess;
   return e;
 }
-cudaError_t cudaPeekAtLastError(void) { return tl_last; }
+cudaError_t cudaPeekAtLastError(void) { return sticky.load() ? (cudaError_t)sticky.load() : tl_last; }
 
 cudaError_t cudaGetDeviceCount(int *n) {
   *n = n_devices();
@@ -682,13 +732,13 @@ cudaError_t cudaGetDeviceCount(int *n) {
 cudaError_t cudaSetDevice(int d) {
   if (d < 0 || d >= n_devices()) return fail(n_devices() ? cudaErrorInvalidDevice : cudaErrorNoDevice);
   tl_device = d;
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaGetDevice(int *d) {
   if (!n_devices()) return fail(cudaErrorNoDevice);
   *d = tl_device;
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 static size_t mem_limit() { return (size_t)env_long("CUDASIM_MEM_MB", 81920) << 20; }
@@ -708,7 +758,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
   p->major = 9;
   p->minor = 0;
   p->multiProcessorCount = 2;
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
@@ -722,7 +772,7 @@ cudaError_t cudaDeviceSynchronize(void) {
       if (x.first->completed < x.second) return false;
     return true;
   });
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaDeviceReset(void) { return cudaDeviceSynchronize(); }
@@ -732,7 +782,7 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
   if (mem_used.size() <= (size_t)tl_device) mem_used.resize((size_t)tl_device + 1);
   *total_bytes = mem_limit();
   *free_bytes = mem_limit() - mem_used[(size_t)tl_device];
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaMalloc(void **p, size_t n) {
@@ -756,11 +806,11 @@ cudaError_t cudaMalloc(void **p, size_t n) {
   std::lock_guard<std::mutex> g(mem_mu);
   allocs[(uintptr_t)m] = Alloc{sz, tl_device};
   *p = m;
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaFree(void *p) {
-  if (!p) return cudaSuccess;
+  if (!p) return fail(cudaSuccess);
   if (cudaDeviceSynchronize() != cudaSuccess) return fail(cudaErrorStreamCaptureUnsupported);
   std::lock_guard<std::mutex> g(mem_mu);
   auto it = allocs.find((uintptr_t)p);
@@ -771,7 +821,7 @@ cudaError_t cudaFree(void *p) {
   mem_used[(size_t)it->second.device] -= it->second.size;
   allocs.erase(it);
   free(p);
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaMallocHost(void **p, size_t n) {
@@ -779,17 +829,17 @@ cudaError_t cudaMallocHost(void **p, size_t n) {
   if (!*p) return fail(cudaErrorMemoryAllocation);
   std::lock_guard<std::mutex> g(mem_mu);
   host_regs[(uintptr_t)*p] = n;
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaFreeHost(void *p) {
-  if (!p) return cudaSuccess;
+  if (!p) return fail(cudaSuccess);
   {
     std::lock_guard<std::mutex> g(mem_mu);
     host_regs.erase((uintptr_t)p);
   }
   free(p);
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaHostRegister(void *p, size_t n, unsigned flags) {
@@ -797,13 +847,13 @@ cudaError_t cudaHostRegister(void *p, size_t n, unsigned flags) {
   std::lock_guard<std::mutex> g(mem_mu);
   if (find_range(host_regs, p)) return fail(cudaErrorInvalidValue); /* cudaErrorHostMemoryAlreadyRegistered */
   host_regs[(uintptr_t)p] = n;
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaHostUnregister(void *p) {
   std::lock_guard<std::mutex> g(mem_mu);
   if (!host_regs.erase((uintptr_t)p)) return fail(cudaErrorInvalidValue);
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 /* Checks a copy's pointers against its kind: the device side must be device memory. */
@@ -823,13 +873,13 @@ static cudaError_t check_copy(const char *call, void *dst, const void *src, size
     return cudaErrorInvalidValue;
   }
   if ((unsigned)kind > cudaMemcpyDefault) return cudaErrorInvalidMemcpyDirection;
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
   cudaError_t e = check_copy("cudaMemcpyAsync", dst, src, n, kind);
   if (e) return fail(e);
-  if (!n) return cudaSuccess;
+  if (!n) return fail(cudaSuccess);
   bool dd = is_device_ptr(dst), sd = is_device_ptr(src);
   if (!sd && !is_pinned(src)) {
     /* from pageable memory: the source is read before the call returns */
@@ -842,10 +892,10 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
     /* to pageable memory: returns once the copy is done */
     std::unique_lock<std::mutex> lk(mu);
     CUstream_st *st = resolve(s);
-    if (st->cap) return cudaSuccess;
+    if (st->cap) return fail(cudaSuccess);
     drain(lk, st, "cudaMemcpyAsync to pageable memory");
   }
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
@@ -855,18 +905,18 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind
   }
   cudaError_t e = check_copy("cudaMemcpy", dst, src, n, kind);
   if (e) return fail(e);
-  if (!n) return cudaSuccess;
+  if (!n) return fail(cudaSuccess);
   e = enqueue(nullptr, [dst, src, n]() { memcpy(dst, src, n); }, "cudaMemcpy");
   if (e) return fail(e);
   std::unique_lock<std::mutex> lk(mu);
   drain(lk, resolve(nullptr), "cudaMemcpy");
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
                               enum cudaMemcpyKind kind, cudaStream_t s) {
   if (width > dpitch || width > spitch) return fail(cudaErrorInvalidValue);
-  if (!width || !height) return cudaSuccess;
+  if (!width || !height) return fail(cudaSuccess);
   cudaError_t e = check_copy("cudaMemcpy2DAsync", dst, src, width, kind);
   if (e) return fail(e);
   if (kind != cudaMemcpyDeviceToDevice && kind != cudaMemcpyDefault) {
@@ -886,7 +936,7 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
     warn("cudaMemsetAsync: %p (%zu bytes) is not device memory or runs past the end of its allocation", p, n);
     return fail(cudaErrorInvalidValue);
   }
-  if (!n) return cudaSuccess;
+  if (!n) return fail(cudaSuccess);
   return fail(enqueue(s, [p, v, n]() { memset(p, v, n); }, "cudaMemsetAsync"));
 }
 
@@ -899,14 +949,14 @@ cudaError_t cudaMemset(void *p, int v, size_t n) {
   if (e) return e;
   std::unique_lock<std::mutex> lk(mu);
   drain(lk, resolve(nullptr), "cudaMemset");
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
   if (!n_devices()) return fail(cudaErrorNoDevice);
   std::lock_guard<std::mutex> g(mu);
   *s = new_stream(flags, false);
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
@@ -929,7 +979,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   std::thread t = std::move(s->th);
   lk.unlock();
   t.join(); /* the object stays, so that a late use is reported, not a crash */
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t h) {
@@ -939,7 +989,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t h) {
   if (s->destroyed) return fail(cudaErrorInvalidResourceHandle);
   if (s->cap) return fail(cudaErrorStreamCaptureUnsupported);
   drain(lk, s, "cudaStreamSynchronize");
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t h) {
@@ -947,14 +997,14 @@ cudaError_t cudaStreamQuery(cudaStream_t h) {
   if (forbidden_in_capture("cudaStreamQuery")) return fail(cudaErrorStreamCaptureUnsupported);
   CUstream_st *s = resolve(h);
   if (s->destroyed) return fail(cudaErrorInvalidResourceHandle);
-  return s->completed >= s->submitted ? cudaSuccess : cudaErrorNotReady;
+  return fail(s->completed >= s->submitted ? cudaSuccess : cudaErrorNotReady);
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
   if (!n_devices()) return fail(cudaErrorNoDevice);
   *e = new CUevent_st;
   (*e)->flags = flags;
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
@@ -967,7 +1017,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
     return fail(cudaErrorInvalidResourceHandle);
   }
   e->destroyed = true; /* kept: a late use is reported */
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t h) {
@@ -983,7 +1033,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t h) {
      * stream that is the graph's order already */
     if (s->cap_invalid) return fail(cudaErrorStreamCaptureInvalidated);
     e->captured = true;
-    return cudaSuccess;
+    return fail(cudaSuccess);
   }
   if (s->legacy && forbidden_in_capture("cudaEventRecord on the default stream")) return fail(cudaErrorStreamCaptureUnsupported);
   cudaError_t r = enqueue_locked(s, {}, [e]() { e->t_ms = now_ms(); }, "cudaEventRecord");
@@ -991,7 +1041,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t h) {
   e->s = s;
   e->ticket = s->submitted;
   e->captured = false;
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t e) {
@@ -1002,7 +1052,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
     return fail(cudaErrorInvalidResourceHandle);
   }
   if (e->captured) return fail(cudaErrorStreamCaptureUnsupported);
-  return !e->s || e->s->completed >= e->ticket ? cudaSuccess : cudaErrorNotReady;
+  return fail(!e->s || e->s->completed >= e->ticket ? cudaSuccess : cudaErrorNotReady);
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
@@ -1017,7 +1067,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   CUstream_st *s = e->s;
   uint64_t t = e->ticket;
   if (s) host_wait(lk, "cudaEventSynchronize", [&] { return s->completed >= t; });
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t h, cudaEvent_t e, unsigned flags) {
@@ -1030,10 +1080,10 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t h, cudaEvent_t e, unsigned flags) {
   }
   CUstream_st *s = resolve(h);
   if (s->cap) {
-    if (e->captured) return cudaSuccess; /* recorded in this capture, before: the graph's order */
-    if (!e->s || e->s->completed >= e->ticket) return cudaSuccess;
+    if (e->captured) return fail(cudaSuccess); /* recorded in this capture, before: the graph's order */
+    if (!e->s || e->s->completed >= e->ticket) return fail(cudaSuccess);
   }
-  if (!e->s) return cudaSuccess; /* never recorded: nothing to wait for */
+  if (!e->s) return fail(cudaSuccess); /* never recorded: nothing to wait for */
   return fail(enqueue_locked(s, {{e->s, e->ticket}}, nullptr, "cudaStreamWaitEvent"));
 }
 
@@ -1044,7 +1094,7 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
   if (!a->s || !b->s) return fail(cudaErrorInvalidResourceHandle);
   if (a->s->completed < a->ticket || b->s->completed < b->ticket) return fail(cudaErrorNotReady);
   *ms = (float)(b->t_ms - a->t_ms);
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaStreamBeginCapture(cudaStream_t h, enum cudaStreamCaptureMode mode) {
@@ -1056,7 +1106,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t h, enum cudaStreamCaptureMode mo
   h->cap_thread = std::this_thread::get_id();
   h->cap_mode = mode;
   h->cap_invalid = false;
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaStreamEndCapture(cudaStream_t h, cudaGraph_t *out) {
@@ -1075,7 +1125,7 @@ cudaError_t cudaStreamEndCapture(cudaStream_t h, cudaGraph_t *out) {
     return fail(cudaErrorStreamCaptureInvalidated);
   }
   *out = gr;
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t *x, cudaGraph_t g, unsigned long long flags) {
@@ -1084,7 +1134,7 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *x, cudaGraph_t g, unsigned lon
   *x = new CUgraphExec_st;
   (*x)->nodes = g->nodes;
   (*x)->what = g->what;
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t h) {
@@ -1096,19 +1146,19 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t h) {
     cudaError_t e = enqueue_locked(s, {}, x->nodes[i], x->what[i]);
     if (e) return fail(e);
   }
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x) {
   if (!x || x->destroyed) return fail(cudaErrorInvalidResourceHandle);
   x->destroyed = true; /* queued nodes hold copies of the functions */
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaGraphDestroy(cudaGraph_t g) {
   if (!g || g->destroyed) return fail(cudaErrorInvalidResourceHandle);
   g->destroyed = true;
-  return cudaSuccess;
+  return fail(cudaSuccess);
 }
 
 }  // extern "C"

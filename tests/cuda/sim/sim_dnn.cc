@@ -13,8 +13,12 @@
  * thread per caller, so results are the same on every run); a float GEMM accumulates in
  * float as cuBLAS's CUBLAS_COMPUTE_32F does. Convolutions are im2col + GEMM per image and
  * group (a 1x1 stride-1 unpadded convolution is a plain GEMM), backward data GEMM +
- * col2im. Math types and TF32 compute types are accepted and reported, never emulated:
- * the simulator computes float as exact float32 FMA math would.
+ * col2im. TF32 is emulated: where a GPU with tensor cores would use it (a float
+ * convolution whose math type is not CUDNN_FMA_MATH, a cuBLAS(Lt) GEMM with compute
+ * type CUBLAS_COMPUTE_32F_FAST_TF32), the operands (x or dy and the filter; A and B)
+ * are rounded to TF32 first (10 mantissa bits, to nearest, ties away from zero, as
+ * cvt.rna.tf32.f32) and the products accumulated in float, so tolerances meant for TF32
+ * are tested as such; NVIDIA_TF32_OVERRIDE=0 turns it off, as on a GPU.
  *
  * Stricter than the GPU where a GPU would fail or go undefined: data pointers must be
  * device memory over the whole extent the descriptors give them, aligned to the element
@@ -256,8 +260,48 @@ bool regions_overlap(const Region &a, const Region &b) {
 
 /* ---- shared kernels ------------------------------------------------------------------------ */
 
+/* TF32 for the float GEMMs the job on this thread runs (set by the job from its math
+ * or compute type) */
+thread_local bool tl_tf32;
+
+bool tf32_allowed() {
+  static int off = -1;
+  if (off < 0) {
+    const char *v = getenv("NVIDIA_TF32_OVERRIDE");
+    off = v && !strcmp(v, "0");
+  }
+  return !off;
+}
+
+float to_tf32(float v) {
+  uint32_t u;
+  memcpy(&u, &v, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) return v; /* inf, NaN */
+  u = (u + 0x1000u) & ~0x1fffu;
+  memcpy(&v, &u, 4);
+  return v;
+}
+
+/* the elements a stored r x c matrix with leading dimension ld spans */
+size_t mat_span(CBLAS_ORDER o, int r, int c, int ld) {
+  if (r <= 0 || c <= 0) return 0;
+  return o == CblasColMajor ? (size_t)ld * (size_t)(c - 1) + (size_t)r : (size_t)ld * (size_t)(r - 1) + (size_t)c;
+}
+
+const float *tf32_copy(std::vector<float> &buf, const float *p, size_t n) {
+  buf.resize(n);
+  for (size_t i = 0; i < n; i++) buf[i] = to_tf32(p[i]);
+  return buf.data();
+}
+
 void gemm(CBLAS_ORDER o, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float al, const float *a, int lda,
           const float *b, int ldb, float be, float *c, int ldc) {
+  if (tl_tf32 && k > 0) {
+    thread_local std::vector<float> ra, rb;
+    bool at = ta != CblasNoTrans, bt = tb != CblasNoTrans;
+    a = tf32_copy(ra, a, mat_span(o, at ? k : m, at ? m : k, lda));
+    b = tf32_copy(rb, b, mat_span(o, bt ? n : k, bt ? k : n, ldb));
+  }
   cblas_sgemm(o, ta, tb, m, n, k, al, a, lda, b, ldb, be, c, ldc);
 }
 void gemm(CBLAS_ORDER o, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, double al, const double *a,
@@ -617,6 +661,7 @@ struct ConvJob {
   double alpha, beta;
   void *ws;
   size_t ws_need;
+  bool tf32; /* float data, math type not CUDNN_FMA_MATH */
 };
 
 template <class T>
@@ -792,6 +837,7 @@ cudnnStatus_t conv_enqueue(const char *call, cudnnHandle_t h, const ConvJob &j) 
       if (!still_dev(call, "workSpace", region(j.ws, 1, 1, d, s))) return;
     }
     blas_init();
+    tl_tf32 = j.tf32;
     if (j.fwd) {
       if (g.dt == CUDNN_DATA_DOUBLE) conv_forward<double>(j);
       else conv_forward<float>(j);
@@ -1124,6 +1170,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void *alpha, c
   st = conv_call_checks(call, alpha, beta, "x", x, w, "y", y, workSpace, workSpaceSizeInBytes,
                         fwd_ws(j.g, algo), &j);
   if (st != CUDNN_STATUS_SUCCESS) return st;
+  j.tf32 = j.g.dt == CUDNN_DATA_FLOAT && convDesc->math != CUDNN_FMA_MATH && tf32_allowed();
   return conv_enqueue(call, handle, j);
 }
 
@@ -1202,6 +1249,7 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void *alp
   st = conv_call_checks(call, alpha, beta, "dy", dy, w, "dx", dx, workSpace, workSpaceSizeInBytes,
                         bwd_ws(j.g, algo), &j);
   if (st != CUDNN_STATUS_SUCCESS) return st;
+  j.tf32 = j.g.dt == CUDNN_DATA_FLOAT && convDesc->math != CUDNN_FMA_MATH && tf32_allowed();
   return conv_enqueue(call, handle, j);
 }
 
@@ -1303,6 +1351,7 @@ struct GemmJob {
   void *d;
   double alpha, beta;
   Region ra, rb, rc, rd; /* what is read and written */
+  bool tf32;             /* CUBLAS_COMPUTE_32F_FAST_TF32 */
 };
 
 template <class T>
@@ -1376,6 +1425,7 @@ cublasStatus_t gemm_enqueue(const char *call, cudaStream_t s, const GemmJob &j) 
         !still_dev(call, "D", j.rd))
       return;
     blas_init();
+    tl_tf32 = j.tf32;
     if (j.dbl) gemm_run<double>(j);
     else gemm_run<float>(j);
   };
@@ -1449,6 +1499,7 @@ cublasStatus_t lt_shape(const char *call, cublasLtMatmulDesc_t op, cublasLtMatri
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   j->dbl = kind;
+  j->tf32 = op->ct == CUBLAS_COMPUTE_32F_FAST_TF32 && tf32_allowed();
   j->ta = ta;
   j->tb = tb;
   j->m = (int64_t)m;
@@ -1591,6 +1642,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
   (void)algo;
   GemmJob j{};
   j.dbl = kind;
+  j.tf32 = computeType == CUBLAS_COMPUTE_32F_FAST_TF32 && tf32_allowed();
   j.ta = ta;
   j.tb = tb;
   j.m = m, j.n = n, j.k = k, j.batch = batchCount;

@@ -288,6 +288,30 @@ static Descs make_descs(const Conv &c, const Shape &xs, const Shape &ys) {
 
 static double tol(bool dbl) { return dbl ? 1e-11 : 2e-5; }
 
+/* TF32 as the simulator rounds a GEMM's operands (and as cvt.rna.tf32.f32 does) */
+static std::vector<double> tf32_rounded(std::vector<double> v) {
+  for (double &d : v) {
+    float f = (float)d;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = (u + 0x1000u) & ~0x1fffu;
+    memcpy(&f, &u, 4);
+    d = f;
+  }
+  return v;
+}
+
+/* A TF32 GEMM's result: against the exact reference it must be off by TF32's rounding
+ * (the emulation is on), against the reference of the rounded operands within float's
+ * tolerance. Returns the error against the exact reference. */
+static double check_tf32(const char *api, const std::string &name, const std::vector<double> &got,
+                         const std::vector<double> &exact, const std::vector<double> &rounded) {
+  double e = rel_err(got, exact), r = rel_err(got, rounded);
+  check(e > 1e-6 && e < 3e-3 && r < tol(false), "%s %s TF32: rel error %.3g against float32 math (TF32 rounding "
+        "expected), %.3g against the TF32-rounded operands", api, name.c_str(), e, r);
+  return e;
+}
+
 static void alpha_beta(bool dbl, double a, double b, float *af, float *bf, const void **pa, const void **pb,
                        const double *ad, const double *bd) {
   *af = (float)a, *bf = (float)b;
@@ -492,6 +516,12 @@ static void test_gemm_blas(cublasHandle_t h, cudaStream_t s, const Gemm &t) {
                                 (int)C.ld, C.stride, t.batch, t.ct, CUBLAS_GEMM_DEFAULT));
   CU(cudaStreamSynchronize(s));
   std::vector<double> ref = gemm_ref(t, A, B, C, C, ha, hb, hc, hc), got = dc.get();
+  if (t.ct == CUBLAS_COMPUTE_32F_FAST_TF32) {
+    check_tf32("cublasGemmStridedBatchedEx", gemm_name(t), got, ref,
+               gemm_ref(t, A, B, C, C, tf32_rounded(ha), tf32_rounded(hb), hc, hc));
+    da.free_(), db.free_(), dc.free_();
+    return;
+  }
   double e = rel_err(got, ref);
   check(e < tol(t.dbl), "cublasGemmStridedBatchedEx %s: max rel error %.3g", gemm_name(t).c_str(), e);
   da.free_(), db.free_(), dc.free_();
@@ -573,14 +603,22 @@ static void test_gemm_lt(cublasLtHandle_t lt, cudaStream_t s, void *ws, size_t w
                     ws_size, s));
   o.destroy(); /* the queued work holds its own copies */
   CU(cudaStreamSynchronize(s));
-  std::vector<double> ref, got;
+  std::vector<double> ref, got, rounded;
+  bool tf32 = t.ct == CUBLAS_COMPUTE_32F_FAST_TF32;
   if (t.c_distinct) {
     ref = gemm_ref(t, A, B, C, D, ha, hb, hc, hd);
+    if (tf32) rounded = gemm_ref(t, A, B, C, D, tf32_rounded(ha), tf32_rounded(hb), hc, hd);
     got = dd.get();
     check(dc.get() == hc, "cublasLtMatmul %s: C untouched", gemm_name(t).c_str());
   } else {
     ref = gemm_ref(t, A, B, C, C, ha, hb, hc, hc);
+    if (tf32) rounded = gemm_ref(t, A, B, C, C, tf32_rounded(ha), tf32_rounded(hb), hc, hc);
     got = dc.get();
+  }
+  if (tf32) {
+    check_tf32("cublasLtMatmul", gemm_name(t), got, ref, rounded);
+    da.free_(), db.free_(), dc.free_(), dd.free_();
+    return;
   }
   double e = rel_err(got, ref);
   check(e < tol(t.dbl), "cublasLtMatmul %s: max rel error %.3g", gemm_name(t).c_str(), e);

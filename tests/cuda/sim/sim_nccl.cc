@@ -13,7 +13,7 @@
  * A peer whose connection closes (its process stopped) makes the communicator's
  * asynchronous error ncclRemoteError; ncclCommAbort ends the operations waiting on it.
  * Environment: CUDASIM_NCCL_INIT_S (default 120): how long ncclCommInitRank waits for
- * its peers. */
+ * its peers; CUDASIM_STATS=1: at exit, the sends, receives and all-reduces that ran. */
 #include <errno.h>
 #include <fcntl.h>
 #include <nccl.h>
@@ -207,6 +207,17 @@ void all_reduce(const Op &o) {
   memcpy(o.dst, acc.data(), o.bytes);
 }
 
+std::atomic<long> st_sends, st_recvs, st_sums, st_bytes;
+void print_stats() {
+  if (st_sends || st_recvs || st_sums) {
+    const char *v = getenv("CUDASIM_STATS");
+    if (v && atoi(v))
+      fprintf(stderr, "cudasim: NCCL in process %d: %ld sends, %ld receives, %ld all-reduces, %ld bytes\n", (int)getpid(),
+              st_sends.load(), st_recvs.load(), st_sums.load(), st_bytes.load());
+  }
+}
+int stats_registered = atexit(print_stats);
+
 /* One group on its stream's thread. */
 void run_group(const std::vector<Op> &ops) {
   if (ops.empty()) return;
@@ -221,9 +232,15 @@ void run_group(const std::vector<Op> &ops) {
       }
       if (!send_frame(c, o.peer, FR_DATA, o.src, o.bytes)) return;
       sent.push_back({o.peer, t});
+      st_sends++;
+      st_bytes += (long)o.bytes;
     }
   for (const Op &o : ops) {
-    if (o.kind == 2) all_reduce(o);
+    if (o.kind == 2) {
+      all_reduce(o);
+      st_sums++;
+      st_bytes += (long)o.bytes;
+    }
     if (o.kind != 1) continue;
     std::vector<char> v;
     if (!take(c, o.peer, v)) return;
@@ -234,6 +251,7 @@ void run_group(const std::vector<Op> &ops) {
       return;
     }
     memcpy(o.dst, v.data(), o.bytes);
+    st_recvs++;
     if (!send_frame(c, o.peer, FR_ACK, nullptr, 1)) return;
   }
   std::unique_lock<std::mutex> lk(c->mu);
