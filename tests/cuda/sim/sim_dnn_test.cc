@@ -42,30 +42,18 @@ static void check(bool ok, const char *fmt, ...) {
   else n_fail++;
 }
 
-#define CU(x)                                                                    \
-  do {                                                                           \
-    cudaError_t e_ = (x);                                                        \
-    if (e_ != cudaSuccess) {                                                     \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(2);                                                                   \
-    }                                                                            \
+/* a call that must succeed: else the file, line, call and status, exit 2 */
+#define MUST(x, ok, name_of)                                                                     \
+  do {                                                                                           \
+    auto e_ = (x);                                                                               \
+    if (e_ != (ok)) {                                                                            \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, name_of(e_));                   \
+      exit(2);                                                                                   \
+    }                                                                                            \
   } while (0)
-#define DNN(x)                                                                   \
-  do {                                                                           \
-    cudnnStatus_t e_ = (x);                                                      \
-    if (e_ != CUDNN_STATUS_SUCCESS) {                                            \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudnnGetErrorString(e_)); \
-      exit(2);                                                                   \
-    }                                                                            \
-  } while (0)
-#define BL(x)                                                                    \
-  do {                                                                           \
-    cublasStatus_t e_ = (x);                                                     \
-    if (e_ != CUBLAS_STATUS_SUCCESS) {                                           \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cublasGetStatusString(e_)); \
-      exit(2);                                                                   \
-    }                                                                            \
-  } while (0)
+#define CU(x) MUST(x, cudaSuccess, cudaGetErrorString)
+#define DNN(x) MUST(x, CUDNN_STATUS_SUCCESS, cudnnGetErrorString)
+#define BL(x) MUST(x, CUBLAS_STATUS_SUCCESS, cublasGetStatusString)
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
@@ -319,7 +307,8 @@ static void alpha_beta(bool dbl, double a, double b, float *af, float *bf, const
   *pb = dbl ? (const void *)bd : (const void *)bf;
 }
 
-static void test_conv(cudnnHandle_t h, cudaStream_t s, const Conv &c, bool backward, int algo_pick) {
+/* tf32: float with CUDNN_DEFAULT_MATH (TF32 allowed) instead of CUDNN_FMA_MATH */
+static void test_conv(cudnnHandle_t h, cudaStream_t s, const Conv &c, bool backward, int algo_pick, bool tf32 = false) {
   ConvGeom g = geom(c);
   size_t es = c.dbl ? 8 : 4;
   Shape xs = make_shape(c.nsp, c.N, c.C, g.in, c.xlay), ys = make_shape(c.nsp, c.N, c.K, g.out, c.ylay);
@@ -328,6 +317,9 @@ static void test_conv(cudnnHandle_t h, cudaStream_t s, const Conv &c, bool backw
                       hy = as_stored(rnd_vec(ys.elems), es);
   Dev dx(hx, es), dw(hw, es), dy(hy, es);
   Descs d = make_descs(c, xs, ys);
+  if (tf32) DNN(cudnnSetConvolutionMathType(d.conv, CUDNN_DEFAULT_MATH));
+  std::vector<double> rx = tf32 ? tf32_rounded(hx) : hx, rw = tf32 ? tf32_rounded(hw) : hw,
+                      ry = tf32 ? tf32_rounded(hy) : hy, ref_r; /* ref_r: from the TF32-rounded operands */
   int outd[5];
   DNN(cudnnGetConvolutionNdForwardOutputDim(d.conv, d.x, d.w, xs.nd, outd));
   bool dims_ok = true;
@@ -371,24 +363,37 @@ static void test_conv(cudnnHandle_t h, cudaStream_t s, const Conv &c, bool backw
                                 d.y, dy.p));
     CU(cudaStreamSynchronize(s));
     got = dy.get();
-    std::vector<double> acc(ys.elems, 0.0);
-    conv_visit(c, g, xs, ys, [&](int64_t xo, int64_t wo, int64_t yo) { acc[yo] += hx[xo] * hw[wo]; });
+    std::vector<double> acc(ys.elems, 0.0), acc_r(ys.elems, 0.0);
+    conv_visit(c, g, xs, ys, [&](int64_t xo, int64_t wo, int64_t yo) {
+      acc[yo] += hx[xo] * hw[wo];
+      acc_r[yo] += rx[xo] * rw[wo];
+    });
     mask = view_mask(ys);
-    ref = hy;
+    ref = ref_r = hy;
     for (size_t i = 0; i < ys.elems; i++)
-      if (mask[i]) ref[i] = c.alpha * acc[i] + c.beta * hy[i];
+      if (mask[i]) ref[i] = c.alpha * acc[i] + c.beta * hy[i], ref_r[i] = c.alpha * acc_r[i] + c.beta * hy[i];
   } else {
     /* dy lives in the y shape, dx in the x shape */
     DNN(cudnnConvolutionBackwardData(h, pa, d.w, dw.p, d.y, dy.p, d.conv, (cudnnConvolutionBwdDataAlgo_t)algo, ws,
                                      ws_size, pb, d.x, dx.p));
     CU(cudaStreamSynchronize(s));
     got = dx.get();
-    std::vector<double> acc(xs.elems, 0.0);
-    conv_visit(c, g, xs, ys, [&](int64_t xo, int64_t wo, int64_t yo) { acc[xo] += hy[yo] * hw[wo]; });
+    std::vector<double> acc(xs.elems, 0.0), acc_r(xs.elems, 0.0);
+    conv_visit(c, g, xs, ys, [&](int64_t xo, int64_t wo, int64_t yo) {
+      acc[xo] += hy[yo] * hw[wo];
+      acc_r[xo] += ry[yo] * rw[wo];
+    });
     mask = view_mask(xs);
-    ref = hx;
+    ref = ref_r = hx;
     for (size_t i = 0; i < xs.elems; i++)
-      if (mask[i]) ref[i] = c.alpha * acc[i] + c.beta * hx[i];
+      if (mask[i]) ref[i] = c.alpha * acc[i] + c.beta * hx[i], ref_r[i] = c.alpha * acc_r[i] + c.beta * hx[i];
+  }
+  if (tf32) {
+    check_tf32(backward ? "cudnnConvolutionBackwardData" : "cudnnConvolutionForward", c.name, got, ref, ref_r);
+    d.destroy();
+    dx.free_(), dw.free_(), dy.free_();
+    if (ws) cudaFree(ws);
+    return;
   }
   double e = rel_err(got, ref);
   bool gaps = true;
@@ -1159,6 +1164,10 @@ int main() {
   for (const Conv &c : convs) {
     for (int pick = 0; pick < 3; pick++) test_conv(h, s, c, false, pick); /* PRECOMP, IMPLICIT, GEMM */
     for (int pick = 0; pick < 2; pick++) test_conv(h, s, c, true, pick);  /* ALGO_0, ALGO_1 */
+    if (!c.dbl) { /* TF32 where the math type allows it */
+      test_conv(h, s, c, false, 0, true);
+      test_conv(h, s, c, true, 0, true);
+    }
     test_adjoint(h, s, c);
   }
   {
