@@ -10,8 +10,11 @@
  * GPUs. An all-reduce sends the buffer to every peer and sums all ranks' buffers in rank
  * order, so every rank gets the same bits.
  *
- * A peer whose connection closes (its process stopped) makes the communicator's
- * asynchronous error ncclRemoteError; ncclCommAbort ends the operations waiting on it.
+ * A peer whose connection closes (its process stopped, or destroyed its communicator)
+ * is an error only for an operation that still needs it (a receive from it with
+ * nothing left to take, a send it has not taken): then the communicator's
+ * asynchronous error is ncclRemoteError. A rank that finishes and leaves first is no
+ * error for the others, as with NCCL. ncclCommAbort ends the operations waiting.
  * Environment: CUDASIM_NCCL_INIT_S (default 120): how long ncclCommInitRank waits for
  * its peers; CUDASIM_STATS=1: at exit, the sends, receives and all-reduces that ran. */
 #include <errno.h>
@@ -49,6 +52,7 @@ struct Peer {
   std::thread reader;
   std::deque<std::vector<char>> inbox; /* what this peer sent us, in order */
   uint64_t posted = 0, acked = 0;      /* our sends to it, and those it has received */
+  bool closed = false;                 /* its connection closed: nothing more comes */
   std::mutex wmu;
 };
 
@@ -116,10 +120,17 @@ void reader(ncclComm *c, int peer) {
       p->acked += f.len;
       c->cv.notify_all();
     } else {
+      set_error(c, ncclInternalError, "a malformed message from rank " + std::to_string(peer));
       break;
     }
   }
-  set_error(c, ncclRemoteError, "the connection to rank " + std::to_string(peer) + " closed (a peer stopped?)");
+  std::lock_guard<std::mutex> g(c->mu);
+  p->closed = true;
+  c->cv.notify_all();
+}
+
+std::string closed_msg(int peer) {
+  return "the connection to rank " + std::to_string(peer) + " closed (a peer stopped?)";
 }
 
 bool send_frame(ncclComm *c, int peer, uint32_t type, const void *data, uint64_t len) {
@@ -137,8 +148,13 @@ bool send_frame(ncclComm *c, int peer, uint32_t type, const void *data, uint64_t
 bool take(ncclComm *c, int peer, std::vector<char> &out) {
   std::unique_lock<std::mutex> lk(c->mu);
   Peer *p = c->peers[(size_t)peer];
-  c->cv.wait(lk, [&] { return !p->inbox.empty() || c->err != ncclSuccess || c->stopping; });
-  if (p->inbox.empty()) return false;
+  c->cv.wait(lk, [&] { return !p->inbox.empty() || p->closed || c->err != ncclSuccess || c->stopping; });
+  if (p->inbox.empty()) {
+    bool gone = p->closed && c->err == ncclSuccess && !c->stopping;
+    lk.unlock();
+    if (gone) set_error(c, ncclRemoteError, closed_msg(peer));
+    return false;
+  }
   out = std::move(p->inbox.front());
   p->inbox.pop_front();
   return true;
@@ -255,8 +271,15 @@ void run_group(const std::vector<Op> &ops) {
     if (!send_frame(c, o.peer, FR_ACK, nullptr, 1)) return;
   }
   std::unique_lock<std::mutex> lk(c->mu);
-  for (auto &s : sent)
-    c->cv.wait(lk, [&] { return c->peers[(size_t)s.first]->acked >= s.second || c->err != ncclSuccess || c->stopping; });
+  for (auto &s : sent) {
+    Peer *p = c->peers[(size_t)s.first];
+    c->cv.wait(lk, [&] { return p->acked >= s.second || p->closed || c->err != ncclSuccess || c->stopping; });
+    if (p->acked < s.second && p->closed && c->err == ncclSuccess && !c->stopping) {
+      lk.unlock();
+      set_error(c, ncclRemoteError, closed_msg(s.first));
+      return;
+    }
+  }
 }
 
 thread_local int tl_depth;
