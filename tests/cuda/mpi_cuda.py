@@ -101,14 +101,7 @@ def inference(a, work):
     xin = os.path.join(work, "x.npz")
     sys.path.insert(0, os.path.join(pt.ROOT, "tools"))
     from npzio import save_npz
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for sh in a.shape:
-        nm, dims = sh.rsplit(":", 1)
-        shape = [int(v) for v in dims.split("x")]
-        feeds[nm] = (rng.integers(0, a.int_high, shape).astype(np.int64) if a.int_high
-                     else rng.standard_normal(shape).astype(np.float32))
-    save_npz(xin, feeds)
+    save_npz(xin, rc.random_feeds(a, None))
     exe = os.path.join(d, "pipeline")
     base = [exe, "--input", xin, "--microbatches", str(a.microbatches)]
 
@@ -232,8 +225,7 @@ def main():
         print("SKIP: mpirun not found")
         return SKIP
     if a.sim:
-        os.environ["NVCC"] = os.path.join(HERE, "sim", "nvcc")
-        os.environ["CUDASIM_LIB"] = os.path.abspath(a.sim)
+        rc.use_sim(a.sim)
     elif gpus() < (4 if a.replicated else 2):
         print("SKIP: fewer GPUs than ranks (or none)")
         return SKIP

@@ -436,8 +436,8 @@ def main():
                     help="run: build with tests/cuda/sim/nvcc against this simulator library and run on the CPU")
     a = ap.parse_args()
     if a.sim:
-        os.environ["NVCC"] = os.path.join(HERE, "sim", "nvcc")
-        os.environ["CUDASIM_LIB"] = os.path.abspath(a.sim)
+        import run_cuda
+        run_cuda.use_sim(a.sim)
     a.pipecc = os.path.abspath(a.pipecc)
     a.work = os.path.abspath(a.work)
     os.makedirs(a.work, exist_ok=True)

@@ -145,11 +145,11 @@ def same_sources(a, g, d, d2):
 
 def random_feeds(a, labels):
     """Random inputs for a.shape (token ids below --int-high) and int64 labels below
-    --label-high of shape `labels` (NAME:DIMS); {name: array}."""
+    --label-high of shape `labels` (NAME:DIMS; None: no labels); {name: array}."""
     import numpy as np
     rng = np.random.default_rng(0)
     feeds = {}
-    for s in a.shape + [labels]:
+    for s in a.shape + ([labels] if labels else []):
         nm, dims = s.rsplit(":", 1)
         shape = [int(v) for v in dims.replace(",", "x").split("x")]
         if s == labels:
@@ -174,6 +174,13 @@ def train_args(a, work, feeds):
 
 
 NO_DEVICE_ENV = dict(os.environ, CUDASIM_DEVICES="0")
+
+
+def use_sim(lib):
+    """Builds from here on go through the CUDA simulator (tests/cuda/sim): its nvcc (make's
+    NVCC ?= takes it from the environment), linking the simulator library lib."""
+    os.environ["NVCC"] = os.path.join(HERE, "sim", "nvcc")
+    os.environ["CUDASIM_LIB"] = os.path.abspath(lib)
 
 
 def no_device_error(a, d, work):
@@ -396,8 +403,7 @@ def main():
                          "the gpu checks without a GPU")
     a = ap.parse_args()
     if a.sim:
-        os.environ["NVCC"] = os.path.join(HERE, "sim", "nvcc")
-        os.environ["CUDASIM_LIB"] = os.path.abspath(a.sim)
+        use_sim(a.sim)
     name = os.path.splitext(os.path.basename(a.model))[0]
     work = os.path.join(a.work, name)
     os.makedirs(work, exist_ok=True)
