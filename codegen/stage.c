@@ -216,7 +216,7 @@ unsigned char *cg_wlayout_file(const cg_wlayout *wl, const ir_graph *g, uint64_t
   for (int k = 0; k < wl->n; k++) {
     const ir_value *v = &g->values[wl->vals[k]];
     if (wl->off[wl->vals[k]] < wl->file_bytes && v->nbytes && v->data)
-      memcpy(wbuf + wl->off[wl->vals[k]], v->data, v->nbytes); /* zero_init: zeros */
+      ir_const_copy(v, wbuf + wl->off[wl->vals[k]]); /* zero_init: zeros (calloc) */
   }
   *sum = cg_checksum64(wbuf, wl->file_bytes);
   return wbuf;

@@ -597,6 +597,36 @@ void ir_compact(ir_graph *g) {
 
 /* ---- constants ---- */
 
+/* Where element i of constant v lies in its data (see data_nchw). */
+static int64_t const_at(const ir_value *v, int64_t i) {
+  if (!v->data_nchw || v->shape.rank != 4) return i;
+  int64_t H = v->shape.dims[1], W = v->shape.dims[2], C = v->shape.dims[3];
+  int64_t c = i % C, w = i / C % W, h = i / (C * W) % H, n = i / (C * W * H);
+  return ((n * C + c) * H + h) * W + w;
+}
+
+void ir_const_copy(const ir_value *v, void *dst) {
+  if (!v->nbytes) return;
+  if (v->zero_init || !v->data) {
+    memset(dst, 0, v->nbytes);
+    return;
+  }
+  if (!v->data_nchw || v->shape.rank != 4) {
+    memcpy(dst, v->data, v->nbytes);
+    return;
+  }
+  size_t es = ir_dtype_size(v->dtype);
+  int64_t N = v->shape.dims[0], H = v->shape.dims[1], W = v->shape.dims[2], C = v->shape.dims[3], HW = H * W;
+  const unsigned char *src = v->data;
+  unsigned char *o = dst;
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t c = 0; c < C; c++) { /* read a plane in order, scatter it channel-strided */
+      const unsigned char *s = src + (size_t)((n * C + c) * HW) * es;
+      unsigned char *d = o + (size_t)(n * HW * C + c) * es;
+      for (int64_t q = 0; q < HW; q++) memcpy(d + (size_t)(q * C) * es, s + (size_t)q * es, es);
+    }
+}
+
 int ir_const_i64(const ir_value *v, int64_t i, int64_t *out) {
   size_t es = ir_dtype_size(v->dtype);
   if (v->kind != IR_VAL_CONST || (!v->data && !v->zero_init) || !es || i < 0 || (uint64_t)(i + 1) * es > v->nbytes)
@@ -605,7 +635,7 @@ int ir_const_i64(const ir_value *v, int64_t i, int64_t *out) {
     *out = 0;
     return 0;
   }
-  const unsigned char *p = (const unsigned char *)v->data + (size_t)i * es;
+  const unsigned char *p = (const unsigned char *)v->data + (size_t)const_at(v, i) * es;
   switch (v->dtype) {
   case IR_INT64: { int64_t x; memcpy(&x, p, 8); *out = x; return 0; }
   case IR_INT32: { int32_t x; memcpy(&x, p, 4); *out = x; return 0; }
@@ -645,7 +675,7 @@ int ir_const_f64(const ir_value *v, int64_t i, double *out) {
     *out = 0;
     return 0;
   }
-  const unsigned char *p = (const unsigned char *)v->data + (size_t)i * es;
+  const unsigned char *p = (const unsigned char *)v->data + (size_t)const_at(v, i) * es;
   switch (v->dtype) {
   case IR_FLOAT: { float x; memcpy(&x, p, 4); *out = x; return 0; }
   case IR_DOUBLE: { double x; memcpy(&x, p, 8); *out = x; return 0; }

@@ -102,6 +102,10 @@ typedef struct {
                         * with zero_init set: nbytes of zeros that take no memory */
   size_t nbytes;
   int zero_init;       /* IR_VAL_CONST whose contents are all zero bytes, not stored (data NULL) */
+  int data_nchw;       /* IR_VAL_CONST of rank 4 [d0, d1, d2, d3] whose data holds the elements in the
+                        * order [d0, d3, d1, d2]: a channels-last view of an NCHW constant that
+                        * passes/layout.c made without copying; ir_const_* and the weight files
+                        * (ir_const_copy) read through it */
   ir_param_kind param; /* training: the role of a mutable constant, else IR_PARAM_NONE */
   int writeback;       /* training: the param (value index) this value is copied into at the end of
                         * its phase (the new weight, state or running statistic), else -1 */
@@ -245,6 +249,10 @@ void ir_graph_add_mapping(ir_graph *g, void *addr, size_t len, const char *file)
 int ir_graph_locate(const ir_graph *g, const void *p, size_t n, const char **file, uint64_t *offset);
 /* The model file's bytes (NULL if the graph was not loaded from a file). */
 const void *ir_graph_model_bytes(const ir_graph *g, size_t *len);
+
+/* Copy constant v's nbytes of raw data, in the order of its own dims (data_nchw
+ * permuted; zero_init: zeros), into dst. */
+void ir_const_copy(const ir_value *v, void *dst);
 
 /* Size in bytes of a static tensor, -1 on overflow or unknown. */
 int64_t ir_value_bytes(const ir_value *v);

@@ -18,6 +18,7 @@
 #include "ir/print.h"
 #include "passes/autodiff.h"
 #include "passes/fuse.h"
+#include "passes/layout.h"
 #include "passes/winograd.h"
 #include "passes/pass.h"
 #include "passes/plan_ir.h"
@@ -73,6 +74,9 @@ static void usage(FILE *f) {
       "  --target T             cpu (default) | cuda\n"
       "  --emit-only            write the sources and build files, do not compile\n"
       "  --no-fuse              keep Add/Relu/Clip after a Conv as nodes of their own\n"
+      "  --layout L             cuda inference: nhwc (default; 2-D float Convs whose channels are\n"
+      "                         multiples of 4 run channels-last, as cuDNN's tensor cores want)\n"
+      "                         or nchw (the model's own layout everywhere)\n"
       "  --winograd M           cpu: 3x3 stride-1 Convs by Winograd F(MxM, 3x3): auto (default:\n"
       "                         4, or 2 on maps under 4x4), 2, 4 (4x fewer FLOPs than im2col,\n"
       "                         4x the filter bytes), or 0 (im2col + GEMM only)\n"
@@ -351,7 +355,7 @@ int main(int argc, char **argv) {
   const char *cuda_arch = getenv("PIPECC_CUDA_ARCH");
   if (!cuda_arch || !*cuda_arch) cuda_arch = "80;90";
   int no_tf32 = 0, no_replicate = 0, hosts = 0, gpus_per_host = 0, train = 0, profile_run = 0;
-  int no_fuse = 0, target_given = 0, winograd = -1;
+  int no_fuse = 0, target_given = 0, winograd = -1, layout_nchw = 0;
   double intra_bw = -1, intra_lat = -1, inter_bw = -1, inter_lat = -1;
   uint64_t mem_limit = 0;
   pass_schedule_kind schedule = PASS_SCHED_1F1B;
@@ -452,6 +456,10 @@ int main(int argc, char **argv) {
       no_replicate = 1;
     } else if (IS("--no-fuse")) {
       no_fuse = 1;
+    } else if (IS("--layout")) {
+      const char *v = NEXT();
+      if (strcmp(v, "nhwc") && strcmp(v, "nchw")) return cli_error("bad --layout '%s' (nhwc or nchw)", v);
+      layout_nchw = !strcmp(v, "nchw");
     } else if (IS("--winograd")) {
       const char *v = NEXT();
       if (strcmp(v, "auto") && strcmp(v, "0") && strcmp(v, "2") && strcmp(v, "4"))
@@ -602,6 +610,14 @@ int main(int argc, char **argv) {
     int nf = pass_fuse_conv(g);
     if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (%d chains)\n", "fuse", now_ms() - s, nf);
     if (nf < 0 || g->n_errors) return 2;
+  }
+  /* cuda inference: channels-last activations around the Convs cuDNN's tensor cores
+   * take (passes/layout.h) */
+  if (!strcmp(target, "cuda") && !train_step && !train_prog && !layout_nchw) {
+    double s = now_ms();
+    int nl = pass_layout_nhwc(g);
+    if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (%d convs)\n", "layout", now_ms() - s, nl);
+    if (nl < 0 || g->n_errors) return 2;
   }
   /* cpu inference: 3x3 stride-1 Convs by Winograd, filters transformed here
    * (passes/winograd.h) */

@@ -24,6 +24,7 @@
 #include "codegen/cuda/cg_cuda.h"
 #include "codegen/op_params.h"
 #include "passes/fuse.h"
+#include "passes/layout.h"
 
 #define LL(x) ((long long)(x))
 
@@ -121,16 +122,36 @@ static int window(cu_ctx *c, const ir_node *n, const ir_value *x, const ir_value
 static void put_conv_entry(cu_ctx *c, const ir_node *n, ir_dtype t, const cg_win3 *w, int64_t N, int64_t C, int64_t M,
                            int64_t G, int transposed) {
   fprintf(c->conv, "  {%s, %d, %lld, %lld, %lld, %lld, {%lld, %lld, %lld}, {%lld, %lld, %lld}, {%lld, %lld, %lld}, "
-          "{%lld, %lld, %lld}, {%lld, %lld, %lld}, {%lld, %lld, %lld}, %d}, /* node %d */\n",
+          "{%lld, %lld, %lld}, {%lld, %lld, %lld}, {%lld, %lld, %lld}, %d, %d}, /* node %d */\n",
           dt_name(t), w->sr, LL(N), LL(C), LL(M), LL(G), LL(w->in[0]), LL(w->in[1]), LL(w->in[2]), LL(w->out[0]),
           LL(w->out[1]), LL(w->out[2]), LL(w->k[0]), LL(w->k[1]), LL(w->k[2]), LL(w->s[0]), LL(w->s[1]), LL(w->s[2]),
-          LL(w->d[0]), LL(w->d[1]), LL(w->d[2]), LL(w->pb[0]), LL(w->pb[1]), LL(w->pb[2]), transposed, n->index);
+          LL(w->d[0]), LL(w->d[1]), LL(w->d[2]), LL(w->pb[0]), LL(w->pb[1]), LL(w->pb[2]), transposed,
+          pass_layout_is_nhwc(n), n->index);
+}
+
+/* v's shape [N, H, W, C] as [N, C, H, W] */
+static ir_value nchw_view(const ir_value *v) {
+  ir_value r = *v;
+  r.shape.dims[1] = v->shape.dims[3];
+  r.shape.dims[2] = v->shape.dims[1];
+  r.shape.dims[3] = v->shape.dims[2];
+  return r;
 }
 
 static int emit_conv(cu_ctx *c, const ir_node *n) {
   ir_graph *g = c->g;
   ir_value *x = ir_in(g, n, 0), *wt = ir_in(g, n, 1), *b = ir_in(g, n, 2), *y = ir_out(g, n, 0);
   ir_dtype t = y->dtype;
+  /* channels-last (passes/layout.h): x, y and the residual [N, H, W, C], the filter
+   * [M, kh, kw, C/group]; the window and the table entry see them as NCHW */
+  int nhwc = pass_layout_is_nhwc(n);
+  ir_value *xmem = x, xv, yv, wv;
+  if (nhwc) {
+    if (x->shape.rank != 4 || y->shape.rank != 4 || wt->shape.rank != 4 || t != IR_FLOAT)
+      return cu_fail(c, n, "a channels-last Conv must be 2-D float32");
+    xv = nchw_view(x), yv = nchw_view(y), wv = nchw_view(wt);
+    x = &xv, y = &yv, wt = &wv;
+  }
   if (t != IR_FLOAT && t != IR_DOUBLE) return cu_fail(c, n, "Conv on %s is not supported", ir_dtype_name(t));
   int64_t kernel[3] = {1, 1, 1};
   for (int i = 0; i < x->shape.rank - 2 && i < 3; i++) kernel[i] = wt->shape.dims[2 + i];
@@ -148,12 +169,12 @@ static int emit_conv(cu_ctx *c, const ir_node *n) {
   for (int j = 0; j < 3; j++) asym |= w.pb[j] != w.pe[j];
   if (asym) {
     /* cuDNN pads symmetrically: pad the input into scratch first */
-    int r = x->shape.rank;
+    int r = xmem->shape.rank;
     int64_t yd[IR_MAX_RANK], xs[IR_MAX_RANK], pb[IR_MAX_RANK] = {0};
-    cg_strides(&x->shape, xs);
-    for (int d = 0; d < r; d++) yd[d] = x->shape.dims[d];
+    cg_strides(&xmem->shape, xs);
+    for (int d = 0; d < r; d++) yd[d] = xmem->shape.dims[d];
     for (int j = 3 - w.sr; j < 3; j++) {
-      int d = 2 + j - (3 - w.sr);
+      int d = (nhwc ? 1 : 2) + j - (3 - w.sr); /* the spatial dims in memory */
       yd[d] += w.pb[j] + w.pe[j];
       pb[d] = w.pb[j];
       w.in[j] += w.pb[j] + w.pe[j];
@@ -164,16 +185,19 @@ static int emit_conv(cu_ctx *c, const ir_node *n) {
     size_t es = ir_dtype_size(t);
     cu_scratch(c, (size_t)cnt * es);
     snprintf(padded, sizeof padded, "(%s *)(A + SCRATCH_OFF)", cg_ctype(t));
-    emit_copy_call(c, n, 0, (int)es, r, 1 /* PK_PAD_CONST, value 0 */, 0, yd, xs, x->shape.dims, pb, 0, xin, padded);
+    emit_copy_call(c, n, 0, (int)es, r, 1 /* PK_PAD_CONST, value 0 */, 0, yd, xs, xmem->shape.dims, pb, 0, xin,
+                   padded);
     xin = padded;
   }
   put_conv_entry(c, n, t, &w, N, C, M, G, 0);
-  cu_w(c, "  /* N=%lld C=%lld M=%lld group=%lld in=%lldx%lldx%lld out=%lldx%lldx%lld kernel=%lldx%lldx%lld */\n", LL(N),
-       LL(C), LL(M), LL(G), LL(w.in[0]), LL(w.in[1]), LL(w.in[2]), LL(w.out[0]), LL(w.out[1]), LL(w.out[2]), LL(w.k[0]),
-       LL(w.k[1]), LL(w.k[2]));
+  cu_w(c, "  /* N=%lld C=%lld M=%lld group=%lld in=%lldx%lldx%lld out=%lldx%lldx%lld kernel=%lldx%lldx%lld%s */\n",
+       LL(N), LL(C), LL(M), LL(G), LL(w.in[0]), LL(w.in[1]), LL(w.in[2]), LL(w.out[0]), LL(w.out[1]), LL(w.out[2]),
+       LL(w.k[0]), LL(w.k[1]), LL(w.k[2]), nhwc ? ", channels-last (NHWC, filter KRSC)" : "");
   cu_w(c, "  PK_TRY(pk_conv(S, %d, %s, %s, %s));\n", c->n_conv, xin, c->x[1], c->y[0]);
   c->n_conv++;
-  /* the epilogue passes/fuse.c folded in (Add of a residual, Relu/Clip): one pass with the bias */
+  /* the epilogue passes/fuse.c folded in (Add of a residual, Relu/Clip): one pass with the
+   * bias, whose channel is (i / sp) % M: channels-last is sp = 1 over N * spatial rows */
+  int64_t sp = w.out[0] * w.out[1] * w.out[2];
   float lo, hi;
   int act = pass_fused_act(n, &lo, &hi), bits = 0;
   const char *res = n->n_in > 3 && n->in[3] >= 0 ? c->x[3] : NULL;
@@ -189,11 +213,11 @@ static int emit_conv(cu_ctx *c, const ir_node *n) {
     }
     char l1[48], l2[48];
     cu_w(c, "  PK_TRY(pk_conv_epi(S, %s, %s, %s, %lld, %lld, %lld, %d, %s, %s));\n", c->y[0], b ? c->x[2] : "NULL",
-         res ? res : "NULL", LL(N), LL(M), LL(w.out[0] * w.out[1] * w.out[2]), bits,
+         res ? res : "NULL", LL(nhwc ? N * sp : N), LL(M), LL(nhwc ? 1 : sp), bits,
          cg_flit(l1, sizeof l1, bits & 1 ? lo : 0, IR_FLOAT), cg_flit(l2, sizeof l2, bits & 2 ? hi : 0, IR_FLOAT));
   } else if (b)
-    cu_w(c, "  PK_TRY(pk_bias(S, %s, %s, %s, %lld, %lld, %lld));\n", dt_name(t), c->y[0], c->x[2], LL(N), LL(M),
-         LL(w.out[0] * w.out[1] * w.out[2]));
+    cu_w(c, "  PK_TRY(pk_bias(S, %s, %s, %s, %lld, %lld, %lld));\n", dt_name(t), c->y[0], c->x[2],
+         LL(nhwc ? N * sp : N), LL(M), LL(nhwc ? 1 : sp));
   return 0;
 }
 

@@ -55,13 +55,16 @@ enum { PK_F32 = 1, PK_U8 = 2, PK_I8 = 3, PK_I16 = 5, PK_I32 = 6, PK_I64 = 7, PK_
  * Conv: x [n, c, in], weight [m, c/groups, k], y [n, m, out] (cudnnConvolutionForward).
  * ConvTranspose (transposed = 1): x [n, c, in], weight [c, m/groups, k], y [n, m, out]
  * is cudnnConvolutionBackwardData of the convolution from [n, m, out] to [n, c, in]
- * with that weight as its filter; cuDNN's deterministic algorithms are preferred. */
+ * with that weight as its filter; cuDNN's deterministic algorithms are preferred.
+ * nhwc (2-D Conv only, passes/layout.h): x and y are channels-last in memory,
+ * [n, in0, in1, c], and the weight [m, k0, k1, c/groups] (cuDNN's NHWC filter format). */
 typedef struct pk_conv_p {
   int dtype;            /* PK_F32 | PK_F64 */
   int sr;               /* spatial rank of the node, 1..3 */
   int n, c, m, groups;
   int in[3], out[3], k[3], stride[3], dil[3], pad[3];
   int transposed;
+  int nhwc;
 } pk_conv_p;
 
 /* Strided / padded copy: y[o] = x[base + sum_d j_d * xs[d]] with j_d = o_d - pb[d]

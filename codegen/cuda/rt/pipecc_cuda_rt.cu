@@ -224,6 +224,14 @@ static int conv_setup(pk_stage *S, struct pk_conv_s *c, const pk_conv_p *p) {
     xs[i] = xs[i + 1] * xd[i + 1];
     ys[i] = ys[i + 1] * yd[i + 1];
   }
+  int nhwc = p->nhwc && nd == 2 && !tr;
+  if (p->nhwc && !nhwc) return pk_fail(S, "convolution", "channels-last is supported for 2-D Conv only");
+  if (nhwc) { /* the same dims, channels innermost: cuDNN takes these strides as NHWC */
+    xs[1] = ys[1] = 1;
+    xs[3] = xd[1], ys[3] = yd[1];
+    xs[2] = xs[3] * xd[3], ys[2] = ys[3] * yd[3];
+    xs[0] = xs[2] * xd[2], ys[0] = ys[2] * yd[2];
+  }
   if (!dnn_ok(S, cudnnCreateTensorDescriptor(&c->x), "cudnnCreateTensorDescriptor") ||
       !dnn_ok(S, cudnnCreateTensorDescriptor(&c->y), "cudnnCreateTensorDescriptor") ||
       !dnn_ok(S, cudnnCreateFilterDescriptor(&c->w), "cudnnCreateFilterDescriptor") ||
@@ -231,7 +239,8 @@ static int conv_setup(pk_stage *S, struct pk_conv_s *c, const pk_conv_p *p) {
     return 1;
   if (!dnn_ok(S, cudnnSetTensorNdDescriptor(c->x, c->dt, nd + 2, xd, xs), "cudnnSetTensorNdDescriptor(x)") ||
       !dnn_ok(S, cudnnSetTensorNdDescriptor(c->y, c->dt, nd + 2, yd, ys), "cudnnSetTensorNdDescriptor(y)") ||
-      !dnn_ok(S, cudnnSetFilterNdDescriptor(c->w, c->dt, CUDNN_TENSOR_NCHW, nd + 2, wd), "cudnnSetFilterNdDescriptor") ||
+      !dnn_ok(S, cudnnSetFilterNdDescriptor(c->w, c->dt, nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, nd + 2, wd),
+              "cudnnSetFilterNdDescriptor") ||
       !dnn_ok(S, cudnnSetConvolutionNdDescriptor(c->conv, nd, pad, str, dil, CUDNN_CROSS_CORRELATION, c->dt),
               "cudnnSetConvolutionNdDescriptor") ||
       !dnn_ok(S, cudnnSetConvolutionGroupCount(c->conv, p->groups), "cudnnSetConvolutionGroupCount"))
@@ -249,6 +258,7 @@ static int conv_setup(pk_stage *S, struct pk_conv_s *c, const pk_conv_p *p) {
   int key[40] = {nd, (int)c->dt, (int)math, p->groups};
   for (int i = 0; i < nd + 2; i++) key[4 + i] = xd[i], key[9 + i] = yd[i], key[14 + i] = wd[i];
   for (int i = 0; i < nd; i++) key[19 + i] = pad[i], key[22 + i] = str[i], key[25 + i] = dil[i];
+  key[28] = nhwc;
   return tr ? conv_algo_bwd_data(S, c, math) : conv_algo_fwd(S, c, math, key);
 }
 

@@ -311,7 +311,7 @@ void gemm(CBLAS_ORDER o, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, i
 
 /* per-thread scratch (each stream runs on its own thread) */
 struct Scratch {
-  std::vector<char> buf[4];
+  std::vector<char> buf[5];
 };
 thread_local Scratch tl_scratch;
 
@@ -372,6 +372,7 @@ struct Geo {
   int64_t pad[3] = {0, 0, 0}, str[3] = {1, 1, 1}, dil[3] = {1, 1, 1};
   int64_t xs[5] = {0}, ys[5] = {0}; /* n, c, s0, s1, s2 strides in elements */
   bool flip = false;
+  bool w_nhwc = false; /* filter format CUDNN_TENSOR_NHWC: [K, taps, C/G] in memory (KRSC) */
   size_t es() const { return dt == CUDNN_DATA_DOUBLE ? 8 : 4; }
   int64_t ksz() const { return k[0] * k[1] * k[2]; }
   int64_t isp() const { return in[0] * in[1] * in[2]; }
@@ -437,10 +438,12 @@ cudnnStatus_t make_geo(const char *call, cudnnTensorDescriptor_t x, cudnnFilterD
                   (int)x->dt, (int)c->ct);
     return CUDNN_STATUS_NOT_SUPPORTED;
   }
-  if (w->fmt != CUDNN_TENSOR_NCHW) {
-    cudasim::warn("%s: filter format %d: the simulator supports CUDNN_TENSOR_NCHW", call, (int)w->fmt);
+  if (w->fmt != CUDNN_TENSOR_NCHW && w->fmt != CUDNN_TENSOR_NHWC) {
+    cudasim::warn("%s: filter format %d: the simulator supports CUDNN_TENSOR_NCHW and CUDNN_TENSOR_NHWC", call,
+                  (int)w->fmt);
     return CUDNN_STATUS_NOT_SUPPORTED;
   }
+  g->w_nhwc = w->fmt == CUDNN_TENSOR_NHWC;
   g->nsp = nd - 2;
   g->dt = x->dt;
   g->N = x->dim[0];
@@ -641,9 +644,18 @@ void col2im(const Geo &g, const T *col, T *x) {
   }
 }
 
-/* the filter as computed: flipped taps for CUDNN_CONVOLUTION */
+/* the filter as computed, [K, C/G, taps]: from KRSC for CUDNN_TENSOR_NHWC, flipped taps
+ * for CUDNN_CONVOLUTION */
 template <class T>
 const T *filter_taps(const Geo &g, const T *w) {
+  if (g.w_nhwc) {
+    const int64_t ksz = g.ksz(), Cg = g.C / g.G;
+    T *f = scratch<T>(4, (size_t)(g.K * Cg * ksz));
+    for (int64_t k = 0; k < g.K; k++)
+      for (int64_t t = 0; t < ksz; t++)
+        for (int64_t c = 0; c < Cg; c++) f[(k * Cg + c) * ksz + t] = w[(k * ksz + t) * Cg + c];
+    w = f;
+  }
   if (!g.flip) return w;
   const int64_t ksz = g.ksz(), blocks = g.K * (g.C / g.G);
   T *f = scratch<T>(3, (size_t)(blocks * ksz));
