@@ -5,8 +5,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-int pass_layout_is_nhwc(const ir_node *n) {
-  return n->op == IR_OP_Conv && !strcmp(ir_attr_str(n, "pipecc.layout", ""), "NHWC");
+int pass_layout_is_nhwc(const ir_node *n) { return !strcmp(ir_attr_str(n, "pipecc.layout", ""), "NHWC"); }
+
+/* Nodes whose code reads the layout ("pipecc.layout" marks them): pooling over the two
+ * spatial dims and inference BatchNormalization, channels innermost. */
+static int marked_follower(ir_graph *g, const ir_node *n) {
+  const ir_value *x = ir_in(g, n, 0), *y = ir_out(g, n, 0);
+  if (!x || !y || n->n_out != 1 || x->shape.rank != 4 || x->dtype != IR_FLOAT) return 0;
+  switch (n->op) {
+    case IR_OP_MaxPool: case IR_OP_AveragePool: case IR_OP_LpPool:
+    case IR_OP_GlobalMaxPool: case IR_OP_GlobalAveragePool: case IR_OP_GlobalLpPool:
+      return 1;
+    case IR_OP_BatchNormalization:
+      return !ir_attr_int(n, "training_mode", 0);
+    default:
+      return 0;
+  }
 }
 
 /* [d0, d1, d2, d3] -> [d0, d2, d3, d1] (to_nhwc) or [d0, d3, d1, d2] */
@@ -101,6 +115,35 @@ static int perm_const(lay_ctx *L, int v) {
   return t;
 }
 
+/* Pad's pads [b0, b1, b2, b3, e0, e1, e2, e3] in the order [0, 2, 3, 1] at both ends */
+static void permute_pads(ir_graph *g, int node) {
+  static const int order[4] = {0, 2, 3, 1};
+  int64_t old[8], nw[8];
+  ir_node *n = &g->nodes[node];
+  if (n->opset >= 11) {
+    const ir_value *pv = ir_in(g, n, 1);
+    for (int k = 0; k < 8; k++) ir_const_i64(pv, k, &old[k]);
+  } else {
+    const int64_t *pa;
+    ir_attr_ints(n, "pads", &pa);
+    memcpy(old, pa, sizeof old);
+  }
+  for (int d = 0; d < 4; d++) nw[d] = old[order[d]], nw[4 + d] = old[4 + order[d]];
+  if (n->opset >= 11) {
+    ir_shape s = {1, {8}, {NULL}};
+    char *name = ir_sprintf(g->arena, "%s.nhwc", g->values[n->in[1]].name ? g->values[n->in[1]].name : "pads");
+    int t = ir_add_const(g, name, IR_INT64, &s, nw, sizeof nw);
+    g->nodes[node].in[1] = t;
+  } else {
+    for (int a = 0; a < n->n_attr; a++)
+      if (!strcmp(n->attr[a].name, "pads")) {
+        int64_t *v = ir_alloc_array(g->arena, 8, sizeof(int64_t));
+        memcpy(v, nw, sizeof nw);
+        n->attr[a].ints = v;
+      }
+  }
+}
+
 static int conv_fits(ir_graph *g, const ir_node *n) {
   if (n->op != IR_OP_Conv || n->n_in < 2 || n->n_out != 1 || n->out[0] < 0 || pass_layout_is_nhwc(n)) return 0;
   const ir_value *x = ir_in(g, n, 0), *w = ir_in(g, n, 1), *y = ir_out(g, n, 0);
@@ -121,6 +164,7 @@ static int layout_slots(ir_graph *g, const ir_node *n) {
   if (n->n_out != 1 || n->out[0] < 0 || n->n_in > 30) return -1;
   const ir_value *y = ir_out(g, n, 0);
   if (y->shape.rank != 4 || !ir_shape_static(&y->shape)) return -1;
+  if (marked_follower(g, n)) return 1;
   ir_kind k = n->op >= 0 && n->op < IR_OP_COUNT ? ir_op_table[n->op].kind : IR_K_SPECIAL;
   if (k == IR_K_UNARY) {
     const ir_value *x = ir_in(g, n, 0);
@@ -140,6 +184,17 @@ static int layout_slots(ir_graph *g, const ir_node *n) {
       bits |= 1 << i;
     }
     return bits;
+  }
+  if (n->op == IR_OP_Pad) { /* constant pads of 8 entries; no axes input */
+    const ir_value *x = ir_in(g, n, 0), *pv = n->opset >= 11 ? ir_in(g, n, 1) : NULL;
+    if (!x || x->shape.rank != 4 || n->n_in > 3) return -1;
+    if (n->opset >= 11) {
+      if (!pv || pv->kind != IR_VAL_CONST || ir_shape_numel(&pv->shape) != 8) return -1;
+    } else {
+      const int64_t *pa;
+      if (ir_attr_ints(n, "pads", &pa) != 8) return -1;
+    }
+    return 1;
   }
   if (n->op == IR_OP_Concat) {
     int64_t axis = ir_attr_int(n, "axis", 1);
@@ -204,11 +259,13 @@ int pass_layout_nhwc(ir_graph *g) {
     g->nodes[i].out[0] = t;
     L.twin[y] = t;
     L.pending[y] = 1;
-    if (conv) {
+    if (conv || marked_follower(g, &g->nodes[i])) {
       ir_attr *a = ir_node_add_attr(g, i, "pipecc.layout", IR_ATTR_STRING);
       a->s = ir_strdup(g->arena, "NHWC");
       a->slen = 4;
-      convs++;
+      convs += conv;
+    } else if (g->nodes[i].op == IR_OP_Pad) {
+      permute_pads(g, i);
     } else if (g->nodes[i].op == IR_OP_Concat) {
       ir_node *n = &g->nodes[i];
       for (int a = 0; a < n->n_attr; a++)

@@ -11,11 +11,16 @@
  *    model, C = 3, keeps NCHW) gets "pipecc.layout" = "NHWC": its input, its fused
  *    residual (input 3, passes/fuse.h) and its output become values of permuted shape
  *    [N, H, W, C], and its filter a new constant "<W>.nhwc" [M, kh, kw, C/group] (cuDNN's
- *    NHWC filter format, KRSC). codegen/cuda describes them to cuDNN as such.
+ *    NHWC filter format, KRSC) whose bytes are the original's, read through
+ *    ir_value.data_nchw: no copy at compile time (the weight files get the permuted
+ *    order). codegen/cuda describes them to cuDNN as such.
  *  - Nodes the layout does not change the meaning of follow their producers: element-wise
  *    ops (unary on input 0; broadcasting ones on every input: a constant operand is
- *    permuted the same way, after padding its rank to 4) and Concat along the channels
- *    (axis 1 becomes 3). Such a node turns NHWC when one of its 4-D inputs is already.
+ *    permuted the same way, after padding its rank to 4), Concat along the channels
+ *    (axis 1 becomes 3) and Pad with constant pads (permuted too). So do 2-D pooling
+ *    (Max, Average, Lp and their Global forms, without an Indices output) and inference
+ *    BatchNormalization, whose code reads the layout: they get "pipecc.layout" = "NHWC"
+ *    too. Such a node turns NHWC when one of its 4-D inputs already is.
  *  - Everything else reads NCHW: a Transpose (perm 0,3,1,2) restores a value under its
  *    own name where an NCHW node or a graph output needs it, and a Transpose (perm
  *    0,2,3,1) "<v>.nhwc" feeds an NHWC node from an NCHW value; one of each per value at
@@ -32,7 +37,8 @@
 /* Returns the number of Convs turned channels-last, or -1 after an error. */
 int pass_layout_nhwc(ir_graph *g);
 
-/* 1 if Conv n was turned channels-last by pass_layout_nhwc. */
+/* 1 if node n (a Conv, a pooling or a BatchNormalization) was turned channels-last by
+ * pass_layout_nhwc: its 4-D input 0 and output 0 are [N, H, W, C]. */
 int pass_layout_is_nhwc(const ir_node *n);
 
 #endif

@@ -12,7 +12,8 @@
 #   --work DIR    models and pipecc builds (default: /tmp/pipecc-bench-gpu)
 #   PIPECC_PYTHON python with torch, torchvision, onnx, numpy (default /usr/bin/python3)
 #
-# Prints one line per (model, runner): samples/s and ms per batch, then the speedups.
+# Prints one line per (model, runner): samples/s and ms per batch, then the speedups
+# (ResNet-50 also with --layout nchw: channels-last Convs against the model's layout).
 # Needs an NVIDIA GPU: exits 1 with a message when there is none.
 set -euo pipefail
 
@@ -63,16 +64,18 @@ RESULTS="$WORK/results.txt"
 # pipecc: build (g stages, all on the one GPU, m micro-batches), run --bench, record
 # samples/s as runner LABEL; for g > 1 the same build again with PIPERT_SYNC_SETS=1
 # (every stage finishes each micro-batch before handing it on: the old hand-over)
-bench_pipecc() { # name input_name shape input_file g m label
+bench_pipecc() { # name input_name shape input_file g m label [pipecc flags...]
   local name=$1 in=$2 shape=$3 file=$4 g=$5 m=$6 label=$7
-  local d="$WORK/$name-g$g-m$m"
+  shift 7
+  local flags=("$@")
+  local d="$WORK/$name-$label"
   local split=()
   [ "$g" -gt 1 ] && split=(env PIPECC_SPLIT=even)  # exactly g stages, one replica each
   # --stream: batches back to back, as the PyTorch loop runs them, so with -m 1 the
   # stages overlap consecutive batches. pipecc's figure includes copying every batch
   # from host memory; PyTorch's input stays on the GPU.
   ${split[@]+"${split[@]}"} "$PIPECC" "$WORK/models/$name.onnx" --target cuda --shape "$in:$shape" -g "$g" -m "$m" \
-      ${NOTF32[@]+"${NOTF32[@]}"} -o "$d" >&2
+      ${NOTF32[@]+"${NOTF32[@]}"} ${flags[@]+"${flags[@]}"} -o "$d" >&2
   local out sps i
   local envs=("") tags=("$label")
   if [ "$g" -gt 1 ]; then
@@ -134,6 +137,8 @@ for run in "1 1 pipecc-g1" "4 4 pipecc-g4" "4 1 pipecc-g4-m1"; do
   bench_pipecc resnet50 input "${BATCH}x3x224x224" "$WORK/resnet50_x.npy" "$g" "$m" "$label"
   bench_pipecc bert input_ids "${BATCH}x64" "$WORK/bert_x.npy" "$g" "$m" "$label"
 done
+# the model's own NCHW layout everywhere instead of channels-last Convs (passes/layout.h)
+bench_pipecc resnet50 input "${BATCH}x3x224x224" "$WORK/resnet50_x.npy" 1 1 pipecc-g1-nchw --layout nchw
 bench_torch resnet50 "$WORK/resnet50_x.npy"
 bench_torch bert "$WORK/bert_x.npy"
 
@@ -147,7 +152,9 @@ for m in resnet50 bert; do
     END { printf "%s: pipecc g=1 / eager %s, / torch.compile %s; g=4 (one GPU) / g=1: %s (-m 4), %s (-m 1);",
                  m, q(r["pipecc-g1"], r["torch-eager"]), q(r["pipecc-g1"], r["torch-compile"]),
                  q(r["pipecc-g4"], r["pipecc-g1"]), q(r["pipecc-g4-m1"], r["pipecc-g1"])
-          printf " hand-over on the device / synchronous (PIPERT_SYNC_SETS=1): %s (-m 4), %s (-m 1)\n",
-                 q(r["pipecc-g4"], r["pipecc-g4-sync"]), q(r["pipecc-g4-m1"], r["pipecc-g4-m1-sync"]) }' \
+          printf " hand-over on the device / synchronous (PIPERT_SYNC_SETS=1): %s (-m 4), %s (-m 1)",
+                 q(r["pipecc-g4"], r["pipecc-g4-sync"]), q(r["pipecc-g4-m1"], r["pipecc-g4-m1-sync"])
+          if ("pipecc-g1-nchw" in r) printf "; channels-last / --layout nchw (g=1): %s", q(r["pipecc-g1"], r["pipecc-g1-nchw"])
+          printf "\n" }' \
     "$RESULTS"
 done

@@ -373,6 +373,15 @@ static int emit_pool(cu_ctx *c, const ir_node *n) {
   ir_graph *g = c->g;
   ir_value *x = ir_in(g, n, 0), *y = ir_out(g, n, 0), *yi = ir_out(g, n, 1);
   if (need_float(c, n, y->dtype)) return -1;
+  /* channels-last (passes/layout.h): the window sees NCHW; the kernel walks channels innermost */
+  int64_t cl = 0;
+  ir_value xv, yv;
+  if (pass_layout_is_nhwc(n)) {
+    if (x->shape.rank != 4 || y->shape.rank != 4 || yi) return cu_fail(c, n, "a channels-last pooling must be 2-D");
+    xv = nchw_view(x), yv = nchw_view(y);
+    x = &xv, y = &yv;
+    cl = x->shape.dims[1];
+  }
   int sr = x->shape.rank - 2;
   cg_win3 w;
   if (cg_pool_window(c->g, "cuda", n, x, y, &w)) return -1;
@@ -392,7 +401,7 @@ static int emit_pool(cu_ctx *c, const ir_node *n) {
   put_i64s(c, w.s, 3), cu_decl(c, ", ");
   put_i64s(c, w.d, 3), cu_decl(c, ", ");
   put_i64s(c, w.pb, 3), cu_decl(c, ", ");
-  put_i64s(c, w.pe, 3), cu_decl(c, "};\n");
+  put_i64s(c, w.pe, 3), cu_decl(c, ", %lld};\n", LL(cl));
   cu_w(c, "  PK_TRY(pk_pool(S, &pool%d, %s, %s, %s));\n", node, c->x[0], c->y[0], yi ? c->y[1] : "NULL");
   return 0;
 }
@@ -408,6 +417,11 @@ static int emit_batchnorm(cu_ctx *c, const ir_node *n) {
   double eps = ir_attr_float(n, "epsilon", 1e-5f), mom = ir_attr_float(n, "momentum", 0.9f);
   int64_t N = x->shape.dims[0], C = x->shape.rank > 1 ? x->shape.dims[1] : 1, Sp = 1;
   for (int i = 2; i < x->shape.rank; i++) Sp *= x->shape.dims[i];
+  if (pass_layout_is_nhwc(n)) { /* [N, H, W, C] (passes/layout.h): rows of C channels */
+    if (x->shape.rank != 4 || ir_attr_int(n, "training_mode", 0))
+      return cu_fail(c, n, "a channels-last BatchNormalization must be 4-D inference");
+    N = x->shape.dims[0] * x->shape.dims[1] * x->shape.dims[2], C = x->shape.dims[3], Sp = 1;
+  }
   if (cg_numel(y) == 0) return 0;
   if (!ir_attr_int(n, "training_mode", 0))
     cu_w(c, "  PK_TRY(pk_batchnorm(S, %s, %s, %s, %s, %s, %s, %lld, %lld, %lld, %.9g));\n", c->x[0], c->x[1], c->x[2],
@@ -766,7 +780,7 @@ static int emit_maxpool_scatter(cu_ctx *c, const ir_node *n) {
   put_i64s(c, w.s, 3), cu_decl(c, ", ");
   put_i64s(c, w.d, 3), cu_decl(c, ", ");
   put_i64s(c, w.pb, 3), cu_decl(c, ", ");
-  put_i64s(c, w.pe, 3), cu_decl(c, "};\n");
+  put_i64s(c, w.pe, 3), cu_decl(c, ", 0};\n");
   cu_w(c, "  PK_TRY(pk_maxpool_scatter(S, %s, &msc%d, %s, %s, %s, %s));\n", dt_name(y->dtype), node, c->x[0], c->x[1],
        c->x[2], c->y[0]);
   return 0;

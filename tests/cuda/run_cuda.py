@@ -24,6 +24,16 @@
         build never, and the fused build has fewer units. In run mode, g=1 is also built
         with --no-fuse and compared (float32) with onnxruntime.
 
+    run_cuda.py layout --pipecc ... --model resnet50.onnx --shape ... --work /tmp/w \
+                       --max-transposes 2
+        Emits (--emit-only, no nvcc) with the default channels-last layout and with
+        --layout nchw: the default build's sources describe as many Convs to cuDNN as
+        channels-last as pipecc reports turning (at least one), the nchw build none, and
+        the default build adds at most --max-transposes Transpose units (the layout
+        changes at the edges of the channels-last region, not around every Conv). In
+        run mode, g=1 is also built with --layout nchw and compared (float32) with
+        onnxruntime.
+
     --program labels:2 --label-high 10 (both modes)
         The pipelined training program instead (PROGRAM_ARGS: pipecc --train, cross-entropy,
         SGD with momentum, 2 micro-batches). build: as above; without a GPU
@@ -377,9 +387,35 @@ def check_fuse(a, name, work):
     return 0 if ok else 1
 
 
+def check_layout(a, name, work):
+    """Channels-last Convs and the transposes around them (see the module docstring)."""
+    convs, transposes, reported = {}, {}, 0
+    for tag, extra in (("nhwc", ["--time-passes"]), ("nchw", ["--layout", "nchw"])):
+        d = os.path.join(work, f"layout_{tag}")
+        shutil.rmtree(d, ignore_errors=True)
+        r = pt.run_pipecc(pipecc_cmd(a, 2, d, ["--emit-only"] + extra), f"{name} {tag}")
+        if r is None:
+            return 1
+        if tag == "nhwc":
+            m = re.search(r"pass layout .*\((\d+) convs\)", r.stderr)
+            reported = int(m.group(1)) if m else -1
+        src = "".join(open(os.path.join(d, f)).read() for f in sorted(os.listdir(d))
+                      if f.startswith("stage_") and f.endswith(".cu"))
+        convs[tag] = len(re.findall(r"channels-last \(NHWC, filter KRSC\)", src))
+        transposes[tag] = len(re.findall(r"/\* node \d+: Transpose '", src))
+        if not a.keep:
+            shutil.rmtree(d, ignore_errors=True)
+    added = transposes["nhwc"] - transposes["nchw"]
+    print(f"{name}: pipecc reports {reported} channels-last convs; in the sources: nhwc {convs['nhwc']}, "
+          f"nchw {convs['nchw']}; Transpose units added {added} (at most {a.max_transposes})")
+    ok = reported > 0 and convs["nhwc"] == reported and convs["nchw"] == 0 and 0 <= added <= a.max_transposes
+    print(("PASS " if ok else "FAIL ") + name)
+    return 0 if ok else 1
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["build", "run", "fuse"])
+    ap.add_argument("mode", choices=["build", "run", "fuse", "layout"])
     ap.add_argument("--pipecc", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--shape", action="append", default=[])
@@ -395,6 +431,7 @@ def main():
                     help="the pipelined training program; its labels input and shape")
     ap.add_argument("--label-high", type=int, default=2, help="labels below this (run --step)")
     ap.add_argument("--keep", action="store_true", help="keep the build directories")
+    ap.add_argument("--max-transposes", type=int, default=2, help="layout: Transpose units the layout may add")
     ap.add_argument("--noise", type=int, default=0, metavar="TRIES",
                     help="run --step: bound fp32 differences by the cpu reference's own movement "
                          "under one-ulp input changes (TRIES of them; see reference_noise)")
@@ -413,6 +450,8 @@ def main():
 
     if a.mode == "fuse":
         return check_fuse(a, name, work)
+    if a.mode == "layout":
+        return check_layout(a, name, work)
 
     if a.mode == "build":
         ok = True
@@ -449,7 +488,8 @@ def main():
         runs = [(g, ["--no-tf32"], 1e-4, "fp32") for g in stages] + [(1, [], None, "tf32")]
     else:
         runs = [(g, [], 1e-3, "tf32") for g in stages] + [(1, ["--no-tf32"], 1e-4, "fp32"),
-                                                           (1, ["--no-tf32", "--no-fuse"], 1e-4, "fp32-unfused")]
+                                                           (1, ["--no-tf32", "--no-fuse"], 1e-4, "fp32-unfused"),
+                                                           (1, ["--no-tf32", "--layout", "nchw"], 1e-4, "fp32-nchw")]
     ok = True
     for g, extra, tol, tag in runs:
         d = os.path.join(work, f"run_g{g}_{tag}")

@@ -80,13 +80,15 @@ typedef struct pk_copy_p {
   uint64_t value;       /* CONST: the element's bit pattern */
 } pk_copy_p;
 
-/* Pooling (float): MAX / AVG / LP over a 3-D window (leading dims 1). */
+/* Pooling (float): MAX / AVG / LP over a 3-D window (leading dims 1). cl > 0: x and y
+ * are channels-last, [n, spatial, cl] with nc = n * cl (passes/layout.h; no indices). */
 enum { PK_POOL_MAX = 0, PK_POOL_AVG, PK_POOL_LP };
 typedef struct pk_pool_p {
   int kind, count_include_pad, col_major_index;
   double p;
   int64_t nc;
   int64_t in[3], out[3], k[3], s[3], d[3], pb[3], pe[3];
+  int64_t cl;
 } pk_pool_p;
 
 /* Row-wise ops over [outer, A, inner]. */

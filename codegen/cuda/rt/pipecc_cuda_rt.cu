@@ -558,12 +558,13 @@ extern "C" int pk_gather(pk_stage *S, int esize, const void *x, const void *idx,
 
 __global__ void k_pool(pk_pool_p p, const float *__restrict__ x, float *__restrict__ y, int64_t *__restrict__ yi,
                        int64_t total) {
-  int64_t IS = p.in[0] * p.in[1] * p.in[2];
+  int64_t IS = p.in[0] * p.in[1] * p.in[2], cs = p.cl ? p.cl : 1; /* cs: x's stride between taps */
   GRID_LOOP(t, total) {
-    int64_t ow = t % p.out[2], r = t / p.out[2], oh = r % p.out[1];
+    int64_t ch = p.cl ? t % p.cl : 0, q = p.cl ? t / p.cl : t; /* channels-last: channel innermost */
+    int64_t ow = q % p.out[2], r = q / p.out[2], oh = r % p.out[1];
     r /= p.out[1];
     int64_t od = r % p.out[0], nc = r / p.out[0];
-    const float *xp = x + nc * IS;
+    const float *xp = p.cl ? x + nc * IS * p.cl + ch : x + nc * IS;
     int64_t d0 = od * p.s[0] - p.pb[0], h0 = oh * p.s[1] - p.pb[1], w0 = ow * p.s[2] - p.pb[2];
     float m = -INFINITY;
     int64_t mi = 0, cnt = 0;
@@ -576,7 +577,7 @@ __global__ void k_pool(pk_pool_p p, const float *__restrict__ x, float *__restri
           int64_t iw = w0 + kw * p.d[2];
           if (id < 0 || id >= p.in[0] || ih < 0 || ih >= p.in[1] || iw < 0 || iw >= p.in[2]) continue;
           int64_t ii = (id * p.in[1] + ih) * p.in[2] + iw;
-          float v = xp[ii];
+          float v = xp[ii * cs];
           if (p.kind == PK_POOL_MAX) {
             if (v > m) {
               m = v;
@@ -608,6 +609,7 @@ __global__ void k_pool(pk_pool_p p, const float *__restrict__ x, float *__restri
 extern "C" int pk_pool(pk_stage *S, const pk_pool_p *p, const float *x, float *y, int64_t *yi) {
   int64_t t = p->nc * p->out[0] * p->out[1] * p->out[2];
   if (t == 0) return 0;
+  if (p->cl && (yi || p->nc % p->cl)) return pk_fail(S, "pooling", "channels-last pooling without indices only");
   k_pool<<<pk_grid(t), PK_THREADS, 0, S->stream>>>(*p, x, y, yi, t);
   return pk_check_launch(S);
 }
