@@ -363,23 +363,31 @@ def run_step(a, name, work, stages):
     return 0 if ok else 1
 
 
+def emitted(a, name, work, tag, extra):
+    """pipecc --emit-only with extra flags: (its stderr, the stage_K.cu sources joined), or None."""
+    d = os.path.join(work, tag)
+    shutil.rmtree(d, ignore_errors=True)
+    r = pt.run_pipecc(pipecc_cmd(a, 2, d, ["--emit-only"] + extra), f"{name} {tag}")
+    if r is None:
+        return None
+    src = "".join(open(os.path.join(d, f)).read() for f in sorted(os.listdir(d))
+                  if f.startswith("stage_") and f.endswith(".cu"))
+    if not a.keep:
+        shutil.rmtree(d, ignore_errors=True)
+    return r.stderr, src
+
+
 def check_fuse(a, name, work):
     """Fused Conv epilogues in the emitted cuda sources (see the module docstring)."""
     calls, units = {}, {}
     for tag, extra in (("fused", ["--time-passes"]), ("unfused", ["--no-fuse"])):
-        d = os.path.join(work, f"fuse_{tag}")
-        shutil.rmtree(d, ignore_errors=True)
-        r = pt.run_pipecc(pipecc_cmd(a, 2, d, ["--emit-only"] + extra), f"{name} {tag}")
-        if r is None:
+        e = emitted(a, name, work, f"fuse_{tag}", extra)
+        if e is None:
             return 1
         if tag == "fused":
-            chains = pt.fused_chains(r.stderr)
-        src = "".join(open(os.path.join(d, f)).read() for f in sorted(os.listdir(d))
-                      if f.startswith("stage_") and f.endswith(".cu"))
-        calls[tag] = len(re.findall(r"\bpk_conv_epi\(", src))
-        units[tag] = len(re.findall(r"PK_UNIT\(", src))
-        if not a.keep:
-            shutil.rmtree(d, ignore_errors=True)
+            chains = pt.fused_chains(e[0])
+        calls[tag] = len(re.findall(r"\bpk_conv_epi\(", e[1]))
+        units[tag] = len(re.findall(r"PK_UNIT\(", e[1]))
     print(f"{name}: {chains} chains fused; pk_conv_epi calls: fused {calls['fused']}, unfused {calls['unfused']}; "
           f"units: fused {units['fused']}, unfused {units['unfused']}")
     ok = chains > 0 and calls["fused"] == chains and calls["unfused"] == 0 and units["fused"] < units["unfused"]
@@ -391,20 +399,14 @@ def check_layout(a, name, work):
     """Channels-last Convs and the transposes around them (see the module docstring)."""
     convs, transposes, reported = {}, {}, 0
     for tag, extra in (("nhwc", ["--time-passes"]), ("nchw", ["--layout", "nchw"])):
-        d = os.path.join(work, f"layout_{tag}")
-        shutil.rmtree(d, ignore_errors=True)
-        r = pt.run_pipecc(pipecc_cmd(a, 2, d, ["--emit-only"] + extra), f"{name} {tag}")
-        if r is None:
+        e = emitted(a, name, work, f"layout_{tag}", extra)
+        if e is None:
             return 1
         if tag == "nhwc":
-            m = re.search(r"pass layout .*\((\d+) convs\)", r.stderr)
+            m = re.search(r"pass layout .*\((\d+) convs\)", e[0])
             reported = int(m.group(1)) if m else -1
-        src = "".join(open(os.path.join(d, f)).read() for f in sorted(os.listdir(d))
-                      if f.startswith("stage_") and f.endswith(".cu"))
-        convs[tag] = len(re.findall(r"channels-last \(NHWC, filter KRSC\)", src))
-        transposes[tag] = len(re.findall(r"/\* node \d+: Transpose '", src))
-        if not a.keep:
-            shutil.rmtree(d, ignore_errors=True)
+        convs[tag] = len(re.findall(r"channels-last \(NHWC, filter KRSC\)", e[1]))
+        transposes[tag] = len(re.findall(r"/\* node \d+: Transpose '", e[1]))
     added = transposes["nhwc"] - transposes["nchw"]
     print(f"{name}: pipecc reports {reported} channels-last convs; in the sources: nhwc {convs['nhwc']}, "
           f"nchw {convs['nchw']}; Transpose units added {added} (at most {a.max_transposes})")
