@@ -23,12 +23,13 @@ static int marked_follower(ir_graph *g, const ir_node *n) {
   }
 }
 
-/* [d0, d1, d2, d3] -> [d0, d2, d3, d1] (to_nhwc) or [d0, d3, d1, d2] */
-static ir_shape permuted(const ir_shape *s, int to_nhwc) {
+/* The two permutations: NCHW -> NHWC, and back (Transpose perms and shapes alike). */
+static const int64_t PERM_NHWC[4] = {0, 2, 3, 1}, PERM_NCHW[4] = {0, 3, 1, 2};
+
+ir_shape pass_layout_permuted(const ir_shape *s, int to_nhwc) {
   ir_shape r = *s;
-  static const int fwd[4] = {0, 2, 3, 1}, back[4] = {0, 3, 1, 2};
   for (int d = 0; d < 4; d++) {
-    int from = to_nhwc ? fwd[d] : back[d];
+    int from = (int)(to_nhwc ? PERM_NHWC[d] : PERM_NCHW[d]);
     r.dims[d] = s->dims[from];
     r.sym[d] = s->sym[from];
   }
@@ -41,15 +42,13 @@ typedef struct {
   int *twin;     /* the NHWC value holding the same tensor, or -1 */
   int *cperm;    /* a constant's permuted copy, or -1 */
   char *pending; /* produced channels-last; no node writes the NCHW value yet */
-  int added;     /* transposes added */
 } lay_ctx;
 
 static void set_perm(ir_graph *g, int node, int to_nhwc) {
-  static const int64_t fwd[4] = {0, 2, 3, 1}, back[4] = {0, 3, 1, 2};
   ir_attr *a = ir_node_add_attr(g, node, "perm", IR_ATTR_INTS);
   a->n = 4;
   a->ints = ir_alloc_array(g->arena, 4, sizeof(int64_t));
-  memcpy(a->ints, to_nhwc ? fwd : back, sizeof fwd);
+  memcpy(a->ints, to_nhwc ? PERM_NHWC : PERM_NCHW, sizeof PERM_NHWC);
 }
 
 static int add_transpose(lay_ctx *L, int from, int to, int to_nhwc) {
@@ -59,7 +58,6 @@ static int add_transpose(lay_ctx *L, int from, int to, int to_nhwc) {
   int t = ir_add_node(g, IR_OP_Transpose, name, &from, 1, &to, 1);
   g->nodes[t].opset = 13;
   set_perm(g, t, to_nhwc);
-  L->added++;
   return t;
 }
 
@@ -69,7 +67,7 @@ static int to_nhwc(lay_ctx *L, int v) {
   ir_graph *g = L->g;
   char *name = ir_sprintf(g->arena, "%s.nhwc", g->values[v].name ? g->values[v].name : "");
   int t = ir_add_value(g, name, IR_VAL_ACT, g->values[v].dtype);
-  g->values[t].shape = permuted(&g->values[v].shape, 1);
+  g->values[t].shape = pass_layout_permuted(&g->values[v].shape, 1);
   g->values[t].writeback = -1;
   add_transpose(L, v, t, 1);
   if (v < L->nv0) L->twin[v] = t;
@@ -95,7 +93,7 @@ static int perm_const(lay_ctx *L, int v) {
     s4.dims[d] = d < 4 - r ? 1 : c->shape.dims[d - (4 - r)];
     s4.sym[d] = NULL;
   }
-  ir_shape ps = permuted(&s4, 1);
+  ir_shape ps = pass_layout_permuted(&s4, 1);
   char *name = ir_sprintf(g->arena, "%s.nhwc", c->name ? c->name : "");
   /* the same bytes, read through data_nchw (no copy: --plan-only never touches them);
    * a permutation that moves only dims of 1 keeps the order */
@@ -210,7 +208,7 @@ static int layout_slots(ir_graph *g, const ir_node *n) {
 
 int pass_layout_nhwc(ir_graph *g) {
   ir_rebuild_uses(g);
-  lay_ctx L = {g, g->n_values, NULL, NULL, NULL, 0};
+  lay_ctx L = {g, g->n_values, NULL, NULL, NULL};
   L.twin = malloc(sizeof(int) * (size_t)(L.nv0 + 1));
   L.cperm = malloc(sizeof(int) * (size_t)(L.nv0 + 1));
   L.pending = calloc((size_t)L.nv0 + 1, 1);
@@ -252,7 +250,7 @@ int pass_layout_nhwc(ir_graph *g) {
     int y = g->nodes[i].out[0];
     char *name = ir_sprintf(g->arena, "%s.nhwc", g->values[y].name ? g->values[y].name : "");
     int t = ir_add_value(g, name, IR_VAL_ACT, g->values[y].dtype);
-    g->values[t].shape = permuted(&g->values[y].shape, 1);
+    g->values[t].shape = pass_layout_permuted(&g->values[y].shape, 1);
     g->values[t].writeback = -1;
     g->values[t].producer = i;
     g->values[y].producer = -1;
@@ -274,7 +272,7 @@ int pass_layout_nhwc(ir_graph *g) {
   }
   for (int k = 0; k < g->n_outputs; k++) materialize(&L, g->outputs[k]);
   free(L.twin), free(L.cperm), free(L.pending);
-  if (!convs && !L.added) return 0;
+  if (!convs) return 0; /* only a Conv starts a channels-last region: nothing was added */
   if (ir_toposort(g)) return -1;
   ir_compact(g);
   ir_rebuild_uses(g);

@@ -37,6 +37,9 @@
 /* Returns the number of Convs turned channels-last, or -1 after an error. */
 int pass_layout_nhwc(ir_graph *g);
 
+/* s (rank 4) permuted NCHW -> NHWC ([d0, d2, d3, d1]) or, to_nhwc 0, back ([d0, d3, d1, d2]). */
+ir_shape pass_layout_permuted(const ir_shape *s, int to_nhwc);
+
 /* 1 if node n (a Conv, a pooling or a BatchNormalization) was turned channels-last by
  * pass_layout_nhwc: its 4-D input 0 and output 0 are [N, H, W, C]. */
 int pass_layout_is_nhwc(const ir_node *n);

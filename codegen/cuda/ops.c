@@ -132,9 +132,7 @@ static void put_conv_entry(cu_ctx *c, const ir_node *n, ir_dtype t, const cg_win
 /* v's shape [N, H, W, C] as [N, C, H, W] */
 static ir_value nchw_view(const ir_value *v) {
   ir_value r = *v;
-  r.shape.dims[1] = v->shape.dims[3];
-  r.shape.dims[2] = v->shape.dims[1];
-  r.shape.dims[3] = v->shape.dims[2];
+  r.shape = pass_layout_permuted(&v->shape, 0);
   return r;
 }
 
