@@ -57,10 +57,11 @@ static void vmsg(const ir_graph *g, const char *kind, int node, const char *fmt,
   for (char *q = msg; *q; q++) /* messages are one line, whatever a format argument held */
     if (*q == '\n' || *q == '\r') *q = ' ';
   printable_path(g && g->path ? g->path : "pipecc", path, sizeof path);
+  const char *hint = g && g->diag_hint && !*kind ? g->diag_hint : "";
   if (node >= 0 && g && node < g->n_nodes)
-    fprintf(stderr, "%s: %s%s: %s\n", path, kind, ir_node_desc(g, node, desc, sizeof desc), msg);
+    fprintf(stderr, "%s: %s%s: %s%s\n", path, kind, ir_node_desc(g, node, desc, sizeof desc), msg, hint);
   else
-    fprintf(stderr, "%s: %s%s\n", path, kind, msg);
+    fprintf(stderr, "%s: %s%s%s\n", path, kind, msg, hint);
 }
 
 /* A hostile model can hold a million errors: print the first IR_DIAG_MAX_ERRORS. */

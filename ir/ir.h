@@ -109,6 +109,9 @@ typedef struct {
   ir_param_kind param; /* training: the role of a mutable constant, else IR_PARAM_NONE */
   int writeback;       /* training: the param (value index) this value is copied into at the end of
                         * its phase (the new weight, state or running statistic), else -1 */
+  /* compiling for micro-batches (passes/batch.h): the dim of the axis that carries the
+   * batch is batch_outer x batch x batch_inner elements, row-major (0 means 1) */
+  int64_t batch_outer, batch_inner;
   /* consumers, valid after ir_rebuild_uses: node indices use_list[use_off..+n_uses] */
   int use_off, n_uses;
 } ir_value;
@@ -187,6 +190,12 @@ typedef struct ir_graph {
   ir_strmap *names;             /* value name -> index */
   ir_mapping *maps;             /* mmapped files */
   int n_errors;                 /* model errors reported so far */
+  /* Compiling for micro-batches (tools/pipecc.c): the same model inferred at the whole
+   * batch, read by name (passes/batch.h), and how many micro-batches a batch is split
+   * in; NULL and 0 otherwise. */
+  const struct ir_graph *batch_full;
+  int microbatches;
+  const char *diag_hint;        /* appended to every error message while set */
 } ir_graph;
 
 ir_graph *ir_graph_new(const char *path);

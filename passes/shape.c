@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "passes/batch.h"
 #include "passes/pass.h"
 #include "passes/shape_impl.h"
 
@@ -266,6 +267,7 @@ int pass_shape_node(ir_graph *g, int node) {
     }
     return -1;
   }
+  pass_batch_node(g, node);
   return 0;
 }
 

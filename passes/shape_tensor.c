@@ -5,6 +5,7 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "passes/batch.h"
 #include "passes/shape_impl.h"
 
 #define SH_MAX_LIST 64 /* longest axes/shape/split list read from a constant */
@@ -30,50 +31,78 @@ int sh_Flatten(ir_graph *g, int node) {
   return sh_set_out(g, node, 0, x->dtype, &out);
 }
 
-/* Reshape-21 (shape input since 5; allowzero since 14): 0 copies the input dim (or is
- * a real 0 with allowzero), one -1 is inferred from the element count. */
-int sh_Reshape(ir_graph *g, int node) {
-  ir_value *x = sh_in(g, node, 0);
-  int64_t s[SH_MAX_LIST];
-  int n;
-  char b[256];
-  if (sh_const_ints(g, node, 1, "shape", s, SH_MAX_LIST, &n)) return -1;
-  if (n > IR_MAX_RANK) SH_FAIL("input 'shape' has %d dims, pipecc supports rank up to %d", n, IR_MAX_RANK);
-  int allowzero = SH_NODE->opset >= 14 && ir_attr_int(SH_NODE, "allowzero", 0);
-  ir_shape out = shape_of_rank(n);
+/* The output shape of Reshape of x to s[0..n) (Reshape-21: 0 copies the input dim, or
+ * is a real 0 with allowzero; one -1 is inferred from the element count). 0, or -1 with
+ * the reason in err. */
+static int reshape_resolve(const ir_value *x, const int64_t *s, int n, int allowzero, ir_shape *out, char *err,
+                           size_t errlen) {
+  char b[256], c[256];
+  *out = shape_of_rank(n);
   int neg = -1, zero = 0;
   int64_t known = 1;
   for (int i = 0; i < n; i++) {
     int64_t v = s[i];
     if (v == -1) {
-      if (neg >= 0) SH_FAIL("input 'shape' has more than one -1");
+      if (neg >= 0) return snprintf(err, errlen, "input 'shape' has more than one -1"), -1;
       neg = i;
       continue;
     }
-    if (v < -1) SH_FAIL("input 'shape' has invalid dim %" PRId64, v);
+    if (v < -1) return snprintf(err, errlen, "input 'shape' has invalid dim %" PRId64, v), -1;
     if (v == 0 && !allowzero) {
       if (i >= x->shape.rank)
-        SH_FAIL("input 'shape' has 0 at index %d (copy the input dim) but the input %s has rank %d", i,
-                sh_str(&x->shape, b, sizeof b), x->shape.rank);
+        return snprintf(err, errlen, "input 'shape' has 0 at index %d (copy the input dim) but the input %s has rank %d",
+                        i, sh_str(&x->shape, b, sizeof b), x->shape.rank),
+               -1;
       v = x->shape.dims[i];
     }
     if (v == 0) zero = 1;
-    out.dims[i] = v;
-    if (sh_mul(known, v, &known)) SH_FAIL("input 'shape': the element count overflows");
+    out->dims[i] = v;
+    if (sh_mul(known, v, &known)) return snprintf(err, errlen, "input 'shape': the element count overflows"), -1;
   }
   int64_t numel = ir_shape_numel(&x->shape);
   if (neg >= 0) {
-    if (allowzero && zero) SH_FAIL("input 'shape' has both 0 and -1 with allowzero=1");
+    if (allowzero && zero) return snprintf(err, errlen, "input 'shape' has both 0 and -1 with allowzero=1"), -1;
     if (known == 0 || numel % known)
-      SH_FAIL("cannot reshape %s (%" PRId64 " elements) to shape with -1 and known dims of product %" PRId64,
-              sh_str(&x->shape, b, sizeof b), numel, known);
-    out.dims[neg] = numel / known;
+      return snprintf(err, errlen,
+                      "cannot reshape %s (%" PRId64 " elements) to shape with -1 and known dims of product %" PRId64,
+                      sh_str(&x->shape, b, sizeof b), numel, known),
+             -1;
+    out->dims[neg] = numel / known;
   } else if (known != numel) {
-    char c[256];
-    SH_FAIL("cannot reshape %s (%" PRId64 " elements) to %s (%" PRId64 " elements)", sh_str(&x->shape, b, sizeof b),
-            numel, sh_str(&out, c, sizeof c), known);
+    return snprintf(err, errlen, "cannot reshape %s (%" PRId64 " elements) to %s (%" PRId64 " elements)",
+                    sh_str(&x->shape, b, sizeof b), numel, sh_str(out, c, sizeof c), known),
+           -1;
   }
-  return sh_set_out(g, node, 0, x->dtype, &out);
+  return 0;
+}
+
+/* Reshape-21 (shape input since 5; allowzero since 14). Compiling for micro-batches, a
+ * shape the exporter fixed for the whole batch (PyTorch traces x.size(0) as a number)
+ * is rewritten for one micro-batch (passes/batch.h). */
+int sh_Reshape(ir_graph *g, int node) {
+  ir_value *x = sh_in(g, node, 0);
+  int64_t s[SH_MAX_LIST];
+  int n;
+  char err[512];
+  if (sh_const_ints(g, node, 1, "shape", s, SH_MAX_LIST, &n)) return -1;
+  if (n > IR_MAX_RANK) SH_FAIL("input 'shape' has %d dims, pipecc supports rank up to %d", n, IR_MAX_RANK);
+  int allowzero = SH_NODE->opset >= 14 && ir_attr_int(SH_NODE, "allowzero", 0);
+  ir_shape out, micro;
+  ir_dtype dt = x->dtype; /* ir_add_const below may move the values */
+  int rc = reshape_resolve(x, s, n, allowzero, &out, err, sizeof err);
+  int b = pass_batch_reshape(g, node, &micro);
+  if (b < 0) return -1;
+  if (b > 0 && (rc || !ir_shape_same_dims(&out, &micro))) {
+    ir_value *sv = sh_in(g, node, 1);
+    char *name = ir_sprintf(g->arena, "%s.micro", sv->name ? sv->name : "shape");
+    ir_shape ss = shape_of_rank(1);
+    ss.dims[0] = micro.rank;
+    SH_NODE->in[1] = ir_add_const(g, name, IR_INT64, &ss, micro.dims, sizeof(int64_t) * (size_t)micro.rank);
+    out = micro;
+    rc = 0;
+  }
+  if (rc) SH_FAIL("%s", err);
+  return sh_set_out(g, node, 0, dt, &out);
 }
 
 /* Transpose-21 (unchanged since 1): perm (default reversed) must be a permutation. */

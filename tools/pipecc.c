@@ -17,6 +17,7 @@
 #include "ir/diag.h"
 #include "ir/print.h"
 #include "passes/autodiff.h"
+#include "passes/batch.h"
 #include "passes/fuse.h"
 #include "passes/layout.h"
 #include "passes/winograd.h"
@@ -105,7 +106,7 @@ static struct {
   int *even_stage, *even_reps, *reps, *train_stage;
   cg_instr **progs;
   int *prog_len, n_progs;
-  ir_graph *g;
+  ir_graph *g, *g_full;
   pass_planned *pl;
 } owned;
 
@@ -126,12 +127,29 @@ static void free_owned(void) {
   free(owned.prog_len);
   if (owned.pl) pass_planned_free(owned.pl);
   ir_graph_free(owned.g);
+  ir_graph_free(owned.g_full);
 }
 
 static double now_ms(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+/* The model loaded again and run through the frontend passes at the whole batch (no
+ * micro-batch split): the reference passes/batch.h compares shapes against. NULL after
+ * reporting. */
+static ir_graph *whole_batch(const char *model, const pass_opts *o) {
+  ir_graph *f = onnx_load_file(model);
+  if (!f) return NULL;
+  pass_opts q = *o;
+  q.verbose = 0;
+  for (const pass_info *p = pass_frontend_pipeline; p->name; p++)
+    if (p->fn(f, &q) || f->n_errors) {
+      ir_graph_free(f);
+      return NULL;
+    }
+  return f;
 }
 
 static int cli_error(const char *fmt, const char *arg) {
@@ -577,12 +595,27 @@ int main(int argc, char **argv) {
         }
         v->shape.dims[0] /= microbatches;
       }
+      /* the same model at the whole batch, to tell which axis of each value carries the
+       * batch (passes/batch.h) */
+      if (microbatches > 1) {
+        double s0 = now_ms();
+        if (!(owned.g_full = whole_batch(model, &opts))) return 2;
+        g->batch_full = owned.g_full;
+        g->microbatches = microbatches;
+        g->diag_hint = PASS_BATCH_HINT;
+        if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms\n", "batch-ref", now_ms() - s0);
+      }
     }
     for (int k = 0; k < n_dumps; k++)
       if (!strcmp(dumps[k], p->name)) {
         fprintf(stdout, "# after %s\n", p->name);
         ir_print_text(stdout, g);
       }
+  }
+
+  if (g->batch_full) { /* every node commutes with splitting the batch (passes/batch.h) */
+    g->diag_hint = NULL;
+    if (pass_batch_check(g)) return 2;
   }
 
   if (train_step || train_prog) { /* ---- training: the step function, or the loss of the program ---- */

@@ -1,0 +1,252 @@
+/* passes/batch.c - the batch axis of every value when compiling for micro-batches, and
+ * the nodes that cannot be split along it (see passes/batch.h). */
+#include "passes/batch.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "ir/diag.h"
+#include "ir/ops.h"
+
+/* The advice every report ends with. */
+#define ADVICE "compile with -m 1 (the batch in one micro-batch)"
+
+int pass_batch_axis(const ir_graph *g, int v) {
+  const ir_graph *f = g->batch_full;
+  if (!f || v < 0 || v >= g->n_values) return -3;
+  const ir_value *x = &g->values[v];
+  if (x->kind == IR_VAL_CONST) return -1;
+  int fv = x->name ? ir_find_value(f, x->name) : -1;
+  if (fv < 0) return -3;
+  const ir_value *y = &f->values[fv];
+  if (!ir_shape_static(&x->shape) || !ir_shape_static(&y->shape)) return -3;
+  if (ir_shape_same_dims(&x->shape, &y->shape)) return -1;
+  if (x->shape.rank != y->shape.rank) return -2;
+  int axis = -1;
+  for (int i = 0; i < x->shape.rank; i++) {
+    if (x->shape.dims[i] == y->shape.dims[i]) continue;
+    if (axis >= 0 || x->shape.dims[i] * g->microbatches != y->shape.dims[i]) return -2;
+    axis = i;
+  }
+  return axis;
+}
+
+static const ir_value *full_value(const ir_graph *g, int v) {
+  const char *name = g->values[v].name;
+  int fv = name ? ir_find_value(g->batch_full, name) : -1;
+  return fv >= 0 ? &g->batch_full->values[fv] : NULL;
+}
+
+static int64_t one_if_unset(int64_t f) { return f > 0 ? f : 1; }
+
+/* Where the batch of x (axis a of its whole-batch shape xf, that dim being A x B x C)
+ * lands in a reshape of it to yf: row-major order is kept, so the batch elements are
+ * those after the first `outer` and before the last `inner` of each block; the output
+ * axis j whose leading and trailing dims divide those and whose size is outer' x B x
+ * inner' holds them. 0 with *j, *A2, *C2; -1 when no axis does. */
+static int reshape_batch(const ir_shape *xf, int a, int64_t A, int64_t C, const ir_shape *yf, int *j, int64_t *A2,
+                         int64_t *C2) {
+  int64_t outer = A, inner = C;
+  if (xf->dims[a] % (A * C)) return -1;
+  int64_t B = xf->dims[a] / (A * C);
+  for (int i = 0; i < xf->rank; i++)
+    if (i != a) *(i < a ? &outer : &inner) *= xf->dims[i];
+  int64_t before = 1;
+  for (int k = 0; k < yf->rank; k++) {
+    int64_t after = 1, d = yf->dims[k];
+    for (int i = k + 1; i < yf->rank; i++) after *= yf->dims[i];
+    if (d > 0 && after > 0 && outer % before == 0 && inner % after == 0 &&
+        d == outer / before * B * (inner / after)) {
+      *j = k, *A2 = outer / before, *C2 = inner / after;
+      return 0;
+    }
+    before *= d;
+    if (!before || before > outer) break;
+  }
+  return -1;
+}
+
+int pass_batch_reshape(ir_graph *g, int node, ir_shape *out) {
+  const ir_node *n = &g->nodes[node];
+  int m = g->microbatches;
+  if (!g->batch_full || m <= 1 || n->n_in < 1 || n->n_out < 1 || n->out[0] < 0) return 0;
+  int a = pass_batch_axis(g, n->in[0]);
+  if (a < 0) return 0;
+  const ir_value *x = &g->values[n->in[0]], *xf = full_value(g, n->in[0]), *yf = full_value(g, n->out[0]);
+  if (!xf || !yf || !ir_shape_static(&yf->shape)) return 0;
+  int j;
+  int64_t A2, C2;
+  if (!reshape_batch(&xf->shape, a, one_if_unset(x->batch_outer), one_if_unset(x->batch_inner), &yf->shape, &j, &A2,
+                     &C2)) {
+    *out = yf->shape;
+    out->dims[j] /= m;
+    return 1;
+  }
+  char sx[128], sy[128];
+  ir_error_node(g, node, "no axis of its target shape %s (fixed at export) holds the batch of its input %s split in %d",
+                ir_shape_str(&yf->shape, sy, sizeof sy), ir_shape_str(&xf->shape, sx, sizeof sx), m);
+  return -1;
+}
+
+/* Inputs whose values (not only their shapes or types) the node reads. */
+static int data_inputs(const ir_node *n) {
+  if (n->op == IR_OP_Shape || n->op == IR_OP_Size) return 0;
+  if (n->op == IR_OP_CastLike) return 1;
+  return n->n_in;
+}
+
+void pass_batch_node(ir_graph *g, int node) {
+  if (!g->batch_full || g->microbatches <= 1) return;
+  const ir_node *n = &g->nodes[node];
+  int64_t A = 0, C = 0;
+  int a = -1;
+  for (int k = 0; k < data_inputs(n) && a < 0; k++)
+    if ((a = pass_batch_axis(g, n->in[k])) >= 0) {
+      A = g->values[n->in[k]].batch_outer;
+      C = g->values[n->in[k]].batch_inner;
+      if (n->op == IR_OP_Reshape || n->op == IR_OP_Flatten) {
+        const ir_value *xf = full_value(g, n->in[k]), *yf = n->out[0] >= 0 ? full_value(g, n->out[0]) : NULL;
+        int j;
+        if (!xf || !yf || reshape_batch(&xf->shape, a, one_if_unset(A), one_if_unset(C), &yf->shape, &j, &A, &C))
+          A = C = 0; /* the check reports it from the shapes */
+      }
+    }
+  for (int k = 0; k < n->n_out; k++)
+    if (n->out[k] >= 0) {
+      g->values[n->out[k]].batch_outer = A;
+      g->values[n->out[k]].batch_inner = C;
+    }
+}
+
+/* axis normalised for rank r (negative counts from the end) */
+static int norm_axis(int64_t axis, int r) { return (int)(axis < 0 ? axis + r : axis); }
+
+/* Element k of constant input i of node n, or dflt when it is absent or not constant. */
+static int64_t const_in(ir_graph *g, const ir_node *n, int i, int64_t k, int64_t dflt) {
+  const ir_value *v = ir_in(g, n, i);
+  int64_t x;
+  return v && v->kind == IR_VAL_CONST && !ir_const_i64(v, k, &x) ? x : dflt;
+}
+
+/* Slice keeps the batch axis a whole and in order? (opset 10+: starts, ends, axes,
+ * steps are inputs 1-4; before: attributes without steps) */
+static int slice_keeps(ir_graph *g, const ir_node *n, int a) {
+  const ir_value *x = ir_in(g, n, 0), *y = ir_out(g, n, 0);
+  int r = x->shape.rank;
+  int64_t na;
+  const int64_t *av = NULL;
+  if (n->opset >= 10) {
+    const ir_value *axes = ir_in(g, n, 3), *starts = ir_in(g, n, 1);
+    na = axes ? ir_shape_numel(&axes->shape) : starts ? ir_shape_numel(&starts->shape) : 0;
+  } else {
+    const int64_t *sv;
+    na = ir_attr_ints(n, "axes", &av);
+    if (na < 0) na = ir_attr_ints(n, "starts", &sv);
+  }
+  for (int64_t k = 0; k < na; k++) {
+    int64_t ax = n->opset >= 10 ? const_in(g, n, 3, k, k) : av ? av[k] : k;
+    if (norm_axis(ax, r) != a) continue;
+    int64_t step = n->opset >= 10 ? const_in(g, n, 4, k, 1) : 1;
+    return step == 1 && y->shape.dims[a] == x->shape.dims[a];
+  }
+  return 1;
+}
+
+/* Why node n cannot run on a micro-batch whose batch lies on axis a of its input 0 (and
+ * axis ao of its output 0), or NULL when it can. Shapes catch reductions, gathers and
+ * slices across the batch; these are the nodes that keep their shapes while mixing. */
+static const char *works_across(ir_graph *g, const ir_node *n, int a, int ao) {
+  const ir_value *x = ir_in(g, n, 0);
+  int r = x ? x->shape.rank : 0;
+  switch (n->op) {
+    case IR_OP_Softmax: case IR_OP_LogSoftmax: case IR_OP_Hardmax: {
+      int ax = norm_axis(ir_attr_int(n, "axis", n->opset >= 13 ? -1 : 1), r);
+      if (n->opset >= 13 ? a == ax : a >= ax) return "it normalises along the batch axis";
+      return NULL;
+    }
+    case IR_OP_LayerNormalization:
+      return a >= norm_axis(ir_attr_int(n, "axis", -1), r) ? "it normalises over the batch axis" : NULL;
+    case IR_OP_CumSum:
+      return a == norm_axis(const_in(g, n, 1, 0, 0), r) ? "it sums along the batch axis" : NULL;
+    case IR_OP_Concat:
+      return ao >= 0 && n->n_in > 1 && ao == norm_axis(ir_attr_int(n, "axis", 0), r)
+                 ? "it concatenates along the batch axis"
+                 : NULL;
+    case IR_OP_Split:
+      return a == norm_axis(ir_attr_int(n, "axis", 0), r) ? "it splits the batch axis" : NULL;
+    case IR_OP_Slice:
+      return slice_keeps(g, n, a) ? NULL : "it slices the batch axis";
+    case IR_OP_Tile:
+      return const_in(g, n, 1, a, 1) != 1 ? "it repeats the batch axis" : NULL;
+    case IR_OP_BatchNormalization: /* inference: per channel; training: statistics of each micro-batch (by design, as in GPipe) */
+      if (ir_attr_int(n, "training_mode", 0) == 0 && n->n_out == 1) return NULL;
+      return a != 0 ? "it takes batch statistics over an axis that is not the batch's" : NULL;
+    case IR_OP_Conv: case IR_OP_ConvTranspose: case IR_OP_MaxPool: case IR_OP_AveragePool: case IR_OP_LpPool:
+    case IR_OP_GlobalMaxPool: case IR_OP_GlobalAveragePool: case IR_OP_GlobalLpPool:
+    case IR_OP_InstanceNormalization: case IR_OP_LRN: case IR_OP_DepthToSpace: case IR_OP_SpaceToDepth:
+      return a != 0 ? "its input carries the batch on another axis than 0 (N of N,C,...)" : NULL;
+    default:
+      return NULL;
+  }
+}
+
+int pass_batch_check(ir_graph *g) {
+  if (!g->batch_full || g->microbatches <= 1) return 0;
+  int m = g->microbatches;
+  char s1[128], s2[128];
+  for (int i = 0; i < g->n_nodes; i++) {
+    const ir_node *n = &g->nodes[i];
+    if (n->dead) continue;
+    int dep = 0, cascade = 0, mixed = 0, first = -1, a0 = n->n_in > 0 ? pass_batch_axis(g, n->in[0]) : -1;
+    for (int k = 0; k < data_inputs(n); k++) {
+      int a = pass_batch_axis(g, n->in[k]);
+      dep |= a >= 0 || a == -2;
+      cascade |= a == -2;
+      if (a < 0) continue;
+      const ir_value *v = &g->values[n->in[k]], *w = first >= 0 ? &g->values[first] : v;
+      if (one_if_unset(v->batch_outer) != one_if_unset(w->batch_outer) ||
+          one_if_unset(v->batch_inner) != one_if_unset(w->batch_inner))
+        mixed = 1;
+      if (first < 0) first = n->in[k];
+    }
+    if (!dep || cascade) continue; /* an input that went wrong was reported at its node */
+    int indep = 0, known = 0, bad = -1;
+    for (int k = 0; k < n->n_out; k++) {
+      if (n->out[k] < 0) continue;
+      int a = pass_batch_axis(g, n->out[k]);
+      if (a == -2 && bad < 0) bad = n->out[k];
+      known += a != -3;
+      indep += a == -1;
+    }
+    const char *why = NULL;
+    if (bad >= 0) {
+      const ir_value *f = full_value(g, bad);
+      ir_error_node(g, i, "its output is %s at a micro-batch, not the whole batch's %s split in %d on one axis; " ADVICE,
+                    ir_shape_str(&g->values[bad].shape, s1, sizeof s1), ir_shape_str(&f->shape, s2, sizeof s2), m);
+      return 1;
+    }
+    if (known && indep == known)
+      why = "its output does not change with the batch size: it reduces, gathers or slices across the batch";
+    else if (mixed)
+      why = "its inputs hold the samples of the batch in different orders";
+    else if (a0 >= 0)
+      why = works_across(g, n, a0, n->n_out > 0 ? pass_batch_axis(g, n->out[0]) : -3);
+    if (why) { /* the first one only: what follows from it would repeat it */
+      ir_error_node(g, i, "%s, so %d micro-batches would not add up to the batch; " ADVICE, why, m);
+      return 1;
+    }
+  }
+  for (int k = 0; k < g->n_outputs; k++) {
+    int v = g->outputs[k], a = pass_batch_axis(g, v);
+    if ((a == 0 && one_if_unset(g->values[v].batch_outer) == 1) || a == -3 || a == -2) continue; /* -2: at its node */
+    const ir_value *f = full_value(g, v);
+    char nm[96];
+    ir_error(g, "graph output '%s' (%s at a micro-batch, %s at the whole batch) %s, but micro-batches are joined on "
+                "axis 0; " ADVICE,
+             ir_printable(g->values[v].name, 60, nm, sizeof nm), ir_shape_str(&g->values[v].shape, s1, sizeof s1),
+             f ? ir_shape_str(&f->shape, s2, sizeof s2) : "?",
+             a < 0 ? "does not depend on the batch" : a > 0 ? "holds the batch on another axis" : "holds it inside axis 0");
+    return 1;
+  }
+  return 0;
+}
