@@ -42,6 +42,13 @@ eval mode, opset 13 unless listed below):
         Linear+Tanh, Linear(128,2) classifier. No attention-mask input.
   smallcnn: input "input" float32 [batch,1,8,8] (the 8x8 digits set), output "output"
         [batch,10]; (Conv3x3-BN-ReLU-MaxPool2) x2 + Linear.
+  Fixed batch of 4 (exported without a dynamic axis, so Reshape shapes hold the batch
+  size; compiling them for micro-batches exercises passes/batch.h):
+    shufflenet_static  shufflenet_v2_x0_5 (channel shuffle: Reshape to [4, 2, C/2, H, W])
+    mha_static         input [4,16,64]: 2 TransformerEncoderLayer(64, 4 heads, ff 128),
+                       batch_first (MultiheadAttention reshapes to [16, 4*4, 16])
+    batchview_static   input [4,3,3,8,8]: Conv on [B*T,3,8,8], Linear on [T*B,256],
+                       then x.view(x.size(0), -1) -> output [4,18]
 """
 
 import argparse
@@ -60,6 +67,11 @@ IMG299 = ("input", (3, 299, 299), "float32", ["output"])
 DIGITS = ("input", (1, 8, 8), "float32", ["output"])
 IDS_GPT = ("input_ids", (SEQ,), "int64", ["logits"])
 IDS_BERT = ("input_ids", (SEQ,), "int64", ["output"])
+SEQ_FEAT = ("input", (16, 64), "float32", ["output"])
+CLIP = ("input", (3, 3, 8, 8), "float32", ["output"])
+# Exported with this fixed batch (no dynamic axis): the tracer writes x.size(0) into the
+# shapes of Reshapes, which compiling for micro-batches must rewrite (passes/batch.h).
+STATIC_BATCH = {"shufflenet_static": 4, "mha_static": 4, "batchview_static": 4}
 
 MODELS = {
     "vgg16": ("vgg16", 13, False, IMG),
@@ -74,6 +86,9 @@ MODELS = {
     "squeezenet1_0": ("squeezenet1_0", 13, False, IMG),
     "mobilenet_v2": ("mobilenet_v2", 17, False, IMG),
     "googlenet": ("googlenet", 13, False, IMG),
+    "shufflenet_static": ("shufflenet_v2_x0_5", 13, False, IMG),
+    "mha_static": ("mha", 13, False, SEQ_FEAT),
+    "batchview_static": ("batchview", 13, False, CLIP),
     "resnet18_train": ("resnet18", 15, True, IMG),
     "mobilenet_v2_train": ("mobilenet_v2", 15, True, IMG),
     "smallcnn": ("smallcnn", 13, False, DIGITS),
@@ -98,7 +113,7 @@ def build_model(key):
             if isinstance(mod, nn.Conv2d):
                 nn.init.kaiming_normal_(mod.weight, mode="fan_in", nonlinearity="relu")
         return m
-    if hasattr(tvm, key) and key not in ("smallcnn", "gpt", "bert"):
+    if hasattr(tvm, key) and key not in ("smallcnn", "gpt", "bert", "mha", "batchview"):
         return getattr(tvm, key)(weights=None)
 
     if key == "smallcnn":
@@ -162,6 +177,25 @@ def build_model(key):
                 return self.cls(torch.tanh(self.pool(x[:, 0])))
         return Bert()
 
+    if key == "mha":  # nn.MultiheadAttention reshapes to [T, B*heads, 16] inside
+        return nn.TransformerEncoder(nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True), 2)
+
+    if key == "batchview":
+        class BatchView(nn.Module):
+            """The batch folded with time both ways round: [B*T, C, H, W] for a Conv,
+            [T*B, F] for a Linear, then x.view(x.size(0), -1)."""
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 4, 3, padding=1)
+                self.lin = nn.Linear(4 * 8 * 8, 6)
+
+            def forward(self, x):
+                b, t = x.shape[0], x.shape[1]
+                y = torch.relu(self.conv(x.reshape(b * t, 3, 8, 8))).reshape(b, t, 4 * 8 * 8)
+                z = self.lin(y.transpose(0, 1).reshape(t * b, 4 * 8 * 8)).reshape(t, b, 6).transpose(0, 1)
+                return torch.tanh(z.reshape(z.size(0), -1))
+        return BatchView()
+
     raise KeyError(key)
 
 
@@ -171,13 +205,16 @@ def export_one(name, path, check):
     torch.manual_seed(0)
     model = build_model(key)
     model.train(training)
+    batch = STATIC_BATCH.get(name, 2)
     if dtype == "int64":
-        example = torch.randint(0, VOCAB, (2,) + sample_shape, dtype=torch.int64)
+        example = torch.randint(0, VOCAB, (batch,) + sample_shape, dtype=torch.int64)
     else:
-        example = torch.randn((2,) + sample_shape)
+        example = torch.randn((batch,) + sample_shape)
     dyn = {in_name: {0: "batch"}}
     for o in out_names:
         dyn[o] = {0: "batch"}
+    if name in STATIC_BATCH:
+        dyn = {}
     mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
     tmp = path + ".tmp"
     # Grad stays enabled on purpose: under no_grad an eval TransformerEncoderLayer takes
@@ -238,7 +275,7 @@ def main(argv=None):
 
     if args.list:
         for name, (key, opset, training, (in_name, shape, dtype, outs)) in MODELS.items():
-            dims = "x".join(["batch"] + [str(d) for d in shape])
+            dims = "x".join([str(STATIC_BATCH.get(name, "batch"))] + [str(d) for d in shape])
             print(f"{name:20s} opset {opset:2d} {'train' if training else 'eval '} "
                   f"{in_name}:{dtype}[{dims}] -> {','.join(outs)}")
         return 0

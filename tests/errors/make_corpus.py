@@ -725,6 +725,75 @@ def _(d, n):
     return save(model(nodes, [vi("x", [2, 3])], [vi("y", [4, 4])], inits=[s]), d, n)
 
 
+# ---------------------------------------------------------------- micro-batches (passes/batch.h)
+# Compiled for 2 stages and 2 micro-batches of the batch of 4 (run_case.py plans into a
+# temporary folder when the args hold --plan-only): dim 0 of x is split in 2.
+
+MB = ("-g", "2", "-m", "2", "--plan-only")
+BATCH_FIX = r"-m 1"
+
+
+def batch_model(nodes, out_shape, inits=(), opset=OPSET):
+    return model(nodes, [vi("x", [4, 6])], [vi("y", out_shape)], inits=inits, opset=opset)
+
+
+@case("batch_softmax_axis0", BATCH_FIX + r".*", node="sm", args=MB)
+def _(d, n):  # softmax over the samples: each micro-batch would normalise over half of them
+    nodes = [helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=0)]
+    return save(batch_model(nodes, [4, 6]), d, n)
+
+
+@case("batch_cumsum_axis0", r"sums along the batch axis.*-m 1", node="cs", args=MB)
+def _(d, n):
+    a = numpy_helper.from_array(np.array(0, np.int64), "a")
+    nodes = [helper.make_node("CumSum", ["x", "a"], ["y"], name="cs")]
+    return save(batch_model(nodes, [4, 6], inits=[a]), d, n)
+
+
+@case("batch_concat_axis0", r"concatenates along the batch axis.*-m 1", node="cat", args=MB)
+def _(d, n):  # [x; 2x]: the micro-batches' outputs would interleave
+    nodes = [helper.make_node("Concat", ["x", "x"], ["y"], name="cat", axis=0)]
+    return save(batch_model(nodes, [8, 6]), d, n)
+
+
+@case("batch_reduce_axis0", r"does not change with the batch size.*-m 1", node="mean", args=MB)
+def _(d, n):  # x - mean over the batch
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], name="mean", axes=[0], keepdims=1),
+             helper.make_node("Sub", ["x", "m"], ["y"], name="sub")]
+    return save(batch_model(nodes, [4, 6]), d, n)
+
+
+@case("batch_reverse_slice", r"slices the batch axis.*-m 1", node="rev", args=MB)
+def _(d, n):  # x[::-1]: same shapes, samples in another order
+    c = [numpy_helper.from_array(np.array(v, np.int64), k)
+         for k, v in (("st", [-1]), ("en", [-(1 << 62)]), ("ax", [0]), ("sp", [-1]))]
+    nodes = [helper.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["y"], name="rev")]
+    return save(batch_model(nodes, [4, 6], inits=c), d, n)
+
+
+@case("batch_output_axis1", r"graph output 'y'.*another axis.*-m 1", args=MB)
+def _(d, n):  # the batch on axis 1 of the output: micro-batches are joined on axis 0
+    nodes = [helper.make_node("Transpose", ["x"], ["y"], name="tr", perm=[1, 0])]
+    return save(batch_model(nodes, [6, 4]), d, n)
+
+
+@case("batch_reshape_fixed", r"no axis of its target shape \[3, 8\].*whole batch passes here.*-m 1", node="rs",
+      args=MB)
+def _(d, n):  # [4, 6] -> [3, 8] mixes the samples: no axis of the target can hold a micro-batch
+    s = numpy_helper.from_array(np.array([3, 8], np.int64), "s")
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["y"], name="rs")]
+    return save(batch_model(nodes, [3, 8], inits=[s]), d, n)
+
+
+@ok("ok_batch_reshape_fixed", args=MB)
+def _(d, n):  # [4, -1] and [4, 3, 2] written for the whole batch: rewritten for a micro-batch
+    s1 = numpy_helper.from_array(np.array([4, -1], np.int64), "s1")
+    s2 = numpy_helper.from_array(np.array([4, 3, 2], np.int64), "s2")
+    nodes = [helper.make_node("Reshape", ["x", "s1"], ["t"], name="rs1"),
+             helper.make_node("Reshape", ["t", "s2"], ["y"], name="rs2")]
+    return save(batch_model(nodes, [4, 3, 2], inits=[s1, s2]), d, n)
+
+
 # ---------------------------------------------------------------- positive cases: must succeed
 
 
