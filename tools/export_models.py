@@ -42,6 +42,11 @@ eval mode, opset 13 unless listed below):
         Linear+Tanh, Linear(128,2) classifier. No attention-mask input.
   smallcnn: input "input" float32 [batch,1,8,8] (the 8x8 digits set), output "output"
         [batch,10]; (Conv3x3-BN-ReLU-MaxPool2) x2 + Linear.
+  lstm, gru, rnn (opset 14): input "input" float32 [batch,12,16] (batch_first), output
+        "output". lstm: 2-layer nn.LSTM(16, 32) + Linear(32, 10) on the last step's output
+        [batch,10]; gru: 1-layer bidirectional nn.GRU(16, 24), all steps [batch,12,48];
+        rnn: 2-layer nn.RNN(16, 20, relu) with an initial state of ones, plus the last
+        hidden state of both layers through a Linear(40, 10) [batch,10].
 """
 
 import argparse
@@ -60,6 +65,7 @@ IMG299 = ("input", (3, 299, 299), "float32", ["output"])
 DIGITS = ("input", (1, 8, 8), "float32", ["output"])
 IDS_GPT = ("input_ids", (SEQ,), "int64", ["logits"])
 IDS_BERT = ("input_ids", (SEQ,), "int64", ["output"])
+SEQ_RNN = ("input", (12, 16), "float32", ["output"])
 
 MODELS = {
     "vgg16": ("vgg16", 13, False, IMG),
@@ -80,6 +86,9 @@ MODELS = {
     "smallcnn_train": ("smallcnn", 15, True, DIGITS),
     "gpt": ("gpt", 14, False, IDS_GPT),
     "bert": ("bert", 17, False, IDS_BERT),
+    "lstm": ("lstm", 14, False, SEQ_RNN),
+    "gru": ("gru", 14, False, SEQ_RNN),
+    "rnn": ("rnn", 14, False, SEQ_RNN),
 }
 
 
@@ -98,7 +107,7 @@ def build_model(key):
             if isinstance(mod, nn.Conv2d):
                 nn.init.kaiming_normal_(mod.weight, mode="fan_in", nonlinearity="relu")
         return m
-    if hasattr(tvm, key) and key not in ("smallcnn", "gpt", "bert"):
+    if hasattr(tvm, key) and key not in ("smallcnn", "gpt", "bert", "lstm", "gru", "rnn"):
         return getattr(tvm, key)(weights=None)
 
     if key == "smallcnn":
@@ -161,6 +170,41 @@ def build_model(key):
                     x = layer(x)
                 return self.cls(torch.tanh(self.pool(x[:, 0])))
         return Bert()
+
+    if key == "lstm":
+        class LSTMNet(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.rnn = nn.LSTM(16, 32, num_layers=2, batch_first=True)
+                self.fc = nn.Linear(32, 10)
+
+            def forward(self, x):
+                y, _ = self.rnn(x)
+                return self.fc(y[:, -1])
+        return LSTMNet()
+
+    if key == "gru":
+        class GRUNet(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.rnn = nn.GRU(16, 24, batch_first=True, bidirectional=True)
+
+            def forward(self, x):
+                return self.rnn(x)[0]
+        return GRUNet()
+
+    if key == "rnn":
+        class RNNNet(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.rnn = nn.RNN(16, 20, num_layers=2, nonlinearity="relu", batch_first=True)
+                self.fc = nn.Linear(40, 10)
+
+            def forward(self, x):
+                h0 = torch.ones(2, x.shape[0], 20)
+                _, h = self.rnn(x, h0)
+                return self.fc(torch.cat([h[0], h[1]], 1))
+        return RNNNet()
 
     raise KeyError(key)
 
