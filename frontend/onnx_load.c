@@ -784,7 +784,14 @@ static void check_arity(ctx *c) {
       }
     if (oi->max_outputs >= 0 && n->n_out > oi->max_outputs)
       ir_error_node(g, i, "has %d outputs, at most %d allowed", n->n_out, oi->max_outputs);
-    else if (n->n_out < 1 || n->out[0] < 0) ir_error_node(g, i, "has no output");
+    else if ((n->op == IR_OP_RNN || n->op == IR_OP_GRU || n->op == IR_OP_LSTM) && n->n_out > 1 && n->out[0] < 0) {
+      /* Y left out (only Y_h / Y_c wanted): the passes expect a node's first output, so
+       * it gets an internal value that nothing reads */
+      int v = ir_add_value(g, ir_sprintf(g->arena, "%s.unused_Y", n->name && *n->name ? n->name : "rnn"), IR_VAL_ACT,
+                           IR_UNDEFINED);
+      g->values[v].producer = i;
+      g->nodes[i].out[0] = v;
+    } else if (n->n_out < 1 || n->out[0] < 0) ir_error_node(g, i, "has no output");
   }
   free(skip);
 }

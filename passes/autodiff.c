@@ -1092,6 +1092,13 @@ static int bw_node(ad_ctx *a, int node) {
   a->stage = nd.stage; /* a node's backward runs in its stage */
   a->phase = IR_PHASE_BWD;
   if (nd.op == IR_OP_Split) return bw_split(a, node);
+  if (nd.op == IR_OP_RNN || nd.op == IR_OP_GRU || nd.op == IR_OP_LSTM) {
+    /* any of Y, Y_h, Y_c may carry the gradient; there is no rule for them yet */
+    for (int k = 0; k < nd.n_out; k++)
+      if (nd.out[k] >= 0 && nd.out[k] < a->n0 && a->grad[nd.out[k]] >= 0)
+        return unsupported(a, node, "recurrent ops are compiled for inference only");
+    return 0;
+  }
   if (dy < 0) return 0;
   switch (nd.op) {
     case IR_OP_Conv: return bw_conv(a, node, dy);

@@ -49,6 +49,11 @@ eval mode, opset 13 unless listed below):
                        batch_first (MultiheadAttention reshapes to [16, 4*4, 16])
     batchview_static   input [4,3,3,8,8]: Conv on [B*T,3,8,8], Linear on [T*B,256],
                        then x.view(x.size(0), -1) -> output [4,18]
+  lstm, gru, rnn (opset 14): input "input" float32 [batch,12,16] (batch_first), output
+        "output". lstm: 2-layer nn.LSTM(16, 32) + Linear(32, 10) on the last step's output
+        [batch,10]; gru: 1-layer bidirectional nn.GRU(16, 24), all steps [batch,12,48];
+        rnn: 2-layer nn.RNN(16, 20, relu) with an initial state of ones, plus the last
+        hidden state of both layers through a Linear(40, 10) [batch,10].
 """
 
 import argparse
@@ -72,6 +77,7 @@ CLIP = ("input", (3, 3, 8, 8), "float32", ["output"])
 # Exported with this fixed batch (no dynamic axis): the tracer writes x.size(0) into the
 # shapes of Reshapes, which compiling for micro-batches must rewrite (passes/batch.h).
 STATIC_BATCH = {"shufflenet_static": 4, "mha_static": 4, "batchview_static": 4}
+SEQ_RNN = ("input", (12, 16), "float32", ["output"])
 
 MODELS = {
     "vgg16": ("vgg16", 13, False, IMG),
@@ -95,6 +101,9 @@ MODELS = {
     "smallcnn_train": ("smallcnn", 15, True, DIGITS),
     "gpt": ("gpt", 14, False, IDS_GPT),
     "bert": ("bert", 17, False, IDS_BERT),
+    "lstm": ("lstm", 14, False, SEQ_RNN),
+    "gru": ("gru", 14, False, SEQ_RNN),
+    "rnn": ("rnn", 14, False, SEQ_RNN),
 }
 
 
@@ -113,7 +122,7 @@ def build_model(key):
             if isinstance(mod, nn.Conv2d):
                 nn.init.kaiming_normal_(mod.weight, mode="fan_in", nonlinearity="relu")
         return m
-    if hasattr(tvm, key) and key not in ("smallcnn", "gpt", "bert", "mha", "batchview"):
+    if hasattr(tvm, key) and key not in ("smallcnn", "gpt", "bert", "mha", "batchview", "lstm", "gru", "rnn"):
         return getattr(tvm, key)(weights=None)
 
     if key == "smallcnn":
@@ -195,6 +204,41 @@ def build_model(key):
                 z = self.lin(y.transpose(0, 1).reshape(t * b, 4 * 8 * 8)).reshape(t, b, 6).transpose(0, 1)
                 return torch.tanh(z.reshape(z.size(0), -1))
         return BatchView()
+
+    if key == "lstm":
+        class LSTMNet(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.rnn = nn.LSTM(16, 32, num_layers=2, batch_first=True)
+                self.fc = nn.Linear(32, 10)
+
+            def forward(self, x):
+                y, _ = self.rnn(x)
+                return self.fc(y[:, -1])
+        return LSTMNet()
+
+    if key == "gru":
+        class GRUNet(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.rnn = nn.GRU(16, 24, batch_first=True, bidirectional=True)
+
+            def forward(self, x):
+                return self.rnn(x)[0]
+        return GRUNet()
+
+    if key == "rnn":
+        class RNNNet(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.rnn = nn.RNN(16, 20, num_layers=2, nonlinearity="relu", batch_first=True)
+                self.fc = nn.Linear(40, 10)
+
+            def forward(self, x):
+                h0 = torch.ones(2, x.shape[0], 20)
+                _, h = self.rnn(x, h0)
+                return self.fc(torch.cat([h[0], h[1]], 1))
+        return RNNNet()
 
     raise KeyError(key)
 

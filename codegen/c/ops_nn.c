@@ -5,13 +5,16 @@
  * cblas_sgemm/dgemm with arguments that depend only on the node (never on the stage
  * it lands in), so results are the same for every stage count. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "codegen/c/cg_c.h"
 #include "codegen/emit_common.h"
 #include "codegen/op_params.h"
+#include "codegen/rnn_expr.h"
 #include "passes/fuse.h"
+#include "passes/rnn.h"
 #include "passes/winograd.h"
 
 #define LL(x) ((long long)(x))
@@ -649,6 +652,68 @@ static int emit_softmax(cg_ctx *c, const ir_node *n) {
   return 0;
 }
 
+/* ---- RNN, GRU, LSTM ------------------------------------------------------------------- */
+
+static void rnn_write(void *ctx, const char *fmt, va_list ap) { vfprintf(((cg_ctx *)ctx)->body, fmt, ap); }
+
+/* Per direction: one GEMM for the input projection of every step, then per step a GEMM
+ * with R and the gate arithmetic of codegen/rnn_expr.h over [B, H] (scratch: xw
+ * [S*B, G*H], hr [B, G*H], the states hs, cs and GRU's rh [B, H]). */
+static int emit_rnn(cg_ctx *c, const ir_node *n) {
+  pass_rnn r;
+  if (pass_rnn_info(c->g, (int)(n - c->g->nodes), &r)) return -1;
+  ir_dtype t = cg_in(c, n, 0)->dtype;
+  if (t != IR_FLOAT && t != IR_DOUBLE) return cg_fail(c, n, "%s on %s is not supported", ir_op_name(n->op), ir_dtype_name(t));
+  const char *T = cg_ctype(t);
+  int64_t S = r.S, B = r.B, I = r.I, H = r.H, GH = r.G * H, cols = cg_rnn_step_cols(&r);
+  if ((!r.has_y && !r.has_yh && !r.has_yc) || B == 0) return 0;
+  cg_scratch(c, (size_t)(S * B * GH + B * GH + 3 * B * H) * ir_dtype_size(t));
+  cg_w(c, "  %s *xw = (%s *)scr, *hr = xw + %lld, *hs = hr + %lld, *cs = hs + %lld, *rh = cs + %lld;\n", T, T,
+       LL(S * B * GH), LL(B * GH), LL(B * H), LL(B * H));
+  cg_w(c, "  (void)xw; (void)hr; (void)cs; (void)rh;\n");
+  if (r.has_y && r.has_seq) cg_w(c, "  memset(y0, 0, sizeof(%s) * %lld);\n", T, LL(S * r.D * B * H));
+  cg_expr_writer w = {c->g, "cpu", c, rnn_write};
+  const char *loop = "    for (long b = 0; b < %lld; b++)\n      for (long j = 0; j < %lld; j++) {\n";
+  for (int d = 0; d < r.D; d++) {
+    int rev = d == 1 || r.reverse;
+    cg_w(c, "  /* direction %d (%s) */\n  {\n", d, rev ? "reverse" : "forward");
+    if (S > 0) {
+      if (I > 0)
+        cg_w(c, "    %s(CblasRowMajor, CblasNoTrans, CblasTrans, %lld, %lld, %lld, 1, x0, %lld, x1 + %lld, %lld, 0, xw, %lld);\n",
+             gemm_fn(t), LL(S * B), LL(GH), LL(I), LL(I), LL(d * GH * I), LL(I), LL(GH));
+      else cg_w(c, "    memset(xw, 0, sizeof(%s) * %lld);\n", T, LL(S * B * GH));
+    }
+    cg_w(c, loop, LL(B), LL(H));
+    cg_rnn_phase(&w, &r, d, CG_RNN_INIT, t, "        ");
+    cg_w(c, "      }\n");
+    if (S > 0) {
+      cg_w(c, "    for (long s = 0; s < %lld; s++) {\n", LL(S));
+      if (rev) cg_w(c, "      const long t = %lld - s;\n", LL(S - 1));
+      else cg_w(c, "      const long t = s;\n");
+      cg_w(c, "      %s(CblasRowMajor, CblasNoTrans, CblasTrans, %lld, %lld, %lld, 1, hs, %lld, x2 + %lld, %lld, 0, hr, %lld);\n",
+           gemm_fn(t), LL(B), LL(cols), LL(H), LL(H), LL(d * GH * H), LL(H), LL(GH));
+      const char *loop2 = "      for (long b = 0; b < %lld; b++)\n        for (long j = 0; j < %lld; j++) {\n";
+      if (cols != GH) {
+        cg_w(c, loop2, LL(B), LL(H));
+        cg_rnn_phase(&w, &r, d, CG_RNN_RESET, t, "          ");
+        cg_w(c, "        }\n");
+        cg_w(c, "      %s(CblasRowMajor, CblasNoTrans, CblasTrans, %lld, %lld, %lld, 1, rh, %lld, x2 + %lld, %lld, 0, hr + %lld, %lld);\n",
+             gemm_fn(t), LL(B), LL(H), LL(H), LL(H), LL(d * GH * H + 2 * H * H), LL(H), LL(2 * H), LL(GH));
+      }
+      cg_w(c, loop2, LL(B), LL(H));
+      cg_rnn_phase(&w, &r, d, CG_RNN_GATES, t, "          ");
+      cg_w(c, "        }\n    }\n");
+    }
+    if (r.has_yh || r.has_yc) {
+      cg_w(c, loop, LL(B), LL(H));
+      cg_rnn_phase(&w, &r, d, CG_RNN_FINI, t, "        ");
+      cg_w(c, "      }\n");
+    }
+    cg_w(c, "  }\n");
+  }
+  return 0;
+}
+
 /* dispatch for this file; the rest is in ops_data.c */
 cg_op_fn cg_op_emitter_nn(ir_op op);
 cg_op_fn cg_op_emitter_nn(ir_op op) {
@@ -657,6 +722,7 @@ cg_op_fn cg_op_emitter_nn(ir_op op) {
     case IR_OP_ConvTranspose: return emit_conv_transpose;
     case IR_OP_Gemm: return emit_gemm;
     case IR_OP_MatMul: return emit_matmul;
+    case IR_OP_RNN: case IR_OP_GRU: case IR_OP_LSTM: return emit_rnn;
     case IR_OP_MaxPool: case IR_OP_AveragePool: case IR_OP_LpPool:
     case IR_OP_GlobalAveragePool: case IR_OP_GlobalMaxPool: case IR_OP_GlobalLpPool:
       return emit_pool;

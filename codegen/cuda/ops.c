@@ -23,8 +23,10 @@
 
 #include "codegen/cuda/cg_cuda.h"
 #include "codegen/op_params.h"
+#include "codegen/rnn_expr.h"
 #include "passes/fuse.h"
 #include "passes/layout.h"
+#include "passes/rnn.h"
 
 #define LL(x) ((long long)(x))
 
@@ -987,11 +989,109 @@ static int emit_lrn(cu_ctx *c, const ir_node *n) {
   return 0;
 }
 
+/* ---- RNN, GRU, LSTM ------------------------------------------------------------------------ */
+
+static void rnn_write(void *ctx, const char *fmt, va_list ap) { vfprintf(((cu_ctx *)ctx)->decl, fmt, ap); }
+
+/* Per direction: pk_gemm for the input projection of every step, then per step pk_gemm
+ * with R and a launch of the node's generated kernel (codegen/rnn_expr.h) over [B, H];
+ * all queued on the stage's stream (nothing waits on the host, so CUDA graph capture
+ * records the loop). Kernel k<node>_d<d>, phase 0: initial state, 1: GRU's r * h,
+ * 2: the gates, 3: Y_h / Y_c. Working buffers in scratch. */
+static int emit_rnn(cu_ctx *c, const ir_node *n) {
+  pass_rnn r;
+  int node = (int)(n - c->g->nodes);
+  if (pass_rnn_info(c->g, node, &r)) return -1;
+  ir_dtype t = ir_in(c->g, n, 0)->dtype;
+  if (t != IR_FLOAT && t != IR_DOUBLE)
+    return cu_fail(c, n, "%s on %s is not supported by the cuda target", ir_op_name(n->op), ir_dtype_name(t));
+  const char *T = cg_ctype(t), *DT = dt_name(t);
+  int64_t S = r.S, B = r.B, I = r.I, H = r.H, GH = r.G * H, cols = cg_rnn_step_cols(&r);
+  size_t es = ir_dtype_size(t);
+  if ((!r.has_y && !r.has_yh && !r.has_yc) || B == 0) return 0;
+  cu_scratch(c, (size_t)(S * B * GH + B * GH + 3 * B * H) * es);
+  ir_value *sl = ir_in(c->g, n, 4);
+  const char *SLT = sl ? cg_ctype(sl->dtype) : "int";
+  /* operands, typed NULLs for the ones left out */
+  char nul[5][48], args[1024];
+  const char *ops[8];
+  static const int in_slot[5] = {3, 4, 5, 6, 7};
+  for (int k = 0; k < 5; k++) {
+    int sl_k = in_slot[k];
+    snprintf(nul[k], sizeof nul[k], "(const %s *)0", k == 1 ? SLT : T);
+    ops[k] = sl_k < n->n_in && n->in[sl_k] >= 0 ? c->x[sl_k] : nul[k];
+  }
+  char ynul[48];
+  snprintf(ynul, sizeof ynul, "(%s *)0", T);
+  for (int k = 0; k < 3; k++) ops[5 + k] = k < n->n_out && n->out[k] >= 0 ? c->y[k] : ynul;
+  snprintf(args, sizeof args, "xw, hr, hs, cs, rh, %s, %s, %s, %s, %s, %s, %s, %s", ops[0], ops[1], ops[2], ops[3],
+           ops[4], ops[5], ops[6], ops[7]);
+
+  cg_expr_writer w = {c->g, "cuda", c, rnn_write};
+  for (int d = 0; d < r.D; d++) {
+    cu_decl(c, "/* node %d: %s '", n->index, ir_op_name(n->op));
+    cg_put_comment(c->decl, n->name, 200);
+    cu_decl(c, "', direction %d */\n", d);
+    cu_decl(c, "__global__ void __launch_bounds__(PK_THREADS) k%d_%s_d%d(unsigned n, int phase, long t, %s *xw, %s *hr, "
+               "%s *hs, %s *cs, %s *rh, const %s *x3, const %s *x4, const %s *x5, const %s *x6, const %s *x7, %s *y0, "
+               "%s *y1, %s *y2) {\n",
+            node, ir_op_name(n->op), d, T, T, T, T, T, T, SLT, T, T, T, T, T, T);
+    cu_decl(c, "  (void)t; (void)xw; (void)hr; (void)hs; (void)cs; (void)rh; (void)x3; (void)x4; (void)x5; (void)x6;\n"
+               "  (void)x7; (void)y0; (void)y1; (void)y2;\n");
+    cu_decl(c, "  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {\n");
+    cu_decl(c, "    const long b = i / %lldu, j = i %% %lldu;\n", LL(H), LL(H));
+    cu_decl(c, "    if (phase == 0) {\n");
+    cg_rnn_phase(&w, &r, d, CG_RNN_INIT, t, "      ");
+    if (cols != GH) {
+      cu_decl(c, "    } else if (phase == 1) {\n");
+      cg_rnn_phase(&w, &r, d, CG_RNN_RESET, t, "      ");
+    }
+    cu_decl(c, "    } else if (phase == 2) {\n");
+    cg_rnn_phase(&w, &r, d, CG_RNN_GATES, t, "      ");
+    cu_decl(c, "    } else {\n");
+    cg_rnn_phase(&w, &r, d, CG_RNN_FINI, t, "      ");
+    cu_decl(c, "    }\n  }\n}\n\n");
+  }
+
+  cu_w(c, "  {\n    %s *xw = (%s *)(A + SCRATCH_OFF), *hr = xw + %lld, *hs = hr + %lld, *cs = hs + %lld, *rh = cs + %lld;\n",
+       T, T, LL(S * B * GH), LL(B * GH), LL(B * H), LL(B * H));
+  if (r.has_y && r.has_seq) cu_w(c, "    PK_TRY(pk_fill(S, %s, %d, 0, %lld));\n", c->y[0], (int)es, LL(S * r.D * B * H));
+  char kn[64];
+  for (int d = 0; d < r.D; d++) {
+    int rev = d == 1 || r.reverse;
+    snprintf(kn, sizeof kn, "k%d_%s_d%d", node, ir_op_name(n->op), d);
+    if (S > 0) {
+      if (I > 0)
+        cu_w(c, "    PK_TRY(pk_gemm(S, %s, 0, 1, %lld, %lld, %lld, 1, %s, %lld, 0, (%s) + %lld, %lld, 0, 0, xw, %lld, 0, 1));\n",
+             DT, LL(S * B), LL(GH), LL(I), c->x[0], LL(I), c->x[1], LL(d * GH * I), LL(I), LL(GH));
+      else cu_w(c, "    PK_TRY(pk_fill(S, xw, %d, 0, %lld));\n", (int)es, LL(S * B * GH));
+    }
+    cu_w(c, "    PK_LAUNCH(%s, %lldu, 0, 0L, %s);\n", kn, LL(B * H), args);
+    if (S > 0) {
+      cu_w(c, "    for (long s = 0; s < %lld; s++) {\n", LL(S));
+      if (rev) cu_w(c, "      const long t = %lld - s;\n", LL(S - 1));
+      else cu_w(c, "      const long t = s;\n");
+      cu_w(c, "      PK_TRY(pk_gemm(S, %s, 0, 1, %lld, %lld, %lld, 1, hs, %lld, 0, (%s) + %lld, %lld, 0, 0, hr, %lld, 0, 1));\n",
+           DT, LL(B), LL(cols), LL(H), LL(H), c->x[2], LL(d * GH * H), LL(H), LL(GH));
+      if (cols != GH) {
+        cu_w(c, "      PK_LAUNCH(%s, %lldu, 1, t, %s);\n", kn, LL(B * H), args);
+        cu_w(c, "      PK_TRY(pk_gemm(S, %s, 0, 1, %lld, %lld, %lld, 1, rh, %lld, 0, (%s) + %lld, %lld, 0, 0, hr + %lld, %lld, 0, 1));\n",
+             DT, LL(B), LL(H), LL(H), LL(H), c->x[2], LL(d * GH * H + 2 * H * H), LL(H), LL(2 * H), LL(GH));
+      }
+      cu_w(c, "      PK_LAUNCH(%s, %lldu, 2, t, %s);\n    }\n", kn, LL(B * H), args);
+    }
+    if (r.has_yh || r.has_yc) cu_w(c, "    PK_LAUNCH(%s, %lldu, 3, 0L, %s);\n", kn, LL(B * H), args);
+  }
+  cu_w(c, "  }\n");
+  return 0;
+}
+
 cu_op_fn cu_op_emitter(ir_op op) {
   switch (op) {
     case IR_OP_Conv: return emit_conv;
     case IR_OP_Gemm: return emit_gemm;
     case IR_OP_MatMul: return emit_matmul;
+    case IR_OP_RNN: case IR_OP_GRU: case IR_OP_LSTM: return emit_rnn;
     case IR_OP_MaxPool: case IR_OP_AveragePool: case IR_OP_LpPool:
     case IR_OP_GlobalAveragePool: case IR_OP_GlobalMaxPool: case IR_OP_GlobalLpPool:
       return emit_pool;

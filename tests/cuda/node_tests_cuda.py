@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """cuda target, ONNX backend node tests of the ops with runtime kernels of their own
 (FAMILIES below: ConvTranspose, the gathers and scatters, ArgMax/ArgMin, TopK, CumSum,
-Trilu, DepthToSpace/SpaceToDepth, OneHot, Range, Resize/Upsample, LRN), and a few
+Trilu, DepthToSpace/SpaceToDepth, OneHot, Range, Resize/Upsample, LRN, RNN/GRU/LSTM), and a few
 models of our own in the same layout (EXTRA, expected outputs from onnxruntime) for
 what the node tests leave out: autodiff's MaxPool gradient (ScatterElements add on the
 pool's Indices), scatters large enough for the multi-pass sort, ScatterND add with
@@ -61,6 +61,7 @@ FAMILIES = {
     "layout": {"DepthToSpace", "SpaceToDepth", "OneHot", "Range"},
     "resize": {"Resize", "Upsample"},
     "lrn": {"LRN"},
+    "recurrent": {"RNN", "GRU", "LSTM"},
 }
 
 
