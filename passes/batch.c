@@ -174,6 +174,10 @@ static const char *works_across(ir_graph *g, const ir_node *n, int a, int ao) {
                  : NULL;
     case IR_OP_Split:
       return a == norm_axis(ir_attr_int(n, "axis", 0), r) ? "it splits the batch axis" : NULL;
+    case IR_OP_RNN: case IR_OP_GRU: case IR_OP_LSTM: /* X is [seq, batch, in], or [batch, seq, in] with layout 1 */
+      return a == (ir_attr_int(n, "layout", 0) ? 1 : 0) ? "it runs its recurrence along the batch axis (the model's "
+                                                          "input is sequence-first)"
+                                                        : NULL;
     case IR_OP_Slice:
       return slice_keeps(g, n, a) ? NULL : "it slices the batch axis";
     case IR_OP_Tile:

@@ -695,7 +695,9 @@ int main(int argc, char **argv) {
   plan_ctx pc = {g, &pl, &po, cmdline};
   if (write_file(out_dir, "plan.json", write_plan_json, &pc) || write_file(out_dir, "report.html", write_report, &pc))
     return 2;
-  print_plan_table(stderr, g, &pl, dev);
+  /* a training program prints its plan once autodiff has taken every node (an op
+   * without a gradient is then the run's one line) */
+  if (!train_prog || plan_only) print_plan_table(stderr, g, &pl, dev);
   int rc = 0;
   if (!plan_only) {
     /* ---- emit and build ---- */
@@ -727,6 +729,7 @@ int main(int argc, char **argv) {
       double ts = now_ms();
       if (pass_train_program(g, &topts, microbatches, &tinfo) || g->n_errors) return 2;
       if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms\n", "train", now_ms() - ts);
+      print_plan_table(stderr, g, &pl, dev);
       int *ns = owned.train_stage = calloc((size_t)g->n_nodes + 1, sizeof *ns); /* the nodes moved */
       for (int i = 0; i < g->n_nodes; i++) ns[i] = g->nodes[i].stage;
       cp.node_stage = ns;

@@ -785,6 +785,14 @@ def _(d, n):  # [4, 6] -> [3, 8] mixes the samples: no axis of the target can ho
     return save(batch_model(nodes, [3, 8], inits=[s]), d, n)
 
 
+@case("batch_rnn_seq_first", r"recurrence along the batch axis.*-m 1", node="rec", args=MB)
+def _(d, n):  # X [seq 4, batch 2, 3] (layout 0): splitting dim 0 would cut the sequence
+    w = numpy_helper.from_array(np.full([1, 5, 3], 0.1, np.float32), "W")
+    r = numpy_helper.from_array(np.full([1, 5, 5], 0.1, np.float32), "R")
+    nodes = [helper.make_node("RNN", ["x", "W", "R"], ["y"], name="rec", hidden_size=5)]
+    return save(model(nodes, [vi("x", [4, 2, 3])], [vi("y", [4, 1, 2, 5])], inits=[w, r], opset=14), d, n)
+
+
 @ok("ok_batch_reshape_fixed", args=MB)
 def _(d, n):  # [4, -1] and [4, 3, 2] written for the whole batch: rewritten for a micro-batch
     s1 = numpy_helper.from_array(np.array([4, -1], np.int64), "s1")
