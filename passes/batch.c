@@ -3,6 +3,7 @@
 #include "passes/batch.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ir/diag.h"
@@ -86,6 +87,39 @@ int pass_batch_reshape(ir_graph *g, int node, ir_shape *out) {
   ir_error_node(g, node, "no axis of its target shape %s (fixed at export) holds the batch of its input %s split in %d",
                 ir_shape_str(&yf->shape, sy, sizeof sy), ir_shape_str(&xf->shape, sx, sizeof sx), m);
   return -1;
+}
+
+int pass_batch_const(ir_graph *g, int node, int slot, int axis, int64_t want) {
+  const ir_node *n = &g->nodes[node];
+  int m = g->microbatches;
+  const ir_value *v = ir_in(g, n, slot);
+  if (!g->batch_full || m <= 1 || !v || v->kind != IR_VAL_CONST || v->data_nchw || axis < 0 ||
+      axis >= v->shape.rank || v->shape.dims[axis] != want * m || !ir_shape_static(&v->shape))
+    return 0;
+  size_t es = ir_dtype_size(v->dtype), inner = es, outer = 1, d = (size_t)v->shape.dims[axis];
+  for (int i = 0; i < v->shape.rank; i++)
+    if (i != axis) *(i < axis ? &outer : &inner) *= (size_t)v->shape.dims[i];
+  if (!es || (!v->zero_init && v->nbytes != outer * d * inner)) return 0;
+  const unsigned char *p = v->data;
+  for (size_t o = 0; o < outer && !v->zero_init; o++)
+    for (size_t k = 1; k < d; k++)
+      if (memcmp(p + (o * d + k) * inner, p + o * d * inner, inner)) return 0; /* the samples differ */
+  ir_shape s = v->shape;
+  s.dims[axis] = want;
+  char *name = ir_sprintf(g->arena, "%s.micro", v->name ? v->name : "const");
+  ir_dtype t = v->dtype;
+  int nv;
+  if (v->zero_init) {
+    nv = ir_add_zero_const(g, name, t, &s);
+  } else {
+    size_t nb = outer * (size_t)want * inner;
+    unsigned char *buf = ir_xmalloc(nb ? nb : 1);
+    for (size_t o = 0; o < outer; o++) memcpy(buf + o * (size_t)want * inner, p + o * d * inner, (size_t)want * inner);
+    nv = ir_add_const(g, name, t, &s, buf, nb);
+    free(buf);
+  }
+  g->nodes[node].in[slot] = nv;
+  return 1;
 }
 
 /* Inputs whose values (not only their shapes or types) the node reads. */

@@ -49,6 +49,13 @@ int pass_batch_reshape(ir_graph *g, int node, ir_shape *out);
   "; the whole batch passes here, so the model fixes its batch size in a constant: compile with -m 1 or export " \
   "with a dynamic batch axis"
 
+/* A constant input (slot) of node whose dim `axis` holds the whole batch fixed at
+ * export (M x want) while the node expects a micro-batch of `want` there: when every
+ * sample's slice is the same (a zero or broadcast initial state), the input is replaced
+ * by a constant of the first `want` slices and 1 is returned; else 0 (nothing changed;
+ * the caller's shape check reports it). */
+int pass_batch_const(ir_graph *g, int node, int slot, int axis, int64_t want);
+
 /* After shape inference at the micro-batch: report (naming the node, or the graph
  * output) every node whose outputs do not carry the batch consistently, that works
  * along the batch axis, or a graph output not split along axis 0: the first such, as

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "passes/batch.h"
 #include "passes/rnn.h"
 #include "passes/shape_impl.h"
 
@@ -110,6 +111,9 @@ int pass_rnn_info(ir_graph *g, int node, pass_rnn *r) {
   int64_t GH = r->G * r->H;
   int64_t wd[3] = {r->D, GH, r->I}, rd[3] = {r->D, GH, r->H}, bd[2] = {r->D, 2 * GH}, pd[2] = {r->D, 3 * r->H};
   int64_t hd[3] = {r->layout ? r->B : r->D, r->layout ? r->D : r->B, r->H}, sd[1] = {r->B};
+  /* a state or length fixed at export for the whole batch, the same for every sample */
+  for (int i = 4; i < n->n_in && i < 7; i++)
+    if (pass_batch_const(g, node, i, i == 4 ? 0 : r->layout ? 0 : 1, r->B)) x = sh_in(g, node, 0); /* values moved */
   if (check_dims(g, node, 1, "W", 3, wd) || check_dims(g, node, 2, "R", 3, rd) || check_dims(g, node, 3, "B", 2, bd) ||
       check_dims(g, node, 4, "sequence_lens", 1, sd) || check_dims(g, node, 5, "initial_h", 3, hd))
     return -1;

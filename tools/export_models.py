@@ -49,6 +49,7 @@ eval mode, opset 13 unless listed below):
                        batch_first (MultiheadAttention reshapes to [16, 4*4, 16])
     batchview_static   input [4,3,3,8,8]: Conv on [B*T,3,8,8], Linear on [T*B,256],
                        then x.view(x.size(0), -1) -> output [4,18]
+    lstm_static        the lstm model below (its zero initial states are constants [2, 4, 32])
   lstm, gru, rnn (opset 14): input "input" float32 [batch,12,16] (batch_first), output
         "output". lstm: 2-layer nn.LSTM(16, 32) + Linear(32, 10) on the last step's output
         [batch,10]; gru: 1-layer bidirectional nn.GRU(16, 24), all steps [batch,12,48];
@@ -76,7 +77,7 @@ SEQ_FEAT = ("input", (16, 64), "float32", ["output"])
 CLIP = ("input", (3, 3, 8, 8), "float32", ["output"])
 # Exported with this fixed batch (no dynamic axis): the tracer writes x.size(0) into the
 # shapes of Reshapes, which compiling for micro-batches must rewrite (passes/batch.h).
-STATIC_BATCH = {"shufflenet_static": 4, "mha_static": 4, "batchview_static": 4}
+STATIC_BATCH = {"shufflenet_static": 4, "mha_static": 4, "batchview_static": 4, "lstm_static": 4}
 SEQ_RNN = ("input", (12, 16), "float32", ["output"])
 
 MODELS = {
@@ -95,6 +96,7 @@ MODELS = {
     "shufflenet_static": ("shufflenet_v2_x0_5", 13, False, IMG),
     "mha_static": ("mha", 13, False, SEQ_FEAT),
     "batchview_static": ("batchview", 13, False, CLIP),
+    "lstm_static": ("lstm", 14, False, SEQ_RNN),
     "resnet18_train": ("resnet18", 15, True, IMG),
     "mobilenet_v2_train": ("mobilenet_v2", 15, True, IMG),
     "smallcnn": ("smallcnn", 13, False, DIGITS),

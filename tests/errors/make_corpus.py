@@ -793,6 +793,24 @@ def _(d, n):  # X [seq 4, batch 2, 3] (layout 0): splitting dim 0 would cut the 
     return save(model(nodes, [vi("x", [4, 2, 3])], [vi("y", [4, 1, 2, 5])], inits=[w, r], opset=14), d, n)
 
 
+def rnn_state_model(h0):  # X [batch 4, seq 3, 3] (layout 1) with a constant initial state [4, 1, 5]
+    w = numpy_helper.from_array(np.full([1, 5, 3], 0.1, np.float32), "W")
+    r = numpy_helper.from_array(np.full([1, 5, 5], 0.1, np.float32), "R")
+    h = numpy_helper.from_array(h0.astype(np.float32), "h0")
+    nodes = [helper.make_node("RNN", ["x", "W", "R", "", "", "h0"], ["y"], name="rec", hidden_size=5, layout=1)]
+    return model(nodes, [vi("x", [4, 3, 3])], [vi("y", [4, 3, 1, 5])], inits=[w, r, h], opset=14)
+
+
+@case("batch_rnn_state_per_sample", r"initial_h.*whole batch passes here.*-m 1", node="rec", args=MB)
+def _(d, n):  # a different initial state per sample, fixed for the batch of 4: no micro-batch can use it
+    return save(rnn_state_model(np.arange(20).reshape(4, 1, 5) / 20.0), d, n)
+
+
+@ok("ok_batch_rnn_state_shared", args=MB)
+def _(d, n):  # the same state for every sample (as PyTorch exports zeros): cut to the micro-batch
+    return save(rnn_state_model(np.ones([4, 1, 5]) * 0.5), d, n)
+
+
 @ok("ok_batch_reshape_fixed", args=MB)
 def _(d, n):  # [4, -1] and [4, 3, 2] written for the whole batch: rewritten for a micro-batch
     s1 = numpy_helper.from_array(np.array([4, -1], np.int64), "s1")
