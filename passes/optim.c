@@ -364,7 +364,11 @@ int pass_autodiff(ir_graph *g, const pass_train_opts *t) {
   int y, is_sum;
   int loss = build_loss(a, t, "loss", &y, &is_sum);
   if (loss < 0 || a->err) return -1;
-  if (ad_backward(a, loss)) return -1;
+  if (ad_backward(a, loss)) {
+    free(a->need);
+    free(a->grad);
+    return -1;
+  }
 
   vec outs = {0}, st_new = {0}, st_old = {0};
   push(&outs, loss);
@@ -491,7 +495,11 @@ int pass_train_program(ir_graph *g, const pass_train_opts *t, int microbatches, 
   IR_ASSERT(loss >= 0);
   a->ft = g->values[loss].dtype;
   a->seed = ti->loss_sum ? 1.0 : 1.0 / (microbatches > 0 ? microbatches : 1);
-  if (ad_backward(a, loss)) return -1;
+  if (ad_backward(a, loss)) {
+    free(a->need);
+    free(a->grad);
+    return -1;
+  }
 
   vec st_new = {0}, st_old = {0};
   hyper h = {t, 1, {-1, -1, -1, -1, -1, -1}};
