@@ -122,6 +122,28 @@ int pass_batch_const(ir_graph *g, int node, int slot, int axis, int64_t want) {
   return 1;
 }
 
+void pass_batch_consts(ir_graph *g, int node) {
+  if (!g->batch_full || g->microbatches <= 1) return;
+  const ir_node *n = &g->nodes[node];
+  ir_kind kind = n->op >= 0 && n->op < IR_OP_COUNT ? ir_op_table[n->op].kind : IR_K_SPECIAL;
+  if (kind != IR_K_BINARY && kind != IR_K_VARIADIC && kind != IR_K_COMPARE && n->op != IR_OP_Concat &&
+      n->op != IR_OP_Where)
+    return;
+  int x = -1, a = -1;
+  for (int k = 0; k < n->n_in && a < 0; k++)
+    if ((a = pass_batch_axis(g, n->in[k])) >= 0) x = n->in[k];
+  const ir_value *xf = x >= 0 ? full_value(g, x) : NULL;
+  if (!xf) return;
+  int rx = g->values[x].shape.rank;
+  int64_t whole = xf->shape.dims[a], micro = g->values[x].shape.dims[a];
+  for (int k = 0; k < n->n_in; k++) {
+    const ir_value *c = ir_in(g, &g->nodes[node], k);
+    if (!c || c->kind != IR_VAL_CONST) continue;
+    int ca = a - (rx - c->shape.rank); /* broadcasting aligns the last axes */
+    if (ca >= 0 && c->shape.dims[ca] == whole) pass_batch_const(g, node, k, ca, micro);
+  }
+}
+
 /* Inputs whose values (not only their shapes or types) the node reads. */
 static int data_inputs(const ir_node *n) {
   if (n->op == IR_OP_Shape || n->op == IR_OP_Size) return 0;

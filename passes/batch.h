@@ -56,6 +56,12 @@ int pass_batch_reshape(ir_graph *g, int node, ir_shape *out);
  * the caller's shape check reports it). */
 int pass_batch_const(ir_graph *g, int node, int slot, int axis, int64_t want);
 
+/* Before node's shapes are inferred: the constant operands of an element-wise op,
+ * Concat or Where whose axis facing another input's batch holds the whole batch (a
+ * class token or mask expanded for the batch at export) are cut to the micro-batch by
+ * pass_batch_const when every sample's slice is the same. */
+void pass_batch_consts(ir_graph *g, int node);
+
 /* After shape inference at the micro-batch: report (naming the node, or the graph
  * output) every node whose outputs do not carry the batch consistently, that works
  * along the batch axis, or a graph output not split along axis 0: the first such, as

@@ -258,6 +258,7 @@ int pass_shape_node(ir_graph *g, int node) {
                   ir_dtype_name(v->dtype), sh_str(&v->shape, b, sizeof b));
     return -1;
   }
+  pass_batch_consts(g, node); /* micro-batches: constants expanded for the whole batch */
   int errs = g->n_errors;
   int rc = shape_table[n->op](g, node);
   if (rc || g->n_errors > errs) {

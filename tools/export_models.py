@@ -50,6 +50,8 @@ eval mode, opset 13 unless listed below):
     batchview_static   input [4,3,3,8,8]: Conv on [B*T,3,8,8], Linear on [T*B,256],
                        then x.view(x.size(0), -1) -> output [4,18]
     lstm_static        the lstm model below (its zero initial states are constants [2, 4, 32])
+    vit_static         a small torchvision VisionTransformer (32x32 images, 8x8 patches, 2
+                       layers, 2 heads, width 32): the class token is a constant [4, 1, 32]
   lstm, gru, rnn (opset 14): input "input" float32 [batch,12,16] (batch_first), output
         "output". lstm: 2-layer nn.LSTM(16, 32) + Linear(32, 10) on the last step's output
         [batch,10]; gru: 1-layer bidirectional nn.GRU(16, 24), all steps [batch,12,48];
@@ -75,9 +77,11 @@ IDS_GPT = ("input_ids", (SEQ,), "int64", ["logits"])
 IDS_BERT = ("input_ids", (SEQ,), "int64", ["output"])
 SEQ_FEAT = ("input", (16, 64), "float32", ["output"])
 CLIP = ("input", (3, 3, 8, 8), "float32", ["output"])
+IMG32 = ("input", (3, 32, 32), "float32", ["output"])
 # Exported with this fixed batch (no dynamic axis): the tracer writes x.size(0) into the
 # shapes of Reshapes, which compiling for micro-batches must rewrite (passes/batch.h).
-STATIC_BATCH = {"shufflenet_static": 4, "mha_static": 4, "batchview_static": 4, "lstm_static": 4}
+STATIC_BATCH = {"shufflenet_static": 4, "mha_static": 4, "batchview_static": 4, "lstm_static": 4,
+                "vit_static": 4}
 SEQ_RNN = ("input", (12, 16), "float32", ["output"])
 
 MODELS = {
@@ -97,6 +101,7 @@ MODELS = {
     "mha_static": ("mha", 13, False, SEQ_FEAT),
     "batchview_static": ("batchview", 13, False, CLIP),
     "lstm_static": ("lstm", 14, False, SEQ_RNN),
+    "vit_static": ("vit", 15, False, IMG32),
     "resnet18_train": ("resnet18", 15, True, IMG),
     "mobilenet_v2_train": ("mobilenet_v2", 15, True, IMG),
     "smallcnn": ("smallcnn", 13, False, DIGITS),
@@ -124,7 +129,7 @@ def build_model(key):
             if isinstance(mod, nn.Conv2d):
                 nn.init.kaiming_normal_(mod.weight, mode="fan_in", nonlinearity="relu")
         return m
-    if hasattr(tvm, key) and key not in ("smallcnn", "gpt", "bert", "mha", "batchview", "lstm", "gru", "rnn"):
+    if hasattr(tvm, key) and key not in ("smallcnn", "gpt", "bert", "mha", "batchview", "lstm", "gru", "rnn", "vit"):
         return getattr(tvm, key)(weights=None)
 
     if key == "smallcnn":
@@ -190,6 +195,13 @@ def build_model(key):
 
     if key == "mha":  # nn.MultiheadAttention reshapes to [T, B*heads, 16] inside
         return nn.TransformerEncoder(nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True), 2)
+
+    if key == "vit":
+        from torchvision.models.vision_transformer import VisionTransformer
+        m = VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64,
+                              num_classes=10)
+        nn.init.normal_(m.heads.head.weight)  # torchvision zeroes the head: the logits would be 0
+        return m
 
     if key == "batchview":
         class BatchView(nn.Module):

@@ -811,6 +811,22 @@ def _(d, n):  # the same state for every sample (as PyTorch exports zeros): cut 
     return save(rnn_state_model(np.ones([4, 1, 5]) * 0.5), d, n)
 
 
+@case("batch_const_per_sample", r"whole batch passes here.*-m 1", node="add", args=MB)
+def _(d, n):  # x + c with c [4, 6] holding a different row per sample: no micro-batch can use it
+    c = numpy_helper.from_array(np.arange(24, dtype=np.float32).reshape(4, 6), "c")
+    nodes = [helper.make_node("Add", ["x", "c"], ["y"], name="add")]
+    return save(batch_model(nodes, [4, 6], inits=[c]), d, n)
+
+
+@ok("ok_batch_const_shared", args=MB)
+def _(d, n):  # a token expanded for the batch of 4 at export, concatenated before every sample
+    c = numpy_helper.from_array(np.tile(np.arange(6, dtype=np.float32), (4, 1, 1)), "tok")
+    nodes = [helper.make_node("Unsqueeze", ["x", "ax"], ["x3"], name="unsq"),
+             helper.make_node("Concat", ["tok", "x3"], ["y"], name="cat", axis=1)]
+    ax = numpy_helper.from_array(np.array([1], np.int64), "ax")
+    return save(batch_model(nodes, [4, 2, 6], inits=[c, ax]), d, n)
+
+
 @ok("ok_batch_reshape_fixed", args=MB)
 def _(d, n):  # [4, -1] and [4, 3, 2] written for the whole batch: rewritten for a micro-batch
     s1 = numpy_helper.from_array(np.array([4, -1], np.int64), "s1")
