@@ -144,6 +144,18 @@ void pass_batch_consts(ir_graph *g, int node) {
   }
 }
 
+int pass_batch_expand(ir_graph *g, int node, int64_t *s, int n) {
+  const ir_node *nd = &g->nodes[node];
+  if (!g->batch_full || g->microbatches <= 1 || nd->n_in < 1) return 0;
+  int a = pass_batch_axis(g, nd->in[0]);
+  const ir_value *x = a >= 0 ? &g->values[nd->in[0]] : NULL, *xf = x ? full_value(g, nd->in[0]) : NULL;
+  if (!xf) return 0;
+  int j = a + (n - x->shape.rank); /* the shape lines up with the input's last axes */
+  if (j < 0 || j >= n || s[j] != xf->shape.dims[a] || s[j] == x->shape.dims[a]) return 0;
+  s[j] = x->shape.dims[a];
+  return 1;
+}
+
 /* Inputs whose values (not only their shapes or types) the node reads. */
 static int data_inputs(const ir_node *n) {
   if (n->op == IR_OP_Shape || n->op == IR_OP_Size) return 0;

@@ -56,6 +56,11 @@ int pass_batch_reshape(ir_graph *g, int node, ir_shape *out);
  * the caller's shape check reports it). */
 int pass_batch_const(ir_graph *g, int node, int slot, int axis, int64_t want);
 
+/* For sh_Expand: where the target shape s[0..n) holds the whole batch on the axis
+ * facing the input's batch (x.expand(B, ...) traced with B a number), s is set to the
+ * micro-batch there and 1 returned; else 0. */
+int pass_batch_expand(ir_graph *g, int node, int64_t *s, int n);
+
 /* Before node's shapes are inferred: the constant operands of an element-wise op,
  * Concat or Where whose axis facing another input's batch holds the whole batch (a
  * class token or mask expanded for the batch at export) are cut to the micro-batch by

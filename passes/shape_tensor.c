@@ -358,6 +358,14 @@ int sh_Expand(ir_graph *g, int node) {
   int n;
   if (sh_const_ints(g, node, 1, "shape", s, SH_MAX_LIST, &n)) return -1;
   if (n > IR_MAX_RANK) SH_FAIL("input 'shape' has %d dims, pipecc supports rank up to %d", n, IR_MAX_RANK);
+  if (pass_batch_expand(g, node, s, n)) { /* a batch fixed at export, for one micro-batch */
+    ir_value *sv = sh_in(g, node, 1);
+    char *name = ir_sprintf(g->arena, "%s.micro", sv->name ? sv->name : "shape");
+    ir_shape ss = shape_of_rank(1);
+    ss.dims[0] = n;
+    SH_NODE->in[1] = ir_add_const(g, name, IR_INT64, &ss, s, sizeof(int64_t) * (size_t)n);
+    x = sh_in(g, node, 0); /* the values moved */
+  }
   ir_shape sh = shape_of_rank(n), out;
   for (int i = 0; i < n; i++) {
     if (s[i] < 0) SH_FAIL("input 'shape' has negative dim %" PRId64, s[i]);

@@ -827,6 +827,15 @@ def _(d, n):  # a token expanded for the batch of 4 at export, concatenated befo
     return save(batch_model(nodes, [4, 2, 6], inits=[c, ax]), d, n)
 
 
+@ok("ok_batch_expand_fixed", args=MB)
+def _(d, n):  # x[:, None, :].expand(4, 3, 6) traced with the batch as a number: expanded per micro-batch
+    ax = numpy_helper.from_array(np.array([1], np.int64), "ax")
+    s = numpy_helper.from_array(np.array([4, 3, 6], np.int64), "s")
+    nodes = [helper.make_node("Unsqueeze", ["x", "ax"], ["x3"], name="unsq"),
+             helper.make_node("Expand", ["x3", "s"], ["y"], name="exp")]
+    return save(batch_model(nodes, [4, 3, 6], inits=[ax, s]), d, n)
+
+
 @ok("ok_batch_reshape_fixed", args=MB)
 def _(d, n):  # [4, -1] and [4, 3, 2] written for the whole batch: rewritten for a micro-batch
     s1 = numpy_helper.from_array(np.array([4, -1], np.int64), "s1")
