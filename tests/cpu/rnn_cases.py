@@ -27,7 +27,9 @@ from onnx import TensorProto, helper, numpy_helper
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
 from npzio import save_npz  # noqa: E402
+import pipecc_test as pt  # noqa: E402
 
 S, B, I = 5, 3, 4
 
@@ -107,12 +109,6 @@ CASES = {
 }
 
 
-def rel_l2(a, b):
-    a = a.astype(np.float64)
-    b = b.astype(np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
-
-
 def compile_cmd(a, model, d, x):
     cmd = [a.pipecc, model, "-g", "1", "-m", "1", "-o", d, "-j", "1",
            "--shape", "X:" + "x".join(str(s) for s in x.shape)]
@@ -157,21 +153,16 @@ def main():
             print(f"FAIL {name}: pipecc exit {r.returncode}{', warnings' if warn else ''}")
             ok = False
             continue
-        out = os.path.join(d, "y.npz")
-        r = subprocess.run([os.path.join(d, "build", "pipeline"), "--input", os.path.join(d, "x.npz"), "--output", out],
-                           capture_output=True, text=True, env=env)
-        if r.returncode:
-            print(r.stderr[-3000:])
-            print(f"FAIL {name}: pipeline exit {r.returncode}")
+        got, _ = pt.run_pipeline(os.path.join(d, "build"), os.path.join(d, "x.npz"), name, env=env)
+        if got is None:
             ok = False
             continue
-        got = dict(np.load(out))
         errs = []
         for k, v in ref.items():
             if k not in got or got[k].shape != v.shape:
                 errs.append(f"{k}: missing or shape {got.get(k, np.zeros(0)).shape} != {v.shape}")
                 continue
-            e = rel_l2(got[k], v)
+            e = pt.rel_l2(got[k], v, 1e-30)
             errs.append(f"{k} {e:.2e}")
             if not e <= a.tol:
                 ok = False
