@@ -31,6 +31,16 @@ int sh_Flatten(ir_graph *g, int node) {
   return sh_set_out(g, node, 0, x->dtype, &out);
 }
 
+/* Reshape's or Expand's 'shape' input (1) replaced by the constant dims[0..n) that one
+ * micro-batch needs (passes/batch.h). Adds a value: pointers into g->values move. */
+static void micro_shape_input(ir_graph *g, int node, const int64_t *dims, int n) {
+  ir_value *sv = sh_in(g, node, 1);
+  char *name = ir_sprintf(g->arena, "%s.micro", sv->name ? sv->name : "shape");
+  ir_shape ss = shape_of_rank(1);
+  ss.dims[0] = n;
+  SH_NODE->in[1] = ir_add_const(g, name, IR_INT64, &ss, dims, sizeof(int64_t) * (size_t)n);
+}
+
 /* The output shape of Reshape of x to s[0..n) (Reshape-21: 0 copies the input dim, or
  * is a real 0 with allowzero; one -1 is inferred from the element count). 0, or -1 with
  * the reason in err. */
@@ -93,11 +103,7 @@ int sh_Reshape(ir_graph *g, int node) {
   int b = pass_batch_reshape(g, node, &micro);
   if (b < 0) return -1;
   if (b > 0 && (rc || !ir_shape_same_dims(&out, &micro))) {
-    ir_value *sv = sh_in(g, node, 1);
-    char *name = ir_sprintf(g->arena, "%s.micro", sv->name ? sv->name : "shape");
-    ir_shape ss = shape_of_rank(1);
-    ss.dims[0] = micro.rank;
-    SH_NODE->in[1] = ir_add_const(g, name, IR_INT64, &ss, micro.dims, sizeof(int64_t) * (size_t)micro.rank);
+    micro_shape_input(g, node, micro.dims, micro.rank);
     out = micro;
     rc = 0;
   }
@@ -359,11 +365,7 @@ int sh_Expand(ir_graph *g, int node) {
   if (sh_const_ints(g, node, 1, "shape", s, SH_MAX_LIST, &n)) return -1;
   if (n > IR_MAX_RANK) SH_FAIL("input 'shape' has %d dims, pipecc supports rank up to %d", n, IR_MAX_RANK);
   if (pass_batch_expand(g, node, s, n)) { /* a batch fixed at export, for one micro-batch */
-    ir_value *sv = sh_in(g, node, 1);
-    char *name = ir_sprintf(g->arena, "%s.micro", sv->name ? sv->name : "shape");
-    ir_shape ss = shape_of_rank(1);
-    ss.dims[0] = n;
-    SH_NODE->in[1] = ir_add_const(g, name, IR_INT64, &ss, s, sizeof(int64_t) * (size_t)n);
+    micro_shape_input(g, node, s, n);
     x = sh_in(g, node, 0); /* the values moved */
   }
   ir_shape sh = shape_of_rank(n), out;
