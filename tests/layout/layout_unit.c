@@ -7,14 +7,7 @@
 
 #include "passes/layout.h"
 
-static int fails;
-#define CHECK(c)                                                            \
-  do {                                                                      \
-    if (!(c)) {                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-      fails++;                                                              \
-    }                                                                       \
-  } while (0)
+#include "../lib/unit_check.h"
 
 static ir_shape S4(int64_t a, int64_t b, int64_t c, int64_t d) {
   ir_shape s;

@@ -9,11 +9,7 @@
 #include <unistd.h>
 #include "rt.h"
 
-static int failures;
-#define CHECK(c)                                                         \
-  do {                                                                   \
-    if (!(c)) { fprintf(stderr, "%s:%d: CHECK(%s)\n", __FILE__, __LINE__, #c); failures++; } \
-  } while (0)
+#include "../lib/unit_check.h"
 
 static int ends_with(const char *s, const char *suf) {
   size_t a = strlen(s), b = strlen(suf);
@@ -80,9 +76,9 @@ static int selftest(const char *tmpdir) {
   rt_array t;
   CHECK(rt_npy_load(path, &t, err, sizeof err) != 0 && strstr(err, "truncated"));
   for (int i = 0; i < 7; i++) rt_array_free(&arrs[i]);
-  if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
+  if (fails) fprintf(stderr, "%d check(s) failed\n", fails);
   else printf("selftest ok\n");
-  return failures ? 1 : 0;
+  return fails ? 1 : 0;
 }
 
 /* ---- program checks ---- */
@@ -178,9 +174,9 @@ static int programs(void) {
     pipert_instr st[] = {{F, 0}, {ST, 0}, {RG, 0}};
     CHECK(rt_recv_ahead(st, 2) == 0);
   }
-  if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
+  if (fails) fprintf(stderr, "%d check(s) failed\n", fails);
   else printf("programs ok\n");
-  return failures ? 1 : 0;
+  return fails ? 1 : 0;
 }
 
 static int copy(const char *in, const char *out) {

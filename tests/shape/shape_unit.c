@@ -11,14 +11,7 @@
 #include "passes/pass.h"
 #include "passes/shape_impl.h"
 
-static int fails;
-#define CHECK(c)                                                   \
-  do {                                                             \
-    if (!(c)) {                                                    \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-      fails++;                                                     \
-    }                                                              \
-  } while (0)
+#include "../lib/unit_check.h"
 
 static ir_shape S(int r, ...) {
   ir_shape s;
