@@ -165,7 +165,9 @@ static int get_ints(ad_ctx *a, int node, const char *name, int64_t *out, int n, 
 }
 
 /* Conv: dX = ConvTranspose(dy, W); dW = Conv(X^T, dy^T) with strides and dilations
- * swapped, sliced to the kernel and transposed back; dB = sum of dy. */
+ * swapped, sliced to the kernel and transposed back; dB = sum of dy. With G groups the
+ * batch becomes Cg (= C/G) and each group's channels its G*N samples: the same Conv with
+ * G groups gives every group's [Og, Cg, k..] at once. */
 static int bw_conv(ad_ctx *a, int node, int dy) {
   ir_node nd = a->g->nodes[node];
   int X = nd.in[0], W = nd.in[1], B = nd.n_in > 2 ? nd.in[2] : -1;
@@ -199,23 +201,30 @@ static int bw_conv(ad_ctx *a, int node, int dy) {
     for_input(a, W);
     int64_t perm[IR_MAX_RANK];
     for (int i = 0; i < xs.rank; i++) perm[i] = i < 2 ? 1 - i : i;
-    int depthwise = group > 1 && ws.dims[1] == 1;
-    if (group != 1 && !depthwise) return unsupported(a, node, "weight gradient of a grouped convolution that is not depthwise");
-    int xt = ad_transpose(a, X, perm, xs.rank), yt = ad_transpose(a, dy, perm, xs.rank);
-    if (depthwise) { /* channels become groups of N: [1, C*N, H..] with kernel [O, N, h..] */
-      ir_shape s1 = ad_shape(a, xt);
-      ir_shape s2 = s1;
-      s2.dims[0] = 1;
-      s2.dims[1] = s1.dims[0] * s1.dims[1];
-      xt = ad_reshape(a, xt, &s2);
+    int xt = X, yt = ad_transpose(a, dy, perm, xs.rank); /* dy^T [O, N, h..]: the kernel, G groups of N */
+    if (group == 1) {
+      xt = ad_transpose(a, X, perm, xs.rank); /* [C, N, H..] */
+    } else { /* X [N, G*Cg, H..] -> [N, G, Cg, H..] -> [Cg, G, N, H..] -> [Cg, G*N, H..], conv with G groups */
+      int64_t cg = ws.dims[1], p5[IR_MAX_RANK];
+      ir_shape s5 = xs;
+      s5.rank = xs.rank + 1;
+      s5.dims[1] = group;
+      s5.dims[2] = cg;
+      for (int i = 2; i < xs.rank; i++) s5.dims[i + 1] = xs.dims[i];
+      for (int i = 0; i < s5.rank; i++) p5[i] = i == 0 ? 2 : i == 2 ? 0 : i;
+      xt = ad_transpose(a, ad_reshape(a, X, &s5), p5, s5.rank);
+      ir_shape s4 = xs;
+      s4.dims[0] = cg;
+      s4.dims[1] = group * xs.dims[0];
+      xt = ad_reshape(a, xt, &s4);
     }
     int in[2] = {xt, yt};
     int id = ad_begin(a, IR_OP_Conv, in, 2, 1, NULL);
     ad_attr_is(a, id, "strides", d, sp);
     ad_attr_is(a, id, "dilations", s, sp);
     ad_attr_is(a, id, "pads", p, 2 * sp);
-    if (depthwise) ad_attr_i(a, id, "group", group);
-    int r = ad_end(a, id);
+    if (group != 1) ad_attr_i(a, id, "group", group);
+    int r = ad_end(a, id); /* [Cg, O, k..] */
     ir_shape rs = ad_shape(a, r);
     int64_t st[IR_MAX_RANK], en[IR_MAX_RANK], ax[IR_MAX_RANK];
     int need_slice = 0;
@@ -229,7 +238,7 @@ static int bw_conv(ad_ctx *a, int node, int dy) {
       int in2[4] = {r, ad_c_i64(a, st, sp), ad_c_i64(a, en, sp), ad_c_i64(a, ax, sp)};
       r = ad_op(a, IR_OP_Slice, in2, 4);
     }
-    r = depthwise ? ad_reshape(a, r, &ws) : ad_transpose(a, r, perm, xs.rank);
+    r = ad_transpose(a, r, perm, xs.rank);
     acc(a, W, r);
   }
   if (B >= 0 && needs(a, B)) {
@@ -820,6 +829,9 @@ static int bw_split(ad_ctx *a, int node) {
   return 0;
 }
 
+/* Slice: dX = Pad(dy) with zeros around the slice. A step |s| > 1 first spreads dy's axis
+ * (length L) over L*|s| elements ([L] -> [L, 1] -> Pad -> [L, |s|] -> [L*|s|], cut to
+ * the input); a negative step also reverses it (a Slice with step -1). */
 static int bw_slice(ad_ctx *a, int node, int dy) {
   ir_graph *g = a->g;
   ir_node nd = g->nodes[node];
@@ -840,17 +852,45 @@ static int bw_slice(ad_ctx *a, int node, int dy) {
     if (av) ir_const_i64(av, i, &ax[i]);
     if (pv) ir_const_i64(pv, i, &sp[i]);
     if (ax[i] < 0) ax[i] += r;
-    if (sp[i] != 1) return unsupported(a, node, "steps other than 1");
   }
   for (int i = 0; i < r; i++) pads[i] = 0;
+  int cur = dy;
   for (int i = 0; i < n; i++) {
-    int64_t d = xs.dims[ax[i]], s = st[i] < 0 ? st[i] + d : st[i];
-    if (s < 0) s = 0;
-    if (s > d) s = d;
+    int64_t d = xs.dims[ax[i]], len = ys.dims[ax[i]], step = sp[i] < 0 ? -sp[i] : sp[i];
+    int64_t s = st[i] < 0 ? st[i] + d : st[i];
+    if (len == 0) continue; /* nothing taken: dX is all padding */
+    if (sp[i] > 0) {
+      s = s < 0 ? 0 : s > d ? d : s;
+    } else { /* the first element taken is the last of the reversed run */
+      s = s < -1 ? -1 : s > d - 1 ? d - 1 : s;
+      s -= (len - 1) * step;
+      int64_t fst = -1, fen = INT64_MIN, fax = ax[i], fsp = -1;
+      int in[5] = {cur, ad_c_i64(a, &fst, 1), ad_c_i64(a, &fen, 1), ad_c_i64(a, &fax, 1), ad_c_i64(a, &fsp, 1)};
+      cur = ad_op(a, IR_OP_Slice, in, 5);
+    }
     pads[ax[i]] = s;
+    if (step > 1) {
+      if (r >= IR_MAX_RANK) return unsupported(a, node, "a step other than 1 on a tensor of the largest rank");
+      ir_shape cs = ad_shape(a, cur), us = cs;
+      int64_t up[2 * (IR_MAX_RANK + 1)] = {0};
+      us.rank = cs.rank + 1;
+      for (int j = 0; j < cs.rank; j++) us.dims[j + (j > ax[i])] = cs.dims[j];
+      us.dims[ax[i] + 1] = 1;
+      up[us.rank + ax[i] + 1] = step - 1;
+      int in[2] = {ad_reshape(a, cur, &us), ad_c_i64(a, up, 2 * us.rank)};
+      cur = ad_op(a, IR_OP_Pad, in, 2);
+      cs.dims[ax[i]] = len * step;
+      cur = ad_reshape(a, cur, &cs);
+      if (s + len * step > d) { /* the last run's tail lies past the input */
+        int64_t z = 0, e = d - s, sax = ax[i];
+        int in2[4] = {cur, ad_c_i64(a, &z, 1), ad_c_i64(a, &e, 1), ad_c_i64(a, &sax, 1)};
+        cur = ad_op(a, IR_OP_Slice, in2, 4);
+      }
+    }
   }
-  for (int i = 0; i < r; i++) pads[r + i] = xs.dims[i] - ys.dims[i] - pads[i];
-  int in[2] = {dy, ad_c_i64(a, pads, 2 * r)};
+  ir_shape cs = ad_shape(a, cur);
+  for (int i = 0; i < r; i++) pads[r + i] = xs.dims[i] - cs.dims[i] - pads[i];
+  int in[2] = {cur, ad_c_i64(a, pads, 2 * r)};
   acc(a, X, ad_op(a, IR_OP_Pad, in, 2));
   return 0;
 }

@@ -62,6 +62,13 @@ def cases():
                    [N("Conv", ["Xw", "W", "B"], group=4, pads=[1, 1, 1, 1], strides=[2, 2])],
                    {"W": rn(4, 1, 3, 3), "B": rn(4)},
                    lambda t: F.conv2d(t["Xw"], t["W"], t["B"], stride=2, padding=1, groups=4)))
+    cs.append(Case("conv_grouped", rn(2, 6, 7, 6),
+                   [N("Conv", ["Xw", "W", "B"], group=3, pads=[1, 0, 1, 2], strides=[2, 1], dilations=[1, 2])],
+                   {"W": rn(6, 2, 3, 2), "B": rn(6)},
+                   lambda t: F.conv2d(F.pad(t["Xw"], (0, 2, 1, 1)), t["W"], t["B"], stride=(2, 1), dilation=(1, 2),
+                                      groups=3)))
+    cs.append(Case("conv1d_grouped_wide", rn(3, 4, 9), [N("Conv", ["Xw", "W"], group=2, strides=[2])],
+                   {"W": rn(6, 2, 3)}, lambda t: F.conv1d(t["Xw"], t["W"], stride=2, groups=2)))
     cs.append(Case("conv1d", rn(2, 3, 10), [N("Conv", ["Xw", "W"], strides=[2])], {"W": rn(5, 3, 3)},
                    lambda t: F.conv1d(t["Xw"], t["W"], stride=2)))
     cs.append(Case("maxpool_ceil_pad", rn(2, 3, 8, 7),
@@ -164,6 +171,12 @@ def cases():
                    lambda t: t["Xw"][:, 2:] * t["Xw"][:, 2:], ints={"sp": i64(2, 3)}))
     cs.append(Case("slice_neg", rn(4, 6), [N("Slice", ["Xw", "st", "en", "ax"])], {},
                    lambda t: t["Xw"][1:3, -4:-1], ints={"st": i64(1, -4), "en": i64(3, -1), "ax": i64(0, 1)}))
+    cs.append(Case("slice_steps", rn(2, 7, 8, 3), [N("Slice", ["Xw", "st", "en", "ax", "sp"])], {},
+                   lambda t: t["Xw"][:, 0::2, 1::3, :],
+                   ints={"st": i64(0, 1), "en": i64(7, 8), "ax": i64(1, 2), "sp": i64(2, 3)}))
+    cs.append(Case("slice_negative_steps", rn(3, 9, 4), [N("Slice", ["Xw", "st", "en", "ax", "sp"])], {},
+                   lambda t: t["Xw"].flip(1)[:, 1:8:3].flip(2)[..., 0:3],
+                   ints={"st": i64(-2, 9), "en": i64(-9, -4), "ax": i64(1, 2), "sp": i64(-3, -1)}))
     cs.append(Case("reshape_transpose", rn(2, 3, 4),
                    [N("Reshape", ["Xw", "sh"], ["a"]), N("Transpose", ["a"], perm=[2, 0, 1])], {},
                    lambda t: t["Xw"].reshape(4, 6, 1).permute(2, 0, 1), ints={"sh": i64(4, 6, 1)}))
