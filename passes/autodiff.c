@@ -1133,10 +1133,10 @@ static int bw_node(ad_ctx *a, int node) {
   a->phase = IR_PHASE_BWD;
   if (nd.op == IR_OP_Split) return bw_split(a, node);
   if (nd.op == IR_OP_RNN || nd.op == IR_OP_GRU || nd.op == IR_OP_LSTM) {
-    /* any of Y, Y_h, Y_c may carry the gradient; there is no rule for them yet */
+    /* pass_rnn_unroll replaced these by their steps before autodiff */
     for (int k = 0; k < nd.n_out; k++)
       if (nd.out[k] >= 0 && nd.out[k] < a->n0 && a->grad[nd.out[k]] >= 0)
-        return unsupported(a, node, "recurrent ops are compiled for inference only");
+        return unsupported(a, node, "internal: the recurrent op was not unrolled (passes/rnn_unroll.c)");
     return 0;
   }
   if (dy < 0) return 0;

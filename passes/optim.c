@@ -11,6 +11,7 @@
 #include "passes/autodiff.h"
 #include "passes/autodiff_impl.h"
 #include "passes/pass.h"
+#include "passes/rnn.h"
 
 void pass_train_opts_default(pass_train_opts *t) {
   memset(t, 0, sizeof *t);
@@ -360,7 +361,7 @@ int pass_autodiff(ir_graph *g, const pass_train_opts *t) {
   memset(&ctx, 0, sizeof ctx);
   a->g = g;
   a->stage = -1;
-  if (check_optimizer(g, t)) return -1;
+  if (check_optimizer(g, t) || pass_rnn_unroll(g)) return -1;
   int y, is_sum;
   int loss = build_loss(a, t, "loss", &y, &is_sum);
   if (loss < 0 || a->err) return -1;
@@ -420,7 +421,7 @@ int pass_train_loss(ir_graph *g, const pass_train_opts *t, pass_train_info *ti) 
   memset(&ctx, 0, sizeof ctx);
   memset(ti, 0, sizeof *ti);
   a->g = g;
-  if (check_optimizer(g, t)) return -1;
+  if (check_optimizer(g, t) || pass_rnn_unroll(g)) return -1;
   int y, is_sum;
   int loss = build_loss(a, t, NULL, &y, &is_sum);
   if (loss < 0 || a->err || g->n_errors) return -1;

@@ -59,4 +59,9 @@ typedef struct {
  * activation pipecc does not support, inconsistent sizes). */
 int pass_rnn_info(ir_graph *g, int node, pass_rnn *r);
 
+/* Training: replaces every RNN, GRU and LSTM node by its recurrence written out step by
+ * step in ONNX ops that autodiff differentiates (passes/rnn_unroll.c). Called by
+ * pass_autodiff and pass_train_loss before anything else. 0, or -1 (reported). */
+int pass_rnn_unroll(ir_graph *g);
+
 #endif

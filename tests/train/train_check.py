@@ -12,7 +12,7 @@ across the stage counts (PIPECC_SPLIT=even).
                  [--stages 1,2] [--models DIR]
 
 Cases: smallcnn_train (tools/export_models.py's model, BatchNorm with batch statistics),
-mlp, mlp_mse_adam, convnet, convnet_adamw, tiny_transformer, and the bigger cases
+mlp, mlp_mse_adam, convnet, convnet_adamw, tiny_transformer, recurrent (LSTM and GRU), and the bigger cases
 resnet18_train and mobilenet_v2_train (in float64, see make_case), resnet18_train_f32
 and gpt. Every model is exported here as tools/export_models.py does, but
 with do_constant_folding=False (weights keep their torch names) and parameters made
@@ -115,6 +115,27 @@ def make_case(name, models_dir, work):
         # SGD: Adam would turn the key part of in_proj_bias, whose exact gradient is 0
         # (softmax ignores a constant shift), into +-lr from rounding noise
         return model, path, {"input_ids": x}, y, "cross-entropy", ("sgd", dict(lr=0.1, momentum=0.9)), False
+    if name == "recurrent":
+        # nn.LSTM (2 layers) into a bidirectional nn.GRU, float64: the exporter reorders
+        # the gates with Slice/Concat of the torch parameters, pipecc unrolls the steps
+        # (passes/rnn_unroll.c); the gradients reach the parameters through both
+        class Rec(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lstm = nn.LSTM(6, 8, num_layers=2, batch_first=True)
+                self.gru = nn.GRU(8, 5, bidirectional=True, batch_first=True)
+                self.fc = nn.Linear(10, 4)
+
+            def forward(self, x):
+                y, _ = self.lstm(x)
+                y, h = self.gru(y)
+                return self.fc(y[:, -1]) + h.sum(0).sum(1, keepdim=True)
+        model = Rec().double()
+        perturb(model)
+        x = rng.standard_normal((4, 7, 6))
+        export(model, x, "input", 15, False)
+        y = rng.integers(0, 4, size=(4,)).astype(np.int64)
+        return model, path, {"input": x}, y, "cross-entropy", ("adam", dict(lr=0.01)), False
     if name in ("mlp", "mlp_mse_adam"):
         model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 24),
                               nn.Sigmoid(), nn.Linear(24, 10))
@@ -422,7 +443,8 @@ def main():
     ap.add_argument("--pipecc", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--models", default=None)
-    ap.add_argument("--cases", default="smallcnn_train,mlp,mlp_mse_adam,convnet,convnet_adamw,tiny_transformer")
+    ap.add_argument("--cases", default="smallcnn_train,mlp,mlp_mse_adam,convnet,convnet_adamw,tiny_transformer,"
+                    "recurrent")
     ap.add_argument("--stages", default="1,2")
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--mode", choices=["step", "pipeline"], default="step",
