@@ -265,7 +265,14 @@ static void build_units(cg_stage *st) {
   ir_graph *g = st->g;
   int N = g->n_nodes;
   int *group = ir_xmalloc(sizeof(int) * (size_t)(N + 1)); /* node -> root of its unit, -1 not in stage */
-  for (int i = 0; i < N; i++) group[i] = (!g->nodes[i].dead && cg_node_part(g, st->p, i) == st->s) ? i : -1;
+  /* per unit root, an upper bound of its external inputs: both code generators take at
+   * most 64 (a chain of 70 gradient Adds, say, becomes two units) */
+  int *n_ext = ir_xcalloc((size_t)N + 1, sizeof(int));
+  for (int i = 0; i < N; i++) {
+    const ir_node *n = &g->nodes[i];
+    group[i] = (!n->dead && cg_node_part(g, st->p, i) == st->s) ? i : -1;
+    n_ext[i] = n->op == IR_OP_Expand || n->op == IR_OP_CastLike ? 1 : n->n_in;
+  }
   for (int i = 0; i < N; i++) {
     if (group[i] < 0) continue;
     const ir_node *n = &g->nodes[i];
@@ -280,7 +287,9 @@ static void build_units(cg_stage *st) {
       if (!cg_is_eltwise(g, &g->nodes[pnode]) || x->n_uses != 1 || x->is_output || x->writeback >= 0) continue;
       if (st->si->last_stage[v] > st->s) continue;
       if (!ir_shape_same_dims(&x->shape, &y->shape)) continue;
+      if (n_ext[i] + n_ext[pnode] - 1 > 64) continue;
       /* merge the producer's unit into this node's */
+      n_ext[i] += n_ext[pnode] - 1;
       int old = pnode;
       for (int j = 0; j <= pnode; j++)
         if (group[j] == old) group[j] = i;
@@ -315,6 +324,7 @@ static void build_units(cg_stage *st) {
     }
   }
   free(group);
+  free(n_ext);
 }
 
 /* Locations: weights, stage inputs/outputs, alias roots, liveness, arena offsets.

@@ -14,7 +14,7 @@ operator's ONNX meaning, not of a shared misreading.
 
 The cases cover what the unrolling writes differently: both directions and reverse,
 layout 1, clip, input_forget, peepholes, linear_before_reset 0 and 1, initial states,
-non-default activations (with alpha/beta), a missing B, only some outputs. Also checked:
+non-default activations (with alpha/beta), a missing B, only some outputs, 70 steps. Also checked:
 the same model with sequence_lens stops with one line naming the node (exit 2), and the
 pipelined program (--train, 2 micro-batches, g = 1 and 2) trains the bidirectional LSTM
 case with the same bits at both stage counts.
@@ -130,14 +130,14 @@ def ref(op, direction, attrs, x, W, R, Bi, h0, c0, P):
 
 class Case:
     def __init__(self, name, op, H, direction="forward", layout=0, bias=True, h0=False, c0=False, peep=False,
-                 outs=("Y", "Y_h", "Y_c"), seq=False, **attrs):
+                 outs=("Y", "Y_h", "Y_c"), seq=False, steps=S, **attrs):
         self.name, self.op, self.H, self.direction, self.layout = name, op, H, direction, layout
         self.bias, self.h0, self.c0, self.peep, self.seq, self.attrs = bias, h0, c0, peep, seq, attrs
         self.outs = [o for o in outs if o != "Y_c" or op == "LSTM"]
         self.D = 2 if direction == "bidirectional" else 1
         rng = np.random.default_rng(abs(hash(name)) % 2**32)
         D, gh = self.D, G[op] * H
-        self.w = {"W0": 1 + 0.1 * rng.standard_normal((S, B, I)),  # layout 0; transposed for layout 1
+        self.w = {"W0": 1 + 0.1 * rng.standard_normal((steps, B, I)),  # layout 0; transposed for layout 1
                   "W": 0.5 * rng.standard_normal((D, gh, I)), "R": 0.5 * rng.standard_normal((D, gh, H))}
         if bias:
             self.w["Bi"] = 0.5 * rng.standard_normal((D, 2 * gh))
@@ -147,7 +147,7 @@ class Case:
             self.w["c0"] = 0.5 * rng.standard_normal((D, B, H))
         if peep:
             self.w["P"] = 0.5 * rng.standard_normal((D, 3 * H))
-        self.x = rng.standard_normal((S, B, I))
+        self.x = rng.standard_normal((steps, B, I))
 
     def lay(self, k, v):
         """a layout-0 array in the model's layout"""
@@ -167,7 +167,7 @@ class Case:
         while ins[-1] == "":
             ins.pop()
         if with_seq:
-            inits.append(numpy_helper.from_array(np.array([S, 2, 3], np.int32), "seq"))
+            inits.append(numpy_helper.from_array(np.array([len(self.x), 2, 3], np.int32), "seq"))
         names = ["Y", "Y_h", "Y_c"][:3 if self.op == "LSTM" else 2]
         nodes = [helper.make_node("Mul", ["X", "W0"], ["Xw"]),
                  helper.make_node(self.op, ins, [n if n in self.outs else "" for n in names], name="rec",
@@ -213,6 +213,9 @@ CASES = [
     Case("rnn_affine_only_yh", "RNN", 3, activations=["Affine"], activation_alpha=[0.9], activation_beta=[0.1],
          outs=("Y_h",)),
     Case("rnn_thresholded", "RNN", 4, activations=["ThresholdedRelu"], activation_alpha=[0.2]),
+    # 70 steps: the projection's Split and Y's Concat become trees (at most 8 outputs, 64
+    # inputs), R's 70 gradient terms more than one element-wise unit
+    Case("gru_bi_70_steps", "GRU", 3, "bidirectional", steps=70),
 ]
 
 
