@@ -150,6 +150,13 @@ static void bind_out(ir_graph *g, int node, int k, int v) {
   g->values[old].producer = p;
 }
 
+/* direction d's initial state [B, H]: of v ([D, B, H], layout 1 [B, D, H]) or zeros */
+static int initial(ad_ctx *a, const pass_rnn *r, int v, int d) {
+  ir_shape s = shp(2, r->B, r->H, 0, 0);
+  if (v < 0) return ad_zeros(a, &s, a->ft);
+  return ad_reshape(a, r->D == 1 ? v : slice1(a, v, r->layout ? 1 : 0, d, d + 1), &s);
+}
+
 static int unroll(ad_ctx *a, int node) {
   ir_graph *g = a->g;
   pass_rnn r;
@@ -196,15 +203,7 @@ static int unroll(ad_ctx *a, int node) {
     int xp = gemm_bt(a, x2, Wd); /* [S*B, GH] */
     if (bias_x >= 0) xp = ad_bin(a, IR_OP_Add, xp, bias_x);
     split_rows(a, xp, S, B, xs); /* the steps' slices of the projection: [B, GH] each */
-    ir_shape sbh = shp(2, B, H, 0, 0);
-    int hp = -1, cp = -1;
-    if (in_h0 >= 0) hp = ad_reshape(a, r.layout ? slice1(a, in_h0, 1, d, d + 1) : D == 1 ? in_h0 : slice1(a, in_h0, 0, d, d + 1), &sbh);
-    else hp = ad_zeros(a, &sbh, a->ft);
-    if (r.op == IR_OP_LSTM) {
-      if (in_c0 >= 0)
-        cp = ad_reshape(a, r.layout ? slice1(a, in_c0, 1, d, d + 1) : D == 1 ? in_c0 : slice1(a, in_c0, 0, d, d + 1), &sbh);
-      else cp = ad_zeros(a, &sbh, a->ft);
-    }
+    int hp = initial(a, &r, in_h0, d), cp = r.op == IR_OP_LSTM ? initial(a, &r, in_c0, d) : -1;
     int pi = -1, po = -1, pf = -1;
     if (in_p >= 0) {
       int pd = per_dir(a, in_p, d, D, shp(1, 3 * H, 0, 0, 0));
@@ -274,18 +273,24 @@ static int unroll(ad_ctx *a, int node) {
     }
   }
   int err = a->err;
+  /* every output's last node is made here for it alone (bind_out) */
   if (!err && r.has_y) {
-    int y = concat(a, ydir, D, 1); /* [S, D, B, H] */
+    int y = D == 1 ? ydir[0] : concat(a, ydir, D, 1); /* [S, D, B, H] */
     if (r.layout) y = ad_transpose(a, y, (const int64_t[]){2, 0, 1, 3}, 4);
     bind_out(g, node, 0, y);
   }
   for (int k = 1; k <= 2 && !err; k++) {
     if (!(k == 1 ? r.has_yh : r.has_yc)) continue;
-    int parts[2];
-    ir_shape s3 = shp(3, 1, B, H, 0);
-    for (int d = 0; d < D; d++) parts[d] = ad_reshape(a, k == 1 ? hl[d] : cl[d], &s3);
-    int v = concat(a, parts, D, 0); /* [D, B, H] */
-    if (r.layout) v = ad_transpose(a, v, (const int64_t[]){1, 0, 2}, 3);
+    int v, *last = k == 1 ? hl : cl;
+    if (D == 1) { /* [B, H] -> [1, B, H] (layout 1: [B, 1, H]) */
+      ir_shape s3 = r.layout ? shp(3, B, 1, H, 0) : shp(3, 1, B, H, 0);
+      v = ad_reshape(a, last[0], &s3);
+    } else {
+      ir_shape s3 = shp(3, 1, B, H, 0);
+      int parts[2] = {ad_reshape(a, last[0], &s3), ad_reshape(a, last[1], &s3)};
+      v = concat(a, parts, 2, 0); /* [D, B, H] */
+      if (r.layout) v = ad_transpose(a, v, (const int64_t[]){1, 0, 2}, 3);
+    }
     bind_out(g, node, k, v);
   }
   free(xs);
