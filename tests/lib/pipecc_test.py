@@ -42,11 +42,11 @@ def model_work(a, fresh=True):
 def rel_l2(a, b, floor=0.0):
     """||a - b|| / max(||b||, floor) in float64 (||a - b|| when that is zero)."""
     import numpy as np
-    a = a.astype(np.float64).ravel()
-    b = b.astype(np.float64).ravel()
+    a = np.asarray(a, np.float64).ravel()
+    b = np.asarray(b, np.float64).ravel()
     d = np.linalg.norm(a - b)
     n = max(np.linalg.norm(b), floor)
-    return d / n if n > 0 else d
+    return float(d / n if n > 0 else d)
 
 
 def pipecc_cmd(pipecc, model, g, microbatches, out_dir, jobs, shapes, pre=(), post=()):
@@ -138,6 +138,23 @@ def run_pipeline(d, xin, label, extra=(), env=None, out_name="y.npz"):
         print(f"FAIL {label}: pipeline exited with {r.returncode}")
         return None, tr
     return dict(np.load(out)), tr
+
+
+def train_step(pipecc, model, d, feeds, label):
+    """`pipecc MODEL --train-step --loss mse --lr 0.1` (one stage) into d/g1, then that step
+    on feeds (input name -> array, "labels" among them). Returns its outputs (loss,
+    grad/W, new/W), or None after printing why."""
+    import numpy as np
+    out = os.path.join(d, "g1")
+    r = subprocess.run([pipecc, model, "-g", "1", "-o", out, "-j", "2", "--train-step", "--loss", "mse", "--lr", "0.1"],
+                       capture_output=True, text=True)
+    if r.returncode:
+        print(r.stderr[-3000:])
+        print(f"FAIL {label}: pipecc exited with {r.returncode}")
+        return None
+    xin = os.path.join(d, "in.npz")
+    np.savez(xin, **feeds)
+    return run_pipeline(out, xin, label, out_name="out.npz")[0]
 
 
 def median_rel_l2(got, ref, floor=None):

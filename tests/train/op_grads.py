@@ -25,6 +25,9 @@ from onnx import TensorProto, helper, numpy_helper
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tools"))
 from npzio import save_npz  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+import pipecc_test as pt  # noqa: E402
+
 R = np.random.default_rng(7)
 
 
@@ -249,12 +252,6 @@ def ref(c, weights, target):
     return float(loss), {k: t[k].grad.numpy() for k in weights if t[k].grad is not None}, y.detach().numpy()
 
 
-def rel_l2(a, b):
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    n = np.linalg.norm(b)
-    return float(np.linalg.norm(a - b) / n) if n > 0 else float(np.linalg.norm(a - b))
-
-
 def named_loss_cases(a):
     """A loss already in the graph, named with --loss NAME: SoftmaxCrossEntropyLoss and
     LogSoftmax + NegativeLogLikelihoodLoss (lowered by pipecc), and an MSE written as ops."""
@@ -309,8 +306,8 @@ def named_loss_cases(a):
             continue
         res = dict(np.load(os.path.join(d, "out.npz")))
         lk = [k for k in res if not k.startswith(("grad/", "new/"))][0]
-        errs = {"loss": rel_l2(res[lk], float(loss)), "W": rel_l2(res["grad/W"], tw.grad.numpy()),
-                "B": rel_l2(res["grad/B"], tb.grad.numpy())}
+        errs = {"loss": pt.rel_l2(res[lk], float(loss)), "W": pt.rel_l2(res["grad/W"], tw.grad.numpy()),
+                "B": pt.rel_l2(res["grad/B"], tb.grad.numpy())}
         worst = max(errs.values())
         ok = worst <= a.tol
         if not ok:
@@ -337,35 +334,21 @@ def main():
         path = os.path.join(d, "m.onnx")
         weights = build(c, path)
         # the target has the output's shape: take it from torch
-        _, _, y = ref(c, weights, np.zeros(1, np.float32)) if False else (None, None, None)
         t = {k: torch.tensor(v) for k, v in weights.items()}
         t["Xw"] = torch.tensor(c.x) * t["W0"]
         yshape = tuple(c.fn(t).shape)
         target = R.standard_normal(yshape).astype(np.float32)
         loss, grads, _ = ref(c, weights, target)
-        out = os.path.join(d, "g1")
-        cmd = [a.pipecc, path, "-g", "1", "-o", out, "-j", "2", "--train-step", "--loss", "mse", "--lr", "0.1"]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode:
-            print(r.stderr[-3000:])
-            print(f"FAIL {c.name}: pipecc exited with {r.returncode}")
+        res = pt.train_step(a.pipecc, path, d, {"X": c.x, "labels": target}, c.name)
+        if res is None:
             bad.append(c.name)
             continue
-        np.savez(os.path.join(d, "in.npz"), X=c.x, labels=target)
-        r = subprocess.run([os.path.join(out, "pipeline"), "--input", os.path.join(d, "in.npz"), "--output",
-                            os.path.join(d, "out.npz")], capture_output=True, text=True)
-        if r.returncode:
-            print(r.stderr[-3000:])
-            print(f"FAIL {c.name}: pipeline exited with {r.returncode}")
-            bad.append(c.name)
-            continue
-        res = dict(np.load(os.path.join(d, "out.npz")))
-        errs = {"loss": rel_l2(res["loss"], loss)}
+        errs = {"loss": pt.rel_l2(res["loss"], loss)}
         for k, gref in grads.items():
             if f"grad/{k}" not in res:
                 errs[k] = float("inf")
                 continue
-            errs[k] = rel_l2(res[f"grad/{k}"], gref)
+            errs[k] = pt.rel_l2(res[f"grad/{k}"], gref)
         worst = max(errs.values())
         ok = worst <= a.tol
         if not ok:

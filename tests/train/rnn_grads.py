@@ -33,6 +33,9 @@ import onnx
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+import pipecc_test as pt  # noqa: E402
+
 S, B, I = 4, 3, 5
 G = {"RNN": 1, "GRU": 3, "LSTM": 4}
 NA = {"RNN": 1, "GRU": 2, "LSTM": 3}
@@ -219,12 +222,6 @@ CASES = [
 ]
 
 
-def rel_l2(a, b):
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    n = np.linalg.norm(b)
-    return float(np.linalg.norm(a - b) / n) if n > 0 else float(np.linalg.norm(a - b))
-
-
 def check_ref(c, d):
     """torch's `ref` vs onnxruntime on the float32 layout-0 twin"""
     import onnxruntime as ort
@@ -240,7 +237,7 @@ def check_ref(c, d):
         c0.layout = 0
         with torch.no_grad():
             want = c0.forward({k: torch.tensor(v) for k, v in c.w.items()}).numpy()
-    return rel_l2(want, got)
+    return pt.rel_l2(want, got)
 
 
 def run(cmd, **kw):
@@ -270,26 +267,14 @@ def main():
         loss.backward()
         path = os.path.join(d, "m.onnx")
         onnx.save(c.model(), path)
-        out = os.path.join(d, "g1")
-        r = run([a.pipecc, path, "-g", "1", "-o", out, "-j", "2", "--train-step", "--loss", "mse", "--lr", "0.1"])
-        if r.returncode:
-            print(r.stderr[-3000:])
-            print(f"FAIL {c.name}: pipecc exited with {r.returncode}")
+        res = pt.train_step(a.pipecc, path, d, {"X": c.lay("X", c.x), "labels": target}, c.name)
+        if res is None:
             bad.append(c.name)
             continue
-        np.savez(os.path.join(d, "in.npz"), X=c.lay("X", c.x), labels=target)
-        r = run([os.path.join(out, "pipeline"), "--input", os.path.join(d, "in.npz"), "--output",
-                 os.path.join(d, "out.npz")])
-        if r.returncode:
-            print(r.stderr[-3000:])
-            print(f"FAIL {c.name}: pipeline exited with {r.returncode}")
-            bad.append(c.name)
-            continue
-        res = dict(np.load(os.path.join(d, "out.npz")))
-        errs = {"loss": rel_l2(res["loss"], float(loss))}
+        errs = {"loss": pt.rel_l2(res["loss"], float(loss))}
         for k, v in t.items():
             got = res.get(f"grad/{k}")
-            errs[k] = rel_l2(got, c.lay(k, v.grad.numpy())) if got is not None else float("inf")
+            errs[k] = pt.rel_l2(got, c.lay(k, v.grad.numpy())) if got is not None else float("inf")
         worst = max(errs.values())
         ok = worst <= a.tol and e_ref <= 1e-5
         if not ok:
