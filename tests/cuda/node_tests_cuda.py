@@ -5,8 +5,8 @@ Trilu, DepthToSpace/SpaceToDepth, OneHot, Range, Resize/Upsample, LRN, RNN/GRU/L
 models of our own in the same layout (EXTRA, expected outputs from onnxruntime) for
 what the node tests leave out: autodiff's MaxPool gradient (ScatterElements add on the
 pool's Indices), scatters large enough for the multi-pass sort, ScatterND add with
-repeated rows, a grouped ConvTranspose with asymmetric pads, a wide TopK with ties,
-Range too large to be folded.
+repeated rows, scatters of a single update, a grouped ConvTranspose with asymmetric
+pads, a wide TopK with ties, Range too large to be folded.
 
     node_tests_cuda.py build --pipecc build/pipecc --work /tmp/w [--jobs 2] [-k PATTERN]
         No GPU needed. Every node test of those ops whose ops are all in ir/ops.def, less
@@ -112,6 +112,18 @@ def extra_models():
         helper.make_node("ScatterND", ["d", "i", "u"], ["y"], reduction="add")],
         [("d", f32, emb.shape), ("i", i64, rows.shape), ("u", f32, vals.shape)], [("y", f32)]),
         {"d": emb, "i": rows, "u": vals}))
+    # a single update (zero bits of unit number in the sort key): the gradient of ViT's
+    # class-token Gather x[:, 0] is ScatterND(zeros, [[0]], dy[1, ...], add)
+    tok = rng.standard_normal((17, 32)).astype(np.float32)
+    one = rng.standard_normal((1, 32)).astype(np.float32)
+    out.append(("extra_scatternd_one_update", model("g", [
+        helper.make_node("ScatterND", ["d", "i", "u"], ["y"], reduction="add")],
+        [("d", f32, tok.shape), ("u", f32, one.shape)], [("y", f32)], [("i", c64(0).reshape(1, 1))]),
+        {"d": tok, "u": one}))
+    out.append(("extra_scatter_elements_one_update", model("g", [
+        helper.make_node("ScatterElements", ["d", "i", "u"], ["y"], axis=1)],
+        [("d", f32, tok.shape), ("u", f32, (1, 1))], [("y", f32)], [("i", c64(5).reshape(1, 1))]),
+        {"d": tok, "u": one[:, :1].copy()}))
     # grouped ConvTranspose, asymmetric pads, output padding, dilation, bias: cropped from scratch
     xc = rng.standard_normal((2, 4, 5, 6)).astype(np.float32)
     w = rng.standard_normal((4, 3, 3, 2)).astype(np.float32)

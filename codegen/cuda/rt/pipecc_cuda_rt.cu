@@ -1084,7 +1084,8 @@ extern "C" int pk_scatter(pk_stage *S, const pk_scatter_p *p, const void *x, con
   int ubits = 0;
   while (((int64_t)1 << ubits) < p->nu) ubits++;
   int64_t ntarget = p->nd ? p->ny / p->slice : p->ny;
-  if (ubits > 62 || ntarget >= (int64_t)1 << (63 - ubits) || p->sort_n < p->nu)
+  /* unsigned: a single update (ubits 0) leaves all 63 bits to the target */
+  if (ubits > 62 || (uint64_t)ntarget >= (uint64_t)1 << (63 - ubits) || p->sort_n < p->nu)
     return pk_fail(S, "scatter", "too many updates for 64-bit sort keys");
   uint64_t *keys = (uint64_t *)scratch;
   k_scatter_keys<<<pk_grid(p->sort_n), PK_THREADS, 0, S->stream>>>(*p, idx, keys, ubits);
