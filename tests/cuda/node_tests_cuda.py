@@ -63,6 +63,11 @@ FAMILIES = {
     "lrn": {"LRN"},
     "recurrent": {"RNN", "GRU", "LSTM"},
 }
+# families of the EXTRA models only (the node tests of these ops run in every model test)
+EXTRA_FAMILIES = {
+    "reduce": {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+               "ReduceSumSquare", "ReduceLogSumExp"},
+}
 
 
 def extra_models():
@@ -124,6 +129,17 @@ def extra_models():
         helper.make_node("ScatterElements", ["d", "i", "u"], ["y"], axis=1)],
         [("d", f32, tok.shape), ("u", f32, (1, 1))], [("y", f32)], [("i", c64(5).reshape(1, 1))]),
         {"d": tok, "u": one[:, :1].copy()}))
+    # reductions of at most 32 inputs per output (one thread each) and of more (a warp each):
+    # a MatMul weight gradient summed over broadcast batch rows, and the other kinds
+    xr4 = rng.standard_normal((2, 2, 8, 48)).astype(np.float32)
+    reds = [("ReduceSum", (0, 1)), ("ReduceMean", (3,)), ("ReduceMax", (1, 2)), ("ReduceMin", (0, 3)),
+            ("ReduceProd", (2,)), ("ReduceL1", (0, 2)), ("ReduceL2", (1,)), ("ReduceSumSquare", (3,)),
+            ("ReduceLogSumExp", (2, 3)), ("ReduceLogSumExp", (0,))]
+    out.append(("extra_reduce_small_counts", model("g", [
+        helper.make_node(op, ["x", f"a{k}"], [f"y{k}"], keepdims=k % 2)
+        for k, (op, _) in enumerate(reds)],
+        [("x", f32, xr4.shape)], [(f"y{k}", f32) for k in range(len(reds))],
+        [(f"a{k}", c64(*ax)) for k, (_, ax) in enumerate(reds)]), {"x": xr4}))
     # grouped ConvTranspose, asymmetric pads, output padding, dilation, bias: cropped from scratch
     xc = rng.standard_normal((2, 4, 5, 6)).astype(np.float32)
     w = rng.standard_normal((4, 3, 3, 2)).astype(np.float32)
@@ -216,7 +232,8 @@ def select_tests(pattern, work):
         types = {n.op_type for n in m.graph.node}
         if not m.graph.node or not all(n.domain in ("", "ai.onnx") and n.op_type in ops for n in m.graph.node):
             continue
-        fam = next((f for f, fops in FAMILIES.items() if types & fops), None)
+        fams = dict(FAMILIES, **(EXTRA_FAMILIES if name.startswith("extra_") else {}))
+        fam = next((f for f, fops in fams.items() if types & fops), None)
         if fam:
             out.append((fam, name, tdir))
     return out
