@@ -5,8 +5,8 @@ Trilu, DepthToSpace/SpaceToDepth, OneHot, Range, Resize/Upsample, LRN, RNN/GRU/L
 models of our own in the same layout (EXTRA, expected outputs from onnxruntime) for
 what the node tests leave out: autodiff's MaxPool gradient (ScatterElements add on the
 pool's Indices), scatters large enough for the multi-pass sort, ScatterND add with
-repeated rows, a grouped ConvTranspose with asymmetric pads, a wide TopK with ties,
-Range too large to be folded.
+repeated rows, scatters of a single update, a grouped ConvTranspose with asymmetric
+pads, a wide TopK with ties, Range too large to be folded.
 
     node_tests_cuda.py build --pipecc build/pipecc --work /tmp/w [--jobs 2] [-k PATTERN]
         No GPU needed. Every node test of those ops whose ops are all in ir/ops.def, less
@@ -63,6 +63,11 @@ FAMILIES = {
     "lrn": {"LRN"},
     "recurrent": {"RNN", "GRU", "LSTM"},
 }
+# families of the EXTRA models only (the node tests of these ops run in every model test)
+EXTRA_FAMILIES = {
+    "reduce": {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+               "ReduceSumSquare", "ReduceLogSumExp"},
+}
 
 
 def extra_models():
@@ -112,6 +117,29 @@ def extra_models():
         helper.make_node("ScatterND", ["d", "i", "u"], ["y"], reduction="add")],
         [("d", f32, emb.shape), ("i", i64, rows.shape), ("u", f32, vals.shape)], [("y", f32)]),
         {"d": emb, "i": rows, "u": vals}))
+    # a single update (zero bits of unit number in the sort key): the gradient of ViT's
+    # class-token Gather x[:, 0] is ScatterND(zeros, [[0]], dy[1, ...], add)
+    tok = rng.standard_normal((17, 32)).astype(np.float32)
+    one = rng.standard_normal((1, 32)).astype(np.float32)
+    out.append(("extra_scatternd_one_update", model("g", [
+        helper.make_node("ScatterND", ["d", "i", "u"], ["y"], reduction="add")],
+        [("d", f32, tok.shape), ("u", f32, one.shape)], [("y", f32)], [("i", c64(0).reshape(1, 1))]),
+        {"d": tok, "u": one}))
+    out.append(("extra_scatter_elements_one_update", model("g", [
+        helper.make_node("ScatterElements", ["d", "i", "u"], ["y"], axis=1)],
+        [("d", f32, tok.shape), ("u", f32, (1, 1))], [("y", f32)], [("i", c64(5).reshape(1, 1))]),
+        {"d": tok, "u": one[:, :1].copy()}))
+    # reductions of at most 32 inputs per output (one thread each) and of more (a warp each):
+    # a MatMul weight gradient summed over broadcast batch rows, and the other kinds
+    xr4 = rng.standard_normal((2, 2, 8, 48)).astype(np.float32)
+    reds = [("ReduceSum", (0, 1)), ("ReduceMean", (3,)), ("ReduceMax", (1, 2)), ("ReduceMin", (0, 3)),
+            ("ReduceProd", (2,)), ("ReduceL1", (0, 2)), ("ReduceL2", (1,)), ("ReduceSumSquare", (3,)),
+            ("ReduceLogSumExp", (2, 3)), ("ReduceLogSumExp", (0,))]
+    out.append(("extra_reduce_small_counts", model("g", [
+        helper.make_node(op, ["x", f"a{k}"], [f"y{k}"], keepdims=k % 2)
+        for k, (op, _) in enumerate(reds)],
+        [("x", f32, xr4.shape)], [(f"y{k}", f32) for k in range(len(reds))],
+        [(f"a{k}", c64(*ax)) for k, (_, ax) in enumerate(reds)]), {"x": xr4}))
     # grouped ConvTranspose, asymmetric pads, output padding, dilation, bias: cropped from scratch
     xc = rng.standard_normal((2, 4, 5, 6)).astype(np.float32)
     w = rng.standard_normal((4, 3, 3, 2)).astype(np.float32)
@@ -204,7 +232,8 @@ def select_tests(pattern, work):
         types = {n.op_type for n in m.graph.node}
         if not m.graph.node or not all(n.domain in ("", "ai.onnx") and n.op_type in ops for n in m.graph.node):
             continue
-        fam = next((f for f, fops in FAMILIES.items() if types & fops), None)
+        fams = dict(FAMILIES, **(EXTRA_FAMILIES if name.startswith("extra_") else {}))
+        fam = next((f for f, fops in fams.items() if types & fops), None)
         if fam:
             out.append((fam, name, tdir))
     return out

@@ -804,7 +804,61 @@ extern "C" int pk_batchnorm_train(pk_stage *S, const float *x, const float *scal
   return pk_check_launch(S);
 }
 
-/* ---- reductions: one warp per output element ------------------------------------------------------- */
+/* ---- reductions: one warp per output element, or one thread where the count is small ---------------- */
+
+__device__ __forceinline__ float red_init(int kind) {
+  return kind == PK_RED_MAX ? -INFINITY : kind == PK_RED_MIN ? INFINITY : kind == PK_RED_PROD ? 1.0f : 0.0f;
+}
+
+/* a combined with the input value v (mx: LogSumExp's maximum) */
+__device__ __forceinline__ float red_step(int kind, float a, float v, float mx) {
+  switch (kind) {
+    case PK_RED_MAX: return (v > a || v != v) ? v : a;
+    case PK_RED_MIN: return (v < a || v != v) ? v : a;
+    case PK_RED_PROD: return a * v;
+    case PK_RED_L1: return a + fabsf(v);
+    case PK_RED_L2: case PK_RED_SUMSQ: return a + v * v;
+    case PK_RED_LOGSUMEXP: return a + expf(v - mx);
+    default: return a + v;
+  }
+}
+
+/* two partial results combined */
+__device__ __forceinline__ float red_join(int kind, float a, float b) {
+  switch (kind) {
+    case PK_RED_MAX: return (b > a || b != b) ? b : a;
+    case PK_RED_MIN: return (b < a || b != b) ? b : a;
+    case PK_RED_PROD: return a * b;
+    default: return a + b;
+  }
+}
+
+__device__ __forceinline__ float red_final(int kind, float a, float mx, int64_t cnt) {
+  switch (kind) {
+    case PK_RED_MEAN: return a / (float)cnt;
+    case PK_RED_L2: return sqrtf(a);
+    case PK_RED_LOGSUM: return logf(a);
+    case PK_RED_LOGSUMEXP: return logf(a) + mx;
+    default: return a;
+  }
+}
+
+/* the offset of output w's first input (kept dims from w), and of its k-th reduced input */
+__device__ __forceinline__ int64_t red_base(const pk_reduce_p &p, const int64_t *xs, int64_t w) {
+  int64_t base = 0;
+  for (int d = p.rank - 1; d >= 0; d--)
+    if (!p.red[d]) {
+      base += (w % p.xd[d]) * xs[d];
+      w /= p.xd[d];
+    }
+  return base;
+}
+
+__device__ __forceinline__ int64_t red_off(const pk_reduce_p &p, const int64_t *xs, int64_t base, int64_t k) {
+  for (int d = p.rank - 1; d >= 0; d--)
+    if (p.red[d]) base += (k % p.xd[d]) * xs[d], k /= p.xd[d];
+  return base;
+}
 
 __global__ void k_reduce(pk_reduce_p p, const float *__restrict__ x, float *__restrict__ y, int64_t nout, int64_t cnt) {
   int lane = threadIdx.x & 31;
@@ -814,58 +868,36 @@ __global__ void k_reduce(pk_reduce_p p, const float *__restrict__ x, float *__re
   int64_t acc = 1;
   for (int d = p.rank - 1; d >= 0; d--) xs[d] = acc, acc *= p.xd[d];
   for (; w < nout; w += nw) {
-    /* base offset of this output: kept dims from w */
-    int64_t r = w, base = 0;
-    for (int d = p.rank - 1; d >= 0; d--)
-      if (!p.red[d]) {
-        base += (r % p.xd[d]) * xs[d];
-        r /= p.xd[d];
-      }
+    int64_t base = red_base(p, xs, w);
     float mx = -INFINITY;
     if (p.kind == PK_RED_LOGSUMEXP) {
-      for (int64_t k = lane; k < cnt; k += 32) {
-        int64_t q = k, off = base;
-        for (int d = p.rank - 1; d >= 0; d--)
-          if (p.red[d]) off += (q % p.xd[d]) * xs[d], q /= p.xd[d];
-        mx = fmaxf(mx, x[off]);
-      }
+      for (int64_t k = lane; k < cnt; k += 32) mx = fmaxf(mx, x[red_off(p, xs, base, k)]);
       mx = warp_max(mx);
     }
-    float a = p.kind == PK_RED_MAX ? -INFINITY : p.kind == PK_RED_MIN ? INFINITY : p.kind == PK_RED_PROD ? 1.0f : 0.0f;
-    for (int64_t k = lane; k < cnt; k += 32) {
-      int64_t q = k, off = base;
-      for (int d = p.rank - 1; d >= 0; d--)
-        if (p.red[d]) off += (q % p.xd[d]) * xs[d], q /= p.xd[d];
-      float v = x[off];
-      switch (p.kind) {
-        case PK_RED_MAX: a = (v > a || v != v) ? v : a; break;
-        case PK_RED_MIN: a = (v < a || v != v) ? v : a; break;
-        case PK_RED_PROD: a *= v; break;
-        case PK_RED_L1: a += fabsf(v); break;
-        case PK_RED_L2: case PK_RED_SUMSQ: a += v * v; break;
-        case PK_RED_LOGSUMEXP: a += expf(v - mx); break;
-        default: a += v; break;
-      }
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-      float b = __shfl_xor_sync(0xffffffffu, a, o);
-      switch (p.kind) {
-        case PK_RED_MAX: a = (b > a || b != b) ? b : a; break;
-        case PK_RED_MIN: a = (b < a || b != b) ? b : a; break;
-        case PK_RED_PROD: a *= b; break;
-        default: a += b; break;
-      }
-    }
-    if (lane == 0) {
-      switch (p.kind) {
-        case PK_RED_MEAN: a = a / (float)cnt; break;
-        case PK_RED_L2: a = sqrtf(a); break;
-        case PK_RED_LOGSUM: a = logf(a); break;
-        case PK_RED_LOGSUMEXP: a = logf(a) + mx; break;
-        default: break;
-      }
-      y[w] = a;
-    }
+    float a = red_init(p.kind);
+    for (int64_t k = lane; k < cnt; k += 32) a = red_step(p.kind, a, x[red_off(p, xs, base, k)], mx);
+    for (int o = 16; o > 0; o >>= 1) a = red_join(p.kind, a, __shfl_xor_sync(0xffffffffu, a, o));
+    if (lane == 0) y[w] = red_final(p.kind, a, mx, cnt);
+  }
+}
+
+/* cnt <= 32: a warp per output would leave most lanes idle (a MatMul's weight gradient
+ * summed over a few broadcast batch rows: millions of outputs of 4 inputs each), so one
+ * thread per output, in input order; adjacent outputs read adjacent inputs when the
+ * reduced dims are the outer ones */
+__global__ void k_reduce_thread(pk_reduce_p p, const float *__restrict__ x, float *__restrict__ y, int64_t nout,
+                                int64_t cnt) {
+  int64_t xs[PK_MAX_RANK];
+  int64_t acc = 1;
+  for (int d = p.rank - 1; d >= 0; d--) xs[d] = acc, acc *= p.xd[d];
+  GRID_LOOP(w, nout) {
+    int64_t base = red_base(p, xs, w);
+    float mx = -INFINITY;
+    if (p.kind == PK_RED_LOGSUMEXP)
+      for (int64_t k = 0; k < cnt; k++) mx = fmaxf(mx, x[red_off(p, xs, base, k)]);
+    float a = red_init(p.kind);
+    for (int64_t k = 0; k < cnt; k++) a = red_step(p.kind, a, x[red_off(p, xs, base, k)], mx);
+    y[w] = red_final(p.kind, a, mx, cnt);
   }
 }
 
@@ -876,7 +908,10 @@ extern "C" int pk_reduce(pk_stage *S, const pk_reduce_p *p, const float *x, floa
     else nout *= p->xd[d];
   }
   if (nout == 0) return 0;
-  k_reduce<<<pk_grid(nout * 32), PK_THREADS, 0, S->stream>>>(*p, x, y, nout, cnt);
+  if (cnt <= 32)
+    k_reduce_thread<<<pk_grid(nout), PK_THREADS, 0, S->stream>>>(*p, x, y, nout, cnt);
+  else
+    k_reduce<<<pk_grid(nout * 32), PK_THREADS, 0, S->stream>>>(*p, x, y, nout, cnt);
   return pk_check_launch(S);
 }
 
@@ -1084,7 +1119,8 @@ extern "C" int pk_scatter(pk_stage *S, const pk_scatter_p *p, const void *x, con
   int ubits = 0;
   while (((int64_t)1 << ubits) < p->nu) ubits++;
   int64_t ntarget = p->nd ? p->ny / p->slice : p->ny;
-  if (ubits > 62 || (uint64_t)ntarget >= (uint64_t)1 << (63 - ubits) || p->sort_n < p->nu) /* unsigned: 1 << 63 */
+  /* unsigned: a single update (ubits 0) leaves all 63 bits to the target */
+  if (ubits > 62 || (uint64_t)ntarget >= (uint64_t)1 << (63 - ubits) || p->sort_n < p->nu)
     return pk_fail(S, "scatter", "too many updates for 64-bit sort keys");
   uint64_t *keys = (uint64_t *)scratch;
   k_scatter_keys<<<pk_grid(p->sort_n), PK_THREADS, 0, S->stream>>>(*p, idx, keys, ubits);
