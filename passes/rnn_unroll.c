@@ -272,14 +272,13 @@ static int unroll(ad_ctx *a, int node) {
       ydir[d] = concat(a, steps, (int)S, 0);
     }
   }
-  int err = a->err;
   /* every output's last node is made here for it alone (bind_out) */
-  if (!err && r.has_y) {
+  if (!a->err && r.has_y) {
     int y = D == 1 ? ydir[0] : concat(a, ydir, D, 1); /* [S, D, B, H] */
     if (r.layout) y = ad_transpose(a, y, (const int64_t[]){2, 0, 1, 3}, 4);
     bind_out(g, node, 0, y);
   }
-  for (int k = 1; k <= 2 && !err; k++) {
+  for (int k = 1; k <= 2 && !a->err; k++) {
     if (!(k == 1 ? r.has_yh : r.has_yc)) continue;
     int v, *last = k == 1 ? hl : cl;
     if (D == 1) { /* [B, H] -> [1, B, H] (layout 1: [B, 1, H]) */
