@@ -60,9 +60,22 @@ double pass_allreduce_ms(const pass_topology *t, int first, int r, uint64_t byte
     return r <= 1 ? 0.0 : (double)bytes * pb + fx;
 }
 
+double pass_replica_share(int microbatches, int replicas)
+{
+    int M = microbatches > 0 ? microbatches : 1, r = replicas > 0 ? replicas : 1;
+    return (double)((M + r - 1) / r) / M;
+}
+
+int pass_max_replicas(const pass_plan_opts *o)
+{
+    int g = o->devices > 0 ? o->devices : 1;
+    if (o->no_replicate) return 1;
+    return o->microbatches > 0 && o->microbatches < g ? o->microbatches : g;
+}
+
 double pass_stage_time(const pass_plan_opts *o, const pass_stage_agg *s)
 {
-    double c = (s->fwd_ms + (o->training ? s->bwd_ms : 0.0)) / s->replicas;
+    double c = (s->fwd_ms + (o->training ? s->bwd_ms : 0.0)) * pass_replica_share(o->microbatches, s->replicas);
     if (o->training && s->replicas > 1)
         c += pass_allreduce_ms(&o->topo, s->dev_first, s->replicas, s->param_bytes) / o->microbatches;
     return c;
@@ -79,16 +92,21 @@ uint64_t pass_stage_memory(const pass_plan_opts *o, const pass_stage_agg *s)
 {
     double f = o->training ? 2.0 + o->optimizer_state_factor : 1.0;
     uint64_t stat = (uint64_t)((double)s->param_bytes * f);
-    uint64_t inflight = 1;
+    /* micro-batches one replica holds at once; replicas take whole micro-batches in turn */
+    uint64_t r = (uint64_t)(s->replicas > 0 ? s->replicas : 1), M = (uint64_t)o->microbatches, held = 1;
     if (o->training) {
-        inflight = (uint64_t)o->microbatches;
+        held = (M + r - 1) / r; /* GPipe: every one of its micro-batches */
         if (o->schedule == PASS_SCHED_1F1B) {
-            uint64_t after = (uint64_t)(o->devices - (s->dev_first + s->replicas));
-            if (1 + after < inflight) inflight = 1 + after;
+            /* 1F1B: the stage's lead L (schedule.h) plus one; L is a multiple of r and at
+             * most A + (r - 1) + sum of (r' - 1) over the later stages (the roundings),
+             * A = the devices after this stage; that sum is at most A - 1, and 0 when no
+             * stage is replicated */
+            uint64_t A = (uint64_t)(o->devices - (s->dev_first + s->replicas)), L = A + r - 1;
+            if (pass_max_replicas(o) > 1 && A > 1) L += A - 1;
+            if (L / r + 1 < held) held = L / r + 1;
         }
     }
-    uint64_t r = (uint64_t)s->replicas;
-    return stat + inflight * ((s->act_bytes + r - 1) / r);
+    return stat + held * s->act_bytes;
 }
 
 /* ---- the DP ----------------------------------------------------------------------- */
@@ -169,7 +187,7 @@ static int dp_solve(const pass_dag *d, const pass_plan_opts *o, const pass_state
     c.st = st;
     c.n = st->n;
     c.g = o->devices;
-    c.max_r = o->no_replicate ? 1 : c.g;
+    c.max_r = pass_max_replicas(o);
     c.npairs = c.g * (c.g + 1) / 2;
     int n = c.n, g = c.g, G1 = g + 1, rc = -1;
     (void)d;
@@ -190,7 +208,7 @@ static int dp_solve(const pass_dag *d, const pass_plan_opts *o, const pass_state
     for (int m = 1; m <= g; m++)
         for (int r = 1; r <= m; r++) {
             int p = pair_idx(m, r);
-            c.inv_r[p] = 1.0 / r;
+            c.inv_r[p] = pass_replica_share(o->microbatches, r);
             c.arb[p] = c.arc[p] = 0;
             if (o->training && r > 1) {
                 allreduce_coef(&o->topo, m - r, r, &c.arb[p], &c.arc[p]);
@@ -570,7 +588,7 @@ static int ex_solve(const pass_plan_opts *o, const pass_downsets *ds, double lb,
     c.S = (int)ds->count;
     c.g = o->devices;
     c.G1 = c.g + 1;
-    c.max_r = o->no_replicate ? 1 : c.g;
+    c.max_r = pass_max_replicas(o);
     c.npairs = c.g * (c.g + 1) / 2;
     c.shared = !o->training || c.max_r == 1; /* no allreduce term: the key is W for every r */
     c.budget = budget;
@@ -607,7 +625,7 @@ static int ex_solve(const pass_plan_opts *o, const pass_downsets *ds, double lb,
     for (int m = 1; m <= g; m++)
         for (int r = 1; r <= m; r++) {
             int p = pair_idx(m, r);
-            c.inv_r[p] = 1.0 / r;
+            c.inv_r[p] = pass_replica_share(o->microbatches, r);
             c.arb[p] = c.arc[p] = 0;
             if (o->training && r > 1) {
                 double pb, fx;
@@ -726,8 +744,8 @@ static int build_plan(const pass_dag *d, const pass_plan_opts *o, const pass_sta
         pass_stage_agg a = {st->fwd[S->last] - st->fwd[prev], st->bwd[S->last] - st->bwd[prev],
                             st->param[S->last] - st->param[prev], st->act[S->last] - st->act[prev],
                             dev, reps[s]};
-        S->fwd_ms = a.fwd_ms / a.replicas;
-        S->bwd_ms = o->training ? a.bwd_ms / a.replicas : 0.0;
+        S->fwd_ms = a.fwd_ms;
+        S->bwd_ms = o->training ? a.bwd_ms : 0.0;
         S->allreduce_ms = o->training ? pass_allreduce_ms(&o->topo, dev, a.replicas, a.param_bytes) : 0.0;
         S->compute_ms = pass_stage_time(o, &a);
         S->param_bytes = a.param_bytes;
@@ -804,8 +822,9 @@ int pass_partition(const pass_dag *d, const pass_plan_opts *o_in, pass_plan *pla
         W += w;
         if (w > big) big = w;
     }
-    double lb = W / o.devices;
-    if (o.no_replicate && big > lb) lb = big;
+    /* a stage holding the largest node takes at least its share on its busiest replica */
+    double lb = W / o.devices, bigb = big * pass_replica_share(o.microbatches, pass_max_replicas(&o));
+    if (bigb > lb) lb = bigb;
 
     int g = o.devices;
     int *cuts = malloc(sizeof(int) * (size_t)(g + 1) * 2), *reps = malloc(sizeof(int) * (size_t)(g + 1) * 2);

@@ -14,18 +14,21 @@
  *
  * Cost model (per micro-batch, steady state; communication overlaps compute as
  * in PipeDream, so the pipeline's period is the slowest of its stages and links):
- *   stage time     = (fwd + bwd*training) / r  +  training*(r>1)*allreduce(P, r)/M
+ *   stage time     = (fwd + bwd*training) * ceil(M/r)/M  +  training*(r>1)*allreduce(P, r)/M
+ *                    (replica j runs the micro-batches with mb % r == j; r <= min(g, M))
  *   allreduce      = ring: 2(r-1)/r * P / bw + 2(r-1) * lat, over the intra-host link
  *                    if the r devices share a host, else the inter-host link
  *   boundary time  = lat + cut/bw  (+ lat + cut_grad/bw when training), over the link
  *                    between the last device of stage k and the first of stage k+1
  *   bottleneck     = max(max stage time, max boundary time)
  *   memory/device  = P*(1 + training*(1 + optimizer_state_factor))
- *                    + inflight * ceil(A / r),  must be <= mem_limit (if set), where
- *                    inflight = 1 (inference), M (GPipe), min(M, 1 + g - e) (1F1B;
- *                    e = devices used up to and including this stage: an upper
- *                    bound of 1F1B's min(M, p - k), exact when each stage has one
- *                    device and all g devices are used)
+ *                    + held * A,  must be <= mem_limit (if set), where held, the
+ *                    micro-batches one replica holds at once (replicas take whole
+ *                    micro-batches in turn), is 1 (inference), ceil(M/r) (GPipe),
+ *                    min(ceil(M/r), floor(L/r) + 1) (1F1B; L = a + r - 1 with a =
+ *                    g - f - r the devices after the stage, plus a - 1 when stages
+ *                    may be replicated and a > 1: an upper bound of the stage's lead
+ *                    in schedule.h, exact for one device per stage with all g used)
  *   with P, A, fwd, bwd the sums over the stage's nodes, cut the boundary bytes.
  *
  * Algorithm, prefix orders. For each order: bisection on the bottleneck T.
@@ -130,7 +133,8 @@ typedef struct pass_stage {
     int n_nodes;
     int *nodes;                       /* node ids, in order */
     int dev_first, replicas;          /* devices [dev_first, dev_first + replicas) */
-    double fwd_ms, bwd_ms;            /* per micro-batch per replica (already / replicas) */
+    double fwd_ms, bwd_ms;            /* one micro-batch on one replica (every replica runs whole
+                                         micro-batches; the stage's period is compute_ms) */
     double allreduce_ms;              /* one all-reduce of the stage's weights (0 if r = 1 or inference) */
     double compute_ms;                /* stage time of the cost model */
     double comm_ms;                   /* outgoing boundary time (0 for the last stage) */
@@ -158,7 +162,7 @@ typedef struct pass_plan {
     int devices, devices_used, microbatches, training;
     pass_schedule_kind schedule;
     double bottleneck_ms;             /* max over stage and boundary times */
-    double lower_bound_ms;            /* max(total work / g, largest node if no replication) */
+    double lower_bound_ms;            /* max(total work / g, largest node * ceil(M/r)/M, r = most replicas) */
     double gap;                       /* bottleneck / lower bound - 1 */
     double planner_ms;                /* wall time of pass_partition */
     long feasibility_checks;
@@ -195,6 +199,13 @@ double pass_link_ms(const pass_topology *t, int a, int b, uint64_t bytes);
 /* Ring all-reduce of bytes over devices [first, first+r). */
 double pass_allreduce_ms(const pass_topology *t, int first, int r, uint64_t bytes);
 double pass_stage_time(const pass_plan_opts *o, const pass_stage_agg *s);
+/* Replicas take whole micro-batches in turn (replica j runs those with mb % r == j,
+ * as the runtime does): the busiest one runs ceil(M / r) of the M, so a stage's
+ * period per micro-batch is its time on one device times ceil(M / r) / M. */
+double pass_replica_share(int microbatches, int replicas);
+/* The most replicas a stage may get: 1 with no_replicate, else min(devices, M)
+ * (more replicas than micro-batches would idle). */
+int pass_max_replicas(const pass_plan_opts *o);
 /* Boundary whose receiving stage starts at device dev_next (sender: dev_next-1). */
 double pass_boundary_time(const pass_plan_opts *o, int dev_next, uint64_t bytes, uint64_t grad_bytes);
 /* Memory per device of a stage whose devices end at dev_first + replicas. */

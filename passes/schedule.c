@@ -58,9 +58,15 @@ static int emit_bwd(pass_stream *s, int k, int p, int mb)
 int pass_schedule_build(pass_schedule_kind kind, int p, int m, int training, const int *replicas,
                         pass_stream *streams)
 {
-    int rc = 0;
-    for (int k = 0; k < p; k++) {
+    int rc = 0, delta = 0, r_next = 0;
+    for (int k = p - 1; k >= 0; k--) {
         pass_stream *s = &streams[k];
+        int r = replicas && replicas[k] > 1 ? replicas[k] : 1;
+        /* 1F1B's lead of stage k (schedule.h): the next stage's lead plus its replicas,
+         * rounded up to a multiple of r */
+        if (k < p - 1) delta += r_next;
+        delta = (delta + r - 1) / r * r;
+        r_next = r;
         if (!training) {
             for (int mb = 0; mb < m; mb++) rc |= emit_fwd(s, k, p, mb);
             continue;
@@ -69,7 +75,7 @@ int pass_schedule_build(pass_schedule_kind kind, int p, int m, int training, con
             for (int mb = 0; mb < m; mb++) rc |= emit_fwd(s, k, p, mb);
             for (int mb = 0; mb < m; mb++) rc |= emit_bwd(s, k, p, mb);
         } else {
-            int w = p - k - 1 < m ? p - k - 1 : m;
+            int w = delta < m ? delta : m;
             for (int mb = 0; mb < w; mb++) rc |= emit_fwd(s, k, p, mb);
             for (int i = 0; i < m - w; i++) {
                 rc |= emit_fwd(s, k, p, w + i);
@@ -77,7 +83,7 @@ int pass_schedule_build(pass_schedule_kind kind, int p, int m, int training, con
             }
             for (int mb = m - w; mb < m; mb++) rc |= emit_bwd(s, k, p, mb);
         }
-        if (replicas && replicas[k] > 1) rc |= pass_stream_push(s, PASS_OP_ALLREDUCE, -1);
+        if (r > 1) rc |= pass_stream_push(s, PASS_OP_ALLREDUCE, -1);
         rc |= pass_stream_push(s, PASS_OP_STEP, -1);
     }
     return rc ? -1 : 0;
@@ -103,120 +109,198 @@ static int chan_push(chan *c, int mb, double at)
     return 0;
 }
 
-/* act[k]: stage k -> k+1; grad[k]: stage k+1 -> k (k = 0..p-2). */
-static int run(int p, const pass_stream *st, const pass_sim_stage *cost, pass_sim_result *res,
-               char *err, size_t errlen)
+/* Lanes: replica j of stage k (lane base[k] + j) runs the stage's stream, skipping the
+ * micro-batches with mb % R[k] != j, as the runtime does. Links: act[l] carries stage l's
+ * activations to stage l+1 and grad[l] stage l+1's gradients to stage l (l = 0..p-2),
+ * one channel per (sending replica, receiving replica) pair, each in order. */
+typedef struct lane { int pc, live, at_ar; double clk; } lane;
+
+static int span_push(pass_sim_result *res, int stage, int replica, pass_op op, int mb, double t0, double t1)
 {
-    int rc = -1;
-    int nl = p > 1 ? p - 1 : 1;
-    chan *act = calloc((size_t)nl, sizeof(chan)), *grad = calloc((size_t)nl, sizeof(chan));
-    int *pc = calloc((size_t)p, sizeof(int)), *live = calloc((size_t)p, sizeof(int));
-    int *has_bwd = calloc((size_t)p, sizeof(int));
-    double *clk = calloc((size_t)p, sizeof(double));
-    if (!act || !grad || !pc || !live || !has_bwd || !clk) {
-        snprintf(err, errlen, "out of memory");
-        goto out;
+    if (!res) return 0;
+    if (res->n_spans == res->cap_spans) {
+        int cap = res->cap_spans ? 2 * res->cap_spans : 64;
+        pass_sim_span *v = realloc(res->spans, sizeof *v * (size_t)cap);
+        if (!v) return -1;
+        res->spans = v;
+        res->cap_spans = cap;
     }
+    res->spans[res->n_spans++] = (pass_sim_span){stage, replica, op, mb, t0, t1};
+    return 0;
+}
+
+static int run(int p, const pass_stream *st, const int *replicas, const pass_sim_stage *cost,
+               pass_sim_result *res, char *err, size_t errlen)
+{
+    int rc = -1, nl = p > 1 ? p - 1 : 1, L = 0;
+    int *R = calloc((size_t)p, sizeof(int)), *base = calloc((size_t)p + 1, sizeof(int));
+    int *cbase = calloc((size_t)nl + 1, sizeof(int)), *ar_count = calloc((size_t)p, sizeof(int));
+    int *has_bwd = calloc((size_t)p, sizeof(int));
+    chan *act = NULL, *grad = NULL;
+    lane *ln = NULL;
+    if (!R || !base || !cbase || !ar_count || !has_bwd) goto oom;
+    for (int k = 0; k < p; k++) {
+        R[k] = replicas ? replicas[k] : cost ? cost[k].replicas : 1;
+        if (R[k] < 1) R[k] = 1;
+        base[k] = L;
+        L += R[k];
+    }
+    base[p] = L;
+    for (int l = 0; l + 1 < p; l++) cbase[l + 1] = cbase[l] + R[l] * R[l + 1];
+    act = calloc((size_t)cbase[p > 1 ? p - 1 : 0] + 1, sizeof(chan));
+    grad = calloc((size_t)cbase[p > 1 ? p - 1 : 0] + 1, sizeof(chan));
+    ln = calloc((size_t)L, sizeof(lane));
+    if (!act || !grad || !ln) goto oom;
     for (int k = 0; k < p; k++)
         for (int i = 0; i < st[k].n; i++)
             if (st[k].v[i].op == PASS_OP_BWD) has_bwd[k] = 1;
     int done = 0;
-    while (done < p) {
+    while (done < L) {
         int progress = 0;
         done = 0;
-        for (int k = 0; k < p; k++) {
-            while (pc[k] < st[k].n) {
-                const pass_instr *in = &st[k].v[pc[k]];
-                int need_next = in->op == PASS_OP_SEND_ACT || in->op == PASS_OP_RECV_GRAD;
-                int need_prev = in->op == PASS_OP_RECV_ACT || in->op == PASS_OP_SEND_GRAD;
-                if ((need_next && k == p - 1) || (need_prev && k == 0)) {
-                    snprintf(err, errlen, "stage %d instr %d: %s mb %d has no peer stage", k, pc[k],
-                             pass_op_name(in->op), in->mb);
-                    goto out;
-                }
-                double dt = 0;
-                if (in->op == PASS_OP_RECV_ACT || in->op == PASS_OP_RECV_GRAD) {
-                    chan *c = in->op == PASS_OP_RECV_ACT ? &act[k - 1] : &grad[k];
-                    if (c->head == c->tail) break; /* blocked */
-                    msg mm = c->q[c->head++];
-                    if (mm.mb != in->mb) {
-                        snprintf(err, errlen, "stage %d instr %d: %s expects mb %d but the next message "
-                                 "from stage %d is mb %d (order mismatch)", k, pc[k], pass_op_name(in->op),
-                                 in->mb, in->op == PASS_OP_RECV_ACT ? k - 1 : k + 1, mm.mb);
+        for (int k = 0; k < p; k++)
+            for (int j = 0; j < R[k]; j++) {
+                lane *q = &ln[base[k] + j];
+                while (q->pc < st[k].n) {
+                    const pass_instr *in = &st[k].v[q->pc];
+                    int need_next = in->op == PASS_OP_SEND_ACT || in->op == PASS_OP_RECV_GRAD;
+                    int need_prev = in->op == PASS_OP_RECV_ACT || in->op == PASS_OP_SEND_GRAD;
+                    if ((need_next && k == p - 1) || (need_prev && k == 0)) {
+                        snprintf(err, errlen, "stage %d instr %d: %s mb %d has no peer stage", k, q->pc,
+                                 pass_op_name(in->op), in->mb);
                         goto out;
                     }
-                    if (mm.at > clk[k]) clk[k] = mm.at;
-                } else if (in->op == PASS_OP_SEND_ACT || in->op == PASS_OP_SEND_GRAD) {
-                    chan *c = in->op == PASS_OP_SEND_ACT ? &act[k] : &grad[k - 1];
-                    double x = cost ? (in->op == PASS_OP_SEND_ACT ? cost[k].act_xfer_ms : cost[k].grad_xfer_ms) : 0;
-                    double start = clk[k] > c->free_at ? clk[k] : c->free_at;
-                    c->free_at = start + x;
-                    if (chan_push(c, in->mb, start + x)) { snprintf(err, errlen, "out of memory"); goto out; }
-                } else if (in->op == PASS_OP_FWD) {
-                    dt = cost ? cost[k].fwd_ms : 0;
-                    if (++live[k] > (res ? res->peak_inflight[k] : 0) && res) res->peak_inflight[k] = live[k];
-                    if (!has_bwd[k]) live[k]--;
-                } else if (in->op == PASS_OP_BWD) {
-                    dt = cost ? cost[k].bwd_ms : 0;
-                    live[k]--;
-                } else if (in->op == PASS_OP_ALLREDUCE) {
-                    dt = cost ? cost[k].allreduce_ms : 0;
-                } else {
-                    dt = cost ? cost[k].step_ms : 0;
+                    if (in->mb >= 0 && in->mb % R[k] != j) { /* another replica's micro-batch */
+                        q->pc++;
+                        progress = 1;
+                        continue;
+                    }
+                    double dt = 0, t0 = q->clk;
+                    if (in->op == PASS_OP_RECV_ACT || in->op == PASS_OP_RECV_GRAD) {
+                        int peer = in->op == PASS_OP_RECV_ACT ? k - 1 : k + 1, l = in->op == PASS_OP_RECV_ACT ? k - 1 : k;
+                        int from = in->mb % R[peer];
+                        chan *c = in->op == PASS_OP_RECV_ACT ? &act[cbase[l] + from * R[k] + j]
+                                                             : &grad[cbase[l] + from * R[k] + j];
+                        if (c->head == c->tail) break; /* blocked */
+                        msg mm = c->q[c->head++];
+                        if (mm.mb != in->mb) {
+                            snprintf(err, errlen, "stage %d instr %d: %s expects mb %d but the next message "
+                                     "from stage %d is mb %d (order mismatch)", k, q->pc, pass_op_name(in->op),
+                                     in->mb, peer, mm.mb);
+                            goto out;
+                        }
+                        if (mm.at > q->clk) q->clk = mm.at;
+                    } else if (in->op == PASS_OP_SEND_ACT || in->op == PASS_OP_SEND_GRAD) {
+                        int peer = in->op == PASS_OP_SEND_ACT ? k + 1 : k - 1, l = in->op == PASS_OP_SEND_ACT ? k : k - 1;
+                        int to = in->mb % R[peer];
+                        chan *c = in->op == PASS_OP_SEND_ACT ? &act[cbase[l] + j * R[peer] + to]
+                                                             : &grad[cbase[l] + j * R[peer] + to];
+                        double x = cost ? (in->op == PASS_OP_SEND_ACT ? cost[k].act_xfer_ms : cost[k].grad_xfer_ms) : 0;
+                        double start = q->clk > c->free_at ? q->clk : c->free_at;
+                        c->free_at = start + x;
+                        if (chan_push(c, in->mb, start + x) || span_push(res, k, j, in->op, in->mb, start, start + x))
+                            goto oom;
+                    } else if (in->op == PASS_OP_FWD) {
+                        dt = cost ? cost[k].fwd_ms : 0;
+                        if (++q->live > (res ? res->peak_inflight[k] : 0) && res) res->peak_inflight[k] = q->live;
+                        if (!has_bwd[k]) q->live--;
+                    } else if (in->op == PASS_OP_BWD) {
+                        dt = cost ? cost[k].bwd_ms : 0;
+                        q->live--;
+                    } else if (in->op == PASS_OP_ALLREDUCE && R[k] > 1) {
+                        /* every replica of the stage takes part: it ends for all at once */
+                        if (!q->at_ar) {
+                            q->at_ar = 1;
+                            ar_count[k]++;
+                            progress = 1;
+                        }
+                        if (ar_count[k] < R[k]) break;
+                        double t = 0, x = cost ? cost[k].allreduce_ms : 0;
+                        for (int i = 0; i < R[k]; i++)
+                            if (ln[base[k] + i].clk > t) t = ln[base[k] + i].clk;
+                        for (int i = 0; i < R[k]; i++) {
+                            lane *o = &ln[base[k] + i];
+                            if (span_push(res, k, i, in->op, -1, t, t + x)) goto oom;
+                            o->clk = t + x;
+                            o->at_ar = 0;
+                            o->pc++;
+                        }
+                        ar_count[k] = 0;
+                        continue;
+                    } else if (in->op == PASS_OP_ALLREDUCE) {
+                        dt = cost ? cost[k].allreduce_ms : 0;
+                    } else {
+                        dt = cost ? cost[k].step_ms : 0;
+                    }
+                    q->clk += dt;
+                    if (in->op == PASS_OP_FWD || in->op == PASS_OP_BWD || in->op == PASS_OP_ALLREDUCE) {
+                        if (res && in->op != PASS_OP_ALLREDUCE) res->busy_ms[k] += dt;
+                        if (span_push(res, k, j, in->op, in->mb, t0, q->clk)) goto oom;
+                    }
+                    q->pc++;
+                    progress = 1;
                 }
-                clk[k] += dt;
-                if (res && (in->op == PASS_OP_FWD || in->op == PASS_OP_BWD)) res->busy_ms[k] += dt;
-                pc[k]++;
-                progress = 1;
+                if (q->pc == st[k].n) done++;
             }
-            if (pc[k] == st[k].n) done++;
-        }
-        if (done < p && !progress) {
+        if (done < L && !progress) {
             int len = snprintf(err, errlen, "deadlock:");
             for (int k = 0; k < p && len >= 0 && (size_t)len < errlen; k++)
-                if (pc[k] < st[k].n)
-                    len += snprintf(err + len, errlen - (size_t)len, " stage %d waits at %s mb %d;", k,
-                                    pass_op_name(st[k].v[pc[k]].op), st[k].v[pc[k]].mb);
+                for (int j = 0; j < R[k] && len >= 0 && (size_t)len < errlen; j++) {
+                    const lane *q = &ln[base[k] + j];
+                    if (q->pc >= st[k].n) continue;
+                    if (R[k] > 1)
+                        len += snprintf(err + len, errlen - (size_t)len, " stage %d replica %d waits at %s mb %d;", k, j,
+                                        pass_op_name(st[k].v[q->pc].op), st[k].v[q->pc].mb);
+                    else
+                        len += snprintf(err + len, errlen - (size_t)len, " stage %d waits at %s mb %d;", k,
+                                        pass_op_name(st[k].v[q->pc].op), st[k].v[q->pc].mb);
+                }
             goto out;
         }
     }
-    for (int l = 0; l < p - 1; l++) {
-        if (act[l].head != act[l].tail) {
-            snprintf(err, errlen, "stage %d sent activations of mb %d that stage %d never receives", l,
-                     act[l].q[act[l].head].mb, l + 1);
-            goto out;
+    for (int l = 0; l + 1 < p; l++)
+        for (int c = cbase[l]; c < cbase[l + 1]; c++) {
+            if (act[c].head != act[c].tail) {
+                snprintf(err, errlen, "stage %d sent activations of mb %d that stage %d never receives", l,
+                         act[c].q[act[c].head].mb, l + 1);
+                goto out;
+            }
+            if (grad[c].head != grad[c].tail) {
+                snprintf(err, errlen, "stage %d sent gradients of mb %d that stage %d never receives", l + 1,
+                         grad[c].q[grad[c].head].mb, l);
+                goto out;
+            }
         }
-        if (grad[l].head != grad[l].tail) {
-            snprintf(err, errlen, "stage %d sent gradients of mb %d that stage %d never receives", l + 1,
-                     grad[l].q[grad[l].head].mb, l);
-            goto out;
-        }
-    }
     if (res) {
         double it = 0, busy = 0;
+        for (int i = 0; i < L; i++)
+            if (ln[i].clk > it) it = ln[i].clk;
         for (int k = 0; k < p; k++) {
-            if (clk[k] > it) it = clk[k];
             busy += res->busy_ms[k];
             res->peak_bytes[k] = (cost ? cost[k].static_bytes + (uint64_t)res->peak_inflight[k] * cost[k].act_bytes : 0);
         }
         res->iteration_ms = it;
-        res->bubble_fraction = it > 0 ? 1.0 - busy / (p * it) : 0.0;
+        res->bubble_fraction = it > 0 ? 1.0 - busy / (L * it) : 0.0;
     }
     rc = 0;
+    goto out;
+oom:
+    snprintf(err, errlen, "out of memory");
 out:
-    if (act)
-        for (int l = 0; l < nl; l++) { free(act[l].q); free(grad[l].q); }
-    free(act); free(grad); free(pc); free(live); free(has_bwd); free(clk);
+    if (act && grad && cbase)
+        for (int c = 0; c < cbase[p > 1 ? p - 1 : 0]; c++) { free(act[c].q); free(grad[c].q); }
+    free(act); free(grad); free(ln); free(R); free(base); free(cbase); free(ar_count); free(has_bwd);
     return rc;
 }
 
-int pass_schedule_check(int p, const pass_stream *streams, char *err, size_t errlen)
+int pass_schedule_check(int p, const pass_stream *streams, const int *replicas, char *err, size_t errlen)
 {
-    return run(p, streams, NULL, NULL, err, errlen);
+    return run(p, streams, replicas, NULL, NULL, err, errlen);
 }
 
 void pass_sim_result_free(pass_sim_result *r)
 {
+    free(r->spans);
     free(r->peak_inflight);
     free(r->peak_bytes);
     free(r->busy_ms);
@@ -230,11 +314,32 @@ int pass_schedule_simulate(int p, const pass_stream *streams, const pass_sim_sta
     res->peak_inflight = calloc((size_t)p, sizeof(int));
     res->peak_bytes = calloc((size_t)p, sizeof(uint64_t));
     res->busy_ms = calloc((size_t)p, sizeof(double));
-    if (!res->peak_inflight || !res->peak_bytes || !res->busy_ms || run(p, streams, cost, res, err, sizeof err)) {
+    if (!res->peak_inflight || !res->peak_bytes || !res->busy_ms || run(p, streams, NULL, cost, res, err, sizeof err)) {
         pass_sim_result_free(res);
         return -1;
     }
     return 0;
+}
+
+void pass_schedule_costs(const pass_plan_opts *o, const pass_plan *plan, pass_sim_stage *c)
+{
+    int p = plan->n_stages;
+    memset(c, 0, sizeof *c * (size_t)p);
+    for (int k = 0; k < p; k++) {
+        const pass_stage *S = &plan->stages[k];
+        int r = S->replicas;
+        c[k].fwd_ms = S->fwd_ms;
+        c[k].bwd_ms = S->bwd_ms;
+        c[k].replicas = r;
+        c[k].allreduce_ms = S->allreduce_ms;
+        int dnext = S->dev_first + r;
+        if (k + 1 < p) c[k].act_xfer_ms = pass_link_ms(&o->topo, dnext - 1, dnext, S->out_bytes);
+        if (k > 0) c[k].grad_xfer_ms = pass_link_ms(&o->topo, S->dev_first, S->dev_first - 1,
+                                                     plan->stages[k - 1].out_grad_bytes);
+        double f = o->training ? 2.0 + o->optimizer_state_factor : 1.0;
+        c[k].static_bytes = (uint64_t)((double)S->param_bytes * f);
+        c[k].act_bytes = S->act_bytes;
+    }
 }
 
 int pass_schedule_attach(const pass_plan_opts *o, pass_plan *plan, char *err, size_t errlen)
@@ -247,26 +352,13 @@ int pass_schedule_attach(const pass_plan_opts *o, pass_plan *plan, char *err, si
     if (!reps || !c || !plan->streams) goto oom;
     for (int k = 0; k < p; k++) reps[k] = plan->stages[k].replicas;
     if (pass_schedule_build(o->schedule, p, o->microbatches, o->training, reps, plan->streams)) goto oom;
-    if (pass_schedule_check(p, plan->streams, err, errlen)) {
+    if (pass_schedule_check(p, plan->streams, reps, err, errlen)) {
         free(reps); free(c);
         return -1;
     }
+    pass_schedule_costs(o, plan, c);
     double single = 0;
-    for (int k = 0; k < p; k++) {
-        const pass_stage *S = &plan->stages[k];
-        int r = S->replicas;
-        c[k].fwd_ms = S->fwd_ms;
-        c[k].bwd_ms = S->bwd_ms;
-        single += (S->fwd_ms + S->bwd_ms) * r;
-        c[k].allreduce_ms = S->allreduce_ms;
-        int dnext = S->dev_first + r;
-        if (k + 1 < p) c[k].act_xfer_ms = pass_link_ms(&o->topo, dnext - 1, dnext, S->out_bytes);
-        if (k > 0) c[k].grad_xfer_ms = pass_link_ms(&o->topo, S->dev_first, S->dev_first - 1,
-                                                     plan->stages[k - 1].out_grad_bytes);
-        double f = o->training ? 2.0 + o->optimizer_state_factor : 1.0;
-        c[k].static_bytes = (uint64_t)((double)S->param_bytes * f);
-        c[k].act_bytes = (S->act_bytes + (uint64_t)r - 1) / (uint64_t)r;
-    }
+    for (int k = 0; k < p; k++) single += plan->stages[k].fwd_ms + plan->stages[k].bwd_ms;
     pass_sim_result res;
     if (pass_schedule_simulate(p, plan->streams, c, &res)) {
         snprintf(err, errlen, "schedule simulation failed");

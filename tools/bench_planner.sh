@@ -126,10 +126,9 @@ if md_path:
             L.append(f"| {LABEL.get(m, m)} | " + " | ".join(
                 f"{speed[m, rep, g, s][0]:.2f}" for g in (2, 4, 8) for s in ("gpipe", "1f1b")) + " |")
         if rep:
-            L.append("\nCaveat: the partitioner does not yet cap a stage's replicas at the samples in a micro-batch. "
-                     "At g = 8 (M = 32, one sample per micro-batch) the replicated plans above split single "
-                     "samples over 2-4 devices, which the cost model treats as free to divide; there the "
-                     "pure-pipeline figures below are the ones a real run can reach.")
+            L.append("\nA replicated stage's replicas take whole micro-batches in turn (replica j runs those with "
+                     "mb % r == j, as the runtime does): the cost model charges the busiest replica's ceil(M/r) of "
+                     "the M micro-batches, caps r at M, and the simulation runs each replica as its own device.")
     L.append("\n### Planner time\n")
     L.append(f"`planner_ms`: wall time of antichain + partition (from `plan.json`), median of {runs} runs, "
              "batch 32, `--device h100 --target cuda --plan-only`, inference and `--train`; wall: the whole "

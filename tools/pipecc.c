@@ -345,7 +345,7 @@ static int training_programs(pass_schedule_kind kind, cg_plan *cp) {
   pass_stream *streams = calloc((size_t)S, sizeof *streams);
   char err[512];
   int rc = pass_schedule_build(kind, S, cp->microbatches, 1, cp->replicas, streams) ? -1 : 0;
-  if (!rc && pass_schedule_check(S, streams, err, sizeof err)) {
+  if (!rc && pass_schedule_check(S, streams, cp->replicas, err, sizeof err)) {
     fprintf(stderr, "pipecc: internal error: training schedule: %s\n", err);
     rc = -1;
   }

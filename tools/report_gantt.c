@@ -1,9 +1,7 @@
-/* tools/report_gantt.c - the predicted pipeline timeline: a replay of the plan's
- * instruction streams with the simulator's rules and costs (passes/schedule.c, which
- * does not expose per-instruction times): stages run round-robin, each as far as it
- * can; a RECV waits for the message's arrival, a SEND is asynchronous and each link
- * direction carries one message at a time; FWD, BWD and ALLREDUCE take the stage's
- * per-micro-batch times. Drawn as a Gantt chart, one row per stage. */
+/* tools/report_gantt.c - the predicted pipeline timeline: the simulator's spans
+ * (passes/schedule.c: pass_schedule_simulate with the plan's costs), drawn as a
+ * Gantt chart, one row per device: a stage with r replicas gets r rows, replica j
+ * running the micro-batches with mb % r == j. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,111 +9,39 @@
 #include "passes/schedule.h"
 #include "tools/report_util.h"
 
-typedef struct {
-  int stage, op, mb;
-  double t0, t1;
-} span;
-
-typedef struct {
-  int *mb;
-  double *at;
-  int head, tail;
-  double free_at;
-} chan;
-
-/* Replay; returns the spans (FWD, BWD, ALLREDUCE on stages; SEND_* as link spans)
- * and the end time. Returns NULL if the streams cannot finish. */
-static span *replay(const pass_plan *pl, const pass_plan_opts *o, int *n_out, double *end) {
-  int p = pl->n_stages, total = 0;
-  for (int k = 0; k < p; k++) total += pl->streams[k].n;
-  span *sp = malloc(sizeof(span) * ((size_t)total + 1));
-  chan *act = calloc((size_t)p + 1, sizeof(chan)), *grad = calloc((size_t)p + 1, sizeof(chan));
-  int *pc = calloc((size_t)p + 1, sizeof(int));
-  double *clk = calloc((size_t)p + 1, sizeof(double)), *ax = calloc((size_t)p + 1, sizeof(double)),
-         *gx = calloc((size_t)p + 1, sizeof(double));
-  for (int k = 0; k < p; k++) {
-    int cnt = pl->streams[k].n + (k + 1 < p ? pl->streams[k + 1].n : 0) + 1;
-    act[k].mb = malloc(sizeof(int) * (size_t)cnt), act[k].at = malloc(sizeof(double) * (size_t)cnt);
-    grad[k].mb = malloc(sizeof(int) * (size_t)cnt), grad[k].at = malloc(sizeof(double) * (size_t)cnt);
-    const pass_stage *S = &pl->stages[k];
-    int dnext = S->dev_first + S->replicas;
-    if (k + 1 < p) ax[k] = pass_link_ms(&o->topo, dnext - 1, dnext, S->out_bytes);
-    if (k > 0) gx[k] = pass_link_ms(&o->topo, S->dev_first, S->dev_first - 1, pl->stages[k - 1].out_grad_bytes);
-  }
-  int n = 0, done = 0, ok = 1;
-  while (done < p && ok) {
-    int progress = 0;
-    done = 0;
-    for (int k = 0; k < p; k++) {
-      const pass_stream *st = &pl->streams[k];
-      const pass_stage *S = &pl->stages[k];
-      while (pc[k] < st->n) {
-        const pass_instr *in = &st->v[pc[k]];
-        if (in->op == PASS_OP_RECV_ACT || in->op == PASS_OP_RECV_GRAD) {
-          int peer = in->op == PASS_OP_RECV_ACT ? k - 1 : k;
-          if (peer < 0 || peer >= p) { ok = 0; break; }
-          chan *c = in->op == PASS_OP_RECV_ACT ? &act[peer] : &grad[peer];
-          if (c->head == c->tail) break; /* blocked */
-          double at = c->at[c->head++];
-          if (at > clk[k]) clk[k] = at;
-        } else if (in->op == PASS_OP_SEND_ACT || in->op == PASS_OP_SEND_GRAD) {
-          int peer = in->op == PASS_OP_SEND_ACT ? k : k - 1;
-          if (peer < 0 || peer >= p) { ok = 0; break; }
-          chan *c = in->op == PASS_OP_SEND_ACT ? &act[peer] : &grad[peer];
-          double x = in->op == PASS_OP_SEND_ACT ? ax[k] : gx[k];
-          double start = clk[k] > c->free_at ? clk[k] : c->free_at;
-          c->free_at = start + x;
-          c->mb[c->tail] = in->mb, c->at[c->tail++] = start + x;
-          sp[n++] = (span){k, in->op, in->mb, start, start + x};
-        } else {
-          double dt = in->op == PASS_OP_FWD ? S->fwd_ms
-                      : in->op == PASS_OP_BWD ? S->bwd_ms
-                      : in->op == PASS_OP_ALLREDUCE ? S->allreduce_ms
-                      : 0;
-          if (in->op != PASS_OP_STEP) sp[n++] = (span){k, in->op, in->mb, clk[k], clk[k] + dt};
-          clk[k] += dt;
-        }
-        pc[k]++;
-        progress = 1;
-      }
-      if (pc[k] == st->n) done++;
-    }
-    if (done < p && !progress) ok = 0;
-  }
-  *end = 0;
-  for (int k = 0; k < p; k++)
-    if (clk[k] > *end) *end = clk[k];
-  for (int k = 0; k < p; k++) free(act[k].mb), free(act[k].at), free(grad[k].mb), free(grad[k].at);
-  free(act), free(grad), free(pc), free(clk), free(ax), free(gx);
-  if (!ok) {
-    free(sp);
-    return NULL;
-  }
-  *n_out = n;
-  return sp;
-}
-
 enum { LABEL_W = 150, PLOT_W = 1140, ROW_H = 30, BOX_H = 20, TOP = 8, AXIS_H = 28 };
 
 void rep_write_gantt(FILE *f, const pass_planned *P, const pass_plan_opts *o) {
   const pass_plan *pl = &P->plan;
-  int p = pl->n_stages, n = 0;
-  double end = 0;
-  span *sp = pl->streams ? replay(pl, o, &n, &end) : NULL;
-  if (!sp) {
+  int p = pl->n_stages;
+  pass_sim_result res;
+  memset(&res, 0, sizeof res);
+  pass_sim_stage *cost = p > 0 ? calloc((size_t)p, sizeof *cost) : NULL;
+  int *row0 = calloc((size_t)p + 1, sizeof(int));
+  int ok = pl->streams && cost && row0;
+  if (ok) {
+    pass_schedule_costs(o, pl, cost);
+    ok = pass_schedule_simulate(p, pl->streams, cost, &res) == 0;
+  }
+  free(cost);
+  if (!ok) {
+    free(row0);
     fputs("<p class=\"warn\">No timeline: the plan has no instruction streams that can run to the end.</p>\n", f);
     return;
   }
+  for (int k = 0; k < p; k++) row0[k + 1] = row0[k] + (pl->stages[k].replicas > 1 ? pl->stages[k].replicas : 1);
+  int rows = row0[p], n = res.n_spans;
+  const pass_sim_span *sp = res.spans;
+  double end = res.iteration_ms;
   double T = end > 0 ? end : 1;
   double sx = PLOT_W / T;
-  double W = LABEL_W + PLOT_W + 20, H = TOP + p * ROW_H + AXIS_H;
+  double W = LABEL_W + PLOT_W + 20, H = TOP + rows * ROW_H + AXIS_H;
   char b1[32], b2[32], b3[32];
   rep_ms(b1, sizeof b1, end);
-  rep_ms(b2, sizeof b2, pl->predicted_iteration_ms);
-  fprintf(f, "<p class=\"muted small\">Replay of the instruction streams with the cost model's times: iteration %s ms "
-             "(simulator: %s ms). Boxes are coloured by micro-batch: light = forward, dark = backward; the thin grey "
-             "bars under a row are its outgoing transfers.</p>\n",
-          b1, b2);
+  fprintf(f, "<p class=\"muted small\">Simulated with the cost model's times: iteration %s ms. Boxes are coloured by "
+             "micro-batch: light = forward, dark = backward; the thin grey bars under a row are its outgoing transfers. "
+             "A replicated stage has a row per device, each running every r-th micro-batch.</p>\n",
+          b1);
   fprintf(f, "<div id=\"ganttbox\" class=\"scroll\"><svg id=\"gantt\" class=\"zoomable\" width=\"%.0f\" height=\"%.0f\" "
              "viewBox=\"0 0 %.0f %.0f\" data-w=\"%.0f\" data-h=\"%.0f\" data-end-ms=\"%.6f\" role=\"img\" "
              "aria-label=\"predicted pipeline timeline\">\n",
@@ -127,28 +53,26 @@ void rep_write_gantt(FILE *f, const pass_planned *P, const pass_plan_opts *o) {
     double x = LABEL_W + i * step * sx;
     rep_ms(b1, sizeof b1, i * step);
     fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/><text x=\"%.1f\" y=\"%d\">%s</text>", x, TOP, x,
-            TOP + p * ROW_H + 4, x, TOP + p * ROW_H + 16, b1);
+            TOP + rows * ROW_H + 4, x, TOP + rows * ROW_H + 16, b1);
   }
-  fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"unit\">time (ms)</text></g>\n", LABEL_W - 70, TOP + p * ROW_H + 16);
+  fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"unit\">time (ms)</text></g>\n", LABEL_W - 70, TOP + rows * ROW_H + 16);
   /* row labels */
   for (int k = 0; k < p; k++) {
     const pass_stage *S = &pl->stages[k];
     char c[8];
     rep_stage_color(k, c);
-    double y = TOP + k * ROW_H;
-    if (k % 2) fprintf(f, "<rect class=\"band\" x=\"0\" y=\"%.0f\" width=\"%.0f\" height=\"%d\"/>", y, W, ROW_H);
-    fprintf(f, "<rect x=\"2\" y=\"%.0f\" width=\"6\" height=\"%d\" fill=\"%s\"/>", y + 5, BOX_H, c);
-    if (S->replicas > 1)
-      fprintf(f, "<text class=\"rl\" x=\"14\" y=\"%.0f\">stage %d \xC2\xB7 GPU %d\xE2\x80\x93%d</text>", y + 19, k,
-              S->dev_first, S->dev_first + S->replicas - 1);
-    else
-      fprintf(f, "<text class=\"rl\" x=\"14\" y=\"%.0f\">stage %d \xC2\xB7 GPU %d</text>", y + 19, k, S->dev_first);
+    for (int j = 0; j < row0[k + 1] - row0[k]; j++) {
+      double y = TOP + (row0[k] + j) * ROW_H;
+      if (k % 2) fprintf(f, "<rect class=\"band\" x=\"0\" y=\"%.0f\" width=\"%.0f\" height=\"%d\"/>", y, W, ROW_H);
+      fprintf(f, "<rect x=\"2\" y=\"%.0f\" width=\"6\" height=\"%d\" fill=\"%s\"/>", y + 5, BOX_H, c);
+      fprintf(f, "<text class=\"rl\" x=\"14\" y=\"%.0f\">stage %d \xC2\xB7 GPU %d</text>", y + 19, k, S->dev_first + j);
+    }
   }
   fputs("\n", f);
   /* boxes */
   for (int i = 0; i < n; i++) {
-    const span *s = &sp[i];
-    double x = LABEL_W + s->t0 * sx, w = (s->t1 - s->t0) * sx, y = TOP + s->stage * ROW_H;
+    const pass_sim_span *s = &sp[i];
+    double x = LABEL_W + s->t0 * sx, w = (s->t1 - s->t0) * sx, y = TOP + (row0[s->stage] + s->replica) * ROW_H;
     rep_ms(b1, sizeof b1, s->t0);
     rep_ms(b2, sizeof b2, s->t1);
     rep_ms(b3, sizeof b3, s->t1 - s->t0);
@@ -176,7 +100,8 @@ void rep_write_gantt(FILE *f, const pass_planned *P, const pass_plan_opts *o) {
     }
   }
   double xe = LABEL_W + end * sx;
-  fprintf(f, "<line class=\"endl\" x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/>", xe, TOP - 4, xe, TOP + p * ROW_H);
+  fprintf(f, "<line class=\"endl\" x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/>", xe, TOP - 4, xe, TOP + rows * ROW_H);
   fputs("</svg></div>\n", f);
-  free(sp);
+  pass_sim_result_free(&res);
+  free(row0);
 }

@@ -184,7 +184,9 @@ static void time_chart(FILE *f, const pass_plan *pl) {
     rep_stage_color(k, c);
     double y = 22 + k * CH_ROW, x = CH_LABEL;
     fprintf(f, "<text class=\"lbl\" x=\"4\" y=\"%.0f\">stage %d</text>", y + 13, k);
-    double parts[3] = {S->fwd_ms, S->bwd_ms, S->compute_ms - S->fwd_ms - S->bwd_ms};
+    /* the stage's period: its replicas share the micro-batches (ceil(M / r) each) */
+    double sh = pass_replica_share(pl->microbatches, S->replicas);
+    double parts[3] = {S->fwd_ms * sh, S->bwd_ms * sh, S->compute_ms - (S->fwd_ms + S->bwd_ms) * sh};
     const char *names[3] = {"forward", "backward", "all-reduce share"};
     for (int i = 0; i < 3; i++) {
       if (!(parts[i] > 1e-12)) continue;
@@ -296,7 +298,7 @@ static void stage_table(FILE *f, const pass_planned *P, const pass_plan_opts *o)
   int tr = pl->training, any_ar = 0;
   for (int k = 0; k < pl->n_stages; k++) any_ar |= pl->stages[k].allreduce_ms > 0;
   fputs("<div class=\"scroll\"><table id=\"stages\"><thead><tr><th class=\"l\">stage</th><th>devices</th><th>replicas</th>"
-        "<th>nodes</th><th class=\"l\">first \xE2\x80\xA6 last node</th><th>fwd ms</th>",
+        "<th>nodes</th><th class=\"l\">first \xE2\x80\xA6 last node</th><th title=\"one micro-batch on one device\">fwd ms</th>",
         f);
   if (tr) fputs("<th>bwd ms</th>", f);
   if (any_ar) fputs("<th>all-reduce ms</th>", f);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "rt.h"
+#include "passes/schedule.h"
 
 #include "../lib/unit_check.h"
 
@@ -106,6 +107,51 @@ static int check_two(const pipert_instr *a, int na, const pipert_instr *b, int n
   return (e1[0] != 0) + 2 * (e2[0] != 0);
 }
 
+/* The planner's 1F1B and GPipe programs (passes/schedule.c) for pipelines with
+ * replicated stages keep both transports' rules: 3 stages, replicas as given. */
+static const pipert_ref S1_BWD_SRC[] = {{2, 0, 1}}; /* stage 1's backward reads stage 2's gradient */
+static const pipert_ref S2_FWD_SRC[] = {{1, 0, 0}};
+static const pipert_stage_desc DMID = {.abi_version = PIPERT_ABI_VERSION, .id = 1, .n_inputs = 1, .inputs = &T1,
+                                       .n_outputs = 1, .outputs = &T1, .n_bwd_inputs = 1, .bwd_inputs = &T1,
+                                       .n_bwd_outputs = 1, .bwd_outputs = &T1};
+static const pipert_stage_desc DLAST = {.abi_version = PIPERT_ABI_VERSION, .id = 2, .n_inputs = 1, .inputs = &T1,
+                                        .n_bwd_outputs = 1, .bwd_outputs = &T1};
+
+static int planner_programs(const int *reps, int M, pass_schedule_kind kind) {
+  static const int opcode[] = {[PASS_OP_FWD] = PIPERT_OP_FWD, [PASS_OP_BWD] = PIPERT_OP_BWD,
+                               [PASS_OP_SEND_ACT] = PIPERT_OP_SEND_ACT, [PASS_OP_RECV_ACT] = PIPERT_OP_RECV_ACT,
+                               [PASS_OP_SEND_GRAD] = PIPERT_OP_SEND_GRAD, [PASS_OP_RECV_GRAD] = PIPERT_OP_RECV_GRAD,
+                               [PASS_OP_ALLREDUCE] = PIPERT_OP_ALLREDUCE, [PASS_OP_STEP] = PIPERT_OP_STEP};
+  pass_stream st[3];
+  memset(st, 0, sizeof st);
+  if (pass_schedule_build(kind, 3, M, 1, reps, st)) return 1;
+  pipert_instr *prog[3];
+  int len[3];
+  for (int k = 0; k < 3; k++) {
+    len[k] = st[k].n;
+    prog[k] = calloc((size_t)st[k].n, sizeof(pipert_instr));
+    for (int i = 0; i < st[k].n; i++)
+      prog[k][i] = (pipert_instr){opcode[st[k].v[i].op], st[k].v[i].mb < 0 ? 0 : st[k].v[i].mb};
+  }
+  pipert_stage_plan sp[3] = {
+      {.stage = &D0, .replicas = reps[0], .program = prog[0], .program_len = len[0], .bwd_input_src = S0_BWD_SRC},
+      {.stage = &DMID, .input_src = S1_FWD_SRC, .replicas = reps[1], .program = prog[1], .program_len = len[1],
+       .bwd_input_src = S1_BWD_SRC},
+      {.stage = &DLAST, .input_src = S2_FWD_SRC, .replicas = reps[2], .program = prog[2], .program_len = len[2]}};
+  pipert_pipeline p = {.abi_version = PIPERT_ABI_VERSION, .name = "unit", .n_stages = 3, .stages = sp,
+                       .microbatches = M, .training = 1, .logits_output = -1, .labels_input = -1};
+  char e[512] = "";
+  for (int k = 0; k < 3 && !e[0]; k++) rt_check_program(&p, k, e, sizeof e);
+  if (!e[0]) rt_check_deadlock(&p, e, sizeof e);
+  if (!e[0]) rt_check_rendezvous(&p, (const pipert_instr *const *)prog, len, e, sizeof e);
+  if (e[0])
+    fprintf(stderr, "%s, replicas %d %d %d, M %d: %s\n", kind == PASS_SCHED_GPIPE ? "gpipe" : "1f1b", reps[0], reps[1],
+            reps[2], M, e);
+  for (int k = 0; k < 3; k++) free(prog[k]);
+  pass_streams_free(st, 3);
+  return e[0] != 0;
+}
+
 static int programs(void) {
   enum { RA = PIPERT_OP_RECV_ACT, F = PIPERT_OP_FWD, SA = PIPERT_OP_SEND_ACT, RG = PIPERT_OP_RECV_GRAD,
          B = PIPERT_OP_BWD, SG = PIPERT_OP_SEND_GRAD, ST = PIPERT_OP_STEP };
@@ -174,6 +220,12 @@ static int programs(void) {
     pipert_instr st[] = {{F, 0}, {ST, 0}, {RG, 0}};
     CHECK(rt_recv_ahead(st, 2) == 0);
   }
+  static const int reps[][3] = {{1, 1, 1}, {1, 2, 1}, {2, 1, 1}, {1, 1, 2}, {2, 2, 1}, {1, 3, 1}, {3, 1, 2}, {2, 3, 2}};
+  int n_prog = 0;
+  for (size_t c = 0; c < sizeof reps / sizeof reps[0]; c++)
+    for (int M = 1; M <= 12; M++)
+      for (int kind = 0; kind < 2; kind++, n_prog++) CHECK(planner_programs(reps[c], M, (pass_schedule_kind)kind) == 0);
+  printf("%d planner programs with replicated stages keep both transports' rules\n", n_prog);
   if (fails) fprintf(stderr, "%d check(s) failed\n", fails);
   else printf("programs ok\n");
   return fails ? 1 : 0;
