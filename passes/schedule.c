@@ -134,7 +134,7 @@ static int run(int p, const pass_stream *st, const int *replicas, const pass_sim
 {
     int rc = -1, nl = p > 1 ? p - 1 : 1, L = 0;
     int *R = calloc((size_t)p, sizeof(int)), *base = calloc((size_t)p + 1, sizeof(int));
-    int *cbase = calloc((size_t)nl + 1, sizeof(int)), *ar_count = calloc((size_t)p, sizeof(int));
+    int *cbase = calloc((size_t)nl + 1, sizeof(int)), *ar_count = calloc((size_t)p, sizeof(int)), nch = 0;
     int *has_bwd = calloc((size_t)p, sizeof(int));
     chan *act = NULL, *grad = NULL;
     lane *ln = NULL;
@@ -147,8 +147,9 @@ static int run(int p, const pass_stream *st, const int *replicas, const pass_sim
     }
     base[p] = L;
     for (int l = 0; l + 1 < p; l++) cbase[l + 1] = cbase[l] + R[l] * R[l + 1];
-    act = calloc((size_t)cbase[p > 1 ? p - 1 : 0] + 1, sizeof(chan));
-    grad = calloc((size_t)cbase[p > 1 ? p - 1 : 0] + 1, sizeof(chan));
+    nch = cbase[p > 1 ? p - 1 : 0];
+    act = calloc((size_t)nch + 1, sizeof(chan));
+    grad = calloc((size_t)nch + 1, sizeof(chan));
     ln = calloc((size_t)L, sizeof(lane));
     if (!act || !grad || !ln) goto oom;
     for (int k = 0; k < p; k++)
@@ -176,30 +177,30 @@ static int run(int p, const pass_stream *st, const int *replicas, const pass_sim
                         continue;
                     }
                     double dt = 0, t0 = q->clk;
-                    if (in->op == PASS_OP_RECV_ACT || in->op == PASS_OP_RECV_GRAD) {
-                        int peer = in->op == PASS_OP_RECV_ACT ? k - 1 : k + 1, l = in->op == PASS_OP_RECV_ACT ? k - 1 : k;
-                        int from = in->mb % R[peer];
-                        chan *c = in->op == PASS_OP_RECV_ACT ? &act[cbase[l] + from * R[k] + j]
-                                                             : &grad[cbase[l] + from * R[k] + j];
-                        if (c->head == c->tail) break; /* blocked */
-                        msg mm = c->q[c->head++];
-                        if (mm.mb != in->mb) {
-                            snprintf(err, errlen, "stage %d instr %d: %s expects mb %d but the next message "
-                                     "from stage %d is mb %d (order mismatch)", k, q->pc, pass_op_name(in->op),
-                                     in->mb, peer, mm.mb);
-                            goto out;
+                    int is_recv = in->op == PASS_OP_RECV_ACT || in->op == PASS_OP_RECV_GRAD;
+                    if (is_recv || in->op == PASS_OP_SEND_ACT || in->op == PASS_OP_SEND_GRAD) {
+                        /* the channel from the sending replica to the receiving one */
+                        int is_act = in->op == PASS_OP_RECV_ACT || in->op == PASS_OP_SEND_ACT;
+                        int peer = is_act == is_recv ? k - 1 : k + 1, l = peer < k ? peer : k;
+                        int from = is_recv ? in->mb % R[peer] : j, to = is_recv ? j : in->mb % R[peer];
+                        chan *c = (is_act ? act : grad) + cbase[l] + from * R[is_recv ? k : peer] + to;
+                        if (is_recv) {
+                            if (c->head == c->tail) break; /* blocked */
+                            msg mm = c->q[c->head++];
+                            if (mm.mb != in->mb) {
+                                snprintf(err, errlen, "stage %d instr %d: %s expects mb %d but the next message "
+                                         "from stage %d is mb %d (order mismatch)", k, q->pc, pass_op_name(in->op),
+                                         in->mb, peer, mm.mb);
+                                goto out;
+                            }
+                            if (mm.at > q->clk) q->clk = mm.at;
+                        } else {
+                            double x = cost ? (is_act ? cost[k].act_xfer_ms : cost[k].grad_xfer_ms) : 0;
+                            double start = q->clk > c->free_at ? q->clk : c->free_at;
+                            c->free_at = start + x;
+                            if (chan_push(c, in->mb, start + x) || span_push(res, k, j, in->op, in->mb, start, start + x))
+                                goto oom;
                         }
-                        if (mm.at > q->clk) q->clk = mm.at;
-                    } else if (in->op == PASS_OP_SEND_ACT || in->op == PASS_OP_SEND_GRAD) {
-                        int peer = in->op == PASS_OP_SEND_ACT ? k + 1 : k - 1, l = in->op == PASS_OP_SEND_ACT ? k : k - 1;
-                        int to = in->mb % R[peer];
-                        chan *c = in->op == PASS_OP_SEND_ACT ? &act[cbase[l] + j * R[peer] + to]
-                                                             : &grad[cbase[l] + j * R[peer] + to];
-                        double x = cost ? (in->op == PASS_OP_SEND_ACT ? cost[k].act_xfer_ms : cost[k].grad_xfer_ms) : 0;
-                        double start = q->clk > c->free_at ? q->clk : c->free_at;
-                        c->free_at = start + x;
-                        if (chan_push(c, in->mb, start + x) || span_push(res, k, j, in->op, in->mb, start, start + x))
-                            goto oom;
                     } else if (in->op == PASS_OP_FWD) {
                         dt = cost ? cost[k].fwd_ms : 0;
                         if (++q->live > (res ? res->peak_inflight[k] : 0) && res) res->peak_inflight[k] = q->live;
@@ -207,7 +208,7 @@ static int run(int p, const pass_stream *st, const int *replicas, const pass_sim
                     } else if (in->op == PASS_OP_BWD) {
                         dt = cost ? cost[k].bwd_ms : 0;
                         q->live--;
-                    } else if (in->op == PASS_OP_ALLREDUCE && R[k] > 1) {
+                    } else if (in->op == PASS_OP_ALLREDUCE) {
                         /* every replica of the stage takes part: it ends for all at once */
                         if (!q->at_ar) {
                             q->at_ar = 1;
@@ -227,14 +228,12 @@ static int run(int p, const pass_stream *st, const int *replicas, const pass_sim
                         }
                         ar_count[k] = 0;
                         continue;
-                    } else if (in->op == PASS_OP_ALLREDUCE) {
-                        dt = cost ? cost[k].allreduce_ms : 0;
                     } else {
                         dt = cost ? cost[k].step_ms : 0;
                     }
                     q->clk += dt;
-                    if (in->op == PASS_OP_FWD || in->op == PASS_OP_BWD || in->op == PASS_OP_ALLREDUCE) {
-                        if (res && in->op != PASS_OP_ALLREDUCE) res->busy_ms[k] += dt;
+                    if (in->op == PASS_OP_FWD || in->op == PASS_OP_BWD) {
+                        if (res) res->busy_ms[k] += dt;
                         if (span_push(res, k, j, in->op, in->mb, t0, q->clk)) goto oom;
                     }
                     q->pc++;
@@ -287,8 +286,8 @@ static int run(int p, const pass_stream *st, const int *replicas, const pass_sim
 oom:
     snprintf(err, errlen, "out of memory");
 out:
-    if (act && grad && cbase)
-        for (int c = 0; c < cbase[p > 1 ? p - 1 : 0]; c++) { free(act[c].q); free(grad[c].q); }
+    if (act && grad)
+        for (int c = 0; c < nch; c++) { free(act[c].q); free(grad[c].q); }
     free(act); free(grad); free(ln); free(R); free(base); free(cbase); free(ar_count); free(has_bwd);
     return rc;
 }
