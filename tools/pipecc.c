@@ -587,10 +587,16 @@ int main(int argc, char **argv) {
       for (int k = 0; k < g->n_inputs; k++) {
         ir_value *v = &g->values[g->inputs[k]];
         char nm[96];
-        if (v->shape.rank < 1 || v->shape.dims[0] % microbatches) {
+        if (v->shape.rank < 1) {
+          fprintf(stderr,
+                  "%s: graph input '%s' is a scalar: pipelines split every graph input along dim 0 (the batch), "
+                  "so graph inputs need rank >= 1 (export it with shape [1])\n",
+                  g->path, ir_printable(v->name, 60, nm, sizeof nm));
+          return 2;
+        }
+        if (v->shape.dims[0] % microbatches) {
           fprintf(stderr, "%s: graph input '%s': batch (dim 0) %lld is not divisible by %d micro-batches\n", g->path,
-                  ir_printable(v->name, 60, nm, sizeof nm), (long long)(v->shape.rank > 0 ? v->shape.dims[0] : 0),
-                  microbatches);
+                  ir_printable(v->name, 60, nm, sizeof nm), (long long)v->shape.dims[0], microbatches);
           return 2;
         }
         v->shape.dims[0] /= microbatches;
@@ -611,6 +617,19 @@ int main(int argc, char **argv) {
         fprintf(stdout, "# after %s\n", p->name);
         ir_print_text(stdout, g);
       }
+  }
+
+  /* inference: graph outputs join the micro-batches' (and streamed batches') results on dim 0 */
+  for (int k = 0; want_plan && !train && k < g->n_outputs; k++) {
+    const ir_value *v = &g->values[g->outputs[k]];
+    char nm[96];
+    if (v->shape.rank == 0) {
+      fprintf(stderr,
+              "%s: graph output '%s' is a scalar: pipelines join every graph output along dim 0 (the batch), so "
+              "graph outputs need rank >= 1 (export it with shape [1])\n",
+              g->path, ir_printable(v->name, 60, nm, sizeof nm));
+      return 2;
+    }
   }
 
   if (g->batch_full) { /* every node commutes with splitting the batch (passes/batch.h) */

@@ -777,6 +777,18 @@ def _(d, n):  # the batch on axis 1 of the output: micro-batches are joined on a
     return save(batch_model(nodes, [6, 4]), d, n)
 
 
+@case("scalar_input", r"graph input 'b' is a scalar.*rank >= 1", args=("-g", "1", "-m", "1", "--plan-only"))
+def _(d, n):  # x * b with b a rank-0 input: graph inputs are split along dim 0
+    nodes = [helper.make_node("Mul", ["x", "b"], ["y"], name="mul")]
+    return save(model(nodes, [vi("x", [4, 6]), vi("b", [])], [vi("y", [4, 6])]), d, n)
+
+
+@case("scalar_output", r"graph output 'z' is a scalar.*rank >= 1", args=("-g", "1", "-m", "1", "--plan-only"))
+def _(d, n):  # the sum of everything: graph outputs are joined along dim 0
+    nodes = [helper.make_node("ReduceSum", ["x"], ["z"], name="sum", keepdims=0)]
+    return save(model(nodes, [vi("x", [4, 6])], [vi("z", [])]), d, n)
+
+
 @case("batch_reshape_fixed", r"no axis of its target shape \[3, 8\].*whole batch passes here.*-m 1", node="rs",
       args=MB)
 def _(d, n):  # [4, 6] -> [3, 8] mixes the samples: no axis of the target can hold a micro-batch
