@@ -63,7 +63,7 @@ static int check_training_flow(ir_graph *g, const cg_plan *p, const cg_stage_inf
   return 0;
 }
 
-int cg_analyse_stages(ir_graph *g, const cg_plan *p, int allow_passthrough, const char *target, cg_stage_info *si) {
+int cg_analyse_stages(ir_graph *g, const cg_plan *p, cg_stage_info *si) {
   int S = cg_n_parts(p), nv = g->n_values;
   si->n_stages = S;
   si->vstage = ir_xmalloc(sizeof(int) * (size_t)(nv + 1));
@@ -118,11 +118,6 @@ int cg_analyse_stages(ir_graph *g, const cg_plan *p, int allow_passthrough, cons
   free(used);
   for (int k = 0; k < g->n_outputs; k++) {
     int v = g->outputs[k];
-    if (!allow_passthrough && si->vstage[v] < 0) {
-      ir_error(g, "graph output '%s' is %s; the %s target needs every graph output computed by a node", g->values[v].name,
-               si->vstage[v] == -1 ? "a graph input" : "a constant", target);
-      return -1;
-    }
     if (si->vstage[v] == -3) {
       ir_error(g, "graph output '%s' has no producer", g->values[v].name);
       return -1;

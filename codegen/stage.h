@@ -57,16 +57,15 @@ typedef struct {
   int **s_out, *n_out;/* per part: output values */
   int *out_index;     /* [n_values] index in its producing part's outputs, else -1 */
   char *passthrough;  /* [n_values] a graph output that is a constant or a graph input:
-                       * the last part copies it to its output (all 0 unless allowed) */
+                       * the last forward part copies it to its output */
 } cg_stage_info;
 
-/* Boundaries of every part of plan p. allow_passthrough: graph outputs that are
- * constants or graph inputs become outputs of the last part (cpu); otherwise they are
- * an error naming `target`. A training program's update parts must have no inputs or
+/* Boundaries of every part of plan p. Graph outputs that are constants or graph inputs
+ * become outputs of the last part (passthrough). A training program's update parts must have no inputs or
  * outputs (they read and write parameters only), and a backward part may read the
  * forward outputs of its own and earlier stages only. Returns 0, or -1 after printing
  * an error; free si with cg_free_stage_info either way. */
-int cg_analyse_stages(ir_graph *g, const cg_plan *p, int allow_passthrough, const char *target, cg_stage_info *si);
+int cg_analyse_stages(ir_graph *g, const cg_plan *p, cg_stage_info *si);
 void cg_free_stage_info(cg_stage_info *si);
 
 /* A stage's parameter memory: the constants its parts read (and, in a training program,

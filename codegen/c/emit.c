@@ -454,7 +454,7 @@ static int has_emitter(ir_op op) { return cg_op_emitter(op) != NULL; }
 int cg_c_emit(ir_graph *g, const cg_plan *p, const cg_options *o, const char *out_dir) {
   if (cg_emit_begin(g, p, "cpu", "cg_c_emit", has_emitter, out_dir)) return -1;
   cg_stage_info si = {0};
-  if (cg_analyse_stages(g, p, 1, "cpu", &si)) {
+  if (cg_analyse_stages(g, p, &si)) {
     cg_free_stage_info(&si);
     return -1;
   }

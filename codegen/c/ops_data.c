@@ -346,11 +346,30 @@ static int emit_reduce(cg_ctx *c, const ir_node *n) {
     case IR_OP_ReduceLogSumExp: fin = "log(acc[i]) + mx[i]"; break;
     default: break;
   }
-  if (y->dtype != IR_FLOAT && y->dtype != IR_DOUBLE && n->op == IR_OP_ReduceMean) {
-    snprintf(buf, sizeof buf, "floor(acc[i] / %lld.0)", LL(count));
-    fin = buf;
+  const char *lo = NULL, *hi = NULL;
+  switch (y->dtype) {
+    case IR_INT8: lo = "INT8_MIN", hi = "INT8_MAX"; break;
+    case IR_UINT8: lo = "0", hi = "UINT8_MAX"; break;
+    case IR_INT16: lo = "INT16_MIN", hi = "INT16_MAX"; break;
+    case IR_UINT16: lo = "0", hi = "UINT16_MAX"; break;
+    case IR_INT32: lo = "INT32_MIN", hi = "INT32_MAX"; break;
+    case IR_UINT32: lo = "0", hi = "UINT32_MAX"; break;
+    case IR_INT64: lo = "INT64_MIN", hi = "INT64_MAX"; break;
+    case IR_UINT64: lo = "0", hi = "UINT64_MAX"; break;
+    default: break;
   }
-  cg_w(c, "  for (long i = 0; i < %lld; i++) y0[i] = (%s)(%s);\n", LL(on), T, fin);
+  if (y->dtype == IR_BOOL)
+    cg_w(c, "  for (long i = 0; i < %lld; i++) y0[i] = (%s) != 0;\n", LL(on), fin);
+  else if (lo)
+    /* integers: truncated toward zero (a mean of -4 / 3 is -1, as onnxruntime and the ONNX
+     * reference give), clamped to the type's range (an empty max is its smallest value),
+     * NaN as 0: no undefined conversions */
+    cg_w(c,
+         "  for (long i = 0; i < %lld; i++) {\n    const double r = %s;\n"
+         "    y0[i] = r != r ? 0 : r <= (double)%s ? %s : r >= (double)%s ? %s : (%s)r;\n  }\n",
+         LL(on), fin, lo, lo, hi, hi, T);
+  else
+    cg_w(c, "  for (long i = 0; i < %lld; i++) y0[i] = (%s)(%s);\n", LL(on), T, fin);
   return 0;
 }
 

@@ -187,6 +187,18 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
       fprintf(c.call, "' */\n  PK_TRY(pk_memcpy(S, W + %zu, %s, %zuu));\n", wl.off[d], src, g->values[d].nbytes);
       free(src);
     }
+    for (int k = 0; q == 0 && k < si->n_out[part]; k++) { /* graph outputs that no node computes */
+      int v = si->s_out[part][k], j = 0;
+      if (!si->passthrough[v]) continue;
+      while (j < si->n_in[part] && si->s_in[part][j] != v) j++;
+      int is_const = g->values[v].kind == IR_VAL_CONST;
+      IR_ASSERT(is_const ? wl.off[v] != SIZE_MAX : j < si->n_in[part]);
+      fprintf(c.call, "  /* graph output '");
+      cg_put_comment(c.call, g->values[v].name, 120);
+      fprintf(c.call, "' is %s */\n  PK_TRY(pk_memcpy(S, IO + %zu, %s + %zu, %lldu));\n",
+              is_const ? "a constant" : "a graph input", io_off[q][si->n_in[part] + k], is_const ? "W" : "IO",
+              is_const ? wl.off[v] : io_off[q][j], (long long)ir_value_bytes(&g->values[v]));
+    }
     fclose(c.call);
   }
   fclose(c.decl);
@@ -521,7 +533,7 @@ static int has_emitter(ir_op op) { return cu_op_emitter(op) != NULL; }
 int cg_cuda_emit(ir_graph *g, const cg_plan *p, const cg_options *o, const char *out_dir) {
   if (cg_emit_begin(g, p, "cuda", "cg_cuda_emit", has_emitter, out_dir)) return -1;
   cg_stage_info si = {0};
-  if (cg_analyse_stages(g, p, 0, "cuda", &si)) {
+  if (cg_analyse_stages(g, p, &si)) {
     cg_free_stage_info(&si);
     return -1;
   }

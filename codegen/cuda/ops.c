@@ -372,7 +372,8 @@ static int emit_matmul(cu_ctx *c, const ir_node *n) {
 static int emit_pool(cu_ctx *c, const ir_node *n) {
   ir_graph *g = c->g;
   ir_value *x = ir_in(g, n, 0), *y = ir_out(g, n, 0), *yi = ir_out(g, n, 1);
-  if (need_float(c, n, y->dtype)) return -1;
+  int is_max = n->op == IR_OP_MaxPool || n->op == IR_OP_GlobalMaxPool;
+  if (!(is_max && (y->dtype == IR_INT8 || y->dtype == IR_UINT8)) && need_float(c, n, y->dtype)) return -1;
   /* channels-last (passes/layout.h): the window sees NCHW; the kernel walks channels innermost */
   int64_t cl = 0;
   ir_value xv, yv;
@@ -386,14 +387,14 @@ static int emit_pool(cu_ctx *c, const ir_node *n) {
   cg_win3 w;
   if (cg_pool_window(c->g, "cuda", n, x, y, &w)) return -1;
   if (cg_numel(y) == 0) return 0;
-  int is_max = n->op == IR_OP_MaxPool || n->op == IR_OP_GlobalMaxPool;
   int is_lp = n->op == IR_OP_LpPool || n->op == IR_OP_GlobalLpPool;
   int col_major = (int)ir_attr_int(n, "storage_order", 0);
   if (yi && col_major && sr != 2) return cu_fail(c, n, "storage_order=1 is supported for 2-D pooling only");
   if (yi && yi->dtype != IR_INT64) return cu_fail(c, n, "Indices must be int64");
   int node = (int)(n - g->nodes);
-  cu_decl(c, "static const pk_pool_p pool%d = {%s, %d, %d, %.17g, %lld, ", node,
-          is_max ? "PK_POOL_MAX" : is_lp ? "PK_POOL_LP" : "PK_POOL_AVG", (int)ir_attr_int(n, "count_include_pad", 0),
+  cu_decl(c, "static const pk_pool_p pool%d = {%s, %s, %d, %d, %.17g, %lld, ", node,
+          is_max ? "PK_POOL_MAX" : is_lp ? "PK_POOL_LP" : "PK_POOL_AVG", pk_type(y->dtype),
+          (int)ir_attr_int(n, "count_include_pad", 0),
           col_major, (double)ir_attr_int(n, "p", 2), LL(x->shape.dims[0] * x->shape.dims[1]));
   put_i64s(c, w.in, 3), cu_decl(c, ", ");
   put_i64s(c, w.out, 3), cu_decl(c, ", ");
@@ -659,7 +660,10 @@ static int emit_reduce(cu_ctx *c, const ir_node *n) {
   int noop = cg_reduce_axes(c->g, "cuda", n, red);
   if (noop < 0) return -1;
   if (noop) return emit_copy(c, n);
-  if (need_float(c, n, y->dtype) || need_float(c, n, x->dtype)) return -1;
+  const char *dt = pk_type(x->dtype);
+  if (!dt || y->dtype != x->dtype)
+    return cu_fail(c, n, "%s from %s to %s is not supported by the cuda target", ir_op_name(n->op),
+                   ir_dtype_name(x->dtype), ir_dtype_name(y->dtype));
   if (!cg_numel(y)) return 0;
   const char *kind;
   switch (n->op) {
@@ -681,7 +685,7 @@ static int emit_reduce(cu_ctx *c, const ir_node *n) {
     xd[d] = r ? x->shape.dims[d] : 1;
     rd[d] = r ? red[d] : 1;
   }
-  cu_decl(c, "static const pk_reduce_p red%d = {%s, %d, ", node, kind, rr);
+  cu_decl(c, "static const pk_reduce_p red%d = {%s, %s, %d, ", node, kind, dt, rr);
   put_i64s(c, xd, rr);
   cu_decl(c, ", ");
   put_i64s(c, rd, rr);
@@ -772,7 +776,7 @@ static int emit_maxpool_scatter(cu_ctx *c, const ir_node *n) {
   if (cg_pool_window(g, "cuda", mp, px, py, &w)) return -1;
   int node = (int)(n - g->nodes);
   cu_w(c, "  /* the gradient of MaxPool node %d: each element gathers the windows that picked it */\n", mp->index);
-  cu_decl(c, "static const pk_pool_p msc%d = {PK_POOL_MAX, 0, 0, 0, %lld, ", node,
+  cu_decl(c, "static const pk_pool_p msc%d = {PK_POOL_MAX, %s, 0, 0, 0, %lld, ", node, dt_name(x->dtype),
           LL(px->shape.dims[0] * px->shape.dims[1]));
   put_i64s(c, w.in, 3), cu_decl(c, ", ");
   put_i64s(c, w.out, 3), cu_decl(c, ", ");

@@ -6,7 +6,8 @@ models of our own in the same layout (EXTRA, expected outputs from onnxruntime) 
 what the node tests leave out: autodiff's MaxPool gradient (ScatterElements add on the
 pool's Indices), scatters large enough for the multi-pass sort, ScatterND add with
 repeated rows, scatters of a single update, a grouped ConvTranspose with asymmetric
-pads, a wide TopK with ties, Range too large to be folded.
+pads, a wide TopK with ties, Range too large to be folded, integer and byte reductions,
+int8 max pooling. The cpu target's node tests (tests/cpu/node_tests.py) run these too.
 
     node_tests_cuda.py build --pipecc build/pipecc --work /tmp/w [--jobs 2] [-k PATTERN]
         No GPU needed. Every node test of those ops whose ops are all in ir/ops.def, less
@@ -21,12 +22,16 @@ pads, a wide TopK with ties, Range too large to be folded.
         take a given path (EXPECT_CALLS: the MaxPool gradient's gather, the cropped
         ConvTranspose, ...).
 
-    node_tests_cuda.py run --pipecc build/pipecc --work /tmp/w [--jobs 2] [-k PATTERN] [--sim LIB]
+    node_tests_cuda.py run --pipecc build/pipecc --work /tmp/w [--jobs 2] [-k PATTERN] [--sim LIB] [--all]
         Needs a GPU (exit 77 = skipped when /dev/nvidia0 is missing or nvidia-smi fails),
         or --sim LIB: the CUDA simulator (tests/cuda/sim; its nvcc, this libcudasim.a):
         builds every selected test (--no-tf32; the runtime object compiled once and
         shared), runs it on test_data_set_0 and compares with the expected outputs as
         the cpu target's node tests do (floats: rtol 1e-4, atol 1e-5; others exact).
+        --all: every node test whose ops are in ir/ops.def (less the cpu target's
+        expected failures), not only those of FAMILIES: element-wise chains, pooling,
+        normalisation, reductions, Gemm/MatMul, Conv, ... (about 770 tests; 5 minutes on
+        2 cores on the simulator).
 
 Exit 0 pass, 1 fail, 77 skipped.
 """
@@ -140,6 +145,28 @@ def extra_models():
         for k, (op, _) in enumerate(reds)],
         [("x", f32, xr4.shape)], [(f"y{k}", f32) for k in range(len(reds))],
         [(f"a{k}", c64(*ax)) for k, (_, ax) in enumerate(reds)]), {"x": xr4}))
+    # integer and byte reductions (reduced in double, truncated toward zero as onnxruntime
+    # does: negative means; a warp per output over 40 inputs, a thread per output over 3)
+    xi = rng.integers(-50, 50, (2, 3, 40)).astype(np.int64)
+    ireds = [("ReduceSum", (2,)), ("ReduceMean", (1,)), ("ReduceMean", (2,)), ("ReduceMax", (0, 2)),
+             ("ReduceMin", (1,)), ("ReduceProd", (1,)), ("ReduceL1", (2,)), ("ReduceSumSquare", (0, 1))]
+    for tname, T, npt in (("int64", i64, np.int64), ("int32", TensorProto.INT32, np.int32)):
+        out.append((f"extra_reduce_{tname}", model("g", [
+            helper.make_node(op, ["x", f"a{k}"], [f"y{k}"], keepdims=k % 2)
+            for k, (op, _) in enumerate(ireds)],
+            [("x", T, xi.shape)], [(f"y{k}", T) for k in range(len(ireds))],
+            [(f"a{k}", c64(*ax)) for k, (_, ax) in enumerate(ireds)]), {"x": xi.astype(npt)}))
+    xu = rng.integers(0, 256, (3, 50)).astype(np.uint8)
+    out.append(("extra_reduce_uint8", model("g", [
+        helper.make_node("ReduceMax", ["x", "a"], ["y0"], keepdims=0),
+        helper.make_node("ReduceMin", ["x", "a"], ["y1"], keepdims=1)],
+        [("x", TensorProto.UINT8, xu.shape)], [("y0", TensorProto.UINT8), ("y1", TensorProto.UINT8)],
+        [("a", c64(1))]), {"x": xu}))
+    # int8 max pooling (negative values, padded windows), the node tests have uint8 only
+    xp8 = rng.integers(-128, 128, (2, 3, 7, 6)).astype(np.int8)
+    out.append(("extra_maxpool_int8", model("g", [
+        helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 2], strides=[2, 2], pads=[1, 1, 1, 0])],
+        [("x", TensorProto.INT8, xp8.shape)], [("y", TensorProto.INT8)]), {"x": xp8}))
     # grouped ConvTranspose, asymmetric pads, output padding, dilation, bias: cropped from scratch
     xc = rng.standard_normal((2, 4, 5, 6)).astype(np.float32)
     w = rng.standard_normal((4, 3, 3, 2)).astype(np.float32)
@@ -211,8 +238,9 @@ def have_gpu():
         return False
 
 
-def select_tests(pattern, work):
-    """[(family, name, test dir)] of the node tests of FAMILIES, sorted by name, then EXTRA."""
+def select_tests(pattern, work, every=False):
+    """[(family, name, test dir)] of the node tests of FAMILIES, sorted by name, then EXTRA;
+    every: also the node tests of all the other ops (family 'other')."""
     data = os.environ.get("PIPECC_ONNX_NODE_DATA") or os.path.join(os.path.dirname(onnx.__file__), "backend", "test",
                                                                     "data", "node")
     if not os.path.isdir(data):
@@ -233,7 +261,7 @@ def select_tests(pattern, work):
         if not m.graph.node or not all(n.domain in ("", "ai.onnx") and n.op_type in ops for n in m.graph.node):
             continue
         fams = dict(FAMILIES, **(EXTRA_FAMILIES if name.startswith("extra_") else {}))
-        fam = next((f for f, fops in fams.items() if types & fops), None)
+        fam = next((f for f, fops in fams.items() if types & fops), "other" if every else None)
         if fam:
             out.append((fam, name, tdir))
     return out
@@ -462,6 +490,8 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("-k", default=None, help="only tests whose name matches this regex")
+    ap.add_argument("--all", action="store_true",
+                    help="every node test whose ops are in ir/ops.def, not only those of FAMILIES")
     ap.add_argument("--sim", default=None, metavar="LIBCUDASIM",
                     help="run: build with tests/cuda/sim/nvcc against this simulator library and run on the CPU")
     a = ap.parse_args()
@@ -471,7 +501,7 @@ def main():
     a.pipecc = os.path.abspath(a.pipecc)
     a.work = os.path.abspath(a.work)
     os.makedirs(a.work, exist_ok=True)
-    tests = select_tests(a.k, a.work)
+    tests = select_tests(a.k, a.work, a.all)
     if not tests:
         print("no node tests selected")
         return 1

@@ -84,7 +84,7 @@ typedef struct pk_copy_p {
  * are channels-last, [n, spatial, cl] with nc = n * cl (passes/layout.h; no indices). */
 enum { PK_POOL_MAX = 0, PK_POOL_AVG, PK_POOL_LP };
 typedef struct pk_pool_p {
-  int kind, count_include_pad, col_major_index;
+  int kind, dtype, count_include_pad, col_major_index; /* dtype: PK_F32; PK_I8, PK_U8 for max */
   double p;
   int64_t nc;
   int64_t in[3], out[3], k[3], s[3], d[3], pb[3], pe[3];
@@ -94,11 +94,12 @@ typedef struct pk_pool_p {
 /* Row-wise ops over [outer, A, inner]. */
 enum { PK_SOFTMAX = 0, PK_LOGSOFTMAX, PK_HARDMAX };
 
-/* Reductions (float) over the axes with red[d] = 1 of an input of dims xd. */
+/* Reductions over the axes with red[d] = 1 of an input of dims xd; dtype (input and
+ * output): PK_F32, PK_F64, PK_I64, PK_I32, PK_I16, PK_I8, PK_U8, PK_BOOL. */
 enum { PK_RED_SUM = 0, PK_RED_MEAN, PK_RED_MAX, PK_RED_MIN, PK_RED_PROD, PK_RED_L1, PK_RED_L2, PK_RED_SUMSQ,
        PK_RED_LOGSUM, PK_RED_LOGSUMEXP };
 typedef struct pk_reduce_p {
-  int kind, rank;
+  int kind, dtype, rank;
   int64_t xd[PK_MAX_RANK];
   int red[PK_MAX_RANK];
 } pk_reduce_p;
@@ -288,7 +289,7 @@ int pk_fill(pk_stage *S, void *y, int esize, uint64_t value, int64_t n);
 /* y[o, j, i] = x[o, idx[j], i]; idx int64 (idx64) or int32, negative from the end. */
 int pk_gather(pk_stage *S, int esize, const void *x, const void *idx, int idx64, void *y, int64_t outer, int64_t a,
               int64_t ni, int64_t inner);
-int pk_pool(pk_stage *S, const pk_pool_p *p, const float *x, float *y, int64_t *yi);
+int pk_pool(pk_stage *S, const pk_pool_p *p, const void *x, void *y, int64_t *yi);
 int pk_softmax(pk_stage *S, int kind, const float *x, float *y, int64_t outer, int64_t a, int64_t inner);
 /* Layer normalisation of rows of `inner` elements; scale/bias indexed by i % ns (ns
  * = inner or 1) or, for instance norm (per_row), by row % ns. mean/inv may be NULL. */
@@ -301,7 +302,7 @@ int pk_batchnorm(pk_stage *S, const float *x, const float *scale, const float *b
 int pk_batchnorm_train(pk_stage *S, const float *x, const float *scale, const float *bias, const float *mean,
                        const float *var, float *y, float *rmean, float *rvar, int64_t n, int64_t c, int64_t spatial,
                        double eps, double momentum);
-int pk_reduce(pk_stage *S, const pk_reduce_p *p, const float *x, float *y);
+int pk_reduce(pk_stage *S, const pk_reduce_p *p, const void *x, void *y);
 
 /* Element types below are PK_* codes; esize is the element size in bytes (1, 2, 4, 8)
  * where only bits are moved. Integer codes cover int32/int64 (and more where noted). */

@@ -13,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <type_traits>
+
 #include "pipecc_cuda.h"
 #include "rt_handover.h"
 
@@ -554,9 +556,28 @@ extern "C" int pk_gather(pk_stage *S, int esize, const void *x, const void *idx,
   return pk_check_launch(S);
 }
 
+/* the range of T in device code (std::numeric_limits' functions are host-only) */
+template <typename T> struct pk_lim;
+#define PK_LIM(T, LO, HI)                                   \
+  template <> struct pk_lim<T> {                            \
+    static __device__ __forceinline__ T lo() { return LO; }  \
+    static __device__ __forceinline__ T hi() { return HI; }  \
+  }
+PK_LIM(float, -INFINITY, INFINITY);
+PK_LIM(double, -INFINITY, INFINITY);
+PK_LIM(int64_t, INT64_MIN, INT64_MAX);
+PK_LIM(int32_t, INT32_MIN, INT32_MAX);
+PK_LIM(int16_t, INT16_MIN, INT16_MAX);
+PK_LIM(int8_t, INT8_MIN, INT8_MAX);
+PK_LIM(uint8_t, 0, UINT8_MAX);
+PK_LIM(bool, false, true);
+#undef PK_LIM
+
 /* ---- pooling ---------------------------------------------------------------------------------- */
 
-__global__ void k_pool(pk_pool_p p, const float *__restrict__ x, float *__restrict__ y, int64_t *__restrict__ yi,
+/* T: float; int8 or uint8 for max pooling (exact in float) */
+template <typename T>
+__global__ void k_pool(pk_pool_p p, const T *__restrict__ x, T *__restrict__ y, int64_t *__restrict__ yi,
                        int64_t total) {
   int64_t IS = p.in[0] * p.in[1] * p.in[2], cs = p.cl ? p.cl : 1; /* cs: x's stride between taps */
   GRID_LOOP(t, total) {
@@ -564,7 +585,7 @@ __global__ void k_pool(pk_pool_p p, const float *__restrict__ x, float *__restri
     int64_t ow = q % p.out[2], r = q / p.out[2], oh = r % p.out[1];
     r /= p.out[1];
     int64_t od = r % p.out[0], nc = r / p.out[0];
-    const float *xp = p.cl ? x + nc * IS * p.cl + ch : x + nc * IS;
+    const T *xp = p.cl ? x + nc * IS * p.cl + ch : x + nc * IS;
     int64_t d0 = od * p.s[0] - p.pb[0], h0 = oh * p.s[1] - p.pb[1], w0 = ow * p.s[2] - p.pb[2];
     float m = -INFINITY;
     int64_t mi = 0, cnt = 0;
@@ -577,7 +598,7 @@ __global__ void k_pool(pk_pool_p p, const float *__restrict__ x, float *__restri
           int64_t iw = w0 + kw * p.d[2];
           if (id < 0 || id >= p.in[0] || ih < 0 || ih >= p.in[1] || iw < 0 || iw >= p.in[2]) continue;
           int64_t ii = (id * p.in[1] + ih) * p.in[2] + iw;
-          float v = xp[ii * cs];
+          float v = (float)xp[ii * cs];
           if (p.kind == PK_POOL_MAX) {
             if (v > m) {
               m = v;
@@ -595,7 +616,8 @@ __global__ void k_pool(pk_pool_p p, const float *__restrict__ x, float *__restri
       }
     }
     if (p.kind == PK_POOL_MAX) {
-      y[t] = m;
+      /* a window wholly in the padding: the smallest T (-inf for float) */
+      y[t] = m == -INFINITY ? pk_lim<T>::lo() : (T)m;
       if (yi) yi[t] = nc * IS + mi;
     } else if (p.kind == PK_POOL_LP) {
       y[t] = (float)(p.p == 1 ? s : p.p == 2 ? sqrt(s) : pow(s, 1.0 / p.p));
@@ -606,11 +628,18 @@ __global__ void k_pool(pk_pool_p p, const float *__restrict__ x, float *__restri
   }
 }
 
-extern "C" int pk_pool(pk_stage *S, const pk_pool_p *p, const float *x, float *y, int64_t *yi) {
+extern "C" int pk_pool(pk_stage *S, const pk_pool_p *p, const void *x, void *y, int64_t *yi) {
   int64_t t = p->nc * p->out[0] * p->out[1] * p->out[2];
   if (t == 0) return 0;
   if (p->cl && (yi || p->nc % p->cl)) return pk_fail(S, "pooling", "channels-last pooling without indices only");
-  k_pool<<<pk_grid(t), PK_THREADS, 0, S->stream>>>(*p, x, y, yi, t);
+  if (p->dtype != PK_F32 && p->kind != PK_POOL_MAX) return pk_fail(S, "pooling", "only max pooling takes bytes");
+  unsigned g = pk_grid(t);
+  switch (p->dtype) {
+    case PK_F32: k_pool<float><<<g, PK_THREADS, 0, S->stream>>>(*p, (const float *)x, (float *)y, yi, t); break;
+    case PK_I8: k_pool<int8_t><<<g, PK_THREADS, 0, S->stream>>>(*p, (const int8_t *)x, (int8_t *)y, yi, t); break;
+    case PK_U8: k_pool<uint8_t><<<g, PK_THREADS, 0, S->stream>>>(*p, (const uint8_t *)x, (uint8_t *)y, yi, t); break;
+    default: return pk_fail(S, "pooling", "element type not supported here");
+  }
   return pk_check_launch(S);
 }
 
@@ -806,25 +835,42 @@ extern "C" int pk_batchnorm_train(pk_stage *S, const float *x, const float *scal
 
 /* ---- reductions: one warp per output element, or one thread where the count is small ---------------- */
 
-__device__ __forceinline__ float red_init(int kind) {
-  return kind == PK_RED_MAX ? -INFINITY : kind == PK_RED_MIN ? INFINITY : kind == PK_RED_PROD ? 1.0f : 0.0f;
+/* float32 reduces in float32; every other type in double, as the cpu target does for all
+ * (integer results truncated toward zero, as onnxruntime's: a mean of -4 / 3 is -1; and
+ * clamped to the type's range) */
+__device__ __forceinline__ float red_abs(float v) { return fabsf(v); }
+__device__ __forceinline__ double red_abs(double v) { return fabs(v); }
+__device__ __forceinline__ float red_exp(float v) { return expf(v); }
+__device__ __forceinline__ double red_exp(double v) { return exp(v); }
+__device__ __forceinline__ float red_log(float v) { return logf(v); }
+__device__ __forceinline__ double red_log(double v) { return log(v); }
+__device__ __forceinline__ float red_sqrt(float v) { return sqrtf(v); }
+__device__ __forceinline__ double red_sqrt(double v) { return sqrt(v); }
+__device__ __forceinline__ float red_fmax(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ double red_fmax(double a, double b) { return fmax(a, b); }
+
+template <typename A>
+__device__ __forceinline__ A red_init(int kind) {
+  return kind == PK_RED_MAX ? (A)-INFINITY : kind == PK_RED_MIN ? (A)INFINITY : kind == PK_RED_PROD ? (A)1 : (A)0;
 }
 
 /* a combined with the input value v (mx: LogSumExp's maximum) */
-__device__ __forceinline__ float red_step(int kind, float a, float v, float mx) {
+template <typename A>
+__device__ __forceinline__ A red_step(int kind, A a, A v, A mx) {
   switch (kind) {
     case PK_RED_MAX: return (v > a || v != v) ? v : a;
     case PK_RED_MIN: return (v < a || v != v) ? v : a;
     case PK_RED_PROD: return a * v;
-    case PK_RED_L1: return a + fabsf(v);
+    case PK_RED_L1: return a + red_abs(v);
     case PK_RED_L2: case PK_RED_SUMSQ: return a + v * v;
-    case PK_RED_LOGSUMEXP: return a + expf(v - mx);
+    case PK_RED_LOGSUMEXP: return a + red_exp(v - mx);
     default: return a + v;
   }
 }
 
 /* two partial results combined */
-__device__ __forceinline__ float red_join(int kind, float a, float b) {
+template <typename A>
+__device__ __forceinline__ A red_join(int kind, A a, A b) {
   switch (kind) {
     case PK_RED_MAX: return (b > a || b != b) ? b : a;
     case PK_RED_MIN: return (b < a || b != b) ? b : a;
@@ -833,14 +879,27 @@ __device__ __forceinline__ float red_join(int kind, float a, float b) {
   }
 }
 
-__device__ __forceinline__ float red_final(int kind, float a, float mx, int64_t cnt) {
+template <typename A>
+__device__ __forceinline__ A red_final(int kind, A a, A mx, int64_t cnt) {
   switch (kind) {
-    case PK_RED_MEAN: return a / (float)cnt;
-    case PK_RED_L2: return sqrtf(a);
-    case PK_RED_LOGSUM: return logf(a);
-    case PK_RED_LOGSUMEXP: return logf(a) + mx;
+    case PK_RED_MEAN: return a / (A)cnt;
+    case PK_RED_L2: return red_sqrt(a);
+    case PK_RED_LOGSUM: return red_log(a);
+    case PK_RED_LOGSUMEXP: return red_log(a) + mx;
     default: return a;
   }
+}
+
+/* the result stored as T: floats as they are; integers clamped to T's range (an empty
+ * max is the smallest T, not an undefined conversion of -inf), NaN as 0; bool: a != 0 */
+template <typename T, typename A>
+__device__ __forceinline__ T red_store(A a) {
+  if (std::is_floating_point<T>::value) return (T)a;
+  if (std::is_same<T, bool>::value) return (T)(a != 0);
+  if (a != a) return (T)0;
+  if (a <= (A)pk_lim<T>::lo()) return pk_lim<T>::lo();
+  if (a >= (A)pk_lim<T>::hi()) return pk_lim<T>::hi();
+  return (T)a;
 }
 
 /* the offset of output w's first input (kept dims from w), and of its k-th reduced input */
@@ -860,7 +919,8 @@ __device__ __forceinline__ int64_t red_off(const pk_reduce_p &p, const int64_t *
   return base;
 }
 
-__global__ void k_reduce(pk_reduce_p p, const float *__restrict__ x, float *__restrict__ y, int64_t nout, int64_t cnt) {
+template <typename T, typename A>
+__global__ void k_reduce(pk_reduce_p p, const T *__restrict__ x, T *__restrict__ y, int64_t nout, int64_t cnt) {
   int lane = threadIdx.x & 31;
   int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   int64_t nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
@@ -869,15 +929,15 @@ __global__ void k_reduce(pk_reduce_p p, const float *__restrict__ x, float *__re
   for (int d = p.rank - 1; d >= 0; d--) xs[d] = acc, acc *= p.xd[d];
   for (; w < nout; w += nw) {
     int64_t base = red_base(p, xs, w);
-    float mx = -INFINITY;
+    A mx = -INFINITY;
     if (p.kind == PK_RED_LOGSUMEXP) {
-      for (int64_t k = lane; k < cnt; k += 32) mx = fmaxf(mx, x[red_off(p, xs, base, k)]);
-      mx = warp_max(mx);
+      for (int64_t k = lane; k < cnt; k += 32) mx = red_fmax(mx, (A)x[red_off(p, xs, base, k)]);
+      for (int o = 16; o > 0; o >>= 1) mx = red_fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     }
-    float a = red_init(p.kind);
-    for (int64_t k = lane; k < cnt; k += 32) a = red_step(p.kind, a, x[red_off(p, xs, base, k)], mx);
-    for (int o = 16; o > 0; o >>= 1) a = red_join(p.kind, a, __shfl_xor_sync(0xffffffffu, a, o));
-    if (lane == 0) y[w] = red_final(p.kind, a, mx, cnt);
+    A a = red_init<A>(p.kind);
+    for (int64_t k = lane; k < cnt; k += 32) a = red_step<A>(p.kind, a, (A)x[red_off(p, xs, base, k)], mx);
+    for (int o = 16; o > 0; o >>= 1) a = red_join<A>(p.kind, a, __shfl_xor_sync(0xffffffffu, a, o));
+    if (lane == 0) y[w] = red_store<T, A>(red_final<A>(p.kind, a, mx, cnt));
   }
 }
 
@@ -885,33 +945,49 @@ __global__ void k_reduce(pk_reduce_p p, const float *__restrict__ x, float *__re
  * summed over a few broadcast batch rows: millions of outputs of 4 inputs each), so one
  * thread per output, in input order; adjacent outputs read adjacent inputs when the
  * reduced dims are the outer ones */
-__global__ void k_reduce_thread(pk_reduce_p p, const float *__restrict__ x, float *__restrict__ y, int64_t nout,
+template <typename T, typename A>
+__global__ void k_reduce_thread(pk_reduce_p p, const T *__restrict__ x, T *__restrict__ y, int64_t nout,
                                 int64_t cnt) {
   int64_t xs[PK_MAX_RANK];
   int64_t acc = 1;
   for (int d = p.rank - 1; d >= 0; d--) xs[d] = acc, acc *= p.xd[d];
   GRID_LOOP(w, nout) {
     int64_t base = red_base(p, xs, w);
-    float mx = -INFINITY;
+    A mx = -INFINITY;
     if (p.kind == PK_RED_LOGSUMEXP)
-      for (int64_t k = 0; k < cnt; k++) mx = fmaxf(mx, x[red_off(p, xs, base, k)]);
-    float a = red_init(p.kind);
-    for (int64_t k = 0; k < cnt; k++) a = red_step(p.kind, a, x[red_off(p, xs, base, k)], mx);
-    y[w] = red_final(p.kind, a, mx, cnt);
+      for (int64_t k = 0; k < cnt; k++) mx = red_fmax(mx, (A)x[red_off(p, xs, base, k)]);
+    A a = red_init<A>(p.kind);
+    for (int64_t k = 0; k < cnt; k++) a = red_step<A>(p.kind, a, (A)x[red_off(p, xs, base, k)], mx);
+    y[w] = red_store<T, A>(red_final<A>(p.kind, a, mx, cnt));
   }
 }
 
-extern "C" int pk_reduce(pk_stage *S, const pk_reduce_p *p, const float *x, float *y) {
+template <typename T, typename A>
+static void launch_reduce(pk_stage *S, const pk_reduce_p *p, const void *x, void *y, int64_t nout, int64_t cnt) {
+  if (cnt <= 32)
+    k_reduce_thread<T, A><<<pk_grid(nout), PK_THREADS, 0, S->stream>>>(*p, (const T *)x, (T *)y, nout, cnt);
+  else
+    k_reduce<T, A><<<pk_grid(nout * 32), PK_THREADS, 0, S->stream>>>(*p, (const T *)x, (T *)y, nout, cnt);
+}
+
+extern "C" int pk_reduce(pk_stage *S, const pk_reduce_p *p, const void *x, void *y) {
   int64_t nout = 1, cnt = 1;
   for (int d = 0; d < p->rank; d++) {
     if (p->red[d]) cnt *= p->xd[d];
     else nout *= p->xd[d];
   }
   if (nout == 0) return 0;
-  if (cnt <= 32)
-    k_reduce_thread<<<pk_grid(nout), PK_THREADS, 0, S->stream>>>(*p, x, y, nout, cnt);
-  else
-    k_reduce<<<pk_grid(nout * 32), PK_THREADS, 0, S->stream>>>(*p, x, y, nout, cnt);
+  switch (p->dtype) {
+    case PK_F32: launch_reduce<float, float>(S, p, x, y, nout, cnt); break;
+    case PK_F64: launch_reduce<double, double>(S, p, x, y, nout, cnt); break;
+    case PK_I64: launch_reduce<int64_t, double>(S, p, x, y, nout, cnt); break;
+    case PK_I32: launch_reduce<int32_t, double>(S, p, x, y, nout, cnt); break;
+    case PK_I16: launch_reduce<int16_t, double>(S, p, x, y, nout, cnt); break;
+    case PK_I8: launch_reduce<int8_t, double>(S, p, x, y, nout, cnt); break;
+    case PK_U8: launch_reduce<uint8_t, double>(S, p, x, y, nout, cnt); break;
+    case PK_BOOL: launch_reduce<bool, double>(S, p, x, y, nout, cnt); break;
+    default: return pk_fail(S, "reduction", "element type not supported here");
+  }
   return pk_check_launch(S);
 }
 
