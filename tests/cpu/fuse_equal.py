@@ -50,6 +50,7 @@ def main():
             ok = False
     good, worst = pt.compare(outs["fused"], dict(np.load(yref)), 1e-4, name)
     print(f"{name}: fused == unfused bitwise: {ok}; against onnxruntime rel-L2 {worst:.3g}")
+    pt.done_with(work, ok and good)
     return 0 if ok and good else 1
 
 

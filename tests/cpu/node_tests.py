@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """cpu target, ONNX backend node tests: every test in onnx/backend/test/data/node whose
-ops are all in ir/ops.def, and the cuda harness's models of our own (EXTRA in
-tests/cuda/node_tests_cuda.py, expected outputs from onnxruntime), is compiled with pipecc
+ops are all in ir/ops.def, and the models of our own in the same layout
+(tests/lib/extra_models.py, expected outputs from onnxruntime), is compiled with pipecc
 (one stage, one micro-batch), run on test_data_set_0 and compared with the expected outputs
 (floats: rtol 1e-4, atol 1e-5; integers and bools: exact).
 
@@ -209,11 +209,11 @@ def main():
         else:
             skipped += 1
     os.makedirs(a.work, exist_ok=True)
-    # the cuda harness's models of our own (tests/cuda/node_tests_cuda.py, EXTRA: expected
-    # outputs from onnxruntime), in the same layout: what the node tests leave out
-    sys.path.insert(0, os.path.join(ROOT, "tests", "cuda"))
-    import node_tests_cuda  # noqa: E402
-    for name, tdir in node_tests_cuda.write_extra(os.path.join(a.work, "extra_models")):
+    # models of our own in the same layout (tests/lib/extra_models.py, expected outputs
+    # from onnxruntime): what the node tests leave out
+    sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+    import extra_models  # noqa: E402
+    for name, tdir in extra_models.write_extra(os.path.join(a.work, "extra_models")):
         if not a.k or re.search(a.k, name):
             tests.append((name, tdir, a.pipecc, a.work, pipecc_hash))
     t0 = time.time()

@@ -446,6 +446,13 @@ def main():
     name = os.path.splitext(os.path.basename(a.model))[0]
     work = os.path.join(a.work, name)
     os.makedirs(work, exist_ok=True)
+    rc = run_mode(a, name, work)
+    if rc == 0 and not a.keep:
+        pt.done_with(work)
+    return rc
+
+
+def run_mode(a, name, work):
     stages = [int(x) for x in a.stages.split(",")]
     if a.step:
         a.microbatches = 1

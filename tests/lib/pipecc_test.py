@@ -39,6 +39,15 @@ def model_work(a, fresh=True):
     return name, work
 
 
+def done_with(path, ok=True):
+    """Removes a test's work folder once it passed (builds, weights, outputs: the suite
+    writes gigabytes otherwise), unless PIPECC_KEEP_WORK is set; a failed test's folder
+    stays for a look."""
+    import shutil
+    if ok and not os.environ.get("PIPECC_KEEP_WORK"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def rel_l2(a, b, floor=0.0):
     """||a - b|| / max(||b||, floor) in float64 (||a - b|| when that is zero)."""
     import numpy as np

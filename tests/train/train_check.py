@@ -30,7 +30,9 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
 from npzio import save_npz  # noqa: E402
+import pipecc_test as pt  # noqa: E402  (done_with)
 
 
 def rel_l2(a, b, floor=0.0):
@@ -458,6 +460,7 @@ def main():
     bad = []
     for c in a.cases.split(","):
         ok, _ = (run_pipeline_case if a.mode == "pipeline" else run_case)(a, c)
+        pt.done_with(os.path.join(a.work, c), ok)
         if not ok:
             bad.append(c)
     if bad:
