@@ -78,7 +78,7 @@ void cg_put_unit_comment(FILE *f, ir_graph *g, const cg_unit *u, const char *ind
   }
 }
 
-void cg_put_tensor_descs(FILE *f, ir_graph *g, const char *name, const int *vals, int n) {
+void cg_put_tensor_descs(FILE *f, ir_graph *g, const char *name, const int *vals, int n, int scalars) {
   if (!n) return;
   fprintf(f, "static const pipert_tensor_desc %s[%d] = {\n", name, n);
   for (int k = 0; k < n; k++) {
@@ -86,8 +86,8 @@ void cg_put_tensor_descs(FILE *f, ir_graph *g, const char *name, const int *vals
     fputs("  {", f);
     cg_put_cstr(f, v->name);
     int rank = v->shape.rank;
-    fprintf(f, ", %d, %d, {", (int)v->dtype, rank ? rank : 1);
-    if (!rank) fputs("1", f);
+    fprintf(f, ", %d, %d, {", (int)v->dtype, rank || scalars ? rank : 1);
+    if (!rank) fputs(scalars ? "0" : "1", f);
     for (int i = 0; i < rank; i++) fprintf(f, "%s%" PRId64, i ? ", " : "", v->shape.dims[i]);
     fprintf(f, "}, %" PRId64 "u},\n", ir_value_bytes(v));
   }
@@ -154,12 +154,12 @@ int cg_put_param_descs(FILE *f, const ir_graph *g, const cg_plan *p, const cg_wl
 void cg_put_stage_desc(FILE *f, ir_graph *g, const cg_plan *p, const cg_stage_info *si, const cg_wlayout *wl, int stage,
                        const char *decl, const char *nm, uint64_t sum, const char *device_ops) {
   int fp = cg_part(p, stage, IR_PHASE_FWD);
-  cg_put_tensor_descs(f, g, "stage_inputs", si->s_in[fp], si->n_in[fp]);
-  cg_put_tensor_descs(f, g, "stage_outputs", si->s_out[fp], si->n_out[fp]);
+  cg_put_tensor_descs(f, g, "stage_inputs", si->s_in[fp], si->n_in[fp], 0);
+  cg_put_tensor_descs(f, g, "stage_outputs", si->s_out[fp], si->n_out[fp], 0);
   int bp = p->train ? cg_part(p, stage, IR_PHASE_BWD) : -1, n_params = 0;
   if (p->train) {
-    cg_put_tensor_descs(f, g, "bwd_inputs", si->s_in[bp], si->n_in[bp]);
-    cg_put_tensor_descs(f, g, "bwd_outputs", si->s_out[bp], si->n_out[bp]);
+    cg_put_tensor_descs(f, g, "bwd_inputs", si->s_in[bp], si->n_in[bp], 0);
+    cg_put_tensor_descs(f, g, "bwd_outputs", si->s_out[bp], si->n_out[bp], 0);
     n_params = cg_put_param_descs(f, g, p, wl, stage);
   }
   fprintf(f, "\n%s pipert_stage_desc pipecc_stage_%d = {\n  PIPERT_ABI_VERSION,\n  %d,\n  ", decl, stage, stage);
@@ -291,8 +291,10 @@ int cg_emit_main(ir_graph *g, const cg_plan *p, const cg_options *o, const cg_st
             has_prog ? p->program_len[s] : 0, bsrc);
   }
   fputs("};\n\n", f);
-  cg_put_tensor_descs(f, g, "graph_inputs", g->inputs, g->n_inputs);
-  cg_put_tensor_descs(f, g, "graph_outputs", g->outputs, g->n_outputs);
+  /* inference: scalar graph inputs and outputs keep rank 0 (rt_load_inputs); training's
+   * (the loss) are [1] as before */
+  cg_put_tensor_descs(f, g, "graph_inputs", g->inputs, g->n_inputs, !p->train);
+  cg_put_tensor_descs(f, g, "graph_outputs", g->outputs, g->n_outputs, !p->train);
   fprintf(f, "static const pipert_ref output_src[%d] = {", g->n_outputs ? g->n_outputs : 1);
   for (int k = 0; k < g->n_outputs; k++) {
     int v = g->outputs[k];

@@ -24,8 +24,9 @@ void cg_put_header(FILE *f, const ir_graph *g, const cg_options *o, const char *
 void cg_put_header_hash(FILE *f, const ir_graph *g, const cg_options *o, const char *target, const char *what);
 /* One comment line per member node of u: "node N: Op 'name'". */
 void cg_put_unit_comment(FILE *f, ir_graph *g, const cg_unit *u, const char *indent);
-/* `static const pipert_tensor_desc name[n] = {...};` for values vals[0..n); nothing if n == 0. */
-void cg_put_tensor_descs(FILE *f, ir_graph *g, const char *name, const int *vals, int n);
+/* `static const pipert_tensor_desc name[n] = {...};` for values vals[0..n); nothing if n == 0.
+ * A rank-0 value is written with rank 0 when scalars is set, else as shape [1]. */
+void cg_put_tensor_descs(FILE *f, ir_graph *g, const char *name, const int *vals, int n, int scalars);
 /* The stage's tensor descriptor tables and its pipert_stage_desc `pipecc_stage_K`,
  * declared with the prefix decl ("const", "extern \"C\" const"); nm is the stage's
  * display name (cg_stage_nodes), sum the weights checksum. A training program's stage

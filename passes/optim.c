@@ -98,7 +98,8 @@ static int loss_ce(ad_ctx *a, int z, const char *labels, const char *out_name) {
 }
 
 /* A SoftmaxCrossEntropyLoss / NegativeLogLikelihoodLoss node named as the loss is lowered
- * to LogSoftmax/one_hot/Mul/ReduceSum (no emitter has them); its uses move to the new loss.
+ * to LogSoftmax/one_hot/Mul/ReduceSum (no emitter has them; in inference graphs
+ * passes/lower_loss.c writes them out in full); its uses move to the new loss.
  * *is_sum is set for reduction "sum". */
 static int lower_loss_node(ad_ctx *a, int node, int *is_sum) {
   ir_graph *g = a->g;

@@ -14,7 +14,10 @@
  * or --microbatches); each round is a fill and a drain of the pipeline, so the
  * measured bubble is comparable with the plan's predicted one. Graph outputs are
  * reassembled along dim 0 in micro-batch order. Every tensor crossing a stage
- * boundary or the graph boundary must have the batch dim as dim 0 (rank >= 1).
+ * boundary or the graph boundary must have the batch dim as dim 0 (rank >= 1), with
+ * one exception at the graph boundary of an inference pipeline: a scalar (rank 0)
+ * graph input is the same for every micro-batch (given as a scalar, repeated by the
+ * runtime), and a scalar graph output is one value per run (T must be 1).
  *
  * Buffers handed to forward() are 64-byte aligned except graph-input slices,
  * which are aligned to (micro-batch offset) only: stage code must not assume

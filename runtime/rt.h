@@ -81,8 +81,14 @@ void *rt_aligned_alloc(size_t n);                     /* 64-byte aligned, zeroed
 /* acc[i] += x[i] over nbytes of float32 or float64 (dtype) elements. */
 void rt_sum_into(void *acc, const void *x, size_t nbytes, int dtype);
 
-/* Reads and checks the graph inputs; sets *T (micro-batch count). 0 or 2. */
+/* Reads and checks the graph inputs; sets *T (micro-batch count). A scalar (rank-0)
+ * input is the same for every micro-batch: it is given as a scalar and repeated T times
+ * here, so that every transport finds micro-batch g's copy at g * nbytes as for the
+ * others. A scalar output holds one value per run: more than one micro-batch is an
+ * error (one line naming it). 0 or 2. */
 int rt_load_inputs(const pipert_pipeline *p, const rt_options *o, rt_array *in, int64_t *T);
+/* Samples in one micro-batch: dim 0 of the first graph input (or output) that has one. */
+int64_t rt_microbatch_size(const pipert_pipeline *p);
 int rt_alloc_outputs(const pipert_pipeline *p, int64_t T, rt_array *out);
 int rt_write_outputs(const pipert_pipeline *p, const rt_options *o, const rt_array *out);
 void rt_print_bench(const pipert_pipeline *p, int iters, int64_t samples_per_iter, double wall_s,

@@ -173,12 +173,14 @@ int rt_validate_plan(const pipert_pipeline *p) {
         p->stages[r.stage].stage->outputs[r.index].nbytes != p->outputs[o].nbytes)
       snprintf(e, sizeof e, "graph output %d: bad source (%d, %d)", o, r.stage, r.index);
   }
+  /* scalars (rank 0): inference only (one value for every micro-batch, or per run) */
+  int min_rank = p->training ? 1 : 0;
   for (int i = 0; !e[0] && i < p->n_inputs; i++)
-    if (p->inputs[i].rank < 1 || !rt_dtype_size(p->inputs[i].dtype))
-      snprintf(e, sizeof e, "graph input %d: needs rank >= 1 and a known dtype", i);
+    if (p->inputs[i].rank < min_rank || !rt_dtype_size(p->inputs[i].dtype))
+      snprintf(e, sizeof e, "graph input %d: needs rank >= %d and a known dtype", i, min_rank);
   for (int i = 0; !e[0] && i < p->n_outputs; i++)
-    if (p->outputs[i].rank < 1 || !rt_dtype_size(p->outputs[i].dtype))
-      snprintf(e, sizeof e, "graph output %d: needs rank >= 1 and a known dtype", i);
+    if (p->outputs[i].rank < min_rank || !rt_dtype_size(p->outputs[i].dtype))
+      snprintf(e, sizeof e, "graph output %d: needs rank >= %d and a known dtype", i, min_rank);
   if (e[0]) {
     rt_errorf("internal error: bad pipeline description: %s", e);
     return -1;
@@ -281,8 +283,16 @@ static int find_input(const pipert_pipeline *p, const char *name) {
 static void expected_shape(const pipert_tensor_desc *d, int64_t mbs, char *buf, size_t len) {
   int64_t dims[PIPERT_MAX_RANK];
   memcpy(dims, d->dims, sizeof dims);
-  dims[0] = d->dims[0] * mbs;
+  if (d->rank > 0) dims[0] = d->dims[0] * mbs;
   rt_shape_str(buf, len, d->rank, dims);
+}
+
+int64_t rt_microbatch_size(const pipert_pipeline *p) {
+  for (int i = 0; i < p->n_inputs; i++)
+    if (p->inputs[i].rank > 0) return p->inputs[i].dims[0];
+  for (int i = 0; i < p->n_outputs; i++)
+    if (p->outputs[i].rank > 0) return p->outputs[i].dims[0];
+  return 1;
 }
 
 /* Takes ownership of *a into in[idx] after checking it. */
@@ -298,21 +308,28 @@ static int accept_input(const pipert_pipeline *p, int idx, rt_array *a, const ch
               rt_dtype_name(a->dtype));
     return 2;
   }
-  int ok = a->rank == d->rank && a->dims[0] > 0 && d->dims[0] > 0 && a->dims[0] % d->dims[0] == 0;
-  for (int k = 1; ok && k < d->rank; k++) ok = a->dims[k] == d->dims[k];
-  int64_t t = ok ? a->dims[0] / d->dims[0] : 0;
-  if (ok && *T && t != *T) {
-    rt_errorf("input '%s' (%s): batch of %lld samples, but other inputs have %lld", d->name, src,
-              (long long)a->dims[0], (long long)(*T * d->dims[0]));
+  if (d->rank == 0 && a->rank != 0) { /* a scalar: the same for every micro-batch (repeated by rt_load_inputs) */
+    rt_errorf("input '%s' (%s): expected a scalar (shape ()), given %s", d->name, src,
+              rt_shape_str(got, sizeof got, a->rank, a->dims));
     return 2;
   }
-  if (!ok) {
-    expected_shape(d, p->microbatches, want, sizeof want);
-    rt_errorf("input '%s' (%s): expected shape %s (dim 0 any multiple of the micro-batch size %lld), given %s",
-              d->name, src, want, (long long)d->dims[0], rt_shape_str(got, sizeof got, a->rank, a->dims));
-    return 2;
+  if (d->rank > 0) {
+    int ok = a->rank == d->rank && a->dims[0] > 0 && d->dims[0] > 0 && a->dims[0] % d->dims[0] == 0;
+    for (int k = 1; ok && k < d->rank; k++) ok = a->dims[k] == d->dims[k];
+    int64_t t = ok ? a->dims[0] / d->dims[0] : 0;
+    if (ok && *T && t != *T) {
+      rt_errorf("input '%s' (%s): batch of %lld samples, but other inputs have %lld", d->name, src,
+                (long long)a->dims[0], (long long)(*T * d->dims[0]));
+      return 2;
+    }
+    if (!ok) {
+      expected_shape(d, p->microbatches, want, sizeof want);
+      rt_errorf("input '%s' (%s): expected shape %s (dim 0 any multiple of the micro-batch size %lld), given %s",
+                d->name, src, want, (long long)d->dims[0], rt_shape_str(got, sizeof got, a->rank, a->dims));
+      return 2;
+    }
+    *T = t;
   }
-  *T = t;
   free(a->name);
   a->name = strdup(d->name);
   in[idx] = *a;
@@ -375,7 +392,27 @@ int rt_load_inputs(const pipert_pipeline *p, const rt_options *o, rt_array *in, 
                 rt_dtype_name(p->inputs[i].dtype), want, p->inputs[i].name);
       return 2;
     }
-  if (p->n_inputs == 0) *T = p->microbatches;
+  if (!*T) *T = p->microbatches; /* no input carries the batch */
+  for (int i = 0; i < p->n_outputs; i++)
+    if (p->outputs[i].rank == 0 && *T != 1) {
+      rt_errorf("graph output '%s' is a scalar, one value per run, but this run has %lld micro-batches: pass one "
+                "batch of one micro-batch",
+                p->outputs[i].name, (long long)*T);
+      return 2;
+    }
+  for (int i = 0; i < p->n_inputs; i++) /* scalars: micro-batch g's copy at g * nbytes */
+    if (p->inputs[i].rank == 0 && *T > 1) {
+      rt_array rep;
+      int64_t n = *T;
+      size_t nb = p->inputs[i].nbytes;
+      if (rt_array_alloc(&rep, p->inputs[i].name, in[i].dtype, 1, &n) || !rep.data) {
+        rt_errorf("input '%s': out of memory", p->inputs[i].name);
+        return 2;
+      }
+      for (int64_t g = 0; g < n; g++) memcpy((char *)rep.data + (size_t)g * nb, in[i].data, nb);
+      rt_array_free(&in[i]);
+      in[i] = rep;
+    }
   return 0;
 }
 
@@ -384,7 +421,7 @@ int rt_alloc_outputs(const pipert_pipeline *p, int64_t T, rt_array *out) {
     const pipert_tensor_desc *d = &p->outputs[i];
     int64_t dims[PIPERT_MAX_RANK];
     memcpy(dims, d->dims, sizeof dims);
-    dims[0] *= T;
+    if (d->rank > 0) dims[0] *= T; /* a scalar: T is 1 (rt_load_inputs) */
     rt_array_alloc(&out[i], d->name, d->dtype, d->rank, dims);
   }
   return 0;
@@ -556,7 +593,7 @@ static int run_threads(const pipert_pipeline *p, const rt_options *o) {
       }
     }
     if (!rc)
-      rt_print_bench(p, o->bench, T * (p->n_inputs ? p->inputs[0].dims[0] : p->outputs[0].dims[0]), wall, busy,
+      rt_print_bench(p, o->bench, T * rt_microbatch_size(p), wall, busy,
                      o->stream ? &sst : NULL);
     free(busy);
   }

@@ -698,7 +698,7 @@ int rt_mpi_main(const pipert_pipeline *p, const rt_options *o) {
       rt_stats st = {.wall_s = wall, .busy_s = calloc((size_t)W.S, sizeof(double))};
       gather_stats(&W, total, &st);
       if (W.rank == 0) {
-        int64_t mbs = p->n_inputs ? p->inputs[0].dims[0] : p->outputs[0].dims[0];
+        int64_t mbs = rt_microbatch_size(p);
         rt_print_bench(p, o->bench, T * mbs, wall, st.busy_s, NULL);
       }
       free(st.busy_s);

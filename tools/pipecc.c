@@ -20,6 +20,7 @@
 #include "passes/batch.h"
 #include "passes/fuse.h"
 #include "passes/layout.h"
+#include "passes/lower_loss.h"
 #include "passes/winograd.h"
 #include "passes/pass.h"
 #include "passes/plan_ir.h"
@@ -559,6 +560,8 @@ int main(int argc, char **argv) {
   if (train && !train_step && profile_run) return cli_error("%s: profile the forward model (without --train)", "--profile-run");
   int train_prog = train && !train_step; /* the pipelined training program */
 
+  int m_given = microbatches > 0;
+frontend:; /* again with one micro-batch when a scalar output turns up (below) */
   double t0 = now_ms();
   ir_graph *g = owned.g = onnx_load_file(model);
   double t1 = now_ms();
@@ -575,10 +578,14 @@ int main(int argc, char **argv) {
     }
     /* Compile for one micro-batch: split dim 0 of every graph input after binding. */
     if (!strcmp(p->name, "bind") && want_plan) {
-      int64_t batch = g->n_inputs && g->values[g->inputs[0]].shape.rank > 0 ? g->values[g->inputs[0]].shape.dims[0] : 1;
+      int64_t batch = 1; /* dim 0 of the first graph input that has one */
+      for (int k = g->n_inputs - 1; k >= 0; k--)
+        if (g->values[g->inputs[k]].shape.rank > 0) batch = g->values[g->inputs[k]].shape.dims[0];
+      int scalar_out = 0; /* declared so: one value per run, of one micro-batch */
+      for (int k = 0; !train && k < g->n_outputs; k++) scalar_out |= g->values[g->outputs[k]].shape.rank == 0;
       if (!microbatches) {
         microbatches = 1;
-        for (int m = 4 * g_devices; m >= 1 && g_devices > 1; m--)
+        for (int m = 4 * g_devices; m >= 1 && g_devices > 1 && !scalar_out; m--)
           if (batch % m == 0) {
             microbatches = m;
             break;
@@ -587,13 +594,14 @@ int main(int argc, char **argv) {
       for (int k = 0; k < g->n_inputs; k++) {
         ir_value *v = &g->values[g->inputs[k]];
         char nm[96];
-        if (v->shape.rank < 1) {
+        if (v->shape.rank == 0 && train) {
           fprintf(stderr,
-                  "%s: graph input '%s' is a scalar: pipelines split every graph input along dim 0 (the batch), "
+                  "%s: graph input '%s' is a scalar: training splits every graph input along dim 0 (the batch), "
                   "so graph inputs need rank >= 1 (export it with shape [1])\n",
                   g->path, ir_printable(v->name, 60, nm, sizeof nm));
           return 2;
         }
+        if (v->shape.rank == 0) continue; /* inference: the same scalar for every micro-batch */
         if (v->shape.dims[0] % microbatches) {
           fprintf(stderr, "%s: graph input '%s': batch (dim 0) %lld is not divisible by %d micro-batches\n", g->path,
                   ir_printable(v->name, 60, nm, sizeof nm), (long long)v->shape.dims[0], microbatches);
@@ -619,14 +627,22 @@ int main(int argc, char **argv) {
       }
   }
 
-  /* inference: graph outputs join the micro-batches' (and streamed batches') results on dim 0 */
-  for (int k = 0; want_plan && !train && k < g->n_outputs; k++) {
+  /* inference: graph outputs join the micro-batches' (and streamed batches') results on
+   * dim 0; a scalar has no dim 0, so it is one value per run, of one micro-batch */
+  for (int k = 0; want_plan && !train && microbatches > 1 && k < g->n_outputs; k++) {
     const ir_value *v = &g->values[g->outputs[k]];
     char nm[96];
+    if (v->shape.rank == 0 && !m_given) { /* the default: one micro-batch then */
+      ir_graph_free(owned.g);
+      ir_graph_free(owned.g_full);
+      owned.g = owned.g_full = NULL;
+      microbatches = 1;
+      goto frontend;
+    }
     if (v->shape.rank == 0) {
       fprintf(stderr,
-              "%s: graph output '%s' is a scalar: pipelines join every graph output along dim 0 (the batch), so "
-              "graph outputs need rank >= 1 (export it with shape [1])\n",
+              "%s: graph output '%s' is a scalar: pipelines join the micro-batches' graph outputs along dim 0 (the "
+              "batch), which a scalar lacks: compile with -m 1\n",
               g->path, ir_printable(v->name, 60, nm, sizeof nm));
       return 2;
     }
@@ -644,6 +660,15 @@ int main(int argc, char **argv) {
     if (rc || g->n_errors) {
       return 2;
     }
+  }
+
+  /* inference: NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss nodes in ops every
+   * target has (passes/lower_loss.h; training lowers the one named by --loss itself) */
+  if (!train_step && !train_prog && want_plan) {
+    double s = now_ms();
+    int nl = pass_lower_losses(g);
+    if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (%d losses)\n", "losses", now_ms() - s, nl);
+    if (nl < 0 || g->n_errors) return 2;
   }
 
   if (!want_plan) {

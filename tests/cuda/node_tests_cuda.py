@@ -27,7 +27,7 @@ outputs from onnxruntime) for what the node tests leave out. The cpu target's no
         the cpu target's node tests do (floats: rtol 1e-4, atol 1e-5; others exact).
         --all: every node test whose ops are in ir/ops.def (less the cpu target's
         expected failures), not only those of FAMILIES: element-wise chains, pooling,
-        normalisation, reductions, Gemm/MatMul, Conv, ... (about 770 tests; 5 minutes on
+        normalisation, reductions, Gemm/MatMul, Conv, ... (about 900 tests; 6 minutes on
         2 cores on the simulator).
 
 Exit 0 pass, 1 fail, 77 skipped.
@@ -152,7 +152,8 @@ def prepare(name, tdir, work):
 def pipecc_cmd(pipecc, model, feeds, out_dir, extra=()):
     cmd = [pipecc, model, "--target", "cuda", "-g", "1", "-m", "1", "-o", out_dir, "-j", "1"] + list(extra)
     for k, v in feeds.items():
-        cmd += ["--shape", f"{k}:" + "x".join(str(s) for s in v.shape)]
+        if v.ndim:  # a scalar input is declared so in the model
+            cmd += ["--shape", f"{k}:" + "x".join(str(s) for s in v.shape)]
     return cmd
 
 
@@ -286,9 +287,6 @@ def run_one(args):
     fam, name, tdir, pipecc, work, rt_obj = args
     try:
         model, feeds, expect, d = prepare(name, tdir, work)
-        for k, e in expect.items():
-            if e.ndim == 0:
-                return name, f"graph output '{k}' is a scalar (the runtime needs rank >= 1)"
         b = os.path.join(d, "build")
         shutil.rmtree(b, ignore_errors=True)
         r = subprocess.run(pipecc_cmd(pipecc, model, feeds, b, ["--emit-only", "--no-tf32"]), capture_output=True,
@@ -308,7 +306,7 @@ def run_one(args):
         if r.returncode:
             return name, f"pipeline exit {r.returncode}: " + " | ".join(r.stderr.splitlines()[-2:])
         why = compare(dict(np.load(yout)), expect)
-        pt.done_with(d, not why)  # 777 builds of about 4 MB each otherwise
+        pt.done_with(d, not why)  # 900 builds of about 4 MB each otherwise
         return name, why
     except Exception as e:  # noqa: BLE001
         return name, f"test harness: {type(e).__name__}: {str(e)[:160]}"

@@ -777,14 +777,27 @@ def _(d, n):  # the batch on axis 1 of the output: micro-batches are joined on a
     return save(batch_model(nodes, [6, 4]), d, n)
 
 
-@case("scalar_input", r"graph input 'b' is a scalar.*rank >= 1", args=("-g", "1", "-m", "1", "--plan-only"))
-def _(d, n):  # x * b with b a rank-0 input: graph inputs are split along dim 0
+@case("scalar_input", r"graph input 'b' is a scalar: training splits.*rank >= 1",
+      args=("-g", "1", "--train", "--loss", "mse", "--plan-only"))
+def _(d, n):  # x * b with b a rank-0 input: training splits every graph input along dim 0
     nodes = [helper.make_node("Mul", ["x", "b"], ["y"], name="mul")]
     return save(model(nodes, [vi("x", [4, 6]), vi("b", [])], [vi("y", [4, 6])]), d, n)
 
 
-@case("scalar_output", r"graph output 'z' is a scalar.*rank >= 1", args=("-g", "1", "-m", "1", "--plan-only"))
-def _(d, n):  # the sum of everything: graph outputs are joined along dim 0
+@ok("scalar_input_inference", args=("-g", "2", "-m", "2", "--plan-only"))
+def _(d, n):  # inference: the same b for every micro-batch
+    nodes = [helper.make_node("Mul", ["x", "b"], ["y"], name="mul")]
+    return save(model(nodes, [vi("x", [4, 6]), vi("b", [])], [vi("y", [4, 6])]), d, n)
+
+
+@case("scalar_output", r"graph output 'z' is a scalar.*along dim 0.*compile with -m 1", args=MB)
+def _(d, n):  # the sum of everything: micro-batches' outputs are joined along dim 0
+    nodes = [helper.make_node("ReduceSum", ["x"], ["z"], name="sum", keepdims=0)]
+    return save(model(nodes, [vi("x", [4, 6])], [vi("z", [])]), d, n)
+
+
+@ok("scalar_output_one_microbatch", args=("-g", "1", "-m", "1", "--plan-only"))
+def _(d, n):  # one value per run
     nodes = [helper.make_node("ReduceSum", ["x"], ["z"], name="sum", keepdims=0)]
     return save(model(nodes, [vi("x", [4, 6])], [vi("z", [])]), d, n)
 

@@ -431,7 +431,7 @@ def run_case(a, name):
     gs = sorted(results)
     for g in gs[1:]:
         for k, v in results[gs[0]].items():
-            if not np.array_equal(v.view(np.uint8), results[g][k].view(np.uint8)):
+            if v.shape != results[g][k].shape or v.tobytes() != results[g][k].tobytes():
                 print(f"  {name}: output {k} differs bitwise between g={gs[0]} and g={g}")
                 ok = False
     print(f"{'ok  ' if ok else 'FAIL'} {name}: max rel-L2 loss {worst['loss']:.2e} grads {worst['grad']:.2e} "
