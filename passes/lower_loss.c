@@ -22,24 +22,15 @@
 #include "passes/autodiff_impl.h"
 #include "passes/lower_loss.h"
 
-/* The sum (or mean) of every element of x, a scalar. */
+/* The sum (or mean) of every element of x (rank >= 1), a scalar. */
 static int reduce_all(ad_ctx *a, ir_op op, int x) {
-  ir_shape s = ad_shape(a, x);
   int64_t axes[IR_MAX_RANK];
-  for (int i = 0; i < s.rank; i++) axes[i] = i;
-  int id;
-  if (op == IR_OP_ReduceSum) {
-    int in[2] = {x, ad_c_i64(a, axes, s.rank)};
-    id = ad_begin(a, op, in, 2, 1, NULL);
-  } else {
-    id = ad_begin(a, op, &x, 1, 1, NULL);
-    ad_attr_is(a, id, "axes", axes, s.rank);
-  }
-  ad_attr_i(a, id, "keepdims", 0);
-  return ad_end(a, id);
+  int r = ad_shape(a, x).rank;
+  for (int i = 0; i < r; i++) axes[i] = i;
+  return ad_reduce(a, op, x, axes, r, 0);
 }
 
-/* The lowered value to takes the name of from (dropped with its dead node by ir_compact,
+/* The lowered value `to` takes the name of `from` (dropped with its dead node by ir_compact,
  * which rebuilds the name map). */
 static void take_name(ir_graph *g, int to, int from) {
   const char *nm = g->values[to].name;

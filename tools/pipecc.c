@@ -579,9 +579,15 @@ frontend:; /* again with one micro-batch when a scalar output turns up (below) *
     /* Compile for one micro-batch: split dim 0 of every graph input after binding. */
     if (!strcmp(p->name, "bind") && want_plan) {
       int64_t batch = 1; /* dim 0 of the first graph input that has one */
-      for (int k = g->n_inputs - 1; k >= 0; k--)
-        if (g->values[g->inputs[k]].shape.rank > 0) batch = g->values[g->inputs[k]].shape.dims[0];
-      int scalar_out = 0; /* declared so: one value per run, of one micro-batch */
+      for (int k = 0; k < g->n_inputs; k++)
+        if (g->values[g->inputs[k]].shape.rank > 0) {
+          batch = g->values[g->inputs[k]].shape.dims[0];
+          break;
+        }
+      /* a scalar output declared in the model: one micro-batch from the start (one found by
+       * shape inference restarts the frontend below; declared, a model whose constants fix
+       * the batch size gets there without failing at a micro-batch first) */
+      int scalar_out = 0;
       for (int k = 0; !train && k < g->n_outputs; k++) scalar_out |= g->values[g->outputs[k]].shape.rank == 0;
       if (!microbatches) {
         microbatches = 1;

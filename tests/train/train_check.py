@@ -32,18 +32,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
 from npzio import save_npz  # noqa: E402
-import pipecc_test as pt  # noqa: E402  (done_with)
-
-
-def rel_l2(a, b, floor=0.0):
-    """||a - b|| / max(||b||, floor). The floor is for tensors whose exact value is ~0
-    (the bias of a convolution followed by BatchNorm has gradient 0 in exact
-    arithmetic; both sides hold rounding noise of ~1e-8 there)."""
-    a = np.asarray(a, np.float64).ravel()
-    b = np.asarray(b, np.float64).ravel()
-    n = max(np.linalg.norm(b), floor)
-    d = np.linalg.norm(a - b)
-    return float(d / n) if n > 0 else float(d)
+import pipecc_test as pt  # noqa: E402  (done_with, rel_l2)
+from pipecc_test import rel_l2  # noqa: E402
 
 
 # ---- models -------------------------------------------------------------------------
@@ -346,7 +336,9 @@ def compare_step(name, g, res, loss, grads, new, before, tol, worst):
             print(f"  {name} g={g}: loss {float(res['loss']):.7g} vs torch {loss:.7g} (rel {e:.2e})")
             ok = False
     trained = sorted(k[5:] for k in res if k.startswith("grad/"))
-    # floors: 1e-3 of the largest gradient / update of the model (see rel_l2)
+    # floors: 1e-3 of the largest gradient / update of the model, for tensors whose exact
+    # value is ~0 (the bias of a convolution followed by BatchNorm has gradient 0 in exact
+    # arithmetic; both sides hold rounding noise of ~1e-8 there)
     gfloor = 1e-3 * max(np.linalg.norm(v) for v in grads.values())
     nfloor = 1e-3 * max(np.linalg.norm(new[k] - before[k]) for k in grads)
     missing = [k for k in grads if k not in trained]
