@@ -7,6 +7,35 @@
 
 int ir_diag_quiet;
 
+static struct {
+  int on;
+  char *buf;
+  size_t len, cap;
+} held;
+
+void ir_diag_hold(void) { held.on = 1; }
+
+void ir_diag_release(int print) {
+  if (print && held.len) fwrite(held.buf, 1, held.len, stderr);
+  free(held.buf);
+  memset(&held, 0, sizeof held);
+}
+
+/* One message line: to stderr, or kept while held. */
+static void emit(const char *line) {
+  if (!held.on) {
+    fputs(line, stderr);
+    return;
+  }
+  size_t n = strlen(line);
+  if (held.len + n + 1 > held.cap) {
+    held.cap = (held.len + n + 1) * 2;
+    held.buf = ir_xrealloc(held.buf, held.cap);
+  }
+  memcpy(held.buf + held.len, line, n + 1);
+  held.len += n;
+}
+
 char *ir_printable(const char *s, size_t max, char *buf, size_t n) {
   size_t o = 0;
   if (!n) return buf;
@@ -58,18 +87,22 @@ static void vmsg(const ir_graph *g, const char *kind, int node, const char *fmt,
     if (*q == '\n' || *q == '\r') *q = ' ';
   printable_path(g && g->path ? g->path : "pipecc", path, sizeof path);
   const char *hint = g && g->diag_hint && !*kind ? g->diag_hint : "";
+  char line[4096];
   if (node >= 0 && g && node < g->n_nodes)
-    fprintf(stderr, "%s: %s%s: %s%s\n", path, kind, ir_node_desc(g, node, desc, sizeof desc), msg, hint);
+    snprintf(line, sizeof line, "%s: %s%s: %s%s\n", path, kind, ir_node_desc(g, node, desc, sizeof desc), msg, hint);
   else
-    fprintf(stderr, "%s: %s%s%s\n", path, kind, msg, hint);
+    snprintf(line, sizeof line, "%s: %s%s%s\n", path, kind, msg, hint);
+  emit(line);
 }
 
 /* A hostile model can hold a million errors: print the first IR_DIAG_MAX_ERRORS. */
 static int error_shown(ir_graph *g) {
   if (!g || g->n_errors < IR_DIAG_MAX_ERRORS) return 1;
   if (g->n_errors == IR_DIAG_MAX_ERRORS && !ir_diag_quiet) {
-    char path[1024];
-    fprintf(stderr, "%s: too many errors, the rest are not shown\n", printable_path(g->path ? g->path : "pipecc", path, sizeof path));
+    char path[1024], line[1200];
+    snprintf(line, sizeof line, "%s: too many errors, the rest are not shown\n",
+             printable_path(g->path ? g->path : "pipecc", path, sizeof path));
+    emit(line);
   }
   return 0;
 }

@@ -25,6 +25,11 @@ char *ir_printable(const char *s, size_t max, char *buf, size_t n);
 
 /* Silence model messages (fuzzing, tests); errors are still counted. */
 extern int ir_diag_quiet;
+/* Hold model messages back instead of printing them: a trial compile (pipecc's default
+ * micro-batch count) that may be thrown away. ir_diag_release prints the held lines
+ * (print = 1) or drops them (print = 0) and ends the hold. */
+void ir_diag_hold(void);
+void ir_diag_release(int print);
 
 #define IR_ASSERT(c)                                                                  \
   do {                                                                                \

@@ -193,3 +193,20 @@ int pass_fold(ir_graph *g, const pass_opts *o) {
             g->n_nodes, c.n_folded, c.n_identity, c.n_dropout, n_dead);
   return g->n_errors ? -1 : 0;
 }
+
+int pass_keep_one_node(ir_graph *g) {
+  if (live_nodes(g) || !g->n_outputs) return 0;
+  int from = g->outputs[0];
+  const ir_value *f = &g->values[from];
+  int to = ir_add_value(g, f->name, IR_VAL_ACT, f->dtype);
+  f = &g->values[from]; /* ir_add_value may move the values */
+  /* the copy takes the output's name (the source keeps the suffixed one) and its place */
+  const char *nm = g->values[to].name;
+  g->values[to].name = f->name;
+  g->values[from].name = nm;
+  ir_replace_uses(g, from, to);
+  int id = ir_add_node(g, IR_OP_Identity, "", (int[]){from}, 1, (int[]){to}, 1);
+  if (pass_shape_node(g, id)) return -1;
+  ir_compact(g);
+  return 1;
+}

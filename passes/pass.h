@@ -44,6 +44,11 @@ int pass_bind(ir_graph *g, const pass_opts *o);
  * chains), remove Identity, remove Dropout for inference, drop dead nodes. Runs shape
  * inference node by node as it goes (it needs input shapes to fold Shape). */
 int pass_fold(ir_graph *g, const pass_opts *o);
+/* A graph that folding left with no node (every output a constant or a graph input:
+ * Shape, Size, ConstantOfShape of static shapes) gets one Identity copying its first
+ * output, so that the planner has a stage to place; the other outputs pass through that
+ * stage as any constant or input output does. Returns 1 when it added the node, else 0. */
+int pass_keep_one_node(ir_graph *g);
 /* shape: infer dtype and static shape of every value and the FLOPs of every node;
  * reports what cannot be made static. */
 int pass_shape(ir_graph *g, const pass_opts *o);

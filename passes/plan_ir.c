@@ -90,7 +90,7 @@ int pass_plan_graph(ir_graph *g, const pass_profile_opts *po, const pass_plan_op
   }
   double t0 = now_ms();
   if (pass_partition(d, o, &out->plan, err, sizeof err)) {
-    fprintf(stderr, "%s: planner: %s\n", g->path, err);
+    fprintf(stderr, "%s: %s\n", g->path, err);
     return -1;
   }
   out->antichain_partition_ms = now_ms() - t0;

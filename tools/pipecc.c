@@ -43,7 +43,8 @@ static void usage(FILE *f) {
       "Planning:\n"
       "  -g, --gpus N           number of devices (pipeline stages and replicas); default 1\n"
       "  -m, --microbatches M   micro-batches per batch (dim 0 of each input is split in M);\n"
-      "                         default: the largest divisor of the batch that is <= 4*g\n"
+      "                         default: the largest divisor of the batch that is <= 4*g,\n"
+      "                         or 1 (with a note) for a model that does not split into it\n"
       "  --schedule S           gpipe | 1f1b (default 1f1b)\n"
       "  --device NAME          cost model device: h100, h200, a100, v100, cpu\n"
       "                         (default: cpu for --target cpu, h100 for --target cuda)\n"
@@ -112,6 +113,7 @@ static struct {
 } owned;
 
 static void free_owned(void) {
+  ir_diag_release(1); /* a return during the micro-batch trial (below) still shows its messages */
   if (owned.opts) {
     for (int i = 0; i <= owned.opts->n_shapes && owned.opts->shapes; i++) free((char *)owned.opts->shapes[i].name);
     for (int i = 0; i <= owned.opts->n_dims && owned.opts->dims; i++) free((char *)owned.opts->dims[i].name);
@@ -560,8 +562,21 @@ int main(int argc, char **argv) {
   if (train && !train_step && profile_run) return cli_error("%s: profile the forward model (without --train)", "--profile-run");
   int train_prog = train && !train_step; /* the pipelined training program */
 
-  int m_given = microbatches > 0;
-frontend:; /* again with one micro-batch when a scalar output turns up (below) */
+  /* The default micro-batch count is on trial: a model that does not split into it (a
+   * scalar output, constants that fix the batch size, a node that works across the batch)
+   * is compiled again for one micro-batch, its messages of the trial dropped. */
+  int trial = 0;
+  char why_buf[256]; /* why, for the note */
+  if (0) {
+  one_microbatch:
+    ir_diag_release(0);
+    fprintf(stderr, "%s: note: %s; compiling for one micro-batch (-m 1)\n", model, why_buf);
+    ir_graph_free(owned.g);
+    ir_graph_free(owned.g_full);
+    owned.g = owned.g_full = NULL;
+    microbatches = 1;
+    trial = 0;
+  }
   double t0 = now_ms();
   ir_graph *g = owned.g = onnx_load_file(model);
   double t1 = now_ms();
@@ -574,6 +589,11 @@ frontend:; /* again with one micro-batch when a scalar output turns up (below) *
     double e = now_ms();
     if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms\n", p->name, e - s);
     if (rc || g->n_errors) {
+      if (trial) {
+        snprintf(why_buf, sizeof why_buf, "the model does not compile at a micro-batch of the default %d (-m %d shows why)",
+                 microbatches, microbatches);
+        goto one_microbatch;
+      }
       return 2;
     }
     /* Compile for one micro-batch: split dim 0 of every graph input after binding. */
@@ -596,6 +616,10 @@ frontend:; /* again with one micro-batch when a scalar output turns up (below) *
             microbatches = m;
             break;
           }
+        if (microbatches > 1) {
+          trial = 1;
+          ir_diag_hold();
+        }
       }
       for (int k = 0; k < g->n_inputs; k++) {
         ir_value *v = &g->values[g->inputs[k]];
@@ -608,6 +632,11 @@ frontend:; /* again with one micro-batch when a scalar output turns up (below) *
           return 2;
         }
         if (v->shape.rank == 0) continue; /* inference: the same scalar for every micro-batch */
+        if (v->shape.dims[0] % microbatches && trial) {
+          snprintf(why_buf, sizeof why_buf, "graph input '%s': batch (dim 0) %lld is not divisible by the default %d",
+                   ir_printable(v->name, 60, nm, sizeof nm), (long long)v->shape.dims[0], microbatches);
+          goto one_microbatch;
+        }
         if (v->shape.dims[0] % microbatches) {
           fprintf(stderr, "%s: graph input '%s': batch (dim 0) %lld is not divisible by %d micro-batches\n", g->path,
                   ir_printable(v->name, 60, nm, sizeof nm), (long long)v->shape.dims[0], microbatches);
@@ -638,12 +667,10 @@ frontend:; /* again with one micro-batch when a scalar output turns up (below) *
   for (int k = 0; want_plan && !train && microbatches > 1 && k < g->n_outputs; k++) {
     const ir_value *v = &g->values[g->outputs[k]];
     char nm[96];
-    if (v->shape.rank == 0 && !m_given) { /* the default: one micro-batch then */
-      ir_graph_free(owned.g);
-      ir_graph_free(owned.g_full);
-      owned.g = owned.g_full = NULL;
-      microbatches = 1;
-      goto frontend;
+    if (v->shape.rank == 0 && trial) { /* the default: one micro-batch then */
+      snprintf(why_buf, sizeof why_buf, "graph output '%s' is a scalar, one value per run",
+               ir_printable(v->name, 60, nm, sizeof nm));
+      goto one_microbatch;
     }
     if (v->shape.rank == 0) {
       fprintf(stderr,
@@ -656,7 +683,18 @@ frontend:; /* again with one micro-batch when a scalar output turns up (below) *
 
   if (g->batch_full) { /* every node commutes with splitting the batch (passes/batch.h) */
     g->diag_hint = NULL;
-    if (pass_batch_check(g)) return 2;
+    if (pass_batch_check(g)) {
+      if (trial) {
+        snprintf(why_buf, sizeof why_buf, "the default %d micro-batches would not add up to the batch (-m %d shows why)",
+                 microbatches, microbatches);
+        goto one_microbatch;
+      }
+      return 2;
+    }
+  }
+  if (trial) { /* the default micro-batch count holds: its messages are the model's */
+    ir_diag_release(1);
+    trial = 0;
   }
 
   if (train_step || train_prog) { /* ---- training: the step function, or the loss of the program ---- */
@@ -710,6 +748,9 @@ frontend:; /* again with one micro-batch when a scalar output turns up (below) *
     if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (%d convs)\n", "winograd", now_ms() - s, nw);
     if (nw < 0 || g->n_errors) return 2;
   }
+
+  /* a model whose outputs all folded to constants still gets a stage (one Identity) */
+  if (pass_keep_one_node(g) < 0 || g->n_errors) return 2;
 
   /* ---- plan ---- */
   const pass_device *dev = pass_device_find(device_name ? device_name : (!strcmp(target, "cpu") ? "cpu" : "h100"));

@@ -870,6 +870,37 @@ def _(d, n):  # [4, -1] and [4, 3, 2] written for the whole batch: rewritten for
     return save(batch_model(nodes, [4, 3, 2], inits=[s1, s2]), d, n)
 
 
+# With no -m, pipecc picks the micro-batch count; a model that does not split into it is
+# compiled for one micro-batch, with a note that says why (explicit -m: the errors above).
+DEFAULT_MB = ("-g", "2", "--plan-only")
+
+
+@ok("ok_default_mb_softmax_axis0", expect=r"note: the default 4 micro-batches would not add up.*-m 1", args=DEFAULT_MB)
+def _(d, n):
+    nodes = [helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=0)]
+    return save(batch_model(nodes, [4, 6]), d, n)
+
+
+@ok("ok_default_mb_reshape_fixed", expect=r"note: the model does not compile at a micro-batch.*-m 1",
+    args=DEFAULT_MB)
+def _(d, n):  # [4, 6] -> [3, 8]: no micro-batch has 24 elements
+    s = numpy_helper.from_array(np.array([3, 8], np.int64), "s")
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["y"], name="rs")]
+    return save(batch_model(nodes, [3, 8], inits=[s]), d, n)
+
+
+@ok("ok_default_mb_scalar_output", expect=r"note: graph output 'z' is a scalar.*-m 1", args=DEFAULT_MB)
+def _(d, n):
+    nodes = [helper.make_node("ReduceSum", ["x"], ["z"], name="sum", keepdims=0)]
+    return save(model(nodes, [vi("x", [4, 6])], [vi("z", None)]), d, n)
+
+
+@ok("ok_outputs_all_constant", args=DEFAULT_MB)
+def _(d, n):  # Shape of a static input folds away: no node is left, one Identity copies it out
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape")]
+    return save(model(nodes, [vi("x", [4, 6])], [vi("s", [2], TensorProto.INT64)]), d, n)
+
+
 # ---------------------------------------------------------------- positive cases: must succeed
 
 

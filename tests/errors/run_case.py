@@ -68,10 +68,12 @@ def run_one(pipecc, corpus, name, c, verbose=True):
         if c["node"] and ("'%s'" % c["node"]) not in err:
             problems.append("message does not name node '%s'" % c["node"])
     else:
-        # a plan prints its summary; the model's own lines must be warnings
+        # a plan prints its summary; the model's own lines must be warnings or notes
         own = [ln for ln in lines if ln.startswith(model + ": ")] if "--plan-only" in c["args"] else lines
-        if any(ln.strip() and not ln.startswith(model + ": warning:") for ln in own):
+        if any(ln.strip() and not ln.startswith((model + ": warning:", model + ": note:")) for ln in own):
             problems.append("unexpected stderr")
+        if c["expect"] and not re.search(c["expect"], err, re.I):
+            problems.append("stderr does not match /%s/" % c["expect"])
     first = lines[0] if lines else ""
     if len(first) > 160:
         first = first[:157] + "..."

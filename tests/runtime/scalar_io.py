@@ -18,6 +18,10 @@ Checks, on the cpu target (or cuda through the simulator, --sim):
               g = 1, 2: match onnxruntime; two batches in one input is one line naming
               z (exit 2); -g 2 -m 2 is one line naming z at compile time (exit 2); -g 2
               without -m compiles (one micro-batch by default).
+  across      y = Softmax(x, axis 0) (across the batch) and n = Shape(x): -g 2 without -m
+              compiles for one micro-batch with a note and matches onnxruntime; -m 2 is
+              one error line; a model whose only output is Shape(x) (no node left after
+              folding) runs and gives x's shape.
 Exit 0 pass, 1 fail.
 """
 import argparse
@@ -73,6 +77,19 @@ def scalar_out_model(path):
     return save(g, path)
 
 
+def across_model(path):
+    nodes = [helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=0), helper.make_node("Shape", ["x"], ["n"])]
+    g = helper.make_graph(nodes, "across", [helper.make_tensor_value_info("x", F32, (B, 6))],
+                          [helper.make_tensor_value_info("y", F32, None), helper.make_tensor_value_info("n", I64, None)])
+    return save(g, path)
+
+
+def shape_only_model(path):
+    g = helper.make_graph([helper.make_node("Shape", ["x"], ["n"])], "shape_only",
+                          [helper.make_tensor_value_info("x", F32, (B, 6))], [helper.make_tensor_value_info("n", I64, None)])
+    return save(g, path)
+
+
 def ort(path, feeds):
     import onnxruntime as rt
     so = rt.SessionOptions()
@@ -98,7 +115,7 @@ class Checker:
         else:
             print(f"ok   {label}: {lines[0]}")
 
-    def build(self, model, d, g, m, label, expect_error=None):
+    def build(self, model, d, g, m, label, expect_error=None, expect_note=None):
         cmd = [self.a.pipecc, model, "-g", str(g), "-o", d, "-j", "2", "--target", self.a.target]
         if m:
             cmd += ["-m", str(m)]
@@ -111,6 +128,11 @@ class Checker:
         if r.returncode:
             self.fail(f"{label}: pipecc exited with {r.returncode}: {r.stderr[-2000:]}")
             return False
+        if expect_note:
+            if not re.search(r"\.onnx: note: " + expect_note, r.stderr):
+                self.fail(f"{label}: no note matching '{expect_note}' in: {r.stderr[-600:]}")
+                return False
+            print(f"ok   {label}: " + next(ln for ln in r.stderr.splitlines() if ": note: " in ln))
         return True
 
     def run(self, d, feeds, label, expect_error=None, pre=()):
@@ -210,6 +232,22 @@ def main():
     d = os.path.join(work, "out_default")
     if c.build(model, d, 2, 0, "scalar_out -g 2 (default micro-batches)") and (got := c.run(d, feeds, "default")):
         c.compare(got, ref, "scalar_out -g 2, default -m")
+
+    # across the batch: the default micro-batch count falls back to one
+    model = across_model(os.path.join(work, "across.onnx"))
+    feeds = {"x": rng.standard_normal((B, 6)).astype(np.float32)}
+    ref = ort(model, feeds)
+    d = os.path.join(work, "across_default")
+    if c.build(model, d, 2, 0, "across -g 2 (default micro-batches)",
+               expect_note=r"the default \d+ micro-batches would not add up.*one micro-batch") and \
+            (got := c.run(d, feeds, "across default")):
+        c.compare(got, ref, "across -g 2, default -m (one micro-batch)")
+    c.build(model, os.path.join(work, "across_m2"), 2, 2, "across -m 2",
+            expect_error=r"across\.onnx: node .*'sm'.*-m 1")
+    model = shape_only_model(os.path.join(work, "shape_only.onnx"))
+    d = os.path.join(work, "shape_only")
+    if c.build(model, d, 1, 0, "shape only") and (got := c.run(d, feeds, "shape only")):
+        c.compare(got, ort(model, feeds), "shape only (no node left after folding)")
 
     print(f"scalar_io ({a.target}): {'PASS' if not c.bad else f'{c.bad} FAILED'}")
     pt.done_with(work, not c.bad)
