@@ -1,7 +1,9 @@
 /* codegen/op_params.c - op attribute arithmetic shared by the cpu and cuda emitters
  * (see codegen/op_params.h). */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "codegen/c/cg_c.h" /* cg_const_ints, cg_const_f64, cg_numel */
@@ -320,20 +322,17 @@ int cg_conv_transpose_window(ir_graph *g, const char *target, const ir_node *n, 
 int cg_resize_params(ir_graph *g, const char *target, const ir_node *n, cg_resize *rp) {
   const ir_value *x = ir_in(g, n, 0), *y = ir_out(g, n, 0);
   int r = x->shape.rank;
+  memset(rp, 0, sizeof *rp);
   const char *mode = ir_attr_str(n, "mode", "nearest");
   int old = n->op == IR_OP_Upsample || n->opset < 11;
-  rp->linear = !strcmp(mode, "linear") || !strcmp(mode, "bilinear") || !strcmp(mode, "trilinear");
-  if (!rp->linear && strcmp(mode, "nearest")) return fail(g, target, n, "Resize mode '%s' is not supported", mode);
+  if (!strcmp(mode, "nearest")) rp->mode = CG_RESIZE_NEAREST;
+  else if (!strcmp(mode, "linear") || !strcmp(mode, "bilinear") || !strcmp(mode, "trilinear")) rp->mode = CG_RESIZE_LINEAR;
+  else if (!strcmp(mode, "cubic")) rp->mode = CG_RESIZE_CUBIC;
+  else return fail(g, target, n, "Resize mode '%s' is not supported", mode);
   const char *ctm = old ? "asymmetric" : ir_attr_str(n, "coordinate_transformation_mode", "half_pixel");
   const char *nm = n->op == IR_OP_Upsample ? "floor" : ir_attr_str(n, "nearest_mode", "round_prefer_floor");
-  if (ir_attr_int(n, "antialias", 0)) return fail(g, target, n, "Resize with antialias is not supported");
-  if (!strcmp(ctm, "tf_crop_and_resize")) return fail(g, target, n, "tf_crop_and_resize is not supported");
-  const int64_t *axes;
-  if (ir_attr_ints(n, "axes", &axes) > 0) return fail(g, target, n, "Resize with axes is not supported");
-  if (strcmp(ir_attr_str(n, "keep_aspect_ratio_policy", "stretch"), "stretch"))
-    return fail(g, target, n, "keep_aspect_ratio_policy is not supported");
   static const char *const ctms[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
-                                     "tf_half_pixel_for_nearest", "half_pixel_symmetric"};
+                                     "tf_half_pixel_for_nearest", "half_pixel_symmetric", "tf_crop_and_resize"};
   rp->ctm = -1;
   for (int i = 0; i < (int)(sizeof ctms / sizeof ctms[0]); i++)
     if (!strcmp(ctm, ctms[i])) rp->ctm = i;
@@ -342,12 +341,36 @@ int cg_resize_params(ir_graph *g, const char *target, const ir_node *n, cg_resiz
                 : !strcmp(nm, "ceil")              ? CG_NEAREST_CEIL
                 : !strcmp(nm, "round_prefer_ceil") ? CG_NEAREST_ROUND_PREFER_CEIL
                                                    : CG_NEAREST_ROUND_PREFER_FLOOR;
-  /* scales: from the scales input when given, else output/input */
-  const ir_value *sv = ir_in(g, n, old ? 1 : 2);
-  int have_scales = sv && cg_numel(sv) == r && sv->kind == IR_VAL_CONST;
+  /* antialias filters linear and cubic only (nearest ignores it) */
+  rp->antialias = !old && rp->mode != CG_RESIZE_NEAREST && ir_attr_int(n, "antialias", 0);
+  rp->exclude_outside = !old && ir_attr_int(n, "exclude_outside", 0);
+  rp->cubic_a = ir_attr_float(n, "cubic_coeff_a", -0.75f);
+  rp->extrapolation = ir_attr_float(n, "extrapolation_value", 0.0f);
+  rp->filter = rp->mode == CG_RESIZE_CUBIC || (rp->mode == CG_RESIZE_LINEAR && rp->antialias);
+  /* axes: scales, sizes and roi name these dims only; the others are copied */
+  int ax[IR_MAX_RANK], na = r;
+  const int64_t *av;
+  int nav = n->opset >= 18 && !old ? ir_attr_ints(n, "axes", &av) : -1;
+  if (nav > r) return fail(g, target, n, "axes has %d values, the input has rank %d", nav, r);
+  if (nav > 0) na = nav;
+  for (int i = 0; i < na; i++) {
+    int64_t a = nav > 0 ? (av[i] < 0 ? av[i] + r : av[i]) : i;
+    if (a < 0 || a >= r) return fail(g, target, n, "axis %lld out of range", LL(nav > 0 ? av[i] : a));
+    ax[i] = (int)a;
+  }
   for (int d = 0; d < r; d++) {
+    rp->scales[d] = 1;
+    rp->taps[d] = 1;
+    rp->roi[1][d] = 1;
+  }
+  for (int i = 0; i < na; i++) rp->resized[ax[i]] = 1;
+  /* scales: from the scales input when given, else output/input */
+  const ir_value *sv = ir_in(g, n, old ? 1 : 2), *zv = old ? NULL : ir_in(g, n, 3);
+  int have_scales = sv && cg_numel(sv) == na && sv->kind == IR_VAL_CONST;
+  for (int i = 0; i < na; i++) {
+    int d = ax[i];
     double s = (double)y->shape.dims[d] / (double)(x->shape.dims[d] ? x->shape.dims[d] : 1);
-    if (have_scales) ir_const_f64(sv, d, &s);
+    if (have_scales) ir_const_f64(sv, i, &s);
     rp->scales[d] = s;
   }
   if (n->op == IR_OP_Upsample && !have_scales) {
@@ -355,11 +378,68 @@ int cg_resize_params(ir_graph *g, const char *target, const ir_node *n, cg_resiz
     if (a && a->n == r)
       for (int d = 0; d < r; d++) rp->scales[d] = a->floats[d];
   }
+  /* not_larger / not_smaller: one scale for all axes, the least / greatest sizes / input */
+  const char *pol = n->opset >= 18 && !old ? ir_attr_str(n, "keep_aspect_ratio_policy", "stretch") : "stretch";
+  if (strcmp(pol, "stretch") && !have_scales) {
+    int larger = !strcmp(pol, "not_smaller");
+    if (!larger && strcmp(pol, "not_larger")) return fail(g, target, n, "keep_aspect_ratio_policy '%s' is not supported", pol);
+    if (!zv || zv->kind != IR_VAL_CONST || cg_numel(zv) != na) return fail(g, target, n, "sizes must be a constant");
+    double scale = 0;
+    for (int i = 0; i < na; i++) {
+      int64_t sz;
+      ir_const_i64(zv, i, &sz);
+      double q = (double)sz / (double)(x->shape.dims[ax[i]] ? x->shape.dims[ax[i]] : 1);
+      if (!i || (larger ? q > scale : q < scale)) scale = q;
+    }
+    for (int i = 0; i < na; i++) rp->scales[ax[i]] = scale;
+  }
+  if (rp->ctm == CG_CTM_TF_CROP_AND_RESIZE) {
+    const ir_value *roi = ir_in(g, n, 1);
+    if (!roi || roi->kind != IR_VAL_CONST || cg_numel(roi) != 2 * na)
+      return fail(g, target, n, "tf_crop_and_resize needs a constant roi of %d values", 2 * na);
+    for (int i = 0; i < na; i++) {
+      ir_const_f64(roi, i, &rp->roi[0][ax[i]]);
+      ir_const_f64(roi, na + i, &rp->roi[1][ax[i]]);
+    }
+  }
+  /* filter taps: 2 (linear) or 4 (cubic), widened by 1 / scale when antialiasing a downscale */
+  for (int i = 0; rp->filter && i < na; i++) {
+    int d = ax[i];
+    double s = rp->scales[d] < 1 ? rp->scales[d] : 1;
+    if (!rp->antialias) rp->taps[d] = rp->mode == CG_RESIZE_CUBIC ? 4 : 2;
+    else if (s > 0) {
+      double start = floor((rp->mode == CG_RESIZE_CUBIC ? -2.0 : -1.0) / s) + 1;
+      if (start < -(1 << 20)) return fail(g, target, n, "scale %g is too small for antialias", s);
+      rp->taps[d] = 2 - 2 * (int)start;
+    }
+  }
+  /* a dim the filter leaves as it is (scale 1: each output index weighs its own input
+   * index 1, the others 0) is copied: the same sums without tuples of weight 0 */
+  for (int i = 0; rp->filter && i < na; i++) {
+    int d = ax[i], same = x->shape.dims[d] == y->shape.dims[d];
+    int64_t in = x->shape.dims[d];
+    double *w = same ? malloc(sizeof(double) * (size_t)rp->taps[d]) : NULL;
+    for (int64_t o = 0; same && o < in; o++) {
+      double xo = cg_resize_coord(rp, d, o, in, in);
+      int64_t first;
+      if (!w || cg_resize_outside(rp, xo, in)) {
+        same = 0;
+        break;
+      }
+      cg_resize_taps(rp, d, xo, in, &first, w);
+      for (int j = 0; j < rp->taps[d]; j++)
+        if (w[j] != (first + j == o)) same = 0;
+    }
+    free(w);
+    if (same) rp->resized[d] = 0, rp->taps[d] = 1;
+  }
   return 0;
 }
 
-double cg_resize_coord(int ctm, int64_t o, double s, int64_t in, int64_t out) {
-  switch (ctm) {
+double cg_resize_coord(const cg_resize *rp, int d, int64_t o, int64_t in, int64_t out) {
+  if (!rp->resized[d]) return (double)o;
+  double s = rp->scales[d];
+  switch (rp->ctm) {
     case CG_CTM_HALF_PIXEL: return ((double)o + 0.5) / s - 0.5;
     case CG_CTM_PYTORCH_HALF_PIXEL: return out > 1 ? ((double)o + 0.5) / s - 0.5 : 0;
     case CG_CTM_ALIGN_CORNERS:
@@ -367,10 +447,69 @@ double cg_resize_coord(int ctm, int64_t o, double s, int64_t in, int64_t out) {
       return s * (double)in != 1 ? (double)o * (double)(in - 1) / (s * (double)in - 1) : 0;
     case CG_CTM_ASYMMETRIC: return (double)o / s;
     case CG_CTM_TF_HALF_PIXEL_FOR_NEAREST: return ((double)o + 0.5) / s;
+    case CG_CTM_TF_CROP_AND_RESIZE: {
+      double r0 = rp->roi[0][d], r1 = rp->roi[1][d], span = (double)(in - 1);
+      double xo = s * (double)in != 1 ? (double)o * (r1 - r0) * span / (s * (double)in - 1) : (r1 - r0) * span / 2;
+      return xo + r0 * span;
+    }
     default: {
       double adj = (double)out / (s * (double)in), center = (double)in / 2;
       double off = center * (1 - adj);
       return off + ((double)o + 0.5) / s - 0.5;
     }
+  }
+}
+
+int cg_resize_outside(const cg_resize *rp, double xo, int64_t in) {
+  return rp->ctm == CG_CTM_TF_CROP_AND_RESIZE && (xo < 0 || xo > (double)(in - 1));
+}
+
+/* Unnormalised weight of tap i of n (at distance 1 - n / 2 + i - ratio from the
+ * coordinate) as the ONNX reference writes it: cubic convolution (coefficient a), or
+ * with antialias the triangle or cubic kernel at the distance times the scale (at most 1). */
+static double resize_coeff(const cg_resize *rp, int d, double ratio, int i, int n) {
+  double a = rp->cubic_a, s = rp->scales[d] < 1 ? rp->scales[d] : 1;
+  double t = (double)(1 - n / 2 + i) - ratio;
+  if (!rp->antialias) {
+    double q = i < 2 ? ratio : 1 - ratio;
+    if (i == 0 || i == 3) {
+      double q1 = q + 1;
+      return ((a * q1 - 5 * a) * q1 + 8 * a) * q1 - 4 * a;
+    }
+    return (((a + 2) * q - (a + 3)) * q) * q + 1;
+  }
+  if (rp->mode == CG_RESIZE_LINEAR) {
+    double c = 1 - fabs(t * s);
+    return c < 0 ? 0 : c > 1 ? 1 : c;
+  }
+  double u = fabs(s * t), u2 = u * u, u3 = u * u2;
+  if (u <= 1) return (a + 2) * u3 - (a + 3) * u2 + 1;
+  if (u < 2) return a * u3 - 5 * a * u2 + 8 * a * u - 4 * a;
+  return 0;
+}
+
+void cg_resize_taps(const cg_resize *rp, int d, double xo, int64_t in, int64_t *first, double *w) {
+  int n = rp->taps[d];
+  if (!rp->resized[d]) {
+    *first = (int64_t)xo;
+    w[0] = 1;
+    return;
+  }
+  /* the ratio lies in (0, 1]: an integral coordinate is its left neighbour's ratio 1 */
+  double fl = floor(xo), ratio = xo == fl ? 1 : xo - fl;
+  *first = (int64_t)fl - (xo == fl) + 1 - n / 2;
+  for (int i = 0; i < n; i++) w[i] = resize_coeff(rp, d, ratio, i, n);
+  if (rp->antialias) {
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += w[i];
+    for (int i = 0; i < n; i++) w[i] = w[i] / sum;
+  }
+  if (rp->exclude_outside) {
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+      if (*first + i < 0 || *first + i >= in) w[i] = 0;
+      sum += w[i];
+    }
+    for (int i = 0; i < n; i++) w[i] = w[i] / sum;
   }
 }

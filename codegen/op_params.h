@@ -74,22 +74,38 @@ int cg_matmul_params(ir_graph *g, const char *target, const ir_node *n, cg_matmu
 int cg_conv_transpose_window(ir_graph *g, const char *target, const ir_node *n, const ir_value *x, const ir_value *y,
                              const int64_t *kernel, cg_win3 *w);
 
-/* Resize (opset 10+) and Upsample: nearest or linear (bilinear, trilinear) over any
- * number of dims. Coordinate transformation modes and nearest modes as ONNX; Upsample
- * and Resize-10 are asymmetric with floor. Not supported (an error): cubic,
- * antialias, tf_crop_and_resize, axes, keep_aspect_ratio_policy other than stretch. */
+/* Resize (opset 10+) and Upsample, as Resize-19, over any number of dims: modes nearest,
+ * linear (bilinear, trilinear) and cubic (cubic_coeff_a, exclude_outside); antialias
+ * (linear and cubic: the filter stretched by 1 / scale when downscaling); the coordinate
+ * transformation modes, tf_crop_and_resize with the roi input and extrapolation_value;
+ * the nearest modes; axes (the other dims are copied); keep_aspect_ratio_policy (one
+ * scale for all axes). Upsample and Resize-10 are asymmetric with floor. */
+enum { CG_RESIZE_NEAREST = 0, CG_RESIZE_LINEAR, CG_RESIZE_CUBIC };
 enum { CG_CTM_HALF_PIXEL = 0, CG_CTM_PYTORCH_HALF_PIXEL, CG_CTM_ALIGN_CORNERS, CG_CTM_ASYMMETRIC,
-       CG_CTM_TF_HALF_PIXEL_FOR_NEAREST, CG_CTM_HALF_PIXEL_SYMMETRIC };
+       CG_CTM_TF_HALF_PIXEL_FOR_NEAREST, CG_CTM_HALF_PIXEL_SYMMETRIC, CG_CTM_TF_CROP_AND_RESIZE };
 enum { CG_NEAREST_ROUND_PREFER_FLOOR = 0, CG_NEAREST_ROUND_PREFER_CEIL, CG_NEAREST_FLOOR, CG_NEAREST_CEIL };
 typedef struct {
-  int linear;                 /* 0: nearest */
+  int mode;                   /* CG_RESIZE_* */
   int ctm, nearest;           /* CG_CTM_*, CG_NEAREST_* */
+  int filter;                 /* cubic, or linear with antialias: the weights of cg_resize_taps */
+  int antialias, exclude_outside;
+  double cubic_a, extrapolation;
   double scales[IR_MAX_RANK]; /* per input dim: the scales input, Upsample's attribute, or out/in */
+  int resized[IR_MAX_RANK];   /* 0: copied (not in axes, or the filter leaves it as it is) */
+  int taps[IR_MAX_RANK];      /* filter: input indices that weigh in per output index */
+  double roi[2][IR_MAX_RANK]; /* tf_crop_and_resize: start and end per dim */
 } cg_resize;
 int cg_resize_params(ir_graph *g, const char *target, const ir_node *n, cg_resize *rp);
-/* Input coordinate of output index o along one dim (input size in, output size out,
- * scale s) before clamping, as the ONNX reference computes it. The cuda runtime
- * (k_resize) evaluates the same expressions in the same order. */
-double cg_resize_coord(int ctm, int64_t o, double s, int64_t in, int64_t out);
+/* Input coordinate of output index o along dim d (input size in, output size out)
+ * before clamping, as the ONNX reference computes it; o itself for a dim not resized.
+ * The cuda runtime (resize_coord) evaluates the same expressions in the same order. */
+double cg_resize_coord(const cg_resize *rp, int d, int64_t o, int64_t in, int64_t out);
+/* tf_crop_and_resize: coordinate xo lies outside the input (the output element is
+ * extrapolation_value). */
+int cg_resize_outside(const cg_resize *rp, double xo, int64_t in);
+/* Filter weights at coordinate xo along dim d: w[0 .. rp->taps[d]) of the input indices
+ * *first, *first + 1, ... (they may lie outside [0, in): those read the edge element).
+ * The cuda runtime (resize_tap) computes each weight in the same order. */
+void cg_resize_taps(const cg_resize *rp, int d, double xo, int64_t in, int64_t *first, double *w);
 
 #endif

@@ -120,7 +120,8 @@ int sh_Resize(ir_graph *g, int node) {
         scale = larger ? (q > scale ? q : scale) : (q < scale ? q : scale);
       }
       for (int i = 0; i < na; i++) {
-        double o = nearbyint(scale * (double)x->shape.dims[ax[i]]);
+        /* rounded half up, as the ONNX reference (int(x + 0.5)) and shape inference */
+        double o = floor(scale * (double)x->shape.dims[ax[i]] + 0.5);
         if (o >= 9.2e18) SH_FAIL("the output dim %d overflows", ax[i]);
         out.dims[ax[i]] = (int64_t)o;
       }

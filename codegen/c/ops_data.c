@@ -484,26 +484,41 @@ static int emit_onehot(cg_ctx *c, const ir_node *n) {
   return 0;
 }
 
-/* Resize (opset 10+) and Upsample: nearest, linear (any number of dims) via
- * compile-time index/weight tables per dim. */
+/* Resize (opset 10+) and Upsample via compile-time tables per dim: nearest (one index),
+ * linear (two neighbours and the upper one's weight; a sum over the corners), or the
+ * filter of cubic and antialias (taps indices and weights per output index; a sum over
+ * the tap tuples, the last dim innermost, each weight the product of the dims' in dim
+ * order). tf_crop_and_resize: per dim a table of the output indices outside the input,
+ * whose elements are extrapolation_value. */
 static int emit_resize(cg_ctx *c, const ir_node *n) {
   ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
   int r = x->shape.rank;
   cg_resize rp;
   if (cg_resize_params(c->g, "cpu", n, &rp)) return -1;
-  int linear = rp.linear;
+  int linear = rp.mode == CG_RESIZE_LINEAR && !rp.filter;
   if (!cg_numel(y)) return 0;
+  if (!cg_numel(x)) return cg_fail(c, n, "Resize of an empty tensor");
   int64_t xs[IR_MAX_RANK];
   cg_strides(&x->shape, xs);
-  /* per dim: for each output index, i0, i1 and weight of i1 */
+  int outside[IR_MAX_RANK] = {0}, any_out = 0;
+  /* per dim: for each output index, i0 (or the taps), i1 and weight(s) */
   for (int d = 0; d < r; d++) {
-    int64_t O = y->shape.dims[d], I = x->shape.dims[d];
-    cg_w(c, "  static const long t%d_a[%lld] = {", d, LL(O));
-    int64_t *ia = malloc(sizeof(int64_t) * (size_t)O), *ib = malloc(sizeof(int64_t) * (size_t)O);
-    double *wt = malloc(sizeof(double) * (size_t)O);
+    int64_t O = y->shape.dims[d], I = x->shape.dims[d], nt = rp.filter ? rp.taps[d] : 1;
+    int64_t *ia = malloc(sizeof(int64_t) * (size_t)(O * nt)), *ib = malloc(sizeof(int64_t) * (size_t)O);
+    double *wt = malloc(sizeof(double) * (size_t)(O * nt));
+    unsigned char *ox = malloc((size_t)O);
     for (int64_t o = 0; o < O; o++) {
-      double xo = cg_resize_coord(rp.ctm, o, rp.scales[d], I, O);
-      if (linear) {
+      double xo = cg_resize_coord(&rp, d, o, I, O);
+      ox[o] = (unsigned char)cg_resize_outside(&rp, xo, I);
+      outside[d] |= ox[o];
+      if (rp.filter) {
+        int64_t first;
+        cg_resize_taps(&rp, d, xo, I, &first, wt + o * nt);
+        for (int64_t j = 0; j < nt; j++) {
+          int64_t k = first + j < 0 ? 0 : first + j >= I ? I - 1 : first + j;
+          ia[o * nt + j] = k;
+        }
+      } else if (linear) {
         if (xo < 0) xo = 0;
         if (xo > (double)(I - 1)) xo = (double)(I - 1);
         int64_t a = (int64_t)floor(xo), b = a + 1 < I ? a + 1 : I - 1;
@@ -524,24 +539,63 @@ static int emit_resize(cg_ctx *c, const ir_node *n) {
         ib[o] = k;
         wt[o] = 0;
       }
-      cg_w(c, "%s%lld", o ? ", " : "", LL(ia[o] * xs[d]));
     }
+    cg_w(c, "  static const long t%d_a[%lld] = {", d, LL(O * nt));
+    for (int64_t o = 0; o < O * nt; o++) cg_w(c, "%s%lld", o ? ", " : "", LL(ia[o] * xs[d]));
     cg_w(c, "};\n");
     if (linear) {
       cg_w(c, "  static const long t%d_b[%lld] = {", d, LL(O));
       for (int64_t o = 0; o < O; o++) cg_w(c, "%s%lld", o ? ", " : "", LL(ib[o] * xs[d]));
-      cg_w(c, "};\n  static const double t%d_w[%lld] = {", d, LL(O));
-      for (int64_t o = 0; o < O; o++) cg_w(c, "%s%.17g", o ? ", " : "", wt[o]);
+      cg_w(c, "};\n");
+    }
+    if (linear || rp.filter) {
+      cg_w(c, "  static const double t%d_w[%lld] = {", d, LL(O * nt));
+      for (int64_t o = 0; o < O * nt; o++) cg_w(c, "%s%.17g", o ? ", " : "", wt[o]);
+      cg_w(c, "};\n");
+    }
+    if (outside[d]) {
+      any_out = 1;
+      cg_w(c, "  static const unsigned char t%d_x[%lld] = {", d, LL(O));
+      for (int64_t o = 0; o < O; o++) cg_w(c, "%s%d", o ? ", " : "", ox[o]);
       cg_w(c, "};\n");
     }
     free(ia);
     free(ib);
     free(wt);
+    free(ox);
   }
+  const char *T = cg_ctype(y->dtype);
   cg_w(c, "  long o = 0;\n");
   open_loops(c, y->shape.dims, r, 2);
   int ind = 2 + 2 * r;
-  if (!linear) {
+  if (any_out) {
+    cg_w(c, "%*sif (", ind, "");
+    for (int d = 0, k = 0; d < r; d++)
+      if (outside[d]) cg_w(c, "%st%d_x[i%d]", k++ ? " | " : "", d, d);
+    char lit[64];
+    cg_w(c, ") {\n%*s  y0[o++] = (%s)%s;\n%*s  continue;\n%*s}\n", ind, "", T,
+         cg_flit(lit, sizeof lit, rp.extrapolation, IR_DOUBLE), ind, "", ind, "");
+  }
+  if (rp.filter) {
+    /* a tap of weight 0 (and every tuple through it) adds nothing */
+    cg_w(c, "%*sdouble s = 0;\n", ind, "");
+    for (int d = 0; d < r; d++) {
+      int in2 = ind + 2 * d, nt = rp.taps[d];
+      cg_w(c, "%*sfor (int j%d = 0; j%d < %d; j%d++) {\n", in2, "", d, d, nt, d);
+      if (d)
+        cg_w(c, "%*s  const double p%d = p%d * t%d_w[i%d * %d + j%d];\n", in2, "", d, d - 1, d, d, nt, d);
+      else
+        cg_w(c, "%*s  const double p0 = t0_w[i0 * %d + j0];\n", in2, "", nt);
+      cg_w(c, "%*s  if (p%d == 0) continue;\n", in2, "", d);
+      if (d)
+        cg_w(c, "%*s  const long f%d = f%d + t%d_a[i%d * %d + j%d];\n", in2, "", d, d - 1, d, d, nt, d);
+      else
+        cg_w(c, "%*s  const long f0 = t0_a[i0 * %d + j0];\n", in2, "", nt);
+    }
+    cg_w(c, "%*s  s += p%d * x0[f%d];\n", ind + 2 * (r - 1), "", r - 1, r - 1);
+    for (int d = r - 1; d >= 0; d--) cg_w(c, "%*s}\n", ind + 2 * d, "");
+    cg_w(c, "%*sy0[o++] = (%s)s;\n", ind, "", T);
+  } else if (!linear) {
     cg_w(c, "%*sy0[o++] = x0[0", ind, "");
     for (int d = 0; d < r; d++) cg_w(c, " + t%d_a[i%d]", d, d);
     cg_w(c, "];\n");
@@ -554,7 +608,7 @@ static int emit_resize(cg_ctx *c, const ir_node *n) {
       cg_w(c, "%*s  if (corner & %d) { off += t%d_b[i%d]; wgt *= t%d_w[i%d]; } else { off += t%d_a[i%d]; wgt *= 1 - t%d_w[i%d]; }\n",
            ind, "", 1 << d, d, d, d, d, d, d, d, d);
     cg_w(c, "%*s  if (wgt != 0) s += wgt * x0[off];\n%*s}\n", ind, "", ind, "");
-    cg_w(c, "%*sy0[o++] = (%s)s;\n", ind, "", cg_ctype(y->dtype));
+    cg_w(c, "%*sy0[o++] = (%s)s;\n", ind, "", T);
   }
   close_loops(c, r, 2);
   return 0;

@@ -953,26 +953,63 @@ static int emit_range(cu_ctx *c, const ir_node *n) {
   return 0;
 }
 
+/* extrapolation_value as the bits of one element of type t (little-endian): floats,
+ * or integers (two's complement, the low bytes of the truncated value) */
+static int extrap_bits(ir_dtype t, double v, uint64_t *bits) {
+  *bits = 0;
+  switch (t) {
+    case IR_FLOAT: {
+      float f = (float)v;
+      memcpy(bits, &f, sizeof f);
+      return 0;
+    }
+    case IR_DOUBLE: memcpy(bits, &v, sizeof v); return 0;
+    case IR_BOOL: *bits = v != 0; return 0;
+    case IR_INT8: case IR_INT16: case IR_INT32: case IR_INT64:
+    case IR_UINT8: case IR_UINT16: case IR_UINT32: case IR_UINT64:
+      if (v > -9.2e18 && v < 9.2e18) *bits = (uint64_t)(int64_t)v;
+      return 0;
+    default: return -1;
+  }
+}
+
 static int emit_resize(cu_ctx *c, const ir_node *n) {
   ir_value *x = ir_in(c->g, n, 0), *y = ir_out(c->g, n, 0);
   int r = x->shape.rank;
   cg_resize rp;
   if (cg_resize_params(c->g, "cuda", n, &rp)) return -1;
-  if (rp.linear && y->dtype != IR_FLOAT && y->dtype != IR_DOUBLE)
-    return cu_fail(c, n, "linear Resize on %s is not supported", ir_dtype_name(y->dtype));
+  if (rp.mode != CG_RESIZE_NEAREST && y->dtype != IR_FLOAT && y->dtype != IR_DOUBLE)
+    return cu_fail(c, n, "%s Resize on %s is not supported", rp.mode == CG_RESIZE_CUBIC ? "cubic" : "linear",
+                   ir_dtype_name(y->dtype));
+  uint64_t bits = 0;
+  if (rp.ctm == CG_CTM_TF_CROP_AND_RESIZE && extrap_bits(y->dtype, rp.extrapolation, &bits))
+    return cu_fail(c, n, "tf_crop_and_resize on %s is not supported", ir_dtype_name(y->dtype));
   if (!cg_numel(y)) return 0;
   if (!cg_numel(x)) return cu_fail(c, n, "Resize of an empty tensor");
   static const char *const ctm[] = {"PK_CTM_HALF_PIXEL", "PK_CTM_PYTORCH_HALF_PIXEL", "PK_CTM_ALIGN_CORNERS",
-                                    "PK_CTM_ASYMMETRIC", "PK_CTM_TF_HALF_PIXEL_FOR_NEAREST", "PK_CTM_HALF_PIXEL_SYMMETRIC"};
+                                    "PK_CTM_ASYMMETRIC", "PK_CTM_TF_HALF_PIXEL_FOR_NEAREST", "PK_CTM_HALF_PIXEL_SYMMETRIC",
+                                    "PK_CTM_TF_CROP_AND_RESIZE"};
   static const char *const nm[] = {"PK_NEAREST_ROUND_PREFER_FLOOR", "PK_NEAREST_ROUND_PREFER_CEIL", "PK_NEAREST_FLOOR",
                                    "PK_NEAREST_CEIL"};
+  static const char *const mode[] = {"PK_RESIZE_NEAREST", "PK_RESIZE_LINEAR", "PK_RESIZE_CUBIC"};
   int node = (int)(n - c->g->nodes);
   const char *T = pk_type(y->dtype);
-  cu_decl(c, "static const pk_resize_p rs%d = {%s, %d, %d, %d, %s, %s, ", node, T ? T : "0", (int)ir_dtype_size(y->dtype),
-          r, rp.linear, ctm[rp.ctm], nm[rp.nearest]);
+  char lit[2][64];
+  cu_decl(c, "static const pk_resize_p rs%d = {%s, %d, %d, %s, %s, %s, %d, %d, %d, %s, %s, 0x%llxull, ", node,
+          T ? T : "0", (int)ir_dtype_size(y->dtype), r, mode[rp.mode], ctm[rp.ctm], nm[rp.nearest], rp.filter,
+          rp.antialias, rp.exclude_outside, cg_flit(lit[0], sizeof lit[0], rp.cubic_a, IR_DOUBLE),
+          cg_flit(lit[1], sizeof lit[1], rp.extrapolation, IR_DOUBLE), (unsigned long long)bits);
   put_i64s(c, x->shape.dims, r), cu_decl(c, ", ");
   put_i64s(c, y->shape.dims, r), cu_decl(c, ", {");
   for (int d = 0; d < r; d++) cu_decl(c, "%s%.17g", d ? ", " : "", rp.scales[d]);
+  cu_decl(c, "}, {");
+  for (int d = 0; d < r; d++) cu_decl(c, "%s%d", d ? ", " : "", rp.resized[d]);
+  cu_decl(c, "}, {");
+  for (int d = 0; d < r; d++) cu_decl(c, "%s%d", d ? ", " : "", rp.taps[d]);
+  for (int k = 0; k < 2; k++) {
+    cu_decl(c, "}, {");
+    for (int d = 0; d < r; d++) cu_decl(c, "%s%.17g", d ? ", " : "", rp.roi[k][d]);
+  }
   cu_decl(c, "}};\n");
   cu_w(c, "  PK_TRY(pk_resize(S, &rs%d, %s, %s));\n", node, c->x[0], c->y[0]);
   return 0;

@@ -138,16 +138,26 @@ typedef struct pk_scatter_p {
   int64_t udims[PK_MAX_RANK], xs[PK_MAX_RANK], dims[PK_MAX_RANK];
 } pk_scatter_p;
 
-/* Resize / Upsample over rank dims: nearest (any element size: a copy) or multilinear
- * (float32, float64), coordinates per dim as codegen/op_params.c's cg_resize_coord
- * (same expressions, in double, rounded op by op: no FMA contraction). */
+/* Resize / Upsample over rank dims: nearest (any element size: a copy), multilinear, or
+ * the filter of cubic and antialiased linear (float32, float64); coordinates and filter
+ * weights per dim as codegen/op_params.c's cg_resize_coord and cg_resize_taps (same
+ * expressions, in double, rounded op by op: no FMA contraction). Dims with resized 0
+ * (not in axes) are copied. tf_crop_and_resize: an element whose coordinate lies outside
+ * the input along any dim is extrapolation (extrap_bits: its bits as the element type,
+ * for nearest). */
+enum { PK_RESIZE_NEAREST = 0, PK_RESIZE_LINEAR, PK_RESIZE_CUBIC };
 enum { PK_CTM_HALF_PIXEL = 0, PK_CTM_PYTORCH_HALF_PIXEL, PK_CTM_ALIGN_CORNERS, PK_CTM_ASYMMETRIC,
-       PK_CTM_TF_HALF_PIXEL_FOR_NEAREST, PK_CTM_HALF_PIXEL_SYMMETRIC };
+       PK_CTM_TF_HALF_PIXEL_FOR_NEAREST, PK_CTM_HALF_PIXEL_SYMMETRIC, PK_CTM_TF_CROP_AND_RESIZE };
 enum { PK_NEAREST_ROUND_PREFER_FLOOR = 0, PK_NEAREST_ROUND_PREFER_CEIL, PK_NEAREST_FLOOR, PK_NEAREST_CEIL };
 typedef struct pk_resize_p {
-  int dtype, esize, rank, linear, ctm, nearest;
+  int dtype, esize, rank, mode, ctm, nearest;
+  int filter, antialias, exclude_outside; /* filter: cubic, or linear with antialias */
+  double cubic_a, extrapolation;
+  uint64_t extrap_bits;
   int64_t xdims[PK_MAX_RANK], ydims[PK_MAX_RANK];
   double scales[PK_MAX_RANK];
+  int resized[PK_MAX_RANK], taps[PK_MAX_RANK];
+  double roi0[PK_MAX_RANK], roi1[PK_MAX_RANK]; /* tf_crop_and_resize */
 } pk_resize_p;
 
 struct pk_stage;

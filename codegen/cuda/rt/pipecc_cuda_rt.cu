@@ -1481,21 +1481,32 @@ extern "C" int pk_range(pk_stage *S, int dtype, const void *start, const void *d
 }
 
 /* codegen/op_params.c's cg_resize_coord, operation by operation in the same order */
-__device__ double resize_coord(int ctm, int64_t o, double s, int64_t in, int64_t out) {
-  double of = (double)o, sin = __dmul_rn(s, (double)in);
+__device__ double resize_coord(const pk_resize_p &p, int d, int64_t o, int64_t in, int64_t out) {
+  if (!p.resized[d]) return (double)o;
+  double s = p.scales[d], of = (double)o, sin = __dmul_rn(s, (double)in);
   double hp = __ddiv_rn(__dadd_rn(of, 0.5), s);
-  switch (ctm) {
+  switch (p.ctm) {
     case PK_CTM_HALF_PIXEL: return __dsub_rn(hp, 0.5);
     case PK_CTM_PYTORCH_HALF_PIXEL: return out > 1 ? __dsub_rn(hp, 0.5) : 0;
     case PK_CTM_ALIGN_CORNERS: return sin != 1 ? __ddiv_rn(__dmul_rn(of, (double)(in - 1)), __dsub_rn(sin, 1.0)) : 0;
     case PK_CTM_ASYMMETRIC: return __ddiv_rn(of, s);
     case PK_CTM_TF_HALF_PIXEL_FOR_NEAREST: return hp;
+    case PK_CTM_TF_CROP_AND_RESIZE: {
+      double w = __dsub_rn(p.roi1[d], p.roi0[d]), span = (double)(in - 1);
+      double xo = sin != 1 ? __ddiv_rn(__dmul_rn(__dmul_rn(of, w), span), __dsub_rn(sin, 1.0))
+                           : __ddiv_rn(__dmul_rn(w, span), 2.0);
+      return __dadd_rn(xo, __dmul_rn(p.roi0[d], span));
+    }
     default: {
       double adj = __ddiv_rn((double)out, sin), center = __ddiv_rn((double)in, 2.0);
       double off = __dmul_rn(center, __dsub_rn(1.0, adj));
       return __dsub_rn(__dadd_rn(off, hp), 0.5);
     }
   }
+}
+
+__device__ __forceinline__ bool resize_outside(const pk_resize_p &p, double xo, int64_t in) {
+  return p.ctm == PK_CTM_TF_CROP_AND_RESIZE && (xo < 0 || xo > (double)(in - 1));
 }
 
 /* Multilinear value at base offset off: the corners of the active dims (weight of the
@@ -1530,10 +1541,12 @@ __global__ void k_resize(pk_resize_p p, const T *__restrict__ x, T *__restrict__
     double wt[PK_MAX_RANK];
     int act[PK_MAX_RANK], na = 0;
     int64_t r = t, xs = 1, off = 0;
+    bool out = false;
     for (int d = p.rank - 1; d >= 0; d--) {
       int64_t o = r % p.ydims[d], I = p.xdims[d], k;
       r /= p.ydims[d];
-      double xo = resize_coord(p.ctm, o, p.scales[d], I, p.ydims[d]);
+      double xo = resize_coord(p, d, o, I, p.ydims[d]);
+      out = out || resize_outside(p, xo, I);
       if constexpr (LINEAR) {
         if (xo < 0) xo = 0;
         if (xo > (double)(I - 1)) xo = (double)(I - 1);
@@ -1555,11 +1568,119 @@ __global__ void k_resize(pk_resize_p p, const T *__restrict__ x, T *__restrict__
     if constexpr (LINEAR) {
       for (int d = 0; d < p.rank; d++)
         if (wt[d] != 0) act[na++] = d;
-      y[t] = (T)resize_corners(x, off, na, act, step, wt);
+      y[t] = out ? (T)p.extrapolation : (T)resize_corners(x, off, na, act, step, wt);
     } else {
       (void)step, (void)wt, (void)act, (void)na;
-      y[t] = x[off];
+      y[t] = out ? (T)p.extrap_bits : x[off];
     }
+  }
+}
+
+/* cg_resize_taps's unnormalised weight of tap i of n, the same expressions */
+__device__ double resize_coeff(const pk_resize_p &p, int d, double ratio, int i, int n) {
+  double a = p.cubic_a, s = p.scales[d] < 1 ? p.scales[d] : 1;
+  double t = __dsub_rn((double)(1 - n / 2 + i), ratio);
+  if (!p.antialias) {
+    double q = i < 2 ? ratio : __dsub_rn(1.0, ratio);
+    if (i == 0 || i == 3) {
+      double q1 = __dadd_rn(q, 1.0);
+      double v = __dmul_rn(__dsub_rn(__dmul_rn(a, q1), __dmul_rn(5.0, a)), q1);
+      return __dsub_rn(__dmul_rn(__dadd_rn(v, __dmul_rn(8.0, a)), q1), __dmul_rn(4.0, a));
+    }
+    return __dadd_rn(__dmul_rn(__dmul_rn(__dsub_rn(__dmul_rn(__dadd_rn(a, 2.0), q), __dadd_rn(a, 3.0)), q), q), 1.0);
+  }
+  if (p.mode == PK_RESIZE_LINEAR) {
+    double c = __dsub_rn(1.0, fabs(__dmul_rn(t, s)));
+    return c < 0 ? 0 : c > 1 ? 1 : c;
+  }
+  double u = fabs(__dmul_rn(s, t)), u2 = __dmul_rn(u, u), u3 = __dmul_rn(u, u2);
+  if (u <= 1) return __dadd_rn(__dsub_rn(__dmul_rn(__dadd_rn(a, 2.0), u3), __dmul_rn(__dadd_rn(a, 3.0), u2)), 1.0);
+  if (u < 2) {
+    double v = __dsub_rn(__dmul_rn(a, u3), __dmul_rn(__dmul_rn(5.0, a), u2));
+    return __dsub_rn(__dadd_rn(v, __dmul_rn(__dmul_rn(8.0, a), u)), __dmul_rn(4.0, a));
+  }
+  return 0;
+}
+
+/* Filter taps along dim d at coordinate xo as cg_resize_taps: the first index, the
+ * ratio, the sums that normalise the weights (antialias; exclude_outside) */
+struct resize_dim {
+  int64_t first;
+  double ratio, sum1, sum2;
+};
+
+__device__ resize_dim resize_taps(const pk_resize_p &p, int d, double xo, int64_t in) {
+  resize_dim r = {(int64_t)xo, 0, 1, 1};
+  if (!p.resized[d]) return r;
+  int n = p.taps[d];
+  double fl = floor(xo);
+  r.ratio = xo == fl ? 1 : __dsub_rn(xo, fl);
+  r.first = (int64_t)fl - (xo == fl) + 1 - n / 2;
+  if (p.antialias) {
+    r.sum1 = 0;
+    for (int i = 0; i < n; i++) r.sum1 = __dadd_rn(r.sum1, resize_coeff(p, d, r.ratio, i, n));
+  }
+  if (p.exclude_outside) {
+    r.sum2 = 0;
+    for (int i = 0; i < n; i++) {
+      double w = resize_coeff(p, d, r.ratio, i, n);
+      if (p.antialias) w = __ddiv_rn(w, r.sum1);
+      if (r.first + i < 0 || r.first + i >= in) w = 0;
+      r.sum2 = __dadd_rn(r.sum2, w);
+    }
+  }
+  return r;
+}
+
+/* weight of tap i: cg_resize_taps's w[i] */
+__device__ double resize_tap(const pk_resize_p &p, int d, const resize_dim &r, int i, int64_t in) {
+  if (!p.resized[d]) return 1;
+  double w = resize_coeff(p, d, r.ratio, i, p.taps[d]);
+  if (p.antialias) w = __ddiv_rn(w, r.sum1);
+  if (p.exclude_outside) w = __ddiv_rn(r.first + i < 0 || r.first + i >= in ? 0.0 : w, r.sum2);
+  return w;
+}
+
+/* Cubic, antialiased linear (T float or double): the sum over the tuples of taps in the
+ * cpu target's order (the last dim fastest), each weight the product of the dims' in
+ * dim order; a tuple of weight 0 adds nothing. */
+template <typename T>
+__global__ void k_resize_filter(pk_resize_p p, const T *__restrict__ x, T *__restrict__ y, int64_t total) {
+  GRID_LOOP(t, total) {
+    resize_dim dim[PK_MAX_RANK];
+    int64_t stride[PK_MAX_RANK];
+    int j[PK_MAX_RANK];
+    int64_t r = t, xs = 1;
+    bool out = false;
+    for (int d = p.rank - 1; d >= 0; d--) {
+      int64_t o = r % p.ydims[d], I = p.xdims[d];
+      r /= p.ydims[d];
+      double xo = resize_coord(p, d, o, I, p.ydims[d]);
+      out = out || resize_outside(p, xo, I);
+      dim[d] = resize_taps(p, d, xo, I);
+      stride[d] = xs;
+      xs *= I;
+      j[d] = 0;
+    }
+    if (out) {
+      y[t] = (T)p.extrapolation;
+      continue;
+    }
+    double s = 0;
+    for (;;) {
+      double w = 1;
+      int64_t off = 0;
+      for (int d = 0; d < p.rank; d++) {
+        int64_t I = p.xdims[d], k = dim[d].first + j[d];
+        w = __dmul_rn(w, resize_tap(p, d, dim[d], j[d], I));
+        off += (k < 0 ? 0 : k >= I ? I - 1 : k) * stride[d];
+      }
+      if (w != 0) s = __dadd_rn(s, __dmul_rn(w, (double)x[off]));
+      int d = p.rank - 1;
+      while (d >= 0 && ++j[d] == p.taps[d]) j[d--] = 0;
+      if (d < 0) break;
+    }
+    y[t] = (T)s;
   }
 }
 
@@ -1568,15 +1689,24 @@ static void launch_resize(pk_stage *S, const pk_resize_p *p, const void *x, void
   k_resize<T, LINEAR><<<pk_grid(t), PK_THREADS, 0, S->stream>>>(*p, (const T *)x, (T *)y, t);
 }
 
+template <typename T>
+static void launch_resize_filter(pk_stage *S, const pk_resize_p *p, const void *x, void *y, int64_t t) {
+  k_resize_filter<T><<<pk_grid(t), PK_THREADS, 0, S->stream>>>(*p, (const T *)x, (T *)y, t);
+}
+
 extern "C" int pk_resize(pk_stage *S, const pk_resize_p *p, const void *x, void *y) {
   int64_t t = 1;
   for (int d = 0; d < p->rank; d++) t *= p->ydims[d];
   if (t == 0) return 0;
-  if (!p->linear) {
+  if (p->mode == PK_RESIZE_NEAREST) {
     PK_BITS(S, "Resize", p->esize, launch_resize, S, p, x, y, t);
+  } else if (p->dtype != PK_F64 && p->dtype != PK_F32) {
+    return pk_fail(S, "Resize", "linear and cubic modes need float32 or float64");
+  } else if (p->filter) {
+    if (p->dtype == PK_F64) launch_resize_filter<double>(S, p, x, y, t);
+    else launch_resize_filter<float>(S, p, x, y, t);
   } else if (p->dtype == PK_F64) launch_resize<double, true>(S, p, x, y, t);
-  else if (p->dtype == PK_F32) launch_resize<float, true>(S, p, x, y, t);
-  else return pk_fail(S, "Resize", "linear mode needs float32 or float64");
+  else launch_resize<float, true>(S, p, x, y, t);
   return pk_check_launch(S);
 }
 
