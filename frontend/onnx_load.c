@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "frontend/onnx_legacy.h"
 #include "frontend/wire.h"
 #include "ir/diag.h"
 
@@ -444,7 +445,8 @@ static void attr_convert(ctx *c, int node, const Onnx__AttributeProto *a, ir_att
  * 7 to 21: each of these names has one type in all of them ("value" has two and is not
  * listed). Made with onnx.defs.get_schema over the rows of ir/ops.def; a new op whose
  * attribute shares a name here with another type must drop that name from the table.
- * Sorted by name (bsearch). */
+ * Opsets 1 to 6 differ in 'p' (LpPool-1) and 'to' (Cast-1), which onnx_legacy_attrs
+ * converts before the check. Sorted by name (bsearch). */
 static const struct attr_type {
   const char *name;
   ir_attr_type type;
@@ -671,7 +673,9 @@ static void add_one_node(ctx *c, const Onnx__NodeProto *np, const scope *s, int 
     }
     attr_convert(c, id, a, &nd->attr[(int)i - ((int)np->n_attribute - nd->n_attr)]);
   }
-  if (op != IR_OP_UNKNOWN)
+  /* opsets 1 to 6: the opset 7 form (frontend/onnx_legacy.h) */
+  if (op != IR_OP_UNKNOWN && nd->opset < 7 && onnx_legacy_attrs(g, id)) mark_bad(c, id);
+  else if (op != IR_OP_UNKNOWN)
     for (int i = 0; i < nd->n_attr; i++) check_attr_type(g, id, &nd->attr[i]);
 
   /* inputs are resolved once every node has its outputs */
@@ -818,8 +822,8 @@ static ir_graph *convert(ctx *c) {
     g->opsets[i].domain = ir_strdup(g->arena, o->domain ? o->domain : "");
     g->opsets[i].version = o->version;
     if (!*g->opsets[i].domain || !strcmp(g->opsets[i].domain, "ai.onnx")) {
-      if (o->version < 7 || o->version > 21) {
-        ir_error(g, "unsupported default-domain opset %lld (pipecc reads opsets 7 to 21)", (long long)o->version);
+      if (o->version < 1 || o->version > 21) {
+        ir_error(g, "unsupported default-domain opset %lld (pipecc reads opsets 1 to 21)", (long long)o->version);
         return NULL;
       }
       g->opset = (int)o->version;
@@ -880,6 +884,9 @@ static ir_graph *convert(ctx *c) {
       nd->in[k] = v;
     }
   }
+  if (g->opset < 7) /* opsets 1 to 6: what reads or adds inputs (frontend/onnx_legacy.h) */
+    for (int i = 0, n = g->n_nodes; i < n; i++)
+      if (!g->nodes[i].dead && onnx_legacy_inputs(g, i)) mark_bad(c, i);
   report_unsupported(c);
   check_arity(c);
   /* graph outputs */

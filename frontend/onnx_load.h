@@ -1,6 +1,7 @@
 /* frontend/onnx_load.h - ONNX model file -> ir_graph.
  *
- * Reads ModelProto files of IR versions 3 to 10 with default-domain opsets 7 to 21.
+ * Reads ModelProto files of IR versions 3 to 10 with default-domain opsets 1 to 21
+ * (nodes of opsets 1 to 6 are rewritten to their opset 7 form: frontend/onnx_legacy.h).
  * The file is mmapped; initializer raw_data is never copied: the wire bytes are
  * scanned first (with a nesting limit and wire-type checks against the schema), the
  * raw_data of each initializer is cut out of the buffer handed to protobuf-c and the

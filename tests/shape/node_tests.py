@@ -96,7 +96,7 @@ def classify_error(err):
         return "data-dependent: a shape input is computed at run time (from graph input values)"
     m = re.search(r"unsupported default-domain opset (\d+)", err)
     if m:
-        return "old opset: %s (pipecc reads 7..21)" % m.group(1)
+        return "old opset: %s (pipecc reads 1..21)" % m.group(1)
     if "imports no default-domain opset" in err:
         return "other domain: only non-default-domain ops"
     if "not supported" in err or "unsupported" in err:
