@@ -19,7 +19,6 @@ import argparse
 import os
 import re
 import shutil
-import subprocess
 import sys
 
 import numpy as np
@@ -175,35 +174,9 @@ def main():
         for g in (1, 2):  # g stages, g micro-batches
             label = f"{name} -g {g} -m {g}"
             out = os.path.join(d, f"g{g}")
-            cmd = [a.pipecc, path, "-g", str(g), "-m", str(g), "-o", out, "-j", "1"]
-            env = pt.split_env()  # exactly g stages
-            if a.target == "cuda":
-                cmd += ["--target", "cuda", "--no-tf32", "--cuda-arch", "90"]
-                env.update(NVCC=os.path.join(ROOT, "tests", "cuda", "sim", "nvcc"), CUDASIM_LIB=a.sim_lib)
-            r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-            warn = [line for line in r.stderr.splitlines() if re.search(r"\.(c|cu):\d+:\d+: warning:", line)]
-            if r.returncode or warn:
-                print(r.stderr[-3000:])
-                print(f"FAIL {label}: pipecc exit {r.returncode}{', warnings' if warn else ''}")
-                good = False
-                continue
-            got, _ = pt.run_pipeline(out, os.path.join(d, "x.npz"), label, env=env)
-            if got is None:
-                good = False
-                continue
-            errs, fine = [], True
-            for k, v in ref.items():
-                if k not in got or got[k].shape != v.shape:
-                    errs.append(f"{k}: missing or shape {got.get(k, np.zeros(0)).shape} != {v.shape}")
-                    fine = False
-                    continue
-                e = pt.rel_l2(got[k], v, 1e-30)
-                errs.append(f"{k} {e:.2e}")
-                if not e <= a.tol:
-                    fine = False
-                    errs[-1] += " (over the bound)"
-            print(("ok   " if fine else "FAIL ") + label + ": rel-L2 " + ", ".join(errs))
-            good &= fine
+            cmd, env = pt.sim_target([a.pipecc, path, "-g", str(g), "-m", str(g), "-o", out, "-j", "1"],
+                                     pt.split_env(), a.target, a.sim_lib)  # exactly g stages
+            good &= pt.build_run_rel_l2(cmd, env, out, os.path.join(d, "x.npz"), ref, a.tol, label)
         ok &= good
         pt.done_with(d, good)
     print("PASS" if ok else "FAIL")

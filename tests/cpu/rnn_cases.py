@@ -112,11 +112,7 @@ CASES = {
 def compile_cmd(a, model, d, x):
     cmd = [a.pipecc, model, "-g", "1", "-m", "1", "-o", d, "-j", "1",
            "--shape", "X:" + "x".join(str(s) for s in x.shape)]
-    env = dict(os.environ)
-    if a.target == "cuda":
-        cmd += ["--target", "cuda", "--no-tf32", "--cuda-arch", "90"]
-        env.update(NVCC=os.path.join(ROOT, "tests", "cuda", "sim", "nvcc"), CUDASIM_LIB=a.sim_lib)
-    return cmd, env
+    return pt.sim_target(cmd, dict(os.environ), a.target, a.sim_lib)
 
 
 def main():
@@ -146,30 +142,7 @@ def main():
         ref = to_layout(dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {"X": x0}))))
         save_npz(os.path.join(d, "x.npz"), {"X": x})
         cmd, env = compile_cmd(a, path, os.path.join(d, "build"), x)
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        warn = [l for l in r.stderr.splitlines() if re.search(r"\.(c|cu):\d+:\d+: warning:", l)]
-        if r.returncode or warn:
-            print(r.stderr[-3000:])
-            print(f"FAIL {name}: pipecc exit {r.returncode}{', warnings' if warn else ''}")
-            ok = False
-            continue
-        got, _ = pt.run_pipeline(os.path.join(d, "build"), os.path.join(d, "x.npz"), name, env=env)
-        if got is None:
-            ok = False
-            continue
-        errs = []
-        for k, v in ref.items():
-            if k not in got or got[k].shape != v.shape:
-                errs.append(f"{k}: missing or shape {got.get(k, np.zeros(0)).shape} != {v.shape}")
-                continue
-            e = pt.rel_l2(got[k], v, 1e-30)
-            errs.append(f"{k} {e:.2e}")
-            if not e <= a.tol:
-                ok = False
-                errs[-1] += " (over the bound)"
-        print(("ok   " if all("over" not in e and "missing" not in e for e in errs) else "FAIL ") + name + ": rel-L2 " +
-              ", ".join(errs))
-        ok &= not any("missing" in e for e in errs)
+        ok &= pt.build_run_rel_l2(cmd, env, os.path.join(d, "build"), os.path.join(d, "x.npz"), ref, a.tol, name)
 
     if a.target == "cpu" and not a.k:
         # an activation pipecc does not support: one line naming the node, exit 2

@@ -149,6 +149,44 @@ def run_pipeline(d, xin, label, extra=(), env=None, out_name="y.npz"):
     return dict(np.load(out)), tr
 
 
+def sim_target(cmd, env, target, sim_lib):
+    """cmd and env for --target cuda through the CPU CUDA simulator (tests/cuda/sim),
+    exact float32; unchanged for the cpu target."""
+    if target == "cuda":
+        cmd += ["--target", "cuda", "--no-tf32", "--cuda-arch", "90"]
+        env.update(NVCC=os.path.join(ROOT, "tests", "cuda", "sim", "nvcc"), CUDASIM_LIB=sim_lib)
+    return cmd, env
+
+
+def build_run_rel_l2(cmd, env, out_dir, xin, ref, tol, label):
+    """Runs the pipecc command cmd (a warning in the generated code fails it), then
+    out_dir/pipeline on xin, and checks rel-L2 <= tol for every output of ref. Prints one
+    line; True when everything holds."""
+    import numpy as np
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    warn = [ln for ln in r.stderr.splitlines() if re.search(r"\.(c|cu):\d+:\d+: warning:", ln)]
+    if r.returncode or warn:
+        print(r.stderr[-3000:])
+        print(f"FAIL {label}: pipecc exit {r.returncode}{', warnings' if warn else ''}")
+        return False
+    got, _ = run_pipeline(out_dir, xin, label, env=env)
+    if got is None:
+        return False
+    errs, fine = [], True
+    for k, v in ref.items():
+        if k not in got or got[k].shape != v.shape:
+            errs.append(f"{k}: missing or shape {got.get(k, np.zeros(0)).shape} != {v.shape}")
+            fine = False
+            continue
+        e = rel_l2(got[k], v, 1e-30)
+        errs.append(f"{k} {e:.2e}")
+        if not e <= tol:
+            fine = False
+            errs[-1] += " (over the bound)"
+    print(("ok   " if fine else "FAIL ") + label + ": rel-L2 " + ", ".join(errs))
+    return fine
+
+
 def train_step(pipecc, model, d, feeds, label):
     """`pipecc MODEL --train-step --loss mse --lr 0.1` (one stage) into d/g1, then that step
     on feeds (input name -> array, "labels" among them). Returns its outputs (loss,
