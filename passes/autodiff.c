@@ -54,6 +54,38 @@ int ad_end(ad_ctx *a, int node) {
   return a->g->nodes[node].out[0];
 }
 
+int ad_lower_nodes(ir_graph *g, const char *tag, int (*want)(const ir_node *n), int (*lower)(ad_ctx *a, int node)) {
+  int n = g->n_nodes, done = 0;
+  ad_ctx ctx;
+  memset(&ctx, 0, sizeof ctx);
+  ctx.g = g;
+  ctx.tag = tag;
+  ctx.stage = -1;
+  ctx.phase = IR_PHASE_FWD;
+  for (int i = 0; i < n; i++) {
+    if (g->nodes[i].dead || !want(&g->nodes[i])) continue;
+    ctx.base = g->nodes[i].name && g->nodes[i].name[0] ? g->nodes[i].name : ir_op_name(g->nodes[i].op);
+    ctx.stage = g->nodes[i].stage;
+    ctx.phase = g->nodes[i].phase;
+    if (lower(&ctx, i) || ctx.err) return -1;
+    g->nodes[i].dead = 1;
+    done++;
+  }
+  if (!done) return 0;
+  if (ir_toposort(g)) return -1;
+  ir_compact(g);
+  ir_rebuild_uses(g);
+  return g->n_errors ? -1 : done;
+}
+
+void ad_take_output(ad_ctx *a, int to, int from) {
+  ir_graph *g = a->g;
+  ir_replace_uses(g, from, to);
+  const char *nm = g->values[to].name;
+  g->values[to].name = g->values[from].name;
+  g->values[from].name = nm;
+}
+
 int ad_op(ad_ctx *a, ir_op op, const int *in, int n_in) { return ad_end(a, ad_begin(a, op, in, n_in, 1, NULL)); }
 int ad_un(ad_ctx *a, ir_op op, int x) { return ad_op(a, op, &x, 1); }
 int ad_bin(ad_ctx *a, ir_op op, int x, int y) {

@@ -48,6 +48,14 @@ int ad_expand(ad_ctx *a, int x, const ir_shape *s);
 int ad_zeros(ad_ctx *a, const ir_shape *s, ir_dtype dt);
 int ad_unbroadcast(ad_ctx *a, int gv, const ir_shape *s);
 
+/* Every live node of g that want() picks, replaced by lower(a, node) (nodes made with
+ * the ad_* helpers, named after the node, tag `tag`); then sorted and compacted. The
+ * number lowered, or -1 (reported). */
+int ad_lower_nodes(ir_graph *g, const char *tag, int (*want)(const ir_node *n), int (*lower)(ad_ctx *a, int node));
+/* The lowered value `to` takes the name of `from` (which ir_compact drops with its dead
+ * node) and its uses. */
+void ad_take_output(ad_ctx *a, int to, int from);
+
 /* Reverse pass from the float scalar `loss`: fills a->grad for every value the loss
  * depends on through differentiable inputs. 0 or -1 (reported). */
 int ad_backward(ad_ctx *a, int loss);

@@ -30,14 +30,6 @@ static int reduce_all(ad_ctx *a, ir_op op, int x) {
   return ad_reduce(a, op, x, axes, r, 0);
 }
 
-/* The lowered value `to` takes the name of `from` (dropped with its dead node by ir_compact,
- * which rebuilds the name map). */
-static void take_name(ir_graph *g, int to, int from) {
-  const char *nm = g->values[to].name;
-  g->values[to].name = g->values[from].name;
-  g->values[from].name = nm;
-}
-
 static int lower(ad_ctx *a, int node) {
   ir_graph *g = a->g;
   ir_node nd = g->nodes[node];
@@ -56,8 +48,6 @@ static int lower(ad_ctx *a, int node) {
     ir_error_node(g, node, "needs input [N, C, d1, ...] and target [N, d1, ...]");
     return -1;
   }
-  a->stage = nd.stage;
-  a->phase = nd.phase;
   int out1 = sce && nd.n_out > 1 ? nd.out[1] : -1;
   if (sce) {
     int id = ad_begin(a, IR_OP_LogSoftmax, &x, 1, 1, NULL);
@@ -102,35 +92,13 @@ static int lower(ad_ctx *a, int node) {
     loss = ad_bin(a, IR_OP_Div, reduce_all(a, IR_OP_ReduceSum, ad_un(a, IR_OP_Neg, prod)),
                   reduce_all(a, IR_OP_ReduceSum, wt));
   if (a->err) return -1;
-  g->nodes[node].dead = 1;
-  ir_replace_uses(g, nd.out[0], loss);
-  take_name(g, loss, nd.out[0]);
-  if (out1 >= 0) {
-    ir_replace_uses(g, out1, x);
-    take_name(g, x, out1);
-  }
+  ad_take_output(a, loss, nd.out[0]);
+  if (out1 >= 0) ad_take_output(a, x, out1);
   return 0;
 }
 
-int pass_lower_losses(ir_graph *g) {
-  int n = g->n_nodes, done = 0;
-  ad_ctx ctx;
-  memset(&ctx, 0, sizeof ctx);
-  ctx.g = g;
-  ctx.base = "loss";
-  ctx.tag = "lowered";
-  ctx.stage = -1;
-  ctx.phase = IR_PHASE_FWD;
-  for (int i = 0; i < n; i++) {
-    const ir_node *nd = &g->nodes[i];
-    if (nd->dead || (nd->op != IR_OP_NegativeLogLikelihoodLoss && nd->op != IR_OP_SoftmaxCrossEntropyLoss)) continue;
-    ctx.base = g->nodes[i].name && g->nodes[i].name[0] ? g->nodes[i].name : "loss";
-    if (lower(&ctx, i)) return -1;
-    done++;
-  }
-  if (!done) return 0;
-  if (ir_toposort(g)) return -1;
-  ir_compact(g);
-  ir_rebuild_uses(g);
-  return g->n_errors ? -1 : done;
+static int is_loss(const ir_node *n) {
+  return n->op == IR_OP_NegativeLogLikelihoodLoss || n->op == IR_OP_SoftmaxCrossEntropyLoss;
 }
+
+int pass_lower_losses(ir_graph *g) { return ad_lower_nodes(g, "lowered", is_loss, lower); }

@@ -6,6 +6,7 @@ const pass_info pass_frontend_pipeline[] = {
     {"bind", pass_bind, "bind symbolic input dims from --shape and -d"},
     {"fold", pass_fold, "fold constants and shape arithmetic; drop Identity and (inference) Dropout"},
     {"shape", pass_shape, "infer the static shape and dtype of every value, and node FLOPs"},
+    {"einsum", pass_lower_einsum, "write Einsum as Transpose, Reshape, ReduceSum and batched MatMul"},
     {NULL, NULL, NULL},
 };
 

@@ -49,6 +49,9 @@ int pass_fold(ir_graph *g, const pass_opts *o);
  * output, so that the planner has a stage to place; the other outputs pass through that
  * stage as any constant or input output does. Returns 1 when it added the node, else 0. */
 int pass_keep_one_node(ir_graph *g);
+/* einsum: Einsum nodes written as Transpose/Reshape/Gather/Expand/ReduceSum/MatMul
+ * (passes/einsum.c), after shape inference. */
+int pass_lower_einsum(ir_graph *g, const pass_opts *o);
 /* shape: infer dtype and static shape of every value and the FLOPs of every node;
  * reports what cannot be made static. */
 int pass_shape(ir_graph *g, const pass_opts *o);

@@ -15,7 +15,6 @@ tiles and axis inputs, Cast-1 type names, consumed_inputs.
 --target cuda builds with nvcc = tests/cuda/sim/nvcc (CUDASIM_LIB=LIB) and runs on the CPU
 CUDA simulator, exact float32 (--no-tf32)."""
 
-import argparse
 import os
 import re
 import shutil
@@ -143,14 +142,7 @@ CASES = {"opset6_cnn": cnn, "opset1_forms": forms}
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--pipecc", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--target", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--sim-lib", default=None)
-    ap.add_argument("-k", default=None)
-    ap.add_argument("--tol", type=float, default=1e-5)
-    a = ap.parse_args()
+    a = pt.case_args(1e-5)
     import onnxruntime as ort
     os.makedirs(a.work, exist_ok=True)
     ok = True

@@ -13,11 +13,9 @@ that an activation pipecc does not support fails with one line naming the node, 
 --target cuda builds with nvcc = tests/cuda/sim/nvcc (CUDASIM_LIB=LIB) and runs on the CPU
 CUDA simulator, exact float32 (--no-tf32)."""
 
-import argparse
 import os
 import re
 import shutil
-import subprocess
 import sys
 
 import numpy as np
@@ -116,14 +114,7 @@ def compile_cmd(a, model, d, x):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--pipecc", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--target", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--sim-lib", default=None)
-    ap.add_argument("-k", default=None)
-    ap.add_argument("--tol", type=float, default=1e-5)
-    a = ap.parse_args()
+    a = pt.case_args(1e-5)
     import onnxruntime as ort
     os.makedirs(a.work, exist_ok=True)
     ok = True
@@ -150,12 +141,8 @@ def main():
         path = os.path.join(a.work, "bad_act.onnx")
         onnx.save(m, path, )
         cmd, env = compile_cmd(a, path, os.path.join(a.work, "bad_act"), x)
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        lines = r.stderr.strip().splitlines()
-        good = (r.returncode == 2 and len(lines) == 1 and "node 0 'rec' (RNN" in lines[0]
-                and "activation 'Gelu' is not supported" in lines[0])
-        print(("ok   " if good else "FAIL ") + f"unsupported activation: exit {r.returncode}: {r.stderr.strip()}")
-        ok &= good
+        ok &= pt.one_error_line(cmd, "unsupported activation", "node 0 'rec' (RNN", "activation 'Gelu' is not supported",
+                                env=env)
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

@@ -149,6 +149,30 @@ def run_pipeline(d, xin, label, extra=(), env=None, out_name="y.npz"):
     return dict(np.load(out)), tr
 
 
+def case_args(tol):
+    """The command line of the model-case scripts (rnn_cases, legacy_opset, einsum_cases):
+    --pipecc, --work, --target cpu|cuda, --sim-lib, -k PATTERN, --tol (default tol)."""
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pipecc", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--target", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--sim-lib", default=None, help="cuda: the CPU CUDA simulator library (tests/cuda/sim)")
+    ap.add_argument("-k", default=None, help="only cases whose name matches this regex")
+    ap.add_argument("--tol", type=float, default=tol)
+    return ap.parse_args()
+
+
+def one_error_line(cmd, label, *must, env=None):
+    """Runs cmd (a pipecc command that must fail): exit 2 and one stderr line holding every
+    string of must. Prints one line; True when it holds."""
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    lines = r.stderr.strip().splitlines()
+    good = r.returncode == 2 and len(lines) == 1 and all(m in lines[0] for m in must)
+    print(("ok   " if good else "FAIL ") + f"{label}: exit {r.returncode}: {r.stderr.strip()[-2000:]}")
+    return good
+
+
 def sim_target(cmd, env, target, sim_lib):
     """cmd and env for --target cuda through the CPU CUDA simulator (tests/cuda/sim),
     exact float32; unchanged for the cpu target."""
