@@ -8,12 +8,13 @@
  * right); a letter has one size everywhere.
  *
  * Lowering, per operand: a letter repeated in it takes the diagonal (the two axes last,
- * merged, Gather of every (n+1)-th element); the ellipsis dims it lacks or holds as 1
- * are expanded; a letter no other operand nor the output has is summed. Then the
- * operands are combined left to right, each pair as one batched MatMul: the letters
- * both have and a later operand or the output needs are the batch, the others both have
- * are contracted, each side's own letters are M and N (merged by Reshape). A last
- * Transpose puts the output's order. */
+ * merged, Gather of every (n+1)-th element); an operand with "..." gets the ellipsis
+ * dims it lacks or holds as 1 expanded (one without meets them only in the MatMul); a
+ * letter no other operand nor the output has is summed. Then the operands are combined
+ * left to right, each pair as one batched MatMul: the letters both have and a later
+ * operand or the output needs are the batch, the others both have are contracted, each
+ * side's own letters are M and N (merged by Reshape). A last Transpose puts the
+ * output's order. */
 #include <string.h>
 
 #include "passes/autodiff_impl.h"
@@ -27,6 +28,7 @@ typedef struct {
   int n_ops;
   int lab[EQ_MAX_OPS][IR_MAX_RANK]; /* per operand axis: its label */
   int rank[EQ_MAX_OPS];
+  int has_ell[EQ_MAX_OPS];          /* the operand's subscripts hold "..." */
   int out[IR_MAX_RANK], out_rank;
   int64_t size[EQ_LABELS];
 } eq_t;
@@ -112,6 +114,7 @@ static int parse(ir_graph *g, int node, eq_t *e) {
       for (int j = 0; j < er; j++) e->lab[k][r++] = 52 + E - er + j;
     }
     e->rank[k] = r;
+    e->has_ell[k] = ell[k] >= 0;
     for (int i = 0; i < r; i++) {
       int l = e->lab[k][i];
       int64_t d = x->shape.dims[i];
@@ -347,13 +350,14 @@ static int lower(ad_ctx *a, int node) {
       ir_error_node(g, node, "a diagonal longer than 4096");
       return -1;
     }
-    /* ellipsis dims: every operand holds all of them at full size (broadcast) */
+    /* ellipsis dims: an operand with "..." holds all of them at full size (broadcast);
+     * one without takes them as its own labels in the MatMul (not copied per dim) */
     int ell = 0, full = 1;
     for (int i = 0; i < t->r; i++)
       if (t->lab[i] >= 52) ell++, full &= ad_shape(a, t->v).dims[i] == e.size[t->lab[i]];
     int E = 0;
     for (int l = 52; l < EQ_LABELS; l++) E += e.size[l] >= 0;
-    if (E && (ell < E || !full)) {
+    if (E && e.has_ell[k] && (ell < E || !full)) {
       int ls[IR_MAX_RANK], n = 0;
       ir_shape s1 = ad_shape(a, t->v), s2;
       memset(&s2, 0, sizeof s2);

@@ -38,6 +38,7 @@ CASES = {
     "sum_transpose": ("abc->ca", [(4, 3, 5)], np.float32),
     "implicit": ("bij,jk", [(4, 3, 5), (5, 6)], np.float32),
     "ellipsis_broadcast": ("...ij,...jk->...ik", [(4, 1, 3, 5), (1, 2, 5, 6)], np.float32),
+    "ellipsis_weights": ("...ij,jk->...ik", [(4, 2, 3, 5), (5, 6)], np.float32),
     "ellipsis_ranks": ("...ij,...jk->...ik", [(4, 1, 3, 5), (2, 5, 6)], np.float32),  # numpy: ORT refuses
     "diagonal": ("bii->bi", [(4, 5, 5)], np.float32),
     "diagonal_sum": ("bii->b", [(4, 5, 5)], np.float32),
