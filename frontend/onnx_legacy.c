@@ -12,12 +12,6 @@
 /* Nodes added here are of opset 15: Shape's 'start' attribute. */
 #define NEW_OPSET 15
 
-static ir_attr *find_attr(ir_node *n, const char *name) {
-  for (int i = 0; i < n->n_attr; i++)
-    if (!strcmp(n->attr[i].name, name)) return &n->attr[i];
-  return NULL;
-}
-
 static void drop_attr(ir_node *n, const char *name) {
   for (int i = 0; i < n->n_attr;)
     if (!strcmp(n->attr[i].name, name)) {
@@ -45,7 +39,7 @@ int onnx_legacy_attrs(ir_graph *g, int node) {
   drop_attr(n, "consumed_inputs");
   switch (n->op) {
   case IR_OP_Cast: /* Cast-1 names the type */
-    if ((a = find_attr(n, "to")) && a->type == IR_ATTR_STRING) {
+    if ((a = (ir_attr *)ir_attr_find(n, "to")) && a->type == IR_ATTR_STRING) {
       int dt = ir_dtype_parse(a->s);
       if (dt <= 0) {
         char b[64];
@@ -57,7 +51,7 @@ int onnx_legacy_attrs(ir_graph *g, int node) {
     }
     break;
   case IR_OP_LpPool: case IR_OP_GlobalLpPool: /* p is a float in opset 1, an int since 2 */
-    if ((a = find_attr(n, "p")) && a->type == IR_ATTR_FLOAT) {
+    if ((a = (ir_attr *)ir_attr_find(n, "p")) && a->type == IR_ATTR_FLOAT) {
       if (!(a->f >= 1 && a->f <= 1e6f && a->f == floorf(a->f))) {
         ir_error_node(g, node, "attribute 'p' is %g: pipecc supports whole-number p only", (double)a->f);
         return -1;
@@ -76,7 +70,7 @@ int onnx_legacy_attrs(ir_graph *g, int node) {
     if (n->opset < 4 && !ir_attr_find(n, "axis")) ir_node_add_attr(g, node, "axis", IR_ATTR_INT)->i = 1;
     break;
   case IR_OP_Pad: /* Pad-1's paddings are Pad-2's pads, same order */
-    if (n->opset < 2 && !ir_attr_find(n, "pads") && (a = find_attr(n, "paddings"))) a->name = "pads";
+    if (n->opset < 2 && !ir_attr_find(n, "pads") && (a = (ir_attr *)ir_attr_find(n, "paddings"))) a->name = "pads";
     break;
   case IR_OP_Split: /* Split-1 gives axis no default (Split-2: 0) */
     if (n->opset < 2 && !ir_attr_find(n, "axis")) {

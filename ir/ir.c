@@ -350,6 +350,13 @@ ir_value *ir_out(ir_graph *g, const ir_node *n, int i) {
 
 /* ---- uses, order, compaction ---- */
 
+void ir_take_output(ir_graph *g, int to, int from) {
+  ir_replace_uses(g, from, to);
+  const char *nm = g->values[to].name;
+  g->values[to].name = g->values[from].name;
+  g->values[from].name = nm;
+}
+
 void ir_replace_uses(ir_graph *g, int from, int to) {
   for (int i = 0; i < g->n_nodes; i++) {
     ir_node *n = &g->nodes[i];

@@ -231,6 +231,9 @@ ir_value *ir_out(ir_graph *g, const ir_node *n, int i);
 
 /* Replace every use of value `from` (node inputs, graph outputs) by `to`. */
 void ir_replace_uses(ir_graph *g, int from, int to);
+/* Value `to` takes the place of `from`: its uses (ir_replace_uses) and its name (from
+ * gets to's; ir_compact, which drops from once unused, rebuilds the name map). */
+void ir_take_output(ir_graph *g, int to, int from);
 /* Recompute consumers (use_off/n_uses/use_list). */
 void ir_rebuild_uses(ir_graph *g);
 /* Topologically sort live nodes (stable: file order where free). Returns 0, or reports

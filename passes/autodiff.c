@@ -78,14 +78,6 @@ int ad_lower_nodes(ir_graph *g, const char *tag, int (*want)(const ir_node *n), 
   return g->n_errors ? -1 : done;
 }
 
-void ad_take_output(ad_ctx *a, int to, int from) {
-  ir_graph *g = a->g;
-  ir_replace_uses(g, from, to);
-  const char *nm = g->values[to].name;
-  g->values[to].name = g->values[from].name;
-  g->values[from].name = nm;
-}
-
 int ad_op(ad_ctx *a, ir_op op, const int *in, int n_in) { return ad_end(a, ad_begin(a, op, in, n_in, 1, NULL)); }
 int ad_un(ad_ctx *a, ir_op op, int x) { return ad_op(a, op, &x, 1); }
 int ad_bin(ad_ctx *a, ir_op op, int x, int y) {

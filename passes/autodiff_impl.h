@@ -52,9 +52,6 @@ int ad_unbroadcast(ad_ctx *a, int gv, const ir_shape *s);
  * the ad_* helpers, named after the node, tag `tag`); then sorted and compacted. The
  * number lowered, or -1 (reported). */
 int ad_lower_nodes(ir_graph *g, const char *tag, int (*want)(const ir_node *n), int (*lower)(ad_ctx *a, int node));
-/* The lowered value `to` takes the name of `from` (which ir_compact drops with its dead
- * node) and its uses. */
-void ad_take_output(ad_ctx *a, int to, int from);
 
 /* Reverse pass from the float scalar `loss`: fills a->grad for every value the loss
  * depends on through differentiable inputs. 0 or -1 (reported). */

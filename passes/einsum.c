@@ -421,7 +421,7 @@ static int lower(ad_ctx *a, int node) {
   int y = acc.v;
   for (int k = 0; k < e.n_ops; k++) /* the output is a new value, never an operand renamed */
     if (y == nd.in[k]) y = ad_un(a, IR_OP_Identity, y);
-  ad_take_output(a, y, nd.out[0]);
+  ir_take_output(a->g, y, nd.out[0]);
   return a->err ? -1 : 0;
 }
 

@@ -199,12 +199,7 @@ int pass_keep_one_node(ir_graph *g) {
   int from = g->outputs[0];
   const ir_value *f = &g->values[from];
   int to = ir_add_value(g, f->name, IR_VAL_ACT, f->dtype);
-  f = &g->values[from]; /* ir_add_value may move the values */
-  /* the copy takes the output's name (the source keeps the suffixed one) and its place */
-  const char *nm = g->values[to].name;
-  g->values[to].name = f->name;
-  g->values[from].name = nm;
-  ir_replace_uses(g, from, to);
+  ir_take_output(g, to, from); /* the copy takes the output's name and place */
   int id = ir_add_node(g, IR_OP_Identity, "", (int[]){from}, 1, (int[]){to}, 1);
   if (pass_shape_node(g, id)) return -1;
   ir_compact(g);

@@ -92,8 +92,8 @@ static int lower(ad_ctx *a, int node) {
     loss = ad_bin(a, IR_OP_Div, reduce_all(a, IR_OP_ReduceSum, ad_un(a, IR_OP_Neg, prod)),
                   reduce_all(a, IR_OP_ReduceSum, wt));
   if (a->err) return -1;
-  ad_take_output(a, loss, nd.out[0]);
-  if (out1 >= 0) ad_take_output(a, x, out1);
+  ir_take_output(a->g, loss, nd.out[0]);
+  if (out1 >= 0) ir_take_output(a->g, x, out1);
   return 0;
 }
 
