@@ -264,20 +264,6 @@ static int needed(const eq_t *e, const term *ts, int k, int l) {
   return 0;
 }
 
-/* Sums the labels of t that nothing after operand k needs. */
-static void sum_unneeded(ad_ctx *a, term *t, const eq_t *e, const term *ts, int k) {
-  int64_t axes[IR_MAX_RANK];
-  int n = 0, keep[IR_MAX_RANK], nk = 0;
-  for (int i = 0; i < t->r; i++) {
-    if (needed(e, ts, k, t->lab[i])) keep[nk++] = t->lab[i];
-    else axes[n++] = i;
-  }
-  if (!n) return;
-  t->v = ad_reduce(a, IR_OP_ReduceSum, t->v, axes, n, 0);
-  memcpy(t->lab, keep, sizeof(int) * (size_t)nk);
-  t->r = nk;
-}
-
 static int64_t prod(const eq_t *e, const int *ls, int n) {
   int64_t p = 1;
   for (int i = 0; i < n; i++) p *= e->size[ls[i]];
@@ -341,6 +327,8 @@ static int lower(ad_ctx *a, int node) {
     ts[k].r = e.rank[k];
     memcpy(ts[k].lab, e.lab[k], sizeof ts[k].lab);
   }
+  int E = 0; /* the ellipsis dims */
+  for (int l = 52; l < EQ_LABELS; l++) E += e.size[l] >= 0;
   for (int k = 0; k < e.n_ops; k++) {
     term *t = &ts[k];
     int rc;
@@ -355,11 +343,9 @@ static int lower(ad_ctx *a, int node) {
     int ell = 0, full = 1;
     for (int i = 0; i < t->r; i++)
       if (t->lab[i] >= 52) ell++, full &= ad_shape(a, t->v).dims[i] == e.size[t->lab[i]];
-    int E = 0;
-    for (int l = 52; l < EQ_LABELS; l++) E += e.size[l] >= 0;
     if (E && e.has_ell[k] && (ell < E || !full)) {
       int ls[IR_MAX_RANK], n = 0;
-      ir_shape s1 = ad_shape(a, t->v), s2;
+      ir_shape s2;
       memset(&s2, 0, sizeof s2);
       /* the ellipsis dims first, then the letters in their order */
       for (int l = 52; l < 52 + E; l++) ls[n++] = l;
@@ -375,7 +361,7 @@ static int lower(ad_ctx *a, int node) {
       for (int i = 0; i < t->r; i++)
         if (t->lab[i] < 52) keep[nk++] = t->lab[i];
       permute(a, t, keep, nk);
-      s1 = ad_shape(a, t->v);
+      ir_shape s1 = ad_shape(a, t->v);
       /* missing leading ellipsis dims as 1, then expanded */
       ir_shape r1;
       memset(&r1, 0, sizeof r1);
@@ -412,10 +398,9 @@ static int lower(ad_ctx *a, int node) {
     }
   }
   term acc = ts[0];
-  for (int k = 1; k < e.n_ops; k++) {
-    combine(a, &acc, &ts[k], &e, ts, k);
-    sum_unneeded(a, &acc, &e, ts, k);
-  }
+  /* every label of acc stays needed: each is in the output or a later operand, since a
+   * label of one operand only was summed above and a contracted one is needed no more */
+  for (int k = 1; k < e.n_ops; k++) combine(a, &acc, &ts[k], &e, ts, k);
   permute(a, &acc, e.out, e.out_rank);
   if (a->err) return -1;
   int y = acc.v;
