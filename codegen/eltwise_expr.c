@@ -225,13 +225,24 @@ int cg_eltwise_node_expr(const cg_expr_writer *c, const ir_node *n, const char *
       return 1;
     }
     case IR_OP_Where: ew(c, "%s ? %s : %s;\n", A, a[1], a[2]); return 0;
-    case IR_OP_Cast: case IR_OP_CastLike:
-      if (t == IR_BOOL) ew(c, "(uint8_t)(%s != 0);\n", A);
+    case IR_OP_Cast: case IR_OP_CastLike: {
+      /* float16 / bfloat16 (uint16_t bit patterns, runtime/pipert.h): read as float
+       * (exact), written by one rounding from the source's value */
+      char wide[96];
+      if (xt == IR_FLOAT16 || xt == IR_BFLOAT16) {
+        snprintf(wide, sizeof wide, "pipert_%s_to_f(%s)", xt == IR_FLOAT16 ? "f16" : "bf16", A);
+        A = wide;
+        xt = IR_FLOAT;
+      }
+      if (t == IR_FLOAT16 || t == IR_BFLOAT16)
+        ew(c, "pipert_f_to_%s((double)%s);\n", t == IR_FLOAT16 ? "f16" : "bf16", A);
+      else if (t == IR_BOOL) ew(c, "(uint8_t)(%s != 0);\n", A);
       else if (is_float(xt) && !is_float(t)) {
         /* float -> integer: truncation; NaN and out-of-range values give 0 rather than UB */
         ew(c, "(%s == %s && %s > -9.3e18 && %s < 9.3e18) ? (%s)(int64_t)%s : (%s)0;\n", A, A, A, A, T, A, T);
       } else ew(c, "(%s)%s;\n", T, A);
       return 0;
+    }
     default:
       ew(c, "0;\n");
       return ew_fail(c, n, "element-wise op %s is not supported", ir_op_name(n->op)) * 2;

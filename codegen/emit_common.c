@@ -11,6 +11,7 @@
 #include "codegen/c/cg_c.h" /* cg_ctype, cg_is_eltwise, cg_is_alias */
 #include "codegen/emit_common.h"
 #include "ir/diag.h"
+#include "passes/pass.h" /* pass_widen_keeps */
 
 /* ---- text helpers --------------------------------------------------------------- */
 
@@ -360,6 +361,10 @@ static int check_graph(ir_graph *g, const cg_plan *p, const char *target, int (*
         } else if (!cg_ctype(v->dtype)) {
           ir_error_node(g, i, "%s target: %s '%s' has dtype %s, which the %s target does not support",
                         target, side ? "output" : "input", v->name, ir_dtype_name(v->dtype), target);
+          bad = 1;
+        } else if ((v->dtype == IR_FLOAT16 || v->dtype == IR_BFLOAT16) && !pass_widen_keeps(n->op)) {
+          ir_error_node(g, i, "internal error: %s target: %s '%s' is %s, which only Casts and data movement take "
+                        "(passes/widen.c)", target, side ? "output" : "input", v->name, ir_dtype_name(v->dtype));
           bad = 1;
         }
       }

@@ -33,6 +33,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,8 +46,58 @@ extern "C" {
 enum pipert_dtype {
   PIPERT_FLOAT = 1, PIPERT_UINT8 = 2, PIPERT_INT8 = 3, PIPERT_UINT16 = 4,
   PIPERT_INT16 = 5, PIPERT_INT32 = 6, PIPERT_INT64 = 7, PIPERT_BOOL = 9,
-  PIPERT_FLOAT16 = 10, PIPERT_DOUBLE = 11, PIPERT_UINT32 = 12, PIPERT_UINT64 = 13
+  PIPERT_FLOAT16 = 10, PIPERT_DOUBLE = 11, PIPERT_UINT32 = 12, PIPERT_UINT64 = 13,
+  PIPERT_BFLOAT16 = 16
 };
+
+/* float16 and bfloat16 elements are uint16_t bit patterns. pipecc computes with them in
+ * float (passes/widen.h): these are the only conversions. pipert_narrow rounds a double
+ * to the nearest value (ties to even) of the IEEE-style format with E exponent and M
+ * mantissa bits (float16: 5, 10; bfloat16: 8, 7): one rounding, whether the source is a
+ * float, a double or an integer; too large gives infinity, NaN stays NaN (quiet, sign
+ * and top payload bits kept). pipert_f16_to_f and pipert_bf16_to_f are exact. */
+#ifdef __CUDACC__
+#define PIPERT_HD __host__ __device__
+#else
+#define PIPERT_HD
+#endif
+static inline PIPERT_HD uint16_t pipert_narrow(double d, int E, int M) {
+  uint64_t u;
+  memcpy(&u, &d, sizeof u);
+  uint32_t sign = (uint32_t)(u >> 63) << (E + M), inf = ((1u << E) - 1u) << M;
+  int e = (int)((u >> 52) & 0x7ff), bias = (1 << (E - 1)) - 1, ne = e - 1023 + bias, shift = 52 - M;
+  uint64_t m = u & 0xfffffffffffffull, base = (uint64_t)(ne > 0 ? ne : 0) << M;
+  if (e == 0x7ff) return (uint16_t)(sign | inf | (m ? (1u << (M - 1)) | (uint32_t)(m >> (52 - M)) : 0u));
+  if (ne >= (1 << E) - 1) return (uint16_t)(sign | inf);
+  if (ne <= 0) { /* a subnormal of the narrow format, or zero */
+    if (e == 0 || 53 - M - ne > 60) return (uint16_t)sign;
+    shift = 53 - M - ne;
+    m |= 1ull << 52;
+  }
+  uint64_t r = (m >> shift) + base, rem = m & ((1ull << shift) - 1), half = 1ull << (shift - 1);
+  if (rem > half || (rem == half && (r & 1))) r++; /* a carry into the exponent is right, up to infinity */
+  return (uint16_t)(sign | (uint32_t)r);
+}
+static inline PIPERT_HD uint16_t pipert_f_to_f16(double d) { return pipert_narrow(d, 5, 10); }
+static inline PIPERT_HD uint16_t pipert_f_to_bf16(double d) { return pipert_narrow(d, 8, 7); }
+static inline PIPERT_HD float pipert_bf16_to_f(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+static inline PIPERT_HD float pipert_f16_to_f(uint16_t h) {
+  uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+  if (e == 0x1f) u = s | 0x7f800000u | (m << 13);
+  else if (e) u = s | ((e + 112u) << 23) | (m << 13);
+  else { /* zero or subnormal: m * 2^-24, exact in float */
+    float f = (float)m * 5.9604644775390625e-8f;
+    return s ? -f : f;
+  }
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
 
 /* A tensor of one micro-batch. nbytes = product(dims) * element size. */
 typedef struct pipert_tensor_desc {

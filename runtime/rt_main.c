@@ -303,9 +303,10 @@ static int accept_input(const pipert_pipeline *p, int idx, rt_array *a, const ch
     rt_errorf("input '%s' given twice (again in %s)", d->name, src);
     return 2;
   }
+  if (d->dtype == PIPERT_BFLOAT16 && a->dtype == PIPERT_UINT16) a->dtype = PIPERT_BFLOAT16; /* its bit patterns */
   if (a->dtype != d->dtype) {
-    rt_errorf("input '%s' (%s): expected dtype %s, given %s", d->name, src, rt_dtype_name(d->dtype),
-              rt_dtype_name(a->dtype));
+    rt_errorf("input '%s' (%s): expected dtype %s%s, given %s", d->name, src, rt_dtype_name(d->dtype),
+              d->dtype == PIPERT_BFLOAT16 ? " (uint16 bit patterns)" : "", rt_dtype_name(a->dtype));
     return 2;
   }
   if (d->rank == 0 && a->rank != 0) { /* a scalar: the same for every micro-batch (repeated by rt_load_inputs) */

@@ -5,7 +5,11 @@
 #include <string.h>
 #include "rt.h"
 
+/* bfloat16 has no numpy type: its arrays are uint16 bit patterns ('<u2', as
+ * onnx.numpy_helper gives them); reading '<u2' gives uint16 (the later row wins), which
+ * an input declared bfloat16 takes (rt_main.c accept_input) */
 static const struct { int dtype; const char *descr; const char *name; size_t size; } k_dtypes[] = {
+  {PIPERT_BFLOAT16, "u2", "bfloat16", 2},
   {PIPERT_FLOAT, "f4", "float32", 4},  {PIPERT_DOUBLE, "f8", "float64", 8},
   {PIPERT_FLOAT16, "f2", "float16", 2}, {PIPERT_INT64, "i8", "int64", 8},
   {PIPERT_INT32, "i4", "int32", 4},    {PIPERT_INT16, "i2", "int16", 2},

@@ -91,7 +91,7 @@ static void usage(FILE *f) {
       "  --emit=ir-json         print the IR as JSON on stdout\n"
       "\n"
       "Debugging:\n"
-      "  -d PASS                dump the IR after PASS (a name without '='; passes: bind, fold, shape)\n"
+      "  -d PASS                dump the IR after PASS (a name without '='; passes: bind, fold, shape, einsum, widen)\n"
       "  --time-passes          print the wall time of every pass on stderr\n"
       "  -v, --verbose          more messages\n"
       "  -h, --help             this help\n"
@@ -424,7 +424,7 @@ int main(int argc, char **argv) {
         if (parse_dim(v, &opts.dims[opts.n_dims])) return cli_error("bad -d '%s': expected DIM=VALUE", v);
         opts.n_dims++;
       } else {
-        if (!pass_find(v)) return cli_error("-d %s: no such pass (bind, fold, shape) and not DIM=VALUE", v);
+        if (!pass_find(v)) return cli_error("-d %s: no such pass (bind, fold, shape, einsum, widen) and not DIM=VALUE", v);
         if (n_dumps < 16) dumps[n_dumps++] = v;
       }
     } else if (!strncmp(a, "--emit=", 7) || IS("--emit")) {
@@ -704,6 +704,8 @@ int main(int argc, char **argv) {
     if (rc || g->n_errors) {
       return 2;
     }
+    /* the loss and backward nodes compute in float too (passes/widen.c) */
+    if (pass_widen_half(g, &opts) || g->n_errors) return 2;
   }
 
   /* inference: NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss nodes in ops every

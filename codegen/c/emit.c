@@ -21,6 +21,7 @@
 #include "codegen/emit_common.h"
 #include "codegen/stage.h"
 #include "ir/diag.h"
+#include "runtime/pipert.h" /* pipert_f_to_f16, pipert_f_to_bf16 */
 
 /* ---- helpers shared with the op emitters ---------------------------------------- */
 
@@ -58,12 +59,15 @@ const char *cg_ctype(ir_dtype t) {
     case IR_INT64: return "int64_t";
     case IR_UINT64: return "uint64_t";
     case IR_BOOL: return "uint8_t";
+    case IR_FLOAT16: case IR_BFLOAT16: return "uint16_t"; /* bit patterns: only moved, computed in float */
     default: return NULL;
   }
 }
 
 const char *cg_flit(char *buf, size_t n, double v, ir_dtype t) {
-  if (v != v) snprintf(buf, n, "NAN");
+  if (t == IR_FLOAT16 || t == IR_BFLOAT16)
+    snprintf(buf, n, "0x%04x", (unsigned)(t == IR_FLOAT16 ? pipert_f_to_f16(v) : pipert_f_to_bf16(v)));
+  else if (v != v) snprintf(buf, n, "NAN");
   else if (v == 1.0 / 0.0) snprintf(buf, n, "INFINITY");
   else if (v == -1.0 / 0.0) snprintf(buf, n, "(-INFINITY)");
   else if (t == IR_DOUBLE) snprintf(buf, n, "%.17g", v);

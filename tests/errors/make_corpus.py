@@ -865,6 +865,19 @@ def _(d, n):  # x * b with b a rank-0 input: training splits every graph input a
     return save(model(nodes, [vi("x", [4, 6]), vi("b", [])], [vi("y", [4, 6])]), d, n)
 
 
+@case("train_float16_output", r"--loss mse: the model has no float32 or float64 output.*float16/bfloat16 outputs.*"
+      r"export the float32 model", args=("-g", "1", "--train", "--loss", "mse", "--plan-only"))
+def _(d, n):  # float16 inference compiles (computed in float); training it would need loss scaling
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu1")]
+    return save(model(nodes, [vi("x", [4, 6], TensorProto.FLOAT16)], [vi("y", [4, 6], TensorProto.FLOAT16)]), d, n)
+
+
+@ok("float16_inference", args=("-g", "2", "--plan-only"))
+def _(d, n):  # the same model for inference
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu1")]
+    return save(model(nodes, [vi("x", [4, 6], TensorProto.FLOAT16)], [vi("y", [4, 6], TensorProto.FLOAT16)]), d, n)
+
+
 @ok("scalar_input_inference", args=("-g", "2", "-m", "2", "--plan-only"))
 def _(d, n):  # inference: the same b for every micro-batch
     nodes = [helper.make_node("Mul", ["x", "b"], ["y"], name="mul")]
