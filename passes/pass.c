@@ -7,6 +7,7 @@ const pass_info pass_frontend_pipeline[] = {
     {"fold", pass_fold, "fold constants and shape arithmetic; drop Identity and (inference) Dropout"},
     {"shape", pass_shape, "infer the static shape and dtype of every value, and node FLOPs"},
     {"einsum", pass_lower_einsum, "write Einsum as Transpose, Reshape, ReduceSum and batched MatMul"},
+    {"quant", pass_lower_quant, "write QuantizeLinear and DequantizeLinear as Cast, Div, Round, Clip, Sub and Mul"},
     {"widen", pass_widen_half, "compute float16 and bfloat16 in float: Casts around the nodes that compute"},
     {NULL, NULL, NULL},
 };

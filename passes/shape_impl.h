@@ -76,6 +76,12 @@ int sh_broadcast_shapes(const ir_shape *a, const ir_shape *b, ir_shape *out);
 /* Same, reporting a model error naming the two inputs. */
 int sh_broadcast(ir_graph *g, int node, const ir_shape *a, const ir_shape *b, ir_shape *out, const char *an,
                  const char *bn);
+/* Conv's output shape for X = x, W = wt (shape_nn.c; the bias in slot bias_slot
+ * checked, -1: none) into *out; sets the node's FLOPs. 0, or -1 after reporting. */
+int sh_conv_shape(ir_graph *g, int node, const ir_value *x, const ir_value *wt, int bias_slot, ir_shape *out);
+/* numpy matmul's shape of a @ b (shape_nn.c) into *out, its FLOPs into *flops; 0, or
+ * -1 after reporting. */
+int sh_matmul_shape(ir_graph *g, int node, const ir_value *a, const ir_value *b, ir_shape *out, double *flops);
 /* Can b be broadcast to a (unidirectional: a's shape wins)? 0/-1, reports. */
 int sh_unibroadcast(ir_graph *g, int node, const ir_shape *a, const ir_shape *b, const char *an, const char *bn);
 

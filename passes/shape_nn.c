@@ -104,11 +104,11 @@ static int check_bias(ir_graph *g, int node, const ir_value *x, int i, int64_t m
 
 /* Conv-11 (1-D, 2-D, 3-D, ...): X [N, C, D...], W [M, C/group, k...], B [M];
  * kernel_shape (optional, must match W), strides, dilations, pads, auto_pad, group. */
-int sh_Conv(ir_graph *g, int node) {
+/* Conv's output shape for X = x, W = wt (a bias in slot bias_slot, -1: none checked)
+ * into *res; sets the node's FLOPs. 0, or -1 after reporting. */
+int sh_conv_shape(ir_graph *g, int node, const ir_value *x, const ir_value *wt, int bias_slot, ir_shape *res) {
   ir_node *n = SH_NODE;
-  ir_value *x = sh_in(g, node, 0), *wt = sh_in(g, node, 1);
   char b[256], c[256];
-  if (sh_check_dtype(g, node, x, SH_FLOATS, "input X") || sh_same_dtype(g, node, x, wt, "input X", "input W")) return -1;
   int r = x->shape.rank;
   if (r < 3) SH_FAIL("input X must be [N, C, spatial...], it has shape %s", sh_str(&x->shape, b, sizeof b));
   if (wt->shape.rank != r)
@@ -120,7 +120,7 @@ int sh_Conv(ir_graph *g, int node) {
     SH_FAIL("input channels %" PRId64 " of X do not match W %s with group %" PRId64 " (need W[1] * group == C)", C,
             sh_str(&wt->shape, b, sizeof b), group);
   if (M % group) SH_FAIL("output channels %" PRId64 " are not divisible by group %" PRId64, M, group);
-  if (check_bias(g, node, x, 2, M)) return -1;
+  if (bias_slot >= 0 && check_bias(g, node, x, bias_slot, M)) return -1;
   int sp = r - 2;
   window w;
   if (window_attrs(g, node, sp, 0, &w)) return -1;
@@ -137,7 +137,17 @@ int sh_Conv(ir_graph *g, int node) {
   if (window_apply(g, node, &x->shape, &w, &out)) return -1;
   double ksz = (double)(C / group);
   for (int i = 0; i < sp; i++) ksz *= (double)w.k[i];
-  n->flops = 2 * sh_numel(&out) * ksz + (sh_in(g, node, 2) ? sh_numel(&out) : 0);
+  n->flops = 2 * sh_numel(&out) * ksz + (bias_slot >= 0 && sh_in(g, node, bias_slot) ? sh_numel(&out) : 0);
+  *res = out;
+  return 0;
+}
+
+int sh_Conv(ir_graph *g, int node) {
+  ir_value *x = sh_in(g, node, 0), *wt = sh_in(g, node, 1);
+  ir_shape out;
+  if (sh_check_dtype(g, node, x, SH_FLOATS, "input X") || sh_same_dtype(g, node, x, wt, "input X", "input W") ||
+      sh_conv_shape(g, node, x, wt, 2, &out))
+    return -1;
   return sh_set_out(g, node, 0, x->dtype, &out);
 }
 
@@ -229,13 +239,10 @@ int sh_Gemm(ir_graph *g, int node) {
   return sh_set_out(g, node, 0, a->dtype, &out);
 }
 
-/* MatMul-13: numpy matmul; 1-D operands get a dim prepended (A) / appended (B) that
- * is removed from the result; batch dims broadcast. */
-int sh_MatMul(ir_graph *g, int node) {
-  ir_value *a = sh_in(g, node, 0), *bb = sh_in(g, node, 1);
+/* numpy matmul's shape of a @ b: 1-D operands get a dim prepended (A) / appended (B)
+ * that is removed from the result; batch dims broadcast. */
+int sh_matmul_shape(ir_graph *g, int node, const ir_value *a, const ir_value *bb, ir_shape *res, double *flops) {
   char s1[256], s2[256];
-  unsigned types = SH_FLOATS | SH_BIT(IR_INT32) | SH_BIT(IR_INT64) | SH_BIT(IR_UINT32) | SH_BIT(IR_UINT64);
-  if (sh_check_dtype(g, node, a, types, "input A") || sh_same_dtype(g, node, a, bb, "input A", "input B")) return -1;
   ir_shape sa = a->shape, sb = bb->shape;
   if (sa.rank < 1 || sb.rank < 1) SH_FAIL("inputs must have rank >= 1 (A %s, B %s)", sh_str(&sa, s1, sizeof s1), sh_str(&sb, s2, sizeof s2));
   int a1 = sa.rank == 1, b1 = sb.rank == 1;
@@ -252,7 +259,18 @@ int sh_MatMul(ir_graph *g, int node) {
   double batch = sh_numel(&out);
   if (!a1) out.dims[out.rank++] = M;
   if (!b1) out.dims[out.rank++] = N;
-  SH_NODE->flops = 2.0 * batch * (double)M * (double)N * (double)K;
+  *flops = 2.0 * batch * (double)M * (double)N * (double)K;
+  *res = out;
+  return 0;
+}
+
+/* MatMul-13: numpy matmul (sh_matmul_shape). */
+int sh_MatMul(ir_graph *g, int node) {
+  ir_value *a = sh_in(g, node, 0), *bb = sh_in(g, node, 1);
+  unsigned types = SH_FLOATS | SH_BIT(IR_INT32) | SH_BIT(IR_INT64) | SH_BIT(IR_UINT32) | SH_BIT(IR_UINT64);
+  if (sh_check_dtype(g, node, a, types, "input A") || sh_same_dtype(g, node, a, bb, "input A", "input B")) return -1;
+  ir_shape out;
+  if (sh_matmul_shape(g, node, a, bb, &out, &SH_NODE->flops)) return -1;
   return sh_set_out(g, node, 0, a->dtype, &out);
 }
 

@@ -23,7 +23,7 @@ fi
 # because Debian's torch is built against numpy 1.x.
 PY=/usr/bin/python3
 if ! $PY - <<'PYEOF' 2>/dev/null
-import onnx, onnxruntime, numpy, torch, torchvision
+import onnx, onnxruntime, numpy, torch, torchvision, ml_dtypes
 assert onnx.__version__ == "1.16.2", onnx.__version__
 assert numpy.__version__.startswith("1."), numpy.__version__
 PYEOF

@@ -91,7 +91,8 @@ static void usage(FILE *f) {
       "  --emit=ir-json         print the IR as JSON on stdout\n"
       "\n"
       "Debugging:\n"
-      "  -d PASS                dump the IR after PASS (a name without '='; passes: bind, fold, shape, einsum, widen)\n"
+      "  -d PASS                dump the IR after PASS (a name without '='; passes: bind, fold, shape, einsum,\n"
+      "                         quant, widen)\n"
       "  --time-passes          print the wall time of every pass on stderr\n"
       "  -v, --verbose          more messages\n"
       "  -h, --help             this help\n"
@@ -424,7 +425,8 @@ int main(int argc, char **argv) {
         if (parse_dim(v, &opts.dims[opts.n_dims])) return cli_error("bad -d '%s': expected DIM=VALUE", v);
         opts.n_dims++;
       } else {
-        if (!pass_find(v)) return cli_error("-d %s: no such pass (bind, fold, shape, einsum, widen) and not DIM=VALUE", v);
+        if (!pass_find(v))
+          return cli_error("-d %s: no such pass (bind, fold, shape, einsum, quant, widen) and not DIM=VALUE", v);
         if (n_dumps < 16) dumps[n_dumps++] = v;
       }
     } else if (!strncmp(a, "--emit=", 7) || IS("--emit")) {
