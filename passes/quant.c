@@ -243,22 +243,29 @@ static int per_row(ad_ctx *a, int s) {
   return ad_reshape(a, s, &ss);
 }
 
+/* The float64 product p as the node's output: int32 (s < 0), or requantized: times the
+ * scale s (x_scale * w_scale / y_scale in the scales' type), plus y_zero_point (slot 7),
+ * rounded half to even and saturated to its type. */
+static int finish(ad_ctx *a, const ir_node *nd, int p, int s) {
+  if (s < 0) {
+    p = cast(a, p, IR_INT32);
+  } else {
+    int d = ad_bin(a, IR_OP_Mul, p, cast(a, s, IR_DOUBLE));
+    d = ad_un(a, IR_OP_Round, ad_bin(a, IR_OP_Add, d, cast(a, nd->in[7], IR_DOUBLE)));
+    p = clip_to(a, d, a->g->values[nd->out[0]].dtype, IR_DOUBLE);
+  }
+  if (a->err) return -1;
+  ir_take_output(a->g, p, nd->out[0]);
+  return 0;
+}
+
 static int lower_matmul(ad_ctx *a, int node) {
   ir_graph *g = a->g;
   ir_node nd = g->nodes[node];
   int qa = nd.op == IR_OP_QLinearMatMul;
   int p = ad_bin(a, IR_OP_MatMul, centred(a, &nd, 0, 2, 1), centred(a, &nd, qa ? 3 : 1, qa ? 5 : 3, 0));
-  if (qa) {
-    int s = ad_bin(a, IR_OP_Div, ad_bin(a, IR_OP_Mul, per_row(a, nd.in[1]), nd.in[4]), nd.in[6]);
-    int d = ad_bin(a, IR_OP_Mul, p, cast(a, s, IR_DOUBLE));
-    d = ad_un(a, IR_OP_Round, ad_bin(a, IR_OP_Add, d, cast(a, nd.in[7], IR_DOUBLE)));
-    p = clip_to(a, d, g->values[nd.out[0]].dtype, IR_DOUBLE);
-  } else {
-    p = cast(a, p, IR_INT32);
-  }
-  if (a->err) return -1;
-  ir_take_output(g, p, nd.out[0]);
-  return 0;
+  int s = qa ? ad_bin(a, IR_OP_Div, ad_bin(a, IR_OP_Mul, per_row(a, nd.in[1]), nd.in[4]), nd.in[6]) : -1;
+  return finish(a, &nd, p, s);
 }
 
 /* v (1-D [M], M > 1: per output channel) shaped [M, 1, ...] against a conv output of
@@ -283,17 +290,8 @@ static int lower_conv(ad_ctx *a, int node) {
   g->nodes[cn].attr = nd.attr; /* the node's window attributes (auto_pad, pads, strides, ...) */
   g->nodes[cn].n_attr = nd.n_attr;
   int p = ad_end(a, cn);
-  if (ql) {
-    int s = ad_bin(a, IR_OP_Div, ad_bin(a, IR_OP_Mul, nd.in[1], per_channel(a, nd.in[4], r)), nd.in[6]);
-    int d = ad_bin(a, IR_OP_Mul, p, cast(a, s, IR_DOUBLE));
-    d = ad_un(a, IR_OP_Round, ad_bin(a, IR_OP_Add, d, cast(a, nd.in[7], IR_DOUBLE)));
-    p = clip_to(a, d, g->values[nd.out[0]].dtype, IR_DOUBLE);
-  } else {
-    p = cast(a, p, IR_INT32);
-  }
-  if (a->err) return -1;
-  ir_take_output(g, p, nd.out[0]);
-  return 0;
+  int s = ql ? ad_bin(a, IR_OP_Div, ad_bin(a, IR_OP_Mul, nd.in[1], per_channel(a, nd.in[4], r)), nd.in[6]) : -1;
+  return finish(a, &nd, p, s);
 }
 
 static int lower_dynamic(ad_ctx *a, int node) {

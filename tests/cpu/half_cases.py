@@ -23,7 +23,6 @@ import io
 import os
 import re
 import shutil
-import subprocess
 import sys
 
 import numpy as np
@@ -150,16 +149,6 @@ def ort_run(model, feeds, all_opt=True):
     return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
 
 
-def build_run(cmd, env, out, xin, label):
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    warn = [ln for ln in r.stderr.splitlines() if re.search(r"\.(c|cu):\d+:\d+: warning:", ln)]
-    if r.returncode or warn:
-        print(r.stderr[-3000:])
-        print(f"FAIL {label}: pipecc exit {r.returncode}{', warnings' if warn else ''}")
-        return None
-    return pt.run_pipeline(out, xin, label, env=env)[0]
-
-
 def check(name, label, got, ref, tol, dt, exact=False):
     errs, fine = [], True
     for k, v in ref.items():
@@ -207,7 +196,7 @@ def main():
             out = os.path.join(d, f"g{g}")
             cmd, env = pt.sim_target([a.pipecc, path, "-g", str(g), "-o", out, "-j", "1"], pt.split_env(), a.target,
                                      a.sim_lib)
-            got = build_run(cmd, env, out, xin, f"{name} -g {g}")
+            got = pt.build_run(cmd, env, out, xin, f"{name} -g {g}")
             if got is None:
                 good = False
                 continue

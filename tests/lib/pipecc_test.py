@@ -182,18 +182,23 @@ def sim_target(cmd, env, target, sim_lib):
     return cmd, env
 
 
-def build_run_rel_l2(cmd, env, out_dir, xin, ref, tol, label):
+def build_run(cmd, env, out_dir, xin, label):
     """Runs the pipecc command cmd (a warning in the generated code fails it), then
-    out_dir/pipeline on xin, and checks rel-L2 <= tol for every output of ref. Prints one
-    line; True when everything holds."""
-    import numpy as np
+    out_dir/pipeline on xin: its outputs, or None after printing why."""
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     warn = [ln for ln in r.stderr.splitlines() if re.search(r"\.(c|cu):\d+:\d+: warning:", ln)]
     if r.returncode or warn:
         print(r.stderr[-3000:])
         print(f"FAIL {label}: pipecc exit {r.returncode}{', warnings' if warn else ''}")
-        return False
-    got, _ = run_pipeline(out_dir, xin, label, env=env)
+        return None
+    return run_pipeline(out_dir, xin, label, env=env)[0]
+
+
+def build_run_rel_l2(cmd, env, out_dir, xin, ref, tol, label):
+    """build_run, then rel-L2 <= tol for every output of ref. Prints one line; True when
+    everything holds."""
+    import numpy as np
+    got = build_run(cmd, env, out_dir, xin, label)
     if got is None:
         return False
     errs, fine = [], True
