@@ -85,6 +85,13 @@ int ad_bin(ad_ctx *a, ir_op op, int x, int y) {
   return ad_op(a, op, in, 2);
 }
 
+int ad_cast(ad_ctx *a, int x, ir_dtype to) {
+  if (a->g->values[x].dtype == to) return x;
+  int id = ad_begin(a, IR_OP_Cast, &x, 1, 1, NULL);
+  ad_attr_i(a, id, "to", to);
+  return ad_end(a, id);
+}
+
 int ad_c_i64(ad_ctx *a, const int64_t *v, int n) {
   ir_shape s;
   memset(&s, 0, sizeof s);

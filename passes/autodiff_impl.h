@@ -36,6 +36,7 @@ void ad_attr_is(ad_ctx *a, int node, const char *name, const int64_t *v, int n);
 int ad_op(ad_ctx *a, ir_op op, const int *in, int n_in);
 int ad_un(ad_ctx *a, ir_op op, int x);
 int ad_bin(ad_ctx *a, ir_op op, int x, int y);
+int ad_cast(ad_ctx *a, int x, ir_dtype to);        /* x itself when it has type `to` */
 int ad_c_i64(ad_ctx *a, const int64_t *v, int n); /* 1-D int64 constant */
 int ad_c_i64_scalar(ad_ctx *a, int64_t v);
 int ad_c_f(ad_ctx *a, double v, ir_dtype dt);     /* scalar float constant */

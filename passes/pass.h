@@ -55,6 +55,9 @@ int pass_lower_einsum(ir_graph *g, const pass_opts *o);
 /* quant: QuantizeLinear/DequantizeLinear written as Cast/Div/Round/Add/Clip and
  * Cast/Sub/Mul (passes/quant.c), after shape inference. */
 int pass_lower_quant(ir_graph *g, const pass_opts *o);
+/* lower: GroupNormalization, MeanVarianceNormalization and EyeLike written in other
+ * ops (passes/lower_ops.c), after shape inference. */
+int pass_lower_ops(ir_graph *g, const pass_opts *o);
 /* widen: float16 and bfloat16 computed in float (passes/widen.c): every node but those
  * pass_widen_keeps names reads narrow inputs through a Cast to float (a narrow constant
  * becomes a float constant) and writes narrow outputs through a Cast back. */

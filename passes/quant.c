@@ -176,13 +176,6 @@ int sh_DynamicQuantizeLinear(ir_graph *g, int node) {
 
 /* ---- lowering ----------------------------------------------------------------------- */
 
-static int cast(ad_ctx *a, int x, ir_dtype to) {
-  if (ad_dtype(a, x) == to) return x;
-  int n = ad_begin(a, IR_OP_Cast, &x, 1, 1, NULL);
-  ad_attr_i(a, n, "to", to);
-  return ad_end(a, n);
-}
-
 /* scale or zp (v) shaped to broadcast against x: as is (scalar, one element), reshaped
  * (per axis) or repeated along the axis (blocked). */
 static int layout(ad_ctx *a, int node, int v) {
@@ -215,9 +208,9 @@ static int layout(ad_ctx *a, int node, int v) {
  * float64 holds every int8 product and their sums exactly (below 2^53: K < 2^37), and
  * both targets have float64 GEMMs (the cuda target no integer one). */
 static int centred(ad_ctx *a, const ir_node *nd, int ia, int iz, int rows) {
-  int v = cast(a, nd->in[ia], IR_DOUBLE);
+  int v = ad_cast(a, nd->in[ia], IR_DOUBLE);
   if (iz >= nd->n_in || nd->in[iz] < 0) return v;
-  int z = cast(a, nd->in[iz], IR_DOUBLE);
+  int z = ad_cast(a, nd->in[iz], IR_DOUBLE);
   ir_shape zs = ad_shape(a, z);
   if (rows && zs.rank == 1 && zs.dims[0] > 1) {
     zs.rank = 2;
@@ -231,7 +224,7 @@ static int clip_to(ad_ctx *a, int v, ir_dtype t, ir_dtype ft) {
   double lo = t == IR_INT8 ? -128 : t == IR_INT16 ? -32768 : 0;
   double hi = t == IR_INT8 ? 127 : t == IR_UINT8 ? 255 : t == IR_INT16 ? 32767 : 65535;
   int in[3] = {v, ad_c_f(a, lo, ft), ad_c_f(a, hi, ft)};
-  return cast(a, ad_op(a, IR_OP_Clip, in, 3), t);
+  return ad_cast(a, ad_op(a, IR_OP_Clip, in, 3), t);
 }
 
 /* a per-row scale (1-D [M], M > 1) as [M, 1] */
@@ -248,10 +241,10 @@ static int per_row(ad_ctx *a, int s) {
  * rounded half to even and saturated to its type. */
 static int finish(ad_ctx *a, const ir_node *nd, int p, int s) {
   if (s < 0) {
-    p = cast(a, p, IR_INT32);
+    p = ad_cast(a, p, IR_INT32);
   } else {
-    int d = ad_bin(a, IR_OP_Mul, p, cast(a, s, IR_DOUBLE));
-    d = ad_un(a, IR_OP_Round, ad_bin(a, IR_OP_Add, d, cast(a, nd->in[7], IR_DOUBLE)));
+    int d = ad_bin(a, IR_OP_Mul, p, ad_cast(a, s, IR_DOUBLE));
+    d = ad_un(a, IR_OP_Round, ad_bin(a, IR_OP_Add, d, ad_cast(a, nd->in[7], IR_DOUBLE)));
     p = clip_to(a, d, a->g->values[nd->out[0]].dtype, IR_DOUBLE);
   }
   if (a->err) return -1;
@@ -282,10 +275,10 @@ static int lower_conv(ad_ctx *a, int node) {
   ir_graph *g = a->g;
   ir_node nd = g->nodes[node];
   int ql = nd.op == IR_OP_QLinearConv, iw = ql ? 3 : 1, izw = ql ? 5 : 3, r = ad_shape(a, nd.in[0]).rank;
-  int in[3] = {centred(a, &nd, 0, 2, 0), cast(a, nd.in[iw], IR_DOUBLE), -1}, n_in = 2;
+  int in[3] = {centred(a, &nd, 0, 2, 0), ad_cast(a, nd.in[iw], IR_DOUBLE), -1}, n_in = 2;
   if (izw < nd.n_in && nd.in[izw] >= 0)
-    in[1] = ad_bin(a, IR_OP_Sub, in[1], per_channel(a, cast(a, nd.in[izw], IR_DOUBLE), r));
-  if (ql && nd.n_in > 8 && nd.in[8] >= 0) in[n_in++] = cast(a, nd.in[8], IR_DOUBLE);
+    in[1] = ad_bin(a, IR_OP_Sub, in[1], per_channel(a, ad_cast(a, nd.in[izw], IR_DOUBLE), r));
+  if (ql && nd.n_in > 8 && nd.in[8] >= 0) in[n_in++] = ad_cast(a, nd.in[8], IR_DOUBLE);
   int cn = ad_begin(a, IR_OP_Conv, in, n_in, 1, NULL);
   g->nodes[cn].attr = nd.attr; /* the node's window attributes (auto_pad, pads, strides, ...) */
   g->nodes[cn].n_attr = nd.n_attr;
@@ -308,7 +301,7 @@ static int lower_dynamic(ad_ctx *a, int node) {
   int c[3] = {ad_bin(a, IR_OP_Sub, zero, ad_bin(a, IR_OP_Div, lo, scale)), zero, ad_c_f(a, 255, IR_FLOAT)};
   int zp = ad_un(a, IR_OP_Round, ad_op(a, IR_OP_Clip, c, 3));
   int y = clip_to(a, ad_bin(a, IR_OP_Add, ad_un(a, IR_OP_Round, ad_bin(a, IR_OP_Div, x, scale)), zp), IR_UINT8, IR_FLOAT);
-  int outs[3] = {y, scale, cast(a, zp, IR_UINT8)};
+  int outs[3] = {y, scale, ad_cast(a, zp, IR_UINT8)};
   if (a->err) return -1;
   for (int k = 0; k < 3; k++)
     if (k < nd.n_out && nd.out[k] >= 0) ir_take_output(g, outs[k], nd.out[k]);
@@ -324,13 +317,13 @@ static int lower(ad_ctx *a, int node) {
   int x = nd.in[0], s = nd.in[1], z = nd.n_in > 2 ? nd.in[2] : -1, y;
   ir_dtype out = g->values[nd.out[0]].dtype;
   if (nd.op == IR_OP_DequantizeLinear) {
-    int xf = cast(a, x, IR_FLOAT);
-    if (z >= 0) xf = ad_bin(a, IR_OP_Sub, xf, cast(a, layout(a, node, z), IR_FLOAT));
-    y = cast(a, ad_bin(a, IR_OP_Mul, xf, cast(a, layout(a, node, s), IR_FLOAT)), out);
+    int xf = ad_cast(a, x, IR_FLOAT);
+    if (z >= 0) xf = ad_bin(a, IR_OP_Sub, xf, ad_cast(a, layout(a, node, z), IR_FLOAT));
+    y = ad_cast(a, ad_bin(a, IR_OP_Mul, xf, ad_cast(a, layout(a, node, s), IR_FLOAT)), out);
   } else {
     ir_dtype xt = ad_dtype(a, x);
-    int q = cast(a, ad_un(a, IR_OP_Round, ad_bin(a, IR_OP_Div, x, cast(a, layout(a, node, s), xt))), IR_FLOAT);
-    if (z >= 0) q = ad_bin(a, IR_OP_Add, q, cast(a, layout(a, node, z), IR_FLOAT));
+    int q = ad_cast(a, ad_un(a, IR_OP_Round, ad_bin(a, IR_OP_Div, x, ad_cast(a, layout(a, node, s), xt))), IR_FLOAT);
+    if (z >= 0) q = ad_bin(a, IR_OP_Add, q, ad_cast(a, layout(a, node, z), IR_FLOAT));
     y = clip_to(a, q, out, IR_FLOAT);
   }
   if (a->err) return -1;

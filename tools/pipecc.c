@@ -92,7 +92,7 @@ static void usage(FILE *f) {
       "\n"
       "Debugging:\n"
       "  -d PASS                dump the IR after PASS (a name without '='; passes: bind, fold, shape, einsum,\n"
-      "                         quant, widen)\n"
+      "                         quant, lower, widen)\n"
       "  --time-passes          print the wall time of every pass on stderr\n"
       "  -v, --verbose          more messages\n"
       "  -h, --help             this help\n"
@@ -426,7 +426,7 @@ int main(int argc, char **argv) {
         opts.n_dims++;
       } else {
         if (!pass_find(v))
-          return cli_error("-d %s: no such pass (bind, fold, shape, einsum, quant, widen) and not DIM=VALUE", v);
+          return cli_error("-d %s: no such pass (bind, fold, shape, einsum, quant, lower, widen) and not DIM=VALUE", v);
         if (n_dumps < 16) dumps[n_dumps++] = v;
       }
     } else if (!strncmp(a, "--emit=", 7) || IS("--emit")) {

@@ -3,7 +3,8 @@ test_data_set_0/{input,output}_K.pb, expected outputs from onnxruntime), for wha
 tests leave out: autodiff's MaxPool gradient (ScatterElements add on the pool's Indices),
 scatters large enough for the multi-pass sort, ScatterND add with repeated rows, scatters
 of a single update, a grouped ConvTranspose with asymmetric pads, a wide TopK with ties,
-Range too large to be folded, integer and byte reductions, int8 max pooling.
+Range too large to be folded, integer and byte reductions, int8 max pooling,
+GroupNormalization-18 and float16, MeanVarianceNormalization's axes, EyeLike in int32.
 
 Both targets' node-test drivers run them: tests/cpu/node_tests.py and
 tests/cuda/node_tests_cuda.py.
@@ -135,6 +136,28 @@ def extra_models():
         [("s", np.array(0.5, np.float32)), ("l", np.array(300000.5, np.float32)), ("d", np.array(0.25, np.float32)),
          ("si", np.array(10, np.int64)), ("li", np.array(-4000000, np.int64)), ("di", np.array(-3, np.int64))]),
         {"x": xr}))
+    # lowered ops (passes/lower_ops.c) beyond the node tests: GroupNormalization-18 (scale
+    # and bias per group), -21 in float16, MeanVarianceNormalization over other axes,
+    # EyeLike below the diagonal in int32
+    xg = rng.standard_normal((2, 6, 3, 4)).astype(np.float32)
+    out.append(("extra_groupnorm18_per_group", model("g", [
+        helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=3, epsilon=1e-3)],
+        [("x", f32, xg.shape)], [("y", f32)],
+        [("s", rng.standard_normal(3).astype(np.float32)), ("b", rng.standard_normal(3).astype(np.float32))]),
+        {"x": xg}))
+    f16 = TensorProto.FLOAT16
+    out.append(("extra_groupnorm21_float16", model("g", [
+        helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2)],
+        [("x", f16, xg.shape)], [("y", f16)],
+        [("s", rng.standard_normal(6).astype(np.float16)), ("b", rng.standard_normal(6).astype(np.float16))], opset=21),
+        {"x": xg.astype(np.float16)}))
+    out.append(("extra_mvn_axes", model("g", [
+        helper.make_node("MeanVarianceNormalization", ["x"], ["y"], axes=[1, 3])],
+        [("x", f32, xg.shape)], [("y", f32)]), {"x": xg}))
+    out.append(("extra_eyelike_int32", model("g", [
+        helper.make_node("EyeLike", ["x"], ["e"], k=-1, dtype=TensorProto.INT32),
+        helper.make_node("Relu", ["x"], ["y"])],
+        [("x", f32, (4, 6))], [("e", TensorProto.INT32), ("y", f32)]), {"x": rng.standard_normal((4, 6)).astype(np.float32)}))
     return out
 
 
