@@ -31,6 +31,17 @@ static int ew_fail(const cg_expr_writer *c, const ir_node *n, const char *fmt, .
 
 static int is_float(ir_dtype t) { return t == IR_FLOAT || t == IR_DOUBLE; }
 static int is_signed_int(ir_dtype t) { return t == IR_INT8 || t == IR_INT16 || t == IR_INT32 || t == IR_INT64; }
+/* A narrow type's conversions in runtime/pipert.h: pipert_<name>_to_f, pipert_f_to_<name> */
+static const char *narrow_fn(ir_dtype t) {
+  switch (t) {
+    case IR_FLOAT16: return "f16";
+    case IR_BFLOAT16: return "bf16";
+    case IR_FLOAT8E4M3FN: return "f8e4m3fn";
+    case IR_FLOAT8E4M3FNUZ: return "f8e4m3fnuz";
+    case IR_FLOAT8E5M2: return "f8e5m2";
+    default: return "f8e5m2fnuz";
+  }
+}
 
 /* libm name for a float function of type t: "expf" / "exp" */
 static const char *fm(char *buf, const char *name, ir_dtype t) {
@@ -226,16 +237,18 @@ int cg_eltwise_node_expr(const cg_expr_writer *c, const ir_node *n, const char *
     }
     case IR_OP_Where: ew(c, "%s ? %s : %s;\n", A, a[1], a[2]); return 0;
     case IR_OP_Cast: case IR_OP_CastLike: {
-      /* float16 / bfloat16 (uint16_t bit patterns, runtime/pipert.h): read as float
-       * (exact), written by one rounding from the source's value */
+      /* float16, bfloat16, float8 (bit patterns, runtime/pipert.h): read as float (exact),
+       * written by one rounding from the source's value; to float8 by Cast's saturate
+       * (CastLike's too, default 1; ONNX: it applies to float8 only) */
       char wide[96];
-      if (xt == IR_FLOAT16 || xt == IR_BFLOAT16) {
-        snprintf(wide, sizeof wide, "pipert_%s_to_f(%s)", xt == IR_FLOAT16 ? "f16" : "bf16", A);
+      if (ir_dtype_narrow(xt)) {
+        snprintf(wide, sizeof wide, "pipert_%s_to_f(%s)", narrow_fn(xt), A);
         A = wide;
         xt = IR_FLOAT;
       }
-      if (t == IR_FLOAT16 || t == IR_BFLOAT16)
-        ew(c, "pipert_f_to_%s((double)%s);\n", t == IR_FLOAT16 ? "f16" : "bf16", A);
+      if (ir_dtype_narrow(t) && ir_dtype_size(t) == 1)
+        ew(c, "pipert_f_to_%s((double)%s, %d);\n", narrow_fn(t), A, ir_attr_int(n, "saturate", 1) != 0);
+      else if (ir_dtype_narrow(t)) ew(c, "pipert_f_to_%s((double)%s);\n", narrow_fn(t), A);
       else if (t == IR_BOOL) ew(c, "(uint8_t)(%s != 0);\n", A);
       else if (is_float(xt) && !is_float(t)) {
         /* float -> integer: truncation; NaN and out-of-range values give 0 rather than UB */

@@ -362,7 +362,7 @@ static int check_graph(ir_graph *g, const cg_plan *p, const char *target, int (*
           ir_error_node(g, i, "%s target: %s '%s' has dtype %s, which the %s target does not support",
                         target, side ? "output" : "input", v->name, ir_dtype_name(v->dtype), target);
           bad = 1;
-        } else if ((v->dtype == IR_FLOAT16 || v->dtype == IR_BFLOAT16) && !pass_widen_keeps(n->op)) {
+        } else if (ir_dtype_narrow(v->dtype) && !pass_widen_keeps(n->op)) {
           ir_error_node(g, i, "internal error: %s target: %s '%s' is %s, which only Casts and data movement take "
                         "(passes/widen.c)", target, side ? "output" : "input", v->name, ir_dtype_name(v->dtype));
           bad = 1;

@@ -320,7 +320,7 @@ static int tensor_value(ctx *c, int node, const Onnx__TensorProto *t, const char
         memcpy(o, &x, 2);
         break;
       }
-      default: *o = (uint8_t)t->int32_data[i]; break; /* INT8, UINT8, BOOL */
+      default: *o = (uint8_t)t->int32_data[i]; break; /* INT8, UINT8, BOOL, float8 bit patterns */
       }
     }
     data = d;

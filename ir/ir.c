@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 
 #include "ir/diag.h"
+#include "runtime/pipert.h" /* pipert_from_bits */
 
 /* ---- dtypes ---- */
 
@@ -23,6 +24,10 @@ static const struct {
     [IR_UINT32] = {"uint32", "UINT32", 4},          [IR_UINT64] = {"uint64", "UINT64", 8},
     [IR_COMPLEX64] = {"complex64", "COMPLEX64", 8}, [IR_COMPLEX128] = {"complex128", "COMPLEX128", 16},
     [IR_BFLOAT16] = {"bfloat16", "BFLOAT16", 2},
+    [IR_FLOAT8E4M3FN] = {"float8e4m3fn", "FLOAT8E4M3FN", 1},
+    [IR_FLOAT8E4M3FNUZ] = {"float8e4m3fnuz", "FLOAT8E4M3FNUZ", 1},
+    [IR_FLOAT8E5M2] = {"float8e5m2", "FLOAT8E5M2", 1},
+    [IR_FLOAT8E5M2FNUZ] = {"float8e5m2fnuz", "FLOAT8E5M2FNUZ", 1},
 };
 
 size_t ir_dtype_size(ir_dtype t) { return (t > 0 && t < IR_DTYPE_COUNT) ? dtypes[t].size : 0; }
@@ -34,6 +39,10 @@ int ir_dtype_parse(const char *s) {
   if (!strcmp(s, "double")) return IR_DOUBLE;
   return -1;
 }
+int ir_dtype_narrow(ir_dtype t) {
+  return t == IR_FLOAT16 || t == IR_BFLOAT16 || (t >= IR_FLOAT8E4M3FN && t <= IR_FLOAT8E5M2FNUZ);
+}
+int ir_dtype_is_float(ir_dtype t) { return t == IR_FLOAT || t == IR_DOUBLE || ir_dtype_narrow(t); }
 
 /* ---- shapes ---- */
 
@@ -658,22 +667,6 @@ int ir_const_i64(const ir_value *v, int64_t i, int64_t *out) {
   }
 }
 
-static float half_to_float(uint16_t h) {
-  uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023, f;
-  if (e == 0) {
-    if (!m) f = s;
-    else {
-      e = 113;
-      while (!(m & 1024)) m <<= 1, e--;
-      f = s | (e << 23) | ((m & 1023) << 13);
-    }
-  } else if (e == 31) f = s | 0x7f800000u | (m << 13);
-  else f = s | ((e + 112) << 23) | (m << 13);
-  float r;
-  memcpy(&r, &f, 4);
-  return r;
-}
-
 int ir_const_f64(const ir_value *v, int64_t i, double *out) {
   size_t es = ir_dtype_size(v->dtype);
   if (v->kind != IR_VAL_CONST || (!v->data && !v->zero_init) || !es || i < 0 || (uint64_t)(i + 1) * es > v->nbytes)
@@ -686,8 +679,11 @@ int ir_const_f64(const ir_value *v, int64_t i, double *out) {
   switch (v->dtype) {
   case IR_FLOAT: { float x; memcpy(&x, p, 4); *out = x; return 0; }
   case IR_DOUBLE: { double x; memcpy(&x, p, 8); *out = x; return 0; }
-  case IR_FLOAT16: { uint16_t x; memcpy(&x, p, 2); *out = half_to_float(x); return 0; }
-  case IR_BFLOAT16: { uint16_t x; memcpy(&x, p, 2); uint32_t u = (uint32_t)x << 16; float f; memcpy(&f, &u, 4); *out = f; return 0; }
+  /* the narrow types: their bit patterns' values (runtime/pipert.h), exact */
+  case IR_FLOAT16: case IR_BFLOAT16: { uint16_t x; memcpy(&x, p, 2); *out = pipert_from_bits(x, v->dtype); return 0; }
+  case IR_FLOAT8E4M3FN: case IR_FLOAT8E4M3FNUZ: case IR_FLOAT8E5M2: case IR_FLOAT8E5M2FNUZ:
+    *out = pipert_from_bits(*p, v->dtype);
+    return 0;
   default: {
     int64_t x;
     if (ir_const_i64(v, i, &x)) return -1;

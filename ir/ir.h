@@ -47,6 +47,10 @@ typedef enum {
   IR_COMPLEX64 = 14,
   IR_COMPLEX128 = 15,
   IR_BFLOAT16 = 16,
+  IR_FLOAT8E4M3FN = 17,
+  IR_FLOAT8E4M3FNUZ = 18,
+  IR_FLOAT8E5M2 = 19,
+  IR_FLOAT8E5M2FNUZ = 20,
   IR_DTYPE_COUNT
 } ir_dtype;
 
@@ -56,6 +60,11 @@ size_t ir_dtype_size(ir_dtype t);
 const char *ir_dtype_name(ir_dtype t);
 /* Name to code, -1 if unknown; accepts numpy names and ONNX names ("FLOAT"). */
 int ir_dtype_parse(const char *s);
+/* 1 for float16, bfloat16 and the float8 types: both targets hold them as bit patterns
+ * and compute in float (passes/widen.c). */
+int ir_dtype_narrow(ir_dtype t);
+/* 1 for the floating-point types: float32, float64 and the narrow ones. */
+int ir_dtype_is_float(ir_dtype t);
 
 typedef struct {
   int rank;                    /* -1: unknown rank */

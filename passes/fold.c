@@ -34,10 +34,6 @@ static int resolve(const fold_ctx *c, int v) {
   return v;
 }
 
-static int is_fp_dtype(ir_dtype t) {
-  return t == IR_FLOAT || t == IR_DOUBLE || t == IR_FLOAT16 || t == IR_BFLOAT16;
-}
-
 /* Remove the single-input single-output copy `node` (y = x). Returns 1 if removed, 0 if
  * it has to stay (a graph output copying a graph input or another graph output). */
 static int forward(fold_ctx *c, int node, int x, int y) {
@@ -79,7 +75,7 @@ static int forward(fold_ctx *c, int node, int x, int y) {
 
 /* 1 if the constant input v of a node may not be folded into a new constant. */
 static int trainable(const fold_ctx *c, const ir_value *v) {
-  return c->o->training && v->is_initializer && is_fp_dtype(v->dtype);
+  return c->o->training && v->is_initializer && ir_dtype_is_float(v->dtype);
 }
 
 /* Dropout: 1 if handled (removed or turned into an Identity), 0 to keep it. */

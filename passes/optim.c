@@ -181,9 +181,9 @@ static int build_loss(ad_ctx *a, const pass_train_opts *t, const char *out_name,
   if (y < 0) {
     int narrow = 0;
     for (int k = 0; k < g->n_outputs; k++)
-      narrow |= g->values[g->outputs[k]].dtype == IR_FLOAT16 || g->values[g->outputs[k]].dtype == IR_BFLOAT16;
+      narrow |= ir_dtype_narrow(g->values[g->outputs[k]].dtype);
     ir_error(g, "--loss %s: the model has no float32 or float64 output%s", t->loss,
-             narrow ? " (pipecc trains float32 models: its float16/bfloat16 outputs would need loss scaling; export "
+             narrow ? " (pipecc trains float32 models: its float16/bfloat16/float8 outputs would need loss scaling; export "
                       "the float32 model to train)" : "");
     return -1;
   }

@@ -58,12 +58,13 @@ int pass_lower_quant(ir_graph *g, const pass_opts *o);
 /* lower: GroupNormalization, MeanVarianceNormalization and EyeLike written in other
  * ops (passes/lower_ops.c), after shape inference. */
 int pass_lower_ops(ir_graph *g, const pass_opts *o);
-/* widen: float16 and bfloat16 computed in float (passes/widen.c): every node but those
- * pass_widen_keeps names reads narrow inputs through a Cast to float (a narrow constant
- * becomes a float constant) and writes narrow outputs through a Cast back. */
+/* widen: float16, bfloat16 and float8 computed in float (passes/widen.c): every node
+ * but those pass_widen_keeps names reads narrow inputs through a Cast to float (a
+ * narrow constant becomes a float constant) and writes narrow outputs through a Cast
+ * back. */
 int pass_widen_half(ir_graph *g, const pass_opts *o);
-/* The ops that may read and write float16/bfloat16 (bit patterns: they move, select or
- * cast elements); the targets' only ops on those types. */
+/* The ops that may read and write the narrow types (ir_dtype_narrow; bit patterns: they
+ * move, select or cast elements); the targets' only ops on those types. */
 int pass_widen_keeps(ir_op op);
 /* shape: infer dtype and static shape of every value and the FLOPs of every node;
  * reports what cannot be made static. */

@@ -148,8 +148,7 @@ int pass_profile(ir_graph *g, const pass_profile_opts *o, pass_node_cost *costs)
       const ir_value *v = ir_in(g, n, k);
       if (!v) continue;
       c->bytes_read += vbytes(v);
-      if (v->kind == IR_VAL_CONST && v->is_initializer && (v->dtype == IR_FLOAT || v->dtype == IR_FLOAT16 ||
-                                                           v->dtype == IR_BFLOAT16 || v->dtype == IR_DOUBLE))
+      if (v->kind == IR_VAL_CONST && v->is_initializer && ir_dtype_is_float(v->dtype))
         c->param_bytes += vbytes(v);
     }
     for (int k = 0; k < n->n_out; k++) {

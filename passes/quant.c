@@ -5,7 +5,8 @@
  *   DequantizeLinear(x, scale, zp): y = (float(x) - float(zp)) * scale in float32, then
  *     a Cast to scale's type (float16/bfloat16: one rounding).
  *   QuantizeLinear(x, scale, zp): y = clip(round_half_even(x / scale) + zp) as the output
- *     type (zp's, else output_dtype, else uint8); x / scale in x's type.
+ *     type (zp's, else output_dtype, else uint8); x / scale in x's type. To float8: a
+ *     Cast of x / scale with the node's saturate (zp is 0).
  *
  * scale and zp are scalars (or one element), per-axis (1-D along `axis`, reshaped to
  * broadcast) or, opset 21, blocked (x's rank, `block_size` elements of x per element
@@ -31,6 +32,8 @@
 #define Q_FLOATS (SH_BIT(IR_FLOAT) | SH_BIT(IR_FLOAT16) | SH_BIT(IR_BFLOAT16))
 
 static int quant_int(ir_dtype t) { return t == IR_INT8 || t == IR_UINT8 || t == IR_INT16 || t == IR_UINT16; }
+/* the float8 types: quantized by a (saturating) Cast of x / scale, no zero point */
+static int quant_f8(ir_dtype t) { return ir_dtype_narrow(t) && ir_dtype_size(t) == 1; }
 
 /* The layout of scale (and zp) against x: 0 ok (*axis normalised), -1 after reporting. */
 static int check_scale(ir_graph *g, int node, const char *what, int *axis) {
@@ -73,8 +76,8 @@ static int check_zp(ir_graph *g, int node, ir_dtype want) {
 int sh_DequantizeLinear(ir_graph *g, int node) {
   const ir_value *x = sh_in(g, node, 0), *s = sh_in(g, node, 1);
   int axis;
-  if (!quant_int(x->dtype) && x->dtype != IR_INT32)
-    SH_FAIL("x of type %s is not supported (int8, uint8, int16, uint16, int32)", ir_dtype_name(x->dtype));
+  if (!quant_int(x->dtype) && x->dtype != IR_INT32 && !quant_f8(x->dtype))
+    SH_FAIL("x of type %s is not supported (int8, uint8, int16, uint16, int32, float8)", ir_dtype_name(x->dtype));
   if (sh_check_dtype(g, node, s, Q_FLOATS, "scale") || check_scale(g, node, "x", &axis) ||
       check_zp(g, node, x->dtype))
     return -1;
@@ -96,8 +99,8 @@ int sh_QuantizeLinear(ir_graph *g, int node) {
   int64_t od = ir_attr_int(SH_NODE, "output_dtype", 0);
   if (z && od && od != z->dtype)
     SH_FAIL("output_dtype %lld and the zero point's type %s disagree", (long long)od, ir_dtype_name(z->dtype));
-  if (!quant_int(t))
-    SH_FAIL("quantizing to %s is not supported (int8, uint8, int16, uint16)",
+  if (!quant_int(t) && !quant_f8(t))
+    SH_FAIL("quantizing to %s is not supported (int8, uint8, int16, uint16, float8)",
             t > IR_UNDEFINED && t < IR_DTYPE_COUNT ? ir_dtype_name(t) : "an unknown type");
   if (sh_check_dtype(g, node, x, Q_FLOATS, "x") ||
       sh_check_dtype(g, node, s, Q_FLOATS, "scale") || check_scale(g, node, "x", &axis) ||
@@ -322,9 +325,17 @@ static int lower(ad_ctx *a, int node) {
     y = ad_cast(a, ad_bin(a, IR_OP_Mul, xf, ad_cast(a, layout(a, node, s), IR_FLOAT)), out);
   } else {
     ir_dtype xt = ad_dtype(a, x);
-    int q = ad_cast(a, ad_un(a, IR_OP_Round, ad_bin(a, IR_OP_Div, x, ad_cast(a, layout(a, node, s), xt))), IR_FLOAT);
-    if (z >= 0) q = ad_bin(a, IR_OP_Add, q, ad_cast(a, layout(a, node, z), IR_FLOAT));
-    y = clip_to(a, q, out, IR_FLOAT);
+    int q = ad_bin(a, IR_OP_Div, x, ad_cast(a, layout(a, node, s), xt));
+    if (quant_f8(out)) { /* the zero point is 0 (the reference ignores it) */
+      int c = ad_begin(a, IR_OP_Cast, &q, 1, 1, NULL);
+      ad_attr_i(a, c, "to", out);
+      ad_attr_i(a, c, "saturate", ir_attr_int(&nd, "saturate", 1));
+      y = ad_end(a, c);
+    } else {
+      q = ad_cast(a, ad_un(a, IR_OP_Round, q), IR_FLOAT);
+      if (z >= 0) q = ad_bin(a, IR_OP_Add, q, ad_cast(a, layout(a, node, z), IR_FLOAT));
+      y = clip_to(a, q, out, IR_FLOAT);
+    }
   }
   if (a->err) return -1;
   if (y == x) y = ad_un(a, IR_OP_Identity, y);

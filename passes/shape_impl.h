@@ -42,7 +42,9 @@ int sh_pool(ir_graph *g, int node);     /* IR_K_POOL (shape_nn.c) */
 
 /* ---- dtype classes (bit masks of ir_dtype) ---- */
 #define SH_BIT(t) (1u << (t))
-#define SH_FLOATS (SH_BIT(IR_FLOAT) | SH_BIT(IR_DOUBLE) | SH_BIT(IR_FLOAT16) | SH_BIT(IR_BFLOAT16))
+#define SH_FLOAT8 \
+  (SH_BIT(IR_FLOAT8E4M3FN) | SH_BIT(IR_FLOAT8E4M3FNUZ) | SH_BIT(IR_FLOAT8E5M2) | SH_BIT(IR_FLOAT8E5M2FNUZ))
+#define SH_FLOATS (SH_BIT(IR_FLOAT) | SH_BIT(IR_DOUBLE) | SH_BIT(IR_FLOAT16) | SH_BIT(IR_BFLOAT16) | SH_FLOAT8)
 #define SH_SINTS (SH_BIT(IR_INT8) | SH_BIT(IR_INT16) | SH_BIT(IR_INT32) | SH_BIT(IR_INT64))
 #define SH_UINTS (SH_BIT(IR_UINT8) | SH_BIT(IR_UINT16) | SH_BIT(IR_UINT32) | SH_BIT(IR_UINT64))
 #define SH_INTS (SH_SINTS | SH_UINTS)

@@ -1,11 +1,13 @@
-/* passes/widen.c - float16 and bfloat16 computed in float (pass_widen_half).
+/* passes/widen.c - float16, bfloat16 and float8 computed in float (pass_widen_half).
  *
- * Both targets hold float16 and bfloat16 tensors as uint16_t bit patterns and compute
- * nothing in them: a node that computes (anything but the ops pass_widen_keeps names,
- * which only move, select or cast elements) gets its narrow inputs through a Cast to
- * float, computes in float, and its narrow outputs go through a Cast back. Each node
- * rounds once, from its float result, as onnxruntime's float16 kernels that compute in
- * float do; a chain of such nodes rounds after every node, as the model says.
+ * Both targets hold float16 and bfloat16 tensors as uint16_t bit patterns, the float8
+ * ones as uint8_t bit patterns (ir_dtype_narrow), and compute nothing in them: a node
+ * that computes (anything but the ops pass_widen_keeps names, which only move, select
+ * or cast elements) gets its narrow inputs through a Cast to float, computes in float,
+ * and its narrow outputs go through a Cast back (to float8: saturating, Cast's
+ * default). Each node rounds once, from its float result, as onnxruntime's float16
+ * kernels that compute in float do; a chain of such nodes rounds after every node, as
+ * the model says.
  * A narrow constant a computing node reads becomes a float constant here (exact), so
  * the weights of a float16 model are float32 weights in its stages (and, training,
  * float32 master weights).
@@ -17,8 +19,6 @@
 
 #include "passes/autodiff_impl.h"
 #include "passes/pass.h"
-
-static int narrow(ir_dtype t) { return t == IR_FLOAT16 || t == IR_BFLOAT16; }
 
 int pass_widen_keeps(ir_op op) {
   switch (op) {
@@ -36,9 +36,9 @@ int pass_widen_keeps(ir_op op) {
 static int computes_narrow(const ir_graph *g, const ir_node *n) {
   if (n->dead || pass_widen_keeps(n->op)) return 0;
   for (int k = 0; k < n->n_in; k++)
-    if (n->in[k] >= 0 && narrow(g->values[n->in[k]].dtype)) return 1;
+    if (n->in[k] >= 0 && ir_dtype_narrow(g->values[n->in[k]].dtype)) return 1;
   for (int k = 0; k < n->n_out; k++)
-    if (n->out[k] >= 0 && narrow(g->values[n->out[k]].dtype)) return 1;
+    if (n->out[k] >= 0 && ir_dtype_narrow(g->values[n->out[k]].dtype)) return 1;
   return 0;
 }
 
@@ -71,7 +71,7 @@ static int widened(ad_ctx *a, int x, int *memo) {
     for (int64_t i = 0; i < n; i++) {
       double e = 0;
       ir_const_f64(v, i, &e);
-      f[i] = (float)e; /* exact: float16 and bfloat16 values are floats */
+      f[i] = (float)e; /* exact: float16, bfloat16 and float8 values are floats */
     }
     ir_shape s = v->shape;
     int c = ir_add_const(g, ir_sprintf(g->arena, "%s/f32", v->name), IR_FLOAT, &s, f, sizeof *f * (size_t)n);
@@ -101,14 +101,14 @@ int pass_widen_half(ir_graph *g, const pass_opts *o) {
     a.phase = g->nodes[i].phase;
     for (int k = 0; k < g->nodes[i].n_in; k++) {
       int x = g->nodes[i].in[k];
-      if (x >= 0 && x < nv && narrow(g->values[x].dtype)) {
+      if (x >= 0 && x < nv && ir_dtype_narrow(g->values[x].dtype)) {
         int w = widened(&a, x, memo);
         g->nodes[i].in[k] = w;
       }
     }
     for (int k = 0; k < g->nodes[i].n_out; k++) {
       int y = g->nodes[i].out[k];
-      if (y < 0 || !narrow(g->values[y].dtype)) continue;
+      if (y < 0 || !ir_dtype_narrow(g->values[y].dtype)) continue;
       ir_dtype t = g->values[y].dtype;
       int f = ir_add_value(g, ir_sprintf(g->arena, "%s/f32", g->values[y].name), IR_VAL_ACT, IR_FLOAT);
       g->values[f].shape = g->values[y].shape;

@@ -47,37 +47,55 @@ enum pipert_dtype {
   PIPERT_FLOAT = 1, PIPERT_UINT8 = 2, PIPERT_INT8 = 3, PIPERT_UINT16 = 4,
   PIPERT_INT16 = 5, PIPERT_INT32 = 6, PIPERT_INT64 = 7, PIPERT_BOOL = 9,
   PIPERT_FLOAT16 = 10, PIPERT_DOUBLE = 11, PIPERT_UINT32 = 12, PIPERT_UINT64 = 13,
-  PIPERT_BFLOAT16 = 16
+  PIPERT_BFLOAT16 = 16, PIPERT_FLOAT8E4M3FN = 17, PIPERT_FLOAT8E4M3FNUZ = 18, PIPERT_FLOAT8E5M2 = 19,
+  PIPERT_FLOAT8E5M2FNUZ = 20
 };
 
-/* float16 and bfloat16 elements are uint16_t bit patterns. pipecc computes with them in
- * float (passes/widen.h): these are the only conversions. pipert_narrow rounds a double
- * to the nearest value (ties to even) of the IEEE-style format with E exponent and M
- * mantissa bits (float16: 5, 10; bfloat16: 8, 7): one rounding, whether the source is a
- * float, a double or an integer; too large gives infinity, NaN stays NaN (quiet, sign
- * and top payload bits kept). pipert_f16_to_f and pipert_bf16_to_f are exact. */
+/* float16, bfloat16 and the float8 types are held as bit patterns (uint16_t, uint8_t).
+ * pipecc computes with them in float (passes/widen.c): these are the only conversions.
+ * Narrowing rounds once, from a double, to nearest (ties to even), whether the source is
+ * a float, a double or an integer; widening is exact.
+ *
+ * pipert_round_bits: the magnitude of finite d in a format with M mantissa bits and
+ * exponent bias `bias`, rounded: (biased exponent << M) | mantissa, subnormals below
+ * exponent 1, the exponent unbounded above (an infinite d gives a value past any
+ * format's largest): the caller decides what is too large. */
 #ifdef __CUDACC__
 #define PIPERT_HD __host__ __device__
 #else
 #define PIPERT_HD
 #endif
-static inline PIPERT_HD uint16_t pipert_narrow(double d, int E, int M) {
+static inline PIPERT_HD uint32_t pipert_round_bits(double d, int M, int bias) {
   uint64_t u;
   memcpy(&u, &d, sizeof u);
-  uint32_t sign = (uint32_t)(u >> 63) << (E + M), inf = ((1u << E) - 1u) << M;
-  int e = (int)((u >> 52) & 0x7ff), bias = (1 << (E - 1)) - 1, ne = e - 1023 + bias, shift = 52 - M;
+  int e = (int)((u >> 52) & 0x7ff), ne = e - 1023 + bias, shift = 52 - M;
   uint64_t m = u & 0xfffffffffffffull, base = (uint64_t)(ne > 0 ? ne : 0) << M;
-  if (e == 0x7ff) return (uint16_t)(sign | inf | (m ? (1u << (M - 1)) | (uint32_t)(m >> (52 - M)) : 0u));
-  if (ne >= (1 << E) - 1) return (uint16_t)(sign | inf);
   if (ne <= 0) { /* a subnormal of the narrow format, or zero */
-    if (e == 0 || 53 - M - ne > 60) return (uint16_t)sign;
+    if (e == 0 || 53 - M - ne > 60) return 0;
     shift = 53 - M - ne;
     m |= 1ull << 52;
   }
   uint64_t r = (m >> shift) + base, rem = m & ((1ull << shift) - 1), half = 1ull << (shift - 1);
-  if (rem > half || (rem == half && (r & 1))) r++; /* a carry into the exponent is right, up to infinity */
-  return (uint16_t)(sign | (uint32_t)r);
+  if (rem > half || (rem == half && (r & 1))) r++; /* a carry into the exponent is right */
+  return (uint32_t)r;
 }
+static inline PIPERT_HD int pipert_isnan_bits(double d) { /* by its bits: fast-math may fold d != d */
+  uint64_t u;
+  memcpy(&u, &d, sizeof u);
+  return ((u >> 52) & 0x7ff) == 0x7ff && (u << 12) != 0;
+}
+
+/* float16 (E, M = 5, 10) and bfloat16 (8, 7), IEEE-style: too large gives infinity, NaN
+ * stays NaN (quiet, sign and top payload bits kept). */
+static inline PIPERT_HD uint16_t pipert_narrow(double d, int E, int M) {
+  uint64_t u;
+  memcpy(&u, &d, sizeof u);
+  uint32_t sign = (uint32_t)(u >> 63) << (E + M), inf = ((1u << E) - 1u) << M;
+  if (pipert_isnan_bits(d)) return (uint16_t)(sign | inf | (1u << (M - 1)) | (uint32_t)((u << 12) >> (64 - M)));
+  uint32_t r = pipert_round_bits(d, M, (1 << (E - 1)) - 1);
+  return (uint16_t)(sign | (r < inf ? r : inf));
+}
+
 static inline PIPERT_HD uint16_t pipert_f_to_f16(double d) { return pipert_narrow(d, 5, 10); }
 static inline PIPERT_HD uint16_t pipert_f_to_bf16(double d) { return pipert_narrow(d, 8, 7); }
 static inline PIPERT_HD float pipert_bf16_to_f(uint16_t h) {
@@ -97,6 +115,71 @@ static inline PIPERT_HD float pipert_f16_to_f(uint16_t h) {
   float f;
   memcpy(&f, &u, sizeof f);
   return f;
+}
+
+/* The ONNX float8 types (Cast-19; onnx/docs/docs/technical/float8.md): E exponent bits,
+ * 7 - E mantissa bits; uz: the FNUZ variants.
+ *   E4M3FN    bias 7: no inf, S.1111.111 is NaN, max 448, has -0
+ *   E4M3FNUZ  bias 8: no inf, no -0, 0x80 is the one NaN, max 240
+ *   E5M2      bias 15, IEEE-style: S.11111.00 is inf, S.11111.xx NaN, max 57344
+ *   E5M2FNUZ  bias 16: no inf, no -0, 0x80 is the one NaN, max 57344
+ * A value whose rounding is past max (infinities included) gives, with saturate, max of
+ * its sign, else inf (E5M2) or NaN; zero keeps its sign but for FNUZ (+0); NaN gives
+ * S.1111111 (0x80 for FNUZ), as the ONNX reference does. (Without saturate that
+ * reference, onnx.helper 1.16, gives 448 for E4M3FN's [480, 496) and NaN for E5M2's
+ * [61440, 65536), where the rounded value is past max: NaN and inf here.) */
+static inline PIPERT_HD uint8_t pipert_narrow8(double d, int E, int uz, int saturate) {
+  uint64_t u;
+  memcpy(&u, &d, sizeof u);
+  int ieee = E == 5 && !uz; /* only E5M2 has infinities */
+  uint32_t sign = (uint32_t)(u >> 63) << 7, max = uz ? 0x7fu : ieee ? 0x7bu : 0x7eu, nan = uz ? 0x80u : sign | 0x7fu;
+  if (pipert_isnan_bits(d)) return (uint8_t)nan;
+  uint32_t r = pipert_round_bits(d, 7 - E, (1 << (E - 1)) - 1 + uz);
+  if (r > max) return (uint8_t)(saturate ? sign | max : ieee ? sign | 0x7cu : nan);
+  return (uint8_t)(r || !uz ? sign | r : 0u);
+}
+static inline PIPERT_HD float pipert_widen8(uint8_t b, int E, int uz) {
+  int M = 7 - E, bias = (1 << (E - 1)) - 1 + uz, ieee = E == 5 && !uz;
+  uint32_t sign = (uint32_t)(b & 0x80u) << 24, e = (b & 0x7fu) >> M, m = b & ((1u << M) - 1u), u;
+  float f;
+  if (uz ? b == 0x80u : ieee ? e == 31 && m : (b & 0x7fu) == 0x7fu) u = sign | 0x7fc00000u;
+  else if (ieee && e == 31) u = sign | 0x7f800000u;
+  else { /* (implicit bit + m) * 2^(max(e, 1) - bias - M): an integer below 16 times a power of two, exact */
+    u = (uint32_t)(127 + (e ? (int)e : 1) - bias - M) << 23;
+    memcpy(&f, &u, sizeof f);
+    f *= (float)(m | (e ? 1u << M : 0u));
+    return sign ? -f : f;
+  }
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+static inline PIPERT_HD uint8_t pipert_f_to_f8e4m3fn(double d, int sat) { return pipert_narrow8(d, 4, 0, sat); }
+static inline PIPERT_HD uint8_t pipert_f_to_f8e4m3fnuz(double d, int sat) { return pipert_narrow8(d, 4, 1, sat); }
+static inline PIPERT_HD uint8_t pipert_f_to_f8e5m2(double d, int sat) { return pipert_narrow8(d, 5, 0, sat); }
+static inline PIPERT_HD uint8_t pipert_f_to_f8e5m2fnuz(double d, int sat) { return pipert_narrow8(d, 5, 1, sat); }
+static inline PIPERT_HD float pipert_f8e4m3fn_to_f(uint8_t b) { return pipert_widen8(b, 4, 0); }
+static inline PIPERT_HD float pipert_f8e4m3fnuz_to_f(uint8_t b) { return pipert_widen8(b, 4, 1); }
+static inline PIPERT_HD float pipert_f8e5m2_to_f(uint8_t b) { return pipert_widen8(b, 5, 0); }
+static inline PIPERT_HD float pipert_f8e5m2fnuz_to_f(uint8_t b) { return pipert_widen8(b, 5, 1); }
+
+/* By element type (enum pipert_dtype, one of the narrow ones): d's bit pattern
+ * (saturate: float8 only, as Cast's attribute) and a bit pattern's value. */
+static inline PIPERT_HD int pipert_f8_uz(int dtype) {
+  return dtype == PIPERT_FLOAT8E4M3FNUZ || dtype == PIPERT_FLOAT8E5M2FNUZ;
+}
+static inline PIPERT_HD uint32_t pipert_to_bits(double d, int dtype, int saturate) {
+  switch (dtype) {
+    case PIPERT_FLOAT16: return pipert_f_to_f16(d);
+    case PIPERT_BFLOAT16: return pipert_f_to_bf16(d);
+    default: return pipert_narrow8(d, dtype >= PIPERT_FLOAT8E5M2 ? 5 : 4, pipert_f8_uz(dtype), saturate);
+  }
+}
+static inline PIPERT_HD float pipert_from_bits(uint32_t b, int dtype) {
+  switch (dtype) {
+    case PIPERT_FLOAT16: return pipert_f16_to_f((uint16_t)b);
+    case PIPERT_BFLOAT16: return pipert_bf16_to_f((uint16_t)b);
+    default: return pipert_widen8((uint8_t)b, dtype >= PIPERT_FLOAT8E5M2 ? 5 : 4, pipert_f8_uz(dtype));
+  }
 }
 
 /* A tensor of one micro-batch. nbytes = product(dims) * element size. */

@@ -303,10 +303,15 @@ static int accept_input(const pipert_pipeline *p, int idx, rt_array *a, const ch
     rt_errorf("input '%s' given twice (again in %s)", d->name, src);
     return 2;
   }
-  if (d->dtype == PIPERT_BFLOAT16 && a->dtype == PIPERT_UINT16) a->dtype = PIPERT_BFLOAT16; /* its bit patterns */
+  /* bfloat16 and float8 have no numpy type: they come as their bit patterns (rt_npy.c) */
+  int bits = d->dtype == PIPERT_BFLOAT16 ? PIPERT_UINT16 : 0;
+  if (d->dtype >= PIPERT_FLOAT8E4M3FN && d->dtype <= PIPERT_FLOAT8E5M2FNUZ) bits = PIPERT_UINT8;
+  if (bits && a->dtype == bits) a->dtype = d->dtype;
   if (a->dtype != d->dtype) {
-    rt_errorf("input '%s' (%s): expected dtype %s%s, given %s", d->name, src, rt_dtype_name(d->dtype),
-              d->dtype == PIPERT_BFLOAT16 ? " (uint16 bit patterns)" : "", rt_dtype_name(a->dtype));
+    char as[40] = "";
+    if (bits) snprintf(as, sizeof as, " (%s bit patterns)", rt_dtype_name(bits));
+    rt_errorf("input '%s' (%s): expected dtype %s%s, given %s", d->name, src, rt_dtype_name(d->dtype), as,
+              rt_dtype_name(a->dtype));
     return 2;
   }
   if (d->rank == 0 && a->rank != 0) { /* a scalar: the same for every micro-batch (repeated by rt_load_inputs) */

@@ -5,11 +5,14 @@
 #include <string.h>
 #include "rt.h"
 
-/* bfloat16 has no numpy type: its arrays are uint16 bit patterns ('<u2', as
- * onnx.numpy_helper gives them); reading '<u2' gives uint16 (the later row wins), which
- * an input declared bfloat16 takes (rt_main.c accept_input) */
+/* bfloat16 and float8 have no numpy type: their arrays are bit patterns, uint16 ('<u2',
+ * as onnx.numpy_helper gives bfloat16) and uint8 ('|u1'); reading '<u2' or '|u1' gives
+ * uint16 or uint8 (the later row wins), which an input declared bfloat16 or float8 takes
+ * (rt_main.c accept_input) */
 static const struct { int dtype; const char *descr; const char *name; size_t size; } k_dtypes[] = {
   {PIPERT_BFLOAT16, "u2", "bfloat16", 2},
+  {PIPERT_FLOAT8E4M3FN, "u1", "float8e4m3fn", 1}, {PIPERT_FLOAT8E4M3FNUZ, "u1", "float8e4m3fnuz", 1},
+  {PIPERT_FLOAT8E5M2, "u1", "float8e5m2", 1},     {PIPERT_FLOAT8E5M2FNUZ, "u1", "float8e5m2fnuz", 1},
   {PIPERT_FLOAT, "f4", "float32", 4},  {PIPERT_DOUBLE, "f8", "float64", 8},
   {PIPERT_FLOAT16, "f2", "float16", 2}, {PIPERT_INT64, "i8", "int64", 8},
   {PIPERT_INT32, "i4", "int32", 4},    {PIPERT_INT16, "i2", "int16", 2},

@@ -62,10 +62,10 @@ void cg_scratch(cg_ctx *c, size_t n);
 int cg_fail(cg_ctx *c, const ir_node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* C element type for a dtype ("float", "int64_t", "uint8_t" for bool, "uint16_t" bit
- * patterns for float16 and bfloat16), NULL if unsupported. */
+ * patterns for float16 and bfloat16, "uint8_t" ones for float8), NULL if unsupported. */
 const char *cg_ctype(ir_dtype t);
 /* A float/double literal that reads back exactly ("1.5f", "-INFINITY", "NAN"); for
- * float16 and bfloat16 the nearest value's bit pattern ("0x3c00"). */
+ * float16, bfloat16 and float8 the nearest value's bit pattern ("0x3c00", "0x38"). */
 const char *cg_flit(char *buf, size_t n, double v, ir_dtype t);
 
 /* Value helpers (NULL / -1 when the slot is omitted). */

@@ -21,7 +21,7 @@
 #include "codegen/emit_common.h"
 #include "codegen/stage.h"
 #include "ir/diag.h"
-#include "runtime/pipert.h" /* pipert_f_to_f16, pipert_f_to_bf16 */
+#include "runtime/pipert.h" /* pipert_to_bits */
 
 /* ---- helpers shared with the op emitters ---------------------------------------- */
 
@@ -60,13 +60,14 @@ const char *cg_ctype(ir_dtype t) {
     case IR_UINT64: return "uint64_t";
     case IR_BOOL: return "uint8_t";
     case IR_FLOAT16: case IR_BFLOAT16: return "uint16_t"; /* bit patterns: only moved, computed in float */
+    case IR_FLOAT8E4M3FN: case IR_FLOAT8E4M3FNUZ: case IR_FLOAT8E5M2: case IR_FLOAT8E5M2FNUZ: return "uint8_t";
     default: return NULL;
   }
 }
 
 const char *cg_flit(char *buf, size_t n, double v, ir_dtype t) {
-  if (t == IR_FLOAT16 || t == IR_BFLOAT16)
-    snprintf(buf, n, "0x%04x", (unsigned)(t == IR_FLOAT16 ? pipert_f_to_f16(v) : pipert_f_to_bf16(v)));
+  if (ir_dtype_narrow(t)) /* as wide as the type: "0x3c00", "0x38" */
+    snprintf(buf, n, "0x%0*x", (int)ir_dtype_size(t) * 2, (unsigned)pipert_to_bits(v, t, 1));
   else if (v != v) snprintf(buf, n, "NAN");
   else if (v == 1.0 / 0.0) snprintf(buf, n, "INFINITY");
   else if (v == -1.0 / 0.0) snprintf(buf, n, "(-INFINITY)");

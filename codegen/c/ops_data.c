@@ -76,7 +76,7 @@ static int emit_constant_of_shape(cg_ctx *c, const ir_node *n) {
   if (a && a->type == IR_ATTR_TENSOR && a->tensor >= 0) ir_const_f64(&c->g->values[a->tensor], 0, &v);
   char l[48];
   if (!cg_numel(y)) return 0;
-  if (y->dtype == IR_FLOAT || y->dtype == IR_DOUBLE || y->dtype == IR_FLOAT16 || y->dtype == IR_BFLOAT16)
+  if (ir_dtype_is_float(y->dtype))
     cg_flit(l, sizeof l, v, y->dtype);
   else snprintf(l, sizeof l, "%lld", LL(v));
   cg_w(c, "  for (long i = 0; i < %lld; i++) y0[i] = %s;\n", LL(cg_numel(y)), l);

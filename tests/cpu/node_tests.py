@@ -84,10 +84,19 @@ def bake_shape_inputs(m, feeds):
     return want
 
 
+FLOAT8 = (onnx.TensorProto.FLOAT8E4M3FN, onnx.TensorProto.FLOAT8E4M3FNUZ, onnx.TensorProto.FLOAT8E5M2,
+          onnx.TensorProto.FLOAT8E5M2FNUZ)
+
+
 def read_pb(path):
+    """(name, array) of a TensorProto file; float8 as its uint8 bit patterns, as pipecc's
+    pipelines take and give them (numpy_helper.to_array would decode them to float32)."""
     t = onnx.TensorProto()
     with open(path, "rb") as f:
         t.ParseFromString(f.read())
+    if t.data_type in FLOAT8:
+        raw = np.frombuffer(t.raw_data, np.uint8) if t.HasField("raw_data") else np.array(t.int32_data, np.uint8)
+        return t.name, raw.reshape(tuple(t.dims))
     return t.name, numpy_helper.to_array(t)
 
 

@@ -872,14 +872,14 @@ def _(d, n):  # per-axis scale of the wrong length
     return save(model(nodes, [vi("x", [2, 4], TensorProto.INT8)], [vi("y", [2, 4])], inits, opset=13), d, n)
 
 
-@case("quantize_to_float", r"quantizing to float32 is not supported \(int8, uint8, int16, uint16\)", node="q")
+@case("quantize_to_float", r"quantizing to float32 is not supported \(int8, uint8, int16, uint16, float8\)", node="q")
 def _(d, n):  # output_dtype FLOAT (opset 21): not a quantized type
     nodes = [helper.make_node("QuantizeLinear", ["x", "s"], ["y"], name="q", output_dtype=TensorProto.FLOAT)]
     inits = [numpy_helper.from_array(np.array(0.5, np.float32), "s")]
     return save(model(nodes, [vi("x", [2, 4])], [vi("y", [2, 4])], inits, opset=21), d, n)
 
 
-@case("train_float16_output", r"--loss mse: the model has no float32 or float64 output.*float16/bfloat16 outputs.*"
+@case("train_float16_output", r"--loss mse: the model has no float32 or float64 output.*float16/bfloat16/float8 outputs.*"
       r"export the float32 model", args=("-g", "1", "--train", "--loss", "mse", "--plan-only"))
 def _(d, n):  # float16 inference compiles (computed in float); training it would need loss scaling
     nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu1")]

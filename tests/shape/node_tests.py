@@ -34,7 +34,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # TensorProto.DataType -> pipecc's dtype names (ir/ir.c)
 DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 8: "string",
           9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 14: "complex64",
-          15: "complex128", 16: "bfloat16"}
+          15: "complex128", 16: "bfloat16", 17: "float8e4m3fn", 18: "float8e4m3fnuz", 19: "float8e5m2",
+          20: "float8e5m2fnuz"}
 
 
 def default_data_dir():
