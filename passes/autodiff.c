@@ -124,6 +124,14 @@ int ad_reshape(ad_ctx *a, int x, const ir_shape *s) {
   if (same) return x;
   return ad_bin(a, IR_OP_Reshape, x, ad_c_i64(a, s->dims, s->rank));
 }
+int ad_lead(ad_ctx *a, int x, int rank) {
+  ir_shape s = ad_shape(a, x);
+  if (s.rank != 1 || s.dims[0] <= 1) return x;
+  s.rank = rank;
+  for (int d = 1; d < rank; d++) s.dims[d] = 1;
+  return ad_reshape(a, x, &s);
+}
+
 int ad_transpose(ad_ctx *a, int x, const int64_t *perm, int r) {
   int id = ad_begin(a, IR_OP_Transpose, &x, 1, 1, NULL);
   ad_attr_is(a, id, "perm", perm, r);
@@ -586,9 +594,7 @@ static int bw_reduce(ad_ctx *a, int node, int dy) {
       break;
     case IR_OP_ReduceMax: case IR_OP_ReduceMin: { /* as torch amax/amin: shared evenly by the ties */
       int m = ad_bin(a, IR_OP_Equal, X, ad_reshape(a, Y, &ks));
-      int id = ad_begin(a, IR_OP_Cast, &m, 1, 1, NULL);
-      ad_attr_i(a, id, "to", a->ft);
-      int mf = ad_end(a, id);
+      int mf = ad_cast(a, m, a->ft);
       int64_t all[IR_MAX_RANK];
       for (int i = 0; i < xs.rank; i++) all[i] = i;
       int c = n ? ad_reduce(a, IR_OP_ReduceSum, mf, axes, n, 1) : ad_reduce(a, IR_OP_ReduceSum, mf, all, xs.rank, 1);
@@ -761,12 +767,7 @@ static int bw_eltwise(ad_ctx *a, int node, int dy) {
     }
     case IR_OP_Cast: /* between floating-point types: cast the gradient back */
       if (ad_dtype(a, X) != IR_FLOAT && ad_dtype(a, X) != IR_DOUBLE) return 0;
-      gx = dy;
-      if (ad_dtype(a, X) != ad_dtype(a, dy)) {
-        int id = ad_begin(a, IR_OP_Cast, &dy, 1, 1, NULL);
-        ad_attr_i(a, id, "to", ad_dtype(a, X));
-        gx = ad_end(a, id);
-      }
+      gx = ad_cast(a, dy, ad_dtype(a, X));
       break;
     case IR_OP_Add: case IR_OP_Sub: case IR_OP_Mul: case IR_OP_Div: case IR_OP_Pow: {
       if (needs(a, X)) {
@@ -937,12 +938,7 @@ static int bw_gather(ad_ctx *a, int node, int dy) {
   int ax = norm_axis(a, node, xs.rank, 0), q = is.rank;
   ir_shape us = is;
   us.dims[us.rank++] = 1;
-  int idx = ad_reshape(a, I, &us);
-  if (ad_dtype(a, I) != IR_INT64) {
-    int id = ad_begin(a, IR_OP_Cast, &idx, 1, 1, NULL);
-    ad_attr_i(a, id, "to", IR_INT64);
-    idx = ad_end(a, id);
-  }
+  int idx = ad_cast(a, ad_reshape(a, I, &us), IR_INT64);
   int upd = dy;
   ir_shape zs = xs;
   int64_t perm[IR_MAX_RANK], back[IR_MAX_RANK];
@@ -1033,9 +1029,7 @@ static int bw_dropout(ad_ctx *a, int node, int dy) {
     g->values[mask].producer = node;
     if (pass_shape_node(g, node)) return a->err = 1, -1;
   }
-  int id = ad_begin(a, IR_OP_Cast, &mask, 1, 1, NULL);
-  ad_attr_i(a, id, "to", a->ft);
-  int m = ad_end(a, id);
+  int m = ad_cast(a, mask, a->ft);
   int gv = ad_bin(a, IR_OP_Mul, dy, m);
   if (ratio > 0 && ratio < 1) gv = ad_bin(a, IR_OP_Div, gv, ad_c_f(a, 1 - ratio, a->ft));
   acc(a, X, gv);

@@ -43,6 +43,9 @@ int ad_c_f(ad_ctx *a, double v, ir_dtype dt);     /* scalar float constant */
 ir_shape ad_shape(ad_ctx *a, int v);
 ir_dtype ad_dtype(ad_ctx *a, int v);
 int ad_reshape(ad_ctx *a, int x, const ir_shape *s);
+/* A 1-D x of n > 1 elements as [n, 1, ..., 1] of the given rank (it then broadcasts
+ * along the axis rank - 1 dims from the right: per channel, per row); any other x as is. */
+int ad_lead(ad_ctx *a, int x, int rank);
 int ad_transpose(ad_ctx *a, int x, const int64_t *perm, int r);
 int ad_reduce(ad_ctx *a, ir_op op, int x, const int64_t *axes, int n, int keep);
 int ad_expand(ad_ctx *a, int x, const ir_shape *s);

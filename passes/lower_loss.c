@@ -54,11 +54,7 @@ static int lower(ad_ctx *a, int node) {
     ad_attr_i(a, id, "axis", 1);
     x = ad_end(a, id);
   }
-  if (ad_dtype(a, t) != IR_INT64) {
-    int id = ad_begin(a, IR_OP_Cast, &t, 1, 1, NULL);
-    ad_attr_i(a, id, "to", IR_INT64);
-    t = ad_end(a, id);
-  }
+  t = ad_cast(a, t, IR_INT64);
   int mask = -1;
   if (has_ii) { /* ignored targets read class 0, with weight 0 */
     mask = ad_bin(a, IR_OP_Equal, t, ad_c_i64_scalar(a, ii));

@@ -81,7 +81,7 @@ static int mean(ad_ctx *a, int x, const int64_t *axes, int n) { return ad_reduce
 static int lower_groupnorm(ad_ctx *a, int node) {
   ir_graph *g = a->g;
   ir_node nd = g->nodes[node];
-  ir_shape xs = ad_shape(a, nd.in[0]), gs, cs;
+  ir_shape xs = ad_shape(a, nd.in[0]), gs;
   ir_dtype xt = ad_dtype(a, nd.in[0]), t = xt == IR_DOUBLE ? IR_DOUBLE : IR_FLOAT; /* float16: in float */
   int64_t G = ir_attr_int(&nd, "num_groups", 1), two = 2;
   memset(&gs, 0, sizeof gs);
@@ -93,13 +93,9 @@ static int lower_groupnorm(ad_ctx *a, int node) {
   int d = ad_bin(a, IR_OP_Sub, xr, mean(a, xr, &two, 1));
   int var = mean(a, ad_bin(a, IR_OP_Mul, d, d), &two, 1);
   int y = ad_bin(a, IR_OP_Div, d, ad_un(a, IR_OP_Sqrt, ad_bin(a, IR_OP_Add, var, ad_c_f(a, ir_attr_float(&nd, "epsilon", 1e-5f), t))));
-  int per_channel = nd.opset >= 21;
-  memset(&cs, 0, sizeof cs); /* scale and bias as [C or G, 1, ...] against y's layout */
-  cs.rank = per_channel ? xs.rank - 1 : 2;
-  cs.dims[0] = per_channel ? xs.dims[1] : G;
-  for (int i = 1; i < cs.rank; i++) cs.dims[i] = 1;
+  int per_channel = nd.opset >= 21, lr = per_channel ? xs.rank - 1 : 2; /* scale, bias: [C or G, 1, ...] */
   if (per_channel) y = ad_reshape(a, y, &xs);
-  int sc = ad_reshape(a, ad_cast(a, nd.in[1], t), &cs), bi = ad_reshape(a, ad_cast(a, nd.in[2], t), &cs);
+  int sc = ad_lead(a, ad_cast(a, nd.in[1], t), lr), bi = ad_lead(a, ad_cast(a, nd.in[2], t), lr);
   y = ad_bin(a, IR_OP_Add, ad_bin(a, IR_OP_Mul, y, sc), bi);
   if (!per_channel) y = ad_reshape(a, y, &xs);
   y = ad_cast(a, y, xt);

@@ -34,22 +34,14 @@ static int one_hot(ad_ctx *a, int lab, int64_t rows, int64_t C) {
   s.rank = 2;
   s.dims[0] = rows;
   s.dims[1] = 1;
-  int l2 = ad_reshape(a, lab, &s);
-  if (ad_dtype(a, l2) != IR_INT64) {
-    int id = ad_begin(a, IR_OP_Cast, &l2, 1, 1, NULL);
-    ad_attr_i(a, id, "to", IR_INT64);
-    l2 = ad_end(a, id);
-  }
+  int l2 = ad_cast(a, ad_reshape(a, lab, &s), IR_INT64);
   int64_t *ar = malloc(sizeof(int64_t) * (size_t)(C ? C : 1));
   for (int64_t i = 0; i < C; i++) ar[i] = i;
   s.dims[0] = 1;
   s.dims[1] = C;
   int cls = ir_add_const(a->g, "loss/classes", IR_INT64, &s, ar, sizeof(int64_t) * (size_t)C);
   free(ar);
-  int eq = ad_bin(a, IR_OP_Equal, l2, cls);
-  int id = ad_begin(a, IR_OP_Cast, &eq, 1, 1, NULL);
-  ad_attr_i(a, id, "to", a->ft);
-  return ad_end(a, id);
+  return ad_cast(a, ad_bin(a, IR_OP_Equal, l2, cls), a->ft);
 }
 
 static int add_input(ir_graph *g, const char *name, ir_dtype dt, const ir_shape *s) {

@@ -188,14 +188,7 @@ static int layout(ad_ctx *a, int node, int v) {
   int64_t bs = ir_attr_int(n, "block_size", 0), ax = ir_attr_int(n, "axis", 1);
   if (vs.rank == 0 || (ir_shape_numel(&vs) == 1 && !bs)) return v;
   int axis = (int)(ax < 0 ? ax + xs.rank : ax);
-  if (!bs) {
-    ir_shape s;
-    memset(&s, 0, sizeof s);
-    s.rank = xs.rank - axis;
-    s.dims[0] = vs.dims[0];
-    for (int d = 1; d < s.rank; d++) s.dims[d] = 1;
-    return ad_reshape(a, v, &s);
-  }
+  if (!bs) return ad_lead(a, v, xs.rank - axis);
   int64_t D = xs.dims[axis];
   int64_t *idx = malloc(sizeof *idx * (size_t)(D ? D : 1));
   for (int64_t i = 0; i < D; i++) idx[i] = i / bs;
@@ -206,21 +199,15 @@ static int layout(ad_ctx *a, int node, int v) {
   return ad_end(a, gn);
 }
 
-/* operand (slot ia) minus its zero point (slot iz, may be absent), in float64: per row
- * (1-D of the operand's dim -2) when `rows`, else as given (scalar, or per column).
+/* operand (slot ia) minus its zero point (slot iz, may be absent), in float64: the zero
+ * point laid out by ad_lead(zrank): 2 for one per row (the operand's dim -2), 1 as given
+ * (scalar, or per column).
  * float64 holds every int8 product and their sums exactly (below 2^53: K < 2^37), and
  * both targets have float64 GEMMs (the cuda target no integer one). */
-static int centred(ad_ctx *a, const ir_node *nd, int ia, int iz, int rows) {
+static int centred(ad_ctx *a, const ir_node *nd, int ia, int iz, int zrank) {
   int v = ad_cast(a, nd->in[ia], IR_DOUBLE);
   if (iz >= nd->n_in || nd->in[iz] < 0) return v;
-  int z = ad_cast(a, nd->in[iz], IR_DOUBLE);
-  ir_shape zs = ad_shape(a, z);
-  if (rows && zs.rank == 1 && zs.dims[0] > 1) {
-    zs.rank = 2;
-    zs.dims[1] = 1;
-    z = ad_reshape(a, z, &zs);
-  }
-  return ad_bin(a, IR_OP_Sub, v, z);
+  return ad_bin(a, IR_OP_Sub, v, ad_lead(a, ad_cast(a, nd->in[iz], IR_DOUBLE), zrank));
 }
 
 static int clip_to(ad_ctx *a, int v, ir_dtype t, ir_dtype ft) {
@@ -230,14 +217,6 @@ static int clip_to(ad_ctx *a, int v, ir_dtype t, ir_dtype ft) {
   return ad_cast(a, ad_op(a, IR_OP_Clip, in, 3), t);
 }
 
-/* a per-row scale (1-D [M], M > 1) as [M, 1] */
-static int per_row(ad_ctx *a, int s) {
-  ir_shape ss = ad_shape(a, s);
-  if (ss.rank != 1 || ss.dims[0] <= 1) return s;
-  ss.rank = 2;
-  ss.dims[1] = 1;
-  return ad_reshape(a, s, &ss);
-}
 
 /* The float64 product p as the node's output: int32 (s < 0), or requantized: times the
  * scale s (x_scale * w_scale / y_scale in the scales' type), plus y_zero_point (slot 7),
@@ -259,34 +238,24 @@ static int lower_matmul(ad_ctx *a, int node) {
   ir_graph *g = a->g;
   ir_node nd = g->nodes[node];
   int qa = nd.op == IR_OP_QLinearMatMul;
-  int p = ad_bin(a, IR_OP_MatMul, centred(a, &nd, 0, 2, 1), centred(a, &nd, qa ? 3 : 1, qa ? 5 : 3, 0));
-  int s = qa ? ad_bin(a, IR_OP_Div, ad_bin(a, IR_OP_Mul, per_row(a, nd.in[1]), nd.in[4]), nd.in[6]) : -1;
+  int p = ad_bin(a, IR_OP_MatMul, centred(a, &nd, 0, 2, 2), centred(a, &nd, qa ? 3 : 1, qa ? 5 : 3, 1));
+  int s = qa ? ad_bin(a, IR_OP_Div, ad_bin(a, IR_OP_Mul, ad_lead(a, nd.in[1], 2), nd.in[4]), nd.in[6]) : -1;
   return finish(a, &nd, p, s);
-}
-
-/* v (1-D [M], M > 1: per output channel) shaped [M, 1, ...] against a conv output of
- * rank r; a scalar or one element as is */
-static int per_channel(ad_ctx *a, int v, int r) {
-  ir_shape s = ad_shape(a, v);
-  if (s.rank != 1 || s.dims[0] <= 1) return v;
-  s.rank = r - 1;
-  for (int d = 1; d < s.rank; d++) s.dims[d] = 1;
-  return ad_reshape(a, v, &s);
 }
 
 static int lower_conv(ad_ctx *a, int node) {
   ir_graph *g = a->g;
   ir_node nd = g->nodes[node];
   int ql = nd.op == IR_OP_QLinearConv, iw = ql ? 3 : 1, izw = ql ? 5 : 3, r = ad_shape(a, nd.in[0]).rank;
-  int in[3] = {centred(a, &nd, 0, 2, 0), ad_cast(a, nd.in[iw], IR_DOUBLE), -1}, n_in = 2;
+  int in[3] = {centred(a, &nd, 0, 2, 1), ad_cast(a, nd.in[iw], IR_DOUBLE), -1}, n_in = 2;
   if (izw < nd.n_in && nd.in[izw] >= 0)
-    in[1] = ad_bin(a, IR_OP_Sub, in[1], per_channel(a, ad_cast(a, nd.in[izw], IR_DOUBLE), r));
+    in[1] = ad_bin(a, IR_OP_Sub, in[1], ad_lead(a, ad_cast(a, nd.in[izw], IR_DOUBLE), r - 1));
   if (ql && nd.n_in > 8 && nd.in[8] >= 0) in[n_in++] = ad_cast(a, nd.in[8], IR_DOUBLE);
   int cn = ad_begin(a, IR_OP_Conv, in, n_in, 1, NULL);
   g->nodes[cn].attr = nd.attr; /* the node's window attributes (auto_pad, pads, strides, ...) */
   g->nodes[cn].n_attr = nd.n_attr;
   int p = ad_end(a, cn);
-  int s = ql ? ad_bin(a, IR_OP_Div, ad_bin(a, IR_OP_Mul, nd.in[1], per_channel(a, nd.in[4], r)), nd.in[6]) : -1;
+  int s = ql ? ad_bin(a, IR_OP_Div, ad_bin(a, IR_OP_Mul, nd.in[1], ad_lead(a, nd.in[4], r - 1)), nd.in[6]) : -1;
   return finish(a, &nd, p, s);
 }
 

@@ -13,7 +13,6 @@ naming the node (exit 2)."""
 
 import os
 import re
-import shutil
 import sys
 
 import numpy as np
@@ -80,9 +79,7 @@ def train_case(a):
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (4, 3, 8))],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, (4, 3, 5))], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="pipecc-tests")
-    d = os.path.join(a.work, "train")
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
+    d = pt.case_dir(a.work, "train")
     path = os.path.join(d, "model.onnx")
     onnx.save(m, path)
     got = pt.train_step(a.pipecc, path, d, {"x": x, "labels": t}, "einsum train step")
@@ -112,9 +109,7 @@ def main():
     for name, (eq, shapes, dt) in CASES.items():
         if a.k and not re.search(a.k, name):
             continue
-        d = os.path.join(a.work, name)
-        shutil.rmtree(d, ignore_errors=True)
-        os.makedirs(d)
+        d = pt.case_dir(a.work, name)
         m = model(eq, shapes, dt)
         path = os.path.join(d, "model.onnx")
         onnx.save(m, path)

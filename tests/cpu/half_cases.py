@@ -22,7 +22,6 @@ the -g 1 and -g 2 outputs must be identical.
 import io
 import os
 import re
-import shutil
 import sys
 
 import numpy as np
@@ -177,9 +176,7 @@ def main():
     for name, (make, dt, exact) in CASES.items():
         if a.k and not re.search(a.k, name):
             continue
-        d = os.path.join(a.work, name)
-        shutil.rmtree(d, ignore_errors=True)
-        os.makedirs(d)
+        d = pt.case_dir(a.work, name)
         m32, x = make()
         m = nw.narrow(m32, dt)
         path = os.path.join(d, "model.onnx")

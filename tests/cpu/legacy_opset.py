@@ -17,7 +17,6 @@ CUDA simulator, exact float32 (--no-tf32)."""
 
 import os
 import re
-import shutil
 import sys
 
 import numpy as np
@@ -149,9 +148,7 @@ def main():
     for name, make in CASES.items():
         if a.k and not re.search(a.k, name):
             continue
-        d = os.path.join(a.work, name)
-        shutil.rmtree(d, ignore_errors=True)
-        os.makedirs(d)
+        d = pt.case_dir(a.work, name)
         legacy, twin = make(True), make(False)
         onnx.checker.check_model(legacy)
         onnx.checker.check_model(twin)

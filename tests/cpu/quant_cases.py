@@ -16,7 +16,6 @@ so the outputs must equal onnxruntime's bit for bit unless --tol allows more.
 
 import os
 import re
-import shutil
 import sys
 
 import numpy as np
@@ -98,9 +97,7 @@ def main():
     for name in ("qdq_cnn", "qdq_cnn_perch", "qop_convmatmul", "dynamic_mlp"):
         if a.k and not re.search(a.k, name):
             continue
-        d = os.path.join(a.work, name)
-        shutil.rmtree(d, ignore_errors=True)
-        os.makedirs(d)
+        d = pt.case_dir(a.work, name)
         path, kind, ops = quantized(name, d)
         print(f"     {name}: ops {', '.join(ops)}")
         x = np.random.default_rng(7).standard_normal(X_SHAPE[kind]).astype(np.float32)

@@ -15,7 +15,6 @@ CUDA simulator, exact float32 (--no-tf32)."""
 
 import os
 import re
-import shutil
 import sys
 
 import numpy as np
@@ -122,9 +121,7 @@ def main():
         if a.k and not re.search(a.k, name):
             continue
         m, x, m0, x0, to_layout = make()
-        d = os.path.join(a.work, name)
-        shutil.rmtree(d, ignore_errors=True)
-        os.makedirs(d)
+        d = pt.case_dir(a.work, name)
         path = os.path.join(d, "model.onnx")
         onnx.save(m, path)
         path0 = os.path.join(d, "model_layout0.onnx")

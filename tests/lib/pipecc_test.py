@@ -39,6 +39,15 @@ def model_work(a, fresh=True):
     return name, work
 
 
+def case_dir(work, name):
+    """work/name, emptied (a model case's folder)."""
+    import shutil
+    d = os.path.join(work, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    return d
+
+
 def done_with(path, ok=True):
     """Removes a test's work folder once it passed (builds, weights, outputs: the suite
     writes gigabytes otherwise), unless PIPECC_KEEP_WORK is set; a failed test's folder
