@@ -160,3 +160,10 @@ int pass_lower_ops(ir_graph *g, const pass_opts *o) {
   (void)o;
   return ad_lower_nodes(g, "lower", is_lowered, lower) < 0 ? -1 : 0;
 }
+
+int sh_CenterCropPad(ir_graph *g, int node) { SH_FAIL("CenterCropPad is not implemented yet"); }
+int sh_MaxUnpool(ir_graph *g, int node) { SH_FAIL("MaxUnpool is not implemented yet"); }
+int sh_ReverseSequence(ir_graph *g, int node) { SH_FAIL("ReverseSequence is not implemented yet"); }
+int sh_Col2Im(ir_graph *g, int node) { SH_FAIL("Col2Im is not implemented yet"); }
+int sh_Compress(ir_graph *g, int node) { SH_FAIL("Compress is not implemented yet"); }
+int sh_AffineGrid(ir_graph *g, int node) { SH_FAIL("AffineGrid is not implemented yet"); }

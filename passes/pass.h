@@ -58,6 +58,9 @@ int pass_lower_quant(ir_graph *g, const pass_opts *o);
 /* lower: GroupNormalization, MeanVarianceNormalization and EyeLike written in other
  * ops (passes/lower_ops.c), after shape inference. */
 int pass_lower_ops(ir_graph *g, const pass_opts *o);
+/* signal: DFT, STFT, the window functions and MelWeightMatrix written in other ops
+ * (passes/lower_signal.c), after shape inference. */
+int pass_lower_signal(ir_graph *g, const pass_opts *o);
 /* widen: float16, bfloat16 and float8 computed in float (passes/widen.c): every node
  * but those pass_widen_keeps names reads narrow inputs through a Cast to float (a
  * narrow constant becomes a float constant) and writes narrow outputs through a Cast

@@ -1127,7 +1127,11 @@ static int emit_rnn(cu_ctx *c, const ir_node *n) {
   return 0;
 }
 
+cu_op_fn cu_op_emitter_sample(ir_op op);
+
 cu_op_fn cu_op_emitter(ir_op op) {
+  cu_op_fn f = cu_op_emitter_sample(op);
+  if (f) return f;
   switch (op) {
     case IR_OP_Conv: return emit_conv;
     case IR_OP_Gemm: return emit_gemm;
