@@ -158,7 +158,17 @@ def extra_models():
         helper.make_node("EyeLike", ["x"], ["e"], k=-1, dtype=TensorProto.INT32),
         helper.make_node("Relu", ["x"], ["y"])],
         [("x", f32, (4, 6))], [("e", TensorProto.INT32), ("y", f32)]), {"x": rng.standard_normal((4, 6)).astype(np.float32)}))
+    # more, one module per family of ops, each with models(model, rng) -> [(name, model, feeds)]
+    import importlib
+    for mod in EXTRA_MODULES:
+        out += importlib.import_module(mod).models(model, rng)
     return out
+
+
+# extra_signal: DFT, STFT, windows, MelWeightMatrix; extra_sample: GridSample, RoiAlign,
+# DeformConv, Det; extra_lower: the ops passes/lower_ops.c writes in others
+EXTRA_MODULES = [m for m in ("extra_signal", "extra_sample", "extra_lower")
+                 if os.path.exists(os.path.join(os.path.dirname(os.path.abspath(__file__)), m + ".py"))]
 
 
 def write_extra(work):
