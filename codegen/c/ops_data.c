@@ -732,10 +732,12 @@ static int emit_scatter_nd(cg_ctx *c, const ir_node *n) {
 
 cg_op_fn cg_op_emitter_nn(ir_op op);
 cg_op_fn cg_op_emitter_sample(ir_op op);
+cg_op_fn cg_op_emitter_vision(ir_op op);
 
 cg_op_fn cg_op_emitter(ir_op op) {
   cg_op_fn f = cg_op_emitter_nn(op);
   if (!f) f = cg_op_emitter_sample(op);
+  if (!f) f = cg_op_emitter_vision(op);
   if (f) return f;
   switch (op) {
     case IR_OP_Reshape: case IR_OP_Flatten: case IR_OP_Squeeze: case IR_OP_Unsqueeze: case IR_OP_Identity:

@@ -1,5 +1,4 @@
-/* codegen/c/ops_sample.c - the sampling ops for the CPU target: GridSample, RoiAlign,
- * DeformConv, Det. */
+/* codegen/c/ops_sample.c - GridSample and Det for the CPU target. */
 #include "codegen/c/cg_c.h"
 
 cg_op_fn cg_op_emitter_sample(ir_op op);

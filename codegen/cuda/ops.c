@@ -1128,9 +1128,11 @@ static int emit_rnn(cu_ctx *c, const ir_node *n) {
 }
 
 cu_op_fn cu_op_emitter_sample(ir_op op);
+cu_op_fn cu_op_emitter_vision(ir_op op);
 
 cu_op_fn cu_op_emitter(ir_op op) {
   cu_op_fn f = cu_op_emitter_sample(op);
+  if (!f) f = cu_op_emitter_vision(op);
   if (f) return f;
   switch (op) {
     case IR_OP_Conv: return emit_conv;

@@ -1,5 +1,4 @@
-/* codegen/cuda/ops_sample.c - the sampling ops for the cuda target: GridSample,
- * RoiAlign, DeformConv, Det. */
+/* codegen/cuda/ops_sample.c - GridSample and Det for the cuda target. */
 #include "codegen/cuda/cg_cuda.h"
 
 cu_op_fn cu_op_emitter_sample(ir_op op);
