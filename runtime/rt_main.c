@@ -320,9 +320,11 @@ static int accept_input(const pipert_pipeline *p, int idx, rt_array *a, const ch
     return 2;
   }
   if (d->rank > 0) {
-    int ok = a->rank == d->rank && a->dims[0] > 0 && d->dims[0] > 0 && a->dims[0] % d->dims[0] == 0;
+    /* an empty batch (dim 0 of 0, compiled so: a micro-batch of no samples) runs once */
+    int empty = a->rank == d->rank && a->dims[0] == 0 && d->dims[0] == 0;
+    int ok = empty || (a->rank == d->rank && a->dims[0] > 0 && d->dims[0] > 0 && a->dims[0] % d->dims[0] == 0);
     for (int k = 1; ok && k < d->rank; k++) ok = a->dims[k] == d->dims[k];
-    int64_t t = ok ? a->dims[0] / d->dims[0] : 0;
+    int64_t t = empty ? 1 : ok ? a->dims[0] / d->dims[0] : 0;
     if (ok && *T && t != *T) {
       rt_errorf("input '%s' (%s): batch of %lld samples, but other inputs have %lld", d->name, src,
                 (long long)a->dims[0], (long long)(*T * d->dims[0]));
