@@ -32,6 +32,12 @@ static int const_whole(const ir_graph *g, int v, int64_t *out) {
   return 1;
 }
 
+ir_op onnx_legacy_op(const char *domain, const char *op_type) {
+  if (domain && *domain && strcmp(domain, "ai.onnx")) return IR_OP_UNKNOWN;
+  if (!strcmp(op_type, "Scatter")) return IR_OP_ScatterElements;
+  return IR_OP_UNKNOWN;
+}
+
 int onnx_legacy_attrs(ir_graph *g, int node) {
   ir_node *n = &g->nodes[node];
   ir_attr *a;

@@ -26,6 +26,9 @@
 #define PIPECC_FRONTEND_ONNX_LEGACY_H
 #include "ir/ir.h"
 
+/* Ops of the default domain that pipecc knows under another name: Scatter (opset 9,
+ * deprecated in 11) is ScatterElements without 'reduction'. The op, or IR_OP_UNKNOWN. */
+ir_op onnx_legacy_op(const char *domain, const char *op_type);
 /* Attribute-only changes of node (its attributes converted, its inputs not yet
  * resolved), before the attribute types are checked. 0, or -1 after reporting (the
  * caller checks nothing more of the node). */

@@ -524,6 +524,7 @@ static void add_one_node(ctx *c, const Onnx__NodeProto *np, const scope *s, int 
   const char *domain = np->domain ? np->domain : "";
   const Onnx__FunctionProto *fn = NULL;
   ir_op op = ir_op_lookup(domain, np->op_type);
+  if (op == IR_OP_UNKNOWN) op = onnx_legacy_op(domain, np->op_type); /* renamed ops (Scatter) */
   if (op == IR_OP_UNKNOWN || (*domain && strcmp(domain, "ai.onnx"))) fn = find_function(c, domain, np->op_type);
 
   if (fn) { /* inline a model-local function */

@@ -45,6 +45,7 @@ def supported_ops():
             if m:
                 ops.add(m.group(1))
     ops.add("Constant")  # the frontend turns Constant nodes into constants
+    ops.add("Scatter")  # frontend/onnx_legacy.c maps it to ScatterElements
     return ops
 
 
@@ -65,7 +66,8 @@ REDUCE = ["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "Re
           "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"]
 CONST_SLOTS = dict({r: [1] for r in REDUCE}, Reshape=[1], Expand=[1], Tile=[1], ConstantOfShape=[0], Range=[0, 1, 2],
                    Slice=[1, 2, 3, 4], Pad=[1, 2, 3], Split=[1], Squeeze=[1], Unsqueeze=[1], Resize=[1, 2, 3],
-                   Upsample=[1], CumSum=[1], Trilu=[1], OneHot=[1], TopK=[1])
+                   Upsample=[1], CumSum=[1], Trilu=[1], OneHot=[1], TopK=[1], CenterCropPad=[1], Col2Im=[1, 2],
+                   Compress=[1], AffineGrid=[1], MaxUnpool=[2])
 
 
 def bake_shape_inputs(m, feeds):
