@@ -253,10 +253,14 @@ static const char *works_across(ir_graph *g, const ir_node *n, int a, int ao) {
     case IR_OP_BatchNormalization: /* inference: per channel; training: statistics of each micro-batch (by design, as in GPipe) */
       if (ir_attr_int(n, "training_mode", 0) == 0 && n->n_out == 1) return NULL;
       return a != 0 ? "it takes batch statistics over an axis that is not the batch's" : NULL;
+    case IR_OP_RoiAlign: return "its batch_indices pick images of the whole batch, not of a micro-batch";
     case IR_OP_Conv: case IR_OP_ConvTranspose: case IR_OP_MaxPool: case IR_OP_AveragePool: case IR_OP_LpPool:
     case IR_OP_GlobalMaxPool: case IR_OP_GlobalAveragePool: case IR_OP_GlobalLpPool:
     case IR_OP_InstanceNormalization: case IR_OP_LRN: case IR_OP_DepthToSpace: case IR_OP_SpaceToDepth:
       return a != 0 ? "its input carries the batch on another axis than 0 (N of N,C,...)" : NULL;
+    case IR_OP_GridSample: /* X's N with grid's N, or X's C with a grid that does not depend on it */
+      return a > 1 || (a == 0) != (pass_batch_axis(g, n->in[1]) == 0) ? "it samples X across the batch axis" : NULL;
+    case IR_OP_Det: return a >= r - 2 ? "it takes determinants across the batch axis" : NULL;
     default:
       return NULL;
   }

@@ -67,16 +67,26 @@ REDUCE = ["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "Re
 CONST_SLOTS = dict({r: [1] for r in REDUCE}, Reshape=[1], Expand=[1], Tile=[1], ConstantOfShape=[0], Range=[0, 1, 2],
                    Slice=[1, 2, 3, 4], Pad=[1, 2, 3], Split=[1], Squeeze=[1], Unsqueeze=[1], Resize=[1, 2, 3],
                    Upsample=[1], CumSum=[1], Trilu=[1], OneHot=[1], TopK=[1], CenterCropPad=[1], Col2Im=[1, 2],
-                   Compress=[1], AffineGrid=[1], MaxUnpool=[2])
+                   Compress=[1], AffineGrid=[1], MaxUnpool=[2], DFT=[1, 2], STFT=[1, 3], HannWindow=[0],
+                   HammingWindow=[0], BlackmanWindow=[0], MelWeightMatrix=[0, 1, 2, 3, 4])
 
 
 def bake_shape_inputs(m, feeds):
-    """Graph inputs used in CONST_SLOTS become initializers. Returns the names baked."""
-    want = set()
-    for n in m.graph.node:
-        for k in CONST_SLOTS.get(n.op_type, []):
-            if k < len(n.input) and n.input[k] in feeds:
-                want.add(n.input[k])
+    """Graph inputs used in CONST_SLOTS become initializers, also where they reach such a
+    slot through other nodes (a window function's expanded body: Cast(size) ... Range),
+    not through Shape or Size. Returns the names baked."""
+    made_by = {o: n for n in m.graph.node for o in n.output}
+    stack = [n.input[k] for n in m.graph.node for k in CONST_SLOTS.get(n.op_type, []) if k < len(n.input)]
+    want, seen = set(), set()
+    while stack:
+        v = stack.pop()
+        if not v or v in seen:
+            continue
+        seen.add(v)
+        if v in feeds:
+            want.add(v)
+        elif v in made_by and made_by[v].op_type not in ("Shape", "Size"):  # those read no values
+            stack.extend(made_by[v].input)
     for name in want:
         m.graph.initializer.append(numpy_helper.from_array(feeds[name], name))
         keep = [i for i in m.graph.input if i.name != name]

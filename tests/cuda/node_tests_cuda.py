@@ -67,6 +67,9 @@ FAMILIES = {
     "resize": {"Resize", "Upsample"},
     "lrn": {"LRN"},
     "recurrent": {"RNN", "GRU", "LSTM"},
+    "sample": {"GridSample", "Det"},
+    "vision": {"RoiAlign", "DeformConv"},
+    "lowered": {"CenterCropPad", "MaxUnpool", "ReverseSequence", "Col2Im", "Compress", "AffineGrid", "Scatter"},
 }
 # families of the EXTRA models only (the node tests of these ops run in every model test)
 EXTRA_FAMILIES = {

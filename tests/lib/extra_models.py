@@ -165,10 +165,10 @@ def extra_models():
     return out
 
 
-# extra_signal: DFT, STFT, windows, MelWeightMatrix; extra_sample: GridSample, RoiAlign,
-# DeformConv, Det; extra_lower: the ops passes/lower_ops.c writes in others
-EXTRA_MODULES = [m for m in ("extra_signal", "extra_sample", "extra_lower")
-                 if os.path.exists(os.path.join(os.path.dirname(os.path.abspath(__file__)), m + ".py"))]
+# one module per family of ops: extra_signal (DFT, STFT, windows, MelWeightMatrix),
+# extra_sample (GridSample, Det), extra_vision (RoiAlign, DeformConv), extra_lower (the
+# ops passes/lower_ops.c writes in others)
+EXTRA_MODULES = ["extra_signal", "extra_sample", "extra_vision", "extra_lower"]
 
 
 def write_extra(work):
