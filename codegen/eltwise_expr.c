@@ -250,6 +250,15 @@ int cg_eltwise_node_expr(const cg_expr_writer *c, const ir_node *n, const char *
         ew(c, "pipert_f_to_%s((double)%s, %d);\n", narrow_fn(t), A, ir_attr_int(n, "saturate", 1) != 0);
       else if (ir_dtype_narrow(t)) ew(c, "pipert_f_to_%s((double)%s);\n", narrow_fn(t), A);
       else if (t == IR_BOOL) ew(c, "(uint8_t)(%s != 0);\n", A);
+      else if (ir_dtype_is_4bit(t)) {
+        /* to int4/uint4 (one value per byte): clipped to the range, then rounded half to
+         * even; NaN gives 0 */
+        int lo = t == IR_INT4 ? -8 : 0, hi = t == IR_INT4 ? 7 : 15;
+        if (is_float(xt))
+          ew(c, "%s != %s ? (%s)0 : (%s)rint(%s < %d ? %d : %s > %d ? %d : %s);\n", A, A, T, T, A, lo, lo, A, hi, hi, A);
+        else if (is_signed_int(xt)) ew(c, "(%s)(%s < %d ? %d : %s > %d ? %d : %s);\n", T, A, lo, lo, A, hi, hi, A);
+        else ew(c, "(%s)(%s > %d ? %d : %s);\n", T, A, hi, hi, A); /* unsigned and bool */
+      }
       else if (is_float(xt) && !is_float(t)) {
         /* float -> integer: truncation; NaN and out-of-range values give 0 rather than UB */
         ew(c, "(%s == %s && %s > -9.3e18 && %s < 9.3e18) ? (%s)(int64_t)%s : (%s)0;\n", A, A, A, A, T, A, T);

@@ -236,6 +236,10 @@ static int tensor_value(ctx *c, int node, const Onnx__TensorProto *t, const char
     return -1;
   }
   size_t nbytes = (size_t)numel * es;
+  /* int4 and uint4 are packed two to a byte in the file, low nibble first; pipecc holds
+   * them one value per byte (unpacked below) */
+  int packed = ir_dtype_is_4bit((ir_dtype)dt);
+  size_t fbytes = packed ? ((size_t)numel + 1) / 2 : nbytes;
   const void *data = NULL;
 
   if (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
@@ -266,10 +270,10 @@ static int tensor_value(ctx *c, int node, const Onnx__TensorProto *t, const char
     }
     const ext_file *e = open_external(c, node, name, loc);
     if (!e) return -1;
-    if (len == UINT64_MAX) len = nbytes;
-    if (len != nbytes) {
+    if (len == UINT64_MAX) len = fbytes;
+    if (len != fbytes) {
       ir_error_node(g, node, "tensor '%s': external data length %llu does not match its shape (%zu bytes)", nm,
-                    (unsigned long long)len, nbytes);
+                    (unsigned long long)len, fbytes);
       return -1;
     }
     if (off > e->len || len > e->len - off) {
@@ -281,12 +285,12 @@ static int tensor_value(ctx *c, int node, const Onnx__TensorProto *t, const char
     data = e->data + off;
   } else if ((raw && raw->present) || (!raw && t->has_raw_data)) {
     size_t rl = raw ? raw->len : t->raw_data.len;
-    if (rl != nbytes) {
-      ir_error_node(g, node, "tensor '%s': raw_data has %zu bytes, its shape and type need %zu", nm, rl, nbytes);
+    if (rl != fbytes) {
+      ir_error_node(g, node, "tensor '%s': raw_data has %zu bytes, its shape and type need %zu", nm, rl, fbytes);
       return -1;
     }
     data = raw ? (const void *)(c->base + raw->offset) : (const void *)t->raw_data.data;
-    if (!raw && nbytes) { /* t is freed with the ModelProto: keep a copy */
+    if (!raw && nbytes && !packed) { /* t is freed with the ModelProto: keep a copy */
       void *d = ir_alloc(g->arena, nbytes);
       memcpy(d, data, nbytes);
       data = d;
@@ -301,8 +305,9 @@ static int tensor_value(ctx *c, int node, const Onnx__TensorProto *t, const char
     case IR_UINT32: case IR_UINT64: have = t->n_uint64_data; break;
     default: have = t->n_int32_data; break;
     }
-    if (have != (size_t)numel) {
-      ir_error_node(g, node, "tensor '%s' holds %zu values, its shape needs %lld", nm, have, (long long)numel);
+    if (have != (packed ? fbytes : (size_t)numel)) {
+      ir_error_node(g, node, "tensor '%s' holds %zu values, its shape needs %lld", nm, have,
+                    (long long)(packed ? fbytes : (size_t)numel));
       return -1;
     }
     uint8_t *d = ir_alloc(g->arena, nbytes);
@@ -320,10 +325,19 @@ static int tensor_value(ctx *c, int node, const Onnx__TensorProto *t, const char
         memcpy(o, &x, 2);
         break;
       }
-      default: *o = (uint8_t)t->int32_data[i]; break; /* INT8, UINT8, BOOL, float8 bit patterns */
+      default: *o = (uint8_t)t->int32_data[i]; break; /* INT8, UINT8, BOOL, float8 bit patterns, packed int4 */
       }
     }
     data = d;
+  }
+  if (packed && numel) {
+    const uint8_t *p = data;
+    int8_t *u = ir_alloc(g->arena, nbytes);
+    for (int64_t i = 0; i < numel; i++) {
+      int q = (p[i / 2] >> (4 * (i & 1))) & 15;
+      u[i] = (int8_t)(dt == IR_INT4 && q >= 8 ? q - 16 : q);
+    }
+    data = u;
   }
   int v = ir_add_value(g, name, IR_VAL_CONST, (ir_dtype)dt);
   if (strcmp(g->values[v].name, name) != 0 && is_init) {

@@ -28,6 +28,8 @@ static const struct {
     [IR_FLOAT8E4M3FNUZ] = {"float8e4m3fnuz", "FLOAT8E4M3FNUZ", 1},
     [IR_FLOAT8E5M2] = {"float8e5m2", "FLOAT8E5M2", 1},
     [IR_FLOAT8E5M2FNUZ] = {"float8e5m2fnuz", "FLOAT8E5M2FNUZ", 1},
+    [IR_UINT4] = {"uint4", "UINT4", 1},
+    [IR_INT4] = {"int4", "INT4", 1},
 };
 
 size_t ir_dtype_size(ir_dtype t) { return (t > 0 && t < IR_DTYPE_COUNT) ? dtypes[t].size : 0; }
@@ -42,6 +44,7 @@ int ir_dtype_parse(const char *s) {
 int ir_dtype_narrow(ir_dtype t) {
   return t == IR_FLOAT16 || t == IR_BFLOAT16 || (t >= IR_FLOAT8E4M3FN && t <= IR_FLOAT8E5M2FNUZ);
 }
+int ir_dtype_is_4bit(ir_dtype t) { return t == IR_UINT4 || t == IR_INT4; }
 int ir_dtype_is_float(ir_dtype t) { return t == IR_FLOAT || t == IR_DOUBLE || ir_dtype_narrow(t); }
 
 /* ---- shapes ---- */
@@ -656,8 +659,8 @@ int ir_const_i64(const ir_value *v, int64_t i, int64_t *out) {
   case IR_INT64: { int64_t x; memcpy(&x, p, 8); *out = x; return 0; }
   case IR_INT32: { int32_t x; memcpy(&x, p, 4); *out = x; return 0; }
   case IR_INT16: { int16_t x; memcpy(&x, p, 2); *out = x; return 0; }
-  case IR_INT8: { int8_t x; memcpy(&x, p, 1); *out = x; return 0; }
-  case IR_UINT8: case IR_BOOL: *out = *p; return 0;
+  case IR_INT8: case IR_INT4: { int8_t x; memcpy(&x, p, 1); *out = x; return 0; }
+  case IR_UINT8: case IR_UINT4: case IR_BOOL: *out = *p; return 0;
   case IR_UINT16: { uint16_t x; memcpy(&x, p, 2); *out = x; return 0; }
   case IR_UINT32: { uint32_t x; memcpy(&x, p, 4); *out = x; return 0; }
   case IR_UINT64: { uint64_t x; memcpy(&x, p, 8); *out = (int64_t)x; return 0; }

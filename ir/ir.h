@@ -51,6 +51,8 @@ typedef enum {
   IR_FLOAT8E4M3FNUZ = 18,
   IR_FLOAT8E5M2 = 19,
   IR_FLOAT8E5M2FNUZ = 20,
+  IR_UINT4 = 21, /* held unpacked: one value per byte (uint8_t), packed only in ONNX files */
+  IR_INT4 = 22,  /* held unpacked: one value per byte (int8_t, sign-extended) */
   IR_DTYPE_COUNT
 } ir_dtype;
 
@@ -63,6 +65,8 @@ int ir_dtype_parse(const char *s);
 /* 1 for float16, bfloat16 and the float8 types: both targets hold them as bit patterns
  * and compute in float (passes/widen.c). */
 int ir_dtype_narrow(ir_dtype t);
+/* 1 for int4 and uint4 (held one value per byte). */
+int ir_dtype_is_4bit(ir_dtype t);
 /* 1 for the floating-point types: float32, float64 and the narrow ones. */
 int ir_dtype_is_float(ir_dtype t);
 

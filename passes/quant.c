@@ -31,7 +31,9 @@
 
 #define Q_FLOATS (SH_BIT(IR_FLOAT) | SH_BIT(IR_FLOAT16) | SH_BIT(IR_BFLOAT16))
 
-static int quant_int(ir_dtype t) { return t == IR_INT8 || t == IR_UINT8 || t == IR_INT16 || t == IR_UINT16; }
+static int quant_int(ir_dtype t) {
+  return t == IR_INT8 || t == IR_UINT8 || t == IR_INT16 || t == IR_UINT16 || ir_dtype_is_4bit(t);
+}
 /* the float8 types: quantized by a (saturating) Cast of x / scale, no zero point */
 static int quant_f8(ir_dtype t) { return ir_dtype_narrow(t) && ir_dtype_size(t) == 1; }
 
@@ -211,8 +213,8 @@ static int centred(ad_ctx *a, const ir_node *nd, int ia, int iz, int zrank) {
 }
 
 static int clip_to(ad_ctx *a, int v, ir_dtype t, ir_dtype ft) {
-  double lo = t == IR_INT8 ? -128 : t == IR_INT16 ? -32768 : 0;
-  double hi = t == IR_INT8 ? 127 : t == IR_UINT8 ? 255 : t == IR_INT16 ? 32767 : 65535;
+  double lo = t == IR_INT8 ? -128 : t == IR_INT16 ? -32768 : t == IR_INT4 ? -8 : 0;
+  double hi = t == IR_INT8 ? 127 : t == IR_UINT8 ? 255 : t == IR_INT16 ? 32767 : t == IR_INT4 ? 7 : t == IR_UINT4 ? 15 : 65535;
   int in[3] = {v, ad_c_f(a, lo, ft), ad_c_f(a, hi, ft)};
   return ad_cast(a, ad_op(a, IR_OP_Clip, in, 3), t);
 }

@@ -306,6 +306,21 @@ static int accept_input(const pipert_pipeline *p, int idx, rt_array *a, const ch
   /* bfloat16 and float8 have no numpy type: they come as their bit patterns (rt_npy.c) */
   int bits = d->dtype == PIPERT_BFLOAT16 ? PIPERT_UINT16 : 0;
   if (d->dtype >= PIPERT_FLOAT8E4M3FN && d->dtype <= PIPERT_FLOAT8E5M2FNUZ) bits = PIPERT_UINT8;
+  /* int4 and uint4 come as int8 and uint8 arrays, one value per byte, in range */
+  if (d->dtype == PIPERT_INT4) bits = PIPERT_INT8;
+  if (d->dtype == PIPERT_UINT4) bits = PIPERT_UINT8;
+  if (bits && a->dtype == bits && (d->dtype == PIPERT_INT4 || d->dtype == PIPERT_UINT4)) {
+    int lo = d->dtype == PIPERT_INT4 ? -8 : 0, hi = d->dtype == PIPERT_INT4 ? 7 : 15;
+    size_t n = a->nbytes; /* one byte per value */
+    for (size_t i = 0; i < n; i++) {
+      int v = d->dtype == PIPERT_INT4 ? ((const int8_t *)a->data)[i] : ((const uint8_t *)a->data)[i];
+      if (v < lo || v > hi) {
+        rt_errorf("input '%s' (%s): element %zu is %d, outside %s's range [%d, %d]", d->name, src, i, v,
+                  rt_dtype_name(d->dtype), lo, hi);
+        return 2;
+      }
+    }
+  }
   if (bits && a->dtype == bits) a->dtype = d->dtype;
   if (a->dtype != d->dtype) {
     char as[40] = "";

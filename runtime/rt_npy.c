@@ -13,6 +13,7 @@ static const struct { int dtype; const char *descr; const char *name; size_t siz
   {PIPERT_BFLOAT16, "u2", "bfloat16", 2},
   {PIPERT_FLOAT8E4M3FN, "u1", "float8e4m3fn", 1}, {PIPERT_FLOAT8E4M3FNUZ, "u1", "float8e4m3fnuz", 1},
   {PIPERT_FLOAT8E5M2, "u1", "float8e5m2", 1},     {PIPERT_FLOAT8E5M2FNUZ, "u1", "float8e5m2fnuz", 1},
+  {PIPERT_UINT4, "u1", "uint4", 1},               {PIPERT_INT4, "i1", "int4", 1},
   {PIPERT_FLOAT, "f4", "float32", 4},  {PIPERT_DOUBLE, "f8", "float64", 8},
   {PIPERT_FLOAT16, "f2", "float16", 2}, {PIPERT_INT64, "i8", "int64", 8},
   {PIPERT_INT32, "i4", "int32", 4},    {PIPERT_INT16, "i2", "int16", 2},

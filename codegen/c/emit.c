@@ -61,6 +61,8 @@ const char *cg_ctype(ir_dtype t) {
     case IR_BOOL: return "uint8_t";
     case IR_FLOAT16: case IR_BFLOAT16: return "uint16_t"; /* bit patterns: only moved, computed in float */
     case IR_FLOAT8E4M3FN: case IR_FLOAT8E4M3FNUZ: case IR_FLOAT8E5M2: case IR_FLOAT8E5M2FNUZ: return "uint8_t";
+    case IR_UINT4: return "uint8_t"; /* one value per byte */
+    case IR_INT4: return "int8_t";
     default: return NULL;
   }
 }

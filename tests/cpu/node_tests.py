@@ -109,6 +109,14 @@ def read_pb(path):
     if t.data_type in FLOAT8:
         raw = np.frombuffer(t.raw_data, np.uint8) if t.HasField("raw_data") else np.array(t.int32_data, np.uint8)
         return t.name, raw.reshape(tuple(t.dims))
+    if t.data_type in (onnx.TensorProto.INT4, onnx.TensorProto.UINT4):
+        # packed two to a byte, low nibble first; pipelines take and give them one value
+        # per byte as int8 / uint8 (numpy_helper.to_array would give float32)
+        raw = np.frombuffer(t.raw_data, np.uint8) if t.HasField("raw_data") else np.array(t.int32_data).astype(np.uint8)
+        v = np.stack([raw & 15, raw >> 4], axis=-1).reshape(-1)[:int(np.prod(t.dims))]
+        if t.data_type == onnx.TensorProto.INT4:
+            return t.name, np.where(v >= 8, v.astype(np.int16) - 16, v).astype(np.int8).reshape(tuple(t.dims))
+        return t.name, v.astype(np.uint8).reshape(tuple(t.dims))
     return t.name, numpy_helper.to_array(t)
 
 

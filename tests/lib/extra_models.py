@@ -158,6 +158,23 @@ def extra_models():
         helper.make_node("EyeLike", ["x"], ["e"], k=-1, dtype=TensorProto.INT32),
         helper.make_node("Relu", ["x"], ["y"])],
         [("x", f32, (4, 6))], [("e", TensorProto.INT32), ("y", f32)]), {"x": rng.standard_normal((4, 6)).astype(np.float32)}))
+    # int4 weights, blocked (opset 21): the weight-only quantization of LLM exports, a
+    # DequantizeLinear of packed int4 (and uint4 with zero points) feeding MatMul
+    wq = rng.integers(-8, 8, (64, 24))
+    ws = (rng.random((2, 24)) * 0.1 + 0.01).astype(np.float32)
+    uq, uz = rng.integers(0, 16, (64, 24)), rng.integers(0, 16, (2, 24))
+    xi = rng.standard_normal((5, 64)).astype(np.float32)
+    i4 = onnx.helper.make_model(onnx.helper.make_graph([
+        helper.make_node("DequantizeLinear", ["wq", "ws"], ["w"], axis=0, block_size=32),
+        helper.make_node("DequantizeLinear", ["uq", "ws", "uz"], ["u"], axis=0, block_size=32),
+        helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("MatMul", ["x", "u"], ["z"])], "g",
+        [helper.make_tensor_value_info("x", f32, xi.shape)],
+        [helper.make_tensor_value_info("y", f32, None), helper.make_tensor_value_info("z", f32, None)],
+        [helper.make_tensor("wq", TensorProto.INT4, wq.shape, wq.ravel().tolist()), numpy_helper.from_array(ws, "ws"),
+         helper.make_tensor("uq", TensorProto.UINT4, uq.shape, uq.ravel().tolist()),
+         helper.make_tensor("uz", TensorProto.UINT4, uz.shape, uz.ravel().tolist())]),
+        opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    out.append(("extra_int4_blocked_weights", i4, {"x": xi}))
     # more, one module per family of ops, each with models(model, rng) -> [(name, model, feeds)]
     import importlib
     for mod in EXTRA_MODULES:
