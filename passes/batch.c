@@ -254,7 +254,12 @@ static const char *works_across(ir_graph *g, const ir_node *n, int a, int ao) {
       if (ir_attr_int(n, "training_mode", 0) == 0 && n->n_out == 1) return NULL;
       return a != 0 ? "it takes batch statistics over an axis that is not the batch's" : NULL;
     case IR_OP_RoiAlign: return "its batch_indices pick images of the whole batch, not of a micro-batch";
-    case IR_OP_Conv: case IR_OP_ConvTranspose: case IR_OP_MaxPool: case IR_OP_AveragePool: case IR_OP_LpPool:
+    case IR_OP_MaxPool: /* its Indices count from the micro-batch's first sample: right for MaxUnpool and the
+                           gradient, which read them within the micro-batch, not as a graph output */
+      if (n->n_out > 1 && n->out[1] >= 0 && g->values[n->out[1]].is_output)
+        return "its Indices output, a graph output, would count from each micro-batch's first sample";
+      return a != 0 ? "its input carries the batch on another axis than 0 (N of N,C,...)" : NULL;
+    case IR_OP_Conv: case IR_OP_ConvTranspose: case IR_OP_AveragePool: case IR_OP_LpPool:
     case IR_OP_GlobalMaxPool: case IR_OP_GlobalAveragePool: case IR_OP_GlobalLpPool:
     case IR_OP_InstanceNormalization: case IR_OP_LRN: case IR_OP_DepthToSpace: case IR_OP_SpaceToDepth:
       return a != 0 ? "its input carries the batch on another axis than 0 (N of N,C,...)" : NULL;
