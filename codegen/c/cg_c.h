@@ -119,4 +119,15 @@ int cg_c_emit_profile_main(ir_graph *g, const cg_plan *p, const cg_options *o, c
  * Unsqueeze, Identity, inference Dropout). */
 int cg_is_alias(const ir_node *n);
 
+/* The per-element code of the ops with kernels of their own that both targets share
+ * (codegen/c/ops_sample.c, codegen/c/ops_vision.c; the cuda target puts the same
+ * statements into its kernels, codegen/cuda/ops_sample.c and ops_vision.c). The checks
+ * report "TARGET target: ..." and return -1 for what neither target supports. */
+int cg_sample_check(ir_graph *g, const char *target, const ir_node *n);
+void cg_gridsample_body(ir_graph *g, const ir_node *n, FILE *f, const char *ind);
+void cg_det_body(ir_graph *g, const ir_node *n, FILE *f, const char *ind, const char *a);
+int cg_vision_check(ir_graph *g, const char *target, const ir_node *n);
+void cg_roialign_body(ir_graph *g, const ir_node *n, FILE *f, const char *ind);
+void cg_deform_body(ir_graph *g, const ir_node *n, FILE *f, const char *ind);
+
 #endif

@@ -31,11 +31,7 @@
 
 #define LL(x) ((long long)(x))
 
-/* ---- shared with codegen/cuda/ops_sample.c ----------------------------------------- */
-
-int cg_sample_check(ir_graph *g, const char *target, const ir_node *n);
-void cg_gridsample_body(ir_graph *g, const ir_node *n, FILE *f, const char *ind);
-void cg_det_body(ir_graph *g, const ir_node *n, FILE *f, const char *ind, const char *a);
+/* ---- shared with codegen/cuda/ops_sample.c (declared in cg_c.h) ---------------------- */
 
 /* What both targets need of a GridSample or Det: float or double (float16 and bfloat16
  * come widened, passes/widen.c). 0, or -1 after "TARGET target: ...". */

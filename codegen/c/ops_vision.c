@@ -28,10 +28,6 @@ static const char *gemm_fn(ir_dtype t) { return t == IR_DOUBLE ? "cblas_dgemm" :
 
 /* ---- shared with codegen/cuda/ops_vision.c ----------------------------------------- */
 
-int cg_vision_check(ir_graph *g, const char *target, const ir_node *n);
-void cg_roialign_body(ir_graph *g, const ir_node *n, FILE *f, const char *ind);
-void cg_deform_body(ir_graph *g, const ir_node *n, FILE *f, const char *ind);
-
 /* What both targets need of a RoiAlign or DeformConv: float or double (float16 and
  * bfloat16 come widened, passes/widen.c), 2-D. 0, or -1 after "TARGET target: ...". */
 int cg_vision_check(ir_graph *g, const char *target, const ir_node *n) {

@@ -9,10 +9,6 @@
 
 #define LL(x) ((long long)(x))
 
-int cg_sample_check(ir_graph *g, const char *target, const ir_node *n);
-void cg_gridsample_body(ir_graph *g, const ir_node *n, FILE *f, const char *ind);
-void cg_det_body(ir_graph *g, const ir_node *n, FILE *f, const char *ind, const char *a);
-
 /* The kernel's head: comment, signature, grid-stride loop over i (a long). */
 static void kernel_head(cu_ctx *c, const ir_node *n, const char *I, const char *params) {
   cu_decl(c, "/* node %d: %s '", n->index, ir_op_name(n->op));

@@ -13,9 +13,6 @@
 #define LL(x) ((long long)(x))
 
 /* codegen/c/ops_vision.c */
-int cg_vision_check(ir_graph *g, const char *target, const ir_node *n);
-void cg_roialign_body(ir_graph *g, const ir_node *n, FILE *f, const char *ind);
-void cg_deform_body(ir_graph *g, const ir_node *n, FILE *f, const char *ind);
 
 static const char *dt_name(ir_dtype t) { return t == IR_DOUBLE ? "PK_F64" : "PK_F32"; }
 
