@@ -92,26 +92,27 @@ int ad_cast(ad_ctx *a, int x, ir_dtype to) {
   return ad_end(a, id);
 }
 
+int ad_c_tensor(ad_ctx *a, ir_dtype dt, const ir_shape *s, const void *data, size_t nbytes) {
+  return ir_add_const(a->g, ir_sprintf(a->g->arena, "%s/%s/c", a->base, a->tag), dt, s, data, nbytes);
+}
 int ad_c_i64(ad_ctx *a, const int64_t *v, int n) {
   ir_shape s;
   memset(&s, 0, sizeof s);
   s.rank = 1;
   s.dims[0] = n;
-  return ir_add_const(a->g, ir_sprintf(a->g->arena, "%s/%s/c", a->base, a->tag), IR_INT64, &s, v,
-                      sizeof(int64_t) * (size_t)n);
+  return ad_c_tensor(a, IR_INT64, &s, v, sizeof(int64_t) * (size_t)n);
 }
 int ad_c_f(ad_ctx *a, double v, ir_dtype dt) {
   ir_shape s;
   memset(&s, 0, sizeof s);
-  const char *nm = ir_sprintf(a->g->arena, "%s/%s/c", a->base, a->tag);
-  if (dt == IR_DOUBLE) return ir_add_const(a->g, nm, dt, &s, &v, sizeof v);
+  if (dt == IR_DOUBLE) return ad_c_tensor(a, dt, &s, &v, sizeof v);
   float f = (float)v;
-  return ir_add_const(a->g, nm, IR_FLOAT, &s, &f, sizeof f);
+  return ad_c_tensor(a, IR_FLOAT, &s, &f, sizeof f);
 }
 int ad_c_i64_scalar(ad_ctx *a, int64_t v) {
   ir_shape s;
   memset(&s, 0, sizeof s);
-  return ir_add_const(a->g, ir_sprintf(a->g->arena, "%s/%s/c", a->base, a->tag), IR_INT64, &s, &v, sizeof v);
+  return ad_c_tensor(a, IR_INT64, &s, &v, sizeof v);
 }
 
 ir_shape ad_shape(ad_ctx *a, int v) { return a->g->values[v].shape; }
@@ -152,7 +153,12 @@ int ad_reduce(ad_ctx *a, ir_op op, int x, const int64_t *axes, int n, int keep) 
   return ad_end(a, id);
 }
 int ad_expand(ad_ctx *a, int x, const ir_shape *s) { return ad_bin(a, IR_OP_Expand, x, ad_c_i64(a, s->dims, s->rank)); }
-int ad_zeros(ad_ctx *a, const ir_shape *s, ir_dtype dt) { return ad_expand(a, ad_c_f(a, 0, dt), s); }
+int ad_zeros(ad_ctx *a, const ir_shape *s, ir_dtype dt) {
+  unsigned char z[16] = {0}; /* zero bytes: 0 in every type */
+  ir_shape sc;
+  memset(&sc, 0, sizeof sc);
+  return ad_expand(a, ad_c_tensor(a, dt, &sc, z, ir_dtype_size(dt)), s);
+}
 
 /* Sum gradient gv (shape of a broadcast result) down to the shape s of an operand. */
 int ad_unbroadcast(ad_ctx *a, int gv, const ir_shape *s) {

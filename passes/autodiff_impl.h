@@ -37,6 +37,8 @@ int ad_op(ad_ctx *a, ir_op op, const int *in, int n_in);
 int ad_un(ad_ctx *a, ir_op op, int x);
 int ad_bin(ad_ctx *a, ir_op op, int x, int y);
 int ad_cast(ad_ctx *a, int x, ir_dtype to);        /* x itself when it has type `to` */
+/* A constant of type dt and shape s holding data (nbytes), named after the node. */
+int ad_c_tensor(ad_ctx *a, ir_dtype dt, const ir_shape *s, const void *data, size_t nbytes);
 int ad_c_i64(ad_ctx *a, const int64_t *v, int n); /* 1-D int64 constant */
 int ad_c_i64_scalar(ad_ctx *a, int64_t v);
 int ad_c_f(ad_ctx *a, double v, ir_dtype dt);     /* scalar float constant */
@@ -49,7 +51,7 @@ int ad_lead(ad_ctx *a, int x, int rank);
 int ad_transpose(ad_ctx *a, int x, const int64_t *perm, int r);
 int ad_reduce(ad_ctx *a, ir_op op, int x, const int64_t *axes, int n, int keep);
 int ad_expand(ad_ctx *a, int x, const ir_shape *s);
-int ad_zeros(ad_ctx *a, const ir_shape *s, ir_dtype dt);
+int ad_zeros(ad_ctx *a, const ir_shape *s, ir_dtype dt); /* any type */
 int ad_unbroadcast(ad_ctx *a, int gv, const ir_shape *s);
 
 /* Every live node of g that want() picks, replaced by lower(a, node) (nodes made with

@@ -402,23 +402,12 @@ static int lower_eyelike(ad_ctx *a, int node) {
   return a->err ? -1 : 0;
 }
 
-/* A constant of dtype dt and shape s holding data (nbytes), named after the node. */
-static int c_tensor(ad_ctx *a, ir_dtype dt, const ir_shape *s, const void *data, size_t nbytes) {
-  return ir_add_const(a->g, ir_sprintf(a->g->arena, "%s/%s/c", a->base, a->tag), dt, s, data, nbytes);
-}
 static ir_shape shape_of(int rank, const int64_t *dims) {
   ir_shape s;
   memset(&s, 0, sizeof s);
   s.rank = rank;
   for (int i = 0; i < rank; i++) s.dims[i] = dims[i];
   return s;
-}
-/* zeros of dt and shape s: a scalar zero expanded */
-static int zeros_of(ad_ctx *a, const ir_shape *s, ir_dtype dt) {
-  unsigned char z[16] = {0};
-  ir_shape sc;
-  memset(&sc, 0, sizeof sc);
-  return ad_expand(a, c_tensor(a, dt, &sc, z, ir_dtype_size(dt)), s);
 }
 /* the node's output 0 becomes y (an Identity when y is an input of the node) */
 static int finish(ad_ctx *a, int node, int y) {
@@ -482,12 +471,12 @@ static int lower_maxunpool(ad_ctx *a, int node) {
   ir_shape xs = ad_shape(a, nd.in[0]), ys = ad_shape(a, nd.out[0]);
   ir_dtype t = ad_dtype(a, nd.in[0]);
   int64_t N = xs.dims[0], Sx[2] = {N, 0}, Sy[2] = {N, 0};
-  if (ir_shape_numel(&ys) == 0 || ir_shape_numel(&xs) == 0) return finish(a, node, zeros_of(a, &ys, t));
+  if (ir_shape_numel(&ys) == 0 || ir_shape_numel(&xs) == 0) return finish(a, node, ad_zeros(a, &ys, t));
   Sx[1] = ir_shape_numel(&xs) / N;
   Sy[1] = ir_shape_numel(&ys) / N;
   ir_shape fx = shape_of(2, Sx), fy = shape_of(2, Sy);
   int idx = ad_bin(a, IR_OP_Mod, ad_reshape(a, nd.in[1], &fx), ad_c_i64_scalar(a, Sy[1]));
-  int in[3] = {zeros_of(a, &fy, t), idx, ad_reshape(a, nd.in[0], &fx)};
+  int in[3] = {ad_zeros(a, &fy, t), idx, ad_reshape(a, nd.in[0], &fx)};
   int id = ad_begin(a, IR_OP_ScatterElements, in, 3, 1, NULL);
   ad_attr_i(a, id, "axis", 1);
   return finish(a, node, ad_reshape(a, ad_end(a, id), &ys));
@@ -514,7 +503,7 @@ static int lower_revseq(ad_ctx *a, int node) {
       if (ir_const_i64(lv, b, &len)) len = 0;
       for (int64_t t = 0; t < T; t++) v[ta == 0 ? t * B + b : b * T + t] = t < len ? len - 1 - t : t;
     }
-    idx = c_tensor(a, IR_INT64, &s2, v, sizeof(int64_t) * (size_t)(T * B));
+    idx = ad_c_tensor(a, IR_INT64, &s2, v, sizeof(int64_t) * (size_t)(T * B));
     free(v);
   } else {
     int64_t *tv = malloc(sizeof(int64_t) * (size_t)(T > 0 ? T : 1)), dt[2], dl[2];
@@ -572,7 +561,7 @@ static int lower_col2im(ad_ctx *a, int node) {
   float f1 = 1;
   double d1 = 1;
   for (int64_t ch = 0; ch < CK; ch++) memcpy(w + (size_t)(ch * K + ch % K) * es, t == IR_FLOAT ? (void *)&f1 : (void *)&d1, es);
-  int wc = c_tensor(a, t, &ws, w, nw * es);
+  int wc = ad_c_tensor(a, t, &ws, w, nw * es);
   free(w);
   int in[2] = {ad_reshape(a, ad_cast(a, nd.in[0], t), &s4), wc};
   int id = ad_begin(a, IR_OP_ConvTranspose, in, 2, 1, NULL);
@@ -596,7 +585,7 @@ static int lower_compress(ad_ctx *a, int node) {
   int64_t cnt = compress_pick(g, node, &axis, idx);
   if (cnt < 0) return free(idx), -1;
   ir_shape is = shape_of(1, &cnt);
-  int ic = c_tensor(a, IR_INT64, &is, idx, sizeof(int64_t) * (size_t)cnt);
+  int ic = ad_c_tensor(a, IR_INT64, &is, idx, sizeof(int64_t) * (size_t)cnt);
   free(idx);
   if (axis < 0) {
     ir_shape xs = ad_shape(a, x);
@@ -645,7 +634,7 @@ static int lower_affine_grid(ad_ctx *a, int node) {
         }
       }
   ir_shape bs = shape_of(2, bd);
-  int bc = c_tensor(a, t, &bs, base, nb * es);
+  int bc = ad_c_tensor(a, t, &bs, base, nb * es);
   free(base);
   const int64_t perm[3] = {0, 2, 1};
   int m = ad_bin(a, IR_OP_MatMul, bc, ad_transpose(a, ad_cast(a, nd.in[0], t), perm, 3));

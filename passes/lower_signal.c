@@ -105,7 +105,7 @@ static int put_const(ad_ctx *a, int node, const double *v, const ir_shape *s, ir
     if (st == IR_FLOAT) ((float *)data)[i] = (float)v[i];
     else ((double *)data)[i] = v[i];
   }
-  int c = ir_add_const(g, ir_sprintf(g->arena, "%s/%s/c", a->base, a->tag), st, s, data, es * (size_t)n);
+  int c = ad_c_tensor(a, st, s, data, es * (size_t)n);
   free(data);
   int y = st == dt ? ad_un(a, IR_OP_Identity, c) : ad_cast(a, c, dt);
   if (a->err) return -1;
