@@ -19,6 +19,8 @@
  * would otherwise expand exponentially (a "billion laughs" model). */
 #define MAX_INLINED_NODES (1 << 18)
 #define MAX_INLINE_ARENA ((size_t)256 << 20)
+/* If/Loop/Scan bodies nested deeper than this are refused. */
+#define MAX_BODY_DEPTH 16
 
 typedef struct ext_file {
   const char *rel;
@@ -64,6 +66,10 @@ typedef struct {
   int n_inlined;
   size_t arena_at_start;
   int inline_failed; /* reported: recursion or budget; stop converting */
+  /* converting a body (If/Loop/Scan): how deep, and the values it captures */
+  int body_depth;
+  int *captured;
+  int n_captured, cap_captured;
 } ctx;
 
 /* ---------- helpers ---------- */
@@ -401,6 +407,100 @@ static int value_info_input(ctx *c, const Onnx__ValueInfoProto *vi) {
   return v;
 }
 
+/* A body's formal input: typed or not (a Loop body's carried values may leave the type
+ * out); its actual value decides when the body is expanded (passes/control.c). */
+static int body_input(ctx *c, const Onnx__ValueInfoProto *vi) {
+  ir_graph *g = c->g;
+  char nm[96];
+  ir_printable(vi->name, 60, nm, sizeof nm);
+  if (!*vi->name) {
+    ir_error(g, "a body input has no name");
+    return -1;
+  }
+  if (ir_find_value(g, vi->name) >= 0) {
+    ir_error(g, "body input '%s' is defined twice", nm);
+    return -1;
+  }
+  const Onnx__TypeProto *tp = vi->type;
+  int dt = IR_UNDEFINED;
+  if (tp && tp->value_case != ONNX__TYPE_PROTO__VALUE__NOT_SET) {
+    if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type) {
+      ir_error(g, "body input '%s' is not a tensor (sequences, maps and optionals are not supported)", nm);
+      return -1;
+    }
+    if (tp->tensor_type->has_elem_type) dt = tp->tensor_type->elem_type;
+    if (dt < 0 || dt >= IR_DTYPE_COUNT || dt == IR_STRING) {
+      ir_error(g, "body input '%s' has unsupported or invalid element type %d", nm, dt);
+      return -1;
+    }
+  }
+  int v = ir_add_value(g, vi->name, IR_VAL_INPUT, (ir_dtype)dt);
+  g->values[v].shape.rank = -1;
+  return v;
+}
+
+/* A name a body reads but does not define: a value of an enclosing graph, which the
+ * body takes as a captured input (ir_graph.n_captured). */
+static int capture(ctx *c, const char *name) {
+  int v = ir_add_value(c->g, name, IR_VAL_INPUT, IR_UNDEFINED);
+  c->g->values[v].shape.rank = -1;
+  push_int(&c->captured, &c->n_captured, &c->cap_captured, v);
+  return v;
+}
+
+static int convert_graph(ctx *c, const Onnx__GraphProto *gp, int body);
+
+/* Convert the body gp of node (If/Loop/Scan) into a graph of its own, owned by c->g. */
+static ir_graph *load_body(ctx *c, int node, const Onnx__GraphProto *gp, const char *attr) {
+  ir_graph *g = c->g;
+  if (c->body_depth + 1 > MAX_BODY_DEPTH) {
+    ir_error_node(g, node, "If/Loop/Scan bodies nest deeper than %d", MAX_BODY_DEPTH);
+    return NULL;
+  }
+  ir_graph *b = ir_graph_new(g->path);
+  b->dir = g->dir;
+  g->bodies = ir_xrealloc(g->bodies, sizeof(ir_graph *) * (size_t)(g->n_bodies + 1));
+  g->bodies[g->n_bodies++] = b;
+  b->ir_version = g->ir_version;
+  b->producer_name = g->producer_name;
+  b->producer_version = g->producer_version;
+  b->opsets = g->opsets;
+  b->n_opsets = g->n_opsets;
+  b->opset = g->opset;
+  char nn[96];
+  char on[96];
+  b->diag_hint = ir_sprintf(b->arena, " (in %s '%s' of %s node %d '%s')", attr, ir_printable(gp->name, 40, nn, sizeof nn),
+                            g->nodes[node].op_type, g->nodes[node].index,
+                            ir_printable(g->nodes[node].name, 40, on, sizeof on));
+  ctx sub = {0};
+  sub.g = b;
+  sub.base = c->base;
+  sub.base_len = c->base_len;
+  sub.wire = c->wire;
+  sub.m = c->m;
+  sub.dir = c->dir;
+  sub.body_depth = c->body_depth + 1;
+  int rc = convert_graph(&sub, gp, 1);
+  if (!rc) { /* the captured values follow the formal inputs */
+    int nf = b->n_inputs;
+    int *in = ir_alloc_array(b->arena, (size_t)(nf + sub.n_captured), sizeof(int));
+    if (nf) memcpy(in, b->inputs, sizeof(int) * (size_t)nf);
+    for (int k = 0; k < sub.n_captured; k++) in[nf + k] = sub.captured[k];
+    b->inputs = in;
+    b->n_inputs = nf + sub.n_captured;
+    b->n_captured = sub.n_captured;
+  }
+  free(sub.pend);
+  free(sub.unsupported);
+  free(sub.bad);
+  free(sub.captured);
+  if (rc || b->n_errors) {
+    g->n_errors += b->n_errors ? b->n_errors : 1;
+    return NULL;
+  }
+  return b;
+}
+
 static void attr_convert(ctx *c, int node, const Onnx__AttributeProto *a, ir_attr *o) {
   ir_graph *g = c->g;
   o->name = ir_strdup(g->arena, a->name);
@@ -446,8 +546,11 @@ static void attr_convert(ctx *c, int node, const Onnx__AttributeProto *a, ir_att
       o->tensor = tensor_value(c, node, a->t, nm, NULL, 0);
     }
     break;
-  case IR_ATTR_GRAPH:
-    break; /* subgraphs (If/Loop/Scan) are not supported; those ops are rejected */
+  case IR_ATTR_GRAPH: /* bodies of the ops that have them; other ops are reported unsupported */
+    if (a->g && (g->nodes[node].op == IR_OP_If || g->nodes[node].op == IR_OP_Loop || g->nodes[node].op == IR_OP_Scan))
+      o->graph = load_body(c, node, a->g, o->name);
+    else if (!a->g) ir_error_node(g, node, "attribute '%s' holds no graph", o->name);
+    break;
   default: {
     char an[96];
     ir_error_node(g, node, "attribute '%s' has unsupported type %d", ir_printable(a->name, 60, an, sizeof an), type);
@@ -700,10 +803,21 @@ static void add_one_node(ctx *c, const Onnx__NodeProto *np, const scope *s, int 
     c->cap_pend = c->cap_pend ? c->cap_pend * 2 : 256;
     c->pend = ir_xrealloc(c->pend, sizeof(pending) * (size_t)c->cap_pend);
   }
-  const char **in_names = ir_alloc_array(g->arena, np->n_input, sizeof(char *));
+  /* a body's captured values become implicit inputs of its node */
+  size_t n_imp = 0;
+  for (int i = 0; i < nd->n_attr; i++)
+    if (nd->attr[i].type == IR_ATTR_GRAPH && nd->attr[i].graph) n_imp += (size_t)nd->attr[i].graph->n_captured;
+  const char **in_names = ir_alloc_array(g->arena, np->n_input + n_imp, sizeof(char *));
   for (size_t i = 0; i < np->n_input; i++) in_names[i] = map_name(c, s, np->input[i]);
-  nd->n_in = (int)np->n_input;
-  nd->in = ir_alloc_array(g->arena, np->n_input, sizeof(int));
+  size_t j = np->n_input;
+  for (int i = 0; i < nd->n_attr; i++) {
+    const ir_graph *b = nd->attr[i].type == IR_ATTR_GRAPH ? nd->attr[i].graph : NULL;
+    for (int k = 0; b && k < b->n_captured; k++)
+      in_names[j++] = map_name(c, s, b->values[b->inputs[b->n_inputs - b->n_captured + k]].name);
+  }
+  nd->n_in = (int)(np->n_input + n_imp);
+  nd->n_implicit = (int)n_imp;
+  nd->in = ir_alloc_array(g->arena, np->n_input + n_imp, sizeof(int));
   c->pend[c->n_pend++] = (pending){id, in_names};
 }
 
@@ -788,7 +902,7 @@ static void check_arity(ctx *c) {
     ir_node *n = &g->nodes[i];
     if (n->dead || n->op == IR_OP_UNKNOWN || skip[i]) continue;
     const ir_op_info *oi = &ir_op_table[n->op];
-    int nin = n->n_in;
+    int nin = n->n_in - n->n_implicit;
     if (nin > oi->min_inputs)
       while (nin > oi->min_inputs && n->in[nin - 1] < 0) nin--; /* trailing omitted optionals */
     if (nin < oi->min_inputs || (oi->max_inputs >= 0 && nin > oi->max_inputs)) {
@@ -799,7 +913,8 @@ static void check_arity(ctx *c) {
       continue;
     }
     for (int k = 0; k < oi->min_inputs && k < nin; k++)
-      if (n->in[k] < 0 && !(n->op == IR_OP_Clip)) {
+      /* Clip's bounds, Loop's trip count and condition, Scan-8's sequence_lens may be empty */
+      if (n->in[k] < 0 && n->op != IR_OP_Clip && n->op != IR_OP_Loop && n->op != IR_OP_Scan) {
         ir_error_node(g, i, "required input %d is empty", k);
         break;
       }
@@ -816,6 +931,99 @@ static void check_arity(ctx *c) {
   }
   free(skip);
 }
+
+/* The nodes, values, inputs and outputs of graph gp into c->g: the model's graph, or
+ * (body) an If/Loop/Scan body, whose names not defined inside are captured (capture). */
+static int convert_graph(ctx *c, const Onnx__GraphProto *gp, int body) {
+  ir_graph *g = c->g;
+  g->graph_name = ir_strdup(g->arena, gp->name);
+  if (gp->n_sparse_initializer) {
+    ir_error(g, "sparse initializers are not supported");
+    return -1;
+  }
+  if (!body && gp->n_initializer != c->wire->n_raw) {
+    ir_error(g, "internal inconsistency between the wire scan and the decoded graph");
+    return -1;
+  }
+  for (size_t i = 0; i < gp->n_initializer; i++) {
+    const Onnx__TensorProto *t = gp->initializer[i];
+    if (!*t->name) {
+      ir_error(g, "initializer %zu has no name", i);
+      continue;
+    }
+    /* a body's initializers were decoded with it (the wire scan strips only the graph's) */
+    tensor_value(c, -1, t, t->name, body ? NULL : &c->wire->raw[i], 1);
+  }
+  if (g->n_errors) return -1;
+  g->inputs = ir_alloc_array(g->arena, gp->n_input, sizeof(int));
+  for (size_t i = 0; i < gp->n_input; i++) {
+    int v = ir_find_value(g, gp->input[i]->name);
+    if (v >= 0 && g->values[v].is_initializer) continue; /* IR < 4 lists initializers as inputs */
+    v = body ? body_input(c, gp->input[i]) : value_info_input(c, gp->input[i]);
+    if (v >= 0) g->inputs[g->n_inputs++] = v;
+  }
+  if (g->n_errors) return -1;
+  c->arena_at_start = ir_arena_used(g->arena);
+  add_nodes(c, gp->node, gp->n_node, NULL);
+  if (c->inline_failed) return -1; /* what follows would only repeat it */
+  /* resolve inputs */
+  for (int p = 0; p < c->n_pend; p++) {
+    ir_node *nd = &g->nodes[c->pend[p].node];
+    for (int k = 0; k < nd->n_in; k++) {
+      const char *nm = c->pend[p].in_names[k];
+      if (!*nm) {
+        nd->in[k] = -1;
+        continue;
+      }
+      int v = ir_find_value(g, nm);
+      if (v < 0 && body) v = capture(c, nm); /* a value of an enclosing graph */
+      if (v < 0) {
+        char vn[96];
+        ir_error_node(g, c->pend[p].node, "input '%s' is not produced by any node, graph input or initializer",
+                      ir_printable(nm, 60, vn, sizeof vn));
+        mark_bad(c, c->pend[p].node);
+        nd->in[k] = -1;
+        continue;
+      }
+      nd->in[k] = v;
+    }
+  }
+  if (g->opset < 7) /* opsets 1 to 6: what reads or adds inputs (frontend/onnx_legacy.h) */
+    for (int i = 0, n = g->n_nodes; i < n; i++)
+      if (!g->nodes[i].dead && onnx_legacy_inputs(g, i)) mark_bad(c, i);
+  report_unsupported(c);
+  check_arity(c);
+  /* graph outputs */
+  g->outputs = ir_alloc_array(g->arena, gp->n_output, sizeof(int));
+  for (size_t i = 0; i < gp->n_output; i++) {
+    int v = ir_find_value(g, gp->output[i]->name);
+    char vn[96];
+    if (v < 0 && body && *gp->output[i]->name) v = capture(c, gp->output[i]->name);
+    if (body && v >= 0) { /* a body's outputs may repeat a value or name an input */
+      g->outputs[g->n_outputs++] = v;
+      continue;
+    }
+    if (v < 0) {
+      ir_error(g, "graph output '%s' is not produced by any node", ir_printable(gp->output[i]->name, 60, vn, sizeof vn));
+      continue;
+    }
+    for (int k = 0; k < g->n_outputs; k++)
+      if (g->outputs[k] == v) {
+        ir_error(g, "graph output '%s' is listed twice", ir_printable(gp->output[i]->name, 60, vn, sizeof vn));
+        v = -1;
+        break;
+      }
+    if (v < 0) continue;
+    g->values[v].is_output = 1;
+    g->outputs[g->n_outputs++] = v;
+  }
+  if (!g->n_outputs && !g->n_errors && !body) ir_error(g, "the graph has no outputs");
+  if (g->n_errors) return -1;
+  /* Constant nodes left dead placeholders (for messages); toposort drops them. */
+  if (ir_toposort(g)) return -1;
+  return 0;
+}
+
 
 static ir_graph *convert(ctx *c) {
   ir_graph *g = c->g;
@@ -850,85 +1058,7 @@ static ir_graph *convert(ctx *c) {
     ir_error(g, "the model imports no default-domain opset");
     return NULL;
   }
-  const Onnx__GraphProto *gp = m->graph;
-  g->graph_name = ir_strdup(g->arena, gp->name);
-  if (gp->n_sparse_initializer) {
-    ir_error(g, "sparse initializers are not supported");
-    return NULL;
-  }
-  if (gp->n_initializer != c->wire->n_raw) {
-    ir_error(g, "internal inconsistency between the wire scan and the decoded graph");
-    return NULL;
-  }
-  for (size_t i = 0; i < gp->n_initializer; i++) {
-    const Onnx__TensorProto *t = gp->initializer[i];
-    if (!*t->name) {
-      ir_error(g, "initializer %zu has no name", i);
-      continue;
-    }
-    tensor_value(c, -1, t, t->name, &c->wire->raw[i], 1);
-  }
-  if (g->n_errors) return NULL;
-  g->inputs = ir_alloc_array(g->arena, gp->n_input, sizeof(int));
-  for (size_t i = 0; i < gp->n_input; i++) {
-    int v = ir_find_value(g, gp->input[i]->name);
-    if (v >= 0 && g->values[v].is_initializer) continue; /* IR < 4 lists initializers as inputs */
-    v = value_info_input(c, gp->input[i]);
-    if (v >= 0) g->inputs[g->n_inputs++] = v;
-  }
-  if (g->n_errors) return NULL;
-  c->arena_at_start = ir_arena_used(g->arena);
-  add_nodes(c, gp->node, gp->n_node, NULL);
-  if (c->inline_failed) return NULL; /* what follows would only repeat it */
-  /* resolve inputs */
-  for (int p = 0; p < c->n_pend; p++) {
-    ir_node *nd = &g->nodes[c->pend[p].node];
-    for (int k = 0; k < nd->n_in; k++) {
-      const char *nm = c->pend[p].in_names[k];
-      if (!*nm) {
-        nd->in[k] = -1;
-        continue;
-      }
-      int v = ir_find_value(g, nm);
-      if (v < 0) {
-        char vn[96];
-        ir_error_node(g, c->pend[p].node, "input '%s' is not produced by any node, graph input or initializer",
-                      ir_printable(nm, 60, vn, sizeof vn));
-        mark_bad(c, c->pend[p].node);
-        nd->in[k] = -1;
-        continue;
-      }
-      nd->in[k] = v;
-    }
-  }
-  if (g->opset < 7) /* opsets 1 to 6: what reads or adds inputs (frontend/onnx_legacy.h) */
-    for (int i = 0, n = g->n_nodes; i < n; i++)
-      if (!g->nodes[i].dead && onnx_legacy_inputs(g, i)) mark_bad(c, i);
-  report_unsupported(c);
-  check_arity(c);
-  /* graph outputs */
-  g->outputs = ir_alloc_array(g->arena, gp->n_output, sizeof(int));
-  for (size_t i = 0; i < gp->n_output; i++) {
-    int v = ir_find_value(g, gp->output[i]->name);
-    char vn[96];
-    if (v < 0) {
-      ir_error(g, "graph output '%s' is not produced by any node", ir_printable(gp->output[i]->name, 60, vn, sizeof vn));
-      continue;
-    }
-    for (int k = 0; k < g->n_outputs; k++)
-      if (g->outputs[k] == v) {
-        ir_error(g, "graph output '%s' is listed twice", ir_printable(gp->output[i]->name, 60, vn, sizeof vn));
-        v = -1;
-        break;
-      }
-    if (v < 0) continue;
-    g->values[v].is_output = 1;
-    g->outputs[g->n_outputs++] = v;
-  }
-  if (!g->n_outputs && !g->n_errors) ir_error(g, "the graph has no outputs");
-  if (g->n_errors) return NULL;
-  /* Constant nodes left dead placeholders (for messages); toposort drops them. */
-  if (ir_toposort(g)) return NULL;
+  if (convert_graph(c, m->graph, 0)) return NULL;
   return g;
 }
 

@@ -210,6 +210,8 @@ const void *ir_graph_model_bytes(const ir_graph *g, size_t *len) {
 
 void ir_graph_free(ir_graph *g) {
   if (!g) return;
+  for (int i = 0; i < g->n_bodies; i++) ir_graph_free(g->bodies[i]);
+  free(g->bodies);
   for (ir_mapping *m = g->maps, *n; m; m = n) {
     n = m->next;
     munmap(m->addr, m->len);

@@ -152,6 +152,8 @@ typedef struct {
   float *floats;
   const char **strings;
   int tensor;                 /* TENSOR: index of an IR_VAL_CONST value holding it */
+  struct ir_graph *graph;     /* GRAPH: the body (If's branches, Loop's and Scan's body), a graph
+                               * of its own owned by the node's graph; see ir_graph.n_captured */
 } ir_attr;
 
 typedef struct {
@@ -166,6 +168,9 @@ typedef struct {
   int *out;             /* value indices; -1 for an omitted optional output */
   int n_attr;
   ir_attr *attr;
+  int n_implicit;       /* If/Loop/Scan: the last n_implicit inputs are the outside values their
+                         * bodies read by name (each GRAPH attribute's captured inputs, in
+                         * attribute order), so that they are ordinary edges of this graph */
   int dead;             /* removed by a pass; skipped everywhere, compacted by ir_compact */
   double flops;         /* forward FLOPs, set by the shape pass */
   /* training programs (passes/train.h): the pipeline stage the node runs in (-1: not
@@ -209,6 +214,11 @@ typedef struct ir_graph {
   const struct ir_graph *batch_full;
   int microbatches;
   const char *diag_hint;        /* appended to every error message while set */
+  /* A body (ir_attr.graph): inputs are the formal inputs, then n_captured values of
+   * enclosing graphs that its nodes read by name (named as outside); outputs are the
+   * formal outputs and may repeat a value or name an input or constant. */
+  int n_captured;
+  struct ir_graph **bodies; int n_bodies; /* bodies of this graph's nodes, freed with it */
 } ir_graph;
 
 ir_graph *ir_graph_new(const char *path);

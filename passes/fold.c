@@ -8,16 +8,20 @@
  *     over the input's constant data; only a copy of a graph input or of another graph
  *     output stays as an Identity.
  *   - a node whose inputs are all constants, or a Shape/Size whose input shape is
- *     static, is evaluated (passes/fold_eval.c) and its output becomes a constant in
- *     place (same value, same name), the node dead. Ops, dtypes or sizes the evaluator
- *     does not cover are left alone. When compiling for training, nodes reading a
+ *     static, is evaluated (passes/fold_eval.c; Split here) and its outputs become
+ *     constants in place (same values, same names), the node dead. Ops, dtypes or
+ *     sizes the evaluator does not cover are left alone. When compiling for training, nodes reading a
  *     trainable float initializer are never folded, so gradients still reach it.
- * Then every node whose outputs nobody needs is dropped and the graph compacted. */
+ * If, Loop and Scan are expanded as the walk reaches them (passes/control.h): the nodes
+ * made go through the same steps at once, so conditions and trip counts computed in a
+ * body fold before the next iteration needs them. Then every node whose outputs nobody
+ * needs is dropped and the graph compacted. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ir/diag.h"
+#include "passes/control.h"
 #include "passes/fold.h"
 #include "passes/pass.h"
 
@@ -25,13 +29,26 @@ typedef struct {
   ir_graph *g;
   const pass_opts *o;
   int *fwd; /* value -> the value that replaces it, -1 if none */
-  int n_folded, n_identity, n_dropout;
+  int n_fwd, cap_fwd;
+  int n_values_used; /* values whose n_uses ir_rebuild_uses counted (made later: unknown) */
+  int n_folded, n_identity, n_dropout, n_control;
   int warned_training_mode;
+  control_env ce;
 } fold_ctx;
 
 static int resolve(const fold_ctx *c, int v) {
-  while (v >= 0 && c->fwd[v] >= 0) v = c->fwd[v];
+  while (v >= 0 && v < c->n_fwd && c->fwd[v] >= 0) v = c->fwd[v];
   return v;
+}
+
+static void set_fwd(fold_ctx *c, int v, int to) {
+  if (v >= c->cap_fwd) {
+    int cap = c->cap_fwd * 2 > v + 1 ? c->cap_fwd * 2 : v + 1;
+    c->fwd = ir_xrealloc(c->fwd, sizeof(int) * (size_t)cap);
+    c->cap_fwd = cap;
+  }
+  while (c->n_fwd <= v) c->fwd[c->n_fwd++] = -1;
+  c->fwd[v] = to;
 }
 
 /* Remove the single-input single-output copy `node` (y = x). Returns 1 if removed, 0 if
@@ -40,7 +57,7 @@ static int forward(fold_ctx *c, int node, int x, int y) {
   ir_graph *g = c->g;
   ir_value *X = &g->values[x], *Y = &g->values[y];
   if (!Y->is_output) {
-    c->fwd[y] = x;
+    set_fwd(c, y, x);
     g->nodes[node].dead = 1;
     return 1;
   }
@@ -67,7 +84,7 @@ static int forward(fold_ctx *c, int node, int x, int y) {
     X->producer = -1;
     g->nodes[node].dead = 1;
     ir_replace_uses(g, x, y); /* consumers of x already visited */
-    c->fwd[x] = y;            /* and those still to come */
+    set_fwd(c, x, y);         /* and those still to come */
     return 1;
   }
   return 0;
@@ -95,7 +112,7 @@ static int fold_dropout(fold_ctx *c, int node) {
                  tm_const ? "= true" : "set at run time");
   }
   int x = n->in[0], m = n->n_out > 1 ? n->out[1] : -1;
-  if (m >= 0 && (g->values[m].n_uses || g->values[m].is_output)) {
+  if (m >= 0 && (m >= c->n_values_used || g->values[m].n_uses || g->values[m].is_output)) {
     /* the mask is a constant of x's shape: all true from Dropout-12 on (the spec's
      * inference mode); onnxruntime returns it all false for Dropout-7..11 */
     const ir_value *X = &g->values[x];
@@ -140,42 +157,177 @@ static int foldable(const fold_ctx *c, const ir_node *n) {
   return any;
 }
 
+/* Split of a constant (its outputs inferred): each output becomes a constant, the bytes
+ * of its slice. 1 if folded. */
+static int fold_split(fold_ctx *c, int node) {
+  ir_graph *g = c->g;
+  ir_node *n = &g->nodes[node];
+  for (int k = 0; k < n->n_in; k++) {
+    const ir_value *v = n->in[k] >= 0 ? &g->values[n->in[k]] : NULL;
+    if (v && (v->kind != IR_VAL_CONST || trainable(c, v))) return 0;
+  }
+  const ir_value *x = &g->values[n->in[0]];
+  int64_t numel = ir_shape_numel(&x->shape);
+  int64_t axis = ir_attr_int(n, "axis", 0);
+  if (axis < 0) axis += x->shape.rank;
+  if (numel < 0 || numel > FOLD_MAX_ELEMS || axis < 0 || axis >= x->shape.rank) return 0;
+  size_t es = ir_dtype_size(x->dtype);
+  int64_t outer = 1, inner = (int64_t)es, D = x->shape.dims[axis];
+  for (int d = 0; d < axis; d++) outer *= x->shape.dims[d];
+  for (int d = (int)axis + 1; d < x->shape.rank; d++) inner *= x->shape.dims[d];
+  unsigned char *src = ir_xmalloc(x->nbytes + 1);
+  ir_const_copy(x, src);
+  int64_t off = 0;
+  for (int k = 0; k < n->n_out; k++) {
+    int ov = n->out[k];
+    if (ov < 0) continue;
+    ir_value *o = &g->values[ov];
+    int64_t len = o->shape.rank == x->shape.rank ? o->shape.dims[axis] : -1;
+    if (len < 0 || off + len > D) { /* shapes not as expected: leave the node */
+      free(src);
+      return 0;
+    }
+    off += len;
+  }
+  off = 0;
+  for (int k = 0; k < n->n_out; k++) {
+    int ov = n->out[k];
+    if (ov < 0) continue;
+    ir_value *o = &g->values[ov];
+    int64_t len = o->shape.dims[axis];
+    size_t nb = (size_t)(outer * len * inner);
+    unsigned char *p = ir_alloc(g->arena, nb ? nb : 1);
+    for (int64_t i = 0; i < outer; i++)
+      memcpy(p + i * len * inner, src + (i * D + off) * inner, (size_t)(len * inner));
+    o->kind = IR_VAL_CONST;
+    o->data = p;
+    o->nbytes = nb;
+    o->producer = -1;
+    o->is_initializer = 0;
+    off += len;
+  }
+  free(src);
+  n->dead = 1;
+  return 1;
+}
+
+/* 1 (0) when constant v holds only true (false) values, else -1. */
+static int const_truth(const ir_value *v) {
+  if (v->kind != IR_VAL_CONST) return -1;
+  int64_t n = ir_shape_numel(&v->shape), e, first = -1;
+  for (int64_t k = 0; k < n; k++) {
+    if (ir_const_i64(v, k, &e)) return -1;
+    if (k == 0) first = e != 0;
+    else if ((e != 0) != first) return -1;
+  }
+  return (int)first;
+}
+
+/* And/Or with one constant operand, Where with a constant condition: the answer when
+ * the constant decides it (an operand, when it already has the output's type and shape,
+ * or a constant). Loops whose condition is computed at run time rely on it: their
+ * counter's half of the condition folds and stops the unrolling. 1 if simplified. */
+static int simplify(fold_ctx *c, int node) {
+  ir_graph *g = c->g;
+  ir_node *n = &g->nodes[node];
+  if (n->n_out != 1 || n->out[0] < 0) return 0;
+  const ir_value *y = &g->values[n->out[0]];
+  if (n->op == IR_OP_Where && n->n_in == 3) {
+    int t = const_truth(&g->values[n->in[0]]);
+    if (t < 0) return 0;
+    int pick = n->in[t ? 1 : 2];
+    const ir_value *p = &g->values[pick];
+    if (p->dtype != y->dtype || !ir_shape_same_dims(&p->shape, &y->shape)) return 0;
+    return forward(c, node, pick, n->out[0]);
+  }
+  if ((n->op != IR_OP_And && n->op != IR_OP_Or) || n->n_in != 2) return 0;
+  for (int k = 0; k < 2; k++) {
+    int t = const_truth(&g->values[n->in[k]]);
+    if (t < 0) continue;
+    int other = n->in[1 - k];
+    if (t == (n->op == IR_OP_And)) { /* x and true, x or false: x */
+      const ir_value *o = &g->values[other];
+      if (!ir_shape_same_dims(&o->shape, &y->shape)) return 0;
+      return forward(c, node, other, n->out[0]);
+    }
+    /* x and false, x or true: all false / all true */
+    int64_t numel = ir_shape_numel(&y->shape);
+    if (numel < 0 || numel > FOLD_MAX_ELEMS) return 0;
+    fold_tensor f = {0};
+    f.dt = IR_BOOL;
+    f.rank = y->shape.rank;
+    for (int d = 0; d < f.rank; d++) f.dims[d] = y->shape.dims[d];
+    f.n = numel;
+    f.d = ir_xmalloc(sizeof(fold_el) * (size_t)(numel ? numel : 1));
+    for (int64_t e = 0; e < numel; e++) f.d[e].i = t;
+    fold_tensor_store(g, &f, n->out[0]);
+    fold_tensor_free(&f);
+    g->nodes[node].dead = 1;
+    return 1;
+  }
+  return 0;
+}
+
 static int live_nodes(const ir_graph *g) {
   int k = 0;
   for (int i = 0; i < g->n_nodes; i++) k += !g->nodes[i].dead;
   return k;
 }
 
-int pass_fold(ir_graph *g, const pass_opts *o) {
-  fold_ctx c = {g, o, NULL, 0, 0, 0, 0};
-  int before = live_nodes(g), rc = 0;
-  c.fwd = ir_xmalloc(sizeof(int) * ((size_t)g->n_values + 1));
-  for (int v = 0; v < g->n_values; v++) c.fwd[v] = -1;
-  ir_rebuild_uses(g);
+/* One node of the walk (its inputs visited). 0, or -1 (reported). */
+static int visit(fold_ctx *c, int i) {
+  ir_graph *g = c->g;
+  ir_node *n = &g->nodes[i];
+  if (n->dead) return 0;
+  for (int k = 0; k < n->n_in; k++) n->in[k] = resolve(c, n->in[k]);
+  if (control_is(n->op)) {
+    c->n_control++;
+    return control_expand(&c->ce, i);
+  }
+  if (pass_shape_node(g, i)) return -1;
+  n = &g->nodes[i];
+  if (n->op == IR_OP_Identity && n->n_in == 1 && n->in[0] >= 0 && n->n_out == 1 && n->out[0] >= 0) {
+    if (forward(c, i, n->in[0], n->out[0])) c->n_identity++;
+    return 0;
+  }
+  if (n->op == IR_OP_Dropout && fold_dropout(c, i)) return 0;
+  if (n->op == IR_OP_Split && n->n_in >= 1 && n->in[0] >= 0) {
+    c->n_folded += fold_split(c, i);
+    return 0;
+  }
+  if (!foldable(c, n)) {
+    c->n_folded += simplify(c, i);
+    return 0;
+  }
+  fold_tensor t;
+  if (!fold_eval(g, i, &t)) return 0;
+  fold_tensor_store(g, &t, n->out[0]);
+  fold_tensor_free(&t);
+  g->nodes[i].dead = 1;
+  c->n_folded++;
+  return 0;
+}
 
-  for (int i = 0; i < g->n_nodes; i++) {
-    ir_node *n = &g->nodes[i];
-    if (n->dead) continue;
-    for (int k = 0; k < n->n_in; k++) n->in[k] = resolve(&c, n->in[k]);
-    if (pass_shape_node(g, i)) {
+static int visit_cb(void *ctx, int node) { return visit(ctx, node); }
+static int resolve_cb(void *ctx, int v) { return resolve(ctx, v); }
+
+int pass_fold(ir_graph *g, const pass_opts *o) {
+  fold_ctx c = {0};
+  c.g = g;
+  c.o = o;
+  c.ce = (control_env){g, visit_cb, resolve_cb, &c, 0, 0};
+  int before = live_nodes(g), rc = 0;
+  ir_rebuild_uses(g);
+  c.n_values_used = g->n_values;
+  /* the nodes made by expanding control flow are visited as they are made */
+  for (int i = 0, n0 = g->n_nodes; i < n0; i++)
+    if (visit(&c, i)) {
       rc = -1;
       break;
     }
-    if (n->op == IR_OP_Identity && n->n_in == 1 && n->in[0] >= 0 && n->n_out == 1 && n->out[0] >= 0) {
-      if (forward(&c, i, n->in[0], n->out[0])) c.n_identity++;
-      continue;
-    }
-    if (n->op == IR_OP_Dropout && fold_dropout(&c, i)) continue;
-    if (!foldable(&c, n)) continue;
-    fold_tensor t;
-    if (!fold_eval(g, i, &t)) continue;
-    fold_tensor_store(g, &t, n->out[0]);
-    fold_tensor_free(&t);
-    n->dead = 1;
-    c.n_folded++;
-  }
   free(c.fwd);
   if (rc) return rc;
+  if (c.n_control && ir_toposort(g)) return -1; /* the made nodes were appended */
 
   /* dead code: in reverse topological order, a node lives if a live node or the graph
    * needs one of its outputs */
@@ -185,8 +337,8 @@ int pass_fold(ir_graph *g, const pass_opts *o) {
   free(need);
   ir_compact(g);
   if (o->verbose)
-    fprintf(stderr, "pipecc: fold: %d nodes -> %d (%d folded, %d Identity, %d Dropout, %d dead)\n", before,
-            g->n_nodes, c.n_folded, c.n_identity, c.n_dropout, n_dead);
+    fprintf(stderr, "pipecc: fold: %d nodes -> %d (%d folded, %d Identity, %d Dropout, %d dead, %d If/Loop/Scan expanded)\n",
+            before, g->n_nodes, c.n_folded, c.n_identity, c.n_dropout, n_dead, c.n_control);
   return g->n_errors ? -1 : 0;
 }
 

@@ -801,7 +801,7 @@ static int op_unary(ctx *c, ir_op op, fold_tensor *o) {
   switch (op) {
   case IR_OP_Not: if (dt != IR_BOOL) return 0; break;
   case IR_OP_Neg: if (!fp && !is_signed(dt)) return 0; break;
-  case IR_OP_Abs: if (dt == IR_BOOL) return 0; break;
+  case IR_OP_Abs: case IR_OP_Relu: if (dt == IR_BOOL) return 0; break;
   case IR_OP_Sqrt: case IR_OP_Floor: case IR_OP_Ceil: case IR_OP_Reciprocal: if (!fp) return 0; break;
   default: return 0;
   }
@@ -812,6 +812,7 @@ static int op_unary(ctx *c, ir_op op, fold_tensor *o) {
     case IR_OP_Not: r->i = !a.i; break;
     case IR_OP_Neg: if (fp) r->f = -a.f; else r->i = wrap(dt, (int64_t)(0 - (uint64_t)a.i)); break;
     case IR_OP_Abs: if (fp) r->f = fabs(a.f); else r->i = wrap(dt, a.i < 0 ? (int64_t)(0 - (uint64_t)a.i) : a.i); break;
+    case IR_OP_Relu: if (fp) r->f = a.f < 0 ? 0 : a.f; else r->i = is_signed(dt) && a.i < 0 ? 0 : a.i; break; /* as the kernels: NaN stays */
     case IR_OP_Sqrt: r->f = fround(dt, sqrt(a.f)); break;
     case IR_OP_Floor: r->f = floor(a.f); break;
     case IR_OP_Ceil: r->f = ceil(a.f); break;
@@ -917,8 +918,8 @@ int fold_eval(ir_graph *g, int node, fold_tensor *out) {
     case IR_OP_Max: ok = op_binary(&c, B_MAX, out); break;
     case IR_OP_Min: ok = op_binary(&c, B_MIN, out); break;
     case IR_OP_Sum: ok = op_binary(&c, B_ADD, out); break;
-    case IR_OP_Not: case IR_OP_Neg: case IR_OP_Abs: case IR_OP_Sqrt: case IR_OP_Floor: case IR_OP_Ceil:
-    case IR_OP_Reciprocal:
+    case IR_OP_Not: case IR_OP_Neg: case IR_OP_Abs: case IR_OP_Relu: case IR_OP_Sqrt: case IR_OP_Floor:
+    case IR_OP_Ceil: case IR_OP_Reciprocal:
       ok = op_unary(&c, n->op, out);
       break;
     case IR_OP_ReduceSum: case IR_OP_ReduceProd: case IR_OP_ReduceMax: case IR_OP_ReduceMin:

@@ -68,15 +68,28 @@ CONST_SLOTS = dict({r: [1] for r in REDUCE}, Reshape=[1], Expand=[1], Tile=[1], 
                    Slice=[1, 2, 3, 4], Pad=[1, 2, 3], Split=[1], Squeeze=[1], Unsqueeze=[1], Resize=[1, 2, 3],
                    Upsample=[1], CumSum=[1], Trilu=[1], OneHot=[1], TopK=[1], CenterCropPad=[1], Col2Im=[1, 2],
                    Compress=[1], AffineGrid=[1], MaxUnpool=[2], DFT=[1, 2], STFT=[1, 3], HannWindow=[0],
-                   HammingWindow=[0], BlackmanWindow=[0], MelWeightMatrix=[0, 1, 2, 3, 4])
+                   HammingWindow=[0], BlackmanWindow=[0], MelWeightMatrix=[0, 1, 2, 3, 4], Loop=[0, 1])
+
+
+def all_nodes(graph):
+    """The nodes of graph and of the bodies of its If/Loop/Scan nodes, at any depth (a
+    body reads outside values by name)."""
+    out = []
+    for n in graph.node:
+        out.append(n)
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                out.extend(all_nodes(a.g))
+    return out
 
 
 def bake_shape_inputs(m, feeds):
     """Graph inputs used in CONST_SLOTS become initializers, also where they reach such a
     slot through other nodes (a window function's expanded body: Cast(size) ... Range),
     not through Shape or Size. Returns the names baked."""
-    made_by = {o: n for n in m.graph.node for o in n.output}
-    stack = [n.input[k] for n in m.graph.node for k in CONST_SLOTS.get(n.op_type, []) if k < len(n.input)]
+    nodes = all_nodes(m.graph)
+    made_by = {o: n for n in nodes for o in n.output}
+    stack = [n.input[k] for n in nodes for k in CONST_SLOTS.get(n.op_type, []) if k < len(n.input)]
     want, seen = set(), set()
     while stack:
         v = stack.pop()
@@ -87,6 +100,9 @@ def bake_shape_inputs(m, feeds):
             want.add(v)
         elif v in made_by and made_by[v].op_type not in ("Shape", "Size"):  # those read no values
             stack.extend(made_by[v].input)
+            for a in made_by[v].attribute:  # an If's outputs: whatever its branches read
+                if a.type == onnx.AttributeProto.GRAPH:
+                    stack.extend(i for b in all_nodes(a.g) for i in b.input)
     for name in want:
         m.graph.initializer.append(numpy_helper.from_array(feeds[name], name))
         keep = [i for i in m.graph.input if i.name != name]

@@ -670,12 +670,54 @@ def _(d, n):
     return save(model(nodes, [vi("x", [2, 3])], [vi("y", [2, 3])], extra_opsets=[("com.microsoft", 1)]), d, n)
 
 
-@case("subgraph_op", r"If \(opset 13\): node 0 'branch'")
+# If/Loop/Scan (passes/control.c): what cannot be expanded, or is malformed
+
+def if_model(then_nodes, else_nodes, else_branch=True):
+    then_g = helper.make_graph(then_nodes, "then", [], [vi("t", [2, 3])])
+    else_g = helper.make_graph(else_nodes, "else", [], [vi("e", [2, 3])])
+    kw = dict(then_branch=then_g, else_branch=else_g) if else_branch else dict(then_branch=then_g)
+    return model([helper.make_node("If", ["c"], ["y"], name="branch", **kw)],
+                 [vi("c", [], TensorProto.BOOL), vi("x", [2, 3])], [vi("y", [2, 3])])
+
+
+def loop_model(body_inputs, trip=3):
+    body = helper.make_graph([helper.make_node("Identity", ["c"], ["c1"]), helper.make_node("Relu", ["v"], ["v1"])],
+                             "body", body_inputs, [vi("c1", [], TensorProto.BOOL), vi("v1", [2, 3])])
+    return model([helper.make_node("Loop", ["m", "", "x"], ["y"], name="lp", body=body)], [vi("x", [2, 3])],
+                 [vi("y", [2, 3])], [helper.make_tensor("m", TensorProto.INT64, [], [trip])])
+
+
+@case("body_unsupported_op", r"Unique \(opset 13\): node 0 'uq' \(in then_branch 'then' of If node 0 'branch'\)")
+def _(d, n):  # an unsupported op inside a branch: named with the branch and its If
+    return save(if_model([helper.make_node("Unique", ["x"], ["t"], name="uq")],
+                         [helper.make_node("Neg", ["x"], ["e"])]), d, n)
+
+
+@case("body_dangling_name", r"input 'q' is not produced by any node, graph input or initializer", node="branch")
+def _(d, n):  # a name the body reads that no graph defines: reported on the If, which captures it
+    return save(if_model([helper.make_node("Relu", ["x"], ["t"])], [helper.make_node("Neg", ["q"], ["e"])]), d, n)
+
+
+@case("if_without_else", r"needs both then_branch and else_branch", node="branch")
 def _(d, n):
-    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [], [vi("t", [2, 3])])
-    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [vi("e", [2, 3])])
-    nodes = [helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then_g, else_branch=else_g)]
-    return save(model(nodes, [vi("c", [], TensorProto.BOOL), vi("x", [2, 3])], [vi("y", [2, 3])]), d, n)
+    return save(if_model([helper.make_node("Relu", ["x"], ["t"])], [], else_branch=False), d, n)
+
+
+@case("loop_body_sequence", r"body input 'v' is not a tensor .*\(in body 'body' of Loop node 0 'lp'\)")
+def _(d, n):
+    return save(loop_model([vi("i", [], TensorProto.INT64), vi("c", [], TensorProto.BOOL),
+                            helper.make_tensor_sequence_value_info("v", F, None)]), d, n)
+
+
+@case("loop_body_arity", r"its body takes 2 inputs; the Loop gives 3", node="lp")
+def _(d, n):  # the iteration number left out of the body's inputs
+    return save(loop_model([vi("c", [], TensorProto.BOOL), vi("v", [2, 3])]), d, n)
+
+
+@case("loop_unroll_budget", r"would unroll more than 100000 iterations \(trip count 1000000000", node="lp")
+def _(d, n):  # unrolled until the limit, then one line (a fraction of a second)
+    return save(loop_model([vi("i", [], TensorProto.INT64), vi("c", [], TensorProto.BOOL), vi("v", [2, 3])],
+                           trip=10**9), d, n)
 
 
 @case("function_recursive", r"function 'Loopy' calls itself")

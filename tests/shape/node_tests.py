@@ -95,6 +95,8 @@ def classify_error(err):
         return "unsupported op: " + ", ".join(names)
     if "must be a constant for a static shape" in err:
         return "data-dependent: a shape input is computed at run time (from graph input values)"
+    if "trip count" in err and "computed at run time" in err:
+        return "data-dependent: a Loop's trip count is computed at run time (from graph input values)"
     m = re.search(r"unsupported default-domain opset (\d+)", err)
     if m:
         return "old opset: %s (pipecc reads 1..21)" % m.group(1)
