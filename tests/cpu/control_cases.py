@@ -24,6 +24,8 @@ allows micro-batches) and run.
                (unrolled per sample: -m 1)
   nested       Loop (trip count 4) whose body holds an If on the iteration number
                (even: Add, odd: Mul with an outer weight) and a Scan; scan outputs
+  train_loop   --train-step (mse) through rnn_loop's unrolled loop (one output): loss and
+               weight gradients against torch autograd (cpu target)
   errors       one error line each: a trip count given at run time; If branches of
                different shapes under a run-time condition; a run-time loop condition
                with scan outputs
@@ -51,17 +53,13 @@ I64 = TensorProto.INT64
 BOOL = TensorProto.BOOL
 
 
-def script_model(name, path):
-    """Exports the TorchScript module `name`; returns its input feeds (name -> list of
-    input dicts to run)."""
+def cell_class():
     import torch
-    torch.manual_seed(0)
-    rng = np.random.default_rng(3)
 
     class Cell(torch.nn.Module):
-        def __init__(s):
+        def __init__(s, both=True):
             super().__init__()
-            s.ih, s.hh = torch.nn.Linear(8, 16), torch.nn.Linear(16, 16)
+            s.ih, s.hh, s.both = torch.nn.Linear(8, 16), torch.nn.Linear(16, 16), both
 
         def forward(s, x):
             h = torch.zeros(x.size(0), 16)
@@ -69,7 +67,20 @@ def script_model(name, path):
             for t in range(x.size(1)):
                 h = torch.tanh(s.ih(x[:, t]) + s.hh(h))
                 out = torch.cat([out, h.unsqueeze(1)], 1)
-            return out, h
+            if s.both:
+                return out, h
+            return out, out  # one output (TorchScript needs one return type)
+    return Cell
+
+
+def script_model(name, path):
+    """Exports the TorchScript module `name`; returns its input feeds (name -> list of
+    input dicts to run)."""
+    import torch
+    torch.manual_seed(0)
+    Cell = cell_class()
+    rng = np.random.default_rng(3)
+
 
     class Gate(torch.nn.Module):
         def __init__(s):
@@ -230,6 +241,41 @@ def error_models(d):
     return res
 
 
+def train_loop(a):
+    """One training step (--train-step --loss mse) through the unrolled loop of rnn_loop:
+    the loss and the gradient of each weight against torch autograd on the TorchScript
+    module itself (float32; rel-L2 1e-5)."""
+    import torch
+    d = pt.case_dir(a.work, "train_loop")
+    path = os.path.join(d, "model.onnx")
+    torch.manual_seed(1)
+    mod = cell_class()(both=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(torch.jit.script(mod), (torch.randn(4, 5, 8),), path, input_names=["x"],
+                          output_names=["y", "y2"], opset_version=15)
+    m = onnx.load(path)
+    del m.graph.output[1:]  # the loss is on y
+    onnx.save(m, path)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((4, 5, 8)).astype(np.float32)
+    target = rng.standard_normal((4, 5, 16)).astype(np.float32)
+    got = pt.train_step(a.pipecc, path, d, {"x": x, "labels": target}, "train_loop")
+    if got is None:
+        return False
+    y, _ = mod(torch.tensor(x))
+    loss = torch.nn.functional.mse_loss(y, torch.tensor(target))
+    loss.backward()
+    ref = {"loss": loss.detach().numpy()}
+    for k, p in mod.named_parameters():
+        ref["grad/" + k] = p.grad.numpy()
+    ok, worst = pt.compare(got, ref, 1e-5, "train_loop")
+    print(("ok   " if ok else "FAIL ") + f"train_loop: loss and {len(ref) - 1} gradients vs torch autograd: worst "
+          f"rel-L2 {worst:.2e}")
+    pt.done_with(d, ok)
+    return ok
+
+
 CASES = {"rnn_loop": (script_model, True), "gate_if": (script_model, True), "early_exit": (script_model, False),
          "scan9": (graph_model, False), "scan8": (graph_model, False), "nested": (graph_model, False)}
 
@@ -273,6 +319,8 @@ def main():
                                       "early_exit -m 2", "ReduceMax", "micro-batches would not add up to the batch")
         ok &= good
         pt.done_with(d, good)
+    if a.target == "cpu" and (not a.k or re.search(a.k, "train_loop")):
+        ok &= train_loop(a)
     if not a.k or re.search(a.k, "errors"):
         d = pt.case_dir(a.work, "errors")
         for label, p, must in error_models(d):
