@@ -20,7 +20,7 @@ import sys
 import tempfile
 
 # error cases that are slow by design (they hit a budget): no use as seeds
-SLOW = {"function_exponential"}
+SLOW = {"function_exponential", "loop_unroll_budget"}
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
