@@ -1,8 +1,70 @@
-/* passes/bind.c - bind symbolic dims of graph inputs (trtexec-style --shape, -d DIM=N). */
+/* passes/bind.c - bind symbolic dims of graph inputs (trtexec-style --shape, -d DIM=N),
+ * and turn the inputs given by --const into constants. */
+#include <math.h>
 #include <string.h>
 
 #include "ir/diag.h"
 #include "passes/pass.h"
+
+/* --const NAME=V,...: graph input NAME becomes a constant holding the values (as many
+ * as its static shape has elements, each exact in its type). */
+static void bind_const(ir_graph *g, const pass_const_binding *b) {
+  char nm[96];
+  ir_printable(b->name, 60, nm, sizeof nm);
+  int v = ir_find_value(g, b->name), at = -1;
+  for (int i = 0; i < g->n_inputs; i++)
+    if (g->inputs[i] == v) at = i;
+  if (at < 0) {
+    ir_error(g, "--const names '%s', which is not a graph input", nm);
+    return;
+  }
+  ir_value *val = &g->values[v];
+  int64_t n = ir_shape_numel(&val->shape);
+  char sh[256];
+  if (n != b->n) {
+    ir_error(g, "--const %s gives %d value%s; graph input '%s' %s holds %lld", nm, b->n, b->n == 1 ? "" : "s", nm,
+             ir_shape_str(&val->shape, sh, sizeof sh), (long long)n);
+    return;
+  }
+  ir_dtype dt = val->dtype;
+  size_t es = ir_dtype_size(dt);
+  if (!es || ir_dtype_narrow(dt) || ir_dtype_is_4bit(dt)) {
+    ir_error(g, "--const %s: graph input of type %s; --const takes float32, float64, bool and integer inputs", nm,
+             ir_dtype_name(dt));
+    return;
+  }
+  unsigned char *d = ir_alloc(g->arena, (size_t)n * es + 1);
+  for (int64_t i = 0; i < n; i++) {
+    double x = b->values[i];
+    unsigned char *q = d + (size_t)i * es;
+    if (dt == IR_FLOAT) {
+      float f = (float)x;
+      memcpy(q, &f, 4);
+      continue;
+    }
+    if (dt == IR_DOUBLE) {
+      memcpy(q, &x, 8);
+      continue;
+    }
+    /* integers and bool: exact */
+    int uns = dt == IR_UINT8 || dt == IR_UINT16 || dt == IR_UINT32 || dt == IR_UINT64 || dt == IR_BOOL;
+    double lo = dt == IR_BOOL ? 0 : uns ? 0 : -ldexp(1, (int)es * 8 - 1);
+    double hi = dt == IR_BOOL ? 1 : uns ? ldexp(1, (int)es * 8) - 1 : ldexp(1, (int)es * 8 - 1) - 1;
+    if (x != floor(x) || x < lo || x > hi || fabs(x) > 9007199254740992.0) {
+      ir_error(g, "--const %s: %g is not a value of type %s", nm, x, ir_dtype_name(dt));
+      return;
+    }
+    int64_t iv = (int64_t)x;
+    uint64_t u = (uint64_t)iv;
+    for (size_t k = 0; k < es; k++) q[k] = (unsigned char)(u >> (8 * k)); /* little-endian */
+  }
+  val->kind = IR_VAL_CONST;
+  val->data = d;
+  val->nbytes = (size_t)n * es;
+  val->producer = -1;
+  memmove(&g->inputs[at], &g->inputs[at + 1], sizeof(int) * (size_t)(g->n_inputs - at - 1));
+  g->n_inputs--;
+}
 
 int pass_bind(ir_graph *g, const pass_opts *o) {
   int errs = g->n_errors;
@@ -82,5 +144,7 @@ int pass_bind(ir_graph *g, const pass_opts *o) {
     if (ir_shape_static(&val->shape) && ir_value_bytes(val) < 0)
       ir_error(g, "graph input '%s': its byte size overflows", nm);
   }
+  if (g->n_errors > errs) return -1;
+  for (int k = 0; k < o->n_consts; k++) bind_const(g, &o->consts[k]);
   return g->n_errors > errs ? -1 : 0;
 }

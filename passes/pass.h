@@ -20,7 +20,14 @@ typedef struct {
 } pass_dim_binding;
 
 typedef struct {
+  const char *name;   /* graph input name */
+  double *values;     /* --const NAME=V,V,...: the input's elements, row-major (malloc'd) */
+  int n;
+} pass_const_binding;
+
+typedef struct {
   pass_shape_binding *shapes; int n_shapes; /* --shape NAME:AxBxC */
+  pass_const_binding *consts; int n_consts; /* --const NAME=V,V,...: the input becomes a constant */
   pass_dim_binding *dims; int n_dims;       /* -d DIM=VALUE (on the command line: --dim / -D too) */
   int training;                             /* keep Dropout/BatchNorm training semantics */
   int verbose;
@@ -38,7 +45,8 @@ typedef struct {
 extern const pass_info pass_frontend_pipeline[];
 const pass_info *pass_find(const char *name);
 
-/* bind: apply --shape / -d to graph inputs; every input dim must end up static. */
+/* bind: apply --shape / -d to graph inputs; every input dim must end up static; then
+ * --const turns inputs into constants holding the values given. */
 int pass_bind(ir_graph *g, const pass_opts *o);
 /* fold: evaluate constant subgraphs (incl. Shape->Gather->Unsqueeze->Concat->Reshape
  * chains), remove Identity, remove Dropout for inference, drop dead nodes. Runs shape

@@ -39,6 +39,9 @@ static void usage(FILE *f) {
       "Input:\n"
       "  --shape NAME:AxBxC     bind the shape of graph input NAME (trtexec style; repeatable)\n"
       "  -d DIM=VALUE           bind the symbolic dim DIM (dim_param) of every input (repeatable)\n"
+      "  --const NAME=V[,V...]  compile graph input NAME as a constant holding these values (a flag,\n"
+      "                         a length; an If on it keeps one branch); the pipeline then does not\n"
+      "                         take it (repeatable)\n"
       "\n"
       "Planning:\n"
       "  -g, --gpus N           number of devices (pipeline stages and replicas); default 1\n"
@@ -118,8 +121,13 @@ static void free_owned(void) {
   if (owned.opts) {
     for (int i = 0; i <= owned.opts->n_shapes && owned.opts->shapes; i++) free((char *)owned.opts->shapes[i].name);
     for (int i = 0; i <= owned.opts->n_dims && owned.opts->dims; i++) free((char *)owned.opts->dims[i].name);
+    for (int i = 0; i < owned.opts->n_consts; i++) {
+      free((char *)owned.opts->consts[i].name);
+      free(owned.opts->consts[i].values);
+    }
     free(owned.opts->shapes);
     free(owned.opts->dims);
+    free(owned.opts->consts);
   }
   free(owned.cmdline);
   free(owned.even_stage);
@@ -201,6 +209,26 @@ static int parse_shape(const char *arg, pass_shape_binding *b) {
     if (*end != 'x' && *end != 'X' && *end != ',') return -1;
     p = end + 1;
   }
+  return 0;
+}
+
+static int parse_const(const char *arg, pass_const_binding *b) {
+  const char *eq = strchr(arg, '=');
+  if (!eq || eq == arg || !eq[1]) return -1;
+  int n = 1;
+  for (const char *q = eq + 1; *q; q++) n += *q == ',';
+  b->values = calloc((size_t)n, sizeof(double));
+  b->name = strndup(arg, (size_t)(eq - arg));
+  const char *p = eq + 1;
+  for (int k = 0; k < n; k++) {
+    char *end;
+    errno = 0;
+    double v = strtod(p, &end);
+    if (end == p || errno == ERANGE || (*end && *end != ',')) return -1;
+    b->values[k] = v;
+    p = end + 1;
+  }
+  b->n = n;
   return 0;
 }
 
@@ -389,6 +417,7 @@ int main(int argc, char **argv) {
   memset(&tinfo, 0, sizeof tinfo);
   opts.shapes = calloc((size_t)argc, sizeof *opts.shapes);
   opts.dims = calloc((size_t)argc, sizeof *opts.dims);
+  opts.consts = calloc((size_t)argc, sizeof *opts.consts);
   owned.opts = &opts;
   atexit(free_owned);
 
@@ -419,6 +448,10 @@ int main(int argc, char **argv) {
       const char *v = a[7] == '=' ? a + 8 : NEXT();
       if (parse_shape(v, &opts.shapes[opts.n_shapes])) return cli_error("bad --shape '%s': expected NAME:AxBxC", v);
       opts.n_shapes++;
+    } else if (IS("--const") || !strncmp(a, "--const=", 8)) {
+      const char *v = a[7] == '=' ? a + 8 : NEXT();
+      if (parse_const(v, &opts.consts[opts.n_consts++]))
+        return cli_error("bad --const '%s': expected NAME=VALUE or NAME=V1,V2,... (numbers)", v);
     } else if (IS("-d") || IS("--dim") || IS("-D")) {
       const char *v = NEXT();
       if (strchr(v, '=')) {

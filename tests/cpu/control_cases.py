@@ -10,7 +10,8 @@ allows micro-batches) and run.
                dynamic batch axis (-d batch=4), 2 micro-batches at -g 2
   gate_if      torch.jit.script: `if flag > 0` on a scalar graph input: the condition
                is computed at run time, both branches are computed and Where selects;
-               run with flag = 1 and flag = -1
+               run with flag = 1 and flag = -1. And with --const flag=1 / -1 (the input
+               compiled as a constant): the If folds, only its branch's Gemm is compiled
   early_exit   torch.jit.script: `for i in range(6)` with `break` once the activations
                are small (a condition computed at run time; the exporter writes the
                loop with an unbounded trip count and the counter in the condition): the
@@ -314,6 +315,21 @@ def main():
                 # built by the first run; the other inputs only run it ("true" stands for pipecc)
                 good &= pt.build_run_rel_l2(cmd if k == 0 else ["true"], env, out, xin, ref, a.tol,
                                             f"{name} -g {g} {' '.join(extra)} inputs {k} vs onnxruntime")
+        if name == "gate_if":  # --const flag=F: the If folds, one branch is compiled
+            for k, f in enumerate(feeds):
+                out = os.path.join(d, f"const{k}")
+                cmd, env = pt.sim_target([a.pipecc, path, "--const", f"flag={f['flag']:g}", "-g", "2", "-o", out,
+                                          "-j", "1"], pt.split_env(), a.target, a.sim_lib)
+                xin = os.path.join(d, f"xc{k}.npz")
+                save_npz(xin, {"x": f["x"]})
+                ref = dict(zip(onames, sess.run(None, f)))
+                good &= pt.build_run_rel_l2(cmd, env, out, xin, ref, a.tol, f"gate_if --const flag={f['flag']:g} -g 2")
+                srcs = "".join(open(os.path.join(out, f)).read() for f in os.listdir(out)
+                               if f.startswith("stage_") and f.endswith((".c", ".cu")))
+                gemms = sorted(set(re.findall(r"Gemm '([^']*)'", srcs)))
+                one = len(gemms) == 1
+                print(("ok   " if one else "FAIL ") + f"gate_if --const flag={f['flag']:g}: Gemms compiled {gemms}")
+                good &= one
         if name == "early_exit":
             good &= pt.one_error_line([a.pipecc, path, "-g", "2", "-m", "2", "-o", os.path.join(d, "bad")],
                                       "early_exit -m 2", "ReduceMax", "micro-batches would not add up to the batch")

@@ -720,6 +720,32 @@ def _(d, n):  # unrolled until the limit, then one line (a fraction of a second)
                            trip=10**9), d, n)
 
 
+# --const NAME=V,...: a graph input compiled as a constant (passes/bind.c)
+
+@case("const_not_input", r"--const names 'nope', which is not a graph input", args=["--const", "nope=1"])
+def _(d, n):
+    return save(relu_model(), d, n)
+
+
+@case("const_count", r"--const x gives 2 values; graph input 'x' \[2, 3\] holds 6", args=["--const", "x=1,2"])
+def _(d, n):
+    return save(relu_model(), d, n)
+
+
+@case("const_not_integer", r"--const n: 1.5 is not a value of type int64", args=["--const", "n=1.5"])
+def _(d, n):
+    return save(model([helper.make_node("Neg", ["n"], ["y"], name="neg")], [vi("n", [], TensorProto.INT64)],
+                      [vi("y", [], TensorProto.INT64)]), d, n)
+
+
+@ok("ok_const_picks_branch", args=["--const", "c=1"])
+def _(d, n):  # branches of different shapes: refused with c given at run time, fine with c fixed
+    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [], [vi("t", [2, 3])])
+    else_g = helper.make_graph([helper.make_node("ReduceSum", ["x"], ["e"], keepdims=1)], "else", [], [vi("e", [1, 1])])
+    return save(model([helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then_g, else_branch=else_g)],
+                      [vi("c", [], TensorProto.BOOL), vi("x", [2, 3])], [vi("y", None)]), d, n)
+
+
 @case("function_recursive", r"function 'Loopy' calls itself")
 def _(d, n):
     fn = helper.make_function("local", "Loopy", ["a"], ["b"],
