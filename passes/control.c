@@ -85,11 +85,18 @@ static int scalar(xp *x, int v) {
   return make(x, IR_OP_Reshape, (int[]){v, c_i64(x, NULL, 0, 0)}, 2, -1, NULL, 0);
 }
 
+/* prefix + name, without doubling the '/' when the name starts with one (PyTorch's
+ * "/a/Gemm" under "/If/then/" reads "/If/then/a/Gemm") */
+static const char *join(ir_graph *g, const char *pfx, const char *name) {
+  size_t n = strlen(pfx);
+  return ir_sprintf(g->arena, "%s%s", pfx, n && pfx[n - 1] == '/' && name[0] == '/' ? name + 1 : name);
+}
+
 /* A constant of a body, as a constant of the graph sharing its data (once per node). */
 static int body_const(xp *x, const ir_graph *b, int bv, int *cmap) {
   if (cmap[bv] >= 0) return cmap[bv];
   const ir_value *v = &b->values[bv];
-  int c = ir_add_value(x->g, ir_sprintf(x->g->arena, "%s/%s", x->base, v->name), IR_VAL_CONST, v->dtype);
+  int c = ir_add_value(x->g, join(x->g, ir_sprintf(x->g->arena, "%s/", x->base), v->name), IR_VAL_CONST, v->dtype);
   ir_value *cv = &x->g->values[c];
   cv->shape = v->shape;
   cv->data = v->data;
@@ -126,10 +133,9 @@ static int instantiate(xp *x, const ir_graph *b, const char *pfx, const int *act
     for (int k = 0; k < bn->n_in; k++) in[k] = bn->in[k] < 0 ? -1 : body_value(x, b, bn->in[k], map, cmap);
     for (int k = 0; k < bn->n_out; k++)
       out[k] = bn->out[k] < 0 ? -1
-                              : (map[bn->out[k]] = ir_add_value(
-                                     g, ir_sprintf(g->arena, "%s%s", pfx, b->values[bn->out[k]].name), IR_VAL_ACT,
-                                     IR_UNDEFINED));
-    int id = ir_add_node(g, bn->op, ir_sprintf(g->arena, "%s%s", pfx, bn->name), in, bn->n_in, out, bn->n_out);
+                              : (map[bn->out[k]] =
+                                     ir_add_value(g, join(g, pfx, b->values[bn->out[k]].name), IR_VAL_ACT, IR_UNDEFINED));
+    int id = ir_add_node(g, bn->op, join(g, pfx, bn->name), in, bn->n_in, out, bn->n_out);
     free(in);
     free(out);
     ir_node *n = &g->nodes[id];
