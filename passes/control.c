@@ -192,6 +192,13 @@ static int write_out(xp *x, int k, int v) {
   return make(x, IR_OP_Identity, &v, 1, x->nd.out[k], NULL, 0) < 0 ? -1 : 0;
 }
 
+/* "float32 [2, 3]" into buf */
+static const char *typed(const ir_value *v, char *buf, size_t n) {
+  char sh[128];
+  snprintf(buf, n, "%s %s", ir_dtype_name(v->dtype), ir_shape_str(&v->shape, sh, sizeof sh));
+  return buf;
+}
+
 static int same_type(const ir_value *a, const ir_value *b) {
   return a->dtype == b->dtype && ir_shape_same_dims(&a->shape, &b->shape);
 }
@@ -200,13 +207,13 @@ static int same_type(const ir_value *a, const ir_value *b) {
  * result (negative: from the end), into the node's output k. */
 static int stack(xp *x, const int *vals, int n, int64_t axis, int k, const char *what) {
   if (k >= x->nd.n_out || x->nd.out[k] < 0) return 0;
-  char b1[128], b2[128];
+  char b1[160], b2[160];
+  if (n < 1) XFAIL("%s %d stacks no values", what, k);
   const ir_value *v0 = val(x, vals[0]);
   for (int t = 1; t < n; t++)
     if (!same_type(v0, val(x, vals[t])))
-      XFAIL("%s %d changes between iterations: %s %s, then %s %s", what, k, ir_dtype_name(v0->dtype),
-            ir_shape_str(&v0->shape, b1, sizeof b1), ir_dtype_name(val(x, vals[t])->dtype),
-            ir_shape_str(&val(x, vals[t])->shape, b2, sizeof b2));
+      XFAIL("%s %d changes between iterations: %s, then %s", what, k, typed(v0, b1, sizeof b1),
+            typed(val(x, vals[t]), b2, sizeof b2));
   int r = v0->shape.rank + 1;
   if (axis < -r || axis >= r) XFAIL("%s axis %lld is out of range for rank %d", what, (long long)axis, r);
   if (axis < 0) axis += r;
@@ -257,13 +264,12 @@ static int expand_if(xp *x) {
     for (int k = 0; k < x->nd.n_out && !rc; k++) {
       if (x->nd.out[k] < 0) continue;
       const ir_value *tv = val(x, to[k]), *ev = val(x, eo[k]);
-      char b1[128], b2[128];
+      char b1[160], b2[160];
       if (!same_type(tv, ev)) {
         ir_error_node(x->g, x->node,
-                      "the condition is computed at run time and the branches give output %d as %s %s and %s %s: "
-                      "pipecc computes both branches and selects, which needs the same type and shape",
-                      k, ir_dtype_name(tv->dtype), ir_shape_str(&tv->shape, b1, sizeof b1), ir_dtype_name(ev->dtype),
-                      ir_shape_str(&ev->shape, b2, sizeof b2));
+                      "the condition is computed at run time and the branches give output %d as %s and %s: pipecc "
+                      "computes both branches and selects, which needs the same type and shape",
+                      k, typed(tv, b1, sizeof b1), typed(ev, b2, sizeof b2));
         rc = -1;
         break;
       }
@@ -317,7 +323,7 @@ static int expand_loop(xp *x) {
   int *scans = NULL, cap_scans = 0;
   int64_t t = 0;
   int masked = 0, rc = 0;
-  char b1[128], b2[128];
+  char b1[160], b2[160];
   for (;; t++) {
     if (M >= 0 && t >= M) break;
     const ir_value *cv = val(x, cond);
@@ -374,11 +380,9 @@ static int expand_loop(xp *x) {
         const ir_value *nv = val(x, outs[1 + k]), *ov = val(x, v[k]);
         if (!same_type(nv, ov)) {
           ir_error_node(x->g, x->node,
-                        "carried value %d changes from %s %s to %s %s while the condition is computed at run time: "
-                        "pipecc runs every iteration and keeps the values while it holds, which needs the same type "
-                        "and shape",
-                        k, ir_dtype_name(ov->dtype), ir_shape_str(&ov->shape, b1, sizeof b1), ir_dtype_name(nv->dtype),
-                        ir_shape_str(&nv->shape, b2, sizeof b2));
+                        "carried value %d changes from %s to %s while the condition is computed at run time: pipecc "
+                        "runs every iteration and keeps the values while it holds, which needs the same type and shape",
+                        k, typed(ov, b1, sizeof b1), typed(nv, b2, sizeof b2));
           rc = -1;
           break;
         }
