@@ -154,6 +154,86 @@ static int emit_conv_batched(cg_ctx *c, const ir_node *n, const cg_win3 *w, cons
   return 0;
 }
 
+/* One output element of a depthwise Conv, ow and ih0 (the row of tap kh = 0) in scope,
+ * checking each tap against the image: the bias, then the taps in (kh, kw) order, then
+ * the epilogue. */
+static void emit_dw_checked(cg_ctx *c, const cg_win3 *w, const char *T, const cg_conv_epi *e, const char *ind) {
+  cg_w(c, "%s%s acc = bc;\n", ind, T);
+  cg_w(c, "%sfor (long kh = 0; kh < %lld; kh++) {\n", ind, LL(w->k[1]));
+  cg_w(c, "%s  const long ih = ih0 + kh * %lld;\n", ind, LL(w->d[1]));
+  cg_w(c, "%s  if (ih < 0 || ih >= %lld) continue;\n", ind, LL(w->in[1]));
+  cg_w(c, "%s  for (long kw = 0; kw < %lld; kw++) {\n", ind, LL(w->k[2]));
+  cg_w(c, "%s    const long iw = ow * %lld + kw * %lld - %lld;\n", ind, LL(w->s[2]), LL(w->d[2]), LL(w->pb[2]));
+  cg_w(c, "%s    if (iw >= 0 && iw < %lld) acc += wc[kh * %lld + kw] * xc[ih * %lld + iw];\n", ind, LL(w->in[2]),
+       LL(w->k[2]), LL(w->in[2]));
+  cg_w(c, "%s  }\n%s}\n", ind, ind);
+  cg_conv_epi_emit(c, e, ind, "acc", "rr[ow]");
+  cg_w(c, "%syr[ow] = acc;\n", ind);
+}
+
+/* Depthwise Conv (one input and one output channel per group, 1-D or 2-D: MobileNet's
+ * 3x3s): a direct loop per channel instead of an im2col and a one-row GEMM per group.
+ * Every output element is the bias plus the taps in (kh, kw) order, then the epilogue,
+ * stored once. Where the whole window lies inside the image (rows whose taps are all
+ * inside, columns [L, R)) the taps are written out, the weights in registers, and the
+ * loop over the columns vectorises; elsewhere each tap is checked. */
+static int emit_conv_depthwise(cg_ctx *c, const cg_win3 *w, const char *T, int64_t N, int64_t C, int has_bias,
+                               const cg_conv_epi *e) {
+  int64_t IH = w->in[1], IW = w->in[2], OH = w->out[1], OW = w->out[2], KH = w->k[1], KW = w->k[2];
+  int64_t SH = w->s[1], SW = w->s[2], DH = w->d[1], DW = w->d[2], PH = w->pb[1], PW = w->pb[2];
+  int64_t L = 0, R = OW; /* columns whose every tap is inside: ow * SW + kw * DW - PW in [0, IW) */
+  for (int64_t kw = 0; kw < KW; kw++) {
+    int64_t off = kw * DW - PW, lo = off >= 0 ? 0 : (-off + SW - 1) / SW, hi = IW - off <= 0 ? 0 : (IW - off + SW - 1) / SW;
+    if (lo > L) L = lo;
+    if (hi < R) R = hi;
+  }
+  if (L > OW) L = OW;
+  if (R < L) R = L;
+  int unroll = KH * KW <= 49;
+  cg_w(c, "  /* depthwise: a direct loop per channel; columns %lld..%lld have the whole window inside */\n", LL(L),
+       LL(R));
+  cg_w(c, "  for (long nc = 0; nc < %lld; nc++) {\n", LL(N * C));
+  cg_w(c, "    const long ch = nc %% %lld;\n", LL(C));
+  cg_w(c, "    const %s *xc = x0 + nc * %lld;\n", T, LL(IH * IW));
+  cg_w(c, "    const %s *wc = x1 + ch * %lld;\n", T, LL(KH * KW));
+  cg_w(c, "    %s *yc = y0 + nc * %lld;\n", T, LL(OH * OW));
+  if (e->res) cg_w(c, "    const %s *rc = x3 + nc * %lld;\n", T, LL(OH * OW));
+  cg_w(c, "    const %s bc = %s;\n", T, has_bias ? "x2[ch]" : "0");
+  if (unroll && R > L)
+    for (int64_t k = 0; k < KH * KW; k++) cg_w(c, "    const %s w%lld = wc[%lld];\n", T, LL(k), LL(k));
+  cg_w(c, "    for (long oh = 0; oh < %lld; oh++) {\n", LL(OH));
+  cg_w(c, "      %s *yr = yc + oh * %lld;\n", T, LL(OW));
+  if (e->res) cg_w(c, "      const %s *rr = rc + oh * %lld;\n", T, LL(OW));
+  cg_w(c, "      const long ih0 = oh * %lld - %lld;\n", LL(SH), LL(PH));
+  if (unroll && R > L) {
+    cg_w(c, "      if (ih0 >= 0 && ih0 + %lld < %lld) {\n", LL((KH - 1) * DH), LL(IH));
+    for (int64_t kh = 0; kh < KH; kh++)
+      cg_w(c, "        const %s *r%lld = xc + (ih0 + %lld) * %lld;\n", T, LL(kh), LL(kh * DH), LL(IW));
+    cg_w(c, "        for (long ow = 0; ow < %lld; ow++) {\n", LL(L));
+    emit_dw_checked(c, w, T, e, "          ");
+    cg_w(c, "        }\n");
+    cg_w(c, "        for (long ow = %lld; ow < %lld; ow++) {\n", LL(L), LL(R));
+    cg_w(c, "          %s acc = bc;\n", T);
+    for (int64_t kh = 0; kh < KH; kh++)
+      for (int64_t kw = 0; kw < KW; kw++)
+        cg_w(c, "          acc += w%lld * r%lld[ow * %lld + %lld];\n", LL(kh * KW + kw), LL(kh), LL(SW),
+             LL(kw * DW - PW));
+    cg_conv_epi_emit(c, e, "          ", "acc", "rr[ow]");
+    cg_w(c, "          yr[ow] = acc;\n");
+    cg_w(c, "        }\n");
+    cg_w(c, "        for (long ow = %lld; ow < %lld; ow++) {\n", LL(R), LL(OW));
+    emit_dw_checked(c, w, T, e, "          ");
+    cg_w(c, "        }\n");
+    cg_w(c, "        continue;\n");
+    cg_w(c, "      }\n");
+  }
+  cg_w(c, "      for (long ow = 0; ow < %lld; ow++) {\n", LL(OW));
+  emit_dw_checked(c, w, T, e, "        ");
+  cg_w(c, "      }\n");
+  cg_w(c, "    }\n  }\n");
+  return 0;
+}
+
 static int emit_conv(cg_ctx *c, const ir_node *n) {
   ir_value *x = cg_in(c, n, 0), *wt = cg_in(c, n, 1), *b = cg_in(c, n, 2), *y = cg_out(c, n, 0);
   ir_dtype t = y->dtype;
@@ -206,6 +286,8 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
     cg_w(c, " */\n");
   }
   if (wm) return cg_emit_conv_winograd(c, n, &w, wm, N, C, M, b != NULL, &e);
+  if (G > 1 && Cg == 1 && Mg == 1 && w.in[0] == 1 && w.out[0] == 1 && w.k[0] == 1)
+    return emit_conv_depthwise(c, &w, T, N, C, b != NULL, &e);
   if (NB >= 2) return emit_conv_batched(c, n, &w, T, t, esz, N, C, M, G, Cg, Mg, IS, OS, K, direct, NB, b != NULL, &e);
   const char *beta = b ? "1" : "0";
   if (!direct) {

@@ -184,8 +184,8 @@ def extra_models():
 
 # one module per family of ops: extra_signal (DFT, STFT, windows, MelWeightMatrix),
 # extra_sample (GridSample, Det), extra_vision (RoiAlign, DeformConv), extra_lower (the
-# ops passes/lower_ops.c writes in others)
-EXTRA_MODULES = ["extra_signal", "extra_sample", "extra_vision", "extra_lower"]
+# ops passes/lower_ops.c writes in others), extra_conv (depthwise Convs)
+EXTRA_MODULES = ["extra_signal", "extra_sample", "extra_vision", "extra_lower", "extra_conv"]
 
 
 def write_extra(work):
