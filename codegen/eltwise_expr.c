@@ -77,6 +77,12 @@ int cg_eltwise_node_expr(const cg_expr_writer *c, const ir_node *n, const char *
     case IR_OP_Acos: case IR_OP_Acosh: case IR_OP_Asin: case IR_OP_Asinh: case IR_OP_Atan: case IR_OP_Atanh:
     case IR_OP_Cos: case IR_OP_Cosh: case IR_OP_Sin: case IR_OP_Sinh: case IR_OP_Tan: case IR_OP_Tanh:
     case IR_OP_Exp: case IR_OP_Log: case IR_OP_Sqrt: case IR_OP_Erf: case IR_OP_Ceil: case IR_OP_Floor: {
+      if (t == IR_FLOAT && (n->op == IR_OP_Exp || n->op == IR_OP_Erf) && !strcmp(c->target, "cpu")) {
+        /* the cpu target's branch-free versions (the stage prelude, codegen/c/emit.c): they
+         * vectorise, libm's do not */
+        ew(c, "%s(%s);\n", n->op == IR_OP_Exp ? "pk_expf" : "pk_erff", A);
+        return 0;
+      }
       char low[32];
       const char *nm = ir_op_name(n->op);
       size_t i = 0;

@@ -511,6 +511,43 @@ static int emit_pool(cg_ctx *c, const ir_node *n) {
   return 0;
 }
 
+/* ---- float reductions that vectorise ------------------------------------------------ */
+
+/* Partial sums or maxima kept in LANES floats: element k goes to lane k % LANES, the
+ * lanes are combined in order at the end. A fixed order that GCC vectorises at any
+ * width (a plain float reduction it may not reorder, so it stays scalar). */
+#define LANES 16
+
+/* `const float NAME = sum over k < n of EXPR` (EXPR in terms of k). */
+static void emit_lane_sum(cg_ctx *c, const char *ind, const char *name, int64_t n, const char *expr) {
+  cg_w(c, "%sfloat %s_l[%d] = {0};\n", ind, name, LANES);
+  cg_w(c, "%slong %s_k = 0;\n", ind, name);
+  cg_w(c, "%sfor (; %s_k + %d <= %lld; %s_k += %d)\n", ind, name, LANES, LL(n), name, LANES);
+  cg_w(c, "%s  for (long l = 0; l < %d; l++) {\n%s    const long k = %s_k + l;\n", ind, LANES, ind, name);
+  cg_w(c, "%s    %s_l[l] += %s;\n%s  }\n", ind, name, expr, ind);
+  cg_w(c, "%sfor (long l = 0; %s_k < %lld; %s_k++, l++) {\n%s  const long k = %s_k;\n", ind, name, LL(n), name, ind, name);
+  cg_w(c, "%s  %s_l[l] += %s;\n%s}\n", ind, name, expr, ind);
+  cg_w(c, "%sfloat %s = %s_l[0];\n", ind, name, name);
+  cg_w(c, "%sfor (long l = 1; l < %d; l++) %s += %s_l[l];\n", ind, LANES, name, name);
+}
+
+/* `float NAME = max over k < n of EXPR`, the max as `v > m ? v : m` (a NaN is passed
+ * over, as by the scalar loop); n >= 1. */
+static void emit_lane_max(cg_ctx *c, const char *ind, const char *name, int64_t n, const char *expr) {
+  cg_w(c, "%sfloat %s_l[%d];\n", ind, name, LANES);
+  cg_w(c, "%sfor (long l = 0; l < %d; l++) {\n%s  const long k = 0;\n%s  %s_l[l] = %s;\n%s}\n", ind, LANES, ind, ind,
+       name, expr, ind);
+  cg_w(c, "%slong %s_k = 0;\n", ind, name);
+  cg_w(c, "%sfor (; %s_k + %d <= %lld; %s_k += %d)\n", ind, name, LANES, LL(n), name, LANES);
+  cg_w(c, "%s  for (long l = 0; l < %d; l++) {\n%s    const long k = %s_k + l;\n", ind, LANES, ind, name);
+  cg_w(c, "%s    const float v = %s;\n%s    %s_l[l] = v > %s_l[l] ? v : %s_l[l];\n%s  }\n", ind, expr, ind, name, name,
+       name, ind);
+  cg_w(c, "%sfor (long l = 0; %s_k < %lld; %s_k++, l++) {\n%s  const long k = %s_k;\n", ind, name, LL(n), name, ind, name);
+  cg_w(c, "%s  const float v = %s;\n%s  %s_l[l] = v > %s_l[l] ? v : %s_l[l];\n%s}\n", ind, expr, ind, name, name, name, ind);
+  cg_w(c, "%sfloat %s = %s_l[0];\n", ind, name, name);
+  cg_w(c, "%sfor (long l = 1; l < %d; l++) %s = %s_l[l] > %s ? %s_l[l] : %s;\n", ind, LANES, name, name, name, name, name);
+}
+
 /* ---- normalisation -------------------------------------------------------------------- */
 
 static int emit_batchnorm(cg_ctx *c, const ir_node *n) {
@@ -585,6 +622,23 @@ static int emit_layernorm(cg_ctx *c, const ir_node *n) {
   int64_t outer, inner, ns, nbias;
   if (cg_layernorm_params(c->g, "cpu", n, &outer, &inner, &ns, &nbias)) return -1;
   if (cg_numel(y) == 0) return 0;
+  if (t == IR_FLOAT && cg_in(c, n, 1)->dtype == IR_FLOAT && (!bi || bi->dtype == IR_FLOAT)) {
+    /* float: the sums in LANES float partial sums (they vectorise; the order is the
+     * source's, whatever the vector width), mean and variance in two passes */
+    char l1[48];
+    cg_w(c, "  for (long o = 0; o < %lld; o++) {\n", LL(outer));
+    cg_w(c, "    const float *xp = x0 + o * %lld;\n    float *yp = y0 + o * %lld;\n", LL(inner), LL(inner));
+    emit_lane_sum(c, "    ", "s", inner, "xp[k]");
+    cg_w(c, "    const float mean = s / %lld.0f;\n", LL(inner));
+    emit_lane_sum(c, "    ", "q", inner, "(xp[k] - mean) * (xp[k] - mean)");
+    cg_w(c, "    const float inv = 1.0f / sqrtf(q / %lld.0f + %s);\n", LL(inner), cg_flit(l1, sizeof l1, eps, IR_FLOAT));
+    cg_w(c, "    for (long i = 0; i < %lld; i++) yp[i] = (xp[i] - mean) * inv * x1[%s]%s;\n", LL(inner),
+         ns == 1 ? "0" : "i", bi ? (nbias == 1 ? " + x2[0]" : " + x2[i]") : "");
+    if (ym) cg_w(c, "    y1[o] = (%s)mean;\n", cg_ctype(ym->dtype));
+    if (yr) cg_w(c, "    y2[o] = (%s)inv;\n", cg_ctype(yr->dtype));
+    cg_w(c, "  }\n");
+    return 0;
+  }
   cg_w(c, "  for (long o = 0; o < %lld; o++) {\n", LL(outer));
   cg_w(c, "    const %s *xp = x0 + o * %lld;\n    %s *yp = y0 + o * %lld;\n", T, LL(inner), T, LL(inner));
   cg_w(c, "    double s = 0, q = 0;\n    for (long i = 0; i < %lld; i++) s += xp[i];\n", LL(inner));
@@ -628,6 +682,21 @@ static int emit_softmax(cg_ctx *c, const ir_node *n) {
   int64_t outer, A, inner;
   if (cg_softmax_params(c->g, "cpu", n, &outer, &A, &inner)) return -1;
   if (cg_numel(y) == 0) return 0;
+  if (t == IR_FLOAT && inner == 1 && A >= 1 && n->op != IR_OP_Hardmax) {
+    /* float rows: max and sum in lanes (emit_lane_max/sum), pk_expf (the stage prelude) */
+    cg_w(c, "  for (long o = 0; o < %lld; o++) {\n", LL(outer));
+    cg_w(c, "    const float *xp = x0 + o * %lld;\n    float *yp = y0 + o * %lld;\n", LL(A), LL(A));
+    emit_lane_max(c, "    ", "m", A, "xp[k]");
+    if (n->op == IR_OP_Softmax) {
+      emit_lane_sum(c, "    ", "s", A, "(yp[k] = pk_expf(xp[k] - m))");
+      cg_w(c, "    for (long k = 0; k < %lld; k++) yp[k] = yp[k] / s;\n  }\n", LL(A));
+    } else {
+      emit_lane_sum(c, "    ", "s", A, "pk_expf(xp[k] - m)");
+      cg_w(c, "    const float ls = logf(s);\n");
+      cg_w(c, "    for (long k = 0; k < %lld; k++) yp[k] = xp[k] - m - ls;\n  }\n", LL(A));
+    }
+    return 0;
+  }
   const char *ex = t == IR_DOUBLE ? "exp" : "expf";
   cg_w(c, "  for (long o = 0; o < %lld; o++)\n    for (long i = 0; i < %lld; i++) {\n", LL(outer), LL(inner));
   cg_w(c, "      const %s *xp = x0 + o * %lld + i;\n      %s *yp = y0 + o * %lld + i;\n", T, LL(A * inner), T, LL(A * inner));
