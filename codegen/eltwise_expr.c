@@ -195,7 +195,17 @@ int cg_eltwise_node_expr(const cg_expr_writer *c, const ir_node *n, const char *
     case IR_OP_Sub: ew(c, "(%s)(%s - %s);\n", T, A, B); return 0;
     case IR_OP_Mul: ew(c, "(%s)(%s * %s);\n", T, A, B); return 0;
     case IR_OP_Div: ew(c, "(%s)(%s / %s);\n", T, A, B); return 0;
-    case IR_OP_Pow:
+    case IR_OP_Pow: {
+      /* a constant exponent 2 as one multiplication on the cpu target: the correctly
+       * rounded square, where libm's powf is a call that does not vectorise */
+      const ir_value *e = ir_in(g, n, 1);
+      double ev = 0;
+      if (t == IR_FLOAT && !strcmp(c->target, "cpu") && e && e->kind == IR_VAL_CONST && cg_numel(e) == 1 &&
+          !ir_const_f64(e, 0, &ev) && ev == 2.0) {
+        ew(c, "%s * %s;\n    (void)%s;\n", A, A, B);
+        return 0;
+      }
+    }
       if (fl) ew(c, "%s(%s, (%s)%s);\n", fm(f1, "pow", t), A, T, B);
       else ew(c, "(%s)pow((double)%s, (double)%s);\n", T, A, B);
       return 0;
