@@ -514,8 +514,9 @@ static int emit_pool(cg_ctx *c, const ir_node *n) {
 /* ---- float reductions that vectorise ------------------------------------------------ */
 
 /* Partial sums or maxima kept in LANES floats: element k goes to lane k % LANES, the
- * lanes are combined in order at the end. A fixed order that GCC vectorises at any
- * width (a plain float reduction it may not reorder, so it stays scalar). */
+ * lanes are combined pairwise at the end (lane l with l + 8, then l + 4, ...). A fixed
+ * order that GCC vectorises at any width (a plain float reduction it may not reorder,
+ * so it stays scalar, and a sequential combination costs more than short rows). */
 #define LANES 16
 
 /* `const float NAME = sum over k < n of EXPR` (EXPR in terms of k). */
@@ -527,11 +528,12 @@ static void emit_lane_sum(cg_ctx *c, const char *ind, const char *name, int64_t 
   cg_w(c, "%s    %s_l[l] += %s;\n%s  }\n", ind, name, expr, ind);
   cg_w(c, "%sfor (long l = 0; %s_k < %lld; %s_k++, l++) {\n%s  const long k = %s_k;\n", ind, name, LL(n), name, ind, name);
   cg_w(c, "%s  %s_l[l] += %s;\n%s}\n", ind, name, expr, ind);
-  cg_w(c, "%sfloat %s = %s_l[0];\n", ind, name, name);
-  cg_w(c, "%sfor (long l = 1; l < %d; l++) %s += %s_l[l];\n", ind, LANES, name, name);
+  for (int h = LANES / 2; h >= 1; h /= 2)
+    cg_w(c, "%sfor (long l = 0; l < %d; l++) %s_l[l] += %s_l[l + %d];\n", ind, h, name, name, h);
+  cg_w(c, "%sconst float %s = %s_l[0];\n", ind, name, name);
 }
 
-/* `float NAME = max over k < n of EXPR`, the max as `v > m ? v : m` (a NaN is passed
+/* `const float NAME = max over k < n of EXPR`, the max as `v > m ? v : m` (a NaN is passed
  * over, as by the scalar loop); n >= 1. */
 static void emit_lane_max(cg_ctx *c, const char *ind, const char *name, int64_t n, const char *expr) {
   cg_w(c, "%sfloat %s_l[%d];\n", ind, name, LANES);
@@ -544,8 +546,10 @@ static void emit_lane_max(cg_ctx *c, const char *ind, const char *name, int64_t 
        name, ind);
   cg_w(c, "%sfor (long l = 0; %s_k < %lld; %s_k++, l++) {\n%s  const long k = %s_k;\n", ind, name, LL(n), name, ind, name);
   cg_w(c, "%s  const float v = %s;\n%s  %s_l[l] = v > %s_l[l] ? v : %s_l[l];\n%s}\n", ind, expr, ind, name, name, name, ind);
-  cg_w(c, "%sfloat %s = %s_l[0];\n", ind, name, name);
-  cg_w(c, "%sfor (long l = 1; l < %d; l++) %s = %s_l[l] > %s ? %s_l[l] : %s;\n", ind, LANES, name, name, name, name, name);
+  for (int h = LANES / 2; h >= 1; h /= 2)
+    cg_w(c, "%sfor (long l = 0; l < %d; l++) %s_l[l] = %s_l[l + %d] > %s_l[l] ? %s_l[l + %d] : %s_l[l];\n", ind, h, name,
+         name, h, name, name, h, name);
+  cg_w(c, "%sconst float %s = %s_l[0];\n", ind, name, name);
 }
 
 /* ---- normalisation -------------------------------------------------------------------- */
@@ -689,7 +693,9 @@ static int emit_softmax(cg_ctx *c, const ir_node *n) {
     emit_lane_max(c, "    ", "m", A, "xp[k]");
     if (n->op == IR_OP_Softmax) {
       emit_lane_sum(c, "    ", "s", A, "(yp[k] = pk_expf(xp[k] - m))");
-      cg_w(c, "    for (long k = 0; k < %lld; k++) yp[k] = yp[k] / s;\n  }\n", LL(A));
+      /* times the reciprocal: a vector division costs more than the exps of short rows */
+      cg_w(c, "    const float rs = 1.0f / s;\n");
+      cg_w(c, "    for (long k = 0; k < %lld; k++) yp[k] = yp[k] * rs;\n  }\n", LL(A));
     } else {
       emit_lane_sum(c, "    ", "s", A, "pk_expf(xp[k] - m)");
       cg_w(c, "    const float ls = logf(s);\n");
