@@ -167,10 +167,11 @@ static int ident_used(const char *body, const char *id) {
   return 0;
 }
 
-/* Units compiled as PK_VEC clones (the stage prelude): float loops that vectorise. */
+/* Units compiled as PK_VEC clones (the stage prelude): float loops that vectorise (Conv:
+ * the depthwise stencil, the epilogues, im2col and the Winograd transforms). */
 static int vec_clones(const ir_node *root, int eltwise) {
   switch (root->op) {
-    case IR_OP_Softmax: case IR_OP_LogSoftmax: case IR_OP_LayerNormalization: return 1;
+    case IR_OP_Softmax: case IR_OP_LogSoftmax: case IR_OP_LayerNormalization: case IR_OP_Conv: return 1;
     default: return eltwise;
   }
 }

@@ -154,6 +154,49 @@ static int emit_conv_batched(cg_ctx *c, const ir_node *n, const cg_win3 *w, cons
   return 0;
 }
 
+/* Depthwise Conv (one input and one output channel per group, 2-D or 1-D, float, at
+ * most 49 taps): per channel, the image copied into a zero-bordered scratch image, then
+ * per output element the bias plus every tap in (kh, kw) order (a padding tap adds
+ * w * 0), the taps unrolled with the weights in locals, the fused epilogue, one store:
+ * the loop along the output row vectorises. im2col + a 1-row GEMM per channel spent
+ * its time on the copies and the calls. */
+#define DW_MAX_TAPS 49
+static int emit_conv_depthwise(cg_ctx *c, const cg_win3 *w, int64_t N, int64_t C, int has_bias, const cg_conv_epi *e) {
+  int64_t IH = w->in[1], IW = w->in[2], OH = w->out[1], OW = w->out[2], KH = w->k[1], KW = w->k[2];
+  int64_t PH = IH + w->pb[1] + w->pe[1], PW = IW + w->pb[2] + w->pe[2];
+  cg_scratch(c, (size_t)(PH * PW) * sizeof(float));
+  cg_w(c, "  /* depthwise: a direct stencil per channel over a zero-bordered copy */\n");
+  cg_w(c, "  float *pad = (float *)scr;\n");
+  cg_w(c, "  memset(pad, 0, sizeof(float) * %lld);\n", LL(PH * PW));
+  cg_w(c, "  for (long nc = 0; nc < %lld; nc++) {\n", LL(N * C));
+  cg_w(c, "    const long ch = nc %% %lld;\n", LL(C));
+  cg_w(c, "    const float *xp = x0 + nc * %lld;\n    float *yp = y0 + nc * %lld;\n", LL(IH * IW), LL(OH * OW));
+  if (e->res) cg_w(c, "    const float *rp = x3 + nc * %lld;\n", LL(OH * OW));
+  cg_w(c, "    for (long ih = 0; ih < %lld; ih++)\n", LL(IH));
+  cg_w(c, "      memcpy(pad + (ih + %lld) * %lld + %lld, xp + ih * %lld, sizeof(float) * %lld);\n", LL(w->pb[1]), LL(PW),
+       LL(w->pb[2]), LL(IW), LL(IW));
+  cg_w(c, "    const float *wc = x1 + ch * %lld;\n", LL(KH * KW));
+  for (int64_t k = 0; k < KH * KW; k++) cg_w(c, "    const float w%lld = wc[%lld];\n", LL(k), LL(k));
+  cg_w(c, "    const float b = %s;\n", has_bias ? "x2[ch]" : "0.0f");
+  cg_w(c, "    for (long oh = 0; oh < %lld; oh++) {\n", LL(OH));
+  for (int64_t kh = 0; kh < KH; kh++)
+    cg_w(c, "      const float *p%lld = pad + (oh * %lld + %lld) * %lld;\n", LL(kh), LL(w->s[1]), LL(kh * w->d[1]), LL(PW));
+  cg_w(c, "      float *yr = yp + oh * %lld;\n", LL(OW));
+  cg_w(c, "      for (long ow = 0; ow < %lld; ow++) {\n", LL(OW));
+  cg_w(c, "        float v = b;\n");
+  for (int64_t kh = 0; kh < KH; kh++)
+    for (int64_t kw = 0; kw < KW; kw++) {
+      if (w->s[2] == 1) cg_w(c, "        v = v + w%lld * p%lld[ow + %lld];\n", LL(kh * KW + kw), LL(kh), LL(kw * w->d[2]));
+      else
+        cg_w(c, "        v = v + w%lld * p%lld[ow * %lld + %lld];\n", LL(kh * KW + kw), LL(kh), LL(w->s[2]), LL(kw * w->d[2]));
+    }
+  char r[64];
+  snprintf(r, sizeof r, "rp[oh * %lld + ow]", LL(OW));
+  cg_conv_epi_emit(c, e, "        ", "v", r);
+  cg_w(c, "        yr[ow] = v;\n      }\n    }\n  }\n");
+  return 0;
+}
+
 static int emit_conv(cg_ctx *c, const ir_node *n) {
   ir_value *x = cg_in(c, n, 0), *wt = cg_in(c, n, 1), *b = cg_in(c, n, 2), *y = cg_out(c, n, 0);
   ir_dtype t = y->dtype;
@@ -206,6 +249,9 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
     cg_w(c, " */\n");
   }
   if (wm) return cg_emit_conv_winograd(c, n, &w, wm, N, C, M, b != NULL, &e);
+  if (t == IR_FLOAT && G == C && G == M && w.in[0] == 1 && w.out[0] == 1 && w.k[0] == 1 &&
+      w.k[1] * w.k[2] <= DW_MAX_TAPS)
+    return emit_conv_depthwise(c, &w, N, C, b != NULL, &e);
   if (NB >= 2) return emit_conv_batched(c, n, &w, T, t, esz, N, C, M, G, Cg, Mg, IS, OS, K, direct, NB, b != NULL, &e);
   const char *beta = b ? "1" : "0";
   if (!direct) {
