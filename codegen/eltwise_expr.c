@@ -77,6 +77,12 @@ int cg_eltwise_node_expr(const cg_expr_writer *c, const ir_node *n, const char *
     case IR_OP_Acos: case IR_OP_Acosh: case IR_OP_Asin: case IR_OP_Asinh: case IR_OP_Atan: case IR_OP_Atanh:
     case IR_OP_Cos: case IR_OP_Cosh: case IR_OP_Sin: case IR_OP_Sinh: case IR_OP_Tan: case IR_OP_Tanh:
     case IR_OP_Exp: case IR_OP_Log: case IR_OP_Sqrt: case IR_OP_Erf: case IR_OP_Ceil: case IR_OP_Floor: {
+      if (t == IR_FLOAT && (n->op == IR_OP_Exp || n->op == IR_OP_Erf) && !strcmp(c->target, "cpu")) {
+        /* the cpu target's branch-free versions (the stage prelude, codegen/c/emit.c): they
+         * vectorise, libm's do not */
+        ew(c, "%s(%s);\n", n->op == IR_OP_Exp ? "pk_expf" : "pk_erff", A);
+        return 0;
+      }
       char low[32];
       const char *nm = ir_op_name(n->op);
       size_t i = 0;
@@ -189,7 +195,17 @@ int cg_eltwise_node_expr(const cg_expr_writer *c, const ir_node *n, const char *
     case IR_OP_Sub: ew(c, "(%s)(%s - %s);\n", T, A, B); return 0;
     case IR_OP_Mul: ew(c, "(%s)(%s * %s);\n", T, A, B); return 0;
     case IR_OP_Div: ew(c, "(%s)(%s / %s);\n", T, A, B); return 0;
-    case IR_OP_Pow:
+    case IR_OP_Pow: {
+      /* a constant exponent 2 as one multiplication on the cpu target: the correctly
+       * rounded square, where libm's powf is a call that does not vectorise */
+      const ir_value *e = ir_in(g, n, 1);
+      double ev = 0;
+      if (t == IR_FLOAT && !strcmp(c->target, "cpu") && e && e->kind == IR_VAL_CONST && cg_numel(e) == 1 &&
+          !ir_const_f64(e, 0, &ev) && ev == 2.0) {
+        ew(c, "%s * %s;\n    (void)%s;\n", A, A, B);
+        return 0;
+      }
+    }
       if (fl) ew(c, "%s(%s, (%s)%s);\n", fm(f1, "pow", t), A, T, B);
       else ew(c, "(%s)pow((double)%s, (double)%s);\n", T, A, B);
       return 0;

@@ -290,6 +290,40 @@ static void build_units(cg_stage *st) {
         if (group[j] == old) group[j] = i;
     }
   }
+  /* A unit whose output is read only by one other unit (several of its members, as
+   * GELU's x * 0.5 * (1 + erf(x / sqrt 2)) reads x twice) joins that unit, its output
+   * then a local of the loop like the other members': one pass over memory less. */
+  int *cons = ir_xmalloc(sizeof(int) * (size_t)(g->n_values + 1));
+  for (int changed = 1; changed;) {
+    changed = 0;
+    for (int v = 0; v < g->n_values; v++) cons[v] = -1; /* -1 no reader, -2 several units, else the root */
+    for (int j = 0; j < N; j++) {
+      const ir_node *n = &g->nodes[j];
+      if (n->dead) continue;
+      for (int k = 0; k < n->n_in; k++) {
+        int v = n->in[k];
+        if (v < 0) continue;
+        int r = group[j] >= 0 ? group[j] : -2;
+        cons[v] = cons[v] == -1 || cons[v] == r ? r : -2;
+      }
+    }
+    for (int r = 0; r < N; r++) {
+      if (group[r] != r || !cg_is_eltwise(g, &g->nodes[r])) continue;
+      int v = g->nodes[r].out[0];
+      if (v < 0) continue;
+      const ir_value *x = &g->values[v];
+      int R = cons[v];
+      if (R < 0 || R == r || x->kind != IR_VAL_ACT || x->is_output || x->writeback >= 0) continue;
+      if (st->si->last_stage[v] > st->s || !cg_is_eltwise(g, &g->nodes[R])) continue;
+      if (!ir_shape_same_dims(&x->shape, &ir_out(g, &g->nodes[R], 0)->shape)) continue;
+      if (n_ext[R] + n_ext[r] > 64) continue;
+      n_ext[R] += n_ext[r];
+      for (int j = 0; j <= r; j++)
+        if (group[j] == r) group[j] = R;
+      changed = 1;
+    }
+  }
+  free(cons);
   st->units = ir_xcalloc((size_t)N + 1, sizeof(cg_unit));
   st->n_units = 0;
   for (int i = 0; i < N; i++) {

@@ -30,7 +30,11 @@
  * arithmetic exactly as written, so results do not depend on how nodes are grouped.
  * -fvect-cost-model=dynamic: -O2's default (very cheap) leaves loops whose trip count is
  * not a known multiple of the vector width scalar (the bias fills, epilogues and
- * Winograd transforms); vectorising element-wise code does not change its results. */
+ * Winograd transforms); vectorising element-wise code does not change its results.
+ * -fno-trapping-math: without it GCC will not turn a float comparison into a select in a
+ * loop (the comparison "could trap"), which leaves clamps, ReLU-like selects and the
+ * prelude's pk_expf/pk_erff scalar; it changes no value, only whether FP exception flags
+ * may be raised speculatively (nothing reads them). */
 #ifndef CG_C_CC
 #define CG_C_CC "cc"
 #endif
@@ -44,7 +48,7 @@
 #ifndef CG_C_VECT
 #define CG_C_VECT "-fvect-cost-model=dynamic"
 #endif
-#define CG_C_CFLAGS "-O2 " CG_C_VECT " -std=c11 -ffp-contract=off -fno-fast-math -Wall -Wextra " CG_C_EXTRA
+#define CG_C_CFLAGS "-O2 " CG_C_VECT " -std=c11 -ffp-contract=off -fno-fast-math -fno-trapping-math -Wall -Wextra " CG_C_EXTRA
 #define CG_C_LIBS CG_C_EXTRA " -lopenblas -lpthread -lm"
 
 typedef struct cg_ctx {

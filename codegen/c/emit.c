@@ -167,6 +167,15 @@ static int ident_used(const char *body, const char *id) {
   return 0;
 }
 
+/* Units compiled as PK_VEC clones (the stage prelude): float loops that vectorise (Conv:
+ * the depthwise stencil, the epilogues, im2col and the Winograd transforms). */
+static int vec_clones(const ir_node *root, int eltwise) {
+  switch (root->op) {
+    case IR_OP_Softmax: case IR_OP_LogSoftmax: case IR_OP_LayerNormalization: case IR_OP_Conv: return 1;
+    default: return eltwise;
+  }
+}
+
 /* Emit the function for unit u into f, and its call into call. Returns 0 or -1. */
 static int emit_unit(cg_stage *st, cg_ctx *c, int ui, FILE *f, FILE *call) {
   ir_graph *g = st->g;
@@ -235,7 +244,7 @@ static int emit_unit(cg_stage *st, cg_ctx *c, int ui, FILE *f, FILE *call) {
   char fname[64];
   snprintf(fname, sizeof fname, "n%d_%s", u->root, eltwise && u->n_nodes > 1 ? "fused" : ir_op_name(root->op));
   cg_put_unit_comment(f, g, u, "");
-  fprintf(f, "static void %s(", fname);
+  fprintf(f, "%sstatic void %s(", vec_clones(root, eltwise) ? "PK_VEC " : "", fname);
   int first = 1;
   for (int i = 0; i < np; i++) {
     if (!ident_used(body, ps[i].name)) continue;
@@ -304,6 +313,52 @@ static const char train_fns[] =
     "  else memcpy(host, s->w + off, n);\n"
     "  return 0;\n}\n\n";
 
+/* The start of every stage file after the includes. PK_VEC marks the unit functions whose
+ * loops are worth vectorising wider than the portable baseline (element-wise units,
+ * Softmax, normalisation): GCC compiles them for AVX-512, AVX2 and the baseline and picks
+ * one at load time (target_clones). The clones compute the same bits: the code is
+ * element-wise or reduces in an order fixed by the source, and -ffp-contract=off holds
+ * for each. pk_expf and pk_erff are branch-free float exp and erf (within 1.3 and 2.6
+ * ulp of the exact values over all floats; NaN in, NaN out) that vectorise where libm's
+ * expf and erff stay scalar: exp as 2^n e^r (|r| <= ln2/2, Cody-Waite reduction, the
+ * degree-7 Taylor polynomial, 2^n as two powers of two so that 2^-149..2^128 come out);
+ * erf as x P(x^2) below 1 and 1 - e^(-x^2) R(1/x) from 1 to 4, P and R least-squares
+ * fits of erf(x)/x and erfc(x) e^(x^2) (relative error 1.2e-9 and 6.5e-8), +-1 beyond. */
+static const char vec_prelude[] =
+    "#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && __GNUC__ >= 8\n"
+    "#define PK_VEC __attribute__((target_clones(\"avx512f\", \"avx2\", \"default\")))\n"
+    "#else\n#define PK_VEC\n#endif\n"
+    "#ifdef __GNUC__\n#define PK_INLINE static inline __attribute__((always_inline))\n#else\n"
+    "#define PK_INLINE static inline\n#endif\n\n"
+    "PK_INLINE float pk_expf(float x) {\n"
+    "  float xc = x < -104.0f ? -104.0f : x;\n"
+    "  xc = xc > 89.0f ? 89.0f : xc;\n"
+    "  const float nf = (xc * 1.44269502f + 12582912.0f) - 12582912.0f; /* rint(x / ln2) */\n"
+    "  float r = xc - nf * 0.693359375f;\n"
+    "  r = r - nf * -2.12194440e-4f;\n"
+    "  float p = 1.0f / 5040.0f;\n"
+    "  p = p * r + 1.0f / 720.0f;\n  p = p * r + 1.0f / 120.0f;\n  p = p * r + 1.0f / 24.0f;\n"
+    "  p = p * r + 1.0f / 6.0f;\n  p = p * r + 0.5f;\n  p = p * r + 1.0f;\n  p = p * r + 1.0f;\n"
+    "  const int32_t n = (int32_t)nf, n1 = n / 2, b1 = (n1 + 127) * 8388608, b2 = (n - n1 + 127) * 8388608;\n"
+    "  float s1, s2;\n  memcpy(&s1, &b1, 4);\n  memcpy(&s2, &b2, 4);\n"
+    "  const float y = p * s1 * s2;\n"
+    "  return x != x ? x : y;\n}\n\n"
+    "PK_INLINE float pk_erff(float x) {\n"
+    "  const float a = fabsf(x), s = a * a;\n"
+    "  float p = 7.854026510e-05f;\n"
+    "  p = p * s + -8.010247719e-04f;\n  p = p * s + 5.188334510e-03f;\n  p = p * s + -2.685381607e-02f;\n"
+    "  p = p * s + 1.128358527e-01f;\n  p = p * s + -3.761262584e-01f;\n  p = p * s + 1.128379166e+00f;\n"
+    "  const float lo = a * p;\n"
+    "  float ac = a < 1.0f ? 1.0f : a;\n  ac = ac > 4.0f ? 4.0f : ac;\n"
+    "  const float u = 1.0f / ac;\n"
+    "  float q = -1.137478510e-02f;\n"
+    "  q = q * u + 3.799977886e-02f;\n  q = q * u + 4.027095340e-03f;\n  q = q * u + -2.190696237e-01f;\n"
+    "  q = q * u + 4.809396997e-01f;\n  q = q * u + -4.646672373e-01f;\n  q = q * u + 4.015972459e-02f;\n"
+    "  q = q * u + 5.593158012e-01f;\n  q = q * u + 2.530946252e-04f;\n"
+    "  const float hi = 1.0f - pk_expf(-(ac * ac)) * q;\n"
+    "  const float r = copysignf(a < 1.0f ? lo : hi, x);\n"
+    "  return x != x ? x : r;\n}\n\n";
+
 static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const cg_stage_info *si, int s,
                       const char *dir) {
   int train = p->train != NULL, n_parts = train ? 3 : 1;
@@ -349,7 +404,10 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
                "zeros) */\n", si->n_in[bq], si->n_out[bq], wl.total_bytes);
   }
   fputs("#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n\n#include <cblas.h>\n\n"
-        "#include \"pipert.h\"\n\n"
+        "#include \"pipert.h\"\n\n",
+        f);
+  fputs(vec_prelude, f);
+  fputs(""
         "/* PK_UNIT(u): unit u starts (timed in the profiler build, -DPIPECC_PROFILE) */\n"
         "#ifdef PIPECC_PROFILE\n#define PK_UNIT(u) pipert_profile_mark(u)\n#else\n#define PK_UNIT(u) ((void)0)\n#endif\n\n",
         f);

@@ -154,83 +154,46 @@ static int emit_conv_batched(cg_ctx *c, const ir_node *n, const cg_win3 *w, cons
   return 0;
 }
 
-/* One output element of a depthwise Conv, ow and ih0 (the row of tap kh = 0) in scope,
- * checking each tap against the image: the bias, then the taps in (kh, kw) order, then
- * the epilogue. */
-static void emit_dw_checked(cg_ctx *c, const cg_win3 *w, const char *T, const cg_conv_epi *e, const char *ind) {
-  cg_w(c, "%s%s acc = bc;\n", ind, T);
-  cg_w(c, "%sfor (long kh = 0; kh < %lld; kh++) {\n", ind, LL(w->k[1]));
-  cg_w(c, "%s  const long ih = ih0 + kh * %lld;\n", ind, LL(w->d[1]));
-  cg_w(c, "%s  if (ih < 0 || ih >= %lld) continue;\n", ind, LL(w->in[1]));
-  cg_w(c, "%s  for (long kw = 0; kw < %lld; kw++) {\n", ind, LL(w->k[2]));
-  cg_w(c, "%s    const long iw = ow * %lld + kw * %lld - %lld;\n", ind, LL(w->s[2]), LL(w->d[2]), LL(w->pb[2]));
-  cg_w(c, "%s    if (iw >= 0 && iw < %lld) acc += wc[kh * %lld + kw] * xc[ih * %lld + iw];\n", ind, LL(w->in[2]),
-       LL(w->k[2]), LL(w->in[2]));
-  cg_w(c, "%s  }\n%s}\n", ind, ind);
-  cg_conv_epi_emit(c, e, ind, "acc", "rr[ow]");
-  cg_w(c, "%syr[ow] = acc;\n", ind);
-}
-
-/* Depthwise Conv (one input and one output channel per group, 1-D or 2-D: MobileNet's
- * 3x3s): a direct loop per channel instead of an im2col and a one-row GEMM per group.
- * Every output element is the bias plus the taps in (kh, kw) order, then the epilogue,
- * stored once. Where the whole window lies inside the image (rows whose taps are all
- * inside, columns [L, R)) the taps are written out, the weights in registers, and the
- * loop over the columns vectorises; elsewhere each tap is checked. */
-static int emit_conv_depthwise(cg_ctx *c, const cg_win3 *w, const char *T, int64_t N, int64_t C, int has_bias,
-                               const cg_conv_epi *e) {
+/* Depthwise Conv (one input and one output channel per group, 2-D or 1-D, float, at
+ * most 49 taps): per channel, the image copied into a zero-bordered scratch image, then
+ * per output element the bias plus every tap in (kh, kw) order (a padding tap adds
+ * w * 0), the taps unrolled with the weights in locals, the fused epilogue, one store:
+ * the loop along the output row vectorises. im2col + a 1-row GEMM per channel spent
+ * its time on the copies and the calls. */
+#define DW_MAX_TAPS 49
+static int emit_conv_depthwise(cg_ctx *c, const cg_win3 *w, int64_t N, int64_t C, int has_bias, const cg_conv_epi *e) {
   int64_t IH = w->in[1], IW = w->in[2], OH = w->out[1], OW = w->out[2], KH = w->k[1], KW = w->k[2];
-  int64_t SH = w->s[1], SW = w->s[2], DH = w->d[1], DW = w->d[2], PH = w->pb[1], PW = w->pb[2];
-  int64_t L = 0, R = OW; /* columns whose every tap is inside: ow * SW + kw * DW - PW in [0, IW) */
-  for (int64_t kw = 0; kw < KW; kw++) {
-    int64_t off = kw * DW - PW, lo = off >= 0 ? 0 : (-off + SW - 1) / SW, hi = IW - off <= 0 ? 0 : (IW - off + SW - 1) / SW;
-    if (lo > L) L = lo;
-    if (hi < R) R = hi;
-  }
-  if (L > OW) L = OW;
-  if (R < L) R = L;
-  int unroll = KH * KW <= 49;
-  cg_w(c, "  /* depthwise: a direct loop per channel; columns %lld..%lld have the whole window inside */\n", LL(L),
-       LL(R));
+  int64_t PH = IH + w->pb[1] + w->pe[1], PW = IW + w->pb[2] + w->pe[2];
+  cg_scratch(c, (size_t)(PH * PW) * sizeof(float));
+  cg_w(c, "  /* depthwise: a direct stencil per channel over a zero-bordered copy */\n");
+  cg_w(c, "  float *pad = (float *)scr;\n");
+  cg_w(c, "  memset(pad, 0, sizeof(float) * %lld);\n", LL(PH * PW));
   cg_w(c, "  for (long nc = 0; nc < %lld; nc++) {\n", LL(N * C));
   cg_w(c, "    const long ch = nc %% %lld;\n", LL(C));
-  cg_w(c, "    const %s *xc = x0 + nc * %lld;\n", T, LL(IH * IW));
-  cg_w(c, "    const %s *wc = x1 + ch * %lld;\n", T, LL(KH * KW));
-  cg_w(c, "    %s *yc = y0 + nc * %lld;\n", T, LL(OH * OW));
-  if (e->res) cg_w(c, "    const %s *rc = x3 + nc * %lld;\n", T, LL(OH * OW));
-  cg_w(c, "    const %s bc = %s;\n", T, has_bias ? "x2[ch]" : "0");
-  if (unroll && R > L)
-    for (int64_t k = 0; k < KH * KW; k++) cg_w(c, "    const %s w%lld = wc[%lld];\n", T, LL(k), LL(k));
+  cg_w(c, "    const float *xp = x0 + nc * %lld;\n    float *yp = y0 + nc * %lld;\n", LL(IH * IW), LL(OH * OW));
+  if (e->res) cg_w(c, "    const float *rp = x3 + nc * %lld;\n", LL(OH * OW));
+  cg_w(c, "    for (long ih = 0; ih < %lld; ih++)\n", LL(IH));
+  cg_w(c, "      memcpy(pad + (ih + %lld) * %lld + %lld, xp + ih * %lld, sizeof(float) * %lld);\n", LL(w->pb[1]), LL(PW),
+       LL(w->pb[2]), LL(IW), LL(IW));
+  cg_w(c, "    const float *wc = x1 + ch * %lld;\n", LL(KH * KW));
+  for (int64_t k = 0; k < KH * KW; k++) cg_w(c, "    const float w%lld = wc[%lld];\n", LL(k), LL(k));
+  cg_w(c, "    const float b = %s;\n", has_bias ? "x2[ch]" : "0.0f");
   cg_w(c, "    for (long oh = 0; oh < %lld; oh++) {\n", LL(OH));
-  cg_w(c, "      %s *yr = yc + oh * %lld;\n", T, LL(OW));
-  if (e->res) cg_w(c, "      const %s *rr = rc + oh * %lld;\n", T, LL(OW));
-  cg_w(c, "      const long ih0 = oh * %lld - %lld;\n", LL(SH), LL(PH));
-  if (unroll && R > L) {
-    cg_w(c, "      if (ih0 >= 0 && ih0 + %lld < %lld) {\n", LL((KH - 1) * DH), LL(IH));
-    for (int64_t kh = 0; kh < KH; kh++)
-      cg_w(c, "        const %s *r%lld = xc + (ih0 + %lld) * %lld;\n", T, LL(kh), LL(kh * DH), LL(IW));
-    cg_w(c, "        for (long ow = 0; ow < %lld; ow++) {\n", LL(L));
-    emit_dw_checked(c, w, T, e, "          ");
-    cg_w(c, "        }\n");
-    cg_w(c, "        for (long ow = %lld; ow < %lld; ow++) {\n", LL(L), LL(R));
-    cg_w(c, "          %s acc = bc;\n", T);
-    for (int64_t kh = 0; kh < KH; kh++)
-      for (int64_t kw = 0; kw < KW; kw++)
-        cg_w(c, "          acc += w%lld * r%lld[ow * %lld + %lld];\n", LL(kh * KW + kw), LL(kh), LL(SW),
-             LL(kw * DW - PW));
-    cg_conv_epi_emit(c, e, "          ", "acc", "rr[ow]");
-    cg_w(c, "          yr[ow] = acc;\n");
-    cg_w(c, "        }\n");
-    cg_w(c, "        for (long ow = %lld; ow < %lld; ow++) {\n", LL(R), LL(OW));
-    emit_dw_checked(c, w, T, e, "          ");
-    cg_w(c, "        }\n");
-    cg_w(c, "        continue;\n");
-    cg_w(c, "      }\n");
-  }
+  for (int64_t kh = 0; kh < KH; kh++)
+    cg_w(c, "      const float *p%lld = pad + (oh * %lld + %lld) * %lld;\n", LL(kh), LL(w->s[1]), LL(kh * w->d[1]), LL(PW));
+  cg_w(c, "      float *yr = yp + oh * %lld;\n", LL(OW));
   cg_w(c, "      for (long ow = 0; ow < %lld; ow++) {\n", LL(OW));
-  emit_dw_checked(c, w, T, e, "        ");
-  cg_w(c, "      }\n");
-  cg_w(c, "    }\n  }\n");
+  cg_w(c, "        float v = b;\n");
+  for (int64_t kh = 0; kh < KH; kh++)
+    for (int64_t kw = 0; kw < KW; kw++) {
+      if (w->s[2] == 1) cg_w(c, "        v = v + w%lld * p%lld[ow + %lld];\n", LL(kh * KW + kw), LL(kh), LL(kw * w->d[2]));
+      else
+        cg_w(c, "        v = v + w%lld * p%lld[ow * %lld + %lld];\n", LL(kh * KW + kw), LL(kh), LL(w->s[2]), LL(kw * w->d[2]));
+    }
+  char r[64];
+  snprintf(r, sizeof r, "rp[oh * %lld + ow]", LL(OW));
+  cg_conv_epi_emit(c, e, "        ", "v", r);
+  cg_w(c, "        yr[ow] = v;\n      }\n    }\n  }\n");
   return 0;
 }
 
@@ -286,8 +249,9 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
     cg_w(c, " */\n");
   }
   if (wm) return cg_emit_conv_winograd(c, n, &w, wm, N, C, M, b != NULL, &e);
-  if (G > 1 && Cg == 1 && Mg == 1 && w.in[0] == 1 && w.out[0] == 1 && w.k[0] == 1)
-    return emit_conv_depthwise(c, &w, T, N, C, b != NULL, &e);
+  if (t == IR_FLOAT && G == C && G == M && w.in[0] == 1 && w.out[0] == 1 && w.k[0] == 1 &&
+      w.k[1] * w.k[2] <= DW_MAX_TAPS)
+    return emit_conv_depthwise(c, &w, N, C, b != NULL, &e);
   if (NB >= 2) return emit_conv_batched(c, n, &w, T, t, esz, N, C, M, G, Cg, Mg, IS, OS, K, direct, NB, b != NULL, &e);
   const char *beta = b ? "1" : "0";
   if (!direct) {
@@ -593,6 +557,47 @@ static int emit_pool(cg_ctx *c, const ir_node *n) {
   return 0;
 }
 
+/* ---- float reductions that vectorise ------------------------------------------------ */
+
+/* Partial sums or maxima kept in LANES floats: element k goes to lane k % LANES, the
+ * lanes are combined pairwise at the end (lane l with l + 8, then l + 4, ...). A fixed
+ * order that GCC vectorises at any width (a plain float reduction it may not reorder,
+ * so it stays scalar, and a sequential combination costs more than short rows). */
+#define LANES 16
+
+/* `const float NAME = sum over k < n of EXPR` (EXPR in terms of k). */
+static void emit_lane_sum(cg_ctx *c, const char *ind, const char *name, int64_t n, const char *expr) {
+  cg_w(c, "%sfloat %s_l[%d] = {0};\n", ind, name, LANES);
+  cg_w(c, "%slong %s_k = 0;\n", ind, name);
+  cg_w(c, "%sfor (; %s_k + %d <= %lld; %s_k += %d)\n", ind, name, LANES, LL(n), name, LANES);
+  cg_w(c, "%s  for (long l = 0; l < %d; l++) {\n%s    const long k = %s_k + l;\n", ind, LANES, ind, name);
+  cg_w(c, "%s    %s_l[l] += %s;\n%s  }\n", ind, name, expr, ind);
+  cg_w(c, "%sfor (long l = 0; %s_k < %lld; %s_k++, l++) {\n%s  const long k = %s_k;\n", ind, name, LL(n), name, ind, name);
+  cg_w(c, "%s  %s_l[l] += %s;\n%s}\n", ind, name, expr, ind);
+  for (int h = LANES / 2; h >= 1; h /= 2)
+    cg_w(c, "%sfor (long l = 0; l < %d; l++) %s_l[l] += %s_l[l + %d];\n", ind, h, name, name, h);
+  cg_w(c, "%sconst float %s = %s_l[0];\n", ind, name, name);
+}
+
+/* `const float NAME = max over k < n of EXPR`, the max as `v > m ? v : m` (a NaN is passed
+ * over, as by the scalar loop); n >= 1. */
+static void emit_lane_max(cg_ctx *c, const char *ind, const char *name, int64_t n, const char *expr) {
+  cg_w(c, "%sfloat %s_l[%d];\n", ind, name, LANES);
+  cg_w(c, "%sfor (long l = 0; l < %d; l++) {\n%s  const long k = 0;\n%s  %s_l[l] = %s;\n%s}\n", ind, LANES, ind, ind,
+       name, expr, ind);
+  cg_w(c, "%slong %s_k = 0;\n", ind, name);
+  cg_w(c, "%sfor (; %s_k + %d <= %lld; %s_k += %d)\n", ind, name, LANES, LL(n), name, LANES);
+  cg_w(c, "%s  for (long l = 0; l < %d; l++) {\n%s    const long k = %s_k + l;\n", ind, LANES, ind, name);
+  cg_w(c, "%s    const float v = %s;\n%s    %s_l[l] = v > %s_l[l] ? v : %s_l[l];\n%s  }\n", ind, expr, ind, name, name,
+       name, ind);
+  cg_w(c, "%sfor (long l = 0; %s_k < %lld; %s_k++, l++) {\n%s  const long k = %s_k;\n", ind, name, LL(n), name, ind, name);
+  cg_w(c, "%s  const float v = %s;\n%s  %s_l[l] = v > %s_l[l] ? v : %s_l[l];\n%s}\n", ind, expr, ind, name, name, name, ind);
+  for (int h = LANES / 2; h >= 1; h /= 2)
+    cg_w(c, "%sfor (long l = 0; l < %d; l++) %s_l[l] = %s_l[l + %d] > %s_l[l] ? %s_l[l + %d] : %s_l[l];\n", ind, h, name,
+         name, h, name, name, h, name);
+  cg_w(c, "%sconst float %s = %s_l[0];\n", ind, name, name);
+}
+
 /* ---- normalisation -------------------------------------------------------------------- */
 
 static int emit_batchnorm(cg_ctx *c, const ir_node *n) {
@@ -667,6 +672,23 @@ static int emit_layernorm(cg_ctx *c, const ir_node *n) {
   int64_t outer, inner, ns, nbias;
   if (cg_layernorm_params(c->g, "cpu", n, &outer, &inner, &ns, &nbias)) return -1;
   if (cg_numel(y) == 0) return 0;
+  if (t == IR_FLOAT && cg_in(c, n, 1)->dtype == IR_FLOAT && (!bi || bi->dtype == IR_FLOAT)) {
+    /* float: the sums in LANES float partial sums (they vectorise; the order is the
+     * source's, whatever the vector width), mean and variance in two passes */
+    char l1[48];
+    cg_w(c, "  for (long o = 0; o < %lld; o++) {\n", LL(outer));
+    cg_w(c, "    const float *xp = x0 + o * %lld;\n    float *yp = y0 + o * %lld;\n", LL(inner), LL(inner));
+    emit_lane_sum(c, "    ", "s", inner, "xp[k]");
+    cg_w(c, "    const float mean = s / %lld.0f;\n", LL(inner));
+    emit_lane_sum(c, "    ", "q", inner, "(xp[k] - mean) * (xp[k] - mean)");
+    cg_w(c, "    const float inv = 1.0f / sqrtf(q / %lld.0f + %s);\n", LL(inner), cg_flit(l1, sizeof l1, eps, IR_FLOAT));
+    cg_w(c, "    for (long i = 0; i < %lld; i++) yp[i] = (xp[i] - mean) * inv * x1[%s]%s;\n", LL(inner),
+         ns == 1 ? "0" : "i", bi ? (nbias == 1 ? " + x2[0]" : " + x2[i]") : "");
+    if (ym) cg_w(c, "    y1[o] = (%s)mean;\n", cg_ctype(ym->dtype));
+    if (yr) cg_w(c, "    y2[o] = (%s)inv;\n", cg_ctype(yr->dtype));
+    cg_w(c, "  }\n");
+    return 0;
+  }
   cg_w(c, "  for (long o = 0; o < %lld; o++) {\n", LL(outer));
   cg_w(c, "    const %s *xp = x0 + o * %lld;\n    %s *yp = y0 + o * %lld;\n", T, LL(inner), T, LL(inner));
   cg_w(c, "    double s = 0, q = 0;\n    for (long i = 0; i < %lld; i++) s += xp[i];\n", LL(inner));
@@ -710,6 +732,23 @@ static int emit_softmax(cg_ctx *c, const ir_node *n) {
   int64_t outer, A, inner;
   if (cg_softmax_params(c->g, "cpu", n, &outer, &A, &inner)) return -1;
   if (cg_numel(y) == 0) return 0;
+  if (t == IR_FLOAT && inner == 1 && A >= 1 && n->op != IR_OP_Hardmax) {
+    /* float rows: max and sum in lanes (emit_lane_max/sum), pk_expf (the stage prelude) */
+    cg_w(c, "  for (long o = 0; o < %lld; o++) {\n", LL(outer));
+    cg_w(c, "    const float *xp = x0 + o * %lld;\n    float *yp = y0 + o * %lld;\n", LL(A), LL(A));
+    emit_lane_max(c, "    ", "m", A, "xp[k]");
+    if (n->op == IR_OP_Softmax) {
+      emit_lane_sum(c, "    ", "s", A, "(yp[k] = pk_expf(xp[k] - m))");
+      /* times the reciprocal: a vector division costs more than the exps of short rows */
+      cg_w(c, "    const float rs = 1.0f / s;\n");
+      cg_w(c, "    for (long k = 0; k < %lld; k++) yp[k] = yp[k] * rs;\n  }\n", LL(A));
+    } else {
+      emit_lane_sum(c, "    ", "s", A, "pk_expf(xp[k] - m)");
+      cg_w(c, "    const float ls = logf(s);\n");
+      cg_w(c, "    for (long k = 0; k < %lld; k++) yp[k] = xp[k] - m - ls;\n  }\n", LL(A));
+    }
+    return 0;
+  }
   const char *ex = t == IR_DOUBLE ? "exp" : "expf";
   cg_w(c, "  for (long o = 0; o < %lld; o++)\n    for (long i = 0; i < %lld; i++) {\n", LL(outer), LL(inner));
   cg_w(c, "      const %s *xp = x0 + o * %lld + i;\n      %s *yp = y0 + o * %lld + i;\n", T, LL(A * inner), T, LL(A * inner));

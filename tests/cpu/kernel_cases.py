@@ -1,0 +1,220 @@
+#!/usr/bin/python3
+"""The cpu target's own float kernels beyond the ONNX node tests, against onnxruntime
+(rel-L2 <= --tol) and, on the cpu target, bitwise equal at -g 1 and -g 2:
+  - depthwise Conv (group = channels; codegen/c/ops_nn.c's direct stencil): strides,
+    asymmetric and no padding, dilation, 5x5 and 1-D kernels, no bias, and fused into it
+    (passes/fuse.c) a residual Add and Relu/Clip, also bitwise equal to --no-fuse;
+  - Softmax, LogSoftmax and LayerNormalization rows of 1 to 130 elements (the 16-lane
+    partial sums and maxima, the tails), masked (-inf) and large entries;
+  - Exp and Erf (the prelude's pk_expf, pk_erff) over every range they split, including
+    overflow, underflow, +-0, +-inf and NaN, against float64 values rounded to float
+    (within 3 ulp; NaN for NaN);
+  - GELU after a MatMul and its bias, Pow by 2 and a value read twice inside one fused
+    unit, and one read by two units (codegen/stage.c's unit building).
+
+    kernel_cases.py --pipecc build/pipecc --work DIR [--target cpu|cuda --sim-lib LIB] [-k PATTERN]"""
+
+import math
+import os
+import re
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+from npzio import save_npz  # noqa: E402
+import pipecc_test as pt  # noqa: E402
+
+F = TensorProto.FLOAT
+
+
+def mk(nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, F, s) for n, s in inputs],
+                          [helper.make_tensor_value_info(n, F, None) for n in outputs],
+                          [numpy_helper.from_array(v, k) for k, v in inits])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="pipecc-tests")
+    m.ir_version = 8
+    return m
+
+
+def dw_case(C, H, W, k, s, pads, dil, bias, epi, one_d=False):
+    """Depthwise Conv [4, C, H, W] (or [4, C, W]), then epi: "" / "relu" / "clip" / "res_relu"."""
+    rng = np.random.default_rng(C * 31 + H + k)
+    ks = [k] if one_d else [k, k]
+    wt = rng.standard_normal([C, 1] + ks).astype(np.float32)
+    inits = [("w", wt)]
+    ins = ["x", "w"]
+    if bias:
+        inits.append(("b", rng.standard_normal(C).astype(np.float32)))
+        ins.append("b")
+    xs = (4, C, W) if one_d else (4, C, H, W)
+    nodes = [helper.make_node("Conv", ins, ["c"], group=C, kernel_shape=ks, strides=[s] * len(ks), pads=pads,
+                              dilations=[dil] * len(ks))]
+    inputs = [("x", xs)]
+    last = "c"
+    if epi.startswith("res"):
+        # the residual has the Conv's output shape: a second input
+        oh = [(d + pads[i] + pads[i + len(ks)] - dil * (k - 1) - 1) // s + 1 for i, d in enumerate(xs[2:])]
+        inputs.append(("r", (4, C) + tuple(oh)))
+        nodes.append(helper.make_node("Add", ["c", "r"], ["a"]))
+        last = "a"
+    if epi.endswith("relu"):
+        nodes.append(helper.make_node("Relu", [last], ["y"]))
+    elif epi.endswith("clip"):
+        inits += [("lo", np.array(0, np.float32)), ("hi", np.array(1.5, np.float32))]
+        nodes.append(helper.make_node("Clip", [last, "lo", "hi"], ["y"]))
+    else:
+        nodes.append(helper.make_node("Identity", [last], ["y"]))
+    return mk(nodes, inputs, ["y"], inits), 1.0
+
+
+def rows_case(op, n, mask=False):
+    shape = (4, 3, n)
+    nodes, inits = [], []
+    if op == "LayerNormalization":
+        rng = np.random.default_rng(n)
+        inits = [("s", rng.standard_normal(n).astype(np.float32)), ("b", rng.standard_normal(n).astype(np.float32))]
+        nodes.append(helper.make_node(op, ["x", "s", "b"], ["y"], axis=-1, epsilon=1e-5))
+    else:
+        src = "x"
+        if mask:  # an upper-triangle of -inf, as a causal mask (row 0 keeps one entry)
+            m = np.triu(np.full((3, n), -np.inf, np.float32), 1)
+            inits.append(("m", m))
+            nodes.append(helper.make_node("Add", ["x", "m"], ["xm"]))
+            src = "xm"
+        nodes.append(helper.make_node(op, [src], ["y"], axis=-1))
+    return mk(nodes, [("x", shape)], ["y"], inits), 8.0
+
+
+def gelu_case():
+    """y = gelu(x W + b) with x W + b read twice; z = (x W + b)^2 + 1 read by a second unit too."""
+    rng = np.random.default_rng(5)
+    inits = [("W", rng.standard_normal((24, 40)).astype(np.float32) * 0.3),
+             ("b", rng.standard_normal(40).astype(np.float32)),
+             ("r2", np.array(math.sqrt(2.0), np.float32)), ("one", np.array(1, np.float32)),
+             ("half", np.array(0.5, np.float32)), ("two", np.array(2, np.float32))]
+    n = helper.make_node
+    nodes = [n("MatMul", ["x", "W"], ["xw"]), n("Add", ["xw", "b"], ["h"]),
+             n("Div", ["h", "r2"], ["d"]), n("Erf", ["d"], ["e"]), n("Add", ["e", "one"], ["e1"]),
+             n("Mul", ["h", "e1"], ["g"]), n("Mul", ["g", "half"], ["y"]),
+             n("Mul", ["xw", "two"], ["t"]), n("Pow", ["t", "two"], ["p"]), n("Add", ["p", "t"], ["z"]),
+             n("Sub", ["t", "one"], ["u"])]
+    return mk(nodes, [("x", (4, 6, 24))], ["y", "z", "u"], inits), 1.0
+
+
+CASES = {
+    "dw3_s1": lambda: dw_case(5, 9, 11, 3, 1, [1, 1, 1, 1], 1, True, ""),
+    "dw3_s2_relu": lambda: dw_case(6, 10, 13, 3, 2, [1, 1, 1, 1], 1, True, "relu"),
+    "dw3_s2_asym_clip": lambda: dw_case(3, 9, 9, 3, 2, [0, 1, 1, 0], 1, True, "clip"),
+    "dw3_nopad_nobias": lambda: dw_case(4, 8, 17, 3, 1, [0, 0, 0, 0], 1, False, ""),
+    "dw5_dil2": lambda: dw_case(3, 12, 12, 5, 1, [4, 4, 4, 4], 2, True, ""),
+    "dw3_res_relu": lambda: dw_case(7, 8, 8, 3, 1, [1, 1, 1, 1], 1, True, "res_relu"),
+    "dw3_s2_res_clip": lambda: dw_case(7, 9, 8, 3, 2, [1, 1, 1, 1], 1, False, "res_clip"),
+    "dw_1d": lambda: dw_case(5, 1, 19, 3, 1, [1, 1], 1, True, "", one_d=True),
+    "gelu_dag": gelu_case,
+}
+for _n in (1, 5, 16, 17, 64, 130):
+    CASES[f"softmax_{_n}"] = (lambda n: lambda: rows_case("Softmax", n))(_n)
+    CASES[f"layernorm_{_n}"] = (lambda n: lambda: rows_case("LayerNormalization", n))(_n)
+for _n in (5, 33):
+    CASES[f"logsoftmax_{_n}"] = (lambda n: lambda: rows_case("LogSoftmax", n))(_n)
+    CASES[f"softmax_masked_{_n}"] = (lambda n: lambda: rows_case("Softmax", n, mask=True))(_n)
+
+
+def special_values():
+    v = [0.0, -0.0, 1e-30, -1e-30, 1e-8, 0.5, -0.5, 0.999, 1.0, 1.001, 2.5, -3.3, 3.9, 4.0, 4.1, 9.0, -9.0, 50.0,
+         -80.0, -87.0, -87.5, -88.0, -100.0, -103.5, -104.5, -150.0, 80.0, 88.0, 88.5, 88.75, 89.5, 1e30, -1e30,
+         np.inf, -np.inf, np.nan]
+    rng = np.random.default_rng(3)
+    r = np.concatenate([rng.uniform(-6, 6, 3000), rng.uniform(-110, 90, 3000), rng.standard_normal(1000) * 1e-3])
+    return np.concatenate([np.array(v), r]).astype(np.float32)
+
+
+def ulps(got, ref):
+    """Distance of float32 got from float64 ref in units of ref's float32 ulp (0 where both are the
+    same inf or both NaN)."""
+    with np.errstate(over="ignore"):
+        ref32 = ref.astype(np.float32)
+    same = (np.isnan(got) & np.isnan(ref)) | (np.isinf(ref32) & (got == ref32))
+    r = np.abs(ref)
+    ulp = np.where(r < 1.1754944e-38, 2.0 ** -149, np.exp2(np.floor(np.log2(np.maximum(r, 1e-300))) - 23))
+    with np.errstate(invalid="ignore"):
+        d = np.abs(got.astype(np.float64) - ref) / ulp
+    return np.where(same, 0.0, np.nan_to_num(d, nan=np.inf))
+
+
+def unary_case(a, op):
+    d = pt.case_dir(a.work, op.lower() + "_special")
+    x = special_values()
+    path = os.path.join(d, "model.onnx")
+    onnx.save(mk([helper.make_node(op, ["x"], ["y"])], [("x", x.shape)], ["y"]), path)
+    xin = os.path.join(d, "x.npz")
+    save_npz(xin, {"x": x})
+    out = os.path.join(d, "g1")
+    cmd, env = pt.sim_target([a.pipecc, path, "-g", "1", "-o", out, "-j", "1"], pt.split_env(), a.target, a.sim_lib)
+    got = pt.build_run(cmd, env, out, xin, op)
+    if got is None:
+        return False
+    f = np.exp if op == "Exp" else np.vectorize(lambda t: math.erf(t) if not math.isnan(t) else math.nan)
+    with np.errstate(over="ignore"):
+        ref = f(x.astype(np.float64))
+    u = ulps(got["y"], ref)
+    worst = int(np.argmax(u))
+    good = bool(u.max() <= 3.0)
+    print(("ok   " if good else "FAIL ") + f"{op} on {x.size} values incl. +-0, +-inf, NaN, over/underflow: "
+          f"max {u.max():.2f} ulp (at x = {x[worst]!r}: got {got['y'][worst]!r}, exact {ref[worst]!r})")
+    pt.done_with(d, good)
+    return good
+
+
+def main():
+    a = pt.case_args(1e-5)
+    import onnxruntime as ort
+    os.makedirs(a.work, exist_ok=True)
+    ok = True
+    for name, make in CASES.items():
+        if a.k and not re.search(a.k, name):
+            continue
+        d = pt.case_dir(a.work, name)
+        m, scale = make()
+        path = os.path.join(d, "model.onnx")
+        onnx.save(m, path)
+        rng = np.random.default_rng(len(name))
+        feeds = {i.name: (rng.standard_normal([x.dim_value for x in i.type.tensor_type.shape.dim]) * scale)
+                 .astype(np.float32) for i in m.graph.input}
+        sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        ref = dict(zip([o.name for o in m.graph.output], sess.run(None, feeds)))
+        xin = os.path.join(d, "x.npz")
+        save_npz(xin, feeds)
+        good, outs = True, []
+        runs = [("1", []), ("2", [])] + ([("1", ["--no-fuse"])] if name.startswith("dw") else [])
+        for g, extra in runs:
+            out = os.path.join(d, f"g{g}{'_nofuse' if extra else ''}")
+            cmd, env = pt.sim_target([a.pipecc, path, "-g", g, "-o", out, "-j", "1"] + extra, pt.split_env(),
+                                     a.target, a.sim_lib)
+            label = f"{name} -g {g}{' --no-fuse' if extra else ''}"
+            good &= pt.build_run_rel_l2(cmd, env, out, xin, ref, a.tol, label)
+            if os.path.exists(os.path.join(out, "y.npz")):
+                outs.append((label, dict(np.load(os.path.join(out, "y.npz")))))
+        if a.target == "cpu" and good:  # the same bits at every stage count, fused or not
+            for label, o in outs[1:]:
+                same = all(np.array_equal(o[k].view(np.uint32), outs[0][1][k].view(np.uint32)) for k in o)
+                if not same:
+                    print(f"FAIL {label}: not bitwise equal to {outs[0][0]}")
+                good &= same
+        ok &= good
+        pt.done_with(d, good)
+    for op in ("Exp", "Erf"):
+        if not a.k or re.search(a.k, op.lower()):
+            ok &= unary_case(a, op)
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
