@@ -91,6 +91,12 @@ int cg_is_eltwise(const ir_graph *g, const ir_node *n);
  * k indexes ext_in[] (distinct external values); the output is y0. */
 int cg_emit_eltwise(cg_ctx *c, const int *nodes, int n_nodes, const int *ext_in, int n_ext);
 
+/* A float MatMul of one B matrix, M rows (all of A's batch) by N columns, runs as GEMMs
+ * of cg_gemm_rows(M, N) rows at a time (about 1 MiB of output each, so that a fused
+ * unit's element-wise work finds its block in L2), alone (ops_nn.c) or as the first member
+ * of an element-wise unit (eltwise.c): the same calls either way, so the same bits. */
+int64_t cg_gemm_rows(int64_t M, int64_t N);
+
 /* Op emitters (one node): codegen/c/ops_nn.c, ops_data.c. Return 0 or -1. */
 typedef int (*cg_op_fn)(cg_ctx *c, const ir_node *n);
 cg_op_fn cg_op_emitter(ir_op op);

@@ -406,6 +406,19 @@ static int emit_gemm(cg_ctx *c, const ir_node *n) {
   return 0;
 }
 
+int64_t cg_gemm_rows(int64_t M, int64_t N) {
+  int64_t r = N > 0 ? ((int64_t)1 << 20) / (N * 4) : M;
+  r -= r % 16;
+  if (r < 16) r = 16;
+  /* no lone short block at the end: blocks of equal size, rounded up to 16 rows */
+  if (r < M) {
+    int64_t nb = (M + r - 1) / r;
+    r = (M + nb - 1) / nb;
+    r += (16 - r % 16) % 16;
+  }
+  return r < M ? r : M;
+}
+
 static int emit_matmul(cg_ctx *c, const ir_node *n) {
   ir_value *y = cg_out(c, n, 0);
   ir_dtype t = y->dtype;
@@ -437,9 +450,19 @@ static int emit_matmul(cg_ctx *c, const ir_node *n) {
   int a_full = 1;
   for (int i = 0; i < nb; i++) a_full &= sa[i] != 0 || bd[i] == 1;
   if (b_flat && a_full) {
-    /* B is one matrix and A's batch is contiguous: one GEMM with M' = batch * M */
-    cg_w(c, "  %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1, x0, %lld, x1, %lld, 0, y0, %lld);\n",
-         gemm_fn(t), LL(NB * M), LL(N), LL(K), LL(K), LL(N), LL(N));
+    /* B is one matrix and A's batch is contiguous: GEMMs with M' = batch * M, float in
+     * blocks of cg_gemm_rows rows (as when an element-wise unit takes the MatMul in) */
+    int64_t MB = t == IR_FLOAT ? cg_gemm_rows(NB * M, N) : NB * M;
+    if (MB >= NB * M) {
+      cg_w(c, "  %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1, x0, %lld, x1, %lld, 0, y0, %lld);\n",
+           gemm_fn(t), LL(NB * M), LL(N), LL(K), LL(K), LL(N), LL(N));
+      return 0;
+    }
+    cg_w(c, "  for (long r0 = 0; r0 < %lld; r0 += %lld) {\n", LL(NB * M), LL(MB));
+    cg_w(c, "    const long nr = %lld - r0 < %lld ? %lld - r0 : %lld;\n", LL(NB * M), LL(MB), LL(NB * M), LL(MB));
+    cg_w(c, "    %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, %lld, %lld, 1, x0 + r0 * %lld, %lld, x1, %lld, 0, y0 + r0 * %lld, %lld);\n",
+         gemm_fn(t), LL(N), LL(K), LL(K), LL(K), LL(N), LL(N), LL(N));
+    cg_w(c, "  }\n");
     return 0;
   }
   cg_w(c, "  for (long bi = 0; bi < %lld; bi++) {\n    long rem = bi, ao = 0, bo = 0;\n", LL(NB));
