@@ -296,14 +296,16 @@ static void build_units(cg_stage *st, int gemm_units) {
   int *cons = ir_xmalloc(sizeof(int) * (size_t)(g->n_values + 1));
   for (int changed = 1; changed;) {
     changed = 0;
-    for (int v = 0; v < g->n_values; v++) cons[v] = -1; /* -1 no reader, -2 several units, else the root */
+    for (int v = 0; v < g->n_values; v++) cons[v] = -1; /* -1 no reader, -2 several units or not an
+                                                          * element-wise reader, else the root */
     for (int j = 0; j < N; j++) {
       const ir_node *n = &g->nodes[j];
       if (n->dead) continue;
       for (int k = 0; k < n->n_in; k++) {
         int v = n->in[k];
         if (v < 0) continue;
-        int r = group[j] >= 0 ? group[j] : -2;
+        /* (read by a MatMul member, a value is needed whole: it stays out) */
+        int r = group[j] >= 0 && cg_is_eltwise(g, n) ? group[j] : -2;
         cons[v] = cons[v] == -1 || cons[v] == r ? r : -2;
       }
     }

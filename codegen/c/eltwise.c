@@ -35,6 +35,7 @@ static void write_body(void *ctx, const char *fmt, va_list ap) { vfprintf(((cg_c
 static int emit_gemm_unit(cg_ctx *c, const int *nodes, int n_nodes, const int *ext, int n_ext) {
   ir_graph *g = c->g;
   const ir_node *mn = &g->nodes[nodes[0]];
+  const char *YT = cg_ctype(ir_out(g, &g->nodes[nodes[n_nodes - 1]], 0)->dtype);
   cg_matmul mm;
   if (cg_matmul_params(g, "cpu", mn, &mm)) return -1;
   int64_t M = mm.NB * mm.M, N = mm.N, K = mm.K, MB = cg_gemm_rows(M, N);
@@ -86,11 +87,11 @@ static int emit_gemm_unit(cg_ctx *c, const int *nodes, int n_nodes, const int *e
       if (off) cg_w(c, " + r0 * %lld", (long long)off);
       cg_w(c, ";\n");
     }
-    cg_w(c, "    float *py = y0 + r0 * %lld;\n", (long long)(QS[n2][0] * step));
+    cg_w(c, "    %s *py = y0 + r0 * %lld;\n", YT, (long long)(QS[n2][0] * step));
   } else {
     cg_w(c, "  }\n");
     for (int e = 0; e < n2; e++) cg_w(c, "  const %s *p%d = %s;\n", cg_ctype(g->values[ext2[e]].dtype), e, src[e]);
-    cg_w(c, "  float *py = y0;\n");
+    cg_w(c, "  %s *py = y0;\n", YT);
   }
   for (int d = 0; d < q; d++) {
     if (d == 0 && rows)

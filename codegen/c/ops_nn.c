@@ -83,6 +83,12 @@ static void emit_im2col_row(cg_ctx *c, const cg_win3 *w, size_t esz) {
   cg_w(c, "%sfor (long ow = hi; ow < %lld; ow++) dst[ow] = 0;\n", ind, OW);
 }
 
+/* Direct (1x1) Convs with at most DIRECT_CHUNK_K input and DIRECT_CHUNK_M output channels
+ * per group and at least 2 * DIRECT_CHUNK_MIN positions run in column chunks (emit_conv). */
+#define DIRECT_CHUNK_K 160
+#define DIRECT_CHUNK_M 192
+#define DIRECT_CHUNK_MIN 256
+
 /* Conv batching (see emit_conv): outputs with fewer than CONV_BATCH_OS positions per
  * image, blocks of images whose col + yt fit in CONV_BATCH_BYTES of scratch. */
 #define CONV_BATCH_OS 1024
@@ -269,6 +275,25 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
   cg_w(c, "      const %s *wg = x1 + g * %lld;\n", T, LL(Mg * K));
   cg_w(c, "      %s *yg = y0 + (n * %lld + g * %lld) * %lld;\n", T, LL(M), LL(Mg), LL(OS));
   if (e.res) cg_w(c, "      const %s *rg = x3 + (n * %lld + g * %lld) * %lld;\n", T, LL(M), LL(Mg), LL(OS));
+  if (direct && t == IR_FLOAT && K <= DIRECT_CHUNK_K && Mg <= DIRECT_CHUNK_M && OS >= 2 * DIRECT_CHUNK_MIN) {
+    /* a 1x1 Conv with few input channels (a memory-bound GEMM): in column chunks of about
+     * 512 KiB of output, the bias, the GEMM and the epilogue of each while it is in L2 */
+    int64_t PC = ((int64_t)128 << 10) / Mg;
+    PC -= PC % 16;
+    if (PC < DIRECT_CHUNK_MIN) PC = DIRECT_CHUNK_MIN;
+    cg_w(c, "      for (long p0 = 0; p0 < %lld; p0 += %lld) {\n", LL(OS), LL(PC));
+    cg_w(c, "        const long pc = %lld - p0 < %lld ? %lld - p0 : %lld;\n", LL(OS), LL(PC), LL(OS), LL(PC));
+    if (b) {
+      cg_w(c, "        for (long m = 0; m < %lld; m++) {\n", LL(Mg));
+      cg_w(c, "          float *yp = yg + m * %lld + p0;\n          const float bm = x2[g * %lld + m];\n", LL(OS), LL(Mg));
+      cg_w(c, "          for (long i = 0; i < pc; i++) yp[i] = bm;\n        }\n");
+    }
+    cg_w(c, "        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)pc, %lld, 1, wg, %lld, xg + p0, %lld, %s, yg + p0, %lld);\n",
+         LL(Mg), LL(K), LL(K), LL(OS), beta, LL(OS));
+    emit_epilogue(c, &e, "        ", "(yg + p0)", "(rg + p0)", Mg, "pc", OS);
+    cg_w(c, "      }\n    }\n  }\n");
+    return 0;
+  }
   if (b) {
     /* the bias first, then the GEMM accumulates onto it (beta 1) */
     cg_w(c, "      for (long m = 0; m < %lld; m++) {\n", LL(Mg));

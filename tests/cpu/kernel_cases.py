@@ -3,7 +3,8 @@
 (rel-L2 <= --tol) and, on the cpu target, bitwise equal at -g 1 and -g 2:
   - depthwise Conv (group = channels; codegen/c/ops_nn.c's direct stencil): strides,
     asymmetric and no padding, dilation, 5x5 and 1-D kernels, no bias, and fused into it
-    (passes/fuse.c) a residual Add and Relu/Clip, also bitwise equal to --no-fuse;
+    (passes/fuse.c) a residual Add and Relu/Clip, also bitwise equal to --no-fuse; 1x1
+    Convs in column chunks, with and without bias and a fused epilogue;
   - Softmax, LogSoftmax and LayerNormalization rows of 1 to 130 elements (the 16-lane
     partial sums and maxima, the tails), masked (-inf) and large entries;
   - Exp and Erf (the prelude's pk_expf, pk_erff) over every range they split, including
@@ -67,6 +68,29 @@ def dw_case(C, H, W, k, s, pads, dil, bias, epi, one_d=False):
     if epi.endswith("relu"):
         nodes.append(helper.make_node("Relu", [last], ["y"]))
     elif epi.endswith("clip"):
+        inits += [("lo", np.array(0, np.float32)), ("hi", np.array(1.5, np.float32))]
+        nodes.append(helper.make_node("Clip", [last, "lo", "hi"], ["y"]))
+    else:
+        nodes.append(helper.make_node("Identity", [last], ["y"]))
+    return mk(nodes, inputs, ["y"], inits), 1.0
+
+
+def pw_case(C, M, H, W, bias, epi):
+    """1x1 Conv [4, C, H, W] -> M channels, run in column chunks (codegen/c/ops_nn.c), then epi."""
+    rng = np.random.default_rng(C + M)
+    inits = [("w", rng.standard_normal((M, C, 1, 1)).astype(np.float32))]
+    ins = ["x", "w"]
+    if bias:
+        inits.append(("b", rng.standard_normal(M).astype(np.float32)))
+        ins.append("b")
+    nodes = [helper.make_node("Conv", ins, ["c"], kernel_shape=[1, 1])]
+    inputs = [("x", (4, C, H, W))]
+    last = "c"
+    if epi.startswith("res"):
+        inputs.append(("r", (4, M, H, W)))
+        nodes.append(helper.make_node("Add", ["c", "r"], ["a"]))
+        last = "a"
+    if epi.endswith("clip"):
         inits += [("lo", np.array(0, np.float32)), ("hi", np.array(1.5, np.float32))]
         nodes.append(helper.make_node("Clip", [last, "lo", "hi"], ["y"]))
     else:
@@ -142,6 +166,8 @@ CASES = {
     "dw3_res_relu": lambda: dw_case(7, 8, 8, 3, 1, [1, 1, 1, 1], 1, True, "res_relu"),
     "dw3_s2_res_clip": lambda: dw_case(7, 9, 8, 3, 2, [1, 1, 1, 1], 1, False, "res_clip"),
     "dw_1d": lambda: dw_case(5, 1, 19, 3, 1, [1, 1], 1, True, "", one_d=True),
+    "pw_chunks_res_clip": lambda: pw_case(16, 48, 64, 70, True, "res_clip"),
+    "pw_chunks_nobias": lambda: pw_case(24, 100, 40, 50, False, ""),
     "gelu_dag": gelu_case,
 }
 for _n in (1, 5, 16, 17, 64, 130):
@@ -220,7 +246,8 @@ def main():
         xin = os.path.join(d, "x.npz")
         save_npz(xin, feeds)
         good, outs = True, []
-        runs = [(g, []) for g in STAGES.get(name, ("1", "2"))] + ([("1", ["--no-fuse"])] if name.startswith("dw") else [])
+        runs = [(g, []) for g in STAGES.get(name, ("1", "2"))] + \
+            ([("1", ["--no-fuse"])] if name.startswith(("dw", "pw")) else [])
         for g, extra in runs:
             out = os.path.join(d, f"g{g}{'_nofuse' if extra else ''}")
             cmd, env = pt.sim_target([a.pipecc, path, "-g", g, "-o", out, "-j", "1"] + EXTRA.get(name, []) + extra,
