@@ -1,8 +1,10 @@
 /* codegen/c/cg_c.h - internals of the CPU emitter (codegen/c), shared by its files.
  *
  * A stage is emitted as a list of units in graph order. A unit is one node, or a
- * fused chain/tree of element-wise nodes (each intermediate has one consumer, and
- * the same shape as the unit's output). Every unit becomes one static function in
+ * fused group of element-wise nodes (each intermediate has the same shape as the unit's
+ * output and is read inside the unit only, possibly by several members), possibly led by
+ * a float MatMul whose GEMM row blocks it consumes (codegen/stage.h, gemm_units). Every
+ * unit becomes one static function in
  * stage_K.c whose parameters are the unit's input and output tensors (and a scratch
  * pointer); forward() calls them in order with pointers into the weights, the stage
  * inputs/outputs or the activation arena.

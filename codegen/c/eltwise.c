@@ -1,7 +1,8 @@
 /* codegen/c/eltwise.c - element-wise ops, fused into one loop per unit.
  *
- * A unit is a tree of element-wise nodes whose intermediates have one consumer and
- * the unit's output shape; its loop runs over the output shape once, loads every
+ * A unit is a group of element-wise nodes whose intermediates are read inside the unit
+ * only and have the unit's output shape (a float MatMul may lead it: emit_gemm_unit);
+ * its loop runs over the output shape once, loads every
  * external input with its broadcast index, computes each node's value into a local
  * of the node's output type and stores the root's value. A fused node computes
  * exactly what it would compute alone (the same C expression on the same values, no
