@@ -256,7 +256,7 @@ static void arena_free(alloc_state *a, size_t off) {
 /* ---- one stage ------------------------------------------------------------------------- */
 
 /* Group the stage's nodes into units. */
-static void build_units(cg_stage *st) {
+static void build_units(cg_stage *st, int gemm_units) {
   ir_graph *g = st->g;
   int N = g->n_nodes;
   int *group = ir_xmalloc(sizeof(int) * (size_t)(N + 1)); /* node -> root of its unit, -1 not in stage */
@@ -296,14 +296,16 @@ static void build_units(cg_stage *st) {
   int *cons = ir_xmalloc(sizeof(int) * (size_t)(g->n_values + 1));
   for (int changed = 1; changed;) {
     changed = 0;
-    for (int v = 0; v < g->n_values; v++) cons[v] = -1; /* -1 no reader, -2 several units, else the root */
+    for (int v = 0; v < g->n_values; v++) cons[v] = -1; /* -1 no reader, -2 several units or not an
+                                                          * element-wise reader, else the root */
     for (int j = 0; j < N; j++) {
       const ir_node *n = &g->nodes[j];
       if (n->dead) continue;
       for (int k = 0; k < n->n_in; k++) {
         int v = n->in[k];
         if (v < 0) continue;
-        int r = group[j] >= 0 ? group[j] : -2;
+        /* (read by a MatMul member, a value is needed whole: it stays out) */
+        int r = group[j] >= 0 && cg_is_eltwise(g, n) ? group[j] : -2;
         cons[v] = cons[v] == -1 || cons[v] == r ? r : -2;
       }
     }
@@ -312,7 +314,7 @@ static void build_units(cg_stage *st) {
       int v = g->nodes[r].out[0];
       if (v < 0) continue;
       const ir_value *x = &g->values[v];
-      int R = cons[v];
+      int R = cons[v] >= 0 ? group[cons[v]] : -1; /* (the root now: it may have joined a later unit) */
       if (R < 0 || R == r || x->kind != IR_VAL_ACT || x->is_output || x->writeback >= 0) continue;
       if (st->si->last_stage[v] > st->s || !cg_is_eltwise(g, &g->nodes[R])) continue;
       if (!ir_shape_same_dims(&x->shape, &ir_out(g, &g->nodes[R], 0)->shape)) continue;
@@ -320,6 +322,22 @@ static void build_units(cg_stage *st) {
       n_ext[R] += n_ext[r];
       for (int j = 0; j <= r; j++)
         if (group[j] == r) group[j] = R;
+      changed = 1;
+    }
+    /* a MatMul into the one element-wise unit that reads its output (cg_stage_open) */
+    for (int r = 0; gemm_units && !st->p->train && r < N; r++) {
+      const ir_node *n = &g->nodes[r];
+      if (group[r] != r || n->op != IR_OP_MatMul || n->n_in < 2 || n->out[0] < 0) continue;
+      const ir_value *a = ir_in(g, n, 0), *b = ir_in(g, n, 1), *x = ir_out(g, n, 0);
+      int v = n->out[0], R = cons[v] >= 0 ? group[cons[v]] : -1;
+      if (!a || !b || a->dtype != IR_FLOAT || b->dtype != IR_FLOAT || a->shape.rank < 2 || b->shape.rank != 2) continue;
+      if (b->shape.dims[0] <= 0 || ir_value_bytes(x) <= 0) continue;
+      if (R < 0 || R == r || x->kind != IR_VAL_ACT || x->is_output || x->writeback >= 0) continue;
+      if (st->si->last_stage[v] > st->s || !cg_is_eltwise(g, &g->nodes[R])) continue;
+      if (!ir_shape_same_dims(&x->shape, &ir_out(g, &g->nodes[R], 0)->shape)) continue;
+      if (n_ext[R] + 2 > 64) continue;
+      n_ext[R] += 2;
+      group[r] = R;
       changed = 1;
     }
   }
@@ -435,7 +453,7 @@ static size_t plan_memory(cg_stage *st) {
 }
 
 void cg_stage_open(cg_stage *st, ir_graph *g, const cg_plan *p, const cg_options *o, const cg_stage_info *si,
-                   const cg_wlayout *wl, int s) {
+                   const cg_wlayout *wl, int s, int gemm_units) {
   int nv = g->n_values;
   memset(st, 0, sizeof *st);
   st->g = g;
@@ -451,7 +469,7 @@ void cg_stage_open(cg_stage *st, ir_graph *g, const cg_plan *p, const cg_options
   st->root = ir_xcalloc((size_t)nv + 1, sizeof(int));
   st->def_unit = ir_xcalloc((size_t)nv + 1, sizeof(int));
   st->last_unit = ir_xcalloc((size_t)nv + 1, sizeof(int));
-  build_units(st);
+  build_units(st, gemm_units);
   st->arena = plan_memory(st);
 }
 

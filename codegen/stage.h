@@ -4,8 +4,8 @@
  *   - stage boundaries: which values every stage reads from earlier stages or graph
  *     inputs, and which it hands on (cg_analyse_stages);
  *   - units: a stage's nodes in graph order grouped into single nodes and fused
- *     element-wise trees (each fused intermediate has one consumer and the unit's
- *     output shape), aliasing nodes (Reshape...) marked (cg_stage_open);
+ *     element-wise trees (each fused intermediate has the unit's output shape and is
+ *     read inside the unit only), aliasing nodes (Reshape...) marked (cg_stage_open);
  *   - the memory plan: every value the stage touches gets a location (weights at
  *     64-byte aligned offsets in value order, stage input/output slot, or an arena
  *     offset planned first-fit by liveness over units; aliases share their root's).
@@ -107,9 +107,12 @@ typedef struct {
 } cg_stage;
 
 /* Units and memory plan of part s, whose stage has parameter memory wl (st->arena
- * set). Free with cg_stage_close. */
+ * set). gemm_units (the cpu target, inference): a float MatMul of one B matrix whose
+ * output only one element-wise unit reads (with its shape) joins that unit as its first
+ * member (codegen/c/eltwise.c runs the GEMM a block of rows at a time, each block's
+ * element-wise work right after it). Free with cg_stage_close. */
 void cg_stage_open(cg_stage *st, ir_graph *g, const cg_plan *p, const cg_options *o, const cg_stage_info *si,
-                   const cg_wlayout *wl, int s);
+                   const cg_wlayout *wl, int s, int gemm_units);
 void cg_stage_close(cg_stage *st);
 /* The stage's node count (all its parts), and its display name "stage_K (first .. last
  * node)" into nm. */

@@ -1,8 +1,10 @@
 /* codegen/c/cg_c.h - internals of the CPU emitter (codegen/c), shared by its files.
  *
  * A stage is emitted as a list of units in graph order. A unit is one node, or a
- * fused chain/tree of element-wise nodes (each intermediate has one consumer, and
- * the same shape as the unit's output). Every unit becomes one static function in
+ * fused group of element-wise nodes (each intermediate has the same shape as the unit's
+ * output and is read inside the unit only, possibly by several members), possibly led by
+ * a float MatMul whose GEMM row blocks it consumes (codegen/stage.h, gemm_units). Every
+ * unit becomes one static function in
  * stage_K.c whose parameters are the unit's input and output tensors (and a scratch
  * pointer); forward() calls them in order with pointers into the weights, the stage
  * inputs/outputs or the activation arena.
@@ -90,6 +92,12 @@ int cg_is_eltwise(const ir_graph *g, const ir_node *n);
  * being the root whose output the unit stores. Inputs are referred to as x<k> where
  * k indexes ext_in[] (distinct external values); the output is y0. */
 int cg_emit_eltwise(cg_ctx *c, const int *nodes, int n_nodes, const int *ext_in, int n_ext);
+
+/* A float MatMul of one B matrix, M rows (all of A's batch) by N columns, runs as GEMMs
+ * of cg_gemm_rows(M, N) rows at a time (about 1 MiB of output each, so that a fused
+ * unit's element-wise work finds its block in L2), alone (ops_nn.c) or as the first member
+ * of an element-wise unit (eltwise.c): the same calls either way, so the same bits. */
+int64_t cg_gemm_rows(int64_t M, int64_t N);
 
 /* Op emitters (one node): codegen/c/ops_nn.c, ops_data.c. Return 0 or -1. */
 typedef int (*cg_op_fn)(cg_ctx *c, const ir_node *n);

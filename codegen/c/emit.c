@@ -168,10 +168,12 @@ static int ident_used(const char *body, const char *id) {
 }
 
 /* Units compiled as PK_VEC clones (the stage prelude): float loops that vectorise (Conv:
- * the depthwise stencil, the epilogues, im2col and the Winograd transforms). */
+ * the depthwise stencil, the epilogues, im2col and the Winograd transforms; Gemm: the
+ * bias broadcast). */
 static int vec_clones(const ir_node *root, int eltwise) {
   switch (root->op) {
-    case IR_OP_Softmax: case IR_OP_LogSoftmax: case IR_OP_LayerNormalization: case IR_OP_Conv: return 1;
+    case IR_OP_Softmax: case IR_OP_LogSoftmax: case IR_OP_LayerNormalization: case IR_OP_Conv: case IR_OP_Gemm:
+      return 1;
     default: return eltwise;
   }
 }
@@ -315,46 +317,57 @@ static const char train_fns[] =
 
 /* The start of every stage file after the includes. PK_VEC marks the unit functions whose
  * loops are worth vectorising wider than the portable baseline (element-wise units,
- * Softmax, normalisation): GCC compiles them for AVX-512, AVX2 and the baseline and picks
- * one at load time (target_clones). The clones compute the same bits: the code is
- * element-wise or reduces in an order fixed by the source, and -ffp-contract=off holds
- * for each. pk_expf and pk_erff are branch-free float exp and erf (within 1.3 and 2.6
- * ulp of the exact values over all floats; NaN in, NaN out) that vectorise where libm's
- * expf and erff stay scalar: exp as 2^n e^r (|r| <= ln2/2, Cody-Waite reduction, the
- * degree-7 Taylor polynomial, 2^n as two powers of two so that 2^-149..2^128 come out);
- * erf as x P(x^2) below 1 and 1 - e^(-x^2) R(1/x) from 1 to 4, P and R least-squares
- * fits of erf(x)/x and erfc(x) e^(x^2) (relative error 1.2e-9 and 6.5e-8), +-1 beyond. */
+ * Softmax, normalisation, Conv): GCC (11 or later, x86-64) compiles them for x86-64-v4
+ * (AVX-512), x86-64-v3 (AVX2, FMA) and the baseline and picks one at load time
+ * (target_clones). The clones compute the same bits: the code is element-wise or reduces
+ * in an order fixed by the source, -ffp-contract=off holds for each, and the only fused
+ * multiply-adds are the explicit PK_FMA of pk_expf/pk_erff, fmaf (correctly rounded on
+ * every clone; an instruction where the clone has FMA, a libm call in the baseline one);
+ * without clones PK_FMA is a multiplication and an addition. pk_expf and pk_erff are
+ * branch-free float exp and erf (within 1 and 2.5 ulp of the exact values over all
+ * floats but exp's subnormal range; NaN in, NaN out) that vectorise where libm's expf and erff stay scalar: exp as
+ * 2^n e^r (|r| <= ln2/2, Cody-Waite reduction, the degree-7 Taylor polynomial, 2^n as two
+ * powers of two so that results up to 2^128 come out), 0 below x = -87 (results under
+ * 2^-125 flush to zero: a lane that made a subnormal would cost a microcode assist, and
+ * Softmax rows under a causal mask are half -inf); erf as x P(x^2) below 1 and
+ * 1 - e^(-x^2) R(x - 2.5) from 1 to 4, P and R least-squares fits of erf(x)/x and
+ * erfc(x) e^(x^2) (relative error 1.2e-9 and 2.8e-8), +-1 beyond. */
 static const char vec_prelude[] =
-    "#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && __GNUC__ >= 8\n"
-    "#define PK_VEC __attribute__((target_clones(\"avx512f\", \"avx2\", \"default\")))\n"
-    "#else\n#define PK_VEC\n#endif\n"
+    "#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && __GNUC__ >= 11\n"
+    "#define PK_VEC __attribute__((target_clones(\"arch=x86-64-v4\", \"arch=x86-64-v3\", \"default\")))\n"
+    "#define PK_FMA(a, b, c) __builtin_fmaf(a, b, c)\n"
+    "#else\n#define PK_VEC\n#define PK_FMA(a, b, c) ((a) * (b) + (c))\n#endif\n"
     "#ifdef __GNUC__\n#define PK_INLINE static inline __attribute__((always_inline))\n#else\n"
     "#define PK_INLINE static inline\n#endif\n\n"
     "PK_INLINE float pk_expf(float x) {\n"
-    "  float xc = x < -104.0f ? -104.0f : x;\n"
+    "  float xc = x < -87.0f ? -87.0f : x;\n"
     "  xc = xc > 89.0f ? 89.0f : xc;\n"
     "  const float nf = (xc * 1.44269502f + 12582912.0f) - 12582912.0f; /* rint(x / ln2) */\n"
-    "  float r = xc - nf * 0.693359375f;\n"
-    "  r = r - nf * -2.12194440e-4f;\n"
+    "  float r = PK_FMA(nf, -0.693359375f, xc);\n"
+    "  r = PK_FMA(nf, 2.12194440e-4f, r);\n"
     "  float p = 1.0f / 5040.0f;\n"
-    "  p = p * r + 1.0f / 720.0f;\n  p = p * r + 1.0f / 120.0f;\n  p = p * r + 1.0f / 24.0f;\n"
-    "  p = p * r + 1.0f / 6.0f;\n  p = p * r + 0.5f;\n  p = p * r + 1.0f;\n  p = p * r + 1.0f;\n"
+    "  p = PK_FMA(p, r, 1.0f / 720.0f);\n  p = PK_FMA(p, r, 1.0f / 120.0f);\n  p = PK_FMA(p, r, 1.0f / 24.0f);\n"
+    "  p = PK_FMA(p, r, 1.0f / 6.0f);\n  p = PK_FMA(p, r, 0.5f);\n  p = PK_FMA(p, r, 1.0f);\n  p = PK_FMA(p, r, 1.0f);\n"
     "  const int32_t n = (int32_t)nf, n1 = n / 2, b1 = (n1 + 127) * 8388608, b2 = (n - n1 + 127) * 8388608;\n"
     "  float s1, s2;\n  memcpy(&s1, &b1, 4);\n  memcpy(&s2, &b2, 4);\n"
-    "  const float y = p * s1 * s2;\n"
+    "  const float y = x < -87.0f ? 0.0f : p * s1 * s2;\n"
     "  return x != x ? x : y;\n}\n\n"
     "PK_INLINE float pk_erff(float x) {\n"
     "  const float a = fabsf(x), s = a * a;\n"
     "  float p = 7.854026510e-05f;\n"
-    "  p = p * s + -8.010247719e-04f;\n  p = p * s + 5.188334510e-03f;\n  p = p * s + -2.685381607e-02f;\n"
-    "  p = p * s + 1.128358527e-01f;\n  p = p * s + -3.761262584e-01f;\n  p = p * s + 1.128379166e+00f;\n"
+    "  p = PK_FMA(p, s, -8.010247719e-04f);\n  p = PK_FMA(p, s, 5.188334510e-03f);\n"
+    "  p = PK_FMA(p, s, -2.685381607e-02f);\n  p = PK_FMA(p, s, 1.128358527e-01f);\n"
+    "  p = PK_FMA(p, s, -3.761262584e-01f);\n  p = PK_FMA(p, s, 1.128379166e+00f);\n"
     "  const float lo = a * p;\n"
     "  float ac = a < 1.0f ? 1.0f : a;\n  ac = ac > 4.0f ? 4.0f : ac;\n"
-    "  const float u = 1.0f / ac;\n"
-    "  float q = -1.137478510e-02f;\n"
-    "  q = q * u + 3.799977886e-02f;\n  q = q * u + 4.027095340e-03f;\n  q = q * u + -2.190696237e-01f;\n"
-    "  q = q * u + 4.809396997e-01f;\n  q = q * u + -4.646672373e-01f;\n  q = q * u + 4.015972459e-02f;\n"
-    "  q = q * u + 5.593158012e-01f;\n  q = q * u + 2.530946252e-04f;\n"
+    "  const float t = ac - 2.5f;\n"
+    "  float q = -3.972067691e-07f;\n"
+    "  q = PK_FMA(q, t, 1.664511801e-06f);\n  q = PK_FMA(q, t, -3.926730441e-06f);\n"
+    "  q = PK_FMA(q, t, 1.439432384e-05f);\n  q = PK_FMA(q, t, -5.912389744e-05f);\n"
+    "  q = PK_FMA(q, t, 2.128928882e-04f);\n  q = PK_FMA(q, t, -7.335403811e-04f);\n"
+    "  q = PK_FMA(q, t, 2.466045092e-03f);\n  q = PK_FMA(q, t, -8.001541149e-03f);\n"
+    "  q = PK_FMA(q, t, 2.493818644e-02f);\n  q = PK_FMA(q, t, -7.434735348e-02f);\n"
+    "  q = PK_FMA(q, t, 2.108063583e-01f);\n"
     "  const float hi = 1.0f - pk_expf(-(ac * ac)) * q;\n"
     "  const float r = copysignf(a < 1.0f ? lo : hi, x);\n"
     "  return x != x ? x : r;\n}\n\n";
@@ -373,7 +386,7 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
   FILE *fns = open_memstream(&fbuf, &flen);
   int rc = 0, units = 0;
   for (int q = 0; q < n_parts; q++) {
-    cg_stage_open(&st[q], g, p, o, si, &wl, cg_part(p, s, phases[q]));
+    cg_stage_open(&st[q], g, p, o, si, &wl, cg_part(p, s, phases[q]), 1);
     if (st[q].arena > arena) arena = st[q].arena;
     units += st[q].n_units;
     FILE *calls = open_memstream(&cbuf[q], &clen[q]);

@@ -83,6 +83,12 @@ static void emit_im2col_row(cg_ctx *c, const cg_win3 *w, size_t esz) {
   cg_w(c, "%sfor (long ow = hi; ow < %lld; ow++) dst[ow] = 0;\n", ind, OW);
 }
 
+/* Direct (1x1) Convs with at most DIRECT_CHUNK_K input and DIRECT_CHUNK_M output channels
+ * per group and at least 2 * DIRECT_CHUNK_MIN positions run in column chunks (emit_conv). */
+#define DIRECT_CHUNK_K 160
+#define DIRECT_CHUNK_M 192
+#define DIRECT_CHUNK_MIN 256
+
 /* Conv batching (see emit_conv): outputs with fewer than CONV_BATCH_OS positions per
  * image, blocks of images whose col + yt fit in CONV_BATCH_BYTES of scratch. */
 #define CONV_BATCH_OS 1024
@@ -269,6 +275,25 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
   cg_w(c, "      const %s *wg = x1 + g * %lld;\n", T, LL(Mg * K));
   cg_w(c, "      %s *yg = y0 + (n * %lld + g * %lld) * %lld;\n", T, LL(M), LL(Mg), LL(OS));
   if (e.res) cg_w(c, "      const %s *rg = x3 + (n * %lld + g * %lld) * %lld;\n", T, LL(M), LL(Mg), LL(OS));
+  if (direct && t == IR_FLOAT && K <= DIRECT_CHUNK_K && Mg <= DIRECT_CHUNK_M && OS >= 2 * DIRECT_CHUNK_MIN) {
+    /* a 1x1 Conv with few input channels (a memory-bound GEMM): in column chunks of about
+     * 512 KiB of output, the bias, the GEMM and the epilogue of each while it is in L2 */
+    int64_t PC = ((int64_t)128 << 10) / Mg;
+    PC -= PC % 16;
+    if (PC < DIRECT_CHUNK_MIN) PC = DIRECT_CHUNK_MIN;
+    cg_w(c, "      for (long p0 = 0; p0 < %lld; p0 += %lld) {\n", LL(OS), LL(PC));
+    cg_w(c, "        const long pc = %lld - p0 < %lld ? %lld - p0 : %lld;\n", LL(OS), LL(PC), LL(OS), LL(PC));
+    if (b) {
+      cg_w(c, "        for (long m = 0; m < %lld; m++) {\n", LL(Mg));
+      cg_w(c, "          float *yp = yg + m * %lld + p0;\n          const float bm = x2[g * %lld + m];\n", LL(OS), LL(Mg));
+      cg_w(c, "          for (long i = 0; i < pc; i++) yp[i] = bm;\n        }\n");
+    }
+    cg_w(c, "        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)pc, %lld, 1, wg, %lld, xg + p0, %lld, %s, yg + p0, %lld);\n",
+         LL(Mg), LL(K), LL(K), LL(OS), beta, LL(OS));
+    emit_epilogue(c, &e, "        ", "(yg + p0)", "(rg + p0)", Mg, "pc", OS);
+    cg_w(c, "      }\n    }\n  }\n");
+    return 0;
+  }
   if (b) {
     /* the bias first, then the GEMM accumulates onto it (beta 1) */
     cg_w(c, "      for (long m = 0; m < %lld; m++) {\n", LL(Mg));
@@ -406,6 +431,19 @@ static int emit_gemm(cg_ctx *c, const ir_node *n) {
   return 0;
 }
 
+int64_t cg_gemm_rows(int64_t M, int64_t N) {
+  int64_t r = N > 0 ? ((int64_t)1 << 20) / (N * 4) : M;
+  r -= r % 16;
+  if (r < 16) r = 16;
+  /* no lone short block at the end: blocks of equal size, rounded up to 16 rows */
+  if (r < M) {
+    int64_t nb = (M + r - 1) / r;
+    r = (M + nb - 1) / nb;
+    r += (16 - r % 16) % 16;
+  }
+  return r < M ? r : M;
+}
+
 static int emit_matmul(cg_ctx *c, const ir_node *n) {
   ir_value *y = cg_out(c, n, 0);
   ir_dtype t = y->dtype;
@@ -437,9 +475,19 @@ static int emit_matmul(cg_ctx *c, const ir_node *n) {
   int a_full = 1;
   for (int i = 0; i < nb; i++) a_full &= sa[i] != 0 || bd[i] == 1;
   if (b_flat && a_full) {
-    /* B is one matrix and A's batch is contiguous: one GEMM with M' = batch * M */
-    cg_w(c, "  %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1, x0, %lld, x1, %lld, 0, y0, %lld);\n",
-         gemm_fn(t), LL(NB * M), LL(N), LL(K), LL(K), LL(N), LL(N));
+    /* B is one matrix and A's batch is contiguous: GEMMs with M' = batch * M, float in
+     * blocks of cg_gemm_rows rows (as when an element-wise unit takes the MatMul in) */
+    int64_t MB = t == IR_FLOAT ? cg_gemm_rows(NB * M, N) : NB * M;
+    if (MB >= NB * M) {
+      cg_w(c, "  %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1, x0, %lld, x1, %lld, 0, y0, %lld);\n",
+           gemm_fn(t), LL(NB * M), LL(N), LL(K), LL(K), LL(N), LL(N));
+      return 0;
+    }
+    cg_w(c, "  for (long r0 = 0; r0 < %lld; r0 += %lld) {\n", LL(NB * M), LL(MB));
+    cg_w(c, "    const long nr = %lld - r0 < %lld ? %lld - r0 : %lld;\n", LL(NB * M), LL(MB), LL(NB * M), LL(MB));
+    cg_w(c, "    %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, %lld, %lld, 1, x0 + r0 * %lld, %lld, x1, %lld, 0, y0 + r0 * %lld, %lld);\n",
+         gemm_fn(t), LL(N), LL(K), LL(K), LL(K), LL(N), LL(N), LL(N));
+    cg_w(c, "  }\n");
     return 0;
   }
   cg_w(c, "  for (long bi = 0; bi < %lld; bi++) {\n    long rem = bi, ao = 0, bo = 0;\n", LL(NB));
