@@ -263,6 +263,8 @@ static void build_units(cg_stage *st, int gemm_units) {
   /* per unit root, an upper bound of its external inputs: both code generators take at
    * most 64 (a chain of 70 gradient Adds, say, becomes two units) */
   int *n_ext = ir_xcalloc((size_t)N + 1, sizeof(int));
+  /* per unit root, whether a MatMul has joined it (one at most: codegen/c/eltwise.c) */
+  char *has_mm = ir_xcalloc((size_t)N + 1, 1);
   for (int i = 0; i < N; i++) {
     const ir_node *n = &g->nodes[i];
     group[i] = (!n->dead && cg_node_part(g, st->p, i) == st->s) ? i : -1;
@@ -318,8 +320,9 @@ static void build_units(cg_stage *st, int gemm_units) {
       if (R < 0 || R == r || x->kind != IR_VAL_ACT || x->is_output || x->writeback >= 0) continue;
       if (st->si->last_stage[v] > st->s || !cg_is_eltwise(g, &g->nodes[R])) continue;
       if (!ir_shape_same_dims(&x->shape, &ir_out(g, &g->nodes[R], 0)->shape)) continue;
-      if (n_ext[R] + n_ext[r] > 64) continue;
+      if (n_ext[R] + n_ext[r] > 64 || (has_mm[R] && has_mm[r])) continue;
       n_ext[R] += n_ext[r];
+      has_mm[R] |= has_mm[r];
       for (int j = 0; j <= r; j++)
         if (group[j] == r) group[j] = R;
       changed = 1;
@@ -335,13 +338,15 @@ static void build_units(cg_stage *st, int gemm_units) {
       if (R < 0 || R == r || x->kind != IR_VAL_ACT || x->is_output || x->writeback >= 0) continue;
       if (st->si->last_stage[v] > st->s || !cg_is_eltwise(g, &g->nodes[R])) continue;
       if (!ir_shape_same_dims(&x->shape, &ir_out(g, &g->nodes[R], 0)->shape)) continue;
-      if (n_ext[R] + 2 > 64) continue;
+      if (n_ext[R] + 2 > 64 || has_mm[R]) continue;
       n_ext[R] += 2;
+      has_mm[R] = 1;
       group[r] = R;
       changed = 1;
     }
   }
   free(cons);
+  free(has_mm);
   st->units = ir_xcalloc((size_t)N + 1, sizeof(cg_unit));
   st->n_units = 0;
   for (int i = 0; i < N; i++) {

@@ -28,15 +28,15 @@ int cg_is_eltwise(const ir_graph *g, const ir_node *n) {
 
 static void write_body(void *ctx, const char *fmt, va_list ap) { vfprintf(((cg_ctx *)ctx)->body, fmt, ap); }
 
-/* A unit whose first member is a MatMul (codegen/stage.h, gemm_units): the GEMMs of
+/* A unit with a MatMul member mn (codegen/stage.h, gemm_units; one at most, anywhere in
+ * graph order) and element-wise members mem: the GEMMs of
  * cg_gemm_rows rows into scratch, each block followed by the element-wise members over
  * its rows when the loop shape allows (one dim, or rows of N), else all blocks first
  * into a full-size scratch and one loop after. The MatMul's output is the last of the
  * loop's inputs, read from the scratch; its A and B are inputs of the function only. */
-static int emit_gemm_unit(cg_ctx *c, const int *nodes, int n_nodes, const int *ext, int n_ext) {
+static int emit_gemm_unit(cg_ctx *c, const ir_node *mn, const int *mem, int n_mem, const int *ext, int n_ext) {
   ir_graph *g = c->g;
-  const ir_node *mn = &g->nodes[nodes[0]];
-  const char *YT = cg_ctype(ir_out(g, &g->nodes[nodes[n_nodes - 1]], 0)->dtype);
+  const char *YT = cg_ctype(ir_out(g, &g->nodes[mem[n_mem - 1]], 0)->dtype);
   cg_matmul mm;
   if (cg_matmul_params(g, "cpu", mn, &mm)) return -1;
   int64_t M = mm.NB * mm.M, N = mm.N, K = mm.K, MB = cg_gemm_rows(M, N);
@@ -48,8 +48,8 @@ static int emit_gemm_unit(cg_ctx *c, const int *nodes, int n_nodes, const int *e
     if (ext[e] == mn->in[0]) ia = e;
     if (ext[e] == mn->in[1]) ib = e;
     int used = 0; /* read by an element-wise member too */
-    for (int m = 1; m < n_nodes; m++) {
-      const ir_node *en = &g->nodes[nodes[m]];
+    for (int m = 0; m < n_mem; m++) {
+      const ir_node *en = &g->nodes[mem[m]];
       int nin = en->op == IR_OP_Expand || en->op == IR_OP_CastLike ? 1 : en->n_in;
       for (int k = 0; k < nin; k++) used |= en->in[k] == ext[e];
     }
@@ -63,7 +63,7 @@ static int emit_gemm_unit(cg_ctx *c, const int *nodes, int n_nodes, const int *e
   ext2[n2++] = mn->out[0];
   cg_expr_writer w = {g, "cpu", c, write_body};
   int64_t QD[IR_MAX_RANK], QS[66][IR_MAX_RANK];
-  int q = cg_eltwise_layout(&w, nodes + 1, n_nodes - 1, ext2, n2, QD, QS);
+  int q = cg_eltwise_layout(&w, mem, n_mem, ext2, n2, QD, QS);
   if (q < 0) return -1;
   const int64_t *qv = QS[n2 - 1];
   int rows = (q == 1 && qv[0] == 1) || (q == 2 && QD[1] == N && qv[0] == N && qv[1] == 1);
@@ -105,7 +105,7 @@ static int emit_gemm_unit(cg_ctx *c, const int *nodes, int n_nodes, const int *e
   for (int e = 0; e < n2; e++)
     cg_w(c, "%s    const %s a%d = p%d[%s];\n", ind, cg_ctype(g->values[ext2[e]].dtype), e, e, idx[e]);
   char res[32];
-  if (cg_eltwise_members(&w, nodes + 1, n_nodes - 1, ext2, n2, res, sizeof res)) return -1;
+  if (cg_eltwise_members(&w, mem, n_mem, ext2, n2, res, sizeof res)) return -1;
   cg_w(c, "%s    py[%s] = %s;\n", ind, idx[n2], res);
   for (int d = q - 1; d >= 0; d--) cg_w(c, "%s%*s}\n", ind, 2 * d, "");
   if (rows) cg_w(c, "  }\n");
@@ -114,7 +114,16 @@ static int emit_gemm_unit(cg_ctx *c, const int *nodes, int n_nodes, const int *e
 
 int cg_emit_eltwise(cg_ctx *c, const int *nodes, int n_nodes, const int *ext, int n_ext) {
   ir_graph *g = c->g;
-  if (g->nodes[nodes[0]].op == IR_OP_MatMul) return emit_gemm_unit(c, nodes, n_nodes, ext, n_ext);
+  for (int i = 0; i < n_nodes; i++) {
+    if (g->nodes[nodes[i]].op != IR_OP_MatMul) continue;
+    /* the element-wise members, in graph order (those before the MatMul do not read it) */
+    int *mem = ir_xmalloc(sizeof(int) * (size_t)n_nodes), n_mem = 0;
+    for (int m = 0; m < n_nodes; m++)
+      if (m != i) mem[n_mem++] = nodes[m];
+    int rc = emit_gemm_unit(c, &g->nodes[nodes[i]], mem, n_mem, ext, n_ext);
+    free(mem);
+    return rc;
+  }
   const ir_value *y = ir_out(g, &g->nodes[nodes[n_nodes - 1]], 0);
   cg_expr_writer w = {g, "cpu", c, write_body};
   int64_t QD[IR_MAX_RANK], QS[65][IR_MAX_RANK];

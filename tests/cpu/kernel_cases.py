@@ -12,7 +12,8 @@
     (within 3 ulp; NaN for NaN; exp's results under 2^-125 may be 0);
   - GELU after a MatMul and its bias, Pow by 2 and a value read twice inside one fused
     unit, and one read by two units (codegen/stage.c's unit building); MatMuls taken into
-    their element-wise units (GEMMs in row blocks) or apart at -g 1 to 4, the same bits.
+    their element-wise units (GEMMs in row blocks) or apart at -g 1 to 4, the same bits;
+    members ahead of the MatMul in graph order, two MatMuls read by one unit.
 
     kernel_cases.py --pipecc build/pipecc --work DIR [--target cpu|cuda --sim-lib LIB] [-k PATTERN]"""
 
@@ -153,11 +154,26 @@ def gemm_blocks_case():
     return mk(nodes, [("x", (5, 250, 64))], ["y", "z"], inits), 1.0
 
 
-STAGES = {"gemm_blocks": ("1", "2", "3", "4")}
+def gemm_order_case():
+    """Element-wise members ahead of the MatMul in graph order (exp(x2 c), then x W joins the
+    Add that reads both), and two MatMuls read by one unit (x V joins it too: one MatMul per
+    unit, the other runs on its own). y = (exp(x2 c) + x W) + x V."""
+    rng = np.random.default_rng(11)
+    inits = [("W", rng.standard_normal((48, 40)).astype(np.float32) * 0.2),
+             ("V", rng.standard_normal((48, 40)).astype(np.float32) * 0.2),
+             ("c", np.array(0.25, np.float32))]
+    n = helper.make_node
+    nodes = [n("Mul", ["x2", "c"], ["s"]), n("Exp", ["s"], ["s2"]), n("MatMul", ["x", "W"], ["xw"]),
+             n("Add", ["xw", "s2"], ["t"]), n("MatMul", ["x", "V"], ["xv"]), n("Add", ["t", "xv"], ["y"])]
+    return mk(nodes, [("x", (3, 30, 48)), ("x2", (3, 30, 40))], ["y"], inits), 1.0
+
+
+STAGES = {"gemm_blocks": ("1", "2", "3", "4"), "gemm_order": ("1", "2", "3")}
 EXTRA = {"gemm_blocks": ["-m", "1"]}  # one micro-batch at every stage count: all 1250 rows
 
 CASES = {
     "gemm_blocks": gemm_blocks_case,
+    "gemm_order": gemm_order_case,
     "dw3_s1": lambda: dw_case(5, 9, 11, 3, 1, [1, 1, 1, 1], 1, True, ""),
     "dw3_s2_relu": lambda: dw_case(6, 10, 13, 3, 2, [1, 1, 1, 1], 1, True, "relu"),
     "dw3_s2_asym_clip": lambda: dw_case(3, 9, 9, 3, 2, [0, 1, 1, 0], 1, True, "clip"),
