@@ -165,36 +165,57 @@ static int emit_conv_batched(cg_ctx *c, const ir_node *n, const cg_win3 *w, cons
  * per output element the bias plus every tap in (kh, kw) order (a padding tap adds
  * w * 0), the taps unrolled with the weights in locals, the fused epilogue, one store:
  * the loop along the output row vectorises. im2col + a 1-row GEMM per channel spent
- * its time on the copies and the calls. */
+ * its time on the copies and the calls. With a stride S > 1 along the row, each
+ * bordered row is stored as S phases (phase q holds its columns q, q + S, q + 2S...),
+ * so a tap reads a contiguous run of one phase instead of every S-th element: the same
+ * values in the same order (the same bits), loads the loop vectorises. */
 #define DW_MAX_TAPS 49
 static int emit_conv_depthwise(cg_ctx *c, const cg_win3 *w, int64_t N, int64_t C, int has_bias, const cg_conv_epi *e) {
   int64_t IH = w->in[1], IW = w->in[2], OH = w->out[1], OW = w->out[2], KH = w->k[1], KW = w->k[2];
   int64_t PH = IH + w->pb[1] + w->pe[1], PW = IW + w->pb[2] + w->pe[2];
-  cg_scratch(c, (size_t)(PH * PW) * sizeof(float));
-  cg_w(c, "  /* depthwise: a direct stencil per channel over a zero-bordered copy */\n");
+  int64_t S = w->s[2], PWS = (PW + S - 1) / S; /* phases per row, the length of each */
+  cg_scratch(c, (size_t)(PH * S * PWS) * sizeof(float));
+  cg_w(c, "  /* depthwise: a direct stencil per channel over a zero-bordered copy%s */\n",
+       S > 1 ? " (each row in its stride's phases)" : "");
   cg_w(c, "  float *pad = (float *)scr;\n");
-  cg_w(c, "  memset(pad, 0, sizeof(float) * %lld);\n", LL(PH * PW));
+  cg_w(c, "  memset(pad, 0, sizeof(float) * %lld);\n", LL(PH * S * PWS));
   cg_w(c, "  for (long nc = 0; nc < %lld; nc++) {\n", LL(N * C));
   cg_w(c, "    const long ch = nc %% %lld;\n", LL(C));
   cg_w(c, "    const float *xp = x0 + nc * %lld;\n    float *yp = y0 + nc * %lld;\n", LL(IH * IW), LL(OH * OW));
   if (e->res) cg_w(c, "    const float *rp = x3 + nc * %lld;\n", LL(OH * OW));
-  cg_w(c, "    for (long ih = 0; ih < %lld; ih++)\n", LL(IH));
-  cg_w(c, "      memcpy(pad + (ih + %lld) * %lld + %lld, xp + ih * %lld, sizeof(float) * %lld);\n", LL(w->pb[1]), LL(PW),
-       LL(w->pb[2]), LL(IW), LL(IW));
+  if (S == 1) {
+    cg_w(c, "    for (long ih = 0; ih < %lld; ih++)\n", LL(IH));
+    cg_w(c, "      memcpy(pad + (ih + %lld) * %lld + %lld, xp + ih * %lld, sizeof(float) * %lld);\n", LL(w->pb[1]), LL(PW),
+         LL(w->pb[2]), LL(IW), LL(IW));
+  } else {
+    cg_w(c, "    for (long ih = 0; ih < %lld; ih++) {\n", LL(IH));
+    cg_w(c, "      float *pr = pad + (ih + %lld) * %lld;\n", LL(w->pb[1]), LL(S * PWS));
+    cg_w(c, "      const float *xr = xp + ih * %lld;\n", LL(IW));
+    for (int64_t q = 0; q < S; q++) {
+      /* bordered columns q + j S hold input column q + j S - pb where that is in [0, IW) */
+      int64_t pb = w->pb[2], lo = pb - q > 0 ? (pb - q + S - 1) / S : 0;
+      int64_t hi = IW - 1 + pb - q >= 0 ? (IW - 1 + pb - q) / S : -1; /* inclusive */
+      if (hi < lo) continue;
+      cg_w(c, "      for (long j = 0; j < %lld; j++) pr[%lld + j] = xr[%lld + j * %lld];\n", LL(hi - lo + 1),
+           LL(q * PWS + lo), LL(q + lo * S - pb), LL(S));
+    }
+    cg_w(c, "    }\n");
+  }
   cg_w(c, "    const float *wc = x1 + ch * %lld;\n", LL(KH * KW));
   for (int64_t k = 0; k < KH * KW; k++) cg_w(c, "    const float w%lld = wc[%lld];\n", LL(k), LL(k));
   cg_w(c, "    const float b = %s;\n", has_bias ? "x2[ch]" : "0.0f");
   cg_w(c, "    for (long oh = 0; oh < %lld; oh++) {\n", LL(OH));
   for (int64_t kh = 0; kh < KH; kh++)
-    cg_w(c, "      const float *p%lld = pad + (oh * %lld + %lld) * %lld;\n", LL(kh), LL(w->s[1]), LL(kh * w->d[1]), LL(PW));
+    cg_w(c, "      const float *p%lld = pad + (oh * %lld + %lld) * %lld;\n", LL(kh), LL(w->s[1]), LL(kh * w->d[1]),
+         LL(S * PWS));
   cg_w(c, "      float *yr = yp + oh * %lld;\n", LL(OW));
   cg_w(c, "      for (long ow = 0; ow < %lld; ow++) {\n", LL(OW));
   cg_w(c, "        float v = b;\n");
   for (int64_t kh = 0; kh < KH; kh++)
     for (int64_t kw = 0; kw < KW; kw++) {
-      if (w->s[2] == 1) cg_w(c, "        v = v + w%lld * p%lld[ow + %lld];\n", LL(kh * KW + kw), LL(kh), LL(kw * w->d[2]));
-      else
-        cg_w(c, "        v = v + w%lld * p%lld[ow * %lld + %lld];\n", LL(kh * KW + kw), LL(kh), LL(w->s[2]), LL(kw * w->d[2]));
+      /* column ow S + kw d: phase (kw d) % S, element ow + (kw d) / S of it */
+      int64_t o = kw * w->d[2];
+      cg_w(c, "        v = v + w%lld * p%lld[ow + %lld];\n", LL(kh * KW + kw), LL(kh), LL((o % S) * PWS + o / S));
     }
   char r[64];
   snprintf(r, sizeof r, "rp[oh * %lld + ow]", LL(OW));

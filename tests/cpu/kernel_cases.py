@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The cpu target's own float kernels beyond the ONNX node tests, against onnxruntime
 (rel-L2 <= --tol) and, on the cpu target, bitwise equal at -g 1 and -g 2:
-  - depthwise Conv (group = channels; codegen/c/ops_nn.c's direct stencil): strides,
+  - depthwise Conv (group = channels; codegen/c/ops_nn.c's direct stencil): strides
+    (rows kept in their stride's phases),
     asymmetric and no padding, dilation, 5x5 and 1-D kernels, no bias, and fused into it
     (passes/fuse.c) a residual Add and Relu/Clip, also bitwise equal to --no-fuse; 1x1
     Convs in column chunks, with and without bias and a fused epilogue;
@@ -179,6 +180,7 @@ CASES = {
     "dw3_s2_asym_clip": lambda: dw_case(3, 9, 9, 3, 2, [0, 1, 1, 0], 1, True, "clip"),
     "dw3_nopad_nobias": lambda: dw_case(4, 8, 17, 3, 1, [0, 0, 0, 0], 1, False, ""),
     "dw5_dil2": lambda: dw_case(3, 12, 12, 5, 1, [4, 4, 4, 4], 2, True, ""),
+    "dw3_s3_dil2": lambda: dw_case(4, 11, 16, 3, 3, [2, 2, 1, 3], 2, True, ""),
     "dw3_res_relu": lambda: dw_case(7, 8, 8, 3, 1, [1, 1, 1, 1], 1, True, "res_relu"),
     "dw3_s2_res_clip": lambda: dw_case(7, 9, 8, 3, 2, [1, 1, 1, 1], 1, False, "res_clip"),
     "dw_1d": lambda: dw_case(5, 1, 19, 3, 1, [1, 1], 1, True, "", one_d=True),
