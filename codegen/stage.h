@@ -109,8 +109,9 @@ typedef struct {
 /* Units and memory plan of part s, whose stage has parameter memory wl (st->arena
  * set). gemm_units (the cpu target, inference): a float MatMul of one B matrix whose
  * output only one element-wise unit reads (with its shape) joins that unit, one MatMul
- * per unit, in graph order among its members (codegen/c/eltwise.c runs the GEMM a block of rows at a time, each block's
- * element-wise work right after it). Free with cg_stage_close. */
+ * per unit, in graph order among its members (codegen/c/eltwise.c runs the GEMM a
+ * block of rows at a time, each block's element-wise work right after it). Free with
+ * cg_stage_close. */
 void cg_stage_open(cg_stage *st, ir_graph *g, const cg_plan *p, const cg_options *o, const cg_stage_info *si,
                    const cg_wlayout *wl, int s, int gemm_units);
 void cg_stage_close(cg_stage *st);
