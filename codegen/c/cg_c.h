@@ -95,9 +95,15 @@ int cg_emit_eltwise(cg_ctx *c, const int *nodes, int n_nodes, const int *ext_in,
 
 /* A float MatMul of one B matrix, M rows (all of A's batch) by N columns, runs as GEMMs
  * of cg_gemm_rows(M, N) rows at a time (about 1 MiB of output each, so that a fused
- * unit's element-wise work finds its block in L2), alone (ops_nn.c) or as the first member
- * of an element-wise unit (eltwise.c): the same calls either way, so the same bits. */
+ * unit's element-wise work finds its block in L2), alone (ops_nn.c) or as a member of an
+ * element-wise unit (eltwise.c): the same calls either way, so the same bits. */
 int64_t cg_gemm_rows(int64_t M, int64_t N);
+/* Emits the start of that loop, `for (long r0 ...) { const long nr = ...; cblas_sgemm(...);`
+ * for blocks of MB rows of the M x K matrix a times the K x N matrix b (C expressions),
+ * into y + r0 * N (y_whole: y holds all M rows) or into y (one block's rows); the caller
+ * adds the block's other work and closes the loop. */
+void cg_gemm_blocks_open(cg_ctx *c, int64_t M, int64_t N, int64_t K, int64_t MB, const char *a, const char *b,
+                         const char *y, int y_whole);
 
 /* Op emitters (one node): codegen/c/ops_nn.c, ops_data.c. Return 0 or -1. */
 typedef int (*cg_op_fn)(cg_ctx *c, const ir_node *n);

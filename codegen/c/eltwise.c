@@ -73,13 +73,10 @@ static int emit_gemm_unit(cg_ctx *c, const ir_node *mn, const int *mem, int n_me
   cg_w(c, "  /* GEMM blocks of %lld rows, %s */\n", (long long)MB,
        rows ? "the element-wise work after each" : "then the element-wise work");
   cg_w(c, "  float *blk = (float *)scr;\n");
-  cg_w(c, "  for (long r0 = 0; r0 < %lld; r0 += %lld) {\n", (long long)M, (long long)MB);
-  cg_w(c, "    const long nr = %lld - r0 < %lld ? %lld - r0 : %lld;\n", (long long)M, (long long)MB, (long long)M,
-       (long long)MB);
-  char out[64];
-  snprintf(out, sizeof out, rows ? "blk" : "blk + r0 * %lld", (long long)N);
-  cg_w(c, "    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, %lld, %lld, 1, x%d + r0 * %lld, %lld, x%d, %lld, 0, "
-       "%s, %lld);\n", (long long)N, (long long)K, ia, (long long)K, (long long)K, ib, (long long)N, out, (long long)N);
+  char a[16], b[16];
+  snprintf(a, sizeof a, "x%d", ia);
+  snprintf(b, sizeof b, "x%d", ib);
+  cg_gemm_blocks_open(c, M, N, K, MB, a, b, "blk", !rows);
   const char *ind = rows ? "    " : "  ";
   if (rows) {
     for (int e = 0; e < n2; e++) {

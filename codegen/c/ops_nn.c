@@ -465,6 +465,16 @@ int64_t cg_gemm_rows(int64_t M, int64_t N) {
   return r < M ? r : M;
 }
 
+void cg_gemm_blocks_open(cg_ctx *c, int64_t M, int64_t N, int64_t K, int64_t MB, const char *a, const char *b,
+                         const char *y, int y_whole) {
+  cg_w(c, "  for (long r0 = 0; r0 < %lld; r0 += %lld) {\n", LL(M), LL(MB));
+  cg_w(c, "    const long nr = %lld - r0 < %lld ? %lld - r0 : %lld;\n", LL(M), LL(MB), LL(M), LL(MB));
+  cg_w(c, "    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, %lld, %lld, 1, %s + r0 * %lld, %lld, %s, %lld, 0, ",
+       LL(N), LL(K), a, LL(K), LL(K), b, LL(N));
+  if (y_whole) cg_w(c, "%s + r0 * %lld, %lld);\n", y, LL(N), LL(N));
+  else cg_w(c, "%s, %lld);\n", y, LL(N));
+}
+
 static int emit_matmul(cg_ctx *c, const ir_node *n) {
   ir_value *y = cg_out(c, n, 0);
   ir_dtype t = y->dtype;
@@ -504,10 +514,7 @@ static int emit_matmul(cg_ctx *c, const ir_node *n) {
            gemm_fn(t), LL(NB * M), LL(N), LL(K), LL(K), LL(N), LL(N));
       return 0;
     }
-    cg_w(c, "  for (long r0 = 0; r0 < %lld; r0 += %lld) {\n", LL(NB * M), LL(MB));
-    cg_w(c, "    const long nr = %lld - r0 < %lld ? %lld - r0 : %lld;\n", LL(NB * M), LL(MB), LL(NB * M), LL(MB));
-    cg_w(c, "    %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, %lld, %lld, 1, x0 + r0 * %lld, %lld, x1, %lld, 0, y0 + r0 * %lld, %lld);\n",
-         gemm_fn(t), LL(N), LL(K), LL(K), LL(K), LL(N), LL(N), LL(N));
+    cg_gemm_blocks_open(c, NB * M, N, K, MB, "x0", "x1", "y0", 1); /* (float only: MB < NB * M) */
     cg_w(c, "  }\n");
     return 0;
   }
