@@ -370,8 +370,14 @@ static int value_info_input(ctx *c, const Onnx__ValueInfoProto *vi) {
     return -1;
   }
   const Onnx__TypeProto *tp = vi->type;
+  int seq = 0;
+  if (tp && tp->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE && tp->sequence_type &&
+      tp->sequence_type->elem_type) { /* a sequence of tensors: the element's type */
+    tp = tp->sequence_type->elem_type;
+    seq = 1;
+  }
   if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type) {
-    ir_error(g, "graph input '%s' is not a tensor (sequences, maps and optionals are not supported)", nm);
+    ir_error(g, "graph input '%s' is not a tensor or a sequence of tensors (maps and optionals are not supported)", nm);
     return -1;
   }
   const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
@@ -381,6 +387,10 @@ static int value_info_input(ctx *c, const Onnx__ValueInfoProto *vi) {
     return -1;
   }
   int v = ir_add_value(g, vi->name, IR_VAL_INPUT, (ir_dtype)dt);
+  if (seq) { /* its length comes from --seq (passes/bind.c); the shape is the elements' */
+    g->values[v].kind = IR_VAL_SEQ;
+    g->values[v].seq_n = -1;
+  }
   ir_shape *sh = &g->values[v].shape;
   if (tt->shape) {
     if (tt->shape->n_dim > IR_MAX_RANK) {
@@ -423,9 +433,11 @@ static int body_input(ctx *c, const Onnx__ValueInfoProto *vi) {
   }
   const Onnx__TypeProto *tp = vi->type;
   int dt = IR_UNDEFINED;
+  if (tp && tp->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE)
+    tp = NULL; /* a sequence (a Loop's carried list): its actual value decides */
   if (tp && tp->value_case != ONNX__TYPE_PROTO__VALUE__NOT_SET) {
     if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type) {
-      ir_error(g, "body input '%s' is not a tensor (sequences, maps and optionals are not supported)", nm);
+      ir_error(g, "body input '%s' is not a tensor or a sequence (maps and optionals are not supported)", nm);
       return -1;
     }
     if (tp->tensor_type->has_elem_type) dt = tp->tensor_type->elem_type;
@@ -547,7 +559,8 @@ static void attr_convert(ctx *c, int node, const Onnx__AttributeProto *a, ir_att
     }
     break;
   case IR_ATTR_GRAPH: /* bodies of the ops that have them; other ops are reported unsupported */
-    if (a->g && (g->nodes[node].op == IR_OP_If || g->nodes[node].op == IR_OP_Loop || g->nodes[node].op == IR_OP_Scan))
+    if (a->g && (g->nodes[node].op == IR_OP_If || g->nodes[node].op == IR_OP_Loop || g->nodes[node].op == IR_OP_Scan ||
+                 g->nodes[node].op == IR_OP_SequenceMap))
       o->graph = load_body(c, node, a->g, o->name);
     else if (!a->g) ir_error_node(g, node, "attribute '%s' holds no graph", o->name);
     break;

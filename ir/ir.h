@@ -88,7 +88,12 @@ char *ir_shape_str(const ir_shape *s, char *buf, size_t n);
 typedef enum {
   IR_VAL_ACT = 0, /* produced by a node */
   IR_VAL_INPUT,   /* graph input fed at run time */
-  IR_VAL_CONST    /* initializer, Constant node or folded: has data */
+  IR_VAL_CONST,   /* initializer, Constant node or folded: has data */
+  IR_VAL_SEQ      /* an ONNX sequence, known at compile time as the list of its tensors
+                   * (seq[seq_n], value indices; dtype: the elements' type). The fold pass
+                   * evaluates every sequence op (passes/sequence.c), so none remains after
+                   * it; a sequence graph input (seq_n -1 until bound by --seq) or output
+                   * becomes one tensor input or output per element, NAME.0, NAME.1, ... */
 } ir_val_kind;
 
 /* Training: the role of a mutable constant (initializer or state) of a training
@@ -125,6 +130,9 @@ typedef struct {
   /* compiling for micro-batches (passes/batch.h): the dim of the axis that carries the
    * batch is batch_outer x batch x batch_inner elements, row-major (0 means 1) */
   int64_t batch_outer, batch_inner;
+  /* IR_VAL_SEQ: its elements (arena), seq_n of them */
+  int *seq;
+  int seq_n;
   /* consumers, valid after ir_rebuild_uses: node indices use_list[use_off..+n_uses] */
   int use_off, n_uses;
 } ir_value;

@@ -66,8 +66,63 @@ static void bind_const(ir_graph *g, const pass_const_binding *b) {
   g->n_inputs--;
 }
 
+/* Sequence inputs: each named by --seq NAME=N becomes N tensor inputs NAME.0 ... of its
+ * element type and shape, in its place among the inputs; the sequence lists them. */
+static void bind_seqs(ir_graph *g, const pass_opts *o) {
+  for (int k = 0; k < o->n_seqs; k++) {
+    int v = ir_find_value(g, o->seqs[k].name);
+    char nm[96];
+    ir_printable(o->seqs[k].name, 60, nm, sizeof nm);
+    if (v < 0 || g->values[v].kind != IR_VAL_SEQ || g->values[v].seq_n >= 0) {
+      ir_error(g, "--seq names '%s', which is not a sequence graph input", nm);
+      return;
+    }
+    if (o->seqs[k].value > 65536) {
+      ir_error(g, "--seq %s=%lld: pipecc takes sequences of up to 65536 tensors", nm, (long long)o->seqs[k].value);
+      return;
+    }
+    g->values[v].seq_n = (int)o->seqs[k].value;
+  }
+  int n = 0;
+  for (int i = 0; i < g->n_inputs; i++) {
+    const ir_value *s = &g->values[g->inputs[i]];
+    if (s->kind != IR_VAL_SEQ) {
+      n++;
+      continue;
+    }
+    if (s->seq_n < 0) {
+      char nm[96];
+      ir_printable(s->name, 60, nm, sizeof nm);
+      ir_error(g, "graph input '%s' is a sequence: give its length with --seq %s=N (its tensors become inputs %s.0 ... "
+                  "%s.N-1)", nm, nm, nm, nm);
+      return;
+    }
+    n += s->seq_n;
+  }
+  int *in = ir_alloc_array(g->arena, (size_t)n + 1, sizeof(int)), m = 0;
+  for (int i = 0; i < g->n_inputs; i++) {
+    int sv = g->inputs[i];
+    if (g->values[sv].kind != IR_VAL_SEQ) {
+      in[m++] = sv;
+      continue;
+    }
+    int len = g->values[sv].seq_n;
+    int *el = ir_alloc_array(g->arena, (size_t)len + 1, sizeof(int));
+    for (int e = 0; e < len; e++) {
+      int t = ir_add_value(g, ir_sprintf(g->arena, "%s.%d", g->values[sv].name, e), IR_VAL_INPUT, g->values[sv].dtype);
+      g->values[t].shape = g->values[sv].shape;
+      el[e] = in[m++] = t;
+    }
+    g->values[sv].seq = el;
+  }
+  g->inputs = in;
+  g->n_inputs = n;
+}
+
 int pass_bind(ir_graph *g, const pass_opts *o) {
   int errs = g->n_errors;
+  bind_seqs(g, o);
+  if (g->n_errors > errs) return -1;
   for (int k = 0; k < o->n_shapes; k++) {
     int v = ir_find_value(g, o->shapes[k].name);
     char nm[96];

@@ -1,4 +1,5 @@
-/* passes/control.c - If, Loop and Scan expanded into ordinary nodes (see control.h).
+/* passes/control.c - If, Loop, Scan and SequenceMap expanded into ordinary nodes (see
+ * control.h; the other sequence ops are in passes/sequence.c).
  *
  * A body (ir_attr.graph, frontend/onnx_load.c) is instantiated by copying its nodes into
  * the graph under a name prefix: its formal inputs and captured values map to the
@@ -15,53 +16,46 @@
 #include <string.h>
 
 #include "ir/diag.h"
+#include "passes/control_impl.h"
 #include "passes/shape_impl.h"
 
-/* Nodes all expansions of one graph may make, and iterations of a Loop without a trip
- * count (its condition decides, folded at every iteration). */
-#define CONTROL_MAX_NODES (1L << 20)
+/* Iterations of a Loop without a trip count (its condition decides, folded at every
+ * iteration). */
 #define CONTROL_MAX_ITERS 100000
-/* the opset of the nodes the expansion makes itself (Unsqueeze takes its axes as input) */
-#define CONTROL_OPSET 17
 
-int control_is(ir_op op) { return op == IR_OP_If || op == IR_OP_Loop || op == IR_OP_Scan; }
+int control_is(ir_op op) {
+  return op == IR_OP_If || op == IR_OP_Loop || op == IR_OP_Scan || op == IR_OP_SequenceMap || seq_op_is(op);
+}
 
-/* Never reached: the fold pass expands every If, Loop and Scan before shape inference
- * proper (pass_shape) runs. */
+/* Never reached: the fold pass expands every If, Loop, Scan and SequenceMap before shape
+ * inference proper (pass_shape) runs. */
 static int sh_control(ir_graph *g, int node) {
   SH_FAIL("%s was not expanded (internal error: the fold pass expands control flow)", SH_NODE->op_type);
 }
 int sh_If(ir_graph *g, int node) { return sh_control(g, node); }
 int sh_Loop(ir_graph *g, int node) { return sh_control(g, node); }
 int sh_Scan(ir_graph *g, int node) { return sh_control(g, node); }
+int sh_SequenceMap(ir_graph *g, int node) { return sh_control(g, node); }
 
-typedef struct {
-  control_env *e;
-  ir_graph *g;
-  int node;         /* the node expanded (dead from the start) */
-  ir_node nd;       /* a copy of it: the node array moves as nodes are made */
-  const char *base; /* name prefix of everything made */
-  int tags;         /* numbers the nodes and constants made */
-  int err;
-} xp;
-
-#define XFAIL(...) return (ir_error_node(x->g, x->node, __VA_ARGS__), x->err = 1, -1)
-
-static int res(xp *x, int v) { return v < 0 ? v : x->e->resolve(x->e->ctx, v); }
-static const ir_value *val(xp *x, int v) { return &x->g->values[v]; }
-
-static const char *tagged(xp *x, const char *tag) { return ir_sprintf(x->g->arena, "%s/%s%d", x->base, tag, x->tags++); }
+const char *cx_tagged(xp *x, const char *tag) { return ir_sprintf(x->g->arena, "%s/%s%d", x->base, tag, x->tags++); }
 
 /* A node made by the expansion: one output (out, or a new value), visited. Returns the
  * output value (resolved), or -1 (reported). */
-static int make(xp *x, ir_op op, const int *in, int n_in, int out, const char *attr, int64_t ai) {
+int cx_make(xp *x, ir_op op, const int *in, int n_in, int out, const char *attr, int64_t ai) {
+  int o = out;
+  return cx_make_n(x, op, in, n_in, &o, 1, attr, ai) ? -1 : o;
+}
+
+int cx_make_n(xp *x, ir_op op, const int *in, int n_in, int *out, int n_out, const char *attr, int64_t ai) {
   if (x->err) return -1;
   ir_graph *g = x->g;
   if (++x->e->n_made > CONTROL_MAX_NODES)
     XFAIL("expanding control flow would make more than %ld nodes", (long)CONTROL_MAX_NODES);
-  const char *nm = tagged(x, ir_op_name(op));
-  if (out < 0) out = ir_add_value(g, nm, IR_VAL_ACT, IR_UNDEFINED);
-  int id = ir_add_node(g, op, nm, in, n_in, &out, 1);
+  const char *nm = cx_tagged(x, ir_op_name(op));
+  for (int k = 0; k < n_out; k++)
+    if (out[k] < 0)
+      out[k] = ir_add_value(g, n_out > 1 ? ir_sprintf(g->arena, "%s.%d", nm, k) : nm, IR_VAL_ACT, IR_UNDEFINED);
+  int id = ir_add_node(g, op, nm, in, n_in, out, n_out);
   g->nodes[id].opset = CONTROL_OPSET;
   g->nodes[id].index = x->nd.index;
   if (attr) ir_node_add_attr(g, id, attr, IR_ATTR_INT)->i = ai;
@@ -69,20 +63,21 @@ static int make(xp *x, ir_op op, const int *in, int n_in, int out, const char *a
     x->err = 1;
     return -1;
   }
-  return res(x, out);
+  for (int k = 0; k < n_out; k++) out[k] = res(x, out[k]);
+  return 0;
 }
 
-static int c_i64(xp *x, const int64_t *v, int n, int scalar) {
+int cx_i64(xp *x, const int64_t *v, int n, int scalar) {
   ir_shape s = {0};
   s.rank = scalar ? 0 : 1;
   s.dims[0] = n;
-  return ir_add_const(x->g, tagged(x, "c"), IR_INT64, &s, v, sizeof(int64_t) * (size_t)n);
+  return ir_add_const(x->g, cx_tagged(x, "c"), IR_INT64, &s, v, sizeof(int64_t) * (size_t)n);
 }
 
 /* v as a scalar (a condition of one element, of shape [1] say) */
 static int scalar(xp *x, int v) {
   if (val(x, v)->shape.rank == 0) return v;
-  return make(x, IR_OP_Reshape, (int[]){v, c_i64(x, NULL, 0, 0)}, 2, -1, NULL, 0);
+  return cx_make(x, IR_OP_Reshape, (int[]){v, cx_i64(x, NULL, 0, 0)}, 2, -1, NULL, 0);
 }
 
 /* prefix + name, without doubling the '/' when the name starts with one (PyTorch's
@@ -189,11 +184,11 @@ static int *actuals(xp *x, const ir_graph *b, int cap_at, const int *formal, int
 /* The node's output k (if wanted) written as a copy of v. */
 static int write_out(xp *x, int k, int v) {
   if (k >= x->nd.n_out || x->nd.out[k] < 0) return 0;
-  return make(x, IR_OP_Identity, &v, 1, x->nd.out[k], NULL, 0) < 0 ? -1 : 0;
+  return cx_make(x, IR_OP_Identity, &v, 1, x->nd.out[k], NULL, 0) < 0 ? -1 : 0;
 }
 
 /* "float32 [2, 3]" into buf */
-static const char *typed(const ir_value *v, char *buf, size_t n) {
+const char *cx_typed(const ir_value *v, char *buf, size_t n) {
   char sh[128];
   snprintf(buf, n, "%s %s", ir_dtype_name(v->dtype), ir_shape_str(&v->shape, sh, sizeof sh));
   return buf;
@@ -212,16 +207,16 @@ static int stack(xp *x, const int *vals, int n, int64_t axis, int k, const char 
   const ir_value *v0 = val(x, vals[0]);
   for (int t = 1; t < n; t++)
     if (!same_type(v0, val(x, vals[t])))
-      XFAIL("%s %d changes between iterations: %s, then %s", what, k, typed(v0, b1, sizeof b1),
-            typed(val(x, vals[t]), b2, sizeof b2));
+      XFAIL("%s %d changes between iterations: %s, then %s", what, k, cx_typed(v0, b1, sizeof b1),
+            cx_typed(val(x, vals[t]), b2, sizeof b2));
   int r = v0->shape.rank + 1;
   if (axis < -r || axis >= r) XFAIL("%s axis %lld is out of range for rank %d", what, (long long)axis, r);
   if (axis < 0) axis += r;
   if (r > IR_MAX_RANK) XFAIL("%s would have rank %d; pipecc supports up to %d", what, r, IR_MAX_RANK);
-  int ax = c_i64(x, &axis, 1, 0);
+  int ax = cx_i64(x, &axis, 1, 0);
   int *u = ir_xmalloc(sizeof(int) * (size_t)n);
-  for (int t = 0; t < n && !x->err; t++) u[t] = make(x, IR_OP_Unsqueeze, (int[]){vals[t], ax}, 2, -1, NULL, 0);
-  int rc = x->err ? -1 : make(x, IR_OP_Concat, u, n, x->nd.out[k], "axis", axis) < 0 ? -1 : 0;
+  for (int t = 0; t < n && !x->err; t++) u[t] = cx_make(x, IR_OP_Unsqueeze, (int[]){vals[t], ax}, 2, -1, NULL, 0);
+  int rc = x->err ? -1 : cx_make(x, IR_OP_Concat, u, n, x->nd.out[k], "axis", axis) < 0 ? -1 : 0;
   free(u);
   return rc;
 }
@@ -265,15 +260,47 @@ static int expand_if(xp *x) {
       if (x->nd.out[k] < 0) continue;
       const ir_value *tv = val(x, to[k]), *ev = val(x, eo[k]);
       char b1[160], b2[160];
+      if (tv->kind == IR_VAL_SEQ || ev->kind == IR_VAL_SEQ) { /* sequences: Where per element */
+        if (tv->kind != ev->kind || tv->seq_n != ev->seq_n) {
+          ir_error_node(x->g, x->node,
+                        "the condition is computed at run time and the branches give output %d as %s: pipecc "
+                        "computes both branches and selects, which needs sequences of one length (or give the "
+                        "condition with --const)",
+                        k, tv->kind != ev->kind ? "a sequence and a tensor" : "sequences of different lengths");
+          rc = -1;
+          break;
+        }
+        int n = tv->seq_n, *el = ir_alloc_array(x->g->arena, (size_t)n + 1, sizeof(int));
+        for (int i = 0; i < n && !rc; i++) {
+          int a = val(x, to[k])->seq[i], b = val(x, eo[k])->seq[i];
+          if (!same_type(val(x, a), val(x, b))) {
+            ir_error_node(x->g, x->node,
+                          "the condition is computed at run time and the branches give tensor %d of sequence output "
+                          "%d as %s and %s: pipecc computes both branches and selects, which needs the same type and "
+                          "shape",
+                          i, k, cx_typed(val(x, a), b1, sizeof b1), cx_typed(val(x, b), b2, sizeof b2));
+            rc = -1;
+          } else if ((el[i] = cx_make(x, IR_OP_Where, (int[]){s, a, b}, 3, -1, NULL, 0)) < 0)
+            rc = -1;
+        }
+        if (rc) break;
+        ir_value *o = &x->g->values[x->nd.out[k]];
+        o->kind = IR_VAL_SEQ;
+        o->producer = -1;
+        o->dtype = val(x, to[k])->dtype;
+        o->seq = el;
+        o->seq_n = n;
+        continue;
+      }
       if (!same_type(tv, ev)) {
         ir_error_node(x->g, x->node,
                       "the condition is computed at run time and the branches give output %d as %s and %s: pipecc "
                       "computes both branches and selects, which needs the same type and shape",
-                      k, typed(tv, b1, sizeof b1), typed(ev, b2, sizeof b2));
+                      k, cx_typed(tv, b1, sizeof b1), cx_typed(ev, b2, sizeof b2));
         rc = -1;
         break;
       }
-      rc = make(x, IR_OP_Where, (int[]){s, to[k], eo[k]}, 3, x->nd.out[k], NULL, 0) < 0 ? -1 : 0;
+      rc = cx_make(x, IR_OP_Where, (int[]){s, to[k], eo[k]}, 3, x->nd.out[k], NULL, 0) < 0 ? -1 : 0;
     }
   }
   free(cm);
@@ -309,7 +336,7 @@ static int expand_loop(xp *x) {
   int cond = x->nd.in[1] >= 0 ? res(x, x->nd.in[1]) : -1;
   if (cond < 0) {
     uint8_t one = 1;
-    cond = ir_add_const(x->g, tagged(x, "true"), IR_BOOL, &(ir_shape){0}, &one, 1);
+    cond = ir_add_const(x->g, cx_tagged(x, "true"), IR_BOOL, &(ir_shape){0}, &one, 1);
   }
   /* v: the carried values; raw: what the body computed last, which the next iteration
    * reads (the same until the condition is computed at run time: then v keeps each
@@ -368,7 +395,7 @@ static int expand_loop(xp *x) {
         }
       }
     }
-    formal[0] = c_i64(x, &t, 1, 1);
+    formal[0] = cx_i64(x, &t, 1, 1);
     formal[1] = cond;
     for (int k = 0; k < N; k++) formal[2 + k] = raw[k];
     int *a = actuals(x, b, cap, formal, N + 2);
@@ -378,19 +405,27 @@ static int expand_loop(xp *x) {
     if (masked) {
       for (int k = 0; k < N && !rc; k++) {
         const ir_value *nv = val(x, outs[1 + k]), *ov = val(x, v[k]);
+        if (nv->kind == IR_VAL_SEQ || ov->kind == IR_VAL_SEQ) {
+          ir_error_node(x->g, x->node,
+                        "carried value %d is a sequence and the condition is computed at run time: pipecc keeps "
+                        "sequences as lists known at compile time, so how many iterations append to it must be known",
+                        k);
+          rc = -1;
+          break;
+        }
         if (!same_type(nv, ov)) {
           ir_error_node(x->g, x->node,
                         "carried value %d changes from %s to %s while the condition is computed at run time: pipecc "
                         "runs every iteration and keeps the values while it holds, which needs the same type and shape",
-                        k, typed(ov, b1, sizeof b1), typed(nv, b2, sizeof b2));
+                        k, cx_typed(ov, b1, sizeof b1), cx_typed(nv, b2, sizeof b2));
           rc = -1;
           break;
         }
-        if ((v[k] = make(x, IR_OP_Where, (int[]){cond, outs[1 + k], v[k]}, 3, -1, NULL, 0)) < 0) rc = -1;
+        if ((v[k] = cx_make(x, IR_OP_Where, (int[]){cond, outs[1 + k], v[k]}, 3, -1, NULL, 0)) < 0) rc = -1;
         raw[k] = outs[1 + k];
       }
       int nc = rc ? -1 : scalar(x, outs[0]);
-      if (nc < 0 || (cond = make(x, IR_OP_And, (int[]){cond, nc}, 2, -1, NULL, 0)) < 0) rc = -1;
+      if (nc < 0 || (cond = cx_make(x, IR_OP_And, (int[]){cond, nc}, 2, -1, NULL, 0)) < 0) rc = -1;
       if (rc) break;
     } else {
       cond = outs[0];
@@ -439,7 +474,7 @@ static int scan_attr(xp *x, const char *name, int n, int64_t *out) {
 
 /* x[i] along axis (removed): Gather with a scalar index */
 static int take(xp *x, int v, int64_t i, int64_t axis) {
-  return make(x, IR_OP_Gather, (int[]){v, c_i64(x, &i, 1, 1)}, 2, -1, "axis", axis);
+  return cx_make(x, IR_OP_Gather, (int[]){v, cx_i64(x, &i, 1, 1)}, 2, -1, "axis", axis);
 }
 
 static int expand_scan(xp *x) {
@@ -556,10 +591,10 @@ static int expand_scan(xp *x) {
       for (int64_t t = 0; t < L; t++) col[t] = sc[(bi * L + t) * K + k];
       int *u = ir_xmalloc(sizeof(int) * ((size_t)L + 1));
       int64_t zero = 0;
-      int ax = c_i64(x, &zero, 1, 0);
+      int ax = cx_i64(x, &zero, 1, 0);
       for (int64_t t = 0; t < L && !rc; t++)
-        if ((u[t] = make(x, IR_OP_Unsqueeze, (int[]){col[t], ax}, 2, -1, NULL, 0)) < 0) rc = -1;
-      if (!rc && (rows[bi] = make(x, IR_OP_Concat, u, (int)L, -1, "axis", 0)) < 0) rc = -1;
+        if ((u[t] = cx_make(x, IR_OP_Unsqueeze, (int[]){col[t], ax}, 2, -1, NULL, 0)) < 0) rc = -1;
+      if (!rc && (rows[bi] = cx_make(x, IR_OP_Concat, u, (int)L, -1, "axis", 0)) < 0) rc = -1;
       free(u);
     }
     if (!rc) rc = stack(x, rows, (int)B, 0, N + k, "scan output");
@@ -578,6 +613,76 @@ static int expand_scan(xp *x) {
   return rc;
 }
 
+/* ---- SequenceMap ------------------------------------------------------------------- */
+
+/* The body once per position of the input sequences (the tensor inputs the same each
+ * time); each output a sequence of what the body gave. */
+static int expand_seqmap(xp *x) {
+  int cap;
+  const ir_graph *b = body_of(x, "body", &cap);
+  if (!b) XFAIL("has no body");
+  int nexp = x->nd.n_in - x->nd.n_implicit, nf = b->n_inputs - b->n_captured;
+  if (nf != nexp) XFAIL("its body takes %d inputs; the SequenceMap gives %d", nf, nexp);
+  if (x->nd.n_out > b->n_outputs) XFAIL("has %d outputs; its body gives %d", x->nd.n_out, b->n_outputs);
+  int *in = ir_xmalloc(sizeof(int) * ((size_t)nexp + 1));
+  int64_t L = -1;
+  for (int j = 0; j < nexp; j++) {
+    in[j] = res(x, x->nd.in[j]);
+    const ir_value *v = val(x, in[j]);
+    if (v->kind != IR_VAL_SEQ) {
+      if (j == 0) {
+        free(in);
+        XFAIL("input 0 is not a sequence");
+      }
+      continue;
+    }
+    if (L >= 0 && v->seq_n != L) {
+      free(in);
+      XFAIL("its input sequences have lengths %lld and %d", (long long)L, v->seq_n);
+    }
+    L = v->seq_n;
+  }
+  int *cm = ir_xmalloc(sizeof(int) * ((size_t)b->n_values + 1));
+  for (int i = 0; i < b->n_values; i++) cm[i] = -1;
+  int *outs = ir_xmalloc(sizeof(int) * ((size_t)b->n_outputs + 1));
+  int *formal = ir_xmalloc(sizeof(int) * ((size_t)nexp + 1));
+  int no = x->nd.n_out;
+  int *col = ir_xmalloc(sizeof(int) * ((size_t)(L * no) + 1));
+  int rc = 0;
+  for (int64_t t = 0; t < L && !rc; t++) {
+    for (int j = 0; j < nexp; j++) {
+      const ir_value *v = val(x, in[j]);
+      formal[j] = v->kind == IR_VAL_SEQ ? v->seq[t] : in[j];
+    }
+    int *a = actuals(x, b, cap, formal, nexp);
+    rc = instantiate(x, b, ir_sprintf(x->g->arena, "%s/%lld/", x->base, (long long)t), a, cm, outs);
+    free(a);
+    for (int k = 0; k < no && !rc; k++) {
+      if (val(x, outs[k])->kind == IR_VAL_SEQ) {
+        ir_error_node(x->g, x->node, "its body gives a sequence as output %d; SequenceMap outputs tensors", k);
+        rc = -1;
+      }
+      col[k * L + t] = outs[k];
+    }
+  }
+  for (int k = 0; k < no && !rc; k++) {
+    if (x->nd.out[k] < 0) continue;
+    ir_value *o = &x->g->values[x->nd.out[k]];
+    o->kind = IR_VAL_SEQ;
+    o->producer = -1;
+    o->seq_n = (int)L;
+    o->seq = ir_alloc_array(x->g->arena, (size_t)L + 1, sizeof(int));
+    if (L > 0) memcpy(o->seq, col + k * L, sizeof(int) * (size_t)L);
+    o->dtype = L > 0 ? val(x, col[k * L])->dtype : IR_FLOAT;
+  }
+  free(col);
+  free(formal);
+  free(outs);
+  free(cm);
+  free(in);
+  return rc;
+}
+
 int control_expand(control_env *e, int node) {
   ir_graph *g = e->g;
   xp x = {e, g, node, g->nodes[node], NULL, 0, 0};
@@ -589,7 +694,9 @@ int control_expand(control_env *e, int node) {
   switch (x.nd.op) {
   case IR_OP_If: rc = expand_if(&x); break;
   case IR_OP_Loop: rc = expand_loop(&x); break;
-  default: rc = expand_scan(&x); break;
+  case IR_OP_Scan: rc = expand_scan(&x); break;
+  case IR_OP_SequenceMap: rc = expand_seqmap(&x); break;
+  default: rc = seq_expand(&x); break;
   }
   return rc || x.err ? -1 : 0;
 }

@@ -1,4 +1,5 @@
-/* passes/control.h - If, Loop and Scan expanded into the graph (passes/control.c), as
+/* passes/control.h - If, Loop, Scan and the sequence ops expanded into the graph
+ * (passes/control.c, passes/sequence.c), as
  * the fold pass walks it: every control-flow node becomes ordinary nodes, since the
  * stages of a pipeline are straight-line code.
  *
@@ -14,6 +15,11 @@
  *     take them by Where only while the condition has held; this needs no scan outputs
  *     and carried values of a fixed shape.
  *   Scan (8, and 9 on): unrolled over the scanned axis, whose length the static shapes give.
+ *   Sequences are lists of tensors known at compile time (ir_value.seq): a Loop may carry
+ *     one (TorchScript's list.append) unless its condition is computed at run time; an If
+ *     computed at run time selects sequences of one length tensor by tensor; SequenceMap
+ *     instantiates its body once per element; the other sequence ops are evaluated
+ *     (passes/sequence.c).
  *
  * The expander makes the nodes and hands each to the walk's visitor as soon as it
  * exists (shape inference, folding, Identity forwarding, and the expansion of nested
@@ -34,10 +40,11 @@ typedef struct {
   int counter; /* numbers the expansions, for unique names */
 } control_env;
 
-/* 1 for If, Loop and Scan. */
+/* 1 for If, Loop, Scan, SequenceMap and the sequence ops. */
 int control_is(ir_op op);
-/* Expand the control-flow node `node`, whose inputs have been visited: it ends dead, its
- * outputs written by Identity nodes of the expansion's results. 0, or -1 (reported). */
+/* Expand the control-flow or sequence node `node`, whose inputs have been visited: it
+ * ends dead, its tensor outputs written by Identity nodes of the expansion's results,
+ * its sequence outputs made lists (IR_VAL_SEQ). 0, or -1 (reported). */
 int control_expand(control_env *e, int node);
 
 #endif

@@ -12,9 +12,10 @@
  *     constants in place (same values, same names), the node dead. Ops, dtypes or
  *     sizes the evaluator does not cover are left alone. When compiling for training, nodes reading a
  *     trainable float initializer are never folded, so gradients still reach it.
- * If, Loop and Scan are expanded as the walk reaches them (passes/control.h): the nodes
- * made go through the same steps at once, so conditions and trip counts computed in a
- * body fold before the next iteration needs them. Then every node whose outputs nobody
+ * If, Loop, Scan and the sequence ops are expanded as the walk reaches them
+ * (passes/control.h): the nodes made go through the same steps at once, so conditions and
+ * trip counts computed in a body fold before the next iteration needs them. A sequence
+ * graph output becomes one output per tensor at the end of the walk. Then every node whose outputs nobody
  * needs is dropped and the graph compacted. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -280,6 +281,27 @@ static int visit(fold_ctx *c, int i) {
   ir_node *n = &g->nodes[i];
   if (n->dead) return 0;
   for (int k = 0; k < n->n_in; k++) n->in[k] = resolve(c, n->in[k]);
+  if (n->op == IR_OP_Identity && n->n_in == 1 && n->in[0] >= 0 && g->values[n->in[0]].kind == IR_VAL_SEQ) {
+    n->dead = 1; /* a sequence copied: the same list */
+    if (n->n_out == 1 && n->out[0] >= 0) {
+      const ir_value *s = &g->values[n->in[0]];
+      ir_value *o = &g->values[n->out[0]];
+      o->kind = IR_VAL_SEQ;
+      o->producer = -1;
+      o->dtype = s->dtype;
+      o->seq = s->seq;
+      o->seq_n = s->seq_n;
+    }
+    return 0;
+  }
+  if (!control_is(n->op))
+    for (int k = 0; k < n->n_in; k++)
+      if (n->in[k] >= 0 && g->values[n->in[k]].kind == IR_VAL_SEQ) {
+        char nm[96];
+        ir_error_node(g, i, "input %d '%s' is a sequence; %s takes tensors", k,
+                      ir_printable(g->values[n->in[k]].name, 60, nm, sizeof nm), n->op_type);
+        return -1;
+      }
   if (control_is(n->op)) {
     c->n_control++;
     return control_expand(&c->ce, i);
@@ -311,6 +333,48 @@ static int visit(fold_ctx *c, int i) {
 static int visit_cb(void *ctx, int node) { return visit(ctx, node); }
 static int resolve_cb(void *ctx, int v) { return resolve(ctx, v); }
 
+/* A graph output that is a sequence becomes one output per element, NAME.0, NAME.1, ...
+ * (each a copy of its element, visited: forwarded where it can be). 0, or -1. */
+static int flatten_outputs(fold_ctx *c) {
+  ir_graph *g = c->g;
+  int n = 0, any = 0;
+  for (int k = 0; k < g->n_outputs; k++) {
+    const ir_value *v = &g->values[resolve(c, g->outputs[k])];
+    n += v->kind == IR_VAL_SEQ ? v->seq_n : 1;
+    any |= v->kind == IR_VAL_SEQ;
+  }
+  if (!any) return 0;
+  int *outs = ir_alloc_array(g->arena, (size_t)n + 1, sizeof(int)), m = 0;
+  for (int k = 0; k < g->n_outputs; k++) {
+    int sv = resolve(c, g->outputs[k]);
+    if (g->values[sv].kind != IR_VAL_SEQ) {
+      outs[m++] = g->outputs[k];
+      continue;
+    }
+    g->values[g->outputs[k]].is_output = 0;
+    g->values[sv].is_output = 0;
+    for (int i = 0; i < g->values[sv].seq_n; i++) {
+      const ir_value *s = &g->values[sv];
+      int e = resolve(c, s->seq[i]);
+      int y = ir_add_value(g, ir_sprintf(g->arena, "%s.%d", g->values[g->outputs[k]].name, i), IR_VAL_ACT,
+                           g->values[e].dtype);
+      g->values[y].is_output = 1;
+      int id = ir_add_node(g, IR_OP_Identity, g->values[y].name, &e, 1, &y, 1);
+      g->nodes[id].opset = g->opset;
+      outs[m++] = y;
+      if (visit(c, id)) return -1;
+    }
+  }
+  g->outputs = outs;
+  g->n_outputs = m;
+  if (!m) {
+    ir_error(g, "every graph output is an empty sequence: the model gives no tensor");
+    return -1;
+  }
+  c->n_control++; /* nodes were appended: sort again */
+  return 0;
+}
+
 int pass_fold(ir_graph *g, const pass_opts *o) {
   fold_ctx c = {0};
   c.g = g;
@@ -325,6 +389,7 @@ int pass_fold(ir_graph *g, const pass_opts *o) {
       rc = -1;
       break;
     }
+  if (!rc) rc = flatten_outputs(&c);
   free(c.fwd);
   if (rc) return rc;
   if (c.n_control && ir_toposort(g)) return -1; /* the made nodes were appended */

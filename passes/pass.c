@@ -4,7 +4,9 @@
 
 const pass_info pass_frontend_pipeline[] = {
     {"bind", pass_bind, "bind symbolic input dims from --shape and -d"},
-    {"fold", pass_fold, "fold constants and shape arithmetic; expand If, Loop and Scan; drop Identity and (inference) Dropout"},
+    {"fold", pass_fold,
+     "fold constants and shape arithmetic; expand If, Loop, Scan and sequence ops; drop Identity and (inference) "
+     "Dropout"},
     {"shape", pass_shape, "infer the static shape and dtype of every value, and node FLOPs"},
     {"einsum", pass_lower_einsum, "write Einsum as Transpose, Reshape, ReduceSum and batched MatMul"},
     {"quant", pass_lower_quant, "write QuantizeLinear and DequantizeLinear as Cast, Div, Round, Clip, Sub and Mul"},

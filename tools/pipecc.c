@@ -42,6 +42,9 @@ static void usage(FILE *f) {
       "  --const NAME=V[,V...]  compile graph input NAME as a constant holding these values (a flag,\n"
       "                         a length; an If on it keeps one branch); the pipeline then does not\n"
       "                         take it (repeatable)\n"
+      "  --seq NAME=N           graph input NAME is a sequence of N tensors: the pipeline takes them as\n"
+      "                         inputs NAME.0 ... NAME.N-1 (bind shapes with -d or --shape NAME.0:...);\n"
+      "                         a sequence output OUT gives outputs OUT.0, OUT.1, ... (repeatable)\n"
       "\n"
       "Planning:\n"
       "  -g, --gpus N           number of devices (pipeline stages and replicas); default 1\n"
@@ -121,12 +124,14 @@ static void free_owned(void) {
   if (owned.opts) {
     for (int i = 0; i <= owned.opts->n_shapes && owned.opts->shapes; i++) free((char *)owned.opts->shapes[i].name);
     for (int i = 0; i <= owned.opts->n_dims && owned.opts->dims; i++) free((char *)owned.opts->dims[i].name);
+    for (int i = 0; i <= owned.opts->n_seqs && owned.opts->seqs; i++) free((char *)owned.opts->seqs[i].name);
     for (int i = 0; i < owned.opts->n_consts; i++) {
       free((char *)owned.opts->consts[i].name);
       free(owned.opts->consts[i].values);
     }
     free(owned.opts->shapes);
     free(owned.opts->dims);
+    free(owned.opts->seqs);
     free(owned.opts->consts);
   }
   free(owned.cmdline);
@@ -417,6 +422,7 @@ int main(int argc, char **argv) {
   memset(&tinfo, 0, sizeof tinfo);
   opts.shapes = calloc((size_t)argc, sizeof *opts.shapes);
   opts.dims = calloc((size_t)argc, sizeof *opts.dims);
+  opts.seqs = calloc((size_t)argc, sizeof *opts.seqs);
   opts.consts = calloc((size_t)argc, sizeof *opts.consts);
   owned.opts = &opts;
   atexit(free_owned);
@@ -452,6 +458,10 @@ int main(int argc, char **argv) {
       const char *v = a[7] == '=' ? a + 8 : NEXT();
       if (parse_const(v, &opts.consts[opts.n_consts++]))
         return cli_error("bad --const '%s': expected NAME=VALUE or NAME=V1,V2,... (numbers)", v);
+    } else if (IS("--seq") || !strncmp(a, "--seq=", 6)) {
+      const char *v = a[5] == '=' ? a + 6 : NEXT();
+      if (parse_dim(v, &opts.seqs[opts.n_seqs])) return cli_error("bad --seq '%s': expected NAME=LENGTH", v);
+      opts.n_seqs++;
     } else if (IS("-d") || IS("--dim") || IS("-D")) {
       const char *v = NEXT();
       if (strchr(v, '=')) {

@@ -25,11 +25,24 @@ allows micro-batches) and run.
                (unrolled per sample: -m 1)
   nested       Loop (trip count 4) whose body holds an If on the iteration number
                (even: Add, odd: Mul with an outer weight) and a Scan; scan outputs
+  lists        torch.jit.script: a Python list appended to in a loop (SequenceEmpty and
+               SequenceInsert carried by the Loop), torch.stack of it, torch.unbind into
+               a list comprehension (SplitToSequence, SequenceAt in a Loop), torch.cat of
+               that list, ys[-1], and the list itself returned (a sequence output: the
+               pipeline gives hs.0 ... hs.4); -d batch=4, 2 micro-batches at -g 2
+  seq_graph    sequence ops (onnx.helper) on a sequence graph input (--seq xs=3: inputs
+               xs.0 ... xs.2): SequenceInsert at the front, SequenceErase of the last,
+               SequenceMap with a body reading a tensor input, SequenceLength,
+               SequenceAt, ConcatFromSequence stacking along a new last axis and
+               concatenating a SequenceConstruct; an If on a run-time flag whose
+               branches give sequences (Where per tensor), flag true and false
   train_loop   --train-step (mse) through rnn_loop's unrolled loop (one output): loss and
                weight gradients against torch autograd (cpu target)
   errors       one error line each: a trip count given at run time; If branches of
                different shapes under a run-time condition; a run-time loop condition
-               with scan outputs
+               with scan outputs; a sequence position given at run time; a sequence
+               input without --seq; If branches giving sequences of different lengths
+               under a run-time condition
 
     control_cases.py --pipecc build/pipecc --work DIR [--target cpu|cuda --sim-lib LIB] [-k PATTERN]"""
 
@@ -37,6 +50,8 @@ import os
 import re
 import sys
 import warnings
+
+from typing import List
 
 import numpy as np
 import onnx
@@ -111,8 +126,25 @@ def script_model(name, path):
                     break
             return y
 
+    class Lists(torch.nn.Module):
+        def __init__(s):
+            super().__init__()
+            s.lin = torch.nn.Linear(8, 8)
+
+        def forward(s, x):
+            ys: List[torch.Tensor] = []
+            h = x[:, 0]
+            for t in range(x.size(1)):
+                h = torch.tanh(s.lin(x[:, t]) + h)
+                ys.append(h)
+            zs = [torch.relu(p) for p in torch.unbind(x, 1)]
+            return torch.stack(ys, 1), torch.cat(zs, 1) + ys[-1].sum(1, keepdim=True), ys
+
     dyn = None
-    if name == "rnn_loop":  # a dynamic batch axis, bound with -d batch=4 (the zeros follow x's shape)
+    if name == "lists":
+        mod, args, names, dyn = Lists(), (torch.randn(4, 5, 8),), ["x"], {"x": {0: "batch"}}
+        feeds = [{"x": rng.standard_normal((4, 5, 8)).astype(np.float32)}]
+    elif name == "rnn_loop":  # a dynamic batch axis, bound with -d batch=4 (the zeros follow x's shape)
         mod, args, names, dyn = Cell(), (torch.randn(4, 5, 8),), ["x"], {"x": {0: "batch"}}
         feeds = [{"x": rng.standard_normal((4, 5, 8)).astype(np.float32)}]
     elif name == "gate_if":
@@ -124,7 +156,8 @@ def script_model(name, path):
         feeds = [{"x": (s * rng.standard_normal((4, 8))).astype(np.float32)} for s in (0.01, 0.3, 5.0)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(torch.jit.script(mod), args, path, input_names=names, opset_version=15, dynamic_axes=dyn)
+        torch.onnx.export(torch.jit.script(mod), args, path, input_names=names, opset_version=15, dynamic_axes=dyn,
+                          output_names=["y", "z", "hs"] if name == "lists" else None)
     return feeds
 
 
@@ -166,6 +199,38 @@ def graph_model(name, path):
         feeds = [{"s0": rng.standard_normal((4, 2)).astype(np.float32),
                   "p0": np.ones((4, 2), np.float32),
                   "x": rng.uniform(0.5, 1.5, (4, 3, 2)).astype(np.float32)}]
+    elif name == "seq_graph":
+        t = lambda n: helper.make_tensor_value_info(n, F32, [2, 3])  # noqa: E731
+        mbody = helper.make_graph([helper.make_node("Mul", ["a", "b"], ["ab"]), helper.make_node("Tanh", ["ab"], ["o"])],
+                                  "mbody", [t("a"), t("b")], [t("o")])
+        tb = helper.make_graph([helper.make_node("SequenceConstruct", ["y", "y"], ["ts"])], "t", [],
+                               [helper.make_tensor_sequence_value_info("ts", F32, [2, 3])])
+        eb = helper.make_graph([helper.make_node("Neg", ["y"], ["ny"]),
+                                helper.make_node("SequenceConstruct", ["ny", "y"], ["es"])], "e", [],
+                               [helper.make_tensor_sequence_value_info("es", F32, [2, 3])])
+        nodes = [helper.make_node("SequenceInsert", ["xs", "y", "zero"], ["s1"]),
+                 helper.make_node("SequenceErase", ["s1"], ["s2"]),
+                 helper.make_node("SequenceMap", ["s2", "y"], ["s3"], body=mbody),
+                 helper.make_node("SequenceLength", ["s3"], ["n"]),
+                 helper.make_node("SequenceAt", ["s3", "one"], ["at1"]),
+                 helper.make_node("ConcatFromSequence", ["s3"], ["stacked"], axis=-1, new_axis=1),
+                 helper.make_node("SequenceConstruct", ["at1", "y"], ["pair"]),
+                 helper.make_node("ConcatFromSequence", ["pair"], ["cat"], axis=0),
+                 helper.make_node("If", ["flag"], ["picked"], then_branch=tb, else_branch=eb),
+                 helper.make_node("ConcatFromSequence", ["picked"], ["sel"], axis=1)]
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_sequence_value_info("xs", F32, [2, 3]), t("y"),
+                                           helper.make_tensor_value_info("flag", BOOL, [])],
+                              [helper.make_tensor_value_info("n", I64, []), t("at1"),
+                               helper.make_tensor_value_info("stacked", F32, [2, 3, 3]),
+                               helper.make_tensor_value_info("cat", F32, [4, 3]),
+                               helper.make_tensor_value_info("sel", F32, [2, 6]),
+                               helper.make_tensor_sequence_value_info("s3", F32, [2, 3])],
+                              [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+                               numpy_helper.from_array(np.array(-2, np.int64), "one")])
+        opset = 17
+        xs = [rng.standard_normal((2, 3)).astype(np.float32) for _ in range(3)]
+        y = rng.standard_normal((2, 3)).astype(np.float32)
+        feeds = [{"xs": xs, "y": y, "flag": np.array(f)} for f in (True, False)]
     else:  # nested
         then_b = helper.make_graph([helper.make_node("Add", ["h", "x"], ["r"])], "then", [],
                                    [helper.make_tensor_value_info("r", F32, None)])
@@ -234,6 +299,26 @@ def error_models(d):
                           [numpy_helper.from_array(np.array(10, np.int64), "n")])
     out.append(("run-time condition with scan outputs", g, 16,
                 ["node 0 'grow' (Loop", "condition is computed at run time", "scan output"]))
+    g = helper.make_graph([helper.make_node("SplitToSequence", ["x"], ["s"], axis=0),
+                           helper.make_node("SequenceAt", ["s", "i"], ["y"], name="at")], "g",
+                          [helper.make_tensor_value_info("x", F32, [3, 2]), helper.make_tensor_value_info("i", I64, [])],
+                          [helper.make_tensor_value_info("y", F32, None)])
+    out.append(("run-time sequence position", g, 17,
+                ["node 1 'at' (SequenceAt", "position 'i' is not a constant", "known at compile time"]))
+    g = helper.make_graph([helper.make_node("ConcatFromSequence", ["xs"], ["y"], axis=0)], "g",
+                          [helper.make_tensor_sequence_value_info("xs", F32, [2])],
+                          [helper.make_tensor_value_info("y", F32, None)])
+    out.append(("sequence input without --seq", g, 17, ["graph input 'xs' is a sequence", "--seq xs=N"]))
+    tb = helper.make_graph([helper.make_node("SequenceConstruct", ["x"], ["ts"])], "t", [],
+                           [helper.make_tensor_sequence_value_info("ts", F32, None)])
+    eb = helper.make_graph([helper.make_node("SequenceConstruct", ["x", "x"], ["es"])], "e", [],
+                           [helper.make_tensor_sequence_value_info("es", F32, None)])
+    g = helper.make_graph([helper.make_node("If", ["c"], ["s"], then_branch=tb, else_branch=eb, name="pick"),
+                           helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=0)], "g",
+                          [helper.make_tensor_value_info("c", BOOL, []), helper.make_tensor_value_info("x", F32, [2])],
+                          [helper.make_tensor_value_info("y", F32, None)])
+    out.append(("If giving sequences of different lengths", g, 17,
+                ["node 0 'pick' (If", "sequences of different lengths"]))
     res = []
     for k, (label, g, opset, must) in enumerate(out):
         p = os.path.join(d, f"bad{k}.onnx")
@@ -278,7 +363,20 @@ def train_loop(a):
 
 
 CASES = {"rnn_loop": (script_model, True), "gate_if": (script_model, True), "early_exit": (script_model, False),
-         "scan9": (graph_model, False), "scan8": (graph_model, False), "nested": (graph_model, False)}
+         "scan9": (graph_model, False), "scan8": (graph_model, False), "nested": (graph_model, False),
+         "lists": (script_model, True), "seq_graph": (graph_model, False)}
+
+
+def flat(d):
+    """A sequence (a list) NAME as the tensors NAME.0, NAME.1, ... that pipelines take and
+    give."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, list):
+            out.update({f"{k}.{i}": e for i, e in enumerate(v)})
+        else:
+            out[k] = v
+    return out
 
 
 def main():
@@ -305,13 +403,14 @@ def main():
         builds = [(1, []), (2, ["-m", "2"] if microbatches else ["-m", "1"])]
         for g, extra in builds:
             out = os.path.join(d, f"g{g}")
-            bind = ["-d", "batch=4"] if name == "rnn_loop" else []
+            bind = ["-d", "batch=4"] if name in ("rnn_loop", "lists") else []
+            bind += [a for k, v in feeds[0].items() if isinstance(v, list) for a in ("--seq", f"{k}={len(v)}")]
             cmd, env = pt.sim_target([a.pipecc, path, *bind, "-g", str(g), *extra, "-o", out, "-j", "1"], pt.split_env(),
                                      a.target, a.sim_lib)
             for k, f in enumerate(feeds):
                 xin = os.path.join(d, f"x{k}.npz")
-                save_npz(xin, f)
-                ref = dict(zip(onames, sess.run(None, f)))
+                save_npz(xin, flat(f))
+                ref = flat(dict(zip(onames, sess.run(None, f))))
                 # built by the first run; the other inputs only run it ("true" stands for pipecc)
                 good &= pt.build_run_rel_l2(cmd if k == 0 else ["true"], env, out, xin, ref, a.tol,
                                             f"{name} -g {g} {' '.join(extra)} inputs {k} vs onnxruntime")

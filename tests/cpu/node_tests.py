@@ -68,7 +68,8 @@ CONST_SLOTS = dict({r: [1] for r in REDUCE}, Reshape=[1], Expand=[1], Tile=[1], 
                    Slice=[1, 2, 3, 4], Pad=[1, 2, 3], Split=[1], Squeeze=[1], Unsqueeze=[1], Resize=[1, 2, 3],
                    Upsample=[1], CumSum=[1], Trilu=[1], OneHot=[1], TopK=[1], CenterCropPad=[1], Col2Im=[1, 2],
                    Compress=[1], AffineGrid=[1], MaxUnpool=[2], DFT=[1, 2], STFT=[1, 3], HannWindow=[0],
-                   HammingWindow=[0], BlackmanWindow=[0], MelWeightMatrix=[0, 1, 2, 3, 4], Loop=[0, 1])
+                   HammingWindow=[0], BlackmanWindow=[0], MelWeightMatrix=[0, 1, 2, 3, 4], Loop=[0, 1],
+                   SequenceInsert=[2], SequenceAt=[1], SequenceErase=[1], SplitToSequence=[1])
 
 
 def all_nodes(graph):
@@ -136,6 +137,46 @@ def read_pb(path):
     return t.name, numpy_helper.to_array(t)
 
 
+def read_seq(path):
+    """The tensors of a SequenceProto file, as read_pb reads each."""
+    sq = onnx.SequenceProto()
+    with open(path, "rb") as f:
+        sq.ParseFromString(f.read())
+    return [numpy_helper.to_array(t) for t in sq.tensor_values]
+
+
+def is_seq(vi):
+    return vi.type.WhichOneof("value") == "sequence_type"
+
+
+def read_data(m, ds):
+    """(feeds, expected outputs, sequence lengths) of model m's test data folder ds: name ->
+    array, in file order. A sequence NAME is given as its tensors NAME.0, NAME.1, ... as
+    pipelines take and give them (its length in seq_len[NAME] for --seq NAME=N)."""
+    init = {i.name for i in m.graph.initializer}
+    in_vis = [i for i in m.graph.input if i.name not in init]
+    outs_vi = list(m.graph.output)
+
+    def files(prefix):
+        fs = [f for f in os.listdir(ds) if f.startswith(prefix)]
+        return sorted(fs, key=lambda s: int(re.findall(r"\d+", s)[0]))
+
+    feeds, expect, seq_len = {}, {}, {}
+    for dest, vis, prefix in ((feeds, in_vis, "input_"), (expect, outs_vi, "output_")):
+        for k, f in enumerate(files(prefix)):
+            if k >= len(vis):
+                continue
+            name, path = vis[k].name, os.path.join(ds, f)
+            if is_seq(vis[k]):
+                el = read_seq(path)
+                if dest is feeds:
+                    seq_len[name] = len(el)
+                dest.update({f"{name}.{i}": a for i, a in enumerate(el)})
+            else:
+                dest[name] = read_pb(path)[1]
+    return feeds, expect, seq_len
+
+
 def run_one(args):
     try:
         return run_one_(args)
@@ -151,23 +192,7 @@ def run_one_(args):
         m = onnx.load(model)
     except Exception as e:  # noqa: BLE001
         return name, False, f"cannot load model: {e}"
-    init = {i.name for i in m.graph.initializer}
-    in_names = [i.name for i in m.graph.input if i.name not in init]
-    out_names = [o.name for o in m.graph.output]
-    ins = sorted(f for f in os.listdir(ds) if f.startswith("input_"))
-    outs = sorted(f for f in os.listdir(ds) if f.startswith("output_"))
-    ins.sort(key=lambda s: int(re.findall(r"\d+", s)[0]))
-    outs.sort(key=lambda s: int(re.findall(r"\d+", s)[0]))
-    feeds = {}
-    for k, f in enumerate(ins):
-        _, arr = read_pb(os.path.join(ds, f))
-        if k < len(in_names):
-            feeds[in_names[k]] = arr
-    expect = {}
-    for k, f in enumerate(outs):
-        _, arr = read_pb(os.path.join(ds, f))
-        if k < len(out_names):
-            expect[out_names[k]] = arr
+    feeds, expect, seq_len = read_data(m, ds)
     d = os.path.join(work, name)
     os.makedirs(d, exist_ok=True)
     if bake_shape_inputs(m, feeds):
@@ -180,6 +205,8 @@ def run_one_(args):
     if not (os.path.exists(stamp) and open(stamp).read() == key and os.path.exists(os.path.join(bdir, "pipeline"))):
         shutil.rmtree(bdir, ignore_errors=True)
         cmd = [pipecc, model, "-g", "1", "-m", "1", "-o", bdir, "-j", "1"]
+        for k, n in seq_len.items():
+            cmd += ["--seq", f"{k}={n}"]
         for k, v in feeds.items():
             if v.ndim:  # a scalar input is declared so in the model
                 cmd += ["--shape", f"{k}:" + "x".join(str(s) for s in v.shape)]

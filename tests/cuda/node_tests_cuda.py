@@ -128,28 +128,18 @@ def select_tests(pattern, work, every=False):
 
 
 def prepare(name, tdir, work):
-    """The test's model (shape inputs baked into initializers), feeds and expected outputs."""
+    """The test's model (shape inputs baked into initializers), feeds, expected outputs,
+    folder and pipecc's --seq arguments (sequences: tests/cpu/node_tests.py read_data)."""
     m = onnx.load(os.path.join(tdir, "model.onnx"))
     ds = os.path.join(tdir, "test_data_set_0")
-    init = {i.name for i in m.graph.initializer}
-    in_names = [i.name for i in m.graph.input if i.name not in init]
-    out_names = [o.name for o in m.graph.output]
-
-    def files(prefix):
-        fs = [f for f in os.listdir(ds) if f.startswith(prefix)]
-        return sorted(fs, key=lambda s: int(re.findall(r"\d+", s)[0]))
-
-    feeds = {in_names[k]: cpu_nodes.read_pb(os.path.join(ds, f))[1] for k, f in enumerate(files("input_"))
-             if k < len(in_names)}
-    expect = {out_names[k]: cpu_nodes.read_pb(os.path.join(ds, f))[1] for k, f in enumerate(files("output_"))
-              if k < len(out_names)}
+    feeds, expect, seq_len = cpu_nodes.read_data(m, ds)
     d = os.path.join(work, name)
     os.makedirs(d, exist_ok=True)
     model = os.path.join(tdir, "model.onnx")
     if cpu_nodes.bake_shape_inputs(m, feeds):
         model = os.path.join(d, "model.onnx")
         onnx.save(m, model)
-    return model, feeds, expect, d
+    return model, feeds, expect, d, [a for k, n in seq_len.items() for a in ("--seq", f"{k}={n}")]
 
 
 def pipecc_cmd(pipecc, model, feeds, out_dir, extra=()):
@@ -164,13 +154,13 @@ def emit(args):
     """pipecc --emit-only twice; returns (name, error or '', stage source path)."""
     fam, name, tdir, pipecc, work = args
     try:
-        model, feeds, _, d = prepare(name, tdir, work)
+        model, feeds, _, d, seqs = prepare(name, tdir, work)
         srcs = []
         for k in range(2):
             out = os.path.join(d, f"emit{k}")
             shutil.rmtree(out, ignore_errors=True)
-            r = subprocess.run(pipecc_cmd(pipecc, model, feeds, out, ["--emit-only"]), capture_output=True, text=True,
-                               env=dict(os.environ, PIPECC_SPLIT="even"))
+            r = subprocess.run(pipecc_cmd(pipecc, model, feeds, out, ["--emit-only"] + seqs), capture_output=True,
+                               text=True, env=dict(os.environ, PIPECC_SPLIT="even"))
             if r.returncode:
                 msg = [l for l in r.stderr.splitlines() if "cuda target" in l or "error" in l] or r.stderr.splitlines()[-2:]
                 return name, f"pipecc exit {r.returncode}: " + (msg[0][:200] if msg else ""), None
@@ -289,10 +279,10 @@ def compare(got, expect):
 def run_one(args):
     fam, name, tdir, pipecc, work, rt_obj = args
     try:
-        model, feeds, expect, d = prepare(name, tdir, work)
+        model, feeds, expect, d, seqs = prepare(name, tdir, work)
         b = os.path.join(d, "build")
         shutil.rmtree(b, ignore_errors=True)
-        r = subprocess.run(pipecc_cmd(pipecc, model, feeds, b, ["--emit-only", "--no-tf32"]), capture_output=True,
+        r = subprocess.run(pipecc_cmd(pipecc, model, feeds, b, ["--emit-only", "--no-tf32"] + seqs), capture_output=True,
                            text=True, env=dict(os.environ, PIPECC_SPLIT="even"))
         if r.returncode:
             return name, f"pipecc exit {r.returncode}: " + " | ".join(r.stderr.splitlines()[-2:])

@@ -416,11 +416,32 @@ def _(d, n):
     return save(m, d, n)
 
 
-@case("input_not_tensor", r"not a tensor")
+@case("input_not_tensor", r"graph input 'x' is not a tensor or a sequence of tensors")
 def _(d, n):
     m = relu_model()
-    m.graph.input[0].CopyFrom(helper.make_tensor_sequence_value_info("x", F, [2, 3]))
+    m.graph.input[0].CopyFrom(helper.make_value_info("x", helper.make_optional_type_proto(
+        helper.make_tensor_type_proto(F, [2, 3]))))
     return save(m, d, n)
+
+
+# sequences: lists of tensors known at compile time (passes/sequence.c); a sequence
+# input's length comes from --seq
+
+@case("seq_not_sequence", r"--seq names 'x', which is not a sequence graph input", args=["--seq", "x=2"])
+def _(d, n):
+    return save(relu_model(), d, n)
+
+
+@case("seq_into_tensor_op", r"input 0 'xs' is a sequence; Relu takes tensors", node="r", args=["--seq", "xs=2"])
+def _(d, n):
+    return save(model([helper.make_node("Relu", ["xs"], ["y"], name="r")],
+                      [helper.make_tensor_sequence_value_info("xs", F, [2, 3])], [vi("y", [2, 3])]), d, n)
+
+
+@ok("ok_seq_input", args=["--seq", "xs=3"])
+def _(d, n):  # inputs xs.0 ... xs.2, concatenated
+    return save(model([helper.make_node("ConcatFromSequence", ["xs"], ["y"], axis=0, name="cat")],
+                      [helper.make_tensor_sequence_value_info("xs", F, [2, 3])], [vi("y", [6, 3])]), d, n)
 
 
 @case("arity", r"expects 1 input, has 2", node="relu2in")
@@ -703,10 +724,11 @@ def _(d, n):
     return save(if_model([helper.make_node("Relu", ["x"], ["t"])], [], else_branch=False), d, n)
 
 
-@case("loop_body_sequence", r"body input 'v' is not a tensor .*\(in body 'body' of Loop node 0 'lp'\)")
+@case("loop_body_optional", r"body input 'v' is not a tensor or a sequence .*\(in body 'body' of Loop node 0 'lp'\)")
 def _(d, n):
     return save(loop_model([vi("i", [], TensorProto.INT64), vi("c", [], TensorProto.BOOL),
-                            helper.make_tensor_sequence_value_info("v", F, None)]), d, n)
+                            helper.make_value_info("v", helper.make_optional_type_proto(
+                                helper.make_tensor_type_proto(F, None)))]), d, n)
 
 
 @case("loop_body_arity", r"its body takes 2 inputs; the Loop gives 3", node="lp")

@@ -65,11 +65,14 @@ def classify_types(model):
     vis = list(model.graph.input) + list(model.graph.output)
     for vi in vis:
         k = value_kind(vi)
-        if k in ("sequence_type", "optional_type", "map_type", "sparse_tensor_type"):
-            return "sequence types: sequence, optional, map or sparse values"
+        if k in ("optional_type", "map_type", "sparse_tensor_type"):
+            return "value types: optional, map or sparse values"
+        if k == "sequence_type" and vi.type.sequence_type.elem_type.WhichOneof("value") != "tensor_type":
+            return "value types: sequences of other than tensors"
     for vi in vis:
-        if value_kind(vi) == "tensor_type":
-            et = vi.type.tensor_type.elem_type
+        tt = vi.type.sequence_type.elem_type if value_kind(vi) == "sequence_type" else vi.type
+        if tt.WhichOneof("value") == "tensor_type":
+            et = tt.tensor_type.elem_type
             if et == TensorProto.STRING:
                 return "string tensors: not supported"
             if et not in DTYPES:
@@ -84,6 +87,14 @@ def load_pb(path):
     with open(path, "rb") as f:
         t.ParseFromString(f.read())
     return t
+
+
+def load_seq(path):
+    """The TensorProtos of a SequenceProto file."""
+    s = onnx.SequenceProto()
+    with open(path, "rb") as f:
+        s.ParseFromString(f.read())
+    return list(s.tensor_values)
 
 
 def classify_error(err):
@@ -134,6 +145,13 @@ def run_one(args, t):
         p = os.path.join(ds, "input_%d.pb" % k)
         if not os.path.exists(p):
             continue
+        if value_kind(vi) == "sequence_type":  # --seq NAME=N: inputs NAME.0 ... bound one by one
+            el = load_seq(p)
+            shapes += ["--seq", "%s=%d" % (vi.name, len(el))]
+            for i, e in enumerate(el):
+                if e.dims:
+                    shapes += ["--shape", "%s.%d:%s" % (vi.name, i, "x".join(str(d) for d in e.dims))]
+            continue
         in_pb[vi.name] = p
         tt = vi.type.tensor_type
         static = tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
@@ -147,7 +165,9 @@ def run_one(args, t):
     outs = []
     k = 0
     while os.path.exists(os.path.join(ds, "output_%d.pb" % k)):
-        outs.append(load_pb(os.path.join(ds, "output_%d.pb" % k)))
+        po = os.path.join(ds, "output_%d.pb" % k)
+        seq = k < len(model.graph.output) and value_kind(model.graph.output[k]) == "sequence_type"
+        outs.extend(load_seq(po) if seq else [load_pb(po)])  # a sequence: outputs NAME.0, ...
         k += 1
     made_const = []
     path = model_path
