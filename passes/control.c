@@ -628,6 +628,10 @@ static int expand_seqmap(xp *x) {
   int64_t L = -1;
   for (int j = 0; j < nexp; j++) {
     in[j] = res(x, x->nd.in[j]);
+    if (in[j] < 0) {
+      free(in);
+      XFAIL("input %d is empty", j);
+    }
     const ir_value *v = val(x, in[j]);
     if (v->kind != IR_VAL_SEQ) {
       if (j == 0) {

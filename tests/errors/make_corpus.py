@@ -438,6 +438,15 @@ def _(d, n):
                       [helper.make_tensor_sequence_value_info("xs", F, [2, 3])], [vi("y", [2, 3])]), d, n)
 
 
+@case("seq_map_empty_input", r"input 1 is empty", node="m", args=["--seq", "xs=2"])
+def _(d, n):  # an omitted input of SequenceMap's body
+    body = helper.make_graph([helper.make_node("Add", ["a", "b"], ["o"])], "body", [vi("a", [2]), vi("b", [2])],
+                             [vi("o", [2])])
+    return save(model([helper.make_node("SequenceMap", ["xs", ""], ["ys"], body=body, name="m"),
+                       helper.make_node("ConcatFromSequence", ["ys"], ["y"], axis=0, name="cat")],
+                      [helper.make_tensor_sequence_value_info("xs", F, [2])], [vi("y", [4])]), d, n)
+
+
 @ok("ok_seq_input", args=["--seq", "xs=3"])
 def _(d, n):  # inputs xs.0 ... xs.2, concatenated
     return save(model([helper.make_node("ConcatFromSequence", ["xs"], ["y"], axis=0, name="cat")],
