@@ -261,6 +261,17 @@ int ir_add_value(ir_graph *g, const char *name, ir_val_kind kind, ir_dtype dt) {
   return id;
 }
 
+void ir_set_seq(ir_graph *g, int v, const int *elems, int n, ir_dtype dt) {
+  int *e = ir_alloc_array(g->arena, (size_t)n + 1, sizeof(int));
+  if (n) memcpy(e, elems, sizeof(int) * (size_t)n);
+  ir_value *o = &g->values[v];
+  o->kind = IR_VAL_SEQ;
+  o->producer = -1;
+  o->dtype = dt;
+  o->seq = e;
+  o->seq_n = n;
+}
+
 int ir_add_const(ir_graph *g, const char *name, ir_dtype dt, const ir_shape *shape, const void *data,
                  size_t nbytes) {
   ir_shape sh = *shape; /* shape may point into g->values, which ir_add_value may move */

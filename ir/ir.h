@@ -260,6 +260,10 @@ int ir_attr_ints(const ir_node *n, const char *name, const int64_t **v);
 ir_value *ir_in(ir_graph *g, const ir_node *n, int i);
 ir_value *ir_out(ir_graph *g, const ir_node *n, int i);
 
+/* Value v becomes the sequence of the n tensors elems[] (copied into the arena), of
+ * element type dt (IR_VAL_SEQ, no producer). */
+void ir_set_seq(ir_graph *g, int v, const int *elems, int n, ir_dtype dt);
+
 /* Replace every use of value `from` (node inputs, graph outputs) by `to`. */
 void ir_replace_uses(ir_graph *g, int from, int to);
 /* Value `to` takes the place of `from`: its uses (ir_replace_uses) and its name (from

@@ -27,15 +27,24 @@ int control_is(ir_op op) {
   return op == IR_OP_If || op == IR_OP_Loop || op == IR_OP_Scan || op == IR_OP_SequenceMap || seq_op_is(op);
 }
 
-/* Never reached: the fold pass expands every If, Loop, Scan and SequenceMap before shape
+/* Never reached: the fold pass expands every If, Loop, Scan and sequence op before shape
  * inference proper (pass_shape) runs. */
 static int sh_control(ir_graph *g, int node) {
-  SH_FAIL("%s was not expanded (internal error: the fold pass expands control flow)", SH_NODE->op_type);
+  SH_FAIL("%s was not expanded (internal error: the fold pass expands control flow and sequence ops)",
+          SH_NODE->op_type);
 }
 int sh_If(ir_graph *g, int node) { return sh_control(g, node); }
 int sh_Loop(ir_graph *g, int node) { return sh_control(g, node); }
 int sh_Scan(ir_graph *g, int node) { return sh_control(g, node); }
 int sh_SequenceMap(ir_graph *g, int node) { return sh_control(g, node); }
+int sh_SequenceEmpty(ir_graph *g, int node) { return sh_control(g, node); }
+int sh_SequenceConstruct(ir_graph *g, int node) { return sh_control(g, node); }
+int sh_SequenceInsert(ir_graph *g, int node) { return sh_control(g, node); }
+int sh_SequenceAt(ir_graph *g, int node) { return sh_control(g, node); }
+int sh_SequenceErase(ir_graph *g, int node) { return sh_control(g, node); }
+int sh_SequenceLength(ir_graph *g, int node) { return sh_control(g, node); }
+int sh_ConcatFromSequence(ir_graph *g, int node) { return sh_control(g, node); }
+int sh_SplitToSequence(ir_graph *g, int node) { return sh_control(g, node); }
 
 const char *cx_tagged(xp *x, const char *tag) { return ir_sprintf(x->g->arena, "%s/%s%d", x->base, tag, x->tags++); }
 
@@ -270,7 +279,7 @@ static int expand_if(xp *x) {
           rc = -1;
           break;
         }
-        int n = tv->seq_n, *el = ir_alloc_array(x->g->arena, (size_t)n + 1, sizeof(int));
+        int n = tv->seq_n, *el = ir_xmalloc(sizeof(int) * ((size_t)n + 1));
         for (int i = 0; i < n && !rc; i++) {
           int a = val(x, to[k])->seq[i], b = val(x, eo[k])->seq[i];
           if (!same_type(val(x, a), val(x, b))) {
@@ -283,13 +292,9 @@ static int expand_if(xp *x) {
           } else if ((el[i] = cx_make(x, IR_OP_Where, (int[]){s, a, b}, 3, -1, NULL, 0)) < 0)
             rc = -1;
         }
+        if (!rc) ir_set_seq(x->g, x->nd.out[k], el, n, val(x, to[k])->dtype);
+        free(el);
         if (rc) break;
-        ir_value *o = &x->g->values[x->nd.out[k]];
-        o->kind = IR_VAL_SEQ;
-        o->producer = -1;
-        o->dtype = val(x, to[k])->dtype;
-        o->seq = el;
-        o->seq_n = n;
         continue;
       }
       if (!same_type(tv, ev)) {
@@ -670,14 +675,8 @@ static int expand_seqmap(xp *x) {
     }
   }
   for (int k = 0; k < no && !rc; k++) {
-    if (x->nd.out[k] < 0) continue;
-    ir_value *o = &x->g->values[x->nd.out[k]];
-    o->kind = IR_VAL_SEQ;
-    o->producer = -1;
-    o->seq_n = (int)L;
-    o->seq = ir_alloc_array(x->g->arena, (size_t)L + 1, sizeof(int));
-    if (L > 0) memcpy(o->seq, col + k * L, sizeof(int) * (size_t)L);
-    o->dtype = L > 0 ? val(x, col[k * L])->dtype : IR_FLOAT;
+    if (x->nd.out[k] >= 0)
+      ir_set_seq(x->g, x->nd.out[k], col + k * L, (int)L, L > 0 ? val(x, col[k * L])->dtype : IR_FLOAT);
   }
   free(col);
   free(formal);

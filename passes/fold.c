@@ -283,29 +283,21 @@ static int visit(fold_ctx *c, int i) {
   for (int k = 0; k < n->n_in; k++) n->in[k] = resolve(c, n->in[k]);
   if (n->op == IR_OP_Identity && n->n_in == 1 && n->in[0] >= 0 && g->values[n->in[0]].kind == IR_VAL_SEQ) {
     n->dead = 1; /* a sequence copied: the same list */
-    if (n->n_out == 1 && n->out[0] >= 0) {
-      const ir_value *s = &g->values[n->in[0]];
-      ir_value *o = &g->values[n->out[0]];
-      o->kind = IR_VAL_SEQ;
-      o->producer = -1;
-      o->dtype = s->dtype;
-      o->seq = s->seq;
-      o->seq_n = s->seq_n;
-    }
+    const ir_value *s = &g->values[n->in[0]];
+    if (n->n_out == 1 && n->out[0] >= 0) ir_set_seq(g, n->out[0], s->seq, s->seq_n, s->dtype);
     return 0;
   }
-  if (!control_is(n->op))
-    for (int k = 0; k < n->n_in; k++)
-      if (n->in[k] >= 0 && g->values[n->in[k]].kind == IR_VAL_SEQ) {
-        char nm[96];
-        ir_error_node(g, i, "input %d '%s' is a sequence; %s takes tensors", k,
-                      ir_printable(g->values[n->in[k]].name, 60, nm, sizeof nm), n->op_type);
-        return -1;
-      }
   if (control_is(n->op)) {
     c->n_control++;
     return control_expand(&c->ce, i);
   }
+  for (int k = 0; k < n->n_in; k++)
+    if (n->in[k] >= 0 && g->values[n->in[k]].kind == IR_VAL_SEQ) {
+      char nm[96];
+      ir_error_node(g, i, "input %d '%s' is a sequence; %s takes tensors", k,
+                    ir_printable(g->values[n->in[k]].name, 60, nm, sizeof nm), n->op_type);
+      return -1;
+    }
   if (pass_shape_node(g, i)) return -1;
   n = &g->nodes[i];
   if (n->op == IR_OP_Identity && n->n_in == 1 && n->in[0] >= 0 && n->n_out == 1 && n->out[0] >= 0) {

@@ -16,12 +16,10 @@
  * unrolled by passes/control.c, followed by torch.stack or torch.cat, folds this way.
  * SequenceMap (a body per element) is in passes/control.c; Identity of a sequence, and
  * the sequences that are graph inputs and outputs, are in passes/fold.c. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "passes/control_impl.h"
-#include "passes/shape_impl.h"
 
 int seq_op_is(ir_op op) {
   switch (op) {
@@ -31,20 +29,6 @@ int seq_op_is(ir_op op) {
   default: return 0;
   }
 }
-
-/* Never reached: the fold pass evaluates every sequence op before shape inference
- * proper (pass_shape) runs. */
-static int sh_seq(ir_graph *g, int node) {
-  SH_FAIL("%s was not evaluated (internal error: the fold pass evaluates sequence ops)", SH_NODE->op_type);
-}
-int sh_SequenceEmpty(ir_graph *g, int node) { return sh_seq(g, node); }
-int sh_SequenceConstruct(ir_graph *g, int node) { return sh_seq(g, node); }
-int sh_SequenceInsert(ir_graph *g, int node) { return sh_seq(g, node); }
-int sh_SequenceAt(ir_graph *g, int node) { return sh_seq(g, node); }
-int sh_SequenceErase(ir_graph *g, int node) { return sh_seq(g, node); }
-int sh_SequenceLength(ir_graph *g, int node) { return sh_seq(g, node); }
-int sh_ConcatFromSequence(ir_graph *g, int node) { return sh_seq(g, node); }
-int sh_SplitToSequence(ir_graph *g, int node) { return sh_seq(g, node); }
 
 /* input k: a sequence (want 1) or a tensor (want 0); the value, or -1 (reported) */
 static int input(xp *x, int k, int want) {
@@ -82,14 +66,7 @@ static int position(xp *x, int k, int64_t n, int insert, int64_t dflt, int64_t *
 
 /* output 0 becomes the sequence elems[n] of element type dt */
 static int set_seq(xp *x, const int *elems, int64_t n, ir_dtype dt) {
-  if (x->nd.n_out < 1 || x->nd.out[0] < 0) return 0;
-  ir_value *o = &x->g->values[x->nd.out[0]];
-  o->kind = IR_VAL_SEQ;
-  o->producer = -1;
-  o->dtype = dt;
-  o->seq_n = (int)n;
-  o->seq = ir_alloc_array(x->g->arena, (size_t)n + 1, sizeof(int));
-  if (n) memcpy(o->seq, elems, sizeof(int) * (size_t)n);
+  if (x->nd.n_out >= 1 && x->nd.out[0] >= 0) ir_set_seq(x->g, x->nd.out[0], elems, (int)n, dt);
   return 0;
 }
 
