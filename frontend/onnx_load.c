@@ -370,14 +370,20 @@ static int value_info_input(ctx *c, const Onnx__ValueInfoProto *vi) {
     return -1;
   }
   const Onnx__TypeProto *tp = vi->type;
-  int seq = 0;
+  int seq = 0, opt = 0;
+  if (tp && tp->value_case == ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE && tp->optional_type &&
+      tp->optional_type->elem_type) { /* holds its value unless --none names it (passes/bind.c) */
+    tp = tp->optional_type->elem_type;
+    opt = 1;
+  }
   if (tp && tp->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE && tp->sequence_type &&
       tp->sequence_type->elem_type) { /* a sequence of tensors: the element's type */
     tp = tp->sequence_type->elem_type;
     seq = 1;
   }
   if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type) {
-    ir_error(g, "graph input '%s' is not a tensor or a sequence of tensors (maps and optionals are not supported)", nm);
+    ir_error(g, "graph input '%s' is not a tensor, a sequence of tensors or an optional of one (maps are not supported)",
+             nm);
     return -1;
   }
   const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
@@ -387,6 +393,7 @@ static int value_info_input(ctx *c, const Onnx__ValueInfoProto *vi) {
     return -1;
   }
   int v = ir_add_value(g, vi->name, IR_VAL_INPUT, (ir_dtype)dt);
+  g->values[v].is_optional = opt;
   if (seq) { /* its length comes from --seq (passes/bind.c); the shape is the elements' */
     g->values[v].kind = IR_VAL_SEQ;
     g->values[v].seq_n = -1;
@@ -433,11 +440,12 @@ static int body_input(ctx *c, const Onnx__ValueInfoProto *vi) {
   }
   const Onnx__TypeProto *tp = vi->type;
   int dt = IR_UNDEFINED;
-  if (tp && tp->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE)
-    tp = NULL; /* a sequence (a Loop's carried list): its actual value decides */
+  if (tp && (tp->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE ||
+             tp->value_case == ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE))
+    tp = NULL; /* a sequence (a Loop's carried list) or an optional: its actual value decides */
   if (tp && tp->value_case != ONNX__TYPE_PROTO__VALUE__NOT_SET) {
     if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type) {
-      ir_error(g, "body input '%s' is not a tensor or a sequence (maps and optionals are not supported)", nm);
+      ir_error(g, "body input '%s' is not a tensor, a sequence or an optional (maps are not supported)", nm);
       return -1;
     }
     if (tp->tensor_type->has_elem_type) dt = tp->tensor_type->elem_type;
@@ -563,6 +571,13 @@ static void attr_convert(ctx *c, int node, const Onnx__AttributeProto *a, ir_att
                  g->nodes[node].op == IR_OP_SequenceMap))
       o->graph = load_body(c, node, a->g, o->name);
     else if (!a->g) ir_error_node(g, node, "attribute '%s' holds no graph", o->name);
+    break;
+  case IR_ATTR_TYPE_PROTO: /* Optional's 'type': an empty optional needs no more */
+    if (g->nodes[node].op != IR_OP_Optional) {
+      char an[96];
+      ir_error_node(g, node, "attribute '%s' holds a type, which %s does not take", ir_printable(a->name, 60, an, sizeof an),
+                    g->nodes[node].op_type);
+    }
     break;
   default: {
     char an[96];

@@ -272,6 +272,14 @@ void ir_set_seq(ir_graph *g, int v, const int *elems, int n, ir_dtype dt) {
   o->seq_n = n;
 }
 
+void ir_set_none(ir_graph *g, int v) {
+  ir_value *o = &g->values[v];
+  o->kind = IR_VAL_NONE;
+  o->producer = -1;
+  o->seq = NULL;
+  o->seq_n = 0;
+}
+
 int ir_add_const(ir_graph *g, const char *name, ir_dtype dt, const ir_shape *shape, const void *data,
                  size_t nbytes) {
   ir_shape sh = *shape; /* shape may point into g->values, which ir_add_value may move */

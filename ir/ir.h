@@ -89,11 +89,16 @@ typedef enum {
   IR_VAL_ACT = 0, /* produced by a node */
   IR_VAL_INPUT,   /* graph input fed at run time */
   IR_VAL_CONST,   /* initializer, Constant node or folded: has data */
-  IR_VAL_SEQ      /* an ONNX sequence, known at compile time as the list of its tensors
+  IR_VAL_SEQ,     /* an ONNX sequence, known at compile time as the list of its tensors
                    * (seq[seq_n], value indices; dtype: the elements' type). The fold pass
                    * evaluates every sequence op (passes/sequence.c), so none remains after
                    * it; a sequence graph input (seq_n -1 until bound by --seq) or output
                    * becomes one tensor input or output per element, NAME.0, NAME.1, ... */
+  IR_VAL_NONE     /* an ONNX optional without a value (Optional with no input, a graph input
+                   * named by --none). An optional holding a value is that value itself, so
+                   * optionals are known at compile time too: the fold pass evaluates
+                   * Optional, OptionalHasElement and OptionalGetElement (passes/sequence.c)
+                   * and refuses an empty one reaching any other op or a graph output */
 } ir_val_kind;
 
 /* Training: the role of a mutable constant (initializer or state) of a training
@@ -116,6 +121,7 @@ typedef struct {
   int producer;        /* node index, -1 for inputs and constants */
   int is_output;       /* a graph output */
   int is_initializer;  /* came from graph.initializer (a trainable weight when float) */
+  int is_optional;     /* a graph input declared optional(...): --none may make it empty */
   const void *data;    /* IR_VAL_CONST: nbytes of raw little-endian data (maybe unaligned); NULL
                         * with zero_init set: nbytes of zeros that take no memory */
   size_t nbytes;
@@ -146,7 +152,8 @@ typedef enum {
   IR_ATTR_GRAPH = 5,
   IR_ATTR_FLOATS = 6,
   IR_ATTR_INTS = 7,
-  IR_ATTR_STRINGS = 8
+  IR_ATTR_STRINGS = 8,
+  IR_ATTR_TYPE_PROTO = 13 /* a type (Optional's 'type'): kept as no more than that */
 } ir_attr_type;
 
 typedef struct {
@@ -263,6 +270,8 @@ ir_value *ir_out(ir_graph *g, const ir_node *n, int i);
 /* Value v becomes the sequence of the n tensors elems[] (copied into the arena), of
  * element type dt (IR_VAL_SEQ, no producer). */
 void ir_set_seq(ir_graph *g, int v, const int *elems, int n, ir_dtype dt);
+/* Value v becomes an optional without a value (IR_VAL_NONE, no producer). */
+void ir_set_none(ir_graph *g, int v);
 
 /* Replace every use of value `from` (node inputs, graph outputs) by `to`. */
 void ir_replace_uses(ir_graph *g, int from, int to);

@@ -66,6 +66,24 @@ static void bind_const(ir_graph *g, const pass_const_binding *b) {
   g->n_inputs--;
 }
 
+/* Optional inputs named by --none hold no value: no longer inputs, empty optionals. */
+static void bind_nones(ir_graph *g, const pass_opts *o) {
+  for (int k = 0; k < o->n_nones; k++) {
+    int v = ir_find_value(g, o->nones[k]), at = -1;
+    for (int i = 0; v >= 0 && i < g->n_inputs; i++)
+      if (g->inputs[i] == v) at = i;
+    char nm[96];
+    ir_printable(o->nones[k], 60, nm, sizeof nm);
+    if (at < 0 || !g->values[v].is_optional) {
+      ir_error(g, "--none names '%s', which is not an optional graph input", nm);
+      return;
+    }
+    ir_set_none(g, v);
+    memmove(&g->inputs[at], &g->inputs[at + 1], sizeof(int) * (size_t)(g->n_inputs - at - 1));
+    g->n_inputs--;
+  }
+}
+
 /* Sequence inputs: each named by --seq NAME=N becomes N tensor inputs NAME.0 ... of its
  * element type and shape, in its place among the inputs; the sequence lists them. */
 static void bind_seqs(ir_graph *g, const pass_opts *o) {
@@ -121,7 +139,8 @@ static void bind_seqs(ir_graph *g, const pass_opts *o) {
 
 int pass_bind(ir_graph *g, const pass_opts *o) {
   int errs = g->n_errors;
-  bind_seqs(g, o);
+  bind_nones(g, o);
+  if (g->n_errors == errs) bind_seqs(g, o);
   if (g->n_errors > errs) return -1;
   for (int k = 0; k < o->n_shapes; k++) {
     int v = ir_find_value(g, o->shapes[k].name);

@@ -45,6 +45,9 @@ int sh_SequenceErase(ir_graph *g, int node) { return sh_control(g, node); }
 int sh_SequenceLength(ir_graph *g, int node) { return sh_control(g, node); }
 int sh_ConcatFromSequence(ir_graph *g, int node) { return sh_control(g, node); }
 int sh_SplitToSequence(ir_graph *g, int node) { return sh_control(g, node); }
+int sh_Optional(ir_graph *g, int node) { return sh_control(g, node); }
+int sh_OptionalHasElement(ir_graph *g, int node) { return sh_control(g, node); }
+int sh_OptionalGetElement(ir_graph *g, int node) { return sh_control(g, node); }
 
 const char *cx_tagged(xp *x, const char *tag) { return ir_sprintf(x->g->arena, "%s/%s%d", x->base, tag, x->tags++); }
 
@@ -269,6 +272,19 @@ static int expand_if(xp *x) {
       if (x->nd.out[k] < 0) continue;
       const ir_value *tv = val(x, to[k]), *ev = val(x, eo[k]);
       char b1[160], b2[160];
+      if (tv->kind == IR_VAL_NONE || ev->kind == IR_VAL_NONE) { /* optionals: empty in both, or refused */
+        if (tv->kind != ev->kind) {
+          ir_error_node(x->g, x->node,
+                        "the condition is computed at run time and output %d is an optional with a value in one "
+                        "branch and without one in the other: pipecc keeps optionals known at compile time (give "
+                        "the condition with --const)",
+                        k);
+          rc = -1;
+          break;
+        }
+        ir_set_none(x->g, x->nd.out[k]);
+        continue;
+      }
       if (tv->kind == IR_VAL_SEQ || ev->kind == IR_VAL_SEQ) { /* sequences: Where per element */
         if (tv->kind != ev->kind || tv->seq_n != ev->seq_n) {
           ir_error_node(x->g, x->node,
@@ -410,10 +426,11 @@ static int expand_loop(xp *x) {
     if (masked) {
       for (int k = 0; k < N && !rc; k++) {
         const ir_value *nv = val(x, outs[1 + k]), *ov = val(x, v[k]);
-        if (nv->kind == IR_VAL_SEQ || ov->kind == IR_VAL_SEQ) {
+        if (nv->kind == IR_VAL_SEQ || ov->kind == IR_VAL_SEQ || nv->kind == IR_VAL_NONE || ov->kind == IR_VAL_NONE) {
           ir_error_node(x->g, x->node,
-                        "carried value %d is a sequence and the condition is computed at run time: pipecc keeps "
-                        "sequences as lists known at compile time, so how many iterations append to it must be known",
+                        "carried value %d is a sequence or an optional and the condition is computed at run time: "
+                        "pipecc keeps sequences and optionals known at compile time, so how many iterations change "
+                        "it must be known",
                         k);
           rc = -1;
           break;
@@ -667,8 +684,9 @@ static int expand_seqmap(xp *x) {
     rc = instantiate(x, b, ir_sprintf(x->g->arena, "%s/%lld/", x->base, (long long)t), a, cm, outs);
     free(a);
     for (int k = 0; k < no && !rc; k++) {
-      if (val(x, outs[k])->kind == IR_VAL_SEQ) {
-        ir_error_node(x->g, x->node, "its body gives a sequence as output %d; SequenceMap outputs tensors", k);
+      if (val(x, outs[k])->kind == IR_VAL_SEQ || val(x, outs[k])->kind == IR_VAL_NONE) {
+        ir_error_node(x->g, x->node, "its body gives %s as output %d; SequenceMap outputs tensors",
+                      val(x, outs[k])->kind == IR_VAL_SEQ ? "a sequence" : "an optional without a value", k);
         rc = -1;
       }
       col[k * L + t] = outs[k];

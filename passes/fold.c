@@ -281,10 +281,14 @@ static int visit(fold_ctx *c, int i) {
   ir_node *n = &g->nodes[i];
   if (n->dead) return 0;
   for (int k = 0; k < n->n_in; k++) n->in[k] = resolve(c, n->in[k]);
-  if (n->op == IR_OP_Identity && n->n_in == 1 && n->in[0] >= 0 && g->values[n->in[0]].kind == IR_VAL_SEQ) {
-    n->dead = 1; /* a sequence copied: the same list */
+  if (n->op == IR_OP_Identity && n->n_in == 1 && n->in[0] >= 0 &&
+      (g->values[n->in[0]].kind == IR_VAL_SEQ || g->values[n->in[0]].kind == IR_VAL_NONE)) {
+    n->dead = 1; /* a sequence copied: the same list; an empty optional: another */
     const ir_value *s = &g->values[n->in[0]];
-    if (n->n_out == 1 && n->out[0] >= 0) ir_set_seq(g, n->out[0], s->seq, s->seq_n, s->dtype);
+    if (n->n_out == 1 && n->out[0] >= 0) {
+      if (s->kind == IR_VAL_NONE) ir_set_none(g, n->out[0]);
+      else ir_set_seq(g, n->out[0], s->seq, s->seq_n, s->dtype);
+    }
     return 0;
   }
   if (control_is(n->op)) {
@@ -292,10 +296,11 @@ static int visit(fold_ctx *c, int i) {
     return control_expand(&c->ce, i);
   }
   for (int k = 0; k < n->n_in; k++)
-    if (n->in[k] >= 0 && g->values[n->in[k]].kind == IR_VAL_SEQ) {
+    if (n->in[k] >= 0 && (g->values[n->in[k]].kind == IR_VAL_SEQ || g->values[n->in[k]].kind == IR_VAL_NONE)) {
       char nm[96];
-      ir_error_node(g, i, "input %d '%s' is a sequence; %s takes tensors", k,
-                    ir_printable(g->values[n->in[k]].name, 60, nm, sizeof nm), n->op_type);
+      ir_error_node(g, i, "input %d '%s' is %s; %s takes tensors", k,
+                    ir_printable(g->values[n->in[k]].name, 60, nm, sizeof nm),
+                    g->values[n->in[k]].kind == IR_VAL_SEQ ? "a sequence" : "an optional without a value", n->op_type);
       return -1;
     }
   if (pass_shape_node(g, i)) return -1;
@@ -332,6 +337,12 @@ static int flatten_outputs(fold_ctx *c) {
   int n = 0, any = 0;
   for (int k = 0; k < g->n_outputs; k++) {
     const ir_value *v = &g->values[resolve(c, g->outputs[k])];
+    if (v->kind == IR_VAL_NONE) {
+      char nm[96];
+      ir_error(g, "graph output '%s' is an optional without a value: a pipeline gives tensors, so an output must hold one",
+               ir_printable(g->values[g->outputs[k]].name, 60, nm, sizeof nm));
+      return -1;
+    }
     n += v->kind == IR_VAL_SEQ ? v->seq_n : 1;
     any |= v->kind == IR_VAL_SEQ;
   }

@@ -30,6 +30,7 @@ typedef struct {
   pass_const_binding *consts; int n_consts; /* --const NAME=V,V,...: the input becomes a constant */
   pass_dim_binding *dims; int n_dims;       /* -d DIM=VALUE (on the command line: --dim / -D too) */
   pass_dim_binding *seqs; int n_seqs;       /* --seq NAME=N: sequence input NAME holds N tensors */
+  const char **nones; int n_nones;          /* --none NAME: optional input NAME holds no value */
   int training;                             /* keep Dropout/BatchNorm training semantics */
   int verbose;
 } pass_opts;
@@ -46,7 +47,8 @@ typedef struct {
 extern const pass_info pass_frontend_pipeline[];
 const pass_info *pass_find(const char *name);
 
-/* bind: a sequence input NAME of --seq NAME=N becomes N tensor inputs NAME.0 ... (in its
+/* bind: an optional input named by --none becomes an empty optional (IR_VAL_NONE), not an
+ * input; a sequence input NAME of --seq NAME=N becomes N tensor inputs NAME.0 ... (in its
  * place; the sequence value lists them); apply --shape / -d to graph inputs; every input dim must end up static; then
  * --const turns inputs into constants holding the values given. */
 int pass_bind(ir_graph *g, const pass_opts *o);

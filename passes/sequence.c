@@ -15,7 +15,13 @@
  * Positions must be constants (after folding): TorchScript's list.append in a loop
  * unrolled by passes/control.c, followed by torch.stack or torch.cat, folds this way.
  * SequenceMap (a body per element) is in passes/control.c; Identity of a sequence, and
- * the sequences that are graph inputs and outputs, are in passes/fold.c. */
+ * the sequences that are graph inputs and outputs, are in passes/fold.c.
+ *
+ * Optionals are lists of none or one value in the same way: an empty one is a value of
+ * kind IR_VAL_NONE, one that holds a tensor or a sequence is that value itself.
+ *   Optional: its input copied, or without one IR_VAL_NONE; OptionalHasElement: a
+ *   constant; OptionalGetElement: a copy of the value (an empty one is an error line).
+ * An optional graph input holds its value unless --none names it (passes/bind.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +31,7 @@ int seq_op_is(ir_op op) {
   switch (op) {
   case IR_OP_SequenceEmpty: case IR_OP_SequenceConstruct: case IR_OP_SequenceInsert: case IR_OP_SequenceAt:
   case IR_OP_SequenceErase: case IR_OP_SequenceLength: case IR_OP_ConcatFromSequence: case IR_OP_SplitToSequence:
+  case IR_OP_Optional: case IR_OP_OptionalHasElement: case IR_OP_OptionalGetElement:
     return 1;
   default: return 0;
   }
@@ -34,6 +41,10 @@ int seq_op_is(ir_op op) {
 static int input(xp *x, int k, int want) {
   int v = k < x->nd.n_in ? res(x, x->nd.in[k]) : -1;
   if (v < 0) XFAIL("input %d is missing", k);
+  if (val(x, v)->kind == IR_VAL_NONE) {
+    char nm[96];
+    XFAIL("input %d '%s' is an optional without a value", k, ir_printable(val(x, v)->name, 60, nm, sizeof nm));
+  }
   if ((val(x, v)->kind == IR_VAL_SEQ) != want) {
     char nm[96];
     XFAIL("input %d '%s' is %s; a %s is expected here", k, ir_printable(val(x, v)->name, 60, nm, sizeof nm),
@@ -244,6 +255,28 @@ static int split_to_seq(xp *x) {
   return rc;
 }
 
+/* Optional (opt 0), OptionalHasElement (1), OptionalGetElement (2) */
+static int optional_op(xp *x, int which) {
+  int v = x->nd.n_in >= 1 ? res(x, x->nd.in[0]) : -1; /* OptionalHasElement may have none */
+  int none = v < 0 || val(x, v)->kind == IR_VAL_NONE;
+  if (x->nd.n_out < 1 || x->nd.out[0] < 0) return 0;
+  if (which == 1) {
+    unsigned char has = !none;
+    ir_shape s = {0};
+    return out_copy(x, ir_add_const(x->g, cx_tagged(x, "has"), IR_BOOL, &s, &has, 1));
+  }
+  if (none) {
+    if (which == 0) {
+      ir_set_none(x->g, x->nd.out[0]);
+      return 0;
+    }
+    char nm[96];
+    if (v < 0) XFAIL("has no input");
+    XFAIL("input '%s' is an optional without a value", ir_printable(val(x, v)->name, 60, nm, sizeof nm));
+  }
+  return out_copy(x, v); /* a tensor or a sequence: the value an optional holds is the value */
+}
+
 int seq_expand(xp *x) {
   switch (x->nd.op) {
   case IR_OP_SequenceEmpty: {
@@ -258,6 +291,9 @@ int seq_expand(xp *x) {
   case IR_OP_SequenceLength: return seq_length(x);
   case IR_OP_ConcatFromSequence: return concat_from_seq(x);
   case IR_OP_SplitToSequence: return split_to_seq(x);
+  case IR_OP_Optional: return optional_op(x, 0);
+  case IR_OP_OptionalHasElement: return optional_op(x, 1);
+  case IR_OP_OptionalGetElement: return optional_op(x, 2);
   default: XFAIL("is not a sequence op (internal error)");
   }
 }

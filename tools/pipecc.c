@@ -45,6 +45,8 @@ static void usage(FILE *f) {
       "  --seq NAME=N           graph input NAME is a sequence of N tensors: the pipeline takes them as\n"
       "                         inputs NAME.0 ... NAME.N-1 (bind shapes with -d or --shape NAME.0:...);\n"
       "                         a sequence output OUT gives outputs OUT.0, OUT.1, ... (repeatable)\n"
+      "  --none NAME            optional graph input NAME holds no value (OptionalHasElement on it folds\n"
+      "                         to false); without it an optional input holds its value (repeatable)\n"
       "\n"
       "Planning:\n"
       "  -g, --gpus N           number of devices (pipeline stages and replicas); default 1\n"
@@ -132,6 +134,7 @@ static void free_owned(void) {
     free(owned.opts->shapes);
     free(owned.opts->dims);
     free(owned.opts->seqs);
+    free(owned.opts->nones);
     free(owned.opts->consts);
   }
   free(owned.cmdline);
@@ -423,6 +426,7 @@ int main(int argc, char **argv) {
   opts.shapes = calloc((size_t)argc, sizeof *opts.shapes);
   opts.dims = calloc((size_t)argc, sizeof *opts.dims);
   opts.seqs = calloc((size_t)argc, sizeof *opts.seqs);
+  opts.nones = calloc((size_t)argc, sizeof *opts.nones);
   opts.consts = calloc((size_t)argc, sizeof *opts.consts);
   owned.opts = &opts;
   atexit(free_owned);
@@ -462,6 +466,10 @@ int main(int argc, char **argv) {
       const char *v = a[5] == '=' ? a + 6 : NEXT();
       if (parse_dim(v, &opts.seqs[opts.n_seqs])) return cli_error("bad --seq '%s': expected NAME=LENGTH", v);
       opts.n_seqs++;
+    } else if (IS("--none") || !strncmp(a, "--none=", 7)) {
+      const char *v = a[6] == '=' ? a + 7 : NEXT();
+      if (!*v) return cli_error("bad --none '%s': expected the name of an optional graph input", v);
+      opts.nones[opts.n_nones++] = v;
     } else if (IS("-d") || IS("--dim") || IS("-D")) {
       const char *v = NEXT();
       if (strchr(v, '=')) {

@@ -36,13 +36,25 @@ allows micro-batches) and run.
                SequenceAt, ConcatFromSequence stacking along a new last axis and
                concatenating a SequenceConstruct; an If on a run-time flag whose
                branches give sequences (Where per tensor), flag true and false
+  optional     torch.jit.script: an Optional[Tensor] that is None until the first
+               iteration of a loop sets it (`if h is None`): Optional without a value
+               carried by the Loop, OptionalHasElement, an If on it, OptionalGetElement;
+               -d batch=4, 2 micro-batches at -g 2
+  opt_break    torch.jit.script: the same Optional in a loop with a data-dependent
+               `break` (its iterations after the first masked, the optional holding a
+               tensor by then); inputs that break at once, later, never
+  opt_graph    an optional graph input (onnx.helper) read through OptionalHasElement,
+               an If on it and OptionalGetElement: given a value, and empty (--none b);
+               Optional with and without an input, Identity of an optional
   train_loop   --train-step (mse) through rnn_loop's unrolled loop (one output): loss and
                weight gradients against torch autograd (cpu target)
   errors       one error line each: a trip count given at run time; If branches of
                different shapes under a run-time condition; a run-time loop condition
                with scan outputs; a sequence position given at run time; a sequence
                input without --seq; If branches giving sequences of different lengths
-               under a run-time condition
+               under a run-time condition; If branches giving an optional with and
+               without a value under a run-time condition; OptionalGetElement of an
+               empty optional; --none naming an input that is not optional
 
     control_cases.py --pipecc build/pipecc --work DIR [--target cpu|cuda --sim-lib LIB] [-k PATTERN]"""
 
@@ -51,7 +63,7 @@ import re
 import sys
 import warnings
 
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 import onnx
@@ -140,8 +152,51 @@ def script_model(name, path):
             zs = [torch.relu(p) for p in torch.unbind(x, 1)]
             return torch.stack(ys, 1), torch.cat(zs, 1) + ys[-1].sum(1, keepdim=True), ys
 
+    class Opt(torch.nn.Module):
+        def __init__(s):
+            super().__init__()
+            s.lin = torch.nn.Linear(8, 8)
+
+        def forward(s, x):
+            h: Optional[torch.Tensor] = None
+            for t in range(x.size(1)):
+                if h is None:
+                    h = torch.tanh(s.lin(x[:, t]))
+                else:
+                    h = torch.tanh(s.lin(x[:, t]) + h)
+            if h is None:
+                return x.sum(1)
+            return h * 2
+
+    class OptBreak(torch.nn.Module):
+        def __init__(s):
+            super().__init__()
+            s.a = torch.nn.Linear(8, 8)
+            with torch.no_grad():
+                s.a.weight.mul_(0.5)
+                s.a.bias.zero_()
+
+        def forward(s, x):
+            h: Optional[torch.Tensor] = None
+            for i in range(6):
+                if h is None:
+                    h = torch.tanh(s.a(x))
+                else:
+                    h = torch.tanh(s.a(h))
+                if bool(h.abs().max() < 0.05):
+                    break
+            if h is None:
+                return x
+            return h
+
     dyn = None
-    if name == "lists":
+    if name == "optional":
+        mod, args, names, dyn = Opt(), (torch.randn(4, 5, 8),), ["x"], {"x": {0: "batch"}}
+        feeds = [{"x": rng.standard_normal((4, 5, 8)).astype(np.float32)}]
+    elif name == "opt_break":
+        mod, args, names = OptBreak(), (torch.randn(4, 8),), ["x"]
+        feeds = [{"x": (s * rng.standard_normal((4, 8))).astype(np.float32)} for s in (0.01, 0.3, 5.0)]
+    elif name == "lists":
         mod, args, names, dyn = Lists(), (torch.randn(4, 5, 8),), ["x"], {"x": {0: "batch"}}
         feeds = [{"x": rng.standard_normal((4, 5, 8)).astype(np.float32)}]
     elif name == "rnn_loop":  # a dynamic batch axis, bound with -d batch=4 (the zeros follow x's shape)
@@ -156,8 +211,9 @@ def script_model(name, path):
         feeds = [{"x": (s * rng.standard_normal((4, 8))).astype(np.float32)} for s in (0.01, 0.3, 5.0)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(torch.jit.script(mod), args, path, input_names=names, opset_version=15, dynamic_axes=dyn,
-                          output_names=["y", "z", "hs"] if name == "lists" else None)
+        torch.onnx.export(torch.jit.script(mod), args, path, input_names=names, dynamic_axes=dyn,
+                          opset_version=17 if name.startswith("opt") else 15,  # Loop-16 carries optionals
+                          output_names={"lists": ["y", "z", "hs"], "optional": ["y"], "opt_break": ["y"]}.get(name))
     return feeds
 
 
@@ -231,6 +287,27 @@ def graph_model(name, path):
         xs = [rng.standard_normal((2, 3)).astype(np.float32) for _ in range(3)]
         y = rng.standard_normal((2, 3)).astype(np.float32)
         feeds = [{"xs": xs, "y": y, "flag": np.array(f)} for f in (True, False)]
+    elif name == "opt_graph":
+        t = lambda n: helper.make_tensor_value_info(n, F32, [2, 3])  # noqa: E731
+        tb = helper.make_graph([helper.make_node("OptionalGetElement", ["b"], ["bv"]),
+                                helper.make_node("Mul", ["x", "bv"], ["r"])], "t", [], [t("r")])
+        eb = helper.make_graph([helper.make_node("Neg", ["x"], ["r2"])], "e", [], [t("r2")])
+        opt = helper.make_optional_type_proto(helper.make_tensor_type_proto(F32, [2, 3]))
+        nodes = [helper.make_node("OptionalHasElement", ["b"], ["has"]),
+                 helper.make_node("If", ["has"], ["y"], then_branch=tb, else_branch=eb),
+                 helper.make_node("Optional", ["x"], ["ox"]),
+                 helper.make_node("Identity", ["ox"], ["ox2"]),
+                 helper.make_node("OptionalGetElement", ["ox2"], ["gx"]),
+                 helper.make_node("Optional", [], ["none"], type=helper.make_tensor_type_proto(F32, [2, 3])),
+                 helper.make_node("OptionalHasElement", ["none"], ["has_none"]),
+                 helper.make_node("Cast", ["has_none"], ["hn"], to=F32),
+                 helper.make_node("Sub", ["gx", "hn"], ["z"]),
+                 helper.make_node("Cast", ["has"], ["has_f"], to=F32)]
+        g = helper.make_graph(nodes, "g", [t("x"), helper.make_value_info("b", opt)],
+                              [t("y"), t("z"), helper.make_tensor_value_info("has_f", F32, [])])
+        opset = 18
+        x = rng.standard_normal((2, 3)).astype(np.float32)
+        feeds = [{"x": x, "b": rng.standard_normal((2, 3)).astype(np.float32)}, {"x": x, "b": None}]
     else:  # nested
         then_b = helper.make_graph([helper.make_node("Add", ["h", "x"], ["r"])], "then", [],
                                    [helper.make_tensor_value_info("r", F32, None)])
@@ -319,11 +396,32 @@ def error_models(d):
                           [helper.make_tensor_value_info("y", F32, None)])
     out.append(("If giving sequences of different lengths", g, 17,
                 ["node 0 'pick' (If", "sequences of different lengths"]))
+    tb = helper.make_graph([helper.make_node("Optional", ["x"], ["to"])], "t", [],
+                           [helper.make_value_info("to", helper.make_optional_type_proto(
+                               helper.make_tensor_type_proto(F32, [2])))])
+    eb = helper.make_graph([helper.make_node("Optional", [], ["eo"], type=helper.make_tensor_type_proto(F32, [2]))],
+                           "e", [], [helper.make_value_info("eo", helper.make_optional_type_proto(
+                               helper.make_tensor_type_proto(F32, [2])))])
+    g = helper.make_graph([helper.make_node("If", ["c"], ["o"], then_branch=tb, else_branch=eb, name="pick"),
+                           helper.make_node("OptionalHasElement", ["o"], ["y"])], "g",
+                          [helper.make_tensor_value_info("c", BOOL, []), helper.make_tensor_value_info("x", F32, [2])],
+                          [helper.make_tensor_value_info("y", BOOL, None)])
+    out.append(("If giving an optional with and without a value", g, 18,
+                ["node 0 'pick' (If", "an optional with a value in one branch and without one in the other"]))
+    g = helper.make_graph([helper.make_node("Optional", [], ["e"], type=helper.make_tensor_type_proto(F32, [2])),
+                           helper.make_node("OptionalGetElement", ["e"], ["y"], name="get")], "g",
+                          [helper.make_tensor_value_info("x", F32, [2])], [helper.make_tensor_value_info("y", F32, None)])
+    out.append(("OptionalGetElement of an empty optional", g, 18,
+                ["node 1 'get' (OptionalGetElement", "input 'e' is an optional without a value"]))
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [helper.make_tensor_value_info("x", F32, [2])],
+                          [helper.make_tensor_value_info("y", F32, None)])
+    out.append(("--none on a tensor input", g, 18, ["--none names 'x', which is not an optional graph input"],
+                ["--none", "x"]))
     res = []
-    for k, (label, g, opset, must) in enumerate(out):
+    for k, (label, g, opset, must, *extra) in enumerate(out):
         p = os.path.join(d, f"bad{k}.onnx")
         onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8), p)
-        res.append((label, p, must))
+        res.append((label, p, must, extra[0] if extra else []))
     return res
 
 
@@ -364,14 +462,17 @@ def train_loop(a):
 
 CASES = {"rnn_loop": (script_model, True), "gate_if": (script_model, True), "early_exit": (script_model, False),
          "scan9": (graph_model, False), "scan8": (graph_model, False), "nested": (graph_model, False),
-         "lists": (script_model, True), "seq_graph": (graph_model, False)}
+         "lists": (script_model, True), "seq_graph": (graph_model, False), "optional": (script_model, True),
+         "opt_break": (script_model, False), "opt_graph": (graph_model, False)}
 
 
 def flat(d):
     """A sequence (a list) NAME as the tensors NAME.0, NAME.1, ... that pipelines take and
-    give."""
+    give; an optional without a value (None) is not given."""
     out = {}
     for k, v in d.items():
+        if v is None:
+            continue
         if isinstance(v, list):
             out.update({f"{k}.{i}": e for i, e in enumerate(v)})
         else:
@@ -402,18 +503,24 @@ def main():
         # -g 2 -m 2 splits the batch (dim 0 of every input with one) where the model allows
         builds = [(1, []), (2, ["-m", "2"] if microbatches else ["-m", "1"])]
         for g, extra in builds:
-            out = os.path.join(d, f"g{g}")
-            bind = ["-d", "batch=4"] if name in ("rnn_loop", "lists") else []
-            bind += [a for k, v in feeds[0].items() if isinstance(v, list) for a in ("--seq", f"{k}={len(v)}")]
-            cmd, env = pt.sim_target([a.pipecc, path, *bind, "-g", str(g), *extra, "-o", out, "-j", "1"], pt.split_env(),
-                                     a.target, a.sim_lib)
+            built = {}  # one build per set of list arguments (--seq, --none) the inputs need
             for k, f in enumerate(feeds):
+                bind = ["-d", "batch=4"] if name in ("rnn_loop", "lists", "optional") else []
+                bind += [a for n, v in f.items() if isinstance(v, list) for a in ("--seq", f"{n}={len(v)}")]
+                nones = [a for n, v in f.items() if v is None for a in ("--none", n)]
+                bind += nones
+                first = tuple(bind) not in built
+                if first:
+                    built[tuple(bind)] = os.path.join(d, f"g{g}" + (f"-{len(built)}" if built else ""))
+                out = built[tuple(bind)]
+                cmd, env = pt.sim_target([a.pipecc, path, *bind, "-g", str(g), *extra, "-o", out, "-j", "1"],
+                                         pt.split_env(), a.target, a.sim_lib)
                 xin = os.path.join(d, f"x{k}.npz")
                 save_npz(xin, flat(f))
                 ref = flat(dict(zip(onames, sess.run(None, f))))
-                # built by the first run; the other inputs only run it ("true" stands for pipecc)
-                good &= pt.build_run_rel_l2(cmd if k == 0 else ["true"], env, out, xin, ref, a.tol,
-                                            f"{name} -g {g} {' '.join(extra)} inputs {k} vs onnxruntime")
+                # built by the first run that needs it; others only run it ("true" stands for pipecc)
+                good &= pt.build_run_rel_l2(cmd if first else ["true"], env, out, xin, ref, a.tol,
+                                            f"{name} -g {g} {' '.join(extra + nones)} inputs {k} vs onnxruntime")
         if name == "gate_if":  # --const flag=F: the If folds, one branch is compiled
             for k, f in enumerate(feeds):
                 out = os.path.join(d, f"const{k}")
@@ -438,8 +545,8 @@ def main():
         ok &= train_loop(a)
     if not a.k or re.search(a.k, "errors"):
         d = pt.case_dir(a.work, "errors")
-        for label, p, must in error_models(d):
-            ok &= pt.one_error_line([a.pipecc, p, "-o", os.path.join(d, "out")], label, *must)
+        for label, p, must, extra in error_models(d):
+            ok &= pt.one_error_line([a.pipecc, p, *extra, "-o", os.path.join(d, "out")], label, *must)
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

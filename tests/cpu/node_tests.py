@@ -145,14 +145,37 @@ def read_seq(path):
     return [numpy_helper.to_array(t) for t in sq.tensor_values]
 
 
-def is_seq(vi):
-    return vi.type.WhichOneof("value") == "sequence_type"
+def read_value(vi, path):
+    """The value of a test data file for graph input or output vi: an array, a list of
+    arrays (a sequence), or None (an optional without a value)."""
+    kind = vi.type.WhichOneof("value")
+    if kind == "sequence_type":
+        return read_seq(path)
+    if kind != "optional_type":
+        return read_pb(path)[1]
+    op = onnx.OptionalProto()
+    with open(path, "rb") as f:
+        op.ParseFromString(f.read())
+    if op.elem_type == onnx.OptionalProto.TENSOR:
+        return numpy_helper.to_array(op.tensor_value)
+    if op.elem_type == onnx.OptionalProto.SEQUENCE:
+        return [numpy_helper.to_array(t) for t in op.sequence_value.tensor_values]
+    if op.elem_type == onnx.OptionalProto.UNDEFINED:
+        return None
+    raise ValueError(f"{path}: an optional of element type {op.elem_type}")
+
+
+def list_args(seq_len):
+    """pipecc's arguments for read_data's sequence lengths: --seq NAME=N, --none NAME."""
+    return [a for k, n in seq_len.items() for a in (("--none", k) if n is None else ("--seq", f"{k}={n}"))]
 
 
 def read_data(m, ds):
     """(feeds, expected outputs, sequence lengths) of model m's test data folder ds: name ->
     array, in file order. A sequence NAME is given as its tensors NAME.0, NAME.1, ... as
-    pipelines take and give them (its length in seq_len[NAME] for --seq NAME=N)."""
+    pipelines take and give them (its length in seq_len[NAME] for --seq NAME=N); an
+    optional input without a value is no feed (seq_len[NAME] None, for --none NAME), one
+    with a value is that value."""
     init = {i.name for i in m.graph.initializer}
     in_vis = [i for i in m.graph.input if i.name not in init]
     outs_vi = list(m.graph.output)
@@ -166,14 +189,19 @@ def read_data(m, ds):
         for k, f in enumerate(files(prefix)):
             if k >= len(vis):
                 continue
-            name, path = vis[k].name, os.path.join(ds, f)
-            if is_seq(vis[k]):
-                el = read_seq(path)
+            name = vis[k].name
+            v = read_value(vis[k], os.path.join(ds, f))
+            if isinstance(v, list):
                 if dest is feeds:
-                    seq_len[name] = len(el)
-                dest.update({f"{name}.{i}": a for i, a in enumerate(el)})
+                    seq_len[name] = len(v)
+                dest.update({f"{name}.{i}": a for i, a in enumerate(v)})
+            elif v is None:
+                if dest is feeds:
+                    seq_len[name] = None
+                else:
+                    raise ValueError(f"output '{name}' is an optional without a value")
             else:
-                dest[name] = read_pb(path)[1]
+                dest[name] = v
     return feeds, expect, seq_len
 
 
@@ -205,8 +233,7 @@ def run_one_(args):
     if not (os.path.exists(stamp) and open(stamp).read() == key and os.path.exists(os.path.join(bdir, "pipeline"))):
         shutil.rmtree(bdir, ignore_errors=True)
         cmd = [pipecc, model, "-g", "1", "-m", "1", "-o", bdir, "-j", "1"]
-        for k, n in seq_len.items():
-            cmd += ["--seq", f"{k}={n}"]
+        cmd += list_args(seq_len)
         for k, v in feeds.items():
             if v.ndim:  # a scalar input is declared so in the model
                 cmd += ["--shape", f"{k}:" + "x".join(str(s) for s in v.shape)]

@@ -139,7 +139,7 @@ def prepare(name, tdir, work):
     if cpu_nodes.bake_shape_inputs(m, feeds):
         model = os.path.join(d, "model.onnx")
         onnx.save(m, model)
-    return model, feeds, expect, d, [a for k, n in seq_len.items() for a in ("--seq", f"{k}={n}")]
+    return model, feeds, expect, d, cpu_nodes.list_args(seq_len)
 
 
 def pipecc_cmd(pipecc, model, feeds, out_dir, extra=()):

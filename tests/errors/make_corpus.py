@@ -416,11 +416,11 @@ def _(d, n):
     return save(m, d, n)
 
 
-@case("input_not_tensor", r"graph input 'x' is not a tensor or a sequence of tensors")
+@case("input_not_tensor", r"graph input 'x' is not a tensor, a sequence of tensors or an optional of one")
 def _(d, n):
     m = relu_model()
-    m.graph.input[0].CopyFrom(helper.make_value_info("x", helper.make_optional_type_proto(
-        helper.make_tensor_type_proto(F, [2, 3]))))
+    m.graph.input[0].CopyFrom(helper.make_value_info("x", helper.make_map_type_proto(
+        TensorProto.INT64, helper.make_tensor_type_proto(F, [2, 3]))))
     return save(m, d, n)
 
 
@@ -451,6 +451,71 @@ def _(d, n):  # an omitted input of SequenceMap's body
 def _(d, n):  # inputs xs.0 ... xs.2, concatenated
     return save(model([helper.make_node("ConcatFromSequence", ["xs"], ["y"], axis=0, name="cat")],
                       [helper.make_tensor_sequence_value_info("xs", F, [2, 3])], [vi("y", [6, 3])]), d, n)
+
+
+# optionals: known at compile time; an empty one (IR_VAL_NONE) only feeds optional ops
+
+def opt_vi(name, shape):
+    return helper.make_value_info(name, helper.make_optional_type_proto(helper.make_tensor_type_proto(F, shape)))
+
+
+def opt_relu_model(nodes, out="y"):
+    """graph input x [2, 3] (optional), the nodes given, output `out`"""
+    return model(nodes, [opt_vi("x", [2, 3])], [vi(out, [2, 3])], opset=18)
+
+
+@case("opt_none_not_optional", r"--none names 'x', which is not an optional graph input", args=["--none", "x"])
+def _(d, n):
+    return save(relu_model(), d, n)
+
+
+@case("opt_get_empty", r"input 'e' is an optional without a value", node="get")
+def _(d, n):
+    return save(opt_relu_model([helper.make_node("Optional", [], ["e"], type=helper.make_tensor_type_proto(F, [2, 3])),
+                                helper.make_node("OptionalGetElement", ["e"], ["y"], name="get")]), d, n)
+
+
+@case("opt_none_into_tensor_op", r"input 0 'x' is an optional without a value; Relu takes tensors", node="r",
+      args=["--none", "x"])
+def _(d, n):
+    return save(opt_relu_model([helper.make_node("Relu", ["x"], ["y"], name="r")]), d, n)
+
+
+@case("opt_output_empty", r"graph output 'y' is an optional without a value", args=["--none", "x"])
+def _(d, n):
+    m = opt_relu_model([helper.make_node("Identity", ["x"], ["y"])])
+    m.graph.output[0].CopyFrom(opt_vi("y", [2, 3]))
+    return save(m, d, n)
+
+
+@case("opt_type_attr_elsewhere", r"attribute 'type' holds a type, which Relu does not take", node="r")
+def _(d, n):
+    nd = helper.make_node("Relu", ["x"], ["y"], name="r")
+    nd.attribute.append(helper.make_attribute("type", helper.make_tensor_type_proto(F, [2, 3])))
+    return save(model([nd], [vi("x", [2, 3])], [vi("y", [2, 3])]), d, n)
+
+
+@case("opt_carried_masked", r"carried value 0 is a sequence or an optional and the condition is computed at run time",
+      node="lp")
+def _(d, n):  # a loop that stops on the data (masked iterations) carrying an empty Optional along
+    # (one that holds a tensor from the start is that tensor, which the masking keeps)
+    body = helper.make_graph([helper.make_node("ReduceSum", ["v"], ["s"], keepdims=0),
+                              helper.make_node("Less", ["s", "lim"], ["c1"]), helper.make_node("Relu", ["v"], ["v1"]),
+                              helper.make_node("Identity", ["o"], ["o1"])],
+                             "body", [vi("i", [], TensorProto.INT64), vi("c", [], TensorProto.BOOL), opt_vi("o", [2, 3]),
+                                      vi("v", [2, 3])],
+                             [vi("c1", [], TensorProto.BOOL), opt_vi("o1", [2, 3]), vi("v1", [2, 3])],
+                             [helper.make_tensor("lim", F, [], [100.0])])
+    return save(model([helper.make_node("Optional", [], ["none"], type=helper.make_tensor_type_proto(F, [2, 3])),
+                       helper.make_node("Loop", ["m", "", "none", "x"], ["oy", "y"], name="lp", body=body)],
+                      [vi("x", [2, 3])], [vi("y", [2, 3])],
+                      [helper.make_tensor("m", TensorProto.INT64, [], [4])], opset=18), d, n)
+
+
+@ok("ok_opt_input")
+def _(d, n):  # holds its value without --none
+    return save(opt_relu_model([helper.make_node("OptionalGetElement", ["x"], ["v"]),
+                                helper.make_node("Relu", ["v"], ["y"])]), d, n)
 
 
 @case("arity", r"expects 1 input, has 2", node="relu2in")
@@ -733,11 +798,11 @@ def _(d, n):
     return save(if_model([helper.make_node("Relu", ["x"], ["t"])], [], else_branch=False), d, n)
 
 
-@case("loop_body_optional", r"body input 'v' is not a tensor or a sequence .*\(in body 'body' of Loop node 0 'lp'\)")
+@case("loop_body_map", r"body input 'v' is not a tensor, a sequence or an optional .*\(in body 'body' of Loop node 0 'lp'\)")
 def _(d, n):
     return save(loop_model([vi("i", [], TensorProto.INT64), vi("c", [], TensorProto.BOOL),
-                            helper.make_value_info("v", helper.make_optional_type_proto(
-                                helper.make_tensor_type_proto(F, None)))]), d, n)
+                            helper.make_value_info("v", helper.make_map_type_proto(
+                                TensorProto.INT64, helper.make_tensor_type_proto(F, None)))]), d, n)
 
 
 @case("loop_body_arity", r"its body takes 2 inputs; the Loop gives 3", node="lp")
@@ -854,7 +919,7 @@ def _(d, n):
 def _(d, n):
     nodes = [helper.make_node("LeakyRelu", ["x"], ["y"], name="lr")]
     a = nodes[0].attribute.add()
-    a.name, a.type = "alpha", onnx.AttributeProto.TYPE_PROTO
+    a.name, a.type = "alpha", onnx.AttributeProto.SPARSE_TENSOR
     return save(model(nodes, [vi("x", [2, 3])], [vi("y", [2, 3])]), d, n)
 
 

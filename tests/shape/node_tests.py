@@ -60,16 +60,46 @@ def value_kind(vi):
     return vi.type.WhichOneof("value")
 
 
+def unwrap(vi):
+    """vi with an optional type replaced by the type it holds (pipecc compiles an optional
+    holding a value as that value)."""
+    if value_kind(vi) != "optional_type":
+        return vi
+    out = onnx.ValueInfoProto(name=vi.name)
+    out.type.CopyFrom(vi.type.optional_type.elem_type)
+    return out
+
+
+def load_value(vi, path):
+    """("tensor", TensorProto), ("seq", [TensorProto]) or ("none", None): the value of a
+    test data file for graph input or output vi."""
+    k = value_kind(vi)
+    if k == "sequence_type":
+        return "seq", load_seq(path)
+    if k != "optional_type":
+        return "tensor", load_pb(path)
+    o = onnx.OptionalProto()
+    with open(path, "rb") as f:
+        o.ParseFromString(f.read())
+    if o.elem_type == onnx.OptionalProto.TENSOR:
+        return "tensor", o.tensor_value
+    if o.elem_type == onnx.OptionalProto.SEQUENCE:
+        return "seq", list(o.sequence_value.tensor_values)
+    return "none", None
+
+
 def classify_types(model):
     """A skip reason from the model's declared types, or None."""
     vis = list(model.graph.input) + list(model.graph.output)
     for vi in vis:
         k = value_kind(vi)
+        if k == "optional_type":
+            k, vi = value_kind(unwrap(vi)), unwrap(vi)
         if k in ("optional_type", "map_type", "sparse_tensor_type"):
-            return "value types: optional, map or sparse values"
+            return "value types: map or sparse values, optionals of them"
         if k == "sequence_type" and vi.type.sequence_type.elem_type.WhichOneof("value") != "tensor_type":
             return "value types: sequences of other than tensors"
-    for vi in vis:
+    for vi in map(unwrap, vis):
         tt = vi.type.sequence_type.elem_type if value_kind(vi) == "sequence_type" else vi.type
         if tt.WhichOneof("value") == "tensor_type":
             et = tt.tensor_type.elem_type
@@ -145,18 +175,22 @@ def run_one(args, t):
         p = os.path.join(ds, "input_%d.pb" % k)
         if not os.path.exists(p):
             continue
-        if value_kind(vi) == "sequence_type":  # --seq NAME=N: inputs NAME.0 ... bound one by one
-            el = load_seq(p)
+        kind, data = load_value(vi, p)
+        if kind == "none":  # an optional without a value
+            shapes += ["--none", vi.name]
+            continue
+        if kind == "seq":  # --seq NAME=N: inputs NAME.0 ... bound one by one
+            el = data
             shapes += ["--seq", "%s=%d" % (vi.name, len(el))]
             for i, e in enumerate(el):
                 if e.dims:
                     shapes += ["--shape", "%s.%d:%s" % (vi.name, i, "x".join(str(d) for d in e.dims))]
             continue
-        in_pb[vi.name] = p
-        tt = vi.type.tensor_type
+        in_pb[vi.name] = data
+        tt = unwrap(vi).type.tensor_type
         static = tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
         if not static:
-            dims = list(load_pb(p).dims)
+            dims = list(data.dims)
             if dims:
                 shapes += ["--shape", "%s:%s" % (vi.name, "x".join(str(d) for d in dims))]
             else:
@@ -166,8 +200,11 @@ def run_one(args, t):
     k = 0
     while os.path.exists(os.path.join(ds, "output_%d.pb" % k)):
         po = os.path.join(ds, "output_%d.pb" % k)
-        seq = k < len(model.graph.output) and value_kind(model.graph.output[k]) == "sequence_type"
-        outs.extend(load_seq(po) if seq else [load_pb(po)])  # a sequence: outputs NAME.0, ...
+        kind, data = load_value(model.graph.output[k], po) if k < len(model.graph.output) else ("tensor", load_pb(po))
+        if kind == "none":
+            t.reason = "an output is an optional without a value"
+            return t
+        outs.extend(data if kind == "seq" else [data])  # a sequence: outputs NAME.0, ...
         k += 1
     made_const = []
     path = model_path
@@ -196,7 +233,8 @@ def run_one(args, t):
             return t
         # make those graph inputs initializers holding the test's data
         for n in dict.fromkeys(names):
-            tensor = load_pb(in_pb[n])
+            tensor = TensorProto()
+            tensor.CopyFrom(in_pb[n])
             tensor.name = n
             model.graph.initializer.append(tensor)
             if model.ir_version >= 4:
