@@ -23,7 +23,8 @@ typedef struct {
   char **argv;
   char *label;     /* "cc stage_1.c" */
   pid_t pid;
-  char log[64];    /* temp file with the compiler's output */
+  int log;         /* the compiler's output: a temporary file, unlinked at once (so that
+                   * nothing is left behind however pipecc ends), read back through this */
 } job;
 
 static char **split_words(const char *s, int *n) {
@@ -59,12 +60,15 @@ static void free_argv(char **v) {
 }
 
 static int start_job(job *j, const char *dir) {
-  strcpy(j->log, "/tmp/pipecc-cc-XXXXXX");
-  int fd = mkstemp(j->log);
+  const char *tmp = getenv("TMPDIR");
+  char path[4096];
+  snprintf(path, sizeof path, "%s/pipecc-cc-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  int fd = mkostemp(path, O_CLOEXEC); /* not inherited by the other jobs (dup2 below clears it) */
   if (fd < 0) {
-    fprintf(stderr, "pipecc: cannot create a temporary file: %s\n", strerror(errno));
+    fprintf(stderr, "pipecc: cannot create a temporary file in %s: %s\n", tmp && *tmp ? tmp : "/tmp", strerror(errno));
     return -1;
   }
+  unlink(path);
   pid_t pid = fork();
   if (pid < 0) {
     fprintf(stderr, "pipecc: fork: %s\n", strerror(errno));
@@ -80,26 +84,19 @@ static int start_job(job *j, const char *dir) {
     fprintf(stderr, "cannot run %s: %s\n", j->argv[0], strerror(errno));
     _exit(127);
   }
-  close(fd);
+  j->log = fd;
   j->pid = pid;
   return 0;
 }
 
-/* Print the job's output (if any) to stderr and remove the log. */
-static void dump_log(job *j, int always) {
-  FILE *f = fopen(j->log, "r");
-  if (f) {
-    char buf[4096];
-    size_t n;
-    int any = 0;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
-      if (always) fwrite(buf, 1, n, stderr);
-      any = 1;
-    }
-    fclose(f);
-    (void)any;
-  }
-  unlink(j->log);
+/* Print the job's output (if any) to stderr and close the log. */
+static void dump_log(job *j) {
+  char buf[4096];
+  ssize_t n;
+  if (lseek(j->log, 0, SEEK_SET) == 0)
+    while ((n = read(j->log, buf, sizeof buf)) > 0) fwrite(buf, 1, (size_t)n, stderr);
+  close(j->log);
+  j->log = -1;
 }
 
 static int file_exists(const char *dir, const char *name) {
@@ -165,7 +162,7 @@ int cg_build(const char *out_dir, const cg_options *o) {
         fprintf(stderr, "pipecc: %s failed:\n", js[k].label);
         failed = 1;
       }
-      dump_log(&js[k], 1); /* warnings too: the emitted code is meant to be warning-free */
+      dump_log(&js[k]); /* warnings too: the emitted code is meant to be warning-free */
       if (!ok)
         fprintf(stderr, "pipecc: internal error: the code emitted into %s does not compile (a pipecc bug)\n", out_dir);
     }
@@ -201,7 +198,7 @@ int cg_build(const char *out_dir, const cg_options *o) {
       }
       int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
       if (!ok) fprintf(stderr, "pipecc: link failed:\n");
-      dump_log(l, 1);
+      dump_log(l);
       if (!ok) {
         fprintf(stderr, "pipecc: internal error: linking %s/pipeline failed\n", out_dir);
         failed = 1;
@@ -223,7 +220,7 @@ static int run_job(job *j, const char *dir) {
   int status;
   while (waitpid(j->pid, &status, 0) < 0 && errno == EINTR) {
   }
-  dump_log(j, 1);
+  dump_log(j);
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }
 
