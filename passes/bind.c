@@ -8,12 +8,24 @@
 
 /* --const NAME=V,...: graph input NAME becomes a constant holding the values (as many
  * as its static shape has elements, each exact in its type). */
+/* The position of graph input `name` among g->inputs (its value in *v), or -1. */
+static int input_at(const ir_graph *g, const char *name, int *v) {
+  *v = ir_find_value(g, name);
+  for (int i = 0; *v >= 0 && i < g->n_inputs; i++)
+    if (g->inputs[i] == *v) return i;
+  return -1;
+}
+
+/* The graph input at position `at` is no longer taken. */
+static void drop_input(ir_graph *g, int at) {
+  memmove(&g->inputs[at], &g->inputs[at + 1], sizeof(int) * (size_t)(g->n_inputs - at - 1));
+  g->n_inputs--;
+}
+
 static void bind_const(ir_graph *g, const pass_const_binding *b) {
   char nm[96];
   ir_printable(b->name, 60, nm, sizeof nm);
-  int v = ir_find_value(g, b->name), at = -1;
-  for (int i = 0; i < g->n_inputs; i++)
-    if (g->inputs[i] == v) at = i;
+  int v, at = input_at(g, b->name, &v);
   if (at < 0) {
     ir_error(g, "--const names '%s', which is not a graph input", nm);
     return;
@@ -62,16 +74,13 @@ static void bind_const(ir_graph *g, const pass_const_binding *b) {
   val->data = d;
   val->nbytes = (size_t)n * es;
   val->producer = -1;
-  memmove(&g->inputs[at], &g->inputs[at + 1], sizeof(int) * (size_t)(g->n_inputs - at - 1));
-  g->n_inputs--;
+  drop_input(g, at);
 }
 
 /* Optional inputs named by --none hold no value: no longer inputs, empty optionals. */
 static void bind_nones(ir_graph *g, const pass_opts *o) {
   for (int k = 0; k < o->n_nones; k++) {
-    int v = ir_find_value(g, o->nones[k]), at = -1;
-    for (int i = 0; v >= 0 && i < g->n_inputs; i++)
-      if (g->inputs[i] == v) at = i;
+    int v, at = input_at(g, o->nones[k], &v);
     char nm[96];
     ir_printable(o->nones[k], 60, nm, sizeof nm);
     if (at < 0 || !g->values[v].is_optional) {
@@ -79,8 +88,7 @@ static void bind_nones(ir_graph *g, const pass_opts *o) {
       return;
     }
     ir_set_none(g, v);
-    memmove(&g->inputs[at], &g->inputs[at + 1], sizeof(int) * (size_t)(g->n_inputs - at - 1));
-    g->n_inputs--;
+    drop_input(g, at);
   }
 }
 
