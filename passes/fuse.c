@@ -1,4 +1,5 @@
-/* passes/fuse.c - Conv + Add + Relu/Clip chains into one Conv (see passes/fuse.h). */
+/* passes/fuse.c - Conv + Add + Relu/Clip chains into one Conv, and a 1x1 Conv into the
+ * depthwise Conv that reads it (see passes/fuse.h). */
 #include "passes/fuse.h"
 
 #include <math.h>
@@ -35,8 +36,9 @@ static void add_str_attr(ir_graph *g, int node, const char *name, const char *s)
   a->slen = strlen(s);
 }
 
-int pass_fused_act(const ir_node *n, float *lo, float *hi) {
-  const char *act = ir_attr_str(n, "pipecc.act", "");
+/* The activation named by attribute act_name (bounds in clip_name): 0, 1 Relu, 2 Clip. */
+static int fused_act(const ir_node *n, const char *act_name, const char *clip_name, float *lo, float *hi) {
+  const char *act = ir_attr_str(n, act_name, "");
   *lo = -INFINITY;
   *hi = INFINITY;
   if (!strcmp(act, "Relu")) {
@@ -44,11 +46,19 @@ int pass_fused_act(const ir_node *n, float *lo, float *hi) {
     return 1;
   }
   if (!strcmp(act, "Clip")) {
-    const ir_attr *a = ir_attr_find(n, "pipecc.clip");
+    const ir_attr *a = ir_attr_find(n, clip_name);
     if (a && a->type == IR_ATTR_FLOATS && a->n == 2) *lo = a->floats[0], *hi = a->floats[1];
     return 2;
   }
   return 0;
+}
+
+int pass_fused_act(const ir_node *n, float *lo, float *hi) {
+  return fused_act(n, "pipecc.act", "pipecc.clip", lo, hi);
+}
+
+int pass_fused_expand_act(const ir_node *n, float *lo, float *hi) {
+  return fused_act(n, "pipecc.expand_act", "pipecc.expand_clip", lo, hi);
 }
 
 int pass_fuse_conv(ir_graph *g) {
@@ -133,6 +143,97 @@ int pass_fuse_conv(ir_graph *g) {
   if (!fused) return 0;
   /* a residual produced after the Conv in file order: sort again */
   if (ir_toposort(g)) return -1;
+  ir_compact(g);
+  return fused;
+}
+
+/* ---- expansion 1x1 Conv into the depthwise Conv that reads it ----------------------- */
+
+/* An attribute INTS whose every element equals v (absent counts as equal). */
+static int ints_all(const ir_node *n, const char *name, int64_t v) {
+  const ir_attr *a = ir_attr_find(n, name);
+  if (!a) return 1;
+  if (a->type != IR_ATTR_INTS) return 0;
+  for (int k = 0; k < a->n; k++)
+    if (a->ints[k] != v) return 0;
+  return 1;
+}
+
+/* A 2-D float Conv with 2 or 3 inputs (no fused residual) and its output used. */
+static int plain_conv2d(ir_graph *g, const ir_node *n) {
+  if (n->dead || n->op != IR_OP_Conv || n->n_in < 2 || n->n_in > 3 || n->n_out != 1 || n->out[0] < 0) return 0;
+  const ir_value *x = ir_in(g, n, 0), *w = ir_in(g, n, 1), *y = ir_out(g, n, 0);
+  return x && w && y && x->dtype == IR_FLOAT && y->dtype == IR_FLOAT && x->shape.rank == 4 && w->shape.rank == 4 &&
+         y->shape.rank == 4 && !ir_attr_find(n, "pipecc.winograd") && !ir_attr_find(n, "pipecc.expand");
+}
+
+int pass_fuse_expand_dw(ir_graph *g, int64_t min_positions) {
+  ir_rebuild_uses(g);
+  int fused = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    ir_node *dw = &g->nodes[i];
+    if (!plain_conv2d(g, dw) || dw->in[0] < 0) continue;
+    const ir_value *dx = ir_in(g, dw, 0), *dwt = ir_in(g, dw, 1), *dy = ir_out(g, dw, 0);
+    int64_t C = dx->shape.dims[1];
+    if (ir_attr_int(dw, "group", 1) != C || dy->shape.dims[1] != C || dwt->shape.dims[0] != C ||
+        dwt->shape.dims[1] != 1 || dwt->shape.dims[2] * dwt->shape.dims[3] > PASS_DW_MAX_TAPS)
+      continue;
+    int a = dx->producer;
+    if (a < 0 || only_consumer(g, dw->in[0]) != i) continue;
+    ir_node *ex = &g->nodes[a];
+    if (!plain_conv2d(g, ex) || ex->in[0] < 0) continue;
+    const ir_value *ew = ir_in(g, ex, 1), *exx = ir_in(g, ex, 0);
+    if (ir_attr_int(ex, "group", 1) != 1 || ew->shape.dims[0] != C || ew->shape.dims[2] != 1 ||
+        ew->shape.dims[3] != 1 || !ints_all(ex, "strides", 1) || !ints_all(ex, "pads", 0) ||
+        strcmp(ir_attr_str(ex, "auto_pad", "NOTSET"), "SAME_UPPER") == 0 ||
+        strcmp(ir_attr_str(ex, "auto_pad", "NOTSET"), "SAME_LOWER") == 0 ||
+        exx->shape.dims[2] != dx->shape.dims[2] ||
+        exx->shape.dims[3] != dx->shape.dims[3] || exx->shape.dims[0] != dx->shape.dims[0])
+      continue;
+    /* small maps stay in cache anyway, and their 1x1 Convs run batched over images */
+    if (dx->shape.dims[2] * dx->shape.dims[3] < min_positions) continue;
+    /* dw inputs become: x of the 1x1, W, B, (no residual), W of the 1x1, B of the 1x1 */
+    int *in = ir_alloc_array(g->arena, 6, sizeof(int));
+    in[0] = ex->in[0];
+    in[1] = dw->in[1];
+    in[2] = dw->n_in > 2 ? dw->in[2] : -1;
+    in[3] = -1;
+    in[4] = ex->in[1];
+    in[5] = ex->n_in > 2 ? ex->in[2] : -1;
+    dw->in = in;
+    dw->n_in = in[5] >= 0 ? 6 : 5;
+    float lo, hi;
+    int act = pass_fused_act(ex, &lo, &hi);
+    if (act) add_str_attr(g, i, "pipecc.expand_act", act == 1 ? "Relu" : "Clip");
+    if (act == 2) {
+      ir_attr *at = ir_node_add_attr(g, i, "pipecc.expand_clip", IR_ATTR_FLOATS);
+      at->n = 2;
+      at->floats = ir_alloc_array(g->arena, 2, sizeof(float));
+      at->floats[0] = lo;
+      at->floats[1] = hi;
+    }
+    /* the comment: the 1x1 Conv and what was fused into it */
+    char desc[800];
+    const char *ef = ir_attr_str(ex, "pipecc.fused", NULL);
+    snprintf(desc, sizeof desc, "Conv '%.200s'%s%.500s%s", ex->name, ef ? " (with " : "", ef ? ef : "", ef ? ")" : "");
+    add_str_attr(g, i, "pipecc.expand", desc);
+    /* plan.json lists every absorbed node: the dw's own, the 1x1, the 1x1's */
+    const ir_attr *of = ir_attr_find(dw, "pipecc.fused_nodes"), *ef2 = ir_attr_find(ex, "pipecc.fused_nodes");
+    int n0 = of ? of->n : 0, n1 = ef2 ? ef2->n : 0;
+    const char **names = ir_alloc_array(g->arena, (size_t)(n0 + n1 + 1), sizeof(char *));
+    for (int k = 0; k < n0; k++) names[k] = of->strings[k];
+    names[n0] = ex->name && *ex->name ? ex->name : ir_sprintf(g->arena, "%s_%d", ex->op_type, ex->index);
+    for (int k = 0; k < n1; k++) names[n0 + 1 + k] = ef2->strings[k];
+    ir_attr *na = (ir_attr *)ir_attr_find(dw, "pipecc.fused_nodes");
+    if (!na) na = ir_node_add_attr(g, i, "pipecc.fused_nodes", IR_ATTR_STRINGS);
+    na->strings = names;
+    na->n = n0 + n1 + 1;
+    dw->flops += g->nodes[a].flops;
+    g->nodes[a].dead = 1;
+    fused++;
+  }
+  if (!fused) return 0;
+  ir_rebuild_uses(g);
   ir_compact(g);
   return fused;
 }

@@ -28,4 +28,28 @@ int pass_fuse_conv(ir_graph *g);
 /* The fused epilogue of a Conv node: act 0 none, 1 Relu, 2 Clip (lo, hi set). */
 int pass_fused_act(const ir_node *n, float *lo, float *hi);
 
+/* The most taps (kh * kw) of a depthwise Conv the cpu target runs as a direct stencil. */
+#define PASS_DW_MAX_TAPS 49
+
+/* fuse_expand_dw (cpu inference, after pass_fuse_conv): a MobileNet-style expansion
+ *
+ *   Conv 1x1 (stride 1, no padding, group 1, [-> Relu | Clip]) -> depthwise Conv
+ *
+ * whose intermediate has min_positions or more positions per channel (H * W) and no
+ * other reader becomes the depthwise Conv alone, with inputs
+ *   0 the 1x1's input, 1 the depthwise W, 2 its B (-1 if none), 3 -1 (no residual),
+ *   4 the 1x1's W, 5 its B (absent if none)
+ * and attributes "pipecc.expand" (a comment naming the 1x1 Conv) and the 1x1's
+ * activation as "pipecc.expand_act" / "pipecc.expand_clip" (read them with
+ * pass_fused_expand_act). codegen/c computes the expansion a block of channels at a
+ * time into scratch that stays in L2 and runs the stencil over it, so the expanded
+ * map (MobileNetV2's first: 96 x 112 x 112 floats per image) never goes to memory.
+ * The same GEMMs and element order as the two Convs apart, so the same bits. The 1x1
+ * Conv's name, FLOPs and fused nodes go to the depthwise Conv. Returns the number of
+ * pairs fused. */
+int pass_fuse_expand_dw(ir_graph *g, int64_t min_positions);
+
+/* The 1x1 Conv's activation in a fused expansion: 0 none, 1 Relu, 2 Clip (lo, hi). */
+int pass_fused_expand_act(const ir_node *n, float *lo, float *hi);
+
 #endif

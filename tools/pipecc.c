@@ -786,6 +786,14 @@ int main(int argc, char **argv) {
     int nf = pass_fuse_conv(g);
     if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (%d chains)\n", "fuse", now_ms() - s, nf);
     if (nf < 0 || g->n_errors) return 2;
+    /* cpu: a 1x1 expansion computed block by block inside the depthwise Conv reading it,
+     * for maps of 14 x 14 positions or more per channel (below, the 1x1 Convs run batched over images) */
+    if (!strcmp(target, "cpu")) {
+      s = now_ms();
+      int ne = pass_fuse_expand_dw(g, 196);
+      if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (%d pairs)\n", "expand_dw", now_ms() - s, ne);
+      if (ne < 0 || g->n_errors) return 2;
+    }
   }
   /* cuda inference: channels-last activations around the Convs cuDNN's tensor cores
    * take (passes/layout.h) */

@@ -160,71 +160,198 @@ static int emit_conv_batched(cg_ctx *c, const ir_node *n, const cg_win3 *w, cons
   return 0;
 }
 
-/* Depthwise Conv (one input and one output channel per group, 2-D or 1-D, float, at
- * most 49 taps): per channel, the image copied into a zero-bordered scratch image, then
- * per output element the bias plus every tap in (kh, kw) order (a padding tap adds
- * w * 0), the taps unrolled with the weights in locals, the fused epilogue, one store:
- * the loop along the output row vectorises. im2col + a 1-row GEMM per channel spent
- * its time on the copies and the calls. With a stride S > 1 along the row, each
- * bordered row is stored as S phases (phase q holds its columns q, q + S, q + 2S...),
- * so a tap reads a contiguous run of one phase instead of every S-th element: the same
- * values in the same order (the same bits), loads the loop vectorises. */
-#define DW_MAX_TAPS 49
-static int emit_conv_depthwise(cg_ctx *c, const cg_win3 *w, int64_t N, int64_t C, int has_bias, const cg_conv_epi *e) {
+#define DW_MAX_TAPS PASS_DW_MAX_TAPS
+
+/* Short rows (stride 1, no residual, OW under 64 and not a multiple of 16): the stencil
+ * runs along the bordered image's rows end to end, one loop over (OH - 1) * PW + OW
+ * positions into scratch (the PW - OW positions past each row's end are computed and
+ * dropped), and the rows are copied out: a 14-wide row left 6 of every 14 outputs to
+ * scalar code, a long flat loop leaves almost none. Each output is the same
+ * expression as in the row loop, so the bits are the same. */
+static int dw_flat(const cg_win3 *w, const cg_conv_epi *e) {
+  return w->s[1] == 1 && w->s[2] == 1 && !e->res && w->out[2] < 64 && w->out[2] % 16 != 0;
+}
+
+/* The scratch of a depthwise Conv, in floats: the bordered image (PH rows of S phases),
+ * then with dw_flat the flat output (OH rows of PW), at PAD16 floats. */
+#define PAD16(n) (((n) + 15) / 16 * 16)
+static int64_t dw_pad_floats(const cg_win3 *w) {
+  int64_t PH = w->in[1] + w->pb[1] + w->pe[1], PW = w->in[2] + w->pb[2] + w->pe[2], S = w->s[2];
+  return PH * S * ((PW + S - 1) / S);
+}
+static int64_t dw_scratch_floats(const cg_win3 *w, const cg_conv_epi *e) {
+  int64_t PW = w->in[2] + w->pb[2] + w->pe[2];
+  return PAD16(dw_pad_floats(w)) + (dw_flat(w, e) ? w->out[1] * PW : 0);
+}
+
+/* One channel of a depthwise Conv, at indent ind. In scope: ch (the channel), xp (its
+ * input plane), yp (its output plane), rp (the residual's, with e->res), pad (the
+ * bordered image, zero outside the input since the unit's start, followed by the
+ * flat output: dw_scratch_floats), x1 (W), x2 (B). */
+static void emit_dw_channel(cg_ctx *c, const cg_win3 *w, int has_bias, const cg_conv_epi *e, const char *ind) {
   int64_t IH = w->in[1], IW = w->in[2], OH = w->out[1], OW = w->out[2], KH = w->k[1], KW = w->k[2];
-  int64_t PH = IH + w->pb[1] + w->pe[1], PW = IW + w->pb[2] + w->pe[2];
+  int64_t PW = IW + w->pb[2] + w->pe[2];
   int64_t S = w->s[2], PWS = (PW + S - 1) / S; /* phases per row, the length of each */
-  cg_scratch(c, (size_t)(PH * S * PWS) * sizeof(float));
-  cg_w(c, "  /* depthwise: a direct stencil per channel over a zero-bordered copy%s */\n",
-       S > 1 ? " (each row in its stride's phases)" : "");
-  cg_w(c, "  float *pad = (float *)scr;\n");
-  cg_w(c, "  memset(pad, 0, sizeof(float) * %lld);\n", LL(PH * S * PWS));
-  cg_w(c, "  for (long nc = 0; nc < %lld; nc++) {\n", LL(N * C));
-  cg_w(c, "    const long ch = nc %% %lld;\n", LL(C));
-  cg_w(c, "    const float *xp = x0 + nc * %lld;\n    float *yp = y0 + nc * %lld;\n", LL(IH * IW), LL(OH * OW));
-  if (e->res) cg_w(c, "    const float *rp = x3 + nc * %lld;\n", LL(OH * OW));
   if (S == 1) {
-    cg_w(c, "    for (long ih = 0; ih < %lld; ih++)\n", LL(IH));
-    cg_w(c, "      memcpy(pad + (ih + %lld) * %lld + %lld, xp + ih * %lld, sizeof(float) * %lld);\n", LL(w->pb[1]), LL(PW),
-         LL(w->pb[2]), LL(IW), LL(IW));
+    cg_w(c, "%sfor (long ih = 0; ih < %lld; ih++)\n", ind, LL(IH));
+    cg_w(c, "%s  memcpy(pad + (ih + %lld) * %lld + %lld, xp + ih * %lld, sizeof(float) * %lld);\n", ind, LL(w->pb[1]),
+         LL(PW), LL(w->pb[2]), LL(IW), LL(IW));
   } else {
-    cg_w(c, "    for (long ih = 0; ih < %lld; ih++) {\n", LL(IH));
-    cg_w(c, "      float *pr = pad + (ih + %lld) * %lld;\n", LL(w->pb[1]), LL(S * PWS));
-    cg_w(c, "      const float *xr = xp + ih * %lld;\n", LL(IW));
+    cg_w(c, "%sfor (long ih = 0; ih < %lld; ih++) {\n", ind, LL(IH));
+    cg_w(c, "%s  float *pr = pad + (ih + %lld) * %lld;\n", ind, LL(w->pb[1]), LL(S * PWS));
+    cg_w(c, "%s  const float *xr = xp + ih * %lld;\n", ind, LL(IW));
     for (int64_t q = 0; q < S; q++) {
       /* bordered columns q + j S hold input column q + j S - pb where that is in [0, IW) */
       int64_t pb = w->pb[2], lo = pb - q > 0 ? (pb - q + S - 1) / S : 0;
       int64_t hi = IW - 1 + pb - q >= 0 ? (IW - 1 + pb - q) / S : -1; /* inclusive */
       if (hi < lo) continue;
-      cg_w(c, "      for (long j = 0; j < %lld; j++) pr[%lld + j] = xr[%lld + j * %lld];\n", LL(hi - lo + 1),
+      cg_w(c, "%s  for (long j = 0; j < %lld; j++) pr[%lld + j] = xr[%lld + j * %lld];\n", ind, LL(hi - lo + 1),
            LL(q * PWS + lo), LL(q + lo * S - pb), LL(S));
     }
-    cg_w(c, "    }\n");
+    cg_w(c, "%s}\n", ind);
   }
-  cg_w(c, "    const float *wc = x1 + ch * %lld;\n", LL(KH * KW));
-  for (int64_t k = 0; k < KH * KW; k++) cg_w(c, "    const float w%lld = wc[%lld];\n", LL(k), LL(k));
-  cg_w(c, "    const float b = %s;\n", has_bias ? "x2[ch]" : "0.0f");
-  cg_w(c, "    for (long oh = 0; oh < %lld; oh++) {\n", LL(OH));
+  cg_w(c, "%sconst float *wc = x1 + ch * %lld;\n", ind, LL(KH * KW));
+  for (int64_t k = 0; k < KH * KW; k++) cg_w(c, "%sconst float w%lld = wc[%lld];\n", ind, LL(k), LL(k));
+  cg_w(c, "%sconst float b = %s;\n", ind, has_bias ? "x2[ch]" : "0.0f");
+  if (dw_flat(w, e)) {
+    cg_w(c, "%sfloat *o = pad + %lld; /* the rows run on into each other */\n", ind, LL(PAD16(dw_pad_floats(w))));
+    cg_w(c, "%sfor (long i = 0; i < %lld; i++) {\n", ind, LL((OH - 1) * PW + OW));
+    cg_w(c, "%s  float v = b;\n", ind);
+    for (int64_t kh = 0; kh < KH; kh++)
+      for (int64_t kw = 0; kw < KW; kw++)
+        cg_w(c, "%s  v = v + w%lld * pad[i + %lld];\n", ind, LL(kh * KW + kw), LL(kh * w->d[1] * PW + kw * w->d[2]));
+    char in2[64];
+    snprintf(in2, sizeof in2, "%s  ", ind);
+    cg_conv_epi_emit(c, e, in2, "v", "");
+    cg_w(c, "%s  o[i] = v;\n%s}\n", ind, ind);
+    cg_w(c, "%sfor (long oh = 0; oh < %lld; oh++) memcpy(yp + oh * %lld, o + oh * %lld, sizeof(float) * %lld);\n", ind,
+         LL(OH), LL(OW), LL(PW), LL(OW));
+    return;
+  }
+  cg_w(c, "%sfor (long oh = 0; oh < %lld; oh++) {\n", ind, LL(OH));
   for (int64_t kh = 0; kh < KH; kh++)
-    cg_w(c, "      const float *p%lld = pad + (oh * %lld + %lld) * %lld;\n", LL(kh), LL(w->s[1]), LL(kh * w->d[1]),
+    cg_w(c, "%s  const float *p%lld = pad + (oh * %lld + %lld) * %lld;\n", ind, LL(kh), LL(w->s[1]), LL(kh * w->d[1]),
          LL(S * PWS));
-  cg_w(c, "      float *yr = yp + oh * %lld;\n", LL(OW));
-  cg_w(c, "      for (long ow = 0; ow < %lld; ow++) {\n", LL(OW));
-  cg_w(c, "        float v = b;\n");
+  cg_w(c, "%s  float *yr = yp + oh * %lld;\n", ind, LL(OW));
+  cg_w(c, "%s  for (long ow = 0; ow < %lld; ow++) {\n", ind, LL(OW));
+  cg_w(c, "%s    float v = b;\n", ind);
   for (int64_t kh = 0; kh < KH; kh++)
     for (int64_t kw = 0; kw < KW; kw++) {
       /* column ow S + kw d: phase (kw d) % S, element ow + (kw d) / S of it */
       int64_t o = kw * w->d[2];
-      cg_w(c, "        v = v + w%lld * p%lld[ow + %lld];\n", LL(kh * KW + kw), LL(kh), LL((o % S) * PWS + o / S));
+      cg_w(c, "%s    v = v + w%lld * p%lld[ow + %lld];\n", ind, LL(kh * KW + kw), LL(kh), LL((o % S) * PWS + o / S));
     }
-  char r[64];
+  char r[64], in3[64];
   snprintf(r, sizeof r, "rp[oh * %lld + ow]", LL(OW));
-  cg_conv_epi_emit(c, e, "        ", "v", r);
-  cg_w(c, "        yr[ow] = v;\n      }\n    }\n  }\n");
+  snprintf(in3, sizeof in3, "%s    ", ind);
+  cg_conv_epi_emit(c, e, in3, "v", r);
+  cg_w(c, "%s    yr[ow] = v;\n%s  }\n%s}\n", ind, ind, ind);
+}
+
+/* Depthwise Conv (one input and one output channel per group, 2-D or 1-D, float, at
+ * most DW_MAX_TAPS taps): per channel, the image copied into a zero-bordered scratch
+ * image, then per output element the bias plus every tap in (kh, kw) order (a padding
+ * tap adds w * 0), the taps unrolled with the weights in locals, the fused epilogue,
+ * one store: the loop along the output row vectorises. im2col + a 1-row GEMM per
+ * channel spent its time on the copies and the calls. With a stride S > 1 along the
+ * row, each bordered row is stored as S phases (phase q holds its columns q, q + S,
+ * q + 2S...), so a tap reads a contiguous run of one phase instead of every S-th
+ * element: the same values in the same order (the same bits), loads the loop
+ * vectorises. */
+static int emit_conv_depthwise(cg_ctx *c, const cg_win3 *w, int64_t N, int64_t C, int has_bias, const cg_conv_epi *e) {
+  int64_t P = dw_pad_floats(w);
+  cg_scratch(c, (size_t)dw_scratch_floats(w, e) * sizeof(float));
+  cg_w(c, "  /* depthwise: a direct stencil per channel over a zero-bordered copy%s */\n",
+       w->s[2] > 1 ? " (each row in its stride's phases)" : "");
+  cg_w(c, "  float *pad = (float *)scr;\n");
+  cg_w(c, "  memset(pad, 0, sizeof(float) * %lld);\n", LL(P));
+  cg_w(c, "  for (long nc = 0; nc < %lld; nc++) {\n", LL(N * C));
+  cg_w(c, "    const long ch = nc %% %lld;\n", LL(C));
+  cg_w(c, "    const float *xp = x0 + nc * %lld;\n    float *yp = y0 + nc * %lld;\n", LL(w->in[1] * w->in[2]),
+       LL(w->out[1] * w->out[2]));
+  if (e->res) cg_w(c, "    const float *rp = x3 + nc * %lld;\n", LL(w->out[1] * w->out[2]));
+  emit_dw_channel(c, w, has_bias, e, "    ");
+  cg_w(c, "  }\n");
+  return 0;
+}
+
+/* Scratch for the expanded channels of a fused expansion (below): about 1 MiB, half
+ * of L2, so they are still there when the stencil reads them. */
+#define EXPAND_BLOCK_BYTES (1 << 20)
+
+/* A 1x1 Conv fused into the depthwise Conv that reads it (passes/fuse.h,
+ * pass_fuse_expand_dw): per image, blocks of MB channels: the bias, one GEMM of the
+ * block's rows of the 1x1's weights by the image ([MB, K] x [K, H*W], into scratch),
+ * the 1x1's activation, then the depthwise stencil of each channel of the block from
+ * the scratch. The expanded map never leaves the cache. The 1x1 Conv alone computes
+ * each of its outputs as the bias plus one GEMM dot product over K, then its
+ * activation; so does this, so the bits are those of the two Convs apart. */
+static int emit_conv_expand_dw(cg_ctx *c, const ir_node *n) {
+  ir_value *x = cg_in(c, n, 0), *wt = cg_in(c, n, 1), *b = cg_in(c, n, 2), *we = cg_in(c, n, 4), *be = cg_in(c, n, 5);
+  ir_value *y = cg_out(c, n, 0);
+  if (!x || !wt || !we || !y || x->dtype != IR_FLOAT || y->dtype != IR_FLOAT || x->shape.rank != 4 ||
+      we->shape.rank != 4 || wt->shape.rank != 4 || cg_in(c, n, 3))
+    return cg_fail(c, n, "pipecc.expand on a Conv it does not fit");
+  int64_t N = x->shape.dims[0], K = x->shape.dims[1], M = y->shape.dims[1];
+  if (we->shape.dims[0] != M || we->shape.dims[1] != K || wt->shape.dims[0] != M || wt->shape.dims[1] != 1 ||
+      ir_attr_int(n, "group", 1) != M || wt->shape.dims[2] * wt->shape.dims[3] > DW_MAX_TAPS)
+    return cg_fail(c, n, "pipecc.expand on a Conv it does not fit");
+  int64_t kernel[3] = {wt->shape.dims[2], wt->shape.dims[3], 1};
+  cg_win3 w;
+  if (window(c, n, x, y, kernel, 0, &w)) return -1;
+  if (cg_numel(y) == 0) return 0;
+  int64_t OS1 = w.in[1] * w.in[2], OS = w.out[1] * w.out[2];
+  int64_t MBmax = EXPAND_BLOCK_BYTES / (OS1 * (int64_t)sizeof(float));
+  if (MBmax < 1) MBmax = 1;
+  int64_t blocks = (M + MBmax - 1) / MBmax, MB = (M + blocks - 1) / blocks;
+  cg_conv_epi ee = {0}, e = epilogue_of(c, n);
+  int64_t T = PAD16(MB * OS1), P = dw_pad_floats(&w);
+  cg_scratch(c, (size_t)(T + dw_scratch_floats(&w, &e)) * sizeof(float));
+  ee.act = pass_fused_expand_act(n, &ee.lo, &ee.hi);
+  cg_w(c, "  /* N=%lld K=%lld M=%lld in=%lldx%lld out=%lldx%lld kernel=%lldx%lld */\n", LL(N), LL(K), LL(M), LL(w.in[1]),
+       LL(w.in[2]), LL(w.out[1]), LL(w.out[2]), LL(w.k[1]), LL(w.k[2]));
+  cg_w(c, "  /* fused: the 1x1 ");
+  cg_put_comment(c->body, ir_attr_str(n, "pipecc.expand", ""), 600);
+  const char *fused = ir_attr_str(n, "pipecc.fused", NULL);
+  if (fused) {
+    cg_w(c, "; after the depthwise: ");
+    cg_put_comment(c->body, fused, 600);
+  }
+  cg_w(c, " */\n");
+  cg_w(c, "  /* per image, %lld channels at a time: the 1x1 Conv into scratch (%lld KiB, in L2),\n", LL(MB),
+       LL(T * 4 / 1024));
+  cg_w(c, "   * then the depthwise stencil of each channel from it */\n");
+  cg_w(c, "  float *t = (float *)scr;\n  float *pad = t + %lld;\n", LL(T));
+  cg_w(c, "  memset(pad, 0, sizeof(float) * %lld);\n", LL(P));
+  cg_w(c, "  for (long n = 0; n < %lld; n++) {\n", LL(N));
+  cg_w(c, "    const float *xn = x0 + n * %lld;\n", LL(K * OS1));
+  cg_w(c, "    for (long c0 = 0; c0 < %lld; c0 += %lld) {\n", LL(M), LL(MB));
+  cg_w(c, "      const long mb = %lld - c0 < %lld ? %lld - c0 : %lld;\n", LL(M), LL(MB), LL(M), LL(MB));
+  if (be) {
+    cg_w(c, "      for (long m = 0; m < mb; m++) {\n");
+    cg_w(c, "        float *tm = t + m * %lld;\n        const float bm = x5[c0 + m];\n", LL(OS1));
+    cg_w(c, "        for (long i = 0; i < %lld; i++) tm[i] = bm;\n      }\n", LL(OS1));
+  }
+  cg_w(c, "      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mb, %lld, %lld, 1, x4 + c0 * %lld, %lld, xn, %lld, %s, t, %lld);\n",
+       LL(OS1), LL(K), LL(K), LL(K), LL(OS1), be ? "1" : "0", LL(OS1));
+  if (ee.act) {
+    cg_w(c, "      for (long m = 0; m < mb; m++) {\n");
+    cg_w(c, "        float *ym = t + m * %lld;\n", LL(OS1));
+    cg_w(c, "        for (long i = 0; i < %lld; i++) {\n          float v = ym[i];\n", LL(OS1));
+    cg_conv_epi_emit(c, &ee, "          ", "v", "");
+    cg_w(c, "          ym[i] = v;\n        }\n      }\n");
+  }
+  cg_w(c, "      for (long m = 0; m < mb; m++) {\n");
+  cg_w(c, "        const long ch = c0 + m;\n");
+  cg_w(c, "        const float *xp = t + m * %lld;\n", LL(OS1));
+  cg_w(c, "        float *yp = y0 + (n * %lld + ch) * %lld;\n", LL(M), LL(OS));
+  emit_dw_channel(c, &w, b != NULL, &e, "        ");
+  cg_w(c, "      }\n    }\n  }\n");
   return 0;
 }
 
 static int emit_conv(cg_ctx *c, const ir_node *n) {
+  if (ir_attr_find(n, "pipecc.expand")) return emit_conv_expand_dw(c, n);
   ir_value *x = cg_in(c, n, 0), *wt = cg_in(c, n, 1), *b = cg_in(c, n, 2), *y = cg_out(c, n, 0);
   ir_dtype t = y->dtype;
   if (t != IR_FLOAT && t != IR_DOUBLE) return cg_fail(c, n, "Conv on %s is not supported", ir_dtype_name(t));

@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """cpu target, passes/fuse.c: a model compiled with its Conv -> Add -> Relu/Clip chains
-fused into the Conv (the default) and with --no-fuse gives bitwise equal outputs (the
-fused epilogue computes what the separate nodes compute, in the same order), and the
-fused build really fused something.
+fused into the Conv (the default; and 1x1 expansions into the depthwise Conv reading
+them) and with --no-fuse gives bitwise equal outputs (the fused code computes what the
+separate nodes compute, in the same order), and the fused build really fused something:
+at least one chain, and at least --expansions expansion pairs.
 
     fuse_equal.py --pipecc build/pipecc --model resnet18.onnx --shape input:2x3x224x224 \\
-                  --work /tmp/w [-g 2]
+                  --work /tmp/w [-g 2] [--expansions N]
 
 Exit status 0 when every check passes, 1 otherwise.
 """
@@ -23,6 +24,7 @@ import pipecc_test as pt  # noqa: E402
 def main():
     ap = pt.model_args()
     ap.add_argument("-g", type=int, default=2)
+    ap.add_argument("--expansions", type=int, default=0)
     a = ap.parse_args()
     name, work = pt.model_work(a)
     xin, yref = os.path.join(work, "x.npz"), os.path.join(work, "y.npz")
@@ -39,7 +41,11 @@ def main():
             if chains <= 0:
                 print(f"FAIL {name}: nothing fused")
                 return 1
-            print(f"{name}: {chains} chains fused")
+            pairs = pt.fused_expansions(r.stderr)
+            if pairs < a.expansions:
+                print(f"FAIL {name}: {pairs} expansions fused into a depthwise Conv, expected {a.expansions}+")
+                return 1
+            print(f"{name}: {chains} chains fused, {max(pairs, 0)} expansions into a depthwise Conv")
         outs[tag], _ = pt.run_pipeline(d, xin, f"{name} {tag}")
         if outs[tag] is None:
             return 1

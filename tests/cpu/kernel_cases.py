@@ -4,8 +4,11 @@
   - depthwise Conv (group = channels; codegen/c/ops_nn.c's direct stencil): strides
     (rows kept in their stride's phases),
     asymmetric and no padding, dilation, 5x5 and 1-D kernels, no bias, and fused into it
-    (passes/fuse.c) a residual Add and Relu/Clip, also bitwise equal to --no-fuse; 1x1
-    Convs in column chunks, with and without bias and a fused epilogue;
+    (passes/fuse.c) a residual Add and Relu/Clip, also bitwise equal to --no-fuse; short
+    rows run end to end; 1x1 Convs in column chunks, with and without bias and a fused
+    epilogue; a 1x1 expansion fused into the depthwise Conv reading it (one or several
+    blocks of channels, with and without bias and activation, strides, dilation), and
+    left apart when its output has another reader or it has a stride;
   - Softmax, LogSoftmax and LayerNormalization rows of 1 to 130 elements (the 16-lane
     partial sums and maxima, the tails), masked (-inf) and large entries;
   - Exp and Erf (the prelude's pk_expf, pk_erff) over every range they split, including
@@ -100,6 +103,44 @@ def pw_case(C, M, H, W, bias, epi):
     return mk(nodes, inputs, ["y"], inits), 1.0
 
 
+def ex_case(K, M, H, W, k, s, pads, dil, ebias, eact, dbias, dact, other_reader=False, pw_stride=1):
+    """A MobileNet expansion: 1x1 Conv [4, K, H, W] -> M channels (+ bias, eact "" / "relu" /
+    "clip"), then a depthwise k x k Conv (+ bias, dact); passes/fuse.c fuses the pair on the
+    cpu target (codegen/c/ops_nn.c: blocks of channels in scratch) unless the 1x1's output
+    has another reader or the 1x1 has a stride."""
+    rng = np.random.default_rng(K * 7 + M + H)
+    inits = [("we", (rng.standard_normal((M, K, 1, 1)) / np.sqrt(K)).astype(np.float32)),
+             ("wd", rng.standard_normal((M, 1, k, k)).astype(np.float32))]
+    if "clip" in (eact, dact):
+        inits += [("lo", np.array(0, np.float32)), ("hi", np.array(1.5, np.float32))]
+    ins = ["x", "we"]
+    if ebias:
+        inits.append(("be", rng.standard_normal(M).astype(np.float32)))
+        ins.append("be")
+    nodes = [helper.make_node("Conv", ins, ["e"], kernel_shape=[1, 1], strides=[pw_stride] * 2)]
+    last = "e"
+    if eact:
+        nodes.append(helper.make_node("Relu", ["e"], ["ea"]) if eact == "relu" else
+                     helper.make_node("Clip", ["e", "lo", "hi"], ["ea"]))
+        last = "ea"
+    dins = [last, "wd"]
+    if dbias:
+        inits.append(("bd", rng.standard_normal(M).astype(np.float32)))
+        dins.append("bd")
+    nodes.append(helper.make_node("Conv", dins, ["d"], group=M, kernel_shape=[k, k], strides=[s, s], pads=pads,
+                                  dilations=[dil, dil]))
+    outs = ["y"]
+    if dact:
+        nodes.append(helper.make_node("Relu", ["d"], ["y"]) if dact == "relu" else
+                     helper.make_node("Clip", ["d", "lo", "hi"], ["y"]))
+    else:
+        nodes.append(helper.make_node("Identity", ["d"], ["y"]))
+    if other_reader:
+        nodes.append(helper.make_node("Neg", [last], ["z"]))
+        outs.append("z")
+    return mk(nodes, [("x", (4, K, H, W))], outs, inits), 1.0
+
+
 def rows_case(op, n, mask=False):
     shape = (4, 3, n)
     nodes, inits = [], []
@@ -187,7 +228,17 @@ CASES = {
     "pw_chunks_res_clip": lambda: pw_case(16, 48, 64, 70, True, "res_clip"),
     "pw_chunks_nobias": lambda: pw_case(24, 100, 40, 50, False, ""),
     "gelu_dag": gelu_case,
+    # expansion + depthwise fused (EXPANDS: how many pairs the g=1 build must have fused)
+    "ex_s1_clip": lambda: ex_case(8, 24, 16, 20, 3, 1, [1, 1, 1, 1], 1, True, "clip", True, "clip"),
+    "ex_blocks_s2_relu": lambda: ex_case(8, 47, 112, 112, 3, 2, [1, 1, 1, 1], 1, True, "relu", True, "relu"),
+    "ex_nobias_noact": lambda: ex_case(5, 16, 30, 33, 3, 2, [0, 1, 1, 0], 1, False, "", False, ""),
+    "ex_5x5_dil2": lambda: ex_case(6, 20, 17, 17, 5, 1, [4, 4, 4, 4], 2, True, "relu", False, "clip"),
+    "ex_other_reader": lambda: ex_case(8, 24, 16, 20, 3, 1, [1, 1, 1, 1], 1, True, "clip", True, "clip",
+                                       other_reader=True),
+    "ex_pw_stride2": lambda: ex_case(8, 24, 32, 40, 3, 1, [1, 1, 1, 1], 1, True, "clip", True, "", pw_stride=2),
 }
+EXPANDS = {"ex_s1_clip": 1, "ex_blocks_s2_relu": 1, "ex_nobias_noact": 1, "ex_5x5_dil2": 1, "ex_other_reader": 0,
+           "ex_pw_stride2": 0}
 for _n in (1, 5, 16, 17, 64, 130):
     CASES[f"softmax_{_n}"] = (lambda n: lambda: rows_case("Softmax", n))(_n)
     CASES[f"layernorm_{_n}"] = (lambda n: lambda: rows_case("LayerNormalization", n))(_n)
@@ -265,7 +316,7 @@ def main():
         save_npz(xin, feeds)
         good, outs = True, []
         runs = [(g, []) for g in STAGES.get(name, ("1", "2"))] + \
-            ([("1", ["--no-fuse"])] if name.startswith(("dw", "pw")) else [])
+            ([("1", ["--no-fuse"])] if name.startswith(("dw", "pw", "ex")) else [])
         for g, extra in runs:
             out = os.path.join(d, f"g{g}{'_nofuse' if extra else ''}")
             cmd, env = pt.sim_target([a.pipecc, path, "-g", g, "-o", out, "-j", "1"] + EXTRA.get(name, []) + extra,
@@ -275,6 +326,12 @@ def main():
             good &= pt.build_run_rel_l2(cmd, env, out, xin, ref, a.tol, label)
             if os.path.exists(os.path.join(out, "y.npz")):
                 outs.append((label, dict(np.load(os.path.join(out, "y.npz")))))
+            if name in EXPANDS and a.target == "cpu" and g == "1" and not extra:
+                got = sum(open(os.path.join(out, f)).read().count("/* fused: the 1x1 ")
+                          for f in os.listdir(out) if re.fullmatch(r"stage_\d+\.c", f))
+                if got != EXPANDS[name]:
+                    print(f"FAIL {label}: {got} expansions fused into a depthwise Conv, expected {EXPANDS[name]}")
+                    good = False
         if a.target == "cpu" and good:  # the same bits at every stage count, fused or not
             for label, o in outs[1:]:
                 same = all(np.array_equal(o[k].view(np.uint32), outs[0][1][k].view(np.uint32)) for k in o)

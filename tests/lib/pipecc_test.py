@@ -91,6 +91,13 @@ def fused_chains(stderr):
     return int(m.group(1)) if m else -1
 
 
+def fused_expansions(stderr):
+    """The pair count of pipecc --time-passes' expand_dw line (a 1x1 Conv fused into a
+    depthwise Conv, cpu target), -1 when there is none."""
+    m = re.search(r"pass expand_dw .*\((\d+) pairs\)", stderr)
+    return int(m.group(1)) if m else -1
+
+
 def split_env(**more):
     """The environment for pipecc with exactly g contiguous stages (PIPECC_SPLIT=even)."""
     return dict(os.environ, PIPECC_SPLIT="even", **more)
