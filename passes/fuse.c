@@ -36,6 +36,24 @@ static void add_str_attr(ir_graph *g, int node, const char *name, const char *s)
   a->slen = strlen(s);
 }
 
+/* Records activation act (1 Relu, 2 Clip with bounds lo, hi) on node as attribute
+ * act_name (and clip_name): what fused_act reads back. */
+static void set_act(ir_graph *g, int node, const char *act_name, const char *clip_name, int act, float lo, float hi) {
+  if (!act) return;
+  add_str_attr(g, node, act_name, act == 1 ? "Relu" : "Clip");
+  if (act != 2) return;
+  ir_attr *a = ir_node_add_attr(g, node, clip_name, IR_ATTR_FLOATS);
+  a->n = 2;
+  a->floats = ir_alloc_array(g->arena, 2, sizeof(float));
+  a->floats[0] = lo;
+  a->floats[1] = hi;
+}
+
+/* A fused node's name for plan.json: its own, or Op_index when unnamed. */
+static const char *node_label(ir_graph *g, const ir_node *d) {
+  return d->name && *d->name ? ir_strdup(g->arena, d->name) : ir_sprintf(g->arena, "%s_%d", d->op_type, d->index);
+}
+
 /* The activation named by attribute act_name (bounds in clip_name): 0, 1 Relu, 2 Clip. */
 static int fused_act(const ir_node *n, const char *act_name, const char *clip_name, float *lo, float *hi) {
   const char *act = ir_attr_str(n, act_name, "");
@@ -115,8 +133,7 @@ int pass_fuse_conv(ir_graph *g) {
       ir_node *d = &g->nodes[parts[k]];
       dl += (size_t)snprintf(desc + dl, dl < sizeof desc ? sizeof desc - dl : 0, "%s%s '%.200s'", dl ? ", " : "",
                              ir_op_name(d->op), d->name);
-      names->strings[names->n++] =
-          d->name && *d->name ? ir_strdup(g->arena, d->name) : ir_sprintf(g->arena, "%s_%d", d->op_type, d->index);
+      names->strings[names->n++] = node_label(g, d);
       cv->flops += d->flops;
       d->dead = 1;
     }
@@ -127,16 +144,7 @@ int pass_fuse_conv(ir_graph *g) {
     cv->n_in = res >= 0 ? 4 : (cv->n_in > 3 ? 3 : cv->n_in);
     cv->out[0] = cur;
     g->values[cur].producer = i;
-    if (act >= 0) {
-      add_str_attr(g, i, "pipecc.act", g->nodes[act].op == IR_OP_Relu ? "Relu" : "Clip");
-      if (g->nodes[act].op == IR_OP_Clip) {
-        ir_attr *a = ir_node_add_attr(g, i, "pipecc.clip", IR_ATTR_FLOATS);
-        a->n = 2;
-        a->floats = ir_alloc_array(g->arena, 2, sizeof(float));
-        a->floats[0] = lo;
-        a->floats[1] = hi;
-      }
-    }
+    if (act >= 0) set_act(g, i, "pipecc.act", "pipecc.clip", g->nodes[act].op == IR_OP_Relu ? 1 : 2, lo, hi);
     add_str_attr(g, i, "pipecc.fused", desc);
     fused++;
   }
@@ -185,10 +193,8 @@ int pass_fuse_expand_dw(ir_graph *g, int64_t min_positions) {
     const ir_value *ew = ir_in(g, ex, 1), *exx = ir_in(g, ex, 0);
     if (ir_attr_int(ex, "group", 1) != 1 || ew->shape.dims[0] != C || ew->shape.dims[2] != 1 ||
         ew->shape.dims[3] != 1 || !ints_all(ex, "strides", 1) || !ints_all(ex, "pads", 0) ||
-        strcmp(ir_attr_str(ex, "auto_pad", "NOTSET"), "SAME_UPPER") == 0 ||
-        strcmp(ir_attr_str(ex, "auto_pad", "NOTSET"), "SAME_LOWER") == 0 ||
-        exx->shape.dims[2] != dx->shape.dims[2] ||
-        exx->shape.dims[3] != dx->shape.dims[3] || exx->shape.dims[0] != dx->shape.dims[0])
+        !strncmp(ir_attr_str(ex, "auto_pad", "NOTSET"), "SAME_", 5) || exx->shape.dims[0] != dx->shape.dims[0] ||
+        exx->shape.dims[2] != dx->shape.dims[2] || exx->shape.dims[3] != dx->shape.dims[3])
       continue;
     /* small maps stay in cache anyway, and their 1x1 Convs run batched over images */
     if (dx->shape.dims[2] * dx->shape.dims[3] < min_positions) continue;
@@ -204,14 +210,7 @@ int pass_fuse_expand_dw(ir_graph *g, int64_t min_positions) {
     dw->n_in = in[5] >= 0 ? 6 : 5;
     float lo, hi;
     int act = pass_fused_act(ex, &lo, &hi);
-    if (act) add_str_attr(g, i, "pipecc.expand_act", act == 1 ? "Relu" : "Clip");
-    if (act == 2) {
-      ir_attr *at = ir_node_add_attr(g, i, "pipecc.expand_clip", IR_ATTR_FLOATS);
-      at->n = 2;
-      at->floats = ir_alloc_array(g->arena, 2, sizeof(float));
-      at->floats[0] = lo;
-      at->floats[1] = hi;
-    }
+    set_act(g, i, "pipecc.expand_act", "pipecc.expand_clip", act, lo, hi);
     /* the comment: the 1x1 Conv and what was fused into it */
     char desc[800];
     const char *ef = ir_attr_str(ex, "pipecc.fused", NULL);
@@ -222,10 +221,9 @@ int pass_fuse_expand_dw(ir_graph *g, int64_t min_positions) {
     int n0 = of ? of->n : 0, n1 = ef2 ? ef2->n : 0;
     const char **names = ir_alloc_array(g->arena, (size_t)(n0 + n1 + 1), sizeof(char *));
     for (int k = 0; k < n0; k++) names[k] = of->strings[k];
-    names[n0] = ex->name && *ex->name ? ex->name : ir_sprintf(g->arena, "%s_%d", ex->op_type, ex->index);
+    names[n0] = node_label(g, ex);
     for (int k = 0; k < n1; k++) names[n0 + 1 + k] = ef2->strings[k];
-    ir_attr *na = (ir_attr *)ir_attr_find(dw, "pipecc.fused_nodes");
-    if (!na) na = ir_node_add_attr(g, i, "pipecc.fused_nodes", IR_ATTR_STRINGS);
+    ir_attr *na = of ? (ir_attr *)of : ir_node_add_attr(g, i, "pipecc.fused_nodes", IR_ATTR_STRINGS);
     na->strings = names;
     na->n = n0 + n1 + 1;
     dw->flops += g->nodes[a].flops;

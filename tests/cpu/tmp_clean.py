@@ -5,7 +5,6 @@ that are unlinked as soon as they are made (codegen/build.c), so no file of pipe
 ever visible there.
 
     tmp_clean.py --pipecc build/pipecc --model gpt.onnx --shape input_ids:2x64 --work DIR"""
-import argparse
 import os
 import shutil
 import signal
@@ -13,26 +12,28 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+import pipecc_test as pt  # noqa: E402
+
 
 def left(d, prefix=""):
     return sorted(f for f in os.listdir(d) if f.startswith(prefix))
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--pipecc", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--shape", required=True)
-    ap.add_argument("--work", required=True)
-    a = ap.parse_args()
+    a = pt.model_args().parse_args()
     shutil.rmtree(a.work, ignore_errors=True)
+
+    def build(out):
+        return [a.pipecc, a.model, "-g", "2", "-j", "2", "-o", os.path.join(a.work, out)] + \
+            [x for s in a.shape for x in ("--shape", s)]
+
     ok = True
     # 1. a whole build
     t1 = os.path.join(a.work, "tmp1")
     os.makedirs(t1)
     env = dict(os.environ, TMPDIR=t1)
-    p = subprocess.run([a.pipecc, a.model, "--shape", a.shape, "-g", "2", "-j", "2", "-o", os.path.join(a.work, "b1")],
-                       env=env, capture_output=True, text=True)
+    p = subprocess.run(build("b1"), env=env, capture_output=True, text=True)
     if p.returncode != 0:
         print("FAIL build: exit %d: %s" % (p.returncode, p.stderr[-400:]))
         return 1
@@ -45,8 +46,7 @@ def main():
     t2 = os.path.join(a.work, "tmp2")
     os.makedirs(t2)
     env = dict(os.environ, TMPDIR=t2)
-    p = subprocess.Popen([a.pipecc, a.model, "--shape", a.shape, "-g", "2", "-j", "2", "-o", os.path.join(a.work, "b2")],
-                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(build("b2"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     seen = False
     for line in p.stderr:
         if "] cc stage_" in line:  # the compilers are running
