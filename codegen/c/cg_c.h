@@ -53,11 +53,21 @@
 #define CG_C_CFLAGS "-O2 " CG_C_VECT " -std=c11 -ffp-contract=off -fno-fast-math -fno-trapping-math -Wall -Wextra " CG_C_EXTRA
 #define CG_C_LIBS CG_C_EXTRA " -lopenblas -lpthread -lm"
 
+/* Float Convs whose GEMM sums at most CG_C_DIRECT_K products per output over at least
+ * CG_C_DIRECT_OS positions per image run it through runtime/pipert_gemm.h (no packing,
+ * the bias and epilogue applied in registers). Beyond that K BLAS's packed kernels are
+ * as fast (K 512 and 576, 64 to 128 outputs: the direct kernel at 0.84x to 0.97x of
+ * sgemm's speed on this target); below that size, BLAS over a batch of images
+ * (packing the weights once for all) is faster (MobileNetV2's 14x14 and 7x7 layers). */
+#define CG_C_DIRECT_K 384
+#define CG_C_DIRECT_OS 512
+
 typedef struct cg_ctx {
   ir_graph *g;
   FILE *body;       /* the current unit's function body */
   size_t scratch;   /* largest scratch (bytes) any unit of the stage asked for */
   size_t unit_scratch;
+  int gemm_direct; /* a unit calls pipert_gemm_direct: the stage includes pipert_gemm.h */
 } cg_ctx;
 
 /* Write formatted text to the current body. */

@@ -331,7 +331,10 @@ static const char train_fns[] =
  * 2^-125 flush to zero: a lane that made a subnormal would cost a microcode assist, and
  * Softmax rows under a causal mask are half -inf); erf as x P(x^2) below 1 and
  * 1 - e^(-x^2) R(x - 2.5) from 1 to 4, P and R least-squares fits of erf(x)/x and
- * erfc(x) e^(x^2) (relative error 1.2e-9 and 2.8e-8), +-1 beyond. */
+ * erfc(x) e^(x^2) (relative error 1.2e-9 and 2.8e-8), +-1 beyond. Stages whose Convs
+ * call pipert_gemm_direct also include runtime/pipert_gemm.h, which picks its AVX-512,
+ * AVX2 or portable variant at the call, all with correctly rounded fused multiply-adds
+ * in the same order: the same bits on each as well. */
 static const char vec_prelude[] =
     "#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && __GNUC__ >= 11\n"
     "#define PK_VEC __attribute__((target_clones(\"arch=x86-64-v4\", \"arch=x86-64-v3\", \"default\")))\n"
@@ -418,8 +421,10 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
                "zeros) */\n", si->n_in[bq], si->n_out[bq], wl.total_bytes);
   }
   fputs("#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n\n#include <cblas.h>\n\n"
-        "#include \"pipert.h\"\n\n",
+        "#include \"pipert.h\"\n",
         f);
+  if (c.gemm_direct) fputs("#include \"pipert_gemm.h\" /* pipert_gemm_direct: the GEMM of Convs with small K */\n", f);
+  fputs("\n", f);
   fputs(vec_prelude, f);
   fputs(""
         "/* PK_UNIT(u): unit u starts (timed in the profiler build, -DPIPECC_PROFILE) */\n"

@@ -1,9 +1,11 @@
 /* codegen/c/ops_nn.c - compute-heavy and normalisation ops for the CPU target:
  * Conv and ConvTranspose (im2col / col2im + BLAS GEMM per group), Gemm, MatMul,
  * pooling, BatchNormalization, InstanceNormalization, LayerNormalization, LRN and the
- * Softmax family. Shapes are constants in the emitted code. GEMMs always go through
- * cblas_sgemm/dgemm with arguments that depend only on the node (never on the stage
- * it lands in), so results are the same for every stage count. */
+ * Softmax family. Shapes are constants in the emitted code. GEMMs go through
+ * cblas_sgemm/dgemm, or for float Convs with small K over large images through
+ * pipert_gemm_direct (runtime/pipert_gemm.h), chosen and called with arguments that
+ * depend only on the node (never on the stage it lands in), so results are the same for
+ * every stage count. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -65,6 +67,29 @@ static void emit_epilogue(cg_ctx *c, const cg_conv_epi *e, const char *ind, cons
   cg_w(c, "%s    ym[i] = v;\n%s  }\n%s}\n", ind, ind, ind);
 }
 
+/* A GEMM of a float Conv with at most CG_C_DIRECT_K products per output and at least
+ * CG_C_DIRECT_OS positions per image goes through pipert_gemm_direct
+ * (runtime/pipert_gemm.h): Y = epilogue(B + W X), W [M, K] rows of K, X [K, P] rows of
+ * ldx, Y and the residual R rows of ldy; B and R may be "NULL". Smaller images stay
+ * with BLAS, batched (emit_conv_batched): one packing of the weights for several
+ * images beats reading them once per image. */
+static int direct_gemm(ir_dtype t, int64_t K, int64_t OS) {
+  return t == IR_FLOAT && K <= CG_C_DIRECT_K && OS >= CG_C_DIRECT_OS;
+}
+
+static void emit_direct_gemm(cg_ctx *c, const char *ind, const char *M, const char *P, int64_t K, const char *W,
+                             const char *X, const char *ldx, const char *B, const char *Y, const char *ldy,
+                             const char *R, const cg_conv_epi *e) {
+  char lo[48] = "0", hi[48] = "0";
+  if (e && e->act == 2) {
+    cg_flit(lo, sizeof lo, e->lo, IR_FLOAT);
+    cg_flit(hi, sizeof hi, e->hi, IR_FLOAT);
+  }
+  c->gemm_direct = 1;
+  cg_w(c, "%spipert_gemm_direct(%s, %s, %lld, %s, %s, %s, %s, %s, %s, %s, %s, %d, %s, %s);\n", ind, M, P, LL(K), W, X,
+       ldx, B, Y, ldy, R, ldy, e ? e->act : 0, lo, hi);
+}
+
 /* One im2col row: dst[ow] = src[ow * stride + kw * dilation - pad], 0 outside the input.
  * The valid ow range is computed once per row: zeros, a copy (memcpy for stride 1), zeros.
  * In the emitted code: dst, src and kw are in scope. */
@@ -82,12 +107,6 @@ static void emit_im2col_row(cg_ctx *c, const cg_win3 *w, size_t esz) {
     cg_w(c, "%sfor (long ow = lo; ow < hi; ow++) dst[ow] = src[ow * %lld + off];\n", ind, S);
   cg_w(c, "%sfor (long ow = hi; ow < %lld; ow++) dst[ow] = 0;\n", ind, OW);
 }
-
-/* Direct (1x1) Convs with at most DIRECT_CHUNK_K input and DIRECT_CHUNK_M output channels
- * per group and at least 2 * DIRECT_CHUNK_MIN positions run in column chunks (emit_conv). */
-#define DIRECT_CHUNK_K 160
-#define DIRECT_CHUNK_M 192
-#define DIRECT_CHUNK_MIN 256
 
 /* Conv batching (see emit_conv): outputs with fewer than CONV_BATCH_OS positions per
  * image, blocks of images whose col + yt fit in CONV_BATCH_BYTES of scratch. */
@@ -327,14 +346,22 @@ static int emit_conv_expand_dw(cg_ctx *c, const ir_node *n) {
   cg_w(c, "    const float *xn = x0 + n * %lld;\n", LL(K * OS1));
   cg_w(c, "    for (long c0 = 0; c0 < %lld; c0 += %lld) {\n", LL(M), LL(MB));
   cg_w(c, "      const long mb = %lld - c0 < %lld ? %lld - c0 : %lld;\n", LL(M), LL(MB), LL(M), LL(MB));
-  if (be) {
-    cg_w(c, "      for (long m = 0; m < mb; m++) {\n");
-    cg_w(c, "        float *tm = t + m * %lld;\n        const float bm = x5[c0 + m];\n", LL(OS1));
-    cg_w(c, "        for (long i = 0; i < %lld; i++) tm[i] = bm;\n      }\n", LL(OS1));
+  if (direct_gemm(IR_FLOAT, K, OS1)) {
+    /* the same call as the 1x1 Conv's own (emit_conv), on a block of its rows */
+    char os1[32], wb[48];
+    snprintf(os1, sizeof os1, "%lld", LL(OS1));
+    snprintf(wb, sizeof wb, "x4 + c0 * %lld", LL(K));
+    emit_direct_gemm(c, "      ", "mb", os1, K, wb, "xn", os1, be ? "x5 + c0" : "NULL", "t", os1, "NULL", &ee);
+  } else {
+    if (be) {
+      cg_w(c, "      for (long m = 0; m < mb; m++) {\n");
+      cg_w(c, "        float *tm = t + m * %lld;\n        const float bm = x5[c0 + m];\n", LL(OS1));
+      cg_w(c, "        for (long i = 0; i < %lld; i++) tm[i] = bm;\n      }\n", LL(OS1));
+    }
+    cg_w(c, "      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mb, %lld, %lld, 1, x4 + c0 * %lld, %lld, xn, %lld, %s, t, %lld);\n",
+         LL(OS1), LL(K), LL(K), LL(K), LL(OS1), be ? "1" : "0", LL(OS1));
   }
-  cg_w(c, "      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mb, %lld, %lld, 1, x4 + c0 * %lld, %lld, xn, %lld, %s, t, %lld);\n",
-       LL(OS1), LL(K), LL(K), LL(K), LL(OS1), be ? "1" : "0", LL(OS1));
-  if (ee.act) {
+  if (ee.act && !direct_gemm(IR_FLOAT, K, OS1)) {
     cg_w(c, "      for (long m = 0; m < mb; m++) {\n");
     cg_w(c, "        float *ym = t + m * %lld;\n", LL(OS1));
     cg_w(c, "        for (long i = 0; i < %lld; i++) {\n          float v = ym[i];\n", LL(OS1));
@@ -383,9 +410,11 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
    * weights once per block instead of once per image. col is [K, nb*OS] (for a direct
    * 1x1 conv a transposing copy of X), the GEMM writes yt [Mg, nb*OS] (initialised with
    * the bias, beta 1), and a copy scatters it back to [nb, M, OS]. The decision and NB
-   * depend only on the node's shapes. */
+   * depend only on the node's shapes. Not for the 1x1 Convs that pipert_gemm_direct
+   * runs (direct_gemm): it reads X in place, so there is nothing to share. */
   int64_t NB = 1;
-  if (OS < CONV_BATCH_OS && N > 1) {
+  const int dg = direct_gemm(t, K, OS);
+  if (OS < CONV_BATCH_OS && N > 1 && !(direct && dg)) {
     int64_t per_img = (K + Mg) * OS * (int64_t)esz;
     NB = per_img > 0 ? (int64_t)(CONV_BATCH_BYTES / per_img) : 1;
     if (NB > N) NB = N;
@@ -423,26 +452,18 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
   cg_w(c, "      const %s *wg = x1 + g * %lld;\n", T, LL(Mg * K));
   cg_w(c, "      %s *yg = y0 + (n * %lld + g * %lld) * %lld;\n", T, LL(M), LL(Mg), LL(OS));
   if (e.res) cg_w(c, "      const %s *rg = x3 + (n * %lld + g * %lld) * %lld;\n", T, LL(M), LL(Mg), LL(OS));
-  if (direct && t == IR_FLOAT && K <= DIRECT_CHUNK_K && Mg <= DIRECT_CHUNK_M && OS >= 2 * DIRECT_CHUNK_MIN) {
-    /* a 1x1 Conv with few input channels (a memory-bound GEMM): in column chunks of about
-     * 512 KiB of output, the bias, the GEMM and the epilogue of each while it is in L2 */
-    int64_t PC = ((int64_t)128 << 10) / Mg;
-    PC -= PC % 16;
-    if (PC < DIRECT_CHUNK_MIN) PC = DIRECT_CHUNK_MIN;
-    cg_w(c, "      for (long p0 = 0; p0 < %lld; p0 += %lld) {\n", LL(OS), LL(PC));
-    cg_w(c, "        const long pc = %lld - p0 < %lld ? %lld - p0 : %lld;\n", LL(OS), LL(PC), LL(OS), LL(PC));
-    if (b) {
-      cg_w(c, "        for (long m = 0; m < %lld; m++) {\n", LL(Mg));
-      cg_w(c, "          float *yp = yg + m * %lld + p0;\n          const float bm = x2[g * %lld + m];\n", LL(OS), LL(Mg));
-      cg_w(c, "          for (long i = 0; i < pc; i++) yp[i] = bm;\n        }\n");
-    }
-    cg_w(c, "        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)pc, %lld, 1, wg, %lld, xg + p0, %lld, %s, yg + p0, %lld);\n",
-         LL(Mg), LL(K), LL(K), LL(OS), beta, LL(OS));
-    emit_epilogue(c, &e, "        ", "(yg + p0)", "(rg + p0)", Mg, "pc", OS);
-    cg_w(c, "      }\n    }\n  }\n");
+  /* pipert_gemm_direct's arguments: the bias of group g, the row counts */
+  char mg[32], bg[48], os[32];
+  snprintf(mg, sizeof mg, "%lld", LL(Mg));
+  snprintf(bg, sizeof bg, "x2 + g * %lld", LL(Mg));
+  snprintf(os, sizeof os, "%lld", LL(OS));
+  if (dg && direct) {
+    /* runtime/pipert_gemm.h: the bias, the sums and the epilogue in one pass over X */
+    emit_direct_gemm(c, "      ", mg, os, K, "wg", "xg", os, b ? bg : "NULL", "yg", os, e.res ? "rg" : "NULL", &e);
+    cg_w(c, "    }\n  }\n");
     return 0;
   }
-  if (b) {
+  if (b && !dg) {
     /* the bias first, then the GEMM accumulates onto it (beta 1) */
     cg_w(c, "      for (long m = 0; m < %lld; m++) {\n", LL(Mg));
     cg_w(c, "        %s *yp = yg + m * %lld;\n", T, LL(OS));
@@ -478,12 +499,16 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
          LL(w.in[1] * w.in[2]), LL(w.in[2]));
     emit_im2col_row(c, &w, esz);
     cg_w(c, "                }\n              }\n");
-    cg_w(c, "        %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)P, %lld, 1, wg, %lld, col, (int)P, %s, yg + r0 * %lld, %lld);\n",
-         gemm_fn(t), LL(Mg), LL(K), LL(K), beta, LL(w.out[2]), LL(OS));
     char yo[64], ro[64];
     snprintf(yo, sizeof yo, "(yg + r0 * %lld)", LL(w.out[2]));
     snprintf(ro, sizeof ro, "(rg + r0 * %lld)", LL(w.out[2]));
-    emit_epilogue(c, &e, "        ", yo, ro, Mg, "P", OS);
+    if (dg) {
+      emit_direct_gemm(c, "        ", mg, "P", K, "wg", "col", "P", b ? bg : "NULL", yo, os, e.res ? ro : "NULL", &e);
+    } else {
+      cg_w(c, "        %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)P, %lld, 1, wg, %lld, col, (int)P, %s, yg + r0 * %lld, %lld);\n",
+           gemm_fn(t), LL(Mg), LL(K), LL(K), beta, LL(w.out[2]), LL(OS));
+      emit_epilogue(c, &e, "        ", yo, ro, Mg, "P", OS);
+    }
     cg_w(c, "      }\n");
   }
   cg_w(c, "    }\n");

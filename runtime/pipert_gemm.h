@@ -1,0 +1,247 @@
+/* pipert_gemm.h - the GEMM that the cpu target's stage code runs for float Convs with
+ * few inputs per output (1x1 Convs, and im2col'd ones, whose K is at most
+ * CG_C_DIRECT_K in codegen/c/cg_c.h), header-only: stage_K.c includes it where it
+ * calls it.
+ *
+ *   pipert_gemm_direct(M, P, K, W, X, ldx, B, Y, ldy, R, ldr, act, lo, hi)
+ *
+ * computes, for m < M and p < P,
+ *
+ *   v = sum over k = 0 .. K-1 of W[m * K + k] * X[k * ldx + p]
+ *       (one fused multiply-add per k, in that order, starting from 0)
+ *   v = B[m] + v                      (when B is not NULL)
+ *   v = v + R[m * ldr + p]            (when R is not NULL: a fused residual)
+ *   v = v < 0 ? 0 : v                 (act 1: Relu)
+ *   v = v < lo ? lo : v; v = v > hi ? hi : v   (act 2: Clip; infinite bounds allowed)
+ *   Y[m * ldy + p] = v
+ *
+ * which is, bit for bit, what the separate nodes compute from one dot product per output
+ * (a bias-filled output, the GEMM accumulating onto it, then Add and Relu/Clip); every
+ * Conv that the emitted code sends here goes through this same function however it is
+ * fused or staged, so fused and unfused builds, and every stage count, give the same
+ * bits. (OpenBLAS's sgemm sums the outputs at a tile edge in another order: the same
+ * values within rounding, not the same bits; tests/cpu/gemm_direct_test.c checks both.)
+ *
+ * Why not sgemm: BLAS packs the activations (the large operand) into its own layout on
+ * every call, once per few outputs when M is small, and writes the output twice more
+ * (bias fill, epilogue). This kernel reads X in place: a chunk of positions (about
+ * 128 KiB of X) at a time, for each block of 6 output rows a register tile of 6 rows x
+ * 64 positions (AVX-512: 24 accumulators) or 6 x 16 (AVX2: 12), the bias, residual and
+ * activation applied as the tile is stored. One variant per instruction set, picked at
+ * the call (__builtin_cpu_supports); all use correctly rounded fused multiply-adds, so
+ * all give the same bits, the scalar one (fmaf) included. */
+#ifndef PIPERT_GEMM_H
+#define PIPERT_GEMM_H
+
+#include <math.h>
+#include <stddef.h>
+
+/* Positions per chunk: about 128 KiB of X. */
+static inline long pipert_gemm_chunk(long K) {
+  long pc = (long)((128 << 10) / 4) / (K > 0 ? K : 1);
+  pc -= pc % 64;
+  return pc < 64 ? 64 : pc;
+}
+
+static inline float pipert_gemm_epi1(float v, const float *b, const float *r, int act, float lo, float hi) {
+  if (b) v = *b + v;
+  if (r) v = v + *r;
+  if (act == 1) v = v < 0 ? 0.0f : v;
+  if (act == 2) {
+    v = v < lo ? lo : v;
+    v = v > hi ? hi : v;
+  }
+  return v;
+}
+
+/* The portable variant: the same sums with fmaf, 64 positions of one row at a time. */
+static void pipert_gemm_direct_1(long M, long P, long K, const float *restrict W, const float *restrict X, long ldx,
+                                 const float *restrict B, float *restrict Y, long ldy, const float *restrict R, long ldr,
+                                 int act, float lo, float hi) {
+  float acc[64];
+  for (long m = 0; m < M; m++)
+    for (long p0 = 0; p0 < P; p0 += 64) {
+      const long pc = P - p0 < 64 ? P - p0 : 64;
+      for (long j = 0; j < pc; j++) acc[j] = 0.0f;
+      for (long k = 0; k < K; k++) {
+        const float w = W[m * K + k], *xk = X + k * ldx + p0;
+        for (long j = 0; j < pc; j++) acc[j] = fmaf(w, xk[j], acc[j]);
+      }
+      for (long j = 0; j < pc; j++)
+        Y[m * ldy + p0 + j] = pipert_gemm_epi1(acc[j], B ? B + m : NULL, R ? R + m * ldr + p0 + j : NULL, act, lo, hi);
+    }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define PIPERT_GEMM_INLINE static inline __attribute__((always_inline))
+#ifdef __clang__
+#define PIPERT_GEMM_UNROLL _Pragma("unroll")
+#else
+#define PIPERT_GEMM_UNROLL _Pragma("GCC unroll 8")
+#endif
+#define PIPERT_GEMM_T512 __attribute__((target("avx512f")))
+#define PIPERT_GEMM_T256 __attribute__((target("avx2,fma")))
+
+/* AVX-512: mr (1..6, a constant once inlined) rows by 4 vectors of 16 positions; mk[j]
+ * masks vector j (all ones but at the end of a row). Relu is max(0, v) (x86 max returns
+ * its second operand unless the first is greater: v < 0 ? 0 : v, NaN and -0 kept), Clip
+ * max(lo, v) then min(hi, v), the same way round. */
+PIPERT_GEMM_T512 PIPERT_GEMM_INLINE void pipert_gemm_tile512(const int mr, const int nv, long K, const float *restrict W,
+                                                             const float *restrict X, long ldx, const float *restrict B,
+                                                             float *restrict Y, long ldy, const float *restrict R,
+                                                             long ldr, int act, float lo, float hi,
+                                                             const __mmask16 *mk, int pf) {
+  __m512 acc[6][4];
+  PIPERT_GEMM_UNROLL for (int i = 0; i < mr; i++) PIPERT_GEMM_UNROLL for (int j = 0; j < nv; j++) acc[i][j] =
+      _mm512_setzero_ps();
+  for (long k = 0; k < K; k++) {
+    const float *xk = X + k * ldx;
+    if (pf) /* the first row block of a chunk reads X from memory: fetch the next tile's */
+      PIPERT_GEMM_UNROLL for (int j = 0; j < 4; j++) _mm_prefetch((const char *)(xk + 64 + 16 * j), _MM_HINT_T0);
+    __m512 x[4];
+    PIPERT_GEMM_UNROLL for (int j = 0; j < nv; j++) x[j] = _mm512_maskz_loadu_ps(mk[j], xk + 16 * j);
+    PIPERT_GEMM_UNROLL for (int i = 0; i < mr; i++) {
+      const __m512 w = _mm512_set1_ps(W[i * K + k]);
+      PIPERT_GEMM_UNROLL for (int j = 0; j < nv; j++) acc[i][j] = _mm512_fmadd_ps(w, x[j], acc[i][j]);
+    }
+  }
+  const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi), zero = _mm512_setzero_ps();
+  PIPERT_GEMM_UNROLL for (int i = 0; i < mr; i++) {
+    const __m512 b = _mm512_set1_ps(B ? B[i] : 0.0f);
+    PIPERT_GEMM_UNROLL for (int j = 0; j < nv; j++) {
+      __m512 v = acc[i][j];
+      if (B) v = _mm512_add_ps(b, v);
+      if (R) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mk[j], R + i * ldr + 16 * j));
+      if (act == 1) v = _mm512_max_ps(zero, v);
+      if (act == 2) v = _mm512_min_ps(vhi, _mm512_max_ps(vlo, v));
+      _mm512_mask_storeu_ps(Y + i * ldy + 16 * j, mk[j], v);
+    }
+  }
+}
+
+PIPERT_GEMM_T512 static void pipert_gemm_direct_512(long M, long P, long K, const float *restrict W,
+                                                    const float *restrict X, long ldx, const float *restrict B,
+                                                    float *restrict Y, long ldy, const float *restrict R, long ldr,
+                                                    int act, float lo, float hi) {
+  const long PC = pipert_gemm_chunk(K);
+  for (long q0 = 0; q0 < P; q0 += PC) {
+    const long qe = P - q0 < PC ? P : q0 + PC;
+    for (long m0 = 0; m0 < M; m0 += 6) {
+      const float *w = W + m0 * K, *b = B ? B + m0 : NULL;
+      for (long p0 = q0; p0 < qe; p0 += 64) {
+        __mmask16 mk[4];
+        for (int j = 0; j < 4; j++) {
+          const long left = qe - p0 - 16 * j;
+          mk[j] = left >= 16 ? (__mmask16)0xffff : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1u);
+        }
+        const float *x = X + p0, *r = R ? R + m0 * ldr + p0 : NULL;
+        float *y = Y + m0 * ldy + p0;
+        const int mr = M - m0 < 6 ? (int)(M - m0) : 6, nv = qe - p0 >= 64 ? 4 : (int)((qe - p0 + 15) / 16);
+        if (mr == 6) {
+          /* full row blocks: as many vectors as the positions need */
+          switch (nv) {
+          case 4: pipert_gemm_tile512(6, 4, K, w, x, ldx, b, y, ldy, r, ldr, act, lo, hi, mk, m0 == 0); break;
+          case 3: pipert_gemm_tile512(6, 3, K, w, x, ldx, b, y, ldy, r, ldr, act, lo, hi, mk, m0 == 0); break;
+          case 2: pipert_gemm_tile512(6, 2, K, w, x, ldx, b, y, ldy, r, ldr, act, lo, hi, mk, m0 == 0); break;
+          default: pipert_gemm_tile512(6, 1, K, w, x, ldx, b, y, ldy, r, ldr, act, lo, hi, mk, m0 == 0); break;
+          }
+        } else {
+          /* the last rows: 4 vectors, those past the end masked off */
+          switch (mr) {
+          case 5: pipert_gemm_tile512(5, 4, K, w, x, ldx, b, y, ldy, r, ldr, act, lo, hi, mk, m0 == 0); break;
+          case 4: pipert_gemm_tile512(4, 4, K, w, x, ldx, b, y, ldy, r, ldr, act, lo, hi, mk, m0 == 0); break;
+          case 3: pipert_gemm_tile512(3, 4, K, w, x, ldx, b, y, ldy, r, ldr, act, lo, hi, mk, m0 == 0); break;
+          case 2: pipert_gemm_tile512(2, 4, K, w, x, ldx, b, y, ldy, r, ldr, act, lo, hi, mk, m0 == 0); break;
+          default: pipert_gemm_tile512(1, 4, K, w, x, ldx, b, y, ldy, r, ldr, act, lo, hi, mk, m0 == 0); break;
+          }
+        }
+      }
+    }
+  }
+}
+
+/* AVX2: mr rows by 2 vectors of 8 positions; masked loads and stores at a row's end
+ * (lane i of mask vector j is on while 8 * j + i < the positions left). */
+PIPERT_GEMM_T256 PIPERT_GEMM_INLINE void pipert_gemm_tile256(const int mr, long K, const float *restrict W,
+                                                             const float *restrict X, long ldx, const float *restrict B,
+                                                             float *restrict Y, long ldy, const float *restrict R,
+                                                             long ldr, int act, float lo, float hi, const __m256i *mk) {
+  __m256 acc[6][2];
+  PIPERT_GEMM_UNROLL for (int i = 0; i < mr; i++) PIPERT_GEMM_UNROLL for (int j = 0; j < 2; j++) acc[i][j] =
+      _mm256_setzero_ps();
+  for (long k = 0; k < K; k++) {
+    const float *xk = X + k * ldx;
+    __m256 x[2];
+    PIPERT_GEMM_UNROLL for (int j = 0; j < 2; j++) x[j] = _mm256_maskload_ps(xk + 8 * j, mk[j]);
+    PIPERT_GEMM_UNROLL for (int i = 0; i < mr; i++) {
+      const __m256 w = _mm256_set1_ps(W[i * K + k]);
+      PIPERT_GEMM_UNROLL for (int j = 0; j < 2; j++) acc[i][j] = _mm256_fmadd_ps(w, x[j], acc[i][j]);
+    }
+  }
+  const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi), zero = _mm256_setzero_ps();
+  PIPERT_GEMM_UNROLL for (int i = 0; i < mr; i++) {
+    const __m256 b = _mm256_set1_ps(B ? B[i] : 0.0f);
+    PIPERT_GEMM_UNROLL for (int j = 0; j < 2; j++) {
+      __m256 v = acc[i][j];
+      if (B) v = _mm256_add_ps(b, v);
+      if (R) v = _mm256_add_ps(v, _mm256_maskload_ps(R + i * ldr + 8 * j, mk[j]));
+      if (act == 1) v = _mm256_max_ps(zero, v);
+      if (act == 2) v = _mm256_min_ps(vhi, _mm256_max_ps(vlo, v));
+      _mm256_maskstore_ps(Y + i * ldy + 8 * j, mk[j], v);
+    }
+  }
+}
+
+PIPERT_GEMM_T256 static void pipert_gemm_direct_256(long M, long P, long K, const float *restrict W,
+                                                    const float *restrict X, long ldx, const float *restrict B,
+                                                    float *restrict Y, long ldy, const float *restrict R, long ldr,
+                                                    int act, float lo, float hi) {
+  const long PC = pipert_gemm_chunk(K);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (long q0 = 0; q0 < P; q0 += PC) {
+    const long qe = P - q0 < PC ? P : q0 + PC;
+    for (long m0 = 0; m0 < M; m0 += 6) {
+      const float *w = W + m0 * K, *b = B ? B + m0 : NULL;
+      for (long p0 = q0; p0 < qe; p0 += 16) {
+        __m256i mk[2];
+        for (int j = 0; j < 2; j++) {
+          const long left = qe - p0 - 8 * j;
+          mk[j] = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(left > 8 ? 8 : left < 0 ? 0 : left)), lane);
+        }
+        const float *x = X + p0, *r = R ? R + m0 * ldr + p0 : NULL;
+        float *y = Y + m0 * ldy + p0;
+        switch (M - m0 < 6 ? M - m0 : 6) {
+        case 6: pipert_gemm_tile256(6, K, w, x, ldx, b, y, ldy, r, ldr, act, lo, hi, mk); break;
+        case 5: pipert_gemm_tile256(5, K, w, x, ldx, b, y, ldy, r, ldr, act, lo, hi, mk); break;
+        case 4: pipert_gemm_tile256(4, K, w, x, ldx, b, y, ldy, r, ldr, act, lo, hi, mk); break;
+        case 3: pipert_gemm_tile256(3, K, w, x, ldx, b, y, ldy, r, ldr, act, lo, hi, mk); break;
+        case 2: pipert_gemm_tile256(2, K, w, x, ldx, b, y, ldy, r, ldr, act, lo, hi, mk); break;
+        default: pipert_gemm_tile256(1, K, w, x, ldx, b, y, ldy, r, ldr, act, lo, hi, mk); break;
+        }
+      }
+    }
+  }
+}
+#endif
+
+static void pipert_gemm_direct(long M, long P, long K, const float *restrict W, const float *restrict X, long ldx,
+                               const float *restrict B, float *restrict Y, long ldy, const float *restrict R, long ldr,
+                               int act, float lo, float hi) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#ifndef PIPERT_GEMM_NO_AVX512
+  if (__builtin_cpu_supports("avx512f")) {
+    pipert_gemm_direct_512(M, P, K, W, X, ldx, B, Y, ldy, R, ldr, act, lo, hi);
+    return;
+  }
+#endif
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    pipert_gemm_direct_256(M, P, K, W, X, ldx, B, Y, ldy, R, ldr, act, lo, hi);
+    return;
+  }
+#endif
+  pipert_gemm_direct_1(M, P, K, W, X, ldx, B, Y, ldy, R, ldr, act, lo, hi);
+}
+
+#endif
