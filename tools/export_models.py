@@ -26,6 +26,8 @@ eval mode, opset 13 unless listed below):
     mobilenet_v2  opset 17
     gpt           opset 14 (LayerNorm decomposes into ReduceMean/Sub/Pow/Sqrt/Div/Mul/Add)
     bert          opset 17 (LayerNorm exported as the native LayerNormalization op)
+    mha_static    opset 14 (PyTorch 2.11's exporter emits scaled_dot_product_attention for
+                  nn.MultiheadAttention, which it can lower from opset 14 only)
     *_train       opset 15 (BatchNormalization's training_mode attribute exists from 14)
     all others    opset 13
   Training-mode exports (TrainingMode.TRAINING, do_constant_folding=False):
@@ -98,7 +100,7 @@ MODELS = {
     "mobilenet_v2": ("mobilenet_v2", 17, False, IMG),
     "googlenet": ("googlenet", 13, False, IMG),
     "shufflenet_static": ("shufflenet_v2_x0_5", 13, False, IMG),
-    "mha_static": ("mha", 13, False, SEQ_FEAT),
+    "mha_static": ("mha", 14, False, SEQ_FEAT),
     "batchview_static": ("batchview", 13, False, CLIP),
     "lstm_static": ("lstm", 14, False, SEQ_RNN),
     "vit_static": ("vit", 15, False, IMG32),
