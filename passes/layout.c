@@ -142,7 +142,7 @@ static void permute_pads(ir_graph *g, int node) {
   }
 }
 
-static int conv_fits(ir_graph *g, const ir_node *n) {
+static int conv_fits(ir_graph *g, const ir_node *n, int any_channels) {
   if (n->op != IR_OP_Conv || n->n_in < 2 || n->n_out != 1 || n->out[0] < 0 || pass_layout_is_nhwc(n)) return 0;
   const ir_value *x = ir_in(g, n, 0), *w = ir_in(g, n, 1), *y = ir_out(g, n, 0);
   if (!x || !w || !y || x->kind == IR_VAL_CONST || x->dtype != IR_FLOAT || y->dtype != IR_FLOAT) return 0;
@@ -150,7 +150,7 @@ static int conv_fits(ir_graph *g, const ir_node *n) {
   if (x->shape.rank != 4 || !ir_shape_static(&x->shape) || !ir_shape_static(&y->shape)) return 0;
   int64_t G = ir_attr_int(n, "group", 1), C = x->shape.dims[1], M = y->shape.dims[1];
   if (G < 1 || C % G || M % G || w->shape.dims[0] != M || w->shape.dims[1] * G != C) return 0;
-  if (C % 4 || M % 4) return 0;
+  if (!any_channels && (C % 4 || M % 4)) return 0;
   const ir_value *r = n->n_in > 3 ? ir_in(g, n, 3) : NULL;
   if (r && (r->kind == IR_VAL_CONST || !ir_shape_same_dims(&r->shape, &y->shape))) return 0;
   return 1;
@@ -206,7 +206,7 @@ static int layout_slots(ir_graph *g, const ir_node *n) {
   return -1;
 }
 
-int pass_layout_nhwc(ir_graph *g) {
+int pass_layout_nhwc(ir_graph *g, int any_channels) {
   ir_rebuild_uses(g);
   lay_ctx L = {g, g->n_values, NULL, NULL, NULL};
   L.twin = malloc(sizeof(int) * (size_t)(L.nv0 + 1));
@@ -221,7 +221,7 @@ int pass_layout_nhwc(ir_graph *g) {
   int n0 = g->n_nodes, convs = 0;
   for (int i = 0; i < n0; i++) {
     if (g->nodes[i].dead) continue;
-    int conv = conv_fits(g, &g->nodes[i]), slots = 0;
+    int conv = conv_fits(g, &g->nodes[i], any_channels), slots = 0;
     if (conv) {
       slots = 1 | (g->nodes[i].n_in > 3 ? 8 : 0);
     } else {

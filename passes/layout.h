@@ -8,12 +8,14 @@
  *
  *  - A Conv with a 4-D float32 input, a constant 4-D filter and channel counts that are
  *    multiples of 4 (cuDNN's tensor-core kernels want that; the stem Conv of an image
- *    model, C = 3, keeps NCHW) gets "pipecc.layout" = "NHWC": its input, its fused
- *    residual (input 3, passes/fuse.h) and its output become values of permuted shape
- *    [N, H, W, C], and its filter a new constant "<W>.nhwc" [M, kh, kw, C/group] (cuDNN's
- *    NHWC filter format, KRSC) whose bytes are the original's, read through
- *    ir_value.data_nchw: no copy at compile time (the weight files get the permuted
- *    order). codegen/cuda describes them to cuDNN as such.
+ *    model, C = 3, keeps NCHW unless any_channels, `--layout nhwc-all`, which moves the
+ *    region's Transpose onto the 3-channel input) gets "pipecc.layout" = "NHWC": its
+ *    input, its fused residual (input 3, passes/fuse.h) and its output become values of
+ *    permuted shape [N, H, W, C], and its filter a new constant "<W>.nhwc" [M, kh, kw,
+ *    C/group] (cuDNN's NHWC filter format, KRSC) whose bytes are the original's, read
+ *    through ir_value.data_nchw: no copy at compile time (the weight files get the
+ *    permuted order). codegen/cuda describes them to cuDNN as such (1x1 stride-1 ones
+ *    run as cuBLASLt GEMMs, pk_conv_1x1).
  *  - Nodes the layout does not change the meaning of follow their producers: element-wise
  *    ops (unary on input 0; broadcasting ones on every input: a constant operand is
  *    permuted the same way, after padding its rank to 4), Concat along the channels
@@ -34,8 +36,9 @@
 
 #include "ir/ir.h"
 
-/* Returns the number of Convs turned channels-last, or -1 after an error. */
-int pass_layout_nhwc(ir_graph *g);
+/* Returns the number of Convs turned channels-last, or -1 after an error. any_channels:
+ * Convs whose channel counts are not multiples of 4 too. */
+int pass_layout_nhwc(ir_graph *g, int any_channels);
 
 /* s (rank 4) permuted NCHW -> NHWC ([d0, d2, d3, d1]) or, to_nhwc 0, back ([d0, d3, d1, d2]). */
 ir_shape pass_layout_permuted(const ir_shape *s, int to_nhwc);

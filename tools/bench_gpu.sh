@@ -13,7 +13,8 @@
 #   PIPECC_PYTHON python with torch, torchvision, onnx, numpy (default /usr/bin/python3)
 #
 # Prints one line per (model, runner): samples/s and ms per batch, then the speedups
-# (ResNet-50 also with --layout nchw: channels-last Convs against the model's layout).
+# (ResNet-50 also with --layout nchw: channels-last Convs against the model's layout; with
+# --layout nhwc-all; and its 1x1 Convs through cuDNN, PIPECC_CONV_GEMM=0, against GEMMs).
 # Needs an NVIDIA GPU: exits 1 with a message when there is none.
 set -euo pipefail
 
@@ -32,7 +33,7 @@ while [ $# -gt 0 ]; do
     --iters) ITERS="$2"; shift 2 ;;
     --work) WORK="$2"; shift 2 ;;
     --no-tf32) TF32=0; shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "bench_gpu.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -90,6 +91,15 @@ bench_pipecc() { # name input_name shape input_file g m label [pipecc flags...]
   done
 }
 
+# an existing build run again with one environment variable set, recorded as LABEL
+bench_env() { # name input_name input_file build_label VAR=VALUE label
+  local out sps
+  out="$(env "$5" "$WORK/$1-$4/pipeline" --input "$2=$3" --bench "$ITERS" --stream)"
+  echo "$out" >&2
+  sps="$(echo "$out" | sed -n 's/^throughput: \([0-9.]*\) samples\/s.*/\1/p')"
+  echo "$1 $6 $sps" >> "$RESULTS"
+}
+
 # PyTorch eager and torch.compile, same model definition, batch and input
 bench_torch() { # name input_file
   "$PY" - "$ROOT" "$1" "$2" "$ITERS" "$TF32" >> "$RESULTS" <<'EOF'
@@ -139,6 +149,10 @@ for run in "1 1 pipecc-g1" "4 4 pipecc-g4" "4 1 pipecc-g4-m1"; do
 done
 # the model's own NCHW layout everywhere instead of channels-last Convs (passes/layout.h)
 bench_pipecc resnet50 input "${BATCH}x3x224x224" "$WORK/resnet50_x.npy" 1 1 pipecc-g1-nchw --layout nchw
+# the 3-channel stem channels-last too; and the default build with its 1x1 Convs through
+# cuDNN instead of cuBLASLt GEMMs (pk_conv_1x1)
+bench_pipecc resnet50 input "${BATCH}x3x224x224" "$WORK/resnet50_x.npy" 1 1 pipecc-g1-nhwc-all --layout nhwc-all
+bench_env resnet50 input "$WORK/resnet50_x.npy" pipecc-g1 PIPECC_CONV_GEMM=0 pipecc-g1-cudnn1x1
 bench_torch resnet50 "$WORK/resnet50_x.npy"
 bench_torch bert "$WORK/bert_x.npy"
 
@@ -155,6 +169,8 @@ for m in resnet50 bert; do
           printf " hand-over on the device / synchronous (PIPERT_SYNC_SETS=1): %s (-m 4), %s (-m 1)",
                  q(r["pipecc-g4"], r["pipecc-g4-sync"]), q(r["pipecc-g4-m1"], r["pipecc-g4-m1-sync"])
           if ("pipecc-g1-nchw" in r) printf "; channels-last / --layout nchw (g=1): %s", q(r["pipecc-g1"], r["pipecc-g1-nchw"])
+          if ("pipecc-g1-nhwc-all" in r) printf "; --layout nhwc-all / nhwc: %s", q(r["pipecc-g1-nhwc-all"], r["pipecc-g1"])
+          if ("pipecc-g1-cudnn1x1" in r) printf "; 1x1 Convs as GEMMs / through cuDNN: %s", q(r["pipecc-g1"], r["pipecc-g1-cudnn1x1"])
           printf "\n" }' \
     "$RESULTS"
 done

@@ -87,8 +87,9 @@ static void usage(FILE *f) {
       "  --no-fuse              keep Add/Relu/Clip after a Conv as nodes of their own, and\n"
       "                         (cpu) a 1x1 expansion Conv apart from its depthwise Conv\n"
       "  --layout L             cuda inference: nhwc (default; 2-D float Convs whose channels are\n"
-      "                         multiples of 4 run channels-last, as cuDNN's tensor cores want)\n"
-      "                         or nchw (the model's own layout everywhere)\n"
+      "                         multiples of 4 run channels-last, as cuDNN's tensor cores want),\n"
+      "                         nhwc-all (every 2-D float Conv, the 3-channel stem too) or nchw\n"
+      "                         (the model's own layout everywhere)\n"
       "  --winograd M           cpu: 3x3 stride-1 Convs by Winograd F(MxM, 3x3): auto (default:\n"
       "                         4, or 2 on maps under 4x4), 2, 4 (4x fewer FLOPs than im2col,\n"
       "                         4x the filter bytes), or 0 (im2col + GEMM only)\n"
@@ -414,7 +415,7 @@ int main(int argc, char **argv) {
   const char *cuda_arch = getenv("PIPECC_CUDA_ARCH");
   if (!cuda_arch || !*cuda_arch) cuda_arch = "80;90";
   int no_tf32 = 0, no_replicate = 0, hosts = 0, gpus_per_host = 0, train = 0, profile_run = 0;
-  int no_fuse = 0, target_given = 0, winograd = -1, layout_nchw = 0;
+  int no_fuse = 0, target_given = 0, winograd = -1, layout_nchw = 0, layout_all = 0;
   double intra_bw = -1, intra_lat = -1, inter_bw = -1, inter_lat = -1;
   uint64_t mem_limit = 0;
   pass_schedule_kind schedule = PASS_SCHED_1F1B;
@@ -533,8 +534,10 @@ int main(int argc, char **argv) {
       no_fuse = 1;
     } else if (IS("--layout")) {
       const char *v = NEXT();
-      if (strcmp(v, "nhwc") && strcmp(v, "nchw")) return cli_error("bad --layout '%s' (nhwc or nchw)", v);
+      if (strcmp(v, "nhwc") && strcmp(v, "nhwc-all") && strcmp(v, "nchw"))
+        return cli_error("bad --layout '%s' (nhwc, nhwc-all or nchw)", v);
       layout_nchw = !strcmp(v, "nchw");
+      layout_all = !strcmp(v, "nhwc-all");
     } else if (IS("--winograd")) {
       const char *v = NEXT();
       if (strcmp(v, "auto") && strcmp(v, "0") && strcmp(v, "2") && strcmp(v, "4"))
@@ -800,7 +803,7 @@ int main(int argc, char **argv) {
    * take (passes/layout.h) */
   if (!strcmp(target, "cuda") && !train_step && !train_prog && !layout_nchw) {
     double s = now_ms();
-    int nl = pass_layout_nhwc(g);
+    int nl = pass_layout_nhwc(g, layout_all);
     if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (%d convs)\n", "layout", now_ms() - s, nl);
     if (nl < 0 || g->n_errors) return 2;
   }

@@ -3,6 +3,9 @@
  * runtime (pipecc_cuda.h) that run it:
  *   Conv                    cuDNN (table entry set up once in init; groups, dilations,
  *                           pads; asymmetric pads pre-padded into scratch), bias kernel
+ *                           or the fused epilogue pass; channels-last 1x1 stride-1 Convs
+ *                           as cuBLASLt GEMMs with bias, residual and Relu in the
+ *                           GEMM's epilogue (pk_conv_1x1)
  *   ConvTranspose           cuDNN backward data with the node's weight as the filter
  *                           (asymmetric pads or output padding cuDNN cannot express:
  *                           computed unpadded into scratch, then cropped), bias kernel
@@ -131,6 +134,15 @@ static void put_conv_entry(cu_ctx *c, const ir_node *n, ir_dtype t, const cg_win
           pass_layout_is_nhwc(n), n->index);
 }
 
+/* A channels-last 2-D float Conv that is a plain GEMM over its positions: 1x1 kernel,
+ * stride 1, no padding, one group (pk_conv_1x1). */
+static int conv_is_gemm(int nhwc, ir_dtype t, int64_t G, const cg_win3 *w) {
+  if (!nhwc || t != IR_FLOAT || G != 1) return 0;
+  for (int j = 0; j < 3; j++)
+    if (w->k[j] != 1 || w->s[j] != 1 || w->pb[j] || w->pe[j]) return 0;
+  return 1;
+}
+
 /* v's shape [N, H, W, C] as [N, C, H, W] */
 static ir_value nchw_view(const ir_value *v) {
   ir_value r = *v;
@@ -193,8 +205,6 @@ static int emit_conv(cu_ctx *c, const ir_node *n) {
   cu_w(c, "  /* N=%lld C=%lld M=%lld group=%lld in=%lldx%lldx%lld out=%lldx%lldx%lld kernel=%lldx%lldx%lld%s */\n",
        LL(N), LL(C), LL(M), LL(G), LL(w.in[0]), LL(w.in[1]), LL(w.in[2]), LL(w.out[0]), LL(w.out[1]), LL(w.out[2]),
        LL(w.k[0]), LL(w.k[1]), LL(w.k[2]), nhwc ? ", channels-last (NHWC, filter KRSC)" : "");
-  cu_w(c, "  PK_TRY(pk_conv(S, %d, %s, %s, %s));\n", c->n_conv, xin, c->x[1], c->y[0]);
-  c->n_conv++;
   /* the epilogue passes/fuse.c folded in (Add of a residual, Relu/Clip): one pass with the
    * bias, whose channel is (i / sp) % M: channels-last is sp = 1 over N * spatial rows */
   int64_t sp = w.out[0] * w.out[1] * w.out[2];
@@ -204,17 +214,28 @@ static int emit_conv(cu_ctx *c, const ir_node *n) {
   if (act == 1) bits = 1;
   if (act == 2) bits = (isfinite(lo) ? 1 : 0) | (isfinite(hi) ? 2 : 0);
   if ((act || res) && t != IR_FLOAT) return cu_fail(c, n, "a fused epilogue on a %s Conv", ir_dtype_name(t));
+  const char *fused = act || res ? ir_attr_str(n, "pipecc.fused", NULL) : NULL;
+  if (fused) {
+    cu_w(c, "  /* fused: ");
+    cg_put_comment(c->call, fused, 600);
+    cu_w(c, " */\n");
+  }
+  char l1[48], l2[48];
+  cg_flit(l1, sizeof l1, bits & 1 ? lo : 0, IR_FLOAT);
+  cg_flit(l2, sizeof l2, bits & 2 ? hi : 0, IR_FLOAT);
+  if (conv_is_gemm(nhwc, t, G, &w)) {
+    cu_w(c, "  /* 1x1, stride 1, channels-last: the GEMM y[N*H*W, M] = x[N*H*W, C] W[M, C]^T, bias, residual and Relu "
+            "in cuBLASLt's epilogue */\n");
+    cu_w(c, "  PK_TRY(pk_conv_1x1(S, %d, %s, %s, %s, %s, %s, %lld, %lld, %lld, %d, %s, %s));\n", c->n_conv, xin,
+         c->x[1], b ? c->x[2] : "NULL", res ? res : "NULL", c->y[0], LL(N * sp), LL(C), LL(M), bits, l1, l2);
+    c->n_conv++;
+    return 0;
+  }
+  cu_w(c, "  PK_TRY(pk_conv(S, %d, %s, %s, %s));\n", c->n_conv, xin, c->x[1], c->y[0]);
+  c->n_conv++;
   if (act || res) {
-    const char *fused = ir_attr_str(n, "pipecc.fused", NULL);
-    if (fused) {
-      cu_w(c, "  /* fused: ");
-      cg_put_comment(c->call, fused, 600);
-      cu_w(c, " */\n");
-    }
-    char l1[48], l2[48];
     cu_w(c, "  PK_TRY(pk_conv_epi(S, %s, %s, %s, %lld, %lld, %lld, %d, %s, %s));\n", c->y[0], b ? c->x[2] : "NULL",
-         res ? res : "NULL", LL(nhwc ? N * sp : N), LL(M), LL(nhwc ? 1 : sp), bits,
-         cg_flit(l1, sizeof l1, bits & 1 ? lo : 0, IR_FLOAT), cg_flit(l2, sizeof l2, bits & 2 ? hi : 0, IR_FLOAT));
+         res ? res : "NULL", LL(nhwc ? N * sp : N), LL(M), LL(nhwc ? 1 : sp), bits, l1, l2);
   } else if (b)
     cu_w(c, "  PK_TRY(pk_bias(S, %s, %s, %s, %lld, %lld, %lld));\n", dt_name(t), c->y[0], c->x[2],
          LL(nhwc ? N * sp : N), LL(M), LL(nhwc ? 1 : sp));

@@ -15,7 +15,11 @@
         inputs and compares with onnxruntime (tools/ort_ref.py): rel-L2 <= 1e-3 with TF32
         (the default), and for g=1 again with --no-tf32 at rel-L2 <= 1e-4. The largest g
         (stages handing over on the device) must give the same bits with
-        PIPERT_SYNC_SETS=1 and over 20 streamed batches (--bench 20 --stream).
+        PIPERT_SYNC_SETS=1 and over 20 streamed batches (--bench 20 --stream). The
+        float32 g=1 build runs again with PIPECC_CONV_GEMM=0 where it has 1x1 Convs as
+        cuBLASLt GEMMs (pk_conv_1x1: cuDNN's convolution and the epilogue pass instead),
+        and g=1 is also built with --layout nhwc-all (the 3-channel stem channels-last
+        too); both compared (float32) with onnxruntime.
 
     run_cuda.py fuse --pipecc ... --model resnet18.onnx --shape ... --work /tmp/w
         Emits (--emit-only, no nvcc) with and without --no-fuse: the fused build's stage
@@ -377,6 +381,12 @@ def emitted(a, name, work, tag, extra):
     return r.stderr, src
 
 
+def conv_gemms(d):
+    """How many 1x1 Convs build d's stage sources run as cuBLASLt GEMMs (pk_conv_1x1)."""
+    return sum(len(re.findall(r"\bpk_conv_1x1\(", open(os.path.join(d, f)).read())) for f in os.listdir(d)
+               if f.startswith("stage_") and f.endswith(".cu"))
+
+
 def check_fuse(a, name, work):
     """Fused Conv epilogues in the emitted cuda sources (see the module docstring)."""
     calls, units = {}, {}
@@ -498,7 +508,9 @@ def run_mode(a, name, work):
     else:
         runs = [(g, [], 1e-3, "tf32") for g in stages] + [(1, ["--no-tf32"], 1e-4, "fp32"),
                                                            (1, ["--no-tf32", "--no-fuse"], 1e-4, "fp32-unfused"),
-                                                           (1, ["--no-tf32", "--layout", "nchw"], 1e-4, "fp32-nchw")]
+                                                           (1, ["--no-tf32", "--layout", "nchw"], 1e-4, "fp32-nchw"),
+                                                           (1, ["--no-tf32", "--layout", "nhwc-all"], 1e-4,
+                                                            "fp32-nhwc-all")]
     ok = True
     for g, extra, tol, tag in runs:
         d = os.path.join(work, f"run_g{g}_{tag}")
@@ -514,6 +526,12 @@ def run_mode(a, name, work):
         good, worst = pt.compare(got, ref, bound, f"{name} g={g} {tag}")
         ok &= good
         print(f"{name} g={g} {tag}: build {dt:.1f} s, run {tr:.2f} s, max rel-L2 {worst:.3g} ({told})")
+        if tag == "fp32" and g == 1 and conv_gemms(d):
+            got, tr = pt.run_pipeline(d, xin, f"{name} g=1 {tag} PIPECC_CONV_GEMM=0", env={"PIPECC_CONV_GEMM": "0"})
+            good, worst = (False, float("nan")) if got is None else pt.compare(got, ref, bound, f"{name} g=1 cudnn-1x1")
+            ok &= good
+            print(f"{name} g=1 {tag}, 1x1 Convs through cuDNN (PIPECC_CONV_GEMM=0): run {tr:.2f} s, "
+                  f"max rel-L2 {worst:.3g} ({told})")
         if g > 1 and g == max(stages) and tag == runs[0][3]:
             ok &= same_handover(d, xin, got, f"{name} g={g} {tag}")
         if not a.keep:

@@ -91,7 +91,7 @@ static void test_chain(void) {
   g->inputs = ins;
   g->n_inputs = 1;
 
-  CHECK(pass_layout_nhwc(g) == 1);
+  CHECK(pass_layout_nhwc(g, 0) == 1);
   int ic = find_node(g, "conv"), ia = find_node(g, "add"), ir = find_node(g, "relu"), ip = find_node(g, "pool");
   int is = find_node(g, "reshape");
   CHECK(ic >= 0 && ia >= 0 && ir >= 0 && ip >= 0 && is >= 0);
@@ -155,9 +155,13 @@ static void test_leave_alone(void) {
   g->inputs = &x;
   g->n_inputs = 1;
   int nodes = g->n_nodes;
-  CHECK(pass_layout_nhwc(g) == 0);
+  CHECK(pass_layout_nhwc(g, 0) == 0);
   CHECK(g->n_nodes == nodes && count_op(g, IR_OP_Transpose) == 0);
   CHECK(!pass_layout_is_nhwc(&g->nodes[find_node(g, "stem")]));
+  /* --layout nhwc-all: the same stem channels-last, a Transpose into it and one out */
+  CHECK(pass_layout_nhwc(g, 1) == 1);
+  CHECK(pass_layout_is_nhwc(&g->nodes[find_node(g, "stem")]));
+  CHECK(count_op(g, IR_OP_Transpose) == 2);
   ir_graph_free(g);
 }
 

@@ -284,6 +284,13 @@ int pk_bias(pk_stage *S, int dtype, void *y, const void *b, int64_t n, int64_t c
  * b and r may be NULL; act bit 0: clamp below at lo, bit 1: clamp above at hi. */
 int pk_conv_epi(pk_stage *S, void *y, const void *b, const void *r, int64_t n, int64_t c, int64_t spatial, int act,
                 float lo, float hi);
+/* A channels-last 1x1 Conv of stride 1 (conv idx, float32) with its fused epilogue,
+ * y = act(x W^T + b + r) over P = N H W positions: one cuBLASLt GEMM whose epilogue adds
+ * the bias, the residual (as its C operand) and Relu; cuDNN's convolution and
+ * pk_conv_epi where cuBLASLt has no algorithm or PIPECC_CONV_GEMM=0. b, r may be NULL;
+ * act as pk_conv_epi's. */
+int pk_conv_1x1(pk_stage *S, int idx, const void *x, const void *w, const void *b, const void *r, void *y, int64_t P,
+                int64_t C, int64_t M, int act, float lo, float hi);
 /* Row-major GEMM, batched with strides (0: broadcast):
  * C_i = alpha * op(A_i) op(B_i) + beta * C_i, op(A) M x K, op(B) K x N, C M x N.
  * Through cuBLASLt (TF32 unless the stage runs exact float32): a plan per shape made on

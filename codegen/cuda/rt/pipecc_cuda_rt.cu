@@ -333,6 +333,7 @@ struct pk_lt_plan {
   int dtype, ta, tb;
   int64_t m, n, k, lda, ldb, ldc, sa, sb, sc, batch;
   uint32_t al[3];
+  uint32_t epi;                    /* cublasLtEpilogue_t (pk_conv_1x1); DEFAULT for pk_gemm */
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t la, lb, lc;
   cublasLtMatmulAlgo_t algo;
@@ -375,15 +376,15 @@ static uint32_t lt_align(const void *p, int64_t stride, int64_t batch, int64_t e
  * C^T = op(B)^T op(A)^T, so cuBLASLt's A is our B and its B our A. */
 static struct pk_lt_plan *lt_plan(pk_stage *S, int dtype, int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t lda,
                                   int64_t sa, int64_t ldb, int64_t sb, int64_t ldc, int64_t sc, int64_t batch,
-                                  const uint32_t al[3]) {
+                                  const uint32_t al[3], uint32_t epi) {
   for (struct pk_lt_plan *p = S->lt_plans; p; p = p->next)
     if (p->dtype == dtype && p->ta == ta && p->tb == tb && p->m == m && p->n == n && p->k == k && p->lda == lda &&
         p->ldb == ldb && p->ldc == ldc && p->sa == sa && p->sb == sb && p->sc == sc && p->batch == batch &&
-        p->al[0] == al[0] && p->al[1] == al[1] && p->al[2] == al[2])
+        p->al[0] == al[0] && p->al[1] == al[1] && p->al[2] == al[2] && p->epi == epi)
       return p;
   struct pk_lt_plan *p = (struct pk_lt_plan *)calloc(1, sizeof *p);
   if (!p) return NULL;
-  *p = (struct pk_lt_plan){dtype, ta, tb, m, n, k, lda, ldb, ldc, sa, sb, sc, batch, {al[0], al[1], al[2]}};
+  *p = (struct pk_lt_plan){dtype, ta, tb, m, n, k, lda, ldb, ldc, sa, sb, sc, batch, {al[0], al[1], al[2]}, epi};
   int f64 = dtype == PK_F64;
   cudaDataType t = f64 ? CUDA_R_64F : CUDA_R_32F;
   cublasComputeType_t ct = f64 ? CUBLAS_COMPUTE_64F : S->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -394,6 +395,8 @@ static struct pk_lt_plan *lt_plan(pk_stage *S, int dtype, int ta, int tb, int64_
   if (cublasLtMatmulDescCreate(&p->op, ct, t) == CUBLAS_STATUS_SUCCESS &&
       cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) == CUBLAS_STATUS_SUCCESS &&
       cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb) == CUBLAS_STATUS_SUCCESS &&
+      (epi == CUBLASLT_EPILOGUE_DEFAULT ||
+       cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) == CUBLAS_STATUS_SUCCESS) &&
       (p->la = lt_layout(t, tb ? k : n, tb ? n : k, ldb, sb, batch)) &&
       (p->lb = lt_layout(t, ta ? m : k, ta ? k : m, lda, sa, batch)) && (p->lc = lt_layout(t, n, m, ldc, sc, batch)) &&
       cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS) {
@@ -429,7 +432,8 @@ extern "C" int pk_gemm(pk_stage *S, int dtype, int ta, int tb, int64_t m, int64_
   const void *pb = dtype == PK_F64 ? (const void *)&beta : (const void *)&bf;
   int64_t es = dtype == PK_F64 ? 8 : 4;
   uint32_t al[3] = {lt_align(a, sa, batch, es), lt_align(b, sb, batch, es), lt_align(c, sc, batch, es)};
-  struct pk_lt_plan *p = S->lt ? lt_plan(S, dtype, ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch, al) : NULL;
+  struct pk_lt_plan *p =
+      S->lt ? lt_plan(S, dtype, ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch, al, CUBLASLT_EPILOGUE_DEFAULT) : NULL;
   if (p && p->usable)
     return blas_ok(S,
                    cublasLtMatmul((cublasLtHandle_t)S->lt, p->op, pa, b, p->la, a, p->lb, pb, c, p->lc, c, p->lc,
@@ -451,6 +455,57 @@ extern "C" int pk_gemm(pk_stage *S, int dtype, int ta, int tb, int64_t m, int64_
                  "cublasGemmStridedBatchedEx")
              ? 0
              : 1;
+}
+
+/* ---- 1x1 Convs as GEMMs ------------------------------------------------------------------ */
+
+/* A channels-last 1x1 Conv of stride 1 is the GEMM Y[P, M] = X[P, C] W[M, C]^T (P = N H W
+ * positions, W the KRSC filter): cuBLASLt's Hopper GEMM kernels beat cuDNN's convolution
+ * kernels there (ResNet-50 at batch 32 on an H100: torch.compile runs these Convs as
+ * matmuls), and its epilogue takes the fused chain (passes/fuse.h) in the same kernel:
+ * D = relu(W X + beta R + bias) with the residual R as the C operand (beta 1), so the
+ * output is written once instead of written, read back and rewritten by k_conv_epi.
+ * Relu is cuBLASLt's max(v, 0); a Clip's bounds, and a bias not 16-byte aligned, take a
+ * pk_conv_epi pass after the GEMM. Where cuBLASLt offers no algorithm for the shape and
+ * epilogue, or PIPECC_CONV_GEMM=0, cuDNN's convolution idx and the epilogue pass run, as
+ * for any other Conv. Sums in another order than cuDNN's: results agree within TF32 or
+ * float32 rounding, not bit for bit. */
+static int conv_gemm_off(void) {
+  const char *v = getenv("PIPECC_CONV_GEMM");
+  return v && !strcmp(v, "0");
+}
+
+extern "C" int pk_conv_1x1(pk_stage *S, int idx, const void *x, const void *w, const void *b, const void *r, void *y,
+                           int64_t P, int64_t C, int64_t M, int act, float lo, float hi) {
+  int relu = act == 1 && lo == 0.0f;
+  int bias_in = b && !((uintptr_t)b & 15);
+  uint32_t epi = bias_in ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+                         : (relu && !b ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
+  struct pk_lt_plan *p = NULL;
+  if (S->lt && !conv_gemm_off() && P > 0 && C > 0 && M > 0) {
+    uint32_t al[3] = {lt_align(x, 0, 1, 4), lt_align(w, 0, 1, 4), lt_align(y, 0, 1, 4)};
+    if (r && lt_align(r, 0, 1, 4) < al[2]) al[2] = lt_align(r, 0, 1, 4); /* C (the residual) and D share a layout */
+    p = lt_plan(S, PK_F32, 0, 1, P, M, C, C, 0, C, 0, M, 0, 1, al, epi);
+  }
+  if (!p || !p->usable) {
+    if (pk_conv(S, idx, x, w, y)) return 1;
+    if (act || r) return pk_conv_epi(S, y, b, r, P, M, 1, act, lo, hi);
+    return b ? pk_bias(S, PK_F32, y, b, P, M, 1) : 0;
+  }
+  if (bias_in && !blas_ok(S, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b),
+                          "cublasLtMatmulDescSetAttribute(BIAS_POINTER)"))
+    return 1;
+  float one = 1.0f, beta = r ? 1.0f : 0.0f;
+  /* row-major Y = X W^T is column-major Y^T = W X^T: cuBLASLt's A is W, its B is X */
+  if (!blas_ok(S,
+               cublasLtMatmul((cublasLtHandle_t)S->lt, p->op, &one, w, p->la, x, p->lb, &beta, r ? r : y, p->lc, y,
+                              p->lc, &p->algo, S->ws, S->ws_bytes, S->stream),
+               "cublasLtMatmul"))
+    return 1;
+  /* what the epilogue did not take: a Clip, or the bias and activation after a misaligned bias */
+  const void *rest_b = b && !bias_in ? b : NULL;
+  int rest_act = (epi == CUBLASLT_EPILOGUE_RELU || epi == CUBLASLT_EPILOGUE_RELU_BIAS) ? 0 : act;
+  return rest_b || rest_act ? pk_conv_epi(S, y, rest_b, NULL, P, M, 1, rest_act, lo, hi) : 0;
 }
 
 /* ---- data movement ---------------------------------------------------------------------------- */

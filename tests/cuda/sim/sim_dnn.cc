@@ -1364,7 +1364,29 @@ struct GemmJob {
   double alpha, beta;
   Region ra, rb, rc, rd; /* what is read and written */
   bool tf32;             /* CUBLAS_COMPUTE_32F_FAST_TF32 */
+  /* cuBLASLt's epilogue (BIAS, RELU, RELU_BIAS): D[r, c] += bias[r], then max(D, 0) */
+  bool bias_add, relu;
+  const void *bias;
+  Region rbias;
 };
+
+/* cuBLASLt's epilogue after alpha op(A) op(B) + beta C: the bias broadcast along the
+ * columns (one value per row of D), then ReLU as cuBLASLt defines it, max(v, 0) */
+template <class T>
+void gemm_epilogue(const GemmJob &j) {
+  if (!j.bias_add && !j.relu) return;
+  const T *bias = (const T *)j.bias;
+  for (int64_t i = 0; i < j.batch; i++)
+    for (int64_t c = 0; c < j.n; c++) {
+      T *col = (T *)j.d + i * j.D.stride + c * j.D.ld;
+      for (int64_t r = 0; r < j.m; r++) {
+        T v = col[r];
+        if (j.bias_add) v += bias[r];
+        if (j.relu) v = std::fmax(v, (T)0);
+        col[r] = v;
+      }
+    }
+}
 
 template <class T>
 void gemm_run(const GemmJob &j) {
@@ -1385,13 +1407,14 @@ void gemm_run(const GemmJob &j) {
         else
           for (int64_t r = 0; r < j.m; r++) col[r] *= beta;
       }
-      continue;
+      continue; /* the epilogue below still runs */
     }
     if (beta == (T)0) /* never read D (it may hold NaN) */
       for (int64_t c = 0; c < j.n; c++) memset((void *)(Di + c * j.D.ld), 0, sizeof(T) * (size_t)j.m);
     gemm(CblasColMajor, j.ta ? CblasTrans : CblasNoTrans, j.tb ? CblasTrans : CblasNoTrans, (int)j.m, (int)j.n,
          (int)j.k, alpha, A + i * j.A.stride, (int)j.A.ld, B + i * j.B.stride, (int)j.B.ld, beta, Di, (int)j.D.ld);
   }
+  gemm_epilogue<T>(j);
 }
 
 /* Checks shared by cuBLAS and cuBLASLt once the shapes are known; fills the regions. */
@@ -1434,7 +1457,7 @@ cublasStatus_t gemm_enqueue(const char *call, cudaStream_t s, const GemmJob &j) 
   if (j.m == 0 || j.n == 0 || j.batch == 0) return CUBLAS_STATUS_SUCCESS;
   auto fn = [j, call]() {
     if (!still_dev(call, "A", j.ra) || !still_dev(call, "B", j.rb) || !still_dev(call, "C", j.rc) ||
-        !still_dev(call, "D", j.rd))
+        !still_dev(call, "D", j.rd) || (j.bias_add && !still_dev(call, "the bias", j.rbias)))
       return;
     blas_init();
     tl_tf32 = j.tf32;
@@ -1467,12 +1490,22 @@ cublasStatus_t lt_shape(const char *call, cublasLtMatmulDesc_t op, cublasLtMatri
       cudasim::warn("%s: the layout of %c was not created (or was destroyed)", call, names[i]);
       return CUBLAS_STATUS_INVALID_VALUE;
     }
-  if (op->pointer_mode != CUBLASLT_POINTER_MODE_HOST || op->epilogue != CUBLASLT_EPILOGUE_DEFAULT ||
-      op->tc != CUBLAS_OP_N) {
-    cudasim::warn("%s: pointer mode %d, epilogue %u, TRANSC %d: the simulator supports host pointers, the default "
-                  "epilogue and no TRANSC", call, (int)op->pointer_mode, (unsigned)op->epilogue, (int)op->tc);
+  uint32_t ep = op->epilogue;
+  if (op->pointer_mode != CUBLASLT_POINTER_MODE_HOST || op->tc != CUBLAS_OP_N ||
+      (ep != CUBLASLT_EPILOGUE_DEFAULT && ep != CUBLASLT_EPILOGUE_BIAS && ep != CUBLASLT_EPILOGUE_RELU &&
+       ep != CUBLASLT_EPILOGUE_RELU_BIAS)) {
+    cudasim::warn("%s: pointer mode %d, epilogue %u, TRANSC %d: the simulator supports host pointers, the epilogues "
+                  "DEFAULT, BIAS, RELU and RELU_BIAS, and no TRANSC", call, (int)op->pointer_mode, (unsigned)ep,
+                  (int)op->tc);
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
+  if (op->other.count(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE) || op->other.count(CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE)) {
+    cudasim::warn("%s: a bias data type or batch stride was set: the simulator supports the default (D's type, one "
+                  "vector for every batch)", call);
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  j->bias_add = ep == CUBLASLT_EPILOGUE_BIAS || ep == CUBLASLT_EPILOGUE_RELU_BIAS;
+  j->relu = ep == CUBLASLT_EPILOGUE_RELU || ep == CUBLASLT_EPILOGUE_RELU_BIAS;
   int kind = gemm_kind(op->ct, op->scale);
   cudaDataType want = kind == 1 ? CUDA_R_64F : CUDA_R_32F;
   if (kind < 0 || A->type != want || B->type != want || C->type != want || D->type != want) {
@@ -1941,6 +1974,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   j.a = A, j.b = B, j.c = C, j.d = D;
+  if (j.bias_add) { /* the pointer as set when this call was made (a graph replays that one) */
+    auto it = computeDesc->other.find(CUBLASLT_MATMUL_DESC_BIAS_POINTER);
+    if (it == computeDesc->other.end() || it->second.size() != sizeof(void *)) {
+      cudasim::warn("%s: a BIAS epilogue without CUBLASLT_MATMUL_DESC_BIAS_POINTER", call);
+      return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    memcpy(&j.bias, it->second.data(), sizeof(void *));
+    int64_t d[1] = {j.m}, s[1] = {1};
+    j.rbias = region(j.bias, j.dbl ? 8 : 4, 1, d, s);
+    if (!j.bias || !check_dev(call, "the bias", j.rbias)) return CUBLAS_STATUS_INVALID_VALUE;
+  }
   st = gemm_checks(call, j);
   if (st != CUBLAS_STATUS_SUCCESS) return st;
   return gemm_enqueue(call, stream, j);

@@ -932,6 +932,77 @@ static void test_pipecc_mapping(cublasLtHandle_t lt, cudaStream_t s) {
     }
 }
 
+/* cuBLASLt's epilogues as pk_conv_1x1 uses them: row-major Y[P, M] = X[P, C] W[M, C]^T
+ * (column-major D = W^T... with cuBLASLt's A = W transposed, B = X), bias per row of D
+ * (per output channel), the residual as C with beta 1 (C and D apart), then ReLU as
+ * max(v, 0); and the errors: a BIAS epilogue with no bias pointer, an unsupported one. */
+static void test_lt_epilogue(cublasLtHandle_t lt, cudaStream_t s) {
+  const int P = 13, C = 6, M = 5;
+  const uint32_t epis[4] = {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_RELU,
+                            CUBLASLT_EPILOGUE_RELU_BIAS};
+  std::vector<double> hx = as_stored(rnd_vec((size_t)P * C), 4), hw = as_stored(rnd_vec((size_t)M * C), 4);
+  std::vector<double> hb = as_stored(rnd_vec(M), 4), hr = as_stored(rnd_vec((size_t)P * M), 4);
+  Dev dx(hx, 4), dw(hw, 4), db(hb, 4), dr(hr, 4), dy(std::vector<double>((size_t)P * M, 0.0), 4);
+  for (uint32_t epi : epis)
+    for (int res = 0; res < 2; res++) {
+      cublasLtMatmulDesc_t op;
+      BL(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      cublasOperation_t opa = CUBLAS_OP_T, opb = CUBLAS_OP_N;
+      BL(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+      BL(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+      BL(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+      bool bias = epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_RELU_BIAS;
+      bool relu = epi == CUBLASLT_EPILOGUE_RELU || epi == CUBLASLT_EPILOGUE_RELU_BIAS;
+      if (bias) BL(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &db.p, sizeof db.p));
+      cublasLtMatrixLayout_t la, lb, lc;
+      BL(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, C, M, C)); /* W [M, C] row-major */
+      BL(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, C, P, C)); /* X [P, C] */
+      BL(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, M, P, M)); /* Y, R [P, M] */
+      float one = 1, beta = res ? 1.0f : 0.0f;
+      BL(cublasLtMatmul(lt, op, &one, dw.p, la, dx.p, lb, &beta, res ? dr.p : dy.p, lc, dy.p, lc, nullptr, nullptr, 0,
+                        s));
+      CU(cudaStreamSynchronize(s));
+      std::vector<double> got = dy.get(), ref((size_t)P * M);
+      int relu_zeroed = 0;
+      for (int p = 0; p < P; p++)
+        for (int m = 0; m < M; m++) {
+          double acc = 0;
+          for (int c = 0; c < C; c++) acc += hx[p * C + c] * hw[m * C + c];
+          if (res) acc += hr[p * M + m];
+          if (bias) acc += hb[m];
+          if (relu && acc < 0) acc = 0, relu_zeroed++;
+          ref[p * M + m] = acc;
+        }
+      check(rel_err(got, ref) < 2e-5 && (!relu || relu_zeroed > 0),
+            "cublasLtMatmul epilogue %u, residual %d: relu(W X + beta R + bias) as pk_conv_1x1 maps it", epi, res);
+      check(dr.get() == hr, "cublasLtMatmul epilogue %u: C (the residual) untouched", epi);
+      if (bias) { /* no bias pointer: refused */
+        void *null = nullptr;
+        BL(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &null, sizeof null));
+        cublasStatus_t bs =
+            cublasLtMatmul(lt, op, &one, dw.p, la, dx.p, lb, &beta, dy.p, lc, dy.p, lc, nullptr, nullptr, 0, s);
+        check(bs == CUBLAS_STATUS_INVALID_VALUE, "error: epilogue %u with a NULL bias pointer -> %s", epi,
+              cublasGetStatusName(bs));
+      }
+      cublasLtMatmulDescDestroy(op);
+      cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(lc);
+    }
+  {
+    cublasLtMatmulDesc_t op;
+    BL(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    uint32_t gelu = CUBLASLT_EPILOGUE_GELU;
+    BL(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &gelu, sizeof gelu));
+    cublasLtMatrixLayout_t l;
+    BL(cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, 4, 4, 4));
+    float one = 1, zero = 0;
+    cublasStatus_t bs = cublasLtMatmul(lt, op, &one, dx.p, l, dw.p, l, &zero, dy.p, l, dy.p, l, nullptr, nullptr, 0, s);
+    check(bs == CUBLAS_STATUS_NOT_SUPPORTED, "error: the GELU epilogue is not simulated -> %s", cublasGetStatusName(bs));
+    cublasLtMatmulDescDestroy(op);
+    cublasLtMatrixLayoutDestroy(l);
+  }
+  dx.free_(), dw.free_(), db.free_(), dr.free_(), dy.free_();
+}
+
 /* beta 0: the output is never read, so fresh device memory (NaN: the simulator poisons it)
  * does not leak into the result; strided outputs keep NaN between their elements */
 static void test_fresh_outputs(cudnnHandle_t h, cublasHandle_t bh, cublasLtHandle_t lt, cudaStream_t s) {
@@ -1208,6 +1279,7 @@ int main() {
     test_gemm_lt(lt, s, ws, ws_size, z);
   }
   test_pipecc_mapping(lt, s);
+  test_lt_epilogue(lt, s);
   test_graph(h, s);
   test_determinism(h, s);
   {
