@@ -34,7 +34,9 @@
         --layout nchw: the default build's sources describe as many Convs to cuDNN as
         channels-last as pipecc reports turning (at least one), the nchw build none, and
         the default build adds at most --max-transposes Transpose units (the layout
-        changes at the edges of the channels-last region, not around every Conv). In
+        changes at the edges of the channels-last region, not around every Conv); its
+        channels-last 1x1 stride-1 Convs of one group (at least one) all call
+        pk_conv_1x1 (cuBLASLt GEMMs), the nchw build's none. In
         run mode, g=1 is also built with --layout nchw and compared (float32) with
         onnxruntime.
 
@@ -407,7 +409,7 @@ def check_fuse(a, name, work):
 
 def check_layout(a, name, work):
     """Channels-last Convs and the transposes around them (see the module docstring)."""
-    convs, transposes, reported = {}, {}, 0
+    convs, transposes, reported, gemms, want_gemms = {}, {}, 0, {}, 0
     for tag, extra in (("nhwc", ["--time-passes"]), ("nchw", ["--layout", "nchw"])):
         e = emitted(a, name, work, f"layout_{tag}", extra)
         if e is None:
@@ -417,10 +419,16 @@ def check_layout(a, name, work):
             reported = int(m.group(1)) if m else -1
         convs[tag] = len(re.findall(r"channels-last \(NHWC, filter KRSC\)", e[1]))
         transposes[tag] = len(re.findall(r"/\* node \d+: Transpose '", e[1]))
+        gemms[tag] = len(re.findall(r"\bpk_conv_1x1\(", e[1]))
+        if tag == "nhwc":  # channels-last 1x1 Convs of one group whose output keeps the input's size: stride 1
+            want_gemms = sum(1 for i, o in re.findall(r"group=1 in=(\d+x\d+x\d+) out=(\d+x\d+x\d+) "
+                                                      r"kernel=1x1x1, channels-last", e[1]) if i == o)
     added = transposes["nhwc"] - transposes["nchw"]
     print(f"{name}: pipecc reports {reported} channels-last convs; in the sources: nhwc {convs['nhwc']}, "
-          f"nchw {convs['nchw']}; Transpose units added {added} (at most {a.max_transposes})")
+          f"nchw {convs['nchw']}; Transpose units added {added} (at most {a.max_transposes}); 1x1 Convs as "
+          f"GEMMs (pk_conv_1x1): nhwc {gemms['nhwc']} of {want_gemms}, nchw {gemms['nchw']}")
     ok = reported > 0 and convs["nhwc"] == reported and convs["nchw"] == 0 and 0 <= added <= a.max_transposes
+    ok &= want_gemms > 0 and gemms["nhwc"] == want_gemms and gemms["nchw"] == 0
     print(("PASS " if ok else "FAIL ") + name)
     return 0 if ok else 1
 
