@@ -683,12 +683,57 @@ __global__ void k_pool(pk_pool_p p, const T *__restrict__ x, T *__restrict__ y, 
   }
 }
 
+/* 2-D float max pooling without indices (the MaxPool after an image model's stem): k_pool
+ * with 32-bit index arithmetic and no per-kind branches. k_pool's int64 divisions and
+ * generic 3-D loop cost it about 3x what the memory traffic needs on ResNet-50's MaxPool
+ * (0.31 ms at batch 32 on an H100 against PyTorch's 0.10). The same taps in the same
+ * order and the same comparison, so the same results as k_pool. */
+struct pk_pool2 {
+  unsigned cl, ih, iw, oh, ow, kh, kw, sh, sw, dh, dw;
+  int ph, pw;
+};
+
+__global__ void k_maxpool2d(pk_pool2 p, const float *__restrict__ x, float *__restrict__ y, unsigned total) {
+  unsigned cs = p.cl ? p.cl : 1, is = p.ih * p.iw;
+  for (unsigned t = blockIdx.x * blockDim.x + threadIdx.x; t < total; t += gridDim.x * blockDim.x) {
+    unsigned ch = p.cl ? t % p.cl : 0, q = p.cl ? t / p.cl : t;
+    unsigned ow = q % p.ow;
+    q /= p.ow;
+    unsigned oh = q % p.oh, nc = q / p.oh;
+    const float *xp = x + (size_t)nc * is * cs + ch;
+    int h0 = (int)(oh * p.sh) - p.ph, w0 = (int)(ow * p.sw) - p.pw;
+    float m = -INFINITY;
+    for (unsigned kh = 0; kh < p.kh; kh++) {
+      int ih = h0 + (int)(kh * p.dh);
+      if (ih < 0 || ih >= (int)p.ih) continue;
+      for (unsigned kw = 0; kw < p.kw; kw++) {
+        int iw = w0 + (int)(kw * p.dw);
+        if (iw < 0 || iw >= (int)p.iw) continue;
+        float v = xp[((unsigned)ih * p.iw + (unsigned)iw) * cs];
+        if (v > m) m = v;
+      }
+    }
+    y[t] = m;
+  }
+}
+
 extern "C" int pk_pool(pk_stage *S, const pk_pool_p *p, const void *x, void *y, int64_t *yi) {
   int64_t t = p->nc * p->out[0] * p->out[1] * p->out[2];
   if (t == 0) return 0;
   if (p->cl && (yi || p->nc % p->cl)) return pk_fail(S, "pooling", "channels-last pooling without indices only");
   if (p->dtype != PK_F32 && p->kind != PK_POOL_MAX) return pk_fail(S, "pooling", "only max pooling takes bytes");
   unsigned g = pk_grid(t);
+  int64_t xn = p->nc * p->in[0] * p->in[1] * p->in[2];
+  if (p->dtype == PK_F32 && p->kind == PK_POOL_MAX && !yi && p->in[0] == 1 && p->out[0] == 1 && p->k[0] == 1 &&
+      t < ((int64_t)1 << 31) && xn < ((int64_t)1 << 31) && p->k[1] * p->d[1] < (1 << 20) &&
+      p->k[2] * p->d[2] < (1 << 20) && p->out[1] * p->s[1] < (1 << 30) && p->out[2] * p->s[2] < (1 << 30) &&
+      p->pb[1] < (1 << 20) && p->pb[2] < (1 << 20)) {
+    pk_pool2 q = {(unsigned)p->cl,  (unsigned)p->in[1], (unsigned)p->in[2], (unsigned)p->out[1],
+                  (unsigned)p->out[2], (unsigned)p->k[1], (unsigned)p->k[2], (unsigned)p->s[1],
+                  (unsigned)p->s[2],  (unsigned)p->d[1], (unsigned)p->d[2], (int)p->pb[1], (int)p->pb[2]};
+    k_maxpool2d<<<g, PK_THREADS, 0, S->stream>>>(q, (const float *)x, (float *)y, (unsigned)t);
+    return pk_check_launch(S);
+  }
   switch (p->dtype) {
     case PK_F32: k_pool<float><<<g, PK_THREADS, 0, S->stream>>>(*p, (const float *)x, (float *)y, yi, t); break;
     case PK_I8: k_pool<int8_t><<<g, PK_THREADS, 0, S->stream>>>(*p, (const int8_t *)x, (int8_t *)y, yi, t); break;
