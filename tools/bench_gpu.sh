@@ -77,24 +77,16 @@ bench_pipecc() { # name input_name shape input_file g m label [pipecc flags...]
   # from host memory; PyTorch's input stays on the GPU.
   ${split[@]+"${split[@]}"} "$PIPECC" "$WORK/models/$name.onnx" --target cuda --shape "$in:$shape" -g "$g" -m "$m" \
       ${NOTF32[@]+"${NOTF32[@]}"} ${flags[@]+"${flags[@]}"} -o "$d" >&2
-  local out sps i
-  local envs=("") tags=("$label")
-  if [ "$g" -gt 1 ]; then
-    envs+=("PIPERT_SYNC_SETS=1")
-    tags+=("$label-sync")
-  fi
-  for i in "${!envs[@]}"; do
-    out="$(env ${envs[$i]:+"${envs[$i]}"} "$d/pipeline" --input "$in=$file" --bench "$ITERS" --stream)"
-    echo "$out" >&2
-    sps="$(echo "$out" | sed -n 's/^throughput: \([0-9.]*\) samples\/s.*/\1/p')"
-    echo "$name ${tags[$i]} $sps" >> "$RESULTS"
-  done
+  bench_env "$name" "$in" "$file" "$label" "" "$label"
+  [ "$g" -gt 1 ] && bench_env "$name" "$in" "$file" "$label" PIPERT_SYNC_SETS=1 "$label-sync"
+  return 0
 }
 
-# an existing build run again with one environment variable set, recorded as LABEL
+# the build WORK/NAME-BUILD_LABEL run (--bench --stream), with one environment variable
+# set unless VAR=VALUE is empty; samples/s recorded as runner LABEL
 bench_env() { # name input_name input_file build_label VAR=VALUE label
   local out sps
-  out="$(env "$5" "$WORK/$1-$4/pipeline" --input "$2=$3" --bench "$ITERS" --stream)"
+  out="$(env ${5:+"$5"} "$WORK/$1-$4/pipeline" --input "$2=$3" --bench "$ITERS" --stream)"
   echo "$out" >&2
   sps="$(echo "$out" | sed -n 's/^throughput: \([0-9.]*\) samples\/s.*/\1/p')"
   echo "$1 $6 $sps" >> "$RESULTS"

@@ -369,6 +369,12 @@ def run_step(a, name, work, stages):
     return 0 if ok else 1
 
 
+def stage_sources(d):
+    """Build directory d's stage_K.cu sources, joined in name order."""
+    return "".join(open(os.path.join(d, f)).read() for f in sorted(os.listdir(d))
+                   if f.startswith("stage_") and f.endswith(".cu"))
+
+
 def emitted(a, name, work, tag, extra):
     """pipecc --emit-only with extra flags: (its stderr, the stage_K.cu sources joined), or None."""
     d = os.path.join(work, tag)
@@ -376,8 +382,7 @@ def emitted(a, name, work, tag, extra):
     r = pt.run_pipecc(pipecc_cmd(a, 2, d, ["--emit-only"] + extra), f"{name} {tag}")
     if r is None:
         return None
-    src = "".join(open(os.path.join(d, f)).read() for f in sorted(os.listdir(d))
-                  if f.startswith("stage_") and f.endswith(".cu"))
+    src = stage_sources(d)
     if not a.keep:
         shutil.rmtree(d, ignore_errors=True)
     return r.stderr, src
@@ -385,8 +390,7 @@ def emitted(a, name, work, tag, extra):
 
 def conv_gemms(d):
     """How many 1x1 Convs build d's stage sources run as cuBLASLt GEMMs (pk_conv_1x1)."""
-    return sum(len(re.findall(r"\bpk_conv_1x1\(", open(os.path.join(d, f)).read())) for f in os.listdir(d)
-               if f.startswith("stage_") and f.endswith(".cu"))
+    return len(re.findall(r"\bpk_conv_1x1\(", stage_sources(d)))
 
 
 def check_fuse(a, name, work):

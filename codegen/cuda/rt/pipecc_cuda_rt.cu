@@ -483,8 +483,9 @@ extern "C" int pk_conv_1x1(pk_stage *S, int idx, const void *x, const void *w, c
                          : (relu && !b ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
   struct pk_lt_plan *p = NULL;
   if (S->lt && !conv_gemm_off() && P > 0 && C > 0 && M > 0) {
-    uint32_t al[3] = {lt_align(x, 0, 1, 4), lt_align(w, 0, 1, 4), lt_align(y, 0, 1, 4)};
-    if (r && lt_align(r, 0, 1, 4) < al[2]) al[2] = lt_align(r, 0, 1, 4); /* C (the residual) and D share a layout */
+    /* C (the residual) and D share a layout: the alignment of both */
+    uint32_t ay = lt_align(y, 0, 1, 4), ar = r ? lt_align(r, 0, 1, 4) : ay;
+    uint32_t al[3] = {lt_align(x, 0, 1, 4), lt_align(w, 0, 1, 4), ar < ay ? ar : ay};
     p = lt_plan(S, PK_F32, 0, 1, P, M, C, C, 0, C, 0, M, 0, 1, al, epi);
   }
   if (!p || !p->usable) {
