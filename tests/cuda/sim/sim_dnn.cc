@@ -49,7 +49,7 @@ namespace {
 
 /* ---- live objects ------------------------------------------------------------------------ */
 
-enum Kind { K_DNN = 1, K_TENSOR, K_FILTER, K_CONV, K_BLAS, K_LT, K_LT_DESC, K_LT_LAYOUT, K_LT_PREF };
+enum Kind { K_DNN = 1, K_TENSOR, K_FILTER, K_CONV, K_BLAS, K_LT, K_LT_DESC, K_LT_LAYOUT, K_LT_PREF, K_BACKEND };
 
 std::mutex reg_mu;
 std::unordered_map<const void *, int> &registry() {
@@ -1262,6 +1262,670 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void *alp
                         bwd_ws(j.g, algo), &j);
   if (st != CUDNN_STATUS_SUCCESS) return st;
   j.tf32 = j.g.dt == CUDNN_DATA_FLOAT && convDesc->math != CUDNN_FMA_MATH && tf32_allowed();
+  return conv_enqueue(call, handle, j);
+}
+
+}  // extern "C"
+
+/* ==== cuDNN's backend (graph) API ================================================================== */
+/* One forward convolution per operation graph. A descriptor keeps the attributes set on it;
+ * finalizing one copies what it needs out of the descriptors it names (so they may be
+ * destroyed afterwards) and checks what cuDNN would. Engines: 0 the "tensor-core" one
+ * (numerical note TENSOR_CORE, float data only: TF32 emulated as for the legacy API's
+ * default math, im2col in the workspace), 1 the FMA one (no workspace, no TF32). */
+
+namespace {
+
+struct BTensor {
+  cudnnDataType_t dt = CUDNN_DATA_FLOAT;
+  int nd = 0;
+  int64_t dim[CUDNN_DIM_MAX] = {0}, str[CUDNN_DIM_MAX] = {0};
+  int64_t uid = 0, align = 0;
+};
+struct BConv {
+  cudnnDataType_t ct = CUDNN_DATA_FLOAT;
+  cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  int n = 0;
+  int64_t dil[3] = {0}, str[3] = {0}, pre[3] = {0}, post[3] = {0};
+};
+/* a convolution-forward operation as finalized */
+struct BOp {
+  BTensor x, w, y;
+  BConv conv;
+  double alpha = 1, beta = 0;
+};
+
+enum { BE_TC = 0, BE_FMA = 1 };
+
+struct BackendDesc {
+  cudnnBackendDescriptorType_t type;
+  bool final = false;
+  /* attributes as set: (type, count, bytes) */
+  struct Attr {
+    cudnnBackendAttributeType_t t;
+    int64_t n;
+    std::vector<unsigned char> v;
+  };
+  std::map<int, Attr> attrs;
+  /* finalized contents */
+  BTensor tensor;
+  BConv conv;
+  BOp op;                  /* operation, graph, heuristics, configuration, engine, plan */
+  cudnnHandle_t handle = nullptr;
+  std::vector<int> engines; /* heuristics: the results */
+  int engine = -1;          /* configuration, engine, plan */
+  Geo geo;                  /* plan */
+  size_t ws = 0;            /* plan */
+  std::vector<int64_t> uids; /* variant pack */
+  std::vector<void *> ptrs;
+  void *workspace = nullptr;
+};
+
+const char *be_type_name(cudnnBackendDescriptorType_t t) {
+  switch (t) {
+    case CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR: return "CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR";
+    case CUDNN_BACKEND_ENGINE_DESCRIPTOR: return "CUDNN_BACKEND_ENGINE_DESCRIPTOR";
+    case CUDNN_BACKEND_ENGINECFG_DESCRIPTOR: return "CUDNN_BACKEND_ENGINECFG_DESCRIPTOR";
+    case CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR: return "CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR";
+    case CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR: return "CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR";
+    case CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR:
+      return "CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR";
+    case CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR: return "CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR";
+    case CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR: return "CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR";
+    case CUDNN_BACKEND_TENSOR_DESCRIPTOR: return "CUDNN_BACKEND_TENSOR_DESCRIPTOR";
+  }
+  return "an unknown descriptor type";
+}
+
+/* The descriptor type an attribute belongs to, the element type it takes, and the most
+ * elements it may have. */
+struct AttrSpec {
+  cudnnBackendAttributeName_t name;
+  const char *text;
+  cudnnBackendDescriptorType_t owner;
+  cudnnBackendAttributeType_t t;
+  int64_t max;
+};
+const AttrSpec attr_specs[] = {
+    {CUDNN_ATTR_CONVOLUTION_COMP_TYPE, "CUDNN_ATTR_CONVOLUTION_COMP_TYPE", CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR,
+     CUDNN_TYPE_DATA_TYPE, 1},
+    {CUDNN_ATTR_CONVOLUTION_CONV_MODE, "CUDNN_ATTR_CONVOLUTION_CONV_MODE", CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR,
+     CUDNN_TYPE_CONVOLUTION_MODE, 1},
+    {CUDNN_ATTR_CONVOLUTION_DILATIONS, "CUDNN_ATTR_CONVOLUTION_DILATIONS", CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR,
+     CUDNN_TYPE_INT64, 3},
+    {CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, "CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES",
+     CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, CUDNN_TYPE_INT64, 3},
+    {CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, "CUDNN_ATTR_CONVOLUTION_POST_PADDINGS",
+     CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, CUDNN_TYPE_INT64, 3},
+    {CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, "CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS", CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR,
+     CUDNN_TYPE_INT64, 3},
+    {CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, "CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS", CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR,
+     CUDNN_TYPE_INT64, 1},
+    {CUDNN_ATTR_ENGINEHEUR_MODE, "CUDNN_ATTR_ENGINEHEUR_MODE", CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR,
+     CUDNN_TYPE_HEUR_MODE, 1},
+    {CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, "CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH",
+     CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1},
+    {CUDNN_ATTR_ENGINEHEUR_RESULTS, "CUDNN_ATTR_ENGINEHEUR_RESULTS", CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR,
+     CUDNN_TYPE_BACKEND_DESCRIPTOR, 0},
+    {CUDNN_ATTR_ENGINECFG_ENGINE, "CUDNN_ATTR_ENGINECFG_ENGINE", CUDNN_BACKEND_ENGINECFG_DESCRIPTOR,
+     CUDNN_TYPE_BACKEND_DESCRIPTOR, 0},
+    {CUDNN_ATTR_EXECUTION_PLAN_HANDLE, "CUDNN_ATTR_EXECUTION_PLAN_HANDLE", CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR,
+     CUDNN_TYPE_HANDLE, 1},
+    {CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, "CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG",
+     CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1},
+    {CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, "CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE",
+     CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, CUDNN_TYPE_INT64, 0},
+    {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, "CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA",
+     CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, CUDNN_TYPE_FLOAT, 1},
+    {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, "CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA",
+     CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, CUDNN_TYPE_FLOAT, 1},
+    {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, "CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC",
+     CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1},
+    {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, "CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W",
+     CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1},
+    {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, "CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X",
+     CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1},
+    {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, "CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y",
+     CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1},
+    {CUDNN_ATTR_OPERATIONGRAPH_HANDLE, "CUDNN_ATTR_OPERATIONGRAPH_HANDLE", CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR,
+     CUDNN_TYPE_HANDLE, 1},
+    {CUDNN_ATTR_OPERATIONGRAPH_OPS, "CUDNN_ATTR_OPERATIONGRAPH_OPS", CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR,
+     CUDNN_TYPE_BACKEND_DESCRIPTOR, 64},
+    {CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, "CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT", CUDNN_BACKEND_TENSOR_DESCRIPTOR,
+     CUDNN_TYPE_INT64, 1},
+    {CUDNN_ATTR_TENSOR_DATA_TYPE, "CUDNN_ATTR_TENSOR_DATA_TYPE", CUDNN_BACKEND_TENSOR_DESCRIPTOR,
+     CUDNN_TYPE_DATA_TYPE, 1},
+    {CUDNN_ATTR_TENSOR_DIMENSIONS, "CUDNN_ATTR_TENSOR_DIMENSIONS", CUDNN_BACKEND_TENSOR_DESCRIPTOR, CUDNN_TYPE_INT64,
+     CUDNN_DIM_MAX},
+    {CUDNN_ATTR_TENSOR_STRIDES, "CUDNN_ATTR_TENSOR_STRIDES", CUDNN_BACKEND_TENSOR_DESCRIPTOR, CUDNN_TYPE_INT64,
+     CUDNN_DIM_MAX},
+    {CUDNN_ATTR_TENSOR_UNIQUE_ID, "CUDNN_ATTR_TENSOR_UNIQUE_ID", CUDNN_BACKEND_TENSOR_DESCRIPTOR, CUDNN_TYPE_INT64, 1},
+    {CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, "CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS", CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR,
+     CUDNN_TYPE_INT64, 64},
+    {CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, "CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS",
+     CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, CUDNN_TYPE_VOID_PTR, 64},
+    {CUDNN_ATTR_VARIANT_PACK_WORKSPACE, "CUDNN_ATTR_VARIANT_PACK_WORKSPACE", CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR,
+     CUDNN_TYPE_VOID_PTR, 1},
+    {CUDNN_ATTR_ENGINE_GLOBAL_INDEX, "CUDNN_ATTR_ENGINE_GLOBAL_INDEX", CUDNN_BACKEND_ENGINE_DESCRIPTOR,
+     CUDNN_TYPE_INT64, 0},
+    {CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, "CUDNN_ATTR_ENGINE_NUMERICAL_NOTE", CUDNN_BACKEND_ENGINE_DESCRIPTOR,
+     CUDNN_TYPE_NUMERICAL_NOTE, 0},
+    {CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, "CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE", CUDNN_BACKEND_ENGINE_DESCRIPTOR,
+     CUDNN_TYPE_BEHAVIOR_NOTE, 0},
+};
+
+const AttrSpec *attr_spec(cudnnBackendAttributeName_t a) {
+  for (const AttrSpec &s : attr_specs)
+    if (s.name == a) return &s;
+  return nullptr;
+}
+
+size_t be_elem_size(cudnnBackendAttributeType_t t) {
+  switch (t) {
+    case CUDNN_TYPE_HANDLE: return sizeof(cudnnHandle_t);
+    case CUDNN_TYPE_DATA_TYPE: return sizeof(cudnnDataType_t);
+    case CUDNN_TYPE_BOOLEAN: return sizeof(bool);
+    case CUDNN_TYPE_INT64: return sizeof(int64_t);
+    case CUDNN_TYPE_FLOAT: return sizeof(float);
+    case CUDNN_TYPE_DOUBLE: return sizeof(double);
+    case CUDNN_TYPE_VOID_PTR: return sizeof(void *);
+    case CUDNN_TYPE_CONVOLUTION_MODE: return sizeof(cudnnConvolutionMode_t);
+    case CUDNN_TYPE_HEUR_MODE: return sizeof(cudnnBackendHeurMode_t);
+    case CUDNN_TYPE_NUMERICAL_NOTE: return sizeof(cudnnBackendNumericalNote_t);
+    case CUDNN_TYPE_BACKEND_DESCRIPTOR: return sizeof(cudnnBackendDescriptor_t);
+    case CUDNN_TYPE_BEHAVIOR_NOTE: return sizeof(int);
+  }
+  return 0;
+}
+
+BackendDesc *be_live(const void *p) { return obj_live(p, K_BACKEND) ? (BackendDesc *)p : nullptr; }
+
+/* the attribute's elements, or NULL (with a warning naming what is missing) */
+const BackendDesc::Attr *be_need(const char *call, const BackendDesc *d, cudnnBackendAttributeName_t a) {
+  auto it = d->attrs.find((int)a);
+  if (it != d->attrs.end() && it->second.n > 0) return &it->second;
+  const AttrSpec *s = attr_spec(a);
+  cudasim::warn("%s: %s: %s is not set", call, be_type_name(d->type), s ? s->text : "an attribute");
+  return nullptr;
+}
+int64_t be_i64(const BackendDesc::Attr *a, int64_t i) {
+  int64_t v;
+  memcpy(&v, a->v.data() + (size_t)i * sizeof v, sizeof v);
+  return v;
+}
+template <class T>
+T be_val(const BackendDesc::Attr *a, int64_t i = 0) {
+  T v;
+  memcpy(&v, a->v.data() + (size_t)i * sizeof v, sizeof v);
+  return v;
+}
+/* a descriptor named by an attribute: live, of the type wanted, finalized */
+BackendDesc *be_ref(const char *call, const BackendDesc *d, cudnnBackendAttributeName_t a,
+                    cudnnBackendDescriptorType_t want, int64_t i = 0) {
+  const BackendDesc::Attr *at = be_need(call, d, a);
+  if (!at) return nullptr;
+  BackendDesc *r = be_live(be_val<cudnnBackendDescriptor_t>(at, i));
+  const AttrSpec *s = attr_spec(a);
+  if (!r || r->type != want || !r->final) {
+    cudasim::warn("%s: %s names %s, which is %s", call, s ? s->text : "an attribute", be_type_name(want),
+                  !r ? "not a live descriptor (destroyed?)" : r->type != want ? "of another type" : "not finalized");
+    return nullptr;
+  }
+  return r;
+}
+
+/* legacy descriptors for a finalized operation, to share the legacy API's checks and
+ * arithmetic (make_geo, conv_call_checks, conv_enqueue) */
+struct Legacy {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t c = nullptr;
+  ~Legacy() {
+    if (x) obj_delete(x, K_TENSOR);
+    if (y) obj_delete(y, K_TENSOR);
+    if (w) obj_delete(w, K_FILTER);
+    if (c) obj_delete(c, K_CONV);
+  }
+};
+
+cudnnStatus_t be_geo(const char *call, const BOp &op, Geo *g) {
+  Legacy L;
+  const BTensor *ts[3] = {&op.x, &op.y, &op.w};
+  for (const BTensor *t : ts)
+    for (int i = 0; i < t->nd; i++)
+      if (t->dim[i] > INT_MAX || t->str[i] > INT_MAX) {
+        cudasim::warn("%s: a dimension or stride of 2^31 or more", call);
+        return CUDNN_STATUS_NOT_SUPPORTED;
+      }
+  L.x = obj_new<cudnnTensorStruct>(K_TENSOR);
+  L.y = obj_new<cudnnTensorStruct>(K_TENSOR);
+  L.w = obj_new<cudnnFilterStruct>(K_FILTER);
+  L.c = obj_new<cudnnConvolutionStruct>(K_CONV);
+  cudnnTensorDescriptor_t lt[2] = {L.x, L.y};
+  const BTensor *bt[2] = {&op.x, &op.y};
+  for (int k = 0; k < 2; k++) {
+    lt[k]->set = true;
+    lt[k]->dt = bt[k]->dt;
+    lt[k]->nd = bt[k]->nd;
+    for (int i = 0; i < bt[k]->nd; i++) lt[k]->dim[i] = (int)bt[k]->dim[i], lt[k]->str[i] = (int)bt[k]->str[i];
+  }
+  /* the filter: packed, in NCHW (KCRS) or NHWC (KRSC) order */
+  const BTensor &w = op.w;
+  int nd = w.nd;
+  int64_t nchw[CUDNN_DIM_MAX], nhwc[CUDNN_DIM_MAX];
+  nchw[nd - 1] = 1;
+  for (int i = nd - 2; i >= 0; i--) nchw[i] = nchw[i + 1] * w.dim[i + 1];
+  nhwc[1] = 1;
+  nhwc[nd - 1] = w.dim[1];
+  for (int i = nd - 2; i >= 2; i--) nhwc[i] = nhwc[i + 1] * w.dim[i + 1];
+  nhwc[0] = nhwc[2] * w.dim[2];
+  bool is_nchw = true, is_nhwc = true;
+  for (int i = 0; i < nd; i++) {
+    is_nchw = is_nchw && (w.dim[i] == 1 || w.str[i] == nchw[i]);
+    is_nhwc = is_nhwc && (w.dim[i] == 1 || w.str[i] == nhwc[i]);
+  }
+  if (!is_nchw && !is_nhwc) {
+    cudasim::warn("%s: the filter's strides are neither packed NCHW (KCRS) nor packed NHWC (KRSC)", call);
+    return CUDNN_STATUS_NOT_SUPPORTED;
+  }
+  L.w->set = true;
+  L.w->dt = w.dt;
+  L.w->fmt = is_nchw ? CUDNN_TENSOR_NCHW : CUDNN_TENSOR_NHWC;
+  L.w->nd = nd;
+  for (int i = 0; i < nd; i++) L.w->dim[i] = (int)w.dim[i];
+  const BConv &c = op.conv;
+  for (int i = 0; i < c.n; i++)
+    if (c.pre[i] != c.post[i]) {
+      cudasim::warn("%s: spatial dim %d: pre-padding %lld, post-padding %lld: the simulator supports equal ones", call,
+                    i, (long long)c.pre[i], (long long)c.post[i]);
+      return CUDNN_STATUS_NOT_SUPPORTED;
+    }
+  L.c->set = true;
+  L.c->n = c.n;
+  for (int i = 0; i < c.n; i++) L.c->pad[i] = (int)c.pre[i], L.c->str[i] = (int)c.str[i], L.c->dil[i] = (int)c.dil[i];
+  L.c->mode = c.mode;
+  L.c->ct = c.ct;
+  /* groups: the input's channels over the filter's */
+  if (w.dim[1] <= 0 || op.x.dim[1] % w.dim[1]) {
+    cudasim::warn("%s: the input's %lld channels are not a multiple of the filter's %lld", call,
+                  (long long)op.x.dim[1], (long long)w.dim[1]);
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  L.c->groups = (int)(op.x.dim[1] / w.dim[1]);
+  return make_geo(call, L.x, L.w, L.c, L.y, g);
+}
+
+cudnnStatus_t be_finalize_tensor(const char *call, BackendDesc *d) {
+  const BackendDesc::Attr *dt = be_need(call, d, CUDNN_ATTR_TENSOR_DATA_TYPE),
+                          *dims = be_need(call, d, CUDNN_ATTR_TENSOR_DIMENSIONS),
+                          *strs = be_need(call, d, CUDNN_ATTR_TENSOR_STRIDES),
+                          *uid = be_need(call, d, CUDNN_ATTR_TENSOR_UNIQUE_ID),
+                          *al = be_need(call, d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT);
+  if (!dt || !dims || !strs || !uid || !al) return CUDNN_STATUS_BAD_PARAM;
+  BTensor &t = d->tensor;
+  t.dt = be_val<cudnnDataType_t>(dt);
+  if (dims->n != strs->n || dims->n < 3) {
+    cudasim::warn("%s: a tensor of %lld dimensions and %lld strides (3 or more, as many strides as dimensions)", call,
+                  (long long)dims->n, (long long)strs->n);
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  t.nd = (int)dims->n;
+  for (int i = 0; i < t.nd; i++) {
+    t.dim[i] = be_i64(dims, i), t.str[i] = be_i64(strs, i);
+    if (t.dim[i] <= 0 || t.str[i] <= 0) {
+      cudasim::warn("%s: tensor dim %d is %lld with stride %lld: both must be positive", call, i,
+                    (long long)t.dim[i], (long long)t.str[i]);
+      return CUDNN_STATUS_BAD_PARAM;
+    }
+  }
+  t.uid = be_i64(uid, 0);
+  t.align = be_i64(al, 0);
+  if (t.align <= 0 || (t.align & (t.align - 1))) {
+    cudasim::warn("%s: byte alignment %lld is not a power of 2", call, (long long)t.align);
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t be_finalize_conv(const char *call, BackendDesc *d) {
+  const BackendDesc::Attr *ct = be_need(call, d, CUDNN_ATTR_CONVOLUTION_COMP_TYPE),
+                          *mode = be_need(call, d, CUDNN_ATTR_CONVOLUTION_CONV_MODE),
+                          *n = be_need(call, d, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS),
+                          *dil = be_need(call, d, CUDNN_ATTR_CONVOLUTION_DILATIONS),
+                          *str = be_need(call, d, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES),
+                          *pre = be_need(call, d, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS),
+                          *post = be_need(call, d, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS);
+  if (!ct || !mode || !n || !dil || !str || !pre || !post) return CUDNN_STATUS_BAD_PARAM;
+  BConv &c = d->conv;
+  c.ct = be_val<cudnnDataType_t>(ct);
+  c.mode = be_val<cudnnConvolutionMode_t>(mode);
+  int64_t k = be_i64(n, 0);
+  if (k < 1 || k > 3 || dil->n != k || str->n != k || pre->n != k || post->n != k) {
+    cudasim::warn("%s: %lld spatial dims with %lld dilations, %lld strides, %lld and %lld paddings", call,
+                  (long long)k, (long long)dil->n, (long long)str->n, (long long)pre->n, (long long)post->n);
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  c.n = (int)k;
+  for (int i = 0; i < c.n; i++) {
+    c.dil[i] = be_i64(dil, i), c.str[i] = be_i64(str, i), c.pre[i] = be_i64(pre, i), c.post[i] = be_i64(post, i);
+    if (c.dil[i] < 1 || c.str[i] < 1 || c.pre[i] < 0 || c.post[i] < 0) {
+      cudasim::warn("%s: spatial dim %d: dilation %lld, stride %lld, paddings %lld and %lld", call, i,
+                    (long long)c.dil[i], (long long)c.str[i], (long long)c.pre[i], (long long)c.post[i]);
+      return CUDNN_STATUS_BAD_PARAM;
+    }
+  }
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t be_finalize_op(const char *call, BackendDesc *d) {
+  BackendDesc *x = be_ref(call, d, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_BACKEND_TENSOR_DESCRIPTOR),
+              *w = be_ref(call, d, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_BACKEND_TENSOR_DESCRIPTOR),
+              *y = be_ref(call, d, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_BACKEND_TENSOR_DESCRIPTOR),
+              *c = be_ref(call, d, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+                          CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  const BackendDesc::Attr *al = be_need(call, d, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA),
+                          *be = be_need(call, d, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA);
+  if (!x || !w || !y || !c || !al || !be) return CUDNN_STATUS_BAD_PARAM;
+  BOp &op = d->op;
+  op.x = x->tensor, op.w = w->tensor, op.y = y->tensor, op.conv = c->conv;
+  op.alpha = al->t == CUDNN_TYPE_DOUBLE ? be_val<double>(al) : be_val<float>(al);
+  op.beta = be->t == CUDNN_TYPE_DOUBLE ? be_val<double>(be) : be_val<float>(be);
+  if (op.x.uid == op.w.uid || op.x.uid == op.y.uid || op.w.uid == op.y.uid) {
+    cudasim::warn("%s: x, w and y need distinct unique ids (%lld, %lld, %lld)", call, (long long)op.x.uid,
+                  (long long)op.w.uid, (long long)op.y.uid);
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  if (op.conv.n + 2 != op.x.nd) {
+    cudasim::warn("%s: %d-D tensors with a convolution of %d spatial dims", call, op.x.nd, op.conv.n);
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  Geo g;
+  return be_geo(call, op, &g);
+}
+
+/* the engines the heuristics offer for an operation, best first */
+std::vector<int> be_engines(const BOp &op, cudnnBackendHeurMode_t mode) {
+  std::vector<int> e;
+  if (op.x.dt == CUDNN_DATA_FLOAT && mode != CUDNN_HEUR_MODE_FALLBACK) e.push_back(BE_TC);
+  e.push_back(BE_FMA);
+  return e;
+}
+
+}  // namespace
+
+extern "C" {
+
+cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t descriptorType,
+                                           cudnnBackendDescriptor_t *descriptor) {
+  const char *call = "cudnnBackendCreateDescriptor";
+  if (!descriptor) return CUDNN_STATUS_BAD_PARAM;
+  if ((int)descriptorType < (int)CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR ||
+      (int)descriptorType > (int)CUDNN_BACKEND_TENSOR_DESCRIPTOR) {
+    cudasim::warn("%s: descriptor type %d is not one the simulator has", call, (int)descriptorType);
+    return CUDNN_STATUS_NOT_SUPPORTED;
+  }
+  BackendDesc *d = obj_new<BackendDesc>(K_BACKEND);
+  d->type = descriptorType;
+  *descriptor = d;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t descriptor) {
+  if (!descriptor) return CUDNN_STATUS_SUCCESS;
+  if (!obj_delete((BackendDesc *)descriptor, K_BACKEND)) {
+    cudasim::warn("cudnnBackendDestroyDescriptor: not a live backend descriptor (destroyed twice?)");
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t descriptor, cudnnBackendAttributeName_t attributeName,
+                                       cudnnBackendAttributeType_t attributeType, int64_t elementCount,
+                                       const void *arrayOfElements) {
+  const char *call = "cudnnBackendSetAttribute";
+  BackendDesc *d = be_live(descriptor);
+  if (!d) {
+    cudasim::warn("%s: not a live backend descriptor", call);
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  const AttrSpec *s = attr_spec(attributeName);
+  if (!s || s->owner != d->type || s->max == 0) {
+    cudasim::warn("%s: attribute %s cannot be set on %s", call, s ? s->text : "(unknown)", be_type_name(d->type));
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  if (d->final) {
+    cudasim::warn("%s: %s on a finalized %s", call, s->text, be_type_name(d->type));
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  /* alpha and beta of a double convolution are double */
+  bool type_ok = attributeType == s->t || (s->t == CUDNN_TYPE_FLOAT && attributeType == CUDNN_TYPE_DOUBLE);
+  if (!type_ok) {
+    cudasim::warn("%s: %s given elements of attribute type %d, it takes %d", call, s->text, (int)attributeType,
+                  (int)s->t);
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  if (elementCount < 1 || elementCount > s->max || !arrayOfElements) {
+    cudasim::warn("%s: %s given %lld elements (1 to %lld)%s", call, s->text, (long long)elementCount,
+                  (long long)s->max, arrayOfElements ? "" : " at NULL");
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  BackendDesc::Attr &a = d->attrs[(int)attributeName];
+  a.t = attributeType;
+  a.n = elementCount;
+  size_t bytes = be_elem_size(attributeType) * (size_t)elementCount;
+  a.v.assign((const unsigned char *)arrayOfElements, (const unsigned char *)arrayOfElements + bytes);
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t descriptor) {
+  const char *call = "cudnnBackendFinalize";
+  BackendDesc *d = be_live(descriptor);
+  if (!d) {
+    cudasim::warn("%s: not a live backend descriptor", call);
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  if (d->final) {
+    cudasim::warn("%s: %s finalized twice", call, be_type_name(d->type));
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+  switch (d->type) {
+    case CUDNN_BACKEND_TENSOR_DESCRIPTOR: st = be_finalize_tensor(call, d); break;
+    case CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR: st = be_finalize_conv(call, d); break;
+    case CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR: st = be_finalize_op(call, d); break;
+    case CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR: {
+      const BackendDesc::Attr *h = be_need(call, d, CUDNN_ATTR_OPERATIONGRAPH_HANDLE),
+                              *ops = be_need(call, d, CUDNN_ATTR_OPERATIONGRAPH_OPS);
+      if (!h || !ops) return CUDNN_STATUS_BAD_PARAM;
+      d->handle = be_val<cudnnHandle_t>(h);
+      if (!dnn_handle_ok(call, d->handle)) return CUDNN_STATUS_BAD_PARAM;
+      if (ops->n != 1) {
+        cudasim::warn("%s: an operation graph of %lld operations: the simulator runs one convolution", call,
+                      (long long)ops->n);
+        return CUDNN_STATUS_NOT_SUPPORTED;
+      }
+      BackendDesc *op = be_ref(call, d, CUDNN_ATTR_OPERATIONGRAPH_OPS,
+                               CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+      if (!op) return CUDNN_STATUS_BAD_PARAM;
+      d->op = op->op;
+      break;
+    }
+    case CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR: {
+      BackendDesc *g = be_ref(call, d, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+      const BackendDesc::Attr *m = be_need(call, d, CUDNN_ATTR_ENGINEHEUR_MODE);
+      if (!g || !m) return CUDNN_STATUS_BAD_PARAM;
+      cudnnBackendHeurMode_t mode = be_val<cudnnBackendHeurMode_t>(m);
+      if ((int)mode < 0 || (int)mode >= (int)CUDNN_HEUR_MODES_COUNT) {
+        cudasim::warn("%s: heuristics mode %d", call, (int)mode);
+        return CUDNN_STATUS_BAD_PARAM;
+      }
+      d->op = g->op;
+      d->handle = g->handle;
+      d->engines = be_engines(g->op, mode);
+      break;
+    }
+    case CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR: {
+      const BackendDesc::Attr *h = be_need(call, d, CUDNN_ATTR_EXECUTION_PLAN_HANDLE);
+      BackendDesc *cfg = be_ref(call, d, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+      if (!h || !cfg) return CUDNN_STATUS_BAD_PARAM;
+      d->handle = be_val<cudnnHandle_t>(h);
+      if (!dnn_handle_ok(call, d->handle)) return CUDNN_STATUS_BAD_PARAM;
+      d->op = cfg->op;
+      d->engine = cfg->engine;
+      st = be_geo(call, d->op, &d->geo);
+      if (st != CUDNN_STATUS_SUCCESS) return st;
+      d->ws = d->engine == BE_TC ? fwd_ws(d->geo, CUDNN_CONVOLUTION_FWD_ALGO_GEMM) : 0;
+      break;
+    }
+    case CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR: {
+      const BackendDesc::Attr *u = be_need(call, d, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS),
+                              *p = be_need(call, d, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS);
+      if (!u || !p) return CUDNN_STATUS_BAD_PARAM;
+      if (u->n != p->n) {
+        cudasim::warn("%s: a variant pack of %lld unique ids and %lld data pointers", call, (long long)u->n,
+                      (long long)p->n);
+        return CUDNN_STATUS_BAD_PARAM;
+      }
+      d->uids.clear();
+      d->ptrs.clear();
+      for (int64_t i = 0; i < u->n; i++) d->uids.push_back(be_i64(u, i)), d->ptrs.push_back(be_val<void *>(p, i));
+      auto w = d->attrs.find((int)CUDNN_ATTR_VARIANT_PACK_WORKSPACE);
+      d->workspace = w != d->attrs.end() ? be_val<void *>(&w->second) : nullptr;
+      break;
+    }
+    case CUDNN_BACKEND_ENGINE_DESCRIPTOR:
+    case CUDNN_BACKEND_ENGINECFG_DESCRIPTOR:
+      cudasim::warn("%s: the simulator makes %s only as CUDNN_ATTR_ENGINEHEUR_RESULTS (and their engines)", call,
+                    be_type_name(d->type));
+      return CUDNN_STATUS_NOT_SUPPORTED;
+  }
+  if (st == CUDNN_STATUS_SUCCESS) d->final = true;
+  return st;
+}
+
+cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const descriptor,
+                                       cudnnBackendAttributeName_t attributeName,
+                                       cudnnBackendAttributeType_t attributeType, int64_t requestedElementCount,
+                                       int64_t *elementCount, void *arrayOfElements) {
+  const char *call = "cudnnBackendGetAttribute";
+  BackendDesc *d = be_live(descriptor);
+  const AttrSpec *s = attr_spec(attributeName);
+  if (!d || !s || s->owner != d->type) {
+    cudasim::warn("%s: %s of %s", call, s ? s->text : "an unknown attribute",
+                  d ? be_type_name(d->type) : "a descriptor that is not live");
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  if (attributeType != s->t) {
+    cudasim::warn("%s: %s asked for as attribute type %d, it is %d", call, s->text, (int)attributeType, (int)s->t);
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  if (!d->final) {
+    cudasim::warn("%s: %s of a %s not finalized", call, s->text, be_type_name(d->type));
+    return CUDNN_STATUS_NOT_INITIALIZED;
+  }
+  if (requestedElementCount < 0 || (requestedElementCount > 0 && !arrayOfElements)) return CUDNN_STATUS_BAD_PARAM;
+  switch (attributeName) {
+    case CUDNN_ATTR_ENGINEHEUR_RESULTS:
+    case CUDNN_ATTR_ENGINECFG_ENGINE: {
+      bool heur = attributeName == CUDNN_ATTR_ENGINEHEUR_RESULTS;
+      int64_t n = heur ? (int64_t)d->engines.size() : 1, k = std::min(n, requestedElementCount);
+      cudnnBackendDescriptorType_t want = heur ? CUDNN_BACKEND_ENGINECFG_DESCRIPTOR : CUDNN_BACKEND_ENGINE_DESCRIPTOR;
+      for (int64_t i = 0; i < k; i++) {
+        BackendDesc *r = be_live(((cudnnBackendDescriptor_t *)arrayOfElements)[i]);
+        if (!r || r->type != want || r->final) {
+          cudasim::warn("%s: %s: element %lld must be a %s made by cudnnBackendCreateDescriptor and not finalized",
+                        call, s->text, (long long)i, be_type_name(want));
+          return CUDNN_STATUS_BAD_PARAM;
+        }
+        r->op = d->op;
+        r->handle = d->handle;
+        r->engine = heur ? d->engines[(size_t)i] : d->engine;
+        r->final = true;
+      }
+      if (elementCount) *elementCount = requestedElementCount ? k : n;
+      return CUDNN_STATUS_SUCCESS;
+    }
+    case CUDNN_ATTR_ENGINE_GLOBAL_INDEX:
+      if (requestedElementCount >= 1) *(int64_t *)arrayOfElements = d->engine;
+      if (elementCount) *elementCount = 1;
+      return CUDNN_STATUS_SUCCESS;
+    case CUDNN_ATTR_ENGINE_NUMERICAL_NOTE: {
+      std::vector<cudnnBackendNumericalNote_t> notes;
+      if (d->engine == BE_TC) notes.push_back(CUDNN_NUMERICAL_NOTE_TENSOR_CORE);
+      int64_t k = std::min((int64_t)notes.size(), requestedElementCount);
+      for (int64_t i = 0; i < k; i++) ((cudnnBackendNumericalNote_t *)arrayOfElements)[i] = notes[(size_t)i];
+      if (elementCount) *elementCount = requestedElementCount ? k : (int64_t)notes.size();
+      return CUDNN_STATUS_SUCCESS;
+    }
+    case CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE:
+      if (elementCount) *elementCount = 0;
+      return CUDNN_STATUS_SUCCESS;
+    case CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE:
+      if (requestedElementCount >= 1) *(int64_t *)arrayOfElements = (int64_t)d->ws;
+      if (elementCount) *elementCount = 1;
+      return CUDNN_STATUS_SUCCESS;
+    default: {
+      auto it = d->attrs.find((int)attributeName);
+      int64_t n = it == d->attrs.end() ? 0 : it->second.n, k = std::min(n, requestedElementCount);
+      if (k) memcpy(arrayOfElements, it->second.v.data(), be_elem_size(s->t) * (size_t)k);
+      if (elementCount) *elementCount = requestedElementCount ? k : n;
+      return CUDNN_STATUS_SUCCESS;
+    }
+  }
+}
+
+cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t executionPlan,
+                                  cudnnBackendDescriptor_t variantPack) {
+  const char *call = "cudnnBackendExecute";
+  if (!dnn_handle_ok(call, handle)) return CUDNN_STATUS_BAD_PARAM;
+  BackendDesc *p = be_live(executionPlan), *v = be_live(variantPack);
+  if (!p || p->type != CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR || !p->final) {
+    cudasim::warn("%s: the plan is not a finalized CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR", call);
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  if (!v || v->type != CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR || !v->final) {
+    cudasim::warn("%s: the variant pack is not a finalized CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR", call);
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  if (handle != p->handle) {
+    cudasim::warn("%s: the plan was made for another cuDNN handle", call);
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  const BOp &op = p->op;
+  const BTensor *ts[3] = {&op.x, &op.w, &op.y};
+  const char *names[3] = {"x", "w", "y"};
+  void *ptr[3] = {nullptr, nullptr, nullptr};
+  for (int k = 0; k < 3; k++) {
+    size_t i = 0;
+    while (i < v->uids.size() && v->uids[i] != ts[k]->uid) i++;
+    if (i == v->uids.size()) {
+      cudasim::warn("%s: the variant pack has no pointer for %s (unique id %lld)", call, names[k],
+                    (long long)ts[k]->uid);
+      return CUDNN_STATUS_BAD_PARAM;
+    }
+    ptr[k] = v->ptrs[i];
+    if ((uintptr_t)ptr[k] % (uintptr_t)ts[k]->align) {
+      cudasim::warn("%s: %s (%p) is not aligned to the %lld bytes its tensor descriptor declares", call, names[k],
+                    ptr[k], (long long)ts[k]->align);
+      return CUDNN_STATUS_BAD_PARAM;
+    }
+  }
+  if (p->ws && !v->workspace) {
+    cudasim::warn("%s: the plan needs %zu bytes of workspace and the variant pack has none", call, p->ws);
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  ConvJob j{};
+  j.fwd = 1;
+  j.g = p->geo;
+  j.algo = p->engine == BE_TC ? CUDNN_CONVOLUTION_FWD_ALGO_GEMM : CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  double ad = op.alpha, bd = op.beta;
+  float af = (float)op.alpha, bf = (float)op.beta;
+  bool dbl = j.g.dt == CUDNN_DATA_DOUBLE;
+  cudnnStatus_t st = conv_call_checks(call, dbl ? (const void *)&ad : (const void *)&af,
+                                      dbl ? (const void *)&bd : (const void *)&bf, "x", ptr[0], ptr[1], "y", ptr[2],
+                                      v->workspace, p->ws, p->ws, &j);
+  if (st != CUDNN_STATUS_SUCCESS) return st;
+  j.tf32 = p->engine == BE_TC && j.g.dt == CUDNN_DATA_FLOAT && tf32_allowed();
   return conv_enqueue(call, handle, j);
 }
 

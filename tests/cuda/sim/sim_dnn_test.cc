@@ -4,7 +4,8 @@
  * double, the adjoint identity), cublasLtMatmul and cublasGemmStridedBatchedEx (all four
  * transposes, ld > rows, strided and interleaved batches, alpha/beta), graph replay after
  * the descriptors are gone, determinism, and the errors (shapes, host pointers, extents,
- * workspace, alignment, in-place, destroyed descriptors).
+ * workspace, alignment, in-place, destroyed descriptors); cuDNN's backend API for forward
+ * convolutions (every engine the heuristics offer, KCRS and KRSC filters, its errors).
  *
  * Build (from the repository root):
  *   g++ -std=c++17 -O2 -Wall -Wextra -I tests/cuda/sim/include -I tests/cuda/sim \
@@ -402,6 +403,291 @@ static void test_conv(cudnnHandle_t h, cudaStream_t s, const Conv &c, bool backw
   d.destroy();
   dx.free_(), dw.free_(), dy.free_();
   if (ws) cudaFree(ws);
+}
+
+/* ---- cuDNN's backend (graph) API ------------------------------------------------------------ */
+
+struct BeConv {
+  cudnnBackendDescriptor_t t[3] = {nullptr, nullptr, nullptr}, conv = nullptr, op = nullptr, graph = nullptr,
+                           heur = nullptr;
+  void destroy() {
+    for (auto &d : t) cudnnBackendDestroyDescriptor(d), d = nullptr;
+    cudnnBackendDestroyDescriptor(conv), cudnnBackendDestroyDescriptor(op), cudnnBackendDestroyDescriptor(graph),
+        cudnnBackendDestroyDescriptor(heur);
+    conv = op = graph = heur = nullptr;
+  }
+};
+
+static cudnnBackendDescriptor_t be_tensor(cudnnDataType_t dt, int nd, const int64_t *dim, const int64_t *str,
+                                          int64_t uid, int64_t align) {
+  cudnnBackendDescriptor_t t;
+  DNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, &t));
+  DNN(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt));
+  DNN(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, nd, dim));
+  DNN(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, nd, str));
+  DNN(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid));
+  DNN(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align));
+  DNN(cudnnBackendFinalize(t));
+  return t;
+}
+
+/* the graph x * w -> y (uids 1, 2, 3) and its heuristics, as pipecc's runtime builds them;
+ * w_krsc: the filter channels innermost */
+static BeConv be_conv(cudnnHandle_t h, const Conv &c, const Shape &xs, const Shape &ys, bool w_krsc,
+                      cudnnBackendHeurMode_t mode, int64_t align = 4) {
+  BeConv b;
+  cudnnDataType_t dt = c.dbl ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  int nd = xs.nd, ns = nd - 2;
+  int64_t xd[5], xst[5], yd[5], yst[5], wd[5] = {c.K, c.C / c.G, 1, 1, 1}, wst[5], pad[3], str[3], dil[3];
+  for (int i = 0; i < nd; i++) xd[i] = xs.dim[i], xst[i] = xs.str[i], yd[i] = ys.dim[i], yst[i] = ys.str[i];
+  for (int i = 0; i < ns; i++) {
+    int j = 3 - ns + i;
+    bool used = j >= 3 - c.nsp;
+    wd[2 + i] = used ? c.k[j] : 1;
+    pad[i] = used ? c.pad[j] : 0;
+    str[i] = used ? c.str[j] : 1;
+    dil[i] = used ? c.dil[j] : 1;
+  }
+  wst[nd - 1] = 1;
+  for (int i = nd - 2; i >= 0; i--) wst[i] = wst[i + 1] * wd[i + 1];
+  if (w_krsc) {
+    wst[1] = 1;
+    wst[nd - 1] = wd[1];
+    for (int i = nd - 2; i >= 2; i--) wst[i] = wst[i + 1] * wd[i + 1];
+    wst[0] = wst[2] * wd[2];
+  }
+  b.t[0] = be_tensor(dt, nd, xd, xst, 1, align);
+  b.t[1] = be_tensor(dt, nd, wd, wst, 2, align);
+  b.t[2] = be_tensor(dt, nd, yd, yst, 3, align);
+  cudnnConvolutionMode_t cm = CUDNN_CROSS_CORRELATION;
+  int64_t n = ns;
+  DNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, &b.conv));
+  DNN(cudnnBackendSetAttribute(b.conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt));
+  DNN(cudnnBackendSetAttribute(b.conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &cm));
+  DNN(cudnnBackendSetAttribute(b.conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &n));
+  DNN(cudnnBackendSetAttribute(b.conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, n, dil));
+  DNN(cudnnBackendSetAttribute(b.conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, n, str));
+  DNN(cudnnBackendSetAttribute(b.conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, n, pad));
+  DNN(cudnnBackendSetAttribute(b.conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, n, pad));
+  DNN(cudnnBackendFinalize(b.conv));
+  DNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, &b.op));
+  cudnnBackendAttributeName_t io[3] = {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+                                       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+                                       CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y};
+  for (int k = 0; k < 3; k++) DNN(cudnnBackendSetAttribute(b.op, io[k], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b.t[k]));
+  DNN(cudnnBackendSetAttribute(b.op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                               1, &b.conv));
+  float af = (float)c.alpha, bf = (float)c.beta;
+  if (c.dbl) {
+    DNN(cudnnBackendSetAttribute(b.op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_DOUBLE, 1, &c.alpha));
+    DNN(cudnnBackendSetAttribute(b.op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_DOUBLE, 1, &c.beta));
+  } else {
+    DNN(cudnnBackendSetAttribute(b.op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &af));
+    DNN(cudnnBackendSetAttribute(b.op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &bf));
+  }
+  DNN(cudnnBackendFinalize(b.op));
+  DNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &b.graph));
+  DNN(cudnnBackendSetAttribute(b.graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
+  DNN(cudnnBackendSetAttribute(b.graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b.op));
+  DNN(cudnnBackendFinalize(b.graph));
+  DNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &b.heur));
+  DNN(cudnnBackendSetAttribute(b.heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                               &b.graph));
+  DNN(cudnnBackendSetAttribute(b.heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode));
+  DNN(cudnnBackendFinalize(b.heur));
+  return b;
+}
+
+/* the heuristics' engine configurations (up to 8) and whether each has the TENSOR_CORE note */
+static int be_configs(cudnnBackendDescriptor_t heur, cudnnBackendDescriptor_t *cfg, bool *tc) {
+  int64_t n = 0, got = 0;
+  DNN(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n, nullptr));
+  n = std::min<int64_t>(n, 8);
+  for (int64_t i = 0; i < n; i++) DNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfg[i]));
+  DNN(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &got, cfg));
+  for (int64_t i = 0; i < got; i++) {
+    cudnnBackendDescriptor_t eng;
+    DNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng));
+    int64_t k = 0;
+    DNN(cudnnBackendGetAttribute(cfg[i], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &k, &eng));
+    cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+    DNN(cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                 CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &k, notes));
+    tc[i] = false;
+    for (int64_t j = 0; j < k; j++) tc[i] = tc[i] || notes[j] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE;
+    DNN(cudnnBackendDestroyDescriptor(eng));
+  }
+  return (int)got;
+}
+
+static cudnnBackendDescriptor_t be_plan(cudnnHandle_t h, cudnnBackendDescriptor_t cfg, int64_t *ws) {
+  cudnnBackendDescriptor_t p;
+  int64_t k = 0;
+  DNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p));
+  DNN(cudnnBackendSetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
+  DNN(cudnnBackendSetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg));
+  DNN(cudnnBackendFinalize(p));
+  DNN(cudnnBackendGetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &k, ws));
+  return p;
+}
+
+/* a variant pack of n (uid, pointer) pairs and a workspace; NULL where finalizing failed */
+static cudnnBackendDescriptor_t be_pack(int n, const int64_t *uid, void *const *ptr, void *ws) {
+  cudnnBackendDescriptor_t v;
+  DNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &v));
+  DNN(cudnnBackendSetAttribute(v, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uid));
+  DNN(cudnnBackendSetAttribute(v, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptr));
+  DNN(cudnnBackendSetAttribute(v, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws));
+  DNN(cudnnBackendFinalize(v));
+  return v;
+}
+
+/* every engine the heuristics offer against the naive loops: the FMA engine to float's
+ * tolerance, the tensor-core one with TF32's rounding; x and y as the case lays them out,
+ * the filter KCRS or KRSC */
+static void test_backend_conv(cudnnHandle_t h, cudaStream_t s, const Conv &c, bool w_krsc,
+                              cudnnBackendHeurMode_t mode) {
+  ConvGeom g = geom(c);
+  size_t es = c.dbl ? 8 : 4;
+  Shape xs = make_shape(c.nsp, c.N, c.C, g.in, c.xlay), ys = make_shape(c.nsp, c.N, c.K, g.out, c.ylay);
+  int64_t ksz = g.k[0] * g.k[1] * g.k[2], Cg = c.C / c.G;
+  std::vector<double> hx = as_stored(rnd_vec(xs.elems), es), hw = as_stored(rnd_vec((size_t)(c.K * Cg * ksz)), es),
+                      hy = as_stored(rnd_vec(ys.elems), es);
+  /* the filter as laid out on the device: KRSC puts each tap's Cg channels together */
+  std::vector<double> dwv = hw;
+  if (w_krsc)
+    for (int64_t k = 0; k < c.K; k++)
+      for (int64_t ci = 0; ci < Cg; ci++)
+        for (int64_t t = 0; t < ksz; t++) dwv[(size_t)((k * ksz + t) * Cg + ci)] = hw[(size_t)((k * Cg + ci) * ksz + t)];
+  Dev dx(hx, es), dw(dwv, es);
+  std::vector<double> acc(ys.elems, 0.0), acc_r(ys.elems, 0.0), rx = tf32_rounded(hx), rw = tf32_rounded(hw);
+  conv_visit(c, g, xs, ys, [&](int64_t xo, int64_t wo, int64_t yo) {
+    acc[yo] += hx[xo] * hw[wo];
+    acc_r[yo] += rx[xo] * rw[wo];
+  });
+  std::vector<char> mask = view_mask(ys);
+  std::vector<double> ref = hy, ref_r = hy;
+  for (size_t i = 0; i < ys.elems; i++)
+    if (mask[i]) ref[i] = c.alpha * acc[i] + c.beta * hy[i], ref_r[i] = c.alpha * acc_r[i] + c.beta * hy[i];
+  BeConv b = be_conv(h, c, xs, ys, w_krsc, mode);
+  cudnnBackendDescriptor_t cfg[8] = {nullptr};
+  bool tc[8] = {false};
+  int n = be_configs(b.heur, cfg, tc);
+  int want = (!c.dbl && mode != CUDNN_HEUR_MODE_FALLBACK) ? 2 : 1;
+  check(n == want && (n < 2 || (tc[0] && !tc[1])) && !tc[n - 1],
+        "backend conv %s%s mode %d: %d engine configurations (%d expected, the tensor-core one first)", c.name,
+        w_krsc ? " krsc" : "", (int)mode, n, want);
+  for (int i = 0; i < n; i++) {
+    Dev dy(hy, es);
+    int64_t wsz = -1;
+    cudnnBackendDescriptor_t plan = be_plan(h, cfg[i], &wsz);
+    void *ws = nullptr;
+    if (wsz > 0) CU(cudaMalloc(&ws, (size_t)wsz));
+    int64_t uid[3] = {3, 1, 2}; /* any order */
+    void *ptr[3] = {dy.p, dx.p, dw.p};
+    cudnnBackendDescriptor_t v = be_pack(3, uid, ptr, ws);
+    DNN(cudnnBackendExecute(h, plan, v));
+    CU(cudaStreamSynchronize(s));
+    std::vector<double> got = dy.get();
+    bool gaps = true;
+    for (size_t k = 0; k < ref.size(); k++)
+      if (!mask[k] && got[k] != ref[k]) gaps = false;
+    if (tc[i]) {
+      check_tf32("cudnnBackendExecute", std::string(c.name) + (w_krsc ? " krsc" : ""), got, ref, ref_r);
+      check(gaps && wsz >= 0, "backend conv %s TF32 engine: elements outside the view unchanged, workspace %lld",
+            c.name, (long long)wsz);
+    } else {
+      double e = rel_err(got, ref);
+      check(e < tol(c.dbl) && gaps && wsz == 0, "backend conv %s%s FMA engine: max rel error %.3g, workspace %lld%s",
+            c.name, w_krsc ? " krsc" : "", e, (long long)wsz, gaps ? "" : ", elements outside the view changed");
+    }
+    DNN(cudnnBackendDestroyDescriptor(v));
+    DNN(cudnnBackendDestroyDescriptor(plan));
+    if (ws) cudaFree(ws);
+    dy.free_();
+  }
+  for (int i = 0; i < n; i++) DNN(cudnnBackendDestroyDescriptor(cfg[i]));
+  b.destroy();
+  dx.free_(), dw.free_();
+}
+
+/* what the backend API refuses: one line and an error status each, nothing run */
+static void test_backend_errors(cudnnHandle_t h, cudaStream_t s, const Conv &c) {
+  fprintf(stderr, "---- the cudasim lines below are expected (backend API error cases) ----\n");
+  ConvGeom g = geom(c);
+  Shape xs = make_shape(c.nsp, c.N, c.C, g.in, 0), ys = make_shape(c.nsp, c.N, c.K, g.out, 0);
+  int64_t ksz = g.k[0] * g.k[1] * g.k[2];
+  std::vector<double> hy(ys.elems, 0.5);
+  Dev dx(rnd_vec(xs.elems + 4), 4), dw(rnd_vec((size_t)(c.K * (c.C / c.G) * ksz)), 4), dy(hy, 4);
+  BeConv b = be_conv(h, c, xs, ys, false, CUDNN_HEUR_MODE_FALLBACK, 16);
+  cudnnBackendDescriptor_t cfg[8] = {nullptr};
+  bool tc[8];
+  int n = be_configs(b.heur, cfg, tc);
+  int64_t wsz = 0;
+  cudnnBackendDescriptor_t plan = be_plan(h, cfg[0], &wsz);
+  int64_t uid[3] = {1, 2, 3};
+  /* a setting on a finalized descriptor, an attribute of another descriptor type, a wrong element type */
+  int64_t one = 1;
+  float f = 1;
+  check(cudnnBackendSetAttribute(b.t[0], CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &one) ==
+            CUDNN_STATUS_BAD_PARAM,
+        "backend: setting an attribute of a finalized tensor fails");
+  cudnnBackendDescriptor_t t;
+  DNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, &t));
+  check(cudnnBackendSetAttribute(t, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &one) ==
+            CUDNN_STATUS_BAD_PARAM,
+        "backend: a convolution's attribute on a tensor fails");
+  check(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_FLOAT, 1, &f) == CUDNN_STATUS_BAD_PARAM,
+        "backend: a unique id given as a float fails");
+  check(cudnnBackendFinalize(t) == CUDNN_STATUS_BAD_PARAM, "backend: finalizing a tensor without its attributes fails");
+  check(cudnnBackendGetAttribute(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &one, &one) ==
+            CUDNN_STATUS_NOT_INITIALIZED,
+        "backend: reading a descriptor not finalized fails");
+  DNN(cudnnBackendDestroyDescriptor(t));
+  /* a plan whose configuration is not finalized */
+  cudnnBackendDescriptor_t raw, p2;
+  DNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &raw));
+  DNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p2));
+  DNN(cudnnBackendSetAttribute(p2, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
+  DNN(cudnnBackendSetAttribute(p2, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw));
+  check(cudnnBackendFinalize(p2) == CUDNN_STATUS_BAD_PARAM, "backend: a plan of an engine configuration not "
+        "finalized fails");
+  DNN(cudnnBackendDestroyDescriptor(p2));
+  DNN(cudnnBackendDestroyDescriptor(raw));
+  /* execution: a pointer off the declared alignment, a unique id missing, a host pointer, another handle */
+  void *mis[3] = {(char *)dx.p + 4, dw.p, dy.p};
+  cudnnBackendDescriptor_t v = be_pack(3, uid, mis, nullptr);
+  check(cudnnBackendExecute(h, plan, v) == CUDNN_STATUS_BAD_PARAM, "backend: x 4 bytes off its 16-byte alignment "
+        "fails");
+  DNN(cudnnBackendDestroyDescriptor(v));
+  void *two[2] = {dx.p, dw.p};
+  v = be_pack(2, uid, two, nullptr);
+  check(cudnnBackendExecute(h, plan, v) == CUDNN_STATUS_BAD_PARAM, "backend: a variant pack without y fails");
+  DNN(cudnnBackendDestroyDescriptor(v));
+  std::vector<float> host(ys.elems);
+  void *hostp[3] = {dx.p, dw.p, host.data()};
+  v = be_pack(3, uid, hostp, nullptr);
+  check(cudnnBackendExecute(h, plan, v) == CUDNN_STATUS_BAD_PARAM, "backend: y in host memory fails");
+  DNN(cudnnBackendDestroyDescriptor(v));
+  cudnnHandle_t h2;
+  DNN(cudnnCreate(&h2));
+  void *good[3] = {dx.p, dw.p, dy.p};
+  v = be_pack(3, uid, good, nullptr);
+  check(cudnnBackendExecute(h2, plan, v) == CUDNN_STATUS_BAD_PARAM, "backend: a plan run on another handle fails");
+  DNN(cudnnDestroy(h2));
+  CU(cudaStreamSynchronize(s));
+  check(dy.get() == hy, "backend: the failed calls left y unchanged");
+  DNN(cudnnBackendExecute(h, plan, v));
+  CU(cudaStreamSynchronize(s));
+  check(dy.get() != hy, "backend: the same plan and pack run once the handle is right");
+  DNN(cudnnBackendDestroyDescriptor(v));
+  DNN(cudnnBackendDestroyDescriptor(plan));
+  for (int i = 0; i < n; i++) DNN(cudnnBackendDestroyDescriptor(cfg[i]));
+  b.destroy();
+  check(cudnnBackendDestroyDescriptor((cudnnBackendDescriptor_t)&one) == CUDNN_STATUS_BAD_PARAM,
+        "backend: destroying what is not a live descriptor fails");
+  dx.free_(), dw.free_(), dy.free_();
+  fprintf(stderr, "---- end of the expected cudasim lines ----\n");
 }
 
 /* <conv(x), y> == <x, convT(y)> through the simulator (alpha 1, beta 0) */
@@ -1237,6 +1523,15 @@ int main() {
     }
     test_adjoint(h, s, c);
   }
+  /* the backend API: every forward case but the flipped ones (pipecc asks for cross-
+   * correlation), heuristics mode A and FALLBACK, the filter KCRS and KRSC */
+  for (const Conv &c : convs) {
+    if (c.flip) continue;
+    test_backend_conv(h, s, c, false, CUDNN_HEUR_MODE_A);
+    if (c.nsp == 2 && !c.dbl) test_backend_conv(h, s, c, true, CUDNN_HEUR_MODE_A);
+  }
+  test_backend_conv(h, s, convs[2], false, CUDNN_HEUR_MODE_FALLBACK);
+  test_backend_errors(h, s, convs[2]);
   {
     /* Find ranks by time; every offered algorithm succeeds */
     const Conv &c = convs[2];

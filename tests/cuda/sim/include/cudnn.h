@@ -1,7 +1,8 @@
-/* cudnn.h (CUDA simulator) - the part of cuDNN's legacy convolution API that pipecc's
- * device runtime uses, computed on the CPU by tests/cuda/sim/sim_dnn.cc. Declarations
- * written for the simulator after NVIDIA's documented API (same names and signatures);
- * the numeric values of the enums are the simulator's own.
+/* cudnn.h (CUDA simulator) - the part of cuDNN's legacy convolution API and of its
+ * backend (graph) API that pipecc's device runtime uses, computed on the CPU by
+ * tests/cuda/sim/sim_dnn.cc. Declarations written for the simulator after NVIDIA's
+ * documented API (same names and signatures); the numeric values of the enums are the
+ * simulator's own.
  *
  * Supported: NCHW filters, 4-D and 5-D tensors (2 or 3 spatial dims; a 1-D convolution is a
  * 4-D one with a spatial dim of 1) with any positive strides, float (compute type float)
@@ -117,9 +118,111 @@ typedef struct cudnnConvolutionBwdDataAlgoPerfStruct {
   int reserved[3];
 } cudnnConvolutionBwdDataAlgoPerf_t;
 
+/* The backend (graph) API, for one forward convolution per operation graph: tensor,
+ * convolution, convolution-forward operation, operation graph, engine heuristics (modes
+ * A, B and INSTANT give two engines for float data, a tensor-core one (TF32, emulated,
+ * needs a workspace) then an FMA one; FALLBACK and double data the FMA one), engine
+ * configurations, engines (their numerical notes), execution plans and variant packs. */
+typedef void *cudnnBackendDescriptor_t;
+
+typedef enum {
+  CUDNN_TYPE_HANDLE = 0,
+  CUDNN_TYPE_DATA_TYPE,
+  CUDNN_TYPE_BOOLEAN,
+  CUDNN_TYPE_INT64,
+  CUDNN_TYPE_FLOAT,
+  CUDNN_TYPE_DOUBLE,
+  CUDNN_TYPE_VOID_PTR,
+  CUDNN_TYPE_CONVOLUTION_MODE,
+  CUDNN_TYPE_HEUR_MODE,
+  CUDNN_TYPE_NUMERICAL_NOTE,
+  CUDNN_TYPE_BACKEND_DESCRIPTOR,
+  CUDNN_TYPE_BEHAVIOR_NOTE
+} cudnnBackendAttributeType_t;
+
+typedef enum {
+  CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR = 0,
+  CUDNN_BACKEND_ENGINE_DESCRIPTOR,
+  CUDNN_BACKEND_ENGINECFG_DESCRIPTOR,
+  CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR,
+  CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR,
+  CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+  CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR,
+  CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR,
+  CUDNN_BACKEND_TENSOR_DESCRIPTOR
+} cudnnBackendDescriptorType_t;
+
+typedef enum {
+  CUDNN_ATTR_CONVOLUTION_COMP_TYPE = 0,
+  CUDNN_ATTR_CONVOLUTION_CONV_MODE,
+  CUDNN_ATTR_CONVOLUTION_DILATIONS,
+  CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES,
+  CUDNN_ATTR_CONVOLUTION_POST_PADDINGS,
+  CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS,
+  CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS,
+  CUDNN_ATTR_ENGINEHEUR_MODE,
+  CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+  CUDNN_ATTR_ENGINEHEUR_RESULTS,
+  CUDNN_ATTR_ENGINECFG_ENGINE,
+  CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
+  CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+  CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
+  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+  CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+  CUDNN_ATTR_OPERATIONGRAPH_HANDLE,
+  CUDNN_ATTR_OPERATIONGRAPH_OPS,
+  CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT,
+  CUDNN_ATTR_TENSOR_DATA_TYPE,
+  CUDNN_ATTR_TENSOR_DIMENSIONS,
+  CUDNN_ATTR_TENSOR_STRIDES,
+  CUDNN_ATTR_TENSOR_UNIQUE_ID,
+  CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
+  CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+  CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
+  CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
+  CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+  CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE
+} cudnnBackendAttributeName_t;
+
+typedef enum {
+  CUDNN_HEUR_MODE_INSTANT = 0,
+  CUDNN_HEUR_MODE_B,
+  CUDNN_HEUR_MODE_FALLBACK,
+  CUDNN_HEUR_MODE_A,
+  CUDNN_HEUR_MODES_COUNT
+} cudnnBackendHeurMode_t;
+
+typedef enum {
+  CUDNN_NUMERICAL_NOTE_TENSOR_CORE = 0,
+  CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS,
+  CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION,
+  CUDNN_NUMERICAL_NOTE_FFT,
+  CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC,
+  CUDNN_NUMERICAL_NOTE_WINOGRAD,
+  CUDNN_NUMERICAL_NOTE_TYPE_COUNT
+} cudnnBackendNumericalNote_t;
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t descriptorType,
+                                           cudnnBackendDescriptor_t *descriptor);
+cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t descriptor);
+cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t descriptor);
+cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t descriptor, cudnnBackendAttributeName_t attributeName,
+                                       cudnnBackendAttributeType_t attributeType, int64_t elementCount,
+                                       const void *arrayOfElements);
+cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const descriptor,
+                                       cudnnBackendAttributeName_t attributeName,
+                                       cudnnBackendAttributeType_t attributeType, int64_t requestedElementCount,
+                                       int64_t *elementCount, void *arrayOfElements);
+cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t executionPlan,
+                                  cudnnBackendDescriptor_t variantPack);
 
 const char *cudnnGetErrorString(cudnnStatus_t status);
 size_t cudnnGetVersion(void);
