@@ -14,7 +14,8 @@
 #
 # Prints one line per (model, runner): samples/s and ms per batch, then the speedups
 # (ResNet-50 also with --layout nchw: channels-last Convs against the model's layout; with
-# --layout nhwc-all; and its 1x1 Convs through cuDNN, PIPECC_CONV_GEMM=0, against GEMMs).
+# --layout nhwc-all; its 1x1 Convs through cuDNN, PIPECC_CONV_GEMM=0, against GEMMs; and
+# its Convs through cuDNN's graph API, PIPECC_CONV_API=graph, against the legacy API).
 # Needs an NVIDIA GPU: exits 1 with a message when there is none.
 set -euo pipefail
 
@@ -33,7 +34,7 @@ while [ $# -gt 0 ]; do
     --iters) ITERS="$2"; shift 2 ;;
     --work) WORK="$2"; shift 2 ;;
     --no-tf32) TF32=0; shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "bench_gpu.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -145,6 +146,9 @@ bench_pipecc resnet50 input "${BATCH}x3x224x224" "$WORK/resnet50_x.npy" 1 1 pipe
 # cuDNN instead of cuBLASLt GEMMs (pk_conv_1x1)
 bench_pipecc resnet50 input "${BATCH}x3x224x224" "$WORK/resnet50_x.npy" 1 1 pipecc-g1-nhwc-all --layout nhwc-all
 bench_env resnet50 input "$WORK/resnet50_x.npy" pipecc-g1 PIPECC_CONV_GEMM=0 pipecc-g1-cudnn1x1
+# the same build with its Convs through cuDNN's graph (backend) API and heuristics mode A
+# instead of the legacy API's heuristic (PIPECC_CONV_API=graph)
+bench_env resnet50 input "$WORK/resnet50_x.npy" pipecc-g1 PIPECC_CONV_API=graph pipecc-g1-graph
 bench_torch resnet50 "$WORK/resnet50_x.npy"
 bench_torch bert "$WORK/bert_x.npy"
 
@@ -163,6 +167,7 @@ for m in resnet50 bert; do
           if ("pipecc-g1-nchw" in r) printf "; channels-last / --layout nchw (g=1): %s", q(r["pipecc-g1"], r["pipecc-g1-nchw"])
           if ("pipecc-g1-nhwc-all" in r) printf "; --layout nhwc-all / nhwc: %s", q(r["pipecc-g1-nhwc-all"], r["pipecc-g1"])
           if ("pipecc-g1-cudnn1x1" in r) printf "; 1x1 Convs as GEMMs / through cuDNN: %s", q(r["pipecc-g1"], r["pipecc-g1-cudnn1x1"])
+          if ("pipecc-g1-graph" in r) printf "; cuDNN graph API / legacy API: %s (torch.compile: %s)", q(r["pipecc-g1-graph"], r["pipecc-g1"]), q(r["pipecc-g1-graph"], r["torch-compile"])
           printf "\n" }' \
     "$RESULTS"
 done

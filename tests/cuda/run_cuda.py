@@ -19,7 +19,9 @@
         float32 g=1 build runs again with PIPECC_CONV_GEMM=0 where it has 1x1 Convs as
         cuBLASLt GEMMs (pk_conv_1x1: cuDNN's convolution and the epilogue pass instead),
         and g=1 is also built with --layout nhwc-all (the 3-channel stem channels-last
-        too); both compared (float32) with onnxruntime.
+        too); both compared (float32) with onnxruntime. The g=1 builds (TF32 and
+        float32) with Convs run again with PIPECC_CONV_API=graph: every Conv a plan of
+        cuDNN's backend API, every call through it, compared with onnxruntime as before.
 
     run_cuda.py fuse --pipecc ... --model resnet18.onnx --shape ... --work /tmp/w
         Emits (--emit-only, no nvcc) with and without --no-fuse: the fused build's stage
@@ -393,6 +395,26 @@ def conv_gemms(d):
     return len(re.findall(r"\bpk_conv_1x1\(", stage_sources(d)))
 
 
+def graph_api_run(d, xin, ref, bound, told, label):
+    """Build d run again with PIPECC_CONV_API=graph: every forward float32 convolution must
+    get a plan of cuDNN's backend API (PIPECC_CONV_VERBOSE's count per stage), every call
+    run it (no pointer off its 16-byte alignment), and the outputs compare as before."""
+    log = []
+    got, tr = pt.run_pipeline(d, xin, f"{label} PIPECC_CONV_API=graph", log=log,
+                              env={"PIPECC_CONV_API": "graph", "PIPECC_CONV_VERBOSE": "1"})
+    if got is None:
+        return False
+    counts = re.findall(r"(\d+) of (\d+) forward float32 convolutions through cuDNN's graph API", log[0])
+    planned, total = sum(int(p) for p, _ in counts), sum(int(t) for _, t in counts)
+    misaligned = log[0].count("the legacy API runs it")
+    good, worst = pt.compare(got, ref, bound, f"{label} graph API")
+    ok = good and total > 0 and planned == total and not misaligned
+    print(f"{'PASS' if ok else 'FAIL'} {label}, Convs through cuDNN's graph API (PIPECC_CONV_API=graph): "
+          f"{planned} of {total} planned, {misaligned} fell back to the legacy API; run {tr:.2f} s, "
+          f"max rel-L2 {worst:.3g} ({told})")
+    return ok
+
+
 def check_fuse(a, name, work):
     """Fused Conv epilogues in the emitted cuda sources (see the module docstring)."""
     calls, units = {}, {}
@@ -544,6 +566,8 @@ def run_mode(a, name, work):
             ok &= good
             print(f"{name} g=1 {tag}, 1x1 Convs through cuDNN (PIPECC_CONV_GEMM=0): run {tr:.2f} s, "
                   f"max rel-L2 {worst:.3g} ({told})")
+        if g == 1 and tag in ("tf32", "fp32") and re.search(r"\bpk_conv(_1x1)?\(", stage_sources(d)):
+            ok &= graph_api_run(d, xin, ref, bound, told, f"{name} g=1 {tag}")
         if g > 1 and g == max(stages) and tag == runs[0][3]:
             ok &= same_handover(d, xin, got, f"{name} g={g} {tag}")
         if not a.keep:

@@ -149,15 +149,17 @@ def ort_micro(model, inputs, M):
     return {k: np.concatenate(v) for k, v in outs.items()}
 
 
-def run_pipeline(d, xin, label, extra=(), env=None, out_name="y.npz"):
+def run_pipeline(d, xin, label, extra=(), env=None, out_name="y.npz", log=None):
     """Runs d/pipeline on the inputs xin (more options extra, environment variables env
-    added); returns (outputs dict or None, seconds)."""
+    added); returns (outputs dict or None, seconds). log: a list its stderr is appended to."""
     import numpy as np
     out = os.path.join(d, out_name)
     t = time.time()
     r = subprocess.run([os.path.join(d, "pipeline"), "--input", xin, "--output", out] + list(extra),
                        capture_output=True, text=True, env=dict(os.environ, **(env or {})))
     tr = time.time() - t
+    if log is not None:
+        log.append(r.stderr)
     if r.returncode:
         print(r.stdout[-4000:], r.stderr[-4000:])
         print(f"FAIL {label}: pipeline exited with {r.returncode}")

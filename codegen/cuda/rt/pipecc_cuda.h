@@ -221,6 +221,7 @@ typedef struct pk_stage {
   void *ws;
   size_t ws_bytes;
   struct pk_conv_s *conv;
+  struct pk_gplan *gplans;         /* cuDNN graph API plans (PIPECC_CONV_API=graph) */
   int use_graph, captured[3];     /* per part: forward, backward, update */
   cudaGraphExec_t exec[3];
   int unit;                        /* the unit running (errors) */

@@ -96,6 +96,13 @@ struct pk_conv_s {
   int transposed;
   size_t ws;
   cudnnDataType_t dt;
+  /* the graph API's plan (PIPECC_CONV_API=graph; the stage's gplans own it) and the
+   * variant pack of the last pointers it ran with */
+  cudnnBackendDescriptor_t plan, vp;
+  size_t gws;
+  const void *vp_x, *vp_w;
+  void *vp_y, *vp_ws;
+  int misaligned; /* calls the legacy API ran for want of alignment */
 };
 
 /* Workspace limit for one convolution's algorithm. */
@@ -203,6 +210,225 @@ static int conv_algo_bwd_data(pk_stage *S, struct pk_conv_s *c, cudnnMathType_t 
   return 0;
 }
 
+/* ---- convolution through cuDNN's graph (backend) API ----------------------------------- */
+/* PIPECC_CONV_API=graph: a forward float32 Conv runs an execution plan of cuDNN's backend
+ * API: the one-operation graph x * w -> y, the engine configurations of heuristics mode A
+ * in their order, the first whose plan finalizes, whose workspace fits PK_CONV_WS_LIMIT
+ * and whose numerical notes allow it (never down-converted inputs or reduced-precision
+ * reductions; no tensor cores with --no-tf32). This is the API PyTorch's convolutions go
+ * through; its heuristics see engines the legacy API's do not. The tensors are declared
+ * 16-byte aligned; a call whose pointers are not, or a Conv for which no plan finalizes,
+ * runs the legacy algorithm chosen beside it. Plans are per stage (a plan belongs to a
+ * cuDNN handle), one per distinct convolution. */
+struct pk_gplan {
+  int key[40];
+  cudnnBackendDescriptor_t d[6]; /* plan, engine config, heuristics, graph, op, conv */
+  cudnnBackendDescriptor_t t[3]; /* x, w, y */
+  size_t ws;
+  int ok;
+  struct pk_gplan *next;
+};
+
+#define PK_GALIGN 16
+enum { GUID_X = 1, GUID_W = 2, GUID_Y = 3 };
+
+static int conv_graph_wanted(void) {
+  const char *v = getenv("PIPECC_CONV_API");
+  return v && !strcmp(v, "graph");
+}
+
+static void gplan_free(struct pk_gplan *g) {
+  for (int i = 0; i < 6; i++)
+    if (g->d[i]) cudnnBackendDestroyDescriptor(g->d[i]);
+  for (int i = 0; i < 3; i++)
+    if (g->t[i]) cudnnBackendDestroyDescriptor(g->t[i]);
+  free(g);
+}
+
+/* a call that must succeed: else its text in *why and return 1 */
+#define GB(call)                          \
+  do {                                    \
+    if ((call) != CUDNN_STATUS_SUCCESS) { \
+      *why = #call;                       \
+      return 1;                           \
+    }                                     \
+  } while (0)
+
+static int gtensor(cudnnBackendDescriptor_t *t, int64_t uid, int n, const int64_t *dims, const int64_t *strides,
+                   const char **why) {
+  cudnnDataType_t dt = CUDNN_DATA_FLOAT;
+  int64_t al = PK_GALIGN;
+  GB(cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, t));
+  GB(cudnnBackendSetAttribute(*t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt));
+  GB(cudnnBackendSetAttribute(*t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, n, dims));
+  GB(cudnnBackendSetAttribute(*t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, n, strides));
+  GB(cudnnBackendSetAttribute(*t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid));
+  GB(cudnnBackendSetAttribute(*t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &al));
+  GB(cudnnBackendFinalize(*t));
+  return 0;
+}
+
+/* Builds g's plan for the convolution (dims and strides of x, w, y; nd spatial dims).
+ * 0: g->d[0] is a plan; 1: none (why names the call that failed, or the filter). */
+static int gplan_build(pk_stage *S, struct pk_gplan *g, int nd, const int64_t *xd, const int64_t *xs,
+                       const int64_t *wd, const int64_t *ws, const int64_t *yd, const int64_t *ys, const int64_t *pad,
+                       const int64_t *str, const int64_t *dil, const char **why) {
+  cudnnHandle_t h = (cudnnHandle_t)S->cudnn;
+  if (gtensor(&g->t[0], GUID_X, nd + 2, xd, xs, why) || gtensor(&g->t[1], GUID_W, nd + 2, wd, ws, why) ||
+      gtensor(&g->t[2], GUID_Y, nd + 2, yd, ys, why))
+    return 1;
+  cudnnBackendDescriptor_t *conv = &g->d[5], *op = &g->d[4], *graph = &g->d[3], *heur = &g->d[2];
+  cudnnDataType_t ct = CUDNN_DATA_FLOAT;
+  cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  int64_t n = nd;
+  GB(cudnnBackendCreateDescriptor(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, conv));
+  GB(cudnnBackendSetAttribute(*conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &ct));
+  GB(cudnnBackendSetAttribute(*conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode));
+  GB(cudnnBackendSetAttribute(*conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &n));
+  GB(cudnnBackendSetAttribute(*conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, n, dil));
+  GB(cudnnBackendSetAttribute(*conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, n, str));
+  GB(cudnnBackendSetAttribute(*conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, n, pad));
+  GB(cudnnBackendSetAttribute(*conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, n, pad));
+  GB(cudnnBackendFinalize(*conv));
+  float alpha = 1, beta = 0;
+  GB(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, op));
+  GB(cudnnBackendSetAttribute(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g->t[0]));
+  GB(cudnnBackendSetAttribute(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g->t[1]));
+  GB(cudnnBackendSetAttribute(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g->t[2]));
+  GB(cudnnBackendSetAttribute(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                              conv));
+  GB(cudnnBackendSetAttribute(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha));
+  GB(cudnnBackendSetAttribute(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta));
+  GB(cudnnBackendFinalize(*op));
+  GB(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, graph));
+  GB(cudnnBackendSetAttribute(*graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
+  GB(cudnnBackendSetAttribute(*graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, op));
+  GB(cudnnBackendFinalize(*graph));
+  cudnnBackendHeurMode_t hm = CUDNN_HEUR_MODE_A;
+  GB(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, heur));
+  GB(cudnnBackendSetAttribute(*heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, graph));
+  GB(cudnnBackendSetAttribute(*heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &hm));
+  GB(cudnnBackendFinalize(*heur));
+  int64_t count = 0;
+  GB(cudnnBackendGetAttribute(*heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL));
+  if (count > 64) count = 64;
+  if (count < 1) {
+    *why = "heuristics mode A offered no engine configuration";
+    return 1;
+  }
+  cudnnBackendDescriptor_t cfg[64] = {NULL};
+  int rc = 1;
+  *why = "no engine configuration finalized with an allowed numerical behaviour and workspace";
+  for (int64_t i = 0; i < count; i++)
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfg[i]) != CUDNN_STATUS_SUCCESS) count = i;
+  int64_t got = 0;
+  if (cudnnBackendGetAttribute(*heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfg) !=
+      CUDNN_STATUS_SUCCESS)
+    got = 0;
+  for (int64_t i = 0; i < got && rc; i++) {
+    /* the engine's numerical notes */
+    cudnnBackendDescriptor_t eng = NULL;
+    cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+    int64_t nn = 0, ne = 0;
+    int allowed = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) == CUDNN_STATUS_SUCCESS &&
+                  cudnnBackendGetAttribute(cfg[i], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &ne,
+                                           &eng) == CUDNN_STATUS_SUCCESS &&
+                  cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                           CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &nn, notes) == CUDNN_STATUS_SUCCESS;
+    for (int64_t k = 0; allowed && k < nn; k++)
+      allowed = notes[k] != CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS &&
+                notes[k] != CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION &&
+                (S->tf32 || notes[k] != CUDNN_NUMERICAL_NOTE_TENSOR_CORE);
+    if (eng) cudnnBackendDestroyDescriptor(eng);
+    if (!allowed) continue;
+    cudnnBackendDescriptor_t plan = NULL;
+    int64_t wsz = -1;
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) == CUDNN_STATUS_SUCCESS &&
+        cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h) ==
+            CUDNN_STATUS_SUCCESS &&
+        cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                 &cfg[i]) == CUDNN_STATUS_SUCCESS &&
+        cudnnBackendFinalize(plan) == CUDNN_STATUS_SUCCESS &&
+        cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &ne, &wsz) ==
+            CUDNN_STATUS_SUCCESS &&
+        wsz >= 0 && (size_t)wsz <= PK_CONV_WS_LIMIT) {
+      g->d[0] = plan;
+      g->d[1] = cfg[i];
+      cfg[i] = NULL;
+      g->ws = (size_t)wsz;
+      rc = 0;
+    } else if (plan) {
+      cudnnBackendDestroyDescriptor(plan);
+    }
+  }
+  for (int64_t i = 0; i < count; i++)
+    if (cfg[i]) cudnnBackendDestroyDescriptor(cfg[i]);
+  return rc;
+}
+#undef GB
+
+/* c's graph plan (c->plan NULL where there is none); key as conv_algo_fwd's */
+static int conv_graph_setup(pk_stage *S, struct pk_conv_s *c, const int *key, int nd, const int *xd, const int *xs,
+                            const int *wd, int nhwc, const int *yd, const int *ys, const int *pad, const int *str,
+                            const int *dil) {
+  struct pk_gplan *g = S->gplans;
+  while (g && memcmp(g->key, key, sizeof g->key)) g = g->next;
+  if (!g) {
+    g = (struct pk_gplan *)calloc(1, sizeof *g);
+    if (!g) return pk_fail(S, "convolution", "out of host memory");
+    memcpy(g->key, key, sizeof g->key);
+    int64_t x64[5], xs64[5], w64[5], ws64[5], y64[5], ys64[5], p64[3], s64[3], d64[3];
+    for (int i = 0; i < nd + 2; i++) x64[i] = xd[i], xs64[i] = xs[i], w64[i] = wd[i], y64[i] = yd[i], ys64[i] = ys[i];
+    for (int i = 0; i < nd; i++) p64[i] = pad[i], s64[i] = str[i], d64[i] = dil[i];
+    /* the filter packed: [k, c/g, taps...] (KCRS) or channels innermost (KRSC) */
+    ws64[nd + 1] = 1;
+    for (int i = nd; i >= 0; i--) ws64[i] = ws64[i + 1] * w64[i + 1];
+    if (nhwc) {
+      ws64[1] = 1;
+      ws64[nd + 1] = w64[1];
+      for (int i = nd; i >= 2; i--) ws64[i] = ws64[i + 1] * w64[i + 1];
+      ws64[0] = ws64[2] * w64[2];
+    }
+    const char *why = NULL;
+    g->ok = gplan_build(S, g, nd, x64, xs64, w64, ws64, y64, ys64, p64, s64, d64, &why) == 0;
+    if (!g->ok && getenv("PIPECC_CONV_VERBOSE"))
+      fprintf(stderr, "pipeline: %s: convolution %d: the graph API's plan: %s; the legacy API runs it\n", S->where,
+              (int)(c - S->conv), why ? why : "failed");
+    g->next = S->gplans;
+    S->gplans = g;
+  }
+  c->plan = g->ok ? g->d[0] : NULL;
+  c->gws = g->ws;
+  if (c->plan && c->gws > S->ws_bytes) S->ws_bytes = c->gws;
+  return 0;
+}
+
+static int conv_graph_exec(pk_stage *S, struct pk_conv_s *c, const void *x, const void *w, void *y) {
+  if (!c->vp || c->vp_x != x || c->vp_w != w || c->vp_y != y || c->vp_ws != S->ws) {
+    if (c->vp) cudnnBackendDestroyDescriptor(c->vp);
+    c->vp = NULL;
+    int64_t uid[3] = {GUID_X, GUID_W, GUID_Y};
+    void *ptr[3] = {(void *)x, (void *)w, y};
+    void *ws = S->ws;
+    cudnnBackendDescriptor_t vp = NULL;
+    if (!dnn_ok(S, cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp),
+                "cudnnBackendCreateDescriptor(variant pack)"))
+      return 1;
+    if (!dnn_ok(S, cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uid),
+                "cudnnBackendSetAttribute(variant pack ids)") ||
+        !dnn_ok(S, cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptr),
+                "cudnnBackendSetAttribute(variant pack pointers)") ||
+        !dnn_ok(S, cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws),
+                "cudnnBackendSetAttribute(variant pack workspace)") ||
+        !dnn_ok(S, cudnnBackendFinalize(vp), "cudnnBackendFinalize(variant pack)")) {
+      cudnnBackendDestroyDescriptor(vp);
+      return 1;
+    }
+    c->vp = vp, c->vp_x = x, c->vp_w = w, c->vp_y = y, c->vp_ws = S->ws;
+  }
+  return dnn_ok(S, cudnnBackendExecute((cudnnHandle_t)S->cudnn, c->plan, c->vp), "cudnnBackendExecute") ? 0 : 1;
+}
+
 static int conv_setup(pk_stage *S, struct pk_conv_s *c, const pk_conv_p *p) {
   c->dt = p->dtype == PK_F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
   /* 4-D descriptors for 1-D and 2-D convolutions (a leading 1), 5-D for 3-D */
@@ -261,7 +487,11 @@ static int conv_setup(pk_stage *S, struct pk_conv_s *c, const pk_conv_p *p) {
   for (int i = 0; i < nd + 2; i++) key[4 + i] = xd[i], key[9 + i] = yd[i], key[14 + i] = wd[i];
   for (int i = 0; i < nd; i++) key[19 + i] = pad[i], key[22 + i] = str[i], key[25 + i] = dil[i];
   key[28] = nhwc;
-  return tr ? conv_algo_bwd_data(S, c, math) : conv_algo_fwd(S, c, math, key);
+  if (tr) return conv_algo_bwd_data(S, c, math);
+  if (conv_algo_fwd(S, c, math, key)) return 1;
+  if (p->dtype == PK_F32 && conv_graph_wanted())
+    return conv_graph_setup(S, c, key, nd, xd, xs, wd, nhwc, yd, ys, pad, str, dil);
+  return 0;
 }
 
 extern "C" int pk_conv(pk_stage *S, int idx, const void *x, const void *w, void *y) {
@@ -276,6 +506,13 @@ extern "C" int pk_conv(pk_stage *S, int idx, const void *x, const void *w, void 
                   "cudnnConvolutionBackwardData")
                ? 0
                : 1;
+  if (c->plan) {
+    if (!(((uintptr_t)x | (uintptr_t)w | (uintptr_t)y | (uintptr_t)S->ws) % PK_GALIGN))
+      return conv_graph_exec(S, c, x, w, y);
+    if (!c->misaligned++ && getenv("PIPECC_CONV_VERBOSE"))
+      fprintf(stderr, "pipeline: %s: convolution %d: a pointer not %d-byte aligned: the legacy API runs it\n",
+              S->where, idx, PK_GALIGN);
+  }
   return dnn_ok(S, cudnnConvolutionForward((cudnnHandle_t)S->cudnn, al, c->x, x, c->w, w, c->conv, c->algo, S->ws,
                                            c->ws, be, c->y, y),
                 "cudnnConvolutionForward")
@@ -1858,8 +2095,14 @@ static void stage_free(pk_stage *S) {
       if (c->y) cudnnDestroyTensorDescriptor(c->y);
       if (c->w) cudnnDestroyFilterDescriptor(c->w);
       if (c->conv) cudnnDestroyConvolutionDescriptor(c->conv);
+      if (c->vp) cudnnBackendDestroyDescriptor(c->vp);
     }
     free(S->conv);
+  }
+  while (S->gplans) {
+    struct pk_gplan *n = S->gplans->next;
+    gplan_free(S->gplans);
+    S->gplans = n;
   }
   if (S->ustream) cudaStreamSynchronize(S->ustream); /* async mode: uploads and parts still queued */
   if (S->stream) cudaStreamSynchronize(S->stream);
@@ -1949,6 +2192,15 @@ extern "C" int pk_stage_init(void **state, const pk_stage_info *info, int tf32, 
     for (int i = 0; ok && i < info->n_conv; i++) {
       S->unit = -1;
       ok = conv_setup(S, &S->conv[i], &info->conv[i]) == 0;
+    }
+    if (ok && conv_graph_wanted() && getenv("PIPECC_CONV_VERBOSE")) {
+      int n = 0, m = 0;
+      for (int i = 0; i < info->n_conv; i++) {
+        n += S->conv[i].plan != NULL;
+        m += !info->conv[i].transposed && info->conv[i].dtype == PK_F32;
+      }
+      fprintf(stderr, "pipeline: %s: %d of %d forward float32 convolutions through cuDNN's graph API\n", S->where, n,
+              m);
     }
   }
   /* cuBLAS uses the same workspace (the stream orders its uses); at least 32 MiB */
