@@ -14,8 +14,9 @@
  * per stage.
  *
  * Data path: the host form (pk_stage_forward/backward) takes HOST buffers, copies the
- * stage inputs to the device, runs the units on the stage's stream (replaying a CUDA
- * graph captured on the first micro-batch), copies the outputs back and synchronises.
+ * stage inputs to the device, runs the units on the stage's stream (eagerly for the
+ * first micro-batch, then replaying a CUDA graph captured on the second), copies the
+ * outputs back and synchronises.
  * The device form (pk_device_ops, pipert_device_ops in pipert.h) takes DEVICE buffers:
  * stages sharing a device in one process hand over device memory without the host
  * waiting (async mode), and stages in different processes send and receive device
@@ -222,7 +223,7 @@ typedef struct pk_stage {
   size_t ws_bytes;
   struct pk_conv_s *conv;
   struct pk_gplan *gplans;         /* cuDNN graph API plans (PIPECC_CONV_API=graph) */
-  int use_graph, captured[3];     /* per part: forward, backward, update */
+  int use_graph, captured[3];     /* per part (forward, backward, update): 1 run once, 2 captured */
   cudaGraphExec_t exec[3];
   int unit;                        /* the unit running (errors) */
   cudaEvent_t *ev;                 /* profiling: n_units + 1 events, else NULL */

@@ -2275,11 +2275,17 @@ static int harvest(pk_stage *S, int keep) {
   return 0;
 }
 
-/* Run part k's units: replay its captured graph, or capture it on the first call. */
+/* Run part k's units: eagerly on the first call (libraries load kernels and make their
+ * plans' lazy state then, outside a capture, as CUDA's graph guide asks of a warm-up),
+ * captured into a graph on the second, which every later call replays. */
 static int run_units(pk_stage *S, int k, const pk_part *P) {
   if (!S->use_graph || S->ev) return P->run(S);
   if (!S->captured[k]) {
-    S->captured[k] = 1;
+    S->captured[k] = 1; /* warmed up */
+    return P->run(S);
+  }
+  if (S->captured[k] == 1) {
+    S->captured[k] = 2;
     cudaGraph_t graph = NULL;
     if (cudaStreamBeginCapture(S->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
       cudaGetLastError();
@@ -2328,8 +2334,9 @@ static int run_part(pk_stage *S, int k, const pk_part *P, const void *const *in,
       return 1;
   for (int i = 0; async && i < P->n_in; i++)
     if (P->in_bytes[i] && !after_read(S, in[i])) return 1;
-  /* the first call captures the part: from an idle stream, as in synchronous mode */
-  if (async && S->use_graph && !S->captured[k] && !dev_wait(S, S->stream, NULL, "cudaStreamSynchronize")) return 1;
+  /* the second call captures the part: from an idle stream, as in synchronous mode */
+  if (async && S->use_graph && S->captured[k] == 1 && !dev_wait(S, S->stream, NULL, "cudaStreamSynchronize"))
+    return 1;
   if (run_units(S, k, P)) return 1;
   S->unit = -1;
   for (int i = 0; async && i < P->n_out; i++)
