@@ -102,7 +102,7 @@ struct pk_conv_s {
   size_t gws;
   const void *vp_x, *vp_w;
   void *vp_y, *vp_ws;
-  int misaligned; /* calls the legacy API ran for want of alignment */
+  int misaligned; /* the legacy API ran a call for want of alignment (reported once) */
 };
 
 /* Workspace limit for one convolution's algorithm. */
@@ -509,9 +509,10 @@ extern "C" int pk_conv(pk_stage *S, int idx, const void *x, const void *w, void 
   if (c->plan) {
     if (!(((uintptr_t)x | (uintptr_t)w | (uintptr_t)y | (uintptr_t)S->ws) % PK_GALIGN))
       return conv_graph_exec(S, c, x, w, y);
-    if (!c->misaligned++ && getenv("PIPECC_CONV_VERBOSE"))
+    if (!c->misaligned && getenv("PIPECC_CONV_VERBOSE"))
       fprintf(stderr, "pipeline: %s: convolution %d: a pointer not %d-byte aligned: the legacy API runs it\n",
               S->where, idx, PK_GALIGN);
+    c->misaligned = 1;
   }
   return dnn_ok(S, cudnnConvolutionForward((cudnnHandle_t)S->cudnn, al, c->x, x, c->w, w, c->conv, c->algo, S->ws,
                                            c->ws, be, c->y, y),
