@@ -332,6 +332,15 @@ static int expand_if(xp *x) {
 
 /* ---- Loop -------------------------------------------------------------------------- */
 
+/* -1 (reported) when one of the node's inputs from..to-1 is empty: a Loop's carried
+ * values and a Scan's states and scan inputs are required (an empty optional value comes
+ * from an Optional node, not from an empty name) */
+static int empty_input(xp *x, int from, int to, const char *what) {
+  for (int k = from; k < to; k++)
+    if (x->nd.in[k] < 0) XFAIL("input %d (%s %d) is empty; it must name a value", k, what, k - from);
+  return 0;
+}
+
 static int expand_loop(xp *x) {
   int cap;
   const ir_graph *b = body_of(x, "body", &cap);
@@ -343,6 +352,7 @@ static int expand_loop(xp *x) {
   int K = b->n_outputs - 1 - N;
   if (K < 0) XFAIL("its body gives %d outputs; it must give the condition and the %d carried values", b->n_outputs, N);
   if (x->nd.n_out > N + K) XFAIL("has %d outputs; its body gives %d carried values and %d scan outputs", x->nd.n_out, N, K);
+  if (empty_input(x, 2, 2 + N, "carried value")) return -1;
   int64_t M = -1;
   if (x->nd.in[0] >= 0) {
     const ir_value *m = val(x, res(x, x->nd.in[0]));
@@ -514,6 +524,8 @@ static int expand_scan(xp *x) {
   if (x->nd.n_out > N + K) XFAIL("has %d outputs; its body gives %d states and %d scan outputs", x->nd.n_out, N, K);
   int64_t in_ax[64], in_dir[64], out_ax[64], out_dir[64];
   if (Mi > 64 || K > 64) XFAIL("more than 64 scan inputs or outputs");
+  if (empty_input(x, first, first + N, "state") || empty_input(x, first + N, first + N + (int)Mi, "scan input"))
+    return -1;
   if (scan_attr(x, v8 ? "directions" : "scan_input_directions", (int)Mi, in_dir) ||
       scan_attr(x, "scan_input_axes", (int)Mi, in_ax) || scan_attr(x, "scan_output_axes", K, out_ax) ||
       scan_attr(x, "scan_output_directions", K, out_dir))

@@ -816,6 +816,23 @@ def _(d, n):  # unrolled until the limit, then one line (a fraction of a second)
                            trip=10**9), d, n)
 
 
+@case("loop_empty_carried", r"input 2 \(carried value 0\) is empty; it must name a value", node="lp")
+def _(d, n):  # the carried value's initial value left out (found by the fuzzer: a name of NUL bytes reads as empty)
+    body = helper.make_graph([helper.make_node("Identity", ["c"], ["c1"]), helper.make_node("Relu", ["v"], ["v1"])],
+                             "body", [vi("i", [], TensorProto.INT64), vi("c", [], TensorProto.BOOL), vi("v", [2, 3])],
+                             [vi("c1", [], TensorProto.BOOL), vi("v1", [2, 3])])
+    return save(model([helper.make_node("Loop", ["m", "", ""], ["y"], name="lp", body=body)], [vi("x", [2, 3])],
+                      [vi("y", [2, 3])], [helper.make_tensor("m", TensorProto.INT64, [], [3])]), d, n)
+
+
+@case("scan_empty_state", r"input 0 \(state 0\) is empty; it must name a value", node="sc")
+def _(d, n):  # Scan's state left out
+    body = helper.make_graph([helper.make_node("Add", ["s", "e"], ["s1"]), helper.make_node("Identity", ["e"], ["o"])],
+                             "body", [vi("s", [3]), vi("e", [3])], [vi("s1", [3]), vi("o", [3])])
+    return save(model([helper.make_node("Scan", ["", "x"], ["y", "z"], name="sc", body=body, num_scan_inputs=1)],
+                      [vi("x", [2, 3])], [vi("y", [3]), vi("z", [2, 3])]), d, n)
+
+
 # --const NAME=V,...: a graph input compiled as a constant (passes/bind.c)
 
 @case("const_not_input", r"--const names 'nope', which is not a graph input", args=["--const", "nope=1"])
