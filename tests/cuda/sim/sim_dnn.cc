@@ -1288,11 +1288,12 @@ struct BConv {
   int n = 0;
   int64_t dil[3] = {0}, str[3] = {0}, pre[3] = {0}, post[3] = {0};
 };
-/* a convolution-forward operation as finalized */
+/* a convolution-forward operation as finalized, with its geometry */
 struct BOp {
   BTensor x, w, y;
   BConv conv;
   double alpha = 1, beta = 0;
+  Geo geo;
 };
 
 enum { BE_TC = 0, BE_FMA = 1 };
@@ -1314,7 +1315,6 @@ struct BackendDesc {
   cudnnHandle_t handle = nullptr;
   std::vector<int> engines; /* heuristics: the results */
   int engine = -1;          /* configuration, engine, plan */
-  Geo geo;                  /* plan */
   size_t ws = 0;            /* plan */
   std::vector<int64_t> uids; /* variant pack */
   std::vector<void *> ptrs;
@@ -1639,8 +1639,7 @@ cudnnStatus_t be_finalize_op(const char *call, BackendDesc *d) {
     cudasim::warn("%s: %d-D tensors with a convolution of %d spatial dims", call, op.x.nd, op.conv.n);
     return CUDNN_STATUS_BAD_PARAM;
   }
-  Geo g;
-  return be_geo(call, op, &g);
+  return be_geo(call, op, &op.geo);
 }
 
 /* the engines the heuristics offer for an operation, best first */
@@ -1772,9 +1771,7 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t descriptor) {
       if (!dnn_handle_ok(call, d->handle)) return CUDNN_STATUS_BAD_PARAM;
       d->op = cfg->op;
       d->engine = cfg->engine;
-      st = be_geo(call, d->op, &d->geo);
-      if (st != CUDNN_STATUS_SUCCESS) return st;
-      d->ws = d->engine == BE_TC ? fwd_ws(d->geo, CUDNN_CONVOLUTION_FWD_ALGO_GEMM) : 0;
+      d->ws = d->engine == BE_TC ? fwd_ws(d->op.geo, CUDNN_CONVOLUTION_FWD_ALGO_GEMM) : 0;
       break;
     }
     case CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR: {
@@ -1916,7 +1913,7 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
   }
   ConvJob j{};
   j.fwd = 1;
-  j.g = p->geo;
+  j.g = op.geo;
   j.algo = p->engine == BE_TC ? CUDNN_CONVOLUTION_FWD_ALGO_GEMM : CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
   double ad = op.alpha, bd = op.beta;
   float af = (float)op.alpha, bf = (float)op.beta;
