@@ -330,8 +330,11 @@ static const char train_fns[] =
  * powers of two so that results up to 2^128 come out), 0 below x = -87 (results under
  * 2^-125 flush to zero: a lane that made a subnormal would cost a microcode assist, and
  * Softmax rows under a causal mask are half -inf); erf as x P(x^2) below 1 and
- * 1 - e^(-x^2) R(x - 2.5) from 1 to 4, P and R least-squares fits of erf(x)/x and
- * erfc(x) e^(x^2) (relative error 1.2e-9 and 2.8e-8), +-1 beyond. Stages whose Convs
+ * 1 - Q((x - 2.5) / 1.5) from 1 to 4, P a least-squares fit of erf(x)/x (relative error
+ * 1.2e-9), Q the degree-15 Chebyshev least-squares fit of erfc over [1, 4] in monomial
+ * form (within 1.3 ulp of erf there, evaluated in float), +-1 beyond. Q takes 15
+ * multiply-adds where e^(-x^2) times a fit of erfc(x) e^(x^2) took an exp and 12: GELU
+ * computes both sides for every lane, and its erf is most of its work. Stages whose Convs
  * call pipert_gemm_direct also include runtime/pipert_gemm.h, which picks its AVX-512,
  * AVX2 or portable variant at the call, all with correctly rounded fused multiply-adds
  * in the same order: the same bits on each as well. */
@@ -364,15 +367,17 @@ static const char vec_prelude[] =
     "  p = PK_FMA(p, s, -3.761262584e-01f);\n  p = PK_FMA(p, s, 1.128379166e+00f);\n"
     "  const float lo = a * p;\n"
     "  float ac = a < 1.0f ? 1.0f : a;\n  ac = ac > 4.0f ? 4.0f : ac;\n"
-    "  const float t = ac - 2.5f;\n"
-    "  float q = -3.972067691e-07f;\n"
-    "  q = PK_FMA(q, t, 1.664511801e-06f);\n  q = PK_FMA(q, t, -3.926730441e-06f);\n"
-    "  q = PK_FMA(q, t, 1.439432384e-05f);\n  q = PK_FMA(q, t, -5.912389744e-05f);\n"
-    "  q = PK_FMA(q, t, 2.128928882e-04f);\n  q = PK_FMA(q, t, -7.335403811e-04f);\n"
-    "  q = PK_FMA(q, t, 2.466045092e-03f);\n  q = PK_FMA(q, t, -8.001541149e-03f);\n"
-    "  q = PK_FMA(q, t, 2.493818644e-02f);\n  q = PK_FMA(q, t, -7.434735348e-02f);\n"
-    "  q = PK_FMA(q, t, 2.108063583e-01f);\n"
-    "  const float hi = 1.0f - pk_expf(-(ac * ac)) * q;\n"
+    "  const float t = (ac - 2.5f) * 0.666666687f;\n"
+    "  float q = 1.580641838e-04f;\n"
+    "  q = PK_FMA(q, t, -2.590251970e-04f);\n  q = PK_FMA(q, t, -6.889530923e-04f);\n"
+    "  q = PK_FMA(q, t, 2.036759863e-03f);\n  q = PK_FMA(q, t, -6.495899870e-04f);\n"
+    "  q = PK_FMA(q, t, -4.673087038e-03f);\n  q = PK_FMA(q, t, 9.727170691e-03f);\n"
+    "  q = PK_FMA(q, t, -6.633254699e-03f);\n  q = PK_FMA(q, t, -9.298021905e-03f);\n"
+    "  q = PK_FMA(q, t, 3.186663985e-02f);\n  q = PK_FMA(q, t, -4.644897580e-02f);\n"
+    "  q = PK_FMA(q, t, 4.365181923e-02f);\n  q = PK_FMA(q, t, -2.818186767e-02f);\n"
+    "  q = PK_FMA(q, t, 1.225280575e-02f);\n  q = PK_FMA(q, t, -3.267420223e-03f);\n"
+    "  q = PK_FMA(q, t, 4.069523129e-04f);\n"
+    "  const float hi = 1.0f - q;\n"
     "  const float r = copysignf(a < 1.0f ? lo : hi, x);\n"
     "  return x != x ? x : r;\n}\n\n";
 
