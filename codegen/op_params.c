@@ -270,26 +270,74 @@ int cg_slice_params(ir_graph *g, const char *target, const ir_node *n, int64_t *
   return 0;
 }
 
+/* An operand's dims and element strides as the MatMul reads it: its value's, or where a
+ * Transpose was folded in (attribute attr: its perm), the Transpose's output read from
+ * its input. 1 if permuted, 0 if not, -1 if the perm does not fit. */
+static int operand_view(const ir_node *n, const char *attr, const ir_value *v, int64_t *dims, int64_t *str) {
+  int r = v->shape.rank;
+  int64_t s[IR_MAX_RANK], acc = 1;
+  for (int d = r - 1; d >= 0; d--) {
+    s[d] = acc;
+    acc *= v->shape.dims[d];
+  }
+  const int64_t *perm;
+  int np = ir_attr_ints(n, attr, &perm);
+  if (np < 0) {
+    for (int d = 0; d < r; d++) dims[d] = v->shape.dims[d], str[d] = s[d];
+    return 0;
+  }
+  if (np != r || r < 2) return -1;
+  for (int d = 0; d < r; d++) {
+    if (perm[d] < 0 || perm[d] >= r) return -1;
+    dims[d] = v->shape.dims[perm[d]];
+    str[d] = s[perm[d]];
+  }
+  return 1;
+}
+
+/* A rows x cols matrix with element strides sr, sc as row-major BLAS takes it: *trans
+ * and the leading dimension *ld; -1 when neither stride is 1. */
+static int blas_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, int *trans, int64_t *ld) {
+  if (cols == 1 || sc == 1) {
+    *trans = 0;
+    *ld = rows == 1 ? (cols > 1 ? cols : 1) : sr;
+    return *ld >= cols ? 0 : -1;
+  }
+  if (rows == 1 || sr == 1) {
+    *trans = 1;
+    *ld = sc;
+    return *ld >= rows ? 0 : -1;
+  }
+  return -1;
+}
+
 int cg_matmul_params(ir_graph *g, const char *target, const ir_node *n, cg_matmul *mm) {
   const ir_value *a = ir_in(g, n, 0), *b = ir_in(g, n, 1);
   int ra = a->shape.rank, rb = b->shape.rank;
   if (ra < 1 || rb < 1) return fail(g, target, n, "MatMul of scalars");
-  int64_t M = ra == 1 ? 1 : a->shape.dims[ra - 2], K = a->shape.dims[ra - 1];
-  int64_t N = rb == 1 ? 1 : b->shape.dims[rb - 1], K2 = rb == 1 ? b->shape.dims[0] : b->shape.dims[rb - 2];
+  int64_t ad[IR_MAX_RANK], as[IR_MAX_RANK], bdm[IR_MAX_RANK], bs[IR_MAX_RANK];
+  int pa = operand_view(n, "pipecc.perm_a", a, ad, as), pb = operand_view(n, "pipecc.perm_b", b, bdm, bs);
+  if (pa < 0 || pb < 0) return fail(g, target, n, "MatMul: a folded Transpose's perm does not fit its input");
+  int64_t M = ra == 1 ? 1 : ad[ra - 2], K = ad[ra - 1];
+  int64_t N = rb == 1 ? 1 : bdm[rb - 1], K2 = rb == 1 ? bdm[0] : bdm[rb - 2];
   if (K != K2) return fail(g, target, n, "MatMul inner dims differ (%lld, %lld)", LL(K), LL(K2));
+  int64_t srA = ra == 1 ? K : as[ra - 2], scA = as[ra - 1];
+  int64_t srB = rb == 1 ? 1 : bs[rb - 2], scB = rb == 1 ? 1 : bs[rb - 1];
+  if (blas_layout(M, K, srA, scA, &mm->ta, &mm->lda) || blas_layout(K, N, srB, scB, &mm->tb, &mm->ldb))
+    return fail(g, target, n, "MatMul: a folded Transpose leaves no unit stride in a matrix");
+  mm->pa = pa;
+  mm->pb = pb;
   int nba = ra > 2 ? ra - 2 : 0, nbb = rb > 2 ? rb - 2 : 0;
   int nb = nba > nbb ? nba : nbb;
   int64_t *bd = mm->bd, *sa = mm->sa, *sb = mm->sb;
-  int64_t accA = M * K, accB = K * N, NB = 1;
+  int64_t NB = 1;
   for (int i = nb - 1; i >= 0; i--) {
     int ia = i - (nb - nba), ib = i - (nb - nbb);
-    int64_t da = ia >= 0 ? a->shape.dims[ia] : 1, db = ib >= 0 ? b->shape.dims[ib] : 1;
+    int64_t da = ia >= 0 ? ad[ia] : 1, db = ib >= 0 ? bdm[ib] : 1;
     bd[i] = da > db ? da : db;
     if ((da != 1 && da != bd[i]) || (db != 1 && db != bd[i])) return fail(g, target, n, "MatMul batch dims do not broadcast");
-    sa[i] = da == 1 ? 0 : accA;
-    sb[i] = db == 1 ? 0 : accB;
-    accA *= da;
-    accB *= db;
+    sa[i] = da == 1 ? 0 : as[ia];
+    sb[i] = db == 1 ? 0 : bs[ib];
     NB *= bd[i];
   }
   mm->M = M;

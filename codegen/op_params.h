@@ -60,11 +60,17 @@ int cg_slice_params(ir_graph *g, const char *target, const ir_node *n, int64_t *
 
 /* MatMul (numpy semantics): A is [batch..] M x K (M = 1 for a vector), B [batch..] K x N;
  * nb broadcast batch dims bd[] (NB elements in all) with element strides sa[]/sb[] of
- * A's and B's matrices (0 where that side broadcasts). */
+ * A's and B's matrices (0 where that side broadcasts). Each matrix as BLAS reads it
+ * (row-major): ta/tb transposed or not, lda/ldb its leading dimension (K and N for
+ * contiguous operands). pa/pb: the operand is read through the permutation of a
+ * Transpose folded into the MatMul (passes/fuse.h, pass_fuse_matmul_transpose): its
+ * batch is not contiguous, and only the cpu target's batched loop reads it. */
 typedef struct {
   int64_t M, K, N, NB;
   int nb;
   int64_t bd[IR_MAX_RANK], sa[IR_MAX_RANK], sb[IR_MAX_RANK];
+  int ta, tb, pa, pb;
+  int64_t lda, ldb;
 } cg_matmul;
 int cg_matmul_params(ir_graph *g, const char *target, const ir_node *n, cg_matmul *mm);
 

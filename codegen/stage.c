@@ -331,6 +331,7 @@ static void build_units(cg_stage *st, int gemm_units) {
     for (int r = 0; gemm_units && !st->p->train && r < N; r++) {
       const ir_node *n = &g->nodes[r];
       if (group[r] != r || n->op != IR_OP_MatMul || n->n_in < 2 || n->out[0] < 0) continue;
+      if (ir_attr_find(n, "pipecc.perm_a") || ir_attr_find(n, "pipecc.perm_b")) continue; /* strided operands */
       const ir_value *a = ir_in(g, n, 0), *b = ir_in(g, n, 1), *x = ir_out(g, n, 0);
       int v = n->out[0], R = cons[v] >= 0 ? group[cons[v]] : -1;
       if (!a || !b || a->dtype != IR_FLOAT || b->dtype != IR_FLOAT || a->shape.rank < 2 || b->shape.rank != 2) continue;

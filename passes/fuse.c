@@ -1,5 +1,7 @@
-/* passes/fuse.c - Conv + Add + Relu/Clip chains into one Conv, and a 1x1 Conv into the
- * depthwise Conv that reads it (see passes/fuse.h). */
+/* passes/fuse.c - Conv + Add + Relu/Clip chains into one Conv, a 1x1 Conv into the
+ * depthwise Conv that reads it, Transposes into the batched MatMuls that read them, and
+ * layer normalisation written out in element-wise ops into one LayerNormalization (see
+ * passes/fuse.h). */
 #include "passes/fuse.h"
 
 #include <math.h>
@@ -231,6 +233,271 @@ int pass_fuse_expand_dw(ir_graph *g, int64_t min_positions) {
     fused++;
   }
   if (!fused) return 0;
+  ir_rebuild_uses(g);
+  ir_compact(g);
+  return fused;
+}
+
+/* ---- Transpose into a batched MatMul -------------------------------------------------- */
+
+/* The perm of Transpose node t (default: reversed) into perm; its rank, or -1. */
+static int transpose_perm(ir_graph *g, const ir_node *t, int64_t *perm) {
+  const ir_value *x = ir_in(g, t, 0);
+  if (!x || x->shape.rank < 2) return -1;
+  int r = x->shape.rank;
+  const int64_t *p;
+  int np = ir_attr_ints(t, "perm", &p);
+  if (np < 0) {
+    for (int d = 0; d < r; d++) perm[d] = r - 1 - d;
+    return r;
+  }
+  if (np != r) return -1;
+  for (int d = 0; d < r; d++) perm[d] = p[d];
+  return r;
+}
+
+/* Whether the last two dims of x read through perm have a unit stride (or size 1): the
+ * matrix BLAS can take in place, transposed or not. */
+static int perm_blas_ok(const ir_value *x, const int64_t *perm, int r) {
+  int64_t s[IR_MAX_RANK], acc = 1;
+  for (int d = r - 1; d >= 0; d--) {
+    s[d] = acc;
+    acc *= x->shape.dims[d];
+  }
+  int64_t rows = x->shape.dims[perm[r - 2]], cols = x->shape.dims[perm[r - 1]];
+  return cols == 1 || s[perm[r - 1]] == 1 || rows == 1 || s[perm[r - 2]] == 1;
+}
+
+int pass_fuse_matmul_transpose(ir_graph *g) {
+  ir_rebuild_uses(g);
+  int fused = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    ir_node *mm = &g->nodes[i];
+    if (mm->dead || mm->op != IR_OP_MatMul || mm->n_in != 2 || mm->n_out != 1 || mm->out[0] < 0) continue;
+    const ir_value *y = ir_out(g, mm, 0), *b = ir_in(g, mm, 1);
+    if (!y || !b || (y->dtype != IR_FLOAT && y->dtype != IR_DOUBLE)) continue;
+    if (ir_attr_find(mm, "pipecc.perm_a") || ir_attr_find(mm, "pipecc.perm_b")) continue;
+    /* only where the MatMul runs one GEMM per matrix anyway: B has a batch of matrices
+     * (with one B matrix, A's contiguous rows make one tall GEMM, which a folded
+     * Transpose would break up) */
+    int64_t nbb = 1;
+    for (int d = 0; d + 2 < b->shape.rank; d++) nbb *= b->shape.dims[d];
+    if (b->shape.rank < 3 || nbb < 2) continue;
+    for (int k = 0; k < 2; k++) {
+      int v = mm->in[k];
+      int t = v >= 0 ? g->values[v].producer : -1;
+      if (t < 0 || only_consumer(g, v) != i) continue;
+      ir_node *tn = &g->nodes[t];
+      if (tn->dead || tn->op != IR_OP_Transpose || tn->n_in != 1 || tn->in[0] < 0) continue;
+      const ir_value *x = ir_in(g, tn, 0);
+      int64_t perm[IR_MAX_RANK];
+      int r = transpose_perm(g, tn, perm);
+      if (r < 2 || x->dtype != y->dtype || !perm_blas_ok(x, perm, r)) continue;
+      ir_attr *pa = ir_node_add_attr(g, i, k ? "pipecc.perm_b" : "pipecc.perm_a", IR_ATTR_INTS);
+      pa->n = r;
+      pa->ints = ir_alloc_array(g->arena, (size_t)r, sizeof(int64_t));
+      for (int d = 0; d < r; d++) pa->ints[d] = perm[d];
+      mm->in[k] = tn->in[0];
+      /* the comment and plan.json's list of absorbed nodes */
+      char desc[600];
+      const char *old = ir_attr_str(mm, "pipecc.fused", NULL);
+      snprintf(desc, sizeof desc, "%.300s%sTranspose '%.200s' (read in place)", old ? old : "", old ? ", " : "", tn->name);
+      ir_attr *da = (ir_attr *)ir_attr_find(mm, "pipecc.fused");
+      if (!da) da = ir_node_add_attr(g, i, "pipecc.fused", IR_ATTR_STRING);
+      da->s = ir_strdup(g->arena, desc);
+      da->slen = strlen(desc);
+      ir_attr *na = (ir_attr *)ir_attr_find(mm, "pipecc.fused_nodes");
+      int n0 = na ? na->n : 0;
+      const char **names = ir_alloc_array(g->arena, (size_t)n0 + 1, sizeof(char *));
+      for (int q = 0; q < n0; q++) names[q] = na->strings[q];
+      names[n0] = node_label(g, tn);
+      if (!na) na = ir_node_add_attr(g, i, "pipecc.fused_nodes", IR_ATTR_STRINGS);
+      na->strings = names;
+      na->n = n0 + 1;
+      mm->flops += tn->flops;
+      tn->dead = 1;
+      fused++;
+    }
+  }
+  if (!fused) return 0;
+  ir_rebuild_uses(g);
+  ir_compact(g);
+  return fused;
+}
+
+/* ---- layer normalisation written out ---------------------------------------------------- */
+
+/* The first reduced axis of ReduceMean node n when it reduces exactly the trailing axes
+ * [ax, rank) of its input with keepdims 1; -1 otherwise. */
+static int trailing_mean_axis(ir_graph *g, const ir_node *n) {
+  if (n->dead || n->op != IR_OP_ReduceMean || n->n_out != 1 || n->out[0] < 0) return -1;
+  const ir_value *x = ir_in(g, n, 0);
+  if (!x || ir_attr_int(n, "keepdims", 1) != 1) return -1;
+  int r = x->shape.rank, red[IR_MAX_RANK] = {0}, na = 0;
+  if (r < 1) return -1;
+  int64_t axes[IR_MAX_RANK];
+  const ir_value *av = n->n_in > 1 && n->in[1] >= 0 ? &g->values[n->in[1]] : NULL;
+  if (av) {
+    if (av->kind != IR_VAL_CONST || av->shape.rank != 1 || av->shape.dims[0] > IR_MAX_RANK) return -1;
+    na = (int)av->shape.dims[0];
+    for (int i = 0; i < na; i++)
+      if (ir_const_i64(av, i, &axes[i])) return -1;
+  } else {
+    const int64_t *v;
+    na = ir_attr_ints(n, "axes", &v);
+    if (na > IR_MAX_RANK) return -1;
+    for (int i = 0; i < na; i++) axes[i] = v[i];
+  }
+  if (na <= 0) return -1; /* all axes, or none with noop_with_empty_axes: not this pattern */
+  for (int i = 0; i < na; i++) {
+    int64_t a = axes[i] < 0 ? axes[i] + r : axes[i];
+    if (a < 0 || a >= r || red[a]) return -1;
+    red[a] = 1;
+  }
+  int ax = r - na;
+  for (int d = ax; d < r; d++)
+    if (!red[d]) return -1;
+  return ax;
+}
+
+/* A float constant with one element, into *v. */
+static int const_scalar(const ir_graph *g, int v, double *out) {
+  if (v < 0) return -1;
+  const ir_value *c = &g->values[v];
+  int64_t ne = 1;
+  for (int d = 0; d < c->shape.rank; d++) ne *= c->shape.dims[d];
+  if (c->kind != IR_VAL_CONST || ne != 1 || (c->dtype != IR_FLOAT && c->dtype != IR_DOUBLE)) return -1;
+  return ir_const_f64(c, 0, out);
+}
+
+/* Binary node b reads value v on one side: the other input, or -1. */
+static int other_input(const ir_node *b, int v) {
+  if (b->n_in != 2) return -1;
+  if (b->in[0] == v) return b->in[1];
+  if (b->in[1] == v) return b->in[0];
+  return -1;
+}
+
+/* A Scale or B of LayerNormalization over x's axes [ax, rank): a float value with one
+ * element or with the normalised dims (leading 1s allowed), so that the Mul or Add
+ * broadcasts it over the rows only. */
+static int norm_param_ok(const ir_value *x, int ax, const ir_value *p) {
+  if (p->dtype != x->dtype) return 0;
+  int64_t ne = 1;
+  for (int d = 0; d < p->shape.rank; d++) ne *= p->shape.dims[d];
+  if (ne == 1 && p->shape.rank <= x->shape.rank) return 1;
+  int nn = x->shape.rank - ax;
+  if (p->shape.rank > x->shape.rank) return 0;
+  for (int d = 0; d < p->shape.rank; d++) {
+    int from_end = p->shape.rank - d; /* 1 for the last dim */
+    int64_t want = from_end <= nn ? x->shape.dims[x->shape.rank - from_end] : 1;
+    if (p->shape.dims[d] != want) return 0;
+  }
+  return 1;
+}
+
+int pass_fuse_layernorm(ir_graph *g) {
+  ir_rebuild_uses(g);
+  int fused = 0, n0 = g->n_nodes;
+  for (int i = 0; i < n0; i++) {
+    ir_node *m1 = &g->nodes[i];
+    int ax = trailing_mean_axis(g, m1);
+    if (ax < 0 || m1->in[0] < 0) continue;
+    int x = m1->in[0];
+    const ir_value *xv = &g->values[x];
+    if (xv->dtype != IR_FLOAT) continue;
+    /* d = x - mean */
+    int sub = only_consumer(g, m1->out[0]);
+    if (sub < 0 || g->nodes[sub].op != IR_OP_Sub || g->nodes[sub].n_in != 2 || g->nodes[sub].in[0] != x ||
+        g->nodes[sub].in[1] != m1->out[0] || g->nodes[sub].out[0] < 0)
+      continue;
+    int d = g->nodes[sub].out[0];
+    if (!ir_shape_same_dims(&g->values[d].shape, &xv->shape) || g->values[d].is_output) continue;
+    /* d's readers: the square (Pow(d, 2) or Mul(d, d)) and the Div, nothing else */
+    int sq = -1, div = -1, bad = 0;
+    const ir_value *dv = &g->values[d];
+    for (int u = 0; u < dv->n_uses; u++) {
+      int c = g->use_list[dv->use_off + u];
+      const ir_node *cn = &g->nodes[c];
+      double two;
+      if (cn->dead) continue;
+      if (c == sq || c == div) continue;
+      if (cn->op == IR_OP_Pow && cn->n_in == 2 && cn->in[0] == d && !const_scalar(g, cn->in[1], &two) && two == 2.0 &&
+          sq < 0)
+        sq = c;
+      else if (cn->op == IR_OP_Mul && cn->n_in == 2 && cn->in[0] == d && cn->in[1] == d && sq < 0)
+        sq = c;
+      else if (cn->op == IR_OP_Div && cn->n_in == 2 && cn->in[0] == d && cn->in[1] != d && div < 0)
+        div = c;
+      else
+        bad = 1;
+    }
+    if (bad || sq < 0 || div < 0 || g->nodes[sq].out[0] < 0 || g->nodes[div].out[0] < 0) continue;
+    /* var = mean(d^2), + eps, sqrt, d / that */
+    int m2 = only_consumer(g, g->nodes[sq].out[0]);
+    if (m2 < 0 || trailing_mean_axis(g, &g->nodes[m2]) != ax) continue;
+    int add_eps = only_consumer(g, g->nodes[m2].out[0]);
+    double eps;
+    if (add_eps < 0 || g->nodes[add_eps].op != IR_OP_Add || g->nodes[add_eps].out[0] < 0 ||
+        const_scalar(g, other_input(&g->nodes[add_eps], g->nodes[m2].out[0]), &eps) || !(eps >= 0))
+      continue;
+    int sqr = only_consumer(g, g->nodes[add_eps].out[0]);
+    if (sqr < 0 || g->nodes[sqr].op != IR_OP_Sqrt || g->nodes[sqr].out[0] < 0) continue;
+    if (only_consumer(g, g->nodes[sqr].out[0]) != div || g->nodes[div].in[1] != g->nodes[sqr].out[0]) continue;
+    int nv = g->nodes[div].out[0];
+    if (!ir_shape_same_dims(&g->values[nv].shape, &xv->shape)) continue;
+    /* * gamma (required: LayerNormalization has a Scale), + beta (optional) */
+    int mul = only_consumer(g, nv);
+    if (mul < 0 || g->nodes[mul].op != IR_OP_Mul || g->nodes[mul].out[0] < 0) continue;
+    int gamma = other_input(&g->nodes[mul], nv);
+    if (gamma < 0 || gamma == nv || !norm_param_ok(xv, ax, &g->values[gamma]) ||
+        !ir_shape_same_dims(&g->values[g->nodes[mul].out[0]].shape, &xv->shape))
+      continue;
+    int last = mul, beta = -1;
+    int add_b = only_consumer(g, g->nodes[mul].out[0]);
+    if (add_b >= 0 && g->nodes[add_b].op == IR_OP_Add && g->nodes[add_b].out[0] >= 0) {
+      int b = other_input(&g->nodes[add_b], g->nodes[mul].out[0]);
+      if (b >= 0 && b != g->nodes[mul].out[0] && norm_param_ok(xv, ax, &g->values[b]) &&
+          ir_shape_same_dims(&g->values[g->nodes[add_b].out[0]].shape, &xv->shape)) {
+        beta = b;
+        last = add_b;
+      }
+    }
+    /* one LayerNormalization, in the place of the chain's last node (its name and
+     * index: every node of the model stays accounted for in plan.json), writes its value */
+    int chain[8] = {i, sub, sq, m2, add_eps, sqr, div, last == add_b ? mul : -1};
+    int y = g->nodes[last].out[0];
+    const char *nm = g->nodes[last].name;
+    int in[3] = {x, gamma, beta}, index = g->nodes[last].index;
+    double flops = g->nodes[last].flops;
+    g->nodes[last].dead = 1;
+    int ln = ir_add_node(g, IR_OP_LayerNormalization, nm, in, beta >= 0 ? 3 : 2, &y, 1);
+    ir_node *lnn = &g->nodes[ln];
+    lnn->index = index;
+    lnn->flops = flops;
+    ir_attr *a = ir_node_add_attr(g, ln, "axis", IR_ATTR_INT);
+    a->i = ax;
+    a = ir_node_add_attr(g, ln, "epsilon", IR_ATTR_FLOAT);
+    a->f = (float)eps;
+    lnn->opset = 17;
+    ir_attr *names = ir_node_add_attr(g, ln, "pipecc.fused_nodes", IR_ATTR_STRINGS);
+    names->strings = ir_alloc_array(g->arena, 8, sizeof(char *));
+    char desc[900];
+    size_t dl = 0;
+    for (int k = 0; k < 8; k++) {
+      if (chain[k] < 0) continue;
+      ir_node *cn = &g->nodes[chain[k]];
+      names->strings[names->n++] = node_label(g, cn);
+      dl += (size_t)snprintf(desc + dl, dl < sizeof desc ? sizeof desc - dl : 0, "%s%s '%.80s'", dl ? ", " : "",
+                             ir_op_name(cn->op), cn->name);
+      lnn->flops += cn->flops;
+      cn->dead = 1;
+    }
+    add_str_attr(g, ln, "pipecc.fused", desc);
+    fused++;
+  }
+  if (!fused) return 0;
+  if (ir_toposort(g)) return -1;
   ir_rebuild_uses(g);
   ir_compact(g);
   return fused;

@@ -52,4 +52,31 @@ int pass_fuse_expand_dw(ir_graph *g, int64_t min_positions);
 /* The 1x1 Conv's activation in a fused expansion: 0 none, 1 Relu, 2 Clip (lo, hi). */
 int pass_fused_expand_act(const ir_node *n, float *lo, float *hi);
 
+/* fuse_matmul_transpose (cpu inference): a float Transpose whose only reader is a
+ * MatMul with a batch of B matrices (attention's Q K^T and P V, whose heads arrive as
+ * Transposes of the projections) is read in place: the MatMul's input becomes the
+ * Transpose's input, and it carries the perm as "pipecc.perm_a" or "pipecc.perm_b"
+ * (INTS). Fused only where the permuted matrices have a unit stride in one of their
+ * two dims, so that BLAS takes each as it lies (transposed or not, the other stride its
+ * leading dimension; codegen/op_params.h, cg_matmul). The copy goes: a [seq, heads,
+ * dim] -> [heads, dim, seq] Transpose reads one element per cache line, 2.7 ns each.
+ * The Transpose's name goes to the MatMul. Returns the number of Transposes fused. */
+int pass_fuse_matmul_transpose(ir_graph *g);
+
+/* fuse_layernorm (inference, both targets): layer normalisation as exporters write it
+ * out below opset 17,
+ *
+ *   d = x - ReduceMean(x)    (the trailing axes [axis, rank), keepdims)
+ *   y = d / Sqrt(ReduceMean(Pow(d, 2) | Mul(d, d)) + eps) * gamma [+ beta]
+ *
+ * (eps a constant scalar; gamma, beta one element or the normalised dims; every
+ * intermediate read inside the chain only) becomes one LayerNormalization(x, gamma,
+ * [beta]) with that axis and epsilon, writing the chain's last value: one pass over the
+ * rows instead of nine. The arithmetic is LayerNormalization's (a reciprocal square
+ * root times d, where the chain divides), as onnxruntime's own fusion of the chain
+ * does. It runs before planning, so every plan computes the same. The node takes the
+ * name and file index of the chain's last node and lists the others in
+ * "pipecc.fused_nodes" and "pipecc.fused". Returns the number of chains fused. */
+int pass_fuse_layernorm(ir_graph *g);
+
 #endif

@@ -781,12 +781,17 @@ int main(int argc, char **argv) {
     return 0;
   }
 
-  /* inference (both targets): fold Add/Relu/Clip consumers into their Conv before
+  /* inference (both targets): layer normalisation written out in element-wise ops into
+   * one LayerNormalization, and Add/Relu/Clip consumers into their Conv, before
    * planning, so a fused chain is one node in every plan and the bits cannot depend on
    * the stage count (passes/fuse.h); the cpu target applies the epilogue to GEMM blocks
    * in cache, the cuda target in one kernel after cuDNN's convolution */
   if (!train_step && !train_prog && !no_fuse) {
     double s = now_ms();
+    int nln = pass_fuse_layernorm(g);
+    if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (%d chains)\n", "layernorm", now_ms() - s, nln);
+    if (nln < 0 || g->n_errors) return 2;
+    s = now_ms();
     int nf = pass_fuse_conv(g);
     if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (%d chains)\n", "fuse", now_ms() - s, nf);
     if (nf < 0 || g->n_errors) return 2;
@@ -797,6 +802,10 @@ int main(int argc, char **argv) {
       int ne = pass_fuse_expand_dw(g, 196);
       if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (%d pairs)\n", "expand_dw", now_ms() - s, ne);
       if (ne < 0 || g->n_errors) return 2;
+      s = now_ms();
+      int nt = pass_fuse_matmul_transpose(g);
+      if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (%d transposes)\n", "matmul_t", now_ms() - s, nt);
+      if (nt < 0 || g->n_errors) return 2;
     }
   }
   /* cuda inference: channels-last activations around the Convs cuDNN's tensor cores

@@ -395,7 +395,7 @@ void rep_write_dag(FILE *f, const ir_graph *g, const pass_planned *p) {
     const char *fused = v < g->n_nodes ? ir_attr_str(&g->nodes[v], "pipecc.fused", NULL) : NULL;
     if (fused) {
       fputs(" + ", f);
-      rep_esc(f, fused, 200);
+      rep_esc(f, fused, 900); /* a written-out LayerNormalization lists eight nodes */
     }
     fprintf(f, " \xC2\xB7 stage %d \xC2\xB7 fwd %s ms", s, rep_fixed(b[0], k->fwd_ms, 4));
     if (p->plan.training) fprintf(f, " \xC2\xB7 bwd %s ms", rep_fixed(b[0], k->bwd_ms, 4));

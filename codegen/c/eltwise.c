@@ -39,6 +39,7 @@ static int emit_gemm_unit(cg_ctx *c, const ir_node *mn, const int *mem, int n_me
   const char *YT = cg_ctype(ir_out(g, &g->nodes[mem[n_mem - 1]], 0)->dtype);
   cg_matmul mm;
   if (cg_matmul_params(g, "cpu", mn, &mm)) return -1;
+  if (mm.pa || mm.pb) return cg_fail(c, mn, "a Transpose folded into a MatMul of a fused unit");
   int64_t M = mm.NB * mm.M, N = mm.N, K = mm.K, MB = cg_gemm_rows(M, N);
   int ia = -1, ib = -1;
   int ext2[65], n2 = 0;

@@ -641,6 +641,8 @@ static int emit_matmul(cg_ctx *c, const ir_node *n) {
     cg_w(c, "  memset(y0, 0, sizeof(%s) * %lld);\n", T, LL(cg_numel(y)));
     return 0;
   }
+  if ((t != IR_FLOAT && t != IR_DOUBLE) && (mm.pa || mm.pb))
+    return cg_fail(c, n, "a Transpose folded into an integer MatMul");
   if (t != IR_FLOAT && t != IR_DOUBLE) {
     /* integer MatMul: plain loops */
     cg_w(c, "  for (long bi = 0; bi < %lld; bi++) {\n    long rem = bi, ao = 0, bo = 0;\n", LL(NB));
@@ -653,9 +655,9 @@ static int emit_matmul(cg_ctx *c, const ir_node *n) {
     cg_w(c, "        y0[bi * %lld + i * %lld + j] = s;\n      }\n  }\n", LL(M * N), LL(N));
     return 0;
   }
-  int b_flat = 1;
+  int b_flat = !mm.pb;
   for (int i = 0; i < nb; i++) b_flat &= sb[i] == 0;
-  int a_full = 1;
+  int a_full = !mm.pa;
   for (int i = 0; i < nb; i++) a_full &= sa[i] != 0 || bd[i] == 1;
   if (b_flat && a_full) {
     /* B is one matrix and A's batch is contiguous: GEMMs with M' = batch * M, float in
@@ -670,13 +672,54 @@ static int emit_matmul(cg_ctx *c, const ir_node *n) {
     cg_w(c, "  }\n");
     return 0;
   }
+  const char *fused = ir_attr_str(n, "pipecc.fused", NULL);
+  if (fused) {
+    cg_w(c, "  /* fused: ");
+    cg_put_comment(c->body, fused, 600);
+    cg_w(c, " */\n");
+  }
   cg_w(c, "  for (long bi = 0; bi < %lld; bi++) {\n    long rem = bi, ao = 0, bo = 0;\n", LL(NB));
   for (int i = nb - 1; i >= 0; i--)
     cg_w(c, "    { const long q = rem %% %lld; rem /= %lld; ao += q * %lld; bo += q * %lld; }\n", LL(bd[i]), LL(bd[i]),
          LL(sa[i]), LL(sb[i]));
   cg_w(c, "    (void)rem;\n");
-  cg_w(c, "    %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1, x0 + ao, %lld, x1 + bo, %lld, 0, y0 + bi * %lld, %lld);\n",
-       gemm_fn(t), LL(M), LL(N), LL(K), LL(K), LL(N), LL(M * N), LL(N));
+  /* An operand with a folded Transpose: its matrix's stored rows (transposed or not) lie
+   * ld apart. Each is copied whole into a compact matrix in scratch first, transposed
+   * on the way where it is stored transposed, and BLAS multiplies compact untransposed
+   * matrices as without the fold (rows far apart, 16 KiB for attention's heads, fall
+   * into one cache set: BLAS reading them in place was slower, and so was its
+   * transposed kernel on these small matrices). */
+  char pa[48] = "x0 + ao", pb[48] = "x1 + bo";
+  int64_t lda = K, ldb = N;
+  if (mm.pa || mm.pb) {
+    cg_scratch(c, ir_dtype_size(t) * (size_t)((mm.pa ? M * K : 0) + (mm.pb ? K * N : 0)));
+    cg_w(c, "    %s *cm = (%s *)scr;\n", T, T);
+  }
+  if (mm.pa) {
+    if (mm.ta) /* stored as K rows of M */
+      cg_w(c, "    for (long k = 0; k < %lld; k++)\n      for (long i = 0; i < %lld; i++) cm[i * %lld + k] = x0[ao + k * %lld + i];\n",
+           LL(K), LL(M), LL(K), LL(mm.lda));
+    else
+      cg_w(c, "    for (long i = 0; i < %lld; i++) memcpy(cm + i * %lld, x0 + ao + i * %lld, sizeof(%s) * %lld);\n", LL(M),
+           LL(K), LL(mm.lda), T, LL(K));
+    snprintf(pa, sizeof pa, "cm");
+  } else if (mm.ta || mm.lda != K) {
+    return cg_fail(c, n, "MatMul: operand A is strided without a folded Transpose");
+  }
+  if (mm.pb) {
+    int64_t off = mm.pa ? M * K : 0;
+    if (mm.tb) /* stored as N rows of K */
+      cg_w(c, "    for (long j = 0; j < %lld; j++)\n      for (long k = 0; k < %lld; k++) cm[%lld + k * %lld + j] = x1[bo + j * %lld + k];\n",
+           LL(N), LL(K), LL(off), LL(N), LL(mm.ldb));
+    else
+      cg_w(c, "    for (long k = 0; k < %lld; k++) memcpy(cm + %lld + k * %lld, x1 + bo + k * %lld, sizeof(%s) * %lld);\n",
+           LL(K), LL(off), LL(N), LL(mm.ldb), T, LL(N));
+    snprintf(pb, sizeof pb, "cm + %lld", LL(off));
+  } else if (mm.tb || mm.ldb != N) {
+    return cg_fail(c, n, "MatMul: operand B is strided without a folded Transpose");
+  }
+  cg_w(c, "    %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1, %s, %lld, %s, %lld, 0, y0 + bi * %lld, %lld);\n",
+       gemm_fn(t), LL(M), LL(N), LL(K), pa, LL(lda), pb, LL(ldb), LL(M * N), LL(N));
   cg_w(c, "  }\n");
   return 0;
 }

@@ -349,6 +349,7 @@ static int emit_matmul(cu_ctx *c, const ir_node *n) {
   if (t != IR_FLOAT && t != IR_DOUBLE) return cu_fail(c, n, "MatMul on %s is not supported", ir_dtype_name(t));
   cg_matmul mm;
   if (cg_matmul_params(c->g, "cuda", n, &mm)) return -1;
+  if (mm.pa || mm.pb) return cu_fail(c, n, "a Transpose folded into a MatMul (the cpu target's pass)");
   int64_t M = mm.M, K = mm.K, N = mm.N, NB = mm.NB;
   int nb = mm.nb;
   const int64_t *bd = mm.bd, *sa = mm.sa, *sb = mm.sb;
