@@ -169,10 +169,11 @@ static int ident_used(const char *body, const char *id) {
 
 /* Units compiled as PK_VEC clones (the stage prelude): float loops that vectorise (Conv:
  * the depthwise stencil, the epilogues, im2col and the Winograd transforms; Gemm: the
- * bias broadcast). */
+ * bias broadcast; GlobalAveragePool: its sums in lanes). */
 static int vec_clones(const ir_node *root, int eltwise) {
   switch (root->op) {
     case IR_OP_Softmax: case IR_OP_LogSoftmax: case IR_OP_LayerNormalization: case IR_OP_Conv: case IR_OP_Gemm:
+    case IR_OP_GlobalAveragePool:
       return 1;
     default: return eltwise;
   }

@@ -772,6 +772,17 @@ static int emit_pool(cg_ctx *c, const ir_node *n) {
     emit_maxpool_rows(c, T, NC, &w);
     return 0;
   }
+  if (n->op == IR_OP_GlobalAveragePool && (t == IR_FLOAT || t == IR_DOUBLE) && OS == 1) {
+    /* each map's sum in 8 double lanes (they vectorise; the scalar loop below adds one
+     * element at a time), combined pairwise, over the count */
+    cg_w(c, "  for (long nc = 0; nc < %lld; nc++) {\n", LL(NC));
+    cg_w(c, "    const %s *xp = x0 + nc * %lld;\n    double s_l[8] = {0};\n    long s_k = 0;\n", T, LL(IS));
+    cg_w(c, "    for (; s_k + 8 <= %lld; s_k += 8)\n      for (long l = 0; l < 8; l++) s_l[l] += xp[s_k + l];\n", LL(IS));
+    cg_w(c, "    for (long l = 0; s_k < %lld; s_k++, l++) s_l[l] += xp[s_k];\n", LL(IS));
+    for (int h = 4; h >= 1; h /= 2) cg_w(c, "    for (long l = 0; l < %d; l++) s_l[l] += s_l[l + %d];\n", h, h);
+    cg_w(c, "    y0[nc] = (%s)(s_l[0] / %lld);\n  }\n", T, LL(IS));
+    return 0;
+  }
   cg_w(c, "  for (long nc = 0; nc < %lld; nc++) {\n", LL(NC));
   cg_w(c, "    const %s *xp = x0 + nc * %lld;\n", T, LL(IS));
   cg_w(c, "    for (long od = 0; od < %lld; od++)\n      for (long oh = 0; oh < %lld; oh++)\n", LL(w.out[0]), LL(w.out[1]));
