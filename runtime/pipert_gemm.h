@@ -92,6 +92,23 @@ static void pipert_gemm_direct_1(long M, long P, long K, const float *restrict W
 #define PIPERT_GEMM_T512 __attribute__((target("avx512f")))
 #define PIPERT_GEMM_T256 __attribute__((target("avx2,fma")))
 
+/* Under AddressSanitizer (the sanitizer suite compiles emitted stages with it) each
+ * variant's tile is one function taking its rows and vectors at run time, instead of
+ * one inlined, unrolled copy per shape: clang with ASan and UBSan spent about 4 minutes
+ * on the copies of every stage that includes this header. The same operations in the
+ * same order, so the same bits; only slower. */
+#if defined(__SANITIZE_ADDRESS__)
+#define PIPERT_GEMM_SAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PIPERT_GEMM_SAN 1
+#endif
+#endif
+#ifdef PIPERT_GEMM_SAN /* (run-time trip counts: nothing to unroll) */
+#undef PIPERT_GEMM_UNROLL
+#define PIPERT_GEMM_UNROLL
+#endif
+
 /* AVX-512: mr (1..6, a constant once inlined) rows by 4 vectors of 16 positions; mk[j]
  * masks vector j (all ones but at the end of a row); the first nfull vectors (a constant
  * too) are whole and load and store without their mask (masked loads and stores cost
@@ -136,6 +153,15 @@ PIPERT_GEMM_T512 PIPERT_GEMM_INLINE void pipert_gemm_tile512(const int mr, const
   }
 }
 
+#ifdef PIPERT_GEMM_SAN
+PIPERT_GEMM_T512 __attribute__((noinline)) static void pipert_gemm_tile512_rt(
+    int mr, int nv, long K, const float *restrict W, const float *restrict X, long ldx, const float *restrict B,
+    float *restrict Y, long ldy, const float *restrict R, long ldr, int act, float lo, float hi, const __mmask16 *mk,
+    int pf, int nfull) {
+  pipert_gemm_tile512(mr, nv, K, W, X, ldx, B, Y, ldy, R, ldr, act, lo, hi, mk, pf, nfull);
+}
+#endif
+
 PIPERT_GEMM_T512 static void pipert_gemm_direct_512(long M, long P, long K, const float *restrict W,
                                                     const float *restrict X, long ldx, const float *restrict B,
                                                     float *restrict Y, long ldy, const float *restrict R, long ldr,
@@ -154,6 +180,13 @@ PIPERT_GEMM_T512 static void pipert_gemm_direct_512(long M, long P, long K, cons
         const float *x = X + p0, *r = R ? R + m0 * ldr + p0 : NULL;
         float *y = Y + m0 * ldy + p0;
         const int mr = M - m0 < 6 ? (int)(M - m0) : 6, nv = qe - p0 >= 64 ? 4 : (int)((qe - p0 + 15) / 16);
+#ifdef PIPERT_GEMM_SAN
+        {
+          const int full6 = mr == 6, last_whole = mk[nv - 1] == (__mmask16)0xffff;
+          const int nvr = full6 ? nv : 4, nf = full6 ? (last_whole ? nv : nv - 1) : 0;
+          pipert_gemm_tile512_rt(mr, nvr, K, w, x, ldx, b, y, ldy, r, ldr, act, lo, hi, mk, m0 == 0, nf);
+        }
+#else
 #define PIPERT_T512(MR, NV, NF) \
   pipert_gemm_tile512(MR, NV, K, w, x, ldx, b, y, ldy, r, ldr, act, lo, hi, mk, m0 == 0, NF)
         if (mr == 6) {
@@ -181,6 +214,7 @@ PIPERT_GEMM_T512 static void pipert_gemm_direct_512(long M, long P, long K, cons
           }
         }
 #undef PIPERT_T512
+#endif
       }
     }
   }
@@ -224,6 +258,15 @@ PIPERT_GEMM_T256 PIPERT_GEMM_INLINE void pipert_gemm_tile256(const int mr, long 
   }
 }
 
+#ifdef PIPERT_GEMM_SAN
+PIPERT_GEMM_T256 __attribute__((noinline)) static void pipert_gemm_tile256_rt(
+    int mr, long K, const float *restrict W, const float *restrict X, long ldx, const float *restrict B,
+    float *restrict Y, long ldy, const float *restrict R, long ldr, int act, float lo, float hi, const __m256i *mk,
+    int nfull) {
+  pipert_gemm_tile256(mr, K, W, X, ldx, B, Y, ldy, R, ldr, act, lo, hi, mk, nfull);
+}
+#endif
+
 PIPERT_GEMM_T256 static void pipert_gemm_direct_256(long M, long P, long K, const float *restrict W,
                                                     const float *restrict X, long ldx, const float *restrict B,
                                                     float *restrict Y, long ldy, const float *restrict R, long ldr,
@@ -242,8 +285,11 @@ PIPERT_GEMM_T256 static void pipert_gemm_direct_256(long M, long P, long K, cons
         }
         const float *x = X + p0, *r = R ? R + m0 * ldr + p0 : NULL;
         float *y = Y + m0 * ldy + p0;
-#define PIPERT_T256(MR, NF) pipert_gemm_tile256(MR, K, w, x, ldx, b, y, ldy, r, ldr, act, lo, hi, mk, NF)
         const int nfull = qe - p0 >= 16 ? 2 : qe - p0 >= 8 ? 1 : 0;
+#ifdef PIPERT_GEMM_SAN
+        pipert_gemm_tile256_rt(M - m0 < 6 ? (int)(M - m0) : 6, K, w, x, ldx, b, y, ldy, r, ldr, act, lo, hi, mk, nfull);
+#else
+#define PIPERT_T256(MR, NF) pipert_gemm_tile256(MR, K, w, x, ldx, b, y, ldy, r, ldr, act, lo, hi, mk, NF)
         switch ((M - m0 < 6 ? M - m0 : 6) * 3 + nfull) {
         case 20: PIPERT_T256(6, 2); break;
         case 19: PIPERT_T256(6, 1); break;
@@ -265,6 +311,7 @@ PIPERT_GEMM_T256 static void pipert_gemm_direct_256(long M, long P, long K, cons
         default: PIPERT_T256(1, 0); break;
         }
 #undef PIPERT_T256
+#endif
       }
     }
   }
