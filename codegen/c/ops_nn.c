@@ -627,6 +627,20 @@ void cg_gemm_blocks_open(cg_ctx *c, int64_t M, int64_t N, int64_t K, int64_t MB,
   else cg_w(c, "%s, %lld);\n", y, LL(N));
 }
 
+/* A MatMul operand's rows x cols matrix at src (emitted expression), stored with leading
+ * dimension ld, transposed (trans: cols rows of rows) or not, copied into scratch cm at
+ * off as a compact untransposed matrix, each stored row read whole; its name into dst. */
+static void emit_compact(cg_ctx *c, const char *T, const char *src, int64_t rows, int64_t cols, int trans, int64_t ld,
+                         int64_t off, char *dst, size_t dst_len) {
+  if (trans)
+    cg_w(c, "    for (long k = 0; k < %lld; k++)\n      for (long i = 0; i < %lld; i++) cm[%lld + i * %lld + k] = (%s)[k * %lld + i];\n",
+         LL(cols), LL(rows), LL(off), LL(cols), src, LL(ld));
+  else
+    cg_w(c, "    for (long i = 0; i < %lld; i++) memcpy(cm + %lld + i * %lld, %s + i * %lld, sizeof(%s) * %lld);\n", LL(rows),
+         LL(off), LL(cols), src, LL(ld), T, LL(cols));
+  snprintf(dst, dst_len, "cm + %lld", LL(off));
+}
+
 static int emit_matmul(cg_ctx *c, const ir_node *n) {
   ir_value *y = cg_out(c, n, 0);
   ir_dtype t = y->dtype;
@@ -695,29 +709,10 @@ static int emit_matmul(cg_ctx *c, const ir_node *n) {
     cg_scratch(c, ir_dtype_size(t) * (size_t)((mm.pa ? M * K : 0) + (mm.pb ? K * N : 0)));
     cg_w(c, "    %s *cm = (%s *)scr;\n", T, T);
   }
-  if (mm.pa) {
-    if (mm.ta) /* stored as K rows of M */
-      cg_w(c, "    for (long k = 0; k < %lld; k++)\n      for (long i = 0; i < %lld; i++) cm[i * %lld + k] = x0[ao + k * %lld + i];\n",
-           LL(K), LL(M), LL(K), LL(mm.lda));
-    else
-      cg_w(c, "    for (long i = 0; i < %lld; i++) memcpy(cm + i * %lld, x0 + ao + i * %lld, sizeof(%s) * %lld);\n", LL(M),
-           LL(K), LL(mm.lda), T, LL(K));
-    snprintf(pa, sizeof pa, "cm");
-  } else if (mm.ta || mm.lda != K) {
-    return cg_fail(c, n, "MatMul: operand A is strided without a folded Transpose");
-  }
-  if (mm.pb) {
-    int64_t off = mm.pa ? M * K : 0;
-    if (mm.tb) /* stored as N rows of K */
-      cg_w(c, "    for (long j = 0; j < %lld; j++)\n      for (long k = 0; k < %lld; k++) cm[%lld + k * %lld + j] = x1[bo + j * %lld + k];\n",
-           LL(N), LL(K), LL(off), LL(N), LL(mm.ldb));
-    else
-      cg_w(c, "    for (long k = 0; k < %lld; k++) memcpy(cm + %lld + k * %lld, x1 + bo + k * %lld, sizeof(%s) * %lld);\n",
-           LL(K), LL(off), LL(N), LL(mm.ldb), T, LL(N));
-    snprintf(pb, sizeof pb, "cm + %lld", LL(off));
-  } else if (mm.tb || mm.ldb != N) {
-    return cg_fail(c, n, "MatMul: operand B is strided without a folded Transpose");
-  }
+  if (mm.pa) emit_compact(c, T, "x0 + ao", M, K, mm.ta, mm.lda, 0, pa, sizeof pa);
+  else if (mm.ta || mm.lda != K) return cg_fail(c, n, "MatMul: operand A is strided without a folded Transpose");
+  if (mm.pb) emit_compact(c, T, "x1 + bo", K, N, mm.tb, mm.ldb, mm.pa ? M * K : 0, pb, sizeof pb);
+  else if (mm.tb || mm.ldb != N) return cg_fail(c, n, "MatMul: operand B is strided without a folded Transpose");
   cg_w(c, "    %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1, %s, %lld, %s, %lld, 0, y0 + bi * %lld, %lld);\n",
        gemm_fn(t), LL(M), LL(N), LL(K), pa, LL(lda), pb, LL(ldb), LL(M * N), LL(N));
   cg_w(c, "  }\n");
