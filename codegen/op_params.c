@@ -170,15 +170,8 @@ int cg_reduce_axes(ir_graph *g, const char *target, const ir_node *n, int *red) 
   cc.g = g;
   int r = cg_in(&cc, n, 0)->shape.rank;
   int64_t axes[IR_MAX_RANK];
-  int na;
-  if (n->n_in > 1 && n->in[1] >= 0) {
-    na = cg_const_ints(&cc, n, 1, axes, IR_MAX_RANK);
-    if (na < 0) return fail(g, target, n, "axes must be a constant");
-  } else {
-    const int64_t *v;
-    na = ir_attr_ints(n, "axes", &v);
-    for (int i = 0; i < na && i < IR_MAX_RANK; i++) axes[i] = v[i];
-  }
+  int na = ir_reduce_axes(g, n, axes, IR_MAX_RANK);
+  if (na == -2) return fail(g, target, n, "axes must be a constant of at most %d values", IR_MAX_RANK);
   if (na <= 0) {
     if (ir_attr_int(n, "noop_with_empty_axes", 0)) return 1;
     for (int d = 0; d < r; d++) red[d] = 1;
@@ -275,24 +268,15 @@ int cg_slice_params(ir_graph *g, const char *target, const ir_node *n, int64_t *
  * its input. 1 if permuted, 0 if not, -1 if the perm does not fit. */
 static int operand_view(const ir_node *n, const char *attr, const ir_value *v, int64_t *dims, int64_t *str) {
   int r = v->shape.rank;
-  int64_t s[IR_MAX_RANK], acc = 1;
-  for (int d = r - 1; d >= 0; d--) {
-    s[d] = acc;
-    acc *= v->shape.dims[d];
-  }
   const int64_t *perm;
   int np = ir_attr_ints(n, attr, &perm);
-  if (np < 0) {
-    for (int d = 0; d < r; d++) dims[d] = v->shape.dims[d], str[d] = s[d];
-    return 0;
+  if (np >= 0) {
+    if (np != r || r < 2) return -1;
+    for (int d = 0; d < r; d++)
+      if (perm[d] < 0 || perm[d] >= r) return -1;
   }
-  if (np != r || r < 2) return -1;
-  for (int d = 0; d < r; d++) {
-    if (perm[d] < 0 || perm[d] >= r) return -1;
-    dims[d] = v->shape.dims[perm[d]];
-    str[d] = s[perm[d]];
-  }
-  return 1;
+  ir_permuted_view(&v->shape, np >= 0 ? perm : NULL, dims, str);
+  return np >= 0;
 }
 
 /* A rows x cols matrix with element strides sr, sc as row-major BLAS takes it: *trans

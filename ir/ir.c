@@ -373,6 +373,42 @@ int ir_attr_ints(const ir_node *n, const char *name, const int64_t **v) {
   *v = a->ints;
   return a->n;
 }
+int ir_transpose_perm(const ir_node *t, int r, int64_t *perm) {
+  const int64_t *p;
+  int np = ir_attr_ints(t, "perm", &p);
+  if (np >= 0 && np != r) return -1;
+  for (int d = 0; d < r; d++) perm[d] = np < 0 ? r - 1 - d : p[d];
+  return r;
+}
+
+void ir_permuted_view(const ir_shape *s, const int64_t *perm, int64_t *dims, int64_t *str) {
+  int64_t st[IR_MAX_RANK], acc = 1;
+  for (int d = s->rank - 1; d >= 0; d--) {
+    st[d] = acc;
+    acc *= s->dims[d];
+  }
+  for (int d = 0; d < s->rank; d++) {
+    int64_t p = perm ? perm[d] : d;
+    dims[d] = s->dims[p];
+    str[d] = st[p];
+  }
+}
+
+int ir_reduce_axes(ir_graph *g, const ir_node *n, int64_t *axes, int max) {
+  const ir_value *av = ir_in(g, n, 1);
+  if (av) {
+    int64_t cnt = ir_shape_numel(&av->shape);
+    if (av->kind != IR_VAL_CONST || cnt > max) return -2;
+    for (int64_t i = 0; i < cnt; i++)
+      if (ir_const_i64(av, i, &axes[i])) return -2;
+    return (int)cnt;
+  }
+  const int64_t *v;
+  int na = ir_attr_ints(n, "axes", &v);
+  if (na > max) return -2;
+  for (int i = 0; i < na; i++) axes[i] = v[i];
+  return na;
+}
 
 ir_value *ir_in(ir_graph *g, const ir_node *n, int i) {
   return (i >= 0 && i < n->n_in && n->in[i] >= 0) ? &g->values[n->in[i]] : NULL;

@@ -262,6 +262,18 @@ float ir_attr_float(const ir_node *n, const char *name, float dflt);
 const char *ir_attr_str(const ir_node *n, const char *name, const char *dflt);
 /* INTS attribute: returns count and sets *v, or -1 (and *v = NULL) if absent. */
 int ir_attr_ints(const ir_node *n, const char *name, const int64_t **v);
+/* Transpose's perm for an input of rank r into perm[r]: the attribute, or reversed when
+ * it is absent. Returns r, or -1 when the attribute does not have r values (shape
+ * inference, sh_Transpose, has checked that it is a permutation). */
+int ir_transpose_perm(const ir_node *t, int r, int64_t *perm);
+/* The dims and element strides of a dense row-major tensor of shape s read through perm
+ * (s->rank entries, each in range; NULL: as it is): dims[d] = s->dims[perm[d]] and
+ * str[d] the stride of that dim. */
+void ir_permuted_view(const ir_shape *s, const int64_t *perm, int64_t *dims, int64_t *str);
+/* Reduce*'s axes as given (the constant input 1 from opset 13/18, else the attribute
+ * 'axes') into axes[0..max): their count; -1 when none is given; -2 when the input is
+ * not a constant or there are more than max. */
+int ir_reduce_axes(ir_graph *g, const ir_node *n, int64_t *axes, int max);
 
 /* Input/output value of a node, or NULL when omitted / out of range. */
 ir_value *ir_in(ir_graph *g, const ir_node *n, int i);

@@ -549,23 +549,11 @@ static int norm_axis(ad_ctx *a, int node, int r, int64_t dflt) {
   return (int)(ax < 0 ? ax + r : ax);
 }
 
-/* Reduce axes of node (input or attribute by opset); returns count, 0 = all. */
+/* Reduce axes of node (input or attribute by opset), made non-negative; returns count,
+ * 0 = all (shape inference has checked them). */
 static int reduce_axes(ad_ctx *a, int node, int64_t *axes, int r) {
-  ir_graph *g = a->g;
-  ir_node *nd = &g->nodes[node];
-  int n = 0;
-  int as_input = nd->op == IR_OP_ReduceSum ? nd->opset >= 13 : nd->opset >= 18;
-  if (as_input) {
-    const ir_value *v = ir_in(g, nd, 1);
-    if (v) {
-      n = (int)ir_shape_numel(&v->shape);
-      for (int i = 0; i < n; i++) ir_const_i64(v, i, &axes[i]);
-    }
-  } else {
-    const int64_t *p;
-    int k = ir_attr_ints(nd, "axes", &p);
-    for (int i = 0; i < k; i++) axes[n++] = p[i];
-  }
+  int n = ir_reduce_axes(a->g, &a->g->nodes[node], axes, IR_MAX_RANK);
+  if (n < 0) n = 0;
   for (int i = 0; i < n; i++)
     if (axes[i] < 0) axes[i] += r;
   return n;

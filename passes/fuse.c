@@ -56,6 +56,19 @@ static const char *node_label(ir_graph *g, const ir_node *d) {
   return d->name && *d->name ? ir_strdup(g->arena, d->name) : ir_sprintf(g->arena, "%s_%d", d->op_type, d->index);
 }
 
+/* Appends names[0..n) to node's pipecc.fused_nodes (plan.json's list of the nodes a
+ * fused node absorbed), creating the attribute when the node has none. */
+static void fused_nodes_append(ir_graph *g, int node, const char *const *names, int n) {
+  ir_attr *na = (ir_attr *)ir_attr_find(&g->nodes[node], "pipecc.fused_nodes");
+  int n0 = na ? na->n : 0;
+  const char **all = ir_alloc_array(g->arena, (size_t)(n0 + n), sizeof(char *));
+  for (int k = 0; k < n0; k++) all[k] = na->strings[k];
+  for (int k = 0; k < n; k++) all[n0 + k] = names[k];
+  if (!na) na = ir_node_add_attr(g, node, "pipecc.fused_nodes", IR_ATTR_STRINGS);
+  na->strings = all;
+  na->n = n0 + n;
+}
+
 /* The activation named by attribute act_name (bounds in clip_name): 0, 1 Relu, 2 Clip. */
 static int fused_act(const ir_node *n, const char *act_name, const char *clip_name, float *lo, float *hi) {
   const char *act = ir_attr_str(n, act_name, "");
@@ -219,15 +232,10 @@ int pass_fuse_expand_dw(ir_graph *g, int64_t min_positions) {
     snprintf(desc, sizeof desc, "Conv '%.200s'%s%.500s%s", ex->name, ef ? " (with " : "", ef ? ef : "", ef ? ")" : "");
     add_str_attr(g, i, "pipecc.expand", desc);
     /* plan.json lists every absorbed node: the dw's own, the 1x1, the 1x1's */
-    const ir_attr *of = ir_attr_find(dw, "pipecc.fused_nodes"), *ef2 = ir_attr_find(ex, "pipecc.fused_nodes");
-    int n0 = of ? of->n : 0, n1 = ef2 ? ef2->n : 0;
-    const char **names = ir_alloc_array(g->arena, (size_t)(n0 + n1 + 1), sizeof(char *));
-    for (int k = 0; k < n0; k++) names[k] = of->strings[k];
-    names[n0] = node_label(g, ex);
-    for (int k = 0; k < n1; k++) names[n0 + 1 + k] = ef2->strings[k];
-    ir_attr *na = of ? (ir_attr *)of : ir_node_add_attr(g, i, "pipecc.fused_nodes", IR_ATTR_STRINGS);
-    na->strings = names;
-    na->n = n0 + n1 + 1;
+    const ir_attr *ef2 = ir_attr_find(ex, "pipecc.fused_nodes");
+    const char *exl = node_label(g, ex);
+    fused_nodes_append(g, i, &exl, 1);
+    if (ef2) fused_nodes_append(g, i, (const char *const *)ef2->strings, ef2->n);
     dw->flops += g->nodes[a].flops;
     g->nodes[a].dead = 1;
     fused++;
@@ -240,32 +248,18 @@ int pass_fuse_expand_dw(ir_graph *g, int64_t min_positions) {
 
 /* ---- Transpose into a batched MatMul -------------------------------------------------- */
 
-/* The perm of Transpose node t (default: reversed) into perm; its rank, or -1. */
+/* The perm of Transpose node t (default: reversed) into perm; its rank (2 or more), or -1. */
 static int transpose_perm(ir_graph *g, const ir_node *t, int64_t *perm) {
   const ir_value *x = ir_in(g, t, 0);
-  if (!x || x->shape.rank < 2) return -1;
-  int r = x->shape.rank;
-  const int64_t *p;
-  int np = ir_attr_ints(t, "perm", &p);
-  if (np < 0) {
-    for (int d = 0; d < r; d++) perm[d] = r - 1 - d;
-    return r;
-  }
-  if (np != r) return -1;
-  for (int d = 0; d < r; d++) perm[d] = p[d];
-  return r;
+  return x && x->shape.rank >= 2 ? ir_transpose_perm(t, x->shape.rank, perm) : -1;
 }
 
 /* Whether the last two dims of x read through perm have a unit stride (or size 1): the
  * matrix BLAS can take in place, transposed or not. */
 static int perm_blas_ok(const ir_value *x, const int64_t *perm, int r) {
-  int64_t s[IR_MAX_RANK], acc = 1;
-  for (int d = r - 1; d >= 0; d--) {
-    s[d] = acc;
-    acc *= x->shape.dims[d];
-  }
-  int64_t rows = x->shape.dims[perm[r - 2]], cols = x->shape.dims[perm[r - 1]];
-  return cols == 1 || s[perm[r - 1]] == 1 || rows == 1 || s[perm[r - 2]] == 1;
+  int64_t dims[IR_MAX_RANK], s[IR_MAX_RANK];
+  ir_permuted_view(&x->shape, perm, dims, s);
+  return dims[r - 1] == 1 || s[r - 1] == 1 || dims[r - 2] == 1 || s[r - 2] == 1;
 }
 
 int pass_fuse_matmul_transpose(ir_graph *g) {
@@ -306,14 +300,8 @@ int pass_fuse_matmul_transpose(ir_graph *g) {
       if (!da) da = ir_node_add_attr(g, i, "pipecc.fused", IR_ATTR_STRING);
       da->s = ir_strdup(g->arena, desc);
       da->slen = strlen(desc);
-      ir_attr *na = (ir_attr *)ir_attr_find(mm, "pipecc.fused_nodes");
-      int n0 = na ? na->n : 0;
-      const char **names = ir_alloc_array(g->arena, (size_t)n0 + 1, sizeof(char *));
-      for (int q = 0; q < n0; q++) names[q] = na->strings[q];
-      names[n0] = node_label(g, tn);
-      if (!na) na = ir_node_add_attr(g, i, "pipecc.fused_nodes", IR_ATTR_STRINGS);
-      na->strings = names;
-      na->n = n0 + 1;
+      const char *tl = node_label(g, tn);
+      fused_nodes_append(g, i, &tl, 1);
       mm->flops += tn->flops;
       tn->dead = 1;
       fused++;
@@ -336,18 +324,7 @@ static int trailing_mean_axis(ir_graph *g, const ir_node *n) {
   int r = x->shape.rank, red[IR_MAX_RANK] = {0}, na = 0;
   if (r < 1) return -1;
   int64_t axes[IR_MAX_RANK];
-  const ir_value *av = n->n_in > 1 && n->in[1] >= 0 ? &g->values[n->in[1]] : NULL;
-  if (av) {
-    if (av->kind != IR_VAL_CONST || av->shape.rank != 1 || av->shape.dims[0] > IR_MAX_RANK) return -1;
-    na = (int)av->shape.dims[0];
-    for (int i = 0; i < na; i++)
-      if (ir_const_i64(av, i, &axes[i])) return -1;
-  } else {
-    const int64_t *v;
-    na = ir_attr_ints(n, "axes", &v);
-    if (na > IR_MAX_RANK) return -1;
-    for (int i = 0; i < na; i++) axes[i] = v[i];
-  }
+  na = ir_reduce_axes(g, n, axes, IR_MAX_RANK);
   if (na <= 0) return -1; /* all axes, or none with noop_with_empty_axes: not this pattern */
   for (int i = 0; i < na; i++) {
     int64_t a = axes[i] < 0 ? axes[i] + r : axes[i];

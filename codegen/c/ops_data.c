@@ -195,9 +195,7 @@ static int emit_transpose(cg_ctx *c, const ir_node *n) {
   ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
   int r = x->shape.rank;
   int64_t perm[IR_MAX_RANK];
-  const int64_t *pv;
-  int np = ir_attr_ints(n, "perm", &pv);
-  for (int d = 0; d < r; d++) perm[d] = np == r ? pv[d] : r - 1 - d;
+  if (ir_transpose_perm(n, r, perm) < 0) return cg_fail(c, n, "bad perm");
   if (!cg_numel(y)) return 0;
   int64_t xs[IR_MAX_RANK] = {0}, st[IR_MAX_RANK] = {0};
   cg_strides(&x->shape, xs);
