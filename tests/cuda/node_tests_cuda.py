@@ -20,6 +20,7 @@ outputs from onnxruntime) for what the node tests leave out. The cpu target's no
         ConvTranspose, ...).
 
     node_tests_cuda.py run --pipecc build/pipecc --work /tmp/w [--jobs 2] [-k PATTERN] [--sim LIB] [--all]
+                      [--shard K/N]
         Needs a GPU (exit 77 = skipped when /dev/nvidia0 is missing or nvidia-smi fails),
         or --sim LIB: the CUDA simulator (tests/cuda/sim; its nvcc, this libcudasim.a):
         builds every selected test (--no-tf32; the runtime object compiled once and
@@ -27,8 +28,9 @@ outputs from onnxruntime) for what the node tests leave out. The cpu target's no
         the cpu target's node tests do (floats: rtol 1e-4, atol 1e-5; others exact).
         --all: every node test whose ops are in ir/ops.def (less the cpu target's
         expected failures), not only those of FAMILIES: element-wise chains, pooling,
-        normalisation, reductions, Gemm/MatMul, Conv, ... (about 900 tests; 6 minutes on
-        2 cores on the simulator).
+        normalisation, reductions, Gemm/MatMul, Conv, ... (about 900 tests; 6 to 15
+        minutes on 2 cores on the simulator, as busy as the machine is). --shard K/N:
+        every N-th of the selected tests from the K-th on (ctest runs 3 shards).
 
 Exit 0 pass, 1 fail, 77 skipped.
 """
@@ -342,6 +344,9 @@ def main():
     ap.add_argument("-k", default=None, help="only tests whose name matches this regex")
     ap.add_argument("--all", action="store_true",
                     help="every node test whose ops are in ir/ops.def, not only those of FAMILIES")
+    ap.add_argument("--shard", default=None, metavar="K/N",
+                    help="only every N-th selected test from the K-th (1..N) on: ctest runs the simulator's "
+                         "900 tests as N tests that each finish well inside their timeout")
     ap.add_argument("--sim", default=None, metavar="LIBCUDASIM",
                     help="run: build with tests/cuda/sim/nvcc against this simulator library and run on the CPU")
     a = ap.parse_args()
@@ -352,6 +357,12 @@ def main():
     a.work = os.path.abspath(a.work)
     os.makedirs(a.work, exist_ok=True)
     tests = select_tests(a.k, a.work, a.all)
+    if a.shard:
+        m = re.fullmatch(r"(\d+)/(\d+)", a.shard)
+        if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+            ap.error(f"--shard {a.shard}: expected K/N with 1 <= K <= N")
+        k, n = int(m.group(1)), int(m.group(2))
+        tests = tests[k - 1::n]
     if not tests:
         print("no node tests selected")
         return 1

@@ -39,7 +39,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -650,7 +652,8 @@ static void run_grid(const char *name, dim3 grid, dim3 block, const std::functio
   tl_kernel = nullptr;
 }
 
-cudaError_t launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s, std::function<void()> body) {
+cudaError_t launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s, kernel_body *body) {
+  std::shared_ptr<const kernel_body> b(body);
   unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
   if (!threads || threads > 1024 || block.z > 64 || !grid.x || !grid.y || !grid.z || grid.y > 65535 || grid.z > 65535 ||
       grid.x > 0x7fffffffu || smem > 48 * 1024) {
@@ -658,8 +661,7 @@ cudaError_t launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStr
          name, grid.x, grid.y, grid.z, block.x, block.y, block.z, smem);
     return fail(cudaErrorInvalidConfiguration);
   }
-  auto b = std::make_shared<std::function<void()>>(std::move(body));
-  cudaError_t e = enqueue(s, [name, grid, block, b]() { run_grid(name, grid, block, *b); }, name);
+  cudaError_t e = enqueue(s, [name, grid, block, b]() { run_grid(name, grid, block, [&b]() { b->run(); }); }, name);
   return fail(e);
 }
 

@@ -21,7 +21,6 @@
 #include <string.h>
 
 #include <cmath>
-#include <functional>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -189,8 +188,22 @@ void syncthreads();
 /* the value of lane (own lane ^ lane_mask) within groups of width lanes, as
  * __shfl_xor_sync: every live lane of the warp must take part */
 void warp_exchange(const void *mine, void *theirs, size_t size, int lane_mask, int width);
-/* queue a kernel: body runs once per CUDA thread with threadIdx/blockIdx set */
-cudaError_t launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s, std::function<void()> body);
+/* a kernel with its arguments, as launched (not std::function: <functional> alone took
+ * a quarter of the time g++ spends on a small stage) */
+struct kernel_body {
+  virtual ~kernel_body() {}
+  virtual void run() const = 0;
+};
+template <class F, class T>
+struct kernel_call final : kernel_body {
+  F f;
+  T args;
+  kernel_call(F f_, T &&a) : f(f_), args(std::move(a)) {}
+  void run() const override { std::apply(f, args); }
+};
+/* queue a kernel: body (taken over, freed after its run) runs once per CUDA thread with
+ * threadIdx/blockIdx set */
+cudaError_t launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s, kernel_body *body);
 
 template <class K>
 struct launcher {
@@ -210,7 +223,7 @@ struct launcher {
     static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong number of arguments");
     /* kernel arguments are copied at the launch, as CUDA does */
     std::tuple<std::decay_t<P>...> args(std::forward<A>(a)...);
-    launch(name, grid, block, smem, stream, [f, args]() { std::apply(f, args); });
+    launch(name, grid, block, smem, stream, new kernel_call<void (*)(P...), std::tuple<std::decay_t<P>...>>(f, std::move(args)));
   }
 };
 }  // namespace cudasim
