@@ -713,8 +713,14 @@ static int emit_matmul(cg_ctx *c, const ir_node *n) {
   else if (mm.ta || mm.lda != K) return cg_fail(c, n, "MatMul: operand A is strided without a folded Transpose");
   if (mm.pb) emit_compact(c, T, "x1 + bo", K, N, mm.tb, mm.ldb, mm.pa ? M * K : 0, pb, sizeof pb);
   else if (mm.tb || mm.ldb != N) return cg_fail(c, n, "MatMul: operand B is strided without a folded Transpose");
-  cg_w(c, "    %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1, %s, %lld, %s, %lld, 0, y0 + bi * %lld, %lld);\n",
-       gemm_fn(t), LL(M), LL(N), LL(K), pa, LL(lda), pb, LL(ldb), LL(M * N), LL(N));
+  if (t == IR_FLOAT && M * N * K <= CG_C_DIRECT_MATMUL) {
+    /* small matrices (attention's heads): BLAS packs both operands on every call */
+    c->gemm_direct = 1;
+    cg_w(c, "    pipert_gemm_direct(%lld, %lld, %lld, %s, %s, %lld, NULL, y0 + bi * %lld, %lld, NULL, 0, 0, 0.0f, 0.0f);\n",
+         LL(M), LL(N), LL(K), pa, pb, LL(ldb), LL(M * N), LL(N));
+  } else
+    cg_w(c, "    %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1, %s, %lld, %s, %lld, 0, y0 + bi * %lld, %lld);\n",
+         gemm_fn(t), LL(M), LL(N), LL(K), pa, LL(lda), pb, LL(ldb), LL(M * N), LL(N));
   cg_w(c, "  }\n");
   return 0;
 }
