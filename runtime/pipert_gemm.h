@@ -1,6 +1,7 @@
 /* pipert_gemm.h - the GEMM that the cpu target's stage code runs for float Convs with
  * few inputs per output (1x1 Convs, and im2col'd ones, whose K is at most
- * CG_C_DIRECT_K in codegen/c/cg_c.h), header-only: stage_K.c includes it where it
+ * CG_C_DIRECT_K in codegen/c/cg_c.h) and for the small matrices of batched MatMuls
+ * (attention's heads: CG_C_DIRECT_MATMUL), header-only: stage_K.c includes it where it
  * calls it.
  *
  *   pipert_gemm_direct(M, P, K, W, X, ldx, B, Y, ldy, R, ldr, act, lo, hi)
@@ -226,7 +227,7 @@ PIPERT_GEMM_T512 static void pipert_gemm_direct_512(long M, long P, long K, cons
  * PIPERT_GEMM_PF256_MIN positions the first row block of a chunk prefetches X
  * PIPERT_GEMM_PF256 positions ahead, as the AVX-512 variant does (on an AVX2-only AMD
  * EPYC, cold caches: 16 x 12544 by 32 for 8 images 3.9 -> 2.6-2.9 ms, MobileNetV2's
- * projections on 56x56 and 112x112 maps 15-26% faster; on 14x14 and 7x7 maps, whose X
+ * projections on 56x56 and 112x112 maps 15-40% faster per node; on 14x14 and 7x7 maps, whose X
  * is mostly in L2 already, prefetching cost 6-16%). */
 #ifndef PIPERT_GEMM_PF256
 #define PIPERT_GEMM_PF256 32

@@ -429,7 +429,8 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
   fputs("#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n\n#include <cblas.h>\n\n"
         "#include \"pipert.h\"\n",
         f);
-  if (c.gemm_direct) fputs("#include \"pipert_gemm.h\" /* pipert_gemm_direct: the GEMM of Convs with small K and of small batched MatMuls */\n", f);
+  if (c.gemm_direct) /* pipert_gemm_direct: the GEMM of Convs with small K and of small batched MatMuls */
+    fputs("#include \"pipert_gemm.h\" /* pipert_gemm_direct */\n", f);
   fputs("\n", f);
   fputs(vec_prelude, f);
   fputs(""

@@ -2,10 +2,10 @@
  * Conv and ConvTranspose (im2col / col2im + BLAS GEMM per group), Gemm, MatMul,
  * pooling, BatchNormalization, InstanceNormalization, LayerNormalization, LRN and the
  * Softmax family. Shapes are constants in the emitted code. GEMMs go through
- * cblas_sgemm/dgemm, or for float Convs with small K over large images through
- * pipert_gemm_direct (runtime/pipert_gemm.h), chosen and called with arguments that
- * depend only on the node (never on the stage it lands in), so results are the same for
- * every stage count. */
+ * cblas_sgemm/dgemm, or for float Convs with small K over large images and the small
+ * matrices of batched float MatMuls through pipert_gemm_direct (runtime/pipert_gemm.h),
+ * chosen and called with arguments that depend only on the node (never on the stage it
+ * lands in), so results are the same for every stage count. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
