@@ -28,7 +28,7 @@ outputs from onnxruntime) for what the node tests leave out. The cpu target's no
         the cpu target's node tests do (floats: rtol 1e-4, atol 1e-5; others exact).
         --all: every node test whose ops are in ir/ops.def (less the cpu target's
         expected failures), not only those of FAMILIES: element-wise chains, pooling,
-        normalisation, reductions, Gemm/MatMul, Conv, ... (about 900 tests; 6 to 15
+        normalisation, reductions, Gemm/MatMul, Conv, ... (about 1300 tests; 6 to 15
         minutes on 2 cores on the simulator, as busy as the machine is). --shard K/N:
         every N-th of the selected tests from the K-th on (ctest runs 3 shards).
 
@@ -301,7 +301,7 @@ def run_one(args):
         if r.returncode:
             return name, f"pipeline exit {r.returncode}: " + " | ".join(r.stderr.splitlines()[-2:])
         why = compare(dict(np.load(yout)), expect)
-        pt.done_with(d, not why)  # 900 builds of about 4 MB each otherwise
+        pt.done_with(d, not why)  # 1300 builds of about 4 MB each otherwise
         return name, why
     except Exception as e:  # noqa: BLE001
         return name, f"test harness: {type(e).__name__}: {str(e)[:160]}"
@@ -346,7 +346,7 @@ def main():
                     help="every node test whose ops are in ir/ops.def, not only those of FAMILIES")
     ap.add_argument("--shard", default=None, metavar="K/N",
                     help="only every N-th selected test from the K-th (1..N) on: ctest runs the simulator's "
-                         "900 tests as N tests that each finish well inside their timeout")
+                         "1300 tests as N tests that each finish well inside their timeout")
     ap.add_argument("--sim", default=None, metavar="LIBCUDASIM",
                     help="run: build with tests/cuda/sim/nvcc against this simulator library and run on the CPU")
     a = ap.parse_args()

@@ -222,8 +222,9 @@ struct launcher {
   void run(void (*f)(P...), A &&...a) const {
     static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong number of arguments");
     /* kernel arguments are copied at the launch, as CUDA does */
-    std::tuple<std::decay_t<P>...> args(std::forward<A>(a)...);
-    launch(name, grid, block, smem, stream, new kernel_call<void (*)(P...), std::tuple<std::decay_t<P>...>>(f, std::move(args)));
+    using args_t = std::tuple<std::decay_t<P>...>;
+    args_t args(std::forward<A>(a)...);
+    launch(name, grid, block, smem, stream, new kernel_call<void (*)(P...), args_t>(f, std::move(args)));
   }
 };
 }  // namespace cudasim
