@@ -4,12 +4,14 @@
 # PyTorch eager and torch.compile on the same GPU, batch and precision (TF32 on, as
 # pipecc's default; --no-tf32 switches both sides to exact float32).
 #
-#   tools/bench_gpu.sh [--build DIR] [--batch B] [--iters N] [--work DIR] [--no-tf32]
+#   tools/bench_gpu.sh [--build DIR] [--batch B] [--iters N] [--work DIR] [--no-tf32] [--quick]
 #
 #   --build DIR   pipecc build directory (default: build), with DIR/pipecc
 #   --batch B     samples per batch (default 32; must be divisible by the micro-batches)
 #   --iters N     timed iterations (default 200; pipecc --bench N --stream, PyTorch N batches)
 #   --work DIR    models and pipecc builds (default: /tmp/pipecc-bench-gpu)
+#   --quick       g=1 only: ResNet-50 (legacy and graph cuDNN API) and BERT-style, against
+#                 eager and torch.compile (2 nvcc builds instead of 8; tools/gpu_kit.sh)
 #   PIPECC_PYTHON python with torch, torchvision, onnx, numpy (default /usr/bin/python3)
 #
 # Prints one line per (model, runner): samples/s and ms per batch, then the speedups
@@ -25,6 +27,7 @@ BATCH=32
 ITERS=200
 WORK=/tmp/pipecc-bench-gpu
 TF32=1
+QUICK=0
 PY="${PIPECC_PYTHON:-/usr/bin/python3}"
 
 while [ $# -gt 0 ]; do
@@ -34,7 +37,8 @@ while [ $# -gt 0 ]; do
     --iters) ITERS="$2"; shift 2 ;;
     --work) WORK="$2"; shift 2 ;;
     --no-tf32) TF32=0; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    --quick) QUICK=1; shift ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "bench_gpu.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -135,20 +139,29 @@ EOF
 
 # g=1: the batch in one micro-batch; g=4: 4 micro-batches (pipecc-g4), or the batch in one
 # (pipecc-g4-m1: kernels as large as g=1's, the stages overlapping consecutive batches)
-for run in "1 1 pipecc-g1" "4 4 pipecc-g4" "4 1 pipecc-g4-m1"; do
+runs=("1 1 pipecc-g1" "4 4 pipecc-g4" "4 1 pipecc-g4-m1")
+[ "$QUICK" = 1 ] && runs=("1 1 pipecc-g1")
+for run in "${runs[@]}"; do
   read -r g m label <<< "$run"
   bench_pipecc resnet50 input "${BATCH}x3x224x224" "$WORK/resnet50_x.npy" "$g" "$m" "$label"
   bench_pipecc bert input_ids "${BATCH}x64" "$WORK/bert_x.npy" "$g" "$m" "$label"
 done
+if [ "$QUICK" = 0 ]; then
 # the model's own NCHW layout everywhere instead of channels-last Convs (passes/layout.h)
 bench_pipecc resnet50 input "${BATCH}x3x224x224" "$WORK/resnet50_x.npy" 1 1 pipecc-g1-nchw --layout nchw
 # the 3-channel stem channels-last too; and the default build with its 1x1 Convs through
 # cuDNN instead of cuBLASLt GEMMs (pk_conv_1x1)
 bench_pipecc resnet50 input "${BATCH}x3x224x224" "$WORK/resnet50_x.npy" 1 1 pipecc-g1-nhwc-all --layout nhwc-all
 bench_env resnet50 input "$WORK/resnet50_x.npy" pipecc-g1 PIPECC_CONV_GEMM=0 pipecc-g1-cudnn1x1
+fi
 # the same build with its Convs through cuDNN's graph (backend) API and heuristics mode A
 # instead of the legacy API's heuristic (PIPECC_CONV_API=graph)
 bench_env resnet50 input "$WORK/resnet50_x.npy" pipecc-g1 PIPECC_CONV_API=graph pipecc-g1-graph
+# --quick: both again, so the table shows how far one run moves between two of the same
+if [ "$QUICK" = 1 ]; then
+  bench_env resnet50 input "$WORK/resnet50_x.npy" pipecc-g1 "" pipecc-g1
+  bench_env resnet50 input "$WORK/resnet50_x.npy" pipecc-g1 PIPECC_CONV_API=graph pipecc-g1-graph
+fi
 bench_torch resnet50 "$WORK/resnet50_x.npy"
 bench_torch bert "$WORK/bert_x.npy"
 
