@@ -147,12 +147,12 @@ for run in "${runs[@]}"; do
   bench_pipecc bert input_ids "${BATCH}x64" "$WORK/bert_x.npy" "$g" "$m" "$label"
 done
 if [ "$QUICK" = 0 ]; then
-# the model's own NCHW layout everywhere instead of channels-last Convs (passes/layout.h)
-bench_pipecc resnet50 input "${BATCH}x3x224x224" "$WORK/resnet50_x.npy" 1 1 pipecc-g1-nchw --layout nchw
-# the 3-channel stem channels-last too; and the default build with its 1x1 Convs through
-# cuDNN instead of cuBLASLt GEMMs (pk_conv_1x1)
-bench_pipecc resnet50 input "${BATCH}x3x224x224" "$WORK/resnet50_x.npy" 1 1 pipecc-g1-nhwc-all --layout nhwc-all
-bench_env resnet50 input "$WORK/resnet50_x.npy" pipecc-g1 PIPECC_CONV_GEMM=0 pipecc-g1-cudnn1x1
+  # the model's own NCHW layout everywhere instead of channels-last Convs (passes/layout.h)
+  bench_pipecc resnet50 input "${BATCH}x3x224x224" "$WORK/resnet50_x.npy" 1 1 pipecc-g1-nchw --layout nchw
+  # the 3-channel stem channels-last too; and the default build with its 1x1 Convs through
+  # cuDNN instead of cuBLASLt GEMMs (pk_conv_1x1)
+  bench_pipecc resnet50 input "${BATCH}x3x224x224" "$WORK/resnet50_x.npy" 1 1 pipecc-g1-nhwc-all --layout nhwc-all
+  bench_env resnet50 input "$WORK/resnet50_x.npy" pipecc-g1 PIPECC_CONV_GEMM=0 pipecc-g1-cudnn1x1
 fi
 # the same build with its Convs through cuDNN's graph (backend) API and heuristics mode A
 # instead of the legacy API's heuristic (PIPECC_CONV_API=graph)
