@@ -50,6 +50,12 @@ typedef struct {
   const char *cuda_arch;     /* cuda: e.g. "80;90" */
 } cg_options;
 
+/* The cpu target's direct GEMM (runtime/pipert_gemm.h) takes float GEMMs that sum at
+ * most this many products per output: Convs (codegen/c/cg_c.h says which) and MatMuls
+ * and Gemms of one B matrix (ops_nn.c; passes/pretranspose.h stores a constant B of a
+ * Gemm with transB transposed for it). */
+#define CG_C_DIRECT_K 1024
+
 /* CPU target (codegen/c). Returns 0, or -1 after printing an error. */
 int cg_c_emit(ir_graph *g, const cg_plan *p, const cg_options *o, const char *out_dir);
 /* CUDA target (codegen/cuda): emit; build with make/nvcc (targets "pipeline", "profile"). */

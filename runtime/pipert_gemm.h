@@ -1,8 +1,10 @@
 /* pipert_gemm.h - the GEMM that the cpu target's stage code runs for float Convs with
  * few inputs per output (1x1 Convs, and im2col'd ones, whose K is at most
- * CG_C_DIRECT_K in codegen/c/cg_c.h) and for the small matrices of batched MatMuls
- * (attention's heads: CG_C_DIRECT_MATMUL), header-only: stage_K.c includes it where it
- * calls it.
+ * CG_C_DIRECT_K in codegen/codegen.h), for MatMuls and Gemms of one B matrix with K up
+ * to that (a transformer's projections: W is then the activations, X the weights, read
+ * in place where BLAS packs them on every call) and for the small matrices of batched
+ * MatMuls (attention's heads: CG_C_DIRECT_MATMUL), header-only: stage_K.c includes it
+ * where it calls it.
  *
  *   pipert_gemm_direct(M, P, K, W, X, ldx, B, Y, ldy, R, ldr, act, lo, hi)
  *
@@ -10,10 +12,11 @@
  *
  *   v = sum over k = 0 .. K-1 of W[m * K + k] * X[k * ldx + p]
  *       (one fused multiply-add per k, in that order, starting from 0)
- *   v = B[m] + v                      (when B is not NULL)
+ *   v = B[m] + v                      (when B is not NULL; B[p] + v with
+ *                                      PIPERT_GEMM_BIAS_COL in act: one per column)
  *   v = v + R[m * ldr + p]            (when R is not NULL: a fused residual)
- *   v = v < 0 ? 0 : v                 (act 1: Relu)
- *   v = v < lo ? lo : v; v = v > hi ? hi : v   (act 2: Clip; infinite bounds allowed)
+ *   v = v < 0 ? 0 : v                 (act & 3 == 1: Relu)
+ *   v = v < lo ? lo : v; v = v > hi ? hi : v   (act & 3 == 2: Clip; infinite bounds allowed)
  *   Y[m * ldy + p] = v
  *
  * which is, bit for bit, what the separate nodes compute from one dot product per output
@@ -25,10 +28,11 @@
  *
  * Why not sgemm: BLAS packs the activations (the large operand) into its own layout on
  * every call, once per few outputs when M is small, and writes the output twice more
- * (bias fill, epilogue). This kernel reads X in place: a chunk of positions (about
- * 128 KiB of X) at a time, for each block of 6 output rows a register tile of 6 rows x
- * 64 positions (AVX-512: 24 accumulators) or 6 x 16 (AVX2: 12), the bias, residual and
- * activation applied as the tile is stored. One variant per instruction set, picked at
+ * (bias fill, epilogue); for a MatMul by a weight matrix it packs the weights on every
+ * call (GPT-style model: 7% of its time in sgemm_oncopy). This kernel reads X in
+ * place: a chunk of positions (about 128 KiB of X) at a time, for each block of 6
+ * output rows a register tile of 6 rows x 64 positions (AVX-512: 24 accumulators) or
+ * 6 x 16 (AVX2: 12), the bias, residual and activation applied as the tile is stored. One variant per instruction set, picked at
  * the call (__builtin_cpu_supports); all use correctly rounded fused multiply-adds, so
  * all give the same bits, the scalar one (fmaf) included. Compiling a stage with
  * -DPIPERT_GEMM_NO_AVX512 skips the AVX-512 variant, to time the AVX2 one (on this
@@ -41,6 +45,10 @@
 
 #include <math.h>
 #include <stddef.h>
+
+/* act's flag: B holds one bias per column p (a MatMul's or Gemm's bias over its output
+ * features) instead of one per row m (a Conv's over its output channels). */
+#define PIPERT_GEMM_BIAS_COL 4
 
 /* Positions per chunk: about PIPERT_GEMM_CHUNK_BYTES of X. */
 #ifndef PIPERT_GEMM_CHUNK_BYTES
@@ -55,8 +63,8 @@ static inline long pipert_gemm_chunk(long K) {
 static inline float pipert_gemm_epi1(float v, const float *b, const float *r, int act, float lo, float hi) {
   if (b) v = *b + v;
   if (r) v = v + *r;
-  if (act == 1) v = v < 0 ? 0.0f : v;
-  if (act == 2) {
+  if ((act & 3) == 1) v = v < 0 ? 0.0f : v;
+  if ((act & 3) == 2) {
     v = v < lo ? lo : v;
     v = v > hi ? hi : v;
   }
@@ -77,7 +85,8 @@ static void pipert_gemm_direct_1(long M, long P, long K, const float *restrict W
         for (long j = 0; j < pc; j++) acc[j] = fmaf(w, xk[j], acc[j]);
       }
       for (long j = 0; j < pc; j++)
-        Y[m * ldy + p0 + j] = pipert_gemm_epi1(acc[j], B ? B + m : NULL, R ? R + m * ldr + p0 + j : NULL, act, lo, hi);
+        Y[m * ldy + p0 + j] = pipert_gemm_epi1(acc[j], B ? B + (act & PIPERT_GEMM_BIAS_COL ? p0 + j : m) : NULL,
+                                               R ? R + m * ldr + p0 + j : NULL, act, lo, hi);
     }
 }
 
@@ -138,16 +147,21 @@ PIPERT_GEMM_T512 PIPERT_GEMM_INLINE void pipert_gemm_tile512(const int mr, const
     }
   }
   const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi), zero = _mm512_setzero_ps();
+  /* B: one bias per row (B[i]), or with PIPERT_GEMM_BIAS_COL one per position (B[16 j + lane]) */
+  __m512 bc[4];
+  if (B && (act & PIPERT_GEMM_BIAS_COL))
+    PIPERT_GEMM_UNROLL for (int j = 0; j < nv; j++) bc[j] =
+        j < nfull ? _mm512_loadu_ps(B + 16 * j) : _mm512_maskz_loadu_ps(mk[j], B + 16 * j);
   PIPERT_GEMM_UNROLL for (int i = 0; i < mr; i++) {
-    const __m512 b = _mm512_set1_ps(B ? B[i] : 0.0f);
+    const __m512 b = _mm512_set1_ps(B && !(act & PIPERT_GEMM_BIAS_COL) ? B[i] : 0.0f);
     PIPERT_GEMM_UNROLL for (int j = 0; j < nv; j++) {
       __m512 v = acc[i][j];
-      if (B) v = _mm512_add_ps(b, v);
+      if (B) v = _mm512_add_ps(act & PIPERT_GEMM_BIAS_COL ? bc[j] : b, v);
       if (R)
         v = _mm512_add_ps(v, j < nfull ? _mm512_loadu_ps(R + i * ldr + 16 * j)
                                        : _mm512_maskz_loadu_ps(mk[j], R + i * ldr + 16 * j));
-      if (act == 1) v = _mm512_max_ps(zero, v);
-      if (act == 2) v = _mm512_min_ps(vhi, _mm512_max_ps(vlo, v));
+      if ((act & 3) == 1) v = _mm512_max_ps(zero, v);
+      if ((act & 3) == 2) v = _mm512_min_ps(vhi, _mm512_max_ps(vlo, v));
       if (j < nfull) _mm512_storeu_ps(Y + i * ldy + 16 * j, v);
       else _mm512_mask_storeu_ps(Y + i * ldy + 16 * j, mk[j], v);
     }
@@ -171,8 +185,9 @@ PIPERT_GEMM_T512 static void pipert_gemm_direct_512(long M, long P, long K, cons
   for (long q0 = 0; q0 < P; q0 += PC) {
     const long qe = P - q0 < PC ? P : q0 + PC;
     for (long m0 = 0; m0 < M; m0 += 6) {
-      const float *w = W + m0 * K, *b = B ? B + m0 : NULL;
+      const float *w = W + m0 * K;
       for (long p0 = q0; p0 < qe; p0 += 64) {
+        const float *b = B ? B + (act & PIPERT_GEMM_BIAS_COL ? p0 : m0) : NULL;
         __mmask16 mk[4];
         for (int j = 0; j < 4; j++) {
           const long left = qe - p0 - 16 * j;
@@ -255,16 +270,20 @@ PIPERT_GEMM_T256 PIPERT_GEMM_INLINE void pipert_gemm_tile256(const int mr, long 
     }
   }
   const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi), zero = _mm256_setzero_ps();
+  __m256 bc[2];
+  if (B && (act & PIPERT_GEMM_BIAS_COL))
+    PIPERT_GEMM_UNROLL for (int j = 0; j < 2; j++) bc[j] =
+        j < nfull ? _mm256_loadu_ps(B + 8 * j) : _mm256_maskload_ps(B + 8 * j, mk[j]);
   PIPERT_GEMM_UNROLL for (int i = 0; i < mr; i++) {
-    const __m256 b = _mm256_set1_ps(B ? B[i] : 0.0f);
+    const __m256 b = _mm256_set1_ps(B && !(act & PIPERT_GEMM_BIAS_COL) ? B[i] : 0.0f);
     PIPERT_GEMM_UNROLL for (int j = 0; j < 2; j++) {
       __m256 v = acc[i][j];
-      if (B) v = _mm256_add_ps(b, v);
+      if (B) v = _mm256_add_ps(act & PIPERT_GEMM_BIAS_COL ? bc[j] : b, v);
       if (R)
         v = _mm256_add_ps(v, j < nfull ? _mm256_loadu_ps(R + i * ldr + 8 * j)
                                        : _mm256_maskload_ps(R + i * ldr + 8 * j, mk[j]));
-      if (act == 1) v = _mm256_max_ps(zero, v);
-      if (act == 2) v = _mm256_min_ps(vhi, _mm256_max_ps(vlo, v));
+      if ((act & 3) == 1) v = _mm256_max_ps(zero, v);
+      if ((act & 3) == 2) v = _mm256_min_ps(vhi, _mm256_max_ps(vlo, v));
       if (j < nfull) _mm256_storeu_ps(Y + i * ldy + 8 * j, v);
       else _mm256_maskstore_ps(Y + i * ldy + 8 * j, mk[j], v);
     }
@@ -290,8 +309,9 @@ PIPERT_GEMM_T256 static void pipert_gemm_direct_256(long M, long P, long K, cons
   for (long q0 = 0; q0 < P; q0 += PC) {
     const long qe = P - q0 < PC ? P : q0 + PC;
     for (long m0 = 0; m0 < M; m0 += 6) {
-      const float *w = W + m0 * K, *b = B ? B + m0 : NULL;
+      const float *w = W + m0 * K;
       for (long p0 = q0; p0 < qe; p0 += 16) {
+        const float *b = B ? B + (act & PIPERT_GEMM_BIAS_COL ? p0 : m0) : NULL;
         __m256i mk[2];
         for (int j = 0; j < 2; j++) {
           const long left = qe - p0 - 8 * j;

@@ -23,6 +23,7 @@
 #include "passes/lower_loss.h"
 #include "passes/winograd.h"
 #include "passes/pass.h"
+#include "passes/pretranspose.h"
 #include "passes/plan_ir.h"
 #include "passes/plan_json.h"
 #include "runtime/pipert.h"
@@ -825,6 +826,15 @@ int main(int argc, char **argv) {
     int nw = pass_winograd(g, winograd);
     if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (%d convs)\n", "winograd", now_ms() - s, nw);
     if (nw < 0 || g->n_errors) return 2;
+  }
+
+  /* cpu inference: a Gemm's constant B with transB stored transposed, for the direct
+   * GEMM (passes/pretranspose.h) */
+  if (!strcmp(target, "cpu") && !train_step && !train_prog) {
+    double s = now_ms();
+    int np = pass_pretranspose(g, CG_C_DIRECT_K);
+    if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (%d gemms)\n", "pretranspose", now_ms() - s, np);
+    if (np < 0 || g->n_errors) return 2;
   }
 
   /* a model whose outputs all folded to constants still gets a stage (one Identity) */

@@ -579,16 +579,30 @@ static int emit_gemm(cg_ctx *c, const ir_node *n) {
   int64_t M = ta ? a->shape.dims[1] : a->shape.dims[0], K = ta ? a->shape.dims[0] : a->shape.dims[1];
   int64_t N = tb ? b->shape.dims[0] : b->shape.dims[1];
   const char *T = cg_ctype(t);
-  char l1[48], l2[48];
+  char l1[48];
   if (M * N == 0) return 0;
   int use_c = cc && beta != 0.0;
+  /* C broadcast to [M, N]: its last two dims (1 where absent) */
+  int r = use_c ? cc->shape.rank : 0;
+  int64_t d0 = r >= 2 ? cc->shape.dims[r - 2] : 1, d1 = r >= 1 ? cc->shape.dims[r - 1] : 1;
+  if (t == IR_FLOAT && !ta && !tb && alpha == 1.0 && K > 0 && K <= CG_C_DIRECT_K && (!use_c || beta == 1.0)) {
+    /* pipert_gemm_direct (B as stored: passes/pretranspose.h stores a constant B of a
+     * Gemm with transB transposed), C its bias, one per column or per row, or its
+     * residual: y = C + A B, one dot product per output, as cblas_sgemm onto a C-filled
+     * y computes it but for the order of the products' sum */
+    const char *bias = "NULL", *res = "NULL", *act = "0";
+    if (use_c && d0 == 1 && d1 == N) bias = "x2", act = "PIPERT_GEMM_BIAS_COL";
+    else if (use_c && d1 == 1 && d0 == M) bias = "x2";
+    else if (use_c && d0 == M && d1 == N) res = "x2";
+    else if (use_c) goto blas; /* (a scalar C over several rows and columns) */
+    c->gemm_direct = 1;
+    cg_w(c, "  pipert_gemm_direct(%lld, %lld, %lld, x0, x1, %lld, %s, y0, %lld, %s, %lld, %s, 0.0f, 0.0f);\n", LL(M),
+         LL(N), LL(K), LL(N), bias, LL(N), res, LL(N), act);
+    return 0;
+  }
+blas:
   if (use_c) {
-    /* C broadcast to [M, N] */
-    int64_t cs0 = 0, cs1 = 0;
-    int r = cc->shape.rank;
-    int64_t d0 = r >= 2 ? cc->shape.dims[r - 2] : 1, d1 = r >= 1 ? cc->shape.dims[r - 1] : 1;
-    if (d1 != 1) cs1 = 1;
-    if (d0 != 1) cs0 = d1;
+    int64_t cs0 = d0 != 1 ? d1 : 0, cs1 = d1 != 1 ? 1 : 0;
     cg_w(c, "  for (long i = 0; i < %lld; i++)\n    for (long j = 0; j < %lld; j++)\n", LL(M), LL(N));
     if (beta == 1.0) cg_w(c, "      y0[i * %lld + j] = x2[i * %lld + j * %lld];\n", LL(N), LL(cs0), LL(cs1));
     else cg_w(c, "      y0[i * %lld + j] = %s * x2[i * %lld + j * %lld];\n", LL(N), cg_flit(l1, sizeof l1, beta, t), LL(cs0), LL(cs1));
@@ -600,7 +614,6 @@ static int emit_gemm(cg_ctx *c, const ir_node *n) {
   cg_w(c, "  %s(CblasRowMajor, %s, %s, %lld, %lld, %lld, %s, x0, %lld, x1, %lld, %s, y0, %lld);\n", gemm_fn(t),
        ta ? "CblasTrans" : "CblasNoTrans", tb ? "CblasTrans" : "CblasNoTrans", LL(M), LL(N), LL(K),
        cg_flit(l1, sizeof l1, alpha, t), LL(ta ? M : K), LL(tb ? K : N), use_c ? "1" : "0", LL(N));
-  (void)l2;
   return 0;
 }
 
@@ -619,12 +632,18 @@ int64_t cg_gemm_rows(int64_t M, int64_t N) {
 
 void cg_gemm_blocks_open(cg_ctx *c, int64_t M, int64_t N, int64_t K, int64_t MB, const char *a, const char *b,
                          const char *y, int y_whole) {
+  char yb[64];
+  if (y_whole) snprintf(yb, sizeof yb, "%s + r0 * %lld", y, LL(N));
+  else snprintf(yb, sizeof yb, "%s", y);
   cg_w(c, "  for (long r0 = 0; r0 < %lld; r0 += %lld) {\n", LL(M), LL(MB));
   cg_w(c, "    const long nr = %lld - r0 < %lld ? %lld - r0 : %lld;\n", LL(M), LL(MB), LL(M), LL(MB));
-  cg_w(c, "    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, %lld, %lld, 1, %s + r0 * %lld, %lld, %s, %lld, 0, ",
-       LL(N), LL(K), a, LL(K), LL(K), b, LL(N));
-  if (y_whole) cg_w(c, "%s + r0 * %lld, %lld);\n", y, LL(N), LL(N));
-  else cg_w(c, "%s, %lld);\n", y, LL(N));
+  if (K <= CG_C_DIRECT_K) {
+    c->gemm_direct = 1;
+    cg_w(c, "    pipert_gemm_direct(nr, %lld, %lld, %s + r0 * %lld, %s, %lld, NULL, %s, %lld, NULL, 0, 0, 0.0f, 0.0f);\n",
+         LL(N), LL(K), a, LL(K), b, LL(N), yb, LL(N));
+  } else
+    cg_w(c, "    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, %lld, %lld, 1, %s + r0 * %lld, %lld, %s, %lld, 0, %s, %lld);\n",
+         LL(N), LL(K), a, LL(K), LL(K), b, LL(N), yb, LL(N));
 }
 
 /* A MatMul operand's rows x cols matrix at src (emitted expression), stored with leading
@@ -677,6 +696,12 @@ static int emit_matmul(cg_ctx *c, const ir_node *n) {
     /* B is one matrix and A's batch is contiguous: GEMMs with M' = batch * M, float in
      * blocks of cg_gemm_rows rows (as when an element-wise unit takes the MatMul in) */
     int64_t MB = t == IR_FLOAT ? cg_gemm_rows(NB * M, N) : NB * M;
+    if (MB >= NB * M && t == IR_FLOAT && K <= CG_C_DIRECT_K) {
+      c->gemm_direct = 1;
+      cg_w(c, "  pipert_gemm_direct(%lld, %lld, %lld, x0, x1, %lld, NULL, y0, %lld, NULL, 0, 0, 0.0f, 0.0f);\n",
+           LL(NB * M), LL(N), LL(K), LL(N), LL(N));
+      return 0;
+    }
     if (MB >= NB * M) {
       cg_w(c, "  %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1, x0, %lld, x1, %lld, 0, y0, %lld);\n",
            gemm_fn(t), LL(NB * M), LL(N), LL(K), LL(K), LL(N), LL(N));

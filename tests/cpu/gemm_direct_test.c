@@ -1,7 +1,8 @@
 /* tests/cpu/gemm_direct_test.c - runtime/pipert_gemm.h, the direct GEMM of the cpu
- * target's Convs: every variant this machine can run (AVX-512, AVX2, portable) gives,
+ * target's Convs, MatMuls and Gemms: every variant this machine can run (AVX-512, AVX2, portable) gives,
  * bit for bit, the documented sums (fmaf over k in order from 0, then bias, residual,
- * Relu/Clip), writes nothing outside its M x P block, and agrees with the path it
+ * Relu/Clip; the bias one per row or, PIPERT_GEMM_BIAS_COL, one per column), writes
+ * nothing outside its M x P block, and agrees with the path it
  * replaces (a bias-filled output, cblas_sgemm with beta 1, then the epilogue) within the
  * error bound of two summation orders, 2 (K + 2) eps sum |terms|: OpenBLAS's edge
  * kernels sum in another order, so not bitwise. Shapes cover row blocks with
@@ -36,16 +37,17 @@ static void reference(long M, long P, long K, const float *W, const float *X, lo
   for (long m = 0; m < M; m++)
     for (long p = 0; p < P; p++) {
       float v = 0.0f;
-      double s = (B ? fabs(B[m]) : 0) + (R ? fabs(R[m * ldr + p]) : 0);
+      const float *b = B ? B + (act & PIPERT_GEMM_BIAS_COL ? p : m) : NULL;
+      double s = (b ? fabs(*b) : 0) + (R ? fabs(R[m * ldr + p]) : 0);
       for (long k = 0; k < K; k++) {
         v = fmaf(W[m * K + k], X[k * ldx + p], v);
         s += fabs((double)W[m * K + k] * X[k * ldx + p]);
       }
       S[m * P + p] = s;
-      if (B) v = B[m] + v;
+      if (b) v = *b + v;
       if (R) v = v + R[m * ldr + p];
-      if (act == 1) v = v < 0 ? 0.0f : v;
-      if (act == 2) {
+      if ((act & 3) == 1) v = v < 0 ? 0.0f : v;
+      if ((act & 3) == 2) {
         v = v < lo ? lo : v;
         v = v > hi ? hi : v;
       }
@@ -58,34 +60,36 @@ static void blas_path(long M, long P, long K, const float *W, const float *X, lo
                       long ldy, const float *R, long ldr, int act, float lo, float hi) {
   if (B)
     for (long m = 0; m < M; m++)
-      for (long p = 0; p < P; p++) Y[m * ldy + p] = B[m];
+      for (long p = 0; p < P; p++) Y[m * ldy + p] = B[act & PIPERT_GEMM_BIAS_COL ? p : m];
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)P, (int)K, 1, W, (int)K, X, (int)ldx, B ? 1 : 0,
               Y, (int)ldy);
   for (long m = 0; m < M; m++)
     for (long p = 0; p < P; p++) {
       float v = Y[m * ldy + p];
       if (R) v = (float)(v + R[m * ldr + p]);
-      if (act == 1) v = v < 0 ? (float)0 : v;
-      if (act == 2) v = v < lo ? lo : v > hi ? hi : v;
+      if ((act & 3) == 1) v = v < 0 ? (float)0 : v;
+      if ((act & 3) == 2) v = v < lo ? lo : v > hi ? hi : v;
       Y[m * ldy + p] = v;
     }
 }
 
 static int same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
 
+/* bias: 0 none, 1 one per row, 2 one per column (PIPERT_GEMM_BIAS_COL) */
 static int check(const char *what, long M, long P, long K, long ldx, long ldy, int bias, int res, int act, int nan,
                  gemm_fn fn, int vs_blas) {
   float *W = malloc(sizeof(float) * (size_t)(M * K)), *X = malloc(sizeof(float) * (size_t)(K * ldx));
-  float *B = malloc(sizeof(float) * (size_t)M), *R = malloc(sizeof(float) * (size_t)(M * ldy));
+  float *B = malloc(sizeof(float) * (size_t)(M > P ? M : P)), *R = malloc(sizeof(float) * (size_t)(M * ldy));
   float *Y = malloc(sizeof(float) * (size_t)(M * ldy)), *Z = malloc(sizeof(float) * (size_t)(M * ldy));
   double *S = malloc(sizeof(double) * (size_t)(M * P));
   for (long i = 0; i < M * K; i++) W[i] = rnd();
   for (long i = 0; i < K * ldx; i++) X[i] = rnd();
-  for (long i = 0; i < M; i++) B[i] = rnd();
+  for (long i = 0; i < (M > P ? M : P); i++) B[i] = rnd();
   for (long i = 0; i < M * ldy; i++) R[i] = rnd();
   if (nan && K * ldx > 3) X[K * ldx / 3] = NAN;
   for (long i = 0; i < M * ldy; i++) Y[i] = Z[i] = SENTINEL;
   const float lo = act == 2 ? -0.25f : 0.0f, hi = act == 2 ? 0.5f : 0.0f;
+  if (bias == 2) act |= PIPERT_GEMM_BIAS_COL;
   reference(M, P, K, W, X, ldx, bias ? B : NULL, Z, ldy, res ? R : NULL, ldy, act, lo, hi, S);
   fn(M, P, K, W, X, ldx, bias ? B : NULL, Y, ldy, res ? R : NULL, ldy, act, lo, hi);
   int bad = 0;
@@ -155,15 +159,20 @@ int main(void) {
           long M = Ms[a], K = Ks[b], P = Ps[c];
           int sel = (int)(a + b + c);
           long ldx = P + (sel % 3 == 0 ? 5 : 0), ldy = P + (sel % 2 ? 3 : 0);
-          fails += check(v[i].name, M, P, K, ldx, ldy, sel % 2, sel % 4 == 1, sel % 3, 0, v[i].fn, 1);
+          fails += check(v[i].name, M, P, K, ldx, ldy, sel % 2 ? 1 + (int)(c % 2) : 0, sel % 4 == 1, sel % 3, 0, v[i].fn, 1);
           cases++;
         }
-    /* chunk boundaries (pipert_gemm_chunk), every epilogue, NaN inputs */
-    static const long big[][3] = {{24, 3136, 144}, {16, 12544, 32}, {20, 1000, 16}, {96, 196, 384}, {7, 2000, 100}};
+    /* chunk boundaries (pipert_gemm_chunk), every epilogue, NaN inputs; the last three:
+     * MatMuls of a weight matrix (rows: tokens, positions: output features, K up to
+     * CG_C_DIRECT_K) with a bias per column */
+    static const long big[][3] = {{24, 3136, 144}, {16, 12544, 32}, {20, 1000, 16}, {96, 196, 384}, {7, 2000, 100},
+                                  {130, 384, 128}, {37, 129, 512}, {8, 1000, 1024}};
     for (size_t s = 0; s < sizeof big / sizeof *big; s++)
       for (int act = 0; act < 3; act++) {
-        fails += check(v[i].name, big[s][0], big[s][1], big[s][2], big[s][1], big[s][1], 1, act != 1, act, 0, v[i].fn, 1);
-        fails += check(v[i].name, big[s][0], big[s][1], big[s][2], big[s][1], big[s][1], act == 0, 1, act, 1, v[i].fn, 0);
+        const int col = s >= 5 ? 2 : 1;
+        fails += check(v[i].name, big[s][0], big[s][1], big[s][2], big[s][1], big[s][1], col, act != 1, act, 0, v[i].fn, 1);
+        fails += check(v[i].name, big[s][0], big[s][1], big[s][2], big[s][1], big[s][1], act == 0 ? col : 0, 1, act, 1,
+                       v[i].fn, 0);
         cases += 2;
       }
     printf("variant %s: %ld cases\n", v[i].name, cases - before);

@@ -24,7 +24,12 @@
   - GELU after a MatMul and its bias, Pow by 2 and a value read twice inside one fused
     unit, and one read by two units (codegen/stage.c's unit building); MatMuls taken into
     their element-wise units (GEMMs in row blocks) or apart at -g 1 to 4, the same bits;
-    members ahead of the MatMul in graph order, two MatMuls read by one unit.
+    members ahead of the MatMul in graph order, two MatMuls read by one unit;
+  - Gemms and MatMuls of one B matrix through the direct GEMM (runtime/pipert_gemm.h):
+    nn.Linear's Gemm with transB (B stored transposed at compile time,
+    passes/pretranspose.h), C as a bias per column or per row or a full residual, B read
+    by two Gemms, and those left to BLAS (alpha or beta not 1, a scalar C, K over
+    CG_C_DIRECT_K); the count of direct GEMM calls checked in the emitted code.
 
     kernel_cases.py --pipecc build/pipecc --work DIR [--target cpu|cuda --sim-lib LIB] [-k PATTERN]"""
 
@@ -218,6 +223,45 @@ def gemm_order_case():
     return mk(nodes, [("x", (3, 30, 48)), ("x2", (3, 30, 40))], ["y"], inits), 1.0
 
 
+def gemm_case(kind):
+    """One Gemm (or MatMul) of x [6, K] (or [2, 3, K]) by a constant B; DIRECT says how many
+    calls of pipert_gemm_direct the g=1 build must make."""
+    rng = np.random.default_rng(len(kind) * 13)
+    n = helper.make_node
+    K = 1100 if kind.endswith("bigk") else 40
+    w = lambda *s: (rng.standard_normal(s) / np.sqrt(K)).astype(np.float32)  # noqa: E731
+    inputs, inits = [("x", (6, K))], []
+    if kind in ("linear", "linear_bigk"):  # nn.Linear: transB, a bias per output feature
+        inits = [("W", w(24, K)), ("b", w(24))]
+        nodes = [n("Gemm", ["x", "W", "b"], ["y"], transB=1)]
+    elif kind == "rowbias":
+        inits = [("W", w(K, 24)), ("c", w(6, 1))]
+        nodes = [n("Gemm", ["x", "W", "c"], ["y"])]
+    elif kind == "residual":  # C [6, 24] a graph input
+        inputs.append(("c", (6, 24)))
+        inits = [("W", w(24, K))]
+        nodes = [n("Gemm", ["x", "W", "c"], ["y"], transB=1)]
+    elif kind == "shared":  # one B read by two Gemms, one with a bias
+        inits = [("W", w(24, K)), ("b", w(24)), ("V", w(24, 24))]
+        nodes = [n("Gemm", ["x", "W", "b"], ["h"], transB=1), n("Relu", ["h"], ["r"]),
+                 n("Gemm", ["x", "W"], ["h2"], transB=1), n("Add", ["r", "h2"], ["s"]),
+                 n("Gemm", ["s", "V"], ["y"], transB=1)]
+    elif kind == "beta":
+        inits = [("W", w(24, K)), ("b", w(24))]
+        nodes = [n("Gemm", ["x", "W", "b"], ["y"], transB=1, beta=0.5)]
+    elif kind == "alpha":
+        inits = [("W", w(24, K)), ("b", w(24))]
+        nodes = [n("Gemm", ["x", "W", "b"], ["y"], transB=1, alpha=2.0)]
+    elif kind == "scalar_c":
+        inits = [("W", w(24, K)), ("c", np.array([0.75], np.float32))]
+        nodes = [n("Gemm", ["x", "W", "c"], ["y"], transB=1)]
+    else:  # matmul, matmul_bigk: a batch of rows times one matrix
+        inputs = [("x", (2, 3, K))]
+        inits = [("W", w(K, 24))]
+        nodes = [n("MatMul", ["x", "W"], ["y"])]
+    return mk(nodes, inputs, ["y"], inits), 1.0
+
+
 def matmul_t_case(ta, pa, tb, pb, extra_reader=False):
     """MatMul(Transpose(a, pa), Transpose(b, pb)) (either side plain where its perm is None):
     ta, tb the shapes fed in. passes/fuse.c reads a Transpose in place where B has a batch of
@@ -323,6 +367,11 @@ CASES.update({
 })
 LN_CHAINS = {"ln_chain_pow": 1, "ln_chain_mul_commuted": 1, "ln_chain_nobeta": 1, "ln_chain_two_axes": 1,
              "ln_chain_opset18": 1, "ln_chain_leak": 0, "ln_chain_middle_axis": 0}
+DIRECT = {"gemm_linear": 1, "gemm_rowbias": 1, "gemm_residual": 1, "gemm_shared": 3, "gemm_beta": 0,
+          "gemm_alpha": 0, "gemm_scalar_c": 0, "gemm_linear_bigk": 0, "gemm_matmul": 1, "gemm_matmul_bigk": 0}
+for _k in DIRECT:
+    CASES[_k] = (lambda k: lambda: gemm_case(k[5:]))(_k)
+    EXTRA[_k] = ["-m", "1"]  # all 6 rows in one GEMM (one row makes a scalar C a row bias)
 MATMUL_T = {"matmul_t_kT": 1, "matmul_t_qkT": 2, "matmul_t_pv": 1, "matmul_t_4d": 2, "matmul_t_aT": 1,
             "matmul_t_bcast": 1, "matmul_t_nounit": 0, "matmul_t_oneB": 0, "matmul_t_shared": 0}
 EXPANDS = {"ex_s1_clip": 1, "ex_blocks_s2_relu": 1, "ex_nobias_noact": 1, "ex_5x5_dil2": 1, "ex_other_reader": 0,
@@ -436,6 +485,12 @@ def main():
                           for f in os.listdir(out) if re.fullmatch(r"stage_\d+\.c", f))
                 if got != MATMUL_T[name]:
                     print(f"FAIL {label}: {got} Transposes read in place by a MatMul, expected {MATMUL_T[name]}")
+                    good = False
+            if name in DIRECT and a.target == "cpu" and g == "1" and not extra:
+                got = sum(open(os.path.join(out, f)).read().count("pipert_gemm_direct(")
+                          for f in os.listdir(out) if re.fullmatch(r"stage_\d+\.c", f))
+                if got != DIRECT[name]:
+                    print(f"FAIL {label}: {got} calls of the direct GEMM, expected {DIRECT[name]}")
                     good = False
             if name in LN_CHAINS and g == "1" and not extra:
                 ext = ".c" if a.target == "cpu" else ".cu"
