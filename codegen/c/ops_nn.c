@@ -1041,17 +1041,18 @@ static int emit_softmax(cg_ctx *c, const ir_node *n) {
   if (cg_softmax_params(c->g, "cpu", n, &outer, &A, &inner)) return -1;
   if (cg_numel(y) == 0) return 0;
   if (t == IR_FLOAT && inner == 1 && A >= 1 && n->op != IR_OP_Hardmax) {
-    /* float rows: max and sum in lanes (emit_lane_max/sum), pk_expf (the stage prelude) */
+    /* float rows: max and sum in lanes (emit_lane_max/sum), pk_expf_le0 (the stage
+     * prelude: x - max is at most 0, or NaN) */
     cg_w(c, "  for (long o = 0; o < %lld; o++) {\n", LL(outer));
     cg_w(c, "    const float *xp = x0 + o * %lld;\n    float *yp = y0 + o * %lld;\n", LL(A), LL(A));
     emit_lane_max(c, "    ", "m", A, "xp[k]");
     if (n->op == IR_OP_Softmax) {
-      emit_lane_sum(c, "    ", "s", A, "(yp[k] = pk_expf(xp[k] - m))");
+      emit_lane_sum(c, "    ", "s", A, "(yp[k] = pk_expf_le0(xp[k] - m))");
       /* times the reciprocal: a vector division costs more than the exps of short rows */
       cg_w(c, "    const float rs = 1.0f / s;\n");
       cg_w(c, "    for (long k = 0; k < %lld; k++) yp[k] = yp[k] * rs;\n  }\n", LL(A));
     } else {
-      emit_lane_sum(c, "    ", "s", A, "pk_expf(xp[k] - m)");
+      emit_lane_sum(c, "    ", "s", A, "pk_expf_le0(xp[k] - m)");
       cg_w(c, "    const float ls = logf(s);\n");
       cg_w(c, "    for (long k = 0; k < %lld; k++) yp[k] = xp[k] - m - ls;\n  }\n", LL(A));
     }
