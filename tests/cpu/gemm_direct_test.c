@@ -162,11 +162,13 @@ int main(void) {
           fails += check(v[i].name, M, P, K, ldx, ldy, sel % 2 ? 1 + (int)(c % 2) : 0, sel % 4 == 1, sel % 3, 0, v[i].fn, 1);
           cases++;
         }
-    /* chunk boundaries (pipert_gemm_chunk), every epilogue, NaN inputs; the last three:
+    /* chunk boundaries (pipert_gemm_chunk), every epilogue, NaN inputs; from the sixth:
      * MatMuls of a weight matrix (rows: tokens, positions: output features, K up to
-     * CG_C_DIRECT_K) with a bias per column */
+     * CG_C_DIRECT_K) with a bias per column, the last two with the chunks of X copied
+     * compactly first in the AVX2 variant (PIPERT_GEMM_PACK256_LDX, _M) */
     static const long big[][3] = {{24, 3136, 144}, {16, 12544, 32}, {20, 1000, 16}, {96, 196, 384}, {7, 2000, 100},
-                                  {130, 384, 128}, {37, 129, 512}, {8, 1000, 1024}};
+                                  {130, 384, 128}, {37, 129, 512}, {8, 1000, 1024}, {70, 600, 200},
+                                  {64, 1100, 1024}};
     for (size_t s = 0; s < sizeof big / sizeof *big; s++)
       for (int act = 0; act < 3; act++) {
         const int col = s >= 5 ? 2 : 1;
