@@ -70,9 +70,9 @@ static void emit_epilogue(cg_ctx *c, const cg_conv_epi *e, const char *ind, cons
 /* A GEMM of a float Conv with at most CG_C_DIRECT_K products per output and at least
  * CG_C_DIRECT_OS positions per image goes through pipert_gemm_direct
  * (runtime/pipert_gemm.h): Y = epilogue(B + W X), W [M, K] rows of K, X [K, P] rows of
- * ldx, Y and the residual R rows of ldy; B and R may be "NULL". Smaller images stay
- * with BLAS, batched (emit_conv_batched): one packing of the weights for several
- * images beats reading them once per image. */
+ * ldx, Y and the residual R rows of ldy; B and R may be "NULL". Smaller images are
+ * batched (emit_conv_batched): one GEMM over several images (through the same kernel
+ * where K allows, else BLAS) beats one per image. */
 static int direct_gemm(ir_dtype t, int64_t K, int64_t OS) {
   return t == IR_FLOAT && K <= CG_C_DIRECT_K && OS >= CG_C_DIRECT_OS;
 }
@@ -153,20 +153,34 @@ static int emit_conv_batched(cg_ctx *c, const ir_node *n, const cg_win3 *w, cons
     cg_w(c, "                }\n              }\n");
   }
   cg_w(c, "      }\n");
-  if (has_bias) {
-    cg_w(c, "      for (long m = 0; m < %lld; m++) {\n", LL(Mg));
-    cg_w(c, "        %s *yp = yt + m * P;\n", T);
-    cg_w(c, "        const %s bm = x2[g * %lld + m];\n", T, LL(Mg));
-    cg_w(c, "        for (long i = 0; i < P; i++) yp[i] = bm;\n");
-    cg_w(c, "      }\n");
+  /* float with K <= CG_C_DIRECT_K: pipert_gemm_direct over the block's images (5-15%
+   * faster than cblas_sgemm on MobileNetV2's 7x7 and 14x14 GEMMs on one AVX-512 core),
+   * the bias and, without a residual, the activation in its epilogue; else the bias
+   * first, then BLAS accumulates onto it (beta 1) */
+  const int dk = t == IR_FLOAT && K <= CG_C_DIRECT_K;
+  if (dk) {
+    char mg[32], kb[48];
+    snprintf(mg, sizeof mg, "%lld", LL(Mg));
+    snprintf(kb, sizeof kb, "x2 + g * %lld", LL(Mg));
+    cg_conv_epi ea = *e;
+    if (ea.res) ea.act = 0; /* (the residual comes first: applied with the activation after the scatter) */
+    emit_direct_gemm(c, "      ", mg, "P", K, "wg", "col", "P", has_bias ? kb : "NULL", "yt", "P", "NULL", &ea);
+  } else {
+    if (has_bias) {
+      cg_w(c, "      for (long m = 0; m < %lld; m++) {\n", LL(Mg));
+      cg_w(c, "        %s *yp = yt + m * P;\n", T);
+      cg_w(c, "        const %s bm = x2[g * %lld + m];\n", T, LL(Mg));
+      cg_w(c, "        for (long i = 0; i < P; i++) yp[i] = bm;\n");
+      cg_w(c, "      }\n");
+    }
+    cg_w(c, "      %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)P, %lld, 1, wg, %lld, col, (int)P, %s, yt, (int)P);\n",
+         gemm_fn(t), LL(Mg), LL(K), LL(K), has_bias ? "1" : "0");
   }
-  cg_w(c, "      %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)P, %lld, 1, wg, %lld, col, (int)P, %s, yt, (int)P);\n",
-       gemm_fn(t), LL(Mg), LL(K), LL(K), has_bias ? "1" : "0");
   cg_w(c, "      for (long j = 0; j < nb; j++) {\n");
   cg_w(c, "        for (long m = 0; m < %lld; m++)\n", LL(Mg));
   cg_w(c, "          memcpy(y0 + ((n0 + j) * %lld + g * %lld + m) * %lld, yt + m * P + j * %lld, %lld);\n", LL(M),
        LL(Mg), LL(OS), LL(OS), LL(OS * (int64_t)esz));
-  if (e->act || e->res) {
+  if (e->res || (e->act && !dk)) {
     char yo[160], ro[160], os[32];
     snprintf(yo, sizeof yo, "(y0 + ((n0 + j) * %lld + g * %lld) * %lld)", LL(M), LL(Mg), LL(OS));
     snprintf(ro, sizeof ro, "(x3 + ((n0 + j) * %lld + g * %lld) * %lld)", LL(M), LL(Mg), LL(OS));
@@ -406,10 +420,11 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
        LL(w.k[1]), LL(w.k[2]));
   int64_t rows = w.out[0] * w.out[1], rt = rows;
   size_t esz = t == IR_DOUBLE ? 8 : 4;
-  /* Small outputs (late layers): one GEMM for a block of NB images, so BLAS packs the
-   * weights once per block instead of once per image. col is [K, nb*OS] (for a direct
-   * 1x1 conv a transposing copy of X), the GEMM writes yt [Mg, nb*OS] (initialised with
-   * the bias, beta 1), and a copy scatters it back to [nb, M, OS]. The decision and NB
+  /* Small outputs (late layers): one GEMM for a block of NB images, whose rows of
+   * nb*OS positions fill the kernel's tiles (and BLAS packs the weights once per block
+   * instead of once per image). col is [K, nb*OS] (for a direct 1x1 conv a transposing
+   * copy of X), the GEMM writes yt [Mg, nb*OS], and a copy scatters it back to
+   * [nb, M, OS]. The decision and NB
    * depend only on the node's shapes. Not for the 1x1 Convs that pipert_gemm_direct
    * runs (direct_gemm): it reads X in place, so there is nothing to share. */
   int64_t NB = 1;

@@ -116,6 +116,17 @@ def pw_case(C, M, H, W, bias, epi):
     return mk(nodes, inputs, ["y"], inits), 1.0
 
 
+def conv_case(C, M, H, W, k, s, epi):
+    """A k x k Conv of stride s (im2col) [4, C, H, W] -> M channels with a bias, then epi ("" or "relu")."""
+    rng = np.random.default_rng(C * 3 + M + k)
+    inits = [("w", (rng.standard_normal((M, C, k, k)) / np.sqrt(C * k * k)).astype(np.float32)),
+             ("b", rng.standard_normal(M).astype(np.float32))]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[k, k], strides=[s, s],
+                              pads=[k // 2] * 4)]
+    nodes.append(helper.make_node("Relu" if epi == "relu" else "Identity", ["c"], ["y"]))
+    return mk(nodes, [("x", (4, C, H, W))], ["y"], inits), 1.0
+
+
 def ex_case(K, M, H, W, k, s, pads, dil, ebias, eact, dbias, dact, other_reader=False, pw_stride=1):
     """A MobileNet expansion: 1x1 Conv [4, K, H, W] -> M channels (+ bias, eact "" / "relu" /
     "clip"), then a depthwise k x k Conv (+ bias, dact); passes/fuse.c fuses the pair on the
@@ -331,6 +342,13 @@ CASES = {
     "dw_1d": lambda: dw_case(5, 1, 19, 3, 1, [1, 1], 1, True, "", one_d=True),
     "pw_chunks_res_clip": lambda: pw_case(16, 48, 64, 70, True, "res_clip"),
     "pw_chunks_nobias": lambda: pw_case(24, 100, 40, 50, False, ""),
+    # 7x7 maps: one GEMM over the 4 images (codegen/c/ops_nn.c, emit_conv_batched), the bias
+    # and a Clip in the direct GEMM's epilogue, a residual after it; K over CG_C_DIRECT_K: BLAS
+    "pw_batched_clip": lambda: pw_case(40, 96, 7, 7, True, "clip"),
+    "pw_batched_res_clip": lambda: pw_case(96, 40, 7, 7, True, "res_clip"),
+    "pw_batched_nobias": lambda: pw_case(40, 70, 7, 7, False, ""),
+    "pw_batched_bigk": lambda: pw_case(1040, 24, 7, 7, True, "res_clip"),
+    "conv3_s2_batched": lambda: conv_case(24, 40, 14, 14, 3, 2, "relu"),
     "gelu_dag": gelu_case,
     # expansion + depthwise fused (EXPANDS: how many pairs the g=1 build must have fused)
     "ex_s1_clip": lambda: ex_case(8, 24, 16, 20, 3, 1, [1, 1, 1, 1], 1, True, "clip", True, "clip"),
@@ -372,6 +390,11 @@ DIRECT = {"gemm_linear": 1, "gemm_rowbias": 1, "gemm_residual": 1, "gemm_shared"
 for _k in DIRECT:
     CASES[_k] = (lambda k: lambda: gemm_case(k[5:]))(_k)
     EXTRA[_k] = ["-m", "1"]  # all 6 rows in one GEMM (one row makes a scalar C a row bias)
+# Convs batched over the 4 images (-m 1: one micro-batch holds them), through the direct GEMM
+DIRECT.update({"pw_batched_clip": 1, "pw_batched_res_clip": 1, "pw_batched_nobias": 1, "pw_batched_bigk": 0,
+               "conv3_s2_batched": 1})
+for _k in ("pw_batched_clip", "pw_batched_res_clip", "pw_batched_nobias", "pw_batched_bigk", "conv3_s2_batched"):
+    EXTRA[_k] = ["-m", "1"]
 MATMUL_T = {"matmul_t_kT": 1, "matmul_t_qkT": 2, "matmul_t_pv": 1, "matmul_t_4d": 2, "matmul_t_aT": 1,
             "matmul_t_bcast": 1, "matmul_t_nounit": 0, "matmul_t_oneB": 0, "matmul_t_shared": 0}
 EXPANDS = {"ex_s1_clip": 1, "ex_blocks_s2_relu": 1, "ex_nobias_noact": 1, "ex_5x5_dil2": 1, "ex_other_reader": 0,
@@ -458,7 +481,7 @@ def main():
         # row that falls in an edge block of a call otherwise than one in a full block.
         stages = sorted(STAGES.get(name, ("1", "2")), key=int, reverse=True)
         runs = [(g, []) for g in stages] + \
-            ([("1", ["--no-fuse"])] if name.startswith(("dw", "pw", "ex", "ln_chain", "matmul_t")) else [])
+            ([("1", ["--no-fuse"])] if name.startswith(("dw", "pw", "ex", "conv", "ln_chain", "matmul_t")) else [])
         mb = list(EXTRA.get(name, ["-m", "1"] if name in MATMUL_T else []))  # MATMUL_T counts at the whole batch
         for g, extra in runs:
             out = os.path.join(d, f"g{g}{'_nofuse' if extra else ''}")
