@@ -407,6 +407,19 @@ for _n in (5, 33):
     CASES[f"softmax_masked_{_n}"] = (lambda n: lambda: rows_case("Softmax", n, mask=True))(_n)
 
 
+# what the cpu target's g=1 build must show in its stage code, per case: (expected
+# counts, a regex of what is counted, what it is)
+CODE_COUNTS = [(EXPANDS, r"/\* fused: the 1x1 ", "expansions fused into a depthwise Conv"),
+               (MATMUL_T, r"Transpose '[^']*' \(read in place\)", "Transposes read in place by a MatMul"),
+               (DIRECT, r"pipert_gemm_direct\(", "calls of the direct GEMM")]
+
+
+def stage_count(out, pattern, ext=".c"):
+    """Matches of pattern in the stage sources (stage_K + ext) of the build in out."""
+    return sum(len(re.findall(pattern, open(os.path.join(out, f)).read()))
+               for f in os.listdir(out) if re.fullmatch(r"stage_\d+" + re.escape(ext), f))
+
+
 def special_values():
     v = [0.0, -0.0, 1e-30, -1e-30, 1e-8, 0.5, -0.5, 0.999, 1.0, 1.001, 2.5, -3.3, 3.9, 4.0, 4.1, 9.0, -9.0, 50.0,
          -80.0, -87.0, -87.5, -88.0, -100.0, -103.5, -104.5, -150.0, 80.0, 88.0, 88.5, 88.75, 89.5, 1e30, -1e30,
@@ -497,24 +510,12 @@ def main():
             # --no-fuse run is checked against onnxruntime only)
             if os.path.exists(os.path.join(out, "y.npz")) and not (extra and name.startswith("ln_chain")):
                 outs.append((label, dict(np.load(os.path.join(out, "y.npz")))))
-            if name in EXPANDS and a.target == "cpu" and g == "1" and not extra:
-                got = sum(open(os.path.join(out, f)).read().count("/* fused: the 1x1 ")
-                          for f in os.listdir(out) if re.fullmatch(r"stage_\d+\.c", f))
-                if got != EXPANDS[name]:
-                    print(f"FAIL {label}: {got} expansions fused into a depthwise Conv, expected {EXPANDS[name]}")
-                    good = False
-            if name in MATMUL_T and a.target == "cpu" and g == "1" and not extra:
-                got = sum(len(re.findall(r"Transpose '[^']*' \(read in place\)", open(os.path.join(out, f)).read()))
-                          for f in os.listdir(out) if re.fullmatch(r"stage_\d+\.c", f))
-                if got != MATMUL_T[name]:
-                    print(f"FAIL {label}: {got} Transposes read in place by a MatMul, expected {MATMUL_T[name]}")
-                    good = False
-            if name in DIRECT and a.target == "cpu" and g == "1" and not extra:
-                got = sum(open(os.path.join(out, f)).read().count("pipert_gemm_direct(")
-                          for f in os.listdir(out) if re.fullmatch(r"stage_\d+\.c", f))
-                if got != DIRECT[name]:
-                    print(f"FAIL {label}: {got} calls of the direct GEMM, expected {DIRECT[name]}")
-                    good = False
+            if a.target == "cpu" and g == "1" and not extra:
+                for want, pattern, what in CODE_COUNTS:
+                    got = stage_count(out, pattern) if name in want else None
+                    if got is not None and got != want[name]:
+                        print(f"FAIL {label}: {got} {what}, expected {want[name]}")
+                        good = False
             if name in LN_CHAINS and g == "1" and not extra:
                 ext = ".c" if a.target == "cpu" else ".cu"
                 got = len(set(m for f in os.listdir(out) if re.fullmatch(r"stage_\d+" + re.escape(ext), f)
