@@ -330,7 +330,9 @@ static const char train_fns[] =
  * 2^n e^r (|r| <= ln2/2, Cody-Waite reduction, the degree-7 Taylor polynomial, 2^n as two
  * powers of two so that results up to 2^128 come out), 0 below x = -87 (results under
  * 2^-125 flush to zero: a lane that made a subnormal would cost a microcode assist, and
- * Softmax rows under a causal mask are half -inf); erf as x P(x^2) below 1 and
+ * Softmax rows under a causal mask are half -inf; pk_expf_le0 is the same function for
+ * x <= 0, Softmax's x - max, with one power of two and no upper clamp: the same bits
+ * over every such float, a third fewer instructions); erf as x P(x^2) below 1 and
  * 1 - Q((x - 2.5) / 1.5) from 1 to 4, P a least-squares fit of erf(x)/x (relative error
  * 1.2e-9), Q the degree-15 Chebyshev least-squares fit of erfc over [1, 4] in monomial
  * form (within 1.3 ulp of erf there, evaluated in float), +-1 beyond. Q takes 15
