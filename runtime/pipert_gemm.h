@@ -32,9 +32,10 @@
  * call (GPT-style model: 7% of its time in sgemm_oncopy). This kernel reads X in
  * place: a chunk of positions (about 128 KiB of X) at a time, for each block of 6
  * output rows a register tile of 6 rows x 64 positions (AVX-512: 24 accumulators) or
- * 6 x 16 (AVX2: 12), the bias, residual and activation applied as the tile is stored. One variant per instruction set, picked at
- * the call (__builtin_cpu_supports); all use correctly rounded fused multiply-adds, so
- * all give the same bits, the scalar one (fmaf) included. Compiling a stage with
+ * 6 x 16 (AVX2: 12), the bias, residual and activation applied as the tile is stored.
+ * One variant per instruction set, picked at the call (__builtin_cpu_supports); all
+ * use correctly rounded fused multiply-adds, so all give the same bits, the scalar one
+ * (fmaf) included. Compiling a stage with
  * -DPIPERT_GEMM_NO_AVX512 skips the AVX-512 variant, to time the AVX2 one (on this
  * machine MobileNetV2 took about 30% longer per batch with it, measured on a draft of
  * this kernel). The first row block of each chunk prefetches the next tile's X

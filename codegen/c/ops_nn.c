@@ -424,9 +424,9 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
    * nb*OS positions fill the kernel's tiles (and BLAS packs the weights once per block
    * instead of once per image). col is [K, nb*OS] (for a direct 1x1 conv a transposing
    * copy of X), the GEMM writes yt [Mg, nb*OS], and a copy scatters it back to
-   * [nb, M, OS]. The decision and NB
-   * depend only on the node's shapes. Not for the 1x1 Convs that pipert_gemm_direct
-   * runs (direct_gemm): it reads X in place, so there is nothing to share. */
+   * [nb, M, OS]. The decision and NB depend only on the node's shapes. Not for the 1x1
+   * Convs that pipert_gemm_direct runs per image (direct_gemm): it reads X in place, so
+   * there is nothing to share. */
   int64_t NB = 1;
   const int dg = direct_gemm(t, K, OS);
   if (OS < CONV_BATCH_OS && N > 1 && !(direct && dg)) {
