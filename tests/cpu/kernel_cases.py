@@ -6,9 +6,11 @@
     asymmetric and no padding, dilation, 5x5 and 1-D kernels, no bias, and fused into it
     (passes/fuse.c) a residual Add and Relu/Clip, also bitwise equal to --no-fuse; short
     rows run end to end; 1x1 Convs in column chunks, with and without bias and a fused
-    epilogue; a 1x1 expansion fused into the depthwise Conv reading it (one or several
-    blocks of channels, with and without bias and activation, strides, dilation), and
-    left apart when its output has another reader or it has a stride;
+    epilogue, and on 7x7 maps batched over the images through the direct GEMM (and a
+    strided 3x3 Conv's im2col so); a 1x1 expansion fused into the depthwise Conv reading
+    it (one or several blocks of channels, with and without bias and activation,
+    strides, dilation), and left apart when its output has another reader or it has a
+    stride;
   - Softmax, LogSoftmax and LayerNormalization rows of 1 to 130 elements (the 16-lane
     partial sums and maxima, the tails), masked (-inf) and large entries;
   - Exp and Erf (the prelude's pk_expf, pk_erff) over every range they split, including
