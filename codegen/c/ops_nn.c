@@ -79,15 +79,18 @@ static int direct_gemm(ir_dtype t, int64_t K, int64_t OS) {
 
 static void emit_direct_gemm(cg_ctx *c, const char *ind, const char *M, const char *P, int64_t K, const char *W,
                              const char *X, const char *ldx, const char *B, const char *Y, const char *ldy,
-                             const char *R, const cg_conv_epi *e) {
-  char lo[48] = "0", hi[48] = "0";
+                             const char *R, const cg_conv_epi *e, int bias_col) {
+  char lo[48] = "0", hi[48] = "0", act[48];
   if (e && e->act == 2) {
     cg_flit(lo, sizeof lo, e->lo, IR_FLOAT);
     cg_flit(hi, sizeof hi, e->hi, IR_FLOAT);
   }
+  /* bias_col: B holds one bias per column (a MatMul's or Gemm's), not one per row */
+  if (bias_col) snprintf(act, sizeof act, "%d | PIPERT_GEMM_BIAS_COL", e ? e->act : 0);
+  else snprintf(act, sizeof act, "%d", e ? e->act : 0);
   c->gemm_direct = 1;
-  cg_w(c, "%spipert_gemm_direct(%s, %s, %lld, %s, %s, %s, %s, %s, %s, %s, %s, %d, %s, %s);\n", ind, M, P, LL(K), W, X,
-       ldx, B, Y, ldy, R, ldy, e ? e->act : 0, lo, hi);
+  cg_w(c, "%spipert_gemm_direct(%s, %s, %lld, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s);\n", ind, M, P, LL(K), W, X,
+       ldx, B, Y, ldy, R, ldy, act, lo, hi);
 }
 
 /* One im2col row: dst[ow] = src[ow * stride + kw * dilation - pad], 0 outside the input.
@@ -164,7 +167,7 @@ static int emit_conv_batched(cg_ctx *c, const ir_node *n, const cg_win3 *w, cons
     snprintf(kb, sizeof kb, "x2 + g * %lld", LL(Mg));
     cg_conv_epi ea = *e;
     if (ea.res) ea.act = 0; /* (the residual comes first: applied with the activation after the scatter) */
-    emit_direct_gemm(c, "      ", mg, "P", K, "wg", "col", "P", has_bias ? kb : "NULL", "yt", "P", "NULL", &ea);
+    emit_direct_gemm(c, "      ", mg, "P", K, "wg", "col", "P", has_bias ? kb : "NULL", "yt", "P", "NULL", &ea, 0);
   } else {
     if (has_bias) {
       cg_w(c, "      for (long m = 0; m < %lld; m++) {\n", LL(Mg));
@@ -365,7 +368,7 @@ static int emit_conv_expand_dw(cg_ctx *c, const ir_node *n) {
     char os1[32], wb[48];
     snprintf(os1, sizeof os1, "%lld", LL(OS1));
     snprintf(wb, sizeof wb, "x4 + c0 * %lld", LL(K));
-    emit_direct_gemm(c, "      ", "mb", os1, K, wb, "xn", os1, be ? "x5 + c0" : "NULL", "t", os1, "NULL", &ee);
+    emit_direct_gemm(c, "      ", "mb", os1, K, wb, "xn", os1, be ? "x5 + c0" : "NULL", "t", os1, "NULL", &ee, 0);
   } else {
     if (be) {
       cg_w(c, "      for (long m = 0; m < mb; m++) {\n");
@@ -474,7 +477,7 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
   snprintf(os, sizeof os, "%lld", LL(OS));
   if (dg && direct) {
     /* runtime/pipert_gemm.h: the bias, the sums and the epilogue in one pass over X */
-    emit_direct_gemm(c, "      ", mg, os, K, "wg", "xg", os, b ? bg : "NULL", "yg", os, e.res ? "rg" : "NULL", &e);
+    emit_direct_gemm(c, "      ", mg, os, K, "wg", "xg", os, b ? bg : "NULL", "yg", os, e.res ? "rg" : "NULL", &e, 0);
     cg_w(c, "    }\n  }\n");
     return 0;
   }
@@ -518,7 +521,7 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
     snprintf(yo, sizeof yo, "(yg + r0 * %lld)", LL(w.out[2]));
     snprintf(ro, sizeof ro, "(rg + r0 * %lld)", LL(w.out[2]));
     if (dg) {
-      emit_direct_gemm(c, "        ", mg, "P", K, "wg", "col", "P", b ? bg : "NULL", yo, os, e.res ? ro : "NULL", &e);
+      emit_direct_gemm(c, "        ", mg, "P", K, "wg", "col", "P", b ? bg : "NULL", yo, os, e.res ? ro : "NULL", &e, 0);
     } else {
       cg_w(c, "        %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)P, %lld, 1, wg, %lld, col, (int)P, %s, yg + r0 * %lld, %lld);\n",
            gemm_fn(t), LL(Mg), LL(K), LL(K), beta, LL(w.out[2]), LL(OS));
@@ -605,14 +608,16 @@ static int emit_gemm(cg_ctx *c, const ir_node *n) {
      * Gemm with transB transposed), C its bias, one per column or per row, or its
      * residual: y = C + A B, one dot product per output, as cblas_sgemm onto a C-filled
      * y computes it but for the order of the products' sum */
-    const char *bias = "NULL", *res = "NULL", *act = "0";
-    if (use_c && d0 == 1 && d1 == N) bias = "x2", act = "PIPERT_GEMM_BIAS_COL";
+    const char *bias = "NULL", *res = "NULL";
+    int col = 0;
+    if (use_c && d0 == 1 && d1 == N) bias = "x2", col = 1;
     else if (use_c && d1 == 1 && d0 == M) bias = "x2";
     else if (use_c && d0 == M && d1 == N) res = "x2";
     else if (use_c) goto blas; /* (a scalar C over several rows and columns) */
-    c->gemm_direct = 1;
-    cg_w(c, "  pipert_gemm_direct(%lld, %lld, %lld, x0, x1, %lld, %s, y0, %lld, %s, %lld, %s, 0.0f, 0.0f);\n", LL(M),
-         LL(N), LL(K), LL(N), bias, LL(N), res, LL(N), act);
+    char sm[32], sn[32];
+    snprintf(sm, sizeof sm, "%lld", LL(M));
+    snprintf(sn, sizeof sn, "%lld", LL(N));
+    emit_direct_gemm(c, "  ", sm, sn, K, "x0", "x1", sn, bias, "y0", sn, res, NULL, col);
     return 0;
   }
 blas:
@@ -647,18 +652,18 @@ int64_t cg_gemm_rows(int64_t M, int64_t N) {
 
 void cg_gemm_blocks_open(cg_ctx *c, int64_t M, int64_t N, int64_t K, int64_t MB, const char *a, const char *b,
                          const char *y, int y_whole) {
-  char yb[64];
+  char yb[64], ab[64], sn[32];
   if (y_whole) snprintf(yb, sizeof yb, "%s + r0 * %lld", y, LL(N));
   else snprintf(yb, sizeof yb, "%s", y);
+  snprintf(ab, sizeof ab, "%s + r0 * %lld", a, LL(K));
+  snprintf(sn, sizeof sn, "%lld", LL(N));
   cg_w(c, "  for (long r0 = 0; r0 < %lld; r0 += %lld) {\n", LL(M), LL(MB));
   cg_w(c, "    const long nr = %lld - r0 < %lld ? %lld - r0 : %lld;\n", LL(M), LL(MB), LL(M), LL(MB));
-  if (K <= CG_C_DIRECT_K) {
-    c->gemm_direct = 1;
-    cg_w(c, "    pipert_gemm_direct(nr, %lld, %lld, %s + r0 * %lld, %s, %lld, NULL, %s, %lld, NULL, 0, 0, 0.0f, 0.0f);\n",
-         LL(N), LL(K), a, LL(K), b, LL(N), yb, LL(N));
-  } else
-    cg_w(c, "    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, %lld, %lld, 1, %s + r0 * %lld, %lld, %s, %lld, 0, %s, %lld);\n",
-         LL(N), LL(K), a, LL(K), LL(K), b, LL(N), yb, LL(N));
+  if (K <= CG_C_DIRECT_K)
+    emit_direct_gemm(c, "    ", "nr", sn, K, ab, b, sn, "NULL", yb, sn, "NULL", NULL, 0);
+  else
+    cg_w(c, "    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, %lld, %lld, 1, %s, %lld, %s, %lld, 0, %s, %lld);\n",
+         LL(N), LL(K), ab, LL(K), b, LL(N), yb, LL(N));
 }
 
 /* A MatMul operand's rows x cols matrix at src (emitted expression), stored with leading
@@ -712,9 +717,10 @@ static int emit_matmul(cg_ctx *c, const ir_node *n) {
      * blocks of cg_gemm_rows rows (as when an element-wise unit takes the MatMul in) */
     int64_t MB = t == IR_FLOAT ? cg_gemm_rows(NB * M, N) : NB * M;
     if (MB >= NB * M && t == IR_FLOAT && K <= CG_C_DIRECT_K) {
-      c->gemm_direct = 1;
-      cg_w(c, "  pipert_gemm_direct(%lld, %lld, %lld, x0, x1, %lld, NULL, y0, %lld, NULL, 0, 0, 0.0f, 0.0f);\n",
-           LL(NB * M), LL(N), LL(K), LL(N), LL(N));
+      char sm[32], sn[32];
+      snprintf(sm, sizeof sm, "%lld", LL(NB * M));
+      snprintf(sn, sizeof sn, "%lld", LL(N));
+      emit_direct_gemm(c, "  ", sm, sn, K, "x0", "x1", sn, "NULL", "y0", sn, "NULL", NULL, 0);
       return 0;
     }
     if (MB >= NB * M) {
@@ -755,9 +761,11 @@ static int emit_matmul(cg_ctx *c, const ir_node *n) {
   else if (mm.tb || mm.ldb != N) return cg_fail(c, n, "MatMul: operand B is strided without a folded Transpose");
   if (t == IR_FLOAT && M * N * K <= CG_C_DIRECT_MATMUL) {
     /* small matrices (attention's heads): BLAS packs both operands on every call */
-    c->gemm_direct = 1;
-    cg_w(c, "    pipert_gemm_direct(%lld, %lld, %lld, %s, %s, %lld, NULL, y0 + bi * %lld, %lld, NULL, 0, 0, 0.0f, 0.0f);\n",
-         LL(M), LL(N), LL(K), pa, pb, LL(ldb), LL(M * N), LL(N));
+    char sm[32], sn[32], yo[64];
+    snprintf(sm, sizeof sm, "%lld", LL(M));
+    snprintf(sn, sizeof sn, "%lld", LL(N));
+    snprintf(yo, sizeof yo, "y0 + bi * %lld", LL(M * N));
+    emit_direct_gemm(c, "    ", sm, sn, K, pa, pb, sn, "NULL", yo, sn, "NULL", NULL, 0);
   } else
     cg_w(c, "    %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1, %s, %lld, %s, %lld, 0, y0 + bi * %lld, %lld);\n",
          gemm_fn(t), LL(M), LL(N), LL(K), pa, LL(lda), pb, LL(ldb), LL(M * N), LL(N));
