@@ -35,8 +35,9 @@
 #   ctest    ctest -L gpu (every gpu test; what is left of the budget)
 #   node     ctest -R cuda.gpu.node_tests (the node tests on the GPU)
 #
-# Without a GPU, `run` stops after info (exit 1), unless GPU_KIT_NO_GPU=1 (to check the
-# kit itself on a machine without one: the build and export steps run, the rest fail).
+# Without a GPU, `run` runs info alone and reports every other step as "no GPU" (exit 1),
+# unless GPU_KIT_NO_GPU=1 (to check the kit itself on a machine without one: the build
+# and export steps run, the rest fail).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 KIT="$ROOT/.gpu"
@@ -46,7 +47,8 @@ cmd="${1:-}"
 pack() {
   local stage
   stage="$(mktemp -d)"
-  trap 'rm -rf "$stage"' RETURN
+  # shellcheck disable=SC2064 # (the path now: the trap runs after pack's locals are gone)
+  trap "rm -rf '$stage'" EXIT # (also when a check below exits)
   mkdir -p "$stage/include" "$stage/lib" "$stage/bin" "$stage/gen" "$KIT"
   # headers: cblas.h includes openblas_config.h; protobuf-c/ and cjson/ as installed
   local inc
