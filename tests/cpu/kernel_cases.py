@@ -5,7 +5,8 @@
     (rows kept in their stride's phases),
     asymmetric and no padding, dilation, 5x5 and 1-D kernels, no bias, and fused into it
     (passes/fuse.c) a residual Add and Relu/Clip, also bitwise equal to --no-fuse; short
-    rows run end to end; 1x1 Convs in column chunks, with and without bias and a fused
+    rows run end to end, strided ones too (the bordered rows in phases), and the count
+    of those checked in the emitted code; 1x1 Convs in column chunks, with and without bias and a fused
     epilogue, and on 7x7 maps batched over the images through the direct GEMM (and a
     strided 3x3 Conv's im2col so); a 1x1 expansion fused into the depthwise Conv reading
     it (one or several blocks of channels, with and without bias and activation,
@@ -342,6 +343,8 @@ CASES = {
     "dw3_res_relu": lambda: dw_case(7, 8, 8, 3, 1, [1, 1, 1, 1], 1, True, "res_relu"),
     "dw3_s2_res_clip": lambda: dw_case(7, 9, 8, 3, 2, [1, 1, 1, 1], 1, False, "res_clip"),
     "dw_1d": lambda: dw_case(5, 1, 19, 3, 1, [1, 1], 1, True, "", one_d=True),
+    "dw3_s2_wide": lambda: dw_case(3, 6, 112, 3, 2, [1, 1, 1, 1], 1, True, "clip"),
+    "dw3_s1_w32": lambda: dw_case(3, 5, 32, 3, 1, [1, 1, 1, 1], 1, True, ""),
     "pw_chunks_res_clip": lambda: pw_case(16, 48, 64, 70, True, "res_clip"),
     "pw_chunks_nobias": lambda: pw_case(24, 100, 40, 50, False, ""),
     # 7x7 maps: one GEMM over the 4 images (codegen/c/ops_nn.c, emit_conv_batched), the bias
@@ -401,6 +404,12 @@ MATMUL_T = {"matmul_t_kT": 1, "matmul_t_qkT": 2, "matmul_t_pv": 1, "matmul_t_4d"
             "matmul_t_bcast": 1, "matmul_t_nounit": 0, "matmul_t_oneB": 0, "matmul_t_shared": 0}
 EXPANDS = {"ex_s1_clip": 1, "ex_blocks_s2_relu": 1, "ex_nobias_noact": 1, "ex_5x5_dil2": 1, "ex_other_reader": 0,
            "ex_pw_stride2": 0}
+# depthwise Convs whose rows run end to end (codegen/c/ops_nn.c's dw_flat; strided ones
+# with the bordered rows in phases), and those left to the row loop (a residual, rows of
+# whole vectors, or rows whose stride's phases would cost more than the row's scalar tail)
+FLAT = {"dw3_s1": 1, "dw3_s2_relu": 1, "dw3_s2_asym_clip": 1, "dw3_nopad_nobias": 1, "dw5_dil2": 1, "dw3_s3_dil2": 1,
+        "dw3_res_relu": 0, "dw3_s2_res_clip": 0, "dw_1d": 1, "dw3_s2_wide": 0, "dw3_s1_w32": 0, "ex_s1_clip": 1,
+        "ex_blocks_s2_relu": 0, "ex_nobias_noact": 0, "ex_5x5_dil2": 0, "ex_other_reader": 1, "ex_pw_stride2": 1}
 for _n in (1, 5, 16, 17, 64, 130):
     CASES[f"softmax_{_n}"] = (lambda n: lambda: rows_case("Softmax", n))(_n)
     CASES[f"layernorm_{_n}"] = (lambda n: lambda: rows_case("LayerNormalization", n))(_n)
@@ -413,7 +422,8 @@ for _n in (5, 33):
 # counts, a regex of what is counted, what it is)
 CODE_COUNTS = [(EXPANDS, r"/\* fused: the 1x1 ", "expansions fused into a depthwise Conv"),
                (MATMUL_T, r"Transpose '[^']*' \(read in place\)", "Transposes read in place by a MatMul"),
-               (DIRECT, r"pipert_gemm_direct\(", "calls of the direct GEMM")]
+               (DIRECT, r"pipert_gemm_direct\(", "calls of the direct GEMM"),
+               (FLAT, r"the rows run on into each other", "depthwise Convs whose rows run end to end")]
 
 
 def stage_count(out, pattern, ext=".c"):
