@@ -144,6 +144,10 @@ typedef struct {
 } cg_conv_epi;
 void cg_conv_epi_emit(cg_ctx *c, const cg_conv_epi *e, const char *ind, const char *v, const char *r);
 
+/* Emits `const double NAME = sum over k < n of EXPR` (EXPR in terms of k) at indent ind,
+ * in 8 double lanes combined pairwise: a fixed order that vectorises (ops_nn.c). */
+void cg_emit_dlane_sum(cg_ctx *c, const char *ind, const char *name, int64_t n, const char *expr);
+
 /* A Conv that passes/winograd.c prepared for F(m x m, 3 x 3) (codegen/c/winograd.c):
  * cg_winograd_fits checks that its window allows it (2-D float, 3x3, strides and
  * dilations 1, one group); cg_emit_conv_winograd writes the body, x1 being the

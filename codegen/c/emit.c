@@ -169,11 +169,13 @@ static int ident_used(const char *body, const char *id) {
 
 /* Units compiled as PK_VEC clones (the stage prelude): float loops that vectorise (Conv:
  * the depthwise stencil, the epilogues, im2col and the Winograd transforms; Gemm: the
- * bias broadcast; GlobalAveragePool: its sums in lanes). */
+ * bias broadcast; GlobalAveragePool, BatchNormalization in training and the sums of
+ * reductions: their lanes). */
 static int vec_clones(const ir_node *root, int eltwise) {
   switch (root->op) {
     case IR_OP_Softmax: case IR_OP_LogSoftmax: case IR_OP_LayerNormalization: case IR_OP_Conv: case IR_OP_Gemm:
-    case IR_OP_GlobalAveragePool:
+    case IR_OP_GlobalAveragePool: case IR_OP_ReduceSum: case IR_OP_ReduceMean: case IR_OP_ReduceSumSquare:
+    case IR_OP_ReduceL1: case IR_OP_ReduceL2: case IR_OP_ReduceLogSum: case IR_OP_BatchNormalization:
       return 1;
     default: return eltwise;
   }

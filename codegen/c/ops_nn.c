@@ -866,11 +866,9 @@ static int emit_pool(cg_ctx *c, const ir_node *n) {
     /* each map's sum in 8 double lanes (they vectorise; the scalar loop below adds one
      * element at a time), combined pairwise, over the count */
     cg_w(c, "  for (long nc = 0; nc < %lld; nc++) {\n", LL(NC));
-    cg_w(c, "    const %s *xp = x0 + nc * %lld;\n    double s_l[8] = {0};\n    long s_k = 0;\n", T, LL(IS));
-    cg_w(c, "    for (; s_k + 8 <= %lld; s_k += 8)\n      for (long l = 0; l < 8; l++) s_l[l] += xp[s_k + l];\n", LL(IS));
-    cg_w(c, "    for (long l = 0; s_k < %lld; s_k++, l++) s_l[l] += xp[s_k];\n", LL(IS));
-    for (int h = 4; h >= 1; h /= 2) cg_w(c, "    for (long l = 0; l < %d; l++) s_l[l] += s_l[l + %d];\n", h, h);
-    cg_w(c, "    y0[nc] = (%s)(s_l[0] / %lld);\n  }\n", T, LL(IS));
+    cg_w(c, "    const %s *xp = x0 + nc * %lld;\n", T, LL(IS));
+    cg_emit_dlane_sum(c, "    ", "s", IS, "xp[k]");
+    cg_w(c, "    y0[nc] = (%s)(s / %lld);\n  }\n", T, LL(IS));
     return 0;
   }
   cg_w(c, "  for (long nc = 0; nc < %lld; nc++) {\n", LL(NC));
@@ -951,6 +949,29 @@ static void emit_lane_sum(cg_ctx *c, const char *ind, const char *name, int64_t 
   cg_w(c, "%sconst float %s = %s_l[0];\n", ind, name, name);
 }
 
+/* `const double NAME = sum over k < n of EXPR` (EXPR in terms of k, converted to double)
+ * in 8 double lanes, element k to lane k % 8, combined pairwise at the end: the sums of
+ * GlobalAveragePool and of BatchNormalization's statistics in training (a single double
+ * accumulator is a chain of dependent additions: one element per 4 cycles). */
+void cg_emit_dlane_sum(cg_ctx *c, const char *ind, const char *name, int64_t n, const char *expr) {
+  /* (the tail's bounds are constants: a tail loop running on from the main loop's index
+   * made GCC warn that its 9th iteration would overflow the lanes) */
+  int64_t n8 = n - n % 8;
+  cg_w(c, "%sdouble %s_l[8] = {0};\n", ind, name);
+  if (n8) {
+    cg_w(c, "%sfor (long %s_k = 0; %s_k < %lld; %s_k += 8)\n", ind, name, name, LL(n8), name);
+    cg_w(c, "%s  for (long l = 0; l < 8; l++) {\n%s    const long k = %s_k + l;\n", ind, ind, name);
+    cg_w(c, "%s    %s_l[l] += %s;\n%s  }\n", ind, name, expr, ind);
+  }
+  if (n % 8) {
+    cg_w(c, "%sfor (long l = 0; l < %lld; l++) {\n%s  const long k = %lld + l;\n", ind, LL(n % 8), ind, LL(n8));
+    cg_w(c, "%s  %s_l[l] += %s;\n%s}\n", ind, name, expr, ind);
+  }
+  for (int h = 4; h >= 1; h /= 2)
+    cg_w(c, "%sfor (long l = 0; l < %d; l++) %s_l[l] += %s_l[l + %d];\n", ind, h, name, name, h);
+  cg_w(c, "%sconst double %s = %s_l[0];\n", ind, name, name);
+}
+
 /* `const float NAME = max over k < n of EXPR`, the max as `v > m ? v : m` (a NaN is passed
  * over, as by the scalar loop); n >= 1. */
 static void emit_lane_max(cg_ctx *c, const char *ind, const char *name, int64_t n, const char *expr) {
@@ -997,13 +1018,18 @@ static int emit_batchnorm(cg_ctx *c, const ir_node *n) {
   }
   /* training mode: statistics of this micro-batch (population variance) */
   ir_value *rm = cg_out(c, n, 1), *rv = cg_out(c, n, 2);
+  /* the sums of each image's map in double lanes, added image by image */
   cg_w(c, "  for (long ch = 0; ch < %lld; ch++) {\n", LL(C));
   cg_w(c, "    double s = 0, q = 0;\n");
-  cg_w(c, "    for (long n = 0; n < %lld; n++)\n      for (long i = 0; i < %lld; i++) s += x0[(n * %lld + ch) * %lld + i];\n",
-       LL(N), LL(S), LL(C), LL(S));
+  cg_w(c, "    for (long n = 0; n < %lld; n++) {\n      const %s *xp = x0 + (n * %lld + ch) * %lld;\n", LL(N), T, LL(C),
+       LL(S));
+  cg_emit_dlane_sum(c, "      ", "sn", S, "xp[k]");
+  cg_w(c, "      s += sn;\n    }\n");
   cg_w(c, "    const double mean = s / %lld.0;\n", LL(N * S));
-  cg_w(c, "    for (long n = 0; n < %lld; n++)\n      for (long i = 0; i < %lld; i++) {\n", LL(N), LL(S));
-  cg_w(c, "        const double d = x0[(n * %lld + ch) * %lld + i] - mean;\n        q += d * d;\n      }\n", LL(C), LL(S));
+  cg_w(c, "    for (long n = 0; n < %lld; n++) {\n      const %s *xp = x0 + (n * %lld + ch) * %lld;\n", LL(N), T, LL(C),
+       LL(S));
+  cg_emit_dlane_sum(c, "      ", "qn", S, "(xp[k] - mean) * (xp[k] - mean)");
+  cg_w(c, "      q += qn;\n    }\n");
   cg_w(c, "    const double var = q / %lld.0;\n", LL(N * S));
   cg_w(c, "    const double inv = 1.0 / sqrt(var + %.17g);\n", (double)(float)eps);
   cg_w(c, "    const double sc = x1[ch], bi = x2[ch];\n");

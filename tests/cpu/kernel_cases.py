@@ -12,6 +12,11 @@
     it (one or several blocks of channels, with and without bias and activation,
     strides, dilation), and left apart when its output has another reader or it has a
     stride;
+  - Transposes copied in 8 x 8 tiles (dims that are multiples of 8 or not, 4-D) and one
+    that keeps the last dim;
+  - ReduceSum, Mean, SumSquare, L1, L2 and LogSum over trailing runs of 8 elements or more
+    (double lanes, with and without a tail, kept axes between reduced ones, all axes) and
+    a shorter run;
   - Softmax, LogSoftmax and LayerNormalization rows of 1 to 130 elements (the 16-lane
     partial sums and maxima, the tails), masked (-inf) and large entries;
   - Exp and Erf (the prelude's pk_expf, pk_erff) over every range they split, including
@@ -184,6 +189,25 @@ def rows_case(op, n, mask=False):
             src = "xm"
         nodes.append(helper.make_node(op, [src], ["y"], axis=-1))
     return mk(nodes, [("x", shape)], ["y"], inits), 8.0
+
+
+def reduce_case(op, shape, axes, keepdims=1):
+    """op (opset 18: axes as an input) over axes of x; ReduceLogSum of |x|. The sums over a
+    run of trailing axes of 8 elements or more go through 8 double lanes (codegen/c/
+    ops_data.c, emit_reduce_lanes): whole runs of 8 and a tail, kept axes between reduced
+    ones, every axis; a run under 8 stays on the element-by-element loop."""
+    nodes, src = [], "x"
+    if op == "ReduceLogSum":
+        nodes.append(helper.make_node("Abs", ["x"], ["ax"]))
+        src = "ax"
+    nodes.append(helper.make_node(op, [src, "axes"], ["y"], keepdims=keepdims))
+    return mk(nodes, [("x", shape)], ["y"], [("axes", np.array(axes, np.int64))], opset=18), 8.0
+
+
+def transpose_case(shape, perm):
+    """A Transpose; those whose output's last dim is read with a stride copy in 8 x 8 tiles
+    (codegen/c/ops_data.c): dims that are multiples of 8 or not, a 4-D perm."""
+    return mk([helper.make_node("Transpose", ["x"], ["y"], perm=perm)], [("x", shape)], ["y"]), 1.0
 
 
 def gelu_case():
@@ -404,6 +428,26 @@ MATMUL_T = {"matmul_t_kT": 1, "matmul_t_qkT": 2, "matmul_t_pv": 1, "matmul_t_4d"
             "matmul_t_bcast": 1, "matmul_t_nounit": 0, "matmul_t_oneB": 0, "matmul_t_shared": 0}
 EXPANDS = {"ex_s1_clip": 1, "ex_blocks_s2_relu": 1, "ex_nobias_noact": 1, "ex_5x5_dil2": 1, "ex_other_reader": 0,
            "ex_pw_stride2": 0}
+# Transposes (TR_TILED: how many copy in tiles)
+TR_TILED = {"tr_tiles": 1, "tr_tail": 1, "tr_4d": 1, "tr_rows": 0}
+CASES.update({
+    "tr_tiles": lambda: transpose_case((4, 16, 24), [0, 2, 1]),
+    "tr_tail": lambda: transpose_case((4, 13, 20), [0, 2, 1]),
+    "tr_4d": lambda: transpose_case((4, 9, 3, 17), [0, 3, 2, 1]),
+    "tr_rows": lambda: transpose_case((4, 9, 3, 17), [0, 2, 1, 3]),
+})
+# reductions (RED_LANES: how many sum in double lanes)
+RED_LANES = {"red_sum_hw": 1, "red_mean_nhw": 1, "red_sumsq_all": 1, "red_l1_last": 1, "red_l2_chw": 1,
+             "red_logsum_w": 1, "red_mean_short": 0}
+CASES.update({
+    "red_sum_hw": lambda: reduce_case("ReduceSum", (4, 3, 5, 7), [2, 3]),
+    "red_mean_nhw": lambda: reduce_case("ReduceMean", (4, 6, 4, 4), [0, 2, 3]),
+    "red_sumsq_all": lambda: reduce_case("ReduceSumSquare", (4, 3, 5), [0, 1, 2], 0),
+    "red_l1_last": lambda: reduce_case("ReduceL1", (4, 3, 9), [-1], 0),
+    "red_l2_chw": lambda: reduce_case("ReduceL2", (4, 5, 8, 1), [1, 2, 3]),
+    "red_logsum_w": lambda: reduce_case("ReduceLogSum", (4, 3, 2, 24), [3]),
+    "red_mean_short": lambda: reduce_case("ReduceMean", (4, 3, 7), [2]),
+})
 # depthwise Convs whose rows run end to end (codegen/c/ops_nn.c's dw_flat; strided ones
 # with the bordered rows in phases), and those left to the row loop (a residual, rows of
 # whole vectors, or rows whose stride's phases would cost more than the row's scalar tail)
@@ -423,7 +467,9 @@ for _n in (5, 33):
 CODE_COUNTS = [(EXPANDS, r"/\* fused: the 1x1 ", "expansions fused into a depthwise Conv"),
                (MATMUL_T, r"Transpose '[^']*' \(read in place\)", "Transposes read in place by a MatMul"),
                (DIRECT, r"pipert_gemm_direct\(", "calls of the direct GEMM"),
-               (FLAT, r"the rows run on into each other", "depthwise Convs whose rows run end to end")]
+               (FLAT, r"the rows run on into each other", "depthwise Convs whose rows run end to end"),
+               (RED_LANES, r"double s_l\[8\]", "reductions summed in double lanes"),
+               (TR_TILED, r"t\d = 0; t\d < \d+; t\d \+= 8\)\n\s*for \(long t", "Transposes copied in tiles")]
 
 
 def stage_count(out, pattern, ext=".c"):
