@@ -435,6 +435,59 @@ static int emit_conv_expand_dw(cg_ctx *c, const ir_node *n) {
   return 0;
 }
 
+/* A float 2-D Conv with a small output (at most SMALLOUT_OS positions), few output
+ * channels per group and many products per output (SMALLOUT_K or more): a depthwise
+ * Conv's weight gradient, which autodiff writes as a Conv of the images by the output's
+ * gradient (per group: 3x3 outputs, a 56x56 kernel over 8 images). im2col copied the
+ * kernel's every tap for every output (25088 x 16 floats per group, 4 at a time), then
+ * a GEMM of one row: MobileNetV2's training step spent a tenth of its time there. Here
+ * each output is one dot product, along each kernel row over the taps inside the image,
+ * in 16 float lanes (tap j of a row's valid run to lane j % 16), combined pairwise,
+ * then the bias and the fused epilogue. */
+#define SMALLOUT_OS 64
+#define SMALLOUT_K 256
+static int conv_smallout(const cg_win3 *w, ir_dtype t, int64_t Mg, int64_t K) {
+  return t == IR_FLOAT && w->in[0] == 1 && w->out[0] == 1 && w->k[0] == 1 && w->out[1] * w->out[2] <= SMALLOUT_OS &&
+         Mg <= 4 && K >= SMALLOUT_K;
+}
+static int emit_conv_smallout(cg_ctx *c, const cg_win3 *w, int64_t N, int64_t C, int64_t M, int64_t G, int has_bias,
+                              const cg_conv_epi *e) {
+  int64_t Cg = C / G, Mg = M / G, KH = w->k[1], KW = w->k[2], IH = w->in[1], IW = w->in[2], OH = w->out[1],
+          OW = w->out[2];
+  int64_t S2 = w->s[2], D2 = w->d[2], PB2 = w->pb[2];
+  cg_w(c, "  /* a small output: each output one dot product, the kernel's rows in 16 lanes */\n");
+  cg_w(c, "  for (long n = 0; n < %lld; n++)\n    for (long gm = 0; gm < %lld; gm++) {\n", LL(N), LL(M));
+  cg_w(c, "      const long g = gm / %lld;\n      const float *wm = x1 + gm * %lld;\n", LL(Mg), LL(Cg * KH * KW));
+  cg_w(c, "      for (long oh = 0; oh < %lld; oh++)\n        for (long ow = 0; ow < %lld; ow++) {\n", LL(OH), LL(OW));
+  cg_w(c, "          float l[16] = {0};\n");
+  /* kw with 0 <= off + kw D2 < IW, off = ow S2 - PB2: from lo to hi (exclusive) */
+  cg_w(c, "          const long off = ow * %lld - %lld;\n", LL(S2), LL(PB2));
+  cg_w(c, "          long lo = off >= 0 ? 0 : (-off + %lld) / %lld, hi = %lld - off > 0 ? (%lld - off + %lld) / %lld : 0;\n",
+       LL(D2 - 1), LL(D2), LL(IW), LL(IW), LL(D2 - 1), LL(D2));
+  cg_w(c, "          if (hi > %lld) hi = %lld;\n", LL(KW), LL(KW));
+  cg_w(c, "          for (long ci = 0; ci < %lld; ci++) {\n", LL(Cg));
+  cg_w(c, "            const float *xc = x0 + (n * %lld + g * %lld + ci) * %lld;\n", LL(C), LL(Cg), LL(IH * IW));
+  cg_w(c, "            for (long kh = 0; kh < %lld; kh++) {\n", LL(KH));
+  cg_w(c, "              const long ih = oh * %lld - %lld + kh * %lld;\n", LL(w->s[1]), LL(w->pb[1]), LL(w->d[1]));
+  cg_w(c, "              if (ih < 0 || ih >= %lld) continue;\n", LL(IH));
+  cg_w(c, "              const float *xr = xc + ih * %lld;\n", LL(IW));
+  cg_w(c, "              const float *wr = wm + (ci * %lld + kh) * %lld;\n", LL(KH), LL(KW));
+  cg_w(c, "              long kw = lo;\n");
+  cg_w(c, "              for (; kw + 16 <= hi; kw += 16)\n");
+  cg_w(c, "                for (long j = 0; j < 16; j++) l[j] += wr[kw + j] * xr[off + (kw + j) * %lld];\n", LL(D2));
+  cg_w(c, "              for (long j = 0; j < 16 && kw + j < hi; j++) l[j] += wr[kw + j] * xr[off + (kw + j) * %lld];\n",
+       LL(D2));
+  cg_w(c, "            }\n          }\n");
+  for (int h = 8; h >= 1; h /= 2) cg_w(c, "          for (long j = 0; j < %d; j++) l[j] += l[j + %d];\n", h, h);
+  cg_w(c, "          float v = l[0];\n");
+  if (has_bias) cg_w(c, "          v = x2[gm] + v;\n");
+  char r[96];
+  snprintf(r, sizeof r, "x3[((n * %lld + gm) * %lld + oh) * %lld + ow]", LL(M), LL(OH), LL(OW));
+  cg_conv_epi_emit(c, e, "          ", "v", r);
+  cg_w(c, "          y0[((n * %lld + gm) * %lld + oh) * %lld + ow] = v;\n        }\n    }\n", LL(M), LL(OH), LL(OW));
+  return 0;
+}
+
 static int emit_conv(cg_ctx *c, const ir_node *n) {
   if (ir_attr_find(n, "pipecc.expand")) return emit_conv_expand_dw(c, n);
   ir_value *x = cg_in(c, n, 0), *wt = cg_in(c, n, 1), *b = cg_in(c, n, 2), *y = cg_out(c, n, 0);
@@ -494,6 +547,7 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
   if (t == IR_FLOAT && G == C && G == M && w.in[0] == 1 && w.out[0] == 1 && w.k[0] == 1 &&
       w.k[1] * w.k[2] <= DW_MAX_TAPS)
     return emit_conv_depthwise(c, &w, N, C, b != NULL, &e);
+  if (!direct && conv_smallout(&w, t, Mg, K)) return emit_conv_smallout(c, &w, N, C, M, G, b != NULL, &e);
   if (NB >= 2) return emit_conv_batched(c, n, &w, T, t, esz, N, C, M, G, Cg, Mg, IS, OS, K, direct, NB, b != NULL, &e);
   const char *beta = b ? "1" : "0";
   if (!direct) {

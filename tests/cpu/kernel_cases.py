@@ -12,6 +12,9 @@
     it (one or several blocks of channels, with and without bias and activation,
     strides, dilation), and left apart when its output has another reader or it has a
     stride;
+  - grouped Convs of a small output and a large kernel as one dot product per output
+    (strides, dilation, padding, bias, fused Relu) and one with many outputs per group
+    left to im2col;
   - Transposes copied in 8 x 8 tiles (dims that are multiples of 8 or not, 4-D) and one
     that keeps the last dim;
   - ReduceSum, Mean, SumSquare, L1, L2 and LogSum over trailing runs of 8 elements or more
@@ -202,6 +205,23 @@ def reduce_case(op, shape, axes, keepdims=1):
         src = "ax"
     nodes.append(helper.make_node(op, [src, "axes"], ["y"], keepdims=keepdims))
     return mk(nodes, [("x", shape)], ["y"], [("axes", np.array(axes, np.int64))], opset=18), 8.0
+
+
+def smallout_case(C, H, M, G, k, s, pad, dil, bias, act):
+    """A grouped Conv [4, C, H, H] -> few outputs per map with a large kernel (a depthwise
+    Conv's weight gradient has this form): each output one dot product in lanes
+    (codegen/c/ops_nn.c, emit_conv_smallout); Relu fused or not."""
+    rng = np.random.default_rng(C + H + k)
+    inits = [("w", (rng.standard_normal((M, C // G, k, k)) / k).astype(np.float32))]
+    ins = ["x", "w"]
+    if bias:
+        inits.append(("b", rng.standard_normal(M).astype(np.float32)))
+        ins.append("b")
+    nodes = [helper.make_node("Conv", ins, ["c" if act else "y"], group=G, kernel_shape=[k, k], strides=[s, s],
+                              pads=[pad] * 4, dilations=[dil, dil])]
+    if act:
+        nodes.append(helper.make_node("Relu", ["c"], ["y"]))
+    return mk(nodes, [("x", (4, C, H, H))], ["y"], inits), 4.0
 
 
 def transpose_case(shape, perm):
@@ -428,6 +448,14 @@ MATMUL_T = {"matmul_t_kT": 1, "matmul_t_qkT": 2, "matmul_t_pv": 1, "matmul_t_4d"
             "matmul_t_bcast": 1, "matmul_t_nounit": 0, "matmul_t_oneB": 0, "matmul_t_shared": 0}
 EXPANDS = {"ex_s1_clip": 1, "ex_blocks_s2_relu": 1, "ex_nobias_noact": 1, "ex_5x5_dil2": 1, "ex_other_reader": 0,
            "ex_pw_stride2": 0}
+# Convs of a small output and a large kernel (SMALLOUT: how many take that path)
+SMALLOUT = {"conv_smallout_dw": 1, "conv_smallout_dil": 1, "conv_smallout_s2": 1, "conv_smallout_many": 0}
+CASES.update({
+    "conv_smallout_dw": lambda: smallout_case(8, 20, 8, 8, 18, 1, 1, 1, True, False),
+    "conv_smallout_dil": lambda: smallout_case(8, 24, 8, 4, 12, 1, 1, 2, False, True),
+    "conv_smallout_s2": lambda: smallout_case(4, 40, 4, 4, 30, 2, 1, 1, True, True),
+    "conv_smallout_many": lambda: smallout_case(8, 20, 16, 1, 18, 1, 1, 1, True, False),
+})
 # Transposes (TR_TILED: how many copy in tiles)
 TR_TILED = {"tr_tiles": 1, "tr_tail": 1, "tr_4d": 1, "tr_rows": 0}
 CASES.update({
@@ -469,6 +497,7 @@ CODE_COUNTS = [(EXPANDS, r"/\* fused: the 1x1 ", "expansions fused into a depthw
                (DIRECT, r"pipert_gemm_direct\(", "calls of the direct GEMM"),
                (FLAT, r"the rows run on into each other", "depthwise Convs whose rows run end to end"),
                (RED_LANES, r"double s_l\[8\]", "reductions summed in double lanes"),
+               (SMALLOUT, r"a small output: each output one dot product", "small-output Convs as dot products"),
                (TR_TILED, r"t\d = 0; t\d < \d+; t\d \+= 8\)\n\s*for \(long t", "Transposes copied in tiles")]
 
 
