@@ -65,6 +65,16 @@ def cases():
                    [N("Conv", ["Xw", "W", "B"], group=4, pads=[1, 1, 1, 1], strides=[2, 2])],
                    {"W": rn(4, 1, 3, 3), "B": rn(4)},
                    lambda t: F.conv2d(t["Xw"], t["W"], t["B"], stride=2, padding=1, groups=4)))
+    # weight gradients of depthwise Convs on larger maps: a Conv of a small output and a large
+    # kernel (codegen/c/ops_nn.c's emit_conv_smallout), stride 1 and 2
+    cs.append(Case("conv_depthwise_big", rn(2, 4, 24, 24),
+                   [N("Conv", ["Xw", "W", "B"], group=4, pads=[1, 1, 1, 1])],
+                   {"W": rn(4, 1, 3, 3), "B": rn(4)},
+                   lambda t: F.conv2d(t["Xw"], t["W"], t["B"], padding=1, groups=4)))
+    cs.append(Case("conv_depthwise_big_s2", rn(2, 4, 25, 25),
+                   [N("Conv", ["Xw", "W"], group=4, pads=[1, 1, 1, 1], strides=[2, 2])],
+                   {"W": rn(4, 1, 3, 3)},
+                   lambda t: F.conv2d(t["Xw"], t["W"], stride=2, padding=1, groups=4)))
     cs.append(Case("conv_grouped", rn(2, 6, 7, 6),
                    [N("Conv", ["Xw", "W", "B"], group=3, pads=[1, 0, 1, 2], strides=[2, 1], dilations=[1, 2])],
                    {"W": rn(6, 2, 3, 2), "B": rn(6)},
