@@ -74,7 +74,8 @@ def mk(nodes, inputs, outputs, inits=(), opset=17):
 
 
 def dw_case(C, H, W, k, s, pads, dil, bias, epi, one_d=False):
-    """Depthwise Conv [4, C, H, W] (or [4, C, W]), then epi: "" / "relu" / "clip" / "res_relu"."""
+    """Depthwise Conv [4, C, H, W] (or [4, C, W]), then epi: "" / "relu" / "clip" / "res_relu";
+    s an int, or a tuple of strides per axis."""
     rng = np.random.default_rng(C * 31 + H + k)
     ks = [k] if one_d else [k, k]
     wt = rng.standard_normal([C, 1] + ks).astype(np.float32)
@@ -84,7 +85,8 @@ def dw_case(C, H, W, k, s, pads, dil, bias, epi, one_d=False):
         inits.append(("b", rng.standard_normal(C).astype(np.float32)))
         ins.append("b")
     xs = (4, C, W) if one_d else (4, C, H, W)
-    nodes = [helper.make_node("Conv", ins, ["c"], group=C, kernel_shape=ks, strides=[s] * len(ks), pads=pads,
+    nodes = [helper.make_node("Conv", ins, ["c"], group=C, kernel_shape=ks,
+                              strides=list(s) if isinstance(s, tuple) else [s] * len(ks), pads=pads,
                               dilations=[dil] * len(ks))]
     inputs = [("x", xs)]
     last = "c"
@@ -388,6 +390,8 @@ CASES = {
     "dw3_s2_res_clip": lambda: dw_case(7, 9, 8, 3, 2, [1, 1, 1, 1], 1, False, "res_clip"),
     "dw_1d": lambda: dw_case(5, 1, 19, 3, 1, [1, 1], 1, True, "", one_d=True),
     "dw3_s2_wide": lambda: dw_case(3, 6, 112, 3, 2, [1, 1, 1, 1], 1, True, "clip"),
+    "dw3_s21": lambda: dw_case(4, 11, 9, 3, (2, 1), [1, 0, 2, 1], 1, True, "relu"),
+    "dw3_s12": lambda: dw_case(4, 9, 13, 3, (1, 2), [0, 1, 1, 2], 1, False, ""),
     "dw3_s1_w32": lambda: dw_case(3, 5, 32, 3, 1, [1, 1, 1, 1], 1, True, ""),
     "pw_chunks_res_clip": lambda: pw_case(16, 48, 64, 70, True, "res_clip"),
     "pw_chunks_nobias": lambda: pw_case(24, 100, 40, 50, False, ""),
@@ -480,8 +484,8 @@ CASES.update({
 # with the bordered rows in phases), and those left to the row loop (a residual, rows of
 # whole vectors, or rows whose stride's phases would cost more than the row's scalar tail)
 FLAT = {"dw3_s1": 1, "dw3_s2_relu": 1, "dw3_s2_asym_clip": 1, "dw3_nopad_nobias": 1, "dw5_dil2": 1, "dw3_s3_dil2": 1,
-        "dw3_res_relu": 0, "dw3_s2_res_clip": 0, "dw_1d": 1, "dw3_s2_wide": 0, "dw3_s1_w32": 0, "ex_s1_clip": 1,
-        "ex_blocks_s2_relu": 0, "ex_nobias_noact": 0, "ex_5x5_dil2": 0, "ex_other_reader": 1, "ex_pw_stride2": 1}
+        "dw3_res_relu": 0, "dw3_s2_res_clip": 0, "dw_1d": 1, "dw3_s2_wide": 0, "dw3_s1_w32": 0, "dw3_s21": 1,
+        "dw3_s12": 1, "ex_s1_clip": 1, "ex_blocks_s2_relu": 0, "ex_nobias_noact": 0, "ex_5x5_dil2": 0, "ex_other_reader": 1, "ex_pw_stride2": 1}
 for _n in (1, 5, 16, 17, 64, 130):
     CASES[f"softmax_{_n}"] = (lambda n: lambda: rows_case("Softmax", n))(_n)
     CASES[f"layernorm_{_n}"] = (lambda n: lambda: rows_case("LayerNormalization", n))(_n)
