@@ -485,7 +485,8 @@ CASES.update({
 # whole vectors, or rows whose stride's phases would cost more than the row's scalar tail)
 FLAT = {"dw3_s1": 1, "dw3_s2_relu": 1, "dw3_s2_asym_clip": 1, "dw3_nopad_nobias": 1, "dw5_dil2": 1, "dw3_s3_dil2": 1,
         "dw3_res_relu": 0, "dw3_s2_res_clip": 0, "dw_1d": 1, "dw3_s2_wide": 0, "dw3_s1_w32": 0, "dw3_s21": 1,
-        "dw3_s12": 1, "ex_s1_clip": 1, "ex_blocks_s2_relu": 0, "ex_nobias_noact": 0, "ex_5x5_dil2": 0, "ex_other_reader": 1, "ex_pw_stride2": 1}
+        "dw3_s12": 1, "ex_s1_clip": 1, "ex_blocks_s2_relu": 0, "ex_nobias_noact": 0, "ex_5x5_dil2": 0,
+        "ex_other_reader": 1, "ex_pw_stride2": 1}
 for _n in (1, 5, 16, 17, 64, 130):
     CASES[f"softmax_{_n}"] = (lambda n: lambda: rows_case("Softmax", n))(_n)
     CASES[f"layernorm_{_n}"] = (lambda n: lambda: rows_case("LayerNormalization", n))(_n)
