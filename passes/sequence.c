@@ -219,8 +219,9 @@ static int split_to_seq(xp *x) {
       for (int64_t i = 0; i < n; i++) {
         ir_const_i64(S, i, &len[i]);
         if (len[i] < 0) {
+          long long bad = (long long)len[i];
           free(len);
-          XFAIL("split has a negative length %lld", (long long)len[i]);
+          XFAIL("split has a negative length %lld", bad);
         }
         sum += len[i];
       }

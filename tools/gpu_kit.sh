@@ -162,7 +162,7 @@ step_info() {
   [ "$have_gpu" = 1 ] || [ "${GPU_KIT_NO_GPU:-0}" = 1 ]
 }
 step_build() {
-  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPIPECC_WERROR=ON -DPIPECC_BUILD_TESTS=ON \
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPIPECC_BUILD_TESTS=ON \
     -DPROTOC_C="$KROOT/bin/protoc-c" -DONNX_PROTO="$KROOT/include/onnx/onnx.proto" \
     -DPROTOBUF_C_LIB="$KROOT/lib/libprotobuf-c.so" -DCJSON_LIB="$KROOT/lib/libcjson.so" \
     -DPIPECC_PYTHON="$PY"
