@@ -234,6 +234,9 @@ typedef struct replica {
                                         allows calls from every thread) */
   void **io[4];                      /* its own buffers: forward in, out, backward in, out */
   int async, queued_ahead, uploads_ahead;
+  int uploads_behind;                /* async uploads into a buffer the part queued last reads */
+  const void *last_in[8];            /* that part's inputs (the first 8) */
+  int n_last_in;
   struct replica *next;
 } replica;
 
@@ -319,6 +322,7 @@ static int dev_upload(void *state, void *dev, const void *host, size_t n) {
     push(r->s, (cmd){.k = C_COPY, .dst = dev, .src = host, .n = n});
     return finish(r->s);
   }
+  for (int k = 0; k < r->n_last_in; k++) r->uploads_behind += r->last_in[k] == dev;
   if (rt_ho_before_write(&ho_ops, r->us, dev)) return 1;
   push(r->us, (cmd){.k = C_COPY, .dst = dev, .src = host, .n = n});
   r->uploads_ahead++;
@@ -345,6 +349,8 @@ static int dev_part(void *state, int bwd, const void *const *in, void *const *ou
   for (int k = 0; k < ni; k++) push(f, (cmd){.k = C_COPY, .dst = bi[k], .src = in[k], .n = ti[k].nbytes});
   for (int k = 0; r->async && k < ni; k++)
     if (rt_ho_after_read(&ho_ops, f, in[k])) return 1;
+  r->n_last_in = ni < 8 ? ni : 8;
+  for (int k = 0; k < r->n_last_in; k++) r->last_in[k] = in[k];
   push(f, (cmd){.k = C_RUN, .fn = bwd ? d->backward : d->forward, .state = state, .in = bi, .out = bo});
   for (int k = 0; r->async && k < no; k++)
     if (rt_ho_before_write(&ho_ops, f, out[k])) return 1;
@@ -727,8 +733,8 @@ void rt_fakedev_detach(const pipert_pipeline *p, int s, void *state) {
   finish_replica(r);
   if (getenv("FAKE_DEV_STATS"))
     fprintf(stderr, "fake device: stage %d: %d parts queued ahead, %d uploads queued ahead, %d waits, %d parts beside "
-            "a transfer\n", s, r->queued_ahead, r->uploads_ahead, r->s->waits + r->us->waits + (r->cs ? r->cs->waits : 0),
-            r->s->beside);
+            "a transfer, %d uploads behind the last part\n", s, r->queued_ahead, r->uploads_ahead,
+            r->s->waits + r->us->waits + (r->cs ? r->cs->waits : 0), r->s->beside, r->uploads_behind);
   pthread_mutex_lock(&r->s->mu);
   r->s->watch = NULL; /* its thread reads it with every command */
   pthread_mutex_unlock(&r->s->mu);

@@ -360,17 +360,17 @@ def case_bench():
 
 
 def dev_stats(stderr):
-    """(parts queued ahead, uploads queued ahead, event waits) summed over the fake
-    device's replicas."""
+    """(parts queued ahead, uploads queued ahead, event waits, uploads into a buffer the
+    part queued just before reads) summed over the fake device's replicas."""
     st = re.findall(r"^fake device: stage \d+: (\d+) parts queued ahead, (\d+) uploads queued ahead, (\d+) waits, "
-                    r"\d+ parts beside a transfer$", stderr, re.M)
+                    r"\d+ parts beside a transfer, (\d+) uploads behind the last part$", stderr, re.M)
     check(st, "no fake device statistics: " + stderr)
-    return tuple(sum(int(x[i]) for x in st) for i in range(3))
+    return tuple(sum(int(x[i]) for x in st) for i in range(4))
 
 
 def beside_transfers(stderr):
     """{stage: parts that ran while one of its NCCL groups was in flight} (fake device)."""
-    return {int(s): int(n) for s, n in re.findall(r"^fake device: stage (\d+): .* (\d+) parts beside a transfer$",
+    return {int(s): int(n) for s, n in re.findall(r"^fake device: stage (\d+): .* (\d+) parts beside a transfer,",
                                                    stderr, re.M)}
 
 
@@ -394,13 +394,17 @@ def case_device():
                 r = run([exe(name), "--input", "x=" + xp, "--input", "s=" + sp, "--output", out + "_2",
                          "--weights-dir", weights_dir(name), "--microbatches", m], env)
                 check(r.returncode == 0, "%s: %s" % (name, r.stderr))
-                ahead, uploads, waits = dev_stats(r.stderr)
+                ahead, uploads, waits, behind = dev_stats(r.stderr)
                 if how == "events":
                     # every stage's 32 micro-batches queued; stage 0's x and the last stage's x and s
                     # uploaded on the upload stream
                     check(ahead >= 64 // 2 and uploads >= 3 * 32 and waits > 0, "%s M=%s: %d parts and %d uploads "
                           "queued ahead, %d waits: the hand-over did not run on the device" %
                           (name, m, ahead, uploads, waits))
+                    # a graph input's next micro-batch goes to the other of two device copies, so
+                    # its upload never waits for the forward queued just before (which reads the first)
+                    check(behind == 0, "%s M=%s: %d uploads into a buffer the part queued before reads: the "
+                          "upload waits for that part and the device idles for the copy" % (name, m, behind))
                 else:
                     check(ahead == 0 and uploads == 0, "%s M=%s %s: %d parts, %d uploads queued ahead" %
                           (name, m, how, ahead, uploads))

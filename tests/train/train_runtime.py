@@ -505,7 +505,7 @@ def case_mpi_fake_device():
         same_run(host, plain, name + " under MPI, PIPERT_RECV_AHEAD=0")
 
         def beside(e):
-            return [int(b) for b in re.findall(r"^fake device: stage \d+: .* (\d+) parts beside a transfer$", e, re.M)]
+            return [int(b) for b in re.findall(r"^fake device: stage \d+: .* (\d+) parts beside a transfer,", e, re.M)]
         print("   parts beside a transfer, per process: %s with receives ahead, %s in the plan's order" %
               (beside(err), beside(err0)))
 
