@@ -989,41 +989,39 @@ static int emit_pool(cg_ctx *c, const ir_node *n) {
  * so it stays scalar, and a sequential combination costs more than short rows). */
 #define LANES 16
 
-/* `const float NAME = sum over k < n of EXPR` (EXPR in terms of k). */
-static void emit_lane_sum(cg_ctx *c, const char *ind, const char *name, int64_t n, const char *expr) {
-  cg_w(c, "%sfloat %s_l[%d] = {0};\n", ind, name, LANES);
-  cg_w(c, "%slong %s_k = 0;\n", ind, name);
-  cg_w(c, "%sfor (; %s_k + %d <= %lld; %s_k += %d)\n", ind, name, LANES, LL(n), name, LANES);
-  cg_w(c, "%s  for (long l = 0; l < %d; l++) {\n%s    const long k = %s_k + l;\n", ind, LANES, ind, name);
-  cg_w(c, "%s    %s_l[l] += %s;\n%s  }\n", ind, name, expr, ind);
-  cg_w(c, "%sfor (long l = 0; %s_k < %lld; %s_k++, l++) {\n%s  const long k = %s_k;\n", ind, name, LL(n), name, ind, name);
-  cg_w(c, "%s  %s_l[l] += %s;\n%s}\n", ind, name, expr, ind);
-  for (int h = LANES / 2; h >= 1; h /= 2)
-    cg_w(c, "%sfor (long l = 0; l < %d; l++) %s_l[l] += %s_l[l + %d];\n", ind, h, name, name, h);
-  cg_w(c, "%sconst float %s = %s_l[0];\n", ind, name, name);
-}
-
-/* `const double NAME = sum over k < n of EXPR` (EXPR in terms of k, converted to double)
- * in 8 double lanes, element k to lane k % 8, combined pairwise at the end: the sums of
- * GlobalAveragePool and of BatchNormalization's statistics in training (a single double
- * accumulator is a chain of dependent additions: one element per 4 cycles). */
-void cg_emit_dlane_sum(cg_ctx *c, const char *ind, const char *name, int64_t n, const char *expr) {
-  /* (the tail's bounds are constants: a tail loop running on from the main loop's index
-   * made GCC warn that its 9th iteration would overflow the lanes) */
-  int64_t n8 = n - n % 8;
-  cg_w(c, "%sdouble %s_l[8] = {0};\n", ind, name);
-  if (n8) {
-    cg_w(c, "%sfor (long %s_k = 0; %s_k < %lld; %s_k += 8)\n", ind, name, name, LL(n8), name);
-    cg_w(c, "%s  for (long l = 0; l < 8; l++) {\n%s    const long k = %s_k + l;\n", ind, ind, name);
+/* `const TYPE NAME = sum over k < n of EXPR` (EXPR in terms of k, converted to TYPE) in
+ * `lanes` partial sums: element k to lane k % lanes, combined pairwise at the end. The
+ * tail's bounds are constants (a tail loop running on from the main loop's index made
+ * GCC warn that its 9th iteration would overflow 8 lanes). */
+static void emit_sum_lanes(cg_ctx *c, const char *ind, const char *name, int64_t n, const char *expr, const char *type,
+                           int lanes) {
+  int64_t whole = n - n % lanes;
+  cg_w(c, "%s%s %s_l[%d] = {0};\n", ind, type, name, lanes);
+  if (whole) {
+    cg_w(c, "%sfor (long %s_k = 0; %s_k < %lld; %s_k += %d)\n", ind, name, name, LL(whole), name, lanes);
+    cg_w(c, "%s  for (long l = 0; l < %d; l++) {\n%s    const long k = %s_k + l;\n", ind, lanes, ind, name);
     cg_w(c, "%s    %s_l[l] += %s;\n%s  }\n", ind, name, expr, ind);
   }
-  if (n % 8) {
-    cg_w(c, "%sfor (long l = 0; l < %lld; l++) {\n%s  const long k = %lld + l;\n", ind, LL(n % 8), ind, LL(n8));
+  if (n % lanes) {
+    cg_w(c, "%sfor (long l = 0; l < %lld; l++) {\n%s  const long k = %lld + l;\n", ind, LL(n % lanes), ind, LL(whole));
     cg_w(c, "%s  %s_l[l] += %s;\n%s}\n", ind, name, expr, ind);
   }
-  for (int h = 4; h >= 1; h /= 2)
+  for (int h = lanes / 2; h >= 1; h /= 2)
     cg_w(c, "%sfor (long l = 0; l < %d; l++) %s_l[l] += %s_l[l + %d];\n", ind, h, name, name, h);
-  cg_w(c, "%sconst double %s = %s_l[0];\n", ind, name, name);
+  cg_w(c, "%sconst %s %s = %s_l[0];\n", ind, type, name, name);
+}
+
+/* `const float NAME = sum over k < n of EXPR` in LANES float lanes (Softmax, LayerNormalization). */
+static void emit_lane_sum(cg_ctx *c, const char *ind, const char *name, int64_t n, const char *expr) {
+  emit_sum_lanes(c, ind, name, n, expr, "float", LANES);
+}
+
+/* `const double NAME = sum over k < n of EXPR` in 8 double lanes: the sums of
+ * GlobalAveragePool, of reductions over trailing axes and of BatchNormalization's
+ * statistics in training (a single double accumulator is a chain of dependent additions:
+ * one element per 4 cycles). */
+void cg_emit_dlane_sum(cg_ctx *c, const char *ind, const char *name, int64_t n, const char *expr) {
+  emit_sum_lanes(c, ind, name, n, expr, "double", 8);
 }
 
 /* `const float NAME = max over k < n of EXPR`, the max as `v > m ? v : m` (a NaN is passed
