@@ -143,6 +143,19 @@ static int conv_is_gemm(int nhwc, ir_dtype t, int64_t G, const cg_win3 *w) {
   return 1;
 }
 
+/* A float32 NCHW Conv of one group on at most 4 input channels (a network's stem), 1-D or
+ * 2-D, no dilation, inside pk_conv_direct's limits (codegen/cuda/rt/pipecc_cuda.h):
+ * pk_conv_direct. With 16 output channels or fewer cuDNN keeps it (the kernel computes 32
+ * at a time). */
+static int conv_is_direct(int nhwc, ir_dtype t, int64_t N, int64_t C, int64_t M, int64_t G, const cg_win3 *w) {
+  if (nhwc || t != IR_FLOAT || G != 1 || w->sr > 2 || C > 4 || M <= 16) return 0;
+  for (int j = 0; j < 3; j++)
+    if (w->d[j] != 1 || w->s[j] < 1) return 0;
+  int64_t kh = w->k[1], kw = w->k[2], sh = w->s[1], sw = w->s[2];
+  int64_t iht = 7 * sh + kh, iwq = (31 * sw + kw + sw - 1) / sw;
+  return C * kh * kw <= 160 && C * iht * iwq * sw <= 6144 && N * ((M + 31) / 32) <= 65535;
+}
+
 /* v's shape [N, H, W, C] as [N, C, H, W] */
 static ir_value nchw_view(const ir_value *v) {
   ir_value r = *v;
@@ -228,6 +241,14 @@ static int emit_conv(cu_ctx *c, const ir_node *n) {
             "in cuBLASLt's epilogue */\n");
     cu_w(c, "  PK_TRY(pk_conv_1x1(S, %d, %s, %s, %s, %s, %s, %lld, %lld, %lld, %d, %s, %s));\n", c->n_conv, xin,
          c->x[1], b ? c->x[2] : "NULL", res ? res : "NULL", c->y[0], LL(N * sp), LL(C), LL(M), bits, l1, l2);
+    c->n_conv++;
+    return 0;
+  }
+  if (conv_is_direct(nhwc, t, N, C, M, G, &w)) {
+    cu_w(c, "  /* few input channels: a direct kernel, the bias, residual and Relu/Clip in it (pk_conv_direct; "
+            "PIPECC_CONV_DIRECT=0: cuDNN) */\n");
+    cu_w(c, "  PK_TRY(pk_conv_direct(S, %d, %s, %s, %s, %s, %s, %d, %s, %s));\n", c->n_conv, xin, c->x[1],
+         b ? c->x[2] : "NULL", res ? res : "NULL", c->y[0], bits, l1, l2);
     c->n_conv++;
     return 0;
   }

@@ -140,6 +140,36 @@ def conv_case(C, M, H, W, k, s, epi):
     return mk(nodes, [("x", (4, C, H, W))], ["y"], inits), 1.0
 
 
+def stem_case(C, M, H, W, k, s, pads, bias, epi, one_d=False, dil=1):
+    """A network's stem: a Conv [4, C, H, W] (or [4, C, W]) -> M channels on few input
+    channels (the cuda target's pk_conv_direct), then epi as dw_case's; s an int or a tuple."""
+    rng = np.random.default_rng(C * 7 + M + H)
+    ks = [k] if one_d else (list(k) if isinstance(k, tuple) else [k, k])
+    st = list(s) if isinstance(s, tuple) else [s] * len(ks)
+    inits = [("w", (rng.standard_normal([M, C] + ks) / np.sqrt(C * np.prod(ks))).astype(np.float32))]
+    ins = ["x", "w"]
+    if bias:
+        inits.append(("b", rng.standard_normal(M).astype(np.float32)))
+        ins.append("b")
+    xs = (4, C, W) if one_d else (4, C, H, W)
+    nodes = [helper.make_node("Conv", ins, ["c"], kernel_shape=ks, strides=st, pads=pads, dilations=[dil] * len(ks))]
+    inputs, last = [("x", xs)], "c"
+    if epi.startswith("res"):
+        n = len(ks)
+        oh = [(d + pads[i] + pads[i + n] - ks[i]) // st[i] + 1 for i, d in enumerate(xs[2:])]
+        inputs.append(("r", (4, M) + tuple(oh)))
+        nodes.append(helper.make_node("Add", ["c", "r"], ["a"]))
+        last = "a"
+    if epi.endswith("relu"):
+        nodes.append(helper.make_node("Relu", [last], ["y"]))
+    elif epi.endswith("clip"):
+        inits += [("lo", np.array(0, np.float32)), ("hi", np.array(1.5, np.float32))]
+        nodes.append(helper.make_node("Clip", [last, "lo", "hi"], ["y"]))
+    else:
+        nodes.append(helper.make_node("Identity", [last], ["y"]))
+    return mk(nodes, inputs, ["y"], inits), 1.0
+
+
 def ex_case(K, M, H, W, k, s, pads, dil, ebias, eact, dbias, dact, other_reader=False, pw_stride=1):
     """A MobileNet expansion: 1x1 Conv [4, K, H, W] -> M channels (+ bias, eact "" / "relu" /
     "clip"), then a depthwise k x k Conv (+ bias, dact); passes/fuse.c fuses the pair on the
@@ -460,6 +490,28 @@ CASES.update({
     "conv_smallout_s2": lambda: smallout_case(4, 40, 4, 4, 30, 2, 1, 1, True, True),
     "conv_smallout_many": lambda: smallout_case(8, 20, 16, 1, 18, 1, 1, 1, True, False),
 })
+# Convs on few input channels (STEM: how many the cuda target's g=1 build runs through its
+# direct kernel, pk_conv_direct): ResNet's 7x7 stride-2 stem with a Relu, partial tiles and
+# 40 channels (a partial chunk of 32), stride 1 3x3 with a Clip, a residual, asymmetric pads
+# and strides, 1-D, no bias; those it leaves to cuDNN: 4 channels (channels-last: the
+# layout pass takes them), 16 output channels or fewer, more than 4 input channels, a
+# dilation, too many taps
+STEM = {"stem7_s2_relu": 1, "stem3_s1_m40_clip": 1, "stem5_res_relu": 1, "stem_asym_s21": 1, "stem_1d": 1,
+        "stem_nobias": 1, "stem_c4": 0, "stem_m16": 0, "stem_c5": 0, "stem_dil2": 0, "stem_11x11": 0}
+CASES.update({
+    "stem7_s2_relu": lambda: stem_case(3, 64, 45, 70, 7, 2, [3, 3, 3, 3], True, "relu"),
+    "stem3_s1_m40_clip": lambda: stem_case(3, 40, 19, 33, 3, 1, [1, 1, 1, 1], True, "clip"),
+    "stem5_res_relu": lambda: stem_case(2, 48, 21, 26, 5, 2, [2, 2, 2, 2], True, "res_relu"),
+    "stem_asym_s21": lambda: stem_case(3, 32, 17, 40, (3, 5), (2, 1), [0, 1, 2, 3], True, ""),
+    "stem_1d": lambda: stem_case(1, 33, 1, 90, 9, 3, [4, 4], True, "relu", one_d=True),
+    "stem_nobias": lambda: stem_case(2, 32, 12, 12, 3, 1, [1, 1, 1, 1], False, "clip"),
+    "stem_c4": lambda: stem_case(4, 32, 12, 12, 3, 1, [1, 1, 1, 1], False, "clip"),
+    "stem_m16": lambda: stem_case(3, 16, 20, 20, 3, 2, [1, 1, 1, 1], True, "relu"),
+    "stem_c5": lambda: stem_case(5, 32, 20, 20, 3, 1, [1, 1, 1, 1], True, ""),
+    "stem_11x11": lambda: stem_case(3, 64, 40, 40, 11, 4, [2, 2, 2, 2], True, "relu"),
+})
+CASES["stem_dil2"] = lambda: stem_case(3, 32, 20, 20, 3, 1, [2, 2, 2, 2], True, "", dil=2)
+
 # Transposes (TR_TILED: how many copy in tiles)
 TR_TILED = {"tr_tiles": 1, "tr_tail": 1, "tr_4d": 1, "tr_rows": 0}
 CASES.update({
@@ -586,7 +638,7 @@ def main():
         # row that falls in an edge block of a call otherwise than one in a full block.
         stages = sorted(STAGES.get(name, ("1", "2")), key=int, reverse=True)
         runs = [(g, []) for g in stages] + \
-            ([("1", ["--no-fuse"])] if name.startswith(("dw", "pw", "ex", "conv", "ln_chain", "matmul_t")) else [])
+            ([("1", ["--no-fuse"])] if name.startswith(("dw", "pw", "ex", "conv", "ln_chain", "matmul_t", "stem")) else [])
         mb = list(EXTRA.get(name, ["-m", "1"] if name in MATMUL_T else []))  # MATMUL_T counts at the whole batch
         for g, extra in runs:
             out = os.path.join(d, f"g{g}{'_nofuse' if extra else ''}")
@@ -608,6 +660,11 @@ def main():
                     if got is not None and got != want[name]:
                         print(f"FAIL {label}: {got} {what}, expected {want[name]}")
                         good = False
+            if name in STEM and a.target == "cuda" and g == "1" and not extra:
+                got = stage_count(out, r"PK_TRY\(pk_conv_direct\(", ".cu")
+                if got != STEM[name]:
+                    print(f"FAIL {label}: {got} Convs through the direct kernel, expected {STEM[name]}")
+                    good = False
             if name in LN_CHAINS and g == "1" and not extra:
                 ext = ".c" if a.target == "cpu" else ".cu"
                 got = len(set(m for f in os.listdir(out) if re.fullmatch(r"stage_\d+" + re.escape(ext), f)

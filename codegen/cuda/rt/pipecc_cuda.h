@@ -45,6 +45,12 @@
 
 #define PK_MAX_RANK 8
 #define PK_THREADS 256
+/* unrolls the loop that follows in device code (elsewhere, the simulator's g++: nothing) */
+#ifdef __CUDA_ARCH__
+#define PK_UNROLL _Pragma("unroll")
+#else
+#define PK_UNROLL
+#endif
 
 /* Element types (ONNX codes, as pipert). */
 enum { PK_F32 = 1, PK_U8 = 2, PK_I8 = 3, PK_I16 = 5, PK_I32 = 6, PK_I64 = 7, PK_BOOL = 9, PK_F64 = 11 };
@@ -293,6 +299,15 @@ int pk_conv_epi(pk_stage *S, void *y, const void *b, const void *r, int64_t n, i
  * act as pk_conv_epi's. */
 int pk_conv_1x1(pk_stage *S, int idx, const void *x, const void *w, const void *b, const void *r, void *y, int64_t P,
                 int64_t C, int64_t M, int act, float lo, float hi);
+/* A float32 NCHW 2-D Conv (conv idx) of one group on few input channels (a network's
+ * stem) with its fused epilogue, y = act(conv(x, W) + b + r): a direct kernel from
+ * shared memory, exact float32 (no TF32); cuDNN's convolution and pk_conv_epi where the
+ * kernel's limits (PK_DC_TAPS taps, PK_DC_XT floats of input tile) are passed or
+ * PIPECC_CONV_DIRECT=0. b, r may be NULL; act as pk_conv_epi's. */
+int pk_conv_direct(pk_stage *S, int idx, const void *x, const void *w, const void *b, const void *r, void *y, int act,
+                   float lo, float hi);
+#define PK_DC_TAPS 160 /* C * kh * kw */
+#define PK_DC_XT 6144  /* C * ((8 - 1) * stride_h + kh) * ((32 - 1) * stride_w + kw), rows padded to stride_w */
 /* Row-major GEMM, batched with strides (0: broadcast):
  * C_i = alpha * op(A_i) op(B_i) + beta * C_i, op(A) M x K, op(B) K x N, C M x N.
  * Through cuBLASLt (TF32 unless the stage runs exact float32): a plan per shape made on

@@ -561,6 +561,133 @@ extern "C" int pk_conv_epi(pk_stage *S, void *y, const void *b, const void *r, i
   return pk_check_launch(S);
 }
 
+/* ---- direct Conv on few input channels ------------------------------------------------------ */
+
+/* A network's stem (ResNet's 7x7 Conv of stride 2 on 3 channels: 147 products per
+ * output) is a GEMM with K = 147 over 32 * 112 * 112 positions that cuDNN runs far from
+ * the FP32 limit: 0.44-0.52 ms at batch 32 on an H200 (tools/gpu_kit.sh's profile,
+ * 2026-11-27) for 3.8 G multiply-adds, about 0.11 ms at the FP32 rate. Here each block
+ * computes an 8 x 32 tile of output positions of one image for 32 output channels from
+ * shared memory: the input tile with its border (zeros outside the image), each row
+ * stored in the phases of the column stride (a tap's 32 columns are then 32 consecutive
+ * floats: no bank conflicts), and the 32 channels' weights tap-major (a warp reads one
+ * float4 at a time, the same for every lane). Each of the 128 threads keeps 4 positions
+ * (rows r, r + 2, r + 4, r + 6 of one column) x 16 channels in registers: a tap costs 4
+ * float4 and 4 float loads for 64 FMAs. The epilogue is k_conv_epi's (the bias, the
+ * residual, then the clamps, in that order) and the output is written once, a warp's 32
+ * columns at a time. float32 products summed in tap order: within float32 rounding of
+ * cuDNN's result, not bit for bit. */
+#define PK_DC_TH 8
+#define PK_DC_TW 32
+#define PK_DC_MB 32
+struct pk_dc_p {
+  int c, h, w, m, oh, ow, kh, kw, sh, sw, ph, pw, mchunks, taps, iht, iwq, act;
+  float lo, hi;
+};
+
+__global__ void __launch_bounds__(128) k_conv_direct(pk_dc_p p, const float *__restrict__ x,
+                                                     const float *__restrict__ wt, const float *__restrict__ b,
+                                                     const float *__restrict__ r, float *__restrict__ y) {
+  __shared__ float4 s_w4[PK_DC_TAPS * PK_DC_MB / 4];
+  __shared__ float s_x[PK_DC_XT];
+  float *s_w = (float *)s_w4;
+  const int n = blockIdx.z / p.mchunks, m0 = (blockIdx.z - n * p.mchunks) * PK_DC_MB;
+  const int oh0 = blockIdx.y * PK_DC_TH, ow0 = blockIdx.x * PK_DC_TW;
+  const int ih0 = oh0 * p.sh - p.ph, iw0 = ow0 * p.sw - p.pw;
+  /* weights [m][c][kh][kw] -> s_w[tap][m - m0]: consecutive threads read consecutive taps */
+  for (int i = threadIdx.x; i < p.taps * PK_DC_MB; i += blockDim.x) {
+    int mm = i / p.taps, t = i - mm * p.taps;
+    s_w[t * PK_DC_MB + mm] = m0 + mm < p.m ? wt[(size_t)(m0 + mm) * p.taps + t] : 0.0f;
+  }
+  /* the input tile: row rr of channel cc at (cc * iht + rr) * sw * iwq, column q at phase
+   * q % sw, index q / sw */
+  const int iwt = p.iwq * p.sw, plane = p.iht * iwt;
+  const float *xn = x + (size_t)n * p.c * p.h * p.w;
+  for (int i = threadIdx.x; i < p.c * plane; i += blockDim.x) {
+    int cc = i / plane, rem = i - cc * plane, rr = rem / iwt, q = rem - rr * iwt;
+    int ih = ih0 + rr, iw = iw0 + q;
+    s_x[cc * plane + rr * iwt + (q % p.sw) * p.iwq + q / p.sw] =
+        ih >= 0 && ih < p.h && iw >= 0 && iw < p.w ? xn[((size_t)cc * p.h + ih) * p.w + iw] : 0.0f;
+  }
+  __syncthreads();
+  const int mg = threadIdx.x >> 6, col = threadIdx.x & 31, row = (threadIdx.x >> 5) & 1;
+  float acc[4][16];
+PK_UNROLL
+  for (int q = 0; q < 4; q++)
+PK_UNROLL
+    for (int k = 0; k < 16; k++) acc[q][k] = 0.0f;
+  const float4 *wv = s_w4 + mg * 4;
+  for (int cc = 0; cc < p.c; cc++)
+    for (int i = 0; i < p.kh; i++) {
+      const float *xr = s_x + cc * plane + (row * p.sh + i) * iwt + col;
+      /* tap j's columns: phase j % sw, index j / sw, kept without a division */
+      for (int j = 0, jph = 0, joff = 0; j < p.kw; j++, wv += PK_DC_MB / 4) {
+        const float *xj = xr + joff;
+        if (++jph == p.sw) jph = 0, joff += 1 - (p.sw - 1) * p.iwq;
+        else joff += p.iwq;
+        float4 w0 = wv[0], w1 = wv[1], w2 = wv[2], w3 = wv[3];
+        float wk[16] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w,
+                        w2.x, w2.y, w2.z, w2.w, w3.x, w3.y, w3.z, w3.w};
+PK_UNROLL
+        for (int q = 0; q < 4; q++) {
+          float v = xj[2 * q * p.sh * iwt]; /* row + 2q */
+PK_UNROLL
+          for (int k = 0; k < 16; k++) acc[q][k] = fmaf(v, wk[k], acc[q][k]);
+        }
+      }
+    }
+  const int ow = ow0 + col;
+  if (ow >= p.ow) return;
+PK_UNROLL
+  for (int q = 0; q < 4; q++) {
+    int oh = oh0 + row + 2 * q;
+    if (oh >= p.oh) break;
+PK_UNROLL
+    for (int k = 0; k < 16; k++) {
+      int m = m0 + mg * 16 + k;
+      if (m >= p.m) break;
+      size_t o = (((size_t)n * p.m + m) * p.oh + oh) * p.ow + ow;
+      float v = acc[q][k];
+      if (b) v += b[m];
+      if (r) v = v + r[o];
+      if (p.act & 1) v = v < p.lo ? p.lo : v;
+      if (p.act & 2) v = v > p.hi ? p.hi : v;
+      y[o] = v;
+    }
+  }
+}
+
+static int conv_direct_off(void) {
+  const char *v = getenv("PIPECC_CONV_DIRECT");
+  return v && !strcmp(v, "0");
+}
+
+extern "C" int pk_conv_direct(pk_stage *S, int idx, const void *x, const void *w, const void *b, const void *r, void *y,
+                              int act, float lo, float hi) {
+  const pk_conv_p *c = &S->info->conv[idx];
+  pk_dc_p p;
+  p.c = c->c, p.h = c->in[1], p.w = c->in[2], p.m = c->m, p.oh = c->out[1], p.ow = c->out[2];
+  p.kh = c->k[1], p.kw = c->k[2], p.sh = c->stride[1], p.sw = c->stride[2], p.ph = c->pad[1], p.pw = c->pad[2];
+  p.mchunks = (c->m + PK_DC_MB - 1) / PK_DC_MB, p.taps = c->c * p.kh * p.kw;
+  p.iht = (PK_DC_TH - 1) * p.sh + p.kh;
+  p.iwq = ((PK_DC_TW - 1) * p.sw + p.kw + p.sw - 1) / p.sw;
+  p.act = act, p.lo = lo, p.hi = hi;
+  int ok = c->dtype == PK_F32 && c->sr <= 2 && !c->nhwc && !c->transposed && c->groups == 1 && c->k[0] == 1 &&
+           c->dil[1] == 1 && c->dil[2] == 1 && p.taps <= PK_DC_TAPS && p.sh >= 1 && p.sw >= 1 &&
+           (int64_t)p.c * p.iht * p.iwq * p.sw <= PK_DC_XT && (int64_t)c->n * p.mchunks <= 65535 && !conv_direct_off();
+  if (!ok) {
+    if (pk_conv(S, idx, x, w, y)) return 1;
+    int64_t sp = (int64_t)p.oh * p.ow;
+    if (act || r) return pk_conv_epi(S, y, b, r, c->n, c->m, sp, act, lo, hi);
+    return b ? pk_bias(S, PK_F32, y, b, c->n, c->m, sp) : 0;
+  }
+  dim3 grid((unsigned)((p.ow + PK_DC_TW - 1) / PK_DC_TW), (unsigned)((p.oh + PK_DC_TH - 1) / PK_DC_TH),
+            (unsigned)(c->n * p.mchunks));
+  k_conv_direct<<<grid, 128, 0, S->stream>>>(p, (const float *)x, (const float *)w, (const float *)b,
+                                             (const float *)r, (float *)y);
+  return pk_check_launch(S);
+}
+
 /* ---- GEMM (cuBLAS) ------------------------------------------------------------------------ */
 
 /* One GEMM shape of a stage through cuBLASLt: the descriptor, the layouts and the

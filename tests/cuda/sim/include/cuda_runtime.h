@@ -42,6 +42,10 @@
 struct uint3 {
   unsigned x, y, z;
 };
+/* CUDA's 16-byte vector type, aligned as on the device (a float4 load needs it) */
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
 struct dim3 {
   unsigned x, y, z;
   constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
