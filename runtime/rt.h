@@ -208,8 +208,9 @@ struct rt_worker {
   int dev_async;                   /* device mode, hand-over by the device (dev->async): busy
                                       comes from dev->busy, forward only queues the work */
   void **dev_in;                   /* device mode: [n_inputs * slots] graph input slices on the device
-                                      (slots: M in training, whose backward reads them again; else 1) */
+                                      (slots: M in training, whose backward reads them again; else in_copies) */
   int64_t *dev_in_mb;              /* [n_inputs * slots] the micro-batch + 1 held there (0: none) */
+  int in_copies;                   /* device mode, inference: copies per graph input (2; PIPERT_INPUT_COPIES=1) */
   void **host_out;                 /* device mode: [n_outputs] a graph output downloaded */
   struct rt_pend *pend;            /* async device mode: graph outputs downloaded after the
                                       next forward is queued, so the device never idles */

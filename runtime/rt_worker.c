@@ -211,9 +211,10 @@ void rt_worker_reset(rt_worker *w) {
  * mode the upload of micro-batch g + 1 (on the upload stream) runs while forward g still
  * reads its copy: with one, the upload waited for that forward and the forward of g + 1
  * for the upload, and the device idled for every copy (ResNet-50, batch 32 on an H200:
- * 2.67 ms busy in a 3.10 ms period; the 19 MB upload took the difference). A --bench
- * --stream run of thousands of micro-batches once allocated one each. */
-static int dev_slots(const rt_worker *w) { return w->p->training ? w->M : 2; }
+ * 2.67 ms busy in a 3.10 ms period; the 19 MB upload took the difference;
+ * PIPERT_INPUT_COPIES=1 keeps one, to compare). A --bench --stream run of thousands of
+ * micro-batches once allocated one each. */
+static int dev_slots(const rt_worker *w) { return w->p->training ? w->M : w->in_copies; }
 
 /* Graph input idx of micro-batch g for forward/backward: the transport's slice, or in
  * device mode its copy on the device (uploaded once per micro-batch of the round). */
@@ -288,6 +289,8 @@ void rt_worker_set_device(rt_worker *w, const pipert_device_ops *dev) {
   w->dev = dev;
   w->fpool.dev = w->gpool.dev = dev;
   w->fpool.dev_state = w->gpool.dev_state = w->state;
+  const char *copies = getenv("PIPERT_INPUT_COPIES");
+  w->in_copies = copies && !strcmp(copies, "1") ? 1 : 2;
   w->dev_in = calloc((size_t)w->p->n_inputs * (size_t)dev_slots(w) + 1, sizeof(void *));
   w->dev_in_mb = calloc((size_t)w->p->n_inputs * (size_t)dev_slots(w) + 1, sizeof(int64_t));
   w->host_out = calloc((size_t)w->p->n_outputs + 1, sizeof(void *));

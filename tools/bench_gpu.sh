@@ -10,8 +10,9 @@
 #   --batch B     samples per batch (default 32; must be divisible by the micro-batches)
 #   --iters N     timed iterations (default 200; pipecc --bench N --stream, PyTorch N batches)
 #   --work DIR    models and pipecc builds (default: /tmp/pipecc-bench-gpu)
-#   --quick       g=1 only: ResNet-50 (legacy and graph cuDNN API) and BERT-style, against
-#                 eager and torch.compile (2 nvcc builds instead of 8; tools/gpu_kit.sh)
+#   --quick       g=1 only: ResNet-50 (legacy and graph cuDNN API, stem by cuDNN, one input
+#                 copy) and BERT-style (one input copy), against eager and torch.compile
+#                 (2 nvcc builds instead of 8; tools/gpu_kit.sh)
 #   PIPECC_PYTHON python with torch, torchvision, onnx, numpy (default /usr/bin/python3)
 #
 # Prints one line per (model, runner): samples/s and ms per batch, then the speedups
@@ -155,12 +156,22 @@ if [ "$QUICK" = 0 ]; then
   bench_env resnet50 input "$WORK/resnet50_x.npy" pipecc-g1 PIPECC_CONV_GEMM=0 pipecc-g1-cudnn1x1
 fi
 # the same build with its Convs through cuDNN's graph (backend) API and heuristics mode A
-# instead of the legacy API's heuristic (PIPECC_CONV_API=graph)
-bench_env resnet50 input "$WORK/resnet50_x.npy" pipecc-g1 PIPECC_CONV_API=graph pipecc-g1-graph
-# --quick: both again, so the table shows how far one run moves between two of the same
+# instead of the legacy API's heuristic (PIPECC_CONV_API=graph); with its stem through
+# cuDNN instead of the direct kernel (PIPECC_CONV_DIRECT=0); with one device copy of the
+# input instead of two (PIPERT_INPUT_COPIES=1: the upload of the next batch waits for the
+# forward reading the copy)
+extra_rows() {
+  bench_env resnet50 input "$WORK/resnet50_x.npy" pipecc-g1 PIPECC_CONV_API=graph pipecc-g1-graph
+  bench_env resnet50 input "$WORK/resnet50_x.npy" pipecc-g1 PIPECC_CONV_DIRECT=0 pipecc-g1-cudnnstem
+  bench_env resnet50 input "$WORK/resnet50_x.npy" pipecc-g1 PIPERT_INPUT_COPIES=1 pipecc-g1-1copy
+  bench_env bert input_ids "$WORK/bert_x.npy" pipecc-g1 PIPERT_INPUT_COPIES=1 pipecc-g1-1copy
+}
+extra_rows
+# --quick: all again, so the table shows how far one run moves between two of the same
 if [ "$QUICK" = 1 ]; then
   bench_env resnet50 input "$WORK/resnet50_x.npy" pipecc-g1 "" pipecc-g1
-  bench_env resnet50 input "$WORK/resnet50_x.npy" pipecc-g1 PIPECC_CONV_API=graph pipecc-g1-graph
+  bench_env bert input_ids "$WORK/bert_x.npy" pipecc-g1 "" pipecc-g1
+  extra_rows
 fi
 bench_torch resnet50 "$WORK/resnet50_x.npy"
 bench_torch bert "$WORK/bert_x.npy"
@@ -181,6 +192,8 @@ for m in resnet50 bert; do
           if ("pipecc-g1-nhwc-all" in r) printf "; --layout nhwc-all / nhwc: %s", q(r["pipecc-g1-nhwc-all"], r["pipecc-g1"])
           if ("pipecc-g1-cudnn1x1" in r) printf "; 1x1 Convs as GEMMs / through cuDNN: %s", q(r["pipecc-g1"], r["pipecc-g1-cudnn1x1"])
           if ("pipecc-g1-graph" in r) printf "; cuDNN graph API / legacy API: %s (torch.compile: %s)", q(r["pipecc-g1-graph"], r["pipecc-g1"]), q(r["pipecc-g1-graph"], r["torch-compile"])
+          if ("pipecc-g1-cudnnstem" in r) printf "; stem by the direct kernel / by cuDNN (PIPECC_CONV_DIRECT=0): %s", q(r["pipecc-g1"], r["pipecc-g1-cudnnstem"])
+          if ("pipecc-g1-1copy" in r) printf "; two input copies / one (PIPERT_INPUT_COPIES=1): %s", q(r["pipecc-g1"], r["pipecc-g1-1copy"])
           printf "\n" }' \
     "$RESULTS"
 done
