@@ -647,6 +647,41 @@ static int emit_conv_transpose(cg_ctx *c, const ir_node *n) {
   int64_t KK = w.k[0] * w.k[1] * w.k[2], Kc = Mg * KK;
   size_t esz = t == IR_DOUBLE ? 8 : 4;
   if (cg_numel(y) == 0) return 0;
+  if (Cg == 1 && Mg == 1) {
+    /* depthwise (the input gradient of a depthwise Conv, as autodiff writes it): each
+     * input row scattered into the output row of every tap, y[o] += x[i] * w[tap], in
+     * col2im's order (tap, then position) and with its products (col = W^T X is x * w
+     * here): the same bits without a K = 1 GEMM per channel and its KK x IS columns */
+    cg_w(c, "  memset(y0, 0, sizeof(%s) * %lld);\n", T, LL(cg_numel(y)));
+    cg_w(c, "  for (long n = 0; n < %lld; n++)\n    for (long g = 0; g < %lld; g++) {\n", LL(N), LL(G));
+    cg_w(c, "      const %s *xg = x0 + (n * %lld + g) * %lld, *wg = x1 + g * %lld;\n", T, LL(C), LL(IS), LL(KK));
+    cg_w(c, "      %s *yg = y0 + (n * %lld + g) * %lld;\n", T, LL(M), LL(OS));
+    cg_w(c, "      for (long kd = 0; kd < %lld; kd++)\n        for (long kh = 0; kh < %lld; kh++)\n", LL(w.k[0]),
+         LL(w.k[1]));
+    cg_w(c, "          for (long kw = 0; kw < %lld; kw++) {\n", LL(w.k[2]));
+    cg_w(c, "            const %s wv = wg[(kd * %lld + kh) * %lld + kw];\n", T, LL(w.k[1]), LL(w.k[2]));
+    /* the inputs whose ow = iw * s - pb + kw * d falls in [0, OW) */
+    cg_w(c, "            const long off = kw * %lld - %lld;\n", LL(w.d[2]), LL(w.pb[2]));
+    cg_w(c, "            const long lo = off < 0 ? (-off + %lld) / %lld : 0;\n", LL(w.s[2] - 1), LL(w.s[2]));
+    cg_w(c, "            long hi = %lld - off > 0 ? (%lld - off + %lld) / %lld : 0;\n", LL(w.out[2]), LL(w.out[2]),
+         LL(w.s[2] - 1), LL(w.s[2]));
+    cg_w(c, "            if (hi > %lld) hi = %lld;\n", LL(w.in[2]), LL(w.in[2]));
+    cg_w(c, "            for (long id = 0; id < %lld; id++) {\n", LL(w.in[0]));
+    cg_w(c, "              const long od = id * %lld - %lld + kd * %lld;\n", LL(w.s[0]), LL(w.pb[0]), LL(w.d[0]));
+    cg_w(c, "              if (od < 0 || od >= %lld) continue;\n", LL(w.out[0]));
+    cg_w(c, "              for (long ih = 0; ih < %lld; ih++) {\n", LL(w.in[1]));
+    cg_w(c, "                const long oh = ih * %lld - %lld + kh * %lld;\n", LL(w.s[1]), LL(w.pb[1]), LL(w.d[1]));
+    cg_w(c, "                if (oh < 0 || oh >= %lld) continue;\n", LL(w.out[1]));
+    cg_w(c, "                const %s *xr = xg + (id * %lld + ih) * %lld;\n", T, LL(w.in[1]), LL(w.in[2]));
+    cg_w(c, "                %s *yr = yg + (od * %lld + oh) * %lld;\n", T, LL(w.out[1]), LL(w.out[2]));
+    cg_w(c, "                for (long iw = lo; iw < hi; iw++) yr[iw * %lld + off] += xr[iw] * wv;\n", LL(w.s[2]));
+    cg_w(c, "              }\n            }\n          }\n    }\n");
+    if (b) {
+      cg_w(c, "  for (long n = 0; n < %lld; n++)\n    for (long m = 0; m < %lld; m++)\n", LL(N), LL(M));
+      cg_w(c, "      for (long i = 0; i < %lld; i++) y0[(n * %lld + m) * %lld + i] += x2[m];\n", LL(OS), LL(M), LL(OS));
+    }
+    return 0;
+  }
   cg_scratch(c, (size_t)(Kc * IS) * esz);
   cg_w(c, "  %s *col = (%s *)scr;\n", T, T);
   cg_w(c, "  memset(y0, 0, sizeof(%s) * %lld);\n", T, LL(cg_numel(y)));

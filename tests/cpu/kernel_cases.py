@@ -170,6 +170,20 @@ def stem_case(C, M, H, W, k, s, pads, bias, epi, one_d=False, dil=1):
     return mk(nodes, inputs, ["y"], inits), 1.0
 
 
+def dwt_case(C, H, W, k, s, pads, dil, bias, out_pad=(0, 0)):
+    """Depthwise ConvTranspose [4, C, H, W] (a depthwise Conv's input gradient as autodiff
+    writes it): each input row scattered into the output rows of its taps."""
+    rng = np.random.default_rng(C * 13 + H + k)
+    inits = [("w", rng.standard_normal((C, 1, k, k)).astype(np.float32))]
+    ins = ["x", "w"]
+    if bias:
+        inits.append(("b", rng.standard_normal(C).astype(np.float32)))
+        ins.append("b")
+    nodes = [helper.make_node("ConvTranspose", ins, ["y"], group=C, kernel_shape=[k, k], strides=[s, s], pads=pads,
+                              dilations=[dil, dil], output_padding=list(out_pad))]
+    return mk(nodes, [("x", (4, C, H, W))], ["y"], inits), 1.0
+
+
 def ex_case(K, M, H, W, k, s, pads, dil, ebias, eact, dbias, dact, other_reader=False, pw_stride=1):
     """A MobileNet expansion: 1x1 Conv [4, K, H, W] -> M channels (+ bias, eact "" / "relu" /
     "clip"), then a depthwise k x k Conv (+ bias, dact); passes/fuse.c fuses the pair on the
@@ -512,6 +526,31 @@ CASES.update({
 })
 CASES["stem_dil2"] = lambda: stem_case(3, 32, 20, 20, 3, 1, [2, 2, 2, 2], True, "", dil=2)
 
+# depthwise ConvTransposes (DWT: how many the cpu target scatters row by row instead of a
+# K = 1 GEMM and col2im): stride 1 and 2 with pads, asymmetric pads, a dilation, an output
+# padding, no bias; a grouped one with 2 channels a group stays on the GEMM
+DWT = {"dwt3_s1": 1, "dwt3_s2": 1, "dwt3_s2_asym_outpad": 1, "dwt5_dil2_nobias": 1, "dwt_grouped": 0}
+CASES.update({
+    "dwt3_s1": lambda: dwt_case(5, 9, 11, 3, 1, [1, 1, 1, 1], 1, True),
+    "dwt3_s2": lambda: dwt_case(6, 7, 10, 3, 2, [1, 1, 1, 1], 1, True),
+    "dwt3_s2_asym_outpad": lambda: dwt_case(3, 6, 9, 3, 2, [0, 1, 1, 0], 1, True, out_pad=(1, 1)),
+    "dwt5_dil2_nobias": lambda: dwt_case(4, 8, 8, 5, 1, [4, 4, 4, 4], 2, False),
+})
+
+
+def dwt_grouped_case():
+    m, scale = dwt_case(6, 7, 10, 3, 2, [1, 1, 1, 1], 1, True)
+    rng = np.random.default_rng(5)
+    m.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(rng.standard_normal((6, 2, 3, 3))
+                                                                 .astype(np.float32), "w"))
+    for a in m.graph.node[0].attribute:
+        if a.name == "group":
+            a.i = 3
+    m.graph.initializer[1].CopyFrom(onnx.numpy_helper.from_array(rng.standard_normal(6).astype(np.float32), "b"))
+    return m, scale
+
+
+CASES["dwt_grouped"] = dwt_grouped_case
 # Transposes (TR_TILED: how many copy in tiles)
 TR_TILED = {"tr_tiles": 1, "tr_tail": 1, "tr_4d": 1, "tr_rows": 0}
 CASES.update({
@@ -555,6 +594,7 @@ CODE_COUNTS = [(EXPANDS, r"/\* fused: the 1x1 ", "expansions fused into a depthw
                (FLAT, r"the rows run on into each other", "depthwise Convs whose rows run end to end"),
                (RED_LANES, r"double s_l\[8\]", "reductions summed in double lanes"),
                (SMALLOUT, r"a small output: each output one dot product", "small-output Convs as dot products"),
+               (DWT, r"yr\[iw \* \d+ \+ off\] \+=", "depthwise ConvTransposes scattered row by row"),
                (TR_TILED, r"t\d = 0; t\d < \d+; t\d \+= 8\)\n\s*for \(long t", "Transposes copied in tiles")]
 
 
