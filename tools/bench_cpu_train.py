@@ -10,9 +10,9 @@ Per model (tools/export_models.py's: the GPT-style model in eval mode at batch 3
 MobileNetV2 in training mode, BatchNorm on batch statistics, at batch 8), the same random
 inputs and labels for both, cross-entropy, SGD with momentum: `pipecc MODEL --train -g 1
 -m 1`, then R rounds, their order swapped every round, of `DIR/pipeline train --steps
-1` and `--steps 1+N` (the difference over N: the time of a step, start-up and the first
-step left out) and of N PyTorch steps after one (zero_grad, forward, loss, backward,
-step). The line per model: the median times per step, the median ratio (PyTorch's time
+1+N --log` (the median of steps 2 .. 1+N as the pipeline logs them: start-up and the
+first step left out) and of N PyTorch steps after one (zero_grad, forward, loss,
+backward, step). The line per model: the median times per step, the median ratio (PyTorch's time
 over pipecc's: above 1, pipecc is faster) and its range over the rounds."""
 import argparse
 import os
@@ -71,17 +71,19 @@ def torch_step_ms(model, x, y, steps):
     return (time.perf_counter() - t) / steps * 1e3
 
 
-def pipecc_step_ms(d, work, steps):
-    def run(n):
-        t = time.perf_counter()
-        r = subprocess.run(["taskset", "-c", "0", os.path.join(d, "pipeline"), "train", "--data",
-                            os.path.join(work, "X.npy"), "--labels", os.path.join(work, "Y.npy"), "--steps", str(n),
-                            "--quiet", "--no-shuffle"], capture_output=True, text=True)
-        if r.returncode:
-            sys.exit(f"bench_cpu_train.py: pipeline train failed:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
-        return time.perf_counter() - t
-    one = run(1)
-    return (run(1 + steps) - one) / steps * 1e3
+def pipecc_step_ms(d, work, steps, batch):
+    """The median time of steps 2 .. 1+steps from the pipeline's own log (samples/s per
+    step): start-up (a second or more, and as noisy as it is long: the arena's first
+    touch) left out."""
+    log = os.path.join(work, "train_log.csv")
+    r = subprocess.run(["taskset", "-c", "0", os.path.join(d, "pipeline"), "train", "--data",
+                        os.path.join(work, "X.npy"), "--labels", os.path.join(work, "Y.npy"), "--steps", str(1 + steps),
+                        "--quiet", "--no-shuffle", "--log", log], capture_output=True, text=True)
+    if r.returncode:
+        sys.exit(f"bench_cpu_train.py: pipeline train failed:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
+    with open(log) as f:
+        rows = [line.strip().split(",") for line in f.readlines()[1:]]
+    return med([1e3 * batch / float(row[4]) for row in rows[1:]])
 
 
 def med(v):
@@ -120,11 +122,11 @@ def main():
         pc, tc = [], []
         for i in range(a.rounds):
             if i % 2 == 0:
-                pc.append(pipecc_step_ms(d, work, steps))
+                pc.append(pipecc_step_ms(d, work, steps, batch))
                 tc.append(torch_step_ms(model, x, y, steps))
             else:
                 tc.append(torch_step_ms(model, x, y, steps))
-                pc.append(pipecc_step_ms(d, work, steps))
+                pc.append(pipecc_step_ms(d, work, steps, batch))
         ratios = [t / p for p, t in zip(pc, tc)]
         print(f"{name:<14} {batch:>5} {med(pc):>10.1f} {med(tc):>9.1f} {med(ratios):>6.3f}x "
               f"{min(ratios):>7.3f}..{max(ratios):<6.3f}", flush=True)
