@@ -629,8 +629,24 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
   return 0;
 }
 
+/* The input depth and row loops of a ConvTranspose's scatter under tap (kd, kh), at
+ * indentation ind: od and oh the output depth and row, those outside skipped; the caller
+ * closes the two loops. */
+static void emit_ct_rows(cg_ctx *c, const char *ind, const cg_win3 *w) {
+  cg_w(c, "%sfor (long id = 0; id < %lld; id++) {\n", ind, LL(w->in[0]));
+  cg_w(c, "%s  const long od = id * %lld - %lld + kd * %lld;\n", ind, LL(w->s[0]), LL(w->pb[0]), LL(w->d[0]));
+  cg_w(c, "%s  if (od < 0 || od >= %lld) continue;\n", ind, LL(w->out[0]));
+  cg_w(c, "%s  for (long ih = 0; ih < %lld; ih++) {\n", ind, LL(w->in[1]));
+  cg_w(c, "%s    const long oh = ih * %lld - %lld + kh * %lld;\n", ind, LL(w->s[1]), LL(w->pb[1]), LL(w->d[1]));
+  cg_w(c, "%s    if (oh < 0 || oh >= %lld) continue;\n", ind, LL(w->out[1]));
+}
+
 /* ConvTranspose: per sample and group, col = W_g^T X_g (GEMM), then col2im adds the
- * columns into the output; bias last. */
+ * columns into the output; bias last. A depthwise one (the input gradient of a depthwise
+ * Conv, as autodiff writes it) scatters each input row into the output row of every tap,
+ * y[o] += x[i] * w[tap], in col2im's order (tap, then position) and with its products
+ * (col = W^T X is x * w there): the same bits without a K = 1 GEMM per channel and its
+ * KK x IS columns. */
 static int emit_conv_transpose(cg_ctx *c, const ir_node *n) {
   ir_value *x = cg_in(c, n, 0), *wt = cg_in(c, n, 1), *b = cg_in(c, n, 2), *y = cg_out(c, n, 0);
   ir_dtype t = y->dtype;
@@ -647,15 +663,12 @@ static int emit_conv_transpose(cg_ctx *c, const ir_node *n) {
   int64_t KK = w.k[0] * w.k[1] * w.k[2], Kc = Mg * KK;
   size_t esz = t == IR_DOUBLE ? 8 : 4;
   if (cg_numel(y) == 0) return 0;
+  cg_w(c, "  memset(y0, 0, sizeof(%s) * %lld);\n", T, LL(cg_numel(y)));
+  cg_w(c, "  for (long n = 0; n < %lld; n++)\n    for (long g = 0; g < %lld; g++) {\n", LL(N), LL(G));
+  cg_w(c, "      const %s *xg = x0 + (n * %lld + g * %lld) * %lld;\n", T, LL(C), LL(Cg), LL(IS));
+  cg_w(c, "      %s *yg = y0 + (n * %lld + g * %lld) * %lld;\n", T, LL(M), LL(Mg), LL(OS));
   if (Cg == 1 && Mg == 1) {
-    /* depthwise (the input gradient of a depthwise Conv, as autodiff writes it): each
-     * input row scattered into the output row of every tap, y[o] += x[i] * w[tap], in
-     * col2im's order (tap, then position) and with its products (col = W^T X is x * w
-     * here): the same bits without a K = 1 GEMM per channel and its KK x IS columns */
-    cg_w(c, "  memset(y0, 0, sizeof(%s) * %lld);\n", T, LL(cg_numel(y)));
-    cg_w(c, "  for (long n = 0; n < %lld; n++)\n    for (long g = 0; g < %lld; g++) {\n", LL(N), LL(G));
-    cg_w(c, "      const %s *xg = x0 + (n * %lld + g) * %lld, *wg = x1 + g * %lld;\n", T, LL(C), LL(IS), LL(KK));
-    cg_w(c, "      %s *yg = y0 + (n * %lld + g) * %lld;\n", T, LL(M), LL(OS));
+    cg_w(c, "      const %s *wg = x1 + g * %lld;\n", T, LL(KK));
     cg_w(c, "      for (long kd = 0; kd < %lld; kd++)\n        for (long kh = 0; kh < %lld; kh++)\n", LL(w.k[0]),
          LL(w.k[1]));
     cg_w(c, "          for (long kw = 0; kw < %lld; kw++) {\n", LL(w.k[2]));
@@ -666,48 +679,31 @@ static int emit_conv_transpose(cg_ctx *c, const ir_node *n) {
     cg_w(c, "            long hi = %lld - off > 0 ? (%lld - off + %lld) / %lld : 0;\n", LL(w.out[2]), LL(w.out[2]),
          LL(w.s[2] - 1), LL(w.s[2]));
     cg_w(c, "            if (hi > %lld) hi = %lld;\n", LL(w.in[2]), LL(w.in[2]));
-    cg_w(c, "            for (long id = 0; id < %lld; id++) {\n", LL(w.in[0]));
-    cg_w(c, "              const long od = id * %lld - %lld + kd * %lld;\n", LL(w.s[0]), LL(w.pb[0]), LL(w.d[0]));
-    cg_w(c, "              if (od < 0 || od >= %lld) continue;\n", LL(w.out[0]));
-    cg_w(c, "              for (long ih = 0; ih < %lld; ih++) {\n", LL(w.in[1]));
-    cg_w(c, "                const long oh = ih * %lld - %lld + kh * %lld;\n", LL(w.s[1]), LL(w.pb[1]), LL(w.d[1]));
-    cg_w(c, "                if (oh < 0 || oh >= %lld) continue;\n", LL(w.out[1]));
+    emit_ct_rows(c, "            ", &w);
     cg_w(c, "                const %s *xr = xg + (id * %lld + ih) * %lld;\n", T, LL(w.in[1]), LL(w.in[2]));
     cg_w(c, "                %s *yr = yg + (od * %lld + oh) * %lld;\n", T, LL(w.out[1]), LL(w.out[2]));
     cg_w(c, "                for (long iw = lo; iw < hi; iw++) yr[iw * %lld + off] += xr[iw] * wv;\n", LL(w.s[2]));
     cg_w(c, "              }\n            }\n          }\n    }\n");
-    if (b) {
-      cg_w(c, "  for (long n = 0; n < %lld; n++)\n    for (long m = 0; m < %lld; m++)\n", LL(N), LL(M));
-      cg_w(c, "      for (long i = 0; i < %lld; i++) y0[(n * %lld + m) * %lld + i] += x2[m];\n", LL(OS), LL(M), LL(OS));
-    }
-    return 0;
+  } else {
+    cg_scratch(c, (size_t)(Kc * IS) * esz);
+    cg_w(c, "      %s *col = (%s *)scr;\n", T, T);
+    /* W: [C, Mg, k...]; group g rows g*Cg..: as a [Cg, Kc] matrix; col = W_g^T (Kc x Cg) * X_g (Cg x IS) */
+    cg_w(c, "      %s(CblasRowMajor, CblasTrans, CblasNoTrans, %lld, %lld, %lld, 1, x1 + g * %lld, %lld, xg, %lld, 0, col, %lld);\n",
+         gemm_fn(t), LL(Kc), LL(IS), LL(Cg), LL(Cg * Kc), LL(Kc), LL(IS), LL(IS));
+    cg_w(c, "      for (long m = 0; m < %lld; m++)\n", LL(Mg));
+    cg_w(c, "        for (long kd = 0; kd < %lld; kd++)\n          for (long kh = 0; kh < %lld; kh++)\n", LL(w.k[0]),
+         LL(w.k[1]));
+    cg_w(c, "            for (long kw = 0; kw < %lld; kw++) {\n", LL(w.k[2]));
+    cg_w(c, "              const %s *cr = col + (((m * %lld + kd) * %lld + kh) * %lld + kw) * %lld;\n", T, LL(w.k[0]),
+         LL(w.k[1]), LL(w.k[2]), LL(IS));
+    emit_ct_rows(c, "              ", &w);
+    cg_w(c, "                  for (long iw = 0; iw < %lld; iw++) {\n", LL(w.in[2]));
+    cg_w(c, "                    const long ow = iw * %lld - %lld + kw * %lld;\n", LL(w.s[2]), LL(w.pb[2]), LL(w.d[2]));
+    cg_w(c, "                    if (ow < 0 || ow >= %lld) continue;\n", LL(w.out[2]));
+    cg_w(c, "                    yg[((m * %lld + od) * %lld + oh) * %lld + ow] += cr[(id * %lld + ih) * %lld + iw];\n",
+         LL(w.out[0]), LL(w.out[1]), LL(w.out[2]), LL(w.in[1]), LL(w.in[2]));
+    cg_w(c, "                  }\n                }\n              }\n            }\n    }\n");
   }
-  cg_scratch(c, (size_t)(Kc * IS) * esz);
-  cg_w(c, "  %s *col = (%s *)scr;\n", T, T);
-  cg_w(c, "  memset(y0, 0, sizeof(%s) * %lld);\n", T, LL(cg_numel(y)));
-  cg_w(c, "  for (long n = 0; n < %lld; n++)\n    for (long g = 0; g < %lld; g++) {\n", LL(N), LL(G));
-  cg_w(c, "      const %s *xg = x0 + (n * %lld + g * %lld) * %lld;\n", T, LL(C), LL(Cg), LL(IS));
-  cg_w(c, "      %s *yg = y0 + (n * %lld + g * %lld) * %lld;\n", T, LL(M), LL(Mg), LL(OS));
-  /* W: [C, Mg, k...]; group g rows g*Cg..: as a [Cg, Kc] matrix; col = W_g^T (Kc x Cg) * X_g (Cg x IS) */
-  cg_w(c, "      %s(CblasRowMajor, CblasTrans, CblasNoTrans, %lld, %lld, %lld, 1, x1 + g * %lld, %lld, xg, %lld, 0, col, %lld);\n",
-       gemm_fn(t), LL(Kc), LL(IS), LL(Cg), LL(Cg * Kc), LL(Kc), LL(IS), LL(IS));
-  cg_w(c, "      for (long m = 0; m < %lld; m++)\n", LL(Mg));
-  cg_w(c, "        for (long kd = 0; kd < %lld; kd++)\n          for (long kh = 0; kh < %lld; kh++)\n", LL(w.k[0]), LL(w.k[1]));
-  cg_w(c, "            for (long kw = 0; kw < %lld; kw++) {\n", LL(w.k[2]));
-  cg_w(c, "              const %s *cr = col + (((m * %lld + kd) * %lld + kh) * %lld + kw) * %lld;\n", T, LL(w.k[0]),
-       LL(w.k[1]), LL(w.k[2]), LL(IS));
-  cg_w(c, "              for (long id = 0; id < %lld; id++) {\n", LL(w.in[0]));
-  cg_w(c, "                const long od = id * %lld - %lld + kd * %lld;\n", LL(w.s[0]), LL(w.pb[0]), LL(w.d[0]));
-  cg_w(c, "                if (od < 0 || od >= %lld) continue;\n", LL(w.out[0]));
-  cg_w(c, "                for (long ih = 0; ih < %lld; ih++) {\n", LL(w.in[1]));
-  cg_w(c, "                  const long oh = ih * %lld - %lld + kh * %lld;\n", LL(w.s[1]), LL(w.pb[1]), LL(w.d[1]));
-  cg_w(c, "                  if (oh < 0 || oh >= %lld) continue;\n", LL(w.out[1]));
-  cg_w(c, "                  for (long iw = 0; iw < %lld; iw++) {\n", LL(w.in[2]));
-  cg_w(c, "                    const long ow = iw * %lld - %lld + kw * %lld;\n", LL(w.s[2]), LL(w.pb[2]), LL(w.d[2]));
-  cg_w(c, "                    if (ow < 0 || ow >= %lld) continue;\n", LL(w.out[2]));
-  cg_w(c, "                    yg[((m * %lld + od) * %lld + oh) * %lld + ow] += cr[(id * %lld + ih) * %lld + iw];\n",
-       LL(w.out[0]), LL(w.out[1]), LL(w.out[2]), LL(w.in[1]), LL(w.in[2]));
-  cg_w(c, "                  }\n                }\n              }\n            }\n    }\n");
   if (b) {
     cg_w(c, "  for (long n = 0; n < %lld; n++)\n    for (long m = 0; m < %lld; m++)\n", LL(N), LL(M));
     cg_w(c, "      for (long i = 0; i < %lld; i++) y0[(n * %lld + m) * %lld + i] += x2[m];\n", LL(OS), LL(M), LL(OS));

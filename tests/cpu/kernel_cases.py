@@ -89,11 +89,19 @@ def dw_case(C, H, W, k, s, pads, dil, bias, epi, one_d=False):
                               strides=list(s) if isinstance(s, tuple) else [s] * len(ks), pads=pads,
                               dilations=[dil] * len(ks))]
     inputs = [("x", xs)]
+    # (a residual only with an int stride)
+    out = [(d + pads[i] + pads[i + len(ks)] - dil * (k - 1) - 1) // s + 1 for i, d in enumerate(xs[2:])] \
+        if epi.startswith("res") else None
+    conv_epi(nodes, inputs, inits, C, out, epi)
+    return mk(nodes, inputs, ["y"], inits), 1.0
+
+
+def conv_epi(nodes, inputs, inits, M, out, epi):
+    """After a Conv whose output is "c": epi ("" / "relu" / "clip", "res_" first: an Add of
+    a second input r of the Conv's output shape [4, M] + out) into "y"."""
     last = "c"
     if epi.startswith("res"):
-        # the residual has the Conv's output shape: a second input
-        oh = [(d + pads[i] + pads[i + len(ks)] - dil * (k - 1) - 1) // s + 1 for i, d in enumerate(xs[2:])]
-        inputs.append(("r", (4, C) + tuple(oh)))
+        inputs.append(("r", (4, M) + tuple(out)))
         nodes.append(helper.make_node("Add", ["c", "r"], ["a"]))
         last = "a"
     if epi.endswith("relu"):
@@ -103,7 +111,6 @@ def dw_case(C, H, W, k, s, pads, dil, bias, epi, one_d=False):
         nodes.append(helper.make_node("Clip", [last, "lo", "hi"], ["y"]))
     else:
         nodes.append(helper.make_node("Identity", [last], ["y"]))
-    return mk(nodes, inputs, ["y"], inits), 1.0
 
 
 def pw_case(C, M, H, W, bias, epi):
@@ -153,20 +160,9 @@ def stem_case(C, M, H, W, k, s, pads, bias, epi, one_d=False, dil=1):
         ins.append("b")
     xs = (4, C, W) if one_d else (4, C, H, W)
     nodes = [helper.make_node("Conv", ins, ["c"], kernel_shape=ks, strides=st, pads=pads, dilations=[dil] * len(ks))]
-    inputs, last = [("x", xs)], "c"
-    if epi.startswith("res"):
-        n = len(ks)
-        oh = [(d + pads[i] + pads[i + n] - ks[i]) // st[i] + 1 for i, d in enumerate(xs[2:])]
-        inputs.append(("r", (4, M) + tuple(oh)))
-        nodes.append(helper.make_node("Add", ["c", "r"], ["a"]))
-        last = "a"
-    if epi.endswith("relu"):
-        nodes.append(helper.make_node("Relu", [last], ["y"]))
-    elif epi.endswith("clip"):
-        inits += [("lo", np.array(0, np.float32)), ("hi", np.array(1.5, np.float32))]
-        nodes.append(helper.make_node("Clip", [last, "lo", "hi"], ["y"]))
-    else:
-        nodes.append(helper.make_node("Identity", [last], ["y"]))
+    inputs = [("x", xs)]
+    out = [(d + pads[i] + pads[i + len(ks)] - dil * (ks[i] - 1) - 1) // st[i] + 1 for i, d in enumerate(xs[2:])]
+    conv_epi(nodes, inputs, inits, M, out, epi)
     return mk(nodes, inputs, ["y"], inits), 1.0
 
 
