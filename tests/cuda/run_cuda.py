@@ -25,9 +25,10 @@
 
     run_cuda.py fuse --pipecc ... --model resnet18.onnx --shape ... --work /tmp/w
         Emits (--emit-only, no nvcc) with and without --no-fuse: the fused build's stage
-        sources call pk_conv_epi (bias, residual Add and Relu/Clip after cuDNN's
-        convolution in one kernel) once per chain pipecc reports fusing, the unfused
-        build never, and the fused build has fewer units. In run mode, g=1 is also built
+        sources run each chain pipecc reports fusing in one kernel, pk_conv_epi (bias,
+        residual Add and Relu/Clip after cuDNN's convolution) or the stem's direct
+        convolution with its epilogue (pk_conv_direct with an activation or residual),
+        the unfused build never, and the fused build has fewer units. In run mode, g=1 is also built
         with --no-fuse and compared (float32) with onnxruntime.
 
     run_cuda.py layout --pipecc ... --model resnet50.onnx --shape ... --work /tmp/w \
@@ -424,9 +425,12 @@ def check_fuse(a, name, work):
             return 1
         if tag == "fused":
             chains = pt.fused_chains(e[0])
-        calls[tag] = len(re.findall(r"\bpk_conv_epi\(", e[1]))
+        # pk_conv_direct(S, idx, x, w, b, r, y, act, lo, hi): fused where r or act is set
+        direct = re.findall(r"\bpk_conv_direct\(S, \d+, [^,]+, [^,]+, [^,]+, ([^,]+), [^,]+, (\d+),", e[1])
+        calls[tag] = len(re.findall(r"\bpk_conv_epi\(", e[1])) + sum(r != "NULL" or act != "0" for r, act in direct)
         units[tag] = len(re.findall(r"PK_UNIT\(", e[1]))
-    print(f"{name}: {chains} chains fused; pk_conv_epi calls: fused {calls['fused']}, unfused {calls['unfused']}; "
+    print(f"{name}: {chains} chains fused; Convs with a fused epilogue (pk_conv_epi, pk_conv_direct): fused "
+          f"{calls['fused']}, unfused {calls['unfused']}; "
           f"units: fused {units['fused']}, unfused {units['unfused']}")
     ok = chains > 0 and calls["fused"] == chains and calls["unfused"] == 0 and units["fused"] < units["unfused"]
     print(("PASS " if ok else "FAIL ") + name)
