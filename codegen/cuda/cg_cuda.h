@@ -9,6 +9,8 @@
  *   pipecc_cuda.h, pipecc_cuda_rt.cu  the device runtime (copied from codegen/cuda/rt;
  *                     compiled once per build): stage life cycle, cuDNN, cuBLAS, generic
  *                     kernels; pipecc_cuda.h documents the run-time behaviour
+ *   pipecc_cuda_limits.h  the limits of the runtime's own kernels (plain C): the emitter
+ *                     picks a kernel by them, the runtime checks them again
  *   weights_K.bin     the stage's constants, 64-byte aligned, uploaded once by init
  *   pipeline_main.c   the pipert_pipeline (same as the cpu target)
  *   profile_main.cu   (one-stage builds) the per-node profiler, `make profile`

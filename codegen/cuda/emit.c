@@ -519,7 +519,7 @@ static int emit_makefile(ir_graph *g, const cg_plan *p, const cg_options *o, con
     fputs("profile: stage_0.o pipecc_cuda_rt.o profile_main.o $(PIPERT_LIB)\n"
           "\t$(NVCC) $(CUDA_ARCH) -o $@ stage_0.o pipecc_cuda_rt.o profile_main.o $(PIPERT_LIB) $(LIBS)\n\n",
           f);
-  fputs("%.o: %.cu pipecc_cuda.h\n\t$(NVCC) $(NVCCFLAGS) -I. -I$(PIPERT_INCLUDE) -c -o $@ $<\n\n", f);
+  fputs("%.o: %.cu pipecc_cuda.h pipecc_cuda_limits.h\n\t$(NVCC) $(NVCCFLAGS) -I. -I$(PIPERT_INCLUDE) -c -o $@ $<\n\n", f);
   fputs("%.o: %.c\n\t$(CC) $(CFLAGS) -I$(PIPERT_INCLUDE) -c -o $@ $<\n\n", f);
   fputs("clean:\n\trm -f $(OBJS) profile_main.o pipeline profile\n\n.PHONY: all clean\n", f);
   fclose(f);
@@ -550,6 +550,7 @@ int cg_cuda_emit(ir_graph *g, const cg_plan *p, const cg_options *o, const char 
   }
   if (!rc) rc = cg_emit_main(g, p, o, &si, "cuda", out_dir);
   if (!rc) rc = copy_rt_file(g, o, out_dir, "pipecc_cuda.h");
+  if (!rc) rc = copy_rt_file(g, o, out_dir, "pipecc_cuda_limits.h");
   if (!rc) rc = copy_rt_file(g, o, out_dir, "pipecc_cuda_rt.cu");
   if (!rc && p->n_stages == 1) rc = emit_profile_main(g, o, out_dir);
   if (!rc) rc = emit_makefile(g, p, o, out_dir);
@@ -577,16 +578,17 @@ static int rt_cache_path(const char *out_dir, char *path, size_t n) {
   const char *rt = getenv("PIPECC_CUDA_RT_DIR");
   char rtdir[4096];
   snprintf(rtdir, sizeof rtdir, "%s", rt && *rt ? rt : PIPECC_SOURCE_DIR "/codegen/cuda/rt");
-  const char *files[] = {"pipecc_cuda_rt.cu", "pipecc_cuda.h", "Makefile"};
+  const char *files[] = {"pipecc_cuda_rt.cu", "pipecc_cuda.h", "pipecc_cuda_limits.h", "Makefile"};
   uint64_t key = 0x70697065636375ull;
   for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
     char p[8400];
-    snprintf(p, sizeof p, "%s/%s", i < 2 ? rtdir : out_dir, files[i]);
+    int rt_src = i + 1 < sizeof files / sizeof *files; /* all but the Makefile */
+    snprintf(p, sizeof p, "%s/%s", rt_src ? rtdir : out_dir, files[i]);
     FILE *f = fopen(p, "rb");
     if (!f) return -1;
     char line[8192];
     while (fgets(line, sizeof line, f))
-      if (i < 2 || !strncmp(line, "NVCC", 4) || !strncmp(line, "CUDA_", 5) || !strncmp(line, "PIPERT_INCLUDE", 14))
+      if (rt_src || !strncmp(line, "NVCC", 4) || !strncmp(line, "CUDA_", 5) || !strncmp(line, "PIPERT_INCLUDE", 14))
         key = cg_checksum64(line, strlen(line)) ^ (key * 0x100000001B3ull);
     fclose(f);
   }

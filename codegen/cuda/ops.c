@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "codegen/cuda/cg_cuda.h"
+#include "codegen/cuda/rt/pipecc_cuda_limits.h"
 #include "codegen/op_params.h"
 #include "codegen/rnn_expr.h"
 #include "passes/fuse.h"
@@ -144,16 +145,14 @@ static int conv_is_gemm(int nhwc, ir_dtype t, int64_t G, const cg_win3 *w) {
 }
 
 /* A float32 NCHW Conv of one group on at most 4 input channels (a network's stem), 1-D or
- * 2-D, no dilation, inside pk_conv_direct's limits (codegen/cuda/rt/pipecc_cuda.h):
+ * 2-D, no dilation, inside pk_conv_direct's limits (pk_dc_fits, codegen/cuda/rt/pipecc_cuda_limits.h):
  * pk_conv_direct. With 16 output channels or fewer cuDNN keeps it (the kernel computes 32
  * at a time). */
 static int conv_is_direct(int nhwc, ir_dtype t, int64_t N, int64_t C, int64_t M, int64_t G, const cg_win3 *w) {
   if (nhwc || t != IR_FLOAT || G != 1 || w->sr > 2 || C > 4 || M <= 16) return 0;
   for (int j = 0; j < 3; j++)
     if (w->d[j] != 1 || w->s[j] < 1) return 0;
-  int64_t kh = w->k[1], kw = w->k[2], sh = w->s[1], sw = w->s[2];
-  int64_t iht = 7 * sh + kh, iwq = (31 * sw + kw + sw - 1) / sw;
-  return C * kh * kw <= 160 && C * iht * iwq * sw <= 6144 && N * ((M + 31) / 32) <= 65535;
+  return pk_dc_fits(N, C, M, w->k[1], w->k[2], w->s[1], w->s[2]);
 }
 
 /* v's shape [N, H, W, C] as [N, C, H, W] */

@@ -41,6 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pipecc_cuda_limits.h"
 #include "pipert.h"
 
 #define PK_MAX_RANK 8
@@ -302,12 +303,10 @@ int pk_conv_1x1(pk_stage *S, int idx, const void *x, const void *w, const void *
 /* A float32 NCHW 2-D Conv (conv idx) of one group on few input channels (a network's
  * stem) with its fused epilogue, y = act(conv(x, W) + b + r): a direct kernel from
  * shared memory, exact float32 (no TF32); cuDNN's convolution and pk_conv_epi where the
- * kernel's limits (PK_DC_TAPS taps, PK_DC_XT floats of input tile) are passed or
+ * kernel's limits (pk_dc_fits, pipecc_cuda_limits.h) do not hold or
  * PIPECC_CONV_DIRECT=0. b, r may be NULL; act as pk_conv_epi's. */
 int pk_conv_direct(pk_stage *S, int idx, const void *x, const void *w, const void *b, const void *r, void *y, int act,
                    float lo, float hi);
-#define PK_DC_TAPS 160 /* C * kh * kw */
-#define PK_DC_XT 6144  /* C * ((8 - 1) * stride_h + kh) * ((32 - 1) * stride_w + kw), rows padded to stride_w */
 /* Row-major GEMM, batched with strides (0: broadcast):
  * C_i = alpha * op(A_i) op(B_i) + beta * C_i, op(A) M x K, op(B) K x N, C M x N.
  * Through cuBLASLt (TF32 unless the stage runs exact float32): a plan per shape made on

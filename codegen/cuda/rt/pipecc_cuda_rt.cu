@@ -577,9 +577,6 @@ extern "C" int pk_conv_epi(pk_stage *S, void *y, const void *b, const void *r, i
  * residual, then the clamps, in that order) and the output is written once, a warp's 32
  * columns at a time. float32 products summed in tap order: within float32 rounding of
  * cuDNN's result, not bit for bit. */
-#define PK_DC_TH 8
-#define PK_DC_TW 32
-#define PK_DC_MB 32
 struct pk_dc_p {
   int c, h, w, m, oh, ow, kh, kw, sh, sw, ph, pw, mchunks, taps, iht, iwq, act;
   float lo, hi;
@@ -657,6 +654,16 @@ PK_UNROLL
   }
 }
 
+/* cuDNN's convolution idx, then what it did not fuse: the bias, the residual and the
+ * clamps in one pk_conv_epi pass, or the bias alone; y seen as [n, ch, spatial]. The
+ * fallback of pk_conv_direct and pk_conv_1x1 where their own path does not apply. */
+static int conv_cudnn_epi(pk_stage *S, int idx, const void *x, const void *w, const void *b, const void *r, void *y,
+                          int64_t n, int64_t ch, int64_t spatial, int act, float lo, float hi) {
+  if (pk_conv(S, idx, x, w, y)) return 1;
+  if (act || r) return pk_conv_epi(S, y, b, r, n, ch, spatial, act, lo, hi);
+  return b ? pk_bias(S, PK_F32, y, b, n, ch, spatial) : 0;
+}
+
 static int conv_direct_off(void) {
   const char *v = getenv("PIPECC_CONV_DIRECT");
   return v && !strcmp(v, "0");
@@ -669,18 +676,11 @@ extern "C" int pk_conv_direct(pk_stage *S, int idx, const void *x, const void *w
   p.c = c->c, p.h = c->in[1], p.w = c->in[2], p.m = c->m, p.oh = c->out[1], p.ow = c->out[2];
   p.kh = c->k[1], p.kw = c->k[2], p.sh = c->stride[1], p.sw = c->stride[2], p.ph = c->pad[1], p.pw = c->pad[2];
   p.mchunks = (c->m + PK_DC_MB - 1) / PK_DC_MB, p.taps = c->c * p.kh * p.kw;
-  p.iht = (PK_DC_TH - 1) * p.sh + p.kh;
-  p.iwq = ((PK_DC_TW - 1) * p.sw + p.kw + p.sw - 1) / p.sw;
   p.act = act, p.lo = lo, p.hi = hi;
   int ok = c->dtype == PK_F32 && c->sr <= 2 && !c->nhwc && !c->transposed && c->groups == 1 && c->k[0] == 1 &&
-           c->dil[1] == 1 && c->dil[2] == 1 && p.taps <= PK_DC_TAPS && p.sh >= 1 && p.sw >= 1 &&
-           (int64_t)p.c * p.iht * p.iwq * p.sw <= PK_DC_XT && (int64_t)c->n * p.mchunks <= 65535 && !conv_direct_off();
-  if (!ok) {
-    if (pk_conv(S, idx, x, w, y)) return 1;
-    int64_t sp = (int64_t)p.oh * p.ow;
-    if (act || r) return pk_conv_epi(S, y, b, r, c->n, c->m, sp, act, lo, hi);
-    return b ? pk_bias(S, PK_F32, y, b, c->n, c->m, sp) : 0;
-  }
+           c->dil[1] == 1 && c->dil[2] == 1 && pk_dc_fits(c->n, p.c, p.m, p.kh, p.kw, p.sh, p.sw) && !conv_direct_off();
+  if (ok) p.iht = (int)pk_dc_tile_rows(p.kh, p.sh), p.iwq = (int)pk_dc_tile_cols(p.kw, p.sw);
+  if (!ok) return conv_cudnn_epi(S, idx, x, w, b, r, y, c->n, c->m, (int64_t)p.oh * p.ow, act, lo, hi);
   dim3 grid((unsigned)((p.ow + PK_DC_TW - 1) / PK_DC_TW), (unsigned)((p.oh + PK_DC_TH - 1) / PK_DC_TH),
             (unsigned)(c->n * p.mchunks));
   k_conv_direct<<<grid, 128, 0, S->stream>>>(p, (const float *)x, (const float *)w, (const float *)b,
@@ -853,11 +853,7 @@ extern "C" int pk_conv_1x1(pk_stage *S, int idx, const void *x, const void *w, c
     uint32_t al[3] = {lt_align(x, 0, 1, 4), lt_align(w, 0, 1, 4), ar < ay ? ar : ay};
     p = lt_plan(S, PK_F32, 0, 1, P, M, C, C, 0, C, 0, M, 0, 1, al, epi);
   }
-  if (!p || !p->usable) {
-    if (pk_conv(S, idx, x, w, y)) return 1;
-    if (act || r) return pk_conv_epi(S, y, b, r, P, M, 1, act, lo, hi);
-    return b ? pk_bias(S, PK_F32, y, b, P, M, 1) : 0;
-  }
+  if (!p || !p->usable) return conv_cudnn_epi(S, idx, x, w, b, r, y, P, M, 1, act, lo, hi);
   if (bias_in && !blas_ok(S, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b),
                           "cublasLtMatmulDescSetAttribute(BIAS_POINTER)"))
     return 1;
