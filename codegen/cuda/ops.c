@@ -12,7 +12,9 @@
  *   Gemm, MatMul            cuBLAS strided-batched GEMM (TF32 unless --no-tf32)
  *   pooling, Softmax family, LayerNormalization, InstanceNormalization,
  *   BatchNormalization (inference and training mode), Reduce*   runtime kernels
- *   Transpose, Slice, Pad, Tile, Gather, Concat, Split, DepthToSpace, SpaceToDepth,
+ *   Transpose               a batch of 2-D transposes in tiles (pk_transpose) where the
+ *                           perm swaps two groups of dims, else a strided copy
+ *   Slice, Pad, Tile, Gather, Concat, Split, DepthToSpace, SpaceToDepth,
  *   copies, Shape, Size, ConstantOfShape, Dropout   strided copies / memcpy2D / fills
  *   GatherElements, GatherND, ScatterElements, ScatterND, OneHot, CumSum, ArgMax,
  *   ArgMin, TopK, Trilu, Range, Resize, Upsample, LRN   runtime kernels (scatters
@@ -632,6 +634,28 @@ static int emit_gather(cu_ctx *c, const ir_node *n) {
   return 0;
 }
 
+/* A Transpose of x (dims xd, rank r; perm valid) that is a batch of 2-D transposes once
+ * size-1 dims are dropped and dims that stay next to each other are merged: x [B, R, C]
+ * -> y [B, C, R] (B may be 1; NCHW -> NHWC is [N, C, HW] -> [N, HW, C]): 1 with B, R, C.
+ * 2 when it only moves size-1 dims (the same bytes in the same order), else 0. */
+static int transpose_as_2d(const int64_t *xd, int r, const int64_t *perm, int64_t *B, int64_t *R, int64_t *C) {
+  int cid[IR_MAX_RANK], k = 0, ng = 0, first[IR_MAX_RANK], last = -2;
+  int64_t size[IR_MAX_RANK];
+  for (int d = 0; d < r; d++) cid[d] = xd[d] == 1 ? -1 : k++;
+  /* the output's dims as runs of consecutive input dims (ids among those not of size 1) */
+  for (int d = 0; d < r; d++) {
+    int i = cid[perm[d]];
+    if (i < 0) continue;
+    if (i == last + 1 && ng) size[ng - 1] *= xd[perm[d]];
+    else first[ng] = i, size[ng++] = xd[perm[d]];
+    last = i;
+  }
+  if (ng <= 1) return 2;
+  if (ng == 2 && first[0] > first[1]) return *B = 1, *R = size[1], *C = size[0], 1;
+  if (ng == 3 && first[0] < first[2] && first[2] < first[1]) return *B = size[0], *R = size[2], *C = size[1], 1;
+  return 0;
+}
+
 static int emit_transpose(cu_ctx *c, const ir_node *n) {
   ir_value *x = ir_in(c->g, n, 0), *y = ir_out(c->g, n, 0);
   int r = x->shape.rank;
@@ -644,6 +668,18 @@ static int emit_transpose(cu_ctx *c, const ir_node *n) {
   for (int d = 0; d < r; d++) {
     if (perm[d] < 0 || perm[d] >= r) return cu_fail(c, n, "bad perm");
     st[d] = xs[perm[d]];
+  }
+  int64_t B, R, C;
+  int kind = transpose_as_2d(x->shape.dims, r, perm, &B, &R, &C);
+  if (kind == 2) {
+    cu_w(c, "  PK_TRY(pk_memcpy(S, %s, %s, %lldu)); /* moves size-1 dims only */\n", c->y[0], c->x[0],
+         LL(ir_value_bytes(y)));
+    return 0;
+  }
+  if (kind == 1) {
+    cu_w(c, "  PK_TRY(pk_transpose(S, %d, %s, %s, %lld, %lld, %lld)); /* [%lld, %lld, %lld] -> [%lld, %lld, %lld] */\n",
+         (int)ir_dtype_size(x->dtype), c->x[0], c->y[0], LL(B), LL(R), LL(C), LL(B), LL(R), LL(C), LL(B), LL(C), LL(R));
+    return 0;
   }
   emit_copy_call(c, n, 0, (int)ir_dtype_size(x->dtype), r, 0, 0, y->shape.dims, st, NULL, NULL, 0, c->x[0], c->y[0]);
   return 0;

@@ -267,10 +267,17 @@ def smallout_case(C, H, M, G, k, s, pad, dil, bias, act):
     return mk(nodes, [("x", (4, C, H, H))], ["y"], inits), 4.0
 
 
-def transpose_case(shape, perm):
+def transpose_case(shape, perm, via=None):
     """A Transpose; those whose output's last dim is read with a stride copy in 8 x 8 tiles
-    (codegen/c/ops_data.c): dims that are multiples of 8 or not, a 4-D perm."""
-    return mk([helper.make_node("Transpose", ["x"], ["y"], perm=perm)], [("x", shape)], ["y"]), 1.0
+    (codegen/c/ops_data.c): dims that are multiples of 8 or not, a 4-D perm. Those that
+    swap two groups of dims (size-1 dims aside) run the cuda target's tiled pk_transpose
+    (TRANSPOSE counts them): in 8- or 2-byte elements with via (a Cast there and back)."""
+    if not via:
+        return mk([helper.make_node("Transpose", ["x"], ["y"], perm=perm)], [("x", shape)], ["y"]), 1.0
+    to = {"double": TensorProto.DOUBLE, "float16": TensorProto.FLOAT16}[via]
+    return mk([helper.make_node("Cast", ["x"], ["xc"], to=to),
+               helper.make_node("Transpose", ["xc"], ["yc"], perm=perm),
+               helper.make_node("Cast", ["yc"], ["y"], to=TensorProto.FLOAT)], [("x", shape)], ["y"]), 1.0
 
 
 def gelu_case():
@@ -507,6 +514,11 @@ CASES.update({
 # and strides, 1-D, no bias; those it leaves to cuDNN: 4 channels (channels-last: the
 # layout pass takes them), 16 output channels or fewer, more than 4 input channels, a
 # dilation, too many taps
+# Transposes through the cuda target's tiled kernel (pk_transpose) in a g=1 build, and those
+# that move only size-1 dims (a device memcpy)
+TRANSPOSE = {"tr_tiles": 1, "tr_tail": 1, "tr_4d": 0, "tr_rows": 0, "tr_nchw_nhwc": 1, "tr_nhwc_nchw": 1,
+             "tr_units": 1, "tr_2d_f64": 1, "tr_batch_f16": 1, "tr_unit_only": 0}
+TR_COPY = {"tr_units": 0, "tr_unit_only": 1}
 STEM = {"stem7_s2_relu": 1, "stem3_s1_m40_clip": 1, "stem5_res_relu": 1, "stem_asym_s21": 1, "stem_1d": 1,
         "stem_nobias": 1, "stem_c4": 0, "stem_m16": 0, "stem_c5": 0, "stem_dil2": 0, "stem_11x11": 0}
 CASES.update({
@@ -541,6 +553,12 @@ CASES.update({
     "tr_tail": lambda: transpose_case((4, 13, 20), [0, 2, 1]),
     "tr_4d": lambda: transpose_case((4, 9, 3, 17), [0, 3, 2, 1]),
     "tr_rows": lambda: transpose_case((4, 9, 3, 17), [0, 2, 1, 3]),
+    "tr_nchw_nhwc": lambda: transpose_case((4, 37, 6, 7), [0, 2, 3, 1]),
+    "tr_nhwc_nchw": lambda: transpose_case((4, 5, 13, 40), [0, 3, 1, 2]),
+    "tr_units": lambda: transpose_case((4, 1, 33, 1, 65), [0, 1, 4, 3, 2]),
+    "tr_2d_f64": lambda: transpose_case((4, 70), [1, 0], via="double"),
+    "tr_batch_f16": lambda: transpose_case((4, 3, 40, 35), [0, 1, 3, 2], via="float16"),
+    "tr_unit_only": lambda: transpose_case((4, 6, 1, 1), [0, 2, 3, 1]),
 })
 # reductions (RED_LANES: how many sum in double lanes)
 RED_LANES = {"red_sum_hw": 1, "red_mean_nhw": 1, "red_sumsq_all": 1, "red_l1_last": 1, "red_l2_chw": 1,
@@ -683,11 +701,14 @@ def main():
                     if got is not None and got != want[name]:
                         print(f"FAIL {label}: {got} {what}, expected {want[name]}")
                         good = False
-            if name in STEM and a.target == "cuda" and g == "1" and not extra:
-                got = stage_count(out, r"PK_TRY\(pk_conv_direct\(", ".cu")
-                if got != STEM[name]:
-                    print(f"FAIL {label}: {got} Convs through the direct kernel, expected {STEM[name]}")
-                    good = False
+            for want, pattern, what in ((STEM, r"PK_TRY\(pk_conv_direct\(", "Convs through the direct kernel"),
+                                        (TRANSPOSE, r"PK_TRY\(pk_transpose\(", "Transposes in tiles"),
+                                        (TR_COPY, r"moves size-1 dims only", "Transposes as a memcpy")):
+                if name in want and a.target == "cuda" and g == "1" and not extra:
+                    got = stage_count(out, pattern, ".cu")
+                    if got != want[name]:
+                        print(f"FAIL {label}: {got} {what}, expected {want[name]}")
+                        good = False
             if name in LN_CHAINS and g == "1" and not extra:
                 ext = ".c" if a.target == "cpu" else ".cu"
                 got = len(set(m for f in os.listdir(out) if re.fullmatch(r"stage_\d+" + re.escape(ext), f)

@@ -315,6 +315,10 @@ int pk_gemm(pk_stage *S, int dtype, int ta, int tb, int64_t m, int64_t n, int64_
             int64_t lda, int64_t sa, const void *b, int64_t ldb, int64_t sb, double beta, void *c, int64_t ldc,
             int64_t sc, int64_t batch);
 int pk_copy(pk_stage *S, const pk_copy_p *p, const void *x, void *y);
+/* A batch of 2-D transposes of esize-byte elements: x [B, R, C] -> y [B, C, R] (a
+ * Transpose whose perm, with size-1 dims dropped and neighbours merged, swaps two
+ * groups of dims: NCHW <-> NHWC, the last two dims), in tiles through shared memory. */
+int pk_transpose(pk_stage *S, int esize, const void *x, void *y, int64_t B, int64_t R, int64_t C);
 /* Contiguous copy (D2D) and copies of `rows` rows of `width` bytes with pitches (Concat, Split). */
 int pk_memcpy(pk_stage *S, void *y, const void *x, size_t bytes);
 int pk_memcpy2d(pk_stage *S, void *y, size_t ypitch, const void *x, size_t xpitch, size_t width, size_t rows);

@@ -916,6 +916,44 @@ extern "C" int pk_copy(pk_stage *S, const pk_copy_p *p, const void *x, void *y) 
   return pk_check_launch(S);
 }
 
+/* x [B, R, C] -> y [B, C, R] in 32 x 32 tiles through shared memory (a column of the
+ * tile padded by one element: no bank conflicts), read and written a warp's 32
+ * consecutive elements at a time; 256 threads a tile, a block's tiles in a grid-stride
+ * loop. k_copy's element-by-element form reads one of these with a stride of R
+ * elements (NCHW -> NHWC after a stem: 0.058 ms for 25.7 MB each way on an H200). */
+template <typename T>
+__global__ void __launch_bounds__(256) k_transpose(const T *__restrict__ x, T *__restrict__ y, int64_t B, int64_t R,
+                                                   int64_t C) {
+  __shared__ T tile[32][33];
+  const int64_t tr = (R + 31) >> 5, tc = (C + 31) >> 5, tiles = B * tr * tc;
+  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    int64_t b = t / (tr * tc), rem = t - b * tr * tc, r0 = (rem / tc) << 5, c0 = (rem % tc) << 5;
+    const T *xb = x + b * R * C;
+    T *yb = y + b * R * C;
+    for (int k = ty; k < 32; k += 8)
+      if (r0 + k < R && c0 + tx < C) tile[k][tx] = xb[(r0 + k) * C + c0 + tx];
+    __syncthreads();
+    for (int k = ty; k < 32; k += 8)
+      if (c0 + k < C && r0 + tx < R) yb[(c0 + k) * R + r0 + tx] = tile[tx][k];
+    __syncthreads();
+  }
+}
+
+extern "C" int pk_transpose(pk_stage *S, int esize, const void *x, void *y, int64_t B, int64_t R, int64_t C) {
+  if (B <= 0 || R <= 0 || C <= 0) return 0;
+  int64_t tiles = B * ((R + 31) / 32) * ((C + 31) / 32);
+  unsigned g = (unsigned)(tiles < 65536 * 8 ? tiles : 65536 * 8);
+  switch (esize) {
+    case 1: k_transpose<uint8_t><<<g, 256, 0, S->stream>>>((const uint8_t *)x, (uint8_t *)y, B, R, C); break;
+    case 2: k_transpose<uint16_t><<<g, 256, 0, S->stream>>>((const uint16_t *)x, (uint16_t *)y, B, R, C); break;
+    case 4: k_transpose<uint32_t><<<g, 256, 0, S->stream>>>((const uint32_t *)x, (uint32_t *)y, B, R, C); break;
+    case 8: k_transpose<uint64_t><<<g, 256, 0, S->stream>>>((const uint64_t *)x, (uint64_t *)y, B, R, C); break;
+    default: return pk_fail(S, "Transpose", "element size not supported");
+  }
+  return pk_check_launch(S);
+}
+
 extern "C" int pk_memcpy(pk_stage *S, void *y, const void *x, size_t bytes) {
   if (!bytes || x == y) return 0;
   return cu_ok(S, cudaMemcpyAsync(y, x, bytes, cudaMemcpyDeviceToDevice, S->stream), "cudaMemcpyAsync") ? 0 : 1;
