@@ -471,8 +471,9 @@ static int bw_avgpool(ad_ctx *a, int node, int dy) {
 }
 
 /* Normalisation over axes[] of x: xc = x - mean, inv = 1/sqrt(var + eps) (keepdims),
- * the variance as ReduceSumSquare(xc) / count (one pass over xc, no xc * xc tensor). */
-static void norm_stats(ad_ctx *a, int x, const int64_t *axes, int n, double eps, int *inv, int *xc) {
+ * the variance as ReduceSumSquare(xc) / count (one pass over xc, no xc * xc tensor).
+ * Returns the count (elements per normalised group). */
+static double norm_stats(ad_ctx *a, int x, const int64_t *axes, int n, double eps, int *inv, int *xc) {
   ir_shape xs = ad_shape(a, x);
   double cnt = 1;
   for (int i = 0; i < n; i++) cnt *= (double)xs.dims[axes[i]];
@@ -480,6 +481,7 @@ static void norm_stats(ad_ctx *a, int x, const int64_t *axes, int n, double eps,
   *xc = ad_bin(a, IR_OP_Sub, x, mean);
   int var = ad_bin(a, IR_OP_Div, ad_reduce(a, IR_OP_ReduceSumSquare, *xc, axes, n, 1), ad_c_f(a, cnt, a->ft));
   *inv = ad_un(a, IR_OP_Reciprocal, ad_un(a, IR_OP_Sqrt, ad_bin(a, IR_OP_Add, var, ad_c_f(a, eps, a->ft))));
+  return cnt;
 }
 
 /* dx = inv * (gs - mean(gs) - xhat * mean(gs * xhat)) over axes, gs = dy * scale */
@@ -536,9 +538,7 @@ static int bw_batchnorm(ad_ctx *a, int node, int dy) {
   int inv, xhat;
   if (training) {
     int xc;
-    norm_stats(a, X, axes, n, eps, &inv, &xc);
-    double cnt = 1;
-    for (int i = 0; i < n; i++) cnt *= (double)xs.dims[axes[i]];
+    double cnt = norm_stats(a, X, axes, n, eps, &inv, &xc);
     int sdx = -1, sdy = -1, dx;
     dx = norm_grads_cs(a, dy, ad_reshape(a, S, &cs), inv, xc, axes, n, cnt, needs(a, X), needs(a, S) ? &sdx : NULL,
                        needs(a, B) ? &sdy : NULL);
@@ -1116,9 +1116,7 @@ static int bw_instnorm(ad_ctx *a, int node, int dy) {
   a->tag = "grad";
   a->cnt = 0;
   int inv, xc;
-  norm_stats(a, X, axes, n, ir_attr_float(&nd, "epsilon", 1e-5f), &inv, &xc);
-  double cnt = 1;
-  for (int i = 0; i < n; i++) cnt *= (double)xs.dims[axes[i]];
+  double cnt = norm_stats(a, X, axes, n, ir_attr_float(&nd, "epsilon", 1e-5f), &inv, &xc);
   /* the per-image sums over the spatial axes, then over the images for S and B */
   int sdx = -1, sdy = -1;
   int dx = norm_grads_cs(a, dy, ad_reshape(a, S, &cs), inv, xc, axes, n, cnt, needs(a, X),
