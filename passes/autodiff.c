@@ -519,6 +519,28 @@ static int norm_grads_cs(ad_ctx *a, int dy, int sr, int inv, int xc, const int64
   return ad_bin(a, IR_OP_Mul, t, ad_bin(a, IR_OP_Mul, inv, sr));
 }
 
+/* The gradients of X, S and B (those needed) of a normalisation with a per-channel scale
+ * S and bias B (cs: the keepdims channel shape), through norm_grads_cs. The keepdims sums
+ * become S's and B's gradients by a ReduceSum over rest[0..nrest) (InstanceNormalization:
+ * over the images), or by a Reshape to their shape when nrest is 0 (BatchNormalization). */
+static void norm_cs_backward(ad_ctx *a, int X, int S, int B, int dy, const ir_shape *cs, int inv, int xc,
+                             const int64_t *axes, int n, double cnt, const int64_t *rest, int nrest) {
+  int sdx = -1, sdy = -1;
+  int dx = norm_grads_cs(a, dy, ad_reshape(a, S, cs), inv, xc, axes, n, cnt, needs(a, X), needs(a, S) ? &sdx : NULL,
+                         needs(a, B) ? &sdy : NULL);
+  if (needs(a, X)) {
+    for_input(a, X);
+    acc(a, X, dx);
+  }
+  int vs[2] = {S, B}, sums[2] = {sdx, sdy};
+  for (int k = 0; k < 2; k++) {
+    if (!needs(a, vs[k])) continue;
+    for_input(a, vs[k]);
+    ir_shape ps = ad_shape(a, vs[k]);
+    acc(a, vs[k], nrest ? ad_reduce(a, IR_OP_ReduceSum, sums[k], rest, nrest, 0) : ad_reshape(a, sums[k], &ps));
+  }
+}
+
 static int bw_batchnorm(ad_ctx *a, int node, int dy) {
   ir_node nd = a->g->nodes[node];
   int X = nd.in[0], S = nd.in[1], B = nd.in[2], M = nd.in[3], V = nd.in[4];
@@ -539,23 +561,7 @@ static int bw_batchnorm(ad_ctx *a, int node, int dy) {
   if (training) {
     int xc;
     double cnt = norm_stats(a, X, axes, n, eps, &inv, &xc);
-    int sdx = -1, sdy = -1, dx;
-    dx = norm_grads_cs(a, dy, ad_reshape(a, S, &cs), inv, xc, axes, n, cnt, needs(a, X), needs(a, S) ? &sdx : NULL,
-                       needs(a, B) ? &sdy : NULL);
-    if (needs(a, X)) {
-      for_input(a, X);
-      acc(a, X, dx);
-    }
-    if (needs(a, S)) {
-      for_input(a, S);
-      ir_shape ss = ad_shape(a, S);
-      acc(a, S, ad_reshape(a, sdx, &ss));
-    }
-    if (needs(a, B)) {
-      for_input(a, B);
-      ir_shape bs = ad_shape(a, B);
-      acc(a, B, ad_reshape(a, sdy, &bs));
-    }
+    norm_cs_backward(a, X, S, B, dy, &cs, inv, xc, axes, n, cnt, NULL, 0);
     return 0;
   } else {
     int vr = ad_reshape(a, V, &cs), mr = ad_reshape(a, M, &cs);
@@ -1118,21 +1124,7 @@ static int bw_instnorm(ad_ctx *a, int node, int dy) {
   int inv, xc;
   double cnt = norm_stats(a, X, axes, n, ir_attr_float(&nd, "epsilon", 1e-5f), &inv, &xc);
   /* the per-image sums over the spatial axes, then over the images for S and B */
-  int sdx = -1, sdy = -1;
-  int dx = norm_grads_cs(a, dy, ad_reshape(a, S, &cs), inv, xc, axes, n, cnt, needs(a, X),
-                         needs(a, S) ? &sdx : NULL, needs(a, B) ? &sdy : NULL);
-  if (needs(a, X)) {
-    for_input(a, X);
-    acc(a, X, dx);
-  }
-  if (needs(a, S)) {
-    for_input(a, S);
-    acc(a, S, ad_reduce(a, IR_OP_ReduceSum, sdx, all, na, 0));
-  }
-  if (needs(a, B)) {
-    for_input(a, B);
-    acc(a, B, ad_reduce(a, IR_OP_ReduceSum, sdy, all, na, 0));
-  }
+  norm_cs_backward(a, X, S, B, dy, &cs, inv, xc, axes, n, cnt, all, na);
   return 0;
 }
 
