@@ -15,7 +15,8 @@
         inputs and compares with onnxruntime (tools/ort_ref.py): rel-L2 <= 1e-3 with TF32
         (the default), and for g=1 again with --no-tf32 at rel-L2 <= 1e-4. The largest g
         (stages handing over on the device) must give the same bits with
-        PIPERT_SYNC_SETS=1 and over 20 streamed batches (--bench 20 --stream). The
+        PIPERT_SYNC_SETS=1 and over 20 streamed batches (--bench 20 --stream; 8 on the
+        simulator). The
         float32 g=1 build runs again with PIPECC_CONV_GEMM=0 where it has 1x1 Convs as
         cuBLASLt GEMMs (pk_conv_1x1: cuDNN's convolution and the epilogue pass instead),
         and g=1 is also built with --layout nhwc-all (the 3-channel stem channels-last
@@ -275,14 +276,15 @@ def run_program(a, name, work, stages):
     return 0 if ok else 1
 
 
-def same_handover(d, xin, got, label):
+def same_handover(d, xin, got, label, batches=20):
     """Stages sharing the GPU hand sets over on the device (events, no host waits): the
     outputs must not change, bit for bit, when every stage finishes each micro-batch
-    before handing it on (PIPERT_SYNC_SETS=1), nor over a stream of 20 batches that
-    reuses every set many times (--bench 20 --stream keeps the last batch's outputs)."""
+    before handing it on (PIPERT_SYNC_SETS=1), nor over a stream of `batches` batches that
+    reuses every set many times (--bench N --stream keeps the last batch's outputs; a pool
+    holds 4 sets, runtime/rt_threads.c, so 8 batches of 2 micro-batches use each 4 times)."""
     ok = True
     for how, extra, env in (("synchronous hand-over", [], {"PIPERT_SYNC_SETS": "1"}),
-                            ("20 batches streamed", ["--bench", "20", "--stream"], None)):
+                            (f"{batches} batches streamed", ["--bench", str(batches), "--stream"], None)):
         other, _ = pt.run_pipeline(d, xin, f"{label} {how}", extra, env, "y_other.npz")
         same = other is not None and sorted(other) == sorted(got) and all(
             other[k].tobytes() == got[k].tobytes() for k in got)
@@ -347,7 +349,13 @@ def run_step(a, name, work, stages):
         print(f"{name}: the cpu reference moves by up to rel-L2 {noise:.3g} when its float inputs move by one ulp "
               f"({a.noise} tries): fp32 bound max(1e-3, 2 x {noise:.3g}) = {fp32_tol:.3g}, median over outputs 1e-3")
     tf32_tol = None if batch_stats(a) else 3e-2
-    runs = [(g, ["--no-tf32"], fp32_tol, "fp32") for g in stages] + [(1, [], tf32_tol, "tf32")]
+    runs = [(g, ["--no-tf32"], fp32_tol, "fp32") for g in stages]
+    if tf32_tol is None and a.sim:
+        # with batch statistics the TF32 run is not compared (see the message below), only
+        # printed: on a GPU for its figure, on the simulator (a CPU run of the step) left out
+        print(f"{name} step g=1 tf32: not run on the simulator (not compared: batch statistics)")
+    else:
+        runs.append((1, [], tf32_tol, "tf32"))
     ok = True
     for g, extra, tol, tag in runs:
         d = os.path.join(work, f"step_g{g}_{tag}")
@@ -573,7 +581,8 @@ def run_mode(a, name, work):
         if g == 1 and tag in ("tf32", "fp32") and re.search(r"\bpk_conv(_1x1)?\(", stage_sources(d)):
             ok &= graph_api_run(d, xin, ref, bound, told, f"{name} g=1 {tag}")
         if g > 1 and g == max(stages) and tag == runs[0][3]:
-            ok &= same_handover(d, xin, got, f"{name} g={g} {tag}")
+            # on the simulator (every forward a CPU run) 8 batches, on a GPU 20
+            ok &= same_handover(d, xin, got, f"{name} g={g} {tag}", 8 if a.sim else 20)
         if not a.keep:
             shutil.rmtree(d, ignore_errors=True)
     print(("PASS " if ok else "FAIL ") + name)
