@@ -23,14 +23,17 @@ outputs from onnxruntime) for what the node tests leave out. The cpu target's no
                       [--shard K/N]
         Needs a GPU (exit 77 = skipped when /dev/nvidia0 is missing or nvidia-smi fails),
         or --sim LIB: the CUDA simulator (tests/cuda/sim; its nvcc, this libcudasim.a):
-        builds every selected test (--no-tf32; the runtime object compiled once and
-        shared), runs it on test_data_set_0 and compares with the expected outputs as
-        the cpu target's node tests do (floats: rtol 1e-4, atol 1e-5; others exact).
-        --all: every node test whose ops are in ir/ops.def (less the cpu target's
-        expected failures), not only those of FAMILIES: element-wise chains, pooling,
-        normalisation, reductions, Gemm/MatMul, Conv, ... (about 1300 tests; 6 to 15
-        minutes on 2 cores on the simulator, as busy as the machine is). --shard K/N:
-        every N-th of the selected tests from the K-th on (ctest runs 3 shards).
+        emits every selected test (--no-tf32), builds them 48 to a program (their stages in
+        one translation unit, each in a namespace of its own; their pipeline descriptions
+        in another, the test picked by the program's first argument; the runtime object
+        compiled once and shared; a chunk that fails to build is built test by test so
+        the failure names its test), runs each on test_data_set_0 and compares with the
+        expected outputs as the cpu target's node tests do (floats: rtol 1e-4, atol 1e-5;
+        others exact). --all: every node test whose ops are in ir/ops.def (less the cpu
+        target's expected failures), not only those of FAMILIES: element-wise chains,
+        pooling, normalisation, reductions, Gemm/MatMul, Conv, ... (about 1300 tests; 2
+        to 4 minutes on 2 cores on the simulator; built one by one, 6 to 15). --shard K/N:
+        every N-th of the selected tests from the K-th on.
 
 Exit 0 pass, 1 fail, 77 skipped.
 """
@@ -279,25 +282,28 @@ def compare(got, expect):
 
 
 def run_one(args):
-    fam, name, tdir, pipecc, work, rt_obj = args
+    """One test on its own: emit (unless emitted), make its pipeline, run and compare."""
+    fam, name, tdir, pipecc, work, rt_obj = args[:6]
+    exe = args[6] if len(args) > 6 else None  # (chunk binary, its name for the test): built already
     try:
         model, feeds, expect, d, seqs = prepare(name, tdir, work)
         b = os.path.join(d, "build")
-        shutil.rmtree(b, ignore_errors=True)
-        r = subprocess.run(pipecc_cmd(pipecc, model, feeds, b, ["--emit-only", "--no-tf32"] + seqs), capture_output=True,
-                           text=True, env=dict(os.environ, PIPECC_SPLIT="even"))
-        if r.returncode:
-            return name, f"pipecc exit {r.returncode}: " + " | ".join(r.stderr.splitlines()[-2:])
-        shutil.copy(rt_obj, os.path.join(b, "pipecc_cuda_rt.o"))  # newer than the .cu: make keeps it
-        r = subprocess.run(["make", "-s", "-C", b, "pipeline"], capture_output=True, text=True)
-        if r.returncode:
-            return name, "make failed: " + (r.stdout + r.stderr)[-400:]
+        if exe is None:
+            why = emit_run_build(pipecc, model, feeds, seqs, b)
+            if why:
+                return name, why
+            shutil.copy(rt_obj, os.path.join(b, "pipecc_cuda_rt.o"))  # newer than the .cu: make keeps it
+            r = subprocess.run(["make", "-s", "-C", b, "pipeline"], capture_output=True, text=True)
+            if r.returncode:
+                return name, "make failed: " + (r.stdout + r.stderr)[-400:]
+            cmd = [os.path.join(b, "pipeline")]
+        else:
+            cmd = [exe[0], exe[1], "--weights-dir", b]
         xin, yout = os.path.join(d, "x.npz"), os.path.join(d, "y.npz")
         save_npz(xin, feeds)
         if os.path.exists(yout):
             os.remove(yout)
-        r = subprocess.run([os.path.join(b, "pipeline"), "--input", xin, "--output", yout], capture_output=True,
-                           text=True, timeout=600)
+        r = subprocess.run(cmd + ["--input", xin, "--output", yout], capture_output=True, text=True, timeout=600)
         if r.returncode:
             return name, f"pipeline exit {r.returncode}: " + " | ".join(r.stderr.splitlines()[-2:])
         why = compare(dict(np.load(yout)), expect)
@@ -307,31 +313,120 @@ def run_one(args):
         return name, f"test harness: {type(e).__name__}: {str(e)[:160]}"
 
 
+def emit_run_build(pipecc, model, feeds, seqs, b):
+    """pipecc --emit-only --no-tf32 into b; '' or why it failed."""
+    shutil.rmtree(b, ignore_errors=True)
+    r = subprocess.run(pipecc_cmd(pipecc, model, feeds, b, ["--emit-only", "--no-tf32"] + seqs), capture_output=True,
+                       text=True, env=dict(os.environ, PIPECC_SPLIT="even"))
+    if r.returncode:
+        return f"pipecc exit {r.returncode}: " + " | ".join(r.stderr.splitlines()[-2:])
+    return ""
+
+
+def emit_for_run(args):
+    """run mode, batched: emit one test; (name, why, build folder)."""
+    fam, name, tdir, pipecc, work = args
+    try:
+        model, feeds, _, d, seqs = prepare(name, tdir, work)
+        b = os.path.join(d, "build")
+        return name, emit_run_build(pipecc, model, feeds, seqs, b), b
+    except Exception as e:  # noqa: BLE001
+        return name, f"test harness: {type(e).__name__}: {str(e)[:160]}", None
+
+
+def chunk_program(work, k, members, v, rt_obj):
+    """One program for a chunk of emitted tests [(name, build folder)]: their stages in one
+    translation unit (each in a namespace of its own, as the build mode's families), their
+    pipeline_main.c in another (each main renamed, the test picked by the first argument),
+    linked once with the shared runtime object. Returns (path, '') or (None, why)."""
+    unit = os.path.join(work, f"chunk_{k}.cu")
+    with open(unit, "w") as f:
+        f.write(f"/* node tests, chunk {k}: every emitted stage_0.cu in a namespace of its own */\n")
+        f.write('#include "pipecc_cuda.h"\n')
+        for name, b in members:
+            ident = re.sub(r"\W", "_", name)
+            f.write(f"\n#undef SCRATCH_OFF\n#define pipecc_stage_0 pipecc_stage_{ident}\n")
+            f.write(f"namespace {ident} {{\n#include \"{os.path.join(b, 'stage_0.cu')}\"\n}}\n#undef pipecc_stage_0\n")
+    main = os.path.join(work, f"chunk_{k}_main.cu")
+    with open(main, "w") as f:
+        f.write(f"/* node tests, chunk {k}: every pipeline description; ./chunk_{k} NAME ARGS... runs NAME */\n")
+        f.write("#include <stddef.h>\n#include <stdio.h>\n#include <string.h>\n#include \"pipert.h\"\n")
+        for name, b in members:
+            ident = re.sub(r"\W", "_", name)
+            # C linkage for the stage descriptor the description names; main renamed per test
+            f.write(f"\nnamespace m_{ident} {{\nextern \"C\" {{\n#define pipecc_stage_0 pipecc_stage_{ident}\n"
+                    f"#define main pipecc_main_{ident}\n#include \"{os.path.join(b, 'pipeline_main.c')}\"\n"
+                    f"#undef main\n#undef pipecc_stage_0\n}}\n}}\n")
+        f.write("\nstatic const struct { const char *name; int (*run)(int, char **); } tests[] = {\n")
+        for name, _ in members:
+            ident = re.sub(r"\W", "_", name)
+            f.write(f"  {{\"{name}\", m_{ident}::pipecc_main_{ident}}},\n")
+        f.write("};\n\nint main(int argc, char **argv) {\n"
+                "  for (size_t i = 0; argc > 1 && i < sizeof tests / sizeof tests[0]; i++)\n"
+                "    if (!strcmp(argv[1], tests[i].name)) {\n"
+                "      argv[1] = argv[0];\n"
+                "      return tests[i].run(argc - 1, argv + 1);\n"
+                "    }\n"
+                "  fprintf(stderr, \"usage: %s TEST ARGS...: TEST one of this chunk's node tests\\n\", argv[0]);\n"
+                "  return 2;\n}\n")
+    first = members[0][1]
+    base = f"{v['NVCC']} {v['NVCCFLAGS']} -I{first} -I{v['PIPERT_INCLUDE']}"
+    exe = os.path.join(work, f"chunk_{k}")
+    for cmd in (f"{base} -c -o {unit[:-3]}.o {unit}", f"{base} -c -o {main[:-3]}.o {main}",
+                f"{v['NVCC']} {v['CUDA_ARCH']} -o {exe} {unit[:-3]}.o {main[:-3]}.o {rt_obj} {v['PIPERT_LIB']} "
+                f"{v['LIBS']}"):
+        r = subprocess.run(cmd, capture_output=True, text=True, shell=True)
+        if r.returncode:
+            return None, (r.stdout + r.stderr)[-2000:]
+    return exe, ""
+
+
+CHUNK = 48  # tests per program in run mode
+
+
 def run_mode(a, tests):
     if not a.sim and not have_gpu():
         print("SKIP cuda node tests: no GPU (/dev/nvidia0 missing or nvidia-smi failed)")
         return SKIP
     t0 = time.time()
-    # the runtime object once, from the first test's emitted copy
-    fam, name, tdir = tests[0]
-    nm, why, d = emit((fam, name, tdir, a.pipecc, a.work))
-    if why:
-        print(f"FAIL  {nm}: {why}")
+    with cf.ThreadPoolExecutor(max_workers=a.jobs) as ex:
+        emitted = list(ex.map(emit_for_run, [(f, n, t, a.pipecc, a.work) for f, n, t in tests]))
+    res = [(n, why) for n, why, _ in emitted if why]
+    good = [(n, b) for n, why, b in emitted if not why]
+    if not good:
+        for n, why in res:
+            print(f"FAIL  {n}: {why}")
         return 1
-    v = make_vars(d)
+    # the runtime object once, from the first emitted copy
+    v = make_vars(good[0][1])
     rt_obj = os.path.join(a.work, "rt.o")
-    err, dt = nvcc_run(f"{v['NVCC']} {v['NVCCFLAGS']} -I{d} -I{v['PIPERT_INCLUDE']} -c -o {rt_obj} "
-                       f"{os.path.join(d, 'pipecc_cuda_rt.cu')}", "runtime")
+    err, dt = nvcc_run(f"{v['NVCC']} {v['NVCCFLAGS']} -I{good[0][1]} -I{v['PIPERT_INCLUDE']} -c -o {rt_obj} "
+                       f"{os.path.join(good[0][1], 'pipecc_cuda_rt.cu')}", "runtime")
     if err:
         print("FAIL  " + err)
         return 1
+    # the tests in chunks of CHUNK, one program each (compiled and linked once, not per test);
+    # a chunk that does not build runs its tests one by one, so the failure names its test
+    chunks = [good[i:i + CHUNK] for i in range(0, len(good), CHUNK)]
     with cf.ThreadPoolExecutor(max_workers=a.jobs) as ex:
-        res = list(ex.map(run_one, [(f, n, t, a.pipecc, a.work, rt_obj) for f, n, t in tests]))
+        built = list(ex.map(lambda kc: chunk_program(a.work, kc[0], kc[1], v, rt_obj), enumerate(chunks)))
+    by_name = {n: (f, t) for f, n, t in tests}
+    jobs = []
+    for members, (exe, why) in zip(chunks, built):
+        if exe is None:
+            print(f"chunk of {len(members)} ({members[0][0]} .. {members[-1][0]}) did not build; its tests one by one:\n"
+                  + why[-600:])
+        for n, _ in members:
+            f, t = by_name[n]
+            jobs.append((f, n, t, a.pipecc, a.work, rt_obj) + (((exe, n),) if exe else ()))
+    with cf.ThreadPoolExecutor(max_workers=a.jobs) as ex:
+        res += list(ex.map(run_one, jobs))
     bad = [f"FAIL  {n}: {why}" for n, why in res if why]
     for line in bad:
         print(line)
-    print(f"cuda node tests (run): {len(tests)} run, {len(tests) - len(bad)} passed, {len(bad)} failed; "
-          f"{time.time() - t0:.0f} s")
+    nbuilt = sum(1 for exe, _ in built if exe)
+    print(f"cuda node tests (run): {len(tests)} run, {len(tests) - len(bad)} passed, {len(bad)} failed "
+          f"({nbuilt} of {len(chunks)} programs of up to {CHUNK} tests built at once); {time.time() - t0:.0f} s")
     return 1 if bad else 0
 
 
