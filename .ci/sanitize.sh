@@ -11,25 +11,35 @@
 # pipecc itself runs under the sanitizers on the two small exported models (smallcnn,
 # gpt), which the suite only reaches through the excluded `models` label.
 #
-# Labels left out (EXCLUDE, a ctest -LE regex; default "models|benchmark|fuzz|cuda-build|train_big"):
+# Labels left out (EXCLUDE, a ctest -LE regex; default "models|benchmark|fuzz|cuda-build|train_big|full_size"):
 #   models     exports a dozen torchvision models and compiles each: many minutes even
 #              without sanitizers (smallcnn and gpt are checked here directly instead)
 #   benchmark  timing runs: meaningless under ASan
 #   fuzz       only exists in a -DPIPECC_FUZZ=ON build (tests/fuzz/run_fuzz.sh runs it)
 #   train_big  ResNet-18/MobileNetV2/gpt training steps: clang with ASan+UBSan spends over
 #              10 minutes on one 1.5 MB emitted stage; the main suite runs them
-#              (train.models and train.ops, the same code paths on small nets, stay)
+#              (train.ops and train.pipeline_gpipe, the same code paths on small nets, stay)
+#   full_size  cpu.fuse.*, cpu.fake_device.squeezenet1_0: 224 x 224 models, 100 s and more
+#              each instrumented; the fusion pass and the fake device still run
+#              instrumented on small models (cpu.kernel_cases, cpu.fake_device.gpt)
 #   cuda-build nvcc builds of emitted CUDA pipelines: the sanitizers do not instrument
 #              nvcc's device or host code, and nvcc's host gcc cannot link the clang-ASan
 #              libpipert; the main suite runs them (pipecc's cuda emitter still runs under
 #              the sanitizers in cuda.errors)
+# Tests left out by name (SKIP_TESTS, a ctest -E regex; default "^train\.(models|pipeline)$"):
+#   train.models    the one-step programs of the small training models (220 s at -g 1
+#                   instrumented) and train.pipeline their pipelined programs under 1F1B (210
+#                   s): train.pipeline_gpipe runs four of those models' pipelined programs
+#                   instrumented, train.ops every op's gradient, train.runtime.* the
+#                   training runtime; the main suite runs both
 # Tests matching runtime\.mpi run in a second ctest call without leak detection (see below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-asan}
-EXCLUDE=${EXCLUDE:-models|benchmark|fuzz|cuda-build|train_big}
+EXCLUDE=${EXCLUDE:-models|benchmark|fuzz|cuda-build|train_big|full_size}
 JOBS=${JOBS:-2}
 MPI_TESTS='runtime\.mpi'
+SKIP_TESTS=${SKIP_TESTS:-'^train\.(models|pipeline)$'}
 if [ -z "${CC:-}" ]; then
   if command -v clang >/dev/null; then CC=clang; else CC=gcc; fi
 fi
@@ -40,7 +50,7 @@ cmake --build "$BUILD" -j "$JOBS"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 status=0
-(cd "$BUILD" && ctest -j "$JOBS" --output-on-failure --timeout 1800 -LE "$EXCLUDE" -E "$MPI_TESTS" "$@") || status=1
+(cd "$BUILD" && ctest -j "$JOBS" --output-on-failure --timeout 1800 -LE "$EXCLUDE" -E "$MPI_TESTS|$SKIP_TESTS" "$@") || status=1
 # Open MPI leaks inside its own dlopen'ed components, which are unloaded before LSan
 # looks (frames of "<unknown module>", no name to suppress): the MPI tests run with ASan
 # and UBSan but without leak detection.
@@ -62,5 +72,5 @@ if /usr/bin/python3 tools/export_models.py --out "$models" --models smallcnn,gpt
 else
   echo "sanitize: could not export smallcnn/gpt (no torch?); skipped those two runs"
 fi
-[ "$status" = 0 ] && echo "sanitize: all passed (labels excluded: $EXCLUDE)"
+[ "$status" = 0 ] && echo "sanitize: all passed (labels excluded: $EXCLUDE; tests excluded: $SKIP_TESTS)"
 exit $status
