@@ -205,11 +205,11 @@ def nvcc_run(cmd, label):
     return "", time.time() - t
 
 
-def family_unit(work, fam, dirs):
-    """One .cu that includes every stage of the family, each in its own namespace."""
-    path = os.path.join(work, f"family_{fam}.cu")
+def family_unit(work, fam, dirs, what="family"):
+    """One .cu that includes every stage of the family (or chunk), each in its own namespace."""
+    path = os.path.join(work, f"{what}_{fam}.cu")
     with open(path, "w") as f:
-        f.write(f"/* node tests of family {fam}: every emitted stage_0.cu in a namespace of its own */\n")
+        f.write(f"/* node tests of {what} {fam}: every emitted stage_0.cu in a namespace of its own */\n")
         f.write('#include "pipecc_cuda.h"\n')
         for name, d in dirs:
             ident = re.sub(r"\W", "_", name)
@@ -339,14 +339,7 @@ def chunk_program(work, k, members, v, rt_obj):
     translation unit (each in a namespace of its own, as the build mode's families), their
     pipeline_main.c in another (each main renamed, the test picked by the first argument),
     linked once with the shared runtime object. Returns (path, '') or (None, why)."""
-    unit = os.path.join(work, f"chunk_{k}.cu")
-    with open(unit, "w") as f:
-        f.write(f"/* node tests, chunk {k}: every emitted stage_0.cu in a namespace of its own */\n")
-        f.write('#include "pipecc_cuda.h"\n')
-        for name, b in members:
-            ident = re.sub(r"\W", "_", name)
-            f.write(f"\n#undef SCRATCH_OFF\n#define pipecc_stage_0 pipecc_stage_{ident}\n")
-            f.write(f"namespace {ident} {{\n#include \"{os.path.join(b, 'stage_0.cu')}\"\n}}\n#undef pipecc_stage_0\n")
+    unit = family_unit(work, k, members, "chunk")
     main = os.path.join(work, f"chunk_{k}_main.cu")
     with open(main, "w") as f:
         f.write(f"/* node tests, chunk {k}: every pipeline description; ./chunk_{k} NAME ARGS... runs NAME */\n")
@@ -425,6 +418,12 @@ def run_mode(a, tests):
     for line in bad:
         print(line)
     nbuilt = sum(1 for exe, _ in built if exe)
+    if not bad:  # the chunks' sources, objects and programs (tens of MB)
+        for k in range(len(chunks)):
+            for suffix in (".cu", ".o", "_main.cu", "_main.o", ""):
+                p = os.path.join(a.work, f"chunk_{k}{suffix}")
+                if os.path.exists(p):
+                    os.remove(p)
     print(f"cuda node tests (run): {len(tests)} run, {len(tests) - len(bad)} passed, {len(bad)} failed "
           f"({nbuilt} of {len(chunks)} programs of up to {CHUNK} tests built at once); {time.time() - t0:.0f} s")
     return 1 if bad else 0
