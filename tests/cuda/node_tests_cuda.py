@@ -282,16 +282,13 @@ def compare(got, expect):
 
 
 def run_one(args):
-    """One test on its own: emit (unless emitted), make its pipeline, run and compare."""
-    fam, name, tdir, pipecc, work, rt_obj = args[:6]
-    exe = args[6] if len(args) > 6 else None  # (chunk binary, its name for the test): built already
+    """One emitted test: run it (its chunk's program, or its own pipeline made here when the
+    chunk did not build) and compare."""
+    fam, name, tdir, work, rt_obj, exe = args  # exe: (chunk program, the test's name there) or None
     try:
-        model, feeds, expect, d, seqs = prepare(name, tdir, work)
+        _, feeds, expect, d, _ = prepare(name, tdir, work)
         b = os.path.join(d, "build")
         if exe is None:
-            why = emit_run_build(pipecc, model, feeds, seqs, b)
-            if why:
-                return name, why
             shutil.copy(rt_obj, os.path.join(b, "pipecc_cuda_rt.o"))  # newer than the .cu: make keeps it
             r = subprocess.run(["make", "-s", "-C", b, "pipeline"], capture_output=True, text=True)
             if r.returncode:
@@ -313,23 +310,18 @@ def run_one(args):
         return name, f"test harness: {type(e).__name__}: {str(e)[:160]}"
 
 
-def emit_run_build(pipecc, model, feeds, seqs, b):
-    """pipecc --emit-only --no-tf32 into b; '' or why it failed."""
-    shutil.rmtree(b, ignore_errors=True)
-    r = subprocess.run(pipecc_cmd(pipecc, model, feeds, b, ["--emit-only", "--no-tf32"] + seqs), capture_output=True,
-                       text=True, env=dict(os.environ, PIPECC_SPLIT="even"))
-    if r.returncode:
-        return f"pipecc exit {r.returncode}: " + " | ".join(r.stderr.splitlines()[-2:])
-    return ""
-
-
 def emit_for_run(args):
-    """run mode, batched: emit one test; (name, why, build folder)."""
+    """run mode: pipecc --emit-only --no-tf32 for one test; (name, why or '', build folder)."""
     fam, name, tdir, pipecc, work = args
     try:
         model, feeds, _, d, seqs = prepare(name, tdir, work)
         b = os.path.join(d, "build")
-        return name, emit_run_build(pipecc, model, feeds, seqs, b), b
+        shutil.rmtree(b, ignore_errors=True)
+        r = subprocess.run(pipecc_cmd(pipecc, model, feeds, b, ["--emit-only", "--no-tf32"] + seqs),
+                           capture_output=True, text=True, env=dict(os.environ, PIPECC_SPLIT="even"))
+        if r.returncode:
+            return name, f"pipecc exit {r.returncode}: " + " | ".join(r.stderr.splitlines()[-2:]), b
+        return name, "", b
     except Exception as e:  # noqa: BLE001
         return name, f"test harness: {type(e).__name__}: {str(e)[:160]}", None
 
@@ -411,7 +403,7 @@ def run_mode(a, tests):
                   + why[-600:])
         for n, _ in members:
             f, t = by_name[n]
-            jobs.append((f, n, t, a.pipecc, a.work, rt_obj) + (((exe, n),) if exe else ()))
+            jobs.append((f, n, t, a.work, rt_obj, (exe, n) if exe else None))
     with cf.ThreadPoolExecutor(max_workers=a.jobs) as ex:
         res += list(ex.map(run_one, jobs))
     bad = [f"FAIL  {n}: {why}" for n, why in res if why]
