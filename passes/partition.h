@@ -110,6 +110,11 @@ typedef struct pass_plan_opts {
     pass_states_mode states;          /* AUTO: also the exact DP over all down-sets, when affordable */
     long exact_max_states;            /* down-sets enumerated at most; 0 = PASS_EXACT_MAX_STATES */
     long exact_work;                  /* work units of the exact DP at most; 0 = PASS_EXACT_WORK */
+    /* pipecc's search of the default micro-batch count (plan.json reports it): the counts
+     * tried and their predicted iteration times (< 0: did not compile); 0 = no search */
+    int mb_search_n;
+    const int *mb_search_m;
+    const double *mb_search_ms;
 } pass_plan_opts;
 
 #define PASS_EXACT_MAX_STATES 60000L

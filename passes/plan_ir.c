@@ -75,7 +75,7 @@ int pass_plan_graph(ir_graph *g, const pass_profile_opts *po, const pass_plan_op
     IR_ASSERT(id == i);
     const ir_attr *fu = ir_attr_find(nd, "pipecc.fused_nodes");
     if (fu && fu->type == IR_ATTR_STRINGS && fu->n && pass_dag_set_fused(d, id, fu->n, fu->strings)) {
-      fprintf(stderr, "%s: planner: out of memory\n", g->path);
+      ir_error(g, "planner: out of memory");
       return -1;
     }
   }
@@ -85,17 +85,17 @@ int pass_plan_graph(ir_graph *g, const pass_profile_opts *po, const pass_plan_op
   free(names);
   char err[512];
   if (pass_dag_finalize(d, err, sizeof err)) {
-    fprintf(stderr, "%s: planner: %s\n", g->path, err);
+    ir_error(g, "planner: %s", err);
     return -1;
   }
   double t0 = now_ms();
   if (pass_partition(d, o, &out->plan, err, sizeof err)) {
-    fprintf(stderr, "%s: %s\n", g->path, err);
+    ir_error(g, "%s", err);
     return -1;
   }
   out->antichain_partition_ms = now_ms() - t0;
   if (pass_schedule_attach(o, &out->plan, err, sizeof err)) {
-    fprintf(stderr, "%s: schedule: %s\n", g->path, err);
+    ir_error(g, "schedule: %s", err);
     return -1;
   }
   for (int s = 0; s < out->plan.n_stages; s++)

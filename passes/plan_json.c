@@ -32,6 +32,15 @@ int pass_plan_json_write(FILE *f, const pass_dag *d, const pass_plan *p, const p
     fprintf(f, "{\n  \"version\": %d,\n", PASS_PLAN_JSON_VERSION);
     fprintf(f, "  \"devices\": %d,\n  \"devices_used\": %d,\n  \"microbatches\": %d,\n", p->devices,
             p->devices_used, p->microbatches);
+    if (o->mb_search_n > 0) { /* the default micro-batch count, chosen by the predicted iteration */
+        fputs("  \"microbatch_search\": [", f);
+        for (int k = 0; k < o->mb_search_n; k++) {
+            fprintf(f, "%s{\"microbatches\": %d, \"predicted_iteration_ms\": ", k ? ", " : "", o->mb_search_m[k]);
+            jnum(f, o->mb_search_ms[k] >= 0 ? o->mb_search_ms[k] : NAN);
+            fputc('}', f);
+        }
+        fputs("],\n", f);
+    }
     fprintf(f, "  \"training\": %s,\n  \"schedule\": \"%s\",\n", p->training ? "true" : "false",
             p->schedule == PASS_SCHED_GPIPE ? "gpipe" : "1f1b");
     fprintf(f, "  \"topology\": {\"hosts\": %d, \"gpus_per_host\": %d, \"intra_gbps\": ", hosts, gph);

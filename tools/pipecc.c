@@ -52,8 +52,11 @@ static void usage(FILE *f) {
       "Planning:\n"
       "  -g, --gpus N           number of devices (pipeline stages and replicas); default 1\n"
       "  -m, --microbatches M   micro-batches per batch (dim 0 of each input is split in M);\n"
-      "                         default: the largest divisor of the batch that is <= 4*g,\n"
-      "                         or 1 (with a note) for a model that does not split into it\n"
+      "                         default: the largest divisor of the batch that is <= 4*g (cpu);\n"
+      "                         cuda: of the divisors <= 4*g, the one whose plan the cost model\n"
+      "                         predicts fastest (small micro-batches waste a GPU; printed, and\n"
+      "                         in plan.json; -m auto: so on cpu too); 1 (with a note) for a\n"
+      "                         model that does not split\n"
       "  --schedule S           gpipe | 1f1b (default 1f1b)\n"
       "  --device NAME          cost model device: h100, h200, a100, v100, cpu\n"
       "                         (default: cpu for --target cpu, h100 for --target cuda)\n"
@@ -410,6 +413,19 @@ static int training_programs(pass_schedule_kind kind, cg_plan *cp) {
   return rc;
 }
 
+/* A step before the plan failed: during the default micro-batch count's search this
+ * count is given up (the next one is tried; the chosen one is compiled again with its
+ * messages shown), otherwise pipecc stops. */
+#define SEARCH_FAIL()                                                                              \
+  do {                                                                                             \
+    if (m_search) {                                                                                \
+      snprintf(why_buf, sizeof why_buf, "the model does not compile at %d micro-batches (-m %d shows why)", \
+               microbatches, microbatches);                                                        \
+      goto one_microbatch;                                                                         \
+    }                                                                                              \
+    return 2;                                                                                      \
+  } while (0)
+
 int main(int argc, char **argv) {
   const char *model = NULL, *emit = NULL, *out_dir = NULL, *target = "cpu", *device_name = NULL;
   const char *profile_path = NULL, *link_name = NULL, *inter_link_name = NULL;
@@ -417,7 +433,7 @@ int main(int argc, char **argv) {
   int n_dumps = 0, time_passes = 0, g_devices = 1, microbatches = 0, plan_only = 0, emit_only = 0, jobs = 0;
   const char *cuda_arch = getenv("PIPECC_CUDA_ARCH");
   if (!cuda_arch || !*cuda_arch) cuda_arch = "80;90";
-  int no_tf32 = 0, no_replicate = 0, hosts = 0, gpus_per_host = 0, train = 0, profile_run = 0;
+  int no_tf32 = 0, no_replicate = 0, hosts = 0, gpus_per_host = 0, train = 0, profile_run = 0, m_auto = 0;
   int no_fuse = 0, target_given = 0, winograd = -1, layout_nchw = 0, layout_all = 0;
   double intra_bw = -1, intra_lat = -1, inter_bw = -1, inter_lat = -1;
   uint64_t mem_limit = 0;
@@ -495,7 +511,8 @@ int main(int argc, char **argv) {
       if (parse_pos_int(v, &g_devices)) return cli_error("bad -g '%s': expected a number of devices >= 1", v);
     } else if (IS("-m") || IS("--microbatches")) {
       const char *v = NEXT();
-      if (parse_pos_int(v, &microbatches)) return cli_error("bad --microbatches '%s'", v);
+      if (!strcmp(v, "auto")) m_auto = 1, microbatches = 0; /* the search, on either target */
+      else if (parse_pos_int(v, &microbatches)) return cli_error("bad --microbatches '%s' (a count >= 1, or auto)", v);
     } else if (IS("--schedule")) {
       const char *v = NEXT();
       if (!strcmp(v, "gpipe")) schedule = PASS_SCHED_GPIPE;
@@ -627,15 +644,69 @@ int main(int argc, char **argv) {
    * is compiled again for one micro-batch, its messages of the trial dropped. */
   int trial = 0;
   char why_buf[256]; /* why, for the note */
+  /* cuda: the default micro-batch count is searched. Every divisor of the batch up to
+   * 4*g is compiled as far as the plan (messages held, then dropped), and the count whose
+   * plan the cost model predicts fastest is compiled for real: a GPU kernel on a small
+   * micro-batch wastes most of the device (the model's per-kernel cost), so the largest
+   * count is often not the fastest (ResNet-50, batch 32, -g 4 on H200s: 16 micro-batches
+   * of 2 images predict 1.33 ms a batch, 4 of 8 images 0.57). The cpu target keeps the
+   * largest count: its per-node cost is small against a core's work. */
+  int m_search = 0, cand[64], n_cand = 0, cand_i = 0;
+  double cand_ms[64];
+  char cand_why[256] = ""; /* why the largest count that failed did */
   if (0) {
   one_microbatch:
     ir_diag_release(0);
+    if (m_search) { /* this count does not compile: the next one */
+      cand_ms[cand_i] = -1;
+      if (!*cand_why) snprintf(cand_why, sizeof cand_why, "%s", why_buf);
+      goto next_candidate;
+    }
     fprintf(stderr, "%s: note: %s; compiling for one micro-batch (-m 1)\n", model, why_buf);
     ir_graph_free(owned.g);
     ir_graph_free(owned.g_full);
     owned.g = owned.g_full = NULL;
     microbatches = 1;
     trial = 0;
+  }
+  if (0) {
+  next_candidate: /* the search's next count, or its choice compiled for real */
+    if (owned.pl) pass_planned_free(owned.pl);
+    owned.pl = NULL;
+    ir_graph_free(owned.g);
+    ir_graph_free(owned.g_full);
+    owned.g = owned.g_full = NULL;
+    if (++cand_i < n_cand) {
+      microbatches = cand[cand_i];
+      trial = 1;
+      ir_diag_hold();
+    } else {
+      int best = -1, n_ok = 0;
+      for (int k = 0; k < n_cand; k++)
+        if (cand_ms[k] >= 0) {
+          n_ok++;
+          if (best < 0 || cand_ms[k] < cand_ms[best]) best = k; /* ties: the larger count */
+        }
+      m_search = 0;
+      trial = 0;
+      microbatches = best < 0 ? 1 : cand[best];
+      if (microbatches == 1 && n_ok <= 1 && *cand_why) { /* no count above 1 compiles */
+        fprintf(stderr, "%s: note: %s; compiling for one micro-batch (-m 1)\n", model, cand_why);
+        n_cand = 0; /* nothing to report in plan.json */
+      } else {
+        char line[1024];
+        int o = snprintf(line, sizeof line, "pipecc: %d micro-batch%s (predicted %.3f ms a batch; ", microbatches,
+                         microbatches > 1 ? "es" : "", cand_ms[best]);
+        for (int k = 0, first = 1; k < n_cand && o < (int)sizeof line - 64; k++) {
+          if (k == best) continue;
+          if (cand_ms[k] >= 0) o += snprintf(line + o, sizeof line - (size_t)o, "%s%d: %.3f", first ? "" : ", ", cand[k], cand_ms[k]);
+          else o += snprintf(line + o, sizeof line - (size_t)o, "%s%d: no plan (-m %d shows why)", first ? "" : ", ", cand[k],
+                             cand[k]);
+          first = 0;
+        }
+        fprintf(stderr, "%s; -m M sets it)\n", line);
+      }
+    }
   }
   double t0 = now_ms();
   ir_graph *g = owned.g = onnx_load_file(model);
@@ -679,6 +750,15 @@ int main(int argc, char **argv) {
         if (microbatches > 1) {
           trial = 1;
           ir_diag_hold();
+          /* cuda: search the divisors (above); not with a measured profile (its times are
+           * of one micro-batch size) or with -d dumps */
+          if ((m_auto || !strcmp(target, "cuda")) && !profile_path && !n_dumps) {
+            n_cand = 0;
+            for (int m = microbatches; m >= 1 && n_cand < (int)(sizeof cand / sizeof cand[0]); m--)
+              if (batch % m == 0) cand[n_cand++] = m;
+            cand_i = 0;
+            m_search = n_cand > 1;
+          }
         }
       }
       for (int k = 0; k < g->n_inputs; k++) {
@@ -752,7 +832,7 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (trial) { /* the default micro-batch count holds: its messages are the model's */
+  if (trial && !m_search) { /* the default micro-batch count holds: its messages are the model's */
     ir_diag_release(1);
     trial = 0;
   }
@@ -762,10 +842,10 @@ int main(int argc, char **argv) {
     int rc = train_step ? pass_autodiff(g, &topts) : pass_train_loss(g, &topts, &tinfo);
     if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms\n", train_step ? "autodiff" : "loss", now_ms() - s);
     if (rc || g->n_errors) {
-      return 2;
+      SEARCH_FAIL();
     }
     /* the loss and backward nodes compute in float too (passes/widen.c) */
-    if (pass_widen_half(g, &opts) || g->n_errors) return 2;
+    if (pass_widen_half(g, &opts) || g->n_errors) SEARCH_FAIL();
   }
 
   /* inference: NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss nodes in ops every
@@ -774,7 +854,7 @@ int main(int argc, char **argv) {
     double s = now_ms();
     int nl = pass_lower_losses(g);
     if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (%d losses)\n", "losses", now_ms() - s, nl);
-    if (nl < 0 || g->n_errors) return 2;
+    if (nl < 0 || g->n_errors) SEARCH_FAIL();
   }
 
   if (!want_plan) {
@@ -793,22 +873,22 @@ int main(int argc, char **argv) {
     double s = now_ms();
     int nln = pass_fuse_layernorm(g);
     if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (%d chains)\n", "layernorm", now_ms() - s, nln);
-    if (nln < 0 || g->n_errors) return 2;
+    if (nln < 0 || g->n_errors) SEARCH_FAIL();
     s = now_ms();
     int nf = pass_fuse_conv(g);
     if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (%d chains)\n", "fuse", now_ms() - s, nf);
-    if (nf < 0 || g->n_errors) return 2;
+    if (nf < 0 || g->n_errors) SEARCH_FAIL();
     /* cpu: a 1x1 expansion computed block by block inside the depthwise Conv reading it,
      * for maps of 14 x 14 positions or more per channel (below, the 1x1 Convs run batched over images) */
     if (!strcmp(target, "cpu")) {
       s = now_ms();
       int ne = pass_fuse_expand_dw(g, 196);
       if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (%d pairs)\n", "expand_dw", now_ms() - s, ne);
-      if (ne < 0 || g->n_errors) return 2;
+      if (ne < 0 || g->n_errors) SEARCH_FAIL();
       s = now_ms();
       int nt = pass_fuse_matmul_transpose(g);
       if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (%d transposes)\n", "matmul_t", now_ms() - s, nt);
-      if (nt < 0 || g->n_errors) return 2;
+      if (nt < 0 || g->n_errors) SEARCH_FAIL();
     }
   }
   /* cuda inference: channels-last activations around the Convs cuDNN's tensor cores
@@ -817,7 +897,7 @@ int main(int argc, char **argv) {
     double s = now_ms();
     int nl = pass_layout_nhwc(g, layout_all);
     if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (%d convs)\n", "layout", now_ms() - s, nl);
-    if (nl < 0 || g->n_errors) return 2;
+    if (nl < 0 || g->n_errors) SEARCH_FAIL();
   }
   /* cpu inference: 3x3 stride-1 Convs by Winograd, filters transformed here
    * (passes/winograd.h) */
@@ -825,7 +905,7 @@ int main(int argc, char **argv) {
     double s = now_ms();
     int nw = pass_winograd(g, winograd);
     if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (%d convs)\n", "winograd", now_ms() - s, nw);
-    if (nw < 0 || g->n_errors) return 2;
+    if (nw < 0 || g->n_errors) SEARCH_FAIL();
   }
 
   /* cpu inference: a Gemm's constant B with transB stored transposed, for the direct
@@ -834,11 +914,11 @@ int main(int argc, char **argv) {
     double s = now_ms();
     int np = pass_pretranspose(g, CG_C_DIRECT_K);
     if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (%d gemms)\n", "pretranspose", now_ms() - s, np);
-    if (np < 0 || g->n_errors) return 2;
+    if (np < 0 || g->n_errors) SEARCH_FAIL();
   }
 
   /* a model whose outputs all folded to constants still gets a stage (one Identity) */
-  if (pass_keep_one_node(g) < 0 || g->n_errors) return 2;
+  if (pass_keep_one_node(g) < 0 || g->n_errors) SEARCH_FAIL();
 
   /* ---- plan ---- */
   const pass_device *dev = pass_device_find(device_name ? device_name : (!strcmp(target, "cpu") ? "cpu" : "h100"));
@@ -858,11 +938,21 @@ int main(int argc, char **argv) {
   po.topo.inter_gbps = inter_bw > 0 ? inter_bw : inter->gbps;
   po.topo.inter_lat_ms = (inter_lat >= 0 ? inter_lat : inter->lat_us) / 1e3;
   po.mem_limit = mem_limit ? mem_limit : (uint64_t)(dev->mem_gib * 1024 * 1024 * 1024);
+  if (!m_search) { /* the search's predictions, once it has chosen */
+    po.mb_search_n = n_cand;
+    po.mb_search_m = cand;
+    po.mb_search_ms = cand_ms;
+  }
   static pass_planned pl;
   owned.pl = &pl;
   double tp = now_ms();
   if (pass_plan_graph(g, &prof, &po, &pl)) {
-    return 2;
+    SEARCH_FAIL();
+  }
+  if (m_search) { /* this count's prediction; its messages dropped */
+    cand_ms[cand_i] = pl.plan.predicted_iteration_ms;
+    ir_diag_release(0);
+    goto next_candidate;
   }
   pl.plan.planner_ms = pl.antichain_partition_ms;
   if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (antichain + partition %.2f ms)\n", "plan",

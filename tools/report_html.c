@@ -390,8 +390,16 @@ int report_html_write(FILE *f, const ir_graph *g, const pass_planned *P, const p
            hosts == 1 ? "" : "s", gph, o->topo.intra_gbps);
   card(f, "devices (g)", buf, s, 0);
   snprintf(buf, sizeof buf, "%d", pl->microbatches);
-  snprintf(s, sizeof s, "%s \xC2\xB7 %s", pl->schedule == PASS_SCHED_GPIPE ? "GPipe" : "1F1B",
-           pl->training ? "training" : "inference");
+  int so = snprintf(s, sizeof s, "%s \xC2\xB7 %s", pl->schedule == PASS_SCHED_GPIPE ? "GPipe" : "1F1B",
+                    pl->training ? "training" : "inference");
+  /* the default count searched (pipecc -m): each count tried and its predicted iteration */
+  for (int k = 0; k < o->mb_search_n && so < (int)sizeof s - 48; k++) {
+    if (o->mb_search_ms[k] < 0)
+      so += snprintf(s + so, sizeof s - (size_t)so, "%s%d: no plan", k ? ", " : " \xC2\xB7 searched ", o->mb_search_m[k]);
+    else
+      so += snprintf(s + so, sizeof s - (size_t)so, "%s%d: %.3f ms", k ? ", " : " \xC2\xB7 searched ", o->mb_search_m[k],
+                     o->mb_search_ms[k]);
+  }
   card(f, "micro-batches", buf, s, 0);
   snprintf(buf, sizeof buf, "%d", pl->n_stages);
   snprintf(s, sizeof s, "states: %s order", pl->order_kind == PASS_ORDER_DFS ? "dfs" : pl->order_kind == PASS_ORDER_LEVEL ? "level" : "index");

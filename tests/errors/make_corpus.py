@@ -1184,6 +1184,33 @@ def _(d, n):
     return save(model(nodes, [vi("x", [4, 6])], [vi("z", None)]), d, n)
 
 
+# cuda searches the counts that divide the batch (up to 4*g) and keeps the one the cost
+# model predicts fastest: a count that does not compile is reported and left out, and
+# where only 1 compiles the note is the cpu target's
+DEFAULT_MB_CUDA = DEFAULT_MB + ("--target", "cuda")
+
+
+@ok("ok_default_mb_cuda_search", expect=r"pipecc: 4 micro-batches \(predicted [0-9.]+ ms a batch; 2: [0-9.]+, "
+                                        r"1: no plan \(-m 1 shows why\); -m M sets it\)",
+    args=DEFAULT_MB_CUDA + ("--memory-limit", "2M"))
+def _(d, n):  # 4 MB in, 4 MB out: one micro-batch of 4 samples does not fit in 2 MB a device
+    nodes = [helper.make_node("Relu", ["x"], ["t"], name="r1"), helper.make_node("Sigmoid", ["t"], ["y"], name="s1")]
+    return save(model(nodes, [vi("x", [4, 1024, 256])], [vi("y", [4, 1024, 256])]), d, n)
+
+
+@ok("ok_default_mb_cuda_scalar_output", expect=r"note: graph output 'z' is a scalar.*-m 1", args=DEFAULT_MB_CUDA)
+def _(d, n):
+    nodes = [helper.make_node("ReduceSum", ["x"], ["z"], name="sum", keepdims=0)]
+    return save(model(nodes, [vi("x", [4, 6])], [vi("z", None)]), d, n)
+
+
+@ok("ok_default_mb_cuda_softmax_axis0", expect=r"note: the default 4 micro-batches would not add up.*-m 1",
+    args=DEFAULT_MB_CUDA)
+def _(d, n):
+    nodes = [helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=0)]
+    return save(batch_model(nodes, [4, 6]), d, n)
+
+
 @ok("ok_outputs_all_constant", args=DEFAULT_MB)
 def _(d, n):  # Shape of a static input folds away: no node is left, one Identity copies it out
     nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape")]

@@ -177,6 +177,25 @@ def main():
         check(k in plan, f"plan.json: no field {k!r}")
     check(plan.get("version") == 1, f"plan.json: version {plan.get('version')!r}, expected 1")
     check(plan.get("schedule") in ("gpipe", "1f1b"), f"plan.json: schedule {plan.get('schedule')!r}")
+    # the default micro-batch count on cuda: every divisor of the batch up to 4*g tried,
+    # largest first, and the one predicted fastest kept (ties: the larger); -m given: no search
+    search = plan.get("microbatch_search")
+    g = int(a.extra[a.extra.index("-g") + 1]) if "-g" in a.extra else 1
+    m_opt = next((a.extra[i + 1] for i, o in enumerate(a.extra[:-1]) if o in ("-m", "--microbatches")), None)
+    cuda = "--target" in a.extra and a.extra[a.extra.index("--target") + 1] == "cuda"
+    if g > 1 and (m_opt == "auto" or (cuda and m_opt is None)):
+        batch = int(a.shape[0].split(":")[1].split("x")[0])
+        want = [m for m in range(4 * g, 0, -1) if batch % m == 0]
+        check(isinstance(search, list) and [e.get("microbatches") for e in search] == want,
+              f"plan.json: microbatch_search {search!r}, expected the counts {want}")
+        ok = [(e["predicted_iteration_ms"], -e["microbatches"]) for e in search or []
+              if isinstance(e.get("predicted_iteration_ms"), (int, float))]
+        check(bool(ok) and plan.get("microbatches") == -min(ok)[1],
+              f"plan.json: {plan.get('microbatches')} micro-batches, but the search predicts {search!r}")
+        check(ok and abs(plan.get("predicted_iteration_ms", -1) - min(ok)[0]) < 1e-6,
+              "plan.json: the plan's predicted iteration is not the search's prediction for its count")
+    else:
+        check(search is None, f"plan.json: microbatch_search {search!r} without a search")
     stages = plan.get("stages", [])
     check(len(stages) >= 1, "plan.json: no stages")
     for i, st in enumerate(stages):
