@@ -55,8 +55,9 @@ static void usage(FILE *f) {
       "                         default: the largest divisor of the batch that is <= 4*g (cpu);\n"
       "                         cuda: of the divisors <= 4*g, the one whose plan the cost model\n"
       "                         predicts fastest (small micro-batches waste a GPU; printed, and\n"
-      "                         in plan.json; -m auto: so on cpu too); 1 (with a note) for a\n"
-      "                         model that does not split\n"
+      "                         in plan.json). -m auto: the search on either target; -m max:\n"
+      "                         the largest count on either. 1 (with a note) for a model that\n"
+      "                         does not split into it\n"
       "  --schedule S           gpipe | 1f1b (default 1f1b)\n"
       "  --device NAME          cost model device: h100, h200, a100, v100, cpu\n"
       "                         (default: cpu for --target cpu, h100 for --target cuda)\n"
@@ -433,7 +434,7 @@ int main(int argc, char **argv) {
   int n_dumps = 0, time_passes = 0, g_devices = 1, microbatches = 0, plan_only = 0, emit_only = 0, jobs = 0;
   const char *cuda_arch = getenv("PIPECC_CUDA_ARCH");
   if (!cuda_arch || !*cuda_arch) cuda_arch = "80;90";
-  int no_tf32 = 0, no_replicate = 0, hosts = 0, gpus_per_host = 0, train = 0, profile_run = 0, m_auto = 0;
+  int no_tf32 = 0, no_replicate = 0, hosts = 0, gpus_per_host = 0, train = 0, profile_run = 0, m_auto = 0, m_max = 0;
   int no_fuse = 0, target_given = 0, winograd = -1, layout_nchw = 0, layout_all = 0;
   double intra_bw = -1, intra_lat = -1, inter_bw = -1, inter_lat = -1;
   uint64_t mem_limit = 0;
@@ -511,8 +512,9 @@ int main(int argc, char **argv) {
       if (parse_pos_int(v, &g_devices)) return cli_error("bad -g '%s': expected a number of devices >= 1", v);
     } else if (IS("-m") || IS("--microbatches")) {
       const char *v = NEXT();
-      if (!strcmp(v, "auto")) m_auto = 1, microbatches = 0; /* the search, on either target */
-      else if (parse_pos_int(v, &microbatches)) return cli_error("bad --microbatches '%s' (a count >= 1, or auto)", v);
+      if (!strcmp(v, "auto")) m_auto = 1, m_max = 0, microbatches = 0; /* the search, on either target */
+      else if (!strcmp(v, "max")) m_max = 1, m_auto = 0, microbatches = 0; /* the largest count, on either */
+      else if (parse_pos_int(v, &microbatches)) return cli_error("bad --microbatches '%s' (a count >= 1, auto or max)", v);
     } else if (IS("--schedule")) {
       const char *v = NEXT();
       if (!strcmp(v, "gpipe")) schedule = PASS_SCHED_GPIPE;
@@ -752,7 +754,7 @@ int main(int argc, char **argv) {
           ir_diag_hold();
           /* cuda: search the divisors (above); not with a measured profile (its times are
            * of one micro-batch size) or with -d dumps */
-          if ((m_auto || !strcmp(target, "cuda")) && !profile_path && !n_dumps) {
+          if ((m_auto || (!m_max && !strcmp(target, "cuda"))) && !profile_path && !n_dumps) {
             n_cand = 0;
             for (int m = microbatches; m >= 1 && n_cand < (int)(sizeof cand / sizeof cand[0]); m--)
               if (batch % m == 0) cand[n_cand++] = m;

@@ -196,6 +196,8 @@ def sim_target(cmd, env, target, sim_lib):
     exact float32; unchanged for the cpu target."""
     if target == "cuda":
         cmd += ["--target", "cuda", "--no-tf32", "--cuda-arch", "90"]
+        if "-m" not in cmd and "--microbatches" not in cmd:  # the cpu target's default count, as the cpu run
+            cmd += ["-m", "max"]
         env.update(NVCC=os.path.join(ROOT, "tests", "cuda", "sim", "nvcc"), CUDASIM_LIB=sim_lib)
     return cmd, env
 
