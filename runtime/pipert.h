@@ -388,6 +388,12 @@ typedef struct pipert_pipeline {
  * corrupt weights, bad command line), 1 runtime failure (a stage failed). */
 int pipert_main(int argc, char **argv, const pipert_pipeline *p);
 
+/* For a device stage's init: the plan's device of the stage replica being initialised
+ * in this process (the stages' replicas numbered in order: stage s replica r is device
+ * replicas(0) + ... + replicas(s-1) + r), or -1 where the runtime places it otherwise
+ * (one process per replica: the transport names the local rank's device). */
+int pipert_init_device(void);
+
 /* The weights checksum: XXH64 (seed 0) of the file's bytes. pipecc computes the
  * same function when it writes weights_K.bin. */
 uint64_t pipert_checksum64(const void *data, size_t len);

@@ -130,6 +130,8 @@ int rt_programs_ahead(const pipert_pipeline *p, const pipert_instr *const *prog,
 const char *rt_exe_dir(void);
 void rt_install_crash_handler(void);
 extern _Thread_local int rt_cur_stage;
+/* the plan's device of the stage replica whose init runs (pipert_init_device), or -1 */
+extern _Thread_local int rt_init_device;
 
 /* ---- the stream interpreter (rt_worker.c), shared by the transports ------- */
 

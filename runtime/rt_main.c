@@ -11,6 +11,8 @@
 #include "rt_fakedev.h"
 
 _Thread_local int rt_cur_stage = -1;
+_Thread_local int rt_init_device = -1;
+int pipert_init_device(void) { return rt_init_device; }
 
 int rt_errors_muted;
 

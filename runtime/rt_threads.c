@@ -352,7 +352,7 @@ int rt_threads_create(const pipert_pipeline *p, const rt_options *o, int M, rt_e
   /* a training stage holds every micro-batch of a step at most (GPipe); inference a few */
   int pool_cap = p->training ? M + BOX_CAP + POOL_EXTRA : BOX_CAP + POOL_EXTRA;
   ex->w = calloc((size_t)ex->nworkers, sizeof *ex->w);
-  int wi = 0;
+  int wi = 0; /* also the plan's device of this replica: stages' replicas in order */
   for (int s = 0; s < S; s++) {
     const pipert_stage_desc *d = p->stages[s].stage;
     for (int r = 0; r < p->stages[s].replicas; r++, wi++) {
@@ -362,8 +362,9 @@ int rt_threads_create(const pipert_pipeline *p, const rt_options *o, int M, rt_e
       rt_worker_init(&tw->w, p, s, r, M, ex->prog[s], ex->prog_len[s], &ex->topo[s], pool_cap, &threads_ops, ex);
       if (d->init) {
         rt_cur_stage = s;
+        rt_init_device = wi;
         int rc = d->init(&tw->w.state, ex->weights[s].map, ex->weights[s].len);
-        rt_cur_stage = -1;
+        rt_cur_stage = rt_init_device = -1;
         if (rc) {
           rt_errorf("stage %d: init failed (status %d)", s, rc);
           return 1;

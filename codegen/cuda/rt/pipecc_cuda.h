@@ -27,9 +27,11 @@
  * the update part, after replicas all-reduce their gradients (comm_sum, ncclAllReduce);
  * param_io copies a param to or from the host.
  *
- * Devices: stage K runs on device K % cudaGetDeviceCount() (PIPECC_CUDA_DEVICE=N pins
- * every stage to device N), so a one-GPU machine runs a g-stage build; replicas of a
- * stage share its device. Environment: PIPECC_CUDA_GRAPH=0 runs eagerly (no graph).
+ * Devices: the plan's, modulo cudaGetDeviceCount(): in one process the stages'
+ * replicas in order (stage 0's r0 replicas on devices 0 .. r0-1, stage 1's next, ...,
+ * pipert_init_device), one process per replica on its local rank's device;
+ * PIPECC_CUDA_DEVICE=N pins every stage to device N. So a one-GPU machine runs a
+ * g-device build. Environment: PIPECC_CUDA_GRAPH=0 runs eagerly (no graph).
  *
  * Errors: one line on stderr naming the stage, the device and what failed
  * ("pipeline: stage 1 on cuda:0 (NVIDIA H100 80GB HBM3): node 54 'conv1' (Conv):

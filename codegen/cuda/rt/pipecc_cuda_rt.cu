@@ -2316,8 +2316,12 @@ extern "C" int pk_stage_init(void **state, const pk_stage_info *info, int tf32, 
     free(S);
     return 1;
   }
+  /* the plan's device (a replica of a stage on a device of its own, as planned), modulo
+   * the devices there are; PIPECC_CUDA_DEVICE pins every stage (and names the local
+   * rank's device under MPI) */
   const char *pin = getenv("PIPECC_CUDA_DEVICE");
-  S->device = pin && *pin ? atoi(pin) % ndev : info->id % ndev;
+  int planned = pipert_init_device();
+  S->device = pin && *pin ? atoi(pin) % ndev : (planned >= 0 ? planned : info->id) % ndev;
   set_where(S);
   const char *gr = getenv("PIPECC_CUDA_GRAPH");
   S->use_graph = !(gr && !strcmp(gr, "0"));

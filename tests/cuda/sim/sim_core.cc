@@ -15,7 +15,8 @@
  *   CUDASIM_MEM_MB=N    memory per device (default 81920): cudaMalloc beyond it fails
  *   CUDASIM_POISON=0    leave fresh device memory as the allocator gives it
  *   CUDASIM_HANG_S=N    a host wait longer than N s (default 600) stops the process
- *   CUDASIM_STATS=1     at exit: kernels, blocks and fiber switches, per process
+ *   CUDASIM_STATS=1     at exit: kernels, blocks and fiber switches, per process, and the
+ *                       kernels each device ran
  *   CUDASIM_FAULT=MODE:N[:RANK]  the N-th kernel this process runs (from 1; under
  *                       mpirun only in the process of that rank, OMPI_COMM_WORLD_RANK
  *                       or PMI_RANK) fails as a GPU fault would, for error-path tests.
@@ -44,6 +45,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -99,6 +101,10 @@ static cudaError_t fail(cudaError_t e) {
 }
 
 static std::atomic<long> st_kernels{0}, st_blocks{0}, st_fiber_blocks{0}, st_switches{0};
+/* kernels per device (CUDASIM_STATS): a stream's worker runs its kernels on its device */
+static constexpr int ST_MAX_DEVICES = 64;
+static std::atomic<long> st_dev_kernels[ST_MAX_DEVICES];
+static thread_local int tl_stream_device = -1;
 
 /* ---- device memory ---------------------------------------------------------------------- */
 
@@ -203,6 +209,7 @@ static double now_ms() {
 }
 
 static void worker(CUstream_st *s) {
+  tl_stream_device = s->device;
   std::unique_lock<std::mutex> lk(mu);
   for (;;) {
     s->cv.wait(lk, [&] { return !s->q.empty() || s->stop; });
@@ -609,6 +616,7 @@ static void run_grid(const char *name, dim3 grid, dim3 block, const std::functio
   r.slot.resize((size_t)n);
   bool fibers = false;
   st_kernels++;
+  if (tl_stream_device >= 0 && tl_stream_device < ST_MAX_DEVICES) st_dev_kernels[tl_stream_device]++;
   for (unsigned bz = 0; bz < grid.z; bz++)
     for (unsigned by = 0; by < grid.y; by++)
       for (unsigned bx = 0; bx < grid.x; bx++) {
@@ -666,9 +674,12 @@ cudaError_t launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStr
 }
 
 static void print_stats() {
-  if (env_long("CUDASIM_STATS", 0))
-    fprintf(stderr, "cudasim: %ld kernels, %ld blocks (%ld as fibers), %ld fiber switches\n", st_kernels.load(),
-            st_blocks.load(), st_fiber_blocks.load(), st_switches.load());
+  if (!env_long("CUDASIM_STATS", 0)) return;
+  fprintf(stderr, "cudasim: %ld kernels, %ld blocks (%ld as fibers), %ld fiber switches\n", st_kernels.load(),
+          st_blocks.load(), st_fiber_blocks.load(), st_switches.load());
+  std::string per;
+  for (int d = 0; d < ST_MAX_DEVICES && d < n_devices(); d++) per += " " + std::to_string(st_dev_kernels[d].load());
+  fprintf(stderr, "cudasim: kernels per device:%s\n", per.c_str());
 }
 static int stats_registered = atexit(print_stats);
 

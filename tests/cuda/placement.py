@@ -1,0 +1,144 @@
+#!/usr/bin/python3
+"""Stage replicas on the plan's devices, in one process (the threads transport), on the
+CUDA simulator with 4 devices (CUDASIM_DEVICES=4):
+
+  - smallcnn, -g 4 -m 4: the plan replicates one stage on devices 0..3;
+  - smallcnn, -g 4 -m 2: stage 0 on device 0, stage 1 replicated on devices 1..2, stage 2
+    on device 3 (the stages hand over through host sets between devices);
+  - smallcnn_train, --train -g 4 -m 4: stage 0 replicated on devices 0..1, whose
+    gradients the runtime sums across the two devices, then stages on devices 2 and 3.
+
+Each must (1) have the plan that the case describes (plan.json), (2) run kernels on every
+device of its plan and on no other (the simulator's per-device kernel counts,
+CUDASIM_STATS=1), and (3) give the same bits on 4 devices as on one (inference: the
+outputs; training: the losses and the saved weights after 2 steps), and inference
+matches onnxruntime (float32, rel-L2 <= 1e-5). Before, in one process a stage's replicas
+all ran on the stage's device (stage K on device K): on 4 GPUs the first plan used one.
+
+    placement.py --sim LIBCUDASIM --pipecc build/pipecc --models DIR --work DIR
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+import pipecc_test as pt  # noqa: E402
+from npzio import save_npz  # noqa: E402
+
+# name, model, pipecc options, the plan's devices per stage
+CASES = [
+    ("replicas4", "smallcnn", ["-d", "batch=8", "-g", "4", "-m", "4"], [[0, 1, 2, 3]]),
+    ("mixed", "smallcnn", ["-d", "batch=8", "-g", "4", "-m", "2"], [[0], [1, 2], [3]]),
+    ("train", "smallcnn_train", ["-d", "batch=8", "--train", "-g", "4", "-m", "4"], [[0, 1], [2], [3]]),
+]
+
+
+def run(cmd, env, label):
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    if r.returncode:
+        print(r.stdout[-3000:], r.stderr[-3000:])
+        print(f"FAIL {label}: exit {r.returncode}")
+        return None
+    return r
+
+
+def per_device(stderr):
+    m = re.search(r"^cudasim: kernels per device:((?: \d+)+)$", stderr, re.M)
+    return [int(v) for v in m.group(1).split()] if m else None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sim", required=True)
+    ap.add_argument("--pipecc", required=True)
+    ap.add_argument("--models", required=True)
+    ap.add_argument("--work", required=True)
+    a = ap.parse_args()
+    env = dict(os.environ, NVCC=os.path.join(HERE, "sim", "nvcc"), CUDASIM_LIB=os.path.abspath(a.sim))
+    os.makedirs(a.work, exist_ok=True)
+    rng = np.random.default_rng(7)
+    ok = True
+    for name, model, opts, devices in CASES:
+        d = os.path.join(a.work, name)
+        shutil.rmtree(d, ignore_errors=True)
+        path = os.path.join(a.models, model + ".onnx")
+        if not run([a.pipecc, path, "--target", "cuda", "--no-tf32", "--cuda-arch", "90", "-o", d, "-j", "2"] + opts,
+                   env, f"{name}: pipecc"):
+            ok = False
+            continue
+        with open(os.path.join(d, "plan.json")) as f:
+            plan = json.load(f)
+        got = [st["devices"] for st in plan["stages"]]
+        if got != devices:
+            print(f"FAIL {name}: the plan's devices per stage are {got}, the case needs {devices} "
+                  "(the planner changed: pick options that give such a plan)")
+            ok = False
+            continue
+        train = "--train" in opts
+        x = rng.standard_normal((8, 1, 8, 8)).astype(np.float32)
+        if train:
+            xf, yf = os.path.join(d, "x.npy"), os.path.join(d, "labels.npy")
+            np.save(xf, x)
+            np.save(yf, rng.integers(0, 10, 8).astype(np.int64))
+        else:
+            xf = os.path.join(d, "x.npz")
+            save_npz(xf, {"input": x})
+        outs, counts = {}, None
+        for ndev in (1, 4):
+            e = dict(env, CUDASIM_DEVICES=str(ndev), CUDASIM_STATS="1")
+            out = os.path.join(d, f"out_{ndev}.npz")
+            if train:
+                cmd = [os.path.join(d, "pipeline"), "train", "--data", xf, "--labels", yf, "--steps", "2",
+                       "--batch", "8", "--no-shuffle", "--save", out]
+            else:
+                cmd = [os.path.join(d, "pipeline"), "--input", xf, "--output", out]
+            r = run(cmd, e, f"{name} on {ndev} device(s)")
+            if r is None:
+                ok = False
+                break
+            outs[ndev] = (dict(np.load(out)), re.findall(r"loss[ =:]+([0-9.eE+-]+)", r.stdout + r.stderr))
+            if ndev == 4:
+                counts = per_device(r.stderr)
+        if len(outs) < 2:
+            continue
+        planned = sorted({v for st in devices for v in st})
+        used = [k for k, c in enumerate(counts or []) if c > 0]
+        if counts is None or used != planned:
+            print(f"FAIL {name}: kernels per device {counts}: devices {used} ran kernels, the plan's are {planned}")
+            ok = False
+        else:
+            print(f"ok   {name}: kernels per device {counts} (the plan's devices {devices})")
+        (o1, l1), (o4, l4) = outs[1], outs[4]
+        same = o1.keys() == o4.keys() and all(np.array_equal(o1[k].view(np.uint8), o4[k].view(np.uint8)) for k in o1)
+        if not same or l1 != l4:
+            print(f"FAIL {name}: 4 devices give other bits than one ({'outputs' if not same else 'losses'})")
+            ok = False
+        else:
+            print(f"ok   {name}: 4 devices give the bits of one ({len(o1)} {'weights' if train else 'outputs'}"
+                  f"{', losses ' + ' '.join(l1) if train else ''})")
+        if not train:
+            import onnxruntime as ort
+            sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+            ref = sess.run(None, {"input": x})[0]
+            y = next(iter(o4.values()))
+            err = float(np.linalg.norm(y - ref) / max(np.linalg.norm(ref), 1e-30))
+            good = err <= 1e-5
+            print(f"{'ok  ' if good else 'FAIL'} {name}: against onnxruntime rel-L2 {err:.2e} (<= 1e-5)")
+            ok &= good
+        pt.done_with(d, ok)
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
