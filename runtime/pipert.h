@@ -218,9 +218,10 @@ typedef struct pipert_param_desc {
 } pipert_param_desc;
 
 /* A stage whose code runs on an accelerator (the cuda target). When every stage has
- * these and all run on one device, the runtime keeps the sets stages exchange in device
- * memory (alloc) and calls the device forms of forward/backward, whose in[]/out[] are
- * device pointers; graph inputs are uploaded and graph outputs downloaded. */
+ * these and all run on one device (or on devices that can each access the others'
+ * memory, peer), the runtime keeps the sets stages exchange in device memory (alloc, on
+ * the writer's device) and calls the device forms of forward/backward, whose in[]/out[]
+ * are device pointers; graph inputs are uploaded and graph outputs downloaded. */
 typedef struct pipert_device_ops {
   int (*ordinal)(void *state);     /* the device the state runs on */
   void *(*alloc)(void *state, size_t nbytes);
@@ -259,6 +260,10 @@ typedef struct pipert_device_ops {
    * the device (waits for it and for the uploads to finish); < 0 when not measured.
    * The runtime calls it at the end of every run. May be NULL. */
   double (*busy)(void *state);
+  /* Lets the state's device read and write the memory of device `ordinal` (peer access),
+   * so that stages on several devices of one process hand over device memory: 0 once it
+   * can (already could), non-zero (nothing printed) where it cannot. May be NULL: never. */
+  int (*peer)(void *state, int ordinal);
 } pipert_device_ops;
 
 /* One stage, emitted in stage_K.c as `const pipert_stage_desc pipecc_stage_K`. */

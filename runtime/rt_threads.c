@@ -373,12 +373,20 @@ int rt_threads_create(const pipert_pipeline *p, const rt_options *o, int M, rt_e
       }
     }
   }
-  /* device mode: every stage on one accelerator exchanges sets in its memory */
+  /* device mode: stages on one accelerator exchange sets in its memory; on several, each
+   * device reading the others' memory (peer access, every pair of the devices used) */
   int dev = getenv("PIPERT_HOST_SETS") == NULL;
   for (int i = 0; i < ex->nworkers && dev; i++) {
     const pipert_stage_desc *d = p->stages[ex->w[i].w.stage].stage;
-    dev = d->device && ex->w[i].w.state && (!p->training || d->device->backward) &&
-          d->device->ordinal(ex->w[i].w.state) == p->stages[0].stage->device->ordinal(ex->w[0].w.state);
+    dev = d->device && ex->w[i].w.state && (!p->training || d->device->backward);
+  }
+  for (int i = 0; i < ex->nworkers && dev; i++) {
+    const pipert_device_ops *di = p->stages[ex->w[i].w.stage].stage->device;
+    int oi = di->ordinal(ex->w[i].w.state);
+    for (int j = 0; j < ex->nworkers && dev; j++) {
+      int oj = p->stages[ex->w[j].w.stage].stage->device->ordinal(ex->w[j].w.state);
+      dev = oi == oj || (di->peer && di->peer(ex->w[i].w.state, oj) == 0);
+    }
   }
   for (int i = 0; i < ex->nworkers && dev; i++) rt_worker_set_device(&ex->w[i].w, p->stages[ex->w[i].w.stage].stage->device);
   /* ... and hands them over on the device, no thread waiting for another's work
@@ -392,6 +400,20 @@ int rt_threads_create(const pipert_pipeline *p, const rt_options *o, int M, rt_e
       return 1;
     }
     w->dev_async = 1;
+  }
+  if (getenv("PIPERT_VERBOSE") && !p->stages[0].stage->device) {
+    fprintf(stderr, "pipeline: %d stage replica%s on host threads\n", ex->nworkers, ex->nworkers == 1 ? "" : "s");
+  } else if (getenv("PIPERT_VERBOSE")) { /* where the stages run and how they hand over */
+    int nd = 0, seen[64];
+    for (int i = 0; i < ex->nworkers; i++) {
+      const pipert_device_ops *di = p->stages[ex->w[i].w.stage].stage->device;
+      int o = di && ex->w[i].w.state ? di->ordinal(ex->w[i].w.state) : -1, k = 0;
+      while (k < nd && seen[k] != o) k++;
+      if (k == nd && nd < 64) seen[nd++] = o;
+    }
+    fprintf(stderr, "pipeline: %d stage replica%s on %d device%s; sets between stages in %s memory%s\n", ex->nworkers,
+            ex->nworkers == 1 ? "" : "s", nd, nd == 1 ? "" : "s", dev ? "device" : "host",
+            dev ? (ex->nworkers && ex->w[0].w.dev_async ? ", handed over on the device" : ", handed over synchronously") : "");
   }
   return 0;
 }

@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """Stage replicas on the plan's devices, in one process (the threads transport), on the
-CUDA simulator with 4 devices (CUDASIM_DEVICES=4):
+CUDA simulator with 4 devices (CUDASIM_DEVICES=4), which reach each other's memory (the
+sets stages hand each other stay in device memory, read across devices) or do not
+(CUDASIM_PEER=0: the sets go through host memory):
 
   - smallcnn, -g 4 -m 4: the plan replicates one stage on devices 0..3;
   - smallcnn, -g 4 -m 2: stage 0 on device 0, stage 1 replicated on devices 1..2, stage 2
@@ -10,8 +12,9 @@ CUDA simulator with 4 devices (CUDASIM_DEVICES=4):
 
 Each must (1) have the plan that the case describes (plan.json), (2) run kernels on every
 device of its plan and on no other (the simulator's per-device kernel counts,
-CUDASIM_STATS=1), and (3) give the same bits on 4 devices as on one (inference: the
-outputs; training: the losses and the saved weights after 2 steps), and inference
+CUDASIM_STATS=1), (3) hand over in the memory the runtime says (PIPERT_VERBOSE=1), and
+(4) give the same bits on 4 devices, with and without peer access, as on one
+(inference: the outputs; training: the losses and the saved weights after 2 steps); inference
 matches onnxruntime (float32, rel-L2 <= 1e-5). Before, in one process a stage's replicas
 all ran on the stage's device (stage K on device K): on 4 GPUs the first plan used one.
 
@@ -94,22 +97,31 @@ def main():
             xf = os.path.join(d, "x.npz")
             save_npz(xf, {"input": x})
         outs, counts = {}, None
-        for ndev in (1, 4):
-            e = dict(env, CUDASIM_DEVICES=str(ndev), CUDASIM_STATS="1")
-            out = os.path.join(d, f"out_{ndev}.npz")
+        # one device; 4 that reach each other's memory (sets handed over in device memory,
+        # read across devices); 4 without peer access (sets through host memory)
+        for ndev, peer, mode in ((1, 1, "device"), (4, 1, "device"), (4, 0, "host")):
+            e = dict(env, CUDASIM_DEVICES=str(ndev), CUDASIM_STATS="1", CUDASIM_PEER=str(peer), PIPERT_VERBOSE="1")
+            key = f"{ndev}{'' if peer else ' (no peer access)'}"
+            out = os.path.join(d, f"out_{ndev}_{peer}.npz")
             if train:
                 cmd = [os.path.join(d, "pipeline"), "train", "--data", xf, "--labels", yf, "--steps", "2",
                        "--batch", "8", "--no-shuffle", "--save", out]
             else:
                 cmd = [os.path.join(d, "pipeline"), "--input", xf, "--output", out]
-            r = run(cmd, e, f"{name} on {ndev} device(s)")
+            r = run(cmd, e, f"{name} on {key} device(s)")
             if r is None:
                 ok = False
                 break
-            outs[ndev] = (dict(np.load(out)), re.findall(r"loss[ =:]+([0-9.eE+-]+)", r.stdout + r.stderr))
-            if ndev == 4:
+            outs[key] = (dict(np.load(out)), re.findall(r"loss[ =:]+([0-9.eE+-]+)", r.stdout + r.stderr))
+            m = re.search(rf"^pipeline: \d+ stage replicas? on {len(set(v % ndev for st in devices for v in st))} "
+                          rf"devices?; sets between stages in {mode} memory", r.stderr, re.M)
+            if not m:
+                print(r.stderr[-1500:])
+                print(f"FAIL {name} on {key} device(s): no 'sets between stages in {mode} memory' line")
+                ok = False
+            if ndev == 4 and peer:
                 counts = per_device(r.stderr)
-        if len(outs) < 2:
+        if len(outs) < 3:
             continue
         planned = sorted({v for st in devices for v in st})
         used = [k for k, c in enumerate(counts or []) if c > 0]
@@ -118,14 +130,17 @@ def main():
             ok = False
         else:
             print(f"ok   {name}: kernels per device {counts} (the plan's devices {devices})")
-        (o1, l1), (o4, l4) = outs[1], outs[4]
-        same = o1.keys() == o4.keys() and all(np.array_equal(o1[k].view(np.uint8), o4[k].view(np.uint8)) for k in o1)
-        if not same or l1 != l4:
-            print(f"FAIL {name}: 4 devices give other bits than one ({'outputs' if not same else 'losses'})")
-            ok = False
-        else:
-            print(f"ok   {name}: 4 devices give the bits of one ({len(o1)} {'weights' if train else 'outputs'}"
-                  f"{', losses ' + ' '.join(l1) if train else ''})")
+        o1, l1 = outs["1"]
+        for key in ("4", "4 (no peer access)"):
+            o4, l4 = outs[key]
+            same = o1.keys() == o4.keys() and all(np.array_equal(o1[k].view(np.uint8), o4[k].view(np.uint8)) for k in o1)
+            if not same or l1 != l4:
+                print(f"FAIL {name}: {key} devices give other bits than one ({'outputs' if not same else 'losses'})")
+                ok = False
+            else:
+                print(f"ok   {name}: {key} devices give the bits of one ({len(o1)} {'weights' if train else 'outputs'}"
+                      f"{', losses ' + ' '.join(l1) if train else ''})")
+        o4 = outs["4"][0]
         if not train:
             import onnxruntime as ort
             sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])

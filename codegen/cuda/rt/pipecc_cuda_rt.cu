@@ -2389,10 +2389,13 @@ extern "C" int pk_stage_init(void **state, const pk_stage_info *info, int tf32, 
  * each other, graph input copies): readers' streams wait for the writer's event, the next
  * writer's for the readers'. Its streams are a stage's pk_hstreams (its work, its
  * uploads), its events CUDA's. */
-static void *ho_event_new(void *stream) {
+static void *ho_event_new(void *stream) { /* on the stream's device: recorded there */
   pk_stage *S = ((struct pk_hstream *)stream)->S;
   cudaEvent_t e = NULL;
-  return cu_ok(S, cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate(hand-over)") ? (void *)e : NULL;
+  return cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice") &&
+                 cu_ok(S, cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate(hand-over)")
+             ? (void *)e
+             : NULL;
 }
 static void ho_event_free(void *event) { cudaEventDestroy((cudaEvent_t)event); }
 static int ho_record(void *stream, void *event) {
@@ -2812,15 +2815,31 @@ static int dev_pin(void *state, void *host, size_t nbytes, int on) {
     cudaGetLastError();
     return 1;
   }
-  cudaError_t e = on ? cudaHostRegister(host, nbytes, cudaHostRegisterDefault) : cudaHostUnregister(host);
+  /* portable: pinned for the uploads of stages on every device */
+  cudaError_t e = on ? cudaHostRegister(host, nbytes, cudaHostRegisterPortable) : cudaHostUnregister(host);
   if (e != cudaSuccess) cudaGetLastError();
   return e != cudaSuccess;
+}
+
+/* Peer access from the stage's device to device `ordinal` (stages of one process on
+ * several GPUs hand over device memory); quietly non-zero where the pair has none. */
+static int dev_peer(void *state, int ordinal) {
+  pk_stage *S = (pk_stage *)state;
+  int can = 0;
+  if (ordinal == S->device) return 0;
+  if (cudaDeviceCanAccessPeer(&can, S->device, ordinal) != cudaSuccess || !can || cudaSetDevice(S->device) != cudaSuccess) {
+    cudaGetLastError();
+    return 1;
+  }
+  cudaError_t e = cudaDeviceEnablePeerAccess(ordinal, 0);
+  cudaGetLastError(); /* cudaErrorPeerAccessAlreadyEnabled is not sticky; clear it */
+  return e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled;
 }
 
 extern "C" const pipert_device_ops pk_device_ops = {
     dev_ordinal,   dev_alloc,      dev_release,    dev_upload,    dev_download,  dev_forward, dev_backward,
     dev_comm_id,   dev_comm_init,  dev_comm_group, dev_comm_send, dev_comm_recv, dev_comm_sum, dev_comm_free,
-    dev_pin,       dev_async,      dev_busy};
+    dev_pin,       dev_async,      dev_busy,      dev_peer};
 
 extern "C" int pk_stage_zero_grads(void *state) {
   pk_stage *S = (pk_stage *)state;

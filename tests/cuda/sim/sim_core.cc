@@ -12,6 +12,7 @@
  *
  * Environment:
  *   CUDASIM_DEVICES=N   devices reported (default 1; 0: cudaGetDeviceCount fails)
+ *   CUDASIM_PEER=0      no device can access another's memory (cudaDeviceCanAccessPeer)
  *   CUDASIM_MEM_MB=N    memory per device (default 81920): cudaMalloc beyond it fails
  *   CUDASIM_POISON=0    leave fresh device memory as the allocator gives it
  *   CUDASIM_HANG_S=N    a host wait longer than N s (default 600) stops the process
@@ -176,6 +177,7 @@ struct CUstream_st {
 };
 
 struct CUevent_st {
+  int device = 0;           /* the device current at its creation: only its streams record it */
   CUstream_st *s = nullptr; /* the stream and ticket of its latest record */
   uint64_t ticket = 0;
   unsigned flags = 0;
@@ -697,6 +699,8 @@ const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInitializationError: return "cudaErrorInitializationError";
+    case cudaErrorPeerAccessUnsupported: return "cudaErrorPeerAccessUnsupported";
+    case cudaErrorPeerAccessAlreadyEnabled: return "cudaErrorPeerAccessAlreadyEnabled";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
     case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
     case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
@@ -740,6 +744,25 @@ cudaError_t cudaPeekAtLastError(void) { return sticky.load() ? (cudaError_t)stic
 cudaError_t cudaGetDeviceCount(int *n) {
   *n = n_devices();
   return *n ? cudaSuccess : fail(cudaErrorNoDevice);
+}
+
+static std::set<std::pair<int, int>> peers_enabled; /* (device, peer) */
+
+cudaError_t cudaDeviceCanAccessPeer(int *can, int device, int peer) {
+  if (device < 0 || device >= n_devices() || peer < 0 || peer >= n_devices()) return fail(cudaErrorInvalidDevice);
+  *can = device != peer && env_long("CUDASIM_PEER", 1) != 0;
+  return fail(cudaSuccess);
+}
+
+cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned flags) {
+  int can = 0;
+  if (flags) return fail(cudaErrorInvalidValue);
+  cudaError_t e = cudaDeviceCanAccessPeer(&can, tl_device, peer);
+  if (e != cudaSuccess) return e;
+  if (!can) return fail(peer == tl_device ? cudaErrorInvalidDevice : cudaErrorPeerAccessUnsupported);
+  std::lock_guard<std::mutex> g(mu);
+  if (!peers_enabled.insert({tl_device, peer}).second) return fail(cudaErrorPeerAccessAlreadyEnabled);
+  return fail(cudaSuccess);
 }
 
 cudaError_t cudaSetDevice(int d) {
@@ -1017,6 +1040,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
   if (!n_devices()) return fail(cudaErrorNoDevice);
   *e = new CUevent_st;
   (*e)->flags = flags;
+  (*e)->device = tl_device;
   return fail(cudaSuccess);
 }
 
@@ -1041,6 +1065,10 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t h) {
     return fail(cudaErrorInvalidResourceHandle);
   }
   CUstream_st *s = resolve(h);
+  if (s->device != e->device) { /* as CUDA: an event is recorded on a stream of its own device */
+    warn("cudaEventRecord of an event of device %d on a stream of device %d", e->device, s->device);
+    return fail(cudaErrorInvalidResourceHandle);
+  }
   if (s->cap) {
     /* inside a capture the event orders nodes of the graph only: with one captured
      * stream that is the graph's order already */

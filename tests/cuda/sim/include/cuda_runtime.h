@@ -62,8 +62,10 @@ typedef enum cudaError {
   cudaErrorInvalidMemcpyDirection = 21,
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
+  cudaErrorPeerAccessUnsupported = 217,
   cudaErrorInvalidResourceHandle = 400,
   cudaErrorNotReady = 600,
+  cudaErrorPeerAccessAlreadyEnabled = 704,
   cudaErrorIllegalAddress = 700,
   cudaErrorAssert = 710,
   cudaErrorHardwareStackError = 714,
@@ -131,6 +133,9 @@ cudaError_t cudaPeekAtLastError(void);
 cudaError_t cudaGetDeviceCount(int *n);
 cudaError_t cudaSetDevice(int d);
 cudaError_t cudaGetDevice(int *d);
+/* peer access: every pair of distinct devices can (CUDASIM_PEER=0: none can) */
+cudaError_t cudaDeviceCanAccessPeer(int *can, int device, int peer);
+cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned flags);
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d);
 cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaDeviceReset(void);
