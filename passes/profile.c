@@ -103,6 +103,18 @@ static int load_profile(ir_graph *g, const char *path, pass_node_cost *c) {
     g->n_errors++;
     return -1;
   }
+  /* times measured at another micro-batch size than the plan's: scaled by the ratio (the
+   * work of nearly every node is proportional to it) */
+  double scale = 1;
+  cJSON *pb = cJSON_GetObjectItemCaseSensitive(root, "batch");
+  int64_t plan_batch = 0;
+  for (int k = 0; k < g->n_inputs && !plan_batch; k++)
+    if (g->values[g->inputs[k]].shape.rank > 0) plan_batch = g->values[g->inputs[k]].shape.dims[0];
+  if (cJSON_IsNumber(pb) && pb->valuedouble >= 1 && plan_batch > 0 && (double)plan_batch != pb->valuedouble) {
+    scale = (double)plan_batch / pb->valuedouble;
+    fprintf(stderr, "%s: note: measured at a micro-batch of %.0f, the plan's hold %lld: its times are scaled by %g\n", path,
+            pb->valuedouble, (long long)plan_batch, scale);
+  }
   int missing = 0, bad = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     const ir_node *n = &g->nodes[i];
@@ -122,8 +134,8 @@ static int load_profile(ir_graph *g, const char *path, pass_node_cost *c) {
       continue;
     }
     double ratio = c[i].fwd_ms > 0 ? c[i].bwd_ms / c[i].fwd_ms : 1.0;
-    c[i].fwd_ms = fw->valuedouble;
-    c[i].bwd_ms = bw ? bw->valuedouble : fw->valuedouble * ratio;
+    c[i].fwd_ms = fw->valuedouble * scale;
+    c[i].bwd_ms = (bw ? bw->valuedouble : fw->valuedouble * ratio) * scale;
     c[i].measured = 1;
   }
   cJSON_Delete(root);

@@ -133,7 +133,9 @@ int pipert_profile_main(int argc, char **argv, const pipert_stage_desc *d, const
   device_name(dev, sizeof dev);
   fputs("{\"device\": ", o);
   put_json_str(o, dev);
-  fprintf(o, ", \"warmup\": %d, \"reps\": %d, \"nodes\": {", warmup, reps);
+  /* the micro-batch it ran (dim 0 of its first input): the planner scales the times to its own */
+  long long batch = d->n_inputs > 0 && d->inputs[0].rank > 0 ? (long long)d->inputs[0].dims[0] : 0;
+  fprintf(o, ", \"warmup\": %d, \"reps\": %d, \"batch\": %lld, \"nodes\": {", warmup, reps, batch);
   int first = 1, k = 0;
   for (int un = 0; un < U; un++)
     for (int m = 0; m < u->unit_n_nodes[un]; m++, k++) {

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """cpu target, --profile-run: build the one-stage profiler of MODEL, run it, check that
 its JSON times every node of the compiled graph (positive fwd_ms, the total consistent)
-and that the planner takes it without falling back to the cost model for any node.
+and names the micro-batch it timed, and that the planner takes it without falling back
+to the cost model for any node, its times scaled to the plan's micro-batches.
 
     profile_run.py --pipecc build/pipecc --model resnet18.onnx --shape input:2x3x224x224 \\
                    --work /tmp/w [-g 2]
@@ -61,6 +62,22 @@ def main():
     if r.returncode != 0 or "not in the profile" in r.stderr:
         print(f"FAIL: planning with the profile (exit {r.returncode}):\n{r.stderr}")
         ok = False
+    # the profile says the micro-batch it timed; the plan's micro-batches hold batch / M
+    # samples, so its stages' times add up to the profile's total / M, with a note
+    batch = prof.get("batch")
+    if not (isinstance(batch, int) and batch >= 1):
+        print(f"FAIL: the profile's batch {batch!r}, expected the micro-batch it timed")
+        ok = False
+    elif r.returncode == 0:
+        plan = json.load(open(os.path.join(work, "plan", "plan.json")))
+        m = plan["microbatches"]
+        staged = sum(st["compute_ms"] for st in plan["stages"])
+        noted = "its times are scaled by" in r.stderr
+        if abs(staged - total / m) > 1e-4 * total or noted != (m > 1):
+            print(f"FAIL: {m} micro-batches of a batch of {batch}: the stages' times add up to {staged:.4f} ms, "
+                  f"expected {total / m:.4f} (the profile's {total:.4f} / {m}); scaling note {'' if noted else 'not '}"
+                  f"printed:\n{r.stderr}")
+            ok = False
     print(f"{name}: {len(nodes)} nodes profiled, {total:.3f} ms per micro-batch: {'ok' if ok else 'FAILED'}")
     return 0 if ok else 1
 
