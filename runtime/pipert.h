@@ -221,7 +221,8 @@ typedef struct pipert_param_desc {
  * these and all run on one device (or on devices that can each access the others'
  * memory, peer), the runtime keeps the sets stages exchange in device memory (alloc, on
  * the writer's device) and calls the device forms of forward/backward, whose in[]/out[]
- * are device pointers; graph inputs are uploaded and graph outputs downloaded. */
+ * are device pointers (on another device, a reader copies them device to device); graph
+ * inputs are uploaded and graph outputs downloaded. */
 typedef struct pipert_device_ops {
   int (*ordinal)(void *state);     /* the device the state runs on */
   void *(*alloc)(void *state, size_t nbytes);
