@@ -265,6 +265,14 @@ typedef struct pipert_device_ops {
    * so that stages on several devices of one process hand over device memory: 0 once it
    * can (already could), non-zero (nothing printed) where it cannot. May be NULL: never. */
   int (*peer)(void *state, int ordinal);
+  /* Replicas of one stage in one process (states of the same stage), in device mode:
+   * param_sum adds [offset, offset + nbytes) of peer's parameter memory into state's,
+   * elementwise (dtype float32/float64, one rounding per element, as a host sum),
+   * param_copy copies that range of peer's into state's; both wait for the two states'
+   * queued work first and complete before they return; 0, or non-zero after printing one
+   * line. NULL: the runtime sums through host memory (param_io). */
+  int (*param_sum)(void *state, void *peer, size_t offset, size_t nbytes, int dtype);
+  int (*param_copy)(void *state, void *peer, size_t offset, size_t nbytes);
 } pipert_device_ops;
 
 /* One stage, emitted in stage_K.c as `const pipert_stage_desc pipecc_stage_K`. */

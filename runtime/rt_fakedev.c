@@ -601,7 +601,7 @@ static int comm_run(struct fgroup *g) {
 
 static const pipert_device_ops fake_ops = {dev_ordinal, dev_alloc, dev_release,  dev_upload, dev_download,
                                            dev_forward, dev_backward, FAKE_COMM, NULL,     dev_async,
-                                           dev_busy, NULL};
+                                           dev_busy, NULL,          NULL,     NULL};
 
 /* A training stage's host calls, after its queued work (a GPU orders them on its stream). */
 static int w_step(void *state) {

@@ -263,7 +263,19 @@ static int t_allreduce(void *link, rt_worker *w) {
   int R = ex->p->stages[w->stage].replicas, rc = 0;
   if (R < 2) return 0;
   if (replica_barrier(ex, w->stage)) return -1;
-  if (w->replica == 0) {
+  /* device mode: summed device to device (the same order, so the same bits) */
+  const pipert_device_ops *dv = w->dev && w->dev->param_sum && w->dev->param_copy ? w->dev : NULL;
+  if (w->replica == 0 && dv) {
+    for (int k = 0; k < d->n_params && !rc; k++) {
+      const pipert_param_desc *pd = &d->params[k];
+      if (pd->kind != PIPERT_PARAM_GRAD) continue;
+      for (int r = 1; r < R && !rc; r++)
+        rc |= dv->param_sum(w->state, worker_of(ex, w->stage, r)->w.state, pd->offset, pd->nbytes, pd->dtype);
+      for (int r = 1; r < R && !rc; r++)
+        rc |= dv->param_copy(worker_of(ex, w->stage, r)->w.state, w->state, pd->offset, pd->nbytes);
+    }
+    if (rc) fail(ex, 1, "stage %d: all-reduce of the gradients failed", w->stage);
+  } else if (w->replica == 0) {
     for (int k = 0; k < d->n_params && !rc; k++) {
       const pipert_param_desc *pd = &d->params[k];
       if (pd->kind != PIPERT_PARAM_GRAD) continue;
@@ -411,9 +423,15 @@ int rt_threads_create(const pipert_pipeline *p, const rt_options *o, int M, rt_e
       while (k < nd && seen[k] != o) k++;
       if (k == nd && nd < 64) seen[nd++] = o;
     }
-    fprintf(stderr, "pipeline: %d stage replica%s on %d device%s; sets between stages in %s memory%s\n", ex->nworkers,
+    int replicated = 0;
+    for (int s = 0; s < S; s++) replicated |= p->stages[s].replicas > 1;
+    const pipert_device_ops *d0 = ex->nworkers ? ex->w[0].w.dev : NULL;
+    fprintf(stderr, "pipeline: %d stage replica%s on %d device%s; sets between stages in %s memory%s%s\n", ex->nworkers,
             ex->nworkers == 1 ? "" : "s", nd, nd == 1 ? "" : "s", dev ? "device" : "host",
-            dev ? (ex->nworkers && ex->w[0].w.dev_async ? ", handed over on the device" : ", handed over synchronously") : "");
+            dev ? (ex->nworkers && ex->w[0].w.dev_async ? ", handed over on the device" : ", handed over synchronously") : "",
+            !p->training || !replicated ? ""
+            : d0 && d0->param_sum && d0->param_copy ? "; replicas' gradients summed in device memory"
+                                                    : "; replicas' gradients summed in host memory");
   }
   return 0;
 }

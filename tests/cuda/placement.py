@@ -8,7 +8,8 @@ sets stages hand each other stay in device memory, read across devices) or do no
   - smallcnn, -g 4 -m 2: stage 0 on device 0, stage 1 replicated on devices 1..2, stage 2
     on device 3 (the stages hand over through host sets between devices);
   - smallcnn_train, --train -g 4 -m 4: stage 0 replicated on devices 0..1, whose
-    gradients the runtime sums across the two devices, then stages on devices 2 and 3.
+    gradients the runtime sums device to device (through host memory without peer
+    access), then stages on devices 2 and 3.
 
 Each must (1) have the plan that the case describes (plan.json), (2) run kernels on every
 device of its plan and on no other (the simulator's per-device kernel counts,
@@ -115,9 +116,12 @@ def main():
             outs[key] = (dict(np.load(out)), re.findall(r"loss[ =:]+([0-9.eE+-]+)", r.stdout + r.stderr))
             m = re.search(rf"^pipeline: \d+ stage replicas? on {len(set(v % ndev for st in devices for v in st))} "
                           rf"devices?; sets between stages in {mode} memory", r.stderr, re.M)
+            if m and train:  # the replicas' gradients: summed device to device, or through the host
+                m = re.search(rf"^pipeline: .*; replicas' gradients summed in {mode} memory$", r.stderr, re.M)
             if not m:
                 print(r.stderr[-1500:])
-                print(f"FAIL {name} on {key} device(s): no 'sets between stages in {mode} memory' line")
+                print(f"FAIL {name} on {key} device(s): no 'sets between stages in {mode} memory' line"
+                      f"{' (and gradients summed there)' if train else ''}")
                 ok = False
             if ndev == 4 and peer:
                 counts = per_device(r.stderr)

@@ -230,6 +230,8 @@ typedef struct pk_stage {
   unsigned char *w, *io, *a;       /* (gen) device weights, stage inputs/outputs, arena */
   void *ws;
   size_t ws_bytes;
+  void *sum_tmp;                   /* a peer replica's gradients, copied in to be summed */
+  size_t sum_tmp_bytes;
   struct pk_conv_s *conv;
   struct pk_gplan *gplans;         /* cuDNN graph API plans (PIPECC_CONV_API=graph) */
   int use_graph, captured[3];     /* per part (forward, backward, update): 1 run once, 2 captured */

@@ -2293,6 +2293,7 @@ static void stage_free(pk_stage *S) {
   if (S->io) cudaFree(S->io);
   if (S->a) cudaFree(S->a);
   if (S->ws) cudaFree(S->ws);
+  if (S->sum_tmp) cudaFree(S->sum_tmp);
   if (S->stream) cudaStreamDestroy(S->stream);
   if (S->cstream) cudaStreamDestroy(S->cstream);
   if (S->ustream) cudaStreamDestroy(S->ustream);
@@ -2807,6 +2808,62 @@ static void dev_comm_free(void *state, void *comm) {
   if (comm) ncclCommDestroy((ncclComm_t)comm);
 }
 
+/* ---- replicas of a stage in one process: gradients summed on the devices ---------------- */
+/* a[i] = a[i] + b[i]: one rounding per element, as the host's sum (rt_sum_into), so either
+ * path gives the same bits */
+template <typename T>
+__global__ void k_sum_into(T *a, const T *b, int64_t n) {
+  GRID_LOOP(i, n) a[i] = a[i] + b[i];
+}
+
+/* Both states' queued work done (P's on its device, then S's), S's device current. */
+static int idle_pair(pk_stage *S, pk_stage *P) {
+  return cu_ok(P, cudaSetDevice(P->device), "cudaSetDevice") && dev_wait(P, P->stream, NULL, "cudaStreamSynchronize") &&
+         cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice") && dev_wait(S, S->stream, NULL, "cudaStreamSynchronize");
+}
+
+/* [offset, offset + nbytes) of replica P's parameter memory added into S's (float32 or
+ * float64): copied device to device (peer) into S's scratch, then summed on S's stream. */
+static int dev_param_sum(void *state, void *peer, size_t offset, size_t nbytes, int dtype) {
+  pk_stage *S = (pk_stage *)state, *P = (pk_stage *)peer;
+  S->unit = -1;
+  if (offset > S->info->param_bytes || nbytes > S->info->param_bytes - offset) return 1;
+  if (!idle_pair(S, P)) return 1;
+  if (S->sum_tmp_bytes < nbytes) {
+    if (S->sum_tmp) cudaFree(S->sum_tmp);
+    S->sum_tmp = NULL;
+    S->sum_tmp_bytes = 0;
+    if (!cu_ok(S, cudaMalloc(&S->sum_tmp, nbytes), "cudaMalloc(gradient sum)")) return 1;
+    S->sum_tmp_bytes = nbytes;
+  }
+  if (!cu_ok(S, cudaMemcpyAsync(S->sum_tmp, P->w + offset, nbytes, cudaMemcpyDefault, S->stream),
+             "cudaMemcpyAsync(replica gradients)"))
+    return 1;
+  int64_t n = (int64_t)(nbytes / (dtype == PK_F64 ? 8 : 4));
+  if (n > 0) {
+    if (dtype == PK_F64)
+      k_sum_into<double><<<pk_grid(n), PK_THREADS, 0, S->stream>>>((double *)(S->w + offset), (const double *)S->sum_tmp, n);
+    else
+      k_sum_into<float><<<pk_grid(n), PK_THREADS, 0, S->stream>>>((float *)(S->w + offset), (const float *)S->sum_tmp, n);
+    if (pk_check_launch(S)) return 1;
+  }
+  return dev_wait(S, S->stream, NULL, "cudaStreamSynchronize") ? 0 : 1;
+}
+
+/* [offset, offset + nbytes) of replica P's parameter memory copied into S's (the sum, back
+ * to every replica), device to device. */
+static int dev_param_copy(void *state, void *peer, size_t offset, size_t nbytes) {
+  pk_stage *S = (pk_stage *)state, *P = (pk_stage *)peer;
+  S->unit = -1;
+  if (offset > S->info->param_bytes || nbytes > S->info->param_bytes - offset) return 1;
+  return idle_pair(S, P) &&
+                 cu_ok(S, cudaMemcpyAsync(S->w + offset, P->w + offset, nbytes, cudaMemcpyDefault, S->stream),
+                       "cudaMemcpyAsync(summed gradients)") &&
+                 dev_wait(S, S->stream, NULL, "cudaStreamSynchronize")
+             ? 0
+             : 1;
+}
+
 /* Page-locks host memory for uploads; a failure (memory already registered by another
  * runner of the same arrays, or not registrable) leaves it pageable and clears the error. */
 static int dev_pin(void *state, void *host, size_t nbytes, int on) {
@@ -2839,7 +2896,7 @@ static int dev_peer(void *state, int ordinal) {
 extern "C" const pipert_device_ops pk_device_ops = {
     dev_ordinal,   dev_alloc,      dev_release,    dev_upload,    dev_download,  dev_forward, dev_backward,
     dev_comm_id,   dev_comm_init,  dev_comm_group, dev_comm_send, dev_comm_recv, dev_comm_sum, dev_comm_free,
-    dev_pin,       dev_async,      dev_busy,      dev_peer};
+    dev_pin,       dev_async,      dev_busy,      dev_peer,      dev_param_sum, dev_param_copy};
 
 extern "C" int pk_stage_zero_grads(void *state) {
   pk_stage *S = (pk_stage *)state;
