@@ -19,7 +19,12 @@ CUDASIM_STATS=1), (3) hand over in the memory the runtime says (PIPERT_VERBOSE=1
 matches onnxruntime (float32, rel-L2 <= 1e-5). Before, in one process a stage's replicas
 all ran on the stage's device (stage K on device K): on 4 GPUs the first plan used one.
 
+On GPUs (no --sim; label gpu, exit 77 = skipped with fewer than 2): the same builds on
+every GPU there is (up to 4), against a run pinned to GPU 0 (PIPECC_CUDA_DEVICE=0) and
+one through host memory (PIPERT_HOST_SETS=1), bit for bit (no kernel counts there).
+
     placement.py --sim LIBCUDASIM --pipecc build/pipecc --models DIR --work DIR
+    placement.py --pipecc build/pipecc --models DIR --work DIR           (2 or more GPUs)
 """
 
 import argparse
@@ -61,14 +66,29 @@ def per_device(stderr):
     return [int(v) for v in m.group(1).split()] if m else None
 
 
+def gpus():
+    if not shutil.which("nvidia-smi"):
+        return 0
+    r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return len([ln for ln in r.stdout.splitlines() if ln.startswith("GPU ")]) if r.returncode == 0 else 0
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sim", required=True)
+    ap.add_argument("--sim", default=None, help="the CUDA simulator's library; without it, real GPUs (2 or more)")
     ap.add_argument("--pipecc", required=True)
     ap.add_argument("--models", required=True)
     ap.add_argument("--work", required=True)
     a = ap.parse_args()
-    env = dict(os.environ, NVCC=os.path.join(HERE, "sim", "nvcc"), CUDASIM_LIB=os.path.abspath(a.sim))
+    ngpu = 0
+    if a.sim:
+        env = dict(os.environ, NVCC=os.path.join(HERE, "sim", "nvcc"), CUDASIM_LIB=os.path.abspath(a.sim))
+    else:
+        ngpu = min(gpus(), 4)
+        if ngpu < 2:
+            print(f"SKIP placement: {ngpu} GPU(s), the test needs 2 or more")
+            return 77
+        env = dict(os.environ)
     os.makedirs(a.work, exist_ok=True)
     rng = np.random.default_rng(7)
     ok = True
@@ -76,7 +96,8 @@ def main():
         d = os.path.join(a.work, name)
         shutil.rmtree(d, ignore_errors=True)
         path = os.path.join(a.models, model + ".onnx")
-        if not run([a.pipecc, path, "--target", "cuda", "--no-tf32", "--cuda-arch", "90", "-o", d, "-j", "2"] + opts,
+        arch = ["--cuda-arch", "90"] if a.sim else []
+        if not run([a.pipecc, path, "--target", "cuda", "--no-tf32", *arch, "-o", d, "-j", "2"] + opts,
                    env, f"{name}: pipecc"):
             ok = False
             continue
@@ -100,9 +121,16 @@ def main():
         outs, counts = {}, None
         # one device; 4 that reach each other's memory (sets handed over in device memory,
         # read across devices); 4 without peer access (sets through host memory)
-        for ndev, peer, mode in ((1, 1, "device"), (4, 1, "device"), (4, 0, "host")):
-            e = dict(env, CUDASIM_DEVICES=str(ndev), CUDASIM_STATS="1", CUDASIM_PEER=str(peer), PIPERT_VERBOSE="1")
-            key = f"{ndev}{'' if peer else ' (no peer access)'}"
+        # (on GPUs: pinned to GPU 0; every GPU, peer access where the GPUs have it; every GPU
+        # through host memory)
+        nd = 4 if a.sim else ngpu
+        for ndev, peer, mode in ((1, 1, "device"), (nd, 1, None if not a.sim else "device"), (nd, 0, "host")):
+            if a.sim:
+                e = dict(env, CUDASIM_DEVICES=str(ndev), CUDASIM_STATS="1", CUDASIM_PEER=str(peer), PIPERT_VERBOSE="1")
+            else:
+                e = dict(env, PIPERT_VERBOSE="1", **({"PIPECC_CUDA_DEVICE": "0"} if ndev == 1 else {}),
+                         **({} if peer else {"PIPERT_HOST_SETS": "1"}))
+            key = f"{'all' if ndev > 1 else '1'}{'' if peer else ' (through host memory)'}"
             out = os.path.join(d, f"out_{ndev}_{peer}.npz")
             if train:
                 cmd = [os.path.join(d, "pipeline"), "train", "--data", xf, "--labels", yf, "--steps", "2",
@@ -114,28 +142,33 @@ def main():
                 ok = False
                 break
             outs[key] = (dict(np.load(out)), re.findall(r"loss[ =:]+([0-9.eE+-]+)", r.stdout + r.stderr))
+            want_mode = mode or "(device|host)"  # GPUs without peer access hand over through the host
             m = re.search(rf"^pipeline: \d+ stage replicas? on {len(set(v % ndev for st in devices for v in st))} "
-                          rf"devices?; sets between stages in {mode} memory", r.stderr, re.M)
+                          rf"devices?; sets between stages in {want_mode} memory", r.stderr, re.M)
             if m and train:  # the replicas' gradients: summed device to device, or through the host
-                m = re.search(rf"^pipeline: .*; replicas' gradients summed in {mode} memory$", r.stderr, re.M)
+                m = re.search(rf"^pipeline: .*; replicas' gradients summed in {want_mode} memory$", r.stderr, re.M)
+            if m and not a.sim:
+                print(f"ok   {name} on {key} GPU(s): {m.group(0)}")
             if not m:
                 print(r.stderr[-1500:])
                 print(f"FAIL {name} on {key} device(s): no 'sets between stages in {mode} memory' line"
                       f"{' (and gradients summed there)' if train else ''}")
                 ok = False
-            if ndev == 4 and peer:
+            if ndev > 1 and peer:
                 counts = per_device(r.stderr)
         if len(outs) < 3:
             continue
         planned = sorted({v for st in devices for v in st})
         used = [k for k, c in enumerate(counts or []) if c > 0]
-        if counts is None or used != planned:
+        if not a.sim:
+            pass  # no kernel counts on GPUs
+        elif counts is None or used != planned:
             print(f"FAIL {name}: kernels per device {counts}: devices {used} ran kernels, the plan's are {planned}")
             ok = False
         else:
             print(f"ok   {name}: kernels per device {counts} (the plan's devices {devices})")
         o1, l1 = outs["1"]
-        for key in ("4", "4 (no peer access)"):
+        for key in ("all", "all (through host memory)"):
             o4, l4 = outs[key]
             same = o1.keys() == o4.keys() and all(np.array_equal(o1[k].view(np.uint8), o4[k].view(np.uint8)) for k in o1)
             if not same or l1 != l4:
@@ -144,7 +177,7 @@ def main():
             else:
                 print(f"ok   {name}: {key} devices give the bits of one ({len(o1)} {'weights' if train else 'outputs'}"
                       f"{', losses ' + ' '.join(l1) if train else ''})")
-        o4 = outs["4"][0]
+        o4 = outs["all"][0]
         if not train:
             import onnxruntime as ort
             sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
