@@ -527,7 +527,10 @@ static void usage(const char *argv0) {
           "       [--microbatches M] [--bench N [--stream]] [--threads-per-stage T] [--pin]\n"
           "       [--weights-dir DIR] [--transport auto|threads|mpi] [--timeout SECONDS]\n"
           "       [--launch]   one process per stage replica on this host (through mpirun)\n"
-          "       (a training program: %s train --help)\n",
+          "       (a training program: %s train --help)\n"
+          "environment: PIPERT_VERBOSE=1 prints where the stages run and how they hand over;\n"
+          "       PIPERT_HOST_SETS=1 hands over through host memory; PIPECC_CUDA_DEVICE=N pins\n"
+          "       every cuda stage to GPU N\n",
           argv0, argv0);
 }
 
