@@ -753,6 +753,12 @@ int ir_const_f64(const ir_value *v, int64_t i, double *out) {
   }
 }
 
+int64_t ir_graph_batch(const ir_graph *g, int64_t none) {
+  for (int k = 0; k < g->n_inputs; k++)
+    if (g->values[g->inputs[k]].shape.rank > 0) return g->values[g->inputs[k]].shape.dims[0];
+  return none;
+}
+
 int64_t ir_value_bytes(const ir_value *v) {
   int64_t n = ir_shape_numel(&v->shape);
   size_t es = ir_dtype_size(v->dtype);

@@ -324,5 +324,7 @@ void ir_const_copy(const ir_value *v, void *dst);
 
 /* Size in bytes of a static tensor, -1 on overflow or unknown. */
 int64_t ir_value_bytes(const ir_value *v);
+/* The batch: dim 0 of the first graph input that has a dim 0, or `none` when no input has. */
+int64_t ir_graph_batch(const ir_graph *g, int64_t none);
 
 #endif

@@ -107,9 +107,7 @@ static int load_profile(ir_graph *g, const char *path, pass_node_cost *c) {
    * work of nearly every node is proportional to it) */
   double scale = 1;
   cJSON *pb = cJSON_GetObjectItemCaseSensitive(root, "batch");
-  int64_t plan_batch = 0;
-  for (int k = 0; k < g->n_inputs && !plan_batch; k++)
-    if (g->values[g->inputs[k]].shape.rank > 0) plan_batch = g->values[g->inputs[k]].shape.dims[0];
+  int64_t plan_batch = ir_graph_batch(g, 0);
   if (cJSON_IsNumber(pb) && pb->valuedouble >= 1 && plan_batch > 0 && (double)plan_batch != pb->valuedouble) {
     scale = (double)plan_batch / pb->valuedouble;
     fprintf(stderr, "%s: note: measured at a micro-batch of %.0f, the plan's hold %lld: its times are scaled by %g\n", path,

@@ -731,12 +731,7 @@ int main(int argc, char **argv) {
     }
     /* Compile for one micro-batch: split dim 0 of every graph input after binding. */
     if (!strcmp(p->name, "bind") && want_plan) {
-      int64_t batch = 1; /* dim 0 of the first graph input that has one */
-      for (int k = 0; k < g->n_inputs; k++)
-        if (g->values[g->inputs[k]].shape.rank > 0) {
-          batch = g->values[g->inputs[k]].shape.dims[0];
-          break;
-        }
+      int64_t batch = ir_graph_batch(g, 1);
       /* a scalar output declared in the model: one micro-batch from the start (one found by
        * shape inference restarts the frontend below; declared, a model whose constants fix
        * the batch size gets there without failing at a micro-batch first) */
