@@ -53,11 +53,6 @@ def check(cond, what):
     return cond
 
 
-def gpus():
-    r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True) if shutil.which("nvidia-smi") else None
-    return len([ln for ln in r.stdout.splitlines() if ln.startswith("GPU ")]) if r and r.returncode == 0 else 0
-
-
 def env_for(a, devices, **more):
     e = dict(os.environ, **MPI_ENV, **more)
     if a.sim:
@@ -226,7 +221,7 @@ def main():
         return SKIP
     if a.sim:
         rc.use_sim(a.sim)
-    elif gpus() < (4 if a.replicated else 2):
+    elif rc.gpus() < (4 if a.replicated else 2):
         print("SKIP: fewer GPUs than ranks (or none)")
         return SKIP
     name = os.path.splitext(os.path.basename(a.model))[0]

@@ -41,7 +41,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+sys.path.insert(0, HERE)
 import pipecc_test as pt  # noqa: E402
+import run_cuda as rc  # noqa: E402  (gpus)
 from npzio import save_npz  # noqa: E402
 
 # name, model, pipecc options, the plan's devices per stage
@@ -66,13 +68,6 @@ def per_device(stderr):
     return [int(v) for v in m.group(1).split()] if m else None
 
 
-def gpus():
-    if not shutil.which("nvidia-smi"):
-        return 0
-    r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
-    return len([ln for ln in r.stdout.splitlines() if ln.startswith("GPU ")]) if r.returncode == 0 else 0
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sim", default=None, help="the CUDA simulator's library; without it, real GPUs (2 or more)")
@@ -84,7 +79,7 @@ def main():
     if a.sim:
         env = dict(os.environ, NVCC=os.path.join(HERE, "sim", "nvcc"), CUDASIM_LIB=os.path.abspath(a.sim))
     else:
-        ngpu = min(gpus(), 4)
+        ngpu = min(rc.gpus(), 4)
         if ngpu < 2:
             print(f"SKIP placement: {ngpu} GPU(s), the test needs 2 or more")
             return 77
@@ -92,11 +87,11 @@ def main():
     os.makedirs(a.work, exist_ok=True)
     rng = np.random.default_rng(7)
     ok = True
+    arch = ["--cuda-arch", "90"] if a.sim else []
     for name, model, opts, devices in CASES:
         d = os.path.join(a.work, name)
         shutil.rmtree(d, ignore_errors=True)
         path = os.path.join(a.models, model + ".onnx")
-        arch = ["--cuda-arch", "90"] if a.sim else []
         if not run([a.pipecc, path, "--target", "cuda", "--no-tf32", *arch, "-o", d, "-j", "2"] + opts,
                    env, f"{name}: pipecc"):
             ok = False
@@ -124,7 +119,8 @@ def main():
         # (on GPUs: pinned to GPU 0; every GPU, peer access where the GPUs have it; every GPU
         # through host memory)
         nd = 4 if a.sim else ngpu
-        for ndev, peer, mode in ((1, 1, "device"), (nd, 1, None if not a.sim else "device"), (nd, 0, "host")):
+        # (GPUs without peer access hand over through the host: either memory there)
+        for ndev, peer, mode in ((1, 1, "device"), (nd, 1, "device" if a.sim else "(device|host)"), (nd, 0, "host")):
             if a.sim:
                 e = dict(env, CUDASIM_DEVICES=str(ndev), CUDASIM_STATS="1", CUDASIM_PEER=str(peer), PIPERT_VERBOSE="1")
             else:
@@ -142,11 +138,10 @@ def main():
                 ok = False
                 break
             outs[key] = (dict(np.load(out)), re.findall(r"loss[ =:]+([0-9.eE+-]+)", r.stdout + r.stderr))
-            want_mode = mode or "(device|host)"  # GPUs without peer access hand over through the host
             m = re.search(rf"^pipeline: \d+ stage replicas? on {len(set(v % ndev for st in devices for v in st))} "
-                          rf"devices?; sets between stages in {want_mode} memory", r.stderr, re.M)
+                          rf"devices?; sets between stages in {mode} memory", r.stderr, re.M)
             if m and train:  # the replicas' gradients: summed device to device, or through the host
-                m = re.search(rf"^pipeline: .*; replicas' gradients summed in {want_mode} memory$", r.stderr, re.M)
+                m = re.search(rf"^pipeline: .*; replicas' gradients summed in {mode} memory$", r.stderr, re.M)
             if m and not a.sim:
                 print(f"ok   {name} on {key} GPU(s): {m.group(0)}")
             if not m:
@@ -158,15 +153,14 @@ def main():
                 counts = per_device(r.stderr)
         if len(outs) < 3:
             continue
-        planned = sorted({v for st in devices for v in st})
-        used = [k for k, c in enumerate(counts or []) if c > 0]
-        if not a.sim:
-            pass  # no kernel counts on GPUs
-        elif counts is None or used != planned:
-            print(f"FAIL {name}: kernels per device {counts}: devices {used} ran kernels, the plan's are {planned}")
-            ok = False
-        else:
-            print(f"ok   {name}: kernels per device {counts} (the plan's devices {devices})")
+        if a.sim:  # (no kernel counts on GPUs)
+            planned = sorted({v for st in devices for v in st})
+            used = [k for k, c in enumerate(counts or []) if c > 0]
+            if counts is None or used != planned:
+                print(f"FAIL {name}: kernels per device {counts}: devices {used} ran kernels, the plan's are {planned}")
+                ok = False
+            else:
+                print(f"ok   {name}: kernels per device {counts} (the plan's devices {devices})")
         o1, l1 = outs["1"]
         for key in ("all", "all (through host memory)"):
             o4, l4 = outs[key]

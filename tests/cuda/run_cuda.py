@@ -84,6 +84,14 @@ STEP_ARGS = ["--train-step", "--loss", "cross-entropy", "--optimizer", "sgd", "-
 PROGRAM_ARGS = ["--train", "--loss", "cross-entropy", "--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9"]
 
 
+def gpus():
+    """The GPUs nvidia-smi lists (0 without it)."""
+    if not shutil.which("nvidia-smi"):
+        return 0
+    r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return len([ln for ln in r.stdout.splitlines() if ln.startswith("GPU ")]) if r.returncode == 0 else 0
+
+
 def have_gpu():
     if not os.path.exists("/dev/nvidia0"):
         return False
