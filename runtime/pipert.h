@@ -258,8 +258,9 @@ typedef struct pipert_device_ops {
    * call completes before it returns. Returns 0 once switched. NULL: always off. */
   int (*async)(void *state, int on);
   /* async mode: seconds the forward/backward work queued since the last call ran on
-   * the device (waits for it and for the uploads to finish); < 0 when not measured.
-   * The runtime calls it at the end of every run. May be NULL. */
+   * the device (waits for it and for the uploads to finish); < 0 after printing one line
+   * when that work failed (the run fails). The runtime calls it at the end of every run.
+   * May be NULL. */
   double (*busy)(void *state);
   /* Lets the state's device read and write the memory of device `ordinal` (peer access),
    * so that stages on several devices of one process hand over device memory: 0 once it

@@ -222,7 +222,8 @@ static int ho_wait(void *stream, void *event) {
   return 0;
 }
 static int ho_finish(void *stream) { return finish(stream); }
-static const rt_ho_ops ho_ops = {ho_event_new, ho_event_free, ho_record, ho_wait, ho_finish};
+static const rt_ho_ops ho_ops = {ho_event_new, ho_event_free, ho_record, ho_wait, ho_finish,
+                                 NULL}; /* dev_release finishes every stream first */
 
 /* ---- replicas ------------------------------------------------------------------------- */
 

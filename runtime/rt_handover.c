@@ -57,6 +57,10 @@ void rt_ho_remove(const rt_ho_ops *o, void *base) {
     if (g_reg[i]->base == (char *)base) {
       ho_region *r = g_reg[i];
       g_reg[i] = g_reg[--g_n];
+      if (o->sync) { /* every record (one already complete returns at once) */
+        if (r->ready) o->sync(r->ready);
+        for (int k = 0; k < r->n_rd; k++) o->sync(r->rd_ev[k]);
+      }
       if (r->ready) o->event_free(r->ready);
       for (int k = 0; k < r->n_rd; k++) o->event_free(r->rd_ev[k]);
       free(r);

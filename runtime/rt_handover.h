@@ -26,10 +26,15 @@ typedef struct rt_ho_ops {
   int (*record)(void *stream, void *event);  /* record event at the end of stream's queue */
   int (*wait)(void *stream, void *event);    /* stream's later work waits for event's last record */
   int (*finish)(void *stream);               /* returns when stream's queued work has completed */
+  void (*sync)(void *event);                 /* returns when event's last record has completed
+                                                (prints nothing: a region's release); may be NULL */
 } rt_ho_ops;                                 /* ints: 0, or non-zero after printing one line */
 
-/* Registers [base, base + n) (0, or -1 when out of memory); forgets it (its events freed:
- * the caller makes sure no queued work still names them). */
+/* Registers [base, base + n) (0, or -1 when out of memory); forgets it (its events freed).
+ * Before forgetting, remove waits (o->sync) for the last write and every read recorded,
+ * whichever device's stream queued them: a device whose memory is freed need not wait for
+ * another device's streams (cudaFree does not), and a run that failed may leave a reader
+ * on another device with its copy still queued. The caller frees the memory after. */
 int rt_ho_add(void *base, size_t n);
 void rt_ho_remove(const rt_ho_ops *o, void *base);
 /* Around a read of p queued on stream: before (wait for the last write), after (record). */

@@ -556,7 +556,10 @@ int rt_threads_run(rt_exec *ex, const rt_array *in, rt_array *out, int64_t T, rt
   for (int i = 0; i < ex->nworkers; i++) {
     rt_worker *w = &ex->w[i].w;
     if (w->dev_async) { /* forward only queued the work: the time it ran on the device */
-      double b = w->dev->busy ? w->dev->busy(w->state) : -1;
+      double b = w->dev->busy ? w->dev->busy(w->state) : 0;
+      /* a failure there (a fault on one GPU after its last hand-over) fails the run: other
+       * GPUs' stages may have read what it never wrote */
+      if (b < 0) fail(ex, 1, "stage %d (replica %d): work queued on its device failed", w->stage, w->replica);
       w->busy = b >= 0 ? b : 0;
     }
     st->busy_s[w->stage] += w->busy;

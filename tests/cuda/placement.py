@@ -19,6 +19,13 @@ CUDASIM_STATS=1), (3) hand over in the memory the runtime says (PIPERT_VERBOSE=1
 matches onnxruntime (float32, rel-L2 <= 1e-5). Before, in one process a stage's replicas
 all ran on the stage's device (stage K on device K): on 4 GPUs the first plan used one.
 
+And (5), on the simulator: a fault of device 0 (CUDASIM_FAULT_DEVICE=0, sticky on that
+device only, as on GPUs) at its middle kernel and at its last one fails the run: exit
+status 1, no output or weights file, one line from the device naming stage and device
+and one from the runtime. Before, a fault after device 0's last hand-over was printed
+but the run exited 0 and wrote outputs that stages on other devices computed from sets
+device 0 never wrote.
+
 On GPUs (no --sim; label gpu, exit 77 = skipped with fewer than 2): the same builds on
 every GPU there is (up to 4), against a run pinned to GPU 0 (PIPECC_CUDA_DEVICE=0) and
 one through host memory (PIPERT_HOST_SETS=1), bit for bit (no kernel counts there).
@@ -66,6 +73,38 @@ def run(cmd, env, label):
 def per_device(stderr):
     m = re.search(r"^cudasim: kernels per device:((?: \d+)+)$", stderr, re.M)
     return [int(v) for v in m.group(1).split()] if m else None
+
+
+def fault_runs(name, cmd, out, env, n0):
+    """(5): device 0's kernel n0 // 2 and n0 (its last) fault; the run must fail plainly."""
+    ok = True
+    for at in (n0 // 2, n0):
+        if os.path.exists(out):
+            os.remove(out)
+        e = dict(env, CUDASIM_DEVICES="4", CUDASIM_FAULT=f"error:{at}", CUDASIM_FAULT_DEVICE="0")
+        r = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=900)
+        lines = [ln for ln in r.stderr.splitlines() if ln.startswith("pipeline:")]
+        injected = re.search(r"^cudasim: CUDASIM_FAULT: kernel .* device 0\)", r.stderr, re.M)
+        dev_line = [ln for ln in lines if re.match(r"pipeline: stage \d+ on cuda:0 .*cudaErrorIllegalAddress", ln)]
+        bad = []
+        if not injected:
+            bad.append("the simulator did not inject the fault")
+        if r.returncode != 1:
+            bad.append(f"exit status {r.returncode}, not 1")
+        if os.path.exists(out):
+            bad.append(f"{os.path.basename(out)} was written")
+        if not dev_line:
+            bad.append("no line names a stage on cuda:0 and the fault")
+        if len(lines) > 2:
+            bad.append(f"{len(lines)} pipeline lines, not at most 2")
+        if bad:
+            print(r.stderr[-2000:])
+            print(f"FAIL {name}: device 0's kernel {at} of {n0} faults: {'; '.join(bad)}")
+            ok = False
+        else:
+            print(f"ok   {name}: device 0's kernel {at} of {n0} faults: exit 1, nothing written, "
+                  f"{len(lines)} lines: {dev_line[0][:70]}...")
+    return ok
 
 
 def main():
@@ -181,6 +220,8 @@ def main():
             good = err <= 1e-5
             print(f"{'ok  ' if good else 'FAIL'} {name}: against onnxruntime rel-L2 {err:.2e} (<= 1e-5)")
             ok &= good
+        if a.sim and counts and counts[0] > 1:  # the last command, peer access on: device memory
+            ok &= fault_runs(name, cmd, out, env, counts[0])
         pt.done_with(d, ok)
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1

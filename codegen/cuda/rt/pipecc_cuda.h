@@ -222,6 +222,7 @@ typedef struct pk_stage {
   const pk_stage_info *info;
   int device;
   char where[320];                 /* "stage 1 on cuda:0 (NVIDIA ...)" */
+  int fault_said;                  /* a device fault (sticky: every later call returns it) printed */
   cudaStream_t stream;             /* (gen) */
   cudaStream_t cstream;            /* NCCL sends, receives and all-reduces (made on first use) */
   void *cudnn, *cublas, *lt;       /* cudnnHandle_t, cublasHandle_t, cublasLtHandle_t */

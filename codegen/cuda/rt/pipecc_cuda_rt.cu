@@ -34,6 +34,8 @@ static int cu_ok(pk_stage *S, cudaError_t e, const char *what) {
    * another stage's */
   int fault = e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure || e == cudaErrorIllegalInstruction ||
               e == cudaErrorMisalignedAddress || e == cudaErrorAssert || e == cudaErrorHardwareStackError;
+  if (fault && S->fault_said) return 0; /* said once: the calls after it return the same */
+  S->fault_said |= fault;
   if (fault && S->async) {
     char detail[320];
     snprintf(detail, sizeof detail, "%s (stages hand over asynchronously, so the fault may be an earlier stage's: "
@@ -2411,7 +2413,10 @@ static int ho_finish(void *stream) {
   struct pk_hstream *h = (struct pk_hstream *)stream;
   return cu_ok(h->S, cudaStreamSynchronize(h->s), "cudaStreamSynchronize") ? 0 : 1;
 }
-static const rt_ho_ops ho_ops = {ho_event_new, ho_event_free, ho_record, ho_wait, ho_finish};
+static void ho_sync(void *event) {
+  if (cudaEventSynchronize((cudaEvent_t)event) != cudaSuccess) cudaGetLastError();
+}
+static const rt_ho_ops ho_ops = {ho_event_new, ho_event_free, ho_record, ho_wait, ho_finish, ho_sync};
 
 /* on the stage's stream (u = 0), its upload stream (u = 1) or its NCCL stream (u = 2);
  * 1 on success, as cu_ok */
@@ -2562,9 +2567,11 @@ static void *dev_alloc(void *state, size_t nbytes) {
 }
 
 static void dev_release(void *state, void *p) {
+  /* its last write and reads first, on whichever device they were queued: cudaFree waits
+   * for this device only (a reader on another GPU may still copy p after a failed run) */
+  rt_ho_remove(&ho_ops, p);
   cudaSetDevice(((pk_stage *)state)->device);
   cudaFree(p); /* waits for the device: no queued reads or writes of p are left */
-  rt_ho_remove(&ho_ops, p);
 }
 
 static int dev_copy(void *state, void *dst, const void *src, size_t n, cudaMemcpyKind kind, const char *what) {

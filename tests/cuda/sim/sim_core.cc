@@ -22,8 +22,11 @@
  *                       mpirun only in the process of that rank, OMPI_COMM_WORLD_RANK
  *                       or PMI_RANK) fails as a GPU fault would, for error-path tests.
  *                       MODE error: the kernel does not run, and like an illegal
- *                       address the error is sticky: every later call returns
- *                       cudaErrorIllegalAddress and queued work is dropped. die: the
+ *                       address the error is sticky on its device (as a CUDA
+ *                       context's): every later call while that device is current
+ *                       returns cudaErrorIllegalAddress and work queued there is
+ *                       dropped; other devices run on.
+ *   CUDASIM_FAULT_DEVICE=D  CUDASIM_FAULT counts only the kernels device D runs. die: the
  *                       process exits at once (status 9, as if killed). hang: the
  *                       kernel never finishes (its stream stops). */
 #include <cuda_runtime.h>
@@ -92,19 +95,21 @@ static int n_devices() {
 static thread_local int tl_device = 0;
 static thread_local cudaError_t tl_last = cudaSuccess;
 
-/* A sticky error (CUDASIM_FAULT=error): once set, every call returns it. */
-static std::atomic<int> sticky{0};
+/* A sticky error per device (CUDASIM_FAULT=error): once set, every call made while that
+ * device is current returns it (a CUDA context's sticky error). */
+static constexpr int MAX_DEVICES = 64;
+static std::atomic<int> sticky_dev[MAX_DEVICES];
+static int sticky_of(int device) { return device >= 0 && device < MAX_DEVICES ? sticky_dev[device].load() : 0; }
 
 static cudaError_t fail(cudaError_t e) {
-  if (e == cudaSuccess && sticky.load()) e = (cudaError_t)sticky.load();
+  if (e == cudaSuccess && sticky_of(tl_device)) e = (cudaError_t)sticky_of(tl_device);
   if (e != cudaSuccess && e != cudaErrorNotReady) tl_last = e; /* not-ready is a status, not an error */
   return e;
 }
 
 static std::atomic<long> st_kernels{0}, st_blocks{0}, st_fiber_blocks{0}, st_switches{0};
 /* kernels per device (CUDASIM_STATS): a stream's worker runs its kernels on its device */
-static constexpr int ST_MAX_DEVICES = 64;
-static std::atomic<long> st_dev_kernels[ST_MAX_DEVICES];
+static std::atomic<long> st_dev_kernels[MAX_DEVICES];
 static thread_local int tl_stream_device = -1;
 
 /* ---- device memory ---------------------------------------------------------------------- */
@@ -225,7 +230,7 @@ static void worker(CUstream_st *s) {
     std::function<void()> fn = std::move(it.fn);
     uint64_t t = it.ticket;
     lk.unlock();
-    if (fn && !sticky.load()) fn(); /* after a sticky error the context is dead: work is dropped */
+    if (fn && !sticky_of(s->device)) fn(); /* after a sticky error the context is dead: work is dropped */
     lk.lock();
     s->completed = t;
     s->q.pop_front();
@@ -590,8 +595,9 @@ static int fault_now(const char *name) {
     else fatal("CUDASIM_FAULT=%s: MODE is error, die or hang", v);
     at = n;
   });
-  if (mode == FAULT_NONE || ++runs != at) return FAULT_NONE;
-  warn("CUDASIM_FAULT: kernel %s (run %ld in process %d) %s", name, at, (int)getpid(),
+  static const long only_dev = env_long("CUDASIM_FAULT_DEVICE", -1);
+  if (mode == FAULT_NONE || (only_dev >= 0 && tl_stream_device != only_dev) || ++runs != at) return FAULT_NONE;
+  warn("CUDASIM_FAULT: kernel %s (run %ld in process %d, device %d) %s", name, at, (int)getpid(), tl_stream_device,
        mode == FAULT_ERROR ? "faults (sticky cudaErrorIllegalAddress)" : mode == FAULT_DIE ? "kills its process"
                                                                        : "never finishes");
   return mode;
@@ -599,7 +605,9 @@ static int fault_now(const char *name) {
 
 static void run_grid(const char *name, dim3 grid, dim3 block, const std::function<void()> &body) {
   switch (fault_now(name)) {
-    case FAULT_ERROR: sticky = cudaErrorIllegalAddress; return;
+    case FAULT_ERROR:
+      if (tl_stream_device >= 0 && tl_stream_device < MAX_DEVICES) sticky_dev[tl_stream_device] = cudaErrorIllegalAddress;
+      return;
     case FAULT_DIE: _exit(9);
     case FAULT_HANG:
       for (;;) pause();
@@ -618,7 +626,7 @@ static void run_grid(const char *name, dim3 grid, dim3 block, const std::functio
   r.slot.resize((size_t)n);
   bool fibers = false;
   st_kernels++;
-  if (tl_stream_device >= 0 && tl_stream_device < ST_MAX_DEVICES) st_dev_kernels[tl_stream_device]++;
+  if (tl_stream_device >= 0 && tl_stream_device < MAX_DEVICES) st_dev_kernels[tl_stream_device]++;
   for (unsigned bz = 0; bz < grid.z; bz++)
     for (unsigned by = 0; by < grid.y; by++)
       for (unsigned bx = 0; bx < grid.x; bx++) {
@@ -680,7 +688,7 @@ static void print_stats() {
   fprintf(stderr, "cudasim: %ld kernels, %ld blocks (%ld as fibers), %ld fiber switches\n", st_kernels.load(),
           st_blocks.load(), st_fiber_blocks.load(), st_switches.load());
   std::string per;
-  for (int d = 0; d < ST_MAX_DEVICES && d < n_devices(); d++) per += " " + std::to_string(st_dev_kernels[d].load());
+  for (int d = 0; d < MAX_DEVICES && d < n_devices(); d++) per += " " + std::to_string(st_dev_kernels[d].load());
   fprintf(stderr, "cudasim: kernels per device:%s\n", per.c_str());
 }
 static int stats_registered = atexit(print_stats);
@@ -735,11 +743,11 @@ const char *cudaGetErrorString(cudaError_t e) {
 }
 
 cudaError_t cudaGetLastError(void) {
-  cudaError_t e = sticky.load() ? (cudaError_t)sticky.load() : tl_last;
+  cudaError_t e = sticky_of(tl_device) ? (cudaError_t)sticky_of(tl_device) : tl_last;
   tl_last = cudaSuccess;
   return e;
 }
-cudaError_t cudaPeekAtLastError(void) { return sticky.load() ? (cudaError_t)sticky.load() : tl_last; }
+cudaError_t cudaPeekAtLastError(void) { return sticky_of(tl_device) ? (cudaError_t)sticky_of(tl_device) : tl_last; }
 
 cudaError_t cudaGetDeviceCount(int *n) {
   *n = n_devices();
@@ -797,17 +805,24 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
   return fail(cudaSuccess);
 }
 
-cudaError_t cudaDeviceSynchronize(void) {
-  std::unique_lock<std::mutex> lk(mu);
-  if (forbidden_in_capture("cudaDeviceSynchronize")) return fail(cudaErrorStreamCaptureUnsupported);
+/* Waits for the work queued so far on device d's streams (and the legacy stream); mu held.
+ * Other devices' streams run on, as on a GPU: memory another device still reads is the
+ * caller's to wait for. */
+static void device_drain(std::unique_lock<std::mutex> &lk, int d, const char *what) {
   std::vector<std::pair<CUstream_st *, uint64_t>> t;
   for (CUstream_st *s : streams)
-    if (!s->destroyed) t.push_back({s, s->submitted});
-  host_wait(lk, "cudaDeviceSynchronize", [&] {
+    if (!s->destroyed && (s->device == d || s->legacy)) t.push_back({s, s->submitted});
+  host_wait(lk, what, [&] {
     for (auto &x : t)
       if (x.first->completed < x.second) return false;
     return true;
   });
+}
+
+cudaError_t cudaDeviceSynchronize(void) {
+  std::unique_lock<std::mutex> lk(mu);
+  if (forbidden_in_capture("cudaDeviceSynchronize")) return fail(cudaErrorStreamCaptureUnsupported);
+  device_drain(lk, tl_device, "cudaDeviceSynchronize");
   return fail(cudaSuccess);
 }
 
@@ -845,13 +860,30 @@ cudaError_t cudaMalloc(void **p, size_t n) {
   return fail(cudaSuccess);
 }
 
+/* Waits for the allocation's device (as CUDA's implicit synchronization), not for the
+ * others: a copy another device still has queued from or to p finds it gone when it runs
+ * (checked_copy stops the process). */
 cudaError_t cudaFree(void *p) {
   if (!p) return fail(cudaSuccess);
-  if (cudaDeviceSynchronize() != cudaSuccess) return fail(cudaErrorStreamCaptureUnsupported);
+  int dev;
+  {
+    std::lock_guard<std::mutex> g(mem_mu);
+    auto it = allocs.find((uintptr_t)p);
+    if (it == allocs.end()) {
+      warn("cudaFree of %p, which is not the start of a device allocation", p);
+      return fail(cudaErrorInvalidValue);
+    }
+    dev = it->second.device;
+  }
+  {
+    std::unique_lock<std::mutex> lk(mu);
+    if (forbidden_in_capture("cudaFree")) return fail(cudaErrorStreamCaptureUnsupported);
+    device_drain(lk, dev, "cudaFree");
+  }
   std::lock_guard<std::mutex> g(mem_mu);
   auto it = allocs.find((uintptr_t)p);
   if (it == allocs.end()) {
-    warn("cudaFree of %p, which is not the start of a device allocation", p);
+    warn("cudaFree of %p, freed twice at once", p);
     return fail(cudaErrorInvalidValue);
   }
   mem_used[(size_t)it->second.device] -= it->second.size;
@@ -912,6 +944,16 @@ static cudaError_t check_copy(const char *call, void *dst, const void *src, size
   return fail(cudaSuccess);
 }
 
+/* A queued copy when it runs: device memory it names must still be allocated (a cudaFree
+ * that did not wait for this stream, e.g. on another device, is a use after free). */
+static void checked_copy(const char *call, void *dst, const void *src, size_t n, bool dd, bool sd) {
+  if ((dd && !is_device_range(dst, n)) || (sd && !is_device_range(src, n)))
+    fatal("%s on a stream of device %d: its %s %p was freed (cudaFree) after the copy was queued and before it ran",
+          call, tl_stream_device, dd && !is_device_range(dst, n) ? "destination" : "source",
+          dd && !is_device_range(dst, n) ? dst : src);
+  memcpy(dst, src, n);
+}
+
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
   cudaError_t e = check_copy("cudaMemcpyAsync", dst, src, n, kind);
   if (e) return fail(e);
@@ -922,7 +964,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
     auto copy = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
     return fail(enqueue(s, [dst, copy, n]() { memcpy(dst, copy->data(), n); }, "cudaMemcpyAsync"));
   }
-  e = enqueue(s, [dst, src, n]() { memcpy(dst, src, n); }, "cudaMemcpyAsync");
+  e = enqueue(s, [dst, src, n, dd, sd]() { checked_copy("cudaMemcpyAsync", dst, src, n, dd, sd); }, "cudaMemcpyAsync");
   if (e) return fail(e);
   if (!dd && !is_pinned(dst)) {
     /* to pageable memory: returns once the copy is done */
