@@ -229,7 +229,18 @@ struct rt_worker {
   rt_set **outs, **gouts;          /* [M] */
   const void **in, **bin;
   int in_group;                    /* a group of sends/receives is open (rt_link_ops.group) */
+  /* The stall watchdog (rt_threads.c): since when (rt_now() in microseconds; 0: not) the
+   * worker has been in a call that only its own stage's work ends (a forward, backward,
+   * step, output download, the end-of-run device wait), not a wait for a peer's set; what
+   * that call is (a PIPERT_OP_*, or -1 for the end of the run) and its micro-batch. */
+  atomic_llong work_since_us;
+  int work_op;
+  int64_t work_mb;
 };
+
+/* The worker enters (op, micro-batch g) or leaves (op < -1) a call the watchdog times. */
+void rt_worker_working(rt_worker *w, int op, int64_t g);
+#define RT_IDLE (-2)
 /* Pools (cap sets each) and arrays; state stays for the caller's init. */
 void rt_worker_init(rt_worker *w, const pipert_pipeline *p, int stage, int replica, int M, const pipert_instr *prog,
                     int prog_len, const rt_topo *topo, int cap, const rt_link_ops *ops, void *link);

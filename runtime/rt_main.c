@@ -530,7 +530,8 @@ static void usage(const char *argv0) {
           "       (a training program: %s train --help)\n"
           "environment: PIPERT_VERBOSE=1 prints where the stages run and how they hand over;\n"
           "       PIPERT_HOST_SETS=1 hands over through host memory; PIPECC_CUDA_DEVICE=N pins\n"
-          "       every cuda stage to GPU N\n",
+          "       every cuda stage to GPU N; PIPERT_STALL_S=S fails a run whose stage has waited S\n"
+          "       seconds for its own device (default 600 on GPUs, 0: off)\n",
           argv0, argv0);
 }
 

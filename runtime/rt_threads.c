@@ -316,6 +316,15 @@ static void *worker_main(void *arg) {
     if (rt_worker_round(w, r * ex->M, ex->T)) break;
     if (r + 1 < rounds && barrier(ex)) break;
   }
+  if (w->dev_async) { /* forward only queued the work: the time it ran on the device */
+    rt_worker_working(w, -1, ex->T);
+    double b = w->dev->busy ? w->dev->busy(w->state) : 0;
+    rt_worker_working(w, RT_IDLE, 0);
+    /* a failure there (a fault on one GPU after its last hand-over) fails the run: other
+     * GPUs' stages may have read what it never wrote */
+    if (b < 0) fail(ex, 1, "stage %d (replica %d): work queued on its device failed", w->stage, w->replica);
+    w->busy = b >= 0 ? b : 0;
+  }
   pthread_mutex_lock(&ex->mu);
   ex->done++;
   pthread_cond_broadcast(&ex->cv);
@@ -479,6 +488,74 @@ static void drop_batches(rt_exec *ex) {
   ex->nbatch = 0;
 }
 
+/* The stall watchdog: a worker in a call that only its own stage's work ends (a forward,
+ * an output's download, the device wait at the end; rt_worker_working) for longer than
+ * PIPERT_STALL_S seconds fails the run, naming the oldest such call: a GPU kernel that
+ * never finishes would otherwise hang the process (in one process no NCCL timeout
+ * bounds the waits). Default 600 s where the stages run on a device, off on the CPU (a
+ * long forward there is only slow); 0 turns it off. */
+static double stall_limit(const rt_exec *ex) {
+  const char *v = getenv("PIPERT_STALL_S");
+  if (v && *v) {
+    char *e;
+    double s = strtod(v, &e);
+    if (!*e && s >= 0) return s;
+    rt_errorf("PIPERT_STALL_S=%s: expected seconds (0: off); using 600", v);
+    return 600;
+  }
+  return ex->nworkers && ex->w[0].w.dev ? 600 : 0;
+}
+
+static const char *worker_where(const rt_worker *w, char *buf, size_t n) {
+  char nm[64];
+  int d = w->dev && w->dev->ordinal ? w->dev->ordinal(w->state) : -1;
+  if (d >= 0) snprintf(buf, n, "%s on device %d", rt_worker_name(w, nm, sizeof nm), d);
+  else snprintf(buf, n, "%s", rt_worker_name(w, nm, sizeof nm));
+  return buf;
+}
+
+static void stall_check(rt_exec *ex, int started, double now, double stall_s) {
+  long long now_us = (long long)(now * 1e6), oldest = 0;
+  int at = -1, n_stalled = 0;
+  for (int i = 0; i < started; i++) {
+    long long t = atomic_load(&ex->w[i].w.work_since_us);
+    if (!t || now_us - t <= (long long)(stall_s * 1e6)) continue;
+    n_stalled++;
+    if (at < 0 || t < oldest) {
+      oldest = t;
+      at = i;
+    }
+  }
+  if (at < 0) return;
+  rt_worker *w = &ex->w[at].w;
+  char where[96], what[96], also[256] = "";
+  int op = w->work_op;
+  if (op == PIPERT_OP_FWD || op == PIPERT_OP_BWD)
+    snprintf(what, sizeof what, "the %s of micro-batch %lld", op == PIPERT_OP_FWD ? "forward" : "backward",
+             (long long)w->work_mb);
+  else
+    snprintf(what, sizeof what, "%s", op == PIPERT_OP_STEP        ? "the optimizer step"
+                                      : op == PIPERT_OP_ALLREDUCE ? "the sum of the replicas' gradients"
+                                      : op < 0                    ? "the wait for its device's queued work"
+                                                                  : "the graph outputs' download");
+  /* the others stalled: with the hand-over on the devices, the stage whose kernel hangs
+   * need not be the first whose host thread waits */
+  size_t len = 0;
+  for (int i = 0, k = 0; i < started && k < 4 && n_stalled > 1; i++) {
+    long long t = atomic_load(&ex->w[i].w.work_since_us);
+    if (i == at || !t || now_us - t <= (long long)(stall_s * 1e6)) continue;
+    char o[96];
+    len += (size_t)snprintf(also + len, sizeof also - len, "%s%s", k++ ? ", " : "; stalled too: ",
+                            worker_where(&ex->w[i].w, o, sizeof o));
+    if (len >= sizeof also) break;
+  }
+  fail(ex, 1, "%s: %s has not returned in %.0f s (PIPERT_STALL_S%s): a device that hangs?%s",
+       worker_where(w, where, sizeof where), what, (now_us - oldest) * 1e-6, also,
+       w->dev_async ? " (stages hand over on the devices, so it may be a stage's this one waits for: "
+                      "PIPERT_SYNC_SETS=1 names it)"
+                    : "");
+}
+
 int rt_threads_run(rt_exec *ex, const rt_array *in, rt_array *out, int64_t T, rt_stats *st) {
   const pipert_pipeline *p = ex->p;
   int S = p->n_stages;
@@ -519,10 +596,16 @@ int rt_threads_run(rt_exec *ex, const rt_array *in, rt_array *out, int64_t T, rt
   /* Wait for the workers; after a failure (or --timeout) give them a few
    * seconds to notice, then leave without them rather than hang. */
   double abort_at = 0, deadline = ex->o->timeout_s > 0 ? t0 + ex->o->timeout_s : 0;
+  double stall_s = stall_limit(ex);
   pthread_mutex_lock(&ex->mu);
   while (ex->done < started) {
     timed_wait(&ex->cv, &ex->mu);
     double now = rt_now();
+    if (stall_s > 0 && !ex->failed_rc) {
+      pthread_mutex_unlock(&ex->mu);
+      stall_check(ex, started, now, stall_s);
+      pthread_mutex_lock(&ex->mu);
+    }
     if (deadline && now > deadline && !ex->failed_rc) {
       pthread_mutex_unlock(&ex->mu);
       fail(ex, 1, "timed out after %.1f s (--timeout)", ex->o->timeout_s);
@@ -555,13 +638,6 @@ int rt_threads_run(rt_exec *ex, const rt_array *in, rt_array *out, int64_t T, rt
   }
   for (int i = 0; i < ex->nworkers; i++) {
     rt_worker *w = &ex->w[i].w;
-    if (w->dev_async) { /* forward only queued the work: the time it ran on the device */
-      double b = w->dev->busy ? w->dev->busy(w->state) : 0;
-      /* a failure there (a fault on one GPU after its last hand-over) fails the run: other
-       * GPUs' stages may have read what it never wrote */
-      if (b < 0) fail(ex, 1, "stage %d (replica %d): work queued on its device failed", w->stage, w->replica);
-      w->busy = b >= 0 ? b : 0;
-    }
     st->busy_s[w->stage] += w->busy;
     size_t b = (size_t)w->fpool.n * w->fpool.set_bytes + (size_t)w->gpool.n * w->gpool.set_bytes;
     if (st->peak_bytes && b > st->peak_bytes[w->stage]) st->peak_bytes[w->stage] = b;

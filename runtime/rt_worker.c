@@ -196,6 +196,7 @@ void rt_worker_init(rt_worker *w, const pipert_pipeline *p, int stage, int repli
 
 void rt_worker_reset(rt_worker *w) {
   w->busy = 0;
+  atomic_store(&w->work_since_us, 0);
   w->n_pend = 0; /* an aborted run's deferred outputs: the pools start over below */
   rt_pool_reset(&w->fpool);
   rt_pool_reset(&w->gpool);
@@ -475,6 +476,16 @@ static int do_bwd(rt_worker *w, int mb, int64_t g) {
   return 0;
 }
 
+void rt_worker_working(rt_worker *w, int op, int64_t g) {
+  if (op == RT_IDLE) {
+    atomic_store(&w->work_since_us, 0);
+    return;
+  }
+  w->work_op = op;
+  w->work_mb = g;
+  atomic_store(&w->work_since_us, (long long)(rt_now() * 1e6) + 1);
+}
+
 int rt_worker_round(rt_worker *w, int64_t base, int64_t T) {
   const pipert_pipeline *p = w->p;
   const pipert_stage_desc *d = p->stages[w->stage].stage;
@@ -488,25 +499,34 @@ int rt_worker_round(rt_worker *w, int64_t base, int64_t T) {
     int64_t g = base + ins.mb;
     int rc = 0;
     if (ins.op == PIPERT_OP_ALLREDUCE) {
+      rt_worker_working(w, ins.op, g); /* (a replica that stopped before it is the older call) */
       rc = group_end(w) || w->ops->allreduce(w->link, w);
+      rt_worker_working(w, RT_IDLE, 0);
     } else if (ins.op == PIPERT_OP_STEP) {
       if (group_end(w)) return -1;
       double t0 = rt_now();
+      rt_worker_working(w, ins.op, g);
       int st = d->step(w->state);
+      rt_worker_working(w, RT_IDLE, 0);
       w->busy += rt_now() - t0;
       if (st) return failf(w, 1, "%s: optimizer step failed (status %d)", rt_worker_name(w, nm, sizeof nm), st);
     } else if (ins.op == PIPERT_OP_NOP || g >= T || g % R != w->replica) {
       continue;
     } else if (ins.op == PIPERT_OP_RECV_ACT || ins.op == PIPERT_OP_RECV_GRAD) {
       rc = recv_all(w, ins.op == PIPERT_OP_RECV_GRAD, ins.mb, g);
-    } else if (ins.op == PIPERT_OP_FWD) {
-      rc = do_fwd(w, ins.mb, g);
-    } else if (ins.op == PIPERT_OP_BWD) {
-      rc = do_bwd(w, ins.mb, g);
+    } else if (ins.op == PIPERT_OP_FWD || ins.op == PIPERT_OP_BWD) {
+      /* (a set to write may wait for a reader's release: a stage behind this one that
+       * stopped is the older call the watchdog names) */
+      rt_worker_working(w, ins.op, g);
+      rc = ins.op == PIPERT_OP_FWD ? do_fwd(w, ins.mb, g) : do_bwd(w, ins.mb, g);
+      rt_worker_working(w, RT_IDLE, 0);
     } else if (ins.op == PIPERT_OP_SEND_ACT || ins.op == PIPERT_OP_SEND_GRAD) {
       rc = do_send(w, ins.op == PIPERT_OP_SEND_GRAD, ins.mb, g);
     }
     if (rc) return -1;
   }
-  return flush_outputs(w, INT64_MAX) || group_end(w) ? -1 : 0;
+  rt_worker_working(w, PIPERT_OP_SEND_ACT, T); /* the outputs' downloads */
+  int rc = flush_outputs(w, INT64_MAX);
+  rt_worker_working(w, RT_IDLE, 0);
+  return rc || group_end(w) ? -1 : 0;
 }

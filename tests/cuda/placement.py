@@ -24,7 +24,9 @@ device only, as on GPUs) at its middle kernel and at its last one fails the run:
 status 1, no output or weights file, one line from the device naming stage and device
 and one from the runtime. Before, a fault after device 0's last hand-over was printed
 but the run exited 0 and wrote outputs that stages on other devices computed from sets
-device 0 never wrote.
+device 0 never wrote. A kernel of device 0 that never finishes (CUDASIM_FAULT=hang) stops
+the run within seconds (PIPERT_STALL_S=3): exit status 1, nothing written, a line naming
+a stage, its device and the call that has not returned; before, the process hung.
 
 On GPUs (no --sim; label gpu, exit 77 = skipped with fewer than 2): the same builds on
 every GPU there is (up to 4), against a run pinned to GPU 0 (PIPECC_CUDA_DEVICE=0) and
@@ -76,16 +78,25 @@ def per_device(stderr):
 
 
 def fault_runs(name, cmd, out, env, n0):
-    """(5): device 0's kernel n0 // 2 and n0 (its last) fault; the run must fail plainly."""
+    """(5): device 0's kernel n0 // 2 and n0 (its last) fault, and kernel n0 // 2 hangs;
+    the run must fail plainly."""
     ok = True
-    for at in (n0 // 2, n0):
+    for mode, at in (("error", n0 // 2), ("error", n0), ("hang", max(n0 // 2, 1))):
         if os.path.exists(out):
             os.remove(out)
-        e = dict(env, CUDASIM_DEVICES="4", CUDASIM_FAULT=f"error:{at}", CUDASIM_FAULT_DEVICE="0")
-        r = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=900)
+        e = dict(env, CUDASIM_DEVICES="4", CUDASIM_FAULT=f"{mode}:{at}", CUDASIM_FAULT_DEVICE="0", PIPERT_STALL_S="3")
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=120)
+        except subprocess.TimeoutExpired:
+            print(f"FAIL {name}: device 0's kernel {at} of {n0} {mode}s: the run did not end within 120 s")
+            ok = False
+            continue
         lines = [ln for ln in r.stderr.splitlines() if ln.startswith("pipeline:")]
         injected = re.search(r"^cudasim: CUDASIM_FAULT: kernel .* device 0\)", r.stderr, re.M)
-        dev_line = [ln for ln in lines if re.match(r"pipeline: stage \d+ on cuda:0 .*cudaErrorIllegalAddress", ln)]
+        if mode == "error":
+            dev_line = [ln for ln in lines if re.match(r"pipeline: stage \d+ on cuda:0 .*cudaErrorIllegalAddress", ln)]
+        else:
+            dev_line = [ln for ln in lines if re.match(r"pipeline: stage \d+.* on device \d: .* has not returned in \d+ s", ln)]
         bad = []
         if not injected:
             bad.append("the simulator did not inject the fault")
@@ -94,16 +105,17 @@ def fault_runs(name, cmd, out, env, n0):
         if os.path.exists(out):
             bad.append(f"{os.path.basename(out)} was written")
         if not dev_line:
-            bad.append("no line names a stage on cuda:0 and the fault")
+            bad.append("no line names a stage on cuda:0 and the fault" if mode == "error"
+                       else "no line names a stalled stage, its device and its call")
         if len(lines) > 2:
             bad.append(f"{len(lines)} pipeline lines, not at most 2")
         if bad:
             print(r.stderr[-2000:])
-            print(f"FAIL {name}: device 0's kernel {at} of {n0} faults: {'; '.join(bad)}")
+            print(f"FAIL {name}: device 0's kernel {at} of {n0} {mode}s: {'; '.join(bad)}")
             ok = False
         else:
-            print(f"ok   {name}: device 0's kernel {at} of {n0} faults: exit 1, nothing written, "
-                  f"{len(lines)} lines: {dev_line[0][:70]}...")
+            print(f"ok   {name}: device 0's kernel {at} of {n0} {mode}s: exit 1, nothing written, "
+                  f"{len(lines)} lines: {dev_line[0][:90]}...")
     return ok
 
 
