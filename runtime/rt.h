@@ -232,15 +232,16 @@ struct rt_worker {
   /* The stall watchdog (rt_threads.c): since when (rt_now() in microseconds; 0: not) the
    * worker has been in a call that only its own stage's work ends (a forward, backward,
    * step, output download, the end-of-run device wait), not a wait for a peer's set; what
-   * that call is (a PIPERT_OP_*, or -1 for the end of the run) and its micro-batch. */
+   * that call is (PIPERT_OP_FWD, _BWD, _STEP, _ALLREDUCE or an RT_WORK_*) and its
+   * micro-batch. */
   atomic_llong work_since_us;
   int work_op;
   int64_t work_mb;
 };
 
-/* The worker enters (op, micro-batch g) or leaves (op < -1) a call the watchdog times. */
+/* The worker enters (op, micro-batch g) or leaves (RT_IDLE) a call the watchdog times. */
+enum { RT_IDLE = -1, RT_WORK_OUTPUTS = -2 /* the graph outputs' downloads */, RT_WORK_END = -3 /* dev->busy */ };
 void rt_worker_working(rt_worker *w, int op, int64_t g);
-#define RT_IDLE (-2)
 /* Pools (cap sets each) and arrays; state stays for the caller's init. */
 void rt_worker_init(rt_worker *w, const pipert_pipeline *p, int stage, int replica, int M, const pipert_instr *prog,
                     int prog_len, const rt_topo *topo, int cap, const rt_link_ops *ops, void *link);

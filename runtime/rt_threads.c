@@ -317,7 +317,7 @@ static void *worker_main(void *arg) {
     if (r + 1 < rounds && barrier(ex)) break;
   }
   if (w->dev_async) { /* forward only queued the work: the time it ran on the device */
-    rt_worker_working(w, -1, ex->T);
+    rt_worker_working(w, RT_WORK_END, ex->T);
     double b = w->dev->busy ? w->dev->busy(w->state) : 0;
     rt_worker_working(w, RT_IDLE, 0);
     /* a failure there (a fault on one GPU after its last hand-over) fails the run: other
@@ -536,7 +536,7 @@ static void stall_check(rt_exec *ex, int started, double now, double stall_s) {
   else
     snprintf(what, sizeof what, "%s", op == PIPERT_OP_STEP        ? "the optimizer step"
                                       : op == PIPERT_OP_ALLREDUCE ? "the sum of the replicas' gradients"
-                                      : op < 0                    ? "the wait for its device's queued work"
+                                      : op == RT_WORK_END         ? "the wait for its device's queued work"
                                                                   : "the graph outputs' download");
   /* the others stalled: with the hand-over on the devices, the stage whose kernel hangs
    * need not be the first whose host thread waits */

@@ -525,7 +525,7 @@ int rt_worker_round(rt_worker *w, int64_t base, int64_t T) {
     }
     if (rc) return -1;
   }
-  rt_worker_working(w, PIPERT_OP_SEND_ACT, T); /* the outputs' downloads */
+  rt_worker_working(w, RT_WORK_OUTPUTS, T);
   int rc = flush_outputs(w, INT64_MAX);
   rt_worker_working(w, RT_IDLE, 0);
   return rc || group_end(w) ? -1 : 0;
