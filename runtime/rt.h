@@ -76,6 +76,7 @@ typedef struct rt_stats {
 void rt_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));  /* "pipeline: ..." + \n to stderr */
 extern int rt_errors_muted;                           /* rt_errorf prints nothing while set */
 double rt_now(void);                                  /* monotonic seconds */
+int rt_env_on(const char *name);                      /* a switch: set, not empty, not "0" */
 void rt_set_blas_threads(int n);
 void *rt_aligned_alloc(size_t n);                     /* 64-byte aligned, zeroed; aborts on OOM */
 /* acc[i] += x[i] over nbytes of float32 or float64 (dtype) elements. */

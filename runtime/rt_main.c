@@ -27,6 +27,11 @@ void rt_errorf(const char *fmt, ...) {
   fflush(stderr);
 }
 
+int rt_env_on(const char *name) {
+  const char *v = getenv(name);
+  return v && *v && strcmp(v, "0") != 0;
+}
+
 double rt_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -160,7 +165,7 @@ int rt_validate_plan(const pipert_pipeline *p) {
   int programs = 1;
   for (int s = 0; s < p->n_stages && !e[0]; s++) programs &= p->stages[s].program_len > 0;
   if (!e[0] && programs) rt_check_deadlock(p, e, sizeof e);
-  if (!e[0] && programs && getenv("PIPERT_CHECK_NCCL")) { /* diagnostics: the NCCL transport's proof */
+  if (!e[0] && programs && rt_env_on("PIPERT_CHECK_NCCL")) { /* diagnostics: the NCCL transport's proof */
     const pipert_instr **prog = calloc((size_t)p->n_stages, sizeof *prog);
     int *len = calloc((size_t)p->n_stages, sizeof(int));
     for (int s = 0; s < p->n_stages; s++) prog[s] = p->stages[s].program, len[s] = p->stages[s].program_len;

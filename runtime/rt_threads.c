@@ -396,7 +396,7 @@ int rt_threads_create(const pipert_pipeline *p, const rt_options *o, int M, rt_e
   }
   /* device mode: stages on one accelerator exchange sets in its memory; on several, each
    * device reading the others' memory (peer access, every pair of the devices used) */
-  int dev = getenv("PIPERT_HOST_SETS") == NULL;
+  int dev = !rt_env_on("PIPERT_HOST_SETS");
   for (int i = 0; i < ex->nworkers && dev; i++) {
     const pipert_stage_desc *d = p->stages[ex->w[i].w.stage].stage;
     dev = d->device && ex->w[i].w.state && (!p->training || d->device->backward);
@@ -412,7 +412,7 @@ int rt_threads_create(const pipert_pipeline *p, const rt_options *o, int M, rt_e
   for (int i = 0; i < ex->nworkers && dev; i++) rt_worker_set_device(&ex->w[i].w, p->stages[ex->w[i].w.stage].stage->device);
   /* ... and hands them over on the device, no thread waiting for another's work
    * (PIPERT_SYNC_SETS=1: each forward/backward finishes before its set is handed on) */
-  int async = dev && getenv("PIPERT_SYNC_SETS") == NULL;
+  int async = dev && !rt_env_on("PIPERT_SYNC_SETS");
   for (int i = 0; i < ex->nworkers && async; i++) {
     rt_worker *w = &ex->w[i].w;
     if (!w->dev->async) break;
@@ -422,9 +422,9 @@ int rt_threads_create(const pipert_pipeline *p, const rt_options *o, int M, rt_e
     }
     w->dev_async = 1;
   }
-  if (getenv("PIPERT_VERBOSE") && !p->stages[0].stage->device) {
+  if (rt_env_on("PIPERT_VERBOSE") && !p->stages[0].stage->device) {
     fprintf(stderr, "pipeline: %d stage replica%s on host threads\n", ex->nworkers, ex->nworkers == 1 ? "" : "s");
-  } else if (getenv("PIPERT_VERBOSE")) { /* where the stages run and how they hand over */
+  } else if (rt_env_on("PIPERT_VERBOSE")) { /* where the stages run and how they hand over */
     int nd = 0, seen[64];
     for (int i = 0; i < ex->nworkers; i++) {
       const pipert_device_ops *di = p->stages[ex->w[i].w.stage].stage->device;
@@ -462,7 +462,7 @@ static void unpin_inputs(rt_exec *ex) {
 
 static void pin_inputs(rt_exec *ex, const rt_array *in) {
   const pipert_device_ops *dev = ex->nworkers ? ex->w[0].w.dev : NULL;
-  if (!dev || !dev->pin || ex->p->training || getenv("PIPERT_NO_PIN")) return;
+  if (!dev || !dev->pin || ex->p->training || rt_env_on("PIPERT_NO_PIN")) return;
   int n = ex->p->n_inputs;
   if (!ex->pinned) {
     ex->pinned = calloc((size_t)n + 1, sizeof(void *));

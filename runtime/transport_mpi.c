@@ -378,7 +378,7 @@ static void programs_ahead(world *W) {
 /* NCCL mode, when everything allows it (see the top); a note on rank 0 when it does not. */
 static void nccl_setup(world *W) {
   const pipert_pipeline *p = W->p;
-  int cand = W->size > 1 && !getenv("PIPERT_HOST_SETS");
+  int cand = W->size > 1 && !rt_env_on("PIPERT_HOST_SETS");
   for (int s = 0; s < W->S && cand; s++)
     cand = p->stages[s].stage->device && p->stages[s].stage->device->comm_init &&
            (!p->training || p->stages[s].stage->device->backward);
@@ -424,7 +424,7 @@ static void nccl_setup(world *W) {
   }
   W->w.ops = &nccl_ops;
   rt_worker_set_device(&W->w, dev);
-  int async = dev->async && !getenv("PIPERT_SYNC_SETS");
+  int async = dev->async && !rt_env_on("PIPERT_SYNC_SETS");
   if (async) programs_ahead(W);
   /* sends, receives and parts queued on the device, ordered there by the hand-over, the
    * host not waiting for transfers (PIPERT_SYNC_SETS=1: each group and part completes
