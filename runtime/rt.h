@@ -243,6 +243,13 @@ struct rt_worker {
 /* The worker enters (op, micro-batch g) or leaves (RT_IDLE) a call the watchdog times. */
 enum { RT_IDLE = -1, RT_WORK_OUTPUTS = -2 /* the graph outputs' downloads */, RT_WORK_END = -3 /* dev->busy */ };
 void rt_worker_working(rt_worker *w, int op, int64_t g);
+/* The stall watchdog's limit in seconds (PIPERT_STALL_S; default 600 on a device, 0: off). */
+double rt_stall_limit(const rt_worker *w);
+/* Since when (microseconds) w has been in such a call for longer than stall_s; 0: not. */
+long long rt_worker_stalled(const rt_worker *w, double now, double stall_s);
+/* "stage 1 (replica 0) on device 2"; "the forward of micro-batch 3" (the call w is in). */
+const char *rt_worker_where(const rt_worker *w, char *buf, size_t n);
+const char *rt_worker_stall_what(const rt_worker *w, char *buf, size_t n);
 /* Pools (cap sets each) and arrays; state stays for the caller's init. */
 void rt_worker_init(rt_worker *w, const pipert_pipeline *p, int stage, int replica, int M, const pipert_instr *prog,
                     int prog_len, const rt_topo *topo, int cap, const rt_link_ops *ops, void *link);

@@ -490,36 +490,15 @@ static void drop_batches(rt_exec *ex) {
 
 /* The stall watchdog: a worker in a call that only its own stage's work ends (a forward,
  * an output's download, the device wait at the end; rt_worker_working) for longer than
- * PIPERT_STALL_S seconds fails the run, naming the oldest such call: a GPU kernel that
- * never finishes would otherwise hang the process (in one process no NCCL timeout
- * bounds the waits). Default 600 s where the stages run on a device, off on the CPU (a
- * long forward there is only slow); 0 turns it off. */
-static double stall_limit(const rt_exec *ex) {
-  const char *v = getenv("PIPERT_STALL_S");
-  if (v && *v) {
-    char *e;
-    double s = strtod(v, &e);
-    if (!*e && s >= 0) return s;
-    rt_errorf("PIPERT_STALL_S=%s: expected seconds (0: off); using 600", v);
-    return 600;
-  }
-  return ex->nworkers && ex->w[0].w.dev ? 600 : 0;
-}
-
-static const char *worker_where(const rt_worker *w, char *buf, size_t n) {
-  char nm[64];
-  int d = w->dev && w->dev->ordinal ? w->dev->ordinal(w->state) : -1;
-  if (d >= 0) snprintf(buf, n, "%s on device %d", rt_worker_name(w, nm, sizeof nm), d);
-  else snprintf(buf, n, "%s", rt_worker_name(w, nm, sizeof nm));
-  return buf;
-}
-
+ * PIPERT_STALL_S seconds (rt_stall_limit) fails the run, naming the oldest such call: a
+ * GPU kernel that never finishes would otherwise hang the process (in one process no
+ * NCCL timeout bounds the waits). */
 static void stall_check(rt_exec *ex, int started, double now, double stall_s) {
-  long long now_us = (long long)(now * 1e6), oldest = 0;
+  long long oldest = 0;
   int at = -1, n_stalled = 0;
   for (int i = 0; i < started; i++) {
-    long long t = atomic_load(&ex->w[i].w.work_since_us);
-    if (!t || now_us - t <= (long long)(stall_s * 1e6)) continue;
+    long long t = rt_worker_stalled(&ex->w[i].w, now, stall_s);
+    if (!t) continue;
     n_stalled++;
     if (at < 0 || t < oldest) {
       oldest = t;
@@ -529,28 +508,18 @@ static void stall_check(rt_exec *ex, int started, double now, double stall_s) {
   if (at < 0) return;
   rt_worker *w = &ex->w[at].w;
   char where[96], what[96], also[256] = "";
-  int op = w->work_op;
-  if (op == PIPERT_OP_FWD || op == PIPERT_OP_BWD)
-    snprintf(what, sizeof what, "the %s of micro-batch %lld", op == PIPERT_OP_FWD ? "forward" : "backward",
-             (long long)w->work_mb);
-  else
-    snprintf(what, sizeof what, "%s", op == PIPERT_OP_STEP        ? "the optimizer step"
-                                      : op == PIPERT_OP_ALLREDUCE ? "the sum of the replicas' gradients"
-                                      : op == RT_WORK_END         ? "the wait for its device's queued work"
-                                                                  : "the graph outputs' download");
   /* the others stalled: with the hand-over on the devices, the stage whose kernel hangs
    * need not be the first whose host thread waits */
   size_t len = 0;
   for (int i = 0, k = 0; i < started && k < 4 && n_stalled > 1; i++) {
-    long long t = atomic_load(&ex->w[i].w.work_since_us);
-    if (i == at || !t || now_us - t <= (long long)(stall_s * 1e6)) continue;
+    if (i == at || !rt_worker_stalled(&ex->w[i].w, now, stall_s)) continue;
     char o[96];
     len += (size_t)snprintf(also + len, sizeof also - len, "%s%s", k++ ? ", " : "; stalled too: ",
-                            worker_where(&ex->w[i].w, o, sizeof o));
+                            rt_worker_where(&ex->w[i].w, o, sizeof o));
     if (len >= sizeof also) break;
   }
   fail(ex, 1, "%s: %s has not returned in %.0f s (PIPERT_STALL_S%s): a device that hangs?%s",
-       worker_where(w, where, sizeof where), what, (now_us - oldest) * 1e-6, also,
+       rt_worker_where(w, where, sizeof where), rt_worker_stall_what(w, what, sizeof what), now - oldest * 1e-6, also,
        w->dev_async ? " (stages hand over on the devices, so it may be a stage's this one waits for: "
                       "PIPERT_SYNC_SETS=1 names it)"
                     : "");
@@ -596,7 +565,7 @@ int rt_threads_run(rt_exec *ex, const rt_array *in, rt_array *out, int64_t T, rt
   /* Wait for the workers; after a failure (or --timeout) give them a few
    * seconds to notice, then leave without them rather than hang. */
   double abort_at = 0, deadline = ex->o->timeout_s > 0 ? t0 + ex->o->timeout_s : 0;
-  double stall_s = stall_limit(ex);
+  double stall_s = ex->nworkers ? rt_stall_limit(&ex->w[0].w) : 0;
   pthread_mutex_lock(&ex->mu);
   while (ex->done < started) {
     timed_wait(&ex->cv, &ex->mu);

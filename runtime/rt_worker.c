@@ -486,6 +486,46 @@ void rt_worker_working(rt_worker *w, int op, int64_t g) {
   atomic_store(&w->work_since_us, (long long)(rt_now() * 1e6) + 1);
 }
 
+/* PIPERT_STALL_S, or the default: 600 s where the stages run on a device, off on the
+ * CPU (a long forward there is only slow). */
+double rt_stall_limit(const rt_worker *w) {
+  const char *v = getenv("PIPERT_STALL_S");
+  if (v && *v) {
+    char *e;
+    double s = strtod(v, &e);
+    if (!*e && s >= 0) return s;
+    rt_errorf("PIPERT_STALL_S=%s: expected seconds (0: off); using 600", v);
+    return 600;
+  }
+  return w->p->stages[w->stage].stage->device ? 600 : 0;
+}
+
+long long rt_worker_stalled(const rt_worker *w, double now, double stall_s) {
+  long long t = atomic_load(&((rt_worker *)w)->work_since_us);
+  return stall_s > 0 && t && (long long)(now * 1e6) - t > (long long)(stall_s * 1e6) ? t : 0;
+}
+
+const char *rt_worker_where(const rt_worker *w, char *buf, size_t n) {
+  char nm[64];
+  const pipert_device_ops *dv = w->p->stages[w->stage].stage->device; /* (w->dev: device mode only) */
+  int d = dv && dv->ordinal && w->state ? dv->ordinal(w->state) : -1;
+  if (d >= 0) snprintf(buf, n, "%s on device %d", rt_worker_name(w, nm, sizeof nm), d);
+  else snprintf(buf, n, "%s", rt_worker_name(w, nm, sizeof nm));
+  return buf;
+}
+
+const char *rt_worker_stall_what(const rt_worker *w, char *buf, size_t n) {
+  int op = w->work_op;
+  if (op == PIPERT_OP_FWD || op == PIPERT_OP_BWD)
+    snprintf(buf, n, "the %s of micro-batch %lld", op == PIPERT_OP_FWD ? "forward" : "backward", (long long)w->work_mb);
+  else
+    snprintf(buf, n, "%s", op == PIPERT_OP_STEP        ? "the optimizer step"
+                           : op == PIPERT_OP_ALLREDUCE ? "the sum of the replicas' gradients"
+                           : op == RT_WORK_END         ? "the wait for its device's queued work"
+                                                       : "the graph outputs' download");
+  return buf;
+}
+
 int rt_worker_round(rt_worker *w, int64_t base, int64_t T) {
   const pipert_pipeline *p = w->p;
   const pipert_stage_desc *d = p->stages[w->stage].stage;

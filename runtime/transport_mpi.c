@@ -130,6 +130,8 @@ static double wd_start, wd_timeout;
 static pid_t wd_parent;
 static int wd_stage = -1; /* the rank's stage (rt_cur_stage is the main thread's own) */
 static pthread_t wd_thread;
+static _Atomic(rt_worker *) wd_worker; /* the stall watchdog's (rt_stall_limit), once initialised */
+static double wd_stall;
 
 static void *watchdog(void *arg) {
   int rank = (int)(intptr_t)arg;
@@ -141,6 +143,17 @@ static void *watchdog(void *arg) {
     }
     if (wd_timeout > 0 && rt_now() - wd_start > wd_timeout && !atomic_load(&wd_stop)) {
       rt_errorf("rank %d (stage %d): timed out after %.1f s (--timeout)", rank, wd_stage, wd_timeout);
+      _exit(1);
+    }
+    /* a call of this rank's own stage that has not returned (a kernel that never
+     * finishes: without NCCL's timeouts, host memory between ranks, nothing else ends it) */
+    rt_worker *w = atomic_load(&wd_worker);
+    double now = rt_now();
+    long long since = w && !atomic_load(&wd_stop) ? rt_worker_stalled(w, now, wd_stall) : 0;
+    if (since) {
+      char where[96], what[96];
+      rt_errorf("rank %d: %s: %s has not returned in %.0f s (PIPERT_STALL_S): a device that hangs?", rank,
+                rt_worker_where(w, where, sizeof where), rt_worker_stall_what(w, what, sizeof what), now - since * 1e-6);
       _exit(1);
     }
   }
@@ -552,6 +565,10 @@ static int world_open(world *W, const pipert_pipeline *p, const rt_options *o, i
   }
   MPI_Allreduce(&st, &gst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (!gst) nccl_setup(W);
+  if (!gst) {
+    wd_stall = rt_stall_limit(&W->w);
+    atomic_store(&wd_worker, &W->w);
+  }
   return gst;
 }
 
@@ -629,7 +646,9 @@ static int world_run(world *W, const rt_array *in, rt_array *out, int64_t T, dou
     }
     rt_worker_round(&W->w, lo, T);
     if (W->w.dev_async) { /* the round's device work done (uploads read inbuf), its time */
+      rt_worker_working(&W->w, RT_WORK_END, T);
       double b = W->w.dev->busy ? W->w.dev->busy(W->w.state) : -1;
+      rt_worker_working(&W->w, RT_IDLE, 0);
       if (b < 0 && W->w.dev->busy) {
         rt_errorf("stage %d: work queued on its device failed", W->stage);
         MPI_Abort(MPI_COMM_WORLD, 1);

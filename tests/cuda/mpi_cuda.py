@@ -12,7 +12,9 @@ mpirun), tensors between them through NCCL, replicas' gradients all-reduced by N
         a process that dies and a kernel that never finishes, on either rank; out of
         device memory. Each must end every process with a non-zero status within 60 s
         (a hang without --timeout through PIPECC_NCCL_TIMEOUT=5), a fault and out of
-        memory with one line naming the stage and its device.
+        memory with one line naming the stage and its device; a kernel that never
+        finishes with both ranks on one device (host memory, no NCCL) through the stall
+        watchdog (PIPERT_STALL_S=3), with a line naming the rank, stage, device and call.
 
     mpi_cuda.py ... --program labels:4 --label-high 10
         The training program (run_cuda.py's PROGRAM_ARGS, --no-tf32), 2 steps: 2 stages
@@ -146,6 +148,18 @@ def faults(a, base, out):
                       f"{what}: no line naming the stage, its device and the fault: {r.stderr[-2500:]}")
             print(f"ok {what}: exit {r.returncode} after {r.elapsed:.1f} s" +
                   (f"; {lines[0]}" if lines else ""))
+    # the two ranks on one device: host memory between them, no NCCL timeout to end a
+    # kernel that never finishes; the stall watchdog does (before: hung)
+    for rank in (0, 1):
+        env = env_for(a, 1, CUDASIM_FAULT=f"hang:{a.fault_kernel}:{rank}", PIPERT_STALL_S="3")
+        r = run(cmd, env, timeout=120)
+        what = f"hang in a kernel of rank {rank}, both ranks on one device (host memory, PIPERT_STALL_S=3)"
+        line = re.search(rf"^pipeline: rank {rank}: stage \d+.* on device 0: .* has not returned in \d+ s.*$",
+                         r.stderr, re.M)
+        check(r.returncode not in (0, 124) and r.elapsed < 60 and line,
+              f"{what}: exit {r.returncode} (124: hung) after {r.elapsed:.1f} s, no line naming the rank, stage, "
+              f"device and call: {r.stderr[-2500:]}")
+        print(f"ok {what}: exit {r.returncode} after {r.elapsed:.1f} s; {line.group(0) if line else ''}")
     r = run(cmd, env_for(a, 2, CUDASIM_MEM_MB="1"), timeout=120)
     lines = re.findall(r"^pipeline: stage \d+ on cuda:\d+ \(.*\): cudaMalloc.*out of memory$", r.stderr, re.M)
     check(r.returncode not in (0, 124) and lines and r.elapsed < 60,
