@@ -25,10 +25,10 @@
  *                       address the error is sticky on its device (as a CUDA
  *                       context's): every later call while that device is current
  *                       returns cudaErrorIllegalAddress and work queued there is
- *                       dropped; other devices run on.
- *   CUDASIM_FAULT_DEVICE=D  CUDASIM_FAULT counts only the kernels device D runs. die: the
- *                       process exits at once (status 9, as if killed). hang: the
- *                       kernel never finishes (its stream stops). */
+ *                       dropped; other devices run on. die: the process exits at once
+ *                       (status 9, as if killed). hang: the kernel never finishes (its
+ *                       stream stops).
+ *   CUDASIM_FAULT_DEVICE=D  CUDASIM_FAULT counts only the kernels device D runs. */
 #include <cuda_runtime.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -207,7 +207,7 @@ struct Graph : CUgraph_st {};
 static std::mutex mu;               /* every stream's queue and counters, events */
 static std::condition_variable done_cv;
 static std::vector<CUstream_st *> streams;
-static CUstream_st *legacy_stream;
+static CUstream_st *legacy_streams[MAX_DEVICES]; /* each device's legacy default stream */
 
 static double now_ms() {
   struct timespec t;
@@ -266,8 +266,9 @@ static CUstream_st *new_stream(unsigned flags, bool legacy) {
 /* The stream a handle names (NULL: the legacy default stream); mu held. */
 static CUstream_st *resolve(cudaStream_t s) {
   if (s) return s;
-  if (!legacy_stream) legacy_stream = new_stream(0, true);
-  return legacy_stream;
+  CUstream_st *&l = legacy_streams[tl_device >= 0 && tl_device < MAX_DEVICES ? tl_device : 0];
+  if (!l) l = new_stream(0, true);
+  return l;
 }
 
 /* The capture (not relaxed) this thread is running, if any; mu held. */
@@ -304,13 +305,15 @@ static cudaError_t enqueue_locked(CUstream_st *s, std::vector<Wait> waits, std::
     s->cap->what.push_back(what);
     return cudaSuccess;
   }
-  /* the legacy default stream waits for the blocking streams, and they for it */
+  /* a device's legacy default stream waits for its blocking streams, and they for it */
   if (s->legacy) {
     for (CUstream_st *b : streams)
-      if (b != s && !b->destroyed && !(b->flags & cudaStreamNonBlocking) && b->submitted > b->completed)
+      if (b != s && b->device == s->device && !b->destroyed && !(b->flags & cudaStreamNonBlocking) &&
+          b->submitted > b->completed)
         waits.push_back({b, b->submitted});
-  } else if (!(s->flags & cudaStreamNonBlocking) && legacy_stream && legacy_stream->submitted > legacy_stream->completed) {
-    waits.push_back({legacy_stream, legacy_stream->submitted});
+  } else if (CUstream_st *l = legacy_streams[s->device];
+             !(s->flags & cudaStreamNonBlocking) && l && l->submitted > l->completed) {
+    waits.push_back({l, l->submitted});
   }
   Item it;
   it.ticket = ++s->submitted;
@@ -805,13 +808,13 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
   return fail(cudaSuccess);
 }
 
-/* Waits for the work queued so far on device d's streams (and the legacy stream); mu held.
+/* Waits for the work queued so far on device d's streams (its legacy one too); mu held.
  * Other devices' streams run on, as on a GPU: memory another device still reads is the
  * caller's to wait for. */
 static void device_drain(std::unique_lock<std::mutex> &lk, int d, const char *what) {
   std::vector<std::pair<CUstream_st *, uint64_t>> t;
   for (CUstream_st *s : streams)
-    if (!s->destroyed && (s->device == d || s->legacy)) t.push_back({s, s->submitted});
+    if (!s->destroyed && s->device == d) t.push_back({s, s->submitted});
   host_wait(lk, what, [&] {
     for (auto &x : t)
       if (x.first->completed < x.second) return false;

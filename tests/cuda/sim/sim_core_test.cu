@@ -8,7 +8,11 @@
  *   graphs:  capture, replay, and calls a capture forbids invalidating it
  *   errors:  invalid launch configurations, out of memory (CUDASIM_MEM_MB), no device,
  *            lanes of a warp waiting at different barriers (a child process must abort
- *            with one line naming the kernel) */
+ *            with one line naming the kernel)
+ *   devices: (child processes, CUDASIM_DEVICES=2) cudaFree waits for its own device
+ *            only, so a copy device 1 still has queued from freed device-0 memory aborts
+ *            the process naming it, and waiting for device 1 first does not; a fault on
+ *            device 1 is sticky there only (device 0 runs on) */
 #include <cuda_runtime.h>
 #include <signal.h>
 #include <stdio.h>
@@ -292,7 +296,89 @@ static void errors(const char *self) {
   check(WIFEXITED(st) && WEXITSTATUS(st) == 100, "CUDASIM_DEVICES=0: cudaGetDeviceCount says cudaErrorNoDevice");
 }
 
+/* a child process with CUDASIM_DEVICES=2 and more environment; its exit status */
+static int child(const char *self, const char *mode, const char *const *env, char *err, size_t n) {
+  int fds[2];
+  if (pipe(fds)) return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 2);
+    setenv("CUDASIM_DEVICES", "2", 1);
+    for (int i = 0; env && env[i]; i += 2) setenv(env[i], env[i + 1], 1);
+    execl(self, self, mode, (char *)nullptr);
+    _exit(3);
+  }
+  close(fds[1]);
+  ssize_t k, got = 0;
+  while ((k = read(fds[0], err + got, n - 1 - (size_t)got)) > 0) got += k;
+  err[got] = 0;
+  close(fds[0]);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return st;
+}
+
+static void devices(const char *self) {
+  char buf[4096];
+  int st = child(self, "--free-while-read", nullptr, buf, sizeof buf);
+  check(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && strstr(buf, "was freed") && strstr(buf, "device 1"),
+        "cudaFree on device 0 does not wait for device 1: its queued copy of the freed memory aborts, named");
+  if (!(WIFSIGNALED(st) && strstr(buf, "was freed"))) fprintf(stderr, "%s", buf);
+  st = child(self, "--free-after-wait", nullptr, buf, sizeof buf);
+  check(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the same with device 1's stream waited for first: no complaint");
+  if (!WIFEXITED(st) || WEXITSTATUS(st)) fprintf(stderr, "%s", buf);
+  const char *fault[] = {"CUDASIM_FAULT", "error:1", "CUDASIM_FAULT_DEVICE", "1", nullptr};
+  st = child(self, "--sticky-per-device", fault, buf, sizeof buf);
+  check(WIFEXITED(st) && WEXITSTATUS(st) == 0 && strstr(buf, "device 1"),
+        "a fault on device 1 (CUDASIM_FAULT_DEVICE=1) is sticky there; device 0's calls and kernels run on");
+  if (!WIFEXITED(st) || WEXITSTATUS(st)) fprintf(stderr, "%s", buf);
+}
+
+/* --free-while-read, --free-after-wait: device 1 copies device-0 memory behind a 300 ms
+ * kernel; device 0 frees it (after waiting for device 1's stream, or not) */
+static int free_while_read(bool wait) {
+  int *p = nullptr, *q = nullptr, *flag = nullptr;
+  cudaSetDevice(0);
+  cudaMalloc(&p, 4096);
+  cudaMemset(p, 0, 4096);
+  cudaDeviceSynchronize();
+  cudaSetDevice(1);
+  cudaStream_t s1;
+  cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking);
+  cudaMalloc(&q, 4096);
+  cudaMalloc(&flag, sizeof(int));
+  k_slow_set<<<1, 1, 0, s1>>>(flag, 1, 300);
+  cudaMemcpyAsync(q, p, 4096, cudaMemcpyDeviceToDevice, s1);
+  if (wait) cudaStreamSynchronize(s1);
+  cudaSetDevice(0);
+  cudaFree(p);
+  cudaSetDevice(1);
+  cudaStreamSynchronize(s1);
+  return 0;
+}
+
+static int sticky_per_device() {
+  int *a = nullptr, *b = nullptr, h = 0;
+  cudaSetDevice(1);
+  cudaMalloc(&b, sizeof(int));
+  k_slow_set<<<1, 1>>>(b, 7, 0); /* device 1's first kernel: faults */
+  cudaError_t e1 = cudaDeviceSynchronize(), e1b = cudaMemset(b, 0, sizeof(int));
+  cudaSetDevice(0);
+  cudaError_t e0 = cudaMalloc(&a, sizeof(int));
+  k_slow_set<<<1, 1>>>(a, 5, 0);
+  cudaError_t e0b = cudaMemcpy(&h, a, sizeof h, cudaMemcpyDeviceToHost);
+  bool ok = e1 == cudaErrorIllegalAddress && e1b == cudaErrorIllegalAddress && e0 == cudaSuccess &&
+            e0b == cudaSuccess && h == 5;
+  if (!ok)
+    fprintf(stderr, "device 1: %s, %s; device 0: %s, %s, %d\n", cudaGetErrorName(e1), cudaGetErrorName(e1b),
+            cudaGetErrorName(e0), cudaGetErrorName(e0b), h);
+  return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "--free-while-read")) return free_while_read(false);
+  if (argc > 1 && !strcmp(argv[1], "--free-after-wait")) return free_while_read(true);
+  if (argc > 1 && !strcmp(argv[1], "--sticky-per-device")) return sticky_per_device();
   if (argc > 1 && !strcmp(argv[1], "--divergent")) {
     int *p;
     cudaMalloc(&p, 64 * 4);
@@ -309,6 +395,7 @@ int main(int argc, char **argv) {
   streams();
   graphs();
   errors(argv[0]);
+  devices(argv[0]);
   printf("%d checks, %d failed\n", checks, failures);
   return failures ? 1 : 0;
 }
