@@ -322,7 +322,8 @@ static void *worker_main(void *arg) {
     rt_worker_working(w, RT_IDLE, 0);
     /* a failure there (a fault on one GPU after its last hand-over) fails the run: other
      * GPUs' stages may have read what it never wrote */
-    if (b < 0) fail(ex, 1, "stage %d (replica %d): work queued on its device failed", w->stage, w->replica);
+    char nm[64];
+    if (b < 0) fail(ex, 1, "%s: work queued on its device failed", rt_worker_name(w, nm, sizeof nm));
     w->busy = b >= 0 ? b : 0;
   }
   pthread_mutex_lock(&ex->mu);
