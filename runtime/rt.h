@@ -250,6 +250,10 @@ long long rt_worker_stalled(const rt_worker *w, double now, double stall_s);
 /* "stage 1 (replica 0) on device 2"; "the forward of micro-batch 3" (the call w is in). */
 const char *rt_worker_where(const rt_worker *w, char *buf, size_t n);
 const char *rt_worker_stall_what(const rt_worker *w, char *buf, size_t n);
+/* Async device mode, the end of a run: waits for the work w queued (dev->busy, timed by
+ * the watchdog); the seconds it ran on the device, or < 0 after the device printed why
+ * it failed. */
+double rt_worker_end_wait(rt_worker *w, int64_t T);
 /* Pools (cap sets each) and arrays; state stays for the caller's init. */
 void rt_worker_init(rt_worker *w, const pipert_pipeline *p, int stage, int replica, int M, const pipert_instr *prog,
                     int prog_len, const rt_topo *topo, int cap, const rt_link_ops *ops, void *link);

@@ -317,9 +317,7 @@ static void *worker_main(void *arg) {
     if (r + 1 < rounds && barrier(ex)) break;
   }
   if (w->dev_async) { /* forward only queued the work: the time it ran on the device */
-    rt_worker_working(w, RT_WORK_END, ex->T);
-    double b = w->dev->busy ? w->dev->busy(w->state) : 0;
-    rt_worker_working(w, RT_IDLE, 0);
+    double b = rt_worker_end_wait(w, ex->T);
     /* a failure there (a fault on one GPU after its last hand-over) fails the run: other
      * GPUs' stages may have read what it never wrote */
     char nm[64];

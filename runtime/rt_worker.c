@@ -526,6 +526,13 @@ const char *rt_worker_stall_what(const rt_worker *w, char *buf, size_t n) {
   return buf;
 }
 
+double rt_worker_end_wait(rt_worker *w, int64_t T) {
+  rt_worker_working(w, RT_WORK_END, T);
+  double b = w->dev->busy ? w->dev->busy(w->state) : 0;
+  rt_worker_working(w, RT_IDLE, 0);
+  return b;
+}
+
 int rt_worker_round(rt_worker *w, int64_t base, int64_t T) {
   const pipert_pipeline *p = w->p;
   const pipert_stage_desc *d = p->stages[w->stage].stage;

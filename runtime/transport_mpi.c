@@ -646,10 +646,8 @@ static int world_run(world *W, const rt_array *in, rt_array *out, int64_t T, dou
     }
     rt_worker_round(&W->w, lo, T);
     if (W->w.dev_async) { /* the round's device work done (uploads read inbuf), its time */
-      rt_worker_working(&W->w, RT_WORK_END, T);
-      double b = W->w.dev->busy ? W->w.dev->busy(W->w.state) : -1;
-      rt_worker_working(&W->w, RT_IDLE, 0);
-      if (b < 0 && W->w.dev->busy) {
+      double b = rt_worker_end_wait(&W->w, T);
+      if (b < 0) {
         rt_errorf("stage %d: work queued on its device failed", W->stage);
         MPI_Abort(MPI_COMM_WORLD, 1);
       }
