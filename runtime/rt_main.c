@@ -536,7 +536,9 @@ static void usage(const char *argv0) {
           "environment: PIPERT_VERBOSE=1 prints where the stages run and how they hand over;\n"
           "       PIPERT_HOST_SETS=1 hands over through host memory; PIPECC_CUDA_DEVICE=N pins\n"
           "       every cuda stage to GPU N; PIPERT_STALL_S=S fails a run whose stage has waited S\n"
-          "       seconds for its own device (default 600 on GPUs, 0: off)\n",
+          "       seconds for its own device (default 600 on GPUs, 0: off); PIPECC_CONV_TUNE=1 times\n"
+          "       each cuda Conv's ways (cuDNN's algorithms, its graph API, pipecc's own kernel) on\n"
+          "       its first call and keeps the fastest (PIPECC_CONV_VERBOSE=1 prints the times)\n",
           argv0, argv0);
 }
 

@@ -159,11 +159,13 @@ fi
 # instead of the legacy API's heuristic (PIPECC_CONV_API=graph); with its stem through
 # cuDNN instead of the direct kernel (PIPECC_CONV_DIRECT=0); with one device copy of the
 # input instead of two (PIPERT_INPUT_COPIES=1: the upload of the next batch waits for the
-# forward reading the copy)
+# forward reading the copy); with each Conv's ways timed on its first call and the fastest
+# kept (PIPECC_CONV_TUNE=1)
 extra_rows() {
   bench_env resnet50 input "$WORK/resnet50_x.npy" pipecc-g1 PIPECC_CONV_API=graph pipecc-g1-graph
   bench_env resnet50 input "$WORK/resnet50_x.npy" pipecc-g1 PIPECC_CONV_DIRECT=0 pipecc-g1-cudnnstem
   bench_env resnet50 input "$WORK/resnet50_x.npy" pipecc-g1 PIPERT_INPUT_COPIES=1 pipecc-g1-1copy
+  bench_env resnet50 input "$WORK/resnet50_x.npy" pipecc-g1 PIPECC_CONV_TUNE=1 pipecc-g1-tune
   bench_env bert input_ids "$WORK/bert_x.npy" pipecc-g1 PIPERT_INPUT_COPIES=1 pipecc-g1-1copy
 }
 extra_rows
@@ -194,6 +196,7 @@ for m in resnet50 bert; do
           if ("pipecc-g1-graph" in r) printf "; cuDNN graph API / legacy API: %s (torch.compile: %s)", q(r["pipecc-g1-graph"], r["pipecc-g1"]), q(r["pipecc-g1-graph"], r["torch-compile"])
           if ("pipecc-g1-cudnnstem" in r) printf "; stem by the direct kernel / by cuDNN (PIPECC_CONV_DIRECT=0): %s", q(r["pipecc-g1"], r["pipecc-g1-cudnnstem"])
           if ("pipecc-g1-1copy" in r) printf "; two input copies / one (PIPERT_INPUT_COPIES=1): %s", q(r["pipecc-g1"], r["pipecc-g1-1copy"])
+          if ("pipecc-g1-tune" in r) printf "; Convs tuned (PIPECC_CONV_TUNE=1) / default: %s (torch.compile: %s)", q(r["pipecc-g1-tune"], r["pipecc-g1"]), q(r["pipecc-g1-tune"], r["torch-compile"])
           printf "\n" }' \
     "$RESULTS"
 done

@@ -28,11 +28,12 @@
 #            -Werror: that machine's GCC 13 warns where this one's does not)
 #   export   tools/export_models.py resnet50,bert into build-gpu/testwork/models
 #   bench    tools/bench_gpu.sh --quick: ResNet-50 g=1 (legacy cuDNN API, graph API, stem
-#            through cuDNN, one input copy), BERT-style g=1 (one input copy), PyTorch eager
+#            through cuDNN, one input copy, Convs tuned), BERT-style g=1 (one input copy), PyTorch eager
 #            and torch.compile (batch 32, TF32); about 100 s on an H200
 #   benchfull  tools/bench_gpu.sh (every row; about twice as long as bench)
 #   profile  pipecc --profile-run on ResNet-50, batch 32: legacy API, graph API, stem
-#            through cuDNN: the slowest nodes and the MaxPool, per node, side by side
+#            through cuDNN, tuned (PIPECC_CONV_TUNE=1, with each distinct Conv's ways and
+#            times): the slowest nodes and the MaxPool, per node, side by side
 #   correct  ctest -L gpu -R 'resnet50|bert' -j 2 (g = 1, 2, 4 against onnxruntime); ~100 s
 #            one after the other
 #   ctest    ctest -L gpu -j 4, the rest but the node tests, the training programs first
@@ -194,19 +195,24 @@ step_profile() {
   "$d/profile" --profile-out "$d/legacy.json"
   PIPECC_CONV_API=graph "$d/profile" --profile-out "$d/graph.json"
   PIPECC_CONV_DIRECT=0 "$d/profile" --profile-out "$d/cudnnstem.json"
-  cp "$d/legacy.json" "$d/graph.json" "$LOGS/" 2>/dev/null || true
-  "$PY" - "$d/legacy.json" "$d/graph.json" "$d/cudnnstem.json" <<'EOF'
+  # every Conv's ways timed where it runs, the fastest kept (PIPECC_CONV_TUNE): a line per
+  # distinct Conv with each way's time
+  PIPECC_CONV_TUNE=1 PIPECC_CONV_VERBOSE=1 "$d/profile" --profile-out "$d/tuned.json" 2> "$d/tune.log"
+  grep "; kept: " "$d/tune.log" | sed 's/^pipeline: [^:]*: //' || true
+  cp "$d/legacy.json" "$d/graph.json" "$d/tuned.json" "$d/tune.log" "$LOGS/" 2>/dev/null || true
+  "$PY" - "$d/legacy.json" "$d/graph.json" "$d/cudnnstem.json" "$d/tuned.json" <<'EOF'
 import json, sys
-a, b, c = (json.load(open(p))["nodes"] for p in sys.argv[1:4])
-ta, tb, tc = (sum(v["fwd_ms"] for v in x.values()) for x in (a, b, c))
+a, b, c, t = (json.load(open(p))["nodes"] for p in sys.argv[1:5])
+ta, tb, tc, tt = (sum(v["fwd_ms"] for v in x.values()) for x in (a, b, c, t))
 print(f"ResNet-50 batch 32, per batch: legacy cuDNN API {ta:.3f} ms, graph API {tb:.3f} ms, "
-      f"stem through cuDNN (PIPECC_CONV_DIRECT=0) {tc:.3f} ms")
+      f"stem through cuDNN (PIPECC_CONV_DIRECT=0) {tc:.3f} ms, tuned (PIPECC_CONV_TUNE=1) {tt:.3f} ms")
 rows = sorted(a, key=lambda k: -a[k]["fwd_ms"])
 pick = rows[:12] + [k for k in rows[12:] if "pool" in k.lower()]
-print(f"{'node':48s} {'legacy ms':>10s} {'graph ms':>10s} {'cudnn stem':>10s}")
+print(f"{'node':48s} {'legacy ms':>10s} {'graph ms':>10s} {'cudnn stem':>10s} {'tuned':>10s}")
+nan = {"fwd_ms": float("nan")}
 for k in pick:
-    print(f"{k[:48]:48s} {a[k]['fwd_ms']:10.4f} {b.get(k, {}).get('fwd_ms', float('nan')):10.4f} "
-          f"{c.get(k, {}).get('fwd_ms', float('nan')):10.4f}")
+    print(f"{k[:48]:48s} {a[k]['fwd_ms']:10.4f} {b.get(k, nan)['fwd_ms']:10.4f} "
+          f"{c.get(k, nan)['fwd_ms']:10.4f} {t.get(k, nan)['fwd_ms']:10.4f}")
 EOF
 }
 ctest_left() { # ctest arguments...: run inside what is left of the budget

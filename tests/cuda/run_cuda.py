@@ -23,6 +23,10 @@
         too); both compared (float32) with onnxruntime. The g=1 builds (TF32 and
         float32) with Convs run again with PIPECC_CONV_API=graph: every Conv a plan of
         cuDNN's backend API, every call through it, compared with onnxruntime as before.
+        The first of those builds runs again with PIPECC_CONV_TUNE=1 (each Conv's ways
+        timed on its first call, the fastest kept; compared with onnxruntime) and with
+        PIPECC_CONV_TUNE=last (each Conv's last way, the graph API, kept: bitwise the
+        outputs of the graph API forced by the switches).
 
     run_cuda.py fuse --pipecc ... --model resnet18.onnx --shape ... --work /tmp/w
         Emits (--emit-only, no nvcc) with and without --no-fuse: the fused build's stage
@@ -432,6 +436,42 @@ def graph_api_run(d, xin, ref, bound, told, label):
     return ok
 
 
+def tuned_run(d, xin, ref, bound, told, label):
+    """Build d run again with PIPECC_CONV_TUNE=1: each forward Conv's ways timed on its
+    first call (PIPECC_CONV_VERBOSE prints a line per timed Conv: at least two ways, one
+    kept), outputs compared with onnxruntime as before. Then with PIPECC_CONV_TUNE=last,
+    which keeps each Conv's last way, cuDNN's graph API (graph_api_run checks that every
+    Conv has a plan): its outputs, every micro-batch's (the first from the timing run,
+    the others from the captured graph), must be bitwise those of the run that sends
+    every Conv through the graph API by the switches (PIPECC_CONV_API=graph, GEMM and
+    direct kernels off)."""
+    log = []
+    got, tr = pt.run_pipeline(d, xin, f"{label} PIPECC_CONV_TUNE=1", log=log,
+                              env={"PIPECC_CONV_TUNE": "1", "PIPECC_CONV_VERBOSE": "1"})
+    if got is None:
+        return False
+    lines = [ln for ln in log[0].splitlines() if "; kept: " in ln]
+    ways = [ln.split(": convolution", 1)[1].split("; kept: ")[0].count(" ms") for ln in lines]
+    good, worst = pt.compare(got, ref, bound, f"{label} tuned")
+    ok = good and len(lines) > 0 and min(ways) >= 2
+    print(f"{'PASS' if ok else 'FAIL'} {label}, Convs tuned (PIPECC_CONV_TUNE=1): {len(lines)} timed, "
+          f"{min(ways, default=0)} to {max(ways, default=0)} ways each; run {tr:.2f} s, max rel-L2 {worst:.3g} ({told})")
+    log = []
+    last, _ = pt.run_pipeline(d, xin, f"{label} PIPECC_CONV_TUNE=last", log=log, out_name="y_last.npz",
+                              env={"PIPECC_CONV_TUNE": "last", "PIPECC_CONV_VERBOSE": "1"})
+    forced, _ = pt.run_pipeline(d, xin, f"{label} all through the graph API", out_name="y_graph.npz",
+                                env={"PIPECC_CONV_API": "graph", "PIPECC_CONV_GEMM": "0", "PIPECC_CONV_DIRECT": "0"})
+    if last is None or forced is None:
+        return False
+    kept = [ln.split("; kept: ")[1] for ln in log[0].splitlines() if "; kept: " in ln]
+    same = sorted(last) == sorted(forced) and all(last[k].tobytes() == forced[k].tobytes() for k in forced)
+    good = same and len(kept) > 0 and all(k == "cuDNN graph API" for k in kept)
+    print(f"{'PASS' if good else 'FAIL'} {label}, PIPECC_CONV_TUNE=last: {len(kept)} timed Convs, "
+          f"{sum(k == 'cuDNN graph API' for k in kept)} kept the graph API; outputs "
+          f"{'bitwise' if same else 'NOT bitwise'} those of every Conv through the graph API by the switches")
+    return ok and good
+
+
 def check_fuse(a, name, work):
     """Fused Conv epilogues in the emitted cuda sources (see the module docstring)."""
     calls, units = {}, {}
@@ -592,6 +632,8 @@ def run_mode(a, name, work):
                   f"max rel-L2 {worst:.3g} ({told})")
         if g == 1 and tag in ("tf32", "fp32") and re.search(r"\bpk_conv(_1x1)?\(", stage_sources(d)):
             ok &= graph_api_run(d, xin, ref, bound, told, f"{name} g=1 {tag}")
+            if tag == runs[0][3]:
+                ok &= tuned_run(d, xin, ref, bound, told, f"{name} g=1 {tag}")
         if g > 1 and g == max(stages) and tag == runs[0][3]:
             # on the simulator (every forward a CPU run) 8 batches, on a GPU 20
             ok &= same_handover(d, xin, got, f"{name} g={g} {tag}", 8 if a.sim else 20)

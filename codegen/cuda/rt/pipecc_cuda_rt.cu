@@ -87,6 +87,9 @@ extern "C" unsigned pk_grid(int64_t n) {
 
 /* ---- convolution (cuDNN) ---------------------------------------------------------------- */
 
+/* PIPECC_CONV_TUNE: how many of the heuristic's legacy algorithms are timed per Conv */
+#define PK_TUNE_ALGOS 4
+
 /* x, y: the input and output of cuDNN's forward convolution; for a ConvTranspose
  * (transposed) the node's output is x (backward data's dx) and its input y (dy). */
 struct pk_conv_s {
@@ -101,10 +104,21 @@ struct pk_conv_s {
   /* the graph API's plan (PIPECC_CONV_API=graph; the stage's gplans own it) and the
    * variant pack of the last pointers it ran with */
   cudnnBackendDescriptor_t plan, vp;
+  cudnnBackendDescriptor_t gplan; /* the graph API's plan where one finalized (plan: in use) */
   size_t gws;
   const void *vp_x, *vp_w;
   void *vp_y, *vp_ws;
   int misaligned; /* the legacy API ran a call for want of alignment (reported once) */
+  int key[40];    /* everything the descriptors hold (conv_algo_fwd's memo key) */
+  /* PIPECC_CONV_TUNE: the legacy algorithms the heuristic ranks first that qualify (as
+   * conv_algo_fwd's pick), timed on the first call beside the graph API's plan and the
+   * call's own kernel; tuned once decided, not_own where cuDNN beat that kernel */
+  int n_cand;
+  cudnnConvolutionFwdAlgo_t cand[PK_TUNE_ALGOS];
+  cudnnMathType_t cand_math[PK_TUNE_ALGOS];
+  size_t cand_ws[PK_TUNE_ALGOS];
+  int tuned, not_own;
+  cudnnMathType_t math; /* the descriptor's math (set for the chosen algorithm) */
 };
 
 /* Workspace limit for one convolution's algorithm. */
@@ -120,11 +134,13 @@ struct pk_conv_s {
  *     not beat the heuristic for ResNet-50 at batch 32 (3502 vs 3668 samples/s).
  * Either way: the first result that fits the workspace limit and is not ALLOW_CONVERSION
  * (float16 down-conversion). With --no-tf32 the descriptor keeps FMA math, which is what
- * the chosen algorithm then runs with. */
+ * the chosen algorithm then runs with. PIPECC_CONV_TUNE keeps the first PK_TUNE_ALGOS
+ * such results as candidates for conv_tune, which times them where they run. */
 struct pk_algo_memo {
   int key[40];
-  cudnnConvolutionFwdAlgo_t algo;
-  cudnnMathType_t math;
+  int n; /* the qualifying algorithms in the heuristic's (or the search's) order, the first chosen */
+  cudnnConvolutionFwdAlgo_t algo[PK_TUNE_ALGOS];
+  cudnnMathType_t math[PK_TUNE_ALGOS];
   struct pk_algo_memo *next;
 };
 static pthread_mutex_t algo_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -135,15 +151,26 @@ static int conv_search(void) {
   return v && !strcmp(v, "search");
 }
 
+/* PIPECC_CONV_TUNE (off when unset, empty or 0): time each forward float32 Conv's ways on
+ * its first call and keep the fastest (conv_tune); "last" keeps the last way instead (a
+ * test of the ways' plumbing, not a speed choice). */
+enum { TUNE_OFF, TUNE_FASTEST, TUNE_LAST };
+static int conv_tune_mode(void) {
+  const char *v = getenv("PIPECC_CONV_TUNE");
+  if (!v || !*v || !strcmp(v, "0")) return TUNE_OFF;
+  return strcmp(v, "last") ? TUNE_FASTEST : TUNE_LAST;
+}
+
 static int conv_algo_fwd(pk_stage *S, struct pk_conv_s *c, cudnnMathType_t math, const int *key) {
   cudnnHandle_t h = (cudnnHandle_t)S->cudnn;
   int search = conv_search();
   pthread_mutex_lock(&algo_lock);
   struct pk_algo_memo *m = algo_memo;
   while (m && memcmp(m->key, key, sizeof m->key)) m = m->next;
-  int found = 0, pick = -1;
-  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  struct pk_algo_memo local;
   if (!m) {
+    int found = 0;
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     cudnnStatus_t st =
         search ? cudnnFindConvolutionForwardAlgorithm(h, c->x, c->w, c->conv, c->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                       &found, perf)
@@ -154,32 +181,44 @@ static int conv_algo_fwd(pk_stage *S, struct pk_conv_s *c, cudnnMathType_t math,
       pthread_mutex_unlock(&algo_lock);
       return 1;
     }
-    for (int i = 0; i < found && pick < 0; i++)
+    memset(&local, 0, sizeof local);
+    for (int i = 0; i < found && local.n < PK_TUNE_ALGOS; i++)
       if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= PK_CONV_WS_LIMIT &&
-          perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
-        pick = i;
-    if (pick < 0) {
+          perf[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) {
+        local.algo[local.n] = perf[i].algo;
+        local.math[local.n++] = perf[i].mathType;
+      }
+    if (!local.n) {
       pthread_mutex_unlock(&algo_lock);
       return pk_fail(S, what, "no usable algorithm");
     }
-    m = (struct pk_algo_memo *)calloc(1, sizeof *m);
+    memcpy(local.key, key, sizeof local.key);
+    m = (struct pk_algo_memo *)malloc(sizeof *m);
     if (m) {
-      memcpy(m->key, key, sizeof m->key);
-      m->algo = perf[pick].algo;
-      m->math = perf[pick].mathType;
+      *m = local;
       m->next = algo_memo;
       algo_memo = m;
+    } else {
+      m = &local;
     }
   }
-  c->algo = m ? m->algo : perf[pick].algo;
-  cudnnMathType_t chosen = m ? m->math : perf[pick].mathType;
+  /* the candidates: all of them when tuning, else the first */
+  c->n_cand = conv_tune_mode() ? m->n : 1;
+  for (int i = 0; i < c->n_cand; i++) c->cand[i] = m->algo[i], c->cand_math[i] = m->math[i];
   pthread_mutex_unlock(&algo_lock);
-  if (math == CUDNN_DEFAULT_MATH && !dnn_ok(S, cudnnSetConvolutionMathType(c->conv, chosen), "cudnnSetConvolutionMathType"))
-    return 1;
-  if (!dnn_ok(S, cudnnGetConvolutionForwardWorkspaceSize(h, c->x, c->w, c->conv, c->y, c->algo, &c->ws),
-              "cudnnGetConvolutionForwardWorkspaceSize"))
-    return 1;
-  if (c->ws > S->ws_bytes) S->ws_bytes = c->ws;
+  /* each candidate's workspace (under its math type); the first is the choice until tuned */
+  for (int i = c->n_cand - 1; i >= 0; i--) {
+    cudnnMathType_t cm = math == CUDNN_DEFAULT_MATH ? c->cand_math[i] : math;
+    if (!dnn_ok(S, cudnnSetConvolutionMathType(c->conv, cm), "cudnnSetConvolutionMathType") ||
+        !dnn_ok(S, cudnnGetConvolutionForwardWorkspaceSize(h, c->x, c->w, c->conv, c->y, c->cand[i], &c->cand_ws[i]),
+                "cudnnGetConvolutionForwardWorkspaceSize"))
+      return 1;
+    if (c->cand_ws[i] > S->ws_bytes) S->ws_bytes = c->cand_ws[i];
+    c->cand_math[i] = cm;
+  }
+  c->algo = c->cand[0];
+  c->math = c->cand_math[0];
+  c->ws = c->cand_ws[0];
   return 0;
 }
 
@@ -399,9 +438,10 @@ static int conv_graph_setup(pk_stage *S, struct pk_conv_s *c, const int *key, in
     g->next = S->gplans;
     S->gplans = g;
   }
-  c->plan = g->ok ? g->d[0] : NULL;
+  c->gplan = g->ok ? g->d[0] : NULL;
+  c->plan = conv_graph_wanted() ? c->gplan : NULL; /* else only conv_tune's candidate */
   c->gws = g->ws;
-  if (c->plan && c->gws > S->ws_bytes) S->ws_bytes = c->gws;
+  if (c->gplan && c->gws > S->ws_bytes) S->ws_bytes = c->gws;
   return 0;
 }
 
@@ -489,31 +529,27 @@ static int conv_setup(pk_stage *S, struct pk_conv_s *c, const pk_conv_p *p) {
   for (int i = 0; i < nd + 2; i++) key[4 + i] = xd[i], key[9 + i] = yd[i], key[14 + i] = wd[i];
   for (int i = 0; i < nd; i++) key[19 + i] = pad[i], key[22 + i] = str[i], key[25 + i] = dil[i];
   key[28] = nhwc;
+  memcpy(c->key, key, sizeof c->key);
   if (tr) return conv_algo_bwd_data(S, c, math);
   if (conv_algo_fwd(S, c, math, key)) return 1;
-  if (p->dtype == PK_F32 && conv_graph_wanted())
+  if (p->dtype == PK_F32 && (conv_graph_wanted() || conv_tune_mode()))
     return conv_graph_setup(S, c, key, nd, xd, xs, wd, nhwc, yd, ys, pad, str, dil);
   return 0;
 }
 
-extern "C" int pk_conv(pk_stage *S, int idx, const void *x, const void *w, void *y) {
-  struct pk_conv_s *c = &S->conv[idx];
-  double one = 1, zero = 0;
+/* cuDNN's forward convolution c: through the graph API's plan when c->plan (and the
+ * pointers are aligned as declared), else the legacy algorithm c->algo */
+static int conv_exec(pk_stage *S, struct pk_conv_s *c, const void *x, const void *w, void *y) {
   float onef = 1, zerof = 0;
+  double one = 1, zero = 0;
   const void *al = c->dt == CUDNN_DATA_DOUBLE ? (const void *)&one : (const void *)&onef;
   const void *be = c->dt == CUDNN_DATA_DOUBLE ? (const void *)&zero : (const void *)&zerof;
-  if (c->transposed)
-    return dnn_ok(S, cudnnConvolutionBackwardData((cudnnHandle_t)S->cudnn, al, c->w, w, c->y, x, c->conv, c->balgo,
-                                                  S->ws, c->ws, be, c->x, y),
-                  "cudnnConvolutionBackwardData")
-               ? 0
-               : 1;
   if (c->plan) {
     if (!(((uintptr_t)x | (uintptr_t)w | (uintptr_t)y | (uintptr_t)S->ws) % PK_GALIGN))
       return conv_graph_exec(S, c, x, w, y);
     if (!c->misaligned && getenv("PIPECC_CONV_VERBOSE"))
       fprintf(stderr, "pipeline: %s: convolution %d: a pointer not %d-byte aligned: the legacy API runs it\n",
-              S->where, idx, PK_GALIGN);
+              S->where, (int)(c - S->conv), PK_GALIGN);
     c->misaligned = 1;
   }
   return dnn_ok(S, cudnnConvolutionForward((cudnnHandle_t)S->cudnn, al, c->x, x, c->w, w, c->conv, c->algo, S->ws,
@@ -521,6 +557,186 @@ extern "C" int pk_conv(pk_stage *S, int idx, const void *x, const void *w, void 
                 "cudnnConvolutionForward")
              ? 0
              : 1;
+}
+
+/* ---- PIPECC_CONV_TUNE: the fastest way of each Conv, timed where it runs ---------------- */
+/* On a Conv's first call (the part's warm-up run, outside any graph capture) its ways run
+ * on its own operands and stream and are timed with events: the call's own kernel
+ * (pk_conv_direct's, pk_conv_1x1's GEMM) where it applies, then cuDNN's convolution
+ * through each candidate legacy algorithm and through the graph API's plan, each followed
+ * by what the call does after cuDNN (the epilogue pass). A way runs once to warm up, then
+ * 3 x 3 times; its time is the least mean of 3. The fastest is kept for every later call
+ * (and so captured in the part's graph), and runs once more last, so the output is its
+ * own. A decision is shared by the Convs of the process with the same descriptors and
+ * call (stages sharing a process, replicas, repeated blocks): they are not timed again.
+ * Timing differs run to run, so tuned runs may choose otherwise and differ in the last
+ * bits (as PyTorch with cudnn.benchmark); the default runs no timing. PIPECC_CONV_VERBOSE
+ * prints each timed Conv's ways and times. */
+enum { WAY_OWN = -1, WAY_GRAPH = PK_TUNE_ALGOS };
+
+struct pk_tune_memo {
+  int key[43];
+  int way; /* WAY_OWN, a candidate's index or WAY_GRAPH */
+  struct pk_tune_memo *next;
+};
+static pthread_mutex_t tune_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct pk_tune_memo *tune_memo;
+
+static const char *algo_name(cudnnConvolutionFwdAlgo_t a) {
+  switch (a) {
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM: return "implicit GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM: return "implicit precomp GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_GEMM: return "GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_DIRECT: return "direct";
+    case CUDNN_CONVOLUTION_FWD_ALGO_FFT: return "FFT";
+    case CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING: return "FFT tiling";
+    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD: return "Winograd";
+    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED: return "Winograd nonfused";
+    default: return "algorithm";
+  }
+}
+
+static const char *way_name(const struct pk_conv_s *c, int way, int kind, char *buf, size_t n) {
+  if (way == WAY_OWN) return kind == 1 ? "direct kernel" : "cuBLASLt GEMM";
+  if (way == WAY_GRAPH) return "cuDNN graph API";
+  snprintf(buf, n, "cuDNN %s%s", algo_name(c->cand[way]), c->cand_math[way] == CUDNN_TENSOR_OP_MATH ? " (tensor cores)" : "");
+  return buf;
+}
+
+/* c's way (WAY_OWN, candidate i, WAY_GRAPH) for its later calls */
+static int conv_set_way(pk_stage *S, struct pk_conv_s *c, int way) {
+  c->not_own = way != WAY_OWN;
+  c->plan = way == WAY_GRAPH ? c->gplan : NULL;
+  int i = way >= 0 && way < c->n_cand ? way : 0;
+  c->algo = c->cand[i];
+  c->ws = c->cand_ws[i];
+  if (c->math != c->cand_math[i]) {
+    if (!dnn_ok(S, cudnnSetConvolutionMathType(c->conv, c->cand_math[i]), "cudnnSetConvolutionMathType")) return 1;
+    c->math = c->cand_math[i];
+  }
+  return 0;
+}
+
+/* The mean time of 3 runs of f, the least of 3 tries, after one warm-up run; 1 on failure */
+template <typename F>
+static int tune_time(pk_stage *S, cudaEvent_t e0, cudaEvent_t e1, F f, float *ms) {
+  if (f()) return 1;
+  float best = 3.4e38f;
+  for (int t = 0; t < 3; t++) {
+    if (!cu_ok(S, cudaEventRecord(e0, S->stream), "cudaEventRecord(tune)")) return 1;
+    for (int r = 0; r < 3; r++)
+      if (f()) return 1;
+    float el = 0;
+    if (!cu_ok(S, cudaEventRecord(e1, S->stream), "cudaEventRecord(tune)") ||
+        !dev_wait(S, NULL, e1, "cudaEventSynchronize(tune)") ||
+        !cu_ok(S, cudaEventElapsedTime(&el, e0, e1), "cudaEventElapsedTime(tune)"))
+      return 1;
+    if (el / 3 < best) best = el / 3;
+  }
+  *ms = best;
+  return 0;
+}
+
+/* Decides conv idx's way on its first call where PIPECC_CONV_TUNE asks (see above): own
+ * runs the call's own kernel (NULL: it has none here), rest what follows cuDNN's
+ * convolution. kind and flags tell calls apart in the memo. On return the output holds the
+ * chosen way's result when ran is set; else nothing ran (not tuned: the caller runs its
+ * way). */
+template <typename Own, typename Rest>
+static int conv_tune(pk_stage *S, int idx, int kind, int flags, const Own *own, const Rest &rest, const void *x,
+                     const void *w, void *y, int *ran) {
+  struct pk_conv_s *c = &S->conv[idx];
+  *ran = 0;
+  if (c->tuned) return 0;
+  c->tuned = 1;
+  int mode = conv_tune_mode();
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (!mode || c->transposed || c->dt != CUDNN_DATA_FLOAT) return 0;
+  if (cudaStreamIsCapturing(S->stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) {
+    cudaGetLastError();
+    return 0; /* first reached inside a capture: the untimed way */
+  }
+  int key[43];
+  memcpy(key, c->key, sizeof c->key);
+  key[40] = kind, key[41] = flags, key[42] = own != NULL;
+  /* held while timing: one decision per key, and no two stages of the process timing at
+   * once (a stage's stream waits only for work already queued, so none waits on this) */
+  pthread_mutex_lock(&tune_lock);
+  struct pk_tune_memo *m = tune_memo;
+  while (m && memcmp(m->key, key, sizeof key)) m = m->next;
+  if (m) {
+    int way = m->way;
+    pthread_mutex_unlock(&tune_lock);
+    return conv_set_way(S, c, way == WAY_GRAPH && !c->gplan ? 0 : way);
+  }
+  /* the ways, in order: own, the candidates, the graph plan (aligned pointers only) */
+  int ways[PK_TUNE_ALGOS + 2], n = 0;
+  if (own) ways[n++] = WAY_OWN;
+  for (int i = 0; i < c->n_cand; i++) ways[n++] = i;
+  if (c->gplan && !(((uintptr_t)x | (uintptr_t)w | (uintptr_t)y | (uintptr_t)S->ws) % PK_GALIGN)) ways[n++] = WAY_GRAPH;
+  float ms[PK_TUNE_ALGOS + 2] = {0};
+  cudaEvent_t e[2] = {NULL, NULL};
+  int rc = !cu_ok(S, cudaEventCreate(&e[0]), "cudaEventCreate(tune)") ||
+           !cu_ok(S, cudaEventCreate(&e[1]), "cudaEventCreate(tune)");
+  int best = 0;
+  for (int k = 0; k < n && !rc; k++) {
+    rc = conv_set_way(S, c, ways[k]);
+    auto run = [&]() { return ways[k] == WAY_OWN ? (*own)() : (conv_exec(S, c, x, w, y) || rest()); };
+    if (!rc) rc = tune_time(S, e[0], e[1], run, &ms[k]);
+    if (!rc && (mode == TUNE_LAST ? k == n - 1 : ms[k] < ms[best])) best = k;
+  }
+  for (int i = 0; i < 2; i++)
+    if (e[i]) cudaEventDestroy(e[i]);
+  if (rc) {
+    pthread_mutex_unlock(&tune_lock);
+    return 1;
+  }
+  if (getenv("PIPECC_CONV_VERBOSE")) {
+    char line[1024];
+    int at = snprintf(line, sizeof line, "pipeline: %s: convolution %d%s%s: ", S->where, idx,
+                      S->unit >= 0 && S->unit < S->info->n_units ? " in " : "",
+                      S->unit >= 0 && S->unit < S->info->n_units ? S->info->unit_names[S->unit] : "");
+    char name[64];
+    for (int k = 0; k < n && at < (int)sizeof line; k++)
+      at += snprintf(line + at, sizeof line - (size_t)at, "%s%s %.4f ms", k ? ", " : "",
+                     way_name(c, ways[k], kind, name, sizeof name), ms[k]);
+    if (at < (int)sizeof line)
+      snprintf(line + at, sizeof line - (size_t)at, "; kept: %s", way_name(c, ways[best], kind, name, sizeof name));
+    fprintf(stderr, "%s\n", line);
+  }
+  m = (struct pk_tune_memo *)malloc(sizeof *m);
+  if (m) {
+    memcpy(m->key, key, sizeof key);
+    m->way = ways[best];
+    m->next = tune_memo;
+    tune_memo = m;
+  }
+  pthread_mutex_unlock(&tune_lock);
+  if (conv_set_way(S, c, ways[best])) return 1;
+  *ran = 1;
+  return ways[best] == WAY_OWN ? (*own)() : (conv_exec(S, c, x, w, y) || rest());
+}
+
+extern "C" int pk_conv(pk_stage *S, int idx, const void *x, const void *w, void *y) {
+  struct pk_conv_s *c = &S->conv[idx];
+  if (c->transposed) {
+    double one = 1, zero = 0;
+    float onef = 1, zerof = 0;
+    const void *al = c->dt == CUDNN_DATA_DOUBLE ? (const void *)&one : (const void *)&onef;
+    const void *be = c->dt == CUDNN_DATA_DOUBLE ? (const void *)&zero : (const void *)&zerof;
+    return dnn_ok(S, cudnnConvolutionBackwardData((cudnnHandle_t)S->cudnn, al, c->w, w, c->y, x, c->conv, c->balgo,
+                                                  S->ws, c->ws, be, c->x, y),
+                  "cudnnConvolutionBackwardData")
+               ? 0
+               : 1;
+  }
+  if (!c->tuned) {
+    auto none = []() { return 0; };
+    int ran = 0;
+    if (conv_tune(S, idx, 0, 0, (const decltype(none) *)NULL, none, x, w, y, &ran)) return 1;
+    if (ran) return 0;
+  }
+  return conv_exec(S, c, x, w, y);
 }
 
 template <typename T>
@@ -656,14 +872,37 @@ PK_UNROLL
   }
 }
 
-/* cuDNN's convolution idx, then what it did not fuse: the bias, the residual and the
- * clamps in one pk_conv_epi pass, or the bias alone; y seen as [n, ch, spatial]. The
- * fallback of pk_conv_direct and pk_conv_1x1 where their own path does not apply. */
+/* What follows cuDNN's convolution where it fused nothing: the bias, the residual and the
+ * clamps in one pk_conv_epi pass, or the bias alone; y seen as [n, ch, spatial]. */
+static int conv_rest(pk_stage *S, const void *b, const void *r, void *y, int64_t n, int64_t ch, int64_t spatial, int act,
+                     float lo, float hi) {
+  if (act || r) return pk_conv_epi(S, y, b, r, n, ch, spatial, act, lo, hi);
+  return b ? pk_bias(S, PK_F32, y, b, n, ch, spatial) : 0;
+}
+
+/* cuDNN's convolution idx, then conv_rest: the fallback of pk_conv_direct and
+ * pk_conv_1x1 where their own path does not apply. */
 static int conv_cudnn_epi(pk_stage *S, int idx, const void *x, const void *w, const void *b, const void *r, void *y,
                           int64_t n, int64_t ch, int64_t spatial, int act, float lo, float hi) {
   if (pk_conv(S, idx, x, w, y)) return 1;
-  if (act || r) return pk_conv_epi(S, y, b, r, n, ch, spatial, act, lo, hi);
-  return b ? pk_bias(S, PK_F32, y, b, n, ch, spatial) : 0;
+  return conv_rest(S, b, r, y, n, ch, spatial, act, lo, hi);
+}
+
+/* A call with its own kernel (own) and cuDNN's way after it: tuned on the first call
+ * (conv_tune; kind 1 direct, 2 GEMM), then the way kept. */
+template <typename Own>
+static int conv_own_or_cudnn(pk_stage *S, int idx, int kind, const Own &own, const void *x, const void *w,
+                             const void *b, const void *r, void *y, int64_t n, int64_t ch, int64_t spatial, int act,
+                             float lo, float hi) {
+  struct pk_conv_s *c = &S->conv[idx];
+  auto rest = [&]() { return conv_rest(S, b, r, y, n, ch, spatial, act, lo, hi); };
+  if (!c->tuned) {
+    int ran = 0, flags = act | (r ? 4 : 0) | (b ? 8 : 0) | (((uintptr_t)b & 15) ? 16 : 0);
+    if (conv_tune(S, idx, kind, flags, &own, rest, x, w, y, &ran)) return 1;
+    if (ran) return 0;
+  }
+  if (c->not_own) return conv_exec(S, c, x, w, y) || rest();
+  return own();
 }
 
 static int conv_direct_off(void) {
@@ -683,11 +922,14 @@ extern "C" int pk_conv_direct(pk_stage *S, int idx, const void *x, const void *w
            c->dil[1] == 1 && c->dil[2] == 1 && pk_dc_fits(c->n, p.c, p.m, p.kh, p.kw, p.sh, p.sw) && !conv_direct_off();
   if (ok) p.iht = (int)pk_dc_tile_rows(p.kh, p.sh), p.iwq = (int)pk_dc_tile_cols(p.kw, p.sw);
   if (!ok) return conv_cudnn_epi(S, idx, x, w, b, r, y, c->n, c->m, (int64_t)p.oh * p.ow, act, lo, hi);
-  dim3 grid((unsigned)((p.ow + PK_DC_TW - 1) / PK_DC_TW), (unsigned)((p.oh + PK_DC_TH - 1) / PK_DC_TH),
-            (unsigned)(c->n * p.mchunks));
-  k_conv_direct<<<grid, 128, 0, S->stream>>>(p, (const float *)x, (const float *)w, (const float *)b,
-                                             (const float *)r, (float *)y);
-  return pk_check_launch(S);
+  auto own = [&]() {
+    dim3 grid((unsigned)((p.ow + PK_DC_TW - 1) / PK_DC_TW), (unsigned)((p.oh + PK_DC_TH - 1) / PK_DC_TH),
+              (unsigned)(c->n * p.mchunks));
+    k_conv_direct<<<grid, 128, 0, S->stream>>>(p, (const float *)x, (const float *)w, (const float *)b,
+                                               (const float *)r, (float *)y);
+    return pk_check_launch(S);
+  };
+  return conv_own_or_cudnn(S, idx, 1, own, x, w, b, r, y, c->n, c->m, (int64_t)p.oh * p.ow, act, lo, hi);
 }
 
 /* ---- GEMM (cuBLAS) ------------------------------------------------------------------------ */
@@ -856,20 +1098,23 @@ extern "C" int pk_conv_1x1(pk_stage *S, int idx, const void *x, const void *w, c
     p = lt_plan(S, PK_F32, 0, 1, P, M, C, C, 0, C, 0, M, 0, 1, al, epi);
   }
   if (!p || !p->usable) return conv_cudnn_epi(S, idx, x, w, b, r, y, P, M, 1, act, lo, hi);
-  if (bias_in && !blas_ok(S, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b),
-                          "cublasLtMatmulDescSetAttribute(BIAS_POINTER)"))
-    return 1;
-  float one = 1.0f, beta = r ? 1.0f : 0.0f;
-  /* row-major Y = X W^T is column-major Y^T = W X^T: cuBLASLt's A is W, its B is X */
-  if (!blas_ok(S,
-               cublasLtMatmul((cublasLtHandle_t)S->lt, p->op, &one, w, p->la, x, p->lb, &beta, r ? r : y, p->lc, y,
-                              p->lc, &p->algo, S->ws, S->ws_bytes, S->stream),
-               "cublasLtMatmul"))
-    return 1;
-  /* what the epilogue did not take: a Clip, or the bias and activation after a misaligned bias */
-  const void *rest_b = b && !bias_in ? b : NULL;
-  int rest_act = (epi == CUBLASLT_EPILOGUE_RELU || epi == CUBLASLT_EPILOGUE_RELU_BIAS) ? 0 : act;
-  return rest_b || rest_act ? pk_conv_epi(S, y, rest_b, NULL, P, M, 1, rest_act, lo, hi) : 0;
+  auto own = [&]() {
+    if (bias_in && !blas_ok(S, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b),
+                            "cublasLtMatmulDescSetAttribute(BIAS_POINTER)"))
+      return 1;
+    float one = 1.0f, beta = r ? 1.0f : 0.0f;
+    /* row-major Y = X W^T is column-major Y^T = W X^T: cuBLASLt's A is W, its B is X */
+    if (!blas_ok(S,
+                 cublasLtMatmul((cublasLtHandle_t)S->lt, p->op, &one, w, p->la, x, p->lb, &beta, r ? r : y, p->lc, y,
+                                p->lc, &p->algo, S->ws, S->ws_bytes, S->stream),
+                 "cublasLtMatmul"))
+      return 1;
+    /* what the epilogue did not take: a Clip, or the bias and activation after a misaligned bias */
+    const void *rest_b = b && !bias_in ? b : NULL;
+    int rest_act = (epi == CUBLASLT_EPILOGUE_RELU || epi == CUBLASLT_EPILOGUE_RELU_BIAS) ? 0 : act;
+    return rest_b || rest_act ? pk_conv_epi(S, y, rest_b, NULL, P, M, 1, rest_act, lo, hi) : 0;
+  };
+  return conv_own_or_cudnn(S, idx, 2, own, x, w, b, r, y, P, M, 1, act, lo, hi);
 }
 
 /* ---- data movement ---------------------------------------------------------------------------- */

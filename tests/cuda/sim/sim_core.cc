@@ -1214,6 +1214,16 @@ cudaError_t cudaStreamEndCapture(cudaStream_t h, cudaGraph_t *out) {
   return fail(cudaSuccess);
 }
 
+cudaError_t cudaStreamIsCapturing(cudaStream_t h, enum cudaStreamCaptureStatus *status) {
+  std::lock_guard<std::mutex> g(mu);
+  if (!status) return fail(cudaErrorInvalidValue);
+  if (h && h->destroyed) return fail(cudaErrorInvalidResourceHandle);
+  *status = !h || !h->cap ? cudaStreamCaptureStatusNone
+            : h->cap_invalid ? cudaStreamCaptureStatusInvalidated
+                             : cudaStreamCaptureStatusActive;
+  return fail(cudaSuccess);
+}
+
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t *x, cudaGraph_t g, unsigned long long flags) {
   (void)flags;
   if (!g || g->destroyed) return fail(cudaErrorInvalidResourceHandle);

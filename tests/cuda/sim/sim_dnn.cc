@@ -674,6 +674,8 @@ struct ConvJob {
   void *ws;
   size_t ws_need;
   bool tf32; /* float data, math type not CUDNN_FMA_MATH */
+  bool split; /* the sum over taps in two halves, added (the backend API's engines): other
+                 bits than the legacy algorithms', as another GPU kernel's order gives */
 };
 
 template <class T>
@@ -713,8 +715,12 @@ void conv_forward(const ConvJob &j) {
         im2col(g, xg, col);
         B = col;
       }
-      gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)Kg, (int)osp, (int)rows, (T)1, W + gr * Kg * rows, (int)rows,
+      int64_t h = j.split ? rows / 2 : rows;
+      gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)Kg, (int)osp, (int)h, (T)1, W + gr * Kg * rows, (int)rows,
            B, (int)osp, (T)0, O + (n * g.K + gr * Kg) * osp, (int)osp);
+      if (h < rows)
+        gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)Kg, (int)osp, (int)(rows - h), (T)1,
+             W + gr * Kg * rows + h, (int)rows, B + h * osp, (int)osp, (T)1, O + (n * g.K + gr * Kg) * osp, (int)osp);
     }
   if (!direct) combine5((T *)j.out, yd, g.ys, O, alpha, beta);
 }
@@ -1923,6 +1929,7 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
                                       v->workspace, p->ws, p->ws, &j);
   if (st != CUDNN_STATUS_SUCCESS) return st;
   j.tf32 = p->engine == BE_TC && j.g.dt == CUDNN_DATA_FLOAT && tf32_allowed();
+  j.split = true;
   return conv_enqueue(call, handle, j);
 }
 
