@@ -947,6 +947,9 @@ struct pk_lt_plan {
   cublasLtMatrixLayout_t la, lb, lc;
   cublasLtMatmulAlgo_t algo;
   int usable;                      /* 0: cuBLASLt offered no algorithm; cuBLAS is used */
+  /* PIPECC_CONV_TUNE: the heuristic's first algorithms (algo is the first until timed) */
+  cublasLtMatmulAlgo_t algos[PK_TUNE_ALGOS];
+  int n_algos, tuned;
   struct pk_lt_plan *next;
 };
 
@@ -999,8 +1002,8 @@ static struct pk_lt_plan *lt_plan(pk_stage *S, int dtype, int ta, int tb, int64_
   cublasComputeType_t ct = f64 ? CUBLAS_COMPUTE_64F : S->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasLtMatmulPreference_t pref = NULL;
-  cublasLtMatmulHeuristicResult_t res;
-  int found = 0;
+  cublasLtMatmulHeuristicResult_t res[PK_TUNE_ALGOS];
+  int found = 0, want = conv_tune_mode() ? PK_TUNE_ALGOS : 1;
   if (cublasLtMatmulDescCreate(&p->op, ct, t) == CUBLAS_STATUS_SUCCESS &&
       cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) == CUBLAS_STATUS_SUCCESS &&
       cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb) == CUBLAS_STATUS_SUCCESS &&
@@ -1019,13 +1022,15 @@ static struct pk_lt_plan *lt_plan(pk_stage *S, int dtype, int ta, int tb, int64_
                                pref, (cublasLtMatmulPreferenceAttributes_t)(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i),
                                &need[i], sizeof need[i]) == CUBLAS_STATUS_SUCCESS;
     if (!pref_ok ||
-        cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)S->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
+        cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)S->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, want, res,
                                        &found) != CUBLAS_STATUS_SUCCESS)
       found = 0;
   }
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
-  if (found > 0) {
-    p->algo = res.algo;
+  for (int i = 0; i < found && i < PK_TUNE_ALGOS; i++)
+    if (res[i].state == CUBLAS_STATUS_SUCCESS) p->algos[p->n_algos++] = res[i].algo;
+  if (p->n_algos > 0) {
+    p->algo = p->algos[0];
     p->usable = 1;
   }
   p->next = S->lt_plans;
@@ -1084,6 +1089,45 @@ static int conv_gemm_off(void) {
   return v && !strcmp(v, "0");
 }
 
+/* PIPECC_CONV_TUNE: the GEMM plan p's algorithms (cuBLASLt's heuristic offers up to
+ * PK_TUNE_ALGOS) timed as conv_tune times a Conv's ways, by the call run (its epilogue
+ * pass included); the fastest (or with "last" the last) kept in p->algo. Once per plan,
+ * before conv_tune weighs the GEMM against cuDNN. */
+template <typename Run>
+static int lt_tune(pk_stage *S, int idx, struct pk_lt_plan *p, const Run &run) {
+  int mode = conv_tune_mode();
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (!mode || p->n_algos < 2) return 0;
+  if (cudaStreamIsCapturing(S->stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) {
+    cudaGetLastError();
+    return 0;
+  }
+  float ms[PK_TUNE_ALGOS] = {0};
+  cudaEvent_t e[2] = {NULL, NULL};
+  pthread_mutex_lock(&tune_lock);
+  int rc = !cu_ok(S, cudaEventCreate(&e[0]), "cudaEventCreate(tune)") ||
+           !cu_ok(S, cudaEventCreate(&e[1]), "cudaEventCreate(tune)");
+  int best = 0;
+  for (int k = 0; k < p->n_algos && !rc; k++) {
+    p->algo = p->algos[k];
+    rc = tune_time(S, e[0], e[1], run, &ms[k]);
+    if (!rc && (mode == TUNE_LAST ? k == p->n_algos - 1 : ms[k] < ms[best])) best = k;
+  }
+  pthread_mutex_unlock(&tune_lock);
+  for (int i = 0; i < 2; i++)
+    if (e[i]) cudaEventDestroy(e[i]);
+  p->algo = p->algos[best];
+  if (rc) return 1;
+  if (getenv("PIPECC_CONV_VERBOSE")) {
+    char line[512];
+    int at = snprintf(line, sizeof line, "pipeline: %s: convolution %d as a GEMM: cuBLASLt's algorithms", S->where, idx);
+    for (int k = 0; k < p->n_algos && at < (int)sizeof line; k++)
+      at += snprintf(line + at, sizeof line - (size_t)at, " %d %.4f ms%s", k + 1, ms[k], k + 1 < p->n_algos ? "," : "");
+    fprintf(stderr, "%s; the GEMM keeps algorithm %d\n", line, best + 1);
+  }
+  return 0;
+}
+
 extern "C" int pk_conv_1x1(pk_stage *S, int idx, const void *x, const void *w, const void *b, const void *r, void *y,
                            int64_t P, int64_t C, int64_t M, int act, float lo, float hi) {
   int relu = act == 1 && lo == 0.0f;
@@ -1114,6 +1158,10 @@ extern "C" int pk_conv_1x1(pk_stage *S, int idx, const void *x, const void *w, c
     int rest_act = (epi == CUBLASLT_EPILOGUE_RELU || epi == CUBLASLT_EPILOGUE_RELU_BIAS) ? 0 : act;
     return rest_b || rest_act ? pk_conv_epi(S, y, rest_b, NULL, P, M, 1, rest_act, lo, hi) : 0;
   };
+  if (!p->tuned) {
+    p->tuned = 1;
+    if (lt_tune(S, idx, p, own)) return 1;
+  }
   return conv_own_or_cudnn(S, idx, 2, own, x, w, b, r, y, P, M, 1, act, lo, hi);
 }
 

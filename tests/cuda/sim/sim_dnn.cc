@@ -2032,6 +2032,8 @@ struct GemmJob {
   double alpha, beta;
   Region ra, rb, rc, rd; /* what is read and written */
   bool tf32;             /* CUBLAS_COMPUTE_32F_FAST_TF32 */
+  bool split;            /* the second algorithm of the heuristic: k in two halves, summed
+                            (other bits than the first's, as another GPU kernel's) */
   /* cuBLASLt's epilogue (BIAS, RELU, RELU_BIAS): D[r, c] += bias[r], then max(D, 0) */
   bool bias_add, relu;
   const void *bias;
@@ -2079,8 +2081,14 @@ void gemm_run(const GemmJob &j) {
     }
     if (beta == (T)0) /* never read D (it may hold NaN) */
       for (int64_t c = 0; c < j.n; c++) memset((void *)(Di + c * j.D.ld), 0, sizeof(T) * (size_t)j.m);
+    int64_t k1 = j.split ? j.k / 2 : j.k;
+    const T *Ai = A + i * j.A.stride, *Bi = B + i * j.B.stride;
     gemm(CblasColMajor, j.ta ? CblasTrans : CblasNoTrans, j.tb ? CblasTrans : CblasNoTrans, (int)j.m, (int)j.n,
-         (int)j.k, alpha, A + i * j.A.stride, (int)j.A.ld, B + i * j.B.stride, (int)j.B.ld, beta, Di, (int)j.D.ld);
+         (int)k1, alpha, Ai, (int)j.A.ld, Bi, (int)j.B.ld, beta, Di, (int)j.D.ld);
+    if (k1 < j.k) /* the rest of k: op(A)'s columns and op(B)'s rows from k1 */
+      gemm(CblasColMajor, j.ta ? CblasTrans : CblasNoTrans, j.tb ? CblasTrans : CblasNoTrans, (int)j.m, (int)j.n,
+           (int)(j.k - k1), alpha, Ai + (j.ta ? k1 : k1 * j.A.ld), (int)j.A.ld, Bi + (j.tb ? k1 * j.B.ld : k1),
+           (int)j.B.ld, (T)1, Di, (int)j.D.ld);
   }
   gemm_epilogue<T>(j);
 }
@@ -2566,18 +2574,22 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
   cublasStatus_t st = lt_shape(call, operationDesc, Adesc, Bdesc, Cdesc, Ddesc, &j);
   if (st != CUBLAS_STATUS_SUCCESS) return st;
   size_t es = j.dbl ? 8 : 4;
-  cublasLtMatmulHeuristicResult_t &r = heuristicResultsArray[0];
-  memset(&r, 0, sizeof r);
-  r.algo.data[0] = LT_ALGO_MAGIC;
-  r.algo.data[1] = (uint64_t)operationDesc->ct;
-  r.algo.data[2] = (uint64_t)j.dbl;
-  const MatSpec *ms[4] = {&j.A, &j.B, &j.C, &j.D};
-  for (int i = 0; i < 4; i++) r.algo.data[3 + i] = lt_align(preference->align[i], *ms[i], j.batch, es);
-  r.algo.data[7] = 0; /* workspace bytes the algorithm needs */
-  r.workspaceSize = 0;
-  r.state = CUBLAS_STATUS_SUCCESS;
-  r.wavesCount = 1.0f;
-  *returnAlgoCount = 1;
+  /* two algorithms where k >= 2 (the second sums k in two halves: LT_ALGO_MAGIC | 1) */
+  int n = std::min(requestedAlgoCount, j.k >= 2 ? 2 : 1);
+  for (int a = 0; a < n; a++) {
+    cublasLtMatmulHeuristicResult_t &r = heuristicResultsArray[a];
+    memset(&r, 0, sizeof r);
+    r.algo.data[0] = LT_ALGO_MAGIC | (uint64_t)a;
+    r.algo.data[1] = (uint64_t)operationDesc->ct;
+    r.algo.data[2] = (uint64_t)j.dbl;
+    const MatSpec *ms[4] = {&j.A, &j.B, &j.C, &j.D};
+    for (int i = 0; i < 4; i++) r.algo.data[3 + i] = lt_align(preference->align[i], *ms[i], j.batch, es);
+    r.algo.data[7] = 0; /* workspace bytes the algorithm needs */
+    r.workspaceSize = 0;
+    r.state = CUBLAS_STATUS_SUCCESS;
+    r.wavesCount = 1.0f;
+  }
+  *returnAlgoCount = n;
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -2605,7 +2617,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   if (algo) {
-    if (algo->data[0] != LT_ALGO_MAGIC) {
+    if ((algo->data[0] & ~(uint64_t)1) != LT_ALGO_MAGIC) {
       cudasim::warn("%s: algo was not filled by cublasLtMatmulAlgoGetHeuristic (uninitialised?)", call);
       return CUBLAS_STATUS_INVALID_VALUE;
     }
@@ -2653,6 +2665,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     j.rbias = region(j.bias, j.dbl ? 8 : 4, 1, d, s);
     if (!j.bias || !check_dev(call, "the bias", j.rbias)) return CUBLAS_STATUS_INVALID_VALUE;
   }
+  j.split = algo && (algo->data[0] & 1);
   st = gemm_checks(call, j);
   if (st != CUBLAS_STATUS_SUCCESS) return st;
   return gemm_enqueue(call, stream, j);
