@@ -538,7 +538,8 @@ static void usage(const char *argv0) {
           "       every cuda stage to GPU N; PIPERT_STALL_S=S fails a run whose stage has waited S\n"
           "       seconds for its own device (default 600 on GPUs, 0: off); PIPECC_CONV_TUNE=1 times\n"
           "       each cuda Conv's ways (cuDNN's algorithms, its graph API, pipecc's own kernel) on\n"
-          "       its first call and keeps the fastest (PIPECC_CONV_VERBOSE=1 prints the times)\n",
+          "       its first call and keeps the fastest (PIPECC_CONV_VERBOSE=1 prints the times);\n"
+          "       PIPECC_CONV_TUNE_FILE=PATH keeps those decisions in PATH for later runs\n",
           argv0, argv0);
 }
 

@@ -24,9 +24,11 @@
         float32) with Convs run again with PIPECC_CONV_API=graph: every Conv a plan of
         cuDNN's backend API, every call through it, compared with onnxruntime as before.
         The first of those builds runs again with PIPECC_CONV_TUNE=1 (each Conv's ways
-        timed on its first call, the fastest kept; compared with onnxruntime) and with
+        timed on its first call, the fastest kept; compared with onnxruntime; again with
+        the decisions' file it wrote: nothing timed, the same bits) and with
         PIPECC_CONV_TUNE=last (each Conv's last way, the graph API, kept: bitwise the
-        outputs of the graph API forced by the switches).
+        outputs of the graph API forced by the switches, and so the run with its
+        decisions' file alone).
 
     run_cuda.py fuse --pipecc ... --model resnet18.onnx --shape ... --work /tmp/w
         Emits (--emit-only, no nvcc) with and without --no-fuse: the fused build's stage
@@ -439,36 +441,72 @@ def graph_api_run(d, xin, ref, bound, told, label):
 def tuned_run(d, xin, ref, bound, told, label):
     """Build d run again with PIPECC_CONV_TUNE=1: each forward Conv's ways timed on its
     first call (PIPECC_CONV_VERBOSE prints a line per timed Conv: at least two ways, one
-    kept), outputs compared with onnxruntime as before. Then with PIPECC_CONV_TUNE=last,
-    which keeps each Conv's last way, cuDNN's graph API (graph_api_run checks that every
-    Conv has a plan): its outputs, every micro-batch's (the first from the timing run,
-    the others from the captured graph), must be bitwise those of the run that sends
-    every Conv through the graph API by the switches (PIPECC_CONV_API=graph, GEMM and
-    direct kernels off)."""
-    log = []
-    got, tr = pt.run_pipeline(d, xin, f"{label} PIPECC_CONV_TUNE=1", log=log,
-                              env={"PIPECC_CONV_TUNE": "1", "PIPECC_CONV_VERBOSE": "1"})
+    kept), outputs compared with onnxruntime as before; the decisions kept in a file
+    (PIPECC_CONV_TUNE_FILE), and a second tuned run with that file times nothing and gives
+    the first's bits. Then with PIPECC_CONV_TUNE=last, which keeps each Conv's last way,
+    cuDNN's graph API (graph_api_run checks that every Conv has a plan), into another file:
+    its outputs, every micro-batch's (the first from the timing run, the others from the
+    captured graph), and those of a run with that file alone (no timing), must be bitwise
+    those of the run that sends every Conv through the graph API by the switches
+    (PIPECC_CONV_API=graph, GEMM and direct kernels off)."""
+    def tuned(tune, path, tag):
+        log = []
+        env = {"PIPECC_CONV_TUNE": tune, "PIPECC_CONV_VERBOSE": "1", "PIPECC_CONV_TUNE_FILE": path}
+        got, tr = pt.run_pipeline(d, xin, f"{label} PIPECC_CONV_TUNE={tune} {tag}", log=log, env=env,
+                                  out_name=f"y_{tag}.npz")
+        lines = [ln for ln in (log[0] if log else "").splitlines() if "; kept: " in ln]
+        return got, tr, lines
+
+    def same(x, y):
+        return sorted(x) == sorted(y) and all(x[k].tobytes() == y[k].tobytes() for k in y)
+
+    f1, f2 = os.path.join(d, "tune1.txt"), os.path.join(d, "tune_last.txt")
+    for f in (f1, f2):
+        if os.path.exists(f):
+            os.remove(f)
+    got, tr, lines = tuned("1", f1, "tune")
     if got is None:
         return False
-    lines = [ln for ln in log[0].splitlines() if "; kept: " in ln]
     ways = [ln.split(": convolution", 1)[1].split("; kept: ")[0].count(" ms") for ln in lines]
     good, worst = pt.compare(got, ref, bound, f"{label} tuned")
     ok = good and len(lines) > 0 and min(ways) >= 2
     print(f"{'PASS' if ok else 'FAIL'} {label}, Convs tuned (PIPECC_CONV_TUNE=1): {len(lines)} timed, "
           f"{min(ways, default=0)} to {max(ways, default=0)} ways each; run {tr:.2f} s, max rel-L2 {worst:.3g} ({told})")
-    log = []
-    last, _ = pt.run_pipeline(d, xin, f"{label} PIPECC_CONV_TUNE=last", log=log, out_name="y_last.npz",
-                              env={"PIPECC_CONV_TUNE": "last", "PIPECC_CONV_VERBOSE": "1"})
+    again, _, lines2 = tuned("1", f1, "tune_again")
+    kept = sum(1 for ln in open(f1) if ln[0] in "cg") if os.path.exists(f1) else 0
+    good = again is not None and not lines2 and kept >= len(lines) and same(again, got)
+    print(f"{'PASS' if good else 'FAIL'} {label}, tuned again with the decisions' file: {kept} decisions in it, "
+          f"{len(lines2)} Convs timed again, outputs {'bitwise' if again is not None and same(again, got) else 'NOT'} "
+          f"the first tuned run's")
+    ok &= good
+    last, _, lines = tuned("last", f2, "last")
+    fonly, _, lines3 = tuned("0", f2, "file_only")
     forced, _ = pt.run_pipeline(d, xin, f"{label} all through the graph API", out_name="y_graph.npz",
-                                env={"PIPECC_CONV_API": "graph", "PIPECC_CONV_GEMM": "0", "PIPECC_CONV_DIRECT": "0"})
-    if last is None or forced is None:
+                                env={"PIPECC_CONV_API": "graph", "PIPECC_CONV_GEMM": "0", "PIPECC_CONV_DIRECT": "0",
+                                     "PIPECC_CONV_TUNE": "0"})
+    if last is None or forced is None or fonly is None:
         return False
-    kept = [ln.split("; kept: ")[1] for ln in log[0].splitlines() if "; kept: " in ln]
-    same = sorted(last) == sorted(forced) and all(last[k].tobytes() == forced[k].tobytes() for k in forced)
-    good = same and len(kept) > 0 and all(k == "cuDNN graph API" for k in kept)
+    kept = [ln.split("; kept: ")[1] for ln in lines]
+    good = len(kept) > 0 and all(k == "cuDNN graph API" for k in kept) and same(last, forced)
     print(f"{'PASS' if good else 'FAIL'} {label}, PIPECC_CONV_TUNE=last: {len(kept)} timed Convs, "
           f"{sum(k == 'cuDNN graph API' for k in kept)} kept the graph API; outputs "
-          f"{'bitwise' if same else 'NOT bitwise'} those of every Conv through the graph API by the switches")
+          f"{'bitwise' if same(last, forced) else 'NOT bitwise'} those of every Conv through the graph API by the switches")
+    ok &= good
+    good = not lines3 and same(fonly, forced)
+    print(f"{'PASS' if good else 'FAIL'} {label}, its decisions' file alone (PIPECC_CONV_TUNE_FILE, no "
+          f"PIPECC_CONV_TUNE): {len(lines3)} Convs timed, outputs {'bitwise' if same(fonly, forced) else 'NOT bitwise'} "
+          f"those of every Conv through the graph API")
+    ok &= good
+    # a file that is not one: one line naming it and the line, the run goes on untuned
+    bad = os.path.join(d, "tune_bad.txt")
+    with open(bad, "w") as f:
+        f.write("# comment\nc GPU 3 1 2\n")
+    log = []
+    got, _ = pt.run_pipeline(d, xin, f"{label} a bad decisions' file", log=log, out_name="y_bad.npz",
+                             env={"PIPECC_CONV_TUNE": "0", "PIPECC_CONV_TUNE_FILE": bad})
+    said = [ln for ln in (log[0] if log else "").splitlines() if "not a tuning decision" in ln]
+    good = got is not None and len(said) == 1 and f"{bad}:2:" in said[0]
+    print(f"{'PASS' if good else 'FAIL'} {label}, a bad decisions' file: {said[0] if said else 'no line'}")
     return ok and good
 
 

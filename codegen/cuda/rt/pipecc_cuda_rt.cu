@@ -153,11 +153,17 @@ static int conv_search(void) {
 
 /* PIPECC_CONV_TUNE (off when unset, empty or 0): time each forward float32 Conv's ways on
  * its first call and keep the fastest (conv_tune); "last" keeps the last way instead (a
- * test of the ways' plumbing, not a speed choice). */
-enum { TUNE_OFF, TUNE_FASTEST, TUNE_LAST };
+ * test of the ways' plumbing, not a speed choice). PIPECC_CONV_TUNE_FILE=PATH keeps the
+ * decisions in PATH: those found there are applied untimed, new ones appended; with the
+ * file and without PIPECC_CONV_TUNE, its decisions are applied and nothing is timed. */
+enum { TUNE_OFF, TUNE_FASTEST, TUNE_LAST, TUNE_FILE };
+static const char *conv_tune_file(void) {
+  const char *f = getenv("PIPECC_CONV_TUNE_FILE");
+  return f && *f ? f : NULL;
+}
 static int conv_tune_mode(void) {
   const char *v = getenv("PIPECC_CONV_TUNE");
-  if (!v || !*v || !strcmp(v, "0")) return TUNE_OFF;
+  if (!v || !*v || !strcmp(v, "0")) return conv_tune_file() ? TUNE_FILE : TUNE_OFF;
   return strcmp(v, "last") ? TUNE_FASTEST : TUNE_LAST;
 }
 
@@ -574,13 +580,102 @@ static int conv_exec(pk_stage *S, struct pk_conv_s *c, const void *x, const void
  * prints each timed Conv's ways and times. */
 enum { WAY_OWN = -1, WAY_GRAPH = PK_TUNE_ALGOS };
 
+/* A decision on device dev: a Conv's ('c': its descriptors, call kind and flags; a = 0
+ * its own kernel, 1 the graph API, 2 the legacy algorithm b with math type c) or a GEMM
+ * plan's ('g': its shape, alignments, epilogue and compute type; a = the algorithm's
+ * index among the b the heuristic offered). The memo of the process, loaded from
+ * PIPECC_CONV_TUNE_FILE once, where new decisions are appended as lines
+ * "c|g DEV N KEY... A B C" ('#' lines are comments). */
+#define PK_TUNE_KEY 48
 struct pk_tune_memo {
-  int key[43];
-  int way; /* WAY_OWN, a candidate's index or WAY_GRAPH */
+  char type;
+  char dev[64];
+  int nkey;
+  long long key[PK_TUNE_KEY];
+  int a, b, c;
   struct pk_tune_memo *next;
 };
 static pthread_mutex_t tune_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct pk_tune_memo *tune_memo;
+static int tune_loaded;
+
+/* the device's name, spaces as '_' (one word of the file's lines) */
+static void tune_dev(pk_stage *S, char *dev, size_t n) {
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, S->device) == cudaSuccess) snprintf(dev, n, "%.63s", prop.name);
+  else snprintf(dev, n, "cuda%d", S->device);
+  cudaGetLastError();
+  for (char *p = dev; *p; p++)
+    if (*p == ' ' || *p == '\t' || *p == '\n') *p = '_';
+}
+
+static struct pk_tune_memo *tune_find(char type, const char *dev, const long long *key, int nkey) {
+  for (struct pk_tune_memo *m = tune_memo; m; m = m->next)
+    if (m->type == type && m->nkey == nkey && !strcmp(m->dev, dev) && !memcmp(m->key, key, sizeof *key * (size_t)nkey))
+      return m;
+  return NULL;
+}
+
+static struct pk_tune_memo *tune_push(char type, const char *dev, const long long *key, int nkey, int a, int b, int c) {
+  struct pk_tune_memo *m = (struct pk_tune_memo *)calloc(1, sizeof *m);
+  if (!m) return NULL;
+  m->type = type;
+  snprintf(m->dev, sizeof m->dev, "%.63s", dev);
+  m->nkey = nkey;
+  memcpy(m->key, key, sizeof *key * (size_t)nkey);
+  m->a = a, m->b = b, m->c = c;
+  m->next = tune_memo;
+  tune_memo = m;
+  return m;
+}
+
+/* Under tune_lock: the file's decisions into the memo, once. A line that does not parse
+ * is reported (file and line) and the rest of the file ignored. */
+static void tune_load(void) {
+  const char *path = conv_tune_file();
+  if (tune_loaded || !path) return;
+  tune_loaded = 1;
+  FILE *f = fopen(path, "r");
+  if (!f) return; /* not written yet */
+  char line[2048];
+  for (int no = 1; fgets(line, sizeof line, f); no++) {
+    if (line[0] == '#' || line[0] == '\n') continue;
+    char type = 0, dev[64];
+    int nkey = 0, at = 0, used = 0;
+    long long key[PK_TUNE_KEY];
+    int a, b, c, ok = sscanf(line, " %c %63s %d%n", &type, dev, &nkey, &at) == 3 && (type == 'c' || type == 'g') &&
+                          nkey > 0 && nkey <= PK_TUNE_KEY;
+    for (int i = 0; ok && i < nkey; i++, at += used) ok = sscanf(line + at, " %lld%n", &key[i], &used) == 1;
+    ok = ok && sscanf(line + at, " %d %d %d", &a, &b, &c) == 3;
+    if (!ok) {
+      fprintf(stderr, "pipeline: %s:%d: not a tuning decision (PIPECC_CONV_TUNE_FILE); the rest of the file is ignored\n",
+              path, no);
+      break;
+    }
+    if (!tune_find(type, dev, key, nkey)) tune_push(type, dev, key, nkey, a, b, c);
+  }
+  fclose(f);
+}
+
+/* Under tune_lock: a new decision into the memo and appended to the file (if any). */
+static void tune_keep(char type, const char *dev, const long long *key, int nkey, int a, int b, int c) {
+  tune_push(type, dev, key, nkey, a, b, c);
+  const char *path = conv_tune_file();
+  if (!path) return;
+  char line[2048];
+  int at = snprintf(line, sizeof line, "%c %s %d", type, dev, nkey);
+  for (int i = 0; i < nkey && at < (int)sizeof line; i++) at += snprintf(line + at, sizeof line - (size_t)at, " %lld", key[i]);
+  if (at < (int)sizeof line) snprintf(line + at, sizeof line - (size_t)at, " %d %d %d\n", a, b, c);
+  FILE *f = fopen(path, "a");
+  int bad = !f;
+  if (f) {
+    bad |= fputs(line, f) < 0;
+    bad |= fclose(f) != 0;
+  }
+  static int said;
+  if (bad && !said) fprintf(stderr, "pipeline: %s: cannot write the tuning decisions (PIPECC_CONV_TUNE_FILE)\n", path);
+  said |= bad;
+}
 
 static const char *algo_name(cudnnConvolutionFwdAlgo_t a) {
   switch (a) {
@@ -656,18 +751,24 @@ static int conv_tune(pk_stage *S, int idx, int kind, int flags, const Own *own, 
     cudaGetLastError();
     return 0; /* first reached inside a capture: the untimed way */
   }
-  int key[43];
-  memcpy(key, c->key, sizeof c->key);
+  long long key[43];
+  for (int i = 0; i < 40; i++) key[i] = c->key[i];
   key[40] = kind, key[41] = flags, key[42] = own != NULL;
+  char dev[64];
+  tune_dev(S, dev, sizeof dev);
   /* held while timing: one decision per key, and no two stages of the process timing at
    * once (a stage's stream waits only for work already queued, so none waits on this) */
   pthread_mutex_lock(&tune_lock);
-  struct pk_tune_memo *m = tune_memo;
-  while (m && memcmp(m->key, key, sizeof key)) m = m->next;
-  if (m) {
-    int way = m->way;
+  tune_load();
+  struct pk_tune_memo *m = tune_find('c', dev, key, 43);
+  int way = -2;
+  if (m && m->a == 0 && own) way = WAY_OWN;
+  if (m && m->a == 1) way = c->gplan ? WAY_GRAPH : 0;
+  for (int i = 0; m && m->a == 2 && i < c->n_cand; i++)
+    if ((int)c->cand[i] == m->b && (int)c->cand_math[i] == m->c) way = i;
+  if (way != -2 || mode == TUNE_FILE) { /* decided before (or nothing to time: the untimed way) */
     pthread_mutex_unlock(&tune_lock);
-    return conv_set_way(S, c, way == WAY_GRAPH && !c->gplan ? 0 : way);
+    return way == -2 ? 0 : conv_set_way(S, c, way);
   }
   /* the ways, in order: own, the candidates, the graph plan (aligned pointers only) */
   int ways[PK_TUNE_ALGOS + 2], n = 0;
@@ -704,13 +805,10 @@ static int conv_tune(pk_stage *S, int idx, int kind, int flags, const Own *own, 
       snprintf(line + at, sizeof line - (size_t)at, "; kept: %s", way_name(c, ways[best], kind, name, sizeof name));
     fprintf(stderr, "%s\n", line);
   }
-  m = (struct pk_tune_memo *)malloc(sizeof *m);
-  if (m) {
-    memcpy(m->key, key, sizeof key);
-    m->way = ways[best];
-    m->next = tune_memo;
-    tune_memo = m;
-  }
+  int kb = ways[best];
+  if (kb == WAY_OWN) tune_keep('c', dev, key, 43, 0, 0, 0);
+  else if (kb == WAY_GRAPH) tune_keep('c', dev, key, 43, 1, 0, 0);
+  else tune_keep('c', dev, key, 43, 2, (int)c->cand[kb], (int)c->cand_math[kb]);
   pthread_mutex_unlock(&tune_lock);
   if (conv_set_way(S, c, ways[best])) return 1;
   *ran = 1;
@@ -1102,9 +1200,20 @@ static int lt_tune(pk_stage *S, int idx, struct pk_lt_plan *p, const Run &run) {
     cudaGetLastError();
     return 0;
   }
+  long long key[20] = {p->dtype, p->ta, p->tb, p->m, p->n, p->k, p->lda, p->ldb, p->ldc, p->sa,
+                       p->sb, p->sc, p->batch, p->al[0], p->al[1], p->al[2], p->epi, S->tf32};
+  char dev[64];
+  tune_dev(S, dev, sizeof dev);
+  pthread_mutex_lock(&tune_lock);
+  tune_load();
+  struct pk_tune_memo *m = tune_find('g', dev, key, 20);
+  if ((m && m->b == p->n_algos && m->a >= 0 && m->a < p->n_algos) || mode == TUNE_FILE) {
+    if (m && m->b == p->n_algos && m->a >= 0 && m->a < p->n_algos) p->algo = p->algos[m->a];
+    pthread_mutex_unlock(&tune_lock);
+    return 0;
+  }
   float ms[PK_TUNE_ALGOS] = {0};
   cudaEvent_t e[2] = {NULL, NULL};
-  pthread_mutex_lock(&tune_lock);
   int rc = !cu_ok(S, cudaEventCreate(&e[0]), "cudaEventCreate(tune)") ||
            !cu_ok(S, cudaEventCreate(&e[1]), "cudaEventCreate(tune)");
   int best = 0;
@@ -1113,6 +1222,7 @@ static int lt_tune(pk_stage *S, int idx, struct pk_lt_plan *p, const Run &run) {
     rc = tune_time(S, e[0], e[1], run, &ms[k]);
     if (!rc && (mode == TUNE_LAST ? k == p->n_algos - 1 : ms[k] < ms[best])) best = k;
   }
+  if (!rc) tune_keep('g', dev, key, 20, best, p->n_algos, 0);
   pthread_mutex_unlock(&tune_lock);
   for (int i = 0; i < 2; i++)
     if (e[i]) cudaEventDestroy(e[i]);
