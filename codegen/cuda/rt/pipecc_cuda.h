@@ -222,6 +222,7 @@ typedef struct pk_stage {
   const pk_stage_info *info;
   int device;
   char where[320];                 /* "stage 1 on cuda:0 (NVIDIA ...)" */
+  char dev_word[64];               /* the device's name, spaces as '_' (PIPECC_CONV_TUNE_FILE) */
   int fault_said;                  /* a device fault (sticky: every later call returns it) printed */
   cudaStream_t stream;             /* (gen) */
   cudaStream_t cstream;            /* NCCL sends, receives and all-reduces (made on first use) */

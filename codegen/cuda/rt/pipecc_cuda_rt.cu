@@ -599,16 +599,6 @@ static pthread_mutex_t tune_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct pk_tune_memo *tune_memo;
 static int tune_loaded;
 
-/* the device's name, spaces as '_' (one word of the file's lines) */
-static void tune_dev(pk_stage *S, char *dev, size_t n) {
-  cudaDeviceProp prop;
-  if (cudaGetDeviceProperties(&prop, S->device) == cudaSuccess) snprintf(dev, n, "%.63s", prop.name);
-  else snprintf(dev, n, "cuda%d", S->device);
-  cudaGetLastError();
-  for (char *p = dev; *p; p++)
-    if (*p == ' ' || *p == '\t' || *p == '\n') *p = '_';
-}
-
 static struct pk_tune_memo *tune_find(char type, const char *dev, const long long *key, int nkey) {
   for (struct pk_tune_memo *m = tune_memo; m; m = m->next)
     if (m->type == type && m->nkey == nkey && !strcmp(m->dev, dev) && !memcmp(m->key, key, sizeof *key * (size_t)nkey))
@@ -669,6 +659,11 @@ static void tune_keep(char type, const char *dev, const long long *key, int nkey
   FILE *f = fopen(path, "a");
   int bad = !f;
   if (f) {
+    if (fseek(f, 0, SEEK_END) == 0 && ftell(f) == 0) /* a new file: what its lines are */
+      bad |= fputs("# pipecc: Conv ways kept by PIPECC_CONV_TUNE: 'c DEVICE 43 descriptors.. call way algorithm "
+                   "math' (way 0 own kernel, 1 graph API, 2 legacy algorithm), 'g DEVICE 20 GEMM shape.. algorithm "
+                   "count 0'\n",
+                   f) < 0;
     bad |= fputs(line, f) < 0;
     bad |= fclose(f) != 0;
   }
@@ -712,24 +707,42 @@ static int conv_set_way(pk_stage *S, struct pk_conv_s *c, int way) {
   return 0;
 }
 
-/* The mean time of 3 runs of f, the least of 3 tries, after one warm-up run; 1 on failure */
-template <typename F>
-static int tune_time(pk_stage *S, cudaEvent_t e0, cudaEvent_t e1, F f, float *ms) {
-  if (f()) return 1;
-  float best = 3.4e38f;
-  for (int t = 0; t < 3; t++) {
-    if (!cu_ok(S, cudaEventRecord(e0, S->stream), "cudaEventRecord(tune)")) return 1;
-    for (int r = 0; r < 3; r++)
-      if (f()) return 1;
-    float el = 0;
-    if (!cu_ok(S, cudaEventRecord(e1, S->stream), "cudaEventRecord(tune)") ||
-        !dev_wait(S, NULL, e1, "cudaEventSynchronize(tune)") ||
-        !cu_ok(S, cudaEventElapsedTime(&el, e0, e1), "cudaEventElapsedTime(tune)"))
-      return 1;
-    if (el / 3 < best) best = el / 3;
+/* Times n ways: set(k) makes way k current (non-zero on failure), run() runs it. Each runs
+ * once to warm up, then 3 x 3 times between events; its time (ms[k]) is the least mean
+ * of 3. *best: the fastest, or with "last" the last. Non-zero on failure. */
+template <typename Set, typename Run>
+static int tune_ways(pk_stage *S, int n, int mode, const Set &set, const Run &run, float *ms, int *best) {
+  cudaEvent_t e[2] = {NULL, NULL};
+  int rc = !cu_ok(S, cudaEventCreate(&e[0]), "cudaEventCreate(tune)") ||
+           !cu_ok(S, cudaEventCreate(&e[1]), "cudaEventCreate(tune)");
+  *best = 0;
+  for (int k = 0; k < n && !rc; k++) {
+    rc = set(k) || run();
+    ms[k] = 3.4e38f;
+    for (int t = 0; t < 3 && !rc; t++) {
+      float el = 0;
+      rc = !cu_ok(S, cudaEventRecord(e[0], S->stream), "cudaEventRecord(tune)");
+      for (int r = 0; r < 3 && !rc; r++) rc = run();
+      rc = rc || !cu_ok(S, cudaEventRecord(e[1], S->stream), "cudaEventRecord(tune)") ||
+           !dev_wait(S, NULL, e[1], "cudaEventSynchronize(tune)") ||
+           !cu_ok(S, cudaEventElapsedTime(&el, e[0], e[1]), "cudaEventElapsedTime(tune)");
+      if (!rc && el / 3 < ms[k]) ms[k] = el / 3;
+    }
+    if (!rc && (mode == TUNE_LAST ? k == n - 1 : ms[k] < ms[*best])) *best = k;
   }
-  *ms = best;
-  return 0;
+  for (int i = 0; i < 2; i++)
+    if (e[i]) cudaEventDestroy(e[i]);
+  return rc;
+}
+
+/* whether S's stream is capturing a graph (then nothing is timed: the untimed way) */
+static int tune_capturing(pk_stage *S) {
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(S->stream, &cs) != cudaSuccess) {
+    cudaGetLastError();
+    return 1;
+  }
+  return cs != cudaStreamCaptureStatusNone;
 }
 
 /* Decides conv idx's way on its first call where PIPECC_CONV_TUNE asks (see above): own
@@ -745,17 +758,11 @@ static int conv_tune(pk_stage *S, int idx, int kind, int flags, const Own *own, 
   if (c->tuned) return 0;
   c->tuned = 1;
   int mode = conv_tune_mode();
-  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  if (!mode || c->transposed || c->dt != CUDNN_DATA_FLOAT) return 0;
-  if (cudaStreamIsCapturing(S->stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) {
-    cudaGetLastError();
-    return 0; /* first reached inside a capture: the untimed way */
-  }
+  if (!mode || c->transposed || c->dt != CUDNN_DATA_FLOAT || tune_capturing(S)) return 0;
   long long key[43];
   for (int i = 0; i < 40; i++) key[i] = c->key[i];
   key[40] = kind, key[41] = flags, key[42] = own != NULL;
-  char dev[64];
-  tune_dev(S, dev, sizeof dev);
+  const char *dev = S->dev_word;
   /* held while timing: one decision per key, and no two stages of the process timing at
    * once (a stage's stream waits only for work already queued, so none waits on this) */
   pthread_mutex_lock(&tune_lock);
@@ -776,19 +783,10 @@ static int conv_tune(pk_stage *S, int idx, int kind, int flags, const Own *own, 
   for (int i = 0; i < c->n_cand; i++) ways[n++] = i;
   if (c->gplan && !(((uintptr_t)x | (uintptr_t)w | (uintptr_t)y | (uintptr_t)S->ws) % PK_GALIGN)) ways[n++] = WAY_GRAPH;
   float ms[PK_TUNE_ALGOS + 2] = {0};
-  cudaEvent_t e[2] = {NULL, NULL};
-  int rc = !cu_ok(S, cudaEventCreate(&e[0]), "cudaEventCreate(tune)") ||
-           !cu_ok(S, cudaEventCreate(&e[1]), "cudaEventCreate(tune)");
   int best = 0;
-  for (int k = 0; k < n && !rc; k++) {
-    rc = conv_set_way(S, c, ways[k]);
-    auto run = [&]() { return ways[k] == WAY_OWN ? (*own)() : (conv_exec(S, c, x, w, y) || rest()); };
-    if (!rc) rc = tune_time(S, e[0], e[1], run, &ms[k]);
-    if (!rc && (mode == TUNE_LAST ? k == n - 1 : ms[k] < ms[best])) best = k;
-  }
-  for (int i = 0; i < 2; i++)
-    if (e[i]) cudaEventDestroy(e[i]);
-  if (rc) {
+  auto set = [&](int k) { return conv_set_way(S, c, ways[k]); };
+  auto run = [&]() { return c->not_own ? (conv_exec(S, c, x, w, y) || rest()) : (*own)(); };
+  if (tune_ways(S, n, mode, set, run, ms, &best)) {
     pthread_mutex_unlock(&tune_lock);
     return 1;
   }
@@ -1194,16 +1192,10 @@ static int conv_gemm_off(void) {
 template <typename Run>
 static int lt_tune(pk_stage *S, int idx, struct pk_lt_plan *p, const Run &run) {
   int mode = conv_tune_mode();
-  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  if (!mode || p->n_algos < 2) return 0;
-  if (cudaStreamIsCapturing(S->stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) {
-    cudaGetLastError();
-    return 0;
-  }
+  if (!mode || p->n_algos < 2 || tune_capturing(S)) return 0;
   long long key[20] = {p->dtype, p->ta, p->tb, p->m, p->n, p->k, p->lda, p->ldb, p->ldc, p->sa,
                        p->sb, p->sc, p->batch, p->al[0], p->al[1], p->al[2], p->epi, S->tf32};
-  char dev[64];
-  tune_dev(S, dev, sizeof dev);
+  const char *dev = S->dev_word;
   pthread_mutex_lock(&tune_lock);
   tune_load();
   struct pk_tune_memo *m = tune_find('g', dev, key, 20);
@@ -1213,19 +1205,14 @@ static int lt_tune(pk_stage *S, int idx, struct pk_lt_plan *p, const Run &run) {
     return 0;
   }
   float ms[PK_TUNE_ALGOS] = {0};
-  cudaEvent_t e[2] = {NULL, NULL};
-  int rc = !cu_ok(S, cudaEventCreate(&e[0]), "cudaEventCreate(tune)") ||
-           !cu_ok(S, cudaEventCreate(&e[1]), "cudaEventCreate(tune)");
   int best = 0;
-  for (int k = 0; k < p->n_algos && !rc; k++) {
+  auto set = [&](int k) {
     p->algo = p->algos[k];
-    rc = tune_time(S, e[0], e[1], run, &ms[k]);
-    if (!rc && (mode == TUNE_LAST ? k == p->n_algos - 1 : ms[k] < ms[best])) best = k;
-  }
+    return 0;
+  };
+  int rc = tune_ways(S, p->n_algos, mode, set, run, ms, &best);
   if (!rc) tune_keep('g', dev, key, 20, best, p->n_algos, 0);
   pthread_mutex_unlock(&tune_lock);
-  for (int i = 0; i < 2; i++)
-    if (e[i]) cudaEventDestroy(e[i]);
   p->algo = p->algos[best];
   if (rc) return 1;
   if (getenv("PIPECC_CONV_VERBOSE")) {
@@ -2647,9 +2634,13 @@ extern "C" int pk_lrn(pk_stage *S, int dtype, const void *x, void *y, int64_t n,
 
 static void set_where(pk_stage *S) {
   cudaDeviceProp prop;
-  if (cudaGetDeviceProperties(&prop, S->device) == cudaSuccess)
-    snprintf(S->where, sizeof S->where, "stage %d on cuda:%d (%.200s)", S->info->id, S->device, prop.name);
+  int named = cudaGetDeviceProperties(&prop, S->device) == cudaSuccess;
+  if (named) snprintf(S->where, sizeof S->where, "stage %d on cuda:%d (%.200s)", S->info->id, S->device, prop.name);
   else snprintf(S->where, sizeof S->where, "stage %d on cuda:%d", S->info->id, S->device);
+  if (named) snprintf(S->dev_word, sizeof S->dev_word, "%.63s", prop.name);
+  else snprintf(S->dev_word, sizeof S->dev_word, "cuda%d", S->device);
+  for (char *p = S->dev_word; *p; p++)
+    if (*p == ' ' || *p == '\t' || *p == '\n') *p = '_';
 }
 
 static void stage_free(pk_stage *S) {
