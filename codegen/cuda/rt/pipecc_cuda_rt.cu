@@ -810,7 +810,7 @@ static int conv_tune(pk_stage *S, int idx, int kind, int flags, const Own *own, 
   pthread_mutex_unlock(&tune_lock);
   if (conv_set_way(S, c, ways[best])) return 1;
   *ran = 1;
-  return ways[best] == WAY_OWN ? (*own)() : (conv_exec(S, c, x, w, y) || rest());
+  return run();
 }
 
 extern "C" int pk_conv(pk_stage *S, int idx, const void *x, const void *w, void *y) {
@@ -1199,8 +1199,9 @@ static int lt_tune(pk_stage *S, int idx, struct pk_lt_plan *p, const Run &run) {
   pthread_mutex_lock(&tune_lock);
   tune_load();
   struct pk_tune_memo *m = tune_find('g', dev, key, 20);
-  if ((m && m->b == p->n_algos && m->a >= 0 && m->a < p->n_algos) || mode == TUNE_FILE) {
-    if (m && m->b == p->n_algos && m->a >= 0 && m->a < p->n_algos) p->algo = p->algos[m->a];
+  int hit = m && m->b == p->n_algos && m->a >= 0 && m->a < p->n_algos;
+  if (hit) p->algo = p->algos[m->a];
+  if (hit || mode == TUNE_FILE) { /* decided before (or nothing to time: the heuristic's first) */
     pthread_mutex_unlock(&tune_lock);
     return 0;
   }
