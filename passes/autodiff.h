@@ -36,7 +36,9 @@
  *           "hyper/beta1", "hyper/beta2", "hyper/eps" (IR_PARAM_HYPER) the runtime may
  *           override; a stage other than the owner that reads P holds a copy.
  *    BatchNormalization in training mode writes its running statistics back into their
- *    initializers (IR_PARAM_BUFFER) after every micro-batch's forward pass.
+ *    initializers (IR_PARAM_BUFFER) after every micro-batch's forward pass. With
+ *    pass_train_opts.recompute the backward recomputes its stage's forward values
+ *    instead of keeping them per micro-batch (pass_recompute, below).
  *
  * Backward nodes are ordinary ONNX ops in the same IR (MatMul, Transpose, ReduceSum,
  * ConvTranspose, Where, ScatterElements, ...), typed by pass_shape_node as they are
@@ -82,6 +84,7 @@ typedef struct {
   int nesterov;          /* SGD, needs momentum > 0 */
   double weight_decay;
   double beta1, beta2, eps; /* Adam/AdamW: defaults 0.9, 0.999, 1e-8 */
+  int recompute;         /* the pipelined program re-materialises (pass_recompute) */
   int verbose;
 } pass_train_opts;
 
@@ -107,5 +110,11 @@ int pass_train_loss(ir_graph *g, const pass_train_opts *t, pass_train_info *ti);
 /* Form 2, after every node got its stage (ir_node.stage >= 0): backward, accumulation
  * and update phases for M micro-batches per step. 0, or -1 after reporting. */
 int pass_train_program(ir_graph *g, const pass_train_opts *t, int microbatches, pass_train_info *ti);
+/* Re-materialisation (passes/recompute.c; pass_train_program calls it with
+ * pass_train_opts.recompute, before its final sort and shape pass): every backward node
+ * that reads a value its stage's forward made reads a copy of that forward computation
+ * in the backward phase instead, so a stage keeps per micro-batch only what it receives
+ * (and the outputs of nodes that must not run twice: Dropout, control flow). 0 or -1. */
+int pass_recompute(ir_graph *g, int verbose);
 
 #endif

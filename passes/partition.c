@@ -956,6 +956,7 @@ int pass_partition(const pass_dag *d, const pass_plan_opts *o_in, pass_plan *pla
     plan->devices = o.devices;
     plan->microbatches = o.microbatches;
     plan->training = o.training;
+    plan->recompute = o.training && o.recompute;
     plan->schedule = o.schedule;
     plan->feasibility_checks = checks;
     plan->all_downsets = exact == PASS_EXACT_RAN;

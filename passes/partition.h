@@ -101,6 +101,9 @@ typedef struct pass_plan_opts {
     int devices;                      /* g >= 1 */
     int microbatches;                 /* M >= 1 */
     int training;                     /* 0: inference */
+    int recompute;                    /* training with re-materialisation: each node's backward time
+                                       * includes its forward again (pass_plan_graph); the memory
+                                       * term still counts a held micro-batch's whole activations */
     int no_replicate;                 /* one device per stage */
     pass_schedule_kind schedule;
     pass_topology topo;
@@ -164,7 +167,7 @@ typedef struct pass_plan {
     int *order;                       /* topological order the stages are ranges of */
     int n_stages;
     pass_stage *stages;
-    int devices, devices_used, microbatches, training;
+    int devices, devices_used, microbatches, training, recompute;
     pass_schedule_kind schedule;
     double bottleneck_ms;             /* max over stage and boundary times */
     double lower_bound_ms;            /* max(total work / g, largest node * ceil(M/r)/M, r = most replicas) */

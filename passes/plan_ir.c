@@ -70,7 +70,9 @@ int pass_plan_graph(ir_graph *g, const pass_profile_opts *po, const pass_plan_op
     for (int k = 0; k < nd->n_out; k++)
       if (nd->out[k] >= 0) outs[no++] = tensor_of[nd->out[k]];
     const pass_node_cost *c = &out->costs[i];
-    int id = pass_dag_add_node(d, node_label(g, i, names, n_names), c->fwd_ms, o->training ? c->bwd_ms : 0, c->param_bytes,
+    /* re-materialisation runs every forward node again in the backward */
+    double bwd = o->training ? c->bwd_ms + (o->recompute ? c->fwd_ms : 0.0) : 0.0;
+    int id = pass_dag_add_node(d, node_label(g, i, names, n_names), c->fwd_ms, bwd, c->param_bytes,
                                c->out_bytes, ni, ins, no, outs);
     IR_ASSERT(id == i);
     const ir_attr *fu = ir_attr_find(nd, "pipecc.fused_nodes");

@@ -43,6 +43,7 @@ int pass_plan_json_write(FILE *f, const pass_dag *d, const pass_plan *p, const p
     }
     fprintf(f, "  \"training\": %s,\n  \"schedule\": \"%s\",\n", p->training ? "true" : "false",
             p->schedule == PASS_SCHED_GPIPE ? "gpipe" : "1f1b");
+    if (p->training) fprintf(f, "  \"recompute\": %s,\n", p->recompute ? "true" : "false");
     fprintf(f, "  \"topology\": {\"hosts\": %d, \"gpus_per_host\": %d, \"intra_gbps\": ", hosts, gph);
     jnum(f, o->topo.intra_gbps);
     fputs(", \"intra_lat_ms\": ", f);

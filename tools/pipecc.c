@@ -83,6 +83,9 @@ static void usage(FILE *f) {
       "  --lr X --momentum X --nesterov --weight-decay X --beta1 X --beta2 X --eps X\n"
       "                         (lr, momentum, weight decay, betas and eps can be changed when running;\n"
       "                         momentum and weight decay only if compiled non-zero)\n"
+      "  --recompute            (--train) re-materialisation: each stage's backward recomputes its\n"
+      "                         forward, so a stage keeps per micro-batch only what it receives\n"
+      "                         (GPipe's; one more forward per micro-batch, same trained bits)\n"
       "\n"
       "Output:\n"
       "  -o, --out DIR          write plan.json, report.html, the stage sources and DIR/pipeline\n"
@@ -579,6 +582,8 @@ int main(int argc, char **argv) {
       else topts.optimizer = v;
     } else if (IS("--nesterov")) {
       topts.nesterov = 1;
+    } else if (IS("--recompute")) {
+      topts.recompute = 1;
     } else if (IS("--lr") || IS("--momentum") || IS("--weight-decay") || IS("--beta1") || IS("--beta2") || IS("--eps")) {
       const char *v = NEXT();
       double x;
@@ -639,6 +644,8 @@ int main(int argc, char **argv) {
     return cli_error("%s: the training step function is compiled for one micro-batch (-m 1)", "--train-step");
   if (train_step) microbatches = 1;
   if (train && !train_step && profile_run) return cli_error("%s: profile the forward model (without --train)", "--profile-run");
+  if (topts.recompute && (!train || train_step))
+    return cli_error("%s: re-materialisation is for pipelined training programs (--train)", "--recompute");
   int train_prog = train && !train_step; /* the pipelined training program */
 
   /* The default micro-batch count is on trial: a model that does not split into it (a
@@ -924,6 +931,7 @@ int main(int argc, char **argv) {
   pass_plan_opts_default(&po, g_devices);
   po.microbatches = microbatches;
   po.training = train_prog; /* a training step function is planned as a function */
+  po.recompute = train_prog && topts.recompute;
   po.no_replicate = no_replicate;
   po.schedule = schedule;
   const pass_link *intra = pass_link_find(link_name ? link_name : (!strcmp(target, "cpu") ? "shm" : "nvlink4"));

@@ -5,6 +5,12 @@
              micro-batches (GPipe: all M), and stage 0's measured peak of held
              activations is p/M of GPipe's; the trained weights of both schedules are
              bitwise equal
+  recompute  --recompute (re-materialisation) on 4 stages, 8 micro-batches, 1F1B and
+             GPipe: trained weights, running statistics, gradients and losses bitwise
+             those of the build without it; the backward parts compute the copied forward
+             nodes; a stage's forward hands on only what other stages read (no values
+             kept for its own backward), and stage 0's measured peak of held activations
+             is the micro-batches it holds times what it sends, under the build without
   resume     5 steps straight vs 3 steps, a checkpoint, and --resume to step 5 (Adam,
              shuffled data, an epoch boundary crossed): bitwise equal weights and log
   export     --export-onnx: a valid model whose initializers are the trained values,
@@ -25,6 +31,7 @@
 usage: train_runtime.py CASE --pipecc build/pipecc --work DIR [--mpirun PATH]
 """
 import argparse
+import json
 import os
 import re
 import shutil
@@ -136,6 +143,80 @@ def case_memory():
     check(abs(ratio - P / M) < 0.02, "1F1B/GPipe memory ratio %.3f, expected p/M = %.3f" % (ratio, P / M))
     same_bits(w["gpipe"], w["1f1b"], "GPipe vs 1F1B weights")
     print("ok memory")
+
+
+def peak_lines(out, P):
+    """Per stage: (peak bytes of held activations, micro-batches held) from `pipeline
+    train`'s memory line."""
+    stages = re.findall(r"stage (\d+) ([\d.]+) (B|KiB|MiB) \((\d+) micro-batch", out)
+    check(len(stages) == P, "no memory line for %d stages: %s" % (P, out))
+    unit = {"B": 1, "KiB": 1024, "MiB": 1 << 20}
+    return [(float(b) * unit[u], int(n)) for _, b, u, n in stages]
+
+
+def case_recompute():
+    d, path, loss, opt, data = convnet_case("recompute", 5, 8)
+    P, M = 4, 8
+    for sched in ("1f1b", "gpipe"):
+        res, plans = {}, {}
+        for rc in (False, True):
+            tag = sched + ("-rc" if rc else "")
+            args = ["--shape", "input:8x3x16x16", "-g", str(P), "-m", str(M), "--schedule", sched,
+                    "--plan-only"] + tc.pipecc_args(loss, opt, "--train") + (["--recompute"] if rc else [])
+            plan = os.path.join(d, tag + "-plan")
+            compile_(path, plan, args)
+            with open(os.path.join(plan, "plan.json")) as f:
+                pj = json.load(f)
+            check(pj.get("recompute") is rc, "%s: plan.json's recompute flag" % tag)
+            plans[rc] = [sum(st[k] for st in pj["stages"]) for k in ("fwd_ms", "bwd_ms")]
+            exe = compile_(path, os.path.join(d, tag), [a for a in args if a != "--plan-only"])
+            r = train(exe, data + ["--steps", "2", "--no-shuffle", "--save", os.path.join(d, tag + ".npz"),
+                                   "--save-grads", os.path.join(d, tag + "-g.npz"), "--log", os.path.join(d, tag + ".csv")])
+            src = "".join(open(os.path.join(d, tag, f)).read() for f in sorted(os.listdir(os.path.join(d, tag)))
+                          if re.match(r"stage_\d+\.c$", f))
+            copies = len(set(re.findall(r"node \d+: \w+ '([^']*/recompute)'", src)))
+            check((copies > 0) == rc, "%s: %d recomputed forward nodes in the stage code" % (tag, copies))
+            res[rc] = (peak_lines(r.stdout, P), npz(os.path.join(d, tag + ".npz")), npz(os.path.join(d, tag + "-g.npz")),
+                       [ln.rsplit(",", 1)[0] for ln in open(os.path.join(d, tag + ".csv"))])  # (not samples/s)
+        # the planner counts each node's forward again in its backward
+        (f0, b0), (f1, b1) = plans[False], plans[True]
+        check(abs(f1 - f0) <= 1e-9 * f0 and abs(b1 - (b0 + f0)) <= 1e-6 * (b0 + f0),
+              "%s: planned forward/backward ms %.6g/%.6g with --recompute, %.6g/%.6g without" % (sched, f1, b1, f0, b0))
+        (pk0, w0, g0, log0), (pk1, w1, g1, log1) = res[False], res[True]
+        same_bits(w0, w1, sched + ": weights with and without --recompute")
+        same_bits(g0, g1, sched + ": gradients with and without --recompute")
+        check(log0 == log1, sched + ": the loss logs differ with --recompute")
+        for s in range(P):
+            check(pk0[s][1] == pk1[s][1], "%s: stage %d held %d micro-batches with --recompute, %d without" %
+                  (sched, s, pk1[s][1], pk0[s][1]))
+        # (a later stage's figure also counts the gradient sets it sent and that are not
+        # yet consumed, which moves with thread timing; stage 0 sends none)
+        check(pk1[0][0] < pk0[0][0], "%s: stage 0 held %.0f bytes with --recompute, %.0f without" %
+              (sched, pk1[0][0], pk0[0][0]))
+        # what a stage's forward hands on is now only what other stages read (or the graph's
+        # outputs), and stage 0 (which sends no gradients) holds exactly that per micro-batch
+        descs = {}
+        for k in range(P):
+            text = open(os.path.join(d, sched + "-rc", "stage_%d.c" % k)).read()
+            descs[k] = {part: re.findall(r'^  \{"([^"]+)", \d+, \d+, \{[\d, ]*\}, (\d+)u\},$',
+                                         text.split("static const pipert_tensor_desc %s[" % part)[1].split("};")[0], re.M)
+                        for part in ("stage_inputs", "stage_outputs")}
+        for k in range(P):
+            read = {n for j in range(P) if j != k for n, _ in descs[j]["stage_inputs"]} | {"loss", "output"}
+            extra = [n for n, _ in descs[k]["stage_outputs"] if n not in read]
+            check(not extra, "%s: stage %d keeps forward values with --recompute: %s" % (sched, k, extra))
+        set0 = sum((int(b) + 255) // 256 * 256 for _, b in descs[0]["stage_outputs"])
+        check(pk1[0][0] == pk1[0][1] * set0, "%s: stage 0 held %.0f bytes with --recompute, expected %d micro-batches "
+              "of the %d bytes it sends" % (sched, pk1[0][0], pk1[0][1], set0))
+        print("%s: peak held activations per stage without / with --recompute: %s (recomputed nodes: %d)" % (
+            sched, ", ".join("%.1f / %.1f KiB" % (a[0] / 1024, b[0] / 1024) for a, b in zip(pk0, pk1)), copies))
+    # --recompute without --train (inference, or the one-step function): one line, exit 2
+    for extra in ([], ["--train-step", "--loss", "cross-entropy"]):
+        r = run([A.pipecc, path, "-o", os.path.join(d, "bad"), "--shape", "input:8x3x16x16", "-g", "2", "--plan-only",
+                 "--recompute"] + extra)
+        check(r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--recompute" in r.stderr and
+              "--train" in r.stderr, "--recompute %s: exit %d, %r" % (" ".join(extra), r.returncode, r.stderr))
+    print("ok recompute")
 
 
 def case_resume():

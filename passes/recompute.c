@@ -1,0 +1,135 @@
+/* passes/recompute.c - re-materialisation (GPipe's): a training program whose backward
+ * recomputes its stage's forward values instead of keeping them (`pipecc --train
+ * --recompute`; passes/autodiff.h, pass_recompute).
+ *
+ * Without it, every value that a stage's forward computes and its backward reads (a
+ * Conv's input for its weight gradient, a Relu's output for its mask, BatchNorm's
+ * normalised input...) is kept per micro-batch from the forward to the backward: under
+ * 1F1B stage s holds p - s micro-batches of them, under GPipe all M. With it, each
+ * backward node of stage s that reads such a value reads instead a copy of the forward
+ * node that made it, placed in the backward phase of the same stage, and so on up to
+ * the values the stage does not make itself: its inputs from earlier stages, the graph
+ * inputs and labels, weights and constants. Those (and the outputs of nodes that must
+ * not run twice, below) are all the stage keeps per micro-batch; its forward's other
+ * values live for one part only. The price is one more forward pass of the stage per
+ * micro-batch, in its backward.
+ *
+ * The copies compute what the originals computed, from the same operands, with the same
+ * emitter, so the backward reads the same bits and the trained weights are bitwise
+ * those of the program without re-materialisation (tests/train/train_runtime.py,
+ * case recompute). Not copied (their outputs are kept as before): Dropout (its mask is
+ * drawn per call), nodes with subgraphs (If, Loop, Scan) or sequence values. A copied
+ * BatchNormalization in training mode leaves out its running statistics: the original
+ * writes them back once per micro-batch. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "passes/autodiff.h"
+
+typedef struct {
+  ir_graph *g;
+  int *copy;   /* node index -> its copy in the backward phase, -1: none yet */
+  int n_nodes; /* nodes before the copies */
+  int copies;
+} rc_ctx;
+
+/* A forward node whose work can run again in the backward phase of its stage. */
+static int recomputable(const ir_graph *g, const ir_node *n) {
+  if (n->dead || n->phase != IR_PHASE_FWD || n->stage < 0) return 0;
+  if (n->op == IR_OP_Dropout || n->op == IR_OP_UNKNOWN) return 0;
+  for (int a = 0; a < n->n_attr; a++)
+    if (n->attr[a].type == IR_ATTR_GRAPH) return 0;
+  for (int k = 0; k < n->n_in; k++)
+    if (n->in[k] >= 0 && g->values[n->in[k]].kind == IR_VAL_SEQ) return 0;
+  for (int k = 0; k < n->n_out; k++)
+    if (n->out[k] >= 0 && g->values[n->out[k]].kind == IR_VAL_SEQ) return 0;
+  return 1;
+}
+
+static int value_in_stage(rc_ctx *c, int v, int stage);
+
+/* The copy of node i (recomputable, in `stage`) in the backward phase; made once. */
+static int copy_node(rc_ctx *c, int i, int stage) {
+  if (c->copy[i] >= 0) return c->copy[i];
+  ir_graph *g = c->g;
+  int n_in = g->nodes[i].n_in, n_out = g->nodes[i].n_out;
+  int *in = ir_xcalloc((size_t)n_in + 1, sizeof *in), *out = ir_xcalloc((size_t)n_out + 1, sizeof *out);
+  for (int k = 0; k < n_in; k++) {
+    int v = g->nodes[i].in[k];
+    in[k] = v < 0 ? -1 : value_in_stage(c, v, stage);
+  }
+  int bn_train = g->nodes[i].op == IR_OP_BatchNormalization && ir_attr_int(&g->nodes[i], "training_mode", 0);
+  for (int k = 0; k < n_out; k++) {
+    int v = g->nodes[i].out[k];
+    if (v < 0 || (bn_train && k >= 1)) { /* (the running statistics: written back by the original) */
+      out[k] = -1;
+      continue;
+    }
+    char name[512];
+    snprintf(name, sizeof name, "%s/recompute", g->values[v].name);
+    int nv = ir_add_value(g, name, g->values[v].kind, g->values[v].dtype);
+    ir_value *src = &g->values[v], *dst = &g->values[nv];
+    dst->shape = src->shape;
+    dst->batch_outer = src->batch_outer;
+    dst->batch_inner = src->batch_inner;
+    out[k] = nv;
+  }
+  char nname[512];
+  snprintf(nname, sizeof nname, "%s/recompute", g->nodes[i].name);
+  int id = ir_add_node(g, g->nodes[i].op, nname, in, n_in, out, n_out);
+  free(in);
+  free(out);
+  ir_node *o = &g->nodes[i], *n = &g->nodes[id]; /* (after ir_add_node: nodes may have moved) */
+  n->op_type = o->op_type;
+  n->domain = o->domain;
+  n->opset = o->opset;
+  n->index = o->index;
+  n->n_attr = o->n_attr; /* (the attributes' own arrays stay shared: read-only from here on) */
+  n->attr = n->n_attr ? ir_alloc_array(g->arena, (size_t)n->n_attr, sizeof(ir_attr)) : NULL;
+  if (n->n_attr) memcpy(n->attr, o->attr, sizeof(ir_attr) * (size_t)n->n_attr);
+  n->n_implicit = o->n_implicit;
+  n->flops = o->flops;
+  n->stage = stage;
+  n->phase = IR_PHASE_BWD;
+  c->copy[i] = id;
+  c->copies++;
+  return id;
+}
+
+/* Value v as the backward of `stage` reads it: the output of a copy when a forward node
+ * of the stage makes it (and may run again), else v itself. */
+static int value_in_stage(rc_ctx *c, int v, int stage) {
+  ir_graph *g = c->g;
+  int p = g->values[v].producer;
+  if (p < 0 || p >= c->n_nodes || g->nodes[p].stage != stage || !recomputable(g, &g->nodes[p])) return v;
+  int id = copy_node(c, p, stage);
+  for (int k = 0; k < g->nodes[p].n_out; k++)
+    if (g->nodes[p].out[k] == v) return g->nodes[id].out[k];
+  return v;
+}
+
+int pass_recompute(ir_graph *g, int verbose) {
+  rc_ctx c = {g, NULL, g->n_nodes, 0};
+  c.copy = ir_xcalloc((size_t)g->n_nodes + 1, sizeof *c.copy);
+  for (int i = 0; i < g->n_nodes; i++) c.copy[i] = -1;
+  int kept = 0, redirected = 0;
+  for (int i = 0; i < c.n_nodes; i++) {
+    if (g->nodes[i].dead || g->nodes[i].phase != IR_PHASE_BWD) continue;
+    int stage = g->nodes[i].stage;
+    for (int k = 0; k < g->nodes[i].n_in; k++) {
+      int v = g->nodes[i].in[k];
+      if (v < 0) continue;
+      int p = g->values[v].producer;
+      if (p < 0 || p >= c.n_nodes || g->nodes[p].stage != stage || g->nodes[p].phase != IR_PHASE_FWD) continue;
+      int nv = value_in_stage(&c, v, stage);
+      if (nv == v) kept++;
+      else redirected++;
+      g->nodes[i].in[k] = nv; /* (g->nodes may have moved; indexed afresh) */
+    }
+  }
+  free(c.copy);
+  if (verbose)
+    fprintf(stderr, "pipecc: recompute: %d forward nodes copied into the backward; %d reads redirected, %d kept\n",
+            c.copies, redirected, kept);
+  return g->n_errors ? -1 : 0;
+}
