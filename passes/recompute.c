@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "ir/diag.h"
 #include "passes/autodiff.h"
 
 typedef struct {
@@ -46,17 +47,33 @@ static int recomputable(const ir_graph *g, const ir_node *n) {
   return 1;
 }
 
-static int value_in_stage(rc_ctx *c, int v, int stage);
+/* Whether value v's producer is a forward node of `stage` that the backward copies. */
+static int copied_here(const rc_ctx *c, int v, int stage) {
+  int p = c->g->values[v].producer;
+  return p >= 0 && p < c->n_nodes && c->g->nodes[p].stage == stage && recomputable(c->g, &c->g->nodes[p]);
+}
 
-/* The copy of node i (recomputable, in `stage`) in the backward phase; made once. */
-static int copy_node(rc_ctx *c, int i, int stage) {
-  if (c->copy[i] >= 0) return c->copy[i];
+/* Value v as the backward of `stage` reads it: the output of its producer's copy (made
+ * already) when copied_here, else v itself. */
+static int mapped(const rc_ctx *c, int v, int stage) {
+  if (!copied_here(c, v, stage)) return v;
+  const ir_graph *g = c->g;
+  int p = g->values[v].producer, id = c->copy[p];
+  IR_ASSERT(id >= 0);
+  for (int k = 0; k < g->nodes[p].n_out; k++)
+    if (g->nodes[p].out[k] == v) return g->nodes[id].out[k];
+  return v;
+}
+
+/* The copy of node i in the backward phase of `stage`, its inputs mapped (their
+ * producers copied first). */
+static void copy_one(rc_ctx *c, int i, int stage) {
   ir_graph *g = c->g;
   int n_in = g->nodes[i].n_in, n_out = g->nodes[i].n_out;
   int *in = ir_xcalloc((size_t)n_in + 1, sizeof *in), *out = ir_xcalloc((size_t)n_out + 1, sizeof *out);
   for (int k = 0; k < n_in; k++) {
     int v = g->nodes[i].in[k];
-    in[k] = v < 0 ? -1 : value_in_stage(c, v, stage);
+    in[k] = v < 0 ? -1 : mapped(c, v, stage);
   }
   int bn_train = g->nodes[i].op == IR_OP_BatchNormalization && ir_attr_int(&g->nodes[i], "training_mode", 0);
   for (int k = 0; k < n_out; k++) {
@@ -93,26 +110,43 @@ static int copy_node(rc_ctx *c, int i, int stage) {
   n->phase = IR_PHASE_BWD;
   c->copy[i] = id;
   c->copies++;
-  return id;
 }
 
-/* Value v as the backward of `stage` reads it: the output of a copy when a forward node
- * of the stage makes it (and may run again), else v itself. */
-static int value_in_stage(rc_ctx *c, int v, int stage) {
+/* Copies of node `root` and of every forward node of `stage` it reads through, inputs
+ * first; an explicit stack (a forward thousands of nodes deep must not need as deep a C
+ * stack). */
+static void copy_up(rc_ctx *c, int root, int stage, int **stack, int *cap) {
   ir_graph *g = c->g;
-  int p = g->values[v].producer;
-  if (p < 0 || p >= c->n_nodes || g->nodes[p].stage != stage || !recomputable(g, &g->nodes[p])) return v;
-  int id = copy_node(c, p, stage);
-  for (int k = 0; k < g->nodes[p].n_out; k++)
-    if (g->nodes[p].out[k] == v) return g->nodes[id].out[k];
-  return v;
+  int top = 0;
+  (*stack)[top++] = root;
+  while (top > 0) {
+    int i = (*stack)[top - 1], waiting = 0;
+    if (c->copy[i] >= 0) {
+      top--;
+      continue;
+    }
+    for (int k = 0; k < g->nodes[i].n_in; k++) {
+      int v = g->nodes[i].in[k];
+      if (v < 0 || !copied_here(c, v, stage) || c->copy[g->values[v].producer] >= 0) continue;
+      if (top == *cap) {
+        *cap *= 2;
+        *stack = ir_xrealloc(*stack, sizeof **stack * (size_t)*cap);
+      }
+      (*stack)[top++] = g->values[v].producer;
+      waiting = 1;
+    }
+    if (!waiting) {
+      copy_one(c, i, stage);
+      top--;
+    }
+  }
 }
 
 int pass_recompute(ir_graph *g, int verbose) {
   rc_ctx c = {g, NULL, g->n_nodes, 0};
   c.copy = ir_xcalloc((size_t)g->n_nodes + 1, sizeof *c.copy);
   for (int i = 0; i < g->n_nodes; i++) c.copy[i] = -1;
-  int kept = 0, redirected = 0;
+  int kept = 0, redirected = 0, cap = 256, *stack = ir_xmalloc(sizeof *stack * (size_t)cap);
   for (int i = 0; i < c.n_nodes; i++) {
     if (g->nodes[i].dead || g->nodes[i].phase != IR_PHASE_BWD) continue;
     int stage = g->nodes[i].stage;
@@ -121,12 +155,16 @@ int pass_recompute(ir_graph *g, int verbose) {
       if (v < 0) continue;
       int p = g->values[v].producer;
       if (p < 0 || p >= c.n_nodes || g->nodes[p].stage != stage || g->nodes[p].phase != IR_PHASE_FWD) continue;
-      int nv = value_in_stage(&c, v, stage);
-      if (nv == v) kept++;
-      else redirected++;
-      g->nodes[i].in[k] = nv; /* (g->nodes may have moved; indexed afresh) */
+      if (!copied_here(&c, v, stage)) {
+        kept++;
+        continue;
+      }
+      copy_up(&c, p, stage, &stack, &cap);
+      g->nodes[i].in[k] = mapped(&c, v, stage); /* (g->nodes may have moved; indexed afresh) */
+      redirected++;
     }
   }
+  free(stack);
   free(c.copy);
   if (verbose)
     fprintf(stderr, "pipecc: recompute: %d forward nodes copied into the backward; %d reads redirected, %d kept\n",
