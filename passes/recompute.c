@@ -18,9 +18,9 @@
  * emitter, so the backward reads the same bits and the trained weights are bitwise
  * those of the program without re-materialisation (tests/train/train_runtime.py,
  * case recompute). Not copied (their outputs are kept as before): Dropout (its mask is
- * drawn per call), nodes with subgraphs (If, Loop, Scan) or sequence values. A copied
- * BatchNormalization in training mode leaves out its running statistics: the original
- * writes them back once per micro-batch. */
+ * drawn per call), nodes with subgraphs (If, Loop, Scan) or sequence values. A copy
+ * leaves out the outputs the original writes back (a BatchNormalization's running
+ * statistics in training mode: updated once per micro-batch, by the forward). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,10 +75,10 @@ static void copy_one(rc_ctx *c, int i, int stage) {
     int v = g->nodes[i].in[k];
     in[k] = v < 0 ? -1 : mapped(c, v, stage);
   }
-  int bn_train = g->nodes[i].op == IR_OP_BatchNormalization && ir_attr_int(&g->nodes[i], "training_mode", 0);
   for (int k = 0; k < n_out; k++) {
     int v = g->nodes[i].out[k];
-    if (v < 0 || (bn_train && k >= 1)) { /* (the running statistics: written back by the original) */
+    if (v < 0 || g->values[v].writeback >= 0) { /* (BatchNorm's running statistics: the original
+                                                  * writes them back, once per micro-batch) */
       out[k] = -1;
       continue;
     }
