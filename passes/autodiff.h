@@ -113,8 +113,9 @@ int pass_train_program(ir_graph *g, const pass_train_opts *t, int microbatches, 
 /* Re-materialisation (passes/recompute.c; pass_train_program calls it with
  * pass_train_opts.recompute, before its final sort and shape pass): every backward node
  * that reads a value its stage's forward made reads a copy of that forward computation
- * in the backward phase instead, so a stage keeps per micro-batch only what it receives
- * (and the outputs of nodes that must not run twice: Dropout, control flow). 0 or -1. */
+ * in the backward phase instead, so a stage keeps per micro-batch only the tensors it
+ * exchanges with other stages (and the outputs of nodes that must not run twice:
+ * Dropout, control flow). 0 or -1. */
 int pass_recompute(ir_graph *g, int verbose);
 
 #endif

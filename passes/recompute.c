@@ -32,6 +32,7 @@ typedef struct {
   int *copy;   /* node index -> its copy in the backward phase, -1: none yet */
   int n_nodes; /* nodes before the copies */
   int copies;
+  int *stack, cap; /* copy_up's work list */
 } rc_ctx;
 
 /* A forward node whose work can run again in the backward phase of its stage. */
@@ -115,12 +116,12 @@ static void copy_one(rc_ctx *c, int i, int stage) {
 /* Copies of node `root` and of every forward node of `stage` it reads through, inputs
  * first; an explicit stack (a forward thousands of nodes deep must not need as deep a C
  * stack). */
-static void copy_up(rc_ctx *c, int root, int stage, int **stack, int *cap) {
+static void copy_up(rc_ctx *c, int root, int stage) {
   ir_graph *g = c->g;
   int top = 0;
-  (*stack)[top++] = root;
+  c->stack[top++] = root;
   while (top > 0) {
-    int i = (*stack)[top - 1], waiting = 0;
+    int i = c->stack[top - 1], waiting = 0;
     if (c->copy[i] >= 0) {
       top--;
       continue;
@@ -128,11 +129,11 @@ static void copy_up(rc_ctx *c, int root, int stage, int **stack, int *cap) {
     for (int k = 0; k < g->nodes[i].n_in; k++) {
       int v = g->nodes[i].in[k];
       if (v < 0 || !copied_here(c, v, stage) || c->copy[g->values[v].producer] >= 0) continue;
-      if (top == *cap) {
-        *cap *= 2;
-        *stack = ir_xrealloc(*stack, sizeof **stack * (size_t)*cap);
+      if (top == c->cap) {
+        c->cap *= 2;
+        c->stack = ir_xrealloc(c->stack, sizeof *c->stack * (size_t)c->cap);
       }
-      (*stack)[top++] = g->values[v].producer;
+      c->stack[top++] = g->values[v].producer;
       waiting = 1;
     }
     if (!waiting) {
@@ -143,10 +144,11 @@ static void copy_up(rc_ctx *c, int root, int stage, int **stack, int *cap) {
 }
 
 int pass_recompute(ir_graph *g, int verbose) {
-  rc_ctx c = {g, NULL, g->n_nodes, 0};
+  rc_ctx c = {g, NULL, g->n_nodes, 0, NULL, 256};
   c.copy = ir_xcalloc((size_t)g->n_nodes + 1, sizeof *c.copy);
   for (int i = 0; i < g->n_nodes; i++) c.copy[i] = -1;
-  int kept = 0, redirected = 0, cap = 256, *stack = ir_xmalloc(sizeof *stack * (size_t)cap);
+  c.stack = ir_xmalloc(sizeof *c.stack * (size_t)c.cap);
+  int kept = 0, redirected = 0;
   for (int i = 0; i < c.n_nodes; i++) {
     if (g->nodes[i].dead || g->nodes[i].phase != IR_PHASE_BWD) continue;
     int stage = g->nodes[i].stage;
@@ -159,12 +161,12 @@ int pass_recompute(ir_graph *g, int verbose) {
         kept++;
         continue;
       }
-      copy_up(&c, p, stage, &stack, &cap);
+      copy_up(&c, p, stage);
       g->nodes[i].in[k] = mapped(&c, v, stage); /* (g->nodes may have moved; indexed afresh) */
       redirected++;
     }
   }
-  free(stack);
+  free(c.stack);
   free(c.copy);
   if (verbose)
     fprintf(stderr, "pipecc: recompute: %d forward nodes copied into the backward; %d reads redirected, %d kept\n",

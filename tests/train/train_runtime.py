@@ -119,6 +119,15 @@ def convnet_case(name, seed, batch):
 
 # ---- cases ---------------------------------------------------------------------------
 
+def peak_lines(out, P):
+    """Per stage: (peak bytes of held activations, micro-batches held) from `pipeline
+    train`'s memory line."""
+    stages = re.findall(r"stage (\d+) ([\d.]+) (B|KiB|MiB) \((\d+) micro-batch", out)
+    check(len(stages) == P, "no memory line for %d stages: %s" % (P, out))
+    unit = {"B": 1, "KiB": 1024, "MiB": 1 << 20}
+    return [(float(b) * unit[u], int(n)) for _, b, u, n in stages]
+
+
 def case_memory():
     d, path, loss, opt, data = convnet_case("memory", 3, 8)
     P, M = 4, 8
@@ -127,13 +136,11 @@ def case_memory():
         exe = compile_(path, os.path.join(d, sched), ["--shape", "input:8x3x16x16", "-g", str(P), "-m", str(M),
                                                       "--schedule", sched] + tc.pipecc_args(loss, opt, "--train"))
         r = train(exe, data + ["--steps", "2", "--no-shuffle", "--save", os.path.join(d, sched + ".npz")])
-        stages = re.findall(r"stage (\d+) ([\d.]+) (KiB|MiB) \((\d+) micro-batch", r.stdout)
-        check(len(stages) == P, "no memory line for %d stages: %s" % (P, r.stdout))
-        nbytes[sched] = float(stages[0][1]) * (1024 if stages[0][2] == "KiB" else 1 << 20)
-        held[sched] = int(stages[0][3])
-        for s, (_, _, _, n) in enumerate(stages):  # 1F1B: stage s holds p - s; GPipe: all M
+        stages = peak_lines(r.stdout, P)
+        nbytes[sched], held[sched] = stages[0]
+        for s, (_, n) in enumerate(stages):  # 1F1B: stage s holds p - s; GPipe: all M
             want = P - s if sched == "1f1b" else M
-            check(int(n) == want, "%s: stage %d held %s micro-batches, expected %d" % (sched, s, n, want))
+            check(n == want, "%s: stage %d held %d micro-batches, expected %d" % (sched, s, n, want))
         w[sched] = npz(os.path.join(d, sched + ".npz"))
     ratio = nbytes["1f1b"] / nbytes["gpipe"]
     print("stage 0 peak activations: gpipe %.1f KiB (%d micro-batches), 1f1b %.1f KiB (%d); ratio %.3f, p/M = %.3f" % (
@@ -143,15 +150,6 @@ def case_memory():
     check(abs(ratio - P / M) < 0.02, "1F1B/GPipe memory ratio %.3f, expected p/M = %.3f" % (ratio, P / M))
     same_bits(w["gpipe"], w["1f1b"], "GPipe vs 1F1B weights")
     print("ok memory")
-
-
-def peak_lines(out, P):
-    """Per stage: (peak bytes of held activations, micro-batches held) from `pipeline
-    train`'s memory line."""
-    stages = re.findall(r"stage (\d+) ([\d.]+) (B|KiB|MiB) \((\d+) micro-batch", out)
-    check(len(stages) == P, "no memory line for %d stages: %s" % (P, out))
-    unit = {"B": 1, "KiB": 1024, "MiB": 1 << 20}
-    return [(float(b) * unit[u], int(n)) for _, b, u, n in stages]
 
 
 def case_recompute():
