@@ -88,12 +88,10 @@ double pass_boundary_time(const pass_plan_opts *o, int dev_next, uint64_t bytes,
     return x;
 }
 
-uint64_t pass_stage_memory(const pass_plan_opts *o, const pass_stage_agg *s)
+uint64_t pass_stage_held(const pass_plan_opts *o, int dev_first, int replicas)
 {
-    double f = o->training ? 2.0 + o->optimizer_state_factor : 1.0;
-    uint64_t stat = (uint64_t)((double)s->param_bytes * f);
     /* micro-batches one replica holds at once; replicas take whole micro-batches in turn */
-    uint64_t r = (uint64_t)(s->replicas > 0 ? s->replicas : 1), M = (uint64_t)o->microbatches, held = 1;
+    uint64_t r = (uint64_t)(replicas > 0 ? replicas : 1), M = (uint64_t)o->microbatches, held = 1;
     if (o->training) {
         held = (M + r - 1) / r; /* GPipe: every one of its micro-batches */
         if (o->schedule == PASS_SCHED_1F1B) {
@@ -101,11 +99,20 @@ uint64_t pass_stage_memory(const pass_plan_opts *o, const pass_stage_agg *s)
              * most A + (r - 1) + sum of (r' - 1) over the later stages (the roundings),
              * A = the devices after this stage; that sum is at most A - 1, and 0 when no
              * stage is replicated */
-            uint64_t A = (uint64_t)(o->devices - (s->dev_first + s->replicas)), L = A + r - 1;
+            uint64_t A = (uint64_t)(o->devices - (dev_first + (int)r)), L = A + r - 1;
             if (pass_max_replicas(o) > 1 && A > 1) L += A - 1;
             if (L / r + 1 < held) held = L / r + 1;
         }
     }
+    return held ? held : 1;
+}
+
+uint64_t pass_stage_memory(const pass_plan_opts *o, const pass_stage_agg *s)
+{
+    double f = o->training ? 2.0 + o->optimizer_state_factor : 1.0;
+    uint64_t stat = (uint64_t)((double)s->param_bytes * f), held = pass_stage_held(o, s->dev_first, s->replicas);
+    if (o->training && o->recompute)
+        return stat + s->act_bytes + (held - 1) * (s->in_bytes + s->out_bytes);
     return stat + held * s->act_bytes;
 }
 
@@ -118,8 +125,18 @@ typedef struct dp_ctx {
     double *W;              /* [n+1] prefix of fwd + training*bwd */
     double *inv_r, *arb, *arc;  /* per (m, r) pair */
     double *bnd;            /* [(n+1)*(g+1)] boundary time after state i, next stage at device m */
-    int *lo_mem;            /* [npairs*(n+1)] smallest i meeting memory for a stage ending at j; NULL = no limit */
+    int *lo_mem;            /* [npairs*(n+1)] smallest i meeting memory for a stage ending at j; NULL = no limit
+                               or recompute (rc) */
     int *lo;                /* [npairs] two-pointer state */
+    /* rc: a memory limit with recompute. A stage (i, j]'s memory, Ab[j] - Ab[i] + h (cut[i] +
+     * cut[j]) with h = held - 1 of its pair, is not monotone in i (the cut bytes are not), so
+     * the admissible i are no range. It fits iff key(i) = h cut[i] - Ab[i] <= limit - Ab[j] -
+     * h cut[j]: per pair, a deque of the G-marked i in the time window [lo, j) with
+     * increasing keys (a sliding-window minimum) answers "some marked i fits" in O(1)
+     * amortised, so a check stays O(n g^2). */
+    int rc;
+    double *hm1, *Ab;       /* [npairs] held - 1; [n+1] prefix of param * f + act */
+    int *dq, *dqh, *dqt;    /* [npairs*(n+1)] deques; [npairs] head, tail */
     unsigned char *F, *G;   /* [(n+1)*(g+1)] */
     int *cnt;               /* [(g+1)*(n+2)] prefix counts of G over i, per m */
     long checks;
@@ -130,6 +147,16 @@ static inline int pair_idx(int m, int r) { return m * (m - 1) / 2 + (r - 1); }
 static inline double dp_stage_time(const dp_ctx *c, int p, int i, int j)
 {
     return (c->W[j] - c->W[i]) * c->inv_r[p] + (double)(c->st->param[j] - c->st->param[i]) * c->arb[p] + c->arc[p];
+}
+
+static inline double rc_key(const dp_ctx *c, int p, int i)
+{
+    return c->hm1[p] * (double)c->st->cut[i] - c->Ab[i];
+}
+
+static inline int rc_mem_ok(const dp_ctx *c, int p, int i, int j)
+{
+    return rc_key(c, p, i) <= (double)c->o->mem_limit - c->Ab[j] - c->hm1[p] * (double)c->st->cut[j];
 }
 
 static inline int dp_stage_ok(const dp_ctx *c, int p, int i, int j, double T)
@@ -151,8 +178,21 @@ static int dp_feasible(dp_ctx *c, double T)
         c->cnt[(size_t)m * N2 + 0] = 0;
         c->cnt[(size_t)m * N2 + 1] = c->G[m];
     }
+    if (c->rc)
+        for (int p = 0; p < c->npairs; p++) c->dqh[p] = c->dqt[p] = 0;
     for (int j = 1; j <= n; j++) {
         unsigned char *Fj = c->F + (size_t)j * G1, *Gj = c->G + (size_t)j * G1;
+        if (c->rc) /* i = j - 1 enters every pair's window whose previous stages it ends */
+            for (int m = 1; m <= g; m++)
+                for (int r = 1; r <= m && r <= c->max_r; r++) {
+                    int p = pair_idx(m, r);
+                    if (!c->G[(size_t)(j - 1) * G1 + (m - r)]) continue;
+                    int *q = c->dq + (size_t)p * (size_t)(n + 1), t = c->dqt[p];
+                    double k = rc_key(c, p, j - 1);
+                    while (t > c->dqh[p] && rc_key(c, p, q[t - 1]) >= k) t--;
+                    q[t++] = j - 1;
+                    c->dqt[p] = t;
+                }
         for (int m = 1; m <= g; m++) {
             int rmax = m < c->max_r ? m : c->max_r, f = 0;
             for (int r = 1; r <= rmax && !f; r++) {
@@ -162,7 +202,13 @@ static int dp_feasible(dp_ctx *c, double T)
                 int lo = c->lo[p];
                 while (lo < j && !dp_stage_ok(c, p, lo, j, T)) lo++;
                 c->lo[p] = lo;
-                if (lo < j && cm[j] - cm[lo] > 0) f = 1;
+                if (c->rc) {
+                    const int *q = c->dq + (size_t)p * (size_t)(n + 1);
+                    int h = c->dqh[p];
+                    while (h < c->dqt[p] && q[h] < lo) h++;
+                    c->dqh[p] = h;
+                    if (h < c->dqt[p] && rc_mem_ok(c, p, q[h], j)) f = 1;
+                } else if (lo < j && cm[j] - cm[lo] > 0) f = 1;
             }
             Fj[m] = (unsigned char)f;
             if (f && j < n && m < g && c->bnd[(size_t)j * G1 + m] <= T) Gj[m] = 1;
@@ -200,10 +246,23 @@ static int dp_solve(const pass_dag *d, const pass_plan_opts *o, const pass_state
     c.F = malloc((size_t)(n + 1) * (size_t)G1);
     c.G = malloc((size_t)(n + 1) * (size_t)G1);
     c.cnt = malloc(sizeof(int) * (size_t)G1 * (size_t)(n + 2));
-    if (o->mem_limit) c.lo_mem = malloc(sizeof(int) * (size_t)c.npairs * (size_t)(n + 1));
+    c.rc = o->mem_limit && o->training && o->recompute;
+    if (c.rc) {
+        c.hm1 = malloc(sizeof(double) * (size_t)c.npairs);
+        c.Ab = malloc(sizeof(double) * (size_t)(n + 1));
+        c.dq = malloc(sizeof(int) * (size_t)c.npairs * (size_t)(n + 1));
+        c.dqh = malloc(sizeof(int) * (size_t)c.npairs);
+        c.dqt = malloc(sizeof(int) * (size_t)c.npairs);
+    } else if (o->mem_limit) {
+        c.lo_mem = malloc(sizeof(int) * (size_t)c.npairs * (size_t)(n + 1));
+    }
     if (!c.W || !c.inv_r || !c.arb || !c.arc || !c.bnd || !c.lo || !c.F || !c.G || !c.cnt ||
-        (o->mem_limit && !c.lo_mem))
+        (o->mem_limit && !c.rc && !c.lo_mem) || (c.rc && (!c.hm1 || !c.Ab || !c.dq || !c.dqh || !c.dqt)))
         goto out;
+    if (c.rc) {
+        double f = 2.0 + o->optimizer_state_factor;
+        for (int s = 0; s <= n; s++) c.Ab[s] = (double)st->param[s] * f + (double)st->act[s];
+    }
     for (int s = 0; s <= n; s++) c.W[s] = st->fwd[s] + (o->training ? st->bwd[s] : 0.0);
     for (int m = 1; m <= g; m++)
         for (int r = 1; r <= m; r++) {
@@ -215,9 +274,10 @@ static int dp_solve(const pass_dag *d, const pass_plan_opts *o, const pass_state
                 c.arb[p] /= o->microbatches;
                 c.arc[p] /= o->microbatches;
             }
+            if (c.rc) c.hm1[p] = (double)(pass_stage_held(o, m - r, r) - 1);
             if (c.lo_mem) {
                 int *lm = c.lo_mem + (size_t)p * (size_t)(n + 1), i = 0;
-                pass_stage_agg a = {0, 0, 0, 0, m - r, r};
+                pass_stage_agg a = {0, 0, 0, 0, m - r, r, 0, 0};
                 for (int j = 0; j <= n; j++) {
                     for (; i < j; i++) {
                         a.param_bytes = st->param[j] - st->param[i];
@@ -266,7 +326,7 @@ static int dp_solve(const pass_dag *d, const pass_plan_opts *o, const pass_state
         for (int r = 1; r <= rmax && !found; r++) {
             int p = pair_idx(m, r), mp = m - r;
             for (int i = j - 1; i >= 0 && dp_stage_ok(&c, p, i, j, hi); i--)
-                if (c.G[(size_t)i * G1 + mp]) {
+                if (c.G[(size_t)i * G1 + mp] && (!c.rc || rc_mem_ok(&c, p, i, j))) {
                     cuts[k] = j;
                     reps[k] = r;
                     k++;
@@ -288,6 +348,7 @@ out:
     *checks += c.checks;
     free(c.W); free(c.inv_r); free(c.arb); free(c.arc); free(c.bnd); free(c.lo);
     free(c.F); free(c.G); free(c.cnt); free(c.lo_mem);
+    free(c.hm1); free(c.Ab); free(c.dq); free(c.dqh); free(c.dqt);
     return rc;
 }
 
@@ -318,7 +379,10 @@ out:
  * exceed it and memory is ignored. Otherwise, when the best-time D' violates
  * memory, the down-sets D' < D whose stage fits both time and memory (an
  * up-closed family, reachable from D through lower covers) are searched
- * depth-first for a marked one.
+ * depth-first for a marked one. With recompute memory counts the cuts and is
+ * not monotone (a larger stage may fit where a smaller did not): the search
+ * then walks the up-closed family of stages that fit time and checks memory at
+ * each (the bound for "the whole model fits" takes the largest cut both ways).
  *
  * Every unit of work (edge, state, class comparison; a search step counts 6) is
  * counted; past the budget the DP stops and the prefix plan stands: the time
@@ -327,7 +391,7 @@ out:
 typedef struct ex_ctx {
     const pass_plan_opts *o;
     const pass_downsets *ds;
-    int S, g, G1, max_r, npairs, shared, nk, mem_binds;
+    int S, g, G1, max_r, npairs, shared, nk, mem_binds, rc;
     double *inv_r, *arb, *arc;   /* per (m, r) pair */
     unsigned char *F;            /* [S*G1] bit 0: F, bit 1: G */
     int *gfirst, *a, *b;         /* [G1] first G-marked state per layer, window [a, b] per layer */
@@ -350,7 +414,8 @@ static inline double ex_stage_time(const ex_ctx *c, int p, int i, int j)
 
 static inline int ex_mem_ok(const ex_ctx *c, int i, int j, int m, int r)
 {
-    pass_stage_agg a = {0, 0, c->ds->param[j] - c->ds->param[i], c->ds->act[j] - c->ds->act[i], m - r, r};
+    pass_stage_agg a = {0, 0, c->ds->param[j] - c->ds->param[i], c->ds->act[j] - c->ds->act[i], m - r, r,
+                        c->ds->cut[i], c->ds->cut[j]};
     return pass_stage_memory(c->o, &a) <= c->o->mem_limit;
 }
 
@@ -371,8 +436,12 @@ static int ex_search(ex_ctx *c, int p, int mp, int m, int r, int D, int lo, doub
         int x = c->stk[--top];
         c->work += 6; /* a step costs several walk units (memory model, scattered reads) */
         if (c->work > c->budget) { c->over = 1; return -1; }
-        if (ex_stage_time(c, p, x, D) > T || !ex_mem_ok(c, x, D, m, r)) continue; /* nor anything below */
-        if (c->F[(size_t)x * c->G1 + mp] & 2) return x;
+        if (ex_stage_time(c, p, x, D) > T) continue; /* nor anything below */
+        /* memory grows below x too, unless the exchanged tensors count (recompute): then a
+         * larger stage may fit where x did not, and the walk goes on */
+        int fits = ex_mem_ok(c, x, D, m, r);
+        if (!fits && !c->rc) continue;
+        if (fits && (c->F[(size_t)x * c->G1 + mp] & 2)) return x;
         for (long e = ds->lower_start[x]; e < ds->lower_start[x + 1]; e++) {
             int y = ds->lower[e];
             if (y >= lo && c->stamp[y] != c->gen) { c->stamp[y] = c->gen; c->stk[top++] = y; }
@@ -609,9 +678,13 @@ static int ex_solve(const pass_plan_opts *o, const pass_downsets *ds, double lb,
     c.bi = malloc(sizeof(int) * (size_t)c.nk);
     c.ch_i = malloc(sizeof(int) * SG);
     c.ch_r = malloc(SG);
+    c.rc = o->training && o->recompute;
     if (o->mem_limit) {
-        /* the largest stage memory of any placement: all of V, one replica, first device */
-        pass_stage_agg all = {0, 0, ds->param[S - 1], ds->act[S - 1], 0, 1};
+        /* a bound of any stage's memory: all of V on one replica of the first device (with
+         * recompute, exchanging the largest cut both ways) */
+        pass_stage_agg all = {0, 0, ds->param[S - 1], ds->act[S - 1], 0, 1, 0, 0};
+        for (int i = 0; c.rc && i < S; i++)
+            if (ds->cut[i] > all.in_bytes) all.in_bytes = all.out_bytes = ds->cut[i];
         c.mem_binds = pass_stage_memory(o, &all) > o->mem_limit;
     }
     if (c.mem_binds) {
@@ -679,7 +752,7 @@ static double eval_split(const pass_plan_opts *o, const pass_states *st, int k, 
     for (int s = 0; s < k; s++) {
         pass_stage_agg a = {st->fwd[cuts[s]] - st->fwd[prev], st->bwd[cuts[s]] - st->bwd[prev],
                             st->param[cuts[s]] - st->param[prev], st->act[cuts[s]] - st->act[prev],
-                            dev, reps[s]};
+                            dev, reps[s], st->cut[prev], st->cut[cuts[s]]};
         double t = pass_stage_time(o, &a);
         if (t > b) b = t;
         dev += reps[s];
@@ -743,13 +816,15 @@ static int build_plan(const pass_dag *d, const pass_plan_opts *o, const pass_sta
         S->replicas = reps[s];
         pass_stage_agg a = {st->fwd[S->last] - st->fwd[prev], st->bwd[S->last] - st->bwd[prev],
                             st->param[S->last] - st->param[prev], st->act[S->last] - st->act[prev],
-                            dev, reps[s]};
+                            dev, reps[s], st->cut[prev], st->cut[S->last]};
         S->fwd_ms = a.fwd_ms;
         S->bwd_ms = o->training ? a.bwd_ms : 0.0;
         S->allreduce_ms = o->training ? pass_allreduce_ms(&o->topo, dev, a.replicas, a.param_bytes) : 0.0;
         S->compute_ms = pass_stage_time(o, &a);
         S->param_bytes = a.param_bytes;
         S->act_bytes = a.act_bytes;
+        S->xch_bytes = a.in_bytes + a.out_bytes;
+        S->held = (int)pass_stage_held(o, dev, reps[s]);
         S->memory_bytes = pass_stage_memory(o, &a);
         if (S->compute_ms > bott) bott = S->compute_ms;
         dev += reps[s];

@@ -102,8 +102,9 @@ typedef struct pass_plan_opts {
     int microbatches;                 /* M >= 1 */
     int training;                     /* 0: inference */
     int recompute;                    /* training with re-materialisation: each node's backward time
-                                       * includes its forward again (pass_plan_graph); the memory
-                                       * term still counts a held micro-batch's whole activations */
+                                       * includes its forward again (pass_plan_graph), and a held
+                                       * micro-batch costs only the tensors the stage exchanges
+                                       * (pass_stage_memory) */
     int no_replicate;                 /* one device per stage */
     pass_schedule_kind schedule;
     pass_topology topo;
@@ -147,6 +148,11 @@ typedef struct pass_stage {
     double compute_ms;                /* stage time of the cost model */
     double comm_ms;                   /* outgoing boundary time (0 for the last stage) */
     uint64_t param_bytes, act_bytes;  /* sums over nodes (act per micro-batch, not / r) */
+    uint64_t xch_bytes;               /* forward tensors received + sent per micro-batch (graph inputs
+                                         and outputs included): what a held micro-batch keeps with
+                                         recompute */
+    int held;                         /* micro-batches the memory term has one replica hold at once
+                                         (pass_stage_held: a bound under 1F1B) */
     uint64_t memory_bytes;            /* cost-model memory per device */
     uint64_t peak_memory_bytes;       /* simulated by pass_schedule_attach */
     /* boundary to the next stage */
@@ -199,6 +205,9 @@ typedef struct pass_stage_agg {
     double fwd_ms, bwd_ms;
     uint64_t param_bytes, act_bytes;
     int dev_first, replicas;
+    uint64_t in_bytes, out_bytes;     /* per micro-batch, the forward tensors crossing the cut before
+                                       * the stage (graph inputs for the first) and after it (graph
+                                       * outputs for the last); read by the memory term with recompute */
 } pass_stage_agg;
 
 int pass_device_host(const pass_topology *t, int dev);
@@ -216,7 +225,13 @@ double pass_replica_share(int microbatches, int replicas);
 int pass_max_replicas(const pass_plan_opts *o);
 /* Boundary whose receiving stage starts at device dev_next (sender: dev_next-1). */
 double pass_boundary_time(const pass_plan_opts *o, int dev_next, uint64_t bytes, uint64_t grad_bytes);
-/* Memory per device of a stage whose devices end at dev_first + replicas. */
+/* Micro-batches one replica of a stage on devices [dev_first, dev_first + replicas) holds
+ * at once between their forward and their backward: 1 for inference. */
+uint64_t pass_stage_held(const pass_plan_opts *o, int dev_first, int replicas);
+/* Memory per device of a stage whose devices end at dev_first + replicas: the weights
+ * (with gradients and optimizer state when training) plus held x act_bytes; with
+ * recompute, act_bytes (the micro-batch whose backward runs, its forward recomputed)
+ * plus (held - 1) x (in_bytes + out_bytes), what each other held micro-batch keeps. */
 uint64_t pass_stage_memory(const pass_plan_opts *o, const pass_stage_agg *s);
 
 #endif

@@ -108,10 +108,12 @@ int pass_plan_json_write(FILE *f, const pass_dag *d, const pass_plan *p, const p
         jnum(f, S->compute_ms);
         fputs(", \"comm_ms\": ", f);
         jnum(f, S->comm_ms);
-        fprintf(f, ",\n     \"param_bytes\": %llu, \"activation_bytes\": %llu, \"memory_bytes\": %llu, "
-                   "\"peak_memory_bytes\": %llu,\n     \"instructions\": [",
+        fprintf(f, ",\n     \"param_bytes\": %llu, \"activation_bytes\": %llu, \"exchange_bytes\": %llu, "
+                   "\"held_microbatches\": %d, \"memory_bytes\": %llu, \"peak_memory_bytes\": %llu,\n     "
+                   "\"instructions\": [",
                 (unsigned long long)S->param_bytes, (unsigned long long)S->act_bytes,
-                (unsigned long long)S->memory_bytes, (unsigned long long)S->peak_memory_bytes);
+                (unsigned long long)S->xch_bytes, S->held, (unsigned long long)S->memory_bytes,
+                (unsigned long long)S->peak_memory_bytes);
         if (p->streams)
             for (int i = 0; i < p->streams[k].n; i++)
                 fprintf(f, "%s[\"%s\", %d]", i ? ", " : "", pass_op_name(p->streams[k].v[i].op),

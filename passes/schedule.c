@@ -276,7 +276,12 @@ static int run(int p, const pass_stream *st, const int *replicas, const pass_sim
             if (ln[i].clk > it) it = ln[i].clk;
         for (int k = 0; k < p; k++) {
             busy += res->busy_ms[k];
-            res->peak_bytes[k] = (cost ? cost[k].static_bytes + (uint64_t)res->peak_inflight[k] * cost[k].act_bytes : 0);
+            if (!cost) res->peak_bytes[k] = 0;
+            else if (cost[k].recompute && res->peak_inflight[k] > 0)
+                res->peak_bytes[k] = cost[k].static_bytes + cost[k].work_bytes +
+                                     (uint64_t)(res->peak_inflight[k] - 1) * cost[k].act_bytes;
+            else
+                res->peak_bytes[k] = cost[k].static_bytes + (uint64_t)res->peak_inflight[k] * cost[k].act_bytes;
         }
         res->iteration_ms = it;
         res->bubble_fraction = it > 0 ? 1.0 - busy / (L * it) : 0.0;
@@ -338,6 +343,11 @@ void pass_schedule_costs(const pass_plan_opts *o, const pass_plan *plan, pass_si
         double f = o->training ? 2.0 + o->optimizer_state_factor : 1.0;
         c[k].static_bytes = (uint64_t)((double)S->param_bytes * f);
         c[k].act_bytes = S->act_bytes;
+        if (o->training && o->recompute) { /* as pass_stage_memory */
+            c[k].recompute = 1;
+            c[k].work_bytes = S->act_bytes;
+            c[k].act_bytes = S->xch_bytes;
+        }
     }
 }
 

@@ -78,6 +78,8 @@ typedef struct pass_sim_stage {
     double allreduce_ms, step_ms;
     uint64_t static_bytes;  /* weights (+ grads + optimizer state) */
     uint64_t act_bytes;     /* stashed per in-flight micro-batch */
+    int recompute;          /* re-materialisation: work_bytes are the activations of the micro-batch */
+    uint64_t work_bytes;    /* whose backward runs, act_bytes what each other one keeps */
 } pass_sim_stage;
 
 /* One timed instruction of the simulation: FWD, BWD, ALLREDUCE (mb -1) on a replica,
@@ -93,7 +95,8 @@ typedef struct pass_sim_result {
     double iteration_ms;    /* time until every stage has finished its stream */
     double bubble_fraction; /* 1 - sum of FWD/BWD busy time / (devices * iteration_ms) */
     int *peak_inflight;     /* [p] micro-batches whose activations one replica holds at once */
-    uint64_t *peak_bytes;   /* [p] static + peak_inflight * act_bytes (per device) */
+    uint64_t *peak_bytes;   /* [p] static + peak_inflight * act_bytes (per device); with recompute,
+                               static + work_bytes + (peak_inflight - 1) * act_bytes */
     double *busy_ms;        /* [p] FWD/BWD time summed over the stage's replicas */
     pass_sim_span *spans;   /* in the order they were simulated */
     int n_spans, cap_spans;

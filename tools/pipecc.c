@@ -86,7 +86,7 @@ static void usage(FILE *f) {
       "  --recompute            (--train) re-materialisation: each stage's backward recomputes its\n"
       "                         forward, so a stage keeps per micro-batch only the tensors it\n"
       "                         exchanges with other stages (GPipe's; one more forward per\n"
-      "                         micro-batch, same trained bits)\n"
+      "                         micro-batch, same trained bits; --memory-limit counts it)\n"
       "\n"
       "Output:\n"
       "  -o, --out DIR          write plan.json, report.html, the stage sources and DIR/pipeline\n"
@@ -933,6 +933,10 @@ int main(int argc, char **argv) {
   po.microbatches = microbatches;
   po.training = train_prog; /* a training step function is planned as a function */
   po.recompute = train_prog && topts.recompute;
+  /* optimizer state per weight byte: Adam's m and v, SGD's momentum buffer or none */
+  if (train_prog)
+    po.optimizer_state_factor = topts.optimizer && strncmp(topts.optimizer, "adam", 4) == 0 ? 2.0
+                                : topts.momentum != 0 ? 1.0 : 0.0;
   po.no_replicate = no_replicate;
   po.schedule = schedule;
   const pass_link *intra = pass_link_find(link_name ? link_name : (!strcmp(target, "cpu") ? "shm" : "nvlink4"));

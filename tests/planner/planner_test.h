@@ -137,6 +137,7 @@ static inline void check_plan_invariants(const pass_dag *d, const pass_plan_opts
         CHECK(S->replicas >= 1, "replicas");
         if (o->no_replicate) CHECK(S->replicas == 1, "no_replicate but stage %d has %d replicas", k, S->replicas);
         dev += S->replicas;
+        uint64_t gb, cin = pass_cut_bytes(d, in, &gb);
         for (int i = 0; i < S->n_nodes; i++) {
             int v = S->nodes[i];
             CHECK(stage_of[v] == -1, "node %d in two stages", v);
@@ -144,6 +145,8 @@ static inline void check_plan_invariants(const pass_dag *d, const pass_plan_opts
             in[v] = 1;
         }
         CHECK(pass_is_downset(d, in), "stages 0..%d are not a down-set (not linear/convex)", k);
+        CHECK(S->xch_bytes == cin + pass_cut_bytes(d, in, &gb), "stage %d exchanges %llu bytes, not the cuts' %llu",
+              k, (unsigned long long)S->xch_bytes, (unsigned long long)(cin + pass_cut_bytes(d, in, &gb)));
         if (o->mem_limit) CHECK(S->memory_bytes <= o->mem_limit, "stage %d memory %llu > limit", k,
                                 (unsigned long long)S->memory_bytes);
     }

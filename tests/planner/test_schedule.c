@@ -252,7 +252,7 @@ static void test_replica_cap(void)
     pass_plan_opts o;
     pass_plan_opts_default(&o, 8);
     o.microbatches = 4;
-    pass_stage_agg a = {3.0, 0.0, 0, 0, 0, 3};
+    pass_stage_agg a = {3.0, 0.0, 0, 0, 0, 3, 0, 0};
     CHECK(fabs(pass_stage_time(&o, &a) - 3.0 * 2 / 4) < 1e-12, "r=3 M=4: %g want 1.5", pass_stage_time(&o, &a));
     a.replicas = 8;
     CHECK(fabs(pass_stage_time(&o, &a) - 3.0 / 4) < 1e-12, "r=8 M=4: %g want 0.75", pass_stage_time(&o, &a));
@@ -285,6 +285,7 @@ static void test_attach(void)
         o.schedule = (it / 2) % 2 ? PASS_SCHED_1F1B : PASS_SCHED_GPIPE;
         o.microbatches = rng_int(1, 16);
         o.no_replicate = rng_int(0, 1);
+        o.recompute = o.training && rng_int(0, 1);
         pass_plan p;
         char err[256];
         CHECK(pass_partition(&d, &o, &p, err, sizeof err) == 0, "%s", err);
@@ -298,9 +299,19 @@ static void test_attach(void)
         for (int k = 0; k < p.n_stages; k++)
             CHECK(p.stages[k].replicas <= pass_max_replicas(&o), "stage %d: %d replicas, M %d", k, p.stages[k].replicas,
                   o.microbatches);
-        for (int k = 0; k < p.n_stages; k++)
-            CHECK(p.stages[k].peak_memory_bytes <= p.stages[k].memory_bytes, "stage %d simulated peak %llu > model %llu",
-                  k, (unsigned long long)p.stages[k].peak_memory_bytes, (unsigned long long)p.stages[k].memory_bytes);
+        for (int k = 0; k < p.n_stages; k++) {
+            const pass_stage *S = &p.stages[k];
+            CHECK(S->peak_memory_bytes <= S->memory_bytes, "stage %d simulated peak %llu > model %llu", k,
+                  (unsigned long long)S->peak_memory_bytes, (unsigned long long)S->memory_bytes);
+            /* the model: weights x (1, or 2 + optimizer state when training), then held x
+             * activations, or with recompute one micro-batch's plus (held - 1) x exchanged */
+            uint64_t stat = S->param_bytes * (o.training ? 4 : 1);
+            uint64_t want = o.recompute ? stat + S->act_bytes + (uint64_t)(S->held - 1) * S->xch_bytes
+                                        : stat + (uint64_t)S->held * S->act_bytes;
+            CHECK(S->held >= 1 && (o.training || S->held == 1) && S->memory_bytes == want,
+                  "stage %d: memory %llu, held %d, want %llu", k, (unsigned long long)S->memory_bytes, S->held,
+                  (unsigned long long)want);
+        }
         pass_plan_free(&p);
         pass_dag_free(&d);
     }

@@ -208,6 +208,34 @@ def case_recompute():
               "of the %d bytes it sends" % (sched, pk1[0][0], pk1[0][1], set0))
         print("%s: peak held activations per stage without / with --recompute: %s (recomputed nodes: %d)" % (
             sched, ", ".join("%.1f / %.1f KiB" % (a[0] / 1024, b[0] / 1024) for a, b in zip(pk0, pk1)), copies))
+    # the planner's memory term credits it: a held micro-batch costs the forward tensors the
+    # stage exchanges (received + sent), plus one micro-batch's activations while its
+    # backward runs; under a limit that no plan of the plain program meets (GPipe holds
+    # all M micro-batches), the --recompute program plans
+    pj = {rc: json.load(open(os.path.join(d, "gpipe%s-plan" % ("-rc" if rc else ""), "plan.json"))) for rc in (0, 1)}
+    s0 = pj[0]["stages"][0]
+    f = (s0["memory_bytes"] - s0["held_microbatches"] * s0["activation_bytes"]) / s0["param_bytes"]
+    check(f in (2, 3, 4), "weights, gradients and optimizer state: %g bytes per weight byte" % f)
+    for k, st in enumerate(pj[1]["stages"]):
+        want = f * st["param_bytes"] + st["activation_bytes"] + (st["held_microbatches"] - 1) * st["exchange_bytes"]
+        check(st["held_microbatches"] == -(-M // st["replicas"]) and st["memory_bytes"] == want and st["peak_memory_bytes"] == want,
+              "gpipe --recompute stage %d: memory %d (peak %d), held %d, expected %d" % (
+                  k, st["memory_bytes"], st["peak_memory_bytes"], st["held_microbatches"], want))
+    limit = max(st["memory_bytes"] for st in pj[1]["stages"])
+    check(limit < max(st["memory_bytes"] for st in pj[0]["stages"]), "--recompute did not lower the plan's memory")
+    args = ["--shape", "input:8x3x16x16", "-g", str(P), "-m", str(M), "--schedule", "gpipe", "--plan-only",
+            "--memory-limit", str(limit)] + tc.pipecc_args(loss, opt, "--train")
+    r = run([A.pipecc, path, "-o", os.path.join(d, "limit")] + args)
+    check(r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "does not fit in %d bytes" % limit in r.stderr,
+          "plain training under --memory-limit %d: exit %d, %s" % (limit, r.returncode, r.stderr.strip()))
+    r = run([A.pipecc, path, "-o", os.path.join(d, "limit-rc")] + args + ["--recompute"])
+    check(r.returncode == 0, "--recompute under --memory-limit %d: exit %d, %s" % (limit, r.returncode, r.stderr.strip()))
+    fit = json.load(open(os.path.join(d, "limit-rc", "plan.json")))
+    check(all(st["memory_bytes"] <= limit for st in fit["stages"]), "a stage over the limit: %s" %
+          [st["memory_bytes"] for st in fit["stages"]])
+    print("gpipe: planned memory per device %s without --recompute, %s with it; under --memory-limit %d only "
+          "--recompute plans" % ([st["memory_bytes"] for st in pj[0]["stages"]],
+                                  [st["memory_bytes"] for st in pj[1]["stages"]], limit))
     # --recompute without --train (inference, or the one-step function): one line, exit 2
     for extra in ([], ["--train-step", "--loss", "cross-entropy"]):
         r = run([A.pipecc, path, "-o", os.path.join(d, "bad"), "--shape", "input:8x3x16x16", "-g", "2", "--plan-only",
