@@ -115,6 +115,13 @@ int pass_dag_finalize(pass_dag *d, char *err, size_t errlen)
     return 0;
 }
 
+int pass_dag_set_keep(pass_dag *d, int id, uint64_t keep_bytes)
+{
+    if (id < 0 || id >= d->n_nodes) return -1;
+    d->nodes[id].keep_bytes = keep_bytes;
+    return 0;
+}
+
 int pass_dag_set_fused(pass_dag *d, int id, int n, const char *const *names)
 {
     if (id < 0 || id >= d->n_nodes || n < 0) return -1;
@@ -279,6 +286,7 @@ void pass_states_free(pass_states *st)
     free(st->bwd);
     free(st->param);
     free(st->act);
+    free(st->keep);
     free(st->cut);
     free(st->cut_grad);
     memset(st, 0, sizeof *st);
@@ -296,9 +304,10 @@ static int states_alloc(int n, pass_order_kind kind, pass_states *st)
     st->bwd = malloc(sizeof(double) * s1);
     st->param = malloc(sizeof(uint64_t) * s1);
     st->act = malloc(sizeof(uint64_t) * s1);
+    st->keep = malloc(sizeof(uint64_t) * s1);
     st->cut = calloc(s1 + 1, sizeof(uint64_t));
     st->cut_grad = calloc(s1 + 1, sizeof(uint64_t));
-    if (!st->order || !st->pos || !st->fwd || !st->bwd || !st->param || !st->act || !st->cut ||
+    if (!st->order || !st->pos || !st->fwd || !st->bwd || !st->param || !st->act || !st->keep || !st->cut ||
         !st->cut_grad) {
         pass_states_free(st);
         return -1;
@@ -331,7 +340,7 @@ static void states_fill(const pass_dag *d, pass_states *st)
 {
     int n = st->n;
     st->fwd[0] = st->bwd[0] = 0;
-    st->param[0] = st->act[0] = 0;
+    st->param[0] = st->act[0] = st->keep[0] = 0;
     for (int p = 0; p < n; p++) {
         const pass_dag_node *v = &d->nodes[st->order[p]];
         st->pos[st->order[p]] = p;
@@ -339,6 +348,7 @@ static void states_fill(const pass_dag *d, pass_states *st)
         st->bwd[p + 1] = st->bwd[p] + v->bwd_ms;
         st->param[p + 1] = st->param[p] + v->param_bytes;
         st->act[p + 1] = st->act[p] + v->act_bytes;
+        st->keep[p + 1] = st->keep[p] + v->keep_bytes;
     }
     /* Tensor t lives on cuts s in [birth, death): birth = first state holding
      * its producer, death = first state holding all consumers (n+1 for a graph
@@ -483,6 +493,7 @@ void pass_downsets_free(pass_downsets *ds)
     free(ds->key);
     free(ds->param);
     free(ds->act);
+    free(ds->keep);
     free(ds->cut);
     free(ds->cut_grad);
     free(ds->lower_start);
@@ -563,9 +574,9 @@ long pass_downsets_build(const pass_dag *d, const double *weight, long max_state
         if (!(w >= 0) || !isfinite(w) || !(d->nodes[v].fwd_ms >= 0) || !(d->nodes[v].bwd_ms >= 0)) return -1;
     }
     /* Bytes per state while building: generation arrays 36, children 8, sort 12,
-     * output 76, and ~4 edges of 12 bytes. Arrays are allocated at the cap once:
+     * output 84, and ~4 edges of 12 bytes. Arrays are allocated at the cap once:
      * pages never touched cost nothing. */
-    const size_t per_state = 36 + 8 + 12 + 76 + 48;
+    const size_t per_state = 36 + 8 + 12 + 84 + 48;
     long cap = max_states;
     if (max_bytes && (size_t)cap > max_bytes / per_state) cap = (long)(max_bytes / per_state);
     if (cap < 2) return -1;
@@ -771,12 +782,13 @@ long pass_downsets_build(const pass_dag *d, const double *weight, long max_state
     ds->key = malloc(sizeof(double) * (size_t)count);
     ds->param = malloc(8 * (size_t)count);
     ds->act = malloc(8 * (size_t)count);
+    ds->keep = malloc(8 * (size_t)count);
     ds->cut = malloc(8 * (size_t)count);
     ds->cut_grad = malloc(8 * (size_t)count);
     ds->lower_start = malloc(sizeof(int) * ((size_t)count + 1));
     ds->lower = malloc(sizeof(int) * (size_t)(mxn ? mxn : 1));
     ds->edges = mxn;
-    if (!ds->parent || !ds->added || !ds->size || !ds->key || !ds->param || !ds->act || !ds->cut ||
+    if (!ds->parent || !ds->added || !ds->size || !ds->key || !ds->param || !ds->act || !ds->keep || !ds->cut ||
         !ds->cut_grad || !ds->lower_start || !ds->lower)
         goto out;
     long e = 0;
@@ -788,13 +800,14 @@ long pass_downsets_build(const pass_dag *d, const double *weight, long max_state
         ds->cut_grad[i] = cutg[s];
         if (par[s] < 0) {
             ds->parent[i] = ds->added[i] = -1;
-            ds->param[i] = ds->act[i] = 0;
+            ds->param[i] = ds->act[i] = ds->keep[i] = 0;
         } else {
             int pi = inv[par[s]], v = ds->order[add[s]]; /* the parent is listed earlier */
             ds->parent[i] = pi;
             ds->added[i] = v;
             ds->param[i] = ds->param[pi] + d->nodes[v].param_bytes;
             ds->act[i] = ds->act[pi] + d->nodes[v].act_bytes;
+            ds->keep[i] = ds->keep[pi] + d->nodes[v].keep_bytes;
         }
         ds->lower_start[i] = (int)e;
         for (int k = mx_start[s]; k < mx_start[s + 1]; k++) ds->lower[e++] = inv[lowg[k]];

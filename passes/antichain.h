@@ -43,6 +43,7 @@ typedef struct pass_states {
     int *pos;                /* [n]   pos[node] = position in order */
     double *fwd, *bwd;       /* [n+1] prefix sums of fwd_ms, bwd_ms */
     uint64_t *param, *act;   /* [n+1] prefix sums of param_bytes, act_bytes */
+    uint64_t *keep;          /* [n+1] prefix sums of keep_bytes */
     uint64_t *cut;           /* [n+1] bytes crossing the cut after state s */
     uint64_t *cut_grad;      /* [n+1] same, excluding graph inputs (no gradient flows back) */
 } pass_states;
@@ -108,7 +109,7 @@ long pass_downsets_enumerate(const pass_dag *d, uint64_t *out, long max);
  * or max_bytes of memory (0: no byte cap), or if a weight or time is negative
  * or not finite. Cost: O(states * (degree + n/64)) time, ~180 bytes a state
  * while building (arrays are sized for the cap up front; untouched pages cost
- * nothing), ~60 + 4 per edge kept. */
+ * nothing), ~68 + 4 per edge kept. */
 typedef struct pass_downsets {
     int n;                   /* nodes */
     long count;              /* states */
@@ -118,6 +119,7 @@ typedef struct pass_downsets {
     int *size;               /* [count] nodes in the down-set */
     double *key;             /* [count] sum of weight (fwd_ms when weight is NULL) */
     uint64_t *param, *act;   /* [count] sums of param_bytes, act_bytes */
+    uint64_t *keep;          /* [count] sums of keep_bytes */
     uint64_t *cut, *cut_grad;/* [count] bytes crossing the cut after the down-set (plan_dag.h) */
     int *lower_start;        /* [count + 1] */
     int *lower;              /* [edges] states D \ {v}, v maximal in D */

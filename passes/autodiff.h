@@ -84,7 +84,8 @@ typedef struct {
   int nesterov;          /* SGD, needs momentum > 0 */
   double weight_decay;
   double beta1, beta2, eps; /* Adam/AdamW: defaults 0.9, 0.999, 1e-8 */
-  int recompute;         /* the pipelined program re-materialises (pass_recompute) */
+  int recompute;         /* the pipelined program re-materialises (pass_recompute): 0 no,
+                            PASS_RECOMPUTE_FULL or PASS_RECOMPUTE_SELECTIVE */
   int verbose;
 } pass_train_opts;
 
@@ -114,8 +115,16 @@ int pass_train_program(ir_graph *g, const pass_train_opts *t, int microbatches, 
  * pass_train_opts.recompute, before its final sort and shape pass): every backward node
  * that reads a value its stage's forward made reads a copy of that forward computation
  * in the backward phase instead, so a stage keeps per micro-batch only the tensors it
- * exchanges with other stages (and the outputs of nodes that must not run twice:
- * Dropout, control flow). 0 or -1. */
-int pass_recompute(ir_graph *g, int verbose);
+ * exchanges with other stages and the outputs of the nodes pass_recompute_keeps names.
+ * FULL keeps those of nodes that must not run twice (Dropout, control flow); SELECTIVE
+ * also those of the nodes that do most of the work (Conv, MatMul, Gemm and their kin,
+ * recurrent layers), recomputing only the cheap ones between them (normalisation,
+ * activations, element-wise, pooling, shape ops), as Megatron-LM's selective mode does
+ * for attention. 0 or -1. */
+enum { PASS_RECOMPUTE_FULL = 1, PASS_RECOMPUTE_SELECTIVE = 2 };
+int pass_recompute(ir_graph *g, int mode, int verbose);
+/* Whether a forward node's outputs are kept per micro-batch under re-materialisation
+ * `mode` rather than recomputed (its op and operands only; the planner asks it too). */
+int pass_recompute_keeps(const ir_graph *g, const ir_node *n, int mode);
 
 #endif

@@ -112,7 +112,7 @@ uint64_t pass_stage_memory(const pass_plan_opts *o, const pass_stage_agg *s)
     double f = o->training ? 2.0 + o->optimizer_state_factor : 1.0;
     uint64_t stat = (uint64_t)((double)s->param_bytes * f), held = pass_stage_held(o, s->dev_first, s->replicas);
     if (o->training && o->recompute)
-        return stat + s->act_bytes + (held - 1) * (s->in_bytes + s->out_bytes);
+        return stat + s->act_bytes + (held - 1) * (s->in_bytes + s->out_bytes + s->keep_bytes);
     return stat + held * s->act_bytes;
 }
 
@@ -129,9 +129,10 @@ typedef struct dp_ctx {
                                or recompute (rc) */
     int *lo;                /* [npairs] two-pointer state */
     /* rc: a memory limit with recompute. A stage (i, j]'s memory, Ab[j] - Ab[i] + h (cut[i] +
-     * cut[j]) with h = held - 1 of its pair, is not monotone in i (the cut bytes are not), so
-     * the admissible i are no range. It fits iff key(i) = h cut[i] - Ab[i] <= limit - Ab[j] -
-     * h cut[j]: per pair, a deque of the G-marked i in the time window [lo, j) with
+     * cut[j] + K[j] - K[i]) with h = held - 1 of its pair and K the prefix of keep_bytes, is
+     * not monotone in i (the cut bytes are not), so the admissible i are no range. It fits
+     * iff key(i) = h (cut[i] - K[i]) - Ab[i] <= limit - Ab[j] - h (cut[j] + K[j]): per
+     * pair, a deque of the G-marked i in the time window [lo, j) with
      * increasing keys (a sliding-window minimum) answers "some marked i fits" in O(1)
      * amortised, so a check stays O(n g^2). */
     int rc;
@@ -151,12 +152,13 @@ static inline double dp_stage_time(const dp_ctx *c, int p, int i, int j)
 
 static inline double rc_key(const dp_ctx *c, int p, int i)
 {
-    return c->hm1[p] * (double)c->st->cut[i] - c->Ab[i];
+    return c->hm1[p] * ((double)c->st->cut[i] - (double)c->st->keep[i]) - c->Ab[i];
 }
 
 static inline int rc_mem_ok(const dp_ctx *c, int p, int i, int j)
 {
-    return rc_key(c, p, i) <= (double)c->o->mem_limit - c->Ab[j] - c->hm1[p] * (double)c->st->cut[j];
+    return rc_key(c, p, i) <=
+           (double)c->o->mem_limit - c->Ab[j] - c->hm1[p] * ((double)c->st->cut[j] + (double)c->st->keep[j]);
 }
 
 static inline int dp_stage_ok(const dp_ctx *c, int p, int i, int j, double T)
@@ -277,7 +279,7 @@ static int dp_solve(const pass_dag *d, const pass_plan_opts *o, const pass_state
             if (c.rc) c.hm1[p] = (double)(pass_stage_held(o, m - r, r) - 1);
             if (c.lo_mem) {
                 int *lm = c.lo_mem + (size_t)p * (size_t)(n + 1), i = 0;
-                pass_stage_agg a = {0, 0, 0, 0, m - r, r, 0, 0};
+                pass_stage_agg a = {0, 0, 0, 0, m - r, r, 0, 0, 0};
                 for (int j = 0; j <= n; j++) {
                     for (; i < j; i++) {
                         a.param_bytes = st->param[j] - st->param[i];
@@ -415,7 +417,7 @@ static inline double ex_stage_time(const ex_ctx *c, int p, int i, int j)
 static inline int ex_mem_ok(const ex_ctx *c, int i, int j, int m, int r)
 {
     pass_stage_agg a = {0, 0, c->ds->param[j] - c->ds->param[i], c->ds->act[j] - c->ds->act[i], m - r, r,
-                        c->ds->cut[i], c->ds->cut[j]};
+                        c->ds->cut[i], c->ds->cut[j], c->ds->keep[j] - c->ds->keep[i]};
     return pass_stage_memory(c->o, &a) <= c->o->mem_limit;
 }
 
@@ -682,7 +684,7 @@ static int ex_solve(const pass_plan_opts *o, const pass_downsets *ds, double lb,
     if (o->mem_limit) {
         /* a bound of any stage's memory: all of V on one replica of the first device (with
          * recompute, exchanging the largest cut both ways) */
-        pass_stage_agg all = {0, 0, ds->param[S - 1], ds->act[S - 1], 0, 1, 0, 0};
+        pass_stage_agg all = {0, 0, ds->param[S - 1], ds->act[S - 1], 0, 1, 0, 0, ds->keep[S - 1]};
         for (int i = 0; c.rc && i < S; i++)
             if (ds->cut[i] > all.in_bytes) all.in_bytes = all.out_bytes = ds->cut[i];
         c.mem_binds = pass_stage_memory(o, &all) > o->mem_limit;
@@ -752,7 +754,7 @@ static double eval_split(const pass_plan_opts *o, const pass_states *st, int k, 
     for (int s = 0; s < k; s++) {
         pass_stage_agg a = {st->fwd[cuts[s]] - st->fwd[prev], st->bwd[cuts[s]] - st->bwd[prev],
                             st->param[cuts[s]] - st->param[prev], st->act[cuts[s]] - st->act[prev],
-                            dev, reps[s], st->cut[prev], st->cut[cuts[s]]};
+                            dev, reps[s], st->cut[prev], st->cut[cuts[s]], st->keep[cuts[s]] - st->keep[prev]};
         double t = pass_stage_time(o, &a);
         if (t > b) b = t;
         dev += reps[s];
@@ -816,7 +818,7 @@ static int build_plan(const pass_dag *d, const pass_plan_opts *o, const pass_sta
         S->replicas = reps[s];
         pass_stage_agg a = {st->fwd[S->last] - st->fwd[prev], st->bwd[S->last] - st->bwd[prev],
                             st->param[S->last] - st->param[prev], st->act[S->last] - st->act[prev],
-                            dev, reps[s], st->cut[prev], st->cut[S->last]};
+                            dev, reps[s], st->cut[prev], st->cut[S->last], st->keep[S->last] - st->keep[prev]};
         S->fwd_ms = a.fwd_ms;
         S->bwd_ms = o->training ? a.bwd_ms : 0.0;
         S->allreduce_ms = o->training ? pass_allreduce_ms(&o->topo, dev, a.replicas, a.param_bytes) : 0.0;
@@ -824,6 +826,7 @@ static int build_plan(const pass_dag *d, const pass_plan_opts *o, const pass_sta
         S->param_bytes = a.param_bytes;
         S->act_bytes = a.act_bytes;
         S->xch_bytes = a.in_bytes + a.out_bytes;
+        S->keep_bytes = a.keep_bytes;
         S->held = (int)pass_stage_held(o, dev, reps[s]);
         S->memory_bytes = pass_stage_memory(o, &a);
         if (S->compute_ms > bott) bott = S->compute_ms;
@@ -1031,7 +1034,7 @@ int pass_partition(const pass_dag *d, const pass_plan_opts *o_in, pass_plan *pla
     plan->devices = o.devices;
     plan->microbatches = o.microbatches;
     plan->training = o.training;
-    plan->recompute = o.training && o.recompute;
+    plan->recompute = o.training ? o.recompute : 0;
     plan->schedule = o.schedule;
     plan->feasibility_checks = checks;
     plan->all_downsets = exact == PASS_EXACT_RAN;

@@ -101,10 +101,11 @@ typedef struct pass_plan_opts {
     int devices;                      /* g >= 1 */
     int microbatches;                 /* M >= 1 */
     int training;                     /* 0: inference */
-    int recompute;                    /* training with re-materialisation: each node's backward time
+    int recompute;                    /* training with re-materialisation (PASS_RECOMPUTE_FULL or
+                                       * _SELECTIVE, autodiff.h): each node's backward time
                                        * includes its forward again (pass_plan_graph), and a held
-                                       * micro-batch costs only the tensors the stage exchanges
-                                       * (pass_stage_memory) */
+                                       * micro-batch costs only the tensors the stage exchanges and
+                                       * its nodes' keep_bytes (pass_stage_memory) */
     int no_replicate;                 /* one device per stage */
     pass_schedule_kind schedule;
     pass_topology topo;
@@ -151,6 +152,8 @@ typedef struct pass_stage {
     uint64_t xch_bytes;               /* forward tensors received + sent per micro-batch (graph inputs
                                          and outputs included): what a held micro-batch keeps with
                                          recompute */
+    uint64_t keep_bytes;              /* sum of the nodes' keep_bytes: with recompute, what a held
+                                         micro-batch keeps besides xch_bytes */
     int held;                         /* micro-batches the memory term has one replica hold at once
                                          (pass_stage_held: a bound under 1F1B) */
     uint64_t memory_bytes;            /* cost-model memory per device */
@@ -173,7 +176,7 @@ typedef struct pass_plan {
     int *order;                       /* topological order the stages are ranges of */
     int n_stages;
     pass_stage *stages;
-    int devices, devices_used, microbatches, training, recompute;
+    int devices, devices_used, microbatches, training, recompute; /* recompute: pass_plan_opts' */
     pass_schedule_kind schedule;
     double bottleneck_ms;             /* max over stage and boundary times */
     double lower_bound_ms;            /* max(total work / g, largest node * ceil(M/r)/M, r = most replicas) */
@@ -208,6 +211,7 @@ typedef struct pass_stage_agg {
     uint64_t in_bytes, out_bytes;     /* per micro-batch, the forward tensors crossing the cut before
                                        * the stage (graph inputs for the first) and after it (graph
                                        * outputs for the last); read by the memory term with recompute */
+    uint64_t keep_bytes;              /* sum of the nodes' keep_bytes (recompute) */
 } pass_stage_agg;
 
 int pass_device_host(const pass_topology *t, int dev);
@@ -231,7 +235,8 @@ uint64_t pass_stage_held(const pass_plan_opts *o, int dev_first, int replicas);
 /* Memory per device of a stage whose devices end at dev_first + replicas: the weights
  * (with gradients and optimizer state when training) plus held x act_bytes; with
  * recompute, act_bytes (the micro-batch whose backward runs, its forward recomputed)
- * plus (held - 1) x (in_bytes + out_bytes), what each other held micro-batch keeps. */
+ * plus (held - 1) x (in_bytes + out_bytes + keep_bytes), what each other held
+ * micro-batch keeps. */
 uint64_t pass_stage_memory(const pass_plan_opts *o, const pass_stage_agg *s);
 
 #endif

@@ -30,6 +30,9 @@ typedef struct pass_dag_node {
     double bwd_ms;          /* backward time per micro-batch (training) */
     uint64_t param_bytes;   /* weights owned by the node */
     uint64_t act_bytes;     /* activations stashed per micro-batch until BWD */
+    uint64_t keep_bytes;    /* with re-materialisation: what the node keeps per micro-batch all the
+                               same (its outputs when the backward does not recompute it); 0 unless
+                               set by pass_dag_set_keep */
     int n_inputs, n_outputs;
     int *inputs;            /* tensor ids */
     int *outputs;           /* tensor ids */
@@ -65,6 +68,8 @@ void pass_dag_mark_output(pass_dag *d, int t);
 int pass_dag_add_node(pass_dag *d, const char *name, double fwd_ms, double bwd_ms,
                       uint64_t param_bytes, uint64_t act_bytes,
                       int n_in, const int *in, int n_out, const int *out);
+/* Set node id's keep_bytes. Returns 0, or -1 (no such node). */
+int pass_dag_set_keep(pass_dag *d, int id, uint64_t keep_bytes);
 /* Record the names of the nodes merged into node id (copied). Returns 0, or -1. */
 int pass_dag_set_fused(pass_dag *d, int id, int n, const char *const *names);
 /* Build consumer lists and check the graph is acyclic. Returns 0, or -1 with a

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "ir/diag.h"
+#include "passes/autodiff.h"
 
 static double now_ms(void) {
   struct timespec t;
@@ -70,11 +71,13 @@ int pass_plan_graph(ir_graph *g, const pass_profile_opts *po, const pass_plan_op
     for (int k = 0; k < nd->n_out; k++)
       if (nd->out[k] >= 0) outs[no++] = tensor_of[nd->out[k]];
     const pass_node_cost *c = &out->costs[i];
-    /* re-materialisation runs every forward node again in the backward */
-    double bwd = o->training ? c->bwd_ms + (o->recompute ? c->fwd_ms : 0.0) : 0.0;
+    /* re-materialisation runs a forward node again in the backward, or keeps its outputs */
+    int keeps = o->training && o->recompute && pass_recompute_keeps(g, nd, o->recompute);
+    double bwd = o->training ? c->bwd_ms + (o->recompute && !keeps ? c->fwd_ms : 0.0) : 0.0;
     int id = pass_dag_add_node(d, node_label(g, i, names, n_names), c->fwd_ms, bwd, c->param_bytes,
                                c->out_bytes, ni, ins, no, outs);
     IR_ASSERT(id == i);
+    if (keeps) pass_dag_set_keep(d, id, c->out_bytes);
     const ir_attr *fu = ir_attr_find(nd, "pipecc.fused_nodes");
     if (fu && fu->type == IR_ATTR_STRINGS && fu->n && pass_dag_set_fused(d, id, fu->n, fu->strings)) {
       ir_error(g, "planner: out of memory");

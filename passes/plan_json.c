@@ -43,7 +43,9 @@ int pass_plan_json_write(FILE *f, const pass_dag *d, const pass_plan *p, const p
     }
     fprintf(f, "  \"training\": %s,\n  \"schedule\": \"%s\",\n", p->training ? "true" : "false",
             p->schedule == PASS_SCHED_GPIPE ? "gpipe" : "1f1b");
-    if (p->training) fprintf(f, "  \"recompute\": %s,\n", p->recompute ? "true" : "false");
+    if (p->training)
+        fprintf(f, "  \"recompute\": %s,\n  \"recompute_selective\": %s,\n", p->recompute ? "true" : "false",
+                p->recompute == 2 /* PASS_RECOMPUTE_SELECTIVE */ ? "true" : "false");
     fprintf(f, "  \"topology\": {\"hosts\": %d, \"gpus_per_host\": %d, \"intra_gbps\": ", hosts, gph);
     jnum(f, o->topo.intra_gbps);
     fputs(", \"intra_lat_ms\": ", f);
@@ -109,10 +111,10 @@ int pass_plan_json_write(FILE *f, const pass_dag *d, const pass_plan *p, const p
         fputs(", \"comm_ms\": ", f);
         jnum(f, S->comm_ms);
         fprintf(f, ",\n     \"param_bytes\": %llu, \"activation_bytes\": %llu, \"exchange_bytes\": %llu, "
-                   "\"held_microbatches\": %d, \"memory_bytes\": %llu, \"peak_memory_bytes\": %llu,\n     "
+                   "\"kept_bytes\": %llu, \"held_microbatches\": %d, \"memory_bytes\": %llu, \"peak_memory_bytes\": %llu,\n     "
                    "\"instructions\": [",
                 (unsigned long long)S->param_bytes, (unsigned long long)S->act_bytes,
-                (unsigned long long)S->xch_bytes, S->held, (unsigned long long)S->memory_bytes,
+                (unsigned long long)S->xch_bytes, (unsigned long long)S->keep_bytes, S->held, (unsigned long long)S->memory_bytes,
                 (unsigned long long)S->peak_memory_bytes);
         if (p->streams)
             for (int i = 0; i < p->streams[k].n; i++)

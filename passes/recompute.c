@@ -20,7 +20,13 @@
  * case recompute). Not copied (their outputs are kept as before): Dropout (its mask is
  * drawn per call), nodes with subgraphs (If, Loop, Scan) or sequence values. A copy
  * leaves out the outputs the original writes back (a BatchNormalization's running
- * statistics in training mode: updated once per micro-batch, by the forward). */
+ * statistics in training mode: updated once per micro-batch, by the forward).
+ *
+ * The selective mode (`--recompute=selective`) keeps the outputs of the nodes that do
+ * most of the work too (Conv, MatMul, Gemm and their kin: pass_recompute_keeps) and
+ * recomputes only what lies between them and the backward (a BatchNorm and Relu after a
+ * Conv, a transformer's LayerNorm, GELU, Softmax and Adds): a held micro-batch costs
+ * those outputs as well, and the backward repeats only the cheap part of the forward. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,29 +35,43 @@
 
 typedef struct {
   ir_graph *g;
+  int mode;    /* PASS_RECOMPUTE_FULL or PASS_RECOMPUTE_SELECTIVE */
   int *copy;   /* node index -> its copy in the backward phase, -1: none yet */
   int n_nodes; /* nodes before the copies */
   int copies;
   int *stack, cap; /* copy_up's work list */
 } rc_ctx;
 
-/* A forward node whose work can run again in the backward phase of its stage. */
-static int recomputable(const ir_graph *g, const ir_node *n) {
-  if (n->dead || n->phase != IR_PHASE_FWD || n->stage < 0) return 0;
-  if (n->op == IR_OP_Dropout || n->op == IR_OP_UNKNOWN) return 0;
+int pass_recompute_keeps(const ir_graph *g, const ir_node *n, int mode) {
+  switch (n->op) {
+  case IR_OP_Dropout: /* its mask is drawn per call */
+  case IR_OP_UNKNOWN: return 1;
+  case IR_OP_Conv: case IR_OP_ConvTranspose: case IR_OP_ConvInteger: case IR_OP_QLinearConv:
+  case IR_OP_DeformConv: case IR_OP_Gemm: case IR_OP_MatMul: case IR_OP_MatMulInteger:
+  case IR_OP_QLinearMatMul: case IR_OP_Einsum: case IR_OP_RNN: case IR_OP_GRU: case IR_OP_LSTM:
+    if (mode == PASS_RECOMPUTE_SELECTIVE) return 1;
+    break;
+  default: break;
+  }
   for (int a = 0; a < n->n_attr; a++)
-    if (n->attr[a].type == IR_ATTR_GRAPH) return 0;
+    if (n->attr[a].type == IR_ATTR_GRAPH) return 1;
   for (int k = 0; k < n->n_in; k++)
-    if (n->in[k] >= 0 && g->values[n->in[k]].kind == IR_VAL_SEQ) return 0;
+    if (n->in[k] >= 0 && g->values[n->in[k]].kind == IR_VAL_SEQ) return 1;
   for (int k = 0; k < n->n_out; k++)
-    if (n->out[k] >= 0 && g->values[n->out[k]].kind == IR_VAL_SEQ) return 0;
-  return 1;
+    if (n->out[k] >= 0 && g->values[n->out[k]].kind == IR_VAL_SEQ) return 1;
+  return 0;
+}
+
+/* A forward node whose work runs again in the backward phase of its stage. */
+static int recomputable(const rc_ctx *c, const ir_node *n) {
+  if (n->dead || n->phase != IR_PHASE_FWD || n->stage < 0) return 0;
+  return !pass_recompute_keeps(c->g, n, c->mode);
 }
 
 /* Whether value v's producer is a forward node of `stage` that the backward copies. */
 static int copied_here(const rc_ctx *c, int v, int stage) {
   int p = c->g->values[v].producer;
-  return p >= 0 && p < c->n_nodes && c->g->nodes[p].stage == stage && recomputable(c->g, &c->g->nodes[p]);
+  return p >= 0 && p < c->n_nodes && c->g->nodes[p].stage == stage && recomputable(c, &c->g->nodes[p]);
 }
 
 /* Value v as the backward of `stage` reads it: the output of its producer's copy (made
@@ -143,8 +163,8 @@ static void copy_up(rc_ctx *c, int root, int stage) {
   }
 }
 
-int pass_recompute(ir_graph *g, int verbose) {
-  rc_ctx c = {g, NULL, g->n_nodes, 0, NULL, 256};
+int pass_recompute(ir_graph *g, int mode, int verbose) {
+  rc_ctx c = {g, mode, NULL, g->n_nodes, 0, NULL, 256};
   c.copy = ir_xcalloc((size_t)g->n_nodes + 1, sizeof *c.copy);
   for (int i = 0; i < g->n_nodes; i++) c.copy[i] = -1;
   c.stack = ir_xmalloc(sizeof *c.stack * (size_t)c.cap);
@@ -169,7 +189,7 @@ int pass_recompute(ir_graph *g, int verbose) {
   free(c.stack);
   free(c.copy);
   if (verbose)
-    fprintf(stderr, "pipecc: recompute: %d forward nodes copied into the backward; %d reads redirected, %d kept\n",
-            c.copies, redirected, kept);
+    fprintf(stderr, "pipecc: recompute (%s): %d forward nodes copied into the backward; %d reads redirected, %d kept\n",
+            mode == PASS_RECOMPUTE_SELECTIVE ? "selective" : "full", c.copies, redirected, kept);
   return g->n_errors ? -1 : 0;
 }

@@ -346,7 +346,7 @@ void pass_schedule_costs(const pass_plan_opts *o, const pass_plan *plan, pass_si
         if (o->training && o->recompute) { /* as pass_stage_memory */
             c[k].recompute = 1;
             c[k].work_bytes = S->act_bytes;
-            c[k].act_bytes = S->xch_bytes;
+            c[k].act_bytes = S->xch_bytes + S->keep_bytes;
         }
     }
 }

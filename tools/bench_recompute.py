@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
-"""tools/bench_recompute.py - what re-materialisation (`pipecc --train --recompute`) saves
-and costs on a training model: the same model built twice (with and without
---recompute, PIPECC_SPLIT=even so both have the same G stages), then
+"""tools/bench_recompute.py - what re-materialisation (`pipecc --train --recompute`, and
+`--recompute=selective`) saves and costs on a training model: the same model built three
+times (without, with --recompute=selective and with --recompute, PIPECC_SPLIT=even so all
+have the same G stages), then
 
   1. `pipeline train --steps 3` of each on the same data: the trained weights and the
      gradients (--save, --save-grads) compared byte for byte;
   2. each stage's peak of held activation sets (the runtime's `memory:` line) and the
      stages' arenas (the stage sources' headers);
   3. ROUNDS interleaved rounds of `pipeline train --steps STEPS` on cores 0..G-1 (the
-     order swapped every round): samples/s from the runs' logs (the last step's line),
-     and the median ratio with / without.
+     order rotated every round): samples/s from the runs' logs (the last step's line),
+     and the median ratios with / without.
 
   /usr/bin/python3 tools/bench_recompute.py [--model NAME] [-g G] [-m M] [--batch-repeat R]
                                             [--steps S] [--rounds N] [--work DIR]
@@ -53,11 +54,12 @@ def main():
     np.save(os.path.join(work, "Y.npy"), y)
     data = ["--data", os.path.join(work, "X.npy"), "--labels", os.path.join(work, "Y.npy"), "--no-shuffle"]
     shape = iname + ":" + "x".join(map(str, x.shape))
-    dirs = {rc: os.path.join(work, "recompute" if rc else "plain") for rc in (False, True)}
+    MODES = ("", "selective", "full")
+    dirs = {rc: os.path.join(work, "recompute-" + rc if rc else "plain") for rc in MODES}
     env = dict(os.environ, PIPECC_SPLIT="even")
     for rc, d in dirs.items():
         cmd = [a.pipecc, path, "-o", d, "--shape", shape, "-g", str(a.g), "-m", str(a.m)] + \
-            tc.pipecc_args(loss, opt, "--train") + (["--recompute"] if rc else [])
+            tc.pipecc_args(loss, opt, "--train") + (["--recompute=" + rc] if rc else [])
         r = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if r.returncode:
             sys.exit("bench_recompute: pipecc failed:\n" + r.stderr[-3000:])
@@ -75,28 +77,29 @@ def main():
                 m = re.search(r"arena (\d+) bytes", open(os.path.join(d, f)).read(4096))
                 b = int(m.group(1)) if m else -1
                 arenas.append("?" if b < 0 else "%.1f MB" % (b / 1e6) if b >= 1e6 else "%.1f KB" % (b / 1e3))
-        print("  %-13s %s; arenas %s" % ("--recompute:" if rc else "without:", mem[0] if mem else "(no memory line)",
-                                         ", ".join(arenas)))
+        print("  %-23s %s; arenas %s" % ("--recompute=%s:" % rc if rc else "without:",
+                                         mem[0] if mem else "(no memory line)", ", ".join(arenas)))
         saved[rc] = [dict(np.load(os.path.join(d, f))) for f in ("w.npz", "g.npz")]
-    same = all(sorted(saved[False][i]) == sorted(saved[True][i]) and
-               all(saved[False][i][k].tobytes() == saved[True][i][k].tobytes() for k in saved[False][i])
-               for i in (0, 1))
-    print("  weights and gradients after 3 steps: %s" % ("bitwise equal" if same else "DIFFER"))
+    same = all(sorted(saved[""][i]) == sorted(saved[rc][i]) and
+               all(saved[""][i][k].tobytes() == saved[rc][i][k].tobytes() for k in saved[""][i])
+               for i in (0, 1) for rc in MODES[1:])
+    print("  weights and gradients after 3 steps: %s" % ("bitwise equal in all three" if same else "DIFFER"))
     # each run on cores 0..G-1 (as the figures in the README were taken)
     pin = ["taskset", "-c", ",".join(str(i) for i in range(min(a.g, os.cpu_count() or 1)))] \
         if subprocess.run(["which", "taskset"], capture_output=True).returncode == 0 else []
-    sps = {False: [], True: []}
+    sps = {rc: [] for rc in MODES}
     for k in range(a.rounds):
-        for rc in ((False, True) if k % 2 == 0 else (True, False)):
+        for rc in MODES[k % 3:] + MODES[:k % 3]:
             log = os.path.join(dirs[rc], "bench.csv")
             r = subprocess.run(pin + [os.path.join(dirs[rc], "pipeline"), "train", "--steps", str(a.steps), "--quiet",
                                 "--log", log] + data, capture_output=True, text=True)
             if r.returncode:
                 sys.exit("bench_recompute: pipeline train failed:\n" + r.stderr[-2000:])
             sps[rc].append(float(open(log).read().splitlines()[-1].split(",")[-1]))
-    print("  samples/s without: %s" % ", ".join("%.2f" % v for v in sps[False]))
-    print("  samples/s with:    %s" % ", ".join("%.2f" % v for v in sps[True]))
-    print("  --recompute / without: median %.3fx" % (np.median(sps[True]) / np.median(sps[False])))
+    for rc in MODES:
+        print("  samples/s %-23s %s" % ("--recompute=%s:" % rc if rc else "without:", ", ".join("%.2f" % v for v in sps[rc])))
+    for rc in MODES[1:]:
+        print("  --recompute=%s / without: median %.3fx" % (rc, np.median(sps[rc]) / np.median(sps[""])))
     return 0 if same else 1
 
 

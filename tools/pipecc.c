@@ -87,6 +87,9 @@ static void usage(FILE *f) {
       "                         forward, so a stage keeps per micro-batch only the tensors it\n"
       "                         exchanges with other stages (GPipe's; one more forward per\n"
       "                         micro-batch, same trained bits; --memory-limit counts it)\n"
+      "  --recompute=selective  keep the outputs of Conv, MatMul, Gemm (the costly nodes) too and\n"
+      "                         recompute only the cheap nodes between them (--recompute=full: as\n"
+      "                         --recompute)\n"
       "\n"
       "Output:\n"
       "  -o, --out DIR          write plan.json, report.html, the stage sources and DIR/pipeline\n"
@@ -583,8 +586,12 @@ int main(int argc, char **argv) {
       else topts.optimizer = v;
     } else if (IS("--nesterov")) {
       topts.nesterov = 1;
-    } else if (IS("--recompute")) {
-      topts.recompute = 1;
+    } else if (IS("--recompute") || IS("--recompute=full")) {
+      topts.recompute = PASS_RECOMPUTE_FULL;
+    } else if (IS("--recompute=selective")) {
+      topts.recompute = PASS_RECOMPUTE_SELECTIVE;
+    } else if (!strncmp(a, "--recompute=", 12)) {
+      return cli_error("unknown --recompute mode '%s' (full, selective)", a + 12);
     } else if (IS("--lr") || IS("--momentum") || IS("--weight-decay") || IS("--beta1") || IS("--beta2") || IS("--eps")) {
       const char *v = NEXT();
       double x;
@@ -646,7 +653,8 @@ int main(int argc, char **argv) {
   if (train_step) microbatches = 1;
   if (train && !train_step && profile_run) return cli_error("%s: profile the forward model (without --train)", "--profile-run");
   if (topts.recompute && (!train || train_step))
-    return cli_error("%s: re-materialisation is for pipelined training programs (--train)", "--recompute");
+    return cli_error("%s: re-materialisation is for pipelined training programs (--train)",
+                     topts.recompute == PASS_RECOMPUTE_SELECTIVE ? "--recompute=selective" : "--recompute");
   int train_prog = train && !train_step; /* the pipelined training program */
 
   /* The default micro-batch count is on trial: a model that does not split into it (a
@@ -932,7 +940,7 @@ int main(int argc, char **argv) {
   pass_plan_opts_default(&po, g_devices);
   po.microbatches = microbatches;
   po.training = train_prog; /* a training step function is planned as a function */
-  po.recompute = train_prog && topts.recompute;
+  po.recompute = train_prog ? topts.recompute : 0;
   /* optimizer state per weight byte: Adam's m and v, SGD's momentum buffer or none */
   if (train_prog)
     po.optimizer_state_factor = topts.optimizer && strncmp(topts.optimizer, "adam", 4) == 0 ? 2.0

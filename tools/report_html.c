@@ -391,7 +391,10 @@ int report_html_write(FILE *f, const ir_graph *g, const pass_planned *P, const p
   card(f, "devices (g)", buf, s, 0);
   snprintf(buf, sizeof buf, "%d", pl->microbatches);
   int so = snprintf(s, sizeof s, "%s \xC2\xB7 %s", pl->schedule == PASS_SCHED_GPIPE ? "GPipe" : "1F1B",
-                    pl->training ? (pl->recompute ? "training, recomputed forward" : "training") : "inference");
+                    !pl->training        ? "inference"
+                    : pl->recompute == 2 ? "training, cheap forward nodes recomputed"
+                    : pl->recompute      ? "training, recomputed forward"
+                                         : "training");
   /* the default count searched (pipecc -m): each count tried and its predicted iteration */
   for (int k = 0; k < o->mb_search_n && so < (int)sizeof s - 48; k++) {
     if (o->mb_search_ms[k] < 0)

@@ -57,7 +57,8 @@
         --no-shuffle` on random data for every g against the cpu target's g=1 program:
         loss, every gradient (--save-grads) and weight (--save) within rel-L2 1e-3 with
         --no-tf32 (tolerance not yet measured on a GPU); then the last g again with
-        --recompute (re-materialisation): bitwise the same weights, gradients and losses.
+        --recompute and --recompute=selective (re-materialisation): bitwise the same
+        weights, gradients and losses.
 
     --step labels:2 --label-high 10 (both modes)
         The one-step training program instead (STEP_ARGS: cross-entropy loss, SGD, one
@@ -292,22 +293,24 @@ def run_program(a, name, work, stages):
     if last:
         # re-materialisation (--recompute): the backward parts run copies of the forward
         # nodes, the same kernels on the same operands: the same bits as without it
+        # (--recompute=selective: copies of the cheap nodes only, the same bits too)
         g, got = last
-        d = os.path.join(work, f"program_g{g}_recompute")
-        good, dt = build(a, g, d, ["--no-tf32", "--recompute"])
-        rc = train(d, f"g={g} --recompute") if good else None
-        srcs = "".join(open(os.path.join(d, f)).read() for f in os.listdir(d) if re.match(r"stage_\d+\.cu$", f)) if good else ""
-        copies = len(set(re.findall(r"node \d+: \w+ '([^']*/recompute)'", srcs)))
-        same = rc is not None and sorted(rc) == sorted(got) and all(rc[k].tobytes() == got[k].tobytes() for k in got)
-        if not same or not copies:
-            bad = [k for k in got if rc is None or k not in rc or rc[k].tobytes() != got[k].tobytes()]
-            print(f"FAIL {name} g={g} --recompute: {copies} recomputed nodes; differs from the build without it in {bad[:5]}")
-            ok = False
-        else:
-            print(f"{name} training program g={g} --recompute: build {dt:.1f} s, {copies} forward nodes recomputed, "
-                  "weights, gradients and losses bitwise those without it")
-        if not a.keep:
-            shutil.rmtree(d, ignore_errors=True)
+        for flag in ("--recompute", "--recompute=selective"):
+            d = os.path.join(work, f"program_g{g}_{flag.lstrip('-').replace('=', '_')}")
+            good, dt = build(a, g, d, ["--no-tf32", flag])
+            rc = train(d, f"g={g} {flag}") if good else None
+            srcs = "".join(open(os.path.join(d, f)).read() for f in os.listdir(d) if re.match(r"stage_\d+\.cu$", f)) if good else ""
+            copies = len(set(re.findall(r"node \d+: \w+ '([^']*/recompute)'", srcs)))
+            same = rc is not None and sorted(rc) == sorted(got) and all(rc[k].tobytes() == got[k].tobytes() for k in got)
+            if not same or not copies:
+                bad = [k for k in got if rc is None or k not in rc or rc[k].tobytes() != got[k].tobytes()]
+                print(f"FAIL {name} g={g} {flag}: {copies} recomputed nodes; differs from the build without it in {bad[:5]}")
+                ok = False
+            else:
+                print(f"{name} training program g={g} {flag}: build {dt:.1f} s, {copies} forward nodes recomputed, "
+                      "weights, gradients and losses bitwise those without it")
+            if not a.keep:
+                shutil.rmtree(d, ignore_errors=True)
     print(("PASS " if ok else "FAIL ") + name)
     return 0 if ok else 1
 

@@ -137,14 +137,17 @@ static inline void check_plan_invariants(const pass_dag *d, const pass_plan_opts
         CHECK(S->replicas >= 1, "replicas");
         if (o->no_replicate) CHECK(S->replicas == 1, "no_replicate but stage %d has %d replicas", k, S->replicas);
         dev += S->replicas;
-        uint64_t gb, cin = pass_cut_bytes(d, in, &gb);
+        uint64_t gb, cin = pass_cut_bytes(d, in, &gb), keep = 0;
         for (int i = 0; i < S->n_nodes; i++) {
+            keep += d->nodes[S->nodes[i]].keep_bytes;
             int v = S->nodes[i];
             CHECK(stage_of[v] == -1, "node %d in two stages", v);
             stage_of[v] = k;
             in[v] = 1;
         }
         CHECK(pass_is_downset(d, in), "stages 0..%d are not a down-set (not linear/convex)", k);
+        CHECK(S->keep_bytes == keep, "stage %d keeps %llu bytes, its nodes %llu", k, (unsigned long long)S->keep_bytes,
+              (unsigned long long)keep);
         CHECK(S->xch_bytes == cin + pass_cut_bytes(d, in, &gb), "stage %d exchanges %llu bytes, not the cuts' %llu",
               k, (unsigned long long)S->xch_bytes, (unsigned long long)(cin + pass_cut_bytes(d, in, &gb)));
         if (o->mem_limit) CHECK(S->memory_bytes <= o->mem_limit, "stage %d memory %llu > limit", k,

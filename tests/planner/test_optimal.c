@@ -19,9 +19,10 @@
 static void agg_of(const pass_dag *d, const unsigned char *set, pass_stage_agg *a)
 {
     a->fwd_ms = a->bwd_ms = 0;
-    a->param_bytes = a->act_bytes = 0;
+    a->param_bytes = a->act_bytes = a->keep_bytes = 0;
     for (int v = 0; v < d->n_nodes; v++)
         if (set[v]) {
+            a->keep_bytes += d->nodes[v].keep_bytes;
             a->fwd_ms += d->nodes[v].fwd_ms;
             a->bwd_ms += d->nodes[v].bwd_ms;
             a->param_bytes += d->nodes[v].param_bytes;
@@ -102,6 +103,7 @@ static double all_convex_optimum(const pass_dag *d, const pass_plan_opts *o)
     if (S < 0) abort();
     double *fw = malloc(sizeof(double) * (size_t)S), *bw = malloc(sizeof(double) * (size_t)S);
     uint64_t *P = malloc(sizeof(uint64_t) * (size_t)S), *A = malloc(sizeof(uint64_t) * (size_t)S);
+    uint64_t *K = malloc(sizeof(uint64_t) * (size_t)S);
     uint64_t *cut = malloc(sizeof(uint64_t) * (size_t)S), *cutg = malloc(sizeof(uint64_t) * (size_t)S);
     double *best = malloc(sizeof(double) * (size_t)S * (size_t)(g + 1));
     unsigned char set[64];
@@ -109,7 +111,7 @@ static double all_convex_optimum(const pass_dag *d, const pass_plan_opts *o)
         for (int v = 0; v < n; v++) set[v] = (ds[i] >> v) & 1;
         pass_stage_agg a;
         agg_of(d, set, &a);
-        fw[i] = a.fwd_ms; bw[i] = a.bwd_ms; P[i] = a.param_bytes; A[i] = a.act_bytes;
+        fw[i] = a.fwd_ms; bw[i] = a.bwd_ms; P[i] = a.param_bytes; A[i] = a.act_bytes; K[i] = a.keep_bytes;
         cut[i] = pass_cut_bytes(d, set, &cutg[i]);
         for (int m = 0; m <= g; m++) best[i * (g + 1) + m] = INFINITY;
     }
@@ -124,7 +126,7 @@ static double all_convex_optimum(const pass_dag *d, const pass_plan_opts *o)
                     double prev = best[i * (g + 1) + (m - r)];
                     if (!isfinite(prev)) continue;
                     pass_stage_agg a = {fw[j] - fw[i], bw[j] - bw[i], P[j] - P[i], A[j] - A[i], m - r, r,
-                                        cut[i], cut[j]};
+                                        cut[i], cut[j], K[j] - K[i]};
                     if (o->mem_limit && pass_stage_memory(o, &a) > o->mem_limit) continue;
                     double v = pass_stage_time(o, &a);
                     if (prev > v) v = prev;
@@ -139,7 +141,7 @@ static double all_convex_optimum(const pass_dag *d, const pass_plan_opts *o)
     double r = INFINITY;
     for (int m = 1; m <= g; m++)
         if (best[(S - 1) * (g + 1) + m] < r) r = best[(S - 1) * (g + 1) + m];
-    free(ds); free(fw); free(bw); free(P); free(A); free(cut); free(cutg); free(best);
+    free(ds); free(fw); free(bw); free(P); free(A); free(K); free(cut); free(cutg); free(best);
     return r;
 }
 
@@ -340,6 +342,9 @@ int main(int argc, char **argv)
         int n = rng_int(3, 10), shape = it % SHAPE_COUNT;
         pass_dag d;
         random_dag(&d, n, shape);
+        /* selective recompute: some nodes keep their outputs */
+        for (int v = 0; v < n; v++)
+            if (rng_int(0, 2) == 0) pass_dag_set_keep(&d, v, d.nodes[v].act_bytes);
         pass_plan_opts o;
         pass_plan_opts_default(&o, rng_int(2, 4));
         o.microbatches = rng_int(3, 8);

@@ -252,7 +252,7 @@ static void test_replica_cap(void)
     pass_plan_opts o;
     pass_plan_opts_default(&o, 8);
     o.microbatches = 4;
-    pass_stage_agg a = {3.0, 0.0, 0, 0, 0, 3, 0, 0};
+    pass_stage_agg a = {3.0, 0.0, 0, 0, 0, 3, 0, 0, 0};
     CHECK(fabs(pass_stage_time(&o, &a) - 3.0 * 2 / 4) < 1e-12, "r=3 M=4: %g want 1.5", pass_stage_time(&o, &a));
     a.replicas = 8;
     CHECK(fabs(pass_stage_time(&o, &a) - 3.0 / 4) < 1e-12, "r=8 M=4: %g want 0.75", pass_stage_time(&o, &a));
@@ -306,7 +306,7 @@ static void test_attach(void)
             /* the model: weights x (1, or 2 + optimizer state when training), then held x
              * activations, or with recompute one micro-batch's plus (held - 1) x exchanged */
             uint64_t stat = S->param_bytes * (o.training ? 4 : 1);
-            uint64_t want = o.recompute ? stat + S->act_bytes + (uint64_t)(S->held - 1) * S->xch_bytes
+            uint64_t want = o.recompute ? stat + S->act_bytes + (uint64_t)(S->held - 1) * (S->xch_bytes + S->keep_bytes)
                                         : stat + (uint64_t)S->held * S->act_bytes;
             CHECK(S->held >= 1 && (o.training || S->held == 1) && S->memory_bytes == want,
                   "stage %d: memory %llu, held %d, want %llu", k, (unsigned long long)S->memory_bytes, S->held,

@@ -155,72 +155,114 @@ def case_memory():
 def case_recompute():
     d, path, loss, opt, data = convnet_case("recompute", 5, 8)
     P, M = 4, 8
+    SUFFIX = {"": "", "full": "-rc", "selective": "-sel"}
+    COSTLY = ("Conv", "ConvTranspose", "MatMul", "Gemm")
     for sched in ("1f1b", "gpipe"):
-        res, plans = {}, {}
-        for rc in (False, True):
-            tag = sched + ("-rc" if rc else "")
+        res, plans, ops = {}, {}, {}
+        for rc in ("", "full", "selective"):
+            tag = sched + SUFFIX[rc]
             args = ["--shape", "input:8x3x16x16", "-g", str(P), "-m", str(M), "--schedule", sched,
-                    "--plan-only"] + tc.pipecc_args(loss, opt, "--train") + (["--recompute"] if rc else [])
+                    "--plan-only"] + tc.pipecc_args(loss, opt, "--train") + (["--recompute=" + rc] if rc else [])
+            if rc == "full":
+                args[-1] = "--recompute"
             plan = os.path.join(d, tag + "-plan")
             compile_(path, plan, args)
             with open(os.path.join(plan, "plan.json")) as f:
                 pj = json.load(f)
-            check(pj.get("recompute") is rc, "%s: plan.json's recompute flag" % tag)
+            check(pj.get("recompute") is bool(rc) and pj.get("recompute_selective") is (rc == "selective"),
+                  "%s: plan.json's recompute flags" % tag)
             plans[rc] = [sum(st[k] for st in pj["stages"]) for k in ("fwd_ms", "bwd_ms")]
             exe = compile_(path, os.path.join(d, tag), [a for a in args if a != "--plan-only"])
             r = train(exe, data + ["--steps", "2", "--no-shuffle", "--save", os.path.join(d, tag + ".npz"),
                                    "--save-grads", os.path.join(d, tag + "-g.npz"), "--log", os.path.join(d, tag + ".csv")])
             src = "".join(open(os.path.join(d, tag, f)).read() for f in sorted(os.listdir(os.path.join(d, tag)))
                           if re.match(r"stage_\d+\.c$", f))
-            copies = len(set(re.findall(r"node \d+: \w+ '([^']*/recompute)'", src)))
-            check((copies > 0) == rc, "%s: %d recomputed forward nodes in the stage code" % (tag, copies))
+            ops[rc] = {name: op for op, name in re.findall(r"node \d+: (\w+) '([^']*/recompute)'", src)}
+            check((len(ops[rc]) > 0) == bool(rc), "%s: %d recomputed forward nodes in the stage code" % (tag, len(ops[rc])))
             res[rc] = (peak_lines(r.stdout, P), npz(os.path.join(d, tag + ".npz")), npz(os.path.join(d, tag + "-g.npz")),
                        [ln.rsplit(",", 1)[0] for ln in open(os.path.join(d, tag + ".csv"))])  # (not samples/s)
-        # the planner counts each node's forward again in its backward
-        (f0, b0), (f1, b1) = plans[False], plans[True]
-        check(abs(f1 - f0) <= 1e-9 * f0 and abs(b1 - (b0 + f0)) <= 1e-6 * (b0 + f0),
-              "%s: planned forward/backward ms %.6g/%.6g with --recompute, %.6g/%.6g without" % (sched, f1, b1, f0, b0))
-        (pk0, w0, g0, log0), (pk1, w1, g1, log1) = res[False], res[True]
-        same_bits(w0, w1, sched + ": weights with and without --recompute")
-        same_bits(g0, g1, sched + ": gradients with and without --recompute")
-        check(log0 == log1, sched + ": the loss logs differ with --recompute")
-        for s in range(P):
-            check(pk0[s][1] == pk1[s][1], "%s: stage %d held %d micro-batches with --recompute, %d without" %
-                  (sched, s, pk1[s][1], pk0[s][1]))
-        # (a later stage's figure also counts the gradient sets it sent and that are not
-        # yet consumed, which moves with thread timing; stage 0 sends none)
-        check(pk1[0][0] < pk0[0][0], "%s: stage 0 held %.0f bytes with --recompute, %.0f without" %
-              (sched, pk1[0][0], pk0[0][0]))
+        # full: every forward node again; selective: the cheap ones between the costly ones
+        costly = [n for n, op in ops["full"].items() if op in COSTLY]
+        check(costly and not [n for n, op in ops["selective"].items() if op in COSTLY] and
+              0 < len(ops["selective"]) < len(ops["full"]) and set(ops["selective"]) <= set(ops["full"]),
+              "%s: recomputed %s (full) and %s (selective)" % (sched, sorted(ops["full"].values()),
+                                                              sorted(ops["selective"].values())))
+        # the planner counts each recomputed node's forward again in its backward
+        (f0, b0), (f1, b1), (f2, b2) = plans[""], plans["full"], plans["selective"]
+        check(abs(f1 - f0) <= 1e-9 * f0 and abs(b1 - (b0 + f0)) <= 1e-6 * (b0 + f0) and
+              abs(f2 - f0) <= 1e-9 * f0 and b0 < b2 < b1,
+              "%s: planned forward/backward ms %.6g/%.6g (full), %.6g/%.6g (selective), %.6g/%.6g without" % (
+                  sched, f1, b1, f2, b2, f0, b0))
+        (pk0, w0, g0, log0) = res[""]
+        for rc in ("full", "selective"):
+            pk1, w1, g1, log1 = res[rc]
+            same_bits(w0, w1, "%s: weights with and without --recompute=%s" % (sched, rc))
+            same_bits(g0, g1, "%s: gradients with and without --recompute=%s" % (sched, rc))
+            check(log0 == log1, "%s: the loss logs differ with --recompute=%s" % (sched, rc))
+            for s in range(P):
+                check(pk0[s][1] == pk1[s][1], "%s: stage %d held %d micro-batches with --recompute=%s, %d without" %
+                      (sched, s, pk1[s][1], rc, pk0[s][1]))
         # what a stage's forward hands on is now only what other stages read (or the graph's
-        # outputs), and stage 0 (which sends no gradients) holds exactly that per micro-batch
-        descs = {}
-        for k in range(P):
-            text = open(os.path.join(d, sched + "-rc", "stage_%d.c" % k)).read()
-            descs[k] = {part: re.findall(r'^  \{"([^"]+)", \d+, \d+, \{[\d, ]*\}, (\d+)u\},$',
-                                         text.split("static const pipert_tensor_desc %s[" % part)[1].split("};")[0], re.M)
-                        for part in ("stage_inputs", "stage_outputs")}
-        for k in range(P):
-            read = {n for j in range(P) if j != k for n, _ in descs[j]["stage_inputs"]} | {"loss", "output"}
-            extra = [n for n, _ in descs[k]["stage_outputs"] if n not in read]
-            check(not extra, "%s: stage %d keeps forward values with --recompute: %s" % (sched, k, extra))
-        set0 = sum((int(b) + 255) // 256 * 256 for _, b in descs[0]["stage_outputs"])
-        check(pk1[0][0] == pk1[0][1] * set0, "%s: stage 0 held %.0f bytes with --recompute, expected %d micro-batches "
-              "of the %d bytes it sends" % (sched, pk1[0][0], pk1[0][1], set0))
-        print("%s: peak held activations per stage without / with --recompute: %s (recomputed nodes: %d)" % (
-            sched, ", ".join("%.1f / %.1f KiB" % (a[0] / 1024, b[0] / 1024) for a, b in zip(pk0, pk1)), copies))
+        # outputs; selective: and the costly nodes' outputs), and stage 0 (which sends no
+        # gradients) holds exactly that per micro-batch (a later stage's figure also counts
+        # the gradient sets it sent and that are not yet consumed, which moves with thread
+        # timing)
+        pkf, pks = res["full"][0], res["selective"][0]
+        handed = {}  # per mode, per stage: bytes of the forward's set of one micro-batch
+        for rc in ("", "full", "selective"):
+            descs = {}
+            for k in range(P):
+                text = open(os.path.join(d, sched + SUFFIX[rc], "stage_%d.c" % k)).read()
+                descs[k] = {part: re.findall(r'^  \{"([^"]+)", \d+, \d+, \{[\d, ]*\}, (\d+)u\},$',
+                                             text.split("static const pipert_tensor_desc %s[" % part)[1].split("};")[0], re.M)
+                            for part in ("stage_inputs", "stage_outputs")}
+            handed[rc] = [sum(int(n) for _, n in descs[k]["stage_outputs"]) for k in range(P)]
+            if not rc:
+                continue
+            kept = {}
+            for k in range(P):
+                read = {n for j in range(P) if j != k for n, _ in descs[j]["stage_inputs"]} | {"loss", "output"}
+                extra = [n for n, _ in descs[k]["stage_outputs"] if n not in read]
+                kept[k] = [n for n in extra if rc == "selective" and any("/%s_output" % op in n for op in COSTLY)]
+                extra = [n for n in extra if n not in kept[k]]
+                check(not extra, "%s: stage %d keeps forward values with --recompute=%s: %s" % (sched, k, rc, extra))
+            check((rc == "selective") == bool(kept[0]), "%s: stage 0 keeps %s with --recompute=%s" % (sched, kept[0], rc))
+            set0 = sum((int(b) + 255) // 256 * 256 for _, b in descs[0]["stage_outputs"])
+            pk1 = res[rc][0]
+            check(pk1[0][0] == pk1[0][1] * set0, "%s: stage 0 held %.0f bytes with --recompute=%s, expected %d "
+                  "micro-batches of the %d bytes it sends or keeps" % (sched, pk1[0][0], rc, pk1[0][1], set0))
+        h0, hf, hs = handed[""], handed["full"], handed["selective"]
+        check(all(x <= y <= z for x, y, z in zip(hf, hs, h0)) and sum(hf) < sum(hs) < sum(h0),
+              "%s: bytes a micro-batch's forward hands on per stage: %s (full), %s (selective), %s without" % (
+                  sched, hf, hs, h0))
+        check(pkf[0][0] < pk0[0][0] and pkf[0][0] <= pks[0][0] <= pk0[0][0],
+              "%s: stage 0 held %.0f bytes with --recompute, %.0f with --recompute=selective, %.0f without" % (
+                  sched, pkf[0][0], pks[0][0], pk0[0][0]))
+        print("%s: a micro-batch's forward hands on %s bytes per stage without, %s with --recompute=selective, %s "
+              "with --recompute" % (sched, h0, hs, hf))
+        print("%s: peak held activations per stage without / --recompute / --recompute=selective: %s "
+              "(recomputed nodes: %d / %d)" % (sched, ", ".join(
+                  "%.1f / %.1f / %.1f KiB" % (a[0] / 1024, b[0] / 1024, c[0] / 1024) for a, b, c in zip(pk0, pkf, pks)),
+                  len(ops["full"]), len(ops["selective"])))
     # the planner's memory term credits it: a held micro-batch costs the forward tensors the
     # stage exchanges (received + sent), plus one micro-batch's activations while its
     # backward runs; under a limit that no plan of the plain program meets (GPipe holds
     # all M micro-batches), the --recompute program plans
-    pj = {rc: json.load(open(os.path.join(d, "gpipe%s-plan" % ("-rc" if rc else ""), "plan.json"))) for rc in (0, 1)}
-    s0 = pj[0]["stages"][0]
+    # (selective: plus the outputs of the costly nodes, kept_bytes)
+    pj = {rc: json.load(open(os.path.join(d, "gpipe%s-plan" % SUFFIX[rc], "plan.json"))) for rc in SUFFIX}
+    s0 = pj[""]["stages"][0]
     f = (s0["memory_bytes"] - s0["held_microbatches"] * s0["activation_bytes"]) / s0["param_bytes"]
     check(f in (2, 3, 4), "weights, gradients and optimizer state: %g bytes per weight byte" % f)
-    for k, st in enumerate(pj[1]["stages"]):
-        want = f * st["param_bytes"] + st["activation_bytes"] + (st["held_microbatches"] - 1) * st["exchange_bytes"]
-        check(st["held_microbatches"] == -(-M // st["replicas"]) and st["memory_bytes"] == want and st["peak_memory_bytes"] == want,
-              "gpipe --recompute stage %d: memory %d (peak %d), held %d, expected %d" % (
-                  k, st["memory_bytes"], st["peak_memory_bytes"], st["held_microbatches"], want))
+    for rc in ("full", "selective"):
+        for k, st in enumerate(pj[rc]["stages"]):
+            want = f * st["param_bytes"] + st["activation_bytes"] + (st["held_microbatches"] - 1) * (
+                st["exchange_bytes"] + st["kept_bytes"])
+            check(st["held_microbatches"] == -(-M // st["replicas"]) and st["memory_bytes"] == want and
+                  st["peak_memory_bytes"] == want and (st["kept_bytes"] > 0) == (rc == "selective"),
+                  "gpipe --recompute=%s stage %d: memory %d (peak %d), held %d, kept %d, expected %d" % (
+                      rc, k, st["memory_bytes"], st["peak_memory_bytes"], st["held_microbatches"], st["kept_bytes"],
+                      want))
+    pj = {0: pj[""], 1: pj["full"]}
     limit = max(st["memory_bytes"] for st in pj[1]["stages"])
     check(limit < max(st["memory_bytes"] for st in pj[0]["stages"]), "--recompute did not lower the plan's memory")
     args = ["--shape", "input:8x3x16x16", "-g", str(P), "-m", str(M), "--schedule", "gpipe", "--plan-only",
@@ -237,11 +279,16 @@ def case_recompute():
           "--recompute plans" % ([st["memory_bytes"] for st in pj[0]["stages"]],
                                   [st["memory_bytes"] for st in pj[1]["stages"]], limit))
     # --recompute without --train (inference, or the one-step function): one line, exit 2
-    for extra in ([], ["--train-step", "--loss", "cross-entropy"]):
-        r = run([A.pipecc, path, "-o", os.path.join(d, "bad"), "--shape", "input:8x3x16x16", "-g", "2", "--plan-only",
-                 "--recompute"] + extra)
-        check(r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--recompute" in r.stderr and
-              "--train" in r.stderr, "--recompute %s: exit %d, %r" % (" ".join(extra), r.returncode, r.stderr))
+    for flag in ("--recompute", "--recompute=selective"):
+        for extra in ([], ["--train-step", "--loss", "cross-entropy"]):
+            r = run([A.pipecc, path, "-o", os.path.join(d, "bad"), "--shape", "input:8x3x16x16", "-g", "2", "--plan-only",
+                     flag] + extra)
+            check(r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and flag in r.stderr and
+                  "--train" in r.stderr, "%s %s: exit %d, %r" % (flag, " ".join(extra), r.returncode, r.stderr))
+    r = run([A.pipecc, path, "-o", os.path.join(d, "bad"), "--shape", "input:8x3x16x16", "--plan-only", "--train",
+             "--recompute=some"])
+    check(r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "'some'" in r.stderr and
+          "selective" in r.stderr, "--recompute=some: exit %d, %r" % (r.returncode, r.stderr))
     print("ok recompute")
 
 
