@@ -122,6 +122,16 @@ int pass_dag_set_keep(pass_dag *d, int id, uint64_t keep_bytes)
     return 0;
 }
 
+int pass_dag_set_recompute(pass_dag *d, int id, const double ms[2], const uint64_t keep[2])
+{
+    if (id < 0 || id >= d->n_nodes || !(ms[0] >= 0) || !(ms[1] >= 0)) return -1;
+    for (int q = 0; q < 2; q++) {
+        d->nodes[id].rc_ms[q] = ms[q];
+        d->nodes[id].rc_keep[q] = keep[q];
+    }
+    return 0;
+}
+
 int pass_dag_set_fused(pass_dag *d, int id, int n, const char *const *names)
 {
     if (id < 0 || id >= d->n_nodes || n < 0) return -1;
@@ -287,6 +297,10 @@ void pass_states_free(pass_states *st)
     free(st->param);
     free(st->act);
     free(st->keep);
+    for (int q = 0; q < 2; q++) {
+        free(st->rcw[q]);
+        free(st->rck[q]);
+    }
     free(st->cut);
     free(st->cut_grad);
     memset(st, 0, sizeof *st);
@@ -305,9 +319,15 @@ static int states_alloc(int n, pass_order_kind kind, pass_states *st)
     st->param = malloc(sizeof(uint64_t) * s1);
     st->act = malloc(sizeof(uint64_t) * s1);
     st->keep = malloc(sizeof(uint64_t) * s1);
+    int rc_ok = 1;
+    for (int q = 0; q < 2; q++) {
+        st->rcw[q] = malloc(sizeof(double) * s1);
+        st->rck[q] = malloc(sizeof(uint64_t) * s1);
+        rc_ok &= st->rcw[q] && st->rck[q];
+    }
     st->cut = calloc(s1 + 1, sizeof(uint64_t));
     st->cut_grad = calloc(s1 + 1, sizeof(uint64_t));
-    if (!st->order || !st->pos || !st->fwd || !st->bwd || !st->param || !st->act || !st->keep || !st->cut ||
+    if (!st->order || !st->pos || !st->fwd || !st->bwd || !st->param || !st->act || !st->keep || !rc_ok || !st->cut ||
         !st->cut_grad) {
         pass_states_free(st);
         return -1;
@@ -341,6 +361,10 @@ static void states_fill(const pass_dag *d, pass_states *st)
     int n = st->n;
     st->fwd[0] = st->bwd[0] = 0;
     st->param[0] = st->act[0] = st->keep[0] = 0;
+    for (int q = 0; q < 2; q++) {
+        st->rcw[q][0] = 0;
+        st->rck[q][0] = 0;
+    }
     for (int p = 0; p < n; p++) {
         const pass_dag_node *v = &d->nodes[st->order[p]];
         st->pos[st->order[p]] = p;
@@ -349,6 +373,10 @@ static void states_fill(const pass_dag *d, pass_states *st)
         st->param[p + 1] = st->param[p] + v->param_bytes;
         st->act[p + 1] = st->act[p] + v->act_bytes;
         st->keep[p + 1] = st->keep[p] + v->keep_bytes;
+        for (int q = 0; q < 2; q++) {
+            st->rcw[q][p + 1] = st->rcw[q][p] + v->rc_ms[q];
+            st->rck[q][p + 1] = st->rck[q][p] + v->rc_keep[q];
+        }
     }
     /* Tensor t lives on cuts s in [birth, death): birth = first state holding
      * its producer, death = first state holding all consumers (n+1 for a graph

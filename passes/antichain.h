@@ -44,6 +44,8 @@ typedef struct pass_states {
     double *fwd, *bwd;       /* [n+1] prefix sums of fwd_ms, bwd_ms */
     uint64_t *param, *act;   /* [n+1] prefix sums of param_bytes, act_bytes */
     uint64_t *keep;          /* [n+1] prefix sums of keep_bytes */
+    double *rcw[2];          /* [n+1] prefix sums of rc_ms[q] */
+    uint64_t *rck[2];        /* [n+1] prefix sums of rc_keep[q] */
     uint64_t *cut;           /* [n+1] bytes crossing the cut after state s */
     uint64_t *cut_grad;      /* [n+1] same, excluding graph inputs (no gradient flows back) */
 } pass_states;

@@ -85,7 +85,9 @@ typedef struct {
   double weight_decay;
   double beta1, beta2, eps; /* Adam/AdamW: defaults 0.9, 0.999, 1e-8 */
   int recompute;         /* the pipelined program re-materialises (pass_recompute): 0 no,
-                            PASS_RECOMPUTE_FULL or PASS_RECOMPUTE_SELECTIVE */
+                            PASS_RECOMPUTE_FULL, _SELECTIVE or _AUTO */
+  const int *stage_recompute; /* _AUTO: each stage's mode (0, FULL, SELECTIVE; the plan's);
+                                 NULL: FULL for every stage */
   int verbose;
 } pass_train_opts;
 
@@ -121,8 +123,10 @@ int pass_train_program(ir_graph *g, const pass_train_opts *t, int microbatches, 
  * recurrent layers), recomputing only the cheap ones between them (normalisation,
  * activations, element-wise, pooling, shape ops), as Megatron-LM's selective mode does
  * for attention. 0 or -1. */
-enum { PASS_RECOMPUTE_FULL = 1, PASS_RECOMPUTE_SELECTIVE = 2 };
-int pass_recompute(ir_graph *g, int mode, int verbose);
+enum { PASS_RECOMPUTE_FULL = 1, PASS_RECOMPUTE_SELECTIVE = 2, PASS_RECOMPUTE_AUTO = 3 };
+/* AUTO: stage s in mode stage_mode[s] (0: none; NULL: FULL everywhere), the planner's
+ * choice (partition.h's PASS_PLAN_RC_*, the same values). */
+int pass_recompute(ir_graph *g, int mode, const int *stage_mode, int verbose);
 /* Whether a forward node's outputs are kept per micro-batch under re-materialisation
  * `mode` rather than recomputed (its op and operands only; the planner asks it too). */
 int pass_recompute_keeps(const ir_graph *g, const ir_node *n, int mode);

@@ -111,7 +111,8 @@ uint64_t pass_stage_memory(const pass_plan_opts *o, const pass_stage_agg *s)
 {
     double f = o->training ? 2.0 + o->optimizer_state_factor : 1.0;
     uint64_t stat = (uint64_t)((double)s->param_bytes * f), held = pass_stage_held(o, s->dev_first, s->replicas);
-    if (o->training && o->recompute)
+    int mode = o->recompute == PASS_PLAN_RC_AUTO ? s->recompute : o->recompute;
+    if (o->training && mode)
         return stat + s->act_bytes + (held - 1) * (s->in_bytes + s->out_bytes + s->keep_bytes);
     return stat + held * s->act_bytes;
 }
@@ -122,22 +123,29 @@ typedef struct dp_ctx {
     const pass_plan_opts *o;
     const pass_states *st;
     int n, g, npairs, max_r;
-    double *W;              /* [n+1] prefix of fwd + training*bwd */
+    /* Stage modes: one, or with recompute chosen per stage (PASS_PLAN_RC_AUTO) three: none,
+     * selective, full, each a stage time W and a memory term of its own. A stage fits
+     * when one of them fits T and memory; the DP runs its range machinery per mode. */
+    int Q;
+    double *W[3];           /* [n+1] per mode: prefix of fwd + training*bwd (+ the mode's recomputed forward) */
+    const uint64_t *keep[3];/* [n+1] per mode: prefix of kept bytes, the recompute memory term; NULL: the
+                               plain term (monotone in the stage's extent) */
+    int code[3];            /* per mode: the stage's recompute value (pass_stage.recompute) */
     double *inv_r, *arb, *arc;  /* per (m, r) pair */
     double *bnd;            /* [(n+1)*(g+1)] boundary time after state i, next stage at device m */
-    int *lo_mem;            /* [npairs*(n+1)] smallest i meeting memory for a stage ending at j; NULL = no limit
-                               or recompute (rc) */
-    int *lo;                /* [npairs] two-pointer state */
-    /* rc: a memory limit with recompute. A stage (i, j]'s memory, Ab[j] - Ab[i] + h (cut[i] +
-     * cut[j] + K[j] - K[i]) with h = held - 1 of its pair and K the prefix of keep_bytes, is
+    int *lo_mem;            /* [npairs*(n+1)] smallest i meeting the plain memory term for a stage ending
+                               at j; NULL = no limit or no plain mode */
+    int *lo;                /* [Q*npairs] two-pointer state per mode and pair */
+    /* A memory limit with recompute. A stage (i, j]'s memory, Ab[j] - Ab[i] + h (cut[i] +
+     * cut[j] + K[j] - K[i]) with h = held - 1 of its pair and K the mode's kept bytes, is
      * not monotone in i (the cut bytes are not), so the admissible i are no range. It fits
      * iff key(i) = h (cut[i] - K[i]) - Ab[i] <= limit - Ab[j] - h (cut[j] + K[j]): per
-     * pair, a deque of the G-marked i in the time window [lo, j) with
-     * increasing keys (a sliding-window minimum) answers "some marked i fits" in O(1)
-     * amortised, so a check stays O(n g^2). */
-    int rc;
+     * mode and pair, a deque of the G-marked i in the time window [lo, j) with increasing
+     * keys (a sliding-window minimum) answers "some marked i fits" in O(1) amortised, so
+     * a check stays O(Q n g^2). */
+    int rc;                 /* some mode has a deque */
     double *hm1, *Ab;       /* [npairs] held - 1; [n+1] prefix of param * f + act */
-    int *dq, *dqh, *dqt;    /* [npairs*(n+1)] deques; [npairs] head, tail */
+    int *dq, *dqh, *dqt;    /* [Q*npairs*(n+1)] deques; [Q*npairs] head, tail */
     unsigned char *F, *G;   /* [(n+1)*(g+1)] */
     int *cnt;               /* [(g+1)*(n+2)] prefix counts of G over i, per m */
     long checks;
@@ -145,72 +153,86 @@ typedef struct dp_ctx {
 
 static inline int pair_idx(int m, int r) { return m * (m - 1) / 2 + (r - 1); }
 
-static inline double dp_stage_time(const dp_ctx *c, int p, int i, int j)
+static inline double dp_stage_time(const dp_ctx *c, int q, int p, int i, int j)
 {
-    return (c->W[j] - c->W[i]) * c->inv_r[p] + (double)(c->st->param[j] - c->st->param[i]) * c->arb[p] + c->arc[p];
+    return (c->W[q][j] - c->W[q][i]) * c->inv_r[p] + (double)(c->st->param[j] - c->st->param[i]) * c->arb[p] +
+           c->arc[p];
 }
 
-static inline double rc_key(const dp_ctx *c, int p, int i)
+static inline int dp_deque(const dp_ctx *c, int q)
 {
-    return c->hm1[p] * ((double)c->st->cut[i] - (double)c->st->keep[i]) - c->Ab[i];
+    return c->o->mem_limit && c->keep[q];
 }
 
-static inline int rc_mem_ok(const dp_ctx *c, int p, int i, int j)
+static inline double rc_key(const dp_ctx *c, int q, int p, int i)
 {
-    return rc_key(c, p, i) <=
-           (double)c->o->mem_limit - c->Ab[j] - c->hm1[p] * ((double)c->st->cut[j] + (double)c->st->keep[j]);
+    return c->hm1[p] * ((double)c->st->cut[i] - (double)c->keep[q][i]) - c->Ab[i];
 }
 
-static inline int dp_stage_ok(const dp_ctx *c, int p, int i, int j, double T)
+static inline int rc_mem_ok(const dp_ctx *c, int q, int p, int i, int j)
 {
-    if (c->lo_mem && i < c->lo_mem[(size_t)p * (size_t)(c->n + 1) + (size_t)j]) return 0;
-    return dp_stage_time(c, p, i, j) <= T;
+    return rc_key(c, q, p, i) <=
+           (double)c->o->mem_limit - c->Ab[j] - c->hm1[p] * ((double)c->st->cut[j] + (double)c->keep[q][j]);
+}
+
+/* Time, and the plain memory term's range, of stage (i, j] in mode q on pair p. */
+static inline int dp_stage_ok(const dp_ctx *c, int q, int p, int i, int j, double T)
+{
+    if (!c->keep[q] && c->lo_mem && i < c->lo_mem[(size_t)p * (size_t)(c->n + 1) + (size_t)j]) return 0;
+    return dp_stage_time(c, q, p, i, j) <= T;
 }
 
 static int dp_feasible(dp_ctx *c, double T)
 {
-    int n = c->n, g = c->g, G1 = g + 1;
+    int n = c->n, g = c->g, G1 = g + 1, NP = c->npairs;
     size_t N2 = (size_t)n + 2;
     c->checks++;
     memset(c->F, 0, (size_t)(n + 1) * (size_t)G1);
     memset(c->G, 0, (size_t)(n + 1) * (size_t)G1);
-    for (int p = 0; p < c->npairs; p++) c->lo[p] = 0;
+    for (int x = 0; x < c->Q * NP; x++) c->lo[x] = 0;
     c->F[0] = c->G[0] = 1;
     for (int m = 0; m <= g; m++) {
         c->cnt[(size_t)m * N2 + 0] = 0;
         c->cnt[(size_t)m * N2 + 1] = c->G[m];
     }
     if (c->rc)
-        for (int p = 0; p < c->npairs; p++) c->dqh[p] = c->dqt[p] = 0;
+        for (int x = 0; x < c->Q * NP; x++) c->dqh[x] = c->dqt[x] = 0;
     for (int j = 1; j <= n; j++) {
         unsigned char *Fj = c->F + (size_t)j * G1, *Gj = c->G + (size_t)j * G1;
-        if (c->rc) /* i = j - 1 enters every pair's window whose previous stages it ends */
+        /* i = j - 1 enters every deque whose pair's previous stages it can end */
+        for (int q = 0; q < c->Q; q++) {
+            if (!dp_deque(c, q)) continue;
             for (int m = 1; m <= g; m++)
                 for (int r = 1; r <= m && r <= c->max_r; r++) {
-                    int p = pair_idx(m, r);
+                    int p = pair_idx(m, r), x = q * NP + p;
                     if (!c->G[(size_t)(j - 1) * G1 + (m - r)]) continue;
-                    int *q = c->dq + (size_t)p * (size_t)(n + 1), t = c->dqt[p];
-                    double k = rc_key(c, p, j - 1);
-                    while (t > c->dqh[p] && rc_key(c, p, q[t - 1]) >= k) t--;
-                    q[t++] = j - 1;
-                    c->dqt[p] = t;
+                    int *dq = c->dq + (size_t)x * (size_t)(n + 1), t = c->dqt[x];
+                    double k = rc_key(c, q, p, j - 1);
+                    while (t > c->dqh[x] && rc_key(c, q, p, dq[t - 1]) >= k) t--;
+                    dq[t++] = j - 1;
+                    c->dqt[x] = t;
                 }
+        }
         for (int m = 1; m <= g; m++) {
             int rmax = m < c->max_r ? m : c->max_r, f = 0;
             for (int r = 1; r <= rmax && !f; r++) {
                 int mp = m - r, p = pair_idx(m, r);
                 const int *cm = c->cnt + (size_t)mp * N2;
                 if (cm[j] == 0) continue; /* no G[i][mp] for i < j */
-                int lo = c->lo[p];
-                while (lo < j && !dp_stage_ok(c, p, lo, j, T)) lo++;
-                c->lo[p] = lo;
-                if (c->rc) {
-                    const int *q = c->dq + (size_t)p * (size_t)(n + 1);
-                    int h = c->dqh[p];
-                    while (h < c->dqt[p] && q[h] < lo) h++;
-                    c->dqh[p] = h;
-                    if (h < c->dqt[p] && rc_mem_ok(c, p, q[h], j)) f = 1;
-                } else if (lo < j && cm[j] - cm[lo] > 0) f = 1;
+                for (int q = 0; q < c->Q && !f; q++) {
+                    int x = q * NP + p, lo = c->lo[x];
+                    while (lo < j && !dp_stage_ok(c, q, p, lo, j, T)) lo++;
+                    c->lo[x] = lo;
+                    if (dp_deque(c, q)) {
+                        const int *dq = c->dq + (size_t)x * (size_t)(n + 1);
+                        int h = c->dqh[x];
+                        while (h < c->dqt[x] && dq[h] < lo) h++;
+                        c->dqh[x] = h;
+                        if (h < c->dqt[x] && rc_mem_ok(c, q, p, dq[h], j)) f = 1;
+                    } else if (lo < j && cm[j] - cm[lo] > 0) {
+                        f = 1;
+                    }
+                }
             }
             Fj[m] = (unsigned char)f;
             if (f && j < n && m < g && c->bnd[(size_t)j * G1 + m] <= T) Gj[m] = 1;
@@ -224,10 +246,11 @@ static int dp_feasible(dp_ctx *c, double T)
 }
 
 /* One order: find the smallest feasible T (relative 1e-10), reconstruct the
- * split with the fewest devices. cuts[k] = end state of stage k, reps[k] = r_k.
- * Returns the number of stages, 0 if nothing fits in memory, -1 on no memory. */
+ * split with the fewest devices. cuts[k] = end state of stage k, reps[k] = r_k,
+ * modes[k] its recompute value. Returns the number of stages, 0 if nothing fits in
+ * memory, -1 on no memory. */
 static int dp_solve(const pass_dag *d, const pass_plan_opts *o, const pass_states *st, double lb,
-                    double beat, int *cuts, int *reps, long *checks)
+                    double beat, int *cuts, int *reps, int *modes, long *checks)
 {
     dp_ctx c;
     memset(&c, 0, sizeof c);
@@ -237,35 +260,56 @@ static int dp_solve(const pass_dag *d, const pass_plan_opts *o, const pass_state
     c.g = o->devices;
     c.max_r = pass_max_replicas(o);
     c.npairs = c.g * (c.g + 1) / 2;
-    int n = c.n, g = c.g, G1 = g + 1, rc = -1;
+    int n = c.n, g = c.g, G1 = g + 1, rc = -1, NP = c.npairs, plain = 0;
+    int rcm = o->training ? o->recompute : PASS_PLAN_RC_NONE;
     (void)d;
-    c.W = malloc(sizeof(double) * (size_t)(n + 1));
-    c.inv_r = malloc(sizeof(double) * (size_t)c.npairs);
-    c.arb = malloc(sizeof(double) * (size_t)c.npairs);
-    c.arc = malloc(sizeof(double) * (size_t)c.npairs);
+    c.Q = rcm == PASS_PLAN_RC_AUTO ? 3 : 1;
+    for (int q = 0; q < c.Q; q++) {
+        c.W[q] = malloc(sizeof(double) * (size_t)(n + 1));
+        if (!c.W[q]) goto out;
+    }
+    if (rcm == PASS_PLAN_RC_AUTO) {
+        c.code[0] = PASS_PLAN_RC_NONE;
+        c.code[1] = PASS_PLAN_RC_SELECTIVE;
+        c.keep[1] = st->rck[0];
+        c.code[2] = PASS_PLAN_RC_FULL;
+        c.keep[2] = st->rck[1];
+    } else {
+        c.code[0] = rcm;
+        c.keep[0] = rcm ? st->keep : NULL;
+    }
+    for (int q = 0; q < c.Q; q++) {
+        plain |= !c.keep[q];
+        c.rc |= dp_deque(&c, q);
+    }
+    c.inv_r = malloc(sizeof(double) * (size_t)NP);
+    c.arb = malloc(sizeof(double) * (size_t)NP);
+    c.arc = malloc(sizeof(double) * (size_t)NP);
     c.bnd = malloc(sizeof(double) * (size_t)(n + 1) * (size_t)G1);
-    c.lo = malloc(sizeof(int) * (size_t)c.npairs);
+    c.lo = malloc(sizeof(int) * (size_t)NP * (size_t)c.Q);
     c.F = malloc((size_t)(n + 1) * (size_t)G1);
     c.G = malloc((size_t)(n + 1) * (size_t)G1);
     c.cnt = malloc(sizeof(int) * (size_t)G1 * (size_t)(n + 2));
-    c.rc = o->mem_limit && o->training && o->recompute;
+    if (o->mem_limit && plain) c.lo_mem = malloc(sizeof(int) * (size_t)NP * (size_t)(n + 1));
     if (c.rc) {
-        c.hm1 = malloc(sizeof(double) * (size_t)c.npairs);
+        c.hm1 = malloc(sizeof(double) * (size_t)NP);
         c.Ab = malloc(sizeof(double) * (size_t)(n + 1));
-        c.dq = malloc(sizeof(int) * (size_t)c.npairs * (size_t)(n + 1));
-        c.dqh = malloc(sizeof(int) * (size_t)c.npairs);
-        c.dqt = malloc(sizeof(int) * (size_t)c.npairs);
-    } else if (o->mem_limit) {
-        c.lo_mem = malloc(sizeof(int) * (size_t)c.npairs * (size_t)(n + 1));
+        c.dq = malloc(sizeof(int) * (size_t)NP * (size_t)c.Q * (size_t)(n + 1));
+        c.dqh = malloc(sizeof(int) * (size_t)NP * (size_t)c.Q);
+        c.dqt = malloc(sizeof(int) * (size_t)NP * (size_t)c.Q);
     }
-    if (!c.W || !c.inv_r || !c.arb || !c.arc || !c.bnd || !c.lo || !c.F || !c.G || !c.cnt ||
-        (o->mem_limit && !c.rc && !c.lo_mem) || (c.rc && (!c.hm1 || !c.Ab || !c.dq || !c.dqh || !c.dqt)))
+    if (!c.inv_r || !c.arb || !c.arc || !c.bnd || !c.lo || !c.F || !c.G || !c.cnt ||
+        (o->mem_limit && plain && !c.lo_mem) || (c.rc && (!c.hm1 || !c.Ab || !c.dq || !c.dqh || !c.dqt)))
         goto out;
     if (c.rc) {
         double f = 2.0 + o->optimizer_state_factor;
         for (int s = 0; s <= n; s++) c.Ab[s] = (double)st->param[s] * f + (double)st->act[s];
     }
-    for (int s = 0; s <= n; s++) c.W[s] = st->fwd[s] + (o->training ? st->bwd[s] : 0.0);
+    for (int s = 0; s <= n; s++) {
+        double w = st->fwd[s] + (o->training ? st->bwd[s] : 0.0);
+        c.W[0][s] = w;
+        for (int q = 1; q < c.Q; q++) c.W[q][s] = w + st->rcw[q - 1][s];
+    }
     for (int m = 1; m <= g; m++)
         for (int r = 1; r <= m; r++) {
             int p = pair_idx(m, r);
@@ -277,9 +321,9 @@ static int dp_solve(const pass_dag *d, const pass_plan_opts *o, const pass_state
                 c.arc[p] /= o->microbatches;
             }
             if (c.rc) c.hm1[p] = (double)(pass_stage_held(o, m - r, r) - 1);
-            if (c.lo_mem) {
+            if (c.lo_mem) { /* the plain term (mode 0 whenever there is one) */
                 int *lm = c.lo_mem + (size_t)p * (size_t)(n + 1), i = 0;
-                pass_stage_agg a = {0, 0, 0, 0, m - r, r, 0, 0, 0};
+                pass_stage_agg a = {0, 0, 0, 0, m - r, r, 0, 0, 0, PASS_PLAN_RC_NONE};
                 for (int j = 0; j <= n; j++) {
                     for (; i < j; i++) {
                         a.param_bytes = st->param[j] - st->param[i];
@@ -320,23 +364,26 @@ static int dp_solve(const pass_dag *d, const pass_plan_opts *o, const pass_state
     int mbest = 0;
     for (int m = 1; m <= g && !mbest; m++)
         if (c.F[(size_t)n * G1 + m]) mbest = m;
-    /* Backtrack: smallest r, then the largest i (shortest last stage). */
+    /* Backtrack: smallest r, then the mode recomputing least, then the largest i
+     * (shortest last stage). */
     int k = 0, j = n, m = mbest;
     while (j > 0) {
         int found = 0;
         int rmax = m < c.max_r ? m : c.max_r;
         for (int r = 1; r <= rmax && !found; r++) {
             int p = pair_idx(m, r), mp = m - r;
-            for (int i = j - 1; i >= 0 && dp_stage_ok(&c, p, i, j, hi); i--)
-                if (c.G[(size_t)i * G1 + mp] && (!c.rc || rc_mem_ok(&c, p, i, j))) {
-                    cuts[k] = j;
-                    reps[k] = r;
-                    k++;
-                    j = i;
-                    m = mp;
-                    found = 1;
-                    break;
-                }
+            for (int q = 0; q < c.Q && !found; q++)
+                for (int i = j - 1; i >= 0 && dp_stage_ok(&c, q, p, i, j, hi); i--)
+                    if (c.G[(size_t)i * G1 + mp] && (!dp_deque(&c, q) || rc_mem_ok(&c, q, p, i, j))) {
+                        cuts[k] = j;
+                        reps[k] = r;
+                        modes[k] = c.code[q];
+                        k++;
+                        j = i;
+                        m = mp;
+                        found = 1;
+                        break;
+                    }
         }
         if (!found) { rc = -1; goto out; } /* cannot happen: F said feasible */
     }
@@ -344,11 +391,13 @@ static int dp_solve(const pass_dag *d, const pass_plan_opts *o, const pass_state
     for (int a = 0, b = k - 1; a < b; a++, b--) {
         int x = cuts[a]; cuts[a] = cuts[b]; cuts[b] = x;
         x = reps[a]; reps[a] = reps[b]; reps[b] = x;
+        x = modes[a]; modes[a] = modes[b]; modes[b] = x;
     }
     rc = k;
 out:
     *checks += c.checks;
-    free(c.W); free(c.inv_r); free(c.arb); free(c.arc); free(c.bnd); free(c.lo);
+    for (int q = 0; q < 3; q++) free(c.W[q]);
+    free(c.inv_r); free(c.arb); free(c.arc); free(c.bnd); free(c.lo);
     free(c.F); free(c.G); free(c.cnt); free(c.lo_mem);
     free(c.hm1); free(c.Ab); free(c.dq); free(c.dqh); free(c.dqt);
     return rc;
@@ -417,7 +466,7 @@ static inline double ex_stage_time(const ex_ctx *c, int p, int i, int j)
 static inline int ex_mem_ok(const ex_ctx *c, int i, int j, int m, int r)
 {
     pass_stage_agg a = {0, 0, c->ds->param[j] - c->ds->param[i], c->ds->act[j] - c->ds->act[i], m - r, r,
-                        c->ds->cut[i], c->ds->cut[j], c->ds->keep[j] - c->ds->keep[i]};
+                        c->ds->cut[i], c->ds->cut[j], c->ds->keep[j] - c->ds->keep[i], PASS_PLAN_RC_NONE};
     return pass_stage_memory(c->o, &a) <= c->o->mem_limit;
 }
 
@@ -684,7 +733,7 @@ static int ex_solve(const pass_plan_opts *o, const pass_downsets *ds, double lb,
     if (o->mem_limit) {
         /* a bound of any stage's memory: all of V on one replica of the first device (with
          * recompute, exchanging the largest cut both ways) */
-        pass_stage_agg all = {0, 0, ds->param[S - 1], ds->act[S - 1], 0, 1, 0, 0, ds->keep[S - 1]};
+        pass_stage_agg all = {0, 0, ds->param[S - 1], ds->act[S - 1], 0, 1, 0, 0, ds->keep[S - 1], PASS_PLAN_RC_NONE};
         for (int i = 0; c.rc && i < S; i++)
             if (ds->cut[i] > all.in_bytes) all.in_bytes = all.out_bytes = ds->cut[i];
         c.mem_binds = pass_stage_memory(o, &all) > o->mem_limit;
@@ -746,15 +795,29 @@ out:
     return rc;
 }
 
-/* Evaluate a split (cuts/reps over st) under the public cost model. */
-static double eval_split(const pass_plan_opts *o, const pass_states *st, int k, const int *cuts, const int *reps)
+/* The aggregate of stage (i, j] over st on devices [dev, dev + r), in recompute mode
+ * `mode` (with AUTO: its recomputed forward and kept bytes from the nodes' rc arrays). */
+static pass_stage_agg stage_agg(const pass_plan_opts *o, const pass_states *st, int i, int j, int dev, int r,
+                                int mode)
+{
+    pass_stage_agg a = {st->fwd[j] - st->fwd[i], st->bwd[j] - st->bwd[i], st->param[j] - st->param[i],
+                        st->act[j] - st->act[i], dev, r, st->cut[i], st->cut[j], st->keep[j] - st->keep[i], mode};
+    if (o->recompute == PASS_PLAN_RC_AUTO) {
+        int q = mode == PASS_PLAN_RC_SELECTIVE ? 0 : mode == PASS_PLAN_RC_FULL ? 1 : -1;
+        a.keep_bytes = q < 0 ? 0 : st->rck[q][j] - st->rck[q][i];
+        if (q >= 0) a.bwd_ms += st->rcw[q][j] - st->rcw[q][i];
+    }
+    return a;
+}
+
+/* Evaluate a split (cuts/reps/modes over st) under the public cost model. */
+static double eval_split(const pass_plan_opts *o, const pass_states *st, int k, const int *cuts, const int *reps,
+                         const int *modes)
 {
     double b = 0;
     int prev = 0, dev = 0;
     for (int s = 0; s < k; s++) {
-        pass_stage_agg a = {st->fwd[cuts[s]] - st->fwd[prev], st->bwd[cuts[s]] - st->bwd[prev],
-                            st->param[cuts[s]] - st->param[prev], st->act[cuts[s]] - st->act[prev],
-                            dev, reps[s], st->cut[prev], st->cut[cuts[s]], st->keep[cuts[s]] - st->keep[prev]};
+        pass_stage_agg a = stage_agg(o, st, prev, cuts[s], dev, reps[s], modes[s]);
         double t = pass_stage_time(o, &a);
         if (t > b) b = t;
         dev += reps[s];
@@ -790,7 +853,7 @@ void pass_plan_free(pass_plan *p)
 }
 
 static int build_plan(const pass_dag *d, const pass_plan_opts *o, const pass_states *st, int k,
-                      const int *cuts, const int *reps, pass_plan *p)
+                      const int *cuts, const int *reps, const int *modes, pass_plan *p)
 {
     int n = st->n;
     p->order_kind = st->kind;
@@ -816,9 +879,7 @@ static int build_plan(const pass_dag *d, const pass_plan_opts *o, const pass_sta
         }
         S->dev_first = dev;
         S->replicas = reps[s];
-        pass_stage_agg a = {st->fwd[S->last] - st->fwd[prev], st->bwd[S->last] - st->bwd[prev],
-                            st->param[S->last] - st->param[prev], st->act[S->last] - st->act[prev],
-                            dev, reps[s], st->cut[prev], st->cut[S->last], st->keep[S->last] - st->keep[prev]};
+        pass_stage_agg a = stage_agg(o, st, prev, S->last, dev, reps[s], modes[s]);
         S->fwd_ms = a.fwd_ms;
         S->bwd_ms = o->training ? a.bwd_ms : 0.0;
         S->allreduce_ms = o->training ? pass_allreduce_ms(&o->topo, dev, a.replicas, a.param_bytes) : 0.0;
@@ -827,6 +888,7 @@ static int build_plan(const pass_dag *d, const pass_plan_opts *o, const pass_sta
         S->act_bytes = a.act_bytes;
         S->xch_bytes = a.in_bytes + a.out_bytes;
         S->keep_bytes = a.keep_bytes;
+        S->recompute = o->training ? modes[s] : PASS_PLAN_RC_NONE;
         S->held = (int)pass_stage_held(o, dev, reps[s]);
         S->memory_bytes = pass_stage_memory(o, &a);
         if (S->compute_ms > bott) bott = S->compute_ms;
@@ -906,8 +968,14 @@ int pass_partition(const pass_dag *d, const pass_plan_opts *o_in, pass_plan *pla
 
     int g = o.devices;
     int *cuts = malloc(sizeof(int) * (size_t)(g + 1) * 2), *reps = malloc(sizeof(int) * (size_t)(g + 1) * 2);
-    if (!cuts || !reps) { free(cuts); free(reps); snprintf(err, errlen, "planner: out of memory"); return -1; }
-    int *bcuts = cuts + g + 1, *breps = reps + g + 1;
+    int *modes = malloc(sizeof(int) * (size_t)(g + 1) * 2);
+    if (!cuts || !reps || !modes) {
+        free(cuts); free(reps); free(modes);
+        snprintf(err, errlen, "planner: out of memory");
+        return -1;
+    }
+    int *bcuts = cuts + g + 1, *breps = reps + g + 1, *bmodes = modes + g + 1;
+    int auto_rc = o.training && o.recompute == PASS_PLAN_RC_AUTO;
     int bk = 0, fit_any = 0;
     double bval = INFINITY;
     pass_states best_st;
@@ -917,24 +985,25 @@ int pass_partition(const pass_dag *d, const pass_plan_opts *o_in, pass_plan *pla
         if (!(orders & (1u << kind))) continue;
         pass_states st;
         if (pass_states_build(d, (pass_order_kind)kind, &st) != 0) {
-            free(cuts); free(reps); pass_states_free(&best_st);
+            free(cuts); free(reps); free(modes); pass_states_free(&best_st);
             snprintf(err, errlen, "planner: DAG has a cycle or out of memory");
             return -1;
         }
-        int k = dp_solve(d, &o, &st, lb, bval, cuts, reps, &checks);
+        int k = dp_solve(d, &o, &st, lb, bval, cuts, reps, modes, &checks);
         if (k < 0) {
-            pass_states_free(&st); pass_states_free(&best_st); free(cuts); free(reps);
+            pass_states_free(&st); pass_states_free(&best_st); free(cuts); free(reps); free(modes);
             snprintf(err, errlen, "planner: out of memory");
             return -1;
         }
         if (k > 0) {
             fit_any = 1;
-            double v = eval_split(&o, &st, k, cuts, reps);
+            double v = eval_split(&o, &st, k, cuts, reps, modes);
             {   /* dp_solve only returns a split clearly better than bval */
                 bval = v;
                 bk = k;
                 memcpy(bcuts, cuts, sizeof(int) * (size_t)k);
                 memcpy(breps, reps, sizeof(int) * (size_t)k);
+                memcpy(bmodes, modes, sizeof(int) * (size_t)k);
                 pass_states_free(&best_st);
                 best_st = st;
                 continue;
@@ -943,11 +1012,12 @@ int pass_partition(const pass_dag *d, const pass_plan_opts *o_in, pass_plan *pla
         pass_states_free(&st);
     }
     /* The exact DP over all down-sets, when the antichain DAG and the work fit
-     * the budget; it only returns a split clearly better than the prefix one. */
+     * the budget; it only returns a split clearly better than the prefix one. (Not
+     * with recompute chosen per stage: its modes are the prefix DP's alone.) */
     pass_exact_status exact = PASS_EXACT_OFF;
     long downsets = 0, n_states = 0, ework = 0;
     int ek = 0;
-    if (o.states != PASS_STATES_PREFIX) {
+    if (o.states != PASS_STATES_PREFIX && !auto_rc) {
         long max_states = o.exact_max_states > 0 ? o.exact_max_states : PASS_EXACT_MAX_STATES;
         long budget = o.exact_work > 0 ? o.exact_work : PASS_EXACT_WORK;
         double *w = malloc(sizeof(double) * (size_t)d->n_nodes);
@@ -998,6 +1068,7 @@ int pass_partition(const pass_dag *d, const pass_plan_opts *o_in, pass_plan *pla
                     memcpy(prev, cur, (size_t)d->n_nodes);
                     cuts[k] = q;
                     reps[k] = ereps[k];
+                    modes[k] = o.training ? o.recompute : PASS_PLAN_RC_NONE;
                 }
                 if (pass_states_from_order(d, ord, PASS_ORDER_CHAIN, &st) != 0) {
                     ek = -1;
@@ -1006,6 +1077,7 @@ int pass_partition(const pass_dag *d, const pass_plan_opts *o_in, pass_plan *pla
                     bk = ek;
                     memcpy(bcuts, cuts, sizeof(int) * (size_t)ek);
                     memcpy(breps, reps, sizeof(int) * (size_t)ek);
+                    memcpy(bmodes, modes, sizeof(int) * (size_t)ek);
                     pass_states_free(&best_st);
                     best_st = st;
                 }
@@ -1019,13 +1091,13 @@ int pass_partition(const pass_dag *d, const pass_plan_opts *o_in, pass_plan *pla
         free(ereps);
         pass_downsets_free(&ds);
         if (ek == -1) {
-            free(cuts); free(reps); pass_states_free(&best_st);
+            free(cuts); free(reps); free(modes); pass_states_free(&best_st);
             snprintf(err, errlen, "planner: out of memory");
             return -1;
         }
     }
     if (!fit_any) {
-        free(cuts); free(reps); pass_states_free(&best_st);
+        free(cuts); free(reps); free(modes); pass_states_free(&best_st);
         snprintf(err, errlen, "planner: the model does not fit in %llu bytes per device on %d devices",
                  (unsigned long long)o.mem_limit, o.devices);
         return -1;
@@ -1043,10 +1115,11 @@ int pass_partition(const pass_dag *d, const pass_plan_opts *o_in, pass_plan *pla
     plan->exact = exact;
     plan->exact_improved = ek > 0;
     plan->exact_work = ework;
-    int rc = build_plan(d, &o, &best_st, bk, bcuts, breps, plan);
+    int rc = build_plan(d, &o, &best_st, bk, bcuts, breps, bmodes, plan);
     pass_states_free(&best_st);
     free(cuts);
     free(reps);
+    free(modes);
     if (rc != 0) {
         pass_plan_free(plan);
         snprintf(err, errlen, "planner: out of memory");

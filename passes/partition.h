@@ -97,15 +97,21 @@ typedef enum pass_exact_status {
     PASS_EXACT_NO_MEMORY
 } pass_exact_status;
 
+/* pass_plan_opts.recompute and pass_stage.recompute (the values of autodiff.h's
+ * PASS_RECOMPUTE_*): AUTO lets the planner choose each stage's mode. */
+enum { PASS_PLAN_RC_NONE = 0, PASS_PLAN_RC_FULL = 1, PASS_PLAN_RC_SELECTIVE = 2, PASS_PLAN_RC_AUTO = 3 };
+
 typedef struct pass_plan_opts {
     int devices;                      /* g >= 1 */
     int microbatches;                 /* M >= 1 */
     int training;                     /* 0: inference */
-    int recompute;                    /* training with re-materialisation (PASS_RECOMPUTE_FULL or
-                                       * _SELECTIVE, autodiff.h): each node's backward time
-                                       * includes its forward again (pass_plan_graph), and a held
-                                       * micro-batch costs only the tensors the stage exchanges and
-                                       * its nodes' keep_bytes (pass_stage_memory) */
+    int recompute;                    /* training with re-materialisation (PASS_PLAN_RC_*): FULL or
+                                       * SELECTIVE: each recomputed node's backward time includes
+                                       * its forward again (pass_plan_graph), and a held micro-batch
+                                       * costs only the tensors the stage exchanges and its nodes'
+                                       * keep_bytes (pass_stage_memory). AUTO: each stage none,
+                                       * selective or full, from the nodes' rc_ms and rc_keep, as
+                                       * fits time and memory best; the prefix DP only */
     int no_replicate;                 /* one device per stage */
     pass_schedule_kind schedule;
     pass_topology topo;
@@ -154,6 +160,8 @@ typedef struct pass_stage {
                                          recompute */
     uint64_t keep_bytes;              /* sum of the nodes' keep_bytes: with recompute, what a held
                                          micro-batch keeps besides xch_bytes */
+    int recompute;                    /* the stage's re-materialisation (PASS_PLAN_RC_NONE, FULL or
+                                         SELECTIVE; training) */
     int held;                         /* micro-batches the memory term has one replica hold at once
                                          (pass_stage_held: a bound under 1F1B) */
     uint64_t memory_bytes;            /* cost-model memory per device */
@@ -176,7 +184,8 @@ typedef struct pass_plan {
     int *order;                       /* topological order the stages are ranges of */
     int n_stages;
     pass_stage *stages;
-    int devices, devices_used, microbatches, training, recompute; /* recompute: pass_plan_opts' */
+    int devices, devices_used, microbatches, training, recompute; /* recompute: pass_plan_opts'
+                                                                     (training) */
     pass_schedule_kind schedule;
     double bottleneck_ms;             /* max over stage and boundary times */
     double lower_bound_ms;            /* max(total work / g, largest node * ceil(M/r)/M, r = most replicas) */
@@ -212,6 +221,7 @@ typedef struct pass_stage_agg {
                                        * the stage (graph inputs for the first) and after it (graph
                                        * outputs for the last); read by the memory term with recompute */
     uint64_t keep_bytes;              /* sum of the nodes' keep_bytes (recompute) */
+    int recompute;                    /* the stage's mode when the options' is AUTO */
 } pass_stage_agg;
 
 int pass_device_host(const pass_topology *t, int dev);

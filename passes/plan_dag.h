@@ -33,6 +33,8 @@ typedef struct pass_dag_node {
     uint64_t keep_bytes;    /* with re-materialisation: what the node keeps per micro-batch all the
                                same (its outputs when the backward does not recompute it); 0 unless
                                set by pass_dag_set_keep */
+    double rc_ms[2];        /* re-materialisation chosen per stage (auto): the backward time a */
+    uint64_t rc_keep[2];    /* stage adds, and the bytes kept, with [0] selective, [1] full */
     int n_inputs, n_outputs;
     int *inputs;            /* tensor ids */
     int *outputs;           /* tensor ids */
@@ -70,6 +72,8 @@ int pass_dag_add_node(pass_dag *d, const char *name, double fwd_ms, double bwd_m
                       int n_in, const int *in, int n_out, const int *out);
 /* Set node id's keep_bytes. Returns 0, or -1 (no such node). */
 int pass_dag_set_keep(pass_dag *d, int id, uint64_t keep_bytes);
+/* Set node id's rc_ms and rc_keep. Returns 0, or -1 (no such node, a time < 0). */
+int pass_dag_set_recompute(pass_dag *d, int id, const double ms[2], const uint64_t keep[2]);
 /* Record the names of the nodes merged into node id (copied). Returns 0, or -1. */
 int pass_dag_set_fused(pass_dag *d, int id, int n, const char *const *names);
 /* Build consumer lists and check the graph is acyclic. Returns 0, or -1 with a

@@ -71,13 +71,22 @@ int pass_plan_graph(ir_graph *g, const pass_profile_opts *po, const pass_plan_op
     for (int k = 0; k < nd->n_out; k++)
       if (nd->out[k] >= 0) outs[no++] = tensor_of[nd->out[k]];
     const pass_node_cost *c = &out->costs[i];
-    /* re-materialisation runs a forward node again in the backward, or keeps its outputs */
-    int keeps = o->training && o->recompute && pass_recompute_keeps(g, nd, o->recompute);
-    double bwd = o->training ? c->bwd_ms + (o->recompute && !keeps ? c->fwd_ms : 0.0) : 0.0;
+    /* re-materialisation runs a forward node again in the backward, or keeps its outputs
+     * (auto: what each of selective and full would do, for the planner to choose) */
+    int fixed = o->training && o->recompute && o->recompute != PASS_PLAN_RC_AUTO;
+    int keeps = fixed && pass_recompute_keeps(g, nd, o->recompute);
+    double bwd = o->training ? c->bwd_ms + (fixed && !keeps ? c->fwd_ms : 0.0) : 0.0;
     int id = pass_dag_add_node(d, node_label(g, i, names, n_names), c->fwd_ms, bwd, c->param_bytes,
                                c->out_bytes, ni, ins, no, outs);
     IR_ASSERT(id == i);
     if (keeps) pass_dag_set_keep(d, id, c->out_bytes);
+    if (o->training && o->recompute == PASS_PLAN_RC_AUTO) {
+      int ks = pass_recompute_keeps(g, nd, PASS_RECOMPUTE_SELECTIVE), kf = pass_recompute_keeps(g, nd, PASS_RECOMPUTE_FULL);
+      double ms[2] = {ks ? 0.0 : c->fwd_ms, kf ? 0.0 : c->fwd_ms};
+      uint64_t kb[2] = {ks ? c->out_bytes : 0, kf ? c->out_bytes : 0};
+      int set = pass_dag_set_recompute(d, id, ms, kb);
+      IR_ASSERT(set == 0);
+    }
     const ir_attr *fu = ir_attr_find(nd, "pipecc.fused_nodes");
     if (fu && fu->type == IR_ATTR_STRINGS && fu->n && pass_dag_set_fused(d, id, fu->n, fu->strings)) {
       ir_error(g, "planner: out of memory");

@@ -44,8 +44,9 @@ int pass_plan_json_write(FILE *f, const pass_dag *d, const pass_plan *p, const p
     fprintf(f, "  \"training\": %s,\n  \"schedule\": \"%s\",\n", p->training ? "true" : "false",
             p->schedule == PASS_SCHED_GPIPE ? "gpipe" : "1f1b");
     if (p->training)
-        fprintf(f, "  \"recompute\": %s,\n  \"recompute_selective\": %s,\n", p->recompute ? "true" : "false",
-                p->recompute == 2 /* PASS_RECOMPUTE_SELECTIVE */ ? "true" : "false");
+        fprintf(f, "  \"recompute\": %s,\n  \"recompute_selective\": %s,\n  \"recompute_auto\": %s,\n",
+                p->recompute ? "true" : "false", p->recompute == PASS_PLAN_RC_SELECTIVE ? "true" : "false",
+                p->recompute == PASS_PLAN_RC_AUTO ? "true" : "false");
     fprintf(f, "  \"topology\": {\"hosts\": %d, \"gpus_per_host\": %d, \"intra_gbps\": ", hosts, gph);
     jnum(f, o->topo.intra_gbps);
     fputs(", \"intra_lat_ms\": ", f);
@@ -110,6 +111,10 @@ int pass_plan_json_write(FILE *f, const pass_dag *d, const pass_plan *p, const p
         jnum(f, S->compute_ms);
         fputs(", \"comm_ms\": ", f);
         jnum(f, S->comm_ms);
+        if (p->training && p->recompute)
+            fprintf(f, ", \"recompute\": \"%s\"", S->recompute == PASS_PLAN_RC_FULL        ? "full"
+                                                 : S->recompute == PASS_PLAN_RC_SELECTIVE ? "selective"
+                                                                                          : "none");
         fprintf(f, ",\n     \"param_bytes\": %llu, \"activation_bytes\": %llu, \"exchange_bytes\": %llu, "
                    "\"kept_bytes\": %llu, \"held_microbatches\": %d, \"memory_bytes\": %llu, \"peak_memory_bytes\": %llu,\n     "
                    "\"instructions\": [",

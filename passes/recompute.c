@@ -26,7 +26,10 @@
  * most of the work too (Conv, MatMul, Gemm and their kin: pass_recompute_keeps) and
  * recomputes only what lies between them and the backward (a BatchNorm and Relu after a
  * Conv, a transformer's LayerNorm, GELU, Softmax and Adds): a held micro-batch costs
- * those outputs as well, and the backward repeats only the cheap part of the forward. */
+ * those outputs as well, and the backward repeats only the cheap part of the forward.
+ * With `--recompute=auto` each stage has the mode the planner chose for it (none,
+ * selective or full: the least recomputation that fits the memory limit at the best
+ * bottleneck). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +38,8 @@
 
 typedef struct {
   ir_graph *g;
-  int mode;    /* PASS_RECOMPUTE_FULL or PASS_RECOMPUTE_SELECTIVE */
+  int mode;    /* PASS_RECOMPUTE_FULL, _SELECTIVE or _AUTO */
+  const int *stage_mode; /* _AUTO: per stage */
   int *copy;   /* node index -> its copy in the backward phase, -1: none yet */
   int n_nodes; /* nodes before the copies */
   int copies;
@@ -65,7 +69,8 @@ int pass_recompute_keeps(const ir_graph *g, const ir_node *n, int mode) {
 /* A forward node whose work runs again in the backward phase of its stage. */
 static int recomputable(const rc_ctx *c, const ir_node *n) {
   if (n->dead || n->phase != IR_PHASE_FWD || n->stage < 0) return 0;
-  return !pass_recompute_keeps(c->g, n, c->mode);
+  int mode = c->mode != PASS_RECOMPUTE_AUTO ? c->mode : c->stage_mode ? c->stage_mode[n->stage] : PASS_RECOMPUTE_FULL;
+  return mode && !pass_recompute_keeps(c->g, n, mode);
 }
 
 /* Whether value v's producer is a forward node of `stage` that the backward copies. */
@@ -163,8 +168,8 @@ static void copy_up(rc_ctx *c, int root, int stage) {
   }
 }
 
-int pass_recompute(ir_graph *g, int mode, int verbose) {
-  rc_ctx c = {g, mode, NULL, g->n_nodes, 0, NULL, 256};
+int pass_recompute(ir_graph *g, int mode, const int *stage_mode, int verbose) {
+  rc_ctx c = {g, mode, stage_mode, NULL, g->n_nodes, 0, NULL, 256};
   c.copy = ir_xcalloc((size_t)g->n_nodes + 1, sizeof *c.copy);
   for (int i = 0; i < g->n_nodes; i++) c.copy[i] = -1;
   c.stack = ir_xmalloc(sizeof *c.stack * (size_t)c.cap);
@@ -190,6 +195,7 @@ int pass_recompute(ir_graph *g, int mode, int verbose) {
   free(c.copy);
   if (verbose)
     fprintf(stderr, "pipecc: recompute (%s): %d forward nodes copied into the backward; %d reads redirected, %d kept\n",
-            mode == PASS_RECOMPUTE_SELECTIVE ? "selective" : "full", c.copies, redirected, kept);
+            mode == PASS_RECOMPUTE_SELECTIVE ? "selective" : mode == PASS_RECOMPUTE_AUTO ? "per stage" : "full",
+            c.copies, redirected, kept);
   return g->n_errors ? -1 : 0;
 }

@@ -343,7 +343,7 @@ void pass_schedule_costs(const pass_plan_opts *o, const pass_plan *plan, pass_si
         double f = o->training ? 2.0 + o->optimizer_state_factor : 1.0;
         c[k].static_bytes = (uint64_t)((double)S->param_bytes * f);
         c[k].act_bytes = S->act_bytes;
-        if (o->training && o->recompute) { /* as pass_stage_memory */
+        if (o->training && S->recompute) { /* as pass_stage_memory */
             c[k].recompute = 1;
             c[k].work_bytes = S->act_bytes;
             c[k].act_bytes = S->xch_bytes + S->keep_bytes;

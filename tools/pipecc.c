@@ -90,6 +90,8 @@ static void usage(FILE *f) {
       "  --recompute=selective  keep the outputs of Conv, MatMul, Gemm (the costly nodes) too and\n"
       "                         recompute only the cheap nodes between them (--recompute=full: as\n"
       "                         --recompute)\n"
+      "  --recompute=auto       each stage none, selective or full: the planner's choice, the least\n"
+      "                         recomputation that fits --memory-limit at the best bottleneck\n"
       "\n"
       "Output:\n"
       "  -o, --out DIR          write plan.json, report.html, the stage sources and DIR/pipeline\n"
@@ -130,7 +132,7 @@ static void usage(FILE *f) {
 static struct {
   pass_opts *opts;
   char *cmdline;
-  int *even_stage, *even_reps, *reps, *train_stage;
+  int *even_stage, *even_reps, *reps, *train_stage, *stage_recompute;
   cg_instr **progs;
   int *prog_len, n_progs;
   ir_graph *g, *g_full;
@@ -158,6 +160,7 @@ static void free_owned(void) {
   free(owned.even_reps);
   free(owned.reps);
   free(owned.train_stage);
+  free(owned.stage_recompute);
   for (int k = 0; k < owned.n_progs; k++) free(owned.progs[k]);
   free(owned.progs);
   free(owned.prog_len);
@@ -372,15 +375,21 @@ static void print_plan_table(FILE *f, const ir_graph *g, const pass_planned *pl,
   const pass_plan *p = &pl->plan;
   fprintf(f, "pipecc: %s on %d x %s, %d micro-batches, %s\n", g->path, p->devices, dev->name, p->microbatches,
           p->schedule == PASS_SCHED_GPIPE ? "gpipe" : "1f1b");
-  fprintf(f, "  stage  devices  replicas  nodes  compute_ms   comm_ms  memory      first .. last node\n");
+  int rc_col = p->training && p->recompute; /* the stages' re-materialisation */
+  fprintf(f, "  stage  devices  replicas  nodes  compute_ms   comm_ms  memory      %sfirst .. last node\n",
+          rc_col ? "recompute  " : "");
   for (int s = 0; s < p->n_stages; s++) {
     const pass_stage *st = &p->stages[s];
     char mem[32], a[48], b[48];
     human_bytes((double)st->memory_bytes, mem, sizeof mem);
     const char *first = st->n_nodes ? pl->dag.nodes[st->nodes[0]].name : "";
     const char *last = st->n_nodes ? pl->dag.nodes[st->nodes[st->n_nodes - 1]].name : "";
-    fprintf(f, "  %5d  %3d..%-3d %8d  %5d  %10.4f %9.4f  %-10s  %s .. %s\n", s, st->dev_first,
-            st->dev_first + st->replicas - 1, st->replicas, st->n_nodes, st->compute_ms, st->comm_ms, mem,
+    const char *rc = !rc_col ? ""
+                     : st->recompute == PASS_PLAN_RC_FULL      ? "full       "
+                     : st->recompute == PASS_PLAN_RC_SELECTIVE ? "selective  "
+                                                               : "none       ";
+    fprintf(f, "  %5d  %3d..%-3d %8d  %5d  %10.4f %9.4f  %-10s  %s%s .. %s\n", s, st->dev_first,
+            st->dev_first + st->replicas - 1, st->replicas, st->n_nodes, st->compute_ms, st->comm_ms, mem, rc,
             ir_printable(first, 24, a, sizeof a), ir_printable(last, 24, b, sizeof b));
   }
   fprintf(f,
@@ -590,8 +599,10 @@ int main(int argc, char **argv) {
       topts.recompute = PASS_RECOMPUTE_FULL;
     } else if (IS("--recompute=selective")) {
       topts.recompute = PASS_RECOMPUTE_SELECTIVE;
+    } else if (IS("--recompute=auto")) {
+      topts.recompute = PASS_RECOMPUTE_AUTO;
     } else if (!strncmp(a, "--recompute=", 12)) {
-      return cli_error("unknown --recompute mode '%s' (full, selective)", a + 12);
+      return cli_error("unknown --recompute mode '%s' (full, selective, auto)", a + 12);
     } else if (IS("--lr") || IS("--momentum") || IS("--weight-decay") || IS("--beta1") || IS("--beta2") || IS("--eps")) {
       const char *v = NEXT();
       double x;
@@ -654,7 +665,9 @@ int main(int argc, char **argv) {
   if (train && !train_step && profile_run) return cli_error("%s: profile the forward model (without --train)", "--profile-run");
   if (topts.recompute && (!train || train_step))
     return cli_error("%s: re-materialisation is for pipelined training programs (--train)",
-                     topts.recompute == PASS_RECOMPUTE_SELECTIVE ? "--recompute=selective" : "--recompute");
+                     topts.recompute == PASS_RECOMPUTE_SELECTIVE ? "--recompute=selective"
+                     : topts.recompute == PASS_RECOMPUTE_AUTO    ? "--recompute=auto"
+                                                                 : "--recompute");
   int train_prog = train && !train_step; /* the pipelined training program */
 
   /* The default micro-batch count is on trial: a model that does not split into it (a
@@ -1013,6 +1026,10 @@ int main(int argc, char **argv) {
     cg_train ct = {tinfo.loss_sum, tinfo.classify, tinfo.labels, topts.optimizer};
     if (train_prog) { /* ---- training: backward and update phases of every stage ---- */
       for (int i = 0; i < g->n_nodes; i++) g->nodes[i].stage = cp.node_stage[i];
+      /* --recompute=auto: the plan's mode per stage (PIPECC_SPLIT's stages: full) */
+      int *srm = owned.stage_recompute = calloc((size_t)pl.plan.n_stages + 1, sizeof *srm);
+      for (int s = 0; s < pl.plan.n_stages; s++) srm[s] = pl.plan.stages[s].recompute;
+      topts.stage_recompute = cp.node_stage == pl.node_stage ? srm : NULL;
       double ts = now_ms();
       if (pass_train_program(g, &topts, microbatches, &tinfo) || g->n_errors) return 2;
       if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms\n", "train", now_ms() - ts);

@@ -138,8 +138,14 @@ static inline void check_plan_invariants(const pass_dag *d, const pass_plan_opts
         if (o->no_replicate) CHECK(S->replicas == 1, "no_replicate but stage %d has %d replicas", k, S->replicas);
         dev += S->replicas;
         uint64_t gb, cin = pass_cut_bytes(d, in, &gb), keep = 0;
+        int q = S->recompute == PASS_PLAN_RC_SELECTIVE ? 0 : S->recompute == PASS_PLAN_RC_FULL ? 1 : -1;
+        if (!o->training || o->recompute != PASS_PLAN_RC_AUTO)
+            CHECK(S->recompute == (o->training ? o->recompute : 0), "stage %d: recompute %d", k, S->recompute);
         for (int i = 0; i < S->n_nodes; i++) {
-            keep += d->nodes[S->nodes[i]].keep_bytes;
+            if (o->training && o->recompute == PASS_PLAN_RC_AUTO)
+                keep += q < 0 ? 0 : d->nodes[S->nodes[i]].rc_keep[q];
+            else
+                keep += d->nodes[S->nodes[i]].keep_bytes;
             int v = S->nodes[i];
             CHECK(stage_of[v] == -1, "node %d in two stages", v);
             stage_of[v] = k;

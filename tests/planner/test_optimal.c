@@ -20,6 +20,7 @@ static void agg_of(const pass_dag *d, const unsigned char *set, pass_stage_agg *
 {
     a->fwd_ms = a->bwd_ms = 0;
     a->param_bytes = a->act_bytes = a->keep_bytes = 0;
+    a->recompute = PASS_PLAN_RC_NONE;
     for (int v = 0; v < d->n_nodes; v++)
         if (set[v]) {
             a->keep_bytes += d->nodes[v].keep_bytes;
@@ -37,27 +38,43 @@ static void try_reps(const pass_dag *d, const pass_plan_opts *o, int p, unsigned
                      unsigned char **prefix, int *reps, int k, int used)
 {
     if (k == p) {
-        double b = 0;
-        int dev = 0;
-        for (int s = 0; s < p; s++) {
-            pass_stage_agg a;
-            uint64_t gb;
-            agg_of(d, sets[s], &a);
-            a.dev_first = dev;
-            a.replicas = reps[s];
-            a.in_bytes = pass_cut_bytes(d, s ? prefix[s - 1] : no_nodes, &gb);
-            a.out_bytes = pass_cut_bytes(d, prefix[s], &gb);
-            if (o->mem_limit && pass_stage_memory(o, &a) > o->mem_limit) return;
-            double t = pass_stage_time(o, &a);
-            if (t > b) b = t;
-            dev += reps[s];
-            if (s + 1 < p) {
-                uint64_t gb, cb = pass_cut_bytes(d, prefix[s], &gb);
-                t = pass_boundary_time(o, dev, cb, gb);
+        /* recompute chosen per stage (AUTO): every stage in each of none, selective, full */
+        int auto_rc = o->training && o->recompute == PASS_PLAN_RC_AUTO, combos = 1;
+        for (int s = 0; auto_rc && s < p; s++) combos *= 3;
+        for (int cmb = 0; cmb < combos; cmb++) {
+            double b = 0;
+            int dev = 0, fits = 1;
+            for (int s = 0, x = cmb; s < p && fits; s++, x /= 3) {
+                pass_stage_agg a;
+                uint64_t gb;
+                agg_of(d, sets[s], &a);
+                a.dev_first = dev;
+                a.replicas = reps[s];
+                a.in_bytes = pass_cut_bytes(d, s ? prefix[s - 1] : no_nodes, &gb);
+                a.out_bytes = pass_cut_bytes(d, prefix[s], &gb);
+                a.recompute = PASS_PLAN_RC_NONE;
+                if (auto_rc) {
+                    int q = x % 3 - 1; /* -1 none, 0 selective, 1 full */
+                    a.recompute = q < 0 ? PASS_PLAN_RC_NONE : q ? PASS_PLAN_RC_FULL : PASS_PLAN_RC_SELECTIVE;
+                    a.keep_bytes = 0;
+                    for (int v = 0; q >= 0 && v < d->n_nodes; v++)
+                        if (sets[s][v]) {
+                            a.bwd_ms += d->nodes[v].rc_ms[q];
+                            a.keep_bytes += d->nodes[v].rc_keep[q];
+                        }
+                }
+                if (o->mem_limit && pass_stage_memory(o, &a) > o->mem_limit) fits = 0;
+                double t = pass_stage_time(o, &a);
                 if (t > b) b = t;
+                dev += reps[s];
+                if (s + 1 < p) {
+                    uint64_t gb, cb = pass_cut_bytes(d, prefix[s], &gb);
+                    t = pass_boundary_time(o, dev, cb, gb);
+                    if (t > b) b = t;
+                }
             }
+            if (fits && b < best_r) best_r = b;
         }
-        if (b < best_r) best_r = b;
         return;
     }
     /* the split space: r <= min(g, M) (pass_max_replicas; a replica past the M-th would idle,
@@ -126,7 +143,7 @@ static double all_convex_optimum(const pass_dag *d, const pass_plan_opts *o)
                     double prev = best[i * (g + 1) + (m - r)];
                     if (!isfinite(prev)) continue;
                     pass_stage_agg a = {fw[j] - fw[i], bw[j] - bw[i], P[j] - P[i], A[j] - A[i], m - r, r,
-                                        cut[i], cut[j], K[j] - K[i]};
+                                        cut[i], cut[j], K[j] - K[i], PASS_PLAN_RC_NONE};
                     if (o->mem_limit && pass_stage_memory(o, &a) > o->mem_limit) continue;
                     double v = pass_stage_time(o, &a);
                     if (prev > v) v = prev;
@@ -395,6 +412,92 @@ int main(int argc, char **argv)
     }
     printf("recompute under a memory limit: %d random DAGs of 3-10 nodes (M 3-8), both modes equal to their "
            "references; the limit raised the optimum in %d, nothing fit in %d\n", rc_iters, rc_bound, rc_infeasible);
+
+    /* 4. recompute chosen per stage (AUTO): each stage none, selective or full, whichever
+     * fits time and memory best; the prefix DP against brute force over every mode of
+     * every stage (the exact DP does not run). Nodes: a few keep their outputs in both
+     * modes (Dropout), some in selective only (the costly ones), the rest recompute. */
+    int auto_iters = argc > 4 ? atoi(argv[4]) : 3000, auto_mixed = 0, auto_some = 0, auto_infeasible = 0;
+    for (int it = 0; it < auto_iters; it++) {
+        int n = rng_int(3, 8), shape = it % SHAPE_COUNT;
+        pass_dag d;
+        random_dag(&d, n, shape);
+        for (int v = 0; v < n; v++) {
+            double f = d.nodes[v].fwd_ms;
+            uint64_t a = d.nodes[v].act_bytes;
+            int kind = rng_int(0, 7) == 0 ? 0 : rng_int(0, 2) == 0 ? 1 : 2;
+            double ms[2] = {kind == 2 ? f : 0, kind ? f : 0};
+            uint64_t keep[2] = {kind == 2 ? 0 : a, kind ? 0 : a};
+            CHECK(pass_dag_set_recompute(&d, v, ms, keep) == 0, "pass_dag_set_recompute");
+        }
+        pass_plan_opts o;
+        pass_plan_opts_default(&o, rng_int(2, 4));
+        o.microbatches = rng_int(3, 8);
+        o.training = 1;
+        o.recompute = PASS_PLAN_RC_AUTO;
+        o.no_replicate = rng_int(0, 1);
+        o.schedule = rng_int(0, 2) ? PASS_SCHED_GPIPE : PASS_SCHED_1F1B;
+        o.orders = (unsigned)rng_int(0, 7);
+        char err[256];
+        pass_plan pe, pn;
+        /* without a limit the fastest mode, none, everywhere */
+        pass_plan_opts on = o;
+        on.recompute = PASS_PLAN_RC_NONE;
+        on.states = o.states = PASS_STATES_PREFIX;
+        CHECK(pass_partition(&d, &o, &pe, err, sizeof err) == 0 && pass_partition(&d, &on, &pn, err, sizeof err) == 0,
+              "auto iter %d: %s", it, err);
+        CHECK(pe.bottleneck_ms == pn.bottleneck_ms, "auto iter %d: no limit, %.12g != plain %.12g", it, pe.bottleneck_ms,
+              pn.bottleneck_ms);
+        uint64_t plain_mem = 0;
+        for (int k = 0; k < pe.n_stages; k++) {
+            CHECK(pe.stages[k].recompute == 0, "auto iter %d: recomputes without a limit", it);
+            if (pe.stages[k].memory_bytes > plain_mem) plain_mem = pe.stages[k].memory_bytes;
+        }
+        pass_plan_free(&pe);
+        pass_plan_free(&pn);
+        /* limits: below what the plain plan needs, or from stages under the plain and the
+         * recompute terms */
+        o.mem_limit = rng_int(0, 1) ? (uint64_t)((double)plain_mem * rng_real(0.6, 1.0)) : 0;
+        for (int k = o.mem_limit ? 0 : rng_int(1, 3); k > 0; k--) {
+            pass_plan_opts ol = o;
+            ol.recompute = rng_int(0, 1) ? PASS_PLAN_RC_FULL : PASS_PLAN_RC_NONE;
+            uint64_t x = random_stage_memory(&d, &ol);
+            if (x > o.mem_limit) o.mem_limit = x;
+        }
+        double bf = INFINITY;
+        for (int k = 0; k < PASS_ORDER_COUNT; k++)
+            if ((o.orders ? o.orders : 7) & (1u << k)) {
+                double v = brute_force_order(&d, &o, (pass_order_kind)k);
+                if (v < bf) bf = v;
+            }
+        int rcp = pass_partition(&d, &o, &pe, err, sizeof err);
+        CHECK((rcp == 0) == isfinite(bf), "auto iter %d: prefix DP %s, brute force %g", it, rcp ? err : "planned", bf);
+        if (rcp == 0) {
+            check_plan_invariants(&d, &o, &pe);
+            CHECK(fabs(pe.bottleneck_ms - bf) <= 1e-7 * fmax(1.0, bf),
+                  "auto iter %d (n=%d, g=%d, M=%d, mem=%llu): prefix DP %.12g != brute force %.12g", it, n, o.devices,
+                  o.microbatches, (unsigned long long)o.mem_limit, pe.bottleneck_ms, bf);
+            CHECK(pass_schedule_attach(&o, &pe, err, sizeof err) == 0, "auto iter %d: schedule: %s", it, err);
+            int seen[4] = {0};
+            for (int k = 0; k < pe.n_stages; k++) seen[pe.stages[k].recompute & 3] = 1;
+            auto_mixed += seen[0] + seen[1] + seen[2] > 1;
+            auto_some += seen[1] | seen[2];
+            pass_plan_opts oa = o; /* the default mode: the same (no exact DP with AUTO) */
+            oa.states = PASS_STATES_AUTO;
+            pass_plan pa;
+            CHECK(pass_partition(&d, &oa, &pa, err, sizeof err) == 0 && pa.exact == PASS_EXACT_OFF &&
+                      pa.bottleneck_ms == pe.bottleneck_ms,
+                  "auto iter %d: default mode differs", it);
+            pass_plan_free(&pa);
+            pass_plan_free(&pe);
+        } else {
+            auto_infeasible++;
+        }
+        pass_dag_free(&d);
+    }
+    printf("recompute chosen per stage: %d random DAGs of 3-8 nodes, prefix DP equal to brute force over every "
+           "stage's mode; %d plans recompute somewhere, %d mix modes, nothing fit in %d\n", auto_iters, auto_some,
+           auto_mixed, auto_infeasible);
 
     int n_pc = n_exact + n_gap;
     printf("planner optimality: %d random DAGs of 2-10 nodes, %d compared with brute force over the orders "

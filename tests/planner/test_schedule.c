@@ -252,7 +252,7 @@ static void test_replica_cap(void)
     pass_plan_opts o;
     pass_plan_opts_default(&o, 8);
     o.microbatches = 4;
-    pass_stage_agg a = {3.0, 0.0, 0, 0, 0, 3, 0, 0, 0};
+    pass_stage_agg a = {3.0, 0.0, 0, 0, 0, 3, 0, 0, 0, 0};
     CHECK(fabs(pass_stage_time(&o, &a) - 3.0 * 2 / 4) < 1e-12, "r=3 M=4: %g want 1.5", pass_stage_time(&o, &a));
     a.replicas = 8;
     CHECK(fabs(pass_stage_time(&o, &a) - 3.0 / 4) < 1e-12, "r=8 M=4: %g want 0.75", pass_stage_time(&o, &a));

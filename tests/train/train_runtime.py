@@ -278,8 +278,38 @@ def case_recompute():
     print("gpipe: planned memory per device %s without --recompute, %s with it; under --memory-limit %d only "
           "--recompute plans" % ([st["memory_bytes"] for st in pj[0]["stages"]],
                                   [st["memory_bytes"] for st in pj[1]["stages"]], limit))
+    # --recompute=auto: each stage none, selective or full, the least recomputation that
+    # fits. Under a limit between what the plain and the full plans need (GPipe, one
+    # device a stage), some stages recompute and some do not; the stage code follows the
+    # plan's modes, and the bits are those of the plain build (no replicas: every split
+    # gives the same bits)
+    base = ["--shape", "input:8x3x16x16", "-g", str(P), "-m", str(M), "--schedule", "gpipe", "--no-replicate",
+            "--plan-only"] + tc.pipecc_args(loss, opt, "--train")
+    need = {}
+    for rc in ("", "--recompute"):
+        out = os.path.join(d, "auto-ref" + rc)
+        compile_(path, out, base + ([rc] if rc else []))
+        need[rc] = max(st["memory_bytes"] for st in json.load(open(os.path.join(out, "plan.json")))["stages"])
+    limit = (need[""] + need["--recompute"]) // 2
+    args = [a for a in base if a != "--plan-only"] + ["--recompute=auto", "--memory-limit", str(limit)]
+    exe = compile_(path, os.path.join(d, "auto"), args, even=False)  # (the plan's stages and modes)
+    pa = json.load(open(os.path.join(d, "auto", "plan.json")))
+    modes = [st["recompute"] for st in pa["stages"]]
+    check(pa["recompute_auto"] is True and all(st["memory_bytes"] <= limit for st in pa["stages"]) and
+          "none" in modes and set(modes) - {"none"},
+          "--recompute=auto under --memory-limit %d (plain needs %d, full %d): stages %s, memory %s" % (
+              limit, need[""], need["--recompute"], modes, [st["memory_bytes"] for st in pa["stages"]]))
+    for k, mode in enumerate(modes):
+        text = open(os.path.join(d, "auto", "stage_%d.c" % k)).read()
+        copied = re.findall(r"node \d+: (\w+) '[^']*/recompute'", text)
+        check(bool(copied) == (mode != "none") and not (mode == "selective" and set(copied) & set(COSTLY)),
+              "--recompute=auto stage %d (%s): copies %s" % (k, mode, sorted(set(copied))))
+    r = train(exe, data + ["--steps", "2", "--no-shuffle", "--save", os.path.join(d, "auto.npz")])
+    same_bits(res[""][1], npz(os.path.join(d, "auto.npz")), "--recompute=auto weights")
+    print("--recompute=auto under --memory-limit %d (plain plan needs %d a device, full %d): stages %s" % (
+        limit, need[""], need["--recompute"], modes))
     # --recompute without --train (inference, or the one-step function): one line, exit 2
-    for flag in ("--recompute", "--recompute=selective"):
+    for flag in ("--recompute", "--recompute=selective", "--recompute=auto"):
         for extra in ([], ["--train-step", "--loss", "cross-entropy"]):
             r = run([A.pipecc, path, "-o", os.path.join(d, "bad"), "--shape", "input:8x3x16x16", "-g", "2", "--plan-only",
                      flag] + extra)
@@ -288,7 +318,7 @@ def case_recompute():
     r = run([A.pipecc, path, "-o", os.path.join(d, "bad"), "--shape", "input:8x3x16x16", "--plan-only", "--train",
              "--recompute=some"])
     check(r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "'some'" in r.stderr and
-          "selective" in r.stderr, "--recompute=some: exit %d, %r" % (r.returncode, r.stderr))
+          "selective" in r.stderr and "auto" in r.stderr, "--recompute=some: exit %d, %r" % (r.returncode, r.stderr))
     print("ok recompute")
 
 
