@@ -262,8 +262,12 @@ static void mem_chart(FILE *f, const pass_plan *pl, const pass_plan_opts *o) {
             CH_LABEL, y + 1, (double)w * sx, c, k, o->training ? " + gradients + optimizer state" : "", b);
     rep_bytes(b, sizeof b, (double)a);
     fprintf(f, "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"20\" fill=\"%s\" fill-opacity=\"0.4\"><title>stage %d "
-               "activations in flight: %s</title></rect>",
-            CH_LABEL + (double)w * sx, y + 1, (double)a * sx, c, k, b);
+               "activations in flight%s: %s</title></rect>",
+            CH_LABEL + (double)w * sx, y + 1, (double)a * sx, c, k,
+            S->recompute == PASS_PLAN_RC_FULL        ? " (forward recomputed)"
+            : S->recompute == PASS_PLAN_RC_SELECTIVE ? " (cheap forward nodes recomputed)"
+                                                     : "",
+            b);
     if (S->peak_memory_bytes) {
       double xp = CH_LABEL + (double)S->peak_memory_bytes * sx;
       rep_bytes(b2, sizeof b2, (double)S->peak_memory_bytes);
@@ -392,6 +396,7 @@ int report_html_write(FILE *f, const ir_graph *g, const pass_planned *P, const p
   snprintf(buf, sizeof buf, "%d", pl->microbatches);
   int so = snprintf(s, sizeof s, "%s \xC2\xB7 %s", pl->schedule == PASS_SCHED_GPIPE ? "GPipe" : "1F1B",
                     !pl->training        ? "inference"
+                    : pl->recompute == 3 ? "training, recomputation chosen per stage"
                     : pl->recompute == 2 ? "training, cheap forward nodes recomputed"
                     : pl->recompute      ? "training, recomputed forward"
                                          : "training");
