@@ -14,6 +14,11 @@ have the same G stages), then
 
   /usr/bin/python3 tools/bench_recompute.py [--model NAME] [-g G] [-m M] [--batch-repeat R]
                                             [--steps S] [--rounds N] [--work DIR]
+                                            [--memory-limit BYTES [--schedule S]]
+
+With --memory-limit, the planner splits every build (one device a stage, so the bits
+still agree across splits) under that limit, and --recompute=auto is a fourth build;
+a mode whose plan does not fit is reported and left out.
 
 NAME is one of tests/train/train_check.py's cases (gpt, resnet18_train_f32,
 resnet18_train, mobilenet_v2_train, tiny_transformer, convnet, ...); its batch is
@@ -42,6 +47,8 @@ def main():
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--work", default="out/bench_recompute")
+    ap.add_argument("--memory-limit", default=None)
+    ap.add_argument("--schedule", default="1f1b")
     ap.add_argument("--pipecc", default=os.path.join(ROOT, "build", "pipecc"))
     a = ap.parse_args()
     work = os.path.abspath(os.path.join(a.work, a.model))
@@ -54,18 +61,36 @@ def main():
     np.save(os.path.join(work, "Y.npy"), y)
     data = ["--data", os.path.join(work, "X.npy"), "--labels", os.path.join(work, "Y.npy"), "--no-shuffle"]
     shape = iname + ":" + "x".join(map(str, x.shape))
-    MODES = ("", "selective", "full")
+    MODES = ("", "selective", "full") + (("auto",) if a.memory_limit else ())
     dirs = {rc: os.path.join(work, "recompute-" + rc if rc else "plain") for rc in MODES}
-    env = dict(os.environ, PIPECC_SPLIT="even")
+    env = dict(os.environ) if a.memory_limit else dict(os.environ, PIPECC_SPLIT="even")
+    extra = ["--memory-limit", a.memory_limit, "--no-replicate", "--schedule", a.schedule] if a.memory_limit else []
+    fits = []
     for rc, d in dirs.items():
         cmd = [a.pipecc, path, "-o", d, "--shape", shape, "-g", str(a.g), "-m", str(a.m)] + \
-            tc.pipecc_args(loss, opt, "--train") + (["--recompute=" + rc] if rc else [])
+            tc.pipecc_args(loss, opt, "--train") + (["--recompute=" + rc] if rc else []) + extra
         r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if r.returncode and a.memory_limit and "does not fit" in r.stderr:
+            print("  %-23s no plan fits in %s bytes a device" % ("--recompute=%s:" % rc if rc else "without:",
+                                                               a.memory_limit))
+            continue
         if r.returncode:
             sys.exit("bench_recompute: pipecc failed:\n" + r.stderr[-3000:])
-    print("%s, batch %d, %d stages, %d micro-batches" % (a.model, x.shape[0], a.g, a.m))
+        fits.append(rc)
+        if a.memory_limit:
+            table = [ln for ln in r.stderr.splitlines() if re.match(r"\s+\d+\s+\d+\.\.", ln)]
+            print("  %-23s planned stages: %s" % ("--recompute=%s:" % rc if rc else "without:", "; ".join(
+                "%s nodes, %s %s%s" % (t[3], t[6], t[7], ", " + t[8] if rc else "") for t in map(str.split, table))))
+    MODES = tuple(fits)
+    if not MODES:
+        sys.exit("bench_recompute: nothing fits; raise --memory-limit")
+    ref = MODES[0]  # the bits and the samples/s are compared with the first build that fits
+    name = lambda rc: "--recompute=" + rc if rc else "without"  # noqa: E731
+    print("%s, batch %d, %d stages, %d micro-batches%s" % (a.model, x.shape[0], a.g, a.m,
+                                                         ", under --memory-limit " + a.memory_limit if a.memory_limit else ""))
     saved = {}
-    for rc, d in dirs.items():
+    for rc in MODES:
+        d = dirs[rc]
         r = subprocess.run([os.path.join(d, "pipeline"), "train", "--steps", "3", "--save", os.path.join(d, "w.npz"),
                             "--save-grads", os.path.join(d, "g.npz")] + data, capture_output=True, text=True)
         if r.returncode:
@@ -80,16 +105,17 @@ def main():
         print("  %-23s %s; arenas %s" % ("--recompute=%s:" % rc if rc else "without:",
                                          mem[0] if mem else "(no memory line)", ", ".join(arenas)))
         saved[rc] = [dict(np.load(os.path.join(d, f))) for f in ("w.npz", "g.npz")]
-    same = all(sorted(saved[""][i]) == sorted(saved[rc][i]) and
-               all(saved[""][i][k].tobytes() == saved[rc][i][k].tobytes() for k in saved[""][i])
+    same = all(sorted(saved[ref][i]) == sorted(saved[rc][i]) and
+               all(saved[ref][i][k].tobytes() == saved[rc][i][k].tobytes() for k in saved[ref][i])
                for i in (0, 1) for rc in MODES[1:])
-    print("  weights and gradients after 3 steps: %s" % ("bitwise equal in all three" if same else "DIFFER"))
+    print("  weights and gradients after 3 steps: %s" % ("bitwise equal in all %d builds" % len(MODES) if same
+                                                         else "DIFFER"))
     # each run on cores 0..G-1 (as the figures in the README were taken)
     pin = ["taskset", "-c", ",".join(str(i) for i in range(min(a.g, os.cpu_count() or 1)))] \
         if subprocess.run(["which", "taskset"], capture_output=True).returncode == 0 else []
     sps = {rc: [] for rc in MODES}
     for k in range(a.rounds):
-        for rc in MODES[k % 3:] + MODES[:k % 3]:
+        for rc in MODES[k % len(MODES):] + MODES[:k % len(MODES)]:
             log = os.path.join(dirs[rc], "bench.csv")
             r = subprocess.run(pin + [os.path.join(dirs[rc], "pipeline"), "train", "--steps", str(a.steps), "--quiet",
                                 "--log", log] + data, capture_output=True, text=True)
@@ -99,7 +125,7 @@ def main():
     for rc in MODES:
         print("  samples/s %-23s %s" % ("--recompute=%s:" % rc if rc else "without:", ", ".join("%.2f" % v for v in sps[rc])))
     for rc in MODES[1:]:
-        print("  --recompute=%s / without: median %.3fx" % (rc, np.median(sps[rc]) / np.median(sps[""])))
+        print("  %s / %s: median %.3fx" % (name(rc), name(ref), np.median(sps[rc]) / np.median(sps[ref])))
     return 0 if same else 1
 
 
