@@ -62,6 +62,7 @@ def main():
     data = ["--data", os.path.join(work, "X.npy"), "--labels", os.path.join(work, "Y.npy"), "--no-shuffle"]
     shape = iname + ":" + "x".join(map(str, x.shape))
     MODES = ("", "selective", "full") + (("auto",) if a.memory_limit else ())
+    name = lambda rc: "--recompute=" + rc if rc else "without"  # noqa: E731
     dirs = {rc: os.path.join(work, "recompute-" + rc if rc else "plain") for rc in MODES}
     env = dict(os.environ) if a.memory_limit else dict(os.environ, PIPECC_SPLIT="even")
     extra = ["--memory-limit", a.memory_limit, "--no-replicate", "--schedule", a.schedule] if a.memory_limit else []
@@ -71,7 +72,7 @@ def main():
             tc.pipecc_args(loss, opt, "--train") + (["--recompute=" + rc] if rc else []) + extra
         r = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if r.returncode and a.memory_limit and "does not fit" in r.stderr:
-            print("  %-23s no plan fits in %s bytes a device" % ("--recompute=%s:" % rc if rc else "without:",
+            print("  %-23s no plan fits in %s bytes a device" % (name(rc) + ":",
                                                                a.memory_limit))
             continue
         if r.returncode:
@@ -79,13 +80,12 @@ def main():
         fits.append(rc)
         if a.memory_limit:
             table = [ln for ln in r.stderr.splitlines() if re.match(r"\s+\d+\s+\d+\.\.", ln)]
-            print("  %-23s planned stages: %s" % ("--recompute=%s:" % rc if rc else "without:", "; ".join(
+            print("  %-23s planned stages: %s" % (name(rc) + ":", "; ".join(
                 "%s nodes, %s %s%s" % (t[3], t[6], t[7], ", " + t[8] if rc else "") for t in map(str.split, table))))
     MODES = tuple(fits)
     if not MODES:
         sys.exit("bench_recompute: nothing fits; raise --memory-limit")
     ref = MODES[0]  # the bits and the samples/s are compared with the first build that fits
-    name = lambda rc: "--recompute=" + rc if rc else "without"  # noqa: E731
     print("%s, batch %d, %d stages, %d micro-batches%s" % (a.model, x.shape[0], a.g, a.m,
                                                          ", under --memory-limit " + a.memory_limit if a.memory_limit else ""))
     saved = {}
@@ -102,7 +102,7 @@ def main():
                 m = re.search(r"arena (\d+) bytes", open(os.path.join(d, f)).read(4096))
                 b = int(m.group(1)) if m else -1
                 arenas.append("?" if b < 0 else "%.1f MB" % (b / 1e6) if b >= 1e6 else "%.1f KB" % (b / 1e3))
-        print("  %-23s %s; arenas %s" % ("--recompute=%s:" % rc if rc else "without:",
+        print("  %-23s %s; arenas %s" % (name(rc) + ":",
                                          mem[0] if mem else "(no memory line)", ", ".join(arenas)))
         saved[rc] = [dict(np.load(os.path.join(d, f))) for f in ("w.npz", "g.npz")]
     same = all(sorted(saved[ref][i]) == sorted(saved[rc][i]) and
@@ -123,7 +123,7 @@ def main():
                 sys.exit("bench_recompute: pipeline train failed:\n" + r.stderr[-2000:])
             sps[rc].append(float(open(log).read().splitlines()[-1].split(",")[-1]))
     for rc in MODES:
-        print("  samples/s %-23s %s" % ("--recompute=%s:" % rc if rc else "without:", ", ".join("%.2f" % v for v in sps[rc])))
+        print("  samples/s %-23s %s" % (name(rc) + ":", ", ".join("%.2f" % v for v in sps[rc])))
     for rc in MODES[1:]:
         print("  %s / %s: median %.3fx" % (name(rc), name(ref), np.median(sps[rc]) / np.median(sps[ref])))
     return 0 if same else 1

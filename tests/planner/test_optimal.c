@@ -110,6 +110,19 @@ static double brute_force_order(const pass_dag *d, const pass_plan_opts *o, pass
     return best_r;
 }
 
+/* The brute force's best over the orders o tries (o->orders, 0 = all). */
+static double brute_force_orders(const pass_dag *d, const pass_plan_opts *o)
+{
+    double bf = INFINITY;
+    unsigned orders = o->orders ? o->orders : (1u << PASS_ORDER_COUNT) - 1;
+    for (int k = 0; k < PASS_ORDER_COUNT; k++)
+        if (orders & (1u << k)) {
+            double v = brute_force_order(d, o, (pass_order_kind)k);
+            if (v < bf) bf = v;
+        }
+    return bf;
+}
+
 /* Exact optimum over all chains of down-sets (all convex linear splits). */
 static double all_convex_optimum(const pass_dag *d, const pass_plan_opts *o)
 {
@@ -245,13 +258,7 @@ int main(int argc, char **argv)
             op.states = PASS_STATES_PREFIX;
             pass_plan plan;
             int rc = pass_partition(&d, &op, &plan, err, sizeof err);
-            double bf = INFINITY;
-            unsigned orders = op.orders ? op.orders : 7;
-            for (int k = 0; k < PASS_ORDER_COUNT; k++)
-                if (orders & (1u << k)) {
-                    double v = brute_force_order(&d, &op, (pass_order_kind)k);
-                    if (v < bf) bf = v;
-                }
+            double bf = brute_force_orders(&d, &op);
             if (!isfinite(bf)) {
                 CHECK(rc != 0, "iter %d: brute force finds nothing fits but the DP planned", it);
                 n_infeasible++;
@@ -380,12 +387,7 @@ int main(int argc, char **argv)
         pass_plan pe;
         pass_plan_opts op = o;
         op.states = PASS_STATES_PREFIX;
-        double bf = INFINITY;
-        for (int k = 0; k < PASS_ORDER_COUNT; k++)
-            if ((op.orders ? op.orders : 7) & (1u << k)) {
-                double v = brute_force_order(&d, &op, (pass_order_kind)k);
-                if (v < bf) bf = v;
-            }
+        double bf = brute_force_orders(&d, &op);
         int rcp = pass_partition(&d, &op, &pe, err, sizeof err);
         CHECK((rcp == 0) == isfinite(bf), "recompute iter %d: prefix DP %s, brute force %g", it, rcp ? err : "planned", bf);
         if (rcp == 0) {
@@ -464,12 +466,7 @@ int main(int argc, char **argv)
             uint64_t x = random_stage_memory(&d, &ol);
             if (x > o.mem_limit) o.mem_limit = x;
         }
-        double bf = INFINITY;
-        for (int k = 0; k < PASS_ORDER_COUNT; k++)
-            if ((o.orders ? o.orders : 7) & (1u << k)) {
-                double v = brute_force_order(&d, &o, (pass_order_kind)k);
-                if (v < bf) bf = v;
-            }
+        double bf = brute_force_orders(&d, &o);
         int rcp = pass_partition(&d, &o, &pe, err, sizeof err);
         CHECK((rcp == 0) == isfinite(bf), "auto iter %d: prefix DP %s, brute force %g", it, rcp ? err : "planned", bf);
         if (rcp == 0) {

@@ -262,9 +262,8 @@ def case_recompute():
                   "gpipe --recompute=%s stage %d: memory %d (peak %d), held %d, kept %d, expected %d" % (
                       rc, k, st["memory_bytes"], st["peak_memory_bytes"], st["held_microbatches"], st["kept_bytes"],
                       want))
-    pj = {0: pj[""], 1: pj["full"]}
-    limit = max(st["memory_bytes"] for st in pj[1]["stages"])
-    check(limit < max(st["memory_bytes"] for st in pj[0]["stages"]), "--recompute did not lower the plan's memory")
+    limit = max(st["memory_bytes"] for st in pj["full"]["stages"])
+    check(limit < max(st["memory_bytes"] for st in pj[""]["stages"]), "--recompute did not lower the plan's memory")
     args = ["--shape", "input:8x3x16x16", "-g", str(P), "-m", str(M), "--schedule", "gpipe", "--plan-only",
             "--memory-limit", str(limit)] + tc.pipecc_args(loss, opt, "--train")
     r = run([A.pipecc, path, "-o", os.path.join(d, "limit")] + args)
@@ -276,8 +275,8 @@ def case_recompute():
     check(all(st["memory_bytes"] <= limit for st in fit["stages"]), "a stage over the limit: %s" %
           [st["memory_bytes"] for st in fit["stages"]])
     print("gpipe: planned memory per device %s without --recompute, %s with it; under --memory-limit %d only "
-          "--recompute plans" % ([st["memory_bytes"] for st in pj[0]["stages"]],
-                                  [st["memory_bytes"] for st in pj[1]["stages"]], limit))
+          "--recompute plans" % ([st["memory_bytes"] for st in pj[""]["stages"]],
+                                  [st["memory_bytes"] for st in pj["full"]["stages"]], limit))
     # --recompute=auto: each stage none, selective or full, the least recomputation that
     # fits. Under a limit between what the plain and the full plans need (GPipe, one
     # device a stage), some stages recompute and some do not; the stage code follows the
