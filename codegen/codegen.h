@@ -18,7 +18,7 @@ typedef struct {
   int mb;
 } cg_instr;
 
-/* A pipelined training program (passes/autodiff.h, form 2): every node carries its
+/* A pipelined training program (passes/train/autodiff.h, form 2): every node carries its
  * phase (ir_node.phase); mutable constants their role (ir_value.param) and values
  * copied into them at the end of their phase (ir_value.writeback). */
 typedef struct {
@@ -52,7 +52,7 @@ typedef struct {
 
 /* The cpu target's direct GEMM (runtime/pipert_gemm.h) takes float GEMMs that sum at
  * most this many products per output: Convs (codegen/c/cg_c.h says which) and MatMuls
- * and Gemms of one B matrix (ops_nn.c; passes/pretranspose.h stores a constant B of a
+ * and Gemms of one B matrix (ops_nn.c; passes/opt/pretranspose.h stores a constant B of a
  * Gemm with transB transposed for it). */
 #define CG_C_DIRECT_K 1024
 

@@ -364,7 +364,7 @@ static int check_graph(ir_graph *g, const cg_plan *p, const char *target, int (*
           bad = 1;
         } else if (ir_dtype_narrow(v->dtype) && !pass_widen_keeps(n->op)) {
           ir_error_node(g, i, "internal error: %s target: %s '%s' is %s, which only Casts and data movement take "
-                        "(passes/widen.c)", target, side ? "output" : "input", v->name, ir_dtype_name(v->dtype));
+                        "(passes/opt/widen.c)", target, side ? "output" : "input", v->name, ir_dtype_name(v->dtype));
           bad = 1;
         }
       }

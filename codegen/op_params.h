@@ -63,7 +63,7 @@ int cg_slice_params(ir_graph *g, const char *target, const ir_node *n, int64_t *
  * A's and B's matrices (0 where that side broadcasts). Each matrix as BLAS reads it
  * (row-major): ta/tb transposed or not, lda/ldb its leading dimension (K and N for
  * contiguous operands). pa/pb: the operand is read through the permutation of a
- * Transpose folded into the MatMul (passes/fuse.h, pass_fuse_matmul_transpose): its
+ * Transpose folded into the MatMul (passes/opt/fuse.h, pass_fuse_matmul_transpose): its
  * batch is not contiguous, and only the cpu target's batched loop reads it. */
 typedef struct {
   int64_t M, K, N, NB;

@@ -425,7 +425,7 @@ static int value_info_input(ctx *c, const Onnx__ValueInfoProto *vi) {
 }
 
 /* A body's formal input: typed or not (a Loop body's carried values may leave the type
- * out); its actual value decides when the body is expanded (passes/control.c). */
+ * out); its actual value decides when the body is expanded (passes/lower/control.c). */
 static int body_input(ctx *c, const Onnx__ValueInfoProto *vi) {
   ir_graph *g = c->g;
   char nm[96];

@@ -63,7 +63,7 @@ const char *ir_dtype_name(ir_dtype t);
 /* Name to code, -1 if unknown; accepts numpy names and ONNX names ("FLOAT"). */
 int ir_dtype_parse(const char *s);
 /* 1 for float16, bfloat16 and the float8 types: both targets hold them as bit patterns
- * and compute in float (passes/widen.c). */
+ * and compute in float (passes/opt/widen.c). */
 int ir_dtype_narrow(ir_dtype t);
 /* 1 for int4 and uint4 (held one value per byte). */
 int ir_dtype_is_4bit(ir_dtype t);
@@ -91,13 +91,13 @@ typedef enum {
   IR_VAL_CONST,   /* initializer, Constant node or folded: has data */
   IR_VAL_SEQ,     /* an ONNX sequence, known at compile time as the list of its tensors
                    * (seq[seq_n], value indices; dtype: the elements' type). The fold pass
-                   * evaluates every sequence op (passes/sequence.c), so none remains after
+                   * evaluates every sequence op (passes/lower/sequence.c), so none remains after
                    * it; a sequence graph input (seq_n -1 until bound by --seq) or output
                    * becomes one tensor input or output per element, NAME.0, NAME.1, ... */
   IR_VAL_NONE     /* an ONNX optional without a value (Optional with no input, a graph input
                    * named by --none). An optional holding a value is that value itself, so
                    * optionals are known at compile time too: the fold pass evaluates
-                   * Optional, OptionalHasElement and OptionalGetElement (passes/sequence.c)
+                   * Optional, OptionalHasElement and OptionalGetElement (passes/lower/sequence.c)
                    * and refuses an empty one reaching any other op or a graph output */
 } ir_val_kind;
 
@@ -128,7 +128,7 @@ typedef struct {
   int zero_init;       /* IR_VAL_CONST whose contents are all zero bytes, not stored (data NULL) */
   int data_nchw;       /* IR_VAL_CONST of rank 4 [d0, d1, d2, d3] whose data holds the elements in the
                         * order [d0, d3, d1, d2]: a channels-last view of an NCHW constant that
-                        * passes/layout.c made without copying; ir_const_* and the weight files
+                        * passes/opt/layout.c made without copying; ir_const_* and the weight files
                         * (ir_const_copy) read through it */
   ir_param_kind param; /* training: the role of a mutable constant, else IR_PARAM_NONE */
   int writeback;       /* training: the param (value index) this value is copied into at the end of

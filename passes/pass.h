@@ -62,18 +62,18 @@ int pass_fold(ir_graph *g, const pass_opts *o);
  * stage as any constant or input output does. Returns 1 when it added the node, else 0. */
 int pass_keep_one_node(ir_graph *g);
 /* einsum: Einsum nodes written as Transpose/Reshape/Gather/Expand/ReduceSum/MatMul
- * (passes/einsum.c), after shape inference. */
+ * (passes/lower/einsum.c), after shape inference. */
 int pass_lower_einsum(ir_graph *g, const pass_opts *o);
 /* quant: QuantizeLinear/DequantizeLinear written as Cast/Div/Round/Add/Clip and
- * Cast/Sub/Mul (passes/quant.c), after shape inference. */
+ * Cast/Sub/Mul (passes/lower/quant.c), after shape inference. */
 int pass_lower_quant(ir_graph *g, const pass_opts *o);
 /* lower: GroupNormalization, MeanVarianceNormalization and EyeLike written in other
- * ops (passes/lower_ops.c), after shape inference. */
+ * ops (passes/lower/lower_ops.c), after shape inference. */
 int pass_lower_ops(ir_graph *g, const pass_opts *o);
 /* signal: DFT, STFT, the window functions and MelWeightMatrix written in other ops
- * (passes/lower_signal.c), after shape inference. */
+ * (passes/lower/lower_signal.c), after shape inference. */
 int pass_lower_signal(ir_graph *g, const pass_opts *o);
-/* widen: float16, bfloat16 and float8 computed in float (passes/widen.c): every node
+/* widen: float16, bfloat16 and float8 computed in float (passes/opt/widen.c): every node
  * but those pass_widen_keeps names reads narrow inputs through a Cast to float (a
  * narrow constant becomes a float constant) and writes narrow outputs through a Cast
  * back. */

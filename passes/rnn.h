@@ -1,7 +1,7 @@
 /* passes/rnn.h - what an RNN, GRU or LSTM node means (ONNX RNN-14, GRU-14, LSTM-14; the
  * attributes are the same since opset 7, `layout` is new in 14): its sizes, direction,
  * activations, and which optional inputs and outputs it has. The shape pass
- * (passes/shape_rnn.c) reads it to check the node and size its outputs; both code
+ * (passes/shape/shape_rnn.c) reads it to check the node and size its outputs; both code
  * generators (codegen/c/ops_nn.c, codegen/cuda/ops.c) read it again to emit the node, and
  * write the gate arithmetic with the shared text of codegen/rnn_expr.h.
  *
@@ -60,7 +60,7 @@ typedef struct {
 int pass_rnn_info(ir_graph *g, int node, pass_rnn *r);
 
 /* Training: replaces every RNN, GRU and LSTM node by its recurrence written out step by
- * step in ONNX ops that autodiff differentiates (passes/rnn_unroll.c). Called by
+ * step in ONNX ops that autodiff differentiates (passes/train/rnn_unroll.c). Called by
  * pass_autodiff and pass_train_loss before anything else. 0, or -1 (reported). */
 int pass_rnn_unroll(ir_graph *g);
 

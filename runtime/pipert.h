@@ -52,7 +52,7 @@ enum pipert_dtype {
 };
 
 /* float16, bfloat16 and the float8 types are held as bit patterns (uint16_t, uint8_t).
- * pipecc computes with them in float (passes/widen.c): these are the only conversions.
+ * pipecc computes with them in float (passes/opt/widen.c): these are the only conversions.
  * Narrowing rounds once, from a double, to nearest (ties to even), whether the source is
  * a float, a double or an integer; widening is exact.
  *

@@ -148,7 +148,7 @@ for run in "${runs[@]}"; do
   bench_pipecc bert input_ids "${BATCH}x64" "$WORK/bert_x.npy" "$g" "$m" "$label"
 done
 if [ "$QUICK" = 0 ]; then
-  # the model's own NCHW layout everywhere instead of channels-last Convs (passes/layout.h)
+  # the model's own NCHW layout everywhere instead of channels-last Convs (passes/opt/layout.h)
   bench_pipecc resnet50 input "${BATCH}x3x224x224" "$WORK/resnet50_x.npy" 1 1 pipecc-g1-nchw --layout nchw
   # the 3-channel stem channels-last too; and the default build with its 1x1 Convs through
   # cuDNN instead of cuBLASLt GEMMs (pk_conv_1x1)

@@ -16,18 +16,18 @@
 #include "frontend/onnx_load.h"
 #include "ir/diag.h"
 #include "ir/print.h"
-#include "passes/autodiff.h"
+#include "passes/train/autodiff.h"
 #include "passes/batch.h"
-#include "passes/fuse.h"
-#include "passes/layout.h"
-#include "passes/lower_loss.h"
-#include "passes/winograd.h"
+#include "passes/opt/fuse.h"
+#include "passes/opt/layout.h"
+#include "passes/lower/lower_loss.h"
+#include "passes/opt/winograd.h"
 #include "passes/pass.h"
-#include "passes/pretranspose.h"
-#include "passes/plan_ir.h"
-#include "passes/plan_json.h"
+#include "passes/opt/pretranspose.h"
+#include "passes/plan/plan_ir.h"
+#include "passes/plan/plan_json.h"
 #include "runtime/pipert.h"
-#include "tools/report_html.h"
+#include "passes/plan/report_html.h"
 
 static void usage(FILE *f) {
   fputs(
@@ -456,7 +456,7 @@ int main(int argc, char **argv) {
   uint64_t mem_limit = 0;
   pass_schedule_kind schedule = PASS_SCHED_1F1B;
   static pass_opts opts; /* static: free_owned reads it after main returns */
-  pass_train_opts topts; /* ---- training (passes/autodiff.h) ---- */
+  pass_train_opts topts; /* ---- training (passes/train/autodiff.h) ---- */
   pass_train_opts_default(&topts);
   int train_step = 0;     /* --train-step: one step as a function */
   pass_train_info tinfo;
@@ -583,7 +583,7 @@ int main(int argc, char **argv) {
       winograd = strcmp(v, "auto") ? atoi(v) : -1;
     } else if (IS("--train")) {
       train = 1;
-      /* ---- training block (passes/autodiff.h) ---- */
+      /* ---- training block (passes/train/autodiff.h) ---- */
     } else if (IS("--train-step")) {
       train = train_step = 1;
     } else if (IS("--loss") || IS("--labels") || IS("--optimizer")) {
@@ -870,12 +870,12 @@ int main(int argc, char **argv) {
     if (rc || g->n_errors) {
       SEARCH_FAIL();
     }
-    /* the loss and backward nodes compute in float too (passes/widen.c) */
+    /* the loss and backward nodes compute in float too (passes/opt/widen.c) */
     if (pass_widen_half(g, &opts) || g->n_errors) SEARCH_FAIL();
   }
 
   /* inference: NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss nodes in ops every
-   * target has (passes/lower_loss.h; training lowers the one named by --loss itself) */
+   * target has (passes/lower/lower_loss.h; training lowers the one named by --loss itself) */
   if (!train_step && !train_prog && want_plan) {
     double s = now_ms();
     int nl = pass_lower_losses(g);
@@ -893,7 +893,7 @@ int main(int argc, char **argv) {
   /* inference (both targets): layer normalisation written out in element-wise ops into
    * one LayerNormalization, and Add/Relu/Clip consumers into their Conv, before
    * planning, so a fused chain is one node in every plan and the bits cannot depend on
-   * the stage count (passes/fuse.h); the cpu target applies the epilogue to GEMM blocks
+   * the stage count (passes/opt/fuse.h); the cpu target applies the epilogue to GEMM blocks
    * in cache, the cuda target in one kernel after cuDNN's convolution */
   if (!train_step && !train_prog && !no_fuse) {
     double s = now_ms();
@@ -918,7 +918,7 @@ int main(int argc, char **argv) {
     }
   }
   /* cuda inference: channels-last activations around the Convs cuDNN's tensor cores
-   * take (passes/layout.h) */
+   * take (passes/opt/layout.h) */
   if (!strcmp(target, "cuda") && !train_step && !train_prog && !layout_nchw) {
     double s = now_ms();
     int nl = pass_layout_nhwc(g, layout_all);
@@ -926,7 +926,7 @@ int main(int argc, char **argv) {
     if (nl < 0 || g->n_errors) SEARCH_FAIL();
   }
   /* cpu inference: 3x3 stride-1 Convs by Winograd, filters transformed here
-   * (passes/winograd.h) */
+   * (passes/opt/winograd.h) */
   if (!strcmp(target, "cpu") && !train_step && !train_prog && winograd) {
     double s = now_ms();
     int nw = pass_winograd(g, winograd);
@@ -935,7 +935,7 @@ int main(int argc, char **argv) {
   }
 
   /* cpu inference: a Gemm's constant B with transB stored transposed, for the direct
-   * GEMM (passes/pretranspose.h) */
+   * GEMM (passes/opt/pretranspose.h) */
   if (!strcmp(target, "cpu") && !train_step && !train_prog) {
     double s = now_ms();
     int np = pass_pretranspose(g, CG_C_DIRECT_K);

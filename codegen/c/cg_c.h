@@ -133,7 +133,7 @@ void cg_gemm_blocks_open(cg_ctx *c, int64_t M, int64_t N, int64_t K, int64_t MB,
 typedef int (*cg_op_fn)(cg_ctx *c, const ir_node *n);
 cg_op_fn cg_op_emitter(ir_op op);
 
-/* The epilogue passes/fuse.c folded into a Conv: a residual (input 3) added, then Relu
+/* The epilogue passes/opt/fuse.c folded into a Conv: a residual (input 3) added, then Relu
  * (act 1) or Clip to [lo, hi] (act 2). cg_conv_epi_emit writes the statements that apply
  * it to the float variable v, the residual element being the expression r: the same
  * expressions, in the same order, as the separate Add and Relu/Clip nodes
@@ -148,7 +148,7 @@ void cg_conv_epi_emit(cg_ctx *c, const cg_conv_epi *e, const char *ind, const ch
  * in 8 double lanes combined pairwise: a fixed order that vectorises (ops_nn.c). */
 void cg_emit_dlane_sum(cg_ctx *c, const char *ind, const char *name, int64_t n, const char *expr);
 
-/* A Conv that passes/winograd.c prepared for F(m x m, 3 x 3) (codegen/c/winograd.c):
+/* A Conv that passes/opt/winograd.c prepared for F(m x m, 3 x 3) (codegen/c/winograd.c):
  * cg_winograd_fits checks that its window allows it (2-D float, 3x3, strides and
  * dilations 1, one group); cg_emit_conv_winograd writes the body, x1 being the
  * transformed filters [a*a, M, C]. 0 or -1. */

@@ -15,9 +15,9 @@
 #include "codegen/emit_common.h"
 #include "codegen/op_params.h"
 #include "codegen/rnn_expr.h"
-#include "passes/fuse.h"
+#include "passes/opt/fuse.h"
 #include "passes/rnn.h"
-#include "passes/winograd.h"
+#include "passes/opt/winograd.h"
 
 #define LL(x) ((long long)(x))
 
@@ -31,7 +31,7 @@ static int window(cg_ctx *c, const ir_node *n, const ir_value *x, const ir_value
   return cg_window(c->g, "cpu", n, x, y, kernel, transposed, w);
 }
 
-/* The epilogue passes/fuse.c folded into a Conv (cg_conv_epi in cg_c.h), applied to nr
+/* The epilogue passes/opt/fuse.c folded into a Conv (cg_conv_epi in cg_c.h), applied to nr
  * rows of P outputs at pointer y (row stride ys), the residual at r (same offsets).
  * Nothing when the node carries no epilogue. */
 static cg_conv_epi epilogue_of(cg_ctx *c, const ir_node *n) {
@@ -356,7 +356,7 @@ static int emit_conv_depthwise(cg_ctx *c, const cg_win3 *w, int64_t N, int64_t C
  * of L2, so they are still there when the stencil reads them. */
 #define EXPAND_BLOCK_BYTES (1 << 20)
 
-/* A 1x1 Conv fused into the depthwise Conv that reads it (passes/fuse.h,
+/* A 1x1 Conv fused into the depthwise Conv that reads it (passes/opt/fuse.h,
  * pass_fuse_expand_dw): per image, blocks of MB channels: the bias, one GEMM of the
  * block's rows of the 1x1's weights by the image ([MB, K] x [K, H*W], into scratch),
  * the 1x1's activation, then the depthwise stencil of each channel of the block from
@@ -494,7 +494,7 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
   ir_dtype t = y->dtype;
   if (t != IR_FLOAT && t != IR_DOUBLE) return cg_fail(c, n, "Conv on %s is not supported", ir_dtype_name(t));
   int64_t kernel[3];
-  int wm = pass_winograd_m(n); /* filters transformed by passes/winograd.c: 3x3 */
+  int wm = pass_winograd_m(n); /* filters transformed by passes/opt/winograd.c: 3x3 */
   for (int i = 0; i < x->shape.rank - 2 && i < 3; i++) kernel[i] = wm ? 3 : wt->shape.dims[2 + i];
   cg_win3 w;
   if (window(c, n, x, y, kernel, 0, &w)) return -1;
@@ -730,7 +730,7 @@ static int emit_gemm(cg_ctx *c, const ir_node *n) {
   int r = use_c ? cc->shape.rank : 0;
   int64_t d0 = r >= 2 ? cc->shape.dims[r - 2] : 1, d1 = r >= 1 ? cc->shape.dims[r - 1] : 1;
   if (t == IR_FLOAT && !ta && !tb && alpha == 1.0 && K > 0 && K <= CG_C_DIRECT_K && (!use_c || beta == 1.0)) {
-    /* pipert_gemm_direct (B as stored: passes/pretranspose.h stores a constant B of a
+    /* pipert_gemm_direct (B as stored: passes/opt/pretranspose.h stores a constant B of a
      * Gemm with transB transposed), C its bias, one per column or per row, or its
      * residual: y = C + A B, one dot product per output, as cblas_sgemm onto a C-filled
      * y computes it but for the order of the products' sum */

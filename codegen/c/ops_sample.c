@@ -34,7 +34,7 @@
 /* ---- shared with codegen/cuda/ops_sample.c (declared in cg_c.h) ---------------------- */
 
 /* What both targets need of a GridSample or Det: float or double (float16 and bfloat16
- * come widened, passes/widen.c). 0, or -1 after "TARGET target: ...". */
+ * come widened, passes/opt/widen.c). 0, or -1 after "TARGET target: ...". */
 int cg_sample_check(ir_graph *g, const char *target, const ir_node *n) {
   const ir_value *x = ir_in(g, n, 0), *y = ir_out(g, n, 0);
   const char *why = NULL;

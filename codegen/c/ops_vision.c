@@ -29,7 +29,7 @@ static const char *gemm_fn(ir_dtype t) { return t == IR_DOUBLE ? "cblas_dgemm" :
 /* ---- shared with codegen/cuda/ops_vision.c ----------------------------------------- */
 
 /* What both targets need of a RoiAlign or DeformConv: float or double (float16 and
- * bfloat16 come widened, passes/widen.c), 2-D. 0, or -1 after "TARGET target: ...". */
+ * bfloat16 come widened, passes/opt/widen.c), 2-D. 0, or -1 after "TARGET target: ...". */
 int cg_vision_check(ir_graph *g, const char *target, const ir_node *n) {
   const ir_value *x = ir_in(g, n, 0), *y = ir_out(g, n, 0);
   const char *why = NULL;

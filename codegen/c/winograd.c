@@ -1,5 +1,5 @@
 /* codegen/c/winograd.c - 2-D 3x3 stride-1 Convs by Winograd minimal filtering
- * F(m x m, 3 x 3) for the cpu target; passes/winograd.c chose the Convs and transformed
+ * F(m x m, 3 x 3) for the cpu target; passes/opt/winograd.c chose the Convs and transformed
  * their filters to U = G g G^T ahead of time (the weight input, [a*a, M, C]).
  *
  * With a = m + 2, the output is cut into m x m tiles; each tile needs an a x a input
@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "codegen/c/cg_c.h"
-#include "passes/winograd.h"
+#include "passes/opt/winograd.h"
 
 #define LL(x) ((long long)(x))
 #define WINO_BYTES (8 << 20)

@@ -30,8 +30,8 @@
 #include "codegen/cuda/rt/pipecc_cuda_limits.h"
 #include "codegen/op_params.h"
 #include "codegen/rnn_expr.h"
-#include "passes/fuse.h"
-#include "passes/layout.h"
+#include "passes/opt/fuse.h"
+#include "passes/opt/layout.h"
 #include "passes/rnn.h"
 
 #define LL(x) ((long long)(x))
@@ -168,7 +168,7 @@ static int emit_conv(cu_ctx *c, const ir_node *n) {
   ir_graph *g = c->g;
   ir_value *x = ir_in(g, n, 0), *wt = ir_in(g, n, 1), *b = ir_in(g, n, 2), *y = ir_out(g, n, 0);
   ir_dtype t = y->dtype;
-  /* channels-last (passes/layout.h): x, y and the residual [N, H, W, C], the filter
+  /* channels-last (passes/opt/layout.h): x, y and the residual [N, H, W, C], the filter
    * [M, kh, kw, C/group]; the window and the table entry see them as NCHW */
   int nhwc = pass_layout_is_nhwc(n);
   ir_value *xmem = x, xv, yv, wv;
@@ -219,7 +219,7 @@ static int emit_conv(cu_ctx *c, const ir_node *n) {
   cu_w(c, "  /* N=%lld C=%lld M=%lld group=%lld in=%lldx%lldx%lld out=%lldx%lldx%lld kernel=%lldx%lldx%lld%s */\n",
        LL(N), LL(C), LL(M), LL(G), LL(w.in[0]), LL(w.in[1]), LL(w.in[2]), LL(w.out[0]), LL(w.out[1]), LL(w.out[2]),
        LL(w.k[0]), LL(w.k[1]), LL(w.k[2]), nhwc ? ", channels-last (NHWC, filter KRSC)" : "");
-  /* the epilogue passes/fuse.c folded in (Add of a residual, Relu/Clip): one pass with the
+  /* the epilogue passes/opt/fuse.c folded in (Add of a residual, Relu/Clip): one pass with the
    * bias, whose channel is (i / sp) % M: channels-last is sp = 1 over N * spatial rows */
   int64_t sp = w.out[0] * w.out[1] * w.out[2];
   float lo, hi;
@@ -418,7 +418,7 @@ static int emit_pool(cu_ctx *c, const ir_node *n) {
   ir_value *x = ir_in(g, n, 0), *y = ir_out(g, n, 0), *yi = ir_out(g, n, 1);
   int is_max = n->op == IR_OP_MaxPool || n->op == IR_OP_GlobalMaxPool;
   if (!(is_max && (y->dtype == IR_INT8 || y->dtype == IR_UINT8)) && need_float(c, n, y->dtype)) return -1;
-  /* channels-last (passes/layout.h): the window sees NCHW; the kernel walks channels innermost */
+  /* channels-last (passes/opt/layout.h): the window sees NCHW; the kernel walks channels innermost */
   int64_t cl = 0;
   ir_value xv, yv;
   if (pass_layout_is_nhwc(n)) {
@@ -462,7 +462,7 @@ static int emit_batchnorm(cu_ctx *c, const ir_node *n) {
   double eps = ir_attr_float(n, "epsilon", 1e-5f), mom = ir_attr_float(n, "momentum", 0.9f);
   int64_t N = x->shape.dims[0], C = x->shape.rank > 1 ? x->shape.dims[1] : 1, Sp = 1;
   for (int i = 2; i < x->shape.rank; i++) Sp *= x->shape.dims[i];
-  if (pass_layout_is_nhwc(n)) { /* [N, H, W, C] (passes/layout.h): rows of C channels */
+  if (pass_layout_is_nhwc(n)) { /* [N, H, W, C] (passes/opt/layout.h): rows of C channels */
     if (x->shape.rank != 4 || ir_attr_int(n, "training_mode", 0))
       return cu_fail(c, n, "a channels-last BatchNormalization must be 4-D inference");
     N = x->shape.dims[0] * x->shape.dims[1] * x->shape.dims[2], C = x->shape.dims[3], Sp = 1;

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Control flow (If, Loop, Scan; passes/control.c expands them into the graph) in models
+"""Control flow (If, Loop, Scan; passes/lower/control.c expands them into the graph) in models
 exported from TorchScript and built with onnx.helper, against onnxruntime running the
 same model on the same inputs; each compiled at -g 1 and -g 2 (-m 2 where the model
 allows micro-batches) and run.

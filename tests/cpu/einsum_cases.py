@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Einsum (passes/einsum.c: lowered to Transpose, Reshape, Gather, Expand, ReduceSum and
+"""Einsum (passes/lower/einsum.c: lowered to Transpose, Reshape, Gather, Expand, ReduceSum and
 batched MatMul) against onnxruntime: equations beyond the ONNX node tests (attention,
 ellipsis broadcasting, diagonals, three operands, implicit outputs, outer products,
 float64), each compiled with -g 1 and -g 2 (default micro-batches: a model that does

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""cpu target, passes/fuse.c: a model compiled with its Conv -> Add -> Relu/Clip chains
+"""cpu target, passes/opt/fuse.c: a model compiled with its Conv -> Add -> Relu/Clip chains
 fused into the Conv (the default; and 1x1 expansions into the depthwise Conv reading
 them) and with --no-fuse gives bitwise equal outputs (the fused code computes what the
 separate nodes compute, in the same order), and the fused build really fused something:

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""float16 and bfloat16 models (passes/widen.c: stored as bit patterns, computed in float,
+"""float16 and bfloat16 models (passes/opt/widen.c: stored as bit patterns, computed in float,
 rounded once per node) against two references, each compiled with -g 1 and -g 2 and run:
 
   rounded  onnxruntime running the float32 model with pipecc's roundings written in

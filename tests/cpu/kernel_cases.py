@@ -4,7 +4,7 @@
   - depthwise Conv (group = channels; codegen/c/ops_nn.c's direct stencil): strides
     (rows kept in their stride's phases),
     asymmetric and no padding, dilation, 5x5 and 1-D kernels, no bias, and fused into it
-    (passes/fuse.c) a residual Add and Relu/Clip, also bitwise equal to --no-fuse; short
+    (passes/opt/fuse.c) a residual Add and Relu/Clip, also bitwise equal to --no-fuse; short
     rows run end to end, strided ones too (the bordered rows in phases), and the count
     of those checked in the emitted code; 1x1 Convs in column chunks, with and without bias and a fused
     epilogue, and on 7x7 maps batched over the images through the direct GEMM (and a
@@ -25,11 +25,11 @@
   - Exp and Erf (the prelude's pk_expf, pk_erff) over every range they split, including
     overflow, underflow, +-0, +-inf and NaN, against float64 values rounded to float
     (within 3 ulp; NaN for NaN; exp's results under 2^-125 may be 0);
-  - layer normalisation written out in element-wise ops (passes/fuse.c: Pow or Mul, eps,
+  - layer normalisation written out in element-wise ops (passes/opt/fuse.c: Pow or Mul, eps,
     gamma and beta on either side, no beta, two axes, opset 18's axes input) fused into one
     LayerNormalization, and left apart where an intermediate is read elsewhere or the axes
     are not the trailing ones;
-  - a batched MatMul reading Transposes in place (passes/fuse.c: attention's K^T, Q and V
+  - a batched MatMul reading Transposes in place (passes/opt/fuse.c: attention's K^T, Q and V
     heads, 4-D, A transposed or broadcast) and Transposes left apart (no unit stride, one
     B matrix, a second reader);
   - GELU after a MatMul and its bias, Pow by 2 and a value read twice inside one fused
@@ -38,7 +38,7 @@
     members ahead of the MatMul in graph order, two MatMuls read by one unit;
   - Gemms and MatMuls of one B matrix through the direct GEMM (runtime/pipert_gemm.h):
     nn.Linear's Gemm with transB (B stored transposed at compile time,
-    passes/pretranspose.h), C as a bias per column or per row or a full residual, B read
+    passes/opt/pretranspose.h), C as a bias per column or per row or a full residual, B read
     by two Gemms, and those left to BLAS (alpha or beta not 1, a scalar C, K over
     CG_C_DIRECT_K); the count of direct GEMM calls checked in the emitted code.
 
@@ -183,7 +183,7 @@ def dwt_case(C, H, W, k, s, pads, dil, bias, out_pad=(0, 0), per_group=1):
 
 def ex_case(K, M, H, W, k, s, pads, dil, ebias, eact, dbias, dact, other_reader=False, pw_stride=1):
     """A MobileNet expansion: 1x1 Conv [4, K, H, W] -> M channels (+ bias, eact "" / "relu" /
-    "clip"), then a depthwise k x k Conv (+ bias, dact); passes/fuse.c fuses the pair on the
+    "clip"), then a depthwise k x k Conv (+ bias, dact); passes/opt/fuse.c fuses the pair on the
     cpu target (codegen/c/ops_nn.c: blocks of channels in scratch) unless the 1x1's output
     has another reader or the 1x1 has a stride."""
     rng = np.random.default_rng(K * 7 + M + H)
@@ -372,7 +372,7 @@ def gemm_case(kind):
 
 def matmul_t_case(ta, pa, tb, pb, extra_reader=False):
     """MatMul(Transpose(a, pa), Transpose(b, pb)) (either side plain where its perm is None):
-    ta, tb the shapes fed in. passes/fuse.c reads a Transpose in place where B has a batch of
+    ta, tb the shapes fed in. passes/opt/fuse.c reads a Transpose in place where B has a batch of
     matrices and the permuted matrix has a unit stride (BLAS transposed or not); MATMUL_T
     says how many the g=1 build must have folded. extra_reader: the Transpose's output is a
     graph output too (then it stays)."""
@@ -396,7 +396,7 @@ def ln_chain_case(shape, axes, square="pow", commute=False, beta=True, opset=14,
     Pow or Mul, ReduceMean, Add eps, Sqrt, Div, Mul gamma, Add beta); commute: eps, gamma and
     beta on the left; opset 18: ReduceMean's axes as an input. leak: an intermediate that is
     a graph output too (the chain then stays apart). LN_CHAINS says how many the g=1 build
-    must have fused into a LayerNormalization (passes/fuse.c)."""
+    must have fused into a LayerNormalization (passes/opt/fuse.c)."""
     rng = np.random.default_rng(len(shape) * 7 + len(axes))
     nd = tuple(shape[a] for a in sorted(axes))
     gs = gamma_shape if gamma_shape is not None else nd

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Quantized models (passes/quant.c: QuantizeLinear, DequantizeLinear, QLinearConv,
+"""Quantized models (passes/lower/quant.c: QuantizeLinear, DequantizeLinear, QLinearConv,
 QLinearMatMul, ConvInteger, MatMulInteger and DynamicQuantizeLinear written in ordinary
 ops) as onnxruntime's quantization tool makes them from PyTorch exports, against
 onnxruntime running the same quantized model; each compiled with -g 1 and -g 2 (default

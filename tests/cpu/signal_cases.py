@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Signal-processing models (passes/lower_signal.c: DFT, STFT, the window functions and
+"""Signal-processing models (passes/lower/lower_signal.c: DFT, STFT, the window functions and
 MelWeightMatrix written as constants, Gather and MatMul with constant cos / sin
 matrices) against onnxruntime running the same model; each compiled with -g 1 and -g 2
 (default micro-batches, so a batch of 4 runs in slices) and run.

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""cpu target, passes/winograd.c + codegen/c/winograd.c: 3x3 stride-1 Convs by Winograd
+"""cpu target, passes/opt/winograd.c + codegen/c/winograd.c: 3x3 stride-1 Convs by Winograd
 F(m x m, 3x3) against onnxruntime, on a model built here whose Convs cover the cases the
 tiles must get right: map sizes that are not multiples of m (partial tiles), symmetric,
 asymmetric and SAME_UPPER pads, no pads, with and without bias, a fused residual Add +

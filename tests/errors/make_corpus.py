@@ -424,7 +424,7 @@ def _(d, n):
     return save(m, d, n)
 
 
-# sequences: lists of tensors known at compile time (passes/sequence.c); a sequence
+# sequences: lists of tensors known at compile time (passes/lower/sequence.c); a sequence
 # input's length comes from --seq
 
 @case("seq_not_sequence", r"--seq names 'x', which is not a sequence graph input", args=["--seq", "x=2"])
@@ -765,7 +765,7 @@ def _(d, n):
     return save(model(nodes, [vi("x", [2, 3])], [vi("y", [2, 3])], extra_opsets=[("com.microsoft", 1)]), d, n)
 
 
-# If/Loop/Scan (passes/control.c): what cannot be expanded, or is malformed
+# If/Loop/Scan (passes/lower/control.c): what cannot be expanded, or is malformed
 
 def if_model(then_nodes, else_nodes, else_branch=True):
     then_g = helper.make_graph(then_nodes, "then", [], [vi("t", [2, 3])])

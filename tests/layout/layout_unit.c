@@ -1,11 +1,11 @@
-/* tests/layout/layout_unit.c - passes/layout.c on hand-built graphs: which nodes turn
+/* tests/layout/layout_unit.c - passes/opt/layout.c on hand-built graphs: which nodes turn
  * channels-last, the permuted filters and constants (read through data_nchw), the
  * transposes at the region's edges, and the graphs it must leave alone. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "passes/layout.h"
+#include "passes/opt/layout.h"
 
 #include "../lib/unit_check.h"
 

@@ -29,7 +29,7 @@ def models(model, rng):
             inputs.append((n, dt, shape))
         out.append((name, model("g", nodes, inputs, [("y", dt)], inits), feeds))
 
-    # Clip's bounds constants: passes/fuse.c folds it into the Conv
+    # Clip's bounds constants: passes/opt/fuse.c folds it into the Conv
     dw("extra_dwconv_3x3_relu6", (2, 8, 9, 11), (3, 3), pads=[1, 1, 1, 1],
        after=[helper.make_node("Clip", ["c", "lo", "hi"], ["y"])],
        consts=[("lo", np.array(0, np.float32)), ("hi", np.array(6, np.float32))])

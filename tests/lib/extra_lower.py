@@ -1,4 +1,4 @@
-"""Extra models for the ops passes/lower_ops.c writes in other ops, beyond the ONNX node
+"""Extra models for the ops passes/lower/lower_ops.c writes in other ops, beyond the ONNX node
 tests: CenterCropPad in float16 over some axes, MaxUnpool after MaxPool (with and
 without output_shape, two samples), ReverseSequence time-first with the lengths as a
 graph input, Col2Im with strides, dilations, pads and a stride that does not divide

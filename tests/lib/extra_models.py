@@ -136,7 +136,7 @@ def extra_models():
         [("s", np.array(0.5, np.float32)), ("l", np.array(300000.5, np.float32)), ("d", np.array(0.25, np.float32)),
          ("si", np.array(10, np.int64)), ("li", np.array(-4000000, np.int64)), ("di", np.array(-3, np.int64))]),
         {"x": xr}))
-    # lowered ops (passes/lower_ops.c) beyond the node tests: GroupNormalization-18 (scale
+    # lowered ops (passes/lower/lower_ops.c) beyond the node tests: GroupNormalization-18 (scale
     # and bias per group), -21 in float16, MeanVarianceNormalization over other axes,
     # EyeLike below the diagonal in int32
     xg = rng.standard_normal((2, 6, 3, 4)).astype(np.float32)
@@ -184,7 +184,7 @@ def extra_models():
 
 # one module per family of ops: extra_signal (DFT, STFT, windows, MelWeightMatrix),
 # extra_sample (GridSample, Det), extra_vision (RoiAlign, DeformConv), extra_lower (the
-# ops passes/lower_ops.c writes in others), extra_conv (depthwise Convs)
+# ops passes/lower/lower_ops.c writes in others), extra_conv (depthwise Convs)
 EXTRA_MODULES = ["extra_signal", "extra_sample", "extra_vision", "extra_lower", "extra_conv"]
 
 

@@ -1,4 +1,4 @@
-"""Extra models for the signal ops passes/lower_signal.c writes in other ops, beyond the
+"""Extra models for the signal ops passes/lower/lower_signal.c writes in other ops, beyond the
 ONNX node tests: DFT complex along a middle axis with zero-padding (opset 20, axis an
 input), cut to an odd length and onesided in double, inverse along a negative axis, a
 rank-2 signal (axis 0), float16; STFT of a complex signal two-sided, with a window fed at

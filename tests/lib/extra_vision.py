@@ -73,7 +73,7 @@ def models(model, rng):
         helper.make_node("DeformConv", ["x", "w", "off", "b"], ["y"], pads=[1, 1, 1, 1])],
         [("x", f64, xd.shape), ("w", f64, wd.shape), ("off", f64, od.shape), ("b", f64, bd.shape)], [("y", f64)],
         opset=19), {"x": xd, "w": wd, "off": od, "b": bd}))
-    # float16 (computed in float, passes/widen.c), mask without bias
+    # float16 (computed in float, passes/opt/widen.c), mask without bias
     f16 = TensorProto.FLOAT16
     xh = rng.standard_normal((1, 3, 5, 6)).astype(np.float16)
     wh = (rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float16)

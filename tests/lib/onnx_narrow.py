@@ -6,7 +6,7 @@ or BFLOAT16): initializers, graph inputs and outputs, Constant values, Cast targ
 PyTorch cannot run in float16 on a CPU.
 
 rounded(model, dt): the float32 model that computes what pipecc computes for narrow(model,
-dt) (passes/widen.c): initializers rounded to dt, and every float32 node output (and
+dt) (passes/opt/widen.c): initializers rounded to dt, and every float32 node output (and
 graph input) rounded to dt and back (Cast, Cast) before anything reads it. onnxruntime runs
 it in float32, so it is a reference for pipecc's rounding that onnxruntime's own float16
 kernels (some compute in float16, some skip roundings between nodes) are not.

@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "passes/antichain.h"
-#include "passes/partition.h"
-#include "passes/plan_dag.h"
-#include "passes/schedule.h"
+#include "passes/plan/antichain.h"
+#include "passes/plan/partition.h"
+#include "passes/plan/plan_dag.h"
+#include "passes/plan/schedule.h"
 
 static int g_failures __attribute__((unused));
 

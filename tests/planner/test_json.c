@@ -1,6 +1,6 @@
 /* plan.json: valid JSON (small syntax checker below), required fields present,
  * byte-identical across two independent planning runs. */
-#include "passes/plan_json.h"
+#include "passes/plan/plan_json.h"
 #include "tests/planner/planner_test.h"
 
 /* Minimal JSON syntax check. */

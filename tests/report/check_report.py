@@ -7,7 +7,7 @@ What it does
        runs wrote byte-identical plan.json and report.html; runs it once more without,
        and asserts the outputs differ only in the planner's wall time (planner_ms in
        plan.json, <span id="planner-ms"> in the report);
-    2. plan.json: parses, has the documented fields (passes/PLANNER.md), and every node
+    2. plan.json: parses, has the documented fields (passes/plan/PLANNER.md), and every node
        of the IR (PIPECC MODEL --emit=ir-json with the same bindings) is in exactly one
        stage;
     3. report.html: valid UTF-8, parsed by html.parser with every non-void element
@@ -228,7 +228,7 @@ def main():
     if a.expect_fused:
         check(n_fused > 0, "plan.json: no nodes fused, expected some")
     n_placed = sum(placed.values())
-    # nodes the cuda layout pass adds (passes/layout.h): Transposes into and out of the
+    # nodes the cuda layout pass adds (passes/opt/layout.h): Transposes into and out of the
     # channels-last region, named after the value they convert (unnamed IR nodes are
     # "Op_index" in plan.json, so only the count tells)
     ir_set = set(ir_names)

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "rt.h"
-#include "passes/schedule.h"
+#include "passes/plan/schedule.h"
 
 #include "../lib/unit_check.h"
 
@@ -107,7 +107,7 @@ static int check_two(const pipert_instr *a, int na, const pipert_instr *b, int n
   return (e1[0] != 0) + 2 * (e2[0] != 0);
 }
 
-/* The planner's 1F1B and GPipe programs (passes/schedule.c) for pipelines with
+/* The planner's 1F1B and GPipe programs (passes/plan/schedule.c) for pipelines with
  * replicated stages keep both transports' rules: 3 stages, replicas as given. */
 static const pipert_ref S1_BWD_SRC[] = {{2, 0, 1}}; /* stage 1's backward reads stage 2's gradient */
 static const pipert_ref S2_FWD_SRC[] = {{1, 0, 0}};

@@ -9,7 +9,7 @@
 
 #include "ir/diag.h"
 #include "passes/pass.h"
-#include "passes/shape_impl.h"
+#include "passes/shape/shape_impl.h"
 
 #include "../lib/unit_check.h"
 

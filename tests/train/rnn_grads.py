@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Training through RNN, GRU and LSTM (passes/rnn_unroll.c): gradients against torch autograd.
+"""Training through RNN, GRU and LSTM (passes/train/rnn_unroll.c): gradients against torch autograd.
 
 Every case is a one-node ONNX model in float64,
     Xw = X * W0;  Y, Y_h[, Y_c] = OP(Xw, W, R, B, , initial_h[, initial_c, P]);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Training step vs PyTorch autograd (passes/autodiff.c, passes/optim.c).
+"""Training step vs PyTorch autograd (passes/train/autodiff.c, passes/train/optim.c).
 
 For every case: a torch model and its ONNX export (parameters keep their torch names),
 one optimizer step in torch on fixed random data (loss, each parameter's .grad, the
@@ -110,7 +110,7 @@ def make_case(name, models_dir, work):
     if name == "recurrent":
         # nn.LSTM (2 layers) into a bidirectional nn.GRU, float64: the exporter reorders
         # the gates with Slice/Concat of the torch parameters, pipecc unrolls the steps
-        # (passes/rnn_unroll.c); the gradients reach the parameters through both
+        # (passes/train/rnn_unroll.c); the gradients reach the parameters through both
         class Rec(nn.Module):
             def __init__(self):
                 super().__init__()

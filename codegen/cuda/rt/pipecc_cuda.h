@@ -66,7 +66,7 @@ enum { PK_F32 = 1, PK_U8 = 2, PK_I8 = 3, PK_I16 = 5, PK_I32 = 6, PK_I64 = 7, PK_
  * ConvTranspose (transposed = 1): x [n, c, in], weight [c, m/groups, k], y [n, m, out]
  * is cudnnConvolutionBackwardData of the convolution from [n, m, out] to [n, c, in]
  * with that weight as its filter; cuDNN's deterministic algorithms are preferred.
- * nhwc (2-D Conv only, passes/layout.h): x and y are channels-last in memory,
+ * nhwc (2-D Conv only, passes/opt/layout.h): x and y are channels-last in memory,
  * [n, in0, in1, c], and the weight [m, k0, k1, c/groups] (cuDNN's NHWC filter format). */
 typedef struct pk_conv_p {
   int dtype;            /* PK_F32 | PK_F64 */
@@ -91,7 +91,7 @@ typedef struct pk_copy_p {
 } pk_copy_p;
 
 /* Pooling (float): MAX / AVG / LP over a 3-D window (leading dims 1). cl > 0: x and y
- * are channels-last, [n, spatial, cl] with nc = n * cl (passes/layout.h; no indices). */
+ * are channels-last, [n, spatial, cl] with nc = n * cl (passes/opt/layout.h; no indices). */
 enum { PK_POOL_MAX = 0, PK_POOL_AVG, PK_POOL_LP };
 typedef struct pk_pool_p {
   int kind, dtype, count_include_pad, col_major_index; /* dtype: PK_F32; PK_I8, PK_U8 for max */

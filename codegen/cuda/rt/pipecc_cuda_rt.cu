@@ -847,7 +847,7 @@ extern "C" int pk_bias(pk_stage *S, int dtype, void *y, const void *b, int64_t n
   return pk_check_launch(S);
 }
 
-/* A Conv's fused epilogue (passes/fuse.h): y = act(y + b[channel] + r), one pass instead
+/* A Conv's fused epilogue (passes/opt/fuse.h): y = act(y + b[channel] + r), one pass instead
  * of a bias kernel, an Add and a Relu/Clip. float32 only (the pass fuses nothing else);
  * the emitter keeps tensors under 2^31 elements, so the index arithmetic is 32-bit.
  * act: bit 0 clamps below at lo, bit 1 above at hi (Relu: bit 0, lo 0). The same
@@ -1172,7 +1172,7 @@ extern "C" int pk_gemm(pk_stage *S, int dtype, int ta, int tb, int64_t m, int64_
 /* A channels-last 1x1 Conv of stride 1 is the GEMM Y[P, M] = X[P, C] W[M, C]^T (P = N H W
  * positions, W the KRSC filter): cuBLASLt's Hopper GEMM kernels beat cuDNN's convolution
  * kernels there (ResNet-50 at batch 32 on an H100: torch.compile runs these Convs as
- * matmuls), and its epilogue takes the fused chain (passes/fuse.h) in the same kernel:
+ * matmuls), and its epilogue takes the fused chain (passes/opt/fuse.h) in the same kernel:
  * D = relu(W X + beta R + bias) with the residual R as the C operand (beta 1), so the
  * output is written once instead of written, read back and rewritten by k_conv_epi.
  * Relu is cuBLASLt's max(v, 0); a Clip's bounds, and a bias not 16-byte aligned, take a

@@ -1,0 +1,934 @@
+/* passes/opt/fold_eval.c - evaluate one node on constant inputs (see passes/opt/fold.h).
+ *
+ * Every element is held as an int64 (integers, bool) or a double (float32/float64) and
+ * the result is brought back to its dtype: integers wrap like two's-complement C, a
+ * float32 result is rounded to float. For + - * / and sqrt, one double operation
+ * rounded to float gives exactly the float32 IEEE result (double has more than twice
+ * float's precision), so float32 arithmetic is exact here. Ops follow the ONNX spec of
+ * the node's opset (attributes that became inputs are read from either place). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/diag.h"
+#include "passes/opt/fold.h"
+
+/* ---- tensors ---- */
+
+int fold_dtype_ok(ir_dtype dt) {
+  switch (dt) {
+  case IR_FLOAT: case IR_DOUBLE: case IR_BOOL:
+  case IR_INT8: case IR_INT16: case IR_INT32: case IR_INT64:
+  case IR_UINT8: case IR_UINT16: case IR_UINT32:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+static int is_fp(ir_dtype dt) { return dt == IR_FLOAT || dt == IR_DOUBLE; }
+static int is_int(ir_dtype dt) { return fold_dtype_ok(dt) && !is_fp(dt) && dt != IR_BOOL; }
+static int is_signed(ir_dtype dt) {
+  return dt == IR_INT8 || dt == IR_INT16 || dt == IR_INT32 || dt == IR_INT64;
+}
+
+void fold_tensor_free(fold_tensor *t) {
+  free(t->d);
+  t->d = NULL;
+}
+
+/* Allocate t with the given dtype and shape; -1 if too large. */
+static int t_new(fold_tensor *t, ir_dtype dt, int rank, const int64_t *dims) {
+  memset(t, 0, sizeof *t);
+  if (rank < 0 || rank > IR_MAX_RANK) return -1;
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) {
+    if (dims[i] < 0) return -1;
+    if (dims[i] && n > FOLD_MAX_ELEMS / dims[i]) return -1;
+    n *= dims[i];
+    t->dims[i] = dims[i];
+  }
+  if (n > FOLD_MAX_ELEMS) return -1;
+  t->dt = dt;
+  t->rank = rank;
+  t->n = n;
+  t->d = calloc((size_t)(n ? n : 1), sizeof(fold_el));
+  if (!t->d) return -1;
+  return 0;
+}
+
+static int64_t wrap(ir_dtype dt, int64_t x) {
+  switch (dt) {
+  case IR_INT8: return (int8_t)(uint8_t)x;
+  case IR_INT16: return (int16_t)(uint16_t)x;
+  case IR_INT32: return (int32_t)(uint32_t)x;
+  case IR_UINT8: return (uint8_t)x;
+  case IR_UINT16: return (uint16_t)x;
+  case IR_UINT32: return (uint32_t)x;
+  case IR_BOOL: return x != 0;
+  default: return x;
+  }
+}
+static double fround(ir_dtype dt, double x) { return dt == IR_FLOAT ? (double)(float)x : x; }
+
+/* Smallest / largest value of an integer dtype. */
+static void int_range(ir_dtype dt, int64_t *lo, int64_t *hi) {
+  switch (dt) {
+  case IR_INT8: *lo = INT8_MIN; *hi = INT8_MAX; break;
+  case IR_INT16: *lo = INT16_MIN; *hi = INT16_MAX; break;
+  case IR_INT32: *lo = INT32_MIN; *hi = INT32_MAX; break;
+  case IR_UINT8: *lo = 0; *hi = UINT8_MAX; break;
+  case IR_UINT16: *lo = 0; *hi = UINT16_MAX; break;
+  case IR_UINT32: *lo = 0; *hi = UINT32_MAX; break;
+  case IR_BOOL: *lo = 0; *hi = 1; break;
+  default: *lo = INT64_MIN; *hi = INT64_MAX; break;
+  }
+}
+
+/* Load constant value v. */
+static int t_load(const ir_value *v, fold_tensor *t) {
+  if (v->kind != IR_VAL_CONST || !fold_dtype_ok(v->dtype) || !ir_shape_static(&v->shape)) return -1;
+  if (t_new(t, v->dtype, v->shape.rank, v->shape.dims)) return -1;
+  size_t es = ir_dtype_size(v->dtype);
+  if (!v->data || v->nbytes != (size_t)t->n * es) {
+    fold_tensor_free(t);
+    return -1;
+  }
+  const unsigned char *p = v->data;
+  for (int64_t k = 0; k < t->n; k++, p += es) {
+    switch (v->dtype) {
+    case IR_FLOAT: { float x; memcpy(&x, p, 4); t->d[k].f = x; break; }
+    case IR_DOUBLE: { double x; memcpy(&x, p, 8); t->d[k].f = x; break; }
+    case IR_INT64: { int64_t x; memcpy(&x, p, 8); t->d[k].i = x; break; }
+    case IR_INT32: { int32_t x; memcpy(&x, p, 4); t->d[k].i = x; break; }
+    case IR_INT16: { int16_t x; memcpy(&x, p, 2); t->d[k].i = x; break; }
+    case IR_INT8: { int8_t x; memcpy(&x, p, 1); t->d[k].i = x; break; }
+    case IR_UINT32: { uint32_t x; memcpy(&x, p, 4); t->d[k].i = x; break; }
+    case IR_UINT16: { uint16_t x; memcpy(&x, p, 2); t->d[k].i = x; break; }
+    case IR_UINT8: t->d[k].i = *p; break;
+    case IR_BOOL: t->d[k].i = *p != 0; break;
+    default: IR_ASSERT(0);
+    }
+  }
+  return 0;
+}
+
+void fold_tensor_store(ir_graph *g, const fold_tensor *t, int vi) {
+  ir_value *v = &g->values[vi];
+  size_t es = ir_dtype_size(t->dt);
+  unsigned char *p = ir_alloc_array(g->arena, (size_t)(t->n ? t->n : 1), es);
+  for (int64_t k = 0; k < t->n; k++) {
+    unsigned char *q = p + (size_t)k * es;
+    switch (t->dt) {
+    case IR_FLOAT: { float x = (float)t->d[k].f; memcpy(q, &x, 4); break; }
+    case IR_DOUBLE: memcpy(q, &t->d[k].f, 8); break;
+    case IR_INT64: memcpy(q, &t->d[k].i, 8); break;
+    case IR_INT32: case IR_UINT32: { uint32_t x = (uint32_t)t->d[k].i; memcpy(q, &x, 4); break; }
+    case IR_INT16: case IR_UINT16: { uint16_t x = (uint16_t)t->d[k].i; memcpy(q, &x, 2); break; }
+    case IR_INT8: case IR_UINT8: case IR_BOOL: *q = (unsigned char)t->d[k].i; break;
+    default: IR_ASSERT(0);
+    }
+  }
+  v->kind = IR_VAL_CONST;
+  v->dtype = t->dt;
+  memset(&v->shape, 0, sizeof v->shape);
+  v->shape.rank = t->rank;
+  for (int i = 0; i < t->rank; i++) v->shape.dims[i] = t->dims[i];
+  v->data = p;
+  v->nbytes = (size_t)t->n * es;
+  v->producer = -1;
+  v->is_initializer = 0;
+}
+
+/* ---- helpers ---- */
+
+typedef struct {
+  ir_graph *g;
+  const ir_node *n;
+  fold_tensor in[8];
+  int n_in;
+} ctx;
+
+/* Input k as a loaded tensor (NULL if omitted). */
+static const fold_tensor *IN(ctx *c, int k) { return k < c->n_in && c->in[k].d ? &c->in[k] : NULL; }
+
+/* Integer list from a constant int32/int64 tensor; -1 if not such a 0-D/1-D tensor. */
+static int t_ints(const fold_tensor *t, int64_t *buf, int max) {
+  if (!t || !is_int(t->dt) || t->rank > 1 || t->n > max) return -1;
+  for (int64_t k = 0; k < t->n; k++) buf[k] = t->d[k].i;
+  return (int)t->n;
+}
+
+/* INTS attribute name, or (from opset `from` on) integer input k: count, -1 if absent
+ * everywhere, -2 if malformed. */
+static int ints_arg(ctx *c, const char *name, int from, int k, int64_t *buf, int max) {
+  if (c->n->opset >= from) {
+    const fold_tensor *t = IN(c, k);
+    if (!t) return -1;
+    int r = t_ints(t, buf, max);
+    return r < 0 ? -2 : r;
+  }
+  const int64_t *v;
+  int n = ir_attr_ints(c->n, name, &v);
+  if (n < 0) return -1;
+  if (n > max) return -2;
+  for (int i = 0; i < n; i++) buf[i] = v[i];
+  return n;
+}
+
+/* Normalise axis a for rank r (ONNX: -r <= a < r). -1 if out of range. */
+static int norm_axis(int64_t a, int r) {
+  if (a < 0) a += r;
+  return (a >= 0 && a < r) ? (int)a : -1;
+}
+
+static void strides(int rank, const int64_t *dims, int64_t *st) {
+  int64_t s = 1;
+  for (int d = rank - 1; d >= 0; d--) {
+    st[d] = s;
+    s *= dims[d];
+  }
+}
+
+/* Walk the elements of an output of shape (rank, dims) in row-major order; for each,
+ * off holds base + sum idx[d] * st[d]. */
+#define FOR_EACH_INDEX(rank, dims, n, base, st, k, off, ...)                            \
+  do {                                                                                  \
+    int64_t idx_[IR_MAX_RANK] = {0}, off = (base);                                      \
+    for (int64_t k = 0; k < (n); k++) {                                                 \
+      __VA_ARGS__;                                                                      \
+      for (int d_ = (rank)-1; d_ >= 0; d_--) {                                          \
+        off += (st)[d_];                                                                \
+        if (++idx_[d_] < (dims)[d_]) break;                                             \
+        off -= (st)[d_] * (dims)[d_];                                                   \
+        idx_[d_] = 0;                                                                   \
+      }                                                                                 \
+    }                                                                                   \
+  } while (0)
+
+/* Multidirectional (numpy) broadcast of n shapes. -1 if incompatible. */
+static int bcast_shape(const fold_tensor *const *ts, int n, int *rank, int64_t *dims) {
+  int r = 0;
+  for (int i = 0; i < n; i++)
+    if (ts[i]->rank > r) r = ts[i]->rank;
+  for (int d = 0; d < r; d++) {
+    int64_t v = 1;
+    for (int i = 0; i < n; i++) {
+      int id = d - (r - ts[i]->rank);
+      if (id < 0) continue;
+      int64_t x = ts[i]->dims[id];
+      if (x == 1) continue;
+      if (v != 1 && v != x) return -1;
+      v = x;
+    }
+    dims[d] = v;
+  }
+  *rank = r;
+  return 0;
+}
+
+/* Strides that read t broadcast to (rank, dims): 0 along broadcast dims. */
+static void bcast_strides(const fold_tensor *t, int rank, int64_t *st) {
+  int64_t ist[IR_MAX_RANK];
+  strides(t->rank, t->dims, ist);
+  for (int d = 0; d < rank; d++) {
+    int id = d - (rank - t->rank);
+    st[d] = (id >= 0 && t->dims[id] != 1) ? ist[id] : 0;
+  }
+}
+
+/* ---- ops ---- */
+
+static int op_shape(ctx *c, fold_tensor *o) {
+  const ir_value *x = ir_in(c->g, c->n, 0);
+  if (!x || !ir_shape_static(&x->shape)) return 0;
+  int r = x->shape.rank;
+  int64_t start = ir_attr_int(c->n, "start", 0), end = ir_attr_int(c->n, "end", r);
+  if (c->n->opset < 15) start = 0, end = r;
+  if (start < 0) start += r;
+  if (end < 0) end += r;
+  start = start < 0 ? 0 : start > r ? r : start;
+  end = end < 0 ? 0 : end > r ? r : end;
+  int64_t len = end > start ? end - start : 0;
+  if (t_new(o, IR_INT64, 1, &len)) return 0;
+  for (int64_t k = 0; k < len; k++) o->d[k].i = x->shape.dims[start + k];
+  return 1;
+}
+
+static int op_size(ctx *c, fold_tensor *o) {
+  const ir_value *x = ir_in(c->g, c->n, 0);
+  if (!x) return 0;
+  int64_t n = ir_shape_numel(&x->shape);
+  if (n < 0 || t_new(o, IR_INT64, 0, NULL)) return 0;
+  o->d[0].i = n;
+  return 1;
+}
+
+/* Same data, new shape (Reshape, Flatten, Squeeze, Unsqueeze, Identity). */
+static int reshaped(const fold_tensor *x, int rank, const int64_t *dims, fold_tensor *o) {
+  if (t_new(o, x->dt, rank, dims) || o->n != x->n) return 0;
+  memcpy(o->d, x->d, sizeof(fold_el) * (size_t)x->n);
+  return 1;
+}
+
+static int op_reshape(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0), *s = IN(c, 1);
+  int64_t sh[IR_MAX_RANK];
+  int r;
+  if (!x || !s || s->dt != IR_INT64 || s->rank != 1 || (r = t_ints(s, sh, IR_MAX_RANK)) < 0) return 0;
+  int allowzero = c->n->opset >= 14 ? (int)ir_attr_int(c->n, "allowzero", 0) : 0;
+  int infer = -1;
+  int64_t known = 1;
+  for (int d = 0; d < r; d++) {
+    if (sh[d] == 0 && !allowzero) {
+      if (d >= x->rank) return 0;
+      sh[d] = x->dims[d];
+    }
+    if (sh[d] == -1) {
+      if (infer >= 0) return 0;
+      infer = d;
+    } else if (sh[d] < 0) return 0;
+    else {
+      if (sh[d] && known > INT64_MAX / sh[d]) return 0;
+      known *= sh[d];
+    }
+  }
+  if (infer >= 0) {
+    if (!known || x->n % known) return 0;
+    sh[infer] = x->n / known;
+  } else if (known != x->n) return 0;
+  return reshaped(x, r, sh, o);
+}
+
+static int op_flatten(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0);
+  if (!x) return 0;
+  int64_t a = ir_attr_int(c->n, "axis", 1);
+  if (a < 0) a += x->rank;
+  if (a < 0 || a > x->rank) return 0;
+  int64_t sh[2] = {1, 1};
+  for (int d = 0; d < x->rank; d++) sh[d >= a] *= x->dims[d];
+  return reshaped(x, 2, sh, o);
+}
+
+static int op_squeeze(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0);
+  int64_t axes[IR_MAX_RANK];
+  if (!x) return 0;
+  int na = ints_arg(c, "axes", 13, 1, axes, IR_MAX_RANK);
+  if (na == -2) return 0;
+  char drop[IR_MAX_RANK] = {0};
+  if (na < 0) {
+    for (int d = 0; d < x->rank; d++) drop[d] = x->dims[d] == 1;
+  } else {
+    for (int k = 0; k < na; k++) {
+      int a = norm_axis(axes[k], x->rank);
+      if (a < 0 || x->dims[a] != 1 || drop[a]) return 0;
+      drop[a] = 1;
+    }
+  }
+  int64_t sh[IR_MAX_RANK];
+  int r = 0;
+  for (int d = 0; d < x->rank; d++)
+    if (!drop[d]) sh[r++] = x->dims[d];
+  return reshaped(x, r, sh, o);
+}
+
+static int op_unsqueeze(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0);
+  int64_t axes[IR_MAX_RANK];
+  if (!x) return 0;
+  int na = ints_arg(c, "axes", 13, 1, axes, IR_MAX_RANK);
+  if (na < 0) return 0;
+  int r = x->rank + na;
+  if (r > IR_MAX_RANK) return 0;
+  char ins[IR_MAX_RANK] = {0};
+  for (int k = 0; k < na; k++) {
+    int a = norm_axis(axes[k], r);
+    if (a < 0 || ins[a]) return 0;
+    ins[a] = 1;
+  }
+  int64_t sh[IR_MAX_RANK];
+  for (int d = 0, j = 0; d < r; d++) sh[d] = ins[d] ? 1 : x->dims[j++];
+  return reshaped(x, r, sh, o);
+}
+
+static int op_identity(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0);
+  return x && reshaped(x, x->rank, x->dims, o);
+}
+
+static int op_gather(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0), *ix = IN(c, 1);
+  if (!x || !ix || (ix->dt != IR_INT64 && ix->dt != IR_INT32)) return 0;
+  int ax = norm_axis(ir_attr_int(c->n, "axis", 0), x->rank);
+  if (ax < 0 || x->rank + ix->rank - 1 > IR_MAX_RANK) return 0;
+  int64_t sh[IR_MAX_RANK], outer = 1, inner = 1, D = x->dims[ax];
+  int r = 0;
+  for (int d = 0; d < ax; d++) sh[r++] = x->dims[d], outer *= x->dims[d];
+  for (int d = 0; d < ix->rank; d++) sh[r++] = ix->dims[d];
+  for (int d = ax + 1; d < x->rank; d++) sh[r++] = x->dims[d], inner *= x->dims[d];
+  for (int64_t j = 0; j < ix->n; j++)
+    if (ix->d[j].i < -D || ix->d[j].i >= D) return 0;
+  if (t_new(o, x->dt, r, sh)) return 0;
+  int64_t w = 0;
+  for (int64_t a = 0; a < outer; a++)
+    for (int64_t j = 0; j < ix->n; j++) {
+      int64_t i = ix->d[j].i < 0 ? ix->d[j].i + D : ix->d[j].i;
+      memcpy(o->d + w, x->d + (a * D + i) * inner, sizeof(fold_el) * (size_t)inner);
+      w += inner;
+    }
+  return 1;
+}
+
+static int op_concat(ctx *c, fold_tensor *o) {
+  if (c->n_in < 1 || !IN(c, 0)) return 0;
+  const fold_tensor *x0 = IN(c, 0);
+  int ax = norm_axis(ir_attr_int(c->n, "axis", INT64_MIN), x0->rank);
+  if (ax < 0) return 0;
+  int64_t sh[IR_MAX_RANK];
+  memcpy(sh, x0->dims, sizeof sh);
+  sh[ax] = 0;
+  for (int k = 0; k < c->n_in; k++) {
+    const fold_tensor *x = IN(c, k);
+    if (!x || x->rank != x0->rank || x->dt != x0->dt) return 0;
+    for (int d = 0; d < x->rank; d++)
+      if (d != ax && x->dims[d] != x0->dims[d]) return 0;
+    sh[ax] += x->dims[ax];
+  }
+  if (t_new(o, x0->dt, x0->rank, sh)) return 0;
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < ax; d++) outer *= sh[d];
+  for (int d = ax + 1; d < x0->rank; d++) inner *= sh[d];
+  int64_t w = 0;
+  for (int64_t a = 0; a < outer; a++)
+    for (int k = 0; k < c->n_in; k++) {
+      const fold_tensor *x = IN(c, k);
+      int64_t chunk = x->dims[ax] * inner;
+      memcpy(o->d + w, x->d + a * chunk, sizeof(fold_el) * (size_t)chunk);
+      w += chunk;
+    }
+  return 1;
+}
+
+static int op_slice(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0);
+  if (!x) return 0;
+  int64_t starts[IR_MAX_RANK], ends[IR_MAX_RANK], axes[IR_MAX_RANK], steps[IR_MAX_RANK];
+  int ns, ne, na, nst = -1;
+  if (c->n->opset < 10) {
+    ns = ints_arg(c, "starts", 1000, 0, starts, IR_MAX_RANK);
+    ne = ints_arg(c, "ends", 1000, 0, ends, IR_MAX_RANK);
+    na = ints_arg(c, "axes", 1000, 0, axes, IR_MAX_RANK);
+  } else {
+    ns = t_ints(IN(c, 1), starts, IR_MAX_RANK);
+    ne = t_ints(IN(c, 2), ends, IR_MAX_RANK);
+    na = IN(c, 3) ? t_ints(IN(c, 3), axes, IR_MAX_RANK) : -1;
+    nst = IN(c, 4) ? t_ints(IN(c, 4), steps, IR_MAX_RANK) : -1;
+    if ((c->n_in > 3 && c->n->in[3] >= 0 && na < 0) || (c->n_in > 4 && c->n->in[4] >= 0 && nst < 0)) return 0;
+  }
+  if (ns < 0 || ne != ns) return 0;
+  if (na < 0) {
+    if (ns > x->rank) return 0;
+    na = ns;
+    for (int k = 0; k < ns; k++) axes[k] = k;
+  }
+  if (nst < 0) {
+    nst = ns;
+    for (int k = 0; k < ns; k++) steps[k] = 1;
+  }
+  if (na != ns || nst != ns) return 0;
+  int64_t st[IR_MAX_RANK], sp[IR_MAX_RANK], sh[IR_MAX_RANK];
+  char seen[IR_MAX_RANK] = {0};
+  for (int d = 0; d < x->rank; d++) st[d] = 0, sp[d] = 1, sh[d] = x->dims[d];
+  for (int k = 0; k < ns; k++) {
+    int a = norm_axis(axes[k], x->rank);
+    if (a < 0 || seen[a] || steps[k] == 0) return 0;
+    seen[a] = 1;
+    int64_t D = x->dims[a], s = starts[k], e = ends[k], step = steps[k];
+    if (s < 0) s += D;
+    if (e < 0) e += D;
+    if (step > 0) {
+      s = s < 0 ? 0 : s > D ? D : s;
+      e = e < 0 ? 0 : e > D ? D : e;
+    } else {
+      s = s < 0 ? 0 : s > D - 1 ? D - 1 : s;
+      e = e < -1 ? -1 : e > D - 1 ? D - 1 : e;
+    }
+    int64_t len; /* ceil((e - s) / step) without overflow (|step| may be huge) */
+    if (step > 0) len = e > s ? (e - s - 1) / step + 1 : 0;
+    else if (step == INT64_MIN) len = s > e ? 1 : 0;
+    else len = s > e ? (s - e - 1) / (-step) + 1 : 0;
+    st[a] = s;
+    sp[a] = step;
+    sh[a] = len;
+  }
+  if (t_new(o, x->dt, x->rank, sh)) return 0;
+  int64_t ist[IR_MAX_RANK], wst[IR_MAX_RANK], base = 0;
+  strides(x->rank, x->dims, ist);
+  for (int d = 0; d < x->rank; d++) {
+    wst[d] = sp[d] * ist[d];
+    if (sh[d]) base += st[d] * ist[d];
+  }
+  FOR_EACH_INDEX(x->rank, sh, o->n, base, wst, k, off, o->d[k] = x->d[off]);
+  return 1;
+}
+
+static int op_transpose(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0);
+  if (!x) return 0;
+  int64_t perm[IR_MAX_RANK];
+  int np = ints_arg(c, "perm", 1000, 0, perm, IR_MAX_RANK);
+  if (np == -2 || (np >= 0 && np != x->rank)) return 0;
+  if (np < 0)
+    for (int d = 0; d < x->rank; d++) perm[d] = x->rank - 1 - d;
+  char seen[IR_MAX_RANK] = {0};
+  int64_t sh[IR_MAX_RANK], ist[IR_MAX_RANK], wst[IR_MAX_RANK];
+  strides(x->rank, x->dims, ist);
+  for (int d = 0; d < x->rank; d++) {
+    if (perm[d] < 0 || perm[d] >= x->rank || seen[perm[d]]) return 0;
+    seen[perm[d]] = 1;
+    sh[d] = x->dims[perm[d]];
+    wst[d] = ist[perm[d]];
+  }
+  if (t_new(o, x->dt, x->rank, sh)) return 0;
+  FOR_EACH_INDEX(x->rank, sh, o->n, 0, wst, k, off, o->d[k] = x->d[off]);
+  return 1;
+}
+
+static int op_expand(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0), *s = IN(c, 1);
+  if (!x || !s || s->dt != IR_INT64 || s->rank != 1 || s->n > IR_MAX_RANK) return 0;
+  fold_tensor shp = {.dt = IR_INT64, .rank = (int)s->n};
+  for (int d = 0; d < shp.rank; d++) {
+    if (s->d[d].i < 0) return 0;
+    shp.dims[d] = s->d[d].i;
+  }
+  const fold_tensor *ts[2] = {x, &shp};
+  int r;
+  int64_t sh[IR_MAX_RANK], st[IR_MAX_RANK];
+  if (bcast_shape(ts, 2, &r, sh) || t_new(o, x->dt, r, sh)) return 0;
+  bcast_strides(x, r, st);
+  FOR_EACH_INDEX(r, sh, o->n, 0, st, k, off, o->d[k] = x->d[off]);
+  return 1;
+}
+
+static int op_tile(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0), *rp = IN(c, 1);
+  int64_t rep[IR_MAX_RANK];
+  if (!x || !rp || rp->dt != IR_INT64 || t_ints(rp, rep, IR_MAX_RANK) != x->rank || rp->rank != 1) return 0;
+  int64_t sh[IR_MAX_RANK];
+  for (int d = 0; d < x->rank; d++) {
+    if (rep[d] < 0 || (rep[d] && x->dims[d] > FOLD_MAX_ELEMS / rep[d])) return 0;
+    sh[d] = x->dims[d] * rep[d];
+  }
+  if (t_new(o, x->dt, x->rank, sh)) return 0;
+  int64_t ist[IR_MAX_RANK];
+  strides(x->rank, x->dims, ist);
+  for (int64_t k = 0; k < o->n; k++) {
+    int64_t rem = k, off = 0;
+    for (int d = x->rank - 1; d >= 0; d--) {
+      int64_t i = rem % sh[d];
+      rem /= sh[d];
+      off += (i % x->dims[d]) * ist[d];
+    }
+    o->d[k] = x->d[off];
+  }
+  return 1;
+}
+
+/* Cast one element of dtype from to dtype to; 0 if it cannot be done exactly the way a
+ * C/C++ runtime does it (NaN or out-of-range float to integer). */
+static int cast_el(ir_dtype from, fold_el x, ir_dtype to, fold_el *y) {
+  if (is_fp(from)) {
+    double v = x.f;
+    if (is_fp(to)) y->f = fround(to, v);
+    else if (to == IR_BOOL) y->i = v != 0 || isnan(v);
+    else {
+      int64_t lo, hi;
+      int_range(to, &lo, &hi);
+      if (isnan(v)) return 0;
+      double t = trunc(v);
+      /* (double)hi may round up (INT64_MAX): compare against 2^63 strictly */
+      if (t < (double)lo || t >= (double)hi + 1.0) return 0;
+      if (to == IR_INT64 && t >= 9223372036854775808.0) return 0;
+      y->i = (int64_t)t;
+    }
+  } else {
+    int64_t v = x.i;
+    if (to == IR_FLOAT) y->f = (double)(float)v;
+    else if (to == IR_DOUBLE) y->f = (double)v;
+    else y->i = wrap(to, v);
+  }
+  return 1;
+}
+
+static int op_cast(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0);
+  ir_dtype to = (ir_dtype)ir_attr_int(c->n, "to", 0);
+  if (!x || !fold_dtype_ok(to) || t_new(o, to, x->rank, x->dims)) return 0;
+  for (int64_t k = 0; k < x->n; k++)
+    if (!cast_el(x->dt, x->d[k], to, &o->d[k])) return fold_tensor_free(o), 0;
+  return 1;
+}
+
+static int op_constant_of_shape(ctx *c, fold_tensor *o) {
+  const fold_tensor *s = IN(c, 0);
+  if (!s || s->dt != IR_INT64 || s->rank != 1 || s->n > IR_MAX_RANK) return 0;
+  int64_t sh[IR_MAX_RANK];
+  for (int d = 0; d < s->n; d++) {
+    if (s->d[d].i < 0) return 0;
+    sh[d] = s->d[d].i;
+  }
+  const ir_attr *a = ir_attr_find(c->n, "value");
+  fold_tensor val = {0};
+  if (a) {
+    if (a->type != IR_ATTR_TENSOR || a->tensor < 0 || t_load(&c->g->values[a->tensor], &val)) return 0;
+    if (val.n != 1) return fold_tensor_free(&val), 0;
+  } else {
+    if (t_new(&val, IR_FLOAT, 0, NULL)) return 0;
+    val.d[0].f = 0;
+  }
+  int ok = !t_new(o, val.dt, (int)s->n, sh);
+  for (int64_t k = 0; ok && k < o->n; k++) o->d[k] = val.d[0];
+  fold_tensor_free(&val);
+  return ok;
+}
+
+static int op_range(ctx *c, fold_tensor *o) {
+  const fold_tensor *s = IN(c, 0), *l = IN(c, 1), *dl = IN(c, 2);
+  if (!s || !l || !dl || s->n != 1 || l->n != 1 || dl->n != 1 || s->rank > 1 || l->dt != s->dt || dl->dt != s->dt)
+    return 0;
+  ir_dtype dt = s->dt;
+  int64_t n;
+  if (is_fp(dt)) {
+    double st = s->d[0].f, lim = l->d[0].f, de = dl->d[0].f;
+    if (de == 0 || !isfinite(st) || !isfinite(lim) || !isfinite(de)) return 0;
+    double cnt = ceil(fround(dt, lim - st) / de);
+    if (cnt > FOLD_MAX_ELEMS) return 0;
+    n = cnt > 0 ? (int64_t)cnt : 0;
+    if (t_new(o, dt, 1, &n)) return 0;
+    /* Runtimes compute start + i*delta or accumulate: fold only where both agree. */
+    double acc = st;
+    for (int64_t i = 0; i < n; i++) {
+      double mul = fround(dt, st + fround(dt, (double)i * de));
+      if (mul != acc) return fold_tensor_free(o), 0;
+      o->d[i].f = acc;
+      acc = fround(dt, acc + de);
+    }
+    return 1;
+  }
+  if (!is_signed(dt)) return 0;
+  int64_t st = s->d[0].i, lim = l->d[0].i, de = dl->d[0].i;
+  if (de == 0) return 0;
+  /* exact ceil((lim - st) / de) in 128 bits */
+  __int128 diff = (__int128)lim - st, q = diff / de;
+  if ((diff % de != 0) && ((diff < 0) == (de < 0))) q++;
+  if (q > FOLD_MAX_ELEMS) return 0;
+  n = q > 0 ? (int64_t)q : 0;
+  if (t_new(o, dt, 1, &n)) return 0;
+  for (int64_t i = 0; i < n; i++) o->d[i].i = st + i * de; /* stays within [st, lim) */
+  return 1;
+}
+
+/* ---- element-wise ---- */
+
+enum { B_ADD, B_SUB, B_MUL, B_DIV, B_POW, B_MOD, B_AND, B_OR, B_XOR, B_EQ, B_LT, B_LE, B_GT, B_GE, B_MAX, B_MIN };
+
+/* One binary op on elements of dtype dt (the first input's); 0 if not exact. */
+static int bin_el(int op, ir_dtype dt, ir_dtype dt2, fold_el a, fold_el b, int fmod_attr, fold_el *r) {
+  if (is_fp(dt)) {
+    double x = a.f, y = is_fp(dt2) ? b.f : (double)b.i;
+    switch (op) {
+    case B_ADD: r->f = fround(dt, x + y); return 1;
+    case B_SUB: r->f = fround(dt, x - y); return 1;
+    case B_MUL: r->f = fround(dt, x * y); return 1;
+    case B_DIV: r->f = fround(dt, x / y); return 1;
+    case B_POW:
+      /* onnxruntime squares by multiplication and may cube as x*x*x: decline 3 */
+      if (y == 2) r->f = fround(dt, x * x);
+      else if (y == 3) return 0;
+      else if (y == 1) r->f = x;
+      else if (dt == IR_FLOAT) r->f = (double)powf((float)x, (float)y);
+      else r->f = pow(x, y);
+      return 1;
+    case B_MOD:
+      if (!fmod_attr) return 0;
+      r->f = fround(dt, fmod(x, y));
+      return 1;
+    case B_EQ: r->i = x == y; return 1;
+    case B_LT: r->i = x < y; return 1;
+    case B_LE: r->i = x <= y; return 1;
+    case B_GT: r->i = x > y; return 1;
+    case B_GE: r->i = x >= y; return 1;
+    case B_MAX: if (isnan(x) || isnan(y)) return 0; r->f = x > y ? x : y; return 1;
+    case B_MIN: if (isnan(x) || isnan(y)) return 0; r->f = x < y ? x : y; return 1;
+    default: return 0;
+    }
+  }
+  if (is_fp(dt2)) return 0; /* integer Pow with a float exponent */
+  int64_t x = a.i, y = b.i, lo, hi;
+  int_range(dt, &lo, &hi);
+  uint64_t ux = (uint64_t)x, uy = (uint64_t)y;
+  switch (op) {
+  case B_ADD: r->i = wrap(dt, (int64_t)(ux + uy)); return 1;
+  case B_SUB: r->i = wrap(dt, (int64_t)(ux - uy)); return 1;
+  case B_MUL: r->i = wrap(dt, (int64_t)(ux * uy)); return 1;
+  case B_DIV:
+    if (y == 0 || (x == lo && y == -1 && is_signed(dt))) return 0;
+    r->i = x / y; /* C: truncates toward zero, as onnxruntime */
+    return 1;
+  case B_MOD:
+    if (y == 0) return 0;
+    if (y == -1) r->i = 0;
+    else {
+      int64_t m = x % y;
+      if (!fmod_attr && m != 0 && ((m < 0) != (y < 0))) m += y; /* sign of the divisor */
+      r->i = m;
+    }
+    return 1;
+  case B_POW: {
+    if (y < 0) return 0;
+    /* exact integer power, declining anything past 2^53 (runtimes may go via double) */
+    const __int128 lim = (__int128)1 << 53;
+    __int128 p = 1;
+    for (int64_t k = 0; k < y; k++) {
+      p *= x;
+      if (p > lim || p < -lim) return 0;
+      if (p == 0 || p == 1) break;
+      if (p == -1) { /* x == -1 */
+        p = (y % 2) ? -1 : 1;
+        break;
+      }
+    }
+    if (p < lo || p > hi) return 0;
+    r->i = (int64_t)p;
+    return 1;
+  }
+  case B_AND: r->i = x && y; return 1;
+  case B_OR: r->i = x || y; return 1;
+  case B_XOR: r->i = (x != 0) != (y != 0); return 1;
+  case B_EQ: r->i = x == y; return 1;
+  case B_LT: r->i = x < y; return 1;
+  case B_LE: r->i = x <= y; return 1;
+  case B_GT: r->i = x > y; return 1;
+  case B_GE: r->i = x >= y; return 1;
+  case B_MAX: r->i = x > y ? x : y; return 1;
+  case B_MIN: r->i = x < y ? x : y; return 1;
+  default: return 0;
+  }
+}
+
+static int is_cmp(int op) { return op >= B_EQ && op <= B_GE; }
+
+/* Fold inputs left to right with op (binary ops and variadic Max/Min/Sum). */
+static int op_binary(ctx *c, int op, fold_tensor *o) {
+  if (c->n_in < 1) return 0;
+  const fold_tensor *ts[8] = {0};
+  for (int k = 0; k < c->n_in; k++)
+    if (!(ts[k] = IN(c, k))) return 0;
+  ir_dtype dt = ts[0]->dt;
+  for (int k = 1; k < c->n_in; k++)
+    if (ts[k]->dt != dt && op != B_POW) return 0;
+  if ((op == B_AND || op == B_OR || op == B_XOR) && dt != IR_BOOL) return 0;
+  if (dt == IR_BOOL && !(op == B_AND || op == B_OR || op == B_XOR || op == B_EQ)) return 0;
+  /* a float sum of 3+ terms depends on the order of additions */
+  if (op == B_ADD && is_fp(dt) && c->n_in > 2) return 0;
+  int fm = (int)ir_attr_int(c->n, "fmod", 0);
+  int r;
+  int64_t sh[IR_MAX_RANK];
+  if (bcast_shape(ts, c->n_in, &r, sh)) return 0;
+  if (t_new(o, is_cmp(op) ? IR_BOOL : dt, r, sh)) return 0;
+  fold_tensor acc = {0};
+  if (c->n_in == 1) return memcpy(o->d, ts[0]->d, sizeof(fold_el) * (size_t)o->n), 1;
+  for (int k = 1; k < c->n_in; k++) {
+    const fold_tensor *a = k == 1 ? ts[0] : &acc, *b = ts[k];
+    int64_t sa[IR_MAX_RANK], sb[IR_MAX_RANK], ia[IR_MAX_RANK] = {0}, oa = 0, ob = 0;
+    bcast_strides(a, r, sa);
+    bcast_strides(b, r, sb);
+    for (int64_t e = 0; e < o->n; e++) {
+      if (!bin_el(op, a->dt, b->dt, a->d[oa], b->d[ob], fm, &o->d[e])) {
+        fold_tensor_free(&acc);
+        fold_tensor_free(o);
+        return 0;
+      }
+      for (int d = r - 1; d >= 0; d--) {
+        oa += sa[d], ob += sb[d];
+        if (++ia[d] < sh[d]) break;
+        oa -= sa[d] * sh[d], ob -= sb[d] * sh[d];
+        ia[d] = 0;
+      }
+    }
+    if (k + 1 < c->n_in) { /* the partial result becomes the next left operand */
+      fold_tensor_free(&acc);
+      if (t_new(&acc, o->dt, r, sh)) return fold_tensor_free(o), 0;
+      memcpy(acc.d, o->d, sizeof(fold_el) * (size_t)o->n);
+    }
+  }
+  fold_tensor_free(&acc);
+  return 1;
+}
+
+static int op_where(ctx *c, fold_tensor *o) {
+  const fold_tensor *ts[3] = {IN(c, 0), IN(c, 1), IN(c, 2)};
+  if (!ts[0] || !ts[1] || !ts[2] || ts[0]->dt != IR_BOOL || ts[1]->dt != ts[2]->dt) return 0;
+  int r;
+  int64_t sh[IR_MAX_RANK], s0[IR_MAX_RANK], s1[IR_MAX_RANK], s2[IR_MAX_RANK], ix[IR_MAX_RANK] = {0};
+  if (bcast_shape(ts, 3, &r, sh) || t_new(o, ts[1]->dt, r, sh)) return 0;
+  bcast_strides(ts[0], r, s0);
+  bcast_strides(ts[1], r, s1);
+  bcast_strides(ts[2], r, s2);
+  int64_t o0 = 0, o1 = 0, o2 = 0;
+  for (int64_t e = 0; e < o->n; e++) {
+    o->d[e] = ts[0]->d[o0].i ? ts[1]->d[o1] : ts[2]->d[o2];
+    /* onnxruntime's Where may turn a selected -0.0 into +0.0: leave those to the runtime */
+    if (is_fp(o->dt) && o->d[e].f == 0 && signbit(o->d[e].f)) return fold_tensor_free(o), 0;
+    for (int d = r - 1; d >= 0; d--) {
+      o0 += s0[d], o1 += s1[d], o2 += s2[d];
+      if (++ix[d] < sh[d]) break;
+      o0 -= s0[d] * sh[d], o1 -= s1[d] * sh[d], o2 -= s2[d] * sh[d];
+      ix[d] = 0;
+    }
+  }
+  return 1;
+}
+
+static int op_unary(ctx *c, ir_op op, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0);
+  if (!x) return 0;
+  ir_dtype dt = x->dt;
+  int fp = is_fp(dt);
+  switch (op) {
+  case IR_OP_Not: if (dt != IR_BOOL) return 0; break;
+  case IR_OP_Neg: if (!fp && !is_signed(dt)) return 0; break;
+  case IR_OP_Abs: case IR_OP_Relu: if (dt == IR_BOOL) return 0; break;
+  case IR_OP_Sqrt: case IR_OP_Floor: case IR_OP_Ceil: case IR_OP_Reciprocal: if (!fp) return 0; break;
+  default: return 0;
+  }
+  if (t_new(o, dt, x->rank, x->dims)) return 0;
+  for (int64_t k = 0; k < x->n; k++) {
+    fold_el a = x->d[k], *r = &o->d[k];
+    switch (op) {
+    case IR_OP_Not: r->i = !a.i; break;
+    case IR_OP_Neg: if (fp) r->f = -a.f; else r->i = wrap(dt, (int64_t)(0 - (uint64_t)a.i)); break;
+    case IR_OP_Abs: if (fp) r->f = fabs(a.f); else r->i = wrap(dt, a.i < 0 ? (int64_t)(0 - (uint64_t)a.i) : a.i); break;
+    case IR_OP_Relu: if (fp) r->f = a.f < 0 ? 0 : a.f; else r->i = is_signed(dt) && a.i < 0 ? 0 : a.i; break; /* as the kernels: NaN stays */
+    case IR_OP_Sqrt: r->f = fround(dt, sqrt(a.f)); break;
+    case IR_OP_Floor: r->f = floor(a.f); break;
+    case IR_OP_Ceil: r->f = ceil(a.f); break;
+    case IR_OP_Reciprocal: r->f = fround(dt, 1.0 / a.f); break;
+    default: break;
+    }
+  }
+  return 1;
+}
+
+static int op_reduce(ctx *c, ir_op op, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0);
+  if (!x || x->dt == IR_BOOL) return 0;
+  /* Sum/Prod of floats depend on the order of operations: integers only */
+  if ((op == IR_OP_ReduceSum || op == IR_OP_ReduceProd) && is_fp(x->dt)) return 0;
+  int64_t axes[IR_MAX_RANK];
+  int from = op == IR_OP_ReduceSum ? 13 : 18;
+  int na = ints_arg(c, "axes", from, 1, axes, IR_MAX_RANK);
+  if (na == -2) return 0;
+  int keep = (int)ir_attr_int(c->n, "keepdims", 1);
+  int noop = (int)ir_attr_int(c->n, "noop_with_empty_axes", 0);
+  char red[IR_MAX_RANK] = {0};
+  if (na <= 0) {
+    if (noop && c->n->opset >= from) return op_identity(c, o);
+    for (int d = 0; d < x->rank; d++) red[d] = 1;
+  } else
+    for (int k = 0; k < na; k++) {
+      int a = norm_axis(axes[k], x->rank);
+      if (a < 0) return 0;
+      red[a] = 1;
+    }
+  int64_t kdims[IR_MAX_RANK], sh[IR_MAX_RANK] = {0}, kst[IR_MAX_RANK], wst[IR_MAX_RANK];
+  int r = 0;
+  for (int d = 0; d < x->rank; d++) {
+    kdims[d] = red[d] ? 1 : x->dims[d];
+    if (!red[d] || keep) sh[r++] = kdims[d];
+  }
+  if (t_new(o, x->dt, r, sh)) return 0;
+  strides(x->rank, kdims, kst);
+  for (int d = 0; d < x->rank; d++) wst[d] = red[d] ? 0 : kst[d];
+  if (x->n == 0 && o->n) {
+    if (op == IR_OP_ReduceMax || op == IR_OP_ReduceMin) return fold_tensor_free(o), 0;
+    for (int64_t k = 0; k < o->n; k++) o->d[k].i = op == IR_OP_ReduceProd;
+    return 1;
+  }
+  char *seen = calloc((size_t)(o->n ? o->n : 1), 1);
+  int bop = op == IR_OP_ReduceSum ? B_ADD : op == IR_OP_ReduceProd ? B_MUL : op == IR_OP_ReduceMax ? B_MAX : B_MIN;
+  int ok = 1;
+  FOR_EACH_INDEX(x->rank, x->dims, x->n, 0, wst, k, off, {
+    if (!ok) break;
+    if (!seen[off]) seen[off] = 1, o->d[off] = x->d[k];
+    else ok = bin_el(bop, x->dt, x->dt, o->d[off], x->d[k], 0, &o->d[off]);
+  });
+  free(seen);
+  if (!ok) fold_tensor_free(o);
+  return ok;
+}
+
+/* ---- dispatch ---- */
+
+int fold_eval(ir_graph *g, int node, fold_tensor *out) {
+  const ir_node *n = &g->nodes[node];
+  memset(out, 0, sizeof *out);
+  if (n->n_out != 1 || n->out[0] < 0) return 0;
+  if (n->op == IR_OP_Shape) return op_shape(&(ctx){g, n, {{0}}, 0}, out);
+  if (n->op == IR_OP_Size) return op_size(&(ctx){g, n, {{0}}, 0}, out);
+  if (n->n_in > 8) return 0;
+  ctx c = {g, n, {{0}}, n->n_in};
+  int ok = 1;
+  for (int k = 0; k < n->n_in && ok; k++)
+    if (n->in[k] >= 0 && t_load(&g->values[n->in[k]], &c.in[k])) ok = 0;
+  if (ok) {
+    switch (n->op) {
+    case IR_OP_Identity: ok = op_identity(&c, out); break;
+    case IR_OP_Reshape: ok = op_reshape(&c, out); break;
+    case IR_OP_Flatten: ok = op_flatten(&c, out); break;
+    case IR_OP_Squeeze: ok = op_squeeze(&c, out); break;
+    case IR_OP_Unsqueeze: ok = op_unsqueeze(&c, out); break;
+    case IR_OP_Gather: ok = op_gather(&c, out); break;
+    case IR_OP_Concat: ok = op_concat(&c, out); break;
+    case IR_OP_Slice: ok = op_slice(&c, out); break;
+    case IR_OP_Transpose: ok = op_transpose(&c, out); break;
+    case IR_OP_Expand: ok = op_expand(&c, out); break;
+    case IR_OP_Tile: ok = op_tile(&c, out); break;
+    case IR_OP_Cast: ok = op_cast(&c, out); break;
+    case IR_OP_ConstantOfShape: ok = op_constant_of_shape(&c, out); break;
+    case IR_OP_Range: ok = op_range(&c, out); break;
+    case IR_OP_Where: ok = op_where(&c, out); break;
+    case IR_OP_Add: ok = n->n_in == 2 && op_binary(&c, B_ADD, out); break;
+    case IR_OP_Sub: ok = n->n_in == 2 && op_binary(&c, B_SUB, out); break;
+    case IR_OP_Mul: ok = n->n_in == 2 && op_binary(&c, B_MUL, out); break;
+    case IR_OP_Div: ok = n->n_in == 2 && op_binary(&c, B_DIV, out); break;
+    case IR_OP_Pow: ok = n->n_in == 2 && op_binary(&c, B_POW, out); break;
+    case IR_OP_Mod: ok = n->n_in == 2 && op_binary(&c, B_MOD, out); break;
+    case IR_OP_And: ok = n->n_in == 2 && op_binary(&c, B_AND, out); break;
+    case IR_OP_Or: ok = n->n_in == 2 && op_binary(&c, B_OR, out); break;
+    case IR_OP_Xor: ok = n->n_in == 2 && op_binary(&c, B_XOR, out); break;
+    case IR_OP_Equal: ok = n->n_in == 2 && op_binary(&c, B_EQ, out); break;
+    case IR_OP_Less: ok = n->n_in == 2 && op_binary(&c, B_LT, out); break;
+    case IR_OP_LessOrEqual: ok = n->n_in == 2 && op_binary(&c, B_LE, out); break;
+    case IR_OP_Greater: ok = n->n_in == 2 && op_binary(&c, B_GT, out); break;
+    case IR_OP_GreaterOrEqual: ok = n->n_in == 2 && op_binary(&c, B_GE, out); break;
+    case IR_OP_Max: ok = op_binary(&c, B_MAX, out); break;
+    case IR_OP_Min: ok = op_binary(&c, B_MIN, out); break;
+    case IR_OP_Sum: ok = op_binary(&c, B_ADD, out); break;
+    case IR_OP_Not: case IR_OP_Neg: case IR_OP_Abs: case IR_OP_Relu: case IR_OP_Sqrt: case IR_OP_Floor:
+    case IR_OP_Ceil: case IR_OP_Reciprocal:
+      ok = op_unary(&c, n->op, out);
+      break;
+    case IR_OP_ReduceSum: case IR_OP_ReduceProd: case IR_OP_ReduceMax: case IR_OP_ReduceMin:
+      ok = op_reduce(&c, n->op, out);
+      break;
+    default: ok = 0; break;
+    }
+  }
+  for (int k = 0; k < c.n_in; k++) fold_tensor_free(&c.in[k]);
+  if (!ok) fold_tensor_free(out);
+  return ok;
+}

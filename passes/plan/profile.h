@@ -1,0 +1,60 @@
+/* passes/plan/profile.h - the cost of every node: analytical (FLOPs and bytes on a device's
+ * roofline) or measured (a profile JSON from a run on the target).
+ *
+ * Measured profile format (written by `pipecc --profile-run`, read with --profile):
+ *   {"device": "H100-SXM", "nodes": {"ONNX node name": {"fwd_ms": 0.12, "bwd_ms": 0.25}}}
+ * A node missing from the file falls back to the cost model, with one warning that
+ * counts them. bwd_ms may be left out (then the model's backward/forward ratio is used). */
+#ifndef PIPECC_PASSES_PROFILE_H
+#define PIPECC_PASSES_PROFILE_H
+#include <stdint.h>
+
+#include "ir/ir.h"
+
+typedef struct {
+  const char *name;      /* --device NAME */
+  const char *desc;
+  double fp32_tflops;    /* dense peak rates */
+  double tf32_tflops;    /* 0: no TF32 (then fp32 is used) */
+  double bf16_tflops;
+  double mem_gbps;       /* GB/s (1e9 bytes) */
+  double mem_gib;        /* device memory */
+  double launch_us;      /* fixed cost per node (kernel launch / call overhead) */
+  double compute_eff;    /* fraction of peak reached by large GEMM/conv */
+  double mem_eff;        /* fraction of bandwidth reached by streaming kernels */
+} pass_device;
+
+typedef struct {
+  const char *name;      /* --link NAME */
+  const char *desc;
+  double gbps;           /* GB/s one direction */
+  double lat_us;
+} pass_link;
+
+extern const pass_device pass_devices[];
+extern const int pass_n_devices;
+extern const pass_link pass_links[];
+extern const int pass_n_links;
+const pass_device *pass_device_find(const char *name);
+const pass_link *pass_link_find(const char *name);
+
+typedef struct {
+  double fwd_flops, bwd_flops;
+  uint64_t bytes_read, bytes_written; /* forward, activations and weights */
+  uint64_t param_bytes;               /* initializer bytes read by the node (weights it owns) */
+  uint64_t out_bytes;                 /* bytes of its outputs (the activation it stashes) */
+  double fwd_ms, bwd_ms;
+  int measured;                       /* times came from a profile file */
+} pass_node_cost;
+
+typedef struct {
+  const pass_device *device;
+  int tf32;                           /* use TF32 rates for float32 Conv/Gemm/MatMul */
+  const char *profile_path;           /* measured profile, or NULL */
+} pass_profile_opts;
+
+/* Fill costs[g->n_nodes]. Returns 0, or -1 after reporting (bad profile file). */
+int pass_profile(ir_graph *g, const pass_profile_opts *o, pass_node_cost *costs);
+/* FLOPs of the backward of a node given its forward FLOPs (dX + dW). */
+double pass_bwd_flops(const ir_graph *g, int node);
+#endif
