@@ -21,10 +21,10 @@ uint64_t cg_checksum64(const void *data, size_t len) { return pipert_xxh64(data,
 
 typedef struct {
   char **argv;
-  char *label;     /* "cc stage_1.c" */
+  char *label; /* "cc stage_1.c" */
   pid_t pid;
-  int log;         /* the compiler's output: a temporary file, unlinked at once (so that
-                   * nothing is left behind however pipecc ends), read back through this */
+  int log; /* the compiler's output: a temporary file, unlinked at once (so that
+            * nothing is left behind however pipecc ends), read back through this */
 } job;
 
 static char **split_words(const char *s, int *n) {
@@ -226,7 +226,8 @@ static int run_job(job *j, const char *dir) {
 
 int cg_build_profile(const char *out_dir, const cg_options *o) {
   (void)o;
-  if (!file_exists(out_dir, "profile_main.c") || !file_exists(out_dir, "stage_0.c") || file_exists(out_dir, "stage_1.c")) {
+  if (!file_exists(out_dir, "profile_main.c") || !file_exists(out_dir, "stage_0.c") ||
+      file_exists(out_dir, "stage_1.c")) {
     fprintf(stderr, "pipecc: internal error: %s is not a one-stage cpu build with profile_main.c\n", out_dir);
     return -1;
   }

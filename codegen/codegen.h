@@ -14,7 +14,7 @@
 #include "ir/ir.h"
 
 typedef struct {
-  int op;  /* PIPERT_OP_* (runtime/pipert.h) */
+  int op; /* PIPERT_OP_* (runtime/pipert.h) */
   int mb;
 } cg_instr;
 
@@ -22,32 +22,32 @@ typedef struct {
  * phase (ir_node.phase); mutable constants their role (ir_value.param) and values
  * copied into them at the end of their phase (ir_value.writeback). */
 typedef struct {
-  int loss_sum;              /* the loss sums over samples (else a mean) */
-  int classify;              /* graph output 1 is the logits */
-  const char *labels;        /* the labels graph input, NULL if none */
-  const char *optimizer;     /* "sgd", "adam", "adamw" */
+  int loss_sum;          /* the loss sums over samples (else a mean) */
+  int classify;          /* graph output 1 is the logits */
+  const char *labels;    /* the labels graph input, NULL if none */
+  const char *optimizer; /* "sgd", "adam", "adamw" */
 } cg_train;
 
 typedef struct {
   int n_stages;
-  const int *node_stage;     /* [g->n_nodes]: stage of each node, 0..n_stages-1 */
-  const int *replicas;       /* [n_stages], >= 1; NULL: all 1 */
+  const int *node_stage;           /* [g->n_nodes]: stage of each node, 0..n_stages-1 */
+  const int *replicas;             /* [n_stages], >= 1; NULL: all 1 */
   const cg_instr *const *programs; /* [n_stages] instruction streams for one round; NULL: default */
-  const int *program_len;    /* [n_stages] */
-  int microbatches;          /* M */
+  const int *program_len;          /* [n_stages] */
+  int microbatches;                /* M */
   double predicted_bubble;
-  const char *schedule;      /* "gpipe" | "1f1b" */
-  const cg_train *train;     /* NULL: inference */
+  const char *schedule;  /* "gpipe" | "1f1b" */
+  const cg_train *train; /* NULL: inference */
 } cg_plan;
 
 typedef struct {
-  const char *command_line;  /* written at the top of every emitted file */
+  const char *command_line; /* written at the top of every emitted file */
   const char *model_path;
-  int emit_only;             /* write sources, do not build */
-  int jobs;                  /* parallel compile jobs for the build (0: nproc) */
+  int emit_only; /* write sources, do not build */
+  int jobs;      /* parallel compile jobs for the build (0: nproc) */
   int verbose;
-  int no_tf32;               /* cuda: exact float32 GEMMs */
-  const char *cuda_arch;     /* cuda: e.g. "80;90" */
+  int no_tf32;           /* cuda: exact float32 GEMMs */
+  const char *cuda_arch; /* cuda: e.g. "80;90" */
 } cg_options;
 
 /* The cpu target's direct GEMM (runtime/pipert_gemm.h) takes float GEMMs that sum at

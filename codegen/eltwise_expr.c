@@ -18,7 +18,8 @@ static void ew(const cg_expr_writer *c, const char *fmt, ...) {
   va_end(ap);
 }
 
-static int ew_fail(const cg_expr_writer *c, const ir_node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int ew_fail(const cg_expr_writer *c, const ir_node *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int ew_fail(const cg_expr_writer *c, const ir_node *n, const char *fmt, ...) {
   char msg[512];
   va_list ap;
@@ -74,9 +75,24 @@ int cg_eltwise_node_expr(const cg_expr_writer *c, const ir_node *n, const char *
       else if (is_signed_int(t)) ew(c, "(%s)(%s < 0 ? -%s : %s);\n", T, A, A, A);
       else ew(c, "%s;\n", A);
       return 0;
-    case IR_OP_Acos: case IR_OP_Acosh: case IR_OP_Asin: case IR_OP_Asinh: case IR_OP_Atan: case IR_OP_Atanh:
-    case IR_OP_Cos: case IR_OP_Cosh: case IR_OP_Sin: case IR_OP_Sinh: case IR_OP_Tan: case IR_OP_Tanh:
-    case IR_OP_Exp: case IR_OP_Log: case IR_OP_Sqrt: case IR_OP_Erf: case IR_OP_Ceil: case IR_OP_Floor: {
+    case IR_OP_Acos:
+    case IR_OP_Acosh:
+    case IR_OP_Asin:
+    case IR_OP_Asinh:
+    case IR_OP_Atan:
+    case IR_OP_Atanh:
+    case IR_OP_Cos:
+    case IR_OP_Cosh:
+    case IR_OP_Sin:
+    case IR_OP_Sinh:
+    case IR_OP_Tan:
+    case IR_OP_Tanh:
+    case IR_OP_Exp:
+    case IR_OP_Log:
+    case IR_OP_Sqrt:
+    case IR_OP_Erf:
+    case IR_OP_Ceil:
+    case IR_OP_Floor: {
       if (t == IR_FLOAT && (n->op == IR_OP_Exp || n->op == IR_OP_Erf) && !strcmp(c->target, "cpu")) {
         /* the cpu target's branch-free versions (the stage prelude, codegen/c/emit.c): they
          * vectorise, libm's do not */
@@ -106,7 +122,7 @@ int cg_eltwise_node_expr(const cg_expr_writer *c, const ir_node *n, const char *
       return 0;
     case IR_OP_Sigmoid:
       ew(c, "%s >= 0 ? %s / (%s + %s(-%s)) : %s(%s) / (%s + %s(%s));\n", A, lit(l1, 1, t), lit(l2, 1, t),
-           fm(f1, "exp", t), A, fm(f2, "exp", t), A, l2, f2, A);
+         fm(f1, "exp", t), A, fm(f2, "exp", t), A, l2, f2, A);
       return 0;
     case IR_OP_Relu:
       if (!fl && !is_signed_int(t)) ew(c, "%s;\n", A);
@@ -116,17 +132,18 @@ int cg_eltwise_node_expr(const cg_expr_writer *c, const ir_node *n, const char *
       ew(c, "%s >= 0 ? %s : %s * %s;\n", A, A, lit(l1, ir_attr_float(n, "alpha", 0.01f), t), A);
       return 0;
     case IR_OP_Elu:
-      ew(c, "%s >= 0 ? %s : %s * (%s(%s) - %s);\n", A, A, lit(l1, ir_attr_float(n, "alpha", 1.0f), t),
-           fm(f1, "exp", t), A, lit(l2, 1, t));
+      ew(c, "%s >= 0 ? %s : %s * (%s(%s) - %s);\n", A, A, lit(l1, ir_attr_float(n, "alpha", 1.0f), t), fm(f1, "exp", t),
+         A, lit(l2, 1, t));
       return 0;
     case IR_OP_Selu:
-      ew(c, "%s * (%s > 0 ? %s : %s * %s(%s) - %s);\n", lit(l1, ir_attr_float(n, "gamma", 1.05070102214813232421875f), t),
-           A, A, lit(l2, ir_attr_float(n, "alpha", 1.67326319217681884765625f), t), fm(f1, "exp", t), A, l2);
+      ew(c, "%s * (%s > 0 ? %s : %s * %s(%s) - %s);\n",
+         lit(l1, ir_attr_float(n, "gamma", 1.05070102214813232421875f), t), A, A,
+         lit(l2, ir_attr_float(n, "alpha", 1.67326319217681884765625f), t), fm(f1, "exp", t), A, l2);
       return 0;
     case IR_OP_Celu: {
       lit(l1, ir_attr_float(n, "alpha", 1.0f), t);
       ew(c, "(%s > 0 ? %s : 0) + (%s * (%s(%s / %s) - 1) < 0 ? %s * (%s(%s / %s) - 1) : 0);\n", A, A, l1,
-           fm(f1, "exp", t), A, l1, l1, f1, A, l1);
+         fm(f1, "exp", t), A, l1, l1, f1, A, l1);
       return 0;
     }
     case IR_OP_ThresholdedRelu:
@@ -134,13 +151,14 @@ int cg_eltwise_node_expr(const cg_expr_writer *c, const ir_node *n, const char *
       return 0;
     case IR_OP_HardSigmoid:
       ew(c, "%s * %s + %s;\n", lit(l1, ir_attr_float(n, "alpha", 0.2f), t), A,
-           lit(l2, ir_attr_float(n, "beta", 0.5f), t));
+         lit(l2, ir_attr_float(n, "beta", 0.5f), t));
       ew(c, "    const %s u%d = t%d < 0 ? (%s)0 : (t%d > 1 ? (%s)1 : t%d);\n", T, node, node, T, node, T, node);
       ew(c, "    (void)u%d;\n", node);
       return 1; /* result in u<node> */
     case IR_OP_HardSwish:
       ew(c, "%s * %s + %s;\n", A, lit(l1, 1.0 / 6.0, t), lit(l2, 0.5, t));
-      ew(c, "    const %s u%d = %s * (t%d < 0 ? (%s)0 : (t%d > 1 ? (%s)1 : t%d));\n", T, node, A, node, T, node, T, node);
+      ew(c, "    const %s u%d = %s * (t%d < 0 ? (%s)0 : (t%d > 1 ? (%s)1 : t%d));\n", T, node, A, node, T, node, T,
+         node);
       return 1;
     case IR_OP_Softplus:
       ew(c, "%s > 0 ? %s + %s(%s(-%s)) : %s(%s(%s));\n", A, A, fm(f1, "log1p", t), fm(f2, "exp", t), A, f1, f2, A);
@@ -148,15 +166,15 @@ int cg_eltwise_node_expr(const cg_expr_writer *c, const ir_node *n, const char *
     case IR_OP_Softsign: ew(c, "%s / (%s + %s(%s));\n", A, lit(l1, 1, t), fm(f1, "fabs", t), A); return 0;
     case IR_OP_Mish:
       ew(c, "%s * %s(%s > 0 ? %s + %s(%s(-%s)) : %s(%s(%s)));\n", A, fm(l3, "tanh", t), A, A, fm(f1, "log1p", t),
-           fm(f2, "exp", t), A, f1, f2, A);
+         fm(f2, "exp", t), A, f1, f2, A);
       return 0;
     case IR_OP_Gelu:
       if (!strcmp(ir_attr_str(n, "approximate", "none"), "tanh"))
         ew(c, "%s * %s * (%s + %s(%s * (%s + %s * %s * %s * %s)));\n", lit(l1, 0.5, t), A, lit(l2, 1, t),
-             fm(f1, "tanh", t), lit(l3, 0.7978845608028654, t), A, lit(f2, 0.044715, t), A, A, A);
+           fm(f1, "tanh", t), lit(l3, 0.7978845608028654, t), A, lit(f2, 0.044715, t), A, A, A);
       else
         ew(c, "%s * %s * (%s + %s(%s * %s));\n", lit(l1, 0.5, t), A, lit(l2, 1, t), fm(f1, "erf", t), A,
-             lit(l3, 0.7071067811865476, t));
+           lit(l3, 0.7071067811865476, t));
       return 0;
     case IR_OP_Shrink: {
       lit(l1, ir_attr_float(n, "lambd", 0.5f), t);
@@ -166,7 +184,8 @@ int cg_eltwise_node_expr(const cg_expr_writer *c, const ir_node *n, const char *
     }
     case IR_OP_Not: ew(c, "!%s;\n", A); return 0;
     case IR_OP_BitwiseNot: ew(c, "(%s)~%s;\n", T, A); return 0;
-    case IR_OP_Identity: case IR_OP_Expand: ew(c, "%s;\n", A); return 0;
+    case IR_OP_Identity:
+    case IR_OP_Expand: ew(c, "%s;\n", A); return 0;
     case IR_OP_Clip: {
       const char *lo = NULL, *hi = NULL;
       if (n->opset < 11) {
@@ -215,7 +234,7 @@ int cg_eltwise_node_expr(const cg_expr_writer *c, const ir_node *n, const char *
       else {
         ew(c, "(%s)(%s %% %s);\n", T, A, B);
         ew(c, "    const %s u%d = (t%d != 0 && ((t%d < 0) != (%s < 0))) ? (%s)(t%d + %s) : t%d;\n", T, node, node, node,
-             B, T, node, B, node);
+           B, T, node, B, node);
         return 1;
       }
       return 0;
@@ -234,7 +253,10 @@ int cg_eltwise_node_expr(const cg_expr_writer *c, const ir_node *n, const char *
     case IR_OP_LessOrEqual: ew(c, "(uint8_t)(%s <= %s);\n", A, B); return 0;
     case IR_OP_Greater: ew(c, "(uint8_t)(%s > %s);\n", A, B); return 0;
     case IR_OP_GreaterOrEqual: ew(c, "(uint8_t)(%s >= %s);\n", A, B); return 0;
-    case IR_OP_Max: case IR_OP_Min: case IR_OP_Sum: case IR_OP_Mean: {
+    case IR_OP_Max:
+    case IR_OP_Min:
+    case IR_OP_Sum:
+    case IR_OP_Mean: {
       ew(c, "%s;\n", A);
       char prev[32];
       snprintf(prev, sizeof prev, "t%d", node);
@@ -243,7 +265,8 @@ int cg_eltwise_node_expr(const cg_expr_writer *c, const ir_node *n, const char *
         ew(c, "    const %s t%d_%d = ", T, node, k);
         if (n->op == IR_OP_Sum || n->op == IR_OP_Mean) ew(c, "(%s)(%s + %s);\n", T, prev, a[k]);
         else if (fl)
-          ew(c, "(%s %s %s || %s != %s) ? %s : %s;\n", a[k], n->op == IR_OP_Max ? ">" : "<", prev, a[k], a[k], a[k], prev);
+          ew(c, "(%s %s %s || %s != %s) ? %s : %s;\n", a[k], n->op == IR_OP_Max ? ">" : "<", prev, a[k], a[k], a[k],
+             prev);
         else ew(c, "%s %s %s ? %s : %s;\n", a[k], n->op == IR_OP_Max ? ">" : "<", prev, a[k], prev);
         snprintf(prev, sizeof prev, "t%d_%d", node, k);
       }
@@ -252,7 +275,8 @@ int cg_eltwise_node_expr(const cg_expr_writer *c, const ir_node *n, const char *
       return 1;
     }
     case IR_OP_Where: ew(c, "%s ? %s : %s;\n", A, a[1], a[2]); return 0;
-    case IR_OP_Cast: case IR_OP_CastLike: {
+    case IR_OP_Cast:
+    case IR_OP_CastLike: {
       /* float16, bfloat16, float8 (bit patterns, runtime/pipert.h): read as float (exact),
        * written by one rounding from the source's value; to float8 by Cast's saturate
        * (CastLike's too, default 1; ONNX: it applies to float8 only) */
@@ -271,19 +295,17 @@ int cg_eltwise_node_expr(const cg_expr_writer *c, const ir_node *n, const char *
          * even; NaN gives 0 */
         int lo = t == IR_INT4 ? -8 : 0, hi = t == IR_INT4 ? 7 : 15;
         if (is_float(xt))
-          ew(c, "%s != %s ? (%s)0 : (%s)rint(%s < %d ? %d : %s > %d ? %d : %s);\n", A, A, T, T, A, lo, lo, A, hi, hi, A);
+          ew(c, "%s != %s ? (%s)0 : (%s)rint(%s < %d ? %d : %s > %d ? %d : %s);\n", A, A, T, T, A, lo, lo, A, hi, hi,
+             A);
         else if (is_signed_int(xt)) ew(c, "(%s)(%s < %d ? %d : %s > %d ? %d : %s);\n", T, A, lo, lo, A, hi, hi, A);
         else ew(c, "(%s)(%s > %d ? %d : %s);\n", T, A, hi, hi, A); /* unsigned and bool */
-      }
-      else if (is_float(xt) && !is_float(t)) {
+      } else if (is_float(xt) && !is_float(t)) {
         /* float -> integer: truncation; NaN and out-of-range values give 0 rather than UB */
         ew(c, "(%s == %s && %s > -9.3e18 && %s < 9.3e18) ? (%s)(int64_t)%s : (%s)0;\n", A, A, A, A, T, A, T);
       } else ew(c, "(%s)%s;\n", T, A);
       return 0;
     }
-    default:
-      ew(c, "0;\n");
-      return ew_fail(c, n, "element-wise op %s is not supported", ir_op_name(n->op)) * 2;
+    default: ew(c, "0;\n"); return ew_fail(c, n, "element-wise op %s is not supported", ir_op_name(n->op)) * 2;
   }
 }
 
@@ -305,7 +327,8 @@ int cg_eltwise_layout(const cg_expr_writer *c, const int *nodes, int n_nodes, co
     for (int d = 0; d < r; d++) {
       int xd = d - off;
       if (xd < 0 || (x->shape.dims[xd] == 1 && D[d] != 1)) st[e][d] = 0;
-      else if (x->shape.dims[xd] != D[d]) return ew_fail(c, root, "input '%s' does not broadcast to the output", x->name);
+      else if (x->shape.dims[xd] != D[d])
+        return ew_fail(c, root, "input '%s' does not broadcast to the output", x->name);
       else st[e][d] = xs[xd];
     }
   }

@@ -167,10 +167,14 @@ void cg_put_stage_desc(FILE *f, ir_graph *g, const cg_plan *p, const cg_stage_in
   cg_put_cstr(f, nm);
   fprintf(f, ",\n  %d,\n  %d,\n  %s,\n  %s,\n", si->n_in[fp], si->n_out[fp], si->n_in[fp] ? "stage_inputs" : "NULL",
           si->n_out[fp] ? "stage_outputs" : "NULL");
-  if (wl->file_bytes) fprintf(f, "  \"weights_%d.bin\",\n  %zuu,\n  0x%016" PRIx64 "ull,\n", stage, wl->file_bytes, sum);
+  if (wl->file_bytes)
+    fprintf(f, "  \"weights_%d.bin\",\n  %zuu,\n  0x%016" PRIx64 "ull,\n", stage, wl->file_bytes, sum);
   else fputs("  NULL,\n  0u,\n  0u,\n", f);
   fputs("  stage_init,\n  stage_forward,\n  stage_fini,\n", f);
-  if (!p->train) fputs("  /* no training */\n  0u,\n  0,\n  0,\n  NULL,\n  NULL,\n  NULL,\n  NULL,\n  NULL,\n  0,\n  NULL,\n  NULL,\n", f);
+  if (!p->train)
+    fputs(
+        "  /* no training */\n  0u,\n  0,\n  0,\n  NULL,\n  NULL,\n  NULL,\n  NULL,\n  NULL,\n  0,\n  NULL,\n  NULL,\n",
+        f);
   else {
     fprintf(f, "  /* training */\n  %zuu,\n  %d,\n  %d,\n  %s,\n  %s,\n", wl->total_bytes, si->n_in[bp], si->n_out[bp],
             si->n_in[bp] ? "bwd_inputs" : "NULL", si->n_out[bp] ? "bwd_outputs" : "NULL");
@@ -207,15 +211,17 @@ static int put_export_info(FILE *f, const ir_graph *g, const cg_options *o) {
   const void *model = ir_graph_model_bytes(g, &mlen);
   char real[4096];
   const char *why = !model ? "the model was not read from a file"
-                    : !realpath(o && o->model_path ? o->model_path : g->path, real) ? "the model's path cannot be resolved"
-                                                                                    : NULL;
+                    : !realpath(o && o->model_path ? o->model_path : g->path, real)
+                        ? "the model's path cannot be resolved"
+                        : NULL;
   int n = 0;
   for (int v = 0; v < g->n_values && !why; v++) {
     const ir_value *x = &g->values[v];
     if (x->param != IR_PARAM_WEIGHT && x->param != IR_PARAM_BUFFER) continue;
     const char *file;
     uint64_t off;
-    if (!x->data || ir_graph_locate(g, x->data, x->nbytes, &file, &off)) why = "an initializer is not stored as raw data";
+    if (!x->data || ir_graph_locate(g, x->data, x->nbytes, &file, &off))
+      why = "an initializer is not stored as raw data";
     n++;
   }
   if (why) {
@@ -355,16 +361,18 @@ static int check_graph(ir_graph *g, const cg_plan *p, const char *target, int (*
         if (vs[k] < 0) continue;
         const ir_value *v = &g->values[vs[k]];
         if (!ir_shape_static(&v->shape)) {
-          ir_error_node(g, i, "%s target: %s '%s' has no static shape (shape inference did not run or failed)",
-                        target, side ? "output" : "input", v->name);
+          ir_error_node(g, i, "%s target: %s '%s' has no static shape (shape inference did not run or failed)", target,
+                        side ? "output" : "input", v->name);
           bad = 1;
         } else if (!cg_ctype(v->dtype)) {
-          ir_error_node(g, i, "%s target: %s '%s' has dtype %s, which the %s target does not support",
-                        target, side ? "output" : "input", v->name, ir_dtype_name(v->dtype), target);
+          ir_error_node(g, i, "%s target: %s '%s' has dtype %s, which the %s target does not support", target,
+                        side ? "output" : "input", v->name, ir_dtype_name(v->dtype), target);
           bad = 1;
         } else if (ir_dtype_narrow(v->dtype) && !pass_widen_keeps(n->op)) {
-          ir_error_node(g, i, "internal error: %s target: %s '%s' is %s, which only Casts and data movement take "
-                        "(passes/opt/widen.c)", target, side ? "output" : "input", v->name, ir_dtype_name(v->dtype));
+          ir_error_node(g, i,
+                        "internal error: %s target: %s '%s' is %s, which only Casts and data movement take "
+                        "(passes/opt/widen.c)",
+                        target, side ? "output" : "input", v->name, ir_dtype_name(v->dtype));
           bad = 1;
         }
       }

@@ -12,7 +12,8 @@
 
 #define LL(x) ((long long)(x))
 
-static int fail(ir_graph *g, const char *target, const ir_node *n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int fail(ir_graph *g, const char *target, const ir_node *n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 static int fail(ir_graph *g, const char *target, const ir_node *n, const char *fmt, ...) {
   char msg[512];
   va_list ap;
@@ -26,7 +27,8 @@ static int fail(ir_graph *g, const char *target, const ir_node *n, const char *f
 int cg_window(ir_graph *g, const char *target, const ir_node *n, const ir_value *x, const ir_value *y,
               const int64_t *kernel, int transposed, cg_win3 *w) {
   int sr = x->shape.rank - 2;
-  if (sr < 1 || sr > 3) return fail(g, target, n, "only 1, 2 or 3 spatial dims are supported (input rank %d)", x->shape.rank);
+  if (sr < 1 || sr > 3)
+    return fail(g, target, n, "only 1, 2 or 3 spatial dims are supported (input rank %d)", x->shape.rank);
   const int64_t *v;
   int64_t st[3], dl[3], pads[6];
   int cnt = ir_attr_ints(n, "strides", &v);
@@ -80,7 +82,8 @@ int cg_pool_window(ir_graph *g, const char *target, const ir_node *n, const ir_v
   int sr = x->shape.rank - 2;
   int global = n->op == IR_OP_GlobalAveragePool || n->op == IR_OP_GlobalMaxPool || n->op == IR_OP_GlobalLpPool;
   int64_t kernel[3];
-  if (sr < 1 || sr > 3) return fail(g, target, n, "only 1, 2 or 3 spatial dims are supported (input rank %d)", x->shape.rank);
+  if (sr < 1 || sr > 3)
+    return fail(g, target, n, "only 1, 2 or 3 spatial dims are supported (input rank %d)", x->shape.rank);
   if (global) {
     for (int j = 0; j < 3; j++) {
       int i = j - (3 - sr);
@@ -184,7 +187,8 @@ int cg_reduce_axes(ir_graph *g, const char *target, const ir_node *n, int *red) 
   return 0;
 }
 
-int cg_pad_params(ir_graph *g, const char *target, const ir_node *n, int64_t *pads, double *value_out, const char **mode) {
+int cg_pad_params(ir_graph *g, const char *target, const ir_node *n, int64_t *pads, double *value_out,
+                  const char **mode) {
   cg_ctx cc = {0};
   cc.g = g;
   int r = cg_in(&cc, n, 0)->shape.rank;
@@ -247,7 +251,8 @@ int cg_slice_params(ir_graph *g, const char *target, const ir_node *n, int64_t *
     na = ir_attr_ints(n, "axes", &v);
     for (int i = 0; i < na && i < IR_MAX_RANK; i++) axes[i] = v[i];
   }
-  if (ns != ne || (na >= 0 && na != ns) || (nst >= 0 && nst != ns)) return fail(g, target, n, "starts/ends/axes/steps lengths differ");
+  if (ns != ne || (na >= 0 && na != ns) || (nst >= 0 && nst != ns))
+    return fail(g, target, n, "starts/ends/axes/steps lengths differ");
   for (int d = 0; d < r; d++) st[d] = 0, sp[d] = 1;
   for (int i = 0; i < ns; i++) {
     int a = na >= 0 ? (int)(axes[i] < 0 ? axes[i] + r : axes[i]) : i;
@@ -319,7 +324,8 @@ int cg_matmul_params(ir_graph *g, const char *target, const ir_node *n, cg_matmu
     int ia = i - (nb - nba), ib = i - (nb - nbb);
     int64_t da = ia >= 0 ? ad[ia] : 1, db = ib >= 0 ? bdm[ib] : 1;
     bd[i] = da > db ? da : db;
-    if ((da != 1 && da != bd[i]) || (db != 1 && db != bd[i])) return fail(g, target, n, "MatMul batch dims do not broadcast");
+    if ((da != 1 && da != bd[i]) || (db != 1 && db != bd[i]))
+      return fail(g, target, n, "MatMul batch dims do not broadcast");
     sa[i] = da == 1 ? 0 : as[ia];
     sb[i] = db == 1 ? 0 : bs[ib];
     NB *= bd[i];
@@ -358,13 +364,15 @@ int cg_resize_params(ir_graph *g, const char *target, const ir_node *n, cg_resiz
   const char *mode = ir_attr_str(n, "mode", "nearest");
   int old = n->op == IR_OP_Upsample || n->opset < 11;
   if (!strcmp(mode, "nearest")) rp->mode = CG_RESIZE_NEAREST;
-  else if (!strcmp(mode, "linear") || !strcmp(mode, "bilinear") || !strcmp(mode, "trilinear")) rp->mode = CG_RESIZE_LINEAR;
+  else if (!strcmp(mode, "linear") || !strcmp(mode, "bilinear") || !strcmp(mode, "trilinear"))
+    rp->mode = CG_RESIZE_LINEAR;
   else if (!strcmp(mode, "cubic")) rp->mode = CG_RESIZE_CUBIC;
   else return fail(g, target, n, "Resize mode '%s' is not supported", mode);
   const char *ctm = old ? "asymmetric" : ir_attr_str(n, "coordinate_transformation_mode", "half_pixel");
   const char *nm = n->op == IR_OP_Upsample ? "floor" : ir_attr_str(n, "nearest_mode", "round_prefer_floor");
-  static const char *const ctms[] = {"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
-                                     "tf_half_pixel_for_nearest", "half_pixel_symmetric", "tf_crop_and_resize"};
+  static const char *const ctms[] = {"half_pixel",        "pytorch_half_pixel",        "align_corners",
+                                     "asymmetric",        "tf_half_pixel_for_nearest", "half_pixel_symmetric",
+                                     "tf_crop_and_resize"};
   rp->ctm = -1;
   for (int i = 0; i < (int)(sizeof ctms / sizeof ctms[0]); i++)
     if (!strcmp(ctm, ctms[i])) rp->ctm = i;
@@ -414,7 +422,8 @@ int cg_resize_params(ir_graph *g, const char *target, const ir_node *n, cg_resiz
   const char *pol = n->opset >= 18 && !old ? ir_attr_str(n, "keep_aspect_ratio_policy", "stretch") : "stretch";
   if (strcmp(pol, "stretch") && !have_scales) {
     int larger = !strcmp(pol, "not_smaller");
-    if (!larger && strcmp(pol, "not_larger")) return fail(g, target, n, "keep_aspect_ratio_policy '%s' is not supported", pol);
+    if (!larger && strcmp(pol, "not_larger"))
+      return fail(g, target, n, "keep_aspect_ratio_policy '%s' is not supported", pol);
     if (!zv || zv->kind != IR_VAL_CONST || cg_numel(zv) != na) return fail(g, target, n, "sizes must be a constant");
     double scale = 0;
     for (int i = 0; i < na; i++) {

@@ -10,7 +10,7 @@
 /* Spatial parameters of Conv, ConvTranspose and pooling normalised to 3 dims (leading
  * dims of size 1): input/output sizes, kernel, strides, dilations, begin/end pads. */
 typedef struct {
-  int sr;                 /* spatial rank of the node, 1..3 */
+  int sr; /* spatial rank of the node, 1..3 */
   int64_t in[3], out[3], k[3], s[3], d[3], pb[3], pe[3];
 } cg_win3;
 
@@ -22,8 +22,7 @@ int cg_window(ir_graph *g, const char *target, const ir_node *n, const ir_value 
 
 /* The window of a pooling node (AveragePool, MaxPool, LpPool: kernel_shape and
  * cg_window; the Global* forms: the whole spatial extent, one output). */
-int cg_pool_window(ir_graph *g, const char *target, const ir_node *n, const ir_value *x, const ir_value *y,
-                   cg_win3 *w);
+int cg_pool_window(ir_graph *g, const char *target, const ir_node *n, const ir_value *x, const ir_value *y, cg_win3 *w);
 
 /* Softmax, LogSoftmax, Hardmax: opset >= 13 along one axis (default -1); before 13 on
  * the input coerced to 2-D at axis (default 1). The input as [outer, A, inner], the
@@ -87,13 +86,20 @@ int cg_conv_transpose_window(ir_graph *g, const char *target, const ir_node *n, 
  * the nearest modes; axes (the other dims are copied); keep_aspect_ratio_policy (one
  * scale for all axes). Upsample and Resize-10 are asymmetric with floor. */
 enum { CG_RESIZE_NEAREST = 0, CG_RESIZE_LINEAR, CG_RESIZE_CUBIC };
-enum { CG_CTM_HALF_PIXEL = 0, CG_CTM_PYTORCH_HALF_PIXEL, CG_CTM_ALIGN_CORNERS, CG_CTM_ASYMMETRIC,
-       CG_CTM_TF_HALF_PIXEL_FOR_NEAREST, CG_CTM_HALF_PIXEL_SYMMETRIC, CG_CTM_TF_CROP_AND_RESIZE };
+enum {
+  CG_CTM_HALF_PIXEL = 0,
+  CG_CTM_PYTORCH_HALF_PIXEL,
+  CG_CTM_ALIGN_CORNERS,
+  CG_CTM_ASYMMETRIC,
+  CG_CTM_TF_HALF_PIXEL_FOR_NEAREST,
+  CG_CTM_HALF_PIXEL_SYMMETRIC,
+  CG_CTM_TF_CROP_AND_RESIZE
+};
 enum { CG_NEAREST_ROUND_PREFER_FLOOR = 0, CG_NEAREST_ROUND_PREFER_CEIL, CG_NEAREST_FLOOR, CG_NEAREST_CEIL };
 typedef struct {
-  int mode;                   /* CG_RESIZE_* */
-  int ctm, nearest;           /* CG_CTM_*, CG_NEAREST_* */
-  int filter;                 /* cubic, or linear with antialias: the weights of cg_resize_taps */
+  int mode;         /* CG_RESIZE_* */
+  int ctm, nearest; /* CG_CTM_*, CG_NEAREST_* */
+  int filter;       /* cubic, or linear with antialias: the weights of cg_resize_taps */
   int antialias, exclude_outside;
   double cubic_a, extrapolation;
   double scales[IR_MAX_RANK]; /* per input dim: the scales input, Upsample's attribute, or out/in */

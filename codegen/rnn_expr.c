@@ -32,7 +32,8 @@ static void act_expr(char *out, size_t n, const pass_rnn_actv *a, const char *v,
   switch (a->fn) {
     case PASS_RNN_SIGMOID:
       fm(f1, sizeof f1, "exp", t);
-      snprintf(out, n, "(%s >= 0 ? %s / (%s + %s(-%s)) : %s(%s) / (%s + %s(%s)))", v, one, one, f1, v, f1, v, one, f1, v);
+      snprintf(out, n, "(%s >= 0 ? %s / (%s + %s(-%s)) : %s(%s) / (%s + %s(%s)))", v, one, one, f1, v, f1, v, one, f1,
+               v);
       return;
     case PASS_RNN_TANH: snprintf(out, n, "%s(%s)", fm(f1, sizeof f1, "tanh", t), v); return;
     case PASS_RNN_RELU: snprintf(out, n, "(%s < 0 ? %s : %s)", v, zero, v); return;
@@ -44,7 +45,9 @@ static void act_expr(char *out, size_t n, const pass_rnn_actv *a, const char *v,
       return;
     case PASS_RNN_AFFINE: snprintf(out, n, "(%s * %s + %s)", al, v, be); return;
     case PASS_RNN_SCALEDTANH: snprintf(out, n, "(%s * %s(%s * %s))", al, fm(f1, sizeof f1, "tanh", t), be, v); return;
-    case PASS_RNN_ELU: snprintf(out, n, "(%s >= 0 ? %s : %s * (%s(%s) - %s))", v, v, al, fm(f1, sizeof f1, "exp", t), v, one); return;
+    case PASS_RNN_ELU:
+      snprintf(out, n, "(%s >= 0 ? %s : %s * (%s(%s) - %s))", v, v, al, fm(f1, sizeof f1, "exp", t), v, one);
+      return;
     case PASS_RNN_SOFTSIGN: snprintf(out, n, "(%s / (%s + %s(%s)))", v, one, fm(f1, sizeof f1, "fabs", t), v); return;
     case PASS_RNN_SOFTPLUS:
       fm(f1, sizeof f1, "log1p", t);

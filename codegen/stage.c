@@ -54,8 +54,10 @@ static int check_training_flow(ir_graph *g, const cg_plan *p, const cg_stage_inf
     for (int k = 0; ph == IR_PHASE_BWD && k < si->n_in[q]; k++) {
       int v = si->s_in[q][k], src = si->vstage[v];
       if (src >= 0 && cg_part_phase(p, src) == IR_PHASE_FWD && cg_part_stage(p, src) > st) {
-        ir_error(g, "internal error: train: the backward of stage %d reads '%s', computed by the forward of "
-                 "the later stage %d", st, g->values[v].name, cg_part_stage(p, src));
+        ir_error(g,
+                 "internal error: train: the backward of stage %d reads '%s', computed by the forward of "
+                 "the later stage %d",
+                 st, g->values[v].name, cg_part_stage(p, src));
         return -1;
       }
     }
@@ -113,7 +115,8 @@ int cg_analyse_stages(ir_graph *g, const cg_plan *p, cg_stage_info *si) {
       }
     }
     for (int v = 0; v < nv; v++)
-      if (used[v] && (si->vstage[v] == -1 || (si->vstage[v] >= 0 && si->vstage[v] < s))) cg_push(&si->s_in[s], &si->n_in[s], v);
+      if (used[v] && (si->vstage[v] == -1 || (si->vstage[v] >= 0 && si->vstage[v] < s)))
+        cg_push(&si->s_in[s], &si->n_in[s], v);
   }
   free(used);
   for (int k = 0; k < g->n_outputs; k++) {
@@ -219,8 +222,14 @@ unsigned char *cg_wlayout_file(const cg_wlayout *wl, const ir_graph *g, uint64_t
 
 /* ---- arena planning ----------------------------------------------------------------- */
 
-typedef struct { size_t off, size; } block;
-typedef struct { block *b; int n, cap; size_t peak; } alloc_state;
+typedef struct {
+  size_t off, size;
+} block;
+typedef struct {
+  block *b;
+  int n, cap;
+  size_t peak;
+} alloc_state;
 
 static size_t arena_alloc(alloc_state *a, size_t size) {
   size = cg_align_up(size ? size : 1);
@@ -298,8 +307,9 @@ static void build_units(cg_stage *st, int gemm_units) {
   int *cons = ir_xmalloc(sizeof(int) * (size_t)(g->n_values + 1));
   for (int changed = 1; changed;) {
     changed = 0;
-    for (int v = 0; v < g->n_values; v++) cons[v] = -1; /* -1 no reader, -2 several units or not an
-                                                          * element-wise reader, else the root */
+    for (int v = 0; v < g->n_values; v++)
+      cons[v] = -1; /* -1 no reader, -2 several units or not an
+                     * element-wise reader, else the root */
     for (int j = 0; j < N; j++) {
       const ir_node *n = &g->nodes[j];
       if (n->dead) continue;
@@ -432,7 +442,8 @@ static size_t plan_memory(cg_stage *st) {
       cg_push(&st->wb, &st->n_wb, v);
     }
   for (int v = 0; v < nv; v++)
-    if (st->root[v] != v && st->last_unit[v] > st->last_unit[st->root[v]]) st->last_unit[st->root[v]] = st->last_unit[v];
+    if (st->root[v] != v && st->last_unit[v] > st->last_unit[st->root[v]])
+      st->last_unit[st->root[v]] = st->last_unit[v];
   /* arena: allocate outputs of each unit, then free what died at it */
   alloc_state a = {0};
   int **dying = ir_xcalloc((size_t)st->n_units + 1, sizeof(int *));

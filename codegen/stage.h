@@ -33,31 +33,30 @@ void cg_push(int **arr, int *n, int v);
 /* Where a value lives during a stage. */
 enum { CG_LOC_NONE = 0, CG_LOC_W, CG_LOC_IN, CG_LOC_OUT, CG_LOC_A };
 
-
 typedef struct {
-  int root;           /* node index of the unit's root */
-  int *nodes;         /* members in graph order (root last) */
+  int root;   /* node index of the unit's root */
+  int *nodes; /* members in graph order (root last) */
   int n_nodes;
-  int *ext;           /* eltwise units: distinct external input values */
+  int *ext; /* eltwise units: distinct external input values */
   int n_ext;
-  int alias;          /* emits no code: its output lives in its input's memory */
+  int alias; /* emits no code: its output lives in its input's memory */
 } cg_unit;
 
 int cg_n_parts(const cg_plan *p);
-int cg_part(const cg_plan *p, int stage, int phase);   /* phase: IR_PHASE_* */
+int cg_part(const cg_plan *p, int stage, int phase); /* phase: IR_PHASE_* */
 int cg_part_stage(const cg_plan *p, int part);
 int cg_part_phase(const cg_plan *p, int part);
 int cg_node_part(const ir_graph *g, const cg_plan *p, int node);
 
 typedef struct {
-  int n_stages;       /* parts (cg_n_parts); the arrays below are indexed by part */
-  int *vstage;        /* [n_values] part producing the value; -1 graph input, -2 constant */
-  int *last_stage;    /* [n_values] last part using it (or n_stages for graph outputs) */
-  int **s_in, *n_in;  /* per part: input values */
-  int **s_out, *n_out;/* per part: output values */
-  int *out_index;     /* [n_values] index in its producing part's outputs, else -1 */
-  char *passthrough;  /* [n_values] a graph output that is a constant or a graph input:
-                       * the last forward part copies it to its output */
+  int n_stages;        /* parts (cg_n_parts); the arrays below are indexed by part */
+  int *vstage;         /* [n_values] part producing the value; -1 graph input, -2 constant */
+  int *last_stage;     /* [n_values] last part using it (or n_stages for graph outputs) */
+  int **s_in, *n_in;   /* per part: input values */
+  int **s_out, *n_out; /* per part: output values */
+  int *out_index;      /* [n_values] index in its producing part's outputs, else -1 */
+  char *passthrough;   /* [n_values] a graph output that is a constant or a graph input:
+                        * the last forward part copies it to its output */
 } cg_stage_info;
 
 /* Boundaries of every part of plan p. Graph outputs that are constants or graph inputs
@@ -72,8 +71,8 @@ void cg_free_stage_info(cg_stage_info *si);
  * the params they write back into), 64-byte aligned, in value order; in a training
  * program the zero_init constants come last and are not part of the weights file. */
 typedef struct {
-  size_t *off;        /* [n_values] byte offset, or SIZE_MAX if not in this stage */
-  int *vals;          /* the values, in memory order */
+  size_t *off; /* [n_values] byte offset, or SIZE_MAX if not in this stage */
+  int *vals;   /* the values, in memory order */
   int n;
   size_t file_bytes;  /* bytes of weights_K.bin: the first part of the memory */
   size_t total_bytes; /* the whole parameter memory */
@@ -92,18 +91,18 @@ typedef struct {
   const cg_options *o;
   const cg_stage_info *si;
   const cg_wlayout *wl;
-  int s;              /* the part (index into si) */
-  int stage, phase;   /* its stage and phase (IR_PHASE_FWD for inference) */
+  int s;            /* the part (index into si) */
+  int stage, phase; /* its stage and phase (IR_PHASE_FWD for inference) */
   /* per value */
-  int *loc;           /* CG_LOC_* */
-  size_t *off;        /* CG_LOC_W/CG_LOC_A: byte offset; CG_LOC_IN/CG_LOC_OUT: index */
-  int *root;          /* alias root */
+  int *loc;    /* CG_LOC_* */
+  size_t *off; /* CG_LOC_W/CG_LOC_A: byte offset; CG_LOC_IN/CG_LOC_OUT: index */
+  int *root;   /* alias root */
   int *def_unit, *last_unit;
   cg_unit *units;
   int n_units;
-  int *wb;            /* the part's write-backs: values it defines with ir_value.writeback set, */
-  int n_wb;           /* in value order; they live until the end of the part */
-  size_t arena;       /* arena bytes the values need (CG_ALIGN multiple) */
+  int *wb;      /* the part's write-backs: values it defines with ir_value.writeback set, */
+  int n_wb;     /* in value order; they live until the end of the part */
+  size_t arena; /* arena bytes the values need (CG_ALIGN multiple) */
 } cg_stage;
 
 /* Units and memory plan of part s, whose stage has parameter memory wl (st->arena

@@ -44,81 +44,84 @@ int onnx_legacy_attrs(ir_graph *g, int node) {
   if (n->op == IR_OP_UNKNOWN || n->opset >= 7) return 0;
   drop_attr(n, "consumed_inputs");
   switch (n->op) {
-  case IR_OP_Cast: /* Cast-1 names the type */
-    if ((a = (ir_attr *)ir_attr_find(n, "to")) && a->type == IR_ATTR_STRING) {
-      int dt = ir_dtype_parse(a->s);
-      if (dt <= 0) {
-        char b[64];
-        ir_error_node(g, node, "attribute 'to' is '%s', which names no data type", ir_printable(a->s, 40, b, sizeof b));
+    case IR_OP_Cast: /* Cast-1 names the type */
+      if ((a = (ir_attr *)ir_attr_find(n, "to")) && a->type == IR_ATTR_STRING) {
+        int dt = ir_dtype_parse(a->s);
+        if (dt <= 0) {
+          char b[64];
+          ir_error_node(g, node, "attribute 'to' is '%s', which names no data type",
+                        ir_printable(a->s, 40, b, sizeof b));
+          return -1;
+        }
+        a->type = IR_ATTR_INT;
+        a->i = dt;
+      }
+      break;
+    case IR_OP_LpPool:
+    case IR_OP_GlobalLpPool: /* p is a float in opset 1, an int since 2 */
+      if ((a = (ir_attr *)ir_attr_find(n, "p")) && a->type == IR_ATTR_FLOAT) {
+        if (!(a->f >= 1 && a->f <= 1e6f && a->f == floorf(a->f))) {
+          ir_error_node(g, node, "attribute 'p' is %g: pipecc supports whole-number p only", (double)a->f);
+          return -1;
+        }
+        a->type = IR_ATTR_INT;
+        a->i = (int64_t)a->f;
+      }
+      break;
+    case IR_OP_Selu: /* the defaults of Selu-1, rounded differently from Selu-6's */
+      if (n->opset < 6) {
+        if (!ir_attr_find(n, "alpha")) ir_node_add_attr(g, node, "alpha", IR_ATTR_FLOAT)->f = 1.6732f;
+        if (!ir_attr_find(n, "gamma")) ir_node_add_attr(g, node, "gamma", IR_ATTR_FLOAT)->f = 1.0507f;
+      }
+      break;
+    case IR_OP_Concat: /* required since opset 4 */
+      if (n->opset < 4 && !ir_attr_find(n, "axis")) ir_node_add_attr(g, node, "axis", IR_ATTR_INT)->i = 1;
+      break;
+    case IR_OP_Pad: /* Pad-1's paddings are Pad-2's pads, same order */
+      if (n->opset < 2 && !ir_attr_find(n, "pads") && (a = (ir_attr *)ir_attr_find(n, "paddings"))) a->name = "pads";
+      break;
+    case IR_OP_Split: /* Split-1 gives axis no default (Split-2: 0) */
+      if (n->opset < 2 && !ir_attr_find(n, "axis")) {
+        ir_error_node(g, node, "Split-1 without attribute 'axis' (opset 1 gives it no default)");
         return -1;
       }
-      a->type = IR_ATTR_INT;
-      a->i = dt;
-    }
-    break;
-  case IR_OP_LpPool: case IR_OP_GlobalLpPool: /* p is a float in opset 1, an int since 2 */
-    if ((a = (ir_attr *)ir_attr_find(n, "p")) && a->type == IR_ATTR_FLOAT) {
-      if (!(a->f >= 1 && a->f <= 1e6f && a->f == floorf(a->f))) {
-        ir_error_node(g, node, "attribute 'p' is %g: pipecc supports whole-number p only", (double)a->f);
+      break;
+    case IR_OP_Upsample: /* Upsample-1: 4-D NCHW, two scales */
+      if (!ir_attr_find(n, "scales")) {
+        const ir_attr *h = ir_attr_find(n, "height_scale"), *w = ir_attr_find(n, "width_scale");
+        if (!h || !w || h->type != IR_ATTR_FLOAT || w->type != IR_ATTR_FLOAT) {
+          ir_error_node(g, node, "Upsample-1 needs float attributes 'height_scale' and 'width_scale'");
+          return -1;
+        }
+        float hs = h->f, ws = w->f;
+        drop_attr(n, "height_scale");
+        drop_attr(n, "width_scale");
+        a = ir_node_add_attr(g, node, "scales", IR_ATTR_FLOATS);
+        a->n = 4;
+        a->floats = ir_alloc_array(g->arena, 4, sizeof(float));
+        a->floats[0] = a->floats[1] = 1;
+        a->floats[2] = hs;
+        a->floats[3] = ws;
+      }
+      break;
+    case IR_OP_BatchNormalization:
+    case IR_OP_Dropout:
+      /* is_test defaults to 0 (training), yet the ONNX version converter, moving a model
+       * to opset 7, takes an absent is_test for inference and refuses an explicit 0 */
+      if (ir_attr_find(n, "is_test") && ir_attr_int(n, "is_test", 1) == 0) {
+        ir_error_node(g, node,
+                      "is_test=0 (the training mode of opset < 7) is not supported: set is_test=1 or leave it out");
         return -1;
       }
-      a->type = IR_ATTR_INT;
-      a->i = (int64_t)a->f;
-    }
-    break;
-  case IR_OP_Selu: /* the defaults of Selu-1, rounded differently from Selu-6's */
-    if (n->opset < 6) {
-      if (!ir_attr_find(n, "alpha")) ir_node_add_attr(g, node, "alpha", IR_ATTR_FLOAT)->f = 1.6732f;
-      if (!ir_attr_find(n, "gamma")) ir_node_add_attr(g, node, "gamma", IR_ATTR_FLOAT)->f = 1.0507f;
-    }
-    break;
-  case IR_OP_Concat: /* required since opset 4 */
-    if (n->opset < 4 && !ir_attr_find(n, "axis")) ir_node_add_attr(g, node, "axis", IR_ATTR_INT)->i = 1;
-    break;
-  case IR_OP_Pad: /* Pad-1's paddings are Pad-2's pads, same order */
-    if (n->opset < 2 && !ir_attr_find(n, "pads") && (a = (ir_attr *)ir_attr_find(n, "paddings"))) a->name = "pads";
-    break;
-  case IR_OP_Split: /* Split-1 gives axis no default (Split-2: 0) */
-    if (n->opset < 2 && !ir_attr_find(n, "axis")) {
-      ir_error_node(g, node, "Split-1 without attribute 'axis' (opset 1 gives it no default)");
-      return -1;
-    }
-    break;
-  case IR_OP_Upsample: /* Upsample-1: 4-D NCHW, two scales */
-    if (!ir_attr_find(n, "scales")) {
-      const ir_attr *h = ir_attr_find(n, "height_scale"), *w = ir_attr_find(n, "width_scale");
-      if (!h || !w || h->type != IR_ATTR_FLOAT || w->type != IR_ATTR_FLOAT) {
-        ir_error_node(g, node, "Upsample-1 needs float attributes 'height_scale' and 'width_scale'");
-        return -1;
-      }
-      float hs = h->f, ws = w->f;
-      drop_attr(n, "height_scale");
-      drop_attr(n, "width_scale");
-      a = ir_node_add_attr(g, node, "scales", IR_ATTR_FLOATS);
-      a->n = 4;
-      a->floats = ir_alloc_array(g->arena, 4, sizeof(float));
-      a->floats[0] = a->floats[1] = 1;
-      a->floats[2] = hs;
-      a->floats[3] = ws;
-    }
-    break;
-  case IR_OP_BatchNormalization: case IR_OP_Dropout:
-    /* is_test defaults to 0 (training), yet the ONNX version converter, moving a model
-     * to opset 7, takes an absent is_test for inference and refuses an explicit 0 */
-    if (ir_attr_find(n, "is_test") && ir_attr_int(n, "is_test", 1) == 0) {
-      ir_error_node(g, node, "is_test=0 (the training mode of opset < 7) is not supported: set is_test=1 or leave it out");
-      return -1;
-    }
-    drop_attr(n, "is_test");
-    break;
-  case IR_OP_Gemm: /* C broadcasts unidirectionally since opset 7: broadcast=0 is the narrower case */
-    drop_attr(n, "broadcast");
-    break;
-  case IR_OP_RNN: case IR_OP_GRU: case IR_OP_LSTM: /* Y is produced when the node names it */
-    drop_attr(n, "output_sequence");
-    break;
-  default:
-    break;
+      drop_attr(n, "is_test");
+      break;
+    case IR_OP_Gemm: /* C broadcasts unidirectionally since opset 7: broadcast=0 is the narrower case */
+      drop_attr(n, "broadcast");
+      break;
+    case IR_OP_RNN:
+    case IR_OP_GRU:
+    case IR_OP_LSTM: /* Y is produced when the node names it */ drop_attr(n, "output_sequence"); break;
+    default: break;
   }
   return 0;
 }
@@ -265,12 +268,20 @@ int onnx_legacy_inputs(ir_graph *g, int node) {
   const ir_node *n = &g->nodes[node];
   if (n->op == IR_OP_UNKNOWN || n->opset >= 7) return 0;
   switch (n->op) {
-  case IR_OP_Add: case IR_OP_Sub: case IR_OP_Mul: case IR_OP_Div: case IR_OP_Pow:
-  case IR_OP_And: case IR_OP_Or: case IR_OP_Xor: case IR_OP_Equal: case IR_OP_Less: case IR_OP_Greater:
-    return legacy_broadcast(g, node);
-  case IR_OP_Reshape: return n->opset < 5 ? reshape_attr(g, node) : 0;
-  case IR_OP_Split: return n->opset < 2 ? split_input(g, node) : 0;
-  case IR_OP_Tile: return n->opset < 6 ? tile_inputs(g, node) : 0;
-  default: return 0;
+    case IR_OP_Add:
+    case IR_OP_Sub:
+    case IR_OP_Mul:
+    case IR_OP_Div:
+    case IR_OP_Pow:
+    case IR_OP_And:
+    case IR_OP_Or:
+    case IR_OP_Xor:
+    case IR_OP_Equal:
+    case IR_OP_Less:
+    case IR_OP_Greater: return legacy_broadcast(g, node);
+    case IR_OP_Reshape: return n->opset < 5 ? reshape_attr(g, node) : 0;
+    case IR_OP_Split: return n->opset < 2 ? split_input(g, node) : 0;
+    case IR_OP_Tile: return n->opset < 6 ? tile_inputs(g, node) : 0;
+    default: return 0;
   }
 }

@@ -131,7 +131,8 @@ static int shape_from_dims(ctx *c, int node, const char *what, const int64_t *di
   }
   if (ir_shape_numel(sh) < 0) {
     char nm[96];
-    ir_error_node(c->g, node, "tensor '%s': the product of its dimensions overflows", ir_printable(what, 60, nm, sizeof nm));
+    ir_error_node(c->g, node, "tensor '%s': the product of its dimensions overflows",
+                  ir_printable(what, 60, nm, sizeof nm));
     return -1;
   }
   return 0;
@@ -149,7 +150,8 @@ static const ext_file *open_external(ctx *c, int node, const char *tname, const 
     return NULL;
   }
   if (!*loc || loc[0] == '/') {
-    ir_error_node(c->g, node, "tensor '%s': external data location '%s' must be a relative path inside the model's folder", nm, lc);
+    ir_error_node(c->g, node,
+                  "tensor '%s': external data location '%s' must be a relative path inside the model's folder", nm, lc);
     return NULL;
   }
   /* no '..' component at all: a location names a file below the model's folder */
@@ -175,7 +177,8 @@ static const ext_file *open_external(ctx *c, int node, const char *tname, const 
   }
   size_t dl = strlen(rdir);
   if (strncmp(rfile, rdir, dl) != 0 || (rfile[dl] != '/' && strcmp(rdir, "/") != 0)) {
-    ir_error_node(c->g, node, "tensor '%s': external data file '%s' resolves outside the model's folder (symlink?)", nm, lc);
+    ir_error_node(c->g, node, "tensor '%s': external data file '%s' resolves outside the model's folder (symlink?)", nm,
+                  lc);
     return NULL;
   }
   /* O_NONBLOCK: opening a FIFO must not wait for a writer */
@@ -284,8 +287,9 @@ static int tensor_value(ctx *c, int node, const Onnx__TensorProto *t, const char
     }
     if (off > e->len || len > e->len - off) {
       char lc[120];
-      ir_error_node(g, node, "tensor '%s': external data offset %llu + length %llu runs past the end of '%s' (%zu bytes)",
-                    nm, (unsigned long long)off, (unsigned long long)len, ir_printable(loc, 80, lc, sizeof lc), e->len);
+      ir_error_node(g, node,
+                    "tensor '%s': external data offset %llu + length %llu runs past the end of '%s' (%zu bytes)", nm,
+                    (unsigned long long)off, (unsigned long long)len, ir_printable(loc, 80, lc, sizeof lc), e->len);
       return -1;
     }
     data = e->data + off;
@@ -305,11 +309,12 @@ static int tensor_value(ctx *c, int node, const Onnx__TensorProto *t, const char
     /* typed fields */
     size_t have;
     switch (dt) {
-    case IR_FLOAT: have = t->n_float_data; break;
-    case IR_INT64: have = t->n_int64_data; break;
-    case IR_DOUBLE: have = t->n_double_data; break;
-    case IR_UINT32: case IR_UINT64: have = t->n_uint64_data; break;
-    default: have = t->n_int32_data; break;
+      case IR_FLOAT: have = t->n_float_data; break;
+      case IR_INT64: have = t->n_int64_data; break;
+      case IR_DOUBLE: have = t->n_double_data; break;
+      case IR_UINT32:
+      case IR_UINT64: have = t->n_uint64_data; break;
+      default: have = t->n_int32_data; break;
     }
     if (have != (packed ? fbytes : (size_t)numel)) {
       ir_error_node(g, node, "tensor '%s' holds %zu values, its shape needs %lld", nm, have,
@@ -320,18 +325,25 @@ static int tensor_value(ctx *c, int node, const Onnx__TensorProto *t, const char
     for (size_t i = 0; i < have; i++) {
       uint8_t *o = d + i * es;
       switch (dt) {
-      case IR_FLOAT: memcpy(o, &t->float_data[i], 4); break;
-      case IR_INT64: memcpy(o, &t->int64_data[i], 8); break;
-      case IR_DOUBLE: memcpy(o, &t->double_data[i], 8); break;
-      case IR_UINT32: { uint32_t x = (uint32_t)t->uint64_data[i]; memcpy(o, &x, 4); break; }
-      case IR_UINT64: memcpy(o, &t->uint64_data[i], 8); break;
-      case IR_INT32: memcpy(o, &t->int32_data[i], 4); break;
-      case IR_INT16: case IR_UINT16: case IR_FLOAT16: case IR_BFLOAT16: {
-        uint16_t x = (uint16_t)t->int32_data[i];
-        memcpy(o, &x, 2);
-        break;
-      }
-      default: *o = (uint8_t)t->int32_data[i]; break; /* INT8, UINT8, BOOL, float8 bit patterns, packed int4 */
+        case IR_FLOAT: memcpy(o, &t->float_data[i], 4); break;
+        case IR_INT64: memcpy(o, &t->int64_data[i], 8); break;
+        case IR_DOUBLE: memcpy(o, &t->double_data[i], 8); break;
+        case IR_UINT32: {
+          uint32_t x = (uint32_t)t->uint64_data[i];
+          memcpy(o, &x, 4);
+          break;
+        }
+        case IR_UINT64: memcpy(o, &t->uint64_data[i], 8); break;
+        case IR_INT32: memcpy(o, &t->int32_data[i], 4); break;
+        case IR_INT16:
+        case IR_UINT16:
+        case IR_FLOAT16:
+        case IR_BFLOAT16: {
+          uint16_t x = (uint16_t)t->int32_data[i];
+          memcpy(o, &x, 2);
+          break;
+        }
+        default: *o = (uint8_t)t->int32_data[i]; break; /* INT8, UINT8, BOOL, float8 bit patterns, packed int4 */
       }
     }
     data = d;
@@ -382,7 +394,8 @@ static int value_info_input(ctx *c, const Onnx__ValueInfoProto *vi) {
     seq = 1;
   }
   if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type) {
-    ir_error(g, "graph input '%s' is not a tensor, a sequence of tensors or an optional of one (maps are not supported)",
+    ir_error(g,
+             "graph input '%s' is not a tensor, a sequence of tensors or an optional of one (maps are not supported)",
              nm);
     return -1;
   }
@@ -489,9 +502,9 @@ static ir_graph *load_body(ctx *c, int node, const Onnx__GraphProto *gp, const c
   b->opset = g->opset;
   char nn[96];
   char on[96];
-  b->diag_hint = ir_sprintf(b->arena, " (in %s '%s' of %s node %d '%s')", attr, ir_printable(gp->name, 40, nn, sizeof nn),
-                            g->nodes[node].op_type, g->nodes[node].index,
-                            ir_printable(g->nodes[node].name, 40, on, sizeof on));
+  b->diag_hint =
+      ir_sprintf(b->arena, " (in %s '%s' of %s node %d '%s')", attr, ir_printable(gp->name, 40, nn, sizeof nn),
+                 g->nodes[node].op_type, g->nodes[node].index, ir_printable(g->nodes[node].name, 40, on, sizeof on));
   ctx sub = {0};
   sub.g = b;
   sub.base = c->base;
@@ -538,51 +551,51 @@ static void attr_convert(ctx *c, int node, const Onnx__AttributeProto *a, ir_att
   }
   o->type = (ir_attr_type)type;
   switch (type) {
-  case IR_ATTR_FLOAT: o->f = a->f; break;
-  case IR_ATTR_INT: o->i = a->i; break;
-  case IR_ATTR_STRING:
-    o->s = ir_strndup(g->arena, (const char *)a->s.data, a->s.len);
-    o->slen = a->s.len;
-    break;
-  case IR_ATTR_FLOATS:
-    o->n = (int)a->n_floats;
-    o->floats = ir_alloc_array(g->arena, a->n_floats, sizeof(float));
-    if (a->n_floats) memcpy(o->floats, a->floats, a->n_floats * sizeof(float));
-    break;
-  case IR_ATTR_INTS:
-    o->n = (int)a->n_ints;
-    o->ints = ir_alloc_array(g->arena, a->n_ints, sizeof(int64_t));
-    if (a->n_ints) memcpy(o->ints, a->ints, a->n_ints * sizeof(int64_t));
-    break;
-  case IR_ATTR_STRINGS:
-    o->n = (int)a->n_strings;
-    o->strings = ir_alloc_array(g->arena, a->n_strings, sizeof(char *));
-    for (size_t i = 0; i < a->n_strings; i++)
-      o->strings[i] = ir_strndup(g->arena, (const char *)a->strings[i].data, a->strings[i].len);
-    break;
-  case IR_ATTR_TENSOR:
-    if (a->t) {
-      const char *nm = ir_sprintf(g->arena, "%s/%s", g->nodes[node].name, a->name);
-      o->tensor = tensor_value(c, node, a->t, nm, NULL, 0);
-    }
-    break;
-  case IR_ATTR_GRAPH: /* bodies of the ops that have them; other ops are reported unsupported */
-    if (a->g && (g->nodes[node].op == IR_OP_If || g->nodes[node].op == IR_OP_Loop || g->nodes[node].op == IR_OP_Scan ||
-                 g->nodes[node].op == IR_OP_SequenceMap))
-      o->graph = load_body(c, node, a->g, o->name);
-    else if (!a->g) ir_error_node(g, node, "attribute '%s' holds no graph", o->name);
-    break;
-  case IR_ATTR_TYPE_PROTO: /* Optional's 'type': an empty optional needs no more */
-    if (g->nodes[node].op != IR_OP_Optional) {
+    case IR_ATTR_FLOAT: o->f = a->f; break;
+    case IR_ATTR_INT: o->i = a->i; break;
+    case IR_ATTR_STRING:
+      o->s = ir_strndup(g->arena, (const char *)a->s.data, a->s.len);
+      o->slen = a->s.len;
+      break;
+    case IR_ATTR_FLOATS:
+      o->n = (int)a->n_floats;
+      o->floats = ir_alloc_array(g->arena, a->n_floats, sizeof(float));
+      if (a->n_floats) memcpy(o->floats, a->floats, a->n_floats * sizeof(float));
+      break;
+    case IR_ATTR_INTS:
+      o->n = (int)a->n_ints;
+      o->ints = ir_alloc_array(g->arena, a->n_ints, sizeof(int64_t));
+      if (a->n_ints) memcpy(o->ints, a->ints, a->n_ints * sizeof(int64_t));
+      break;
+    case IR_ATTR_STRINGS:
+      o->n = (int)a->n_strings;
+      o->strings = ir_alloc_array(g->arena, a->n_strings, sizeof(char *));
+      for (size_t i = 0; i < a->n_strings; i++)
+        o->strings[i] = ir_strndup(g->arena, (const char *)a->strings[i].data, a->strings[i].len);
+      break;
+    case IR_ATTR_TENSOR:
+      if (a->t) {
+        const char *nm = ir_sprintf(g->arena, "%s/%s", g->nodes[node].name, a->name);
+        o->tensor = tensor_value(c, node, a->t, nm, NULL, 0);
+      }
+      break;
+    case IR_ATTR_GRAPH: /* bodies of the ops that have them; other ops are reported unsupported */
+      if (a->g && (g->nodes[node].op == IR_OP_If || g->nodes[node].op == IR_OP_Loop ||
+                   g->nodes[node].op == IR_OP_Scan || g->nodes[node].op == IR_OP_SequenceMap))
+        o->graph = load_body(c, node, a->g, o->name);
+      else if (!a->g) ir_error_node(g, node, "attribute '%s' holds no graph", o->name);
+      break;
+    case IR_ATTR_TYPE_PROTO: /* Optional's 'type': an empty optional needs no more */
+      if (g->nodes[node].op != IR_OP_Optional) {
+        char an[96];
+        ir_error_node(g, node, "attribute '%s' holds a type, which %s does not take",
+                      ir_printable(a->name, 60, an, sizeof an), g->nodes[node].op_type);
+      }
+      break;
+    default: {
       char an[96];
-      ir_error_node(g, node, "attribute '%s' holds a type, which %s does not take", ir_printable(a->name, 60, an, sizeof an),
-                    g->nodes[node].op_type);
+      ir_error_node(g, node, "attribute '%s' has unsupported type %d", ir_printable(a->name, 60, an, sizeof an), type);
     }
-    break;
-  default: {
-    char an[96];
-    ir_error_node(g, node, "attribute '%s' has unsupported type %d", ir_printable(a->name, 60, an, sizeof an), type);
-  }
   }
 }
 
@@ -596,34 +609,83 @@ static const struct attr_type {
   const char *name;
   ir_attr_type type;
 } attr_types[] = {
-    {"allowzero", IR_ATTR_INT}, {"alpha", IR_ATTR_FLOAT}, {"antialias", IR_ATTR_INT}, {"approximate", IR_ATTR_STRING},
-    {"auto_pad", IR_ATTR_STRING}, {"axes", IR_ATTR_INTS}, {"axis", IR_ATTR_INT}, {"batch_dims", IR_ATTR_INT},
-    {"beta", IR_ATTR_FLOAT}, {"bias", IR_ATTR_FLOAT}, {"block_size", IR_ATTR_INT}, {"blocksize", IR_ATTR_INT},
+    {"allowzero", IR_ATTR_INT},
+    {"alpha", IR_ATTR_FLOAT},
+    {"antialias", IR_ATTR_INT},
+    {"approximate", IR_ATTR_STRING},
+    {"auto_pad", IR_ATTR_STRING},
+    {"axes", IR_ATTR_INTS},
+    {"axis", IR_ATTR_INT},
+    {"batch_dims", IR_ATTR_INT},
+    {"beta", IR_ATTR_FLOAT},
+    {"bias", IR_ATTR_FLOAT},
+    {"block_size", IR_ATTR_INT},
+    {"blocksize", IR_ATTR_INT},
     {"ceil_mode", IR_ATTR_INT},
-    {"coordinate_transformation_mode", IR_ATTR_STRING}, {"count_include_pad", IR_ATTR_INT},
-    {"cubic_coeff_a", IR_ATTR_FLOAT}, {"detect_negative", IR_ATTR_INT}, {"detect_positive", IR_ATTR_INT},
-    {"dilations", IR_ATTR_INTS}, {"direction", IR_ATTR_STRING}, {"end", IR_ATTR_INT}, {"ends", IR_ATTR_INTS},
-    {"epsilon", IR_ATTR_FLOAT}, {"exclude_outside", IR_ATTR_INT}, {"exclusive", IR_ATTR_INT},
-    {"extrapolation_value", IR_ATTR_FLOAT}, {"fmod", IR_ATTR_INT}, {"gamma", IR_ATTR_FLOAT}, {"group", IR_ATTR_INT},
-    {"ignore_index", IR_ATTR_INT}, {"k", IR_ATTR_INT}, {"keep_aspect_ratio_policy", IR_ATTR_STRING},
-    {"keepdims", IR_ATTR_INT}, {"kernel_shape", IR_ATTR_INTS}, {"lambd", IR_ATTR_FLOAT}, {"largest", IR_ATTR_INT},
-    {"max", IR_ATTR_FLOAT}, {"min", IR_ATTR_FLOAT}, {"mode", IR_ATTR_STRING}, {"momentum", IR_ATTR_FLOAT},
-    {"nearest_mode", IR_ATTR_STRING}, {"noop_with_empty_axes", IR_ATTR_INT}, {"num_outputs", IR_ATTR_INT},
-    {"output_dtype", IR_ATTR_INT}, {"output_padding", IR_ATTR_INTS}, {"output_shape", IR_ATTR_INTS}, {"p", IR_ATTR_INT},
+    {"coordinate_transformation_mode", IR_ATTR_STRING},
+    {"count_include_pad", IR_ATTR_INT},
+    {"cubic_coeff_a", IR_ATTR_FLOAT},
+    {"detect_negative", IR_ATTR_INT},
+    {"detect_positive", IR_ATTR_INT},
+    {"dilations", IR_ATTR_INTS},
+    {"direction", IR_ATTR_STRING},
+    {"end", IR_ATTR_INT},
+    {"ends", IR_ATTR_INTS},
+    {"epsilon", IR_ATTR_FLOAT},
+    {"exclude_outside", IR_ATTR_INT},
+    {"exclusive", IR_ATTR_INT},
+    {"extrapolation_value", IR_ATTR_FLOAT},
+    {"fmod", IR_ATTR_INT},
+    {"gamma", IR_ATTR_FLOAT},
+    {"group", IR_ATTR_INT},
+    {"ignore_index", IR_ATTR_INT},
+    {"k", IR_ATTR_INT},
+    {"keep_aspect_ratio_policy", IR_ATTR_STRING},
+    {"keepdims", IR_ATTR_INT},
+    {"kernel_shape", IR_ATTR_INTS},
+    {"lambd", IR_ATTR_FLOAT},
+    {"largest", IR_ATTR_INT},
+    {"max", IR_ATTR_FLOAT},
+    {"min", IR_ATTR_FLOAT},
+    {"mode", IR_ATTR_STRING},
+    {"momentum", IR_ATTR_FLOAT},
+    {"nearest_mode", IR_ATTR_STRING},
+    {"noop_with_empty_axes", IR_ATTR_INT},
+    {"num_outputs", IR_ATTR_INT},
+    {"output_dtype", IR_ATTR_INT},
+    {"output_padding", IR_ATTR_INTS},
+    {"output_shape", IR_ATTR_INTS},
+    {"p", IR_ATTR_INT},
     {"pads", IR_ATTR_INTS},
-    {"perm", IR_ATTR_INTS}, {"ratio", IR_ATTR_FLOAT}, {"reduction", IR_ATTR_STRING}, {"reverse", IR_ATTR_INT},
-    {"saturate", IR_ATTR_INT}, {"scales", IR_ATTR_FLOATS}, {"seed", IR_ATTR_INT}, {"select_last_index", IR_ATTR_INT},
-    {"size", IR_ATTR_INT}, {"sorted", IR_ATTR_INT}, {"spatial", IR_ATTR_INT}, {"split", IR_ATTR_INTS},
-    {"start", IR_ATTR_INT}, {"starts", IR_ATTR_INTS}, {"stash_type", IR_ATTR_INT}, {"storage_order", IR_ATTR_INT},
-    {"strides", IR_ATTR_INTS}, {"to", IR_ATTR_INT}, {"training_mode", IR_ATTR_INT}, {"transA", IR_ATTR_INT},
-    {"transB", IR_ATTR_INT}, {"upper", IR_ATTR_INT},
+    {"perm", IR_ATTR_INTS},
+    {"ratio", IR_ATTR_FLOAT},
+    {"reduction", IR_ATTR_STRING},
+    {"reverse", IR_ATTR_INT},
+    {"saturate", IR_ATTR_INT},
+    {"scales", IR_ATTR_FLOATS},
+    {"seed", IR_ATTR_INT},
+    {"select_last_index", IR_ATTR_INT},
+    {"size", IR_ATTR_INT},
+    {"sorted", IR_ATTR_INT},
+    {"spatial", IR_ATTR_INT},
+    {"split", IR_ATTR_INTS},
+    {"start", IR_ATTR_INT},
+    {"starts", IR_ATTR_INTS},
+    {"stash_type", IR_ATTR_INT},
+    {"storage_order", IR_ATTR_INT},
+    {"strides", IR_ATTR_INTS},
+    {"to", IR_ATTR_INT},
+    {"training_mode", IR_ATTR_INT},
+    {"transA", IR_ATTR_INT},
+    {"transB", IR_ATTR_INT},
+    {"upper", IR_ATTR_INT},
 };
 
 static int cmp_attr_type(const void *k, const void *e) { return strcmp(k, ((const struct attr_type *)e)->name); }
 
 static const char *attr_type_name(int t) {
-  static const char *const names[] = {"undefined", "a float", "an int", "a string", "a tensor", "a graph",
-                                      "floats", "ints", "strings"};
+  static const char *const names[] = {"undefined", "a float", "an int", "a string", "a tensor",
+                                      "a graph",   "floats",  "ints",   "strings"};
   return t >= 0 && t <= IR_ATTR_STRINGS ? names[t] : "of another type";
 }
 
@@ -632,7 +694,8 @@ static const char *attr_type_name(int t) {
 static void check_attr_type(ir_graph *g, int node, const ir_attr *a) {
   const struct attr_type *e =
       bsearch(a->name, attr_types, sizeof attr_types / sizeof *attr_types, sizeof *attr_types, cmp_attr_type);
-  if (!e || e->type == a->type || a->type < IR_ATTR_FLOAT || a->type > IR_ATTR_STRINGS) return; /* odd types: reported */
+  if (!e || e->type == a->type || a->type < IR_ATTR_FLOAT || a->type > IR_ATTR_STRINGS)
+    return; /* odd types: reported */
   char an[96];
   ir_error_node(g, node, "attribute '%s' must be %s, it is %s", ir_printable(a->name, 60, an, sizeof an),
                 attr_type_name(e->type), attr_type_name(a->type));
@@ -683,18 +746,17 @@ static void add_one_node(ctx *c, const Onnx__NodeProto *np, const scope *s, int 
       return;
     }
     if (c->n_inlined > MAX_INLINED_NODES || ir_arena_used(g->arena) - c->arena_at_start > MAX_INLINE_ARENA) {
-      ir_error(g, "inlining model-local functions (here '%s') would create more than %d nodes or %zu MB of names",
-               fnm, MAX_INLINED_NODES, MAX_INLINE_ARENA >> 20);
+      ir_error(g, "inlining model-local functions (here '%s') would create more than %d nodes or %zu MB of names", fnm,
+               MAX_INLINED_NODES, MAX_INLINE_ARENA >> 20);
       c->inline_failed = 1;
       return;
     }
     const char **ain = ir_alloc_array(g->arena, fn->n_input, sizeof(char *));
     const char **aout = ir_alloc_array(g->arena, fn->n_output, sizeof(char *));
     /* unique through the counter; the caller's name only helps reading, so it is cut */
-    const char *prefix = ir_sprintf(g->arena, "%s%.64s#%d/", s ? s->prefix : "", *np->name ? np->name : fn->name,
-                                    c->fn_counter++);
-    for (size_t i = 0; i < fn->n_input; i++)
-      ain[i] = i < np->n_input ? map_name(c, s, np->input[i]) : "";
+    const char *prefix =
+        ir_sprintf(g->arena, "%s%.64s#%d/", s ? s->prefix : "", *np->name ? np->name : fn->name, c->fn_counter++);
+    for (size_t i = 0; i < fn->n_input; i++) ain[i] = i < np->n_input ? map_name(c, s, np->input[i]) : "";
     for (size_t i = 0; i < fn->n_output; i++)
       aout[i] = i < np->n_output ? map_name(c, s, np->output[i]) : ir_sprintf(g->arena, "%s%s", prefix, fn->output[i]);
     scope inner = {s, fn, np, prefix, ain, aout, s, depth};
@@ -747,8 +809,7 @@ static void add_one_node(ctx *c, const Onnx__NodeProto *np, const scope *s, int 
         sh.rank = 1;
         sh.dims[0] = (int64_t)a->n_ints;
         v = ir_add_const(g, oname, IR_INT64, &sh, a->ints, a->n_ints * 8);
-      } else if (!strcmp(a->name, "value"))
-        ir_error_node(g, tmp, "Constant attribute 'value' holds no tensor");
+      } else if (!strcmp(a->name, "value")) ir_error_node(g, tmp, "Constant attribute 'value' holds no tensor");
       else
         ir_error_node(g, tmp, "Constant attribute '%s' is not supported (string and sparse constants are not)",
                       ir_printable(a->name, 60, an, sizeof an));
@@ -808,8 +869,8 @@ static void add_one_node(ctx *c, const Onnx__NodeProto *np, const scope *s, int 
       if (!r) { /* an unset reference means the attribute is absent */
         if (!s) {
           char an[96], rn[96];
-          ir_error_node(g, id, "attribute '%s' refers to '%s' outside a function", ir_printable(a->name, 40, an, sizeof an),
-                        ir_printable(a->ref_attr_name, 40, rn, sizeof rn));
+          ir_error_node(g, id, "attribute '%s' refers to '%s' outside a function",
+                        ir_printable(a->name, 40, an, sizeof an), ir_printable(a->ref_attr_name, 40, rn, sizeof rn));
         }
         nd->n_attr--;
         continue;
@@ -902,7 +963,8 @@ static void report_unsupported(ctx *c) {
                      *a->domain ? ", " : "", ver);
     for (int k = i; k < j && k < i + 3; k++) {
       char nm[80];
-      o += snprintf(buf + o, sizeof buf - (size_t)o, "%snode %d '%s'", k > i ? ", " : "", g->nodes[c->unsupported[k]].index,
+      o += snprintf(buf + o, sizeof buf - (size_t)o, "%snode %d '%s'", k > i ? ", " : "",
+                    g->nodes[c->unsupported[k]].index,
                     ir_printable(g->nodes[c->unsupported[k]].name, 40, nm, sizeof nm));
       if (o >= (int)sizeof buf) o = (int)sizeof buf - 1;
     }
@@ -1032,7 +1094,8 @@ static int convert_graph(ctx *c, const Onnx__GraphProto *gp, int body) {
       continue;
     }
     if (v < 0) {
-      ir_error(g, "graph output '%s' is not produced by any node", ir_printable(gp->output[i]->name, 60, vn, sizeof vn));
+      ir_error(g, "graph output '%s' is not produced by any node",
+               ir_printable(gp->output[i]->name, 60, vn, sizeof vn));
       continue;
     }
     for (int k = 0; k < g->n_outputs; k++)
@@ -1051,7 +1114,6 @@ static int convert_graph(ctx *c, const Onnx__GraphProto *gp, int body) {
   if (ir_toposort(g)) return -1;
   return 0;
 }
-
 
 static ir_graph *convert(ctx *c) {
   ir_graph *g = c->g;

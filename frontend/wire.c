@@ -55,26 +55,25 @@ static int rd_field(rd *r, field *f, const char **err) {
   f->wt = (int)(key & 7);
   if ((key >> 3) == 0 || (key >> 3) > 536870911u) return *err = "invalid field number", -1;
   switch (f->wt) {
-  case 0:
-    if (rd_varint(r, &v)) return *err = "truncated varint", -1;
-    break;
-  case 1:
-    if (r->end - r->p < 8) return *err = "truncated 64-bit field", -1;
-    r->p += 8;
-    break;
-  case 5:
-    if (r->end - r->p < 4) return *err = "truncated 32-bit field", -1;
-    r->p += 4;
-    break;
-  case 2:
-    if (rd_varint(r, &v)) return *err = "truncated length", -1;
-    if (v > (uint64_t)(r->end - r->p)) return *err = "length runs past the end of the data (truncated file?)", -1;
-    f->data = r->p;
-    f->len = (size_t)v;
-    r->p += v;
-    break;
-  default:
-    return *err = "unsupported wire type (groups or garbage)", -1;
+    case 0:
+      if (rd_varint(r, &v)) return *err = "truncated varint", -1;
+      break;
+    case 1:
+      if (r->end - r->p < 8) return *err = "truncated 64-bit field", -1;
+      r->p += 8;
+      break;
+    case 5:
+      if (r->end - r->p < 4) return *err = "truncated 32-bit field", -1;
+      r->p += 4;
+      break;
+    case 2:
+      if (rd_varint(r, &v)) return *err = "truncated length", -1;
+      if (v > (uint64_t)(r->end - r->p)) return *err = "length runs past the end of the data (truncated file?)", -1;
+      f->data = r->p;
+      f->len = (size_t)v;
+      r->p += v;
+      break;
+    default: return *err = "unsupported wire type (groups or garbage)", -1;
   }
   return 0;
 }
@@ -82,16 +81,23 @@ static int rd_field(rd *r, field *f, const char **err) {
 static int expected_wt(const ProtobufCFieldDescriptor *fd, int wt) {
   int packable = fd->label == PROTOBUF_C_LABEL_REPEATED;
   switch (fd->type) {
-  case PROTOBUF_C_TYPE_INT32: case PROTOBUF_C_TYPE_SINT32: case PROTOBUF_C_TYPE_UINT32:
-  case PROTOBUF_C_TYPE_INT64: case PROTOBUF_C_TYPE_SINT64: case PROTOBUF_C_TYPE_UINT64:
-  case PROTOBUF_C_TYPE_BOOL: case PROTOBUF_C_TYPE_ENUM:
-    return wt == 0 || (packable && wt == 2);
-  case PROTOBUF_C_TYPE_FIXED64: case PROTOBUF_C_TYPE_SFIXED64: case PROTOBUF_C_TYPE_DOUBLE:
-    return wt == 1 || (packable && wt == 2);
-  case PROTOBUF_C_TYPE_FIXED32: case PROTOBUF_C_TYPE_SFIXED32: case PROTOBUF_C_TYPE_FLOAT:
-    return wt == 5 || (packable && wt == 2);
-  case PROTOBUF_C_TYPE_STRING: case PROTOBUF_C_TYPE_BYTES: case PROTOBUF_C_TYPE_MESSAGE:
-    return wt == 2;
+    case PROTOBUF_C_TYPE_INT32:
+    case PROTOBUF_C_TYPE_SINT32:
+    case PROTOBUF_C_TYPE_UINT32:
+    case PROTOBUF_C_TYPE_INT64:
+    case PROTOBUF_C_TYPE_SINT64:
+    case PROTOBUF_C_TYPE_UINT64:
+    case PROTOBUF_C_TYPE_BOOL:
+    case PROTOBUF_C_TYPE_ENUM: return wt == 0 || (packable && wt == 2);
+    case PROTOBUF_C_TYPE_FIXED64:
+    case PROTOBUF_C_TYPE_SFIXED64:
+    case PROTOBUF_C_TYPE_DOUBLE: return wt == 1 || (packable && wt == 2);
+    case PROTOBUF_C_TYPE_FIXED32:
+    case PROTOBUF_C_TYPE_SFIXED32:
+    case PROTOBUF_C_TYPE_FLOAT: return wt == 5 || (packable && wt == 2);
+    case PROTOBUF_C_TYPE_STRING:
+    case PROTOBUF_C_TYPE_BYTES:
+    case PROTOBUF_C_TYPE_MESSAGE: return wt == 2;
   }
   return 0;
 }
@@ -235,7 +241,8 @@ static void fill_strings(ProtobufCMessage *m) {
   for (unsigned i = 0; i < d->n_fields; i++) {
     const ProtobufCFieldDescriptor *f = &d->fields[i];
     uint8_t *member = (uint8_t *)m + f->offset;
-    if ((f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) && *(const uint32_t *)((const uint8_t *)m + f->quantifier_offset) != f->id)
+    if ((f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
+        *(const uint32_t *)((const uint8_t *)m + f->quantifier_offset) != f->id)
       continue;
     if (f->label == PROTOBUF_C_LABEL_REPEATED) { /* repeated strings are never NULL */
       if (f->type != PROTOBUF_C_TYPE_MESSAGE) continue;

@@ -12,9 +12,9 @@ typedef struct {
 } wire_span;
 
 typedef struct {
-  uint8_t *stripped;   /* the model without initializer raw_data (malloc'd) */
+  uint8_t *stripped; /* the model without initializer raw_data (malloc'd) */
   size_t stripped_len;
-  wire_span *raw;      /* one per graph initializer, in order */
+  wire_span *raw; /* one per graph initializer, in order */
   size_t n_raw;
 } wire_result;
 

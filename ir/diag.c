@@ -90,8 +90,7 @@ static void vmsg(const ir_graph *g, const char *kind, int node, const char *fmt,
   char line[4096];
   if (node >= 0 && g && node < g->n_nodes)
     snprintf(line, sizeof line, "%s: %s%s: %s%s\n", path, kind, ir_node_desc(g, node, desc, sizeof desc), msg, hint);
-  else
-    snprintf(line, sizeof line, "%s: %s%s%s\n", path, kind, msg, hint);
+  else snprintf(line, sizeof line, "%s: %s%s%s\n", path, kind, msg, hint);
   emit(line);
 }
 

@@ -31,11 +31,11 @@ extern int ir_diag_quiet;
 void ir_diag_hold(void);
 void ir_diag_release(int print);
 
-#define IR_ASSERT(c)                                                                  \
-  do {                                                                                \
-    if (!(c)) {                                                                       \
+#define IR_ASSERT(c)                                                                    \
+  do {                                                                                  \
+    if (!(c)) {                                                                         \
       fprintf(stderr, "pipecc: internal error at %s:%d: %s\n", __FILE__, __LINE__, #c); \
-      abort();                                                                        \
-    }                                                                                 \
+      abort();                                                                          \
+    }                                                                                   \
   } while (0)
 #endif

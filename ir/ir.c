@@ -15,14 +15,22 @@ static const struct {
   const char *np, *onnx;
   size_t size;
 } dtypes[IR_DTYPE_COUNT] = {
-    [IR_UNDEFINED] = {"undefined", "UNDEFINED", 0}, [IR_FLOAT] = {"float32", "FLOAT", 4},
-    [IR_UINT8] = {"uint8", "UINT8", 1},             [IR_INT8] = {"int8", "INT8", 1},
-    [IR_UINT16] = {"uint16", "UINT16", 2},          [IR_INT16] = {"int16", "INT16", 2},
-    [IR_INT32] = {"int32", "INT32", 4},             [IR_INT64] = {"int64", "INT64", 8},
-    [IR_STRING] = {"string", "STRING", 0},          [IR_BOOL] = {"bool", "BOOL", 1},
-    [IR_FLOAT16] = {"float16", "FLOAT16", 2},       [IR_DOUBLE] = {"float64", "DOUBLE", 8},
-    [IR_UINT32] = {"uint32", "UINT32", 4},          [IR_UINT64] = {"uint64", "UINT64", 8},
-    [IR_COMPLEX64] = {"complex64", "COMPLEX64", 8}, [IR_COMPLEX128] = {"complex128", "COMPLEX128", 16},
+    [IR_UNDEFINED] = {"undefined", "UNDEFINED", 0},
+    [IR_FLOAT] = {"float32", "FLOAT", 4},
+    [IR_UINT8] = {"uint8", "UINT8", 1},
+    [IR_INT8] = {"int8", "INT8", 1},
+    [IR_UINT16] = {"uint16", "UINT16", 2},
+    [IR_INT16] = {"int16", "INT16", 2},
+    [IR_INT32] = {"int32", "INT32", 4},
+    [IR_INT64] = {"int64", "INT64", 8},
+    [IR_STRING] = {"string", "STRING", 0},
+    [IR_BOOL] = {"bool", "BOOL", 1},
+    [IR_FLOAT16] = {"float16", "FLOAT16", 2},
+    [IR_DOUBLE] = {"float64", "DOUBLE", 8},
+    [IR_UINT32] = {"uint32", "UINT32", 4},
+    [IR_UINT64] = {"uint64", "UINT64", 8},
+    [IR_COMPLEX64] = {"complex64", "COMPLEX64", 8},
+    [IR_COMPLEX128] = {"complex128", "COMPLEX128", 16},
     [IR_BFLOAT16] = {"bfloat16", "BFLOAT16", 2},
     [IR_FLOAT8E4M3FN] = {"float8e4m3fn", "FLOAT8E4M3FN", 1},
     [IR_FLOAT8E4M3FNUZ] = {"float8e4m3fnuz", "FLOAT8E4M3FNUZ", 1},
@@ -135,7 +143,8 @@ static int strmap_get(const ir_strmap *m, const char *k) {
 }
 static void strmap_put(ir_strmap *m, const char *k, int v) {
   if ((m->len + 1) * 2 > m->cap) {
-    ir_strmap n = {ir_xcalloc(m->cap * 2, sizeof(char *)), ir_xcalloc(m->cap * 2, sizeof(int)), m->cap * 2, 0, m->suffix};
+    ir_strmap n = {ir_xcalloc(m->cap * 2, sizeof(char *)), ir_xcalloc(m->cap * 2, sizeof(int)), m->cap * 2, 0,
+                   m->suffix};
     for (size_t i = 0; i < m->cap; i++)
       if (m->keys[i]) strmap_put(&n, m->keys[i], m->vals[i]);
     free(m->keys);
@@ -280,8 +289,7 @@ void ir_set_none(ir_graph *g, int v) {
   o->seq_n = 0;
 }
 
-int ir_add_const(ir_graph *g, const char *name, ir_dtype dt, const ir_shape *shape, const void *data,
-                 size_t nbytes) {
+int ir_add_const(ir_graph *g, const char *name, ir_dtype dt, const ir_shape *shape, const void *data, size_t nbytes) {
   ir_shape sh = *shape; /* shape may point into g->values, which ir_add_value may move */
   int id = ir_add_value(g, name, IR_VAL_CONST, dt);
   ir_value *v = &g->values[id];
@@ -515,7 +523,8 @@ static void report_cycle(ir_graph *g, const int *indeg) {
       o += (size_t)snprintf(path + o, sizeof path - o, " -> ... (%d nodes)", len);
       break;
     }
-    o += (size_t)snprintf(path + o, sizeof path - o, "%s'%s'", i ? " -> " : "", ir_printable(g->nodes[x].name, 30, nm, sizeof nm));
+    o += (size_t)snprintf(path + o, sizeof path - o, "%s'%s'", i ? " -> " : "",
+                          ir_printable(g->nodes[x].name, 30, nm, sizeof nm));
   }
   ir_error_node(g, cyc[0], "the graph has a cycle through this node: %s", path);
   free(cyc);
@@ -713,17 +722,65 @@ int ir_const_i64(const ir_value *v, int64_t i, int64_t *out) {
   }
   const unsigned char *p = (const unsigned char *)v->data + (size_t)const_at(v, i) * es;
   switch (v->dtype) {
-  case IR_INT64: { int64_t x; memcpy(&x, p, 8); *out = x; return 0; }
-  case IR_INT32: { int32_t x; memcpy(&x, p, 4); *out = x; return 0; }
-  case IR_INT16: { int16_t x; memcpy(&x, p, 2); *out = x; return 0; }
-  case IR_INT8: case IR_INT4: { int8_t x; memcpy(&x, p, 1); *out = x; return 0; }
-  case IR_UINT8: case IR_UINT4: case IR_BOOL: *out = *p; return 0;
-  case IR_UINT16: { uint16_t x; memcpy(&x, p, 2); *out = x; return 0; }
-  case IR_UINT32: { uint32_t x; memcpy(&x, p, 4); *out = x; return 0; }
-  case IR_UINT64: { uint64_t x; memcpy(&x, p, 8); *out = (int64_t)x; return 0; }
-  case IR_FLOAT: { float x; memcpy(&x, p, 4); *out = (int64_t)x; return 0; }
-  case IR_DOUBLE: { double x; memcpy(&x, p, 8); *out = (int64_t)x; return 0; }
-  default: return -1;
+    case IR_INT64: {
+      int64_t x;
+      memcpy(&x, p, 8);
+      *out = x;
+      return 0;
+    }
+    case IR_INT32: {
+      int32_t x;
+      memcpy(&x, p, 4);
+      *out = x;
+      return 0;
+    }
+    case IR_INT16: {
+      int16_t x;
+      memcpy(&x, p, 2);
+      *out = x;
+      return 0;
+    }
+    case IR_INT8:
+    case IR_INT4: {
+      int8_t x;
+      memcpy(&x, p, 1);
+      *out = x;
+      return 0;
+    }
+    case IR_UINT8:
+    case IR_UINT4:
+    case IR_BOOL: *out = *p; return 0;
+    case IR_UINT16: {
+      uint16_t x;
+      memcpy(&x, p, 2);
+      *out = x;
+      return 0;
+    }
+    case IR_UINT32: {
+      uint32_t x;
+      memcpy(&x, p, 4);
+      *out = x;
+      return 0;
+    }
+    case IR_UINT64: {
+      uint64_t x;
+      memcpy(&x, p, 8);
+      *out = (int64_t)x;
+      return 0;
+    }
+    case IR_FLOAT: {
+      float x;
+      memcpy(&x, p, 4);
+      *out = (int64_t)x;
+      return 0;
+    }
+    case IR_DOUBLE: {
+      double x;
+      memcpy(&x, p, 8);
+      *out = (int64_t)x;
+      return 0;
+    }
+    default: return -1;
   }
 }
 
@@ -737,19 +794,36 @@ int ir_const_f64(const ir_value *v, int64_t i, double *out) {
   }
   const unsigned char *p = (const unsigned char *)v->data + (size_t)const_at(v, i) * es;
   switch (v->dtype) {
-  case IR_FLOAT: { float x; memcpy(&x, p, 4); *out = x; return 0; }
-  case IR_DOUBLE: { double x; memcpy(&x, p, 8); *out = x; return 0; }
-  /* the narrow types: their bit patterns' values (runtime/pipert.h), exact */
-  case IR_FLOAT16: case IR_BFLOAT16: { uint16_t x; memcpy(&x, p, 2); *out = pipert_from_bits(x, v->dtype); return 0; }
-  case IR_FLOAT8E4M3FN: case IR_FLOAT8E4M3FNUZ: case IR_FLOAT8E5M2: case IR_FLOAT8E5M2FNUZ:
-    *out = pipert_from_bits(*p, v->dtype);
-    return 0;
-  default: {
-    int64_t x;
-    if (ir_const_i64(v, i, &x)) return -1;
-    *out = (v->dtype == IR_UINT64) ? (double)(uint64_t)x : (double)x;
-    return 0;
-  }
+    case IR_FLOAT: {
+      float x;
+      memcpy(&x, p, 4);
+      *out = x;
+      return 0;
+    }
+    case IR_DOUBLE: {
+      double x;
+      memcpy(&x, p, 8);
+      *out = x;
+      return 0;
+    }
+    /* the narrow types: their bit patterns' values (runtime/pipert.h), exact */
+    case IR_FLOAT16:
+    case IR_BFLOAT16: {
+      uint16_t x;
+      memcpy(&x, p, 2);
+      *out = pipert_from_bits(x, v->dtype);
+      return 0;
+    }
+    case IR_FLOAT8E4M3FN:
+    case IR_FLOAT8E4M3FNUZ:
+    case IR_FLOAT8E5M2:
+    case IR_FLOAT8E5M2FNUZ: *out = pipert_from_bits(*p, v->dtype); return 0;
+    default: {
+      int64_t x;
+      if (ir_const_i64(v, i, &x)) return -1;
+      *out = (v->dtype == IR_UINT64) ? (double)(uint64_t)x : (double)x;
+      return 0;
+    }
   }
 }
 

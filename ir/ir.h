@@ -71,9 +71,9 @@ int ir_dtype_is_4bit(ir_dtype t);
 int ir_dtype_is_float(ir_dtype t);
 
 typedef struct {
-  int rank;                    /* -1: unknown rank */
-  int64_t dims[IR_MAX_RANK];   /* >= 0, or IR_DIM_UNKNOWN / IR_DIM_SYM */
-  const char *sym[IR_MAX_RANK];/* name of a symbolic dim (arena), else NULL */
+  int rank;                     /* -1: unknown rank */
+  int64_t dims[IR_MAX_RANK];    /* >= 0, or IR_DIM_UNKNOWN / IR_DIM_SYM */
+  const char *sym[IR_MAX_RANK]; /* name of a symbolic dim (arena), else NULL */
 } ir_shape;
 
 /* 1 if the rank and every dim are known. */
@@ -106,11 +106,11 @@ typedef enum {
  * restores and synchronises (passes/train.h). */
 typedef enum {
   IR_PARAM_NONE = 0,
-  IR_PARAM_WEIGHT,      /* a trained initializer */
-  IR_PARAM_BUFFER,      /* an initializer the forward pass updates (BatchNorm running stats) */
-  IR_PARAM_OPTSTATE,    /* optimizer state (momentum, Adam's m, v, step), zero at start */
-  IR_PARAM_GRAD,        /* gradient accumulator of a weight over the micro-batches of a step */
-  IR_PARAM_HYPER        /* a hyperparameter (lr, momentum, ...) the runtime may override */
+  IR_PARAM_WEIGHT,   /* a trained initializer */
+  IR_PARAM_BUFFER,   /* an initializer the forward pass updates (BatchNorm running stats) */
+  IR_PARAM_OPTSTATE, /* optimizer state (momentum, Adam's m, v, step), zero at start */
+  IR_PARAM_GRAD,     /* gradient accumulator of a weight over the micro-batches of a step */
+  IR_PARAM_HYPER     /* a hyperparameter (lr, momentum, ...) the runtime may override */
 } ir_param_kind;
 
 typedef struct {
@@ -118,12 +118,12 @@ typedef struct {
   ir_val_kind kind;
   ir_dtype dtype;
   ir_shape shape;
-  int producer;        /* node index, -1 for inputs and constants */
-  int is_output;       /* a graph output */
-  int is_initializer;  /* came from graph.initializer (a trainable weight when float) */
-  int is_optional;     /* a graph input declared optional(...): --none may make it empty */
-  const void *data;    /* IR_VAL_CONST: nbytes of raw little-endian data (maybe unaligned); NULL
-                        * with zero_init set: nbytes of zeros that take no memory */
+  int producer;       /* node index, -1 for inputs and constants */
+  int is_output;      /* a graph output */
+  int is_initializer; /* came from graph.initializer (a trainable weight when float) */
+  int is_optional;    /* a graph input declared optional(...): --none may make it empty */
+  const void *data;   /* IR_VAL_CONST: nbytes of raw little-endian data (maybe unaligned); NULL
+                       * with zero_init set: nbytes of zeros that take no memory */
   size_t nbytes;
   int zero_init;       /* IR_VAL_CONST whose contents are all zero bytes, not stored (data NULL) */
   int data_nchw;       /* IR_VAL_CONST of rank 4 [d0, d1, d2, d3] whose data holds the elements in the
@@ -161,33 +161,34 @@ typedef struct {
   ir_attr_type type;
   int64_t i;
   float f;
-  const char *s; size_t slen; /* STRING: bytes, NUL-terminated too */
-  int n;                      /* FLOATS/INTS/STRINGS count */
+  const char *s;
+  size_t slen; /* STRING: bytes, NUL-terminated too */
+  int n;       /* FLOATS/INTS/STRINGS count */
   int64_t *ints;
   float *floats;
   const char **strings;
-  int tensor;                 /* TENSOR: index of an IR_VAL_CONST value holding it */
-  struct ir_graph *graph;     /* GRAPH: the body (If's branches, Loop's and Scan's body), a graph
-                               * of its own owned by the node's graph; see ir_graph.n_captured */
+  int tensor;             /* TENSOR: index of an IR_VAL_CONST value holding it */
+  struct ir_graph *graph; /* GRAPH: the body (If's branches, Loop's and Scan's body), a graph
+                           * of its own owned by the node's graph; see ir_graph.n_captured */
 } ir_attr;
 
 typedef struct {
-  const char *name;     /* ONNX node name ("" if none) */
-  const char *op_type;  /* as in the file */
-  const char *domain;   /* "" for the default domain */
-  ir_op op;             /* IR_OP_UNKNOWN if unsupported */
-  int opset;            /* version of the node's domain in the model's opset_import */
-  int index;            /* position in the ONNX file's node list (for messages) */
+  const char *name;    /* ONNX node name ("" if none) */
+  const char *op_type; /* as in the file */
+  const char *domain;  /* "" for the default domain */
+  ir_op op;            /* IR_OP_UNKNOWN if unsupported */
+  int opset;           /* version of the node's domain in the model's opset_import */
+  int index;           /* position in the ONNX file's node list (for messages) */
   int n_in, n_out;
-  int *in;              /* value indices; -1 for an omitted optional input */
-  int *out;             /* value indices; -1 for an omitted optional output */
+  int *in;  /* value indices; -1 for an omitted optional input */
+  int *out; /* value indices; -1 for an omitted optional output */
   int n_attr;
   ir_attr *attr;
-  int n_implicit;       /* If/Loop/Scan: the last n_implicit inputs are the outside values their
-                         * bodies read by name (each GRAPH attribute's captured inputs, in
-                         * attribute order), so that they are ordinary edges of this graph */
-  int dead;             /* removed by a pass; skipped everywhere, compacted by ir_compact */
-  double flops;         /* forward FLOPs, set by the shape pass */
+  int n_implicit; /* If/Loop/Scan: the last n_implicit inputs are the outside values their
+                   * bodies read by name (each GRAPH attribute's captured inputs, in
+                   * attribute order), so that they are ordinary edges of this graph */
+  int dead;       /* removed by a pass; skipped everywhere, compacted by ir_compact */
+  double flops;   /* forward FLOPs, set by the shape pass */
   /* training programs (passes/train.h): the pipeline stage the node runs in (-1: not
    * assigned) and its phase: IR_PHASE_FWD once per micro-batch, IR_PHASE_BWD once per
    * micro-batch in reverse, IR_PHASE_UPD once per optimizer step */
@@ -207,33 +208,40 @@ typedef struct ir_strmap ir_strmap;
 
 typedef struct ir_graph {
   ir_arena *arena;
-  const char *path;             /* model file as given on the command line */
-  const char *dir;              /* its folder, for external data */
+  const char *path; /* model file as given on the command line */
+  const char *dir;  /* its folder, for external data */
   const char *producer_name, *producer_version, *graph_name;
   int64_t ir_version;
-  int opset;                    /* default-domain opset */
-  ir_opset *opsets; int n_opsets;
+  int opset; /* default-domain opset */
+  ir_opset *opsets;
+  int n_opsets;
 
-  ir_node *nodes; int n_nodes, cap_nodes;
-  ir_value *values; int n_values, cap_values;
-  int *inputs; int n_inputs;    /* IR_VAL_INPUT values, in file order */
-  int *outputs; int n_outputs;  /* graph outputs, in file order */
+  ir_node *nodes;
+  int n_nodes, cap_nodes;
+  ir_value *values;
+  int n_values, cap_values;
+  int *inputs;
+  int n_inputs; /* IR_VAL_INPUT values, in file order */
+  int *outputs;
+  int n_outputs; /* graph outputs, in file order */
 
-  int *use_list; int n_use_list;/* see ir_value.use_off */
-  ir_strmap *names;             /* value name -> index */
-  ir_mapping *maps;             /* mmapped files */
-  int n_errors;                 /* model errors reported so far */
+  int *use_list;
+  int n_use_list;   /* see ir_value.use_off */
+  ir_strmap *names; /* value name -> index */
+  ir_mapping *maps; /* mmapped files */
+  int n_errors;     /* model errors reported so far */
   /* Compiling for micro-batches (tools/pipecc.c): the same model inferred at the whole
    * batch, read by name (passes/batch.h), and how many micro-batches a batch is split
    * in; NULL and 0 otherwise. */
   const struct ir_graph *batch_full;
   int microbatches;
-  const char *diag_hint;        /* appended to every error message while set */
+  const char *diag_hint; /* appended to every error message while set */
   /* A body (ir_attr.graph): inputs are the formal inputs, then n_captured values of
    * enclosing graphs that its nodes read by name (named as outside); outputs are the
    * formal outputs and may repeat a value or name an input or constant. */
   int n_captured;
-  struct ir_graph **bodies; int n_bodies; /* bodies of this graph's nodes, freed with it */
+  struct ir_graph **bodies;
+  int n_bodies; /* bodies of this graph's nodes, freed with it */
 } ir_graph;
 
 ir_graph *ir_graph_new(const char *path);
@@ -244,13 +252,11 @@ int ir_add_value(ir_graph *g, const char *name, ir_val_kind kind, ir_dtype dt);
 /* Index of the value named name, -1 if none. */
 int ir_find_value(const ir_graph *g, const char *name);
 /* Add a constant value whose data is copied into the arena. */
-int ir_add_const(ir_graph *g, const char *name, ir_dtype dt, const ir_shape *shape,
-                 const void *data, size_t nbytes);
+int ir_add_const(ir_graph *g, const char *name, ir_dtype dt, const ir_shape *shape, const void *data, size_t nbytes);
 /* Add a constant of zeros (zero_init: no data is stored, ir_const_* read zeros). */
 int ir_add_zero_const(ir_graph *g, const char *name, ir_dtype dt, const ir_shape *shape);
 /* Add a node; in/out are copied. Sets the outputs' producer. Returns its index. */
-int ir_add_node(ir_graph *g, ir_op op, const char *name, const int *in, int n_in,
-                const int *out, int n_out);
+int ir_add_node(ir_graph *g, ir_op op, const char *name, const int *in, int n_in, const int *out, int n_out);
 
 /* Attribute lookup: NULL if absent. */
 const ir_attr *ir_attr_find(const ir_node *n, const char *name);

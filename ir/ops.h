@@ -33,7 +33,5 @@ extern const ir_op_info ir_op_table[IR_OP_COUNT];
 /* Op for a (domain, op_type) pair; IR_OP_UNKNOWN if unsupported.
  * domain "" and "ai.onnx" are the default domain. */
 ir_op ir_op_lookup(const char *domain, const char *op_type);
-static inline const char *ir_op_name(ir_op op) {
-  return (op >= 0 && op < IR_OP_COUNT) ? ir_op_table[op].name : "?";
-}
+static inline const char *ir_op_name(ir_op op) { return (op >= 0 && op < IR_OP_COUNT) ? ir_op_table[op].name : "?"; }
 #endif

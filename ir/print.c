@@ -9,14 +9,14 @@ void ir_json_str(FILE *f, const char *s) {
   fputc('"', f);
   for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
     switch (*p) {
-    case '"': fputs("\\\"", f); break;
-    case '\\': fputs("\\\\", f); break;
-    case '\n': fputs("\\n", f); break;
-    case '\t': fputs("\\t", f); break;
-    case '\r': fputs("\\r", f); break;
-    default:
-      if (*p < 32) fprintf(f, "\\u%04x", *p);
-      else fputc(*p, f);
+      case '"': fputs("\\\"", f); break;
+      case '\\': fputs("\\\\", f); break;
+      case '\n': fputs("\\n", f); break;
+      case '\t': fputs("\\t", f); break;
+      case '\r': fputs("\\r", f); break;
+      default:
+        if (*p < 32) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
     }
   }
   fputc('"', f);
@@ -32,8 +32,8 @@ static void flops_str(double fl, char *b, size_t n) {
 void ir_print_text(FILE *f, const ir_graph *g) {
   char b[256], nm[128];
   double total = 0;
-  fprintf(f, "# %s: producer %s %s, IR version %" PRId64 ", opset %d, %d nodes, %d values\n", g->path,
-          g->producer_name, g->producer_version, g->ir_version, g->opset, g->n_nodes, g->n_values);
+  fprintf(f, "# %s: producer %s %s, IR version %" PRId64 ", opset %d, %d nodes, %d values\n", g->path, g->producer_name,
+          g->producer_version, g->ir_version, g->opset, g->n_nodes, g->n_values);
   for (int i = 0; i < g->n_inputs; i++) {
     const ir_value *v = &g->values[g->inputs[i]];
     fprintf(f, "input  %s: %s %s\n", ir_printable(v->name, 80, nm, sizeof nm), ir_dtype_name(v->dtype),

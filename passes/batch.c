@@ -56,8 +56,7 @@ static int reshape_batch(const ir_shape *xf, int a, int64_t A, int64_t C, const 
   for (int k = 0; k < yf->rank; k++) {
     int64_t after = 1, d = yf->dims[k];
     for (int i = k + 1; i < yf->rank; i++) after *= yf->dims[i];
-    if (d > 0 && after > 0 && outer % before == 0 && inner % after == 0 &&
-        d == outer / before * B * (inner / after)) {
+    if (d > 0 && after > 0 && outer % before == 0 && inner % after == 0 && d == outer / before * B * (inner / after)) {
       *j = k, *A2 = outer / before, *C2 = inner / after;
       return 0;
     }
@@ -93,8 +92,8 @@ int pass_batch_const(ir_graph *g, int node, int slot, int axis, int64_t want) {
   const ir_node *n = &g->nodes[node];
   int m = g->microbatches;
   const ir_value *v = ir_in(g, n, slot);
-  if (!g->batch_full || m <= 1 || !v || v->kind != IR_VAL_CONST || v->data_nchw || axis < 0 ||
-      axis >= v->shape.rank || v->shape.dims[axis] != want * m || !ir_shape_static(&v->shape))
+  if (!g->batch_full || m <= 1 || !v || v->kind != IR_VAL_CONST || v->data_nchw || axis < 0 || axis >= v->shape.rank ||
+      v->shape.dims[axis] != want * m || !ir_shape_static(&v->shape))
     return 0;
   size_t es = ir_dtype_size(v->dtype), inner = es, outer = 1, d = (size_t)v->shape.dims[axis];
   for (int i = 0; i < v->shape.rank; i++)
@@ -227,30 +226,31 @@ static const char *works_across(ir_graph *g, const ir_node *n, int a, int ao) {
   const ir_value *x = ir_in(g, n, 0);
   int r = x ? x->shape.rank : 0;
   switch (n->op) {
-    case IR_OP_Softmax: case IR_OP_LogSoftmax: case IR_OP_Hardmax: {
+    case IR_OP_Softmax:
+    case IR_OP_LogSoftmax:
+    case IR_OP_Hardmax: {
       int ax = norm_axis(ir_attr_int(n, "axis", n->opset >= 13 ? -1 : 1), r);
       if (n->opset >= 13 ? a == ax : a >= ax) return "it normalises along the batch axis";
       return NULL;
     }
     case IR_OP_LayerNormalization:
       return a >= norm_axis(ir_attr_int(n, "axis", -1), r) ? "it normalises over the batch axis" : NULL;
-    case IR_OP_CumSum:
-      return a == norm_axis(const_in(g, n, 1, 0, 0), r) ? "it sums along the batch axis" : NULL;
+    case IR_OP_CumSum: return a == norm_axis(const_in(g, n, 1, 0, 0), r) ? "it sums along the batch axis" : NULL;
     case IR_OP_Concat:
       return ao >= 0 && n->n_in > 1 && ao == norm_axis(ir_attr_int(n, "axis", 0), r)
                  ? "it concatenates along the batch axis"
                  : NULL;
-    case IR_OP_Split:
-      return a == norm_axis(ir_attr_int(n, "axis", 0), r) ? "it splits the batch axis" : NULL;
-    case IR_OP_RNN: case IR_OP_GRU: case IR_OP_LSTM: /* X is [seq, batch, in], or [batch, seq, in] with layout 1 */
+    case IR_OP_Split: return a == norm_axis(ir_attr_int(n, "axis", 0), r) ? "it splits the batch axis" : NULL;
+    case IR_OP_RNN:
+    case IR_OP_GRU:
+    case IR_OP_LSTM: /* X is [seq, batch, in], or [batch, seq, in] with layout 1 */
       return a == (ir_attr_int(n, "layout", 0) ? 1 : 0) ? "it runs its recurrence along the batch axis (the model's "
                                                           "input is sequence-first)"
                                                         : NULL;
-    case IR_OP_Slice:
-      return slice_keeps(g, n, a) ? NULL : "it slices the batch axis";
-    case IR_OP_Tile:
-      return const_in(g, n, 1, a, 1) != 1 ? "it repeats the batch axis" : NULL;
-    case IR_OP_BatchNormalization: /* inference: per channel; training: statistics of each micro-batch (by design, as in GPipe) */
+    case IR_OP_Slice: return slice_keeps(g, n, a) ? NULL : "it slices the batch axis";
+    case IR_OP_Tile: return const_in(g, n, 1, a, 1) != 1 ? "it repeats the batch axis" : NULL;
+    case IR_OP_BatchNormalization: /* inference: per channel; training: statistics of each micro-batch (by design, as in
+                                      GPipe) */
       if (ir_attr_int(n, "training_mode", 0) == 0 && n->n_out == 1) return NULL;
       return a != 0 ? "it takes batch statistics over an axis that is not the batch's" : NULL;
     case IR_OP_RoiAlign: return "its batch_indices pick images of the whole batch, not of a micro-batch";
@@ -259,15 +259,21 @@ static const char *works_across(ir_graph *g, const ir_node *n, int a, int ao) {
       if (n->n_out > 1 && n->out[1] >= 0 && g->values[n->out[1]].is_output)
         return "its Indices output, a graph output, would count from each micro-batch's first sample";
       return a != 0 ? "its input carries the batch on another axis than 0 (N of N,C,...)" : NULL;
-    case IR_OP_Conv: case IR_OP_ConvTranspose: case IR_OP_AveragePool: case IR_OP_LpPool:
-    case IR_OP_GlobalMaxPool: case IR_OP_GlobalAveragePool: case IR_OP_GlobalLpPool:
-    case IR_OP_InstanceNormalization: case IR_OP_LRN: case IR_OP_DepthToSpace: case IR_OP_SpaceToDepth:
-      return a != 0 ? "its input carries the batch on another axis than 0 (N of N,C,...)" : NULL;
+    case IR_OP_Conv:
+    case IR_OP_ConvTranspose:
+    case IR_OP_AveragePool:
+    case IR_OP_LpPool:
+    case IR_OP_GlobalMaxPool:
+    case IR_OP_GlobalAveragePool:
+    case IR_OP_GlobalLpPool:
+    case IR_OP_InstanceNormalization:
+    case IR_OP_LRN:
+    case IR_OP_DepthToSpace:
+    case IR_OP_SpaceToDepth: return a != 0 ? "its input carries the batch on another axis than 0 (N of N,C,...)" : NULL;
     case IR_OP_GridSample: /* X's N with grid's N, or X's C with a grid that does not depend on it */
       return a > 1 || (a == 0) != (pass_batch_axis(g, n->in[1]) == 0) ? "it samples X across the batch axis" : NULL;
     case IR_OP_Det: return a >= r - 2 ? "it takes determinants across the batch axis" : NULL;
-    default:
-      return NULL;
+    default: return NULL;
   }
 }
 
@@ -302,16 +308,15 @@ int pass_batch_check(ir_graph *g) {
     const char *why = NULL;
     if (bad >= 0) {
       const ir_value *f = full_value(g, bad);
-      ir_error_node(g, i, "its output is %s at a micro-batch, not the whole batch's %s split in %d on one axis; " ADVICE,
+      ir_error_node(g, i,
+                    "its output is %s at a micro-batch, not the whole batch's %s split in %d on one axis; " ADVICE,
                     ir_shape_str(&g->values[bad].shape, s1, sizeof s1), ir_shape_str(&f->shape, s2, sizeof s2), m);
       return 1;
     }
     if (known && indep == known)
       why = "its output does not change with the batch size: it reduces, gathers or slices across the batch";
-    else if (mixed)
-      why = "its inputs hold the samples of the batch in different orders";
-    else if (a0 >= 0)
-      why = works_across(g, n, a0, n->n_out > 0 ? pass_batch_axis(g, n->out[0]) : -3);
+    else if (mixed) why = "its inputs hold the samples of the batch in different orders";
+    else if (a0 >= 0) why = works_across(g, n, a0, n->n_out > 0 ? pass_batch_axis(g, n->out[0]) : -3);
     if (why) { /* the first one only: what follows from it would repeat it */
       ir_error_node(g, i, "%s, so %d micro-batches would not add up to the batch; " ADVICE, why, m);
       return 1;
@@ -322,11 +327,14 @@ int pass_batch_check(ir_graph *g) {
     if ((a == 0 && one_if_unset(g->values[v].batch_outer) == 1) || a == -3 || a == -2) continue; /* -2: at its node */
     const ir_value *f = full_value(g, v);
     char nm[96];
-    ir_error(g, "graph output '%s' (%s at a micro-batch, %s at the whole batch) %s, but micro-batches are joined on "
-                "axis 0; " ADVICE,
+    ir_error(g,
+             "graph output '%s' (%s at a micro-batch, %s at the whole batch) %s, but micro-batches are joined on "
+             "axis 0; " ADVICE,
              ir_printable(g->values[v].name, 60, nm, sizeof nm), ir_shape_str(&g->values[v].shape, s1, sizeof s1),
              f ? ir_shape_str(&f->shape, s2, sizeof s2) : "?",
-             a < 0 ? "does not depend on the batch" : a > 0 ? "holds the batch on another axis" : "holds it inside axis 0");
+             a < 0   ? "does not depend on the batch"
+             : a > 0 ? "holds the batch on another axis"
+                     : "holds it inside axis 0");
     return 1;
   }
   return 0;

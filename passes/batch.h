@@ -45,7 +45,7 @@ int pass_batch_reshape(ir_graph *g, int node, ir_shape *out);
 
 /* g->diag_hint while the micro-batch graph is folded and inferred (the whole batch
  * passed there already, so what fails is a constant that holds the batch size) */
-#define PASS_BATCH_HINT \
+#define PASS_BATCH_HINT                                                                                          \
   "; the whole batch passes here, so the model fixes its batch size in a constant: compile with -m 1 or export " \
   "with a dynamic batch axis"
 

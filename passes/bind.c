@@ -119,8 +119,10 @@ static void bind_seqs(ir_graph *g, const pass_opts *o) {
     if (s->seq_n < 0) {
       char nm[96];
       ir_printable(s->name, 60, nm, sizeof nm);
-      ir_error(g, "graph input '%s' is a sequence: give its length with --seq %s=N (its tensors become inputs %s.0 ... "
-                  "%s.N-1)", nm, nm, nm, nm);
+      ir_error(g,
+               "graph input '%s' is a sequence: give its length with --seq %s=N (its tensors become inputs %s.0 ... "
+               "%s.N-1)",
+               nm, nm, nm, nm);
       return;
     }
     n += s->seq_n;
@@ -216,8 +218,8 @@ int pass_bind(ir_graph *g, const pass_opts *o) {
       if (val->shape.sym[d]) {
         char sy[64];
         ir_printable(val->shape.sym[d], 40, sy, sizeof sy);
-        ir_error(g, "graph input '%s' %s: dim %d '%s' is symbolic: bind it with -d %s=N or --shape %s:...", nm, sh, d, sy,
-                 sy, nm);
+        ir_error(g, "graph input '%s' %s: dim %d '%s' is symbolic: bind it with -d %s=N or --shape %s:...", nm, sh, d,
+                 sy, sy, nm);
       } else {
         ir_error(g, "graph input '%s' %s: dim %d is unknown: give the shape with --shape %s:...", nm, sh, d, nm);
       }

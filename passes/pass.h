@@ -10,28 +10,33 @@
 #include "ir/ir.h"
 
 typedef struct {
-  const char *name;   /* graph input name */
-  ir_shape shape;     /* static */
+  const char *name; /* graph input name */
+  ir_shape shape;   /* static */
 } pass_shape_binding;
 
 typedef struct {
-  const char *name;   /* symbolic dim name (dim_param) */
+  const char *name; /* symbolic dim name (dim_param) */
   int64_t value;
 } pass_dim_binding;
 
 typedef struct {
-  const char *name;   /* graph input name */
-  double *values;     /* --const NAME=V,V,...: the input's elements, row-major (malloc'd) */
+  const char *name; /* graph input name */
+  double *values;   /* --const NAME=V,V,...: the input's elements, row-major (malloc'd) */
   int n;
 } pass_const_binding;
 
 typedef struct {
-  pass_shape_binding *shapes; int n_shapes; /* --shape NAME:AxBxC */
-  pass_const_binding *consts; int n_consts; /* --const NAME=V,V,...: the input becomes a constant */
-  pass_dim_binding *dims; int n_dims;       /* -d DIM=VALUE (on the command line: --dim / -D too) */
-  pass_dim_binding *seqs; int n_seqs;       /* --seq NAME=N: sequence input NAME holds N tensors */
-  const char **nones; int n_nones;          /* --none NAME: optional input NAME holds no value */
-  int training;                             /* keep Dropout/BatchNorm training semantics */
+  pass_shape_binding *shapes;
+  int n_shapes; /* --shape NAME:AxBxC */
+  pass_const_binding *consts;
+  int n_consts; /* --const NAME=V,V,...: the input becomes a constant */
+  pass_dim_binding *dims;
+  int n_dims; /* -d DIM=VALUE (on the command line: --dim / -D too) */
+  pass_dim_binding *seqs;
+  int n_seqs; /* --seq NAME=N: sequence input NAME holds N tensors */
+  const char **nones;
+  int n_nones;  /* --none NAME: optional input NAME holds no value */
+  int training; /* keep Dropout/BatchNorm training semantics */
   int verbose;
 } pass_opts;
 

@@ -12,7 +12,8 @@
 
 static const char *node_name(ad_ctx *a) {
   int k = a->cnt++;
-  return k ? ir_sprintf(a->g->arena, "%s/%s_%d", a->base, a->tag, k) : ir_sprintf(a->g->arena, "%s/%s", a->base, a->tag);
+  return k ? ir_sprintf(a->g->arena, "%s/%s_%d", a->base, a->tag, k)
+           : ir_sprintf(a->g->arena, "%s/%s", a->base, a->tag);
 }
 
 int ad_begin(ad_ctx *a, ir_op op, const int *in, int n_in, int n_out, const char *out_name) {
@@ -21,7 +22,8 @@ int ad_begin(ad_ctx *a, ir_op op, const int *in, int n_in, int n_out, const char
   int outs[4];
   IR_ASSERT(n_out >= 1 && n_out <= 4);
   for (int k = 0; k < n_out; k++)
-    outs[k] = ir_add_value(g, k == 0 && out_name ? out_name : ir_sprintf(g->arena, "%s:%d", nm, k), IR_VAL_ACT, IR_UNDEFINED);
+    outs[k] =
+        ir_add_value(g, k == 0 && out_name ? out_name : ir_sprintf(g->arena, "%s:%d", nm, k), IR_VAL_ACT, IR_UNDEFINED);
   int id = ir_add_node(g, op, nm, in, n_in, outs, n_out);
   g->nodes[id].opset = AD_OPSET;
   g->nodes[id].stage = a->stage;
@@ -33,7 +35,9 @@ static ir_attr *add_attr(ad_ctx *a, int node, const char *name, ir_attr_type t) 
   return ir_node_add_attr(a->g, node, name, t);
 }
 void ad_attr_i(ad_ctx *a, int node, const char *name, int64_t v) { add_attr(a, node, name, IR_ATTR_INT)->i = v; }
-void ad_attr_f(ad_ctx *a, int node, const char *name, double v) { add_attr(a, node, name, IR_ATTR_FLOAT)->f = (float)v; }
+void ad_attr_f(ad_ctx *a, int node, const char *name, double v) {
+  add_attr(a, node, name, IR_ATTR_FLOAT)->f = (float)v;
+}
 void ad_attr_s(ad_ctx *a, int node, const char *name, const char *v) {
   ir_attr *at = add_attr(a, node, name, IR_ATTR_STRING);
   at->s = ir_strdup(a->g->arena, v);

@@ -17,10 +17,10 @@
 
 typedef struct {
   ir_graph *g;
-  ir_dtype ft;     /* the float type trained: IR_FLOAT or IR_DOUBLE (the loss's) */
-  int n0;          /* values before the backward pass: the only ones with gradients */
-  char *need;      /* [n0] the value depends on a trainable initializer */
-  int *grad;       /* [n0] value holding d loss / d value, -1 if none (yet) */
+  ir_dtype ft; /* the float type trained: IR_FLOAT or IR_DOUBLE (the loss's) */
+  int n0;      /* values before the backward pass: the only ones with gradients */
+  char *need;  /* [n0] the value depends on a trainable initializer */
+  int *grad;   /* [n0] value holding d loss / d value, -1 if none (yet) */
   const char *base, *tag;
   int cnt;
   int err;
@@ -37,12 +37,12 @@ void ad_attr_is(ad_ctx *a, int node, const char *name, const int64_t *v, int n);
 int ad_op(ad_ctx *a, ir_op op, const int *in, int n_in);
 int ad_un(ad_ctx *a, ir_op op, int x);
 int ad_bin(ad_ctx *a, ir_op op, int x, int y);
-int ad_cast(ad_ctx *a, int x, ir_dtype to);        /* x itself when it has type `to` */
+int ad_cast(ad_ctx *a, int x, ir_dtype to); /* x itself when it has type `to` */
 /* A constant of type dt and shape s holding data (nbytes), named after the node. */
 int ad_c_tensor(ad_ctx *a, ir_dtype dt, const ir_shape *s, const void *data, size_t nbytes);
 int ad_c_i64(ad_ctx *a, const int64_t *v, int n); /* 1-D int64 constant */
 int ad_c_i64_scalar(ad_ctx *a, int64_t v);
-int ad_c_f(ad_ctx *a, double v, ir_dtype dt);     /* scalar float constant */
+int ad_c_f(ad_ctx *a, double v, ir_dtype dt); /* scalar float constant */
 ir_shape ad_shape(ad_ctx *a, int v);
 ir_dtype ad_dtype(ad_ctx *a, int v);
 int ad_reshape(ad_ctx *a, int x, const ir_shape *s);

@@ -36,17 +36,17 @@ typedef struct {
 } pass_rnn_actv;
 
 typedef struct {
-  ir_op op;          /* IR_OP_RNN, IR_OP_GRU or IR_OP_LSTM */
-  int G;             /* gates: 1, 3, 4 */
-  int NA;            /* activations per direction: 1, 2, 3 */
+  ir_op op; /* IR_OP_RNN, IR_OP_GRU or IR_OP_LSTM */
+  int G;    /* gates: 1, 3, 4 */
+  int NA;   /* activations per direction: 1, 2, 3 */
   int64_t S, B, I, H;
-  int D;             /* directions: 1 or 2 */
-  int reverse;       /* D == 1: the one direction runs backwards */
-  int layout;        /* 0 or 1 */
+  int D;       /* directions: 1 or 2 */
+  int reverse; /* D == 1: the one direction runs backwards */
+  int layout;  /* 0 or 1 */
   int has_clip;
-  double clip;       /* pre-activations clamped to [-clip, clip] when has_clip */
-  int input_forget;  /* LSTM: f = 1 - i */
-  int lbr;           /* GRU: linear_before_reset */
+  double clip;             /* pre-activations clamped to [-clip, clip] when has_clip */
+  int input_forget;        /* LSTM: f = 1 - i */
+  int lbr;                 /* GRU: linear_before_reset */
   pass_rnn_actv act[2][3]; /* per direction: f, g, h (as many as NA) */
   /* optional inputs (1 when present): B, sequence_lens, initial_h, initial_c, P */
   int has_b, has_seq, has_h0, has_c0, has_p;

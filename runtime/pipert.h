@@ -44,11 +44,25 @@ extern "C" {
 
 /* Element types: ONNX TensorProto.DataType codes. */
 enum pipert_dtype {
-  PIPERT_FLOAT = 1, PIPERT_UINT8 = 2, PIPERT_INT8 = 3, PIPERT_UINT16 = 4,
-  PIPERT_INT16 = 5, PIPERT_INT32 = 6, PIPERT_INT64 = 7, PIPERT_BOOL = 9,
-  PIPERT_FLOAT16 = 10, PIPERT_DOUBLE = 11, PIPERT_UINT32 = 12, PIPERT_UINT64 = 13,
-  PIPERT_BFLOAT16 = 16, PIPERT_FLOAT8E4M3FN = 17, PIPERT_FLOAT8E4M3FNUZ = 18, PIPERT_FLOAT8E5M2 = 19,
-  PIPERT_FLOAT8E5M2FNUZ = 20, PIPERT_UINT4 = 21, PIPERT_INT4 = 22 /* one value per byte */
+  PIPERT_FLOAT = 1,
+  PIPERT_UINT8 = 2,
+  PIPERT_INT8 = 3,
+  PIPERT_UINT16 = 4,
+  PIPERT_INT16 = 5,
+  PIPERT_INT32 = 6,
+  PIPERT_INT64 = 7,
+  PIPERT_BOOL = 9,
+  PIPERT_FLOAT16 = 10,
+  PIPERT_DOUBLE = 11,
+  PIPERT_UINT32 = 12,
+  PIPERT_UINT64 = 13,
+  PIPERT_BFLOAT16 = 16,
+  PIPERT_FLOAT8E4M3FN = 17,
+  PIPERT_FLOAT8E4M3FNUZ = 18,
+  PIPERT_FLOAT8E5M2 = 19,
+  PIPERT_FLOAT8E5M2FNUZ = 20,
+  PIPERT_UINT4 = 21,
+  PIPERT_INT4 = 22 /* one value per byte */
 };
 
 /* float16, bfloat16 and the float8 types are held as bit patterns (uint16_t, uint8_t).
@@ -108,8 +122,7 @@ static inline PIPERT_HD float pipert_f16_to_f(uint16_t h) {
   uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
   if (e == 0x1f) u = s | 0x7f800000u | (m << 13);
   else if (e) u = s | ((e + 112u) << 23) | (m << 13);
-  else { /* zero or subnormal: m * 2^-24, exact in float */
-    float f = (float)m * 5.9604644775390625e-8f;
+  else { /* zero or subnormal: m * 2^-24, exact in float */ float f = (float)m * 5.9604644775390625e-8f;
     return s ? -f : f;
   }
   float f;
@@ -184,10 +197,10 @@ static inline PIPERT_HD float pipert_from_bits(uint32_t b, int dtype) {
 
 /* A tensor of one micro-batch. nbytes = product(dims) * element size. */
 typedef struct pipert_tensor_desc {
-  const char *name;                /* ONNX value name */
-  int dtype;                       /* enum pipert_dtype */
-  int rank;                        /* 1..PIPERT_MAX_RANK */
-  int64_t dims[PIPERT_MAX_RANK];   /* dims[0] = micro-batch size */
+  const char *name;              /* ONNX value name */
+  int dtype;                     /* enum pipert_dtype */
+  int rank;                      /* 1..PIPERT_MAX_RANK */
+  int64_t dims[PIPERT_MAX_RANK]; /* dims[0] = micro-batch size */
   size_t nbytes;
 } pipert_tensor_desc;
 
@@ -202,19 +215,22 @@ typedef struct pipert_tensor_desc {
  * A stage that updates a param is its owner; another stage that reads the same weight
  * holds a copy (owner 0), which the runtime refreshes from the owner after each step. */
 enum pipert_param_kind {
-  PIPERT_PARAM_WEIGHT = 1, PIPERT_PARAM_BUFFER = 2, PIPERT_PARAM_OPTSTATE = 3, PIPERT_PARAM_GRAD = 4,
+  PIPERT_PARAM_WEIGHT = 1,
+  PIPERT_PARAM_BUFFER = 2,
+  PIPERT_PARAM_OPTSTATE = 3,
+  PIPERT_PARAM_GRAD = 4,
   PIPERT_PARAM_HYPER = 5
 };
 
 typedef struct pipert_param_desc {
   const char *name;
-  int kind;                        /* enum pipert_param_kind */
+  int kind; /* enum pipert_param_kind */
   int dtype;
-  int rank;                        /* 0 for a scalar */
+  int rank; /* 0 for a scalar */
   int64_t dims[PIPERT_MAX_RANK];
   size_t nbytes;
-  size_t offset;                   /* in the stage's parameter memory */
-  int owner;                       /* 1: updated by this stage; 0: a copy of the owner's */
+  size_t offset; /* in the stage's parameter memory */
+  int owner;     /* 1: updated by this stage; 0: a copy of the owner's */
 } pipert_param_desc;
 
 /* A stage whose code runs on an accelerator (the cuda target). When every stage has
@@ -224,13 +240,13 @@ typedef struct pipert_param_desc {
  * are device pointers (on another device, a reader copies them device to device); graph
  * inputs are uploaded and graph outputs downloaded. */
 typedef struct pipert_device_ops {
-  int (*ordinal)(void *state);     /* the device the state runs on */
+  int (*ordinal)(void *state); /* the device the state runs on */
   void *(*alloc)(void *state, size_t nbytes);
   void (*release)(void *state, void *p);
   int (*upload)(void *state, void *dev, const void *host, size_t nbytes);   /* synchronous (but see async) */
   int (*download)(void *state, void *host, const void *dev, size_t nbytes); /* synchronous */
   int (*forward)(void *state, const void *const *in, void *const *out);
-  int (*backward)(void *state, const void *const *in, void *const *out);  /* NULL: inference */
+  int (*backward)(void *state, const void *const *in, void *const *out); /* NULL: inference */
   /* Between processes, one device each (NCCL); NULL when the device has none. A comm is
    * opaque. Sends and receives go inside groups: group(s, 1) starts one, group(s, 0)
    * ends it and returns when every call in it has completed (they progress
@@ -239,7 +255,7 @@ typedef struct pipert_device_ops {
    * of its buffer, ordered by the hand-over on the device's communication stream, and
    * group(s, 0) returns once the group is queued: a failure or timeout shows at a later
    * call. All return 0, or non-zero after printing one line. */
-  int (*comm_id)(void *buf, size_t len);   /* a new communicator id (one process makes it) */
+  int (*comm_id)(void *buf, size_t len); /* a new communicator id (one process makes it) */
   void *(*comm_init)(void *state, const void *id, int nranks, int rank);
   int (*comm_group)(void *state, void *comm, int begin);
   int (*comm_send)(void *state, void *comm, const void *buf, size_t nbytes, int peer);
@@ -278,12 +294,12 @@ typedef struct pipert_device_ops {
 
 /* One stage, emitted in stage_K.c as `const pipert_stage_desc pipecc_stage_K`. */
 typedef struct pipert_stage_desc {
-  int abi_version;                 /* PIPERT_ABI_VERSION */
-  int id;                          /* K */
-  const char *name;                /* optional, e.g. "stage_1 (conv3..fc1)"; may be NULL */
+  int abi_version;  /* PIPERT_ABI_VERSION */
+  int id;           /* K */
+  const char *name; /* optional, e.g. "stage_1 (conv3..fc1)"; may be NULL */
   int n_inputs, n_outputs;
-  const pipert_tensor_desc *inputs;   /* forward()'s in[] order */
-  const pipert_tensor_desc *outputs;  /* forward()'s out[] order */
+  const pipert_tensor_desc *inputs;  /* forward()'s in[] order */
+  const pipert_tensor_desc *outputs; /* forward()'s out[] order */
   /* Weights: file name relative to the binary's directory (or --weights-dir),
    * NULL when the stage has none. The file must be exactly weights_bytes long and
    * hash to weights_checksum with pipert_checksum64(). */
@@ -298,9 +314,9 @@ typedef struct pipert_stage_desc {
    * for outputs[k].nbytes bytes. Returns 0, or non-zero on failure (the pipeline
    * then stops with an error). */
   int (*forward)(void *state, const void *const *in, void *const *out);
-  void (*fini)(void *state);       /* may be NULL */
+  void (*fini)(void *state); /* may be NULL */
   /* ---- training programs only (NULL / 0 in an inference build) ---- */
-  size_t param_bytes;              /* parameter memory: weights_bytes of the file, then zeros */
+  size_t param_bytes; /* parameter memory: weights_bytes of the file, then zeros */
   int n_bwd_inputs, n_bwd_outputs;
   const pipert_tensor_desc *bwd_inputs;  /* backward()'s in[] order */
   const pipert_tensor_desc *bwd_outputs; /* backward()'s out[]: gradients for earlier stages */
@@ -309,8 +325,8 @@ typedef struct pipert_stage_desc {
    * of that micro-batch, earlier stages' outputs it received, graph inputs, later stages'
    * backward outputs). */
   int (*backward)(void *state, const void *const *in, void *const *out);
-  int (*step)(void *state);        /* the optimizer update from the GRAD params */
-  int (*zero_grads)(void *state);  /* GRAD params to zero (before a step's first backward) */
+  int (*step)(void *state);       /* the optimizer update from the GRAD params */
+  int (*zero_grads)(void *state); /* GRAD params to zero (before a step's first backward) */
   int n_params;
   const pipert_param_desc *params;
   /* Copy nbytes at offset of the parameter memory to (write 0) or from (write 1) host. */
@@ -321,7 +337,11 @@ typedef struct pipert_stage_desc {
 /* Where a value comes from: stage >= 0: forward output `index` of that stage (phase 0)
  * or backward output `index` (phase 1); stage == PIPERT_GRAPH_INPUT: graph input `index`. */
 #define PIPERT_GRAPH_INPUT (-1)
-typedef struct pipert_ref { int stage; int index; int phase; } pipert_ref;
+typedef struct pipert_ref {
+  int stage;
+  int index;
+  int phase;
+} pipert_ref;
 
 /* Per-stage instruction stream for one round; mb is the micro-batch index
  * within the round (0..M-1). Inference uses RECV_ACT, FWD, SEND_ACT only:
@@ -339,11 +359,20 @@ typedef struct pipert_ref { int stage; int index; int phase; } pipert_ref;
  * only when it has several) and STEP. BWD_W is reserved. */
 typedef enum pipert_opcode {
   PIPERT_OP_NOP = 0,
-  PIPERT_OP_RECV_ACT, PIPERT_OP_FWD, PIPERT_OP_SEND_ACT,
-  PIPERT_OP_RECV_GRAD, PIPERT_OP_BWD, PIPERT_OP_BWD_W, PIPERT_OP_SEND_GRAD,
-  PIPERT_OP_ALLREDUCE, PIPERT_OP_STEP
+  PIPERT_OP_RECV_ACT,
+  PIPERT_OP_FWD,
+  PIPERT_OP_SEND_ACT,
+  PIPERT_OP_RECV_GRAD,
+  PIPERT_OP_BWD,
+  PIPERT_OP_BWD_W,
+  PIPERT_OP_SEND_GRAD,
+  PIPERT_OP_ALLREDUCE,
+  PIPERT_OP_STEP
 } pipert_opcode;
-typedef struct pipert_instr { int op; int mb; } pipert_instr;
+typedef struct pipert_instr {
+  int op;
+  int mb;
+} pipert_instr;
 
 typedef struct pipert_stage_plan {
   const pipert_stage_desc *stage;
@@ -357,39 +386,39 @@ typedef struct pipert_stage_plan {
 /* --export-onnx: where the model's trained initializers are, so that the runtime can
  * write a copy of the model with the trained values (same bytes everywhere else). */
 typedef struct pipert_export_entry {
-  const char *name;                /* initializer (a WEIGHT or BUFFER param) */
-  const char *file;                /* NULL: in the model file; else an external data file,
-                                    * relative to the model's folder */
-  uint64_t offset, nbytes;         /* its raw little-endian data in that file */
+  const char *name;        /* initializer (a WEIGHT or BUFFER param) */
+  const char *file;        /* NULL: in the model file; else an external data file,
+                            * relative to the model's folder */
+  uint64_t offset, nbytes; /* its raw little-endian data in that file */
 } pipert_export_entry;
 typedef struct pipert_export_desc {
-  const char *model_path;          /* absolute path at compile time */
-  uint64_t model_bytes, model_hash;/* size and pipert_checksum64 of the model file */
+  const char *model_path;           /* absolute path at compile time */
+  uint64_t model_bytes, model_hash; /* size and pipert_checksum64 of the model file */
   int n;
   const pipert_export_entry *entries;
 } pipert_export_desc;
 
 typedef struct pipert_pipeline {
-  int abi_version;                 /* PIPERT_ABI_VERSION */
-  const char *name;                /* model name, for messages */
+  int abi_version;  /* PIPERT_ABI_VERSION */
+  const char *name; /* model name, for messages */
   int n_stages;
   const pipert_stage_plan *stages; /* stage K at index K, in topological order */
   int n_inputs;
-  const pipert_tensor_desc *inputs;   /* graph inputs, per micro-batch shapes */
+  const pipert_tensor_desc *inputs; /* graph inputs, per micro-batch shapes */
   int n_outputs;
-  const pipert_tensor_desc *outputs;  /* graph outputs, per micro-batch shapes */
-  const pipert_ref *output_src;       /* n_outputs entries */
-  int microbatches;                /* M of the plan (micro-batches per round) */
-  int batch_dim;                   /* must be 0 */
-  double predicted_bubble;         /* the plan's bubble fraction, printed by --bench */
-  const char *schedule;            /* "gpipe", "1f1b", ...: for messages */
+  const pipert_tensor_desc *outputs; /* graph outputs, per micro-batch shapes */
+  const pipert_ref *output_src;      /* n_outputs entries */
+  int microbatches;                  /* M of the plan (micro-batches per round) */
+  int batch_dim;                     /* must be 0 */
+  double predicted_bubble;           /* the plan's bubble fraction, printed by --bench */
+  const char *schedule;              /* "gpipe", "1f1b", ...: for messages */
   /* ---- training programs (`pipeline train`; 0 / -1 / NULL for inference) ---- */
   int training;
-  int loss_output;                 /* graph output holding each micro-batch's loss, shape [1] */
-  int loss_sum;                    /* a step's loss is the sum of its micro-batches' (else their mean) */
-  int logits_output;               /* graph output with the logits (classification), else -1 */
-  int labels_input;                /* graph input with the labels, else -1 */
-  const char *optimizer;           /* "sgd", "adam", "adamw" */
+  int loss_output;                       /* graph output holding each micro-batch's loss, shape [1] */
+  int loss_sum;                          /* a step's loss is the sum of its micro-batches' (else their mean) */
+  int logits_output;                     /* graph output with the logits (classification), else -1 */
+  int labels_input;                      /* graph input with the labels, else -1 */
+  const char *optimizer;                 /* "sgd", "adam", "adamw" */
   const pipert_export_desc *export_info; /* NULL: --export-onnx is not available */
 } pipert_pipeline;
 

@@ -76,8 +76,8 @@ static inline float pipert_gemm_epi1(float v, const float *b, const float *r, in
 
 /* The portable variant: the same sums with fmaf, 64 positions of one row at a time. */
 static void pipert_gemm_direct_1(long M, long P, long K, const float *restrict W, const float *restrict X, long ldx,
-                                 const float *restrict B, float *restrict Y, long ldy, const float *restrict R, long ldr,
-                                 int act, float lo, float hi) {
+                                 const float *restrict B, float *restrict Y, long ldy, const float *restrict R,
+                                 long ldr, int act, float lo, float hi) {
   float acc[64];
   for (long m = 0; m < M; m++)
     for (long p0 = 0; p0 < P; p0 += 64) {
@@ -129,11 +129,11 @@ static void pipert_gemm_direct_1(long M, long P, long K, const float *restrict W
  * GFLOP/s, a 96 x 576 by 576 x 196 GEMM from 97 to 104). Relu is max(0, v) (x86 max
  * returns its second operand unless the first is greater: v < 0 ? 0 : v, NaN and -0
  * kept), Clip max(lo, v) then min(hi, v), the same way round. */
-PIPERT_GEMM_T512 PIPERT_GEMM_INLINE void pipert_gemm_tile512(const int mr, const int nv, long K, const float *restrict W,
-                                                             const float *restrict X, long ldx, const float *restrict B,
-                                                             float *restrict Y, long ldy, const float *restrict R,
-                                                             long ldr, int act, float lo, float hi,
-                                                             const __mmask16 *mk, int pf, const int nfull) {
+PIPERT_GEMM_T512 PIPERT_GEMM_INLINE void pipert_gemm_tile512(const int mr, const int nv, long K,
+                                                             const float *restrict W, const float *restrict X, long ldx,
+                                                             const float *restrict B, float *restrict Y, long ldy,
+                                                             const float *restrict R, long ldr, int act, float lo,
+                                                             float hi, const __mmask16 *mk, int pf, const int nfull) {
   __m512 acc[6][4];
   PIPERT_GEMM_UNROLL for (int i = 0; i < mr; i++) PIPERT_GEMM_UNROLL for (int j = 0; j < nv; j++) acc[i][j] =
       _mm512_setzero_ps();
@@ -161,8 +161,8 @@ PIPERT_GEMM_T512 PIPERT_GEMM_INLINE void pipert_gemm_tile512(const int mr, const
       __m512 v = acc[i][j];
       if (B) v = _mm512_add_ps(act & PIPERT_GEMM_BIAS_COL ? bc[j] : b, v);
       if (R)
-        v = _mm512_add_ps(v, j < nfull ? _mm512_loadu_ps(R + i * ldr + 16 * j)
-                                       : _mm512_maskz_loadu_ps(mk[j], R + i * ldr + 16 * j));
+        v = _mm512_add_ps(
+            v, j < nfull ? _mm512_loadu_ps(R + i * ldr + 16 * j) : _mm512_maskz_loadu_ps(mk[j], R + i * ldr + 16 * j));
       if ((act & 3) == 1) v = _mm512_max_ps(zero, v);
       if ((act & 3) == 2) v = _mm512_min_ps(vhi, _mm512_max_ps(vlo, v));
       if (j < nfull) _mm512_storeu_ps(Y + i * ldy + 16 * j, v);
@@ -213,23 +213,23 @@ PIPERT_GEMM_T512 static void pipert_gemm_direct_512(long M, long P, long K, cons
            * one partial */
           const int last_whole = mk[nv - 1] == (__mmask16)0xffff;
           switch (nv * 2 + last_whole) {
-          case 9: PIPERT_T512(6, 4, 4); break;
-          case 8: PIPERT_T512(6, 4, 3); break;
-          case 7: PIPERT_T512(6, 3, 3); break;
-          case 6: PIPERT_T512(6, 3, 2); break;
-          case 5: PIPERT_T512(6, 2, 2); break;
-          case 4: PIPERT_T512(6, 2, 1); break;
-          case 3: PIPERT_T512(6, 1, 1); break;
-          default: PIPERT_T512(6, 1, 0); break;
+            case 9: PIPERT_T512(6, 4, 4); break;
+            case 8: PIPERT_T512(6, 4, 3); break;
+            case 7: PIPERT_T512(6, 3, 3); break;
+            case 6: PIPERT_T512(6, 3, 2); break;
+            case 5: PIPERT_T512(6, 2, 2); break;
+            case 4: PIPERT_T512(6, 2, 1); break;
+            case 3: PIPERT_T512(6, 1, 1); break;
+            default: PIPERT_T512(6, 1, 0); break;
           }
         } else {
           /* the last rows: 4 vectors, those past the end masked off */
           switch (mr) {
-          case 5: PIPERT_T512(5, 4, 0); break;
-          case 4: PIPERT_T512(4, 4, 0); break;
-          case 3: PIPERT_T512(3, 4, 0); break;
-          case 2: PIPERT_T512(2, 4, 0); break;
-          default: PIPERT_T512(1, 4, 0); break;
+            case 5: PIPERT_T512(5, 4, 0); break;
+            case 4: PIPERT_T512(4, 4, 0); break;
+            case 3: PIPERT_T512(3, 4, 0); break;
+            case 2: PIPERT_T512(2, 4, 0); break;
+            default: PIPERT_T512(1, 4, 0); break;
           }
         }
 #undef PIPERT_T512
@@ -298,8 +298,8 @@ PIPERT_GEMM_T256 PIPERT_GEMM_INLINE void pipert_gemm_tile256(const int mr, long 
       __m256 v = acc[i][j];
       if (B) v = _mm256_add_ps(act & PIPERT_GEMM_BIAS_COL ? bc[j] : b, v);
       if (R)
-        v = _mm256_add_ps(v, j < nfull ? _mm256_loadu_ps(R + i * ldr + 8 * j)
-                                       : _mm256_maskload_ps(R + i * ldr + 8 * j, mk[j]));
+        v = _mm256_add_ps(
+            v, j < nfull ? _mm256_loadu_ps(R + i * ldr + 8 * j) : _mm256_maskload_ps(R + i * ldr + 8 * j, mk[j]));
       if ((act & 3) == 1) v = _mm256_max_ps(zero, v);
       if ((act & 3) == 2) v = _mm256_min_ps(vhi, _mm256_max_ps(vlo, v));
       if (j < nfull) _mm256_storeu_ps(Y + i * ldy + 8 * j, v);
@@ -356,26 +356,26 @@ PIPERT_GEMM_T256 static void pipert_gemm_direct_256(long M, long P, long K, cons
                                pf_map && m0 == 0, nfull);
 #else
 #define PIPERT_T256(MR, NF) \
-  pipert_gemm_tile256(MR, K, w, x, ldx, b, y, ldy, r, ldr, act, lo, hi, mk, pf_map && m0 == 0, NF)
+  pipert_gemm_tile256(MR, K, w, x, ldx, b, y, ldy, r, ldr, act, lo, hi, mk, pf_map &&m0 == 0, NF)
         switch ((M - m0 < 6 ? M - m0 : 6) * 3 + nfull) {
-        case 20: PIPERT_T256(6, 2); break;
-        case 19: PIPERT_T256(6, 1); break;
-        case 18: PIPERT_T256(6, 0); break;
-        case 17: PIPERT_T256(5, 2); break;
-        case 16: PIPERT_T256(5, 1); break;
-        case 15: PIPERT_T256(5, 0); break;
-        case 14: PIPERT_T256(4, 2); break;
-        case 13: PIPERT_T256(4, 1); break;
-        case 12: PIPERT_T256(4, 0); break;
-        case 11: PIPERT_T256(3, 2); break;
-        case 10: PIPERT_T256(3, 1); break;
-        case 9: PIPERT_T256(3, 0); break;
-        case 8: PIPERT_T256(2, 2); break;
-        case 7: PIPERT_T256(2, 1); break;
-        case 6: PIPERT_T256(2, 0); break;
-        case 5: PIPERT_T256(1, 2); break;
-        case 4: PIPERT_T256(1, 1); break;
-        default: PIPERT_T256(1, 0); break;
+          case 20: PIPERT_T256(6, 2); break;
+          case 19: PIPERT_T256(6, 1); break;
+          case 18: PIPERT_T256(6, 0); break;
+          case 17: PIPERT_T256(5, 2); break;
+          case 16: PIPERT_T256(5, 1); break;
+          case 15: PIPERT_T256(5, 0); break;
+          case 14: PIPERT_T256(4, 2); break;
+          case 13: PIPERT_T256(4, 1); break;
+          case 12: PIPERT_T256(4, 0); break;
+          case 11: PIPERT_T256(3, 2); break;
+          case 10: PIPERT_T256(3, 1); break;
+          case 9: PIPERT_T256(3, 0); break;
+          case 8: PIPERT_T256(2, 2); break;
+          case 7: PIPERT_T256(2, 1); break;
+          case 6: PIPERT_T256(2, 0); break;
+          case 5: PIPERT_T256(1, 2); break;
+          case 4: PIPERT_T256(1, 1); break;
+          default: PIPERT_T256(1, 0); break;
         }
 #undef PIPERT_T256
 #endif

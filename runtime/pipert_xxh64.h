@@ -52,7 +52,8 @@ static inline uint64_t pipert_xxh64(const void *data, size_t len) {
     h = PIPERT_XXH_P5;
   }
   h += (uint64_t)len;
-  for (; p + 8 <= end; p += 8) h = pipert_xxh_rotl(h ^ pipert_xxh_round(0, pipert_xxh_rd64(p)), 27) * PIPERT_XXH_P1 + PIPERT_XXH_P4;
+  for (; p + 8 <= end; p += 8)
+    h = pipert_xxh_rotl(h ^ pipert_xxh_round(0, pipert_xxh_rd64(p)), 27) * PIPERT_XXH_P1 + PIPERT_XXH_P4;
   if (p + 4 <= end) {
     h = pipert_xxh_rotl(h ^ ((uint64_t)pipert_xxh_rd32(p) * PIPERT_XXH_P1), 23) * PIPERT_XXH_P2 + PIPERT_XXH_P3;
     p += 4;

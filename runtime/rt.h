@@ -12,16 +12,16 @@
 
 /* An n-d array owned by whoever filled it; data is 64-byte aligned. */
 typedef struct rt_array {
-  char *name;                      /* malloc'd, may be NULL */
-  int dtype;                       /* enum pipert_dtype */
-  int rank;                        /* 0..PIPERT_MAX_RANK */
+  char *name; /* malloc'd, may be NULL */
+  int dtype;  /* enum pipert_dtype */
+  int rank;   /* 0..PIPERT_MAX_RANK */
   int64_t dims[PIPERT_MAX_RANK];
   size_t nbytes;
   void *data;
 } rt_array;
 
-size_t rt_dtype_size(int dtype);         /* 0 when unknown */
-const char *rt_dtype_name(int dtype);    /* "float32", ... */
+size_t rt_dtype_size(int dtype);      /* 0 when unknown */
+const char *rt_dtype_name(int dtype); /* "float32", ... */
 void rt_array_free(rt_array *a);
 int rt_array_alloc(rt_array *a, const char *name, int dtype, int rank, const int64_t *dims);
 /* "(2, 3)" into buf */
@@ -38,7 +38,10 @@ uint32_t rt_crc32(uint32_t crc, const void *data, size_t len);
 
 /* ---- weights (rt_weights.c) ------------------------------------------- */
 
-typedef struct rt_weights { void *map; size_t len; } rt_weights;
+typedef struct rt_weights {
+  void *map;
+  size_t len;
+} rt_weights;
 /* Maps dir/desc->weights_file and checks size and checksum. On failure writes
  * "stage K: FILE: reason" into err. */
 int rt_weights_load(const pipert_stage_desc *d, const char *dir, rt_weights *w, char *err, size_t errlen);
@@ -46,39 +49,43 @@ void rt_weights_unload(rt_weights *w);
 
 /* ---- options and shared helpers (rt_main.c) ---------------------------- */
 
-typedef struct rt_input_arg { const char *name; const char *path; } rt_input_arg;
+typedef struct rt_input_arg {
+  const char *name;
+  const char *path;
+} rt_input_arg;
 
 typedef struct rt_options {
-  rt_input_arg *inputs; int n_inputs;
+  rt_input_arg *inputs;
+  int n_inputs;
   const char *output;
-  int microbatches;                /* 0: the plan's */
-  int bench;                       /* timed iterations, 0: none */
+  int microbatches; /* 0: the plan's */
+  int bench;        /* timed iterations, 0: none */
   int threads_per_stage;
   int pin;
   const char *weights_dir;
-  const char *transport;           /* "auto", "threads", "mpi" */
-  double timeout_s;                /* 0: none */
-  int stream;                      /* --stream: bench as one continuous stream of batches */
+  const char *transport; /* "auto", "threads", "mpi" */
+  double timeout_s;      /* 0: none */
+  int stream;            /* --stream: bench as one continuous stream of batches */
 } rt_options;
 
 /* Per-run figures, filled by a transport. */
 typedef struct rt_stats {
   double wall_s;
-  double *busy_s;                  /* per stage, summed over replicas */
-  size_t *peak_bytes;              /* per stage (max over replicas): output buffers the run held at
-                                    * once (forward sets incl. stashed activations, gradient sets);
-                                    * NULL: not wanted */
-  int *peak_sets;                  /* per stage: forward output sets held at once; NULL: not wanted */
-  double steady_s;                 /* streaming: from the first batch's completion to the last's */
-  int steady_batches;              /* batches completed in steady_s (0: not measured) */
+  double *busy_s;     /* per stage, summed over replicas */
+  size_t *peak_bytes; /* per stage (max over replicas): output buffers the run held at
+                       * once (forward sets incl. stashed activations, gradient sets);
+                       * NULL: not wanted */
+  int *peak_sets;     /* per stage: forward output sets held at once; NULL: not wanted */
+  double steady_s;    /* streaming: from the first batch's completion to the last's */
+  int steady_batches; /* batches completed in steady_s (0: not measured) */
 } rt_stats;
 
-void rt_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));  /* "pipeline: ..." + \n to stderr */
-extern int rt_errors_muted;                           /* rt_errorf prints nothing while set */
-double rt_now(void);                                  /* monotonic seconds */
-int rt_env_on(const char *name);                      /* a switch: set, not empty, not "0" */
+void rt_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2))); /* "pipeline: ..." + \n to stderr */
+extern int rt_errors_muted;                                                 /* rt_errorf prints nothing while set */
+double rt_now(void);                                                        /* monotonic seconds */
+int rt_env_on(const char *name);                                            /* a switch: set, not empty, not "0" */
 void rt_set_blas_threads(int n);
-void *rt_aligned_alloc(size_t n);                     /* 64-byte aligned, zeroed; aborts on OOM */
+void *rt_aligned_alloc(size_t n); /* 64-byte aligned, zeroed; aborts on OOM */
 /* acc[i] += x[i] over nbytes of float32 or float64 (dtype) elements. */
 void rt_sum_into(void *acc, const void *x, size_t nbytes, int dtype);
 
@@ -92,12 +99,12 @@ int rt_load_inputs(const pipert_pipeline *p, const rt_options *o, rt_array *in, 
 int64_t rt_microbatch_size(const pipert_pipeline *p);
 int rt_alloc_outputs(const pipert_pipeline *p, int64_t T, rt_array *out);
 int rt_write_outputs(const pipert_pipeline *p, const rt_options *o, const rt_array *out);
-void rt_print_bench(const pipert_pipeline *p, int iters, int64_t samples_per_iter, double wall_s,
-                    const double *busy_s, const rt_stats *stream);
+void rt_print_bench(const pipert_pipeline *p, int iters, int64_t samples_per_iter, double wall_s, const double *busy_s,
+                    const rt_stats *stream);
 int rt_validate_plan(const pipert_pipeline *p);
 
 /* Program checks (rt_check.c); each writes the first problem into e (left empty if none). */
-const char *rt_op_name(int op);     /* "RECV_ACT", ... */
+const char *rt_op_name(int op); /* "RECV_ACT", ... */
 /* Stage s's stream on its own: every opcode over micro-batches 0..M-1 in order, RECV
  * before FWD before SEND, FWD before BWD, one STEP (after one ALLREDUCE with replicas). */
 void rt_check_program(const pipert_pipeline *p, int s, char *e, size_t elen);
@@ -144,9 +151,9 @@ typedef struct rt_set {
   struct rt_set *next;
   rt_pool *pool;
   atomic_int refs;
-  void **bufs;                     /* one per tensor */
+  void **bufs; /* one per tensor */
   void *mem;
-  void *link;                      /* transport data (pending sends) */
+  void *link; /* transport data (pending sends) */
 } rt_set;
 
 /* Sets of one layout; grows on demand up to cap, so n (sets allocated) measures the
@@ -160,23 +167,23 @@ struct rt_pool {
   int n_bufs;
   const pipert_tensor_desc *descs;
   size_t set_bytes;
-  const pipert_device_ops *dev;    /* sets in device memory (alloc with dev_state), else host */
+  const pipert_device_ops *dev; /* sets in device memory (alloc with dev_state), else host */
   void *dev_state;
 };
 void rt_pool_init(rt_pool *pl, int n_bufs, const pipert_tensor_desc *descs, int cap);
-void rt_pool_reset(rt_pool *pl);   /* every set free (between runs) */
+void rt_pool_reset(rt_pool *pl); /* every set free (between runs) */
 void rt_pool_free(rt_pool *pl);
 void rt_set_release(rt_set *s);
 
 /* A stage's neighbours, from input_src and bwd_input_src. */
 typedef struct rt_topo {
-  int nfp, *fp;                    /* stages (!= itself) whose forward outputs it reads */
-  char *fp_bwd;                    /* [nfp] its backward reads that stage's outputs */
-  int own_bwd;                     /* its backward reads its own forward outputs */
-  int nfc, *fc;                    /* stages reading its forward outputs */
-  int ngp, *gp;                    /* stages whose backward outputs its backward reads */
-  int ngc, *gc;                    /* stages reading its backward outputs */
-  int has[PIPERT_OP_STEP + 1];     /* its program has this opcode */
+  int nfp, *fp;                /* stages (!= itself) whose forward outputs it reads */
+  char *fp_bwd;                /* [nfp] its backward reads that stage's outputs */
+  int own_bwd;                 /* its backward reads its own forward outputs */
+  int nfc, *fc;                /* stages reading its forward outputs */
+  int ngp, *gp;                /* stages whose backward outputs its backward reads */
+  int ngc, *gc;                /* stages reading its backward outputs */
+  int has[PIPERT_OP_STEP + 1]; /* its program has this opcode */
 } rt_topo;
 /* topo[S] of pipeline p with programs prog[s] / prog_len[s]; free with rt_topo_free. */
 void rt_topo_build(const pipert_pipeline *p, const pipert_instr *const *prog, const int *prog_len, rt_topo *topo);
@@ -193,10 +200,10 @@ typedef struct rt_link_ops {
   int (*send)(void *link, rt_worker *w, int kind, rt_set *s, int64_t g);
   const void *(*input)(void *link, rt_worker *w, int idx, int64_t g);           /* graph input slice */
   void (*output)(void *link, rt_worker *w, int q, int64_t g, const void *data); /* graph output */
-  int (*allreduce)(void *link, rt_worker *w);  /* GRAD params summed over the stage's replicas */
+  int (*allreduce)(void *link, rt_worker *w); /* GRAD params summed over the stage's replicas */
   int (*aborted)(void *link);
   void (*fail)(void *link, int rc, const char *msg); /* msg "": printed already */
-  void (*poll)(void *link, rt_worker *w);     /* progress pending sends (may be NULL) */
+  void (*poll)(void *link, rt_worker *w);            /* progress pending sends (may be NULL) */
   /* Groups (may be NULL): the interpreter opens one (begin 1) before a run of receives
    * and sends and closes it (begin 0) before the next compute, ALLREDUCE or the end of
    * the round; closing returns when every call in the group has completed. */
@@ -207,29 +214,29 @@ struct rt_worker {
   const pipert_pipeline *p;
   const rt_link_ops *ops;
   void *link;
-  const pipert_device_ops *dev;    /* device mode (rt_worker_set_device), else NULL */
-  int dev_async;                   /* device mode, hand-over by the device (dev->async): busy
-                                      comes from dev->busy, forward only queues the work */
-  void **dev_in;                   /* device mode: [n_inputs * slots] graph input slices on the device
-                                      (slots: M in training, whose backward reads them again; else in_copies) */
-  int64_t *dev_in_mb;              /* [n_inputs * slots] the micro-batch + 1 held there (0: none) */
-  int in_copies;                   /* device mode, inference: copies per graph input (2; PIPERT_INPUT_COPIES=1) */
-  void **host_out;                 /* device mode: [n_outputs] a graph output downloaded */
-  struct rt_pend *pend;            /* async device mode: graph outputs downloaded after the
-                                      next forward is queued, so the device never idles */
+  const pipert_device_ops *dev; /* device mode (rt_worker_set_device), else NULL */
+  int dev_async;                /* device mode, hand-over by the device (dev->async): busy
+                                   comes from dev->busy, forward only queues the work */
+  void **dev_in;                /* device mode: [n_inputs * slots] graph input slices on the device
+                                   (slots: M in training, whose backward reads them again; else in_copies) */
+  int64_t *dev_in_mb;           /* [n_inputs * slots] the micro-batch + 1 held there (0: none) */
+  int in_copies;                /* device mode, inference: copies per graph input (2; PIPERT_INPUT_COPIES=1) */
+  void **host_out;              /* device mode: [n_outputs] a graph output downloaded */
+  struct rt_pend *pend;         /* async device mode: graph outputs downloaded after the
+                                   next forward is queued, so the device never idles */
   int n_pend, cap_pend;
   int stage, replica, M;
   const pipert_instr *prog;
   int prog_len;
   const rt_topo *topo;
   void *state;
-  rt_pool fpool, gpool;            /* forward / backward output sets */
+  rt_pool fpool, gpool; /* forward / backward output sets */
   double busy;
-  int inflight, peak_inflight;     /* training: micro-batches past FWD, before their BWD (now / most) */
-  rt_set **recv, **grecv;          /* [M][nfp] / [M][ngp] */
-  rt_set **outs, **gouts;          /* [M] */
+  int inflight, peak_inflight; /* training: micro-batches past FWD, before their BWD (now / most) */
+  rt_set **recv, **grecv;      /* [M][nfp] / [M][ngp] */
+  rt_set **outs, **gouts;      /* [M] */
   const void **in, **bin;
-  int in_group;                    /* a group of sends/receives is open (rt_link_ops.group) */
+  int in_group; /* a group of sends/receives is open (rt_link_ops.group) */
   /* The stall watchdog (rt_threads.c): since when (rt_now() in microseconds; 0: not) the
    * worker has been in a call that only its own stage's work ends (a forward, backward,
    * step, output download, the end-of-run device wait), not a wait for a peer's set; what
@@ -257,7 +264,7 @@ double rt_worker_end_wait(rt_worker *w, int64_t T);
 /* Pools (cap sets each) and arrays; state stays for the caller's init. */
 void rt_worker_init(rt_worker *w, const pipert_pipeline *p, int stage, int replica, int M, const pipert_instr *prog,
                     int prog_len, const rt_topo *topo, int cap, const rt_link_ops *ops, void *link);
-void rt_worker_reset(rt_worker *w);  /* before a run */
+void rt_worker_reset(rt_worker *w); /* before a run */
 /* Device mode (after init set w->state): the worker's sets in the device memory of its
  * state, forward/backward in their device form, graph inputs uploaded (once per
  * micro-batch) and outputs downloaded. Call before the first run. */
@@ -300,7 +307,7 @@ typedef struct rt_backend {
   int (*run)(void *impl, const rt_array *in, rt_array *out, rt_stats *st);
   /* a param of stage/replica to (write 0) or from (write 1) buf, which lives on rank 0 */
   int (*param_io)(void *impl, int stage, int replica, const pipert_param_desc *pd, int write, void *buf);
-  int64_t (*bcast)(void *impl, int64_t v);  /* rank 0's v, everywhere */
+  int64_t (*bcast)(void *impl, int64_t v); /* rank 0's v, everywhere */
 } rt_backend;
 /* Backends. Threads: one process, a worker thread per stage replica (rt_threads.c). MPI:
  * one rank per stage replica, MPI_Init inside; *rc is 2 when the world does not fit the
@@ -317,8 +324,8 @@ int rt_train_main(const pipert_pipeline *p, int argc, char **argv);
 
 /* MPI (transport_mpi.c; a stub that reports the missing support without MPI). */
 int rt_mpi_compiled(void);
-int rt_mpi_launched(void);           /* launched by mpirun with more than one rank? */
-int rt_mpi_rank_env(void);           /* this process's rank from the launcher's environment (0 if none) */
+int rt_mpi_launched(void); /* launched by mpirun with more than one rank? */
+int rt_mpi_rank_env(void); /* this process's rank from the launcher's environment (0 if none) */
 int rt_mpi_main(const pipert_pipeline *p, const rt_options *o);
 
 #endif

@@ -7,8 +7,8 @@
 #include "rt.h"
 
 const char *rt_op_name(int op) {
-  static const char *const names[] = {"NOP", "RECV_ACT", "FWD", "SEND_ACT", "RECV_GRAD", "BWD", "BWD_W",
-                                      "SEND_GRAD", "ALLREDUCE", "STEP"};
+  static const char *const names[] = {"NOP", "RECV_ACT", "FWD",       "SEND_ACT",  "RECV_GRAD",
+                                      "BWD", "BWD_W",    "SEND_GRAD", "ALLREDUCE", "STEP"};
   return op >= 0 && op <= PIPERT_OP_STEP ? names[op] : "?";
 }
 
@@ -40,8 +40,8 @@ void rt_check_stream(const pipert_pipeline *p, int s, const pipert_instr *prog, 
     int bad = mb != next[op] || (op == PIPERT_OP_FWD && has[PIPERT_OP_RECV_ACT] && next[PIPERT_OP_RECV_ACT] <= mb) ||
               (op == PIPERT_OP_SEND_ACT && next[PIPERT_OP_FWD] <= mb) ||
               (op == PIPERT_OP_RECV_ACT && !p->training && mb > next[PIPERT_OP_FWD] + 1) ||
-              (op == PIPERT_OP_BWD && (next[PIPERT_OP_FWD] <= mb ||
-                                       (has[PIPERT_OP_RECV_GRAD] && next[PIPERT_OP_RECV_GRAD] <= mb))) ||
+              (op == PIPERT_OP_BWD &&
+               (next[PIPERT_OP_FWD] <= mb || (has[PIPERT_OP_RECV_GRAD] && next[PIPERT_OP_RECV_GRAD] <= mb))) ||
               (op == PIPERT_OP_SEND_GRAD && next[PIPERT_OP_BWD] <= mb);
     if (bad) snprintf(e, elen, "stage %d: instruction %d: %s of micro-batch %d out of order", s, i, rt_op_name(op), mb);
     next[op]++;
@@ -65,8 +65,10 @@ void rt_check_stream(const pipert_pipeline *p, int s, const pipert_instr *prog, 
 void rt_check_deadlock(const pipert_pipeline *p, char *e, size_t elen) {
   int S = p->n_stages, M = p->microbatches, nc = 0;
   for (int s = 0; s < S; s++) nc += p->stages[s].replicas;
-  int *cst = calloc((size_t)nc, sizeof(int)), *crep = calloc((size_t)nc, sizeof(int)), *pos = calloc((size_t)nc, sizeof(int));
-  char *act = calloc((size_t)S * (size_t)M, 1), *grad = calloc((size_t)S * (size_t)M, 1), *has = calloc((size_t)S * 16, 1);
+  int *cst = calloc((size_t)nc, sizeof(int)), *crep = calloc((size_t)nc, sizeof(int)),
+      *pos = calloc((size_t)nc, sizeof(int));
+  char *act = calloc((size_t)S * (size_t)M, 1), *grad = calloc((size_t)S * (size_t)M, 1),
+       *has = calloc((size_t)S * 16, 1);
   for (int s = 0, c = 0; s < S; s++) {
     for (int r = 0; r < p->stages[s].replicas; r++, c++) cst[c] = s, crep[c] = r;
     for (int i = 0; i < p->stages[s].program_len; i++) has[s * 16 + p->stages[s].program[i].op] = 1;
@@ -106,7 +108,8 @@ void rt_check_deadlock(const pipert_pipeline *p, char *e, size_t elen) {
           }
         if (!ready) break;
         if (op == PIPERT_OP_SEND_ACT || (op == PIPERT_OP_FWD && !has[s * 16 + PIPERT_OP_SEND_ACT])) act[s * M + mb] = 1;
-        if (op == PIPERT_OP_SEND_GRAD || (op == PIPERT_OP_BWD && !has[s * 16 + PIPERT_OP_SEND_GRAD])) grad[s * M + mb] = 1;
+        if (op == PIPERT_OP_SEND_GRAD || (op == PIPERT_OP_BWD && !has[s * 16 + PIPERT_OP_SEND_GRAD]))
+          grad[s * M + mb] = 1;
         pos[c]++;
         progress = 1;
       }
@@ -126,13 +129,12 @@ void rt_check_deadlock(const pipert_pipeline *p, char *e, size_t elen) {
   free(has);
 }
 
-
 /* ---- NCCL's rules ----------------------------------------------------------------- */
 
 enum { EV_COMPUTE = 0, EV_SEND, EV_RECV, EV_COLLECTIVE };
 typedef struct {
-  int kind, dir, peer, mb;         /* dir 0 activations, 1 gradients; peer: the other stage */
-  int match;                       /* index of the matching event in the peer's list */
+  int kind, dir, peer, mb; /* dir 0 activations, 1 gradients; peer: the other stage */
+  int match;               /* index of the matching event in the peer's list */
   int done;
 } rv_event;
 
@@ -233,7 +235,8 @@ void rt_check_rendezvous(const pipert_pipeline *p, const pipert_instr *const *pr
         progress = 1;
       } else { /* a collective: every replica of the stage there */
         int there = 0, s = c->stage;
-        for (int k = base[s]; k < base[s + 1]; k++) there += cur[k].pos < cur[k].n && cur[k].ev[cur[k].pos].kind == EV_COLLECTIVE;
+        for (int k = base[s]; k < base[s + 1]; k++)
+          there += cur[k].pos < cur[k].n && cur[k].ev[cur[k].pos].kind == EV_COLLECTIVE;
         if (there == p->stages[s].replicas) {
           for (int k = base[s]; k < base[s + 1]; k++) cur[k].pos++;
           progress = 1;

@@ -18,7 +18,11 @@ typedef int (*stage_fn)(void *state, const void *const *in, void *const *out);
 
 /* ---- streams ---------------------------------------------------------------------- */
 
-typedef struct fev { pthread_mutex_t mu; pthread_cond_t cv; unsigned long rec, done; } fev;
+typedef struct fev {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  unsigned long rec, done;
+} fev;
 enum { C_COPY, C_RUN, C_RECORD, C_WAIT, C_FENCE, C_COMM };
 struct fgroup;
 typedef struct cmd {
@@ -28,10 +32,10 @@ typedef struct cmd {
   size_t n;
   fev *ev;
   unsigned long seq;
-  stage_fn fn;                       /* C_RUN: fn(state, in, out) */
+  stage_fn fn; /* C_RUN: fn(state, in, out) */
   void *state;
   void **in, **out;
-  struct fgroup *grp;                /* C_COMM: a group of sends and receives */
+  struct fgroup *grp; /* C_COMM: a group of sends and receives */
   struct cmd *next;
 } cmd;
 
@@ -44,12 +48,12 @@ typedef struct fstream {
   int stop, err, waits;
   unsigned long fences, fences_done;
   unsigned seed;
-  double busy;                       /* seconds in C_RUN */
-  atomic_int comm_in, comm_out;      /* C_COMM commands begun, ended (a comm stream) */
-  struct fstream *watch;             /* its replica's comm stream, when it has one */
-  int beside;                        /* C_RUNs that ran while a C_COMM of watch did */
+  double busy;                  /* seconds in C_RUN */
+  atomic_int comm_in, comm_out; /* C_COMM commands begun, ended (a comm stream) */
+  struct fstream *watch;        /* its replica's comm stream, when it has one */
+  int beside;                   /* C_RUNs that ran while a C_COMM of watch did */
   pthread_t th;
-  struct fstream *next;              /* every open stream: a release waits for them all */
+  struct fstream *next; /* every open stream: a release waits for them all */
 } fstream;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -222,21 +226,21 @@ static int ho_wait(void *stream, void *event) {
   return 0;
 }
 static int ho_finish(void *stream) { return finish(stream); }
-static const rt_ho_ops ho_ops = {ho_event_new, ho_event_free, ho_record, ho_wait, ho_finish,
-                                 NULL}; /* dev_release finishes every stream first */
+static const rt_ho_ops ho_ops = {ho_event_new, ho_event_free, ho_record,
+                                 ho_wait,      ho_finish,     NULL}; /* dev_release finishes every stream first */
 
 /* ---- replicas ------------------------------------------------------------------------- */
 
 typedef struct replica {
   void *state;
-  const pipert_stage_desc *orig;     /* the stage as compiled (its step, zero_grads, param_io) */
+  const pipert_stage_desc *orig; /* the stage as compiled (its step, zero_grads, param_io) */
   int stage;
-  fstream *s, *us, *cs;              /* its work, its uploads, its NCCL calls (when MPI
-                                        allows calls from every thread) */
-  void **io[4];                      /* its own buffers: forward in, out, backward in, out */
+  fstream *s, *us, *cs; /* its work, its uploads, its NCCL calls (when MPI
+                           allows calls from every thread) */
+  void **io[4];         /* its own buffers: forward in, out, backward in, out */
   int async, queued_ahead, uploads_ahead;
-  int uploads_behind;                /* async uploads into a buffer the part queued last reads */
-  const void *last_in[8];            /* that part's inputs (the first 8) */
+  int uploads_behind;     /* async uploads into a buffer the part queued last reads */
+  const void *last_in[8]; /* that part's inputs (the first 8) */
   int n_last_in;
   struct replica *next;
 } replica;
@@ -392,14 +396,23 @@ static double dev_busy(void *state) {
  * call of a group completed at its end, the all-reduce through param_io. In async mode
  * a group runs on the replica's comm stream (a send reads its buffer there, a receive
  * writes it, ordered by the hand-over) and its end returns once it is queued. */
-typedef struct fop { void *buf; size_t n; int peer, send; } fop;
-typedef struct fgroup { MPI_Comm c; fop *op; int n, cap, stage; atomic_int *done; } fgroup;
+typedef struct fop {
+  void *buf;
+  size_t n;
+  int peer, send;
+} fop;
+typedef struct fgroup {
+  MPI_Comm c;
+  fop *op;
+  int n, cap, stage;
+  atomic_int *done;
+} fgroup;
 typedef struct fcomm {
   MPI_Comm c;
   int depth, sends, recvs, groups, ahead;
-  fgroup open;                       /* the calls of the open group */
-  atomic_int done;                   /* groups the comm stream has completed */
-  int queued;                        /* groups queued on it */
+  fgroup open;     /* the calls of the open group */
+  atomic_int done; /* groups the comm stream has completed */
+  int queued;      /* groups queued on it */
 } fcomm;
 
 #define FAKE_TAG 0x6e63 /* setup messages on MPI_COMM_WORLD, apart from the transport's */
@@ -483,8 +496,10 @@ static int comm_run(fgroup *g) {
   for (int done = 0; q && g->n && !rc && !done;) {
     rc = MPI_Testall(g->n, q, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS;
     if (!rc && !done && now_s() - t0 > limit) {
-      fprintf(stderr, "pipeline: stage %d on the fake device: NCCL send/receive: timed out after %.0f s (a peer "
-              "stopped?)\n", g->stage, limit);
+      fprintf(stderr,
+              "pipeline: stage %d on the fake device: NCCL send/receive: timed out after %.0f s (a peer "
+              "stopped?)\n",
+              g->stage, limit);
       rc = 1;
       g->n = 0; /* left posted */
     } else if (!done) {
@@ -600,9 +615,9 @@ static int comm_run(struct fgroup *g) {
 #define FAKE_COMM NULL, NULL, NULL, NULL, NULL, NULL, NULL
 #endif
 
-static const pipert_device_ops fake_ops = {dev_ordinal, dev_alloc, dev_release,  dev_upload, dev_download,
-                                           dev_forward, dev_backward, FAKE_COMM, NULL,     dev_async,
-                                           dev_busy, NULL,          NULL,     NULL};
+static const pipert_device_ops fake_ops = {dev_ordinal, dev_alloc,    dev_release, dev_upload, dev_download,
+                                           dev_forward, dev_backward, FAKE_COMM,   NULL,       dev_async,
+                                           dev_busy,    NULL,         NULL,        NULL};
 
 /* A training stage's host calls, after its queued work (a GPU orders them on its stream). */
 static int w_step(void *state) {
@@ -624,7 +639,7 @@ static int w_param_io(void *state, int write, size_t offset, void *host, size_t 
 /* ---- the pipeline copy ------------------------------------------------------------------- */
 
 typedef struct fake_copy {
-  pipert_pipeline p;                 /* first: the copy's address is the pipeline's */
+  pipert_pipeline p; /* first: the copy's address is the pipeline's */
   const pipert_pipeline *orig;
   pipert_stage_plan *plans;
   pipert_stage_desc *descs;
@@ -733,9 +748,11 @@ void rt_fakedev_detach(const pipert_pipeline *p, int s, void *state) {
   if (!r) return;
   finish_replica(r);
   if (getenv("FAKE_DEV_STATS"))
-    fprintf(stderr, "fake device: stage %d: %d parts queued ahead, %d uploads queued ahead, %d waits, %d parts beside "
-            "a transfer, %d uploads behind the last part\n", s, r->queued_ahead, r->uploads_ahead,
-            r->s->waits + r->us->waits + (r->cs ? r->cs->waits : 0), r->s->beside, r->uploads_behind);
+    fprintf(stderr,
+            "fake device: stage %d: %d parts queued ahead, %d uploads queued ahead, %d waits, %d parts beside "
+            "a transfer, %d uploads behind the last part\n",
+            s, r->queued_ahead, r->uploads_ahead, r->s->waits + r->us->waits + (r->cs ? r->cs->waits : 0), r->s->beside,
+            r->uploads_behind);
   pthread_mutex_lock(&r->s->mu);
   r->s->watch = NULL; /* its thread reads it with every command */
   pthread_mutex_unlock(&r->s->mu);

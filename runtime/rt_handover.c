@@ -10,12 +10,12 @@
 typedef struct ho_region {
   char *base;
   size_t n;
-  void *ready;   /* event: the last write, when has_ready */
+  void *ready; /* event: the last write, when has_ready */
   int has_ready;
   int n_rd;
-  void *rd_by[HO_READERS];   /* reader streams */
-  void *rd_ev[HO_READERS];   /* their events */
-  int rd_live[HO_READERS];   /* recorded since the last write */
+  void *rd_by[HO_READERS]; /* reader streams */
+  void *rd_ev[HO_READERS]; /* their events */
+  int rd_live[HO_READERS]; /* recorded since the last write */
 } ho_region;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;

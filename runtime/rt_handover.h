@@ -21,14 +21,14 @@ extern "C" {
 #endif
 
 typedef struct rt_ho_ops {
-  void *(*event_new)(void *stream);          /* an event of stream's device; NULL after printing */
+  void *(*event_new)(void *stream); /* an event of stream's device; NULL after printing */
   void (*event_free)(void *event);
-  int (*record)(void *stream, void *event);  /* record event at the end of stream's queue */
-  int (*wait)(void *stream, void *event);    /* stream's later work waits for event's last record */
-  int (*finish)(void *stream);               /* returns when stream's queued work has completed */
-  void (*sync)(void *event);                 /* returns when event's last record has completed
-                                                (prints nothing: a region's release); may be NULL */
-} rt_ho_ops;                                 /* ints: 0, or non-zero after printing one line */
+  int (*record)(void *stream, void *event); /* record event at the end of stream's queue */
+  int (*wait)(void *stream, void *event);   /* stream's later work waits for event's last record */
+  int (*finish)(void *stream);              /* returns when stream's queued work has completed */
+  void (*sync)(void *event);                /* returns when event's last record has completed
+                                               (prints nothing: a region's release); may be NULL */
+} rt_ho_ops;                                /* ints: 0, or non-zero after printing one line */
 
 /* Registers [base, base + n) (0, or -1 when out of memory); forgets it (its events freed).
  * Before forgetting, remove waits (o->sync) for the last write and every read recorded,

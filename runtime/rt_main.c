@@ -82,11 +82,17 @@ const char *rt_exe_dir(void) {
 static void crash_handler(int sig) {
   char msg[128];
   int st = rt_cur_stage;
-  const char *name = sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : sig == SIGFPE ? "SIGFPE"
-                     : sig == SIGILL ? "SIGILL" : "SIGABRT";
+  const char *name = sig == SIGSEGV  ? "SIGSEGV"
+                     : sig == SIGBUS ? "SIGBUS"
+                     : sig == SIGFPE ? "SIGFPE"
+                     : sig == SIGILL ? "SIGILL"
+                                     : "SIGABRT";
   int n = st >= 0 ? snprintf(msg, sizeof msg, "pipeline: stage %d: crashed (%s)\n", st, name)
                   : snprintf(msg, sizeof msg, "pipeline: crashed (%s)\n", name);
-  if (n > 0) { ssize_t w = write(2, msg, (size_t)n); (void)w; }
+  if (n > 0) {
+    ssize_t w = write(2, msg, (size_t)n);
+    (void)w;
+  }
   signal(sig, SIG_DFL);
   raise(sig);
 }
@@ -122,31 +128,36 @@ int rt_validate_plan(const pipert_pipeline *p) {
       const pipert_tensor_desc *src =
           r.stage == PIPERT_GRAPH_INPUT ? (r.index >= 0 && r.index < p->n_inputs ? &p->inputs[r.index] : NULL)
           : r.stage >= 0 && r.stage < s && r.index >= 0 && r.index < p->stages[r.stage].stage->n_outputs
-              ? &p->stages[r.stage].stage->outputs[r.index] : NULL;
+              ? &p->stages[r.stage].stage->outputs[r.index]
+              : NULL;
       if (!src) {
-        snprintf(e, sizeof e, "stage %d input %d: bad source (%d, %d); producers must be earlier stages",
-                 s, k, r.stage, r.index);
+        snprintf(e, sizeof e, "stage %d input %d: bad source (%d, %d); producers must be earlier stages", s, k, r.stage,
+                 r.index);
         break;
       }
       if (src->nbytes != d->inputs[k].nbytes || src->dtype != d->inputs[k].dtype) {
-        snprintf(e, sizeof e, "stage %d input %d '%s': size or dtype differs from its source", s, k,
-                 d->inputs[k].name);
+        snprintf(e, sizeof e, "stage %d input %d '%s': size or dtype differs from its source", s, k, d->inputs[k].name);
         break;
       }
     }
-    if (!e[0] && p->training && (!d->backward || !d->step || !d->zero_grads || !d->param_io || !sp->program ||
-                                 (d->n_bwd_inputs && !sp->bwd_input_src)))
-      snprintf(e, sizeof e, "stage %d: a training stage needs backward, step, zero_grads, param_io, a program "
-               "and its backward sources", s);
+    if (!e[0] && p->training &&
+        (!d->backward || !d->step || !d->zero_grads || !d->param_io || !sp->program ||
+         (d->n_bwd_inputs && !sp->bwd_input_src)))
+      snprintf(e, sizeof e,
+               "stage %d: a training stage needs backward, step, zero_grads, param_io, a program "
+               "and its backward sources",
+               s);
     for (int k = 0; !e[0] && p->training && k < d->n_bwd_inputs; k++) {
       pipert_ref r = sp->bwd_input_src[k];
-      const pipert_tensor_desc *src =
-          r.stage == PIPERT_GRAPH_INPUT ? (r.index >= 0 && r.index < p->n_inputs ? &p->inputs[r.index] : NULL)
-          : r.phase == 0 && r.stage >= 0 && r.stage <= s && r.index >= 0 && r.index < p->stages[r.stage].stage->n_outputs
-              ? &p->stages[r.stage].stage->outputs[r.index]
-          : r.phase == 1 && r.stage > s && r.stage < p->n_stages && r.index >= 0 &&
-                  r.index < p->stages[r.stage].stage->n_bwd_outputs
-              ? &p->stages[r.stage].stage->bwd_outputs[r.index] : NULL;
+      const pipert_tensor_desc *src = r.stage == PIPERT_GRAPH_INPUT
+                                          ? (r.index >= 0 && r.index < p->n_inputs ? &p->inputs[r.index] : NULL)
+                                      : r.phase == 0 && r.stage >= 0 && r.stage <= s && r.index >= 0 &&
+                                              r.index < p->stages[r.stage].stage->n_outputs
+                                          ? &p->stages[r.stage].stage->outputs[r.index]
+                                      : r.phase == 1 && r.stage > s && r.stage < p->n_stages && r.index >= 0 &&
+                                              r.index < p->stages[r.stage].stage->n_bwd_outputs
+                                          ? &p->stages[r.stage].stage->bwd_outputs[r.index]
+                                          : NULL;
       if (!src || src->nbytes != d->bwd_inputs[k].nbytes || src->dtype != d->bwd_inputs[k].dtype)
         snprintf(e, sizeof e, "stage %d backward input %d: bad source (%d, %d, phase %d)", s, k, r.stage, r.index,
                  r.phase);
@@ -376,7 +387,10 @@ int rt_load_inputs(const pipert_pipeline *p, const rt_options *o, rt_array *in, 
     if (ends_with(ia->path, ".npz") && !ia->name) {
       rt_array *arrs;
       int n;
-      if (rt_npz_load(ia->path, &arrs, &n, err, sizeof err)) { rt_errorf("%s", err); return 2; }
+      if (rt_npz_load(ia->path, &arrs, &n, err, sizeof err)) {
+        rt_errorf("%s", err);
+        return 2;
+      }
       for (int k = 0; k < n && !rc; k++) {
         int idx = find_input(p, arrs[k].name);
         if (idx < 0 && !strncmp(arrs[k].name, "arr_", 4)) idx = atoi(arrs[k].name + 4);
@@ -409,7 +423,10 @@ int rt_load_inputs(const pipert_pipeline *p, const rt_options *o, rt_array *in, 
       }
     }
     rt_array a;
-    if (rt_npy_load(ia->path, &a, err, sizeof err)) { rt_errorf("%s", err); return 2; }
+    if (rt_npy_load(ia->path, &a, err, sizeof err)) {
+      rt_errorf("%s", err);
+      return 2;
+    }
     rc = accept_input(p, idx, &a, ia->path, in, T);
     rt_array_free(&a);
   }
@@ -425,9 +442,10 @@ int rt_load_inputs(const pipert_pipeline *p, const rt_options *o, rt_array *in, 
   if (!*T) *T = p->microbatches; /* no input carries the batch */
   for (int i = 0; i < p->n_outputs; i++)
     if (p->outputs[i].rank == 0 && *T != 1) {
-      rt_errorf("graph output '%s' is a scalar, one value per run, but this run has %lld micro-batches: pass one "
-                "batch of one micro-batch",
-                p->outputs[i].name, (long long)*T);
+      rt_errorf(
+          "graph output '%s' is a scalar, one value per run, but this run has %lld micro-batches: pass one "
+          "batch of one micro-batch",
+          p->outputs[i].name, (long long)*T);
       return 2;
     }
   for (int i = 0; i < p->n_inputs; i++) /* scalars: micro-batch g's copy at g * nbytes */
@@ -474,7 +492,10 @@ int rt_write_outputs(const pipert_pipeline *p, const rt_options *o, const rt_arr
   struct stat st;
   int is_dir = (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) || ends_with(path, "/");
   if (ends_with(path, ".npz")) {
-    if (rt_npz_save(path, out, p->n_outputs, err, sizeof err)) { rt_errorf("%s", err); return 2; }
+    if (rt_npz_save(path, out, p->n_outputs, err, sizeof err)) {
+      rt_errorf("%s", err);
+      return 2;
+    }
     return 0;
   }
   if (!is_dir && ends_with(path, ".npy")) {
@@ -482,7 +503,10 @@ int rt_write_outputs(const pipert_pipeline *p, const rt_options *o, const rt_arr
       rt_errorf("--output %s: the pipeline has %d outputs: give a directory or a .npz file", path, p->n_outputs);
       return 2;
     }
-    if (rt_npy_save(path, &out[0], err, sizeof err)) { rt_errorf("%s", err); return 2; }
+    if (rt_npy_save(path, &out[0], err, sizeof err)) {
+      rt_errorf("%s", err);
+      return 2;
+    }
     return 0;
   }
   if (mkdir(path, 0777) != 0 && errno != EEXIST) {
@@ -493,20 +517,24 @@ int rt_write_outputs(const pipert_pipeline *p, const rt_options *o, const rt_arr
     char name[256], file[4400];
     safe_name(name, sizeof name, p->outputs[i].name);
     snprintf(file, sizeof file, "%s%s%s.npy", path, ends_with(path, "/") ? "" : "/", name);
-    if (rt_npy_save(file, &out[i], err, sizeof err)) { rt_errorf("%s", err); return 2; }
+    if (rt_npy_save(file, &out[i], err, sizeof err)) {
+      rt_errorf("%s", err);
+      return 2;
+    }
   }
   return 0;
 }
 
-void rt_print_bench(const pipert_pipeline *p, int iters, int64_t samples_per_iter, double wall_s,
-                    const double *busy_s, const rt_stats *stream) {
+void rt_print_bench(const pipert_pipeline *p, int iters, int64_t samples_per_iter, double wall_s, const double *busy_s,
+                    const rt_stats *stream) {
   double total_busy = 0;
   int workers = 0;
   printf("throughput: %.2f samples/s\n", (double)samples_per_iter * iters / wall_s);
   if (stream && stream->steady_batches > 0 && stream->steady_s > 0)
-    printf("steady state: %.2f samples/s (%d batches from the first batch's completion to the last's; the fill "
-           "excluded)\n",
-           (double)samples_per_iter * stream->steady_batches / stream->steady_s, stream->steady_batches);
+    printf(
+        "steady state: %.2f samples/s (%d batches from the first batch's completion to the last's; the fill "
+        "excluded)\n",
+        (double)samples_per_iter * stream->steady_batches / stream->steady_s, stream->steady_batches);
   printf("latency: %.3f ms per batch of %lld samples (%d iterations)\n", wall_s / iters * 1e3,
          (long long)samples_per_iter, iters);
   for (int s = 0; s < p->n_stages; s++) {
@@ -519,8 +547,7 @@ void rt_print_bench(const pipert_pipeline *p, int iters, int64_t samples_per_ite
   if (stream) /* one fill and one drain over all iterations: the plan's per-batch bubble does not apply */
     printf("bubble: measured %.4f (streaming %d batches; per-batch prediction %.4f)\n",
            1.0 - total_busy / (wall_s * workers), iters, p->predicted_bubble);
-  else
-    printf("bubble: measured %.4f predicted %.4f\n", 1.0 - total_busy / (wall_s * workers), p->predicted_bubble);
+  else printf("bubble: measured %.4f predicted %.4f\n", 1.0 - total_busy / (wall_s * workers), p->predicted_bubble);
   fflush(stdout);
 }
 
@@ -561,21 +588,39 @@ static int parse_args(int argc, char **argv, rt_options *o) {
   o->inputs = calloc((size_t)argc, sizeof *o->inputs);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(argv[0]); exit(0); }
-    if (!strcmp(a, "--pin")) { o->pin = 1; continue; }
-    if (!strcmp(a, "--stream")) { o->stream = 1; continue; }
-    if (!v) { rt_errorf("%s: missing value", a); usage(argv[0]); return -1; }
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(argv[0]);
+      exit(0);
+    }
+    if (!strcmp(a, "--pin")) {
+      o->pin = 1;
+      continue;
+    }
+    if (!strcmp(a, "--stream")) {
+      o->stream = 1;
+      continue;
+    }
+    if (!v) {
+      rt_errorf("%s: missing value", a);
+      usage(argv[0]);
+      return -1;
+    }
     i++;
     if (!strcmp(a, "--input") || !strcmp(a, "-i")) {
       const char *eq = strchr(v, '=');
       rt_input_arg *ia = &o->inputs[o->n_inputs++];
-      if (eq) { ia->name = strndup(v, (size_t)(eq - v)); ia->path = eq + 1; }
-      else ia->path = v;
+      if (eq) {
+        ia->name = strndup(v, (size_t)(eq - v));
+        ia->path = eq + 1;
+      } else ia->path = v;
     } else if (!strcmp(a, "--output") || !strcmp(a, "-o")) o->output = v;
-    else if (!strcmp(a, "--microbatches")) { if (parse_int(a, v, 1, &o->microbatches)) return -1; }
-    else if (!strcmp(a, "--bench")) { if (parse_int(a, v, 1, &o->bench)) return -1; }
-    else if (!strcmp(a, "--threads-per-stage")) { if (parse_int(a, v, 1, &o->threads_per_stage)) return -1; }
-    else if (!strcmp(a, "--weights-dir")) o->weights_dir = v;
+    else if (!strcmp(a, "--microbatches")) {
+      if (parse_int(a, v, 1, &o->microbatches)) return -1;
+    } else if (!strcmp(a, "--bench")) {
+      if (parse_int(a, v, 1, &o->bench)) return -1;
+    } else if (!strcmp(a, "--threads-per-stage")) {
+      if (parse_int(a, v, 1, &o->threads_per_stage)) return -1;
+    } else if (!strcmp(a, "--weights-dir")) o->weights_dir = v;
     else if (!strcmp(a, "--transport")) {
       if (strcmp(v, "auto") && strcmp(v, "threads") && strcmp(v, "mpi")) {
         rt_errorf("--transport: expected auto, threads or mpi, given '%s'", v);
@@ -585,7 +630,10 @@ static int parse_args(int argc, char **argv, rt_options *o) {
     } else if (!strcmp(a, "--timeout")) {
       char *e;
       o->timeout_s = strtod(v, &e);
-      if (*e || o->timeout_s < 0) { rt_errorf("--timeout: expected seconds, given '%s'", v); return -1; }
+      if (*e || o->timeout_s < 0) {
+        rt_errorf("--timeout: expected seconds, given '%s'", v);
+        return -1;
+      }
     } else {
       rt_errorf("unknown option '%s'", a);
       usage(argv[0]);
@@ -629,9 +677,7 @@ static int run_threads(const pipert_pipeline *p, const rt_options *o) {
         for (int s = 0; s < p->n_stages; s++) busy[s] += st.busy_s[s];
       }
     }
-    if (!rc)
-      rt_print_bench(p, o->bench, T * rt_microbatch_size(p), wall, busy,
-                     o->stream ? &sst : NULL);
+    if (!rc) rt_print_bench(p, o->bench, T * rt_microbatch_size(p), wall, busy, o->stream ? &sst : NULL);
     free(busy);
   }
   if (!rc) rc = rt_write_outputs(p, o, out);
@@ -709,8 +755,10 @@ static int main_with(int argc, char **argv, const pipert_pipeline *p) {
   int train_cmd = argc > 1 && !strcmp(argv[1], "train");
   if (train_cmd != !!p->training) {
     if (p->training)
-      rt_errorf("this is a training program (pipecc --train): run `%s train --data X.npy --labels Y.npy --steps N ...` "
-                "(see %s train --help)", argv[0], argv[0]);
+      rt_errorf(
+          "this is a training program (pipecc --train): run `%s train --data X.npy --labels Y.npy --steps N ...` "
+          "(see %s train --help)",
+          argv[0], argv[0]);
     else rt_errorf("`train`: this pipeline was compiled for inference; compile the model with pipecc --train");
     return 2;
   }

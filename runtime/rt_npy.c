@@ -9,27 +9,43 @@
  * as onnx.numpy_helper gives bfloat16) and uint8 ('|u1'); reading '<u2' or '|u1' gives
  * uint16 or uint8 (the later row wins), which an input declared bfloat16 or float8 takes
  * (rt_main.c accept_input) */
-static const struct { int dtype; const char *descr; const char *name; size_t size; } k_dtypes[] = {
-  {PIPERT_BFLOAT16, "u2", "bfloat16", 2},
-  {PIPERT_FLOAT8E4M3FN, "u1", "float8e4m3fn", 1}, {PIPERT_FLOAT8E4M3FNUZ, "u1", "float8e4m3fnuz", 1},
-  {PIPERT_FLOAT8E5M2, "u1", "float8e5m2", 1},     {PIPERT_FLOAT8E5M2FNUZ, "u1", "float8e5m2fnuz", 1},
-  {PIPERT_UINT4, "u1", "uint4", 1},               {PIPERT_INT4, "i1", "int4", 1},
-  {PIPERT_FLOAT, "f4", "float32", 4},  {PIPERT_DOUBLE, "f8", "float64", 8},
-  {PIPERT_FLOAT16, "f2", "float16", 2}, {PIPERT_INT64, "i8", "int64", 8},
-  {PIPERT_INT32, "i4", "int32", 4},    {PIPERT_INT16, "i2", "int16", 2},
-  {PIPERT_INT8, "i1", "int8", 1},      {PIPERT_UINT8, "u1", "uint8", 1},
-  {PIPERT_UINT16, "u2", "uint16", 2},  {PIPERT_UINT32, "u4", "uint32", 4},
-  {PIPERT_UINT64, "u8", "uint64", 8},  {PIPERT_BOOL, "b1", "bool", 1},
+static const struct {
+  int dtype;
+  const char *descr;
+  const char *name;
+  size_t size;
+} k_dtypes[] = {
+    {PIPERT_BFLOAT16, "u2", "bfloat16", 2},
+    {PIPERT_FLOAT8E4M3FN, "u1", "float8e4m3fn", 1},
+    {PIPERT_FLOAT8E4M3FNUZ, "u1", "float8e4m3fnuz", 1},
+    {PIPERT_FLOAT8E5M2, "u1", "float8e5m2", 1},
+    {PIPERT_FLOAT8E5M2FNUZ, "u1", "float8e5m2fnuz", 1},
+    {PIPERT_UINT4, "u1", "uint4", 1},
+    {PIPERT_INT4, "i1", "int4", 1},
+    {PIPERT_FLOAT, "f4", "float32", 4},
+    {PIPERT_DOUBLE, "f8", "float64", 8},
+    {PIPERT_FLOAT16, "f2", "float16", 2},
+    {PIPERT_INT64, "i8", "int64", 8},
+    {PIPERT_INT32, "i4", "int32", 4},
+    {PIPERT_INT16, "i2", "int16", 2},
+    {PIPERT_INT8, "i1", "int8", 1},
+    {PIPERT_UINT8, "u1", "uint8", 1},
+    {PIPERT_UINT16, "u2", "uint16", 2},
+    {PIPERT_UINT32, "u4", "uint32", 4},
+    {PIPERT_UINT64, "u8", "uint64", 8},
+    {PIPERT_BOOL, "b1", "bool", 1},
 };
 #define N_DTYPES (sizeof k_dtypes / sizeof k_dtypes[0])
 
 size_t rt_dtype_size(int dtype) {
-  for (size_t i = 0; i < N_DTYPES; i++) if (k_dtypes[i].dtype == dtype) return k_dtypes[i].size;
+  for (size_t i = 0; i < N_DTYPES; i++)
+    if (k_dtypes[i].dtype == dtype) return k_dtypes[i].size;
   return 0;
 }
 
 const char *rt_dtype_name(int dtype) {
-  for (size_t i = 0; i < N_DTYPES; i++) if (k_dtypes[i].dtype == dtype) return k_dtypes[i].name;
+  for (size_t i = 0; i < N_DTYPES; i++)
+    if (k_dtypes[i].dtype == dtype) return k_dtypes[i].name;
   return "unknown";
 }
 
@@ -51,7 +67,10 @@ int rt_array_alloc(rt_array *a, const char *name, int dtype, int rank, const int
   memset(a, 0, sizeof *a);
   size_t n = rt_dtype_size(dtype);
   if (!n || rank < 0 || rank > PIPERT_MAX_RANK) return -1;
-  for (int i = 0; i < rank; i++) { a->dims[i] = dims[i]; n *= (size_t)dims[i]; }
+  for (int i = 0; i < rank; i++) {
+    a->dims[i] = dims[i];
+    n *= (size_t)dims[i];
+  }
   a->name = name ? strdup(name) : NULL;
   a->dtype = dtype;
   a->rank = rank;
@@ -81,8 +100,10 @@ int rt_npy_parse(const void *buf, size_t len, const char *what, rt_array *out, c
     return -1;
   }
   size_t hlen, hoff;
-  if (b[6] == 1) { hlen = (size_t)b[8] | (size_t)b[9] << 8; hoff = 10; }
-  else if (b[6] == 2 || b[6] == 3) {
+  if (b[6] == 1) {
+    hlen = (size_t)b[8] | (size_t)b[9] << 8;
+    hoff = 10;
+  } else if (b[6] == 2 || b[6] == 3) {
     if (len < 12) goto trunc;
     hlen = (size_t)b[8] | (size_t)b[9] << 8 | (size_t)b[10] << 16 | (size_t)b[11] << 24;
     hoff = 12;
@@ -103,7 +124,10 @@ int rt_npy_parse(const void *buf, size_t len, const char *what, rt_array *out, c
   char descr[32] = {0};
   char q = *d++;
   size_t dl = 0;
-  while (d[dl] && d[dl] != q && dl < sizeof descr - 1) { descr[dl] = d[dl]; dl++; }
+  while (d[dl] && d[dl] != q && dl < sizeof descr - 1) {
+    descr[dl] = d[dl];
+    dl++;
+  }
   int dtype = 0;
   if (dl == 3 && (descr[0] == '<' || descr[0] == '|' || descr[0] == '=')) {
     for (size_t i = 0; i < N_DTYPES; i++)
@@ -129,8 +153,14 @@ int rt_npy_parse(const void *buf, size_t len, const char *what, rt_array *out, c
     char *e;
     errno = 0;
     long long v = strtoll(p, &e, 10);
-    if (e == p || v < 0 || errno) { rank = -1; break; }
-    if (rank == PIPERT_MAX_RANK) { rank = -2; break; }
+    if (e == p || v < 0 || errno) {
+      rank = -1;
+      break;
+    }
+    if (rank == PIPERT_MAX_RANK) {
+      rank = -2;
+      break;
+    }
     dims[rank++] = v;
     p = e;
     while (*p == 'L') p++;
@@ -154,7 +184,10 @@ trunc:
 
 static void *read_file(const char *path, size_t *len, char *err, size_t errlen) {
   FILE *f = fopen(path, "rb");
-  if (!f) { snprintf(err, errlen, "%s: %s", path, strerror(errno)); return NULL; }
+  if (!f) {
+    snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    return NULL;
+  }
   size_t cap = 1 << 16, n = 0;
   char *buf = malloc(cap);
   for (;;) {
@@ -165,7 +198,11 @@ static void *read_file(const char *path, size_t *len, char *err, size_t errlen) 
   }
   int bad = ferror(f);
   fclose(f);
-  if (bad) { snprintf(err, errlen, "%s: read error", path); free(buf); return NULL; }
+  if (bad) {
+    snprintf(err, errlen, "%s: read error", path);
+    free(buf);
+    return NULL;
+  }
   *len = n;
   return buf;
 }
@@ -194,13 +231,12 @@ static size_t npy_header(const rt_array *a, char *h, size_t cap) {
   char shape[256];
   size_t o = (size_t)snprintf(shape, sizeof shape, "(");
   for (int i = 0; i < a->rank; i++)
-    o += (size_t)snprintf(shape + o, sizeof shape - o, "%lld,%s", (long long)a->dims[i],
-                          i + 1 < a->rank ? " " : "");
+    o += (size_t)snprintf(shape + o, sizeof shape - o, "%lld,%s", (long long)a->dims[i], i + 1 < a->rank ? " " : "");
   if (a->rank > 1) shape[--o] = 0; /* numpy writes (2, 3) but (3,) */
   snprintf(shape + o, sizeof shape - o, ")");
   char dict[400];
-  int dl = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
-                    descr_of(a->dtype), shape);
+  int dl =
+      snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr_of(a->dtype), shape);
   size_t total = 10 + (size_t)dl + 1;
   total = (total + 63) / 64 * 64;
   if (total > cap) return 0;
@@ -218,10 +254,16 @@ int rt_npy_save(const char *path, const rt_array *a, char *err, size_t errlen) {
   char h[512];
   size_t hl = npy_header(a, h, sizeof h);
   FILE *f = fopen(path, "wb");
-  if (!f) { snprintf(err, errlen, "%s: %s", path, strerror(errno)); return -1; }
+  if (!f) {
+    snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    return -1;
+  }
   int ok = fwrite(h, 1, hl, f) == hl && fwrite(a->data, 1, a->nbytes, f) == a->nbytes;
   if (fclose(f) != 0) ok = 0;
-  if (!ok) { snprintf(err, errlen, "%s: write error", path); return -1; }
+  if (!ok) {
+    snprintf(err, errlen, "%s: write error", path);
+    return -1;
+  }
   return 0;
 }
 
@@ -261,8 +303,14 @@ int rt_npz_load(const char *path, rt_array **arrs, int *n, char *err, size_t err
   int cnt = 0;
   long eocd = -1;
   for (long i = (long)len - 22; i >= 0 && i >= (long)len - 22 - 65535; i--)
-    if (rd32(b + i) == 0x06054b50) { eocd = i; break; }
-  if (eocd < 0) { snprintf(err, errlen, "%s: not a zip/npz file", path); goto fail; }
+    if (rd32(b + i) == 0x06054b50) {
+      eocd = i;
+      break;
+    }
+  if (eocd < 0) {
+    snprintf(err, errlen, "%s: not a zip/npz file", path);
+    goto fail;
+  }
   uint64_t entries = rd16(b + eocd + 10), cdoff = rd32(b + eocd + 16);
   if ((entries == 0xffff || cdoff == 0xffffffffu) && eocd >= 20 && rd32(b + eocd - 20) == 0x07064b50) {
     uint64_t z = rd64(b + eocd - 20 + 8);
@@ -287,16 +335,26 @@ int rt_npz_load(const char *path, rt_array **arrs, int *n, char *err, size_t err
       const unsigned char *f = x + 4, *fe = x + 4 + sz;
       if (fe > xe) break;
       if (id == 1) {
-        if (usize == 0xffffffffu && f + 8 <= fe) { usize = rd64(f); f += 8; }
-        if (csize == 0xffffffffu && f + 8 <= fe) { csize = rd64(f); f += 8; }
-        if (loff == 0xffffffffu && f + 8 <= fe) { loff = rd64(f); f += 8; }
+        if (usize == 0xffffffffu && f + 8 <= fe) {
+          usize = rd64(f);
+          f += 8;
+        }
+        if (csize == 0xffffffffu && f + 8 <= fe) {
+          csize = rd64(f);
+          f += 8;
+        }
+        if (loff == 0xffffffffu && f + 8 <= fe) {
+          loff = rd64(f);
+          f += 8;
+        }
       }
       x = fe;
     }
     if (method != 0 || (flags & 1)) {
-      snprintf(err, errlen, "%s: entry '%s' is %s; only uncompressed npz files are supported "
-               "(write them with numpy.savez, not numpy.savez_compressed)", path, name,
-               flags & 1 ? "encrypted" : "compressed");
+      snprintf(err, errlen,
+               "%s: entry '%s' is %s; only uncompressed npz files are supported "
+               "(write them with numpy.savez, not numpy.savez_compressed)",
+               path, name, flags & 1 ? "encrypted" : "compressed");
       goto fail;
     }
     if (loff + 30 > len || rd32(b + loff) != 0x04034b50) goto bad;
@@ -327,12 +385,21 @@ fail:
   return -1;
 }
 
-static void wr16(unsigned char *p, uint32_t v) { p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8); }
-static void wr32(unsigned char *p, uint32_t v) { wr16(p, v & 0xffff); wr16(p + 2, v >> 16); }
+static void wr16(unsigned char *p, uint32_t v) {
+  p[0] = (unsigned char)v;
+  p[1] = (unsigned char)(v >> 8);
+}
+static void wr32(unsigned char *p, uint32_t v) {
+  wr16(p, v & 0xffff);
+  wr16(p + 2, v >> 16);
+}
 
 int rt_npz_save(const char *path, const rt_array *arrs, int n, char *err, size_t errlen) {
   FILE *f = fopen(path, "wb");
-  if (!f) { snprintf(err, errlen, "%s: %s", path, strerror(errno)); return -1; }
+  if (!f) {
+    snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    return -1;
+  }
   unsigned char *cd = NULL;
   size_t cdlen = 0, off = 0;
   int ok = 1;
@@ -342,34 +409,54 @@ int rt_npz_save(const char *path, const rt_array *arrs, int n, char *err, size_t
     int nl = snprintf(name, sizeof name, "%s.npy", a->name ? a->name : "arr");
     size_t hl = npy_header(a, h, sizeof h), size = hl + a->nbytes;
     if (size >= 0xffffffffu || off >= 0xffffffffu) {
-      snprintf(err, errlen, "%s: arrays of 4 GiB or more need zip64, which is not supported; write a directory of .npy files instead", path);
+      snprintf(
+          err, errlen,
+          "%s: arrays of 4 GiB or more need zip64, which is not supported; write a directory of .npy files instead",
+          path);
       fclose(f);
       free(cd);
       return -1;
     }
     uint32_t crc = rt_crc32(rt_crc32(0, h, hl), a->data, a->nbytes);
     unsigned char lh[30] = {0};
-    wr32(lh, 0x04034b50); wr16(lh + 4, 20); wr16(lh + 12, 0x21); /* 1980-01-01 */
-    wr32(lh + 14, crc); wr32(lh + 18, (uint32_t)size); wr32(lh + 22, (uint32_t)size);
+    wr32(lh, 0x04034b50);
+    wr16(lh + 4, 20);
+    wr16(lh + 12, 0x21); /* 1980-01-01 */
+    wr32(lh + 14, crc);
+    wr32(lh + 18, (uint32_t)size);
+    wr32(lh + 22, (uint32_t)size);
     wr16(lh + 26, (uint32_t)nl);
-    ok = fwrite(lh, 1, 30, f) == 30 && fwrite(name, 1, (size_t)nl, f) == (size_t)nl &&
-         fwrite(h, 1, hl, f) == hl && fwrite(a->data, 1, a->nbytes, f) == a->nbytes;
+    ok = fwrite(lh, 1, 30, f) == 30 && fwrite(name, 1, (size_t)nl, f) == (size_t)nl && fwrite(h, 1, hl, f) == hl &&
+         fwrite(a->data, 1, a->nbytes, f) == a->nbytes;
     cd = realloc(cd, cdlen + 46 + (size_t)nl);
     unsigned char *c = cd + cdlen;
     memset(c, 0, 46);
-    wr32(c, 0x02014b50); wr16(c + 4, 20); wr16(c + 6, 20); wr16(c + 14, 0x21);
-    wr32(c + 16, crc); wr32(c + 20, (uint32_t)size); wr32(c + 24, (uint32_t)size);
-    wr16(c + 28, (uint32_t)nl); wr32(c + 38, 0644u << 16); wr32(c + 42, (uint32_t)off);
+    wr32(c, 0x02014b50);
+    wr16(c + 4, 20);
+    wr16(c + 6, 20);
+    wr16(c + 14, 0x21);
+    wr32(c + 16, crc);
+    wr32(c + 20, (uint32_t)size);
+    wr32(c + 24, (uint32_t)size);
+    wr16(c + 28, (uint32_t)nl);
+    wr32(c + 38, 0644u << 16);
+    wr32(c + 42, (uint32_t)off);
     memcpy(c + 46, name, (size_t)nl);
     cdlen += 46 + (size_t)nl;
     off += 30 + (size_t)nl + size;
   }
   unsigned char e[22] = {0};
-  wr32(e, 0x06054b50); wr16(e + 8, (uint32_t)n); wr16(e + 10, (uint32_t)n);
-  wr32(e + 12, (uint32_t)cdlen); wr32(e + 16, (uint32_t)off);
+  wr32(e, 0x06054b50);
+  wr16(e + 8, (uint32_t)n);
+  wr16(e + 10, (uint32_t)n);
+  wr32(e + 12, (uint32_t)cdlen);
+  wr32(e + 16, (uint32_t)off);
   if (ok) ok = fwrite(cd, 1, cdlen, f) == cdlen && fwrite(e, 1, 22, f) == 22;
   free(cd);
   if (fclose(f) != 0) ok = 0;
-  if (!ok) { snprintf(err, errlen, "%s: write error", path); return -1; }
+  if (!ok) {
+    snprintf(err, errlen, "%s: write error", path);
+    return -1;
+  }
   return 0;
 }

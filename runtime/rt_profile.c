@@ -7,8 +7,8 @@
 #include "rt.h"
 
 /* Single-threaded by construction: the profiler runs forward() on its main thread. */
-static double *acc;   /* seconds per unit of the current run */
-static int cur = -1;  /* unit being timed, -1 none */
+static double *acc;  /* seconds per unit of the current run */
+static int cur = -1; /* unit being timed, -1 none */
 static double since;
 
 void pipert_profile_mark(int unit) {
@@ -19,12 +19,13 @@ void pipert_profile_mark(int unit) {
 }
 
 static void usage(void) {
-  fputs("usage: profile [--profile-out FILE.json] [--warmup N] [--reps N] [--weights-dir DIR] [-v]\n"
-        "Times every node of this one-stage cpu build on one thread (one micro-batch of fixed\n"
-        "pseudo-random inputs): N warm-up runs, then the median of --reps runs per node; a fused\n"
-        "unit's time is split evenly over its nodes. Writes {\"device\": ..., \"nodes\": {NAME:\n"
-        "{\"fwd_ms\": ...}}} for pipecc --profile FILE.json (stdout without --profile-out).\n",
-        stderr);
+  fputs(
+      "usage: profile [--profile-out FILE.json] [--warmup N] [--reps N] [--weights-dir DIR] [-v]\n"
+      "Times every node of this one-stage cpu build on one thread (one micro-batch of fixed\n"
+      "pseudo-random inputs): N warm-up runs, then the median of --reps runs per node; a fused\n"
+      "unit's time is split evenly over its nodes. Writes {\"device\": ..., \"nodes\": {NAME:\n"
+      "{\"fwd_ms\": ...}}} for pipecc --profile FILE.json (stdout without --profile-out).\n",
+      stderr);
 }
 
 static void put_json_str(FILE *f, const char *s) {
@@ -157,7 +158,8 @@ int pipert_profile_main(int argc, char **argv, const pipert_stage_desc *d, const
         ord[j - 1] = t;
       }
     for (int i = 0; i < U; i++)
-      if (med[ord[i]] > 0) fprintf(stderr, "%10.3f ms %5.1f%%  %s\n", med[ord[i]], 100 * med[ord[i]] / total, u->unit_labels[ord[i]]);
+      if (med[ord[i]] > 0)
+        fprintf(stderr, "%10.3f ms %5.1f%%  %s\n", med[ord[i]], 100 * med[ord[i]] / total, u->unit_labels[ord[i]]);
     free(ord);
   }
   if (d->fini) d->fini(st);

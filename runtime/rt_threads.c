@@ -20,18 +20,18 @@
 #include "rt.h"
 #include "rt_fakedev.h"
 
-#define BOX_CAP 2      /* micro-batches in flight on one edge (inference) */
-#define POOL_EXTRA 2   /* sets per pool beyond the mailbox capacity */
+#define BOX_CAP 2    /* micro-batches in flight on one edge (inference) */
+#define POOL_EXTRA 2 /* sets per pool beyond the mailbox capacity */
 #define WAIT_MS 20
 
 typedef struct rt_box {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int cap;
-  int64_t low;                 /* smallest micro-batch not taken yet */
-  int64_t *mb;                 /* [cap] micro-batch held by the slot */
-  int *state;                  /* [cap] 0 empty, 1 full, 2 taken (waits for low to pass) */
-  rt_set **set;                /* [cap] */
+  int64_t low;  /* smallest micro-batch not taken yet */
+  int64_t *mb;  /* [cap] micro-batch held by the slot */
+  int *state;   /* [cap] 0 empty, 1 full, 2 taken (waits for low to pass) */
+  rt_set **set; /* [cap] */
 } rt_box;
 
 typedef struct rt_tworker {
@@ -41,7 +41,7 @@ typedef struct rt_tworker {
   pthread_t th;
 } rt_tworker;
 
-typedef struct rt_rbar {       /* the replicas of one stage */
+typedef struct rt_rbar { /* the replicas of one stage */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int count;
@@ -54,13 +54,13 @@ struct rt_exec {
   int M;
   int nworkers;
   rt_tworker *w;
-  rt_weights *weights;             /* per stage */
-  const pipert_instr **prog;       /* per stage */
+  rt_weights *weights;       /* per stage */
+  const pipert_instr **prog; /* per stage */
   int *prog_len;
   pipert_instr **prog_owned;
   rt_topo *topo;
-  rt_box **box, **gbox;            /* box[j * S + i]: forward j -> i; gbox[t * S + s]: backward t -> s */
-  rt_rbar *rbar;                   /* per stage */
+  rt_box **box, **gbox; /* box[j * S + i]: forward j -> i; gbox[t * S + s]: backward t -> s */
+  rt_rbar *rbar;        /* per stage */
   /* per run */
   atomic_int abort;
   pthread_mutex_t mu;
@@ -71,14 +71,14 @@ struct rt_exec {
   const rt_array *in;
   rt_array *out;
   int64_t T;
-  int64_t period;                 /* data slots (micro-batches) in in[]/out[]; 0: T */
+  int64_t period; /* data slots (micro-batches) in in[]/out[]; 0: T */
   /* Streaming (period < T): batch b (micro-batches b*period .. +period) is complete when
    * all its graph outputs are written; batch_left[b] counts down, batch_done[b] is the
    * time it reached 0. */
   int64_t nbatch;
   atomic_llong *batch_left;
   double *batch_done;
-  void **pinned;                  /* device mode: input arrays page-locked (pin), [n_inputs] */
+  void **pinned; /* device mode: input arrays page-locked (pin), [n_inputs] */
   size_t *pinned_n;
 };
 
@@ -94,7 +94,10 @@ static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   ts.tv_nsec += WAIT_MS * 1000000L;
-  if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
   pthread_cond_timedwait(cv, mu, &ts);
 }
 
@@ -182,7 +185,11 @@ static rt_set *box_take(rt_exec *ex, rt_box *b, int64_t mb) {
 
 static void box_reset(rt_box *b) {
   b->low = 0;
-  for (int k = 0; k < b->cap; k++) { b->mb[k] = -1; b->state[k] = 0; b->set[k] = NULL; }
+  for (int k = 0; k < b->cap; k++) {
+    b->mb[k] = -1;
+    b->state[k] = 0;
+    b->set[k] = NULL;
+  }
 }
 
 /* End-of-round barrier of all workers (timed, abortable). */
@@ -235,7 +242,7 @@ static int t_send(void *link, rt_worker *w, int kind, rt_set *s, int64_t g) {
   const rt_topo *t = w->topo;
   int S = ex->p->n_stages, n = kind ? t->ngc : t->nfc;
   const int *to = kind ? t->gc : t->fc;
-  if (n == 0) rt_set_release(s); /* nobody reads it: drop the transport's reference */
+  if (n == 0) rt_set_release(s);          /* nobody reads it: drop the transport's reference */
   else atomic_fetch_add(&s->refs, n - 1); /* one reference per reader */
   for (int k = 0; k < n; k++)
     if (box_put(ex, kind ? ex->gbox[w->stage * S + to[k]] : ex->box[w->stage * S + to[k]], g, s)) return -1;
@@ -285,7 +292,8 @@ static int t_allreduce(void *link, rt_worker *w) {
         rc |= d->param_io(worker_of(ex, w->stage, r)->w.state, 0, pd->offset, tmp, pd->nbytes);
         rt_sum_into(acc, tmp, pd->nbytes, pd->dtype);
       }
-      for (int r = 0; r < R && !rc; r++) rc |= d->param_io(worker_of(ex, w->stage, r)->w.state, 1, pd->offset, acc, pd->nbytes);
+      for (int r = 0; r < R && !rc; r++)
+        rc |= d->param_io(worker_of(ex, w->stage, r)->w.state, 1, pd->offset, acc, pd->nbytes);
       free(acc);
       free(tmp);
     }
@@ -408,7 +416,8 @@ int rt_threads_create(const pipert_pipeline *p, const rt_options *o, int M, rt_e
       dev = oi == oj || (di->peer && di->peer(ex->w[i].w.state, oj) == 0);
     }
   }
-  for (int i = 0; i < ex->nworkers && dev; i++) rt_worker_set_device(&ex->w[i].w, p->stages[ex->w[i].w.stage].stage->device);
+  for (int i = 0; i < ex->nworkers && dev; i++)
+    rt_worker_set_device(&ex->w[i].w, p->stages[ex->w[i].w.stage].stage->device);
   /* ... and hands them over on the device, no thread waiting for another's work
    * (PIPERT_SYNC_SETS=1: each forward/backward finishes before its set is handed on) */
   int async = dev && !rt_env_on("PIPERT_SYNC_SETS");
@@ -436,8 +445,9 @@ int rt_threads_create(const pipert_pipeline *p, const rt_options *o, int M, rt_e
     const pipert_device_ops *d0 = ex->nworkers ? ex->w[0].w.dev : NULL;
     fprintf(stderr, "pipeline: %d stage replica%s on %d device%s; sets between stages in %s memory%s%s\n", ex->nworkers,
             ex->nworkers == 1 ? "" : "s", nd, nd == 1 ? "" : "s", dev ? "device" : "host",
-            dev ? (ex->nworkers && ex->w[0].w.dev_async ? ", handed over on the device" : ", handed over synchronously") : "",
-            !p->training || !replicated ? ""
+            dev ? (ex->nworkers && ex->w[0].w.dev_async ? ", handed over on the device" : ", handed over synchronously")
+                : "",
+            !p->training || !replicated             ? ""
             : d0 && d0->param_sum && d0->param_copy ? "; replicas' gradients summed in device memory"
                                                     : "; replicas' gradients summed in host memory");
   }
@@ -513,8 +523,8 @@ static void stall_check(rt_exec *ex, int started, double now, double stall_s) {
   for (int i = 0, k = 0; i < started && k < 4 && n_stalled > 1; i++) {
     if (i == at || !rt_worker_stalled(&ex->w[i].w, now, stall_s)) continue;
     char o[96];
-    len += (size_t)snprintf(also + len, sizeof also - len, "%s%s", k++ ? ", " : "; stalled too: ",
-                            rt_worker_where(&ex->w[i].w, o, sizeof o));
+    len += (size_t)snprintf(also + len, sizeof also - len, "%s%s",
+                            k++ ? ", " : "; stalled too: ", rt_worker_where(&ex->w[i].w, o, sizeof o));
     if (len >= sizeof also) break;
   }
   fail(ex, 1, "%s: %s has not returned in %.0f s (PIPERT_STALL_S%s): a device that hangs?%s",

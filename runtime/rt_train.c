@@ -30,8 +30,8 @@
 
 enum { HY_LR, HY_MOMENTUM, HY_WD, HY_BETA1, HY_BETA2, HY_EPS, HY_N };
 static const char *const hyper_opt[HY_N] = {"--lr", "--momentum", "--weight-decay", "--beta1", "--beta2", "--eps"};
-static const char *const hyper_param[HY_N] = {"hyper/lr", "hyper/momentum", "hyper/weight_decay", "hyper/beta1",
-                                              "hyper/beta2", "hyper/eps"};
+static const char *const hyper_param[HY_N] = {"hyper/lr",    "hyper/momentum", "hyper/weight_decay",
+                                              "hyper/beta1", "hyper/beta2",    "hyper/eps"};
 
 typedef struct {
   rt_input_arg *data;
@@ -51,15 +51,16 @@ typedef struct {
 } train_opts;
 
 static void usage(void) {
-  fputs("usage: pipeline train --data [NAME=]X.npy|X.npz ... [--labels Y.npy] (--steps N | --epochs E)\n"
-        "       [--batch B] [--lr L] [--momentum U] [--weight-decay W] [--beta1 B1] [--beta2 B2] [--eps E]\n"
-        "       [--no-shuffle] [--seed S] [--save W.npz] [--save-grads G.npz] [--checkpoint DIR\n"
-        "       [--checkpoint-every K]] [--resume DIR] [--export-onnx OUT.onnx] [--log FILE.csv] [--quiet]\n"
-        "       [--weights-dir DIR] [--threads-per-stage T] [--pin] [--timeout S] [--launch]\n"
-        "Trains for --steps optimizer steps (or --epochs passes over the data), one batch of the compiled\n"
-        "size per step, and prints the loss (and accuracy for classification) with a progress bar.\n"
-        "--launch runs one process per stage replica on this host (mpirun; NCCL between GPUs).\n",
-        stderr);
+  fputs(
+      "usage: pipeline train --data [NAME=]X.npy|X.npz ... [--labels Y.npy] (--steps N | --epochs E)\n"
+      "       [--batch B] [--lr L] [--momentum U] [--weight-decay W] [--beta1 B1] [--beta2 B2] [--eps E]\n"
+      "       [--no-shuffle] [--seed S] [--save W.npz] [--save-grads G.npz] [--checkpoint DIR\n"
+      "       [--checkpoint-every K]] [--resume DIR] [--export-onnx OUT.onnx] [--log FILE.csv] [--quiet]\n"
+      "       [--weights-dir DIR] [--threads-per-stage T] [--pin] [--timeout S] [--launch]\n"
+      "Trains for --steps optimizer steps (or --epochs passes over the data), one batch of the compiled\n"
+      "size per step, and prints the loss (and accuracy for classification) with a progress bar.\n"
+      "--launch runs one process per stage replica on this host (mpirun; NCCL between GPUs).\n",
+      stderr);
 }
 
 static int parse_num(const char *opt, const char *v, double min, double *out) {
@@ -82,21 +83,43 @@ static int parse_train_args(int argc, char **argv, train_opts *t) {
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     double x = 0;
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); exit(0); }
-    if (!strcmp(a, "--no-shuffle")) { t->shuffle = 0; t->shuffle_given = 1; continue; }
-    if (!strcmp(a, "--quiet")) { t->quiet = 1; continue; }
-    if (!strcmp(a, "--pin")) { t->ro.pin = 1; continue; }
-    static const char *const with_value[] = {"--data", "--labels", "--batch", "--steps", "--epochs", "--checkpoint-every",
-                                             "--seed", "--threads-per-stage", "--timeout", "--save", "--save-grads",
-                                             "--checkpoint", "--resume", "--export-onnx", "--log", "--weights-dir"};
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage();
+      exit(0);
+    }
+    if (!strcmp(a, "--no-shuffle")) {
+      t->shuffle = 0;
+      t->shuffle_given = 1;
+      continue;
+    }
+    if (!strcmp(a, "--quiet")) {
+      t->quiet = 1;
+      continue;
+    }
+    if (!strcmp(a, "--pin")) {
+      t->ro.pin = 1;
+      continue;
+    }
+    static const char *const with_value[] = {"--data",       "--labels",
+                                             "--batch",      "--steps",
+                                             "--epochs",     "--checkpoint-every",
+                                             "--seed",       "--threads-per-stage",
+                                             "--timeout",    "--save",
+                                             "--save-grads", "--checkpoint",
+                                             "--resume",     "--export-onnx",
+                                             "--log",        "--weights-dir"};
     int h = -1, known = 0;
-    for (int k = 0; k < HY_N; k++) if (!strcmp(a, hyper_opt[k])) h = k;
+    for (int k = 0; k < HY_N; k++)
+      if (!strcmp(a, hyper_opt[k])) h = k;
     for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known |= !strcmp(a, with_value[k]);
     if (h < 0 && !known) {
       rt_errorf("train: unknown option '%s' (see pipeline train --help)", a);
       return -1;
     }
-    if (!v) { rt_errorf("train: %s: missing value (see pipeline train --help)", a); return -1; }
+    if (!v) {
+      rt_errorf("train: %s: missing value (see pipeline train --help)", a);
+      return -1;
+    }
     i++;
     if (h >= 0) {
       if (parse_num(a, v, 0, &t->hyper[h])) return -1;
@@ -104,8 +127,10 @@ static int parse_train_args(int argc, char **argv, train_opts *t) {
     } else if (!strcmp(a, "--data")) {
       const char *eq = strchr(v, '=');
       rt_input_arg *ia = &t->data[t->n_data++];
-      if (eq) { ia->name = strndup(v, (size_t)(eq - v)); ia->path = eq + 1; }
-      else ia->path = v;
+      if (eq) {
+        ia->name = strndup(v, (size_t)(eq - v));
+        ia->path = eq + 1;
+      } else ia->path = v;
     } else if (!strcmp(a, "--labels")) t->labels = v;
     else if (!strcmp(a, "--batch") || !strcmp(a, "--steps") || !strcmp(a, "--checkpoint-every") ||
              !strcmp(a, "--seed") || !strcmp(a, "--threads-per-stage")) {
@@ -117,9 +142,15 @@ static int parse_train_args(int argc, char **argv, train_opts *t) {
       else if (!strcmp(a, "--steps")) t->steps = (int64_t)x;
       else if (!strcmp(a, "--checkpoint-every")) t->checkpoint_every = (int64_t)x;
       else if (!strcmp(a, "--threads-per-stage")) t->ro.threads_per_stage = (int)x;
-      else { t->seed = (uint64_t)x; t->seed_given = 1; }
+      else {
+        t->seed = (uint64_t)x;
+        t->seed_given = 1;
+      }
     } else if (!strcmp(a, "--epochs")) {
-      if (parse_num(a, v, 0, &t->epochs) || t->epochs <= 0) { rt_errorf("train: --epochs must be > 0"); return -1; }
+      if (parse_num(a, v, 0, &t->epochs) || t->epochs <= 0) {
+        rt_errorf("train: --epochs must be > 0");
+        return -1;
+      }
     } else if (!strcmp(a, "--timeout")) {
       if (parse_num(a, v, 0, &t->ro.timeout_s)) return -1;
     } else if (!strcmp(a, "--save")) t->save = v;
@@ -131,10 +162,22 @@ static int parse_train_args(int argc, char **argv, train_opts *t) {
     else t->ro.weights_dir = v; /* --weights-dir */
   }
   if (!t->ro.weights_dir) t->ro.weights_dir = rt_exe_dir();
-  if (!t->n_data) { rt_errorf("train: no --data given (see pipeline train --help)"); return -1; }
-  if (!t->steps && !t->epochs) { rt_errorf("train: give --steps N or --epochs E"); return -1; }
-  if (t->steps && t->epochs) { rt_errorf("train: give --steps or --epochs, not both"); return -1; }
-  if (t->checkpoint_every && !t->checkpoint) { rt_errorf("train: --checkpoint-every needs --checkpoint DIR"); return -1; }
+  if (!t->n_data) {
+    rt_errorf("train: no --data given (see pipeline train --help)");
+    return -1;
+  }
+  if (!t->steps && !t->epochs) {
+    rt_errorf("train: give --steps N or --epochs E");
+    return -1;
+  }
+  if (t->steps && t->epochs) {
+    rt_errorf("train: give --steps or --epochs, not both");
+    return -1;
+  }
+  if (t->checkpoint_every && !t->checkpoint) {
+    rt_errorf("train: --checkpoint-every needs --checkpoint DIR");
+    return -1;
+  }
   return 0;
 }
 
@@ -187,7 +230,10 @@ static int load_data(const pipert_pipeline *p, const train_opts *t, rt_array *da
     if (!ia->name && pl > 4 && !strcmp(ia->path + pl - 4, ".npz")) {
       rt_array *arrs;
       int n;
-      if (rt_npz_load(ia->path, &arrs, &n, err, sizeof err)) { rt_errorf("train: %s", err); return 2; }
+      if (rt_npz_load(ia->path, &arrs, &n, err, sizeof err)) {
+        rt_errorf("train: %s", err);
+        return 2;
+      }
       for (int k = 0; k < n && !rc; k++) {
         int idx = input_index(p, arrs[k].name);
         char src[1200];
@@ -212,7 +258,10 @@ static int load_data(const pipert_pipeline *p, const train_opts *t, rt_array *da
       return 2;
     }
     rt_array a;
-    if (rt_npy_load(ia->path, &a, err, sizeof err)) { rt_errorf("train: %s", err); return 2; }
+    if (rt_npy_load(ia->path, &a, err, sizeof err)) {
+      rt_errorf("train: %s", err);
+      return 2;
+    }
     rc = accept_data(p, idx, &a, ia->path, data, N);
     rt_array_free(&a);
   }
@@ -223,7 +272,10 @@ static int load_data(const pipert_pipeline *p, const train_opts *t, rt_array *da
       return 2;
     }
     rt_array a;
-    if (rt_npy_load(t->labels, &a, err, sizeof err)) { rt_errorf("train: %s", err); return 2; }
+    if (rt_npy_load(t->labels, &a, err, sizeof err)) {
+      rt_errorf("train: %s", err);
+      return 2;
+    }
     if (a.dtype == PIPERT_INT32 && p->inputs[p->labels_input].dtype == PIPERT_INT64) { /* widen int32 labels */
       rt_array b;
       rt_array_alloc(&b, NULL, PIPERT_INT64, a.rank, a.dims);
@@ -444,7 +496,8 @@ static int write_checkpoint(trainer *tr, const train_opts *t, int64_t step) {
     rc = 2;
   }
   if ((rc = agree(tr, rc))) return rc;
-  if (collect(tr, KINDS(PIPERT_PARAM_WEIGHT, PIPERT_PARAM_BUFFER, PIPERT_PARAM_OPTSTATE, PIPERT_PARAM_HYPER), &a, &n, 3))
+  if (collect(tr, KINDS(PIPERT_PARAM_WEIGHT, PIPERT_PARAM_BUFFER, PIPERT_PARAM_OPTSTATE, PIPERT_PARAM_HYPER), &a, &n,
+              3))
     return 1;
   meta_array(&a[n++], "pipecc/step", step);
   meta_array(&a[n++], "pipecc/seed", (int64_t)t->seed);
@@ -489,8 +542,10 @@ static int resume(trainer *tr, train_opts *t, int64_t *step) {
       rt_errorf("train: --resume: %s is not a pipecc checkpoint (no pipecc/step, seed, shuffle)", path);
       rc = 2;
     } else if (!rc && ((t->seed_given && (uint64_t)seed != t->seed) || (t->shuffle_given && shuffle != t->shuffle))) {
-      rt_errorf("train: --resume: the checkpoint was trained with --seed %lld%s; resuming with another data order "
-                "would not continue the same run", (long long)seed, shuffle ? "" : " --no-shuffle");
+      rt_errorf(
+          "train: --resume: the checkpoint was trained with --seed %lld%s; resuming with another data order "
+          "would not continue the same run",
+          (long long)seed, shuffle ? "" : " --no-shuffle");
       rc = 2;
     }
     for (int s = 0; s < p->n_stages && !rc; s++) { /* every param there, of the right size */
@@ -575,8 +630,9 @@ static int export_onnx(trainer *tr, const char *out) {
   const pipert_export_desc *x = tr->p->export_info;
   if (!x) {
     if (root(tr))
-      rt_errorf("train: --export-onnx: this program does not know where its weights are in the model (compiled "
-                "from a model whose trained initializers are not stored as raw data)");
+      rt_errorf(
+          "train: --export-onnx: this program does not know where its weights are in the model (compiled "
+          "from a model whose trained initializers are not stored as raw data)");
     return 2;
   }
   rt_array *w;
@@ -656,7 +712,8 @@ static int patch_model(trainer *tr, const pipert_export_desc *x, const rt_array 
 
 /* Correct predictions of a step: argmax over the logits' last dim against the labels. */
 static int64_t count_correct(const rt_array *logits, const rt_array *labels, int64_t *total) {
-  int64_t C = logits->dims[logits->rank - 1], rows = C ? (int64_t)(logits->nbytes / rt_dtype_size(logits->dtype)) / C : 0;
+  int64_t C = logits->dims[logits->rank - 1],
+          rows = C ? (int64_t)(logits->nbytes / rt_dtype_size(logits->dtype)) / C : 0;
   int64_t ok = 0;
   *total = rows;
   for (int64_t r = 0; r < rows; r++) {
@@ -668,7 +725,8 @@ static int64_t count_correct(const rt_array *logits, const rt_array *labels, int
                                                 : ((const float *)logits->data)[r * C + best];
       if (a > b) best = c;
     }
-    int64_t lab = labels->dtype == PIPERT_INT64 ? ((const int64_t *)labels->data)[r] : ((const int32_t *)labels->data)[r];
+    int64_t lab =
+        labels->dtype == PIPERT_INT64 ? ((const int64_t *)labels->data)[r] : ((const int32_t *)labels->data)[r];
     ok += best == lab;
   }
   return ok;
@@ -740,7 +798,8 @@ static int train_loop(trainer *tr, train_opts *t) {
            p->name, S, S == 1 ? "" : "s", p->schedule, M, (long long)b, (long long)N, (long long)spe, (long long)steps,
            start ? " (resumed)" : "");
   int64_t *order = calloc((size_t)(r0 ? N : 0) + 1, sizeof *order), order_epoch = -1;
-  rt_stats st = {.busy_s = calloc((size_t)S, sizeof(double)), .peak_bytes = calloc((size_t)S, sizeof(size_t)),
+  rt_stats st = {.busy_s = calloc((size_t)S, sizeof(double)),
+                 .peak_bytes = calloc((size_t)S, sizeof(size_t)),
                  .peak_sets = calloc((size_t)S, sizeof(int))};
   size_t *peak = calloc((size_t)S, sizeof(size_t));
   int *peak_sets = calloc((size_t)S, sizeof(int));
@@ -781,7 +840,8 @@ static int train_loop(trainer *tr, train_opts *t) {
         acc = (double)count_correct(&out[p->logits_output], &in[p->labels_input], &total) / (double)(total ? total : 1);
       }
       if (!isfinite(loss)) {
-        rt_errorf("train: step %lld: the loss is %s (lower --lr?)", (long long)step + 1, isnan(loss) ? "NaN" : "infinite");
+        rt_errorf("train: step %lld: the loss is %s (lower --lr?)", (long long)step + 1,
+                  isnan(loss) ? "NaN" : "infinite");
         rc = 1;
       }
     }
@@ -798,8 +858,9 @@ static int train_loop(trainer *tr, train_opts *t) {
       if (tty) fputc('\n', stdout);
       if (!quiet)
         printf("epoch %lld: mean loss %.6f%s%.2f%s over %lld steps\n", (long long)epoch + 1, ep_loss / (double)ep_steps,
-               p->logits_output >= 0 ? ", accuracy " : "", p->logits_output >= 0 ? 100 * ep_acc / (double)ep_steps : 0.0,
-               p->logits_output >= 0 ? "%" : "", (long long)ep_steps);
+               p->logits_output >= 0 ? ", accuracy " : "",
+               p->logits_output >= 0 ? 100 * ep_acc / (double)ep_steps : 0.0, p->logits_output >= 0 ? "%" : "",
+               (long long)ep_steps);
       ep_loss = ep_acc = 0;
       ep_steps = 0;
     }
@@ -854,8 +915,10 @@ int rt_train_main(const pipert_pipeline *p, int argc, char **argv) {
   int64_t b = p->inputs[0].dims[0], B = b * M;
   if (t.batch && t.batch != B) {
     if (rank0)
-      rt_errorf("train: --batch %lld: this program is compiled for batches of %lld (%d micro-batches of %lld); "
-                "recompile with pipecc --shape ... or -m", (long long)t.batch, (long long)B, M, (long long)b);
+      rt_errorf(
+          "train: --batch %lld: this program is compiled for batches of %lld (%d micro-batches of %lld); "
+          "recompile with pipecc --shape ... or -m",
+          (long long)t.batch, (long long)B, M, (long long)b);
     free(t.data);
     return 2;
   }

@@ -20,7 +20,8 @@ int rt_weights_load(const pipert_stage_desc *d, const char *dir, rt_weights *w, 
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     snprintf(err, errlen, "stage %d: %s: %s", d->id, d->weights_file,
-             errno == ENOENT ? "missing (no such file; copy it next to the pipeline binary or pass --weights-dir)" : strerror(errno));
+             errno == ENOENT ? "missing (no such file; copy it next to the pipeline binary or pass --weights-dir)"
+                             : strerror(errno));
     return -1;
   }
   struct stat st;
@@ -48,9 +49,10 @@ int rt_weights_load(const pipert_stage_desc *d, const char *dir, rt_weights *w, 
   close(fd);
   uint64_t sum = pipert_checksum64(m ? m : "", (size_t)st.st_size);
   if (sum != d->weights_checksum) {
-    snprintf(err, errlen, "stage %d: %s: checksum mismatch (file %016llx, compiled %016llx): "
-             "the file is corrupt or from another build", d->id, d->weights_file,
-             (unsigned long long)sum, (unsigned long long)d->weights_checksum);
+    snprintf(err, errlen,
+             "stage %d: %s: checksum mismatch (file %016llx, compiled %016llx): "
+             "the file is corrupt or from another build",
+             d->id, d->weights_file, (unsigned long long)sum, (unsigned long long)d->weights_checksum);
     if (m) munmap(m, (size_t)st.st_size);
     return -1;
   }

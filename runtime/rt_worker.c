@@ -46,7 +46,10 @@ static rt_set *pool_get(rt_worker *w, rt_pool *pl) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     ts.tv_nsec += WAIT_MS * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
     pthread_cond_timedwait(&pl->cv, &pl->mu, &ts);
   }
   rt_set *s = NULL;
@@ -117,7 +120,8 @@ void rt_pool_free(rt_pool *pl) {
 /* ---- topology --------------------------------------------------------------------- */
 
 static int slot_of(const int *v, int n, int x) {
-  for (int k = 0; k < n; k++) if (v[k] == x) return k;
+  for (int k = 0; k < n; k++)
+    if (v[k] == x) return k;
   return -1;
 }
 
@@ -252,7 +256,12 @@ static int failf(rt_worker *w, int rc, const char *fmt, ...) __attribute__((form
 /* Async device mode: graph output q of micro-batch g, in set s, waits for the next
  * forward to be queued (a download waits for the device, which meanwhile has that
  * forward to run). ref: the entry holds a reference on s. */
-struct rt_pend { rt_set *s; int q, ref; int64_t g; const void *data; };
+struct rt_pend {
+  rt_set *s;
+  int q, ref;
+  int64_t g;
+  const void *data;
+};
 
 static int defer_output(rt_worker *w, rt_set *s, int q, int64_t g, const void *data, int ref) {
   if (w->n_pend == w->cap_pend) {
@@ -372,8 +381,9 @@ static int do_fwd(rt_worker *w, int mb, int64_t g) {
     pipert_ref src = sp->input_src[k];
     w->in[k] = src.stage == PIPERT_GRAPH_INPUT ? graph_input(w, src.index, g)
                                                : recv[slot_of(t->fp, t->nfp, src.stage)]->bufs[src.index];
-    if (!w->in[k]) return failf(w, 1, "%s: graph input %d of micro-batch %lld unavailable",
-                                rt_worker_name(w, nm, sizeof nm), src.index, (long long)g);
+    if (!w->in[k])
+      return failf(w, 1, "%s: graph input %d of micro-batch %lld unavailable", rt_worker_name(w, nm, sizeof nm),
+                   src.index, (long long)g);
   }
   rt_set *o = pool_get(w, &w->fpool);
   if (!o) return -1;
@@ -413,8 +423,9 @@ static int do_fwd(rt_worker *w, int mb, int64_t g) {
 static int do_send(rt_worker *w, int kind, int mb, int64_t g) {
   rt_set **slot = kind ? &w->gouts[mb] : &w->outs[mb];
   rt_set *o = *slot;
-  if (!o) return failf(w, 1, "internal error: stage %d: %s %lld before its %s", w->stage, kind ? "SEND_GRAD" : "SEND_ACT",
-                       (long long)g, kind ? "BWD" : "FWD");
+  if (!o)
+    return failf(w, 1, "internal error: stage %d: %s %lld before its %s", w->stage, kind ? "SEND_GRAD" : "SEND_ACT",
+                 (long long)g, kind ? "BWD" : "FWD");
   int keep = !kind && w->p->training && w->topo->own_bwd;
   if (!keep) *slot = NULL;
   return send_set(w, kind, o, g, keep);
@@ -438,9 +449,11 @@ static int do_bwd(rt_worker *w, int mb, int64_t g) {
                      src.index, (long long)g);
       continue;
     }
-    rt_set *from = src.phase ? grecv[slot_of(t->gp, t->ngp, src.stage)]
-                   : src.stage == w->stage ? own : recv[slot_of(t->fp, t->nfp, src.stage)];
-    if (!from) return failf(w, 1, "internal error: %s: BWD %lld before its FWD", rt_worker_name(w, nm, sizeof nm), (long long)g);
+    rt_set *from = src.phase               ? grecv[slot_of(t->gp, t->ngp, src.stage)]
+                   : src.stage == w->stage ? own
+                                           : recv[slot_of(t->fp, t->nfp, src.stage)];
+    if (!from)
+      return failf(w, 1, "internal error: %s: BWD %lld before its FWD", rt_worker_name(w, nm, sizeof nm), (long long)g);
     w->bin[k] = from->bufs[src.index];
   }
   rt_set *o = pool_get(w, &w->gpool);
@@ -519,10 +532,11 @@ const char *rt_worker_stall_what(const rt_worker *w, char *buf, size_t n) {
   if (op == PIPERT_OP_FWD || op == PIPERT_OP_BWD)
     snprintf(buf, n, "the %s of micro-batch %lld", op == PIPERT_OP_FWD ? "forward" : "backward", (long long)w->work_mb);
   else
-    snprintf(buf, n, "%s", op == PIPERT_OP_STEP        ? "the optimizer step"
-                           : op == PIPERT_OP_ALLREDUCE ? "the sum of the replicas' gradients"
-                           : op == RT_WORK_END         ? "the wait for its device's queued work"
-                                                       : "the graph outputs' download");
+    snprintf(buf, n, "%s",
+             op == PIPERT_OP_STEP        ? "the optimizer step"
+             : op == PIPERT_OP_ALLREDUCE ? "the sum of the replicas' gradients"
+             : op == RT_WORK_END         ? "the wait for its device's queued work"
+                                         : "the graph outputs' download");
   return buf;
 }
 

@@ -56,8 +56,9 @@ int rt_mpi_launched(void) {
 int rt_mpi_compiled(void) { return 0; }
 
 static int no_mpi(void) {
-  rt_errorf("this pipeline was built without MPI support: run it without mpirun (threads transport), "
-            "or link it with libpipert built with MPI");
+  rt_errorf(
+      "this pipeline was built without MPI support: run it without mpirun (threads transport), "
+      "or link it with libpipert built with MPI");
   return 2;
 }
 
@@ -89,7 +90,7 @@ enum { TAG_ACT = 1, TAG_GRAD = 2, TAG_PARAM = 3, TAG_SUM = 4, TAG_IN = 1000, TAG
 
 int rt_mpi_compiled(void) { return 1; }
 
-typedef struct {        /* the sends in flight of a set (rt_set.link) */
+typedef struct { /* the sends in flight of a set (rt_set.link) */
   MPI_Request *req;
   int n, cap;
 } pending;
@@ -98,7 +99,7 @@ typedef struct world {
   const pipert_pipeline *p;
   const rt_options *o;
   int rank, size, M, S;
-  int *base;                       /* [S + 1] first rank of each stage */
+  int *base; /* [S + 1] first rank of each stage */
   int stage, replica;
   const pipert_instr **prog;
   int *prog_len;
@@ -106,21 +107,21 @@ typedef struct world {
   rt_topo *topo;
   rt_worker w;
   rt_weights weights;
-  rt_pool *rpool[2];               /* [kind][S]: sets received from each producer stage */
-  char **need;                     /* [(kind * S + from) * S + to]: flags per tensor of from's kind-set */
-  char *in_need;                   /* [S * n_inputs]: the stage reads graph input i */
-  rt_set **inflight;               /* sets with sends in flight */
+  rt_pool *rpool[2]; /* [kind][S]: sets received from each producer stage */
+  char **need;       /* [(kind * S + from) * S + to]: flags per tensor of from's kind-set */
+  char *in_need;     /* [S * n_inputs]: the stage reads graph input i */
+  rt_set **inflight; /* sets with sends in flight */
   int n_inflight, cap_inflight;
   /* NCCL */
   const pipert_device_ops *dev;
-  void *comm, *scomm;              /* every rank; the stage's replicas */
-  rt_set **sent;                   /* sets sent in the open group */
+  void *comm, *scomm; /* every rank; the stage's replicas */
+  rt_set **sent;      /* sets sent in the open group */
   int n_sent, cap_sent;
   /* per run */
   const rt_array *in;
   rt_array *out;
-  char **inbuf;                    /* [n_inputs]: M slots each (ranks != 0) */
-  char *inhave;                    /* [n_inputs * M] */
+  char **inbuf; /* [n_inputs]: M slots each (ranks != 0) */
+  char *inhave; /* [n_inputs * M] */
   MPI_Request *pre;
   int npre;
 } world;
@@ -153,7 +154,8 @@ static void *watchdog(void *arg) {
     if (since) {
       char where[96], what[96];
       rt_errorf("rank %d: %s: %s has not returned in %.0f s (PIPERT_STALL_S): a device that hangs?", rank,
-                rt_worker_where(w, where, sizeof where), rt_worker_stall_what(w, what, sizeof what), now - since * 1e-6);
+                rt_worker_where(w, where, sizeof where), rt_worker_stall_what(w, what, sizeof what),
+                now - since * 1e-6);
       _exit(1);
     }
   }
@@ -187,7 +189,8 @@ static rt_set *m_recv(void *link, rt_worker *w, int kind, int from, int64_t g) {
     if (!need[k]) continue;
     if (W->comm) n_check(W, W->dev->comm_recv(w->state, W->comm, s->bufs[k], t[k].nbytes, src), "ncclRecv");
     else
-      MPI_Recv(s->bufs[k], (int)t[k].nbytes, MPI_BYTE, src, kind ? TAG_GRAD : TAG_ACT, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      MPI_Recv(s->bufs[k], (int)t[k].nbytes, MPI_BYTE, src, kind ? TAG_GRAD : TAG_ACT, MPI_COMM_WORLD,
+               MPI_STATUS_IGNORE);
   }
   atomic_store(&s->refs, 1);
   return s;
@@ -328,7 +331,8 @@ static const rt_link_ops mpi_ops = {m_recv, m_send, m_input, m_output, m_allredu
 
 static int n_group(void *link, rt_worker *w, int begin) {
   world *W = link;
-  n_check(W, W->dev->comm_group(w->state, W->comm, begin), begin ? "ncclGroupStart" : "an NCCL group of sends and receives");
+  n_check(W, W->dev->comm_group(w->state, W->comm, begin),
+          begin ? "ncclGroupStart" : "an NCCL group of sends and receives");
   if (!begin) {
     for (int i = 0; i < W->n_sent; i++) rt_set_release(W->sent[i]);
     W->n_sent = 0;
@@ -505,11 +509,12 @@ static int world_open(world *W, const pipert_pipeline *p, const rt_options *o, i
   for (int s = 0; s < W->S; s++) W->base[s + 1] = W->base[s] + p->stages[s].replicas;
   if (W->size != W->base[W->S]) {
     if (W->rank == 0)
-      rt_errorf("MPI: %d ranks for a %d-stage pipeline of %d stage replicas: run it with mpirun -np %d", W->size,
-                W->S, W->base[W->S], W->base[W->S]);
+      rt_errorf("MPI: %d ranks for a %d-stage pipeline of %d stage replicas: run it with mpirun -np %d", W->size, W->S,
+                W->base[W->S], W->base[W->S]);
     return 2;
   }
-  for (W->stage = 0; W->base[W->stage + 1] <= W->rank; W->stage++) {}
+  for (W->stage = 0; W->base[W->stage + 1] <= W->rank; W->stage++) {
+  }
   W->replica = W->rank - W->base[W->stage];
   rt_cur_stage = W->stage;
   wd_start = rt_now();
@@ -538,7 +543,8 @@ static int world_open(world *W, const pipert_pipeline *p, const rt_options *o, i
                  &mpi_ops, W);
   W->inbuf = calloc((size_t)p->n_inputs + 1, sizeof(char *));
   for (int i = 0; i < p->n_inputs; i++)
-    if (W->rank && W->in_need[W->stage * p->n_inputs + i]) W->inbuf[i] = rt_aligned_alloc(p->inputs[i].nbytes * (size_t)M);
+    if (W->rank && W->in_need[W->stage * p->n_inputs + i])
+      W->inbuf[i] = rt_aligned_alloc(p->inputs[i].nbytes * (size_t)M);
   W->inhave = calloc((size_t)p->n_inputs * (size_t)M + 1, 1);
 
   /* weights and init on every rank; all ranks agree on the outcome. A device stage runs
@@ -664,8 +670,9 @@ static int world_run(world *W, const rt_array *in, rt_array *out, int64_t T, dou
 /* Per-stage figures on rank 0: busy time summed over replicas, peak memory the max. */
 static void gather_stats(world *W, double busy, rt_stats *st) {
   double *all = W->rank == 0 ? calloc((size_t)W->size, sizeof(double)) : NULL;
-  long long mine[2] = {(long long)((size_t)W->w.fpool.n * W->w.fpool.set_bytes + (size_t)W->w.gpool.n * W->w.gpool.set_bytes),
-                       W->w.peak_inflight};
+  long long mine[2] = {
+      (long long)((size_t)W->w.fpool.n * W->w.fpool.set_bytes + (size_t)W->w.gpool.n * W->w.gpool.set_bytes),
+      W->w.peak_inflight};
   long long *peaks = W->rank == 0 ? calloc((size_t)W->size * 2, sizeof(long long)) : NULL;
   MPI_Gather(&busy, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   MPI_Gather(mine, 2, MPI_LONG_LONG, peaks, 2, MPI_LONG_LONG, 0, MPI_COMM_WORLD);

@@ -384,7 +384,7 @@ static void print_plan_table(FILE *f, const ir_graph *g, const pass_planned *pl,
     human_bytes((double)st->memory_bytes, mem, sizeof mem);
     const char *first = st->n_nodes ? pl->dag.nodes[st->nodes[0]].name : "";
     const char *last = st->n_nodes ? pl->dag.nodes[st->nodes[st->n_nodes - 1]].name : "";
-    const char *rc = !rc_col ? ""
+    const char *rc = !rc_col                                   ? ""
                      : st->recompute == PASS_PLAN_RC_FULL      ? "full       "
                      : st->recompute == PASS_PLAN_RC_SELECTIVE ? "selective  "
                                                                : "none       ";
@@ -402,10 +402,14 @@ static void print_plan_table(FILE *f, const ir_graph *g, const pass_planned *pl,
 /* The training program's instruction streams for the final stages (the plan's, or
  * PIPECC_SPLIT's), checked, as runtime opcodes. Returns 0, or -1 (internal error). */
 static int training_programs(pass_schedule_kind kind, cg_plan *cp) {
-  static const int opcode[] = {[PASS_OP_FWD] = PIPERT_OP_FWD, [PASS_OP_BWD] = PIPERT_OP_BWD,
-                               [PASS_OP_SEND_ACT] = PIPERT_OP_SEND_ACT, [PASS_OP_RECV_ACT] = PIPERT_OP_RECV_ACT,
-                               [PASS_OP_SEND_GRAD] = PIPERT_OP_SEND_GRAD, [PASS_OP_RECV_GRAD] = PIPERT_OP_RECV_GRAD,
-                               [PASS_OP_ALLREDUCE] = PIPERT_OP_ALLREDUCE, [PASS_OP_STEP] = PIPERT_OP_STEP};
+  static const int opcode[] = {[PASS_OP_FWD] = PIPERT_OP_FWD,
+                               [PASS_OP_BWD] = PIPERT_OP_BWD,
+                               [PASS_OP_SEND_ACT] = PIPERT_OP_SEND_ACT,
+                               [PASS_OP_RECV_ACT] = PIPERT_OP_RECV_ACT,
+                               [PASS_OP_SEND_GRAD] = PIPERT_OP_SEND_GRAD,
+                               [PASS_OP_RECV_GRAD] = PIPERT_OP_RECV_GRAD,
+                               [PASS_OP_ALLREDUCE] = PIPERT_OP_ALLREDUCE,
+                               [PASS_OP_STEP] = PIPERT_OP_STEP};
   int S = cp->n_stages;
   pass_stream *streams = calloc((size_t)S, sizeof *streams);
   char err[512];
@@ -433,14 +437,14 @@ static int training_programs(pass_schedule_kind kind, cg_plan *cp) {
 /* A step before the plan failed: during the default micro-batch count's search this
  * count is given up (the next one is tried; the chosen one is compiled again with its
  * messages shown), otherwise pipecc stops. */
-#define SEARCH_FAIL()                                                                              \
-  do {                                                                                             \
-    if (m_search) {                                                                                \
+#define SEARCH_FAIL()                                                                                       \
+  do {                                                                                                      \
+    if (m_search) {                                                                                         \
       snprintf(why_buf, sizeof why_buf, "the model does not compile at %d micro-batches (-m %d shows why)", \
-               microbatches, microbatches);                                                        \
-      goto one_microbatch;                                                                         \
-    }                                                                                              \
-    return 2;                                                                                      \
+               microbatches, microbatches);                                                                 \
+      goto one_microbatch;                                                                                  \
+    }                                                                                                       \
+    return 2;                                                                                               \
   } while (0)
 
 int main(int argc, char **argv) {
@@ -458,7 +462,7 @@ int main(int argc, char **argv) {
   static pass_opts opts; /* static: free_owned reads it after main returns */
   pass_train_opts topts; /* ---- training (passes/train/autodiff.h) ---- */
   pass_train_opts_default(&topts);
-  int train_step = 0;     /* --train-step: one step as a function */
+  int train_step = 0; /* --train-step: one step as a function */
   pass_train_info tinfo;
   memset(&tinfo, 0, sizeof tinfo);
   opts.shapes = calloc((size_t)argc, sizeof *opts.shapes);
@@ -528,9 +532,10 @@ int main(int argc, char **argv) {
       if (parse_pos_int(v, &g_devices)) return cli_error("bad -g '%s': expected a number of devices >= 1", v);
     } else if (IS("-m") || IS("--microbatches")) {
       const char *v = NEXT();
-      if (!strcmp(v, "auto")) m_auto = 1, m_max = 0, microbatches = 0; /* the search, on either target */
+      if (!strcmp(v, "auto")) m_auto = 1, m_max = 0, microbatches = 0;     /* the search, on either target */
       else if (!strcmp(v, "max")) m_max = 1, m_auto = 0, microbatches = 0; /* the largest count, on either */
-      else if (parse_pos_int(v, &microbatches)) return cli_error("bad --microbatches '%s' (a count >= 1, auto or max)", v);
+      else if (parse_pos_int(v, &microbatches))
+        return cli_error("bad --microbatches '%s' (a count >= 1, auto or max)", v);
     } else if (IS("--schedule")) {
       const char *v = NEXT();
       if (!strcmp(v, "gpipe")) schedule = PASS_SCHED_GPIPE;
@@ -538,7 +543,8 @@ int main(int argc, char **argv) {
       else return cli_error("unknown --schedule '%s' (gpipe, 1f1b)", v);
     } else if (IS("--device")) {
       device_name = NEXT();
-      if (!pass_device_find(device_name)) return cli_error("unknown --device '%s' (h100, h200, a100, v100, cpu)", device_name);
+      if (!pass_device_find(device_name))
+        return cli_error("unknown --device '%s' (h100, h200, a100, v100, cpu)", device_name);
     } else if (IS("--profile")) {
       profile_path = NEXT();
     } else if (IS("--topology")) {
@@ -603,12 +609,17 @@ int main(int argc, char **argv) {
       topts.recompute = PASS_RECOMPUTE_AUTO;
     } else if (!strncmp(a, "--recompute=", 12)) {
       return cli_error("unknown --recompute mode '%s' (full, selective, auto)", a + 12);
-    } else if (IS("--lr") || IS("--momentum") || IS("--weight-decay") || IS("--beta1") || IS("--beta2") || IS("--eps")) {
+    } else if (IS("--lr") || IS("--momentum") || IS("--weight-decay") || IS("--beta1") || IS("--beta2") ||
+               IS("--eps")) {
       const char *v = NEXT();
       double x;
       if (parse_double(v, &x)) return cli_error("bad value '%s' (a number >= 0)", v);
-      *(IS("--lr") ? &topts.lr : IS("--momentum") ? &topts.momentum : IS("--weight-decay") ? &topts.weight_decay
-        : IS("--beta1") ? &topts.beta1 : IS("--beta2") ? &topts.beta2 : &topts.eps) = x;
+      *(IS("--lr")             ? &topts.lr
+        : IS("--momentum")     ? &topts.momentum
+        : IS("--weight-decay") ? &topts.weight_decay
+        : IS("--beta1")        ? &topts.beta1
+        : IS("--beta2")        ? &topts.beta2
+                               : &topts.eps) = x;
       /* ---- end of the training block ---- */
     } else if (IS("--no-tf32")) {
       no_tf32 = 1;
@@ -619,7 +630,8 @@ int main(int argc, char **argv) {
     } else if (IS("--target")) {
       target = NEXT();
       target_given = 1;
-      if (strcmp(target, "cpu") && strcmp(target, "cuda")) return cli_error("unknown --target '%s' (cpu, cuda)", target);
+      if (strcmp(target, "cpu") && strcmp(target, "cuda"))
+        return cli_error("unknown --target '%s' (cpu, cuda)", target);
     } else if (IS("--profile-run")) {
       profile_run = 1; /* a one-stage build with the per-node profiler (DIR/profile) */
     } else if (IS("--emit-only")) {
@@ -657,12 +669,13 @@ int main(int argc, char **argv) {
     return cli_error("bad --cuda-arch / PIPECC_CUDA_ARCH '%s' (SM versions such as 90 or 80;90)", cuda_arch);
   opts.training = train;
   topts.verbose = opts.verbose;
-  train_step = train && train_step; /* --emit=ir: --train prints the model with its loss (what the planner
-                                     * splits), --train-step the step function */
+  train_step = train && train_step;   /* --emit=ir: --train prints the model with its loss (what the planner
+                                       * splits), --train-step the step function */
   if (train_step && microbatches > 1) /* the step function is one batch */
     return cli_error("%s: the training step function is compiled for one micro-batch (-m 1)", "--train-step");
   if (train_step) microbatches = 1;
-  if (train && !train_step && profile_run) return cli_error("%s: profile the forward model (without --train)", "--profile-run");
+  if (train && !train_step && profile_run)
+    return cli_error("%s: profile the forward model (without --train)", "--profile-run");
   if (topts.recompute && (!train || train_step))
     return cli_error("%s: re-materialisation is for pipelined training programs (--train)",
                      topts.recompute == PASS_RECOMPUTE_SELECTIVE ? "--recompute=selective"
@@ -730,9 +743,11 @@ int main(int argc, char **argv) {
                          microbatches > 1 ? "es" : "", cand_ms[best]);
         for (int k = 0, first = 1; k < n_cand && o < (int)sizeof line - 64; k++) {
           if (k == best) continue;
-          if (cand_ms[k] >= 0) o += snprintf(line + o, sizeof line - (size_t)o, "%s%d: %.3f", first ? "" : ", ", cand[k], cand_ms[k]);
-          else o += snprintf(line + o, sizeof line - (size_t)o, "%s%d: no plan (-m %d shows why)", first ? "" : ", ", cand[k],
-                             cand[k]);
+          if (cand_ms[k] >= 0)
+            o += snprintf(line + o, sizeof line - (size_t)o, "%s%d: %.3f", first ? "" : ", ", cand[k], cand_ms[k]);
+          else
+            o += snprintf(line + o, sizeof line - (size_t)o, "%s%d: no plan (-m %d shows why)", first ? "" : ", ",
+                          cand[k], cand[k]);
           first = 0;
         }
         fprintf(stderr, "%s; -m M sets it)\n", line);
@@ -752,8 +767,9 @@ int main(int argc, char **argv) {
     if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms\n", p->name, e - s);
     if (rc || g->n_errors) {
       if (trial) {
-        snprintf(why_buf, sizeof why_buf, "the model does not compile at a micro-batch of the default %d (-m %d shows why)",
-                 microbatches, microbatches);
+        snprintf(why_buf, sizeof why_buf,
+                 "the model does not compile at a micro-batch of the default %d (-m %d shows why)", microbatches,
+                 microbatches);
         goto one_microbatch;
       }
       return 2;
@@ -851,8 +867,9 @@ int main(int argc, char **argv) {
     g->diag_hint = NULL;
     if (pass_batch_check(g)) {
       if (trial) {
-        snprintf(why_buf, sizeof why_buf, "the default %d micro-batches would not add up to the batch (-m %d shows why)",
-                 microbatches, microbatches);
+        snprintf(why_buf, sizeof why_buf,
+                 "the default %d micro-batches would not add up to the batch (-m %d shows why)", microbatches,
+                 microbatches);
         goto one_microbatch;
       }
       return 2;
@@ -957,7 +974,8 @@ int main(int argc, char **argv) {
   /* optimizer state per weight byte: Adam's m and v, SGD's momentum buffer or none */
   if (train_prog)
     po.optimizer_state_factor = topts.optimizer && strncmp(topts.optimizer, "adam", 4) == 0 ? 2.0
-                                : topts.momentum != 0 ? 1.0 : 0.0;
+                                : topts.momentum != 0                                       ? 1.0
+                                                                                            : 0.0;
   po.no_replicate = no_replicate;
   po.schedule = schedule;
   const pass_link *intra = pass_link_find(link_name ? link_name : (!strcmp(target, "cpu") ? "shm" : "nvlink4"));
@@ -986,8 +1004,9 @@ int main(int argc, char **argv) {
     goto next_candidate;
   }
   pl.plan.planner_ms = pl.antichain_partition_ms;
-  if (time_passes) fprintf(stderr, "pipecc: pass %-10s %8.2f ms (antichain + partition %.2f ms)\n", "plan",
-                           now_ms() - tp, pl.antichain_partition_ms);
+  if (time_passes)
+    fprintf(stderr, "pipecc: pass %-10s %8.2f ms (antichain + partition %.2f ms)\n", "plan", now_ms() - tp,
+            pl.antichain_partition_ms);
   if (mkdir_p(out_dir)) {
     fprintf(stderr, "pipecc: cannot create %s: %s\n", out_dir, strerror(errno));
     return 2;
@@ -1003,8 +1022,15 @@ int main(int argc, char **argv) {
     /* ---- emit and build ---- */
     int *reps = owned.reps = calloc((size_t)pl.plan.n_stages, sizeof *reps);
     for (int s = 0; s < pl.plan.n_stages; s++) reps[s] = pl.plan.stages[s].replicas;
-    cg_plan cp = {pl.plan.n_stages, pl.node_stage, reps, NULL, NULL, microbatches, pl.plan.bubble_fraction,
-                  schedule == PASS_SCHED_GPIPE ? "gpipe" : "1f1b", NULL};
+    cg_plan cp = {pl.plan.n_stages,
+                  pl.node_stage,
+                  reps,
+                  NULL,
+                  NULL,
+                  microbatches,
+                  pl.plan.bubble_fraction,
+                  schedule == PASS_SCHED_GPIPE ? "gpipe" : "1f1b",
+                  NULL};
     /* ---- codegen/c block: PIPECC_SPLIT=even replaces the plan's stages by exactly g
      * contiguous stages of about equal FLOPs (cg_fallback_split), one replica each. The
      * cpu tests use it to check that results are bitwise equal for every stage count. */
@@ -1046,23 +1072,30 @@ int main(int argc, char **argv) {
       else if (!emit_only && cg_build(out_dir, &co)) rc = 2;
       else if (profile_run && !emit_only && cg_build_profile(out_dir, &co)) rc = 2;
       else if (profile_run && !emit_only)
-        fprintf(stderr, "pipecc: profiler built; on an idle core run\n  taskset -c 0 %s/profile --profile-out profile.json\n"
-                        "then plan with measured costs: pipecc %s --profile profile.json ...\n", out_dir, model);
+        fprintf(stderr,
+                "pipecc: profiler built; on an idle core run\n  taskset -c 0 %s/profile --profile-out profile.json\n"
+                "then plan with measured costs: pipecc %s --profile profile.json ...\n",
+                out_dir, model);
     } else {
       /* ---- codegen/cuda block ---- */
       if (cg_cuda_emit(g, &cp, &co, out_dir)) rc = 2;
       else if (!emit_only && cg_cuda_build_dir(out_dir, &co, profile_run ? "pipeline profile" : "pipeline")) rc = 2;
       else if (profile_run)
-        fprintf(stderr, "pipecc: profiler built; on the target GPU run\n  %s/profile --profile-out profile.json\n"
-                        "then plan with measured costs: pipecc %s --profile profile.json ...\n", out_dir, model);
+        fprintf(stderr,
+                "pipecc: profiler built; on the target GPU run\n  %s/profile --profile-out profile.json\n"
+                "then plan with measured costs: pipecc %s --profile profile.json ...\n",
+                out_dir, model);
     }
   }
   if (!rc && !plan_only && !emit_only && !profile_run) {
     if (train_prog)
-      fprintf(stderr, "pipecc: built %s/pipeline; train it with\n  %s/pipeline train --data X.npy%s --epochs N "
-                      "[--save W.npz]\n", out_dir, out_dir, tinfo.labels ? " --labels Y.npy" : "");
-    else fprintf(stderr, "pipecc: built %s/pipeline; run it with\n  %s/pipeline --input X.npy --output Y.npy\n", out_dir,
-                 out_dir);
+      fprintf(stderr,
+              "pipecc: built %s/pipeline; train it with\n  %s/pipeline train --data X.npy%s --epochs N "
+              "[--save W.npz]\n",
+              out_dir, out_dir, tinfo.labels ? " --labels Y.npy" : "");
+    else
+      fprintf(stderr, "pipecc: built %s/pipeline; run it with\n  %s/pipeline --input X.npy --output Y.npy\n", out_dir,
+              out_dir);
   }
   if (time_passes) fprintf(stderr, "pipecc: total           %8.2f ms\n", now_ms() - t0);
   return rc;

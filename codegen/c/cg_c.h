@@ -50,7 +50,8 @@
 #ifndef CG_C_VECT
 #define CG_C_VECT "-fvect-cost-model=dynamic"
 #endif
-#define CG_C_CFLAGS "-O2 " CG_C_VECT " -std=c11 -ffp-contract=off -fno-fast-math -fno-trapping-math -Wall -Wextra " CG_C_EXTRA
+#define CG_C_CFLAGS \
+  "-O2 " CG_C_VECT " -std=c11 -ffp-contract=off -fno-fast-math -fno-trapping-math -Wall -Wextra " CG_C_EXTRA
 #define CG_C_LIBS CG_C_EXTRA " -lopenblas -lpthread -lm"
 
 /* Float Convs whose GEMM sums at most CG_C_DIRECT_K (codegen/codegen.h) products per
@@ -73,8 +74,8 @@
 
 typedef struct cg_ctx {
   ir_graph *g;
-  FILE *body;       /* the current unit's function body */
-  size_t scratch;   /* largest scratch (bytes) any unit of the stage asked for */
+  FILE *body;     /* the current unit's function body */
+  size_t scratch; /* largest scratch (bytes) any unit of the stage asked for */
   size_t unit_scratch;
   int gemm_direct; /* a unit calls pipert_gemm_direct: the stage includes pipert_gemm.h */
 } cg_ctx;

@@ -19,10 +19,12 @@ int cg_is_eltwise(const ir_graph *g, const ir_node *n) {
   (void)g;
   if (n->op < 0 || n->op >= IR_OP_COUNT) return 0;
   switch (ir_op_table[n->op].kind) {
-    case IR_K_UNARY: case IR_K_UNARY_BOOL: case IR_K_BINARY: case IR_K_COMPARE: case IR_K_VARIADIC:
-      return 1;
-    default:
-      return n->op == IR_OP_Where || n->op == IR_OP_Cast || n->op == IR_OP_CastLike || n->op == IR_OP_Expand;
+    case IR_K_UNARY:
+    case IR_K_UNARY_BOOL:
+    case IR_K_BINARY:
+    case IR_K_COMPARE:
+    case IR_K_VARIADIC: return 1;
+    default: return n->op == IR_OP_Where || n->op == IR_OP_Cast || n->op == IR_OP_CastLike || n->op == IR_OP_Expand;
   }
 }
 
@@ -94,8 +96,8 @@ static int emit_gemm_unit(cg_ctx *c, const ir_node *mn, const int *mem, int n_me
   }
   for (int d = 0; d < q; d++) {
     if (d == 0 && rows)
-      cg_w(c, step == 1 ? "%sfor (long i0 = 0; i0 < nr; i0++) {\n" : "%sfor (long i0 = 0; i0 < nr * %lld; i0++) {\n", ind,
-           (long long)step);
+      cg_w(c, step == 1 ? "%sfor (long i0 = 0; i0 < nr; i0++) {\n" : "%sfor (long i0 = 0; i0 < nr * %lld; i0++) {\n",
+           ind, (long long)step);
     else cg_w(c, "%s%*sfor (long i%d = 0; i%d < %lld; i%d++) {\n", ind, 2 * d, "", d, d, (long long)QD[d], d);
   }
   char idx[66][256];

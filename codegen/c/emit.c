@@ -59,8 +59,12 @@ const char *cg_ctype(ir_dtype t) {
     case IR_INT64: return "int64_t";
     case IR_UINT64: return "uint64_t";
     case IR_BOOL: return "uint8_t";
-    case IR_FLOAT16: case IR_BFLOAT16: return "uint16_t"; /* bit patterns: only moved, computed in float */
-    case IR_FLOAT8E4M3FN: case IR_FLOAT8E4M3FNUZ: case IR_FLOAT8E5M2: case IR_FLOAT8E5M2FNUZ: return "uint8_t";
+    case IR_FLOAT16:
+    case IR_BFLOAT16: return "uint16_t"; /* bit patterns: only moved, computed in float */
+    case IR_FLOAT8E4M3FN:
+    case IR_FLOAT8E4M3FNUZ:
+    case IR_FLOAT8E5M2:
+    case IR_FLOAT8E5M2FNUZ: return "uint8_t";
     case IR_UINT4: return "uint8_t"; /* one value per byte */
     case IR_INT4: return "int8_t";
     default: return NULL;
@@ -127,13 +131,13 @@ int cg_const_f64(cg_ctx *c, const ir_node *n, int slot, double *out) {
 
 int cg_is_alias(const ir_node *n) {
   switch (n->op) {
-    case IR_OP_Reshape: case IR_OP_Flatten: case IR_OP_Squeeze: case IR_OP_Unsqueeze:
-    case IR_OP_Identity:
-      return 1;
-    case IR_OP_Dropout:
-      return n->n_out < 2 || n->out[1] < 0;
-    default:
-      return 0;
+    case IR_OP_Reshape:
+    case IR_OP_Flatten:
+    case IR_OP_Squeeze:
+    case IR_OP_Unsqueeze:
+    case IR_OP_Identity: return 1;
+    case IR_OP_Dropout: return n->n_out < 2 || n->out[1] < 0;
+    default: return 0;
   }
 }
 
@@ -152,14 +156,15 @@ static void put_ptr(FILE *f, cg_stage *st, int v, int is_const) {
 
 typedef struct {
   char name[16];
-  int value;    /* -1: scratch */
+  int value; /* -1: scratch */
   int is_out;
 } param;
 
 static int ident_used(const char *body, const char *id) {
   size_t n = strlen(id);
   for (const char *p = strstr(body, id); p; p = strstr(p + 1, id)) {
-    int before = p > body && (p[-1] == '_' || (p[-1] >= '0' && p[-1] <= '9') || ((p[-1] | 32) >= 'a' && (p[-1] | 32) <= 'z'));
+    int before =
+        p > body && (p[-1] == '_' || (p[-1] >= '0' && p[-1] <= '9') || ((p[-1] | 32) >= 'a' && (p[-1] | 32) <= 'z'));
     char c = p[n];
     int after = c == '_' || (c >= '0' && c <= '9') || ((c | 32) >= 'a' && (c | 32) <= 'z');
     if (!before && !after) return 1;
@@ -173,10 +178,19 @@ static int ident_used(const char *body, const char *id) {
  * reductions: their lanes). */
 static int vec_clones(const ir_node *root, int eltwise) {
   switch (root->op) {
-    case IR_OP_Softmax: case IR_OP_LogSoftmax: case IR_OP_LayerNormalization: case IR_OP_Conv: case IR_OP_Gemm:
-    case IR_OP_GlobalAveragePool: case IR_OP_ReduceSum: case IR_OP_ReduceMean: case IR_OP_ReduceSumSquare:
-    case IR_OP_ReduceL1: case IR_OP_ReduceL2: case IR_OP_ReduceLogSum: case IR_OP_BatchNormalization:
-      return 1;
+    case IR_OP_Softmax:
+    case IR_OP_LogSoftmax:
+    case IR_OP_LayerNormalization:
+    case IR_OP_Conv:
+    case IR_OP_Gemm:
+    case IR_OP_GlobalAveragePool:
+    case IR_OP_ReduceSum:
+    case IR_OP_ReduceMean:
+    case IR_OP_ReduceSumSquare:
+    case IR_OP_ReduceL1:
+    case IR_OP_ReduceL2:
+    case IR_OP_ReduceLogSum:
+    case IR_OP_BatchNormalization: return 1;
     default: return eltwise;
   }
 }
@@ -298,9 +312,10 @@ static void put_writebacks(FILE *f, cg_stage *st) {
 /* One function of the stage: the units of part q, then its write-backs. */
 static void put_part_fn(FILE *f, cg_stage *st, const char *sig, const char *body) {
   fputs(sig, f);
-  fputs(" {\n  stage_state *s = state;\n  const unsigned char *W = s->w;\n  unsigned char *A = s->a;\n"
-        "  (void)W;\n  (void)A;\n",
-        f);
+  fputs(
+      " {\n  stage_state *s = state;\n  const unsigned char *W = s->w;\n  unsigned char *A = s->a;\n"
+      "  (void)W;\n  (void)A;\n",
+      f);
   if (strstr(sig, "in, ")) fputs("  (void)in;\n  (void)out;\n", f);
   fputs(body, f);
   put_writebacks(f, st);
@@ -442,24 +457,29 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
   char nm[512];
   int count = cg_stage_nodes(g, p, s, nm, sizeof nm);
   int fq = cg_part(p, s, IR_PHASE_FWD);
-  fprintf(f, "/* %d nodes, %d units; %d inputs, %d outputs; weights %zu bytes; arena %zu bytes + scratch %zu bytes */\n",
+  fprintf(f,
+          "/* %d nodes, %d units; %d inputs, %d outputs; weights %zu bytes; arena %zu bytes + scratch %zu bytes */\n",
           count, units, si->n_in[fq], si->n_out[fq], wl.file_bytes, arena, cg_align_up(c.scratch));
   if (train) {
     int bq = cg_part(p, s, IR_PHASE_BWD);
-    fprintf(f, "/* training: backward %d inputs, %d outputs; parameter memory %zu bytes (the weights file, then "
-               "zeros) */\n", si->n_in[bq], si->n_out[bq], wl.total_bytes);
+    fprintf(f,
+            "/* training: backward %d inputs, %d outputs; parameter memory %zu bytes (the weights file, then "
+            "zeros) */\n",
+            si->n_in[bq], si->n_out[bq], wl.total_bytes);
   }
-  fputs("#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n\n#include <cblas.h>\n\n"
-        "#include \"pipert.h\"\n",
-        f);
+  fputs(
+      "#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n\n#include <cblas.h>\n\n"
+      "#include \"pipert.h\"\n",
+      f);
   if (c.gemm_direct) /* pipert_gemm_direct: the GEMM of Convs with small K and of small batched MatMuls */
     fputs("#include \"pipert_gemm.h\" /* pipert_gemm_direct */\n", f);
   fputs("\n", f);
   fputs(vec_prelude, f);
-  fputs(""
-        "/* PK_UNIT(u): unit u starts (timed in the profiler build, -DPIPECC_PROFILE) */\n"
-        "#ifdef PIPECC_PROFILE\n#define PK_UNIT(u) pipert_profile_mark(u)\n#else\n#define PK_UNIT(u) ((void)0)\n#endif\n\n",
-        f);
+  fputs(
+      ""
+      "/* PK_UNIT(u): unit u starts (timed in the profiler build, -DPIPECC_PROFILE) */\n"
+      "#ifdef PIPECC_PROFILE\n#define PK_UNIT(u) pipert_profile_mark(u)\n#else\n#define PK_UNIT(u) ((void)0)\n#endif\n\n",
+      f);
   size_t total = arena + cg_align_up(c.scratch);
   fprintf(f, "#define ARENA_BYTES %zuu\n#define SCRATCH_OFF %zuu\n", total ? total : CG_ALIGN, arena);
   if (train) {
@@ -471,36 +491,42 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
   if (train) {
     /* the parameters are written: a copy of the weights file, then zeros */
     fputs("typedef struct {\n  unsigned char *w;\n  unsigned char *a;\n} stage_state;\n\n", f);
-    fputs("static int stage_init(void **state, const void *weights, size_t weights_len) {\n"
-          "  stage_state *s = calloc(1, sizeof *s);\n"
-          "  if (!s) return 1;\n"
-          "  s->w = aligned_alloc(64, PARAM_BYTES);\n"
-          "  s->a = aligned_alloc(64, ARENA_BYTES);\n"
-          "  if (!s->w || !s->a || weights_len > PARAM_BYTES) {\n    free(s->w);\n    free(s->a);\n    free(s);\n"
-          "    return 1;\n  }\n"
-          "  if (weights_len) memcpy(s->w, weights, weights_len);\n"
-          "  memset(s->w + weights_len, 0, PARAM_BYTES - weights_len);\n"
-          "  memset(s->a, 0, ARENA_BYTES);\n"
-          "  *state = s;\n  return 0;\n}\n\n",
-          f);
-    fputs("static void stage_fini(void *state) {\n  stage_state *s = state;\n  if (!s) return;\n  free(s->w);\n"
-          "  free(s->a);\n  free(s);\n}\n\n",
-          f);
+    fputs(
+        "static int stage_init(void **state, const void *weights, size_t weights_len) {\n"
+        "  stage_state *s = calloc(1, sizeof *s);\n"
+        "  if (!s) return 1;\n"
+        "  s->w = aligned_alloc(64, PARAM_BYTES);\n"
+        "  s->a = aligned_alloc(64, ARENA_BYTES);\n"
+        "  if (!s->w || !s->a || weights_len > PARAM_BYTES) {\n    free(s->w);\n    free(s->a);\n    free(s);\n"
+        "    return 1;\n  }\n"
+        "  if (weights_len) memcpy(s->w, weights, weights_len);\n"
+        "  memset(s->w + weights_len, 0, PARAM_BYTES - weights_len);\n"
+        "  memset(s->a, 0, ARENA_BYTES);\n"
+        "  *state = s;\n  return 0;\n}\n\n",
+        f);
+    fputs(
+        "static void stage_fini(void *state) {\n  stage_state *s = state;\n  if (!s) return;\n  free(s->w);\n"
+        "  free(s->a);\n  free(s);\n}\n\n",
+        f);
   } else {
     fputs("typedef struct {\n  const unsigned char *w;\n  unsigned char *a;\n} stage_state;\n\n", f);
-    fputs("static int stage_init(void **state, const void *weights, size_t weights_len) {\n"
-          "  (void)weights_len;\n"
-          "  stage_state *s = calloc(1, sizeof *s);\n"
-          "  if (!s) return 1;\n"
-          "  s->w = weights;\n"
-          "  s->a = aligned_alloc(64, ARENA_BYTES);\n"
-          "  if (!s->a) {\n    free(s);\n    return 1;\n  }\n"
-          "  memset(s->a, 0, ARENA_BYTES);\n"
-          "  *state = s;\n  return 0;\n}\n\n",
-          f);
-    fputs("static void stage_fini(void *state) {\n  stage_state *s = state;\n  if (!s) return;\n  free(s->a);\n  free(s);\n}\n\n", f);
+    fputs(
+        "static int stage_init(void **state, const void *weights, size_t weights_len) {\n"
+        "  (void)weights_len;\n"
+        "  stage_state *s = calloc(1, sizeof *s);\n"
+        "  if (!s) return 1;\n"
+        "  s->w = weights;\n"
+        "  s->a = aligned_alloc(64, ARENA_BYTES);\n"
+        "  if (!s->a) {\n    free(s);\n    return 1;\n  }\n"
+        "  memset(s->a, 0, ARENA_BYTES);\n"
+        "  *state = s;\n  return 0;\n}\n\n",
+        f);
+    fputs(
+        "static void stage_fini(void *state) {\n  stage_state *s = state;\n  if (!s) return;\n  free(s->a);\n  free(s);\n}\n\n",
+        f);
   }
-  put_part_fn(f, &st[0], "static int stage_forward(void *state, const void *const *in, void *const *out)", clen[0] ? cbuf[0] : "");
+  put_part_fn(f, &st[0], "static int stage_forward(void *state, const void *const *in, void *const *out)",
+              clen[0] ? cbuf[0] : "");
   for (int k = 0; k < si->n_out[fq]; k++) {
     int v = si->s_out[fq][k];
     if (!si->passthrough[v]) continue;
@@ -549,10 +575,11 @@ static int emit_makefile(ir_graph *g, const cg_plan *p, const cg_options *o, con
   fputs(" pipeline_main.o\n\n", f);
   fputs("pipeline: $(OBJS) $(PIPERT_LIB)\n\t$(CC) -o $@ $(OBJS) $(PIPERT_LIB) $(LIBS)\n\n", f);
   if (profiled(p))
-    fputs("profile: stage_0_prof.o profile_main.o $(PIPERT_LIB)\n"
-          "\t$(CC) -o $@ stage_0_prof.o profile_main.o $(PIPERT_LIB) $(LIBS)\n\n"
-          "stage_0_prof.o: stage_0.c\n\t$(CC) $(CFLAGS) -DPIPECC_PROFILE -I$(PIPERT_INCLUDE) -c -o $@ $<\n\n",
-          f);
+    fputs(
+        "profile: stage_0_prof.o profile_main.o $(PIPERT_LIB)\n"
+        "\t$(CC) -o $@ stage_0_prof.o profile_main.o $(PIPERT_LIB) $(LIBS)\n\n"
+        "stage_0_prof.o: stage_0.c\n\t$(CC) $(CFLAGS) -DPIPECC_PROFILE -I$(PIPERT_INCLUDE) -c -o $@ $<\n\n",
+        f);
   fputs("%.o: %.c\n\t$(CC) $(CFLAGS) -I$(PIPERT_INCLUDE) -c -o $@ $<\n\n", f);
   fputs(profiled(p) ? "clean:\n\trm -f $(OBJS) stage_0_prof.o profile_main.o pipeline profile\n\n.PHONY: clean\n"
                     : "clean:\n\trm -f $(OBJS) pipeline\n\n.PHONY: clean\n",

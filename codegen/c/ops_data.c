@@ -76,8 +76,7 @@ static int emit_constant_of_shape(cg_ctx *c, const ir_node *n) {
   if (a && a->type == IR_ATTR_TENSOR && a->tensor >= 0) ir_const_f64(&c->g->values[a->tensor], 0, &v);
   char l[48];
   if (!cg_numel(y)) return 0;
-  if (ir_dtype_is_float(y->dtype))
-    cg_flit(l, sizeof l, v, y->dtype);
+  if (ir_dtype_is_float(y->dtype)) cg_flit(l, sizeof l, v, y->dtype);
   else snprintf(l, sizeof l, "%lld", LL(v));
   cg_w(c, "  for (long i = 0; i < %lld; i++) y0[i] = %s;\n", LL(cg_numel(y)), l);
   return 0;
@@ -163,12 +162,14 @@ static int emit_gather(cg_ctx *c, const ir_node *n) {
   if (!cg_numel(y)) return 0;
   size_t es = ir_dtype_size(x->dtype);
   cg_w(c, "  for (long o = 0; o < %lld; o++)\n    for (long j = 0; j < %lld; j++) {\n", LL(outer), LL(ni));
-  cg_w(c, "      long k = (long)x1[j];\n      if (k < 0) k += %lld;\n      if (k < 0 || k >= %lld) k = 0; /* out of range: undefined in ONNX */\n",
-       LL(A), LL(A));
+  cg_w(
+      c,
+      "      long k = (long)x1[j];\n      if (k < 0) k += %lld;\n      if (k < 0 || k >= %lld) k = 0; /* out of range: undefined in ONNX */\n",
+      LL(A), LL(A));
   if (inner == 1) cg_w(c, "      y0[o * %lld + j] = x0[o * %lld + k];\n    }\n", LL(ni), LL(A));
   else
-    cg_w(c, "      memcpy(y0 + (o * %lld + j) * %lld, x0 + (o * %lld + k) * %lld, %lldu);\n    }\n", LL(ni), LL(inner), LL(A),
-         LL(inner), LL(inner * (int64_t)es));
+    cg_w(c, "      memcpy(y0 + (o * %lld + j) * %lld, x0 + (o * %lld + k) * %lld, %lldu);\n    }\n", LL(ni), LL(inner),
+         LL(A), LL(inner), LL(inner * (int64_t)es));
   return 0;
 }
 
@@ -184,7 +185,8 @@ static int emit_gather_elements(cg_ctx *c, const ir_node *n) {
   char e[512];
   cg_w(c, "  long o = 0;\n");
   open_loops(c, y->shape.dims, r, 2);
-  cg_w(c, "%*slong k = (long)x1[o];\n%*sif (k < 0) k += %lld;\n", 2 + 2 * r, "", 2 + 2 * r, "", LL(x->shape.dims[axis]));
+  cg_w(c, "%*slong k = (long)x1[o];\n%*sif (k < 0) k += %lld;\n", 2 + 2 * r, "", 2 + 2 * r, "",
+       LL(x->shape.dims[axis]));
   cg_w(c, "%*sif (k < 0 || k >= %lld) k = 0;\n", 2 + 2 * r, "", LL(x->shape.dims[axis]));
   cg_w(c, "%*sy0[o++] = x0[%s + k * %lld];\n", 2 + 2 * r, "", index_expr(e, sizeof e, st, r), LL(xs[axis]));
   close_loops(c, r, 2);
@@ -259,7 +261,11 @@ static int emit_pad(cg_ctx *c, const ir_node *n) {
   double value = 0;
   const char *mode;
   if (cg_pad_params(c->g, "cpu", n, pads, &value, &mode)) return -1;
-  int m = !strcmp(mode, "constant") ? 0 : !strcmp(mode, "reflect") ? 1 : !strcmp(mode, "edge") ? 2 : !strcmp(mode, "wrap") ? 3 : -1;
+  int m = !strcmp(mode, "constant")  ? 0
+          : !strcmp(mode, "reflect") ? 1
+          : !strcmp(mode, "edge")    ? 2
+          : !strcmp(mode, "wrap")    ? 3
+                                     : -1;
   if (m < 0) return cg_fail(c, n, "Pad mode '%s' is not supported", mode);
   if (!cg_numel(y)) return 0;
   if (!cg_numel(x) && m) return cg_fail(c, n, "Pad mode '%s' of an empty tensor", mode);
@@ -278,9 +284,10 @@ static int emit_pad(cg_ctx *c, const ir_node *n) {
     else if (m == 1) {
       if (D == 1) cg_w(c, "%*s  j%d = 0;\n", ind, "", d);
       else
-        cg_w(c, "%*s  while (j%d < 0 || j%d >= %lld) j%d = j%d < 0 ? -j%d : %lld - j%d;\n", ind, "", d, d, LL(D), d, d, d,
-             LL(2 * (D - 1)), d);
-    } else if (m == 2) cg_w(c, "%*s  j%d = j%d < 0 ? 0 : j%d >= %lld ? %lld : j%d;\n", ind, "", d, d, d, LL(D), LL(D - 1), d);
+        cg_w(c, "%*s  while (j%d < 0 || j%d >= %lld) j%d = j%d < 0 ? -j%d : %lld - j%d;\n", ind, "", d, d, LL(D), d, d,
+             d, LL(2 * (D - 1)), d);
+    } else if (m == 2)
+      cg_w(c, "%*s  j%d = j%d < 0 ? 0 : j%d >= %lld ? %lld : j%d;\n", ind, "", d, d, d, LL(D), LL(D - 1), d);
     else cg_w(c, "%*s  j%d = ((j%d %% %lld) + %lld) %% %lld;\n", ind, "", d, d, LL(D), LL(D), LL(D));
   }
   int ind = 2 + 2 * r;
@@ -389,8 +396,11 @@ static int emit_reduce(cg_ctx *c, const ir_node *n) {
   for (int d = t; d < r; d++) L *= x->shape.dims[d];
   const char *term = NULL;
   switch (n->op) {
-    case IR_OP_ReduceSum: case IR_OP_ReduceMean: case IR_OP_ReduceLogSum: term = "xr[k]"; break;
-    case IR_OP_ReduceSumSquare: case IR_OP_ReduceL2: term = "(double)xr[k] * xr[k]"; break;
+    case IR_OP_ReduceSum:
+    case IR_OP_ReduceMean:
+    case IR_OP_ReduceLogSum: term = "xr[k]"; break;
+    case IR_OP_ReduceSumSquare:
+    case IR_OP_ReduceL2: term = "(double)xr[k] * xr[k]"; break;
     case IR_OP_ReduceL1: term = "fabs(xr[k])"; break;
     default: break;
   }
@@ -406,7 +416,8 @@ static int emit_reduce(cg_ctx *c, const ir_node *n) {
       case IR_OP_ReduceMin: cg_w(c, "%*sif (v < acc[%s] || v != v) acc[%s] = v;\n", ind, "", e, e); break;
       case IR_OP_ReduceProd: cg_w(c, "%*sacc[%s] *= v;\n", ind, "", e); break;
       case IR_OP_ReduceL1: cg_w(c, "%*sacc[%s] += fabs(v);\n", ind, "", e); break;
-      case IR_OP_ReduceL2: case IR_OP_ReduceSumSquare: cg_w(c, "%*sacc[%s] += v * v;\n", ind, "", e); break;
+      case IR_OP_ReduceL2:
+      case IR_OP_ReduceSumSquare: cg_w(c, "%*sacc[%s] += v * v;\n", ind, "", e); break;
       case IR_OP_ReduceLogSumExp: cg_w(c, "%*sacc[%s] += exp(v - mx[%s]);\n", ind, "", e, e); break;
       default: cg_w(c, "%*sacc[%s] += v;\n", ind, "", e); break;
     }
@@ -417,7 +428,10 @@ static int emit_reduce(cg_ctx *c, const ir_node *n) {
   const char *fin = "acc[i]";
   char buf[128];
   switch (n->op) {
-    case IR_OP_ReduceMean: snprintf(buf, sizeof buf, "acc[i] / %lld.0", LL(count)); fin = buf; break;
+    case IR_OP_ReduceMean:
+      snprintf(buf, sizeof buf, "acc[i] / %lld.0", LL(count));
+      fin = buf;
+      break;
     case IR_OP_ReduceL2: fin = "sqrt(acc[i])"; break;
     case IR_OP_ReduceLogSum: fin = "log(acc[i])"; break;
     case IR_OP_ReduceLogSumExp: fin = "log(acc[i]) + mx[i]"; break;
@@ -435,8 +449,7 @@ static int emit_reduce(cg_ctx *c, const ir_node *n) {
     case IR_UINT64: lo = "0", hi = "UINT64_MAX"; break;
     default: break;
   }
-  if (y->dtype == IR_BOOL)
-    cg_w(c, "  for (long i = 0; i < %lld; i++) y0[i] = (%s) != 0;\n", LL(on), fin);
+  if (y->dtype == IR_BOOL) cg_w(c, "  for (long i = 0; i < %lld; i++) y0[i] = (%s) != 0;\n", LL(on), fin);
   else if (lo)
     /* integers: truncated toward zero (a mean of -4 / 3 is -1, as onnxruntime and the ONNX
      * reference give), clamped to the type's range (an empty max is its smallest value),
@@ -445,8 +458,7 @@ static int emit_reduce(cg_ctx *c, const ir_node *n) {
          "  for (long i = 0; i < %lld; i++) {\n    const double r = %s;\n"
          "    y0[i] = r != r ? 0 : r <= (double)%s ? %s : r >= (double)%s ? %s : (%s)r;\n  }\n",
          LL(on), fin, lo, lo, hi, hi, T);
-  else
-    cg_w(c, "  for (long i = 0; i < %lld; i++) y0[i] = (%s)(%s);\n", LL(on), T, fin);
+  else cg_w(c, "  for (long i = 0; i < %lld; i++) y0[i] = (%s)(%s);\n", LL(on), T, fin);
   return 0;
 }
 
@@ -463,8 +475,8 @@ static int emit_argmax(cg_ctx *c, const ir_node *n) {
   const char *cmp = n->op == IR_OP_ArgMax ? (last ? ">=" : ">") : (last ? "<=" : "<");
   cg_w(c, "  for (long o = 0; o < %lld; o++)\n    for (long i = 0; i < %lld; i++) {\n", LL(outer), LL(inner));
   cg_w(c, "      const %s *xp = x0 + o * %lld + i;\n      long best = 0;\n", cg_ctype(x->dtype), LL(A * inner));
-  cg_w(c, "      for (long k = 1; k < %lld; k++)\n        if (xp[k * %lld] %s xp[best * %lld]) best = k;\n", LL(A), LL(inner),
-       cmp, LL(inner));
+  cg_w(c, "      for (long k = 1; k < %lld; k++)\n        if (xp[k * %lld] %s xp[best * %lld]) best = k;\n", LL(A),
+       LL(inner), cmp, LL(inner));
   cg_w(c, "      y0[o * %lld + i] = best;\n    }\n", LL(inner));
   return 0;
 }
@@ -503,8 +515,10 @@ static int emit_trilu(cg_ctx *c, const ir_node *n) {
   int upper = (int)ir_attr_int(n, "upper", 1);
   int64_t R = x->shape.dims[r - 2], C = x->shape.dims[r - 1], B = cg_numel(x) / (R * C != 0 ? R * C : 1);
   if (!cg_numel(y)) return 0;
-  cg_w(c, "  for (long b = 0; b < %lld; b++)\n    for (long i = 0; i < %lld; i++)\n      for (long j = 0; j < %lld; j++) {\n",
-       LL(B), LL(R), LL(C));
+  cg_w(
+      c,
+      "  for (long b = 0; b < %lld; b++)\n    for (long i = 0; i < %lld; i++)\n      for (long j = 0; j < %lld; j++) {\n",
+      LL(B), LL(R), LL(C));
   cg_w(c, "        const long q = (b * %lld + i) * %lld + j;\n", LL(R), LL(C));
   cg_w(c, "        y0[q] = (j - i %s %lld) ? x0[q] : 0;\n      }\n", upper ? ">=" : "<=", LL(k));
   return 0;
@@ -525,17 +539,22 @@ static int emit_depth_space(cg_ctx *c, const ir_node *n) {
     cg_w(c, "          for (long w = 0; w < %lld; w++)\n            for (long j = 0; j < %lld; j++) {\n", LL(W), LL(b));
     if (crd) cg_w(c, "              const long ci = ch * %lld + i * %lld + j;\n", LL(b * b), LL(b));
     else cg_w(c, "              const long ci = (i * %lld + j) * %lld + ch;\n", LL(b), LL(Co));
-    cg_w(c, "              y0[((n * %lld + ch) * %lld + h * %lld + i) * %lld + w * %lld + j] = x0[((n * %lld + ci) * %lld + h) * %lld + w];\n",
-         LL(Co), LL(H * b), LL(b), LL(W * b), LL(b), LL(C), LL(H), LL(W));
+    cg_w(
+        c,
+        "              y0[((n * %lld + ch) * %lld + h * %lld + i) * %lld + w * %lld + j] = x0[((n * %lld + ci) * %lld + h) * %lld + w];\n",
+        LL(Co), LL(H * b), LL(b), LL(W * b), LL(b), LL(C), LL(H), LL(W));
     cg_w(c, "            }\n");
   } else {
     int64_t Ho = H / b, Wo = W / b, Co = C * b * b;
     cg_w(c, "  for (long n = 0; n < %lld; n++)\n    for (long ch = 0; ch < %lld; ch++)\n", LL(N), LL(C));
     cg_w(c, "      for (long h = 0; h < %lld; h++)\n        for (long i = 0; i < %lld; i++)\n", LL(Ho), LL(b));
-    cg_w(c, "          for (long w = 0; w < %lld; w++)\n            for (long j = 0; j < %lld; j++) {\n", LL(Wo), LL(b));
+    cg_w(c, "          for (long w = 0; w < %lld; w++)\n            for (long j = 0; j < %lld; j++) {\n", LL(Wo),
+         LL(b));
     cg_w(c, "              const long co = (i * %lld + j) * %lld + ch;\n", LL(b), LL(C));
-    cg_w(c, "              y0[((n * %lld + co) * %lld + h) * %lld + w] = x0[((n * %lld + ch) * %lld + h * %lld + i) * %lld + w * %lld + j];\n",
-         LL(Co), LL(Ho), LL(Wo), LL(C), LL(H), LL(b), LL(W), LL(b));
+    cg_w(
+        c,
+        "              y0[((n * %lld + co) * %lld + h) * %lld + w] = x0[((n * %lld + ch) * %lld + h * %lld + i) * %lld + w * %lld + j];\n",
+        LL(Co), LL(Ho), LL(Wo), LL(C), LL(H), LL(b), LL(W), LL(b));
     cg_w(c, "            }\n");
   }
   return 0;
@@ -556,8 +575,8 @@ static int emit_onehot(cg_ctx *c, const ir_node *n) {
   (void)ix;
   cg_w(c, "  for (long o = 0; o < %lld; o++)\n    for (long i = 0; i < %lld; i++) {\n", LL(outer), LL(inner));
   cg_w(c, "      long k = (long)x0[o * %lld + i];\n      if (k < 0) k += %lld;\n", LL(inner), LL(depth));
-  cg_w(c, "      for (long d = 0; d < %lld; d++) y0[(o * %lld + d) * %lld + i] = d == k ? x2[1] : x2[0];\n    }\n", LL(depth),
-       LL(depth), LL(inner));
+  cg_w(c, "      for (long d = 0; d < %lld; d++) y0[(o * %lld + d) * %lld + i] = d == k ? x2[1] : x2[0];\n    }\n",
+       LL(depth), LL(depth), LL(inner));
   return 0;
 }
 
@@ -659,15 +678,11 @@ static int emit_resize(cg_ctx *c, const ir_node *n) {
     for (int d = 0; d < r; d++) {
       int in2 = ind + 2 * d, nt = rp.taps[d];
       cg_w(c, "%*sfor (int j%d = 0; j%d < %d; j%d++) {\n", in2, "", d, d, nt, d);
-      if (d)
-        cg_w(c, "%*s  const double p%d = p%d * t%d_w[i%d * %d + j%d];\n", in2, "", d, d - 1, d, d, nt, d);
-      else
-        cg_w(c, "%*s  const double p0 = t0_w[i0 * %d + j0];\n", in2, "", nt);
+      if (d) cg_w(c, "%*s  const double p%d = p%d * t%d_w[i%d * %d + j%d];\n", in2, "", d, d - 1, d, d, nt, d);
+      else cg_w(c, "%*s  const double p0 = t0_w[i0 * %d + j0];\n", in2, "", nt);
       cg_w(c, "%*s  if (p%d == 0) continue;\n", in2, "", d);
-      if (d)
-        cg_w(c, "%*s  const long f%d = f%d + t%d_a[i%d * %d + j%d];\n", in2, "", d, d - 1, d, d, nt, d);
-      else
-        cg_w(c, "%*s  const long f0 = t0_a[i0 * %d + j0];\n", in2, "", nt);
+      if (d) cg_w(c, "%*s  const long f%d = f%d + t%d_a[i%d * %d + j%d];\n", in2, "", d, d - 1, d, d, nt, d);
+      else cg_w(c, "%*s  const long f0 = t0_a[i0 * %d + j0];\n", in2, "", nt);
     }
     cg_w(c, "%*s  s += p%d * x0[f%d];\n", ind + 2 * (r - 1), "", r - 1, r - 1);
     for (int d = r - 1; d >= 0; d--) cg_w(c, "%*s}\n", ind + 2 * d, "");
@@ -682,15 +697,16 @@ static int emit_resize(cg_ctx *c, const ir_node *n) {
     cg_w(c, "%*sfor (int corner = 0; corner < %d; corner++) {\n", ind, "", 1 << r);
     cg_w(c, "%*s  long off = 0;\n%*s  double wgt = 1;\n", ind, "", ind, "");
     for (int d = 0; d < r; d++)
-      cg_w(c, "%*s  if (corner & %d) { off += t%d_b[i%d]; wgt *= t%d_w[i%d]; } else { off += t%d_a[i%d]; wgt *= 1 - t%d_w[i%d]; }\n",
-           ind, "", 1 << d, d, d, d, d, d, d, d, d);
+      cg_w(
+          c,
+          "%*s  if (corner & %d) { off += t%d_b[i%d]; wgt *= t%d_w[i%d]; } else { off += t%d_a[i%d]; wgt *= 1 - t%d_w[i%d]; }\n",
+          ind, "", 1 << d, d, d, d, d, d, d, d, d);
     cg_w(c, "%*s  if (wgt != 0) s += wgt * x0[off];\n%*s}\n", ind, "", ind, "");
     cg_w(c, "%*sy0[o++] = (%s)s;\n", ind, "", T);
   }
   close_loops(c, r, 2);
   return 0;
 }
-
 
 /* TopK: repeated selection (ties: the lower index first), always sorted. */
 static int emit_topk(cg_ctx *c, const ir_node *n) {
@@ -710,8 +726,10 @@ static int emit_topk(cg_ctx *c, const ir_node *n) {
   cg_w(c, "  for (long o = 0; o < %lld; o++)\n    for (long i = 0; i < %lld; i++) {\n", LL(outer), LL(inner));
   cg_w(c, "      const %s *xp = x0 + o * %lld + i;\n      memset(used, 0, %lld);\n", T, LL(A * inner), LL(A));
   cg_w(c, "      for (long j = 0; j < %lld; j++) {\n        long b = -1;\n", LL(K));
-  cg_w(c, "        for (long a = 0; a < %lld; a++)\n          if (!used[a] && (b < 0 || xp[a * %lld] %s xp[b * %lld])) b = a;\n",
-       LL(A), LL(inner), cmp, LL(inner));
+  cg_w(
+      c,
+      "        for (long a = 0; a < %lld; a++)\n          if (!used[a] && (b < 0 || xp[a * %lld] %s xp[b * %lld])) b = a;\n",
+      LL(A), LL(inner), cmp, LL(inner));
   cg_w(c, "        used[b] = 1;\n        const long q = (o * %lld + j) * %lld + i;\n", LL(K), LL(inner));
   if (y) cg_w(c, "        y0[q] = xp[b * %lld];\n", LL(inner));
   if (yi) cg_w(c, "        y1[q] = b;\n");
@@ -723,8 +741,9 @@ static int emit_topk(cg_ctx *c, const ir_node *n) {
 static void emit_nd_offset(cg_ctx *c, const int64_t *dims, int L, const char *ix, int ind) {
   cg_w(c, "%*slong off = 0;\n", ind, "");
   for (int l = 0; l < L; l++)
-    cg_w(c, "%*s{ long k = (long)%s[%d]; if (k < 0) k += %lld; if (k < 0 || k >= %lld) k = 0; off = off * %lld + k; }\n", ind,
-         "", ix, l, LL(dims[l]), LL(dims[l]), LL(dims[l]));
+    cg_w(c,
+         "%*s{ long k = (long)%s[%d]; if (k < 0) k += %lld; if (k < 0 || k >= %lld) k = 0; off = off * %lld + k; }\n",
+         ind, "", ix, l, LL(dims[l]), LL(dims[l]), LL(dims[l]));
 }
 
 static int emit_gather_nd(cg_ctx *c, const ir_node *n) {
@@ -742,8 +761,8 @@ static int emit_gather_nd(cg_ctx *c, const ir_node *n) {
   cg_w(c, "  for (long bi = 0; bi < %lld; bi++)\n    for (long j = 0; j < %lld; j++) {\n", LL(B), LL(nI));
   cg_w(c, "      const %s *ix = x1 + (bi * %lld + j) * %d;\n", cg_ctype(ix->dtype), LL(nI), L);
   emit_nd_offset(c, x->shape.dims + b, L, "ix", 6);
-  cg_w(c, "      memcpy(y0 + (bi * %lld + j) * %lld, x0 + bi * %lld + off * %lld, %lldu);\n    }\n", LL(nI), LL(slice), LL(D),
-       LL(slice), LL(slice * (int64_t)ir_dtype_size(x->dtype)));
+  cg_w(c, "      memcpy(y0 + (bi * %lld + j) * %lld, x0 + bi * %lld + off * %lld, %lldu);\n    }\n", LL(nI), LL(slice),
+       LL(D), LL(slice), LL(slice * (int64_t)ir_dtype_size(x->dtype)));
   return 0;
 }
 
@@ -816,8 +835,11 @@ cg_op_fn cg_op_emitter(ir_op op) {
   if (!f) f = cg_op_emitter_vision(op);
   if (f) return f;
   switch (op) {
-    case IR_OP_Reshape: case IR_OP_Flatten: case IR_OP_Squeeze: case IR_OP_Unsqueeze: case IR_OP_Identity:
-      return emit_copy;
+    case IR_OP_Reshape:
+    case IR_OP_Flatten:
+    case IR_OP_Squeeze:
+    case IR_OP_Unsqueeze:
+    case IR_OP_Identity: return emit_copy;
     case IR_OP_Dropout: return emit_dropout;
     case IR_OP_Shape: return emit_shape;
     case IR_OP_Size: return emit_size;
@@ -831,16 +853,25 @@ cg_op_fn cg_op_emitter(ir_op op) {
     case IR_OP_Transpose: return emit_transpose;
     case IR_OP_Pad: return emit_pad;
     case IR_OP_Tile: return emit_tile;
-    case IR_OP_ReduceMean: case IR_OP_ReduceSum: case IR_OP_ReduceMax: case IR_OP_ReduceMin: case IR_OP_ReduceProd:
-    case IR_OP_ReduceL1: case IR_OP_ReduceL2: case IR_OP_ReduceLogSum: case IR_OP_ReduceLogSumExp:
-    case IR_OP_ReduceSumSquare:
-      return emit_reduce;
-    case IR_OP_ArgMax: case IR_OP_ArgMin: return emit_argmax;
+    case IR_OP_ReduceMean:
+    case IR_OP_ReduceSum:
+    case IR_OP_ReduceMax:
+    case IR_OP_ReduceMin:
+    case IR_OP_ReduceProd:
+    case IR_OP_ReduceL1:
+    case IR_OP_ReduceL2:
+    case IR_OP_ReduceLogSum:
+    case IR_OP_ReduceLogSumExp:
+    case IR_OP_ReduceSumSquare: return emit_reduce;
+    case IR_OP_ArgMax:
+    case IR_OP_ArgMin: return emit_argmax;
     case IR_OP_CumSum: return emit_cumsum2;
     case IR_OP_Trilu: return emit_trilu;
-    case IR_OP_DepthToSpace: case IR_OP_SpaceToDepth: return emit_depth_space;
+    case IR_OP_DepthToSpace:
+    case IR_OP_SpaceToDepth: return emit_depth_space;
     case IR_OP_OneHot: return emit_onehot;
-    case IR_OP_Resize: case IR_OP_Upsample: return emit_resize;
+    case IR_OP_Resize:
+    case IR_OP_Upsample: return emit_resize;
     case IR_OP_TopK: return emit_topk;
     case IR_OP_GatherND: return emit_gather_nd;
     case IR_OP_ScatterElements: return emit_scatter_elements;

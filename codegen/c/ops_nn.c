@@ -104,10 +104,8 @@ static void emit_im2col_row(cg_ctx *c, const cg_win3 *w, size_t esz) {
        S - 1, S);
   cg_w(c, "%sif (hi > %lld) hi = %lld;\n%sif (hi < 0) hi = 0;\n%sif (lo > hi) lo = hi;\n", ind, OW, OW, ind, ind);
   cg_w(c, "%sfor (long ow = 0; ow < lo; ow++) dst[ow] = 0;\n", ind);
-  if (S == 1)
-    cg_w(c, "%sif (hi > lo) memcpy(dst + lo, src + lo + off, (size_t)(hi - lo) * %zu);\n", ind, esz);
-  else
-    cg_w(c, "%sfor (long ow = lo; ow < hi; ow++) dst[ow] = src[ow * %lld + off];\n", ind, S);
+  if (S == 1) cg_w(c, "%sif (hi > lo) memcpy(dst + lo, src + lo + off, (size_t)(hi - lo) * %zu);\n", ind, esz);
+  else cg_w(c, "%sfor (long ow = lo; ow < hi; ow++) dst[ow] = src[ow * %lld + off];\n", ind, S);
   cg_w(c, "%sfor (long ow = hi; ow < %lld; ow++) dst[ow] = 0;\n", ind, OW);
 }
 
@@ -133,8 +131,8 @@ static int emit_conv_batched(cg_ctx *c, const ir_node *n, const cg_win3 *w, cons
   cg_w(c, "      for (long j = 0; j < nb; j++) {\n");
   cg_w(c, "        const %s *xg = x0 + ((n0 + j) * %lld + g * %lld) * %lld;\n", T, LL(C), LL(Cg), LL(IS));
   if (direct) {
-    cg_w(c, "        for (long ci = 0; ci < %lld; ci++) memcpy(col + ci * P + j * %lld, xg + ci * %lld, %lld);\n", LL(Cg),
-         LL(OS), LL(IS), LL(OS * (int64_t)esz));
+    cg_w(c, "        for (long ci = 0; ci < %lld; ci++) memcpy(col + ci * P + j * %lld, xg + ci * %lld, %lld);\n",
+         LL(Cg), LL(OS), LL(IS), LL(OS * (int64_t)esz));
   } else {
     cg_w(c, "        for (long ci = 0; ci < %lld; ci++)\n", LL(Cg));
     cg_w(c, "          for (long kd = 0; kd < %lld; kd++)\n", LL(w->k[0]));
@@ -176,8 +174,10 @@ static int emit_conv_batched(cg_ctx *c, const ir_node *n, const cg_win3 *w, cons
       cg_w(c, "        for (long i = 0; i < P; i++) yp[i] = bm;\n");
       cg_w(c, "      }\n");
     }
-    cg_w(c, "      %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)P, %lld, 1, wg, %lld, col, (int)P, %s, yt, (int)P);\n",
-         gemm_fn(t), LL(Mg), LL(K), LL(K), has_bias ? "1" : "0");
+    cg_w(
+        c,
+        "      %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)P, %lld, 1, wg, %lld, col, (int)P, %s, yt, (int)P);\n",
+        gemm_fn(t), LL(Mg), LL(K), LL(K), has_bias ? "1" : "0");
   }
   cg_w(c, "      for (long j = 0; j < nb; j++) {\n");
   cg_w(c, "        for (long m = 0; m < %lld; m++)\n", LL(Mg));
@@ -262,8 +262,7 @@ static void emit_dw_channel(cg_ctx *c, const cg_win3 *w, int has_bias, const cg_
   const int64_t S = l.S2, PWS = l.PWS, pb1 = w->pb[1];
   /* bordered row ih + pb1 of input row ih: stored at row (ih + pb1) % S1 * PHS + (ih + pb1) / S1 */
   char row[160];
-  if (l.S1 == 1)
-    snprintf(row, sizeof row, "(ih + %lld) * %lld", LL(pb1), LL(l.RW));
+  if (l.S1 == 1) snprintf(row, sizeof row, "(ih + %lld) * %lld", LL(pb1), LL(l.RW));
   else
     snprintf(row, sizeof row, "((ih + %lld) %% %lld * %lld + (ih + %lld) / %lld) * %lld", LL(pb1), LL(l.S1), LL(l.PHS),
              LL(pb1), LL(l.S1), LL(l.RW));
@@ -385,8 +384,8 @@ static int emit_conv_expand_dw(cg_ctx *c, const ir_node *n) {
   int64_t T = PAD16(MB * OS1);
   cg_scratch(c, (size_t)(T + dw_scratch_floats(&w, &e)) * sizeof(float));
   ee.act = pass_fused_expand_act(n, &ee.lo, &ee.hi);
-  cg_w(c, "  /* N=%lld K=%lld M=%lld in=%lldx%lld out=%lldx%lld kernel=%lldx%lld */\n", LL(N), LL(K), LL(M), LL(w.in[1]),
-       LL(w.in[2]), LL(w.out[1]), LL(w.out[2]), LL(w.k[1]), LL(w.k[2]));
+  cg_w(c, "  /* N=%lld K=%lld M=%lld in=%lldx%lld out=%lldx%lld kernel=%lldx%lld */\n", LL(N), LL(K), LL(M),
+       LL(w.in[1]), LL(w.in[2]), LL(w.out[1]), LL(w.out[2]), LL(w.k[1]), LL(w.k[2]));
   cg_w(c, "  /* fused: the 1x1 ");
   cg_put_comment(c->body, ir_attr_str(n, "pipecc.expand", ""), 600);
   const char *fused = ir_attr_str(n, "pipecc.fused", NULL);
@@ -416,8 +415,10 @@ static int emit_conv_expand_dw(cg_ctx *c, const ir_node *n) {
       cg_w(c, "        float *tm = t + m * %lld;\n        const float bm = x5[c0 + m];\n", LL(OS1));
       cg_w(c, "        for (long i = 0; i < %lld; i++) tm[i] = bm;\n      }\n", LL(OS1));
     }
-    cg_w(c, "      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mb, %lld, %lld, 1, x4 + c0 * %lld, %lld, xn, %lld, %s, t, %lld);\n",
-         LL(OS1), LL(K), LL(K), LL(K), LL(OS1), be ? "1" : "0", LL(OS1));
+    cg_w(
+        c,
+        "      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mb, %lld, %lld, 1, x4 + c0 * %lld, %lld, xn, %lld, %s, t, %lld);\n",
+        LL(OS1), LL(K), LL(K), LL(K), LL(OS1), be ? "1" : "0", LL(OS1));
   }
   if (ee.act && !direct_gemm(IR_FLOAT, K, OS1)) {
     cg_w(c, "      for (long m = 0; m < mb; m++) {\n");
@@ -462,8 +463,10 @@ static int emit_conv_smallout(cg_ctx *c, const cg_win3 *w, int64_t N, int64_t C,
   cg_w(c, "          float l[16] = {0};\n");
   /* kw with 0 <= off + kw D2 < IW, off = ow S2 - PB2: from lo to hi (exclusive) */
   cg_w(c, "          const long off = ow * %lld - %lld;\n", LL(S2), LL(PB2));
-  cg_w(c, "          long lo = off >= 0 ? 0 : (-off + %lld) / %lld, hi = %lld - off > 0 ? (%lld - off + %lld) / %lld : 0;\n",
-       LL(D2 - 1), LL(D2), LL(IW), LL(IW), LL(D2 - 1), LL(D2));
+  cg_w(
+      c,
+      "          long lo = off >= 0 ? 0 : (-off + %lld) / %lld, hi = %lld - off > 0 ? (%lld - off + %lld) / %lld : 0;\n",
+      LL(D2 - 1), LL(D2), LL(IW), LL(IW), LL(D2 - 1), LL(D2));
   cg_w(c, "          if (hi > %lld) hi = %lld;\n", LL(KW), LL(KW));
   cg_w(c, "          for (long ci = 0; ci < %lld; ci++) {\n", LL(Cg));
   cg_w(c, "            const float *xc = x0 + (n * %lld + g * %lld + ci) * %lld;\n", LL(C), LL(Cg), LL(IH * IW));
@@ -475,7 +478,8 @@ static int emit_conv_smallout(cg_ctx *c, const cg_win3 *w, int64_t N, int64_t C,
   cg_w(c, "              long kw = lo;\n");
   cg_w(c, "              for (; kw + 16 <= hi; kw += 16)\n");
   cg_w(c, "                for (long j = 0; j < 16; j++) l[j] += wr[kw + j] * xr[off + (kw + j) * %lld];\n", LL(D2));
-  cg_w(c, "              for (long j = 0; j < 16 && kw + j < hi; j++) l[j] += wr[kw + j] * xr[off + (kw + j) * %lld];\n",
+  cg_w(c,
+       "              for (long j = 0; j < 16 && kw + j < hi; j++) l[j] += wr[kw + j] * xr[off + (kw + j) * %lld];\n",
        LL(D2));
   cg_w(c, "            }\n          }\n");
   for (int h = 8; h >= 1; h /= 2) cg_w(c, "          for (long j = 0; j < %d; j++) l[j] += l[j + %d];\n", h, h);
@@ -585,8 +589,10 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
     cg_w(c, "      }\n");
   }
   if (direct) {
-    cg_w(c, "      %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1, wg, %lld, xg, %lld, %s, yg, %lld);\n",
-         gemm_fn(t), LL(Mg), LL(OS), LL(K), LL(K), LL(OS), beta, LL(OS));
+    cg_w(
+        c,
+        "      %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1, wg, %lld, xg, %lld, %s, yg, %lld);\n",
+        gemm_fn(t), LL(Mg), LL(OS), LL(K), LL(K), LL(OS), beta, LL(OS));
     char os[32];
     snprintf(os, sizeof os, "%lld", LL(OS));
     emit_epilogue(c, &e, "      ", "yg", "rg", Mg, os, OS);
@@ -616,10 +622,13 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
     snprintf(yo, sizeof yo, "(yg + r0 * %lld)", LL(w.out[2]));
     snprintf(ro, sizeof ro, "(rg + r0 * %lld)", LL(w.out[2]));
     if (dg) {
-      emit_direct_gemm(c, "        ", mg, "P", K, "wg", "col", "P", b ? bg : "NULL", yo, os, e.res ? ro : "NULL", &e, 0);
+      emit_direct_gemm(c, "        ", mg, "P", K, "wg", "col", "P", b ? bg : "NULL", yo, os, e.res ? ro : "NULL", &e,
+                       0);
     } else {
-      cg_w(c, "        %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)P, %lld, 1, wg, %lld, col, (int)P, %s, yg + r0 * %lld, %lld);\n",
-           gemm_fn(t), LL(Mg), LL(K), LL(K), beta, LL(w.out[2]), LL(OS));
+      cg_w(
+          c,
+          "        %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)P, %lld, 1, wg, %lld, col, (int)P, %s, yg + r0 * %lld, %lld);\n",
+          gemm_fn(t), LL(Mg), LL(K), LL(K), beta, LL(w.out[2]), LL(OS));
       emit_epilogue(c, &e, "        ", yo, ro, Mg, "P", OS);
     }
     cg_w(c, "      }\n");
@@ -688,8 +697,10 @@ static int emit_conv_transpose(cg_ctx *c, const ir_node *n) {
     cg_scratch(c, (size_t)(Kc * IS) * esz);
     cg_w(c, "      %s *col = (%s *)scr;\n", T, T);
     /* W: [C, Mg, k...]; group g rows g*Cg..: as a [Cg, Kc] matrix; col = W_g^T (Kc x Cg) * X_g (Cg x IS) */
-    cg_w(c, "      %s(CblasRowMajor, CblasTrans, CblasNoTrans, %lld, %lld, %lld, 1, x1 + g * %lld, %lld, xg, %lld, 0, col, %lld);\n",
-         gemm_fn(t), LL(Kc), LL(IS), LL(Cg), LL(Cg * Kc), LL(Kc), LL(IS), LL(IS));
+    cg_w(
+        c,
+        "      %s(CblasRowMajor, CblasTrans, CblasNoTrans, %lld, %lld, %lld, 1, x1 + g * %lld, %lld, xg, %lld, 0, col, %lld);\n",
+        gemm_fn(t), LL(Kc), LL(IS), LL(Cg), LL(Cg * Kc), LL(Kc), LL(IS), LL(IS));
     cg_w(c, "      for (long m = 0; m < %lld; m++)\n", LL(Mg));
     cg_w(c, "        for (long kd = 0; kd < %lld; kd++)\n          for (long kh = 0; kh < %lld; kh++)\n", LL(w.k[0]),
          LL(w.k[1]));
@@ -751,7 +762,9 @@ blas:
     int64_t cs0 = d0 != 1 ? d1 : 0, cs1 = d1 != 1 ? 1 : 0;
     cg_w(c, "  for (long i = 0; i < %lld; i++)\n    for (long j = 0; j < %lld; j++)\n", LL(M), LL(N));
     if (beta == 1.0) cg_w(c, "      y0[i * %lld + j] = x2[i * %lld + j * %lld];\n", LL(N), LL(cs0), LL(cs1));
-    else cg_w(c, "      y0[i * %lld + j] = %s * x2[i * %lld + j * %lld];\n", LL(N), cg_flit(l1, sizeof l1, beta, t), LL(cs0), LL(cs1));
+    else
+      cg_w(c, "      y0[i * %lld + j] = %s * x2[i * %lld + j * %lld];\n", LL(N), cg_flit(l1, sizeof l1, beta, t),
+           LL(cs0), LL(cs1));
   }
   if (K == 0) {
     if (!use_c) cg_w(c, "  memset(y0, 0, sizeof(%s) * %lld);\n", T, LL(M * N));
@@ -785,11 +798,12 @@ void cg_gemm_blocks_open(cg_ctx *c, int64_t M, int64_t N, int64_t K, int64_t MB,
   snprintf(sn, sizeof sn, "%lld", LL(N));
   cg_w(c, "  for (long r0 = 0; r0 < %lld; r0 += %lld) {\n", LL(M), LL(MB));
   cg_w(c, "    const long nr = %lld - r0 < %lld ? %lld - r0 : %lld;\n", LL(M), LL(MB), LL(M), LL(MB));
-  if (K <= CG_C_DIRECT_K)
-    emit_direct_gemm(c, "    ", "nr", sn, K, ab, b, sn, "NULL", yb, sn, "NULL", NULL, 0);
+  if (K <= CG_C_DIRECT_K) emit_direct_gemm(c, "    ", "nr", sn, K, ab, b, sn, "NULL", yb, sn, "NULL", NULL, 0);
   else
-    cg_w(c, "    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, %lld, %lld, 1, %s, %lld, %s, %lld, 0, %s, %lld);\n",
-         LL(N), LL(K), ab, LL(K), b, LL(N), yb, LL(N));
+    cg_w(
+        c,
+        "    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, %lld, %lld, 1, %s, %lld, %s, %lld, 0, %s, %lld);\n",
+        LL(N), LL(K), ab, LL(K), b, LL(N), yb, LL(N));
 }
 
 /* A MatMul operand's rows x cols matrix at src (emitted expression), stored with leading
@@ -798,11 +812,13 @@ void cg_gemm_blocks_open(cg_ctx *c, int64_t M, int64_t N, int64_t K, int64_t MB,
 static void emit_compact(cg_ctx *c, const char *T, const char *src, int64_t rows, int64_t cols, int trans, int64_t ld,
                          int64_t off, char *dst, size_t dst_len) {
   if (trans)
-    cg_w(c, "    for (long k = 0; k < %lld; k++)\n      for (long i = 0; i < %lld; i++) cm[%lld + i * %lld + k] = (%s)[k * %lld + i];\n",
-         LL(cols), LL(rows), LL(off), LL(cols), src, LL(ld));
+    cg_w(
+        c,
+        "    for (long k = 0; k < %lld; k++)\n      for (long i = 0; i < %lld; i++) cm[%lld + i * %lld + k] = (%s)[k * %lld + i];\n",
+        LL(cols), LL(rows), LL(off), LL(cols), src, LL(ld));
   else
-    cg_w(c, "    for (long i = 0; i < %lld; i++) memcpy(cm + %lld + i * %lld, %s + i * %lld, sizeof(%s) * %lld);\n", LL(rows),
-         LL(off), LL(cols), src, LL(ld), T, LL(cols));
+    cg_w(c, "    for (long i = 0; i < %lld; i++) memcpy(cm + %lld + i * %lld, %s + i * %lld, sizeof(%s) * %lld);\n",
+         LL(rows), LL(off), LL(cols), src, LL(ld), T, LL(cols));
   snprintf(dst, dst_len, "cm + %lld", LL(off));
 }
 
@@ -826,11 +842,14 @@ static int emit_matmul(cg_ctx *c, const ir_node *n) {
     /* integer MatMul: plain loops */
     cg_w(c, "  for (long bi = 0; bi < %lld; bi++) {\n    long rem = bi, ao = 0, bo = 0;\n", LL(NB));
     for (int i = nb - 1; i >= 0; i--)
-      cg_w(c, "    { const long q = rem %% %lld; rem /= %lld; ao += q * %lld; bo += q * %lld; }\n", LL(bd[i]), LL(bd[i]),
-           LL(sa[i]), LL(sb[i]));
-    cg_w(c, "    (void)rem;\n    for (long i = 0; i < %lld; i++)\n      for (long j = 0; j < %lld; j++) {\n", LL(M), LL(N));
-    cg_w(c, "        %s s = 0;\n        for (long k = 0; k < %lld; k++) s += x0[ao + i * %lld + k] * x1[bo + k * %lld + j];\n",
-         T, LL(K), LL(K), LL(N));
+      cg_w(c, "    { const long q = rem %% %lld; rem /= %lld; ao += q * %lld; bo += q * %lld; }\n", LL(bd[i]),
+           LL(bd[i]), LL(sa[i]), LL(sb[i]));
+    cg_w(c, "    (void)rem;\n    for (long i = 0; i < %lld; i++)\n      for (long j = 0; j < %lld; j++) {\n", LL(M),
+         LL(N));
+    cg_w(
+        c,
+        "        %s s = 0;\n        for (long k = 0; k < %lld; k++) s += x0[ao + i * %lld + k] * x1[bo + k * %lld + j];\n",
+        T, LL(K), LL(K), LL(N));
     cg_w(c, "        y0[bi * %lld + i * %lld + j] = s;\n      }\n  }\n", LL(M * N), LL(N));
     return 0;
   }
@@ -850,7 +869,8 @@ static int emit_matmul(cg_ctx *c, const ir_node *n) {
       return 0;
     }
     if (MB >= NB * M) {
-      cg_w(c, "  %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1, x0, %lld, x1, %lld, 0, y0, %lld);\n",
+      cg_w(c,
+           "  %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1, x0, %lld, x1, %lld, 0, y0, %lld);\n",
            gemm_fn(t), LL(NB * M), LL(N), LL(K), LL(K), LL(N), LL(N));
       return 0;
     }
@@ -893,8 +913,10 @@ static int emit_matmul(cg_ctx *c, const ir_node *n) {
     snprintf(yo, sizeof yo, "y0 + bi * %lld", LL(M * N));
     emit_direct_gemm(c, "    ", sm, sn, K, pa, pb, sn, "NULL", yo, sn, "NULL", NULL, 0);
   } else
-    cg_w(c, "    %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1, %s, %lld, %s, %lld, 0, y0 + bi * %lld, %lld);\n",
-         gemm_fn(t), LL(M), LL(N), LL(K), pa, LL(lda), pb, LL(ldb), LL(M * N), LL(N));
+    cg_w(
+        c,
+        "    %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1, %s, %lld, %s, %lld, 0, y0 + bi * %lld, %lld);\n",
+        gemm_fn(t), LL(M), LL(N), LL(K), pa, LL(lda), pb, LL(ldb), LL(M * N), LL(N));
   cg_w(c, "  }\n");
   return 0;
 }
@@ -917,7 +939,8 @@ static void emit_maxpool_rows(cg_ctx *c, const char *T, int64_t NC, const cg_win
   cg_w(c, "      for (long iw = 0; iw < %lld; iw++) t[iw] = -INFINITY;\n", LL(W));
   cg_w(c, "      for (long ih = h0 < 0 ? 0 : h0; ih < (h1 < %lld ? h1 : %lld); ih++)\n", LL(H), LL(H));
   cg_w(c, "        for (long iw = 0; iw < %lld; iw++) {\n", LL(W));
-  cg_w(c, "          const %s v = xp[ih * %lld + iw];\n          t[iw] = v > t[iw] ? v : t[iw];\n        }\n", T, LL(W));
+  cg_w(c, "          const %s v = xp[ih * %lld + iw];\n          t[iw] = v > t[iw] ? v : t[iw];\n        }\n", T,
+       LL(W));
   cg_w(c, "      for (long ow = 0; ow < %lld; ow++) {\n", LL(w->out[2]));
   cg_w(c, "        const long w0 = ow * %lld - %lld, w1 = w0 + %lld;\n", LL(w->s[2]), LL(w->pb[2]), LL(w->k[2]));
   cg_w(c, "        %s m = -INFINITY;\n", T);
@@ -958,11 +981,13 @@ static int emit_pool(cg_ctx *c, const ir_node *n) {
   }
   cg_w(c, "  for (long nc = 0; nc < %lld; nc++) {\n", LL(NC));
   cg_w(c, "    const %s *xp = x0 + nc * %lld;\n", T, LL(IS));
-  cg_w(c, "    for (long od = 0; od < %lld; od++)\n      for (long oh = 0; oh < %lld; oh++)\n", LL(w.out[0]), LL(w.out[1]));
+  cg_w(c, "    for (long od = 0; od < %lld; od++)\n      for (long oh = 0; oh < %lld; oh++)\n", LL(w.out[0]),
+       LL(w.out[1]));
   cg_w(c, "        for (long ow = 0; ow < %lld; ow++) {\n", LL(w.out[2]));
   cg_w(c, "          const long d0 = od * %lld - %lld, h0 = oh * %lld - %lld, w0 = ow * %lld - %lld;\n", LL(w.s[0]),
        LL(w.pb[0]), LL(w.s[1]), LL(w.pb[1]), LL(w.s[2]), LL(w.pb[2]));
-  if (is_max) cg_w(c, "          %s m = %s;\n          long mi = 0;\n", T, t == IR_FLOAT || t == IR_DOUBLE ? "-INFINITY" : "0");
+  if (is_max)
+    cg_w(c, "          %s m = %s;\n          long mi = 0;\n", T, t == IR_FLOAT || t == IR_DOUBLE ? "-INFINITY" : "0");
   else cg_w(c, "          double s = 0;\n          long cnt = 0;\n");
   if (is_max && t != IR_FLOAT && t != IR_DOUBLE) cg_w(c, "          int first = 1;\n");
   cg_w(c, "          for (long kd = 0; kd < %lld; kd++) {\n", LL(w.k[0]));
@@ -971,8 +996,8 @@ static int emit_pool(cg_ctx *c, const ir_node *n) {
   cg_w(c, "              const long ih = h0 + kh * %lld;\n", LL(w.d[1]));
   cg_w(c, "              for (long kw = 0; kw < %lld; kw++) {\n", LL(w.k[2]));
   cg_w(c, "                const long iw = w0 + kw * %lld;\n", LL(w.d[2]));
-  cg_w(c, "                if (id < 0 || id >= %lld || ih < 0 || ih >= %lld || iw < 0 || iw >= %lld) continue;\n", LL(w.in[0]),
-       LL(w.in[1]), LL(w.in[2]));
+  cg_w(c, "                if (id < 0 || id >= %lld || ih < 0 || ih >= %lld || iw < 0 || iw >= %lld) continue;\n",
+       LL(w.in[0]), LL(w.in[1]), LL(w.in[2]));
   cg_w(c, "                const long ii = (id * %lld + ih) * %lld + iw;\n", LL(w.in[1]), LL(w.in[2]));
   cg_w(c, "                const %s v = xp[ii];\n", T);
   if (is_max) {
@@ -1066,11 +1091,13 @@ static void emit_lane_max(cg_ctx *c, const char *ind, const char *name, int64_t 
   cg_w(c, "%s  for (long l = 0; l < %d; l++) {\n%s    const long k = %s_k + l;\n", ind, LANES, ind, name);
   cg_w(c, "%s    const float v = %s;\n%s    %s_l[l] = v > %s_l[l] ? v : %s_l[l];\n%s  }\n", ind, expr, ind, name, name,
        name, ind);
-  cg_w(c, "%sfor (long l = 0; %s_k < %lld; %s_k++, l++) {\n%s  const long k = %s_k;\n", ind, name, LL(n), name, ind, name);
-  cg_w(c, "%s  const float v = %s;\n%s  %s_l[l] = v > %s_l[l] ? v : %s_l[l];\n%s}\n", ind, expr, ind, name, name, name, ind);
+  cg_w(c, "%sfor (long l = 0; %s_k < %lld; %s_k++, l++) {\n%s  const long k = %s_k;\n", ind, name, LL(n), name, ind,
+       name);
+  cg_w(c, "%s  const float v = %s;\n%s  %s_l[l] = v > %s_l[l] ? v : %s_l[l];\n%s}\n", ind, expr, ind, name, name, name,
+       ind);
   for (int h = LANES / 2; h >= 1; h /= 2)
-    cg_w(c, "%sfor (long l = 0; l < %d; l++) %s_l[l] = %s_l[l + %d] > %s_l[l] ? %s_l[l + %d] : %s_l[l];\n", ind, h, name,
-         name, h, name, name, h, name);
+    cg_w(c, "%sfor (long l = 0; l < %d; l++) %s_l[l] = %s_l[l + %d] > %s_l[l] ? %s_l[l + %d] : %s_l[l];\n", ind, h,
+         name, name, h, name, name, h, name);
   cg_w(c, "%sconst float %s = %s_l[0];\n", ind, name, name);
 }
 
@@ -1079,7 +1106,8 @@ static void emit_lane_max(cg_ctx *c, const char *ind, const char *name, int64_t 
 static int emit_batchnorm(cg_ctx *c, const ir_node *n) {
   ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
   ir_dtype t = y->dtype;
-  if (t != IR_FLOAT && t != IR_DOUBLE) return cg_fail(c, n, "BatchNormalization on %s is not supported", ir_dtype_name(t));
+  if (t != IR_FLOAT && t != IR_DOUBLE)
+    return cg_fail(c, n, "BatchNormalization on %s is not supported", ir_dtype_name(t));
   const char *T = cg_ctype(t);
   char l1[48], l2[48], f1[16];
   snprintf(f1, sizeof f1, "%s", t == IR_DOUBLE ? "sqrt" : "sqrtf");
@@ -1094,8 +1122,8 @@ static int emit_batchnorm(cg_ctx *c, const ir_node *n) {
     cg_w(c, "    const %s a = x1[ch] / %s(x4[ch] + %s);\n", T, f1, cg_flit(l1, sizeof l1, eps, t));
     cg_w(c, "    const %s b = x2[ch] - x3[ch] * a;\n", T);
     cg_w(c, "    for (long n = 0; n < %lld; n++) {\n", LL(N));
-    cg_w(c, "      const %s *xp = x0 + (n * %lld + ch) * %lld;\n      %s *yp = y0 + (n * %lld + ch) * %lld;\n", T, LL(C),
-         LL(S), T, LL(C), LL(S));
+    cg_w(c, "      const %s *xp = x0 + (n * %lld + ch) * %lld;\n      %s *yp = y0 + (n * %lld + ch) * %lld;\n", T,
+         LL(C), LL(S), T, LL(C), LL(S));
     cg_w(c, "      for (long i = 0; i < %lld; i++) yp[i] = xp[i] * a + b;\n    }\n  }\n", LL(S));
     return 0;
   }
@@ -1140,7 +1168,8 @@ static int emit_instnorm(cg_ctx *c, const ir_node *n) {
   cg_w(c, "      const double mean = s / %lld.0;\n", LL(S));
   cg_w(c, "      for (long i = 0; i < %lld; i++) q += (xp[i] - mean) * (xp[i] - mean);\n", LL(S));
   cg_w(c, "      const double inv = 1.0 / sqrt(q / %lld.0 + %.17g);\n", LL(S), (double)(float)eps);
-  cg_w(c, "      for (long i = 0; i < %lld; i++) yp[i] = (%s)((xp[i] - mean) * inv * x1[ch] + x2[ch]);\n    }\n", LL(S), T);
+  cg_w(c, "      for (long i = 0; i < %lld; i++) yp[i] = (%s)((xp[i] - mean) * inv * x1[ch] + x2[ch]);\n    }\n", LL(S),
+       T);
   return 0;
 }
 
@@ -1162,7 +1191,8 @@ static int emit_layernorm(cg_ctx *c, const ir_node *n) {
     emit_lane_sum(c, "    ", "s", inner, "xp[k]");
     cg_w(c, "    const float mean = s / %lld.0f;\n", LL(inner));
     emit_lane_sum(c, "    ", "q", inner, "(xp[k] - mean) * (xp[k] - mean)");
-    cg_w(c, "    const float inv = 1.0f / sqrtf(q / %lld.0f + %s);\n", LL(inner), cg_flit(l1, sizeof l1, eps, IR_FLOAT));
+    cg_w(c, "    const float inv = 1.0f / sqrtf(q / %lld.0f + %s);\n", LL(inner),
+         cg_flit(l1, sizeof l1, eps, IR_FLOAT));
     cg_w(c, "    for (long i = 0; i < %lld; i++) yp[i] = (xp[i] - mean) * inv * x1[%s]%s;\n", LL(inner),
          ns == 1 ? "0" : "i", bi ? (nbias == 1 ? " + x2[0]" : " + x2[i]") : "");
     if (ym) cg_w(c, "    y1[o] = (%s)mean;\n", cg_ctype(ym->dtype));
@@ -1188,7 +1218,8 @@ static int emit_lrn(cg_ctx *c, const ir_node *n) {
   ir_value *x = cg_in(c, n, 0), *y = cg_out(c, n, 0);
   const char *T = cg_ctype(y->dtype);
   int64_t size = ir_attr_int(n, "size", 1);
-  double alpha = ir_attr_float(n, "alpha", 1e-4f), beta = ir_attr_float(n, "beta", 0.75f), bias = ir_attr_float(n, "bias", 1.0f);
+  double alpha = ir_attr_float(n, "alpha", 1e-4f), beta = ir_attr_float(n, "beta", 0.75f),
+         bias = ir_attr_float(n, "bias", 1.0f);
   int64_t N = x->shape.dims[0], C = x->shape.dims[1], S = 1;
   for (int i = 2; i < x->shape.rank; i++) S *= x->shape.dims[i];
   int64_t lo = (size - 1) / 2, hi = (size - 1) - lo; /* floor / ceil of (size-1)/2 */
@@ -1197,7 +1228,8 @@ static int emit_lrn(cg_ctx *c, const ir_node *n) {
   cg_w(c, "      for (long i = 0; i < %lld; i++) {\n        double s = 0;\n", LL(S));
   cg_w(c, "        for (long k = ch - %lld; k <= ch + %lld; k++) {\n", LL(lo), LL(hi));
   cg_w(c, "          if (k < 0 || k >= %lld) continue;\n", LL(C));
-  cg_w(c, "          const double v = x0[(n * %lld + k) * %lld + i];\n          s += v * v;\n        }\n", LL(C), LL(S));
+  cg_w(c, "          const double v = x0[(n * %lld + k) * %lld + i];\n          s += v * v;\n        }\n", LL(C),
+       LL(S));
   cg_w(c, "        const long j = (n * %lld + ch) * %lld + i;\n", LL(C), LL(S));
   cg_w(c, "        y0[j] = (%s)(x0[j] / pow(%.17g + %.17g * s, %.17g));\n      }\n", T, (double)(float)bias,
        (double)(float)alpha / (double)size, (double)(float)beta);
@@ -1233,24 +1265,29 @@ static int emit_softmax(cg_ctx *c, const ir_node *n) {
   }
   const char *ex = t == IR_DOUBLE ? "exp" : "expf";
   cg_w(c, "  for (long o = 0; o < %lld; o++)\n    for (long i = 0; i < %lld; i++) {\n", LL(outer), LL(inner));
-  cg_w(c, "      const %s *xp = x0 + o * %lld + i;\n      %s *yp = y0 + o * %lld + i;\n", T, LL(A * inner), T, LL(A * inner));
+  cg_w(c, "      const %s *xp = x0 + o * %lld + i;\n      %s *yp = y0 + o * %lld + i;\n", T, LL(A * inner), T,
+       LL(A * inner));
   cg_w(c, "      %s m = xp[0];\n      long mk = 0;\n", T);
-  cg_w(c, "      for (long k = 1; k < %lld; k++)\n        if (xp[k * %lld] > m) {\n          m = xp[k * %lld];\n          mk = k;\n        }\n",
-       LL(A), LL(inner), LL(inner));
+  cg_w(
+      c,
+      "      for (long k = 1; k < %lld; k++)\n        if (xp[k * %lld] > m) {\n          m = xp[k * %lld];\n          mk = k;\n        }\n",
+      LL(A), LL(inner), LL(inner));
   if (n->op == IR_OP_Hardmax) {
     cg_w(c, "      for (long k = 0; k < %lld; k++) yp[k * %lld] = k == mk;\n    }\n", LL(A), LL(inner));
     return 0;
   }
   cg_w(c, "      (void)mk;\n      double s = 0;\n");
   if (n->op == IR_OP_Softmax) {
-    cg_w(c, "      for (long k = 0; k < %lld; k++) {\n        const %s e = %s(xp[k * %lld] - m);\n", LL(A), T, ex, LL(inner));
-    cg_w(c, "        yp[k * %lld] = e;\n        s += e;\n      }\n", LL(inner));
-    cg_w(c, "      for (long k = 0; k < %lld; k++) yp[k * %lld] = (%s)(yp[k * %lld] / s);\n    }\n", LL(A), LL(inner), T,
+    cg_w(c, "      for (long k = 0; k < %lld; k++) {\n        const %s e = %s(xp[k * %lld] - m);\n", LL(A), T, ex,
          LL(inner));
+    cg_w(c, "        yp[k * %lld] = e;\n        s += e;\n      }\n", LL(inner));
+    cg_w(c, "      for (long k = 0; k < %lld; k++) yp[k * %lld] = (%s)(yp[k * %lld] / s);\n    }\n", LL(A), LL(inner),
+         T, LL(inner));
   } else {
     cg_w(c, "      for (long k = 0; k < %lld; k++) s += %s(xp[k * %lld] - m);\n", LL(A), ex, LL(inner));
     cg_w(c, "      const %s ls = (%s)log(s);\n", T, T);
-    cg_w(c, "      for (long k = 0; k < %lld; k++) yp[k * %lld] = xp[k * %lld] - m - ls;\n    }\n", LL(A), LL(inner), LL(inner));
+    cg_w(c, "      for (long k = 0; k < %lld; k++) yp[k * %lld] = xp[k * %lld] - m - ls;\n    }\n", LL(A), LL(inner),
+         LL(inner));
   }
   return 0;
 }
@@ -1266,7 +1303,8 @@ static int emit_rnn(cg_ctx *c, const ir_node *n) {
   pass_rnn r;
   if (pass_rnn_info(c->g, (int)(n - c->g->nodes), &r)) return -1;
   ir_dtype t = cg_in(c, n, 0)->dtype;
-  if (t != IR_FLOAT && t != IR_DOUBLE) return cg_fail(c, n, "%s on %s is not supported", ir_op_name(n->op), ir_dtype_name(t));
+  if (t != IR_FLOAT && t != IR_DOUBLE)
+    return cg_fail(c, n, "%s on %s is not supported", ir_op_name(n->op), ir_dtype_name(t));
   const char *T = cg_ctype(t);
   int64_t S = r.S, B = r.B, I = r.I, H = r.H, GH = r.G * H, cols = cg_rnn_step_cols(&r);
   if ((!r.has_y && !r.has_yh && !r.has_yc) || B == 0) return 0;
@@ -1282,8 +1320,10 @@ static int emit_rnn(cg_ctx *c, const ir_node *n) {
     cg_w(c, "  /* direction %d (%s) */\n  {\n", d, rev ? "reverse" : "forward");
     if (S > 0) {
       if (I > 0)
-        cg_w(c, "    %s(CblasRowMajor, CblasNoTrans, CblasTrans, %lld, %lld, %lld, 1, x0, %lld, x1 + %lld, %lld, 0, xw, %lld);\n",
-             gemm_fn(t), LL(S * B), LL(GH), LL(I), LL(I), LL(d * GH * I), LL(I), LL(GH));
+        cg_w(
+            c,
+            "    %s(CblasRowMajor, CblasNoTrans, CblasTrans, %lld, %lld, %lld, 1, x0, %lld, x1 + %lld, %lld, 0, xw, %lld);\n",
+            gemm_fn(t), LL(S * B), LL(GH), LL(I), LL(I), LL(d * GH * I), LL(I), LL(GH));
       else cg_w(c, "    memset(xw, 0, sizeof(%s) * %lld);\n", T, LL(S * B * GH));
     }
     cg_w(c, loop, LL(B), LL(H));
@@ -1293,15 +1333,19 @@ static int emit_rnn(cg_ctx *c, const ir_node *n) {
       cg_w(c, "    for (long s = 0; s < %lld; s++) {\n", LL(S));
       if (rev) cg_w(c, "      const long t = %lld - s;\n", LL(S - 1));
       else cg_w(c, "      const long t = s;\n");
-      cg_w(c, "      %s(CblasRowMajor, CblasNoTrans, CblasTrans, %lld, %lld, %lld, 1, hs, %lld, x2 + %lld, %lld, 0, hr, %lld);\n",
-           gemm_fn(t), LL(B), LL(cols), LL(H), LL(H), LL(d * GH * H), LL(H), LL(GH));
+      cg_w(
+          c,
+          "      %s(CblasRowMajor, CblasNoTrans, CblasTrans, %lld, %lld, %lld, 1, hs, %lld, x2 + %lld, %lld, 0, hr, %lld);\n",
+          gemm_fn(t), LL(B), LL(cols), LL(H), LL(H), LL(d * GH * H), LL(H), LL(GH));
       const char *loop2 = "      for (long b = 0; b < %lld; b++)\n        for (long j = 0; j < %lld; j++) {\n";
       if (cols != GH) {
         cg_w(c, loop2, LL(B), LL(H));
         cg_rnn_phase(&w, &r, d, CG_RNN_RESET, t, "          ");
         cg_w(c, "        }\n");
-        cg_w(c, "      %s(CblasRowMajor, CblasNoTrans, CblasTrans, %lld, %lld, %lld, 1, rh, %lld, x2 + %lld, %lld, 0, hr + %lld, %lld);\n",
-             gemm_fn(t), LL(B), LL(H), LL(H), LL(H), LL(d * GH * H + 2 * H * H), LL(H), LL(2 * H), LL(GH));
+        cg_w(
+            c,
+            "      %s(CblasRowMajor, CblasNoTrans, CblasTrans, %lld, %lld, %lld, 1, rh, %lld, x2 + %lld, %lld, 0, hr + %lld, %lld);\n",
+            gemm_fn(t), LL(B), LL(H), LL(H), LL(H), LL(d * GH * H + 2 * H * H), LL(H), LL(2 * H), LL(GH));
       }
       cg_w(c, loop2, LL(B), LL(H));
       cg_rnn_phase(&w, &r, d, CG_RNN_GATES, t, "          ");
@@ -1325,15 +1369,22 @@ cg_op_fn cg_op_emitter_nn(ir_op op) {
     case IR_OP_ConvTranspose: return emit_conv_transpose;
     case IR_OP_Gemm: return emit_gemm;
     case IR_OP_MatMul: return emit_matmul;
-    case IR_OP_RNN: case IR_OP_GRU: case IR_OP_LSTM: return emit_rnn;
-    case IR_OP_MaxPool: case IR_OP_AveragePool: case IR_OP_LpPool:
-    case IR_OP_GlobalAveragePool: case IR_OP_GlobalMaxPool: case IR_OP_GlobalLpPool:
-      return emit_pool;
+    case IR_OP_RNN:
+    case IR_OP_GRU:
+    case IR_OP_LSTM: return emit_rnn;
+    case IR_OP_MaxPool:
+    case IR_OP_AveragePool:
+    case IR_OP_LpPool:
+    case IR_OP_GlobalAveragePool:
+    case IR_OP_GlobalMaxPool:
+    case IR_OP_GlobalLpPool: return emit_pool;
     case IR_OP_BatchNormalization: return emit_batchnorm;
     case IR_OP_InstanceNormalization: return emit_instnorm;
     case IR_OP_LayerNormalization: return emit_layernorm;
     case IR_OP_LRN: return emit_lrn;
-    case IR_OP_Softmax: case IR_OP_LogSoftmax: case IR_OP_Hardmax: return emit_softmax;
+    case IR_OP_Softmax:
+    case IR_OP_LogSoftmax:
+    case IR_OP_Hardmax: return emit_softmax;
     default: return NULL;
   }
 }

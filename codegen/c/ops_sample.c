@@ -69,12 +69,12 @@ static int gs_padding(const ir_node *n) {
  * one, ..., as the spec's example (x = -3.5 in [-1, 1] becomes 0.5). */
 static void gs_reflect(FILE *f, const char *ind, const char *T, const char *sfx, const char *v, double lo, double hi) {
   fprintf(f, "%sif (%s < (%s)%.17g) {\n", ind, v, T, lo);
-  fprintf(f, "%s  const %s dx = (%s)%.17g - %s, q = floor%s(dx / (%s)%.17g), rr = dx - q * (%s)%.17g;\n", ind, T, T, lo, v,
-          sfx, T, hi - lo, T, hi - lo);
+  fprintf(f, "%s  const %s dx = (%s)%.17g - %s, q = floor%s(dx / (%s)%.17g), rr = dx - q * (%s)%.17g;\n", ind, T, T, lo,
+          v, sfx, T, hi - lo, T, hi - lo);
   fprintf(f, "%s  %s = fmod%s(q, (%s)2) == 0 ? (%s)%.17g + rr : (%s)%.17g - rr;\n", ind, v, sfx, T, T, lo, T, hi);
   fprintf(f, "%s} else if (%s > (%s)%.17g) {\n", ind, v, T, hi);
-  fprintf(f, "%s  const %s dx = %s - (%s)%.17g, q = floor%s(dx / (%s)%.17g), rr = dx - q * (%s)%.17g;\n", ind, T, v, T, hi,
-          sfx, T, hi - lo, T, hi - lo);
+  fprintf(f, "%s  const %s dx = %s - (%s)%.17g, q = floor%s(dx / (%s)%.17g), rr = dx - q * (%s)%.17g;\n", ind, T, v, T,
+          hi, sfx, T, hi - lo, T, hi - lo);
   fprintf(f, "%s  %s = fmod%s(q, (%s)2) == 0 ? (%s)%.17g - rr : (%s)%.17g + rr;\n", ind, v, sfx, T, T, hi, T, lo);
   fprintf(f, "%s}\n", ind);
 }
@@ -107,19 +107,18 @@ void cg_gridsample_body(ir_graph *g, const ir_node *n, FILE *f, const char *ind)
   if (pad == GS_REFLECTION || (pad == GS_BORDER && mode != GS_CUBIC)) {
     fprintf(f, "%sif (", ind);
     for (int d = 0; d < r; d++)
-      fprintf(f, "%sc%d < (%s)%.17g || c%d > (%s)%.17g", d ? " || " : "", d, T, lo, d, T, (double)S[d] - 1 + (align ? 0 : 0.5));
+      fprintf(f, "%sc%d < (%s)%.17g || c%d > (%s)%.17g", d ? " || " : "", d, T, lo, d, T,
+              (double)S[d] - 1 + (align ? 0 : 0.5));
     fprintf(f, ") {\n");
     char ind2[64], v[16];
     snprintf(ind2, sizeof ind2, "%s  ", ind);
     for (int d = 0; d < r; d++) {
       snprintf(v, sizeof v, "c%d", d);
       if (pad == GS_BORDER)
-        fprintf(f, "%sc%d = c%d < (%s)0 ? (%s)0 : c%d > (%s)%lld ? (%s)%lld : c%d;\n", ind2, d, d, T, T, d, T, LL(S[d] - 1),
-                T, LL(S[d] - 1), d);
-      else if (align && S[d] == 1)
-        fprintf(f, "%sc%d = 0;\n", ind2, d);
-      else
-        gs_reflect(f, ind2, T, sfx, v, lo, (double)S[d] - 1 + (align ? 0 : 0.5));
+        fprintf(f, "%sc%d = c%d < (%s)0 ? (%s)0 : c%d > (%s)%lld ? (%s)%lld : c%d;\n", ind2, d, d, T, T, d, T,
+                LL(S[d] - 1), T, LL(S[d] - 1), d);
+      else if (align && S[d] == 1) fprintf(f, "%sc%d = 0;\n", ind2, d);
+      else gs_reflect(f, ind2, T, sfx, v, lo, (double)S[d] - 1 + (align ? 0 : 0.5));
     }
     fprintf(f, "%s}\n", ind);
   }
@@ -137,8 +136,10 @@ void cg_gridsample_body(ir_graph *g, const ir_node *n, FILE *f, const char *ind)
       fprintf(f, "%sw%d[0] = (%s)(f%d + 1) - c%d;\n%sw%d[1] = c%d - (%s)f%d;\n", ind, d, T, d, d, ind, d, d, T, d);
     } else if (mode == GS_CUBIC) {
       /* cubic convolution, A = -0.75, at distances 1+t, t, 1-t, 2-t */
-      fprintf(f, "%s{\n%s  const %s A = (%s)-0.75, t = c%d - (%s)f%d - (%s)1, t1 = t + (%s)1, u = (%s)1 - t, u1 = (%s)2 - t;\n",
-              ind, ind, T, T, d, T, d, T, T, T, T);
+      fprintf(
+          f,
+          "%s{\n%s  const %s A = (%s)-0.75, t = c%d - (%s)f%d - (%s)1, t1 = t + (%s)1, u = (%s)1 - t, u1 = (%s)2 - t;\n",
+          ind, ind, T, T, d, T, d, T, T, T, T);
       fprintf(f, "%s  w%d[0] = ((A * t1 - (%s)5 * A) * t1 + (%s)8 * A) * t1 - (%s)4 * A;\n", ind, d, T, T, T);
       fprintf(f, "%s  w%d[1] = ((A + (%s)2) * t - (A + (%s)3)) * t * t + (%s)1;\n", ind, d, T, T, T);
       fprintf(f, "%s  w%d[2] = ((A + (%s)2) * u - (A + (%s)3)) * u * u + (%s)1;\n", ind, d, T, T, T);
@@ -148,14 +149,15 @@ void cg_gridsample_body(ir_graph *g, const ir_node *n, FILE *f, const char *ind)
     if (pad == GS_ZEROS) {
       fprintf(f, "%s  k%d[t] = k >= 0 && k < %lld ? k * %lld : -1;\n", ind, d, LL(S[d]), LL(st[d]));
     } else if (pad == GS_BORDER || S[d] == 1) {
-      fprintf(f, "%s  k%d[t] = (k < 0 ? 0 : k > %lld ? %lld : k) * %lld;\n", ind, d, LL(S[d] - 1), LL(S[d] - 1), LL(st[d]));
+      fprintf(f, "%s  k%d[t] = (k < 0 ? 0 : k > %lld ? %lld : k) * %lld;\n", ind, d, LL(S[d] - 1), LL(S[d] - 1),
+              LL(st[d]));
     } else {
       char ind2[64];
       snprintf(ind2, sizeof ind2, "%s  ", ind);
       fprintf(f, "%s  %s v = (%s)k;\n", ind, T, T);
       gs_reflect(f, ind2, T, sfx, "v", lo, (double)S[d] - 1 + (align ? 0 : 0.5));
-      fprintf(f, "%s  k = (long)v;\n%s  k%d[t] = (k < 0 ? 0 : k > %lld ? %lld : k) * %lld;\n", ind, ind, d, LL(S[d] - 1),
-              LL(S[d] - 1), LL(st[d]));
+      fprintf(f, "%s  k = (long)v;\n%s  k%d[t] = (k < 0 ? 0 : k > %lld ? %lld : k) * %lld;\n", ind, ind, d,
+              LL(S[d] - 1), LL(S[d] - 1), LL(st[d]));
     }
     fprintf(f, "%s}\n", ind);
   }
@@ -173,7 +175,8 @@ void cg_gridsample_body(ir_graph *g, const ir_node *n, FILE *f, const char *ind)
     return;
   }
   for (int d = 0; d < r; d++)
-    fprintf(f, "%s%*s%s s%d = 0;\n%s%*sfor (int t%d = 0; t%d < %d; t%d++) {\n", ind, 2 * d, "", T, d, ind, 2 * d, "", d, d, K, d);
+    fprintf(f, "%s%*s%s s%d = 0;\n%s%*sfor (int t%d = 0; t%d < %d; t%d++) {\n", ind, 2 * d, "", T, d, ind, 2 * d, "", d,
+            d, K, d);
   int in = 2 * r;
   fprintf(f, "%s%*sconst %s v = ", ind, in, "", T);
   if (pad == GS_ZEROS) {
@@ -203,8 +206,8 @@ void cg_det_body(ir_graph *g, const ir_node *n, FILE *f, const char *ind, const 
   fprintf(f, "%sdouble det = 1;\n", ind);
   fprintf(f, "%sfor (long k = 0; k < %lld; k++) {\n", ind, LL(M));
   fprintf(f, "%s  long p = k;\n%s  double best = fabs(a[k * %lld + k]);\n", ind, ind, LL(M));
-  fprintf(f, "%s  for (long r = k + 1; r < %lld; r++) {\n%s    const double v = fabs(a[r * %lld + k]);\n", ind, LL(M), ind,
-          LL(M));
+  fprintf(f, "%s  for (long r = k + 1; r < %lld; r++) {\n%s    const double v = fabs(a[r * %lld + k]);\n", ind, LL(M),
+          ind, LL(M));
   fprintf(f, "%s    if (v > best) { best = v; p = r; }\n%s  }\n", ind, ind);
   fprintf(f, "%s  if (best == 0) { det = 0; break; }\n", ind);
   fprintf(f, "%s  if (p != k) {\n%s    for (long j = k; j < %lld; j++) {\n", ind, ind, LL(M));

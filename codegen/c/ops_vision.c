@@ -67,7 +67,9 @@ void cg_roialign_body(ir_graph *g, const ir_node *n, FILE *f, const char *ind) {
   if (!half) fprintf(f, "%s  if (rw < 1) rw = 1;\n%s  if (rh < 1) rh = 1;\n", ind, ind);
   fprintf(f, "%s  const %s bh = rh / (%s)%lld, bw = rw / (%s)%lld;\n", ind, T, T, LL(OH), T, LL(OW));
   if (sr > 0) fprintf(f, "%s  const long gh = %lld, gw = %lld;\n", ind, LL(sr), LL(sr));
-  else fprintf(f, "%s  const long gh = (long)ceil(rh / (%s)%lld), gw = (long)ceil(rw / (%s)%lld);\n", ind, T, LL(OH), T, LL(OW));
+  else
+    fprintf(f, "%s  const long gh = (long)ceil(rh / (%s)%lld), gw = (long)ceil(rw / (%s)%lld);\n", ind, T, LL(OH), T,
+            LL(OW));
   if (max) fprintf(f, "%s  int first = 1;\n", ind);
   fprintf(f, "%s  for (long iy = 0; iy < gh; iy++) {\n", ind);
   fprintf(f, "%s    const %s yy = sy + (%s)ph * bh + ((%s)iy + (%s)0.5) * bh / (%s)gh;\n", ind, T, T, T, T, T);
@@ -120,10 +122,10 @@ void cg_deform_body(ir_graph *g, const ir_node *n, FILE *f, const char *ind) {
           LL(KK), LL(KK));
   fprintf(f, "%sconst long og = ch / %lld, oh = pp / %lld, ow = pp %% %lld;\n", ind, LL(C / OG), LL(OW), LL(OW));
   fprintf(f, "%sconst %s *xc = x0 + (img * %lld + ch) * %lld;\n", ind, T, LL(C), LL(H * W));
-  fprintf(f, "%sconst %s *o = x2 + (img * %lld + og * %lld + 2 * k) * %lld + pp;\n", ind, T, LL(OG * 2 * KK), LL(2 * KK),
-          LL(P));
-  fprintf(f, "%sconst %s hy = (%s)(oh * %lld - %lld + k / %lld * %lld) + o[0];\n", ind, T, T, LL(s[0]), LL(p[0]), LL(KW),
-          LL(d[0]));
+  fprintf(f, "%sconst %s *o = x2 + (img * %lld + og * %lld + 2 * k) * %lld + pp;\n", ind, T, LL(OG * 2 * KK),
+          LL(2 * KK), LL(P));
+  fprintf(f, "%sconst %s hy = (%s)(oh * %lld - %lld + k / %lld * %lld) + o[0];\n", ind, T, T, LL(s[0]), LL(p[0]),
+          LL(KW), LL(d[0]));
   fprintf(f, "%sconst %s wx = (%s)(ow * %lld - %lld + k %% %lld * %lld) + o[%lld];\n", ind, T, T, LL(s[1]), LL(p[1]),
           LL(KW), LL(d[1]), LL(P));
   fprintf(f, "%s%s v = 0;\n", ind, T);
@@ -138,8 +140,7 @@ void cg_deform_body(ir_graph *g, const ir_node *n, FILE *f, const char *ind) {
           LL(W), LL(W));
   fprintf(f, "%s  v = hh * hw * v1 + hh * lw * v2 + lh * hw * v3 + lh * lw * v4;\n", ind);
   fprintf(f, "%s}\n", ind);
-  if (has_mask)
-    fprintf(f, "%sv *= x4[(img * %lld + og * %lld + k) * %lld + pp];\n", ind, LL(OG * KK), LL(KK), LL(P));
+  if (has_mask) fprintf(f, "%sv *= x4[(img * %lld + og * %lld + k) * %lld + pp];\n", ind, LL(OG * KK), LL(KK), LL(P));
   fprintf(f, "%scol[q] = v;\n", ind);
 }
 
@@ -184,8 +185,9 @@ static int emit_deform_conv(cg_ctx *c, const ir_node *n) {
     cg_w(c, "      for (long m = 0; m < %lld; m++)\n", LL(Mg));
     cg_w(c, "        for (long i = 0; i < %lld; i++) yg[m * %lld + i] = x3[g * %lld + m];\n", LL(P), LL(P), LL(Mg));
   }
-  cg_w(c, "      %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1, x1 + g * %lld, %lld, col + g * %lld, "
-          "%lld, %s, yg, %lld);\n",
+  cg_w(c,
+       "      %s(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, %lld, %lld, 1, x1 + g * %lld, %lld, col + g * %lld, "
+       "%lld, %s, yg, %lld);\n",
        gemm_fn(t), LL(Mg), LL(P), LL(K), LL(Mg * K), LL(K), LL(K * P), LL(P), has_b ? "1" : "0", LL(P));
   cg_w(c, "    }\n  }\n");
   return 0;

@@ -5,11 +5,10 @@
  * With a = m + 2, the output is cut into m x m tiles; each tile needs an a x a input
  * patch d. For every tile and channel the emitted code computes V = B^T d B, and for
  * every tile and output channel the output Y = A^T [sum_c U (.) V] A. The sum over
- * channels for each of the a*a positions of the transformed tile is a GEMM, [M x C] x [C x tiles], done by OpenBLAS: a*a GEMMs of
- * 2*M*C*tiles FLOPs instead of im2col's one GEMM of 2*M*C*9*m*m*tiles, i.e.
- * 9 m^2 / (m + 2)^2 times fewer (2.25 for m = 2, 4 for m = 4). The transforms are
- * straight-line code with the matrices' constants (zeros dropped, ones as adds).
- * float32 only (the pass prepares nothing else).
+ * channels for each of the a*a positions of the transformed tile is a GEMM, [M x C] x [C x tiles], done by OpenBLAS:
+ * a*a GEMMs of 2*M*C*tiles FLOPs instead of im2col's one GEMM of 2*M*C*9*m*m*tiles, i.e. 9 m^2 / (m + 2)^2 times fewer
+ * (2.25 for m = 2, 4 for m = 4). The transforms are straight-line code with the matrices' constants (zeros dropped,
+ * ones as adds). float32 only (the pass prepares nothing else).
  *
  * Memory: tiles are processed in blocks of whole tile rows (over all images), so V and
  * the GEMM results stay within WINO_BYTES of scratch.
@@ -86,10 +85,10 @@ int cg_emit_conv_winograd(cg_ctx *c, const ir_node *n, const cg_win3 *w, int m, 
    * each: their distance is padded to an odd number of 64-byte lines, so the a*a streams
    * fall in different cache sets (an exact multiple of 4 KiB would put them all in one). */
   int64_t lines = (int64_t)(64 / esz);
-  cg_scratch(c, ((size_t)aa * (odd_lines(C * RB * tw, lines) + odd_lines(M * RB * tw, lines)) +
-                 (size_t)a * L) * esz);
-  cg_w(c, "  /* Winograd F(%dx%d, 3x3): %lldx%lld tiles per image, blocks of %lld tile rows; %d GEMMs "
-          "[%lld x %lld] x [%lld x tiles] per block */\n",
+  cg_scratch(c, ((size_t)aa * (odd_lines(C * RB * tw, lines) + odd_lines(M * RB * tw, lines)) + (size_t)a * L) * esz);
+  cg_w(c,
+       "  /* Winograd F(%dx%d, 3x3): %lldx%lld tiles per image, blocks of %lld tile rows; %d GEMMs "
+       "[%lld x %lld] x [%lld x tiles] per block */\n",
        m, m, LL(th), LL(tw), LL(RB), aa, LL(M), LL(C), LL(C));
   cg_w(c, "  %s *V = (%s *)scr;                     /* [%d][C][P]: B^T d B, VS apart */\n", T, T, aa);
   cg_w(c, "  %s *Yt = V + %lld;                      /* [%d][M][P], YS apart */\n", T,
@@ -129,16 +128,19 @@ int cg_emit_conv_winograd(cg_ctx *c, const ir_node *n, const cg_win3 *w, int m, 
   cg_w(c, "        }\n      }\n");
   /* the a*a GEMMs */
   cg_w(c, "    for (int e = 0; e < %d; e++)\n", aa);
-  cg_w(c, "      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)P, %lld, 1, x1 + e * %lld, %lld, V + e * VS, "
-          "(int)P, 0, Yt + e * YS, (int)P);\n",
-       LL(M), LL(C), LL(M * C), LL(C));
+  cg_w(
+      c,
+      "      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)P, %lld, 1, x1 + e * %lld, %lld, V + e * VS, "
+      "(int)P, 0, Yt + e * YS, (int)P);\n",
+      LL(M), LL(C), LL(M * C), LL(C));
   /* output transform, bias, epilogue */
   cg_w(c, "    for (long mo = 0; mo < %lld; mo++)\n", LL(M));
   cg_w(c, "      for (long rr = 0; rr < nr; rr++) {\n");
   cg_w(c, "        const long r = r0 + rr, img = r / %lld, ty = r %% %lld;\n", LL(th), LL(th));
   cg_w(c, "        const long oy0 = ty * %d, ni = %lld - oy0 < %d ? %lld - oy0 : %d;\n", m, LL(Ho), m, LL(Ho), m);
   cg_w(c, "        %s *yb = y0 + (img * %lld + mo) * %lld + oy0 * %lld;\n", T, LL(M), LL(Ho * Wo), LL(Wo));
-  if (e->res) cg_w(c, "        const float *rb = x3 + (img * %lld + mo) * %lld + oy0 * %lld;\n", LL(M), LL(Ho * Wo), LL(Wo));
+  if (e->res)
+    cg_w(c, "        const float *rb = x3 + (img * %lld + mo) * %lld + oy0 * %lld;\n", LL(M), LL(Ho * Wo), LL(Wo));
   cg_w(c, "        const %s *yp = Yt + mo * P + rr * %lld;\n", T, LL(tw));
   cg_w(c, "        for (long tx = 0; tx < %lld; tx++) {\n", LL(tw));
   cg_w(c, "          %s q[%d][%d], s[%d][%d], o[%d][%d];\n", T, a, a, m, a, m, m);

@@ -44,14 +44,14 @@
 typedef struct cu_ctx {
   ir_graph *g;
   const cg_options *o;
-  FILE *decl;          /* file scope of stage_K.cu */
-  FILE *call;          /* body of run() */
-  FILE *conv;          /* entries of the convolution table */
+  FILE *decl; /* file scope of stage_K.cu */
+  FILE *call; /* body of run() */
+  FILE *conv; /* entries of the convolution table */
   int n_conv;
-  int unit;            /* index of the unit being emitted */
-  const char *x[64];   /* operand expressions of the node's inputs (NULL: omitted) */
-  const char *y[8];    /* ... and outputs */
-  size_t scratch;      /* largest scratch any unit asked for */
+  int unit;          /* index of the unit being emitted */
+  const char *x[64]; /* operand expressions of the node's inputs (NULL: omitted) */
+  const char *y[8];  /* ... and outputs */
+  size_t scratch;    /* largest scratch any unit asked for */
 } cu_ctx;
 
 /* Write to the run() body / the file scope. */

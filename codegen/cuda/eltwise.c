@@ -40,8 +40,7 @@ int cu_emit_eltwise(cu_ctx *c, const int *nodes, int n_nodes, const int *ext, in
     cu_w(c, "' */\n");
   }
   cu_w(c, "__global__ void __launch_bounds__(PK_THREADS) %s(%s n", kname, I);
-  for (int e = 0; e < n_ext; e++)
-    cu_w(c, ", const %s *__restrict__ x%d", cg_ctype(g->values[ext[e]].dtype), e);
+  for (int e = 0; e < n_ext; e++) cu_w(c, ", const %s *__restrict__ x%d", cg_ctype(g->values[ext[e]].dtype), e);
   cu_w(c, ", %s *__restrict__ y0) {\n", cg_ctype(y->dtype));
   cu_w(c, "  for (%s i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {\n", I);
   /* coordinates: i0 outermost */

@@ -62,7 +62,9 @@ static char *ptr_expr(cg_stage *st, const size_t *io_off, int v, int is_const) {
   switch (st->loc[r]) {
     case CG_LOC_W: snprintf(buf, sizeof buf, "(const %s *)(W + %zu)", t, st->off[r]); break;
     case CG_LOC_IN: snprintf(buf, sizeof buf, "(%s%s *)(IO + %zu)", q, t, io_off[st->off[r]]); break;
-    case CG_LOC_OUT: snprintf(buf, sizeof buf, "(%s%s *)(IO + %zu)", q, t, io_off[st->si->n_in[st->s] + st->off[r]]); break;
+    case CG_LOC_OUT:
+      snprintf(buf, sizeof buf, "(%s%s *)(IO + %zu)", q, t, io_off[st->si->n_in[st->s] + st->off[r]]);
+      break;
     case CG_LOC_A: snprintf(buf, sizeof buf, "(%s%s *)(A + %zu)", q, t, st->off[r]); break;
     default: IR_ASSERT(0 && "value without a location");
   }
@@ -225,8 +227,10 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
           count, units, si->n_in[fq], si->n_out[fq], wl.file_bytes, arena, scratch, io,
           o && o->no_tf32 ? "are exact float32 (--no-tf32)" : "use TF32 tensor cores");
   if (train)
-    fprintf(f, "/* training: backward() and step() run their parts the same way; the parameter memory (%zu bytes: the "
-               "weights file, then zeros) stays on the device. */\n", wl.total_bytes);
+    fprintf(f,
+            "/* training: backward() and step() run their parts the same way; the parameter memory (%zu bytes: the "
+            "weights file, then zeros) stays on the device. */\n",
+            wl.total_bytes);
   fputs("#include \"pipecc_cuda.h\"\n\n", f);
   fprintf(f, "#define SCRATCH_OFF %zuu\n\n", arena);
   if (dlen) fputs(dbuf, f);
@@ -237,9 +241,13 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
   }
   for (int q = 0; q < n_parts; q++) {
     fprintf(f, "/* The units of the %s part in graph order, on S->stream; 0 or 1 (error printed). */\n",
-            q == 0 ? "forward" : q == 1 ? "backward" : "update");
-    fprintf(f, "static int %s(pk_stage *S) {\n  unsigned char *const W = S->w, *const IO = S->io, *const A = S->a;\n"
-               "  (void)W;\n  (void)IO;\n  (void)A;\n", runs[q]);
+            q == 0   ? "forward"
+            : q == 1 ? "backward"
+                     : "update");
+    fprintf(f,
+            "static int %s(pk_stage *S) {\n  unsigned char *const W = S->w, *const IO = S->io, *const A = S->a;\n"
+            "  (void)W;\n  (void)IO;\n  (void)A;\n",
+            runs[q]);
     if (clen[q]) fputs(cbuf[q], f);
     fputs("  return 0;\n}\n\n", f);
   }
@@ -294,21 +302,24 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
     for (int k = 0; k < wl.n; k++) ng += g->values[wl.vals[k]].param == IR_PARAM_GRAD;
     fprintf(f, ",\n  %zuu,\n  &bwd_part,\n  &upd_part,\n  %d,\n  grad_off,\n  grad_bytes,\n};\n\n", wl.total_bytes, ng);
   } else fputs(",\n  0u,\n  NULL,\n  NULL,\n  0,\n  NULL,\n  NULL,\n};\n\n", f);
-  fprintf(f, "static int stage_init(void **state, const void *weights, size_t weights_len) {\n"
-             "  return pk_stage_init(state, &info, %d, weights, weights_len);\n}\n\n",
+  fprintf(f,
+          "static int stage_init(void **state, const void *weights, size_t weights_len) {\n"
+          "  return pk_stage_init(state, &info, %d, weights, weights_len);\n}\n\n",
           o && o->no_tf32 ? 0 : 1);
-  fputs("static int stage_forward(void *state, const void *const *in, void *const *out) {\n"
-        "  return pk_stage_forward(state, in, out);\n}\n\n"
-        "static void stage_fini(void *state) { pk_stage_fini(state); }\n\n",
-        f);
+  fputs(
+      "static int stage_forward(void *state, const void *const *in, void *const *out) {\n"
+      "  return pk_stage_forward(state, in, out);\n}\n\n"
+      "static void stage_fini(void *state) { pk_stage_fini(state); }\n\n",
+      f);
   if (train)
-    fputs("static int stage_backward(void *state, const void *const *in, void *const *out) {\n"
-          "  return pk_stage_backward(state, in, out);\n}\n\n"
-          "static int stage_step(void *state) { return pk_stage_step(state); }\n\n"
-          "static int stage_zero_grads(void *state) { return pk_stage_zero_grads(state); }\n\n"
-          "static int stage_param_io(void *state, int write, size_t offset, void *host, size_t nbytes) {\n"
-          "  return pk_stage_param_io(state, write, offset, host, nbytes);\n}\n\n",
-          f);
+    fputs(
+        "static int stage_backward(void *state, const void *const *in, void *const *out) {\n"
+        "  return pk_stage_backward(state, in, out);\n}\n\n"
+        "static int stage_step(void *state) { return pk_stage_step(state); }\n\n"
+        "static int stage_zero_grads(void *state) { return pk_stage_zero_grads(state); }\n\n"
+        "static int stage_param_io(void *state, int write, size_t offset, void *host, size_t nbytes) {\n"
+        "  return pk_stage_param_io(state, write, offset, host, nbytes);\n}\n\n",
+        f);
   cg_put_stage_desc(f, g, p, si, &wl, s, "extern \"C\" const", nm, sum, "&pk_device_ops");
   fclose(f);
 
@@ -336,7 +347,8 @@ static int copy_rt_file(ir_graph *g, const cg_options *o, const char *dir, const
   snprintf(src, sizeof src, "%s/%s", rt && *rt ? rt : PIPECC_SOURCE_DIR "/codegen/cuda/rt", name);
   FILE *f = fopen(src, "rb");
   if (!f) {
-    fprintf(stderr, "pipecc: cannot read the cuda device runtime %s: %s (set PIPECC_CUDA_RT_DIR)\n", src, strerror(errno));
+    fprintf(stderr, "pipecc: cannot read the cuda device runtime %s: %s (set PIPECC_CUDA_RT_DIR)\n", src,
+            strerror(errno));
     return -1;
   }
   char *buf = NULL, *head = NULL;
@@ -506,23 +518,26 @@ static int emit_makefile(ir_graph *g, const cg_plan *p, const cg_options *o, con
   char gencode[1024];
   gencode_flags(o ? o->cuda_arch : NULL, gencode, sizeof gencode);
   cg_put_header_hash(f, g, o, "cuda", "Makefile: builds ./pipeline with nvcc (make profile: the per-node profiler)");
-  fprintf(f,
-          "\nCUDA_HOME ?= /usr/local/cuda\nNVCC ?= $(CUDA_HOME)/bin/nvcc\nCUDA_ARCH = %s\n"
-          "NVCCFLAGS = %s $(CUDA_ARCH) -Xcompiler -Wall\nCC = cc\nCFLAGS = -O2 -std=c11 -Wall -Wextra\n"
-          "PIPERT_INCLUDE = %s\nPIPERT_LIB = %s\n"
-          "LIBS = %s -L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas -lnccl -lcudart "
-          "-lpthread -lm\n\n",
-          gencode, CGU_NVCC_FLAGS, PIPERT_INCLUDE_DIR, PIPERT_LIB, PIPERT_LINK_LIBS);
+  fprintf(
+      f,
+      "\nCUDA_HOME ?= /usr/local/cuda\nNVCC ?= $(CUDA_HOME)/bin/nvcc\nCUDA_ARCH = %s\n"
+      "NVCCFLAGS = %s $(CUDA_ARCH) -Xcompiler -Wall\nCC = cc\nCFLAGS = -O2 -std=c11 -Wall -Wextra\n"
+      "PIPERT_INCLUDE = %s\nPIPERT_LIB = %s\n"
+      "LIBS = %s -L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas -lnccl -lcudart "
+      "-lpthread -lm\n\n",
+      gencode, CGU_NVCC_FLAGS, PIPERT_INCLUDE_DIR, PIPERT_LIB, PIPERT_LINK_LIBS);
   fputs("STAGES =", f);
   for (int s = 0; s < p->n_stages; s++) fprintf(f, " stage_%d.o", s);
   fputs("\nOBJS = $(STAGES) pipecc_cuda_rt.o pipeline_main.o\n\n", f);
   fputs("all: pipeline\n\n", f);
   fputs("pipeline: $(OBJS) $(PIPERT_LIB)\n\t$(NVCC) $(CUDA_ARCH) -o $@ $(OBJS) $(PIPERT_LIB) $(LIBS)\n\n", f);
   if (p->n_stages == 1)
-    fputs("profile: stage_0.o pipecc_cuda_rt.o profile_main.o $(PIPERT_LIB)\n"
-          "\t$(NVCC) $(CUDA_ARCH) -o $@ stage_0.o pipecc_cuda_rt.o profile_main.o $(PIPERT_LIB) $(LIBS)\n\n",
-          f);
-  fputs("%.o: %.cu pipecc_cuda.h pipecc_cuda_limits.h\n\t$(NVCC) $(NVCCFLAGS) -I. -I$(PIPERT_INCLUDE) -c -o $@ $<\n\n", f);
+    fputs(
+        "profile: stage_0.o pipecc_cuda_rt.o profile_main.o $(PIPERT_LIB)\n"
+        "\t$(NVCC) $(CUDA_ARCH) -o $@ stage_0.o pipecc_cuda_rt.o profile_main.o $(PIPERT_LIB) $(LIBS)\n\n",
+        f);
+  fputs("%.o: %.cu pipecc_cuda.h pipecc_cuda_limits.h\n\t$(NVCC) $(NVCCFLAGS) -I. -I$(PIPERT_INCLUDE) -c -o $@ $<\n\n",
+        f);
   fputs("%.o: %.c\n\t$(CC) $(CFLAGS) -I$(PIPERT_INCLUDE) -c -o $@ $<\n\n", f);
   fputs("clean:\n\trm -f $(OBJS) profile_main.o pipeline profile\n\n.PHONY: all clean\n", f);
   fclose(f);

@@ -129,7 +129,8 @@ static int window(cu_ctx *c, const ir_node *n, const ir_value *x, const ir_value
 /* One entry of the stage's convolution table (set up in init). */
 static void put_conv_entry(cu_ctx *c, const ir_node *n, ir_dtype t, const cg_win3 *w, int64_t N, int64_t C, int64_t M,
                            int64_t G, int transposed) {
-  fprintf(c->conv, "  {%s, %d, %lld, %lld, %lld, %lld, {%lld, %lld, %lld}, {%lld, %lld, %lld}, {%lld, %lld, %lld}, "
+  fprintf(c->conv,
+          "  {%s, %d, %lld, %lld, %lld, %lld, {%lld, %lld, %lld}, {%lld, %lld, %lld}, {%lld, %lld, %lld}, "
           "{%lld, %lld, %lld}, {%lld, %lld, %lld}, {%lld, %lld, %lld}, %d, %d}, /* node %d */\n",
           dt_name(t), w->sr, LL(N), LL(C), LL(M), LL(G), LL(w->in[0]), LL(w->in[1]), LL(w->in[2]), LL(w->out[0]),
           LL(w->out[1]), LL(w->out[2]), LL(w->k[0]), LL(w->k[1]), LL(w->k[2]), LL(w->s[0]), LL(w->s[1]), LL(w->s[2]),
@@ -185,7 +186,8 @@ static int emit_conv(cu_ctx *c, const ir_node *n) {
   if (window(c, n, x, y, kernel, &w)) return -1;
   int64_t N = x->shape.dims[0], C = x->shape.dims[1], M = y->shape.dims[1], G = ir_attr_int(n, "group", 1);
   if (G < 1 || C % G || M % G) return cu_fail(c, n, "group %lld does not divide the channels", LL(G));
-  if (wt->shape.dims[1] != C / G || wt->shape.dims[0] != M) return cu_fail(c, n, "weight shape does not match the input");
+  if (wt->shape.dims[1] != C / G || wt->shape.dims[0] != M)
+    return cu_fail(c, n, "weight shape does not match the input");
   if (cg_numel(y) == 0) return 0;
   if (cg_numel(x) >= ((int64_t)1 << 31) || cg_numel(y) >= ((int64_t)1 << 31))
     return cu_fail(c, n, "tensors of 2^31 elements or more are not supported by cuDNN here");
@@ -211,8 +213,7 @@ static int emit_conv(cu_ctx *c, const ir_node *n) {
     size_t es = ir_dtype_size(t);
     cu_scratch(c, (size_t)cnt * es);
     snprintf(padded, sizeof padded, "(%s *)(A + SCRATCH_OFF)", cg_ctype(t));
-    emit_copy_call(c, n, 0, (int)es, r, 1 /* PK_PAD_CONST, value 0 */, 0, yd, xs, xmem->shape.dims, pb, 0, xin,
-                   padded);
+    emit_copy_call(c, n, 0, (int)es, r, 1 /* PK_PAD_CONST, value 0 */, 0, yd, xs, xmem->shape.dims, pb, 0, xin, padded);
     xin = padded;
   }
   put_conv_entry(c, n, t, &w, N, C, M, G, 0);
@@ -238,16 +239,18 @@ static int emit_conv(cu_ctx *c, const ir_node *n) {
   cg_flit(l1, sizeof l1, bits & 1 ? lo : 0, IR_FLOAT);
   cg_flit(l2, sizeof l2, bits & 2 ? hi : 0, IR_FLOAT);
   if (conv_is_gemm(nhwc, t, G, &w)) {
-    cu_w(c, "  /* 1x1, stride 1, channels-last: the GEMM y[N*H*W, M] = x[N*H*W, C] W[M, C]^T, bias, residual and Relu "
-            "in cuBLASLt's epilogue */\n");
+    cu_w(c,
+         "  /* 1x1, stride 1, channels-last: the GEMM y[N*H*W, M] = x[N*H*W, C] W[M, C]^T, bias, residual and Relu "
+         "in cuBLASLt's epilogue */\n");
     cu_w(c, "  PK_TRY(pk_conv_1x1(S, %d, %s, %s, %s, %s, %s, %lld, %lld, %lld, %d, %s, %s));\n", c->n_conv, xin,
          c->x[1], b ? c->x[2] : "NULL", res ? res : "NULL", c->y[0], LL(N * sp), LL(C), LL(M), bits, l1, l2);
     c->n_conv++;
     return 0;
   }
   if (conv_is_direct(nhwc, t, N, C, M, G, &w)) {
-    cu_w(c, "  /* few input channels: a direct kernel, the bias, residual and Relu/Clip in it (pk_conv_direct; "
-            "PIPECC_CONV_DIRECT=0: cuDNN) */\n");
+    cu_w(c,
+         "  /* few input channels: a direct kernel, the bias, residual and Relu/Clip in it (pk_conv_direct; "
+         "PIPECC_CONV_DIRECT=0: cuDNN) */\n");
     cu_w(c, "  PK_TRY(pk_conv_direct(S, %d, %s, %s, %s, %s, %s, %d, %s, %s));\n", c->n_conv, xin, c->x[1],
          b ? c->x[2] : "NULL", res ? res : "NULL", c->y[0], bits, l1, l2);
     c->n_conv++;
@@ -280,7 +283,8 @@ static int emit_conv_transpose(cu_ctx *c, const ir_node *n) {
   if (cg_conv_transpose_window(g, "cuda", n, x, y, kernel, &w)) return -1;
   int64_t N = x->shape.dims[0], C = x->shape.dims[1], M = y->shape.dims[1], G = ir_attr_int(n, "group", 1);
   if (G < 1 || C % G || M % G) return cu_fail(c, n, "group %lld does not divide the channels", LL(G));
-  if (wt->shape.dims[0] != C || wt->shape.dims[1] != M / G) return cu_fail(c, n, "weight shape does not match the input");
+  if (wt->shape.dims[0] != C || wt->shape.dims[1] != M / G)
+    return cu_fail(c, n, "weight shape does not match the input");
   for (int j = 0; j < 3; j++)
     if (w.s[j] < 1 || w.d[j] < 1) return cu_fail(c, n, "strides and dilations must be positive");
   if (cg_numel(y) == 0) return 0;
@@ -296,11 +300,12 @@ static int emit_conv_transpose(cu_ctx *c, const ir_node *n) {
       full[j] = (w.in[j] - 1) * w.s[j] + keff;
     }
     int64_t fullnum = N * M * full[0] * full[1] * full[2];
-    if (cg_numel(x) >= ((int64_t)1 << 31) || cg_numel(y) >= ((int64_t)1 << 31) || (!direct && fullnum >= ((int64_t)1 << 31)))
+    if (cg_numel(x) >= ((int64_t)1 << 31) || cg_numel(y) >= ((int64_t)1 << 31) ||
+        (!direct && fullnum >= ((int64_t)1 << 31)))
       return cu_fail(c, n, "tensors of 2^31 elements or more are not supported by cuDNN here");
-    cu_w(c, "  /* N=%lld C=%lld M=%lld group=%lld in=%lldx%lldx%lld out=%lldx%lldx%lld kernel=%lldx%lldx%lld%s */\n", LL(N),
-         LL(C), LL(M), LL(G), LL(w.in[0]), LL(w.in[1]), LL(w.in[2]), LL(w.out[0]), LL(w.out[1]), LL(w.out[2]), LL(w.k[0]),
-         LL(w.k[1]), LL(w.k[2]), direct ? "" : ", unpadded into scratch, then cropped");
+    cu_w(c, "  /* N=%lld C=%lld M=%lld group=%lld in=%lldx%lldx%lld out=%lldx%lldx%lld kernel=%lldx%lldx%lld%s */\n",
+         LL(N), LL(C), LL(M), LL(G), LL(w.in[0]), LL(w.in[1]), LL(w.in[2]), LL(w.out[0]), LL(w.out[1]), LL(w.out[2]),
+         LL(w.k[0]), LL(w.k[1]), LL(w.k[2]), direct ? "" : ", unpadded into scratch, then cropped");
     if (direct) {
       put_conv_entry(c, n, t, &w, N, C, M, G, 1);
       cu_w(c, "  PK_TRY(pk_conv(S, %d, %s, %s, %s));\n", c->n_conv, c->x[0], c->x[1], c->y[0]);
@@ -358,7 +363,8 @@ static int emit_gemm(cu_ctx *c, const ir_node *n) {
     if (!use_c) cu_w(c, "  PK_TRY(pk_fill(S, %s, %d, 0, %lld));\n", c->y[0], (int)es, LL(M * N));
     return 0;
   }
-  cu_w(c, "  PK_TRY(pk_gemm(S, %s, %d, %d, %lld, %lld, %lld, %.17g, %s, %lld, 0, %s, %lld, 0, %.17g, %s, %lld, 0, 1));\n",
+  cu_w(c,
+       "  PK_TRY(pk_gemm(S, %s, %d, %d, %lld, %lld, %lld, %.17g, %s, %lld, 0, %s, %lld, 0, %.17g, %s, %lld, 0, 1));\n",
        dt_name(t), ta, tb, LL(M), LL(N), LL(K), alpha, c->x[0], LL(ta ? M : K), c->x[1], LL(tb ? K : N),
        use_c ? beta : 0.0, c->y[0], LL(N));
   return 0;
@@ -395,9 +401,11 @@ static int emit_matmul(cu_ctx *c, const ir_node *n) {
     return 0;
   }
   if ((a_full || a_zero) && (b_full || b_zero)) {
-    cu_w(c, "  PK_TRY(pk_gemm(S, %s, 0, 0, %lld, %lld, %lld, 1, %s, %lld, %lld, %s, %lld, %lld, 0, %s, %lld, %lld, %lld));\n",
-         T, LL(M), LL(N), LL(K), c->x[0], LL(K), LL(a_zero ? 0 : M * K), c->x[1], LL(N), LL(b_zero ? 0 : K * N),
-         c->y[0], LL(N), LL(M * N), LL(NB));
+    cu_w(
+        c,
+        "  PK_TRY(pk_gemm(S, %s, 0, 0, %lld, %lld, %lld, 1, %s, %lld, %lld, %s, %lld, %lld, 0, %s, %lld, %lld, %lld));\n",
+        T, LL(M), LL(N), LL(K), c->x[0], LL(K), LL(a_zero ? 0 : M * K), c->x[1], LL(N), LL(b_zero ? 0 : K * N), c->y[0],
+        LL(N), LL(M * N), LL(NB));
     return 0;
   }
   /* mixed broadcasting: one GEMM per batch element */
@@ -405,8 +413,10 @@ static int emit_matmul(cu_ctx *c, const ir_node *n) {
   for (int i = nb - 1; i >= 0; i--)
     cu_w(c, "    { const long long q = rem %% %lld; rem /= %lld; ao += q * %lld; bo += q * %lld; }\n", LL(bd[i]),
          LL(bd[i]), LL(sa[i]), LL(sb[i]));
-  cu_w(c, "    PK_TRY(pk_gemm(S, %s, 0, 0, %lld, %lld, %lld, 1, %s + ao, %lld, 0, %s + bo, %lld, 0, 0, %s + bi * %lld, %lld, 0, 1));\n",
-       T, LL(M), LL(N), LL(K), c->x[0], LL(K), c->x[1], LL(N), c->y[0], LL(M * N), LL(N));
+  cu_w(
+      c,
+      "    PK_TRY(pk_gemm(S, %s, 0, 0, %lld, %lld, %lld, 1, %s + ao, %lld, 0, %s + bo, %lld, 0, 0, %s + bi * %lld, %lld, 0, 1));\n",
+      T, LL(M), LL(N), LL(K), c->x[0], LL(K), c->x[1], LL(N), c->y[0], LL(M * N), LL(N));
   cu_w(c, "  }\n");
   return 0;
 }
@@ -437,9 +447,11 @@ static int emit_pool(cu_ctx *c, const ir_node *n) {
   if (yi && yi->dtype != IR_INT64) return cu_fail(c, n, "Indices must be int64");
   int node = (int)(n - g->nodes);
   cu_decl(c, "static const pk_pool_p pool%d = {%s, %s, %d, %d, %.17g, %lld, ", node,
-          is_max ? "PK_POOL_MAX" : is_lp ? "PK_POOL_LP" : "PK_POOL_AVG", pk_type(y->dtype),
-          (int)ir_attr_int(n, "count_include_pad", 0),
-          col_major, (double)ir_attr_int(n, "p", 2), LL(x->shape.dims[0] * x->shape.dims[1]));
+          is_max  ? "PK_POOL_MAX"
+          : is_lp ? "PK_POOL_LP"
+                  : "PK_POOL_AVG",
+          pk_type(y->dtype), (int)ir_attr_int(n, "count_include_pad", 0), col_major, (double)ir_attr_int(n, "p", 2),
+          LL(x->shape.dims[0] * x->shape.dims[1]));
   put_i64s(c, w.in, 3), cu_decl(c, ", ");
   put_i64s(c, w.out, 3), cu_decl(c, ", ");
   put_i64s(c, w.k, 3), cu_decl(c, ", ");
@@ -483,7 +495,8 @@ static int emit_layernorm(cu_ctx *c, const ir_node *n) {
   ir_value *bi = ir_in(g, n, 2), *y = ir_out(g, n, 0);
   ir_value *ym = ir_out(g, n, 1), *yr = ir_out(g, n, 2);
   if (need_float(c, n, y->dtype)) return -1;
-  if ((ym && ym->dtype != IR_FLOAT) || (yr && yr->dtype != IR_FLOAT)) return cu_fail(c, n, "Mean and InvStdDev must be float32");
+  if ((ym && ym->dtype != IR_FLOAT) || (yr && yr->dtype != IR_FLOAT))
+    return cu_fail(c, n, "Mean and InvStdDev must be float32");
   double eps = ir_attr_float(n, "epsilon", 1e-5f);
   int64_t outer, inner, ns, nb;
   if (cg_layernorm_params(c->g, "cuda", n, &outer, &inner, &ns, &nb)) return -1;
@@ -514,7 +527,8 @@ static int emit_softmax(cu_ctx *c, const ir_node *n) {
   if (cg_softmax_params(c->g, "cuda", n, &outer, &A, &inner)) return -1;
   if (cg_numel(y) == 0) return 0;
   const char *kind = n->op == IR_OP_Softmax ? "PK_SOFTMAX" : n->op == IR_OP_LogSoftmax ? "PK_LOGSOFTMAX" : "PK_HARDMAX";
-  cu_w(c, "  PK_TRY(pk_softmax(S, %s, %s, %s, %lld, %lld, %lld));\n", kind, c->x[0], c->y[0], LL(outer), LL(A), LL(inner));
+  cu_w(c, "  PK_TRY(pk_softmax(S, %s, %s, %s, %lld, %lld, %lld));\n", kind, c->x[0], c->y[0], LL(outer), LL(A),
+       LL(inner));
   return 0;
 }
 
@@ -596,8 +610,8 @@ static int emit_split(cu_ctx *c, const ir_node *n) {
     if (!y) continue;
     int64_t chunk = y->shape.dims[axis] * inner;
     if (chunk && outer)
-      cu_w(c, "  PK_TRY(pk_memcpy2d(S, %s, %lld, (const char *)%s + %lld, %lld, %lld, %lld));\n", c->y[k], LL(chunk * es),
-           c->x[0], LL(off * es), LL(tot * es), LL(chunk * es), LL(outer));
+      cu_w(c, "  PK_TRY(pk_memcpy2d(S, %s, %lld, (const char *)%s + %lld, %lld, %lld, %lld));\n", c->y[k],
+           LL(chunk * es), c->x[0], LL(off * es), LL(tot * es), LL(chunk * es), LL(outer));
     off += chunk;
   }
   return 0;
@@ -629,8 +643,9 @@ static int emit_gather(cu_ctx *c, const ir_node *n) {
   for (int i = 0; i < axis; i++) outer *= x->shape.dims[i];
   for (int i = axis + 1; i < r; i++) inner *= x->shape.dims[i];
   if (!cg_numel(y)) return 0;
-  cu_w(c, "  PK_TRY(pk_gather(S, %d, %s, %s, %d, %s, %lld, %lld, %lld, %lld));\n", (int)ir_dtype_size(x->dtype), c->x[0],
-       c->x[1], ix->dtype == IR_INT64, c->y[0], LL(outer), LL(x->shape.dims[axis]), LL(cg_numel(ix)), LL(inner));
+  cu_w(c, "  PK_TRY(pk_gather(S, %d, %s, %s, %d, %s, %lld, %lld, %lld, %lld));\n", (int)ir_dtype_size(x->dtype),
+       c->x[0], c->x[1], ix->dtype == IR_INT64, c->y[0], LL(outer), LL(x->shape.dims[axis]), LL(cg_numel(ix)),
+       LL(inner));
   return 0;
 }
 
@@ -689,9 +704,16 @@ static int emit_transpose(cu_ctx *c, const ir_node *n) {
 static uint64_t value_bits(double v, ir_dtype t) {
   uint64_t bits = 0;
   switch (t) {
-    case IR_FLOAT: { float f = (float)v; memcpy(&bits, &f, 4); break; }
+    case IR_FLOAT: {
+      float f = (float)v;
+      memcpy(&bits, &f, 4);
+      break;
+    }
     case IR_DOUBLE: memcpy(&bits, &v, 8); break;
-    case IR_INT8: case IR_INT16: case IR_INT32: case IR_INT64: {
+    case IR_INT8:
+    case IR_INT16:
+    case IR_INT32:
+    case IR_INT64: {
       int64_t i = (int64_t)v;
       memcpy(&bits, &i, 8);
       if (ir_dtype_size(t) < 8) bits &= (1ull << (8 * ir_dtype_size(t))) - 1;
@@ -709,7 +731,11 @@ static int emit_pad(cu_ctx *c, const ir_node *n) {
   double value = 0;
   const char *mode;
   if (cg_pad_params(c->g, "cuda", n, pads, &value, &mode)) return -1;
-  int m = !strcmp(mode, "constant") ? 1 : !strcmp(mode, "edge") ? 2 : !strcmp(mode, "reflect") ? 3 : !strcmp(mode, "wrap") ? 4 : -1;
+  int m = !strcmp(mode, "constant")  ? 1
+          : !strcmp(mode, "edge")    ? 2
+          : !strcmp(mode, "reflect") ? 3
+          : !strcmp(mode, "wrap")    ? 4
+                                     : -1;
   if (m < 0) return cu_fail(c, n, "Pad mode '%s' is not supported", mode);
   if (!cg_numel(y)) return 0;
   if (!cg_numel(x) && m != 1) return cu_fail(c, n, "Pad mode '%s' of an empty tensor", mode);
@@ -817,8 +843,12 @@ static int emit_gather_nd(cu_ctx *c, const ir_node *n) {
 
 static int scatter_reduction(cu_ctx *c, const ir_node *n, const ir_value *y) {
   const char *red = ir_attr_str(n, "reduction", "none");
-  int r = !strcmp(red, "none") ? 0 : !strcmp(red, "add") ? 1 : !strcmp(red, "mul") ? 2 : !strcmp(red, "max") ? 3
-          : !strcmp(red, "min") ? 4 : -1;
+  int r = !strcmp(red, "none")  ? 0
+          : !strcmp(red, "add") ? 1
+          : !strcmp(red, "mul") ? 2
+          : !strcmp(red, "max") ? 3
+          : !strcmp(red, "min") ? 4
+                                : -1;
   if (r < 0) return cu_fail(c, n, "reduction '%s' is not supported", red);
   if (r && need_numeric(c, n, y->dtype)) return -1;
   return r;
@@ -901,12 +931,13 @@ static int emit_scatter(cu_ctx *c, const ir_node *n) {
   const char *T = pk_type(y->dtype);
   int node = (int)(n - g->nodes);
   cu_decl(c, "static const pk_scatter_p sc%d = {%s, %d, %d, %d, %d, %d, %d, %d, %lld, %lld, %lld, %lld, ", node,
-          T ? T : "0", (int)ir_dtype_size(y->dtype), red, i64, nd, nd ? 0 : r, axis, L, LL(cg_numel(y)), LL(nu), LL(slice),
-          LL(sort_n));
+          T ? T : "0", (int)ir_dtype_size(y->dtype), red, i64, nd, nd ? 0 : r, axis, L, LL(cg_numel(y)), LL(nu),
+          LL(slice), LL(sort_n));
   put_i64s(c, ix->shape.dims, nd ? 0 : r), cu_decl(c, ", ");
   put_i64s(c, xs, nd ? 0 : r), cu_decl(c, ", ");
   put_i64s(c, dims, nd ? L : r), cu_decl(c, "};\n");
-  cu_w(c, "  PK_TRY(pk_scatter(S, &sc%d, %s, %s, %s, %s, A + SCRATCH_OFF));\n", node, c->x[0], c->x[1], c->x[2], c->y[0]);
+  cu_w(c, "  PK_TRY(pk_scatter(S, &sc%d, %s, %s, %s, %s, A + SCRATCH_OFF));\n", node, c->x[0], c->x[1], c->x[2],
+       c->y[0]);
   return 0;
 }
 
@@ -914,13 +945,15 @@ static int emit_onehot(cu_ctx *c, const ir_node *n) {
   ir_value *ix = ir_in(c->g, n, 0), *y = ir_out(c->g, n, 0);
   double depth_d;
   ir_value *dv = ir_in(c->g, n, 1);
-  if (!dv || dv->kind != IR_VAL_CONST || ir_const_f64(dv, 0, &depth_d)) return cu_fail(c, n, "depth must be a constant");
+  if (!dv || dv->kind != IR_VAL_CONST || ir_const_f64(dv, 0, &depth_d))
+    return cu_fail(c, n, "depth must be a constant");
   int64_t depth = (int64_t)depth_d;
   int r = y->shape.rank;
   int axis = norm_axis(ir_attr_int(n, "axis", -1), r);
   if (axis < 0 || axis >= r) return cu_fail(c, n, "axis out of range");
   const char *it = pk_type(ix->dtype);
-  if (!it || ix->dtype == IR_BOOL) return cu_fail(c, n, "indices of type %s are not supported", ir_dtype_name(ix->dtype));
+  if (!it || ix->dtype == IR_BOOL)
+    return cu_fail(c, n, "indices of type %s are not supported", ir_dtype_name(ix->dtype));
   int64_t outer, a, inner;
   split_at(y, axis, &outer, &a, &inner);
   if (a != depth) return cu_fail(c, n, "output size along axis differs from depth");
@@ -958,8 +991,8 @@ static int emit_argmax(cu_ctx *c, const ir_node *n) {
   int64_t outer, a, inner;
   split_at(x, axis, &outer, &a, &inner);
   if (!cg_numel(y)) return 0;
-  cu_w(c, "  PK_TRY(pk_argmax(S, %s, %s, %s, %lld, %lld, %lld, %d, %d));\n", pk_type(x->dtype), c->x[0], c->y[0], LL(outer),
-       LL(a), LL(inner), n->op == IR_OP_ArgMin, (int)ir_attr_int(n, "select_last_index", 0));
+  cu_w(c, "  PK_TRY(pk_argmax(S, %s, %s, %s, %lld, %lld, %lld, %d, %d));\n", pk_type(x->dtype), c->x[0], c->y[0],
+       LL(outer), LL(a), LL(inner), n->op == IR_OP_ArgMin, (int)ir_attr_int(n, "select_last_index", 0));
   return 0;
 }
 
@@ -1043,8 +1076,14 @@ static int extrap_bits(ir_dtype t, double v, uint64_t *bits) {
     }
     case IR_DOUBLE: memcpy(bits, &v, sizeof v); return 0;
     case IR_BOOL: *bits = v != 0; return 0;
-    case IR_INT8: case IR_INT16: case IR_INT32: case IR_INT64:
-    case IR_UINT8: case IR_UINT16: case IR_UINT32: case IR_UINT64:
+    case IR_INT8:
+    case IR_INT16:
+    case IR_INT32:
+    case IR_INT64:
+    case IR_UINT8:
+    case IR_UINT16:
+    case IR_UINT32:
+    case IR_UINT64:
       if (v > -9.2e18 && v < 9.2e18) *bits = (uint64_t)(int64_t)v;
       return 0;
     default: return -1;
@@ -1064,9 +1103,10 @@ static int emit_resize(cu_ctx *c, const ir_node *n) {
     return cu_fail(c, n, "tf_crop_and_resize on %s is not supported", ir_dtype_name(y->dtype));
   if (!cg_numel(y)) return 0;
   if (!cg_numel(x)) return cu_fail(c, n, "Resize of an empty tensor");
-  static const char *const ctm[] = {"PK_CTM_HALF_PIXEL", "PK_CTM_PYTORCH_HALF_PIXEL", "PK_CTM_ALIGN_CORNERS",
-                                    "PK_CTM_ASYMMETRIC", "PK_CTM_TF_HALF_PIXEL_FOR_NEAREST", "PK_CTM_HALF_PIXEL_SYMMETRIC",
-                                    "PK_CTM_TF_CROP_AND_RESIZE"};
+  static const char *const ctm[] = {
+      "PK_CTM_HALF_PIXEL",        "PK_CTM_PYTORCH_HALF_PIXEL",        "PK_CTM_ALIGN_CORNERS",
+      "PK_CTM_ASYMMETRIC",        "PK_CTM_TF_HALF_PIXEL_FOR_NEAREST", "PK_CTM_HALF_PIXEL_SYMMETRIC",
+      "PK_CTM_TF_CROP_AND_RESIZE"};
   static const char *const nm[] = {"PK_NEAREST_ROUND_PREFER_FLOOR", "PK_NEAREST_ROUND_PREFER_CEIL", "PK_NEAREST_FLOOR",
                                    "PK_NEAREST_CEIL"};
   static const char *const mode[] = {"PK_RESIZE_NEAREST", "PK_RESIZE_LINEAR", "PK_RESIZE_CUBIC"};
@@ -1095,10 +1135,12 @@ static int emit_resize(cu_ctx *c, const ir_node *n) {
 
 static int emit_lrn(cu_ctx *c, const ir_node *n) {
   ir_value *x = ir_in(c->g, n, 0), *y = ir_out(c->g, n, 0);
-  if (y->dtype != IR_FLOAT && y->dtype != IR_DOUBLE) return cu_fail(c, n, "LRN on %s is not supported", ir_dtype_name(y->dtype));
+  if (y->dtype != IR_FLOAT && y->dtype != IR_DOUBLE)
+    return cu_fail(c, n, "LRN on %s is not supported", ir_dtype_name(y->dtype));
   int64_t size = ir_attr_int(n, "size", 1);
   if (size < 1) return cu_fail(c, n, "size must be positive");
-  double alpha = ir_attr_float(n, "alpha", 1e-4f), beta = ir_attr_float(n, "beta", 0.75f), bias = ir_attr_float(n, "bias", 1.0f);
+  double alpha = ir_attr_float(n, "alpha", 1e-4f), beta = ir_attr_float(n, "beta", 0.75f),
+         bias = ir_attr_float(n, "bias", 1.0f);
   int64_t N = x->shape.dims[0], C = x->shape.rank > 1 ? x->shape.dims[1] : 1, Sp = 1;
   for (int i = 2; i < x->shape.rank; i++) Sp *= x->shape.dims[i];
   int64_t lo = (size - 1) / 2, hi = (size - 1) - lo; /* floor / ceil of (size-1)/2 */
@@ -1151,12 +1193,14 @@ static int emit_rnn(cu_ctx *c, const ir_node *n) {
     cu_decl(c, "/* node %d: %s '", n->index, ir_op_name(n->op));
     cg_put_comment(c->decl, n->name, 200);
     cu_decl(c, "', direction %d */\n", d);
-    cu_decl(c, "__global__ void __launch_bounds__(PK_THREADS) k%d_%s_d%d(unsigned n, int phase, long t, %s *xw, %s *hr, "
-               "%s *hs, %s *cs, %s *rh, const %s *x3, const %s *x4, const %s *x5, const %s *x6, const %s *x7, %s *y0, "
-               "%s *y1, %s *y2) {\n",
+    cu_decl(c,
+            "__global__ void __launch_bounds__(PK_THREADS) k%d_%s_d%d(unsigned n, int phase, long t, %s *xw, %s *hr, "
+            "%s *hs, %s *cs, %s *rh, const %s *x3, const %s *x4, const %s *x5, const %s *x6, const %s *x7, %s *y0, "
+            "%s *y1, %s *y2) {\n",
             node, ir_op_name(n->op), d, T, T, T, T, T, T, SLT, T, T, T, T, T, T);
-    cu_decl(c, "  (void)t; (void)xw; (void)hr; (void)hs; (void)cs; (void)rh; (void)x3; (void)x4; (void)x5; (void)x6;\n"
-               "  (void)x7; (void)y0; (void)y1; (void)y2;\n");
+    cu_decl(c,
+            "  (void)t; (void)xw; (void)hr; (void)hs; (void)cs; (void)rh; (void)x3; (void)x4; (void)x5; (void)x6;\n"
+            "  (void)x7; (void)y0; (void)y1; (void)y2;\n");
     cu_decl(c, "  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {\n");
     cu_decl(c, "    const long b = i / %lldu, j = i %% %lldu;\n", LL(H), LL(H));
     cu_decl(c, "    if (phase == 0) {\n");
@@ -1172,17 +1216,22 @@ static int emit_rnn(cu_ctx *c, const ir_node *n) {
     cu_decl(c, "    }\n  }\n}\n\n");
   }
 
-  cu_w(c, "  {\n    %s *xw = (%s *)(A + SCRATCH_OFF), *hr = xw + %lld, *hs = hr + %lld, *cs = hs + %lld, *rh = cs + %lld;\n",
-       T, T, LL(S * B * GH), LL(B * GH), LL(B * H), LL(B * H));
-  if (r.has_y && r.has_seq) cu_w(c, "    PK_TRY(pk_fill(S, %s, %d, 0, %lld));\n", c->y[0], (int)es, LL(S * r.D * B * H));
+  cu_w(
+      c,
+      "  {\n    %s *xw = (%s *)(A + SCRATCH_OFF), *hr = xw + %lld, *hs = hr + %lld, *cs = hs + %lld, *rh = cs + %lld;\n",
+      T, T, LL(S * B * GH), LL(B * GH), LL(B * H), LL(B * H));
+  if (r.has_y && r.has_seq)
+    cu_w(c, "    PK_TRY(pk_fill(S, %s, %d, 0, %lld));\n", c->y[0], (int)es, LL(S * r.D * B * H));
   char kn[64];
   for (int d = 0; d < r.D; d++) {
     int rev = d == 1 || r.reverse;
     snprintf(kn, sizeof kn, "k%d_%s_d%d", node, ir_op_name(n->op), d);
     if (S > 0) {
       if (I > 0)
-        cu_w(c, "    PK_TRY(pk_gemm(S, %s, 0, 1, %lld, %lld, %lld, 1, %s, %lld, 0, (%s) + %lld, %lld, 0, 0, xw, %lld, 0, 1));\n",
-             DT, LL(S * B), LL(GH), LL(I), c->x[0], LL(I), c->x[1], LL(d * GH * I), LL(I), LL(GH));
+        cu_w(
+            c,
+            "    PK_TRY(pk_gemm(S, %s, 0, 1, %lld, %lld, %lld, 1, %s, %lld, 0, (%s) + %lld, %lld, 0, 0, xw, %lld, 0, 1));\n",
+            DT, LL(S * B), LL(GH), LL(I), c->x[0], LL(I), c->x[1], LL(d * GH * I), LL(I), LL(GH));
       else cu_w(c, "    PK_TRY(pk_fill(S, xw, %d, 0, %lld));\n", (int)es, LL(S * B * GH));
     }
     cu_w(c, "    PK_LAUNCH(%s, %lldu, 0, 0L, %s);\n", kn, LL(B * H), args);
@@ -1190,12 +1239,16 @@ static int emit_rnn(cu_ctx *c, const ir_node *n) {
       cu_w(c, "    for (long s = 0; s < %lld; s++) {\n", LL(S));
       if (rev) cu_w(c, "      const long t = %lld - s;\n", LL(S - 1));
       else cu_w(c, "      const long t = s;\n");
-      cu_w(c, "      PK_TRY(pk_gemm(S, %s, 0, 1, %lld, %lld, %lld, 1, hs, %lld, 0, (%s) + %lld, %lld, 0, 0, hr, %lld, 0, 1));\n",
-           DT, LL(B), LL(cols), LL(H), LL(H), c->x[2], LL(d * GH * H), LL(H), LL(GH));
+      cu_w(
+          c,
+          "      PK_TRY(pk_gemm(S, %s, 0, 1, %lld, %lld, %lld, 1, hs, %lld, 0, (%s) + %lld, %lld, 0, 0, hr, %lld, 0, 1));\n",
+          DT, LL(B), LL(cols), LL(H), LL(H), c->x[2], LL(d * GH * H), LL(H), LL(GH));
       if (cols != GH) {
         cu_w(c, "      PK_LAUNCH(%s, %lldu, 1, t, %s);\n", kn, LL(B * H), args);
-        cu_w(c, "      PK_TRY(pk_gemm(S, %s, 0, 1, %lld, %lld, %lld, 1, rh, %lld, 0, (%s) + %lld, %lld, 0, 0, hr + %lld, %lld, 0, 1));\n",
-             DT, LL(B), LL(H), LL(H), LL(H), c->x[2], LL(d * GH * H + 2 * H * H), LL(H), LL(2 * H), LL(GH));
+        cu_w(
+            c,
+            "      PK_TRY(pk_gemm(S, %s, 0, 1, %lld, %lld, %lld, 1, rh, %lld, 0, (%s) + %lld, %lld, 0, 0, hr + %lld, %lld, 0, 1));\n",
+            DT, LL(B), LL(H), LL(H), LL(H), c->x[2], LL(d * GH * H + 2 * H * H), LL(H), LL(2 * H), LL(GH));
       }
       cu_w(c, "      PK_LAUNCH(%s, %lldu, 2, t, %s);\n    }\n", kn, LL(B * H), args);
     }
@@ -1216,18 +1269,29 @@ cu_op_fn cu_op_emitter(ir_op op) {
     case IR_OP_Conv: return emit_conv;
     case IR_OP_Gemm: return emit_gemm;
     case IR_OP_MatMul: return emit_matmul;
-    case IR_OP_RNN: case IR_OP_GRU: case IR_OP_LSTM: return emit_rnn;
-    case IR_OP_MaxPool: case IR_OP_AveragePool: case IR_OP_LpPool:
-    case IR_OP_GlobalAveragePool: case IR_OP_GlobalMaxPool: case IR_OP_GlobalLpPool:
-      return emit_pool;
+    case IR_OP_RNN:
+    case IR_OP_GRU:
+    case IR_OP_LSTM: return emit_rnn;
+    case IR_OP_MaxPool:
+    case IR_OP_AveragePool:
+    case IR_OP_LpPool:
+    case IR_OP_GlobalAveragePool:
+    case IR_OP_GlobalMaxPool:
+    case IR_OP_GlobalLpPool: return emit_pool;
     case IR_OP_BatchNormalization: return emit_batchnorm;
     case IR_OP_InstanceNormalization: return emit_instnorm;
     case IR_OP_LayerNormalization: return emit_layernorm;
-    case IR_OP_Softmax: case IR_OP_LogSoftmax: case IR_OP_Hardmax: return emit_softmax;
-    case IR_OP_Reshape: case IR_OP_Flatten: case IR_OP_Squeeze: case IR_OP_Unsqueeze: case IR_OP_Identity:
-      return emit_copy;
+    case IR_OP_Softmax:
+    case IR_OP_LogSoftmax:
+    case IR_OP_Hardmax: return emit_softmax;
+    case IR_OP_Reshape:
+    case IR_OP_Flatten:
+    case IR_OP_Squeeze:
+    case IR_OP_Unsqueeze:
+    case IR_OP_Identity: return emit_copy;
     case IR_OP_Dropout: return emit_dropout;
-    case IR_OP_Shape: case IR_OP_Size: return emit_shape;
+    case IR_OP_Shape:
+    case IR_OP_Size: return emit_shape;
     case IR_OP_ConstantOfShape: return emit_constant_of_shape;
     case IR_OP_Concat: return emit_concat;
     case IR_OP_Split: return emit_split;
@@ -1236,22 +1300,32 @@ cu_op_fn cu_op_emitter(ir_op op) {
     case IR_OP_Transpose: return emit_transpose;
     case IR_OP_Pad: return emit_pad;
     case IR_OP_Tile: return emit_tile;
-    case IR_OP_ReduceMean: case IR_OP_ReduceSum: case IR_OP_ReduceMax: case IR_OP_ReduceMin: case IR_OP_ReduceProd:
-    case IR_OP_ReduceL1: case IR_OP_ReduceL2: case IR_OP_ReduceLogSum: case IR_OP_ReduceLogSumExp:
-    case IR_OP_ReduceSumSquare:
-      return emit_reduce;
+    case IR_OP_ReduceMean:
+    case IR_OP_ReduceSum:
+    case IR_OP_ReduceMax:
+    case IR_OP_ReduceMin:
+    case IR_OP_ReduceProd:
+    case IR_OP_ReduceL1:
+    case IR_OP_ReduceL2:
+    case IR_OP_ReduceLogSum:
+    case IR_OP_ReduceLogSumExp:
+    case IR_OP_ReduceSumSquare: return emit_reduce;
     case IR_OP_ConvTranspose: return emit_conv_transpose;
     case IR_OP_GatherElements: return emit_gather_elements;
     case IR_OP_GatherND: return emit_gather_nd;
-    case IR_OP_ScatterElements: case IR_OP_ScatterND: return emit_scatter;
+    case IR_OP_ScatterElements:
+    case IR_OP_ScatterND: return emit_scatter;
     case IR_OP_OneHot: return emit_onehot;
     case IR_OP_CumSum: return emit_cumsum;
-    case IR_OP_ArgMax: case IR_OP_ArgMin: return emit_argmax;
+    case IR_OP_ArgMax:
+    case IR_OP_ArgMin: return emit_argmax;
     case IR_OP_TopK: return emit_topk;
     case IR_OP_Trilu: return emit_trilu;
-    case IR_OP_DepthToSpace: case IR_OP_SpaceToDepth: return emit_depth_space;
+    case IR_OP_DepthToSpace:
+    case IR_OP_SpaceToDepth: return emit_depth_space;
     case IR_OP_Range: return emit_range;
-    case IR_OP_Resize: case IR_OP_Upsample: return emit_resize;
+    case IR_OP_Resize:
+    case IR_OP_Upsample: return emit_resize;
     case IR_OP_LRN: return emit_lrn;
     default: return NULL;
   }

@@ -34,8 +34,8 @@ static int emit_gridsample(cu_ctx *c, const ir_node *n) {
   kernel_head(c, n, I, params);
   cg_gridsample_body(c->g, n, c->decl, "    ");
   cu_decl(c, "  }\n}\n\n");
-  cu_w(c, "  PK_LAUNCH(k%d_GridSample, (%s)%lldu, %s, %s, %s);\n", (int)(n - c->g->nodes), I, LL(total), c->x[0], c->x[1],
-       c->y[0]);
+  cu_w(c, "  PK_LAUNCH(k%d_GridSample, (%s)%lldu, %s, %s, %s);\n", (int)(n - c->g->nodes), I, LL(total), c->x[0],
+       c->x[1], c->y[0]);
   return 0;
 }
 

@@ -30,10 +30,12 @@ static int emit_roialign(cu_ctx *c, const ir_node *n) {
   const char *T = cg_ctype(y->dtype), *I = cg_ctype(bi->dtype);
   int node = (int)(n - c->g->nodes);
   kernel_head(c, n);
-  cu_decl(c, "__global__ void __launch_bounds__(PK_THREADS) k%d_RoiAlign(long long n, const %s *x0, const %s *x1, "
-             "const %s *x2, %s *y0) {\n",
+  cu_decl(c,
+          "__global__ void __launch_bounds__(PK_THREADS) k%d_RoiAlign(long long n, const %s *x0, const %s *x1, "
+          "const %s *x2, %s *y0) {\n",
           node, T, T, I, T);
-  cu_decl(c, "  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {\n");
+  cu_decl(c,
+          "  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {\n");
   cg_roialign_body(c->g, n, c->decl, "    ");
   cu_decl(c, "  }\n}\n\n");
   cu_w(c, "  PK_LAUNCH(k%d_RoiAlign, %lldLL, %s, %s, %s, %s);\n", node, LL(total), c->x[0], c->x[1], c->x[2], c->y[0]);
@@ -53,16 +55,20 @@ static int emit_deform_conv(cu_ctx *c, const ir_node *n) {
   int has_b = n->n_in > 3 && n->in[3] >= 0, has_mask = n->n_in > 4 && n->in[4] >= 0;
   if (K == 0) { /* no input channels: the bias, or zeros */
     cu_w(c, "  PK_TRY(pk_fill(S, %s, %d, 0, %lld));\n", c->y[0], (int)es, LL(cg_numel(y)));
-    if (has_b) cu_w(c, "  PK_TRY(pk_bias(S, %s, %s, %s, %lld, %lld, %lld));\n", dt_name(t), c->y[0], c->x[3], LL(N), LL(M), LL(P));
+    if (has_b)
+      cu_w(c, "  PK_TRY(pk_bias(S, %s, %s, %s, %lld, %lld, %lld));\n", dt_name(t), c->y[0], c->x[3], LL(N), LL(M),
+           LL(P));
     return 0;
   }
   int node = (int)(n - c->g->nodes);
   kernel_head(c, n);
-  cu_decl(c, "__global__ void __launch_bounds__(PK_THREADS) k%d_DeformConv_col(long long n, long img, const %s *x0, "
-             "const %s *x2, const %s *x4, %s *col) {\n",
+  cu_decl(c,
+          "__global__ void __launch_bounds__(PK_THREADS) k%d_DeformConv_col(long long n, long img, const %s *x0, "
+          "const %s *x2, const %s *x4, %s *col) {\n",
           node, T, T, T, T);
   cu_decl(c, "  (void)x4;\n");
-  cu_decl(c, "  for (long q = blockIdx.x * (long)blockDim.x + threadIdx.x; q < n; q += (long)gridDim.x * blockDim.x) {\n");
+  cu_decl(c,
+          "  for (long q = blockIdx.x * (long)blockDim.x + threadIdx.x; q < n; q += (long)gridDim.x * blockDim.x) {\n");
   cg_deform_body(c->g, n, c->decl, "    ");
   cu_decl(c, "  }\n}\n\n");
   cu_scratch(c, (size_t)(rows * P) * es);
@@ -74,12 +80,15 @@ static int emit_deform_conv(cu_ctx *c, const ir_node *n) {
   cu_w(c, "    for (long img = 0; img < %lld; img++) {\n", LL(N));
   cu_w(c, "      PK_LAUNCH(k%d_DeformConv_col, %lldLL, img, %s, %s, %s, col);\n", node, LL(rows * P), c->x[0], c->x[2],
        has_mask ? c->x[4] : nul);
-  cu_w(c, "      PK_TRY(pk_gemm(S, %s, 0, 0, %lld, %lld, %lld, 1, %s, %lld, %lld, col, %lld, %lld, 0, (%s) + img * %lld, %lld, "
-          "%lld, %lld));\n",
-       dt_name(t), LL(Mg), LL(P), LL(K), c->x[1], LL(K), LL(Mg * K), LL(P), LL(K * P), c->y[0], LL(M * P), LL(P),
-       LL(Mg * P), LL(G));
+  cu_w(
+      c,
+      "      PK_TRY(pk_gemm(S, %s, 0, 0, %lld, %lld, %lld, 1, %s, %lld, %lld, col, %lld, %lld, 0, (%s) + img * %lld, %lld, "
+      "%lld, %lld));\n",
+      dt_name(t), LL(Mg), LL(P), LL(K), c->x[1], LL(K), LL(Mg * K), LL(P), LL(K * P), c->y[0], LL(M * P), LL(P),
+      LL(Mg * P), LL(G));
   cu_w(c, "    }\n  }\n");
-  if (has_b) cu_w(c, "  PK_TRY(pk_bias(S, %s, %s, %s, %lld, %lld, %lld));\n", dt_name(t), c->y[0], c->x[3], LL(N), LL(M), LL(P));
+  if (has_b)
+    cu_w(c, "  PK_TRY(pk_bias(S, %s, %s, %s, %lld, %lld, %lld));\n", dt_name(t), c->y[0], c->x[3], LL(N), LL(M), LL(P));
   return 0;
 }
 

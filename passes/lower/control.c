@@ -139,9 +139,10 @@ static int instantiate(xp *x, const ir_graph *b, const char *pfx, const int *act
     int *out = ir_xmalloc(sizeof(int) * ((size_t)bn->n_out + 1));
     for (int k = 0; k < bn->n_in; k++) in[k] = bn->in[k] < 0 ? -1 : body_value(x, b, bn->in[k], map, cmap);
     for (int k = 0; k < bn->n_out; k++)
-      out[k] = bn->out[k] < 0 ? -1
-                              : (map[bn->out[k]] =
-                                     ir_add_value(g, join(g, pfx, b->values[bn->out[k]].name), IR_VAL_ACT, IR_UNDEFINED));
+      out[k] =
+          bn->out[k] < 0
+              ? -1
+              : (map[bn->out[k]] = ir_add_value(g, join(g, pfx, b->values[bn->out[k]].name), IR_VAL_ACT, IR_UNDEFINED));
     int id = ir_add_node(g, bn->op, join(g, pfx, bn->name), in, bn->n_in, out, bn->n_out);
     free(in);
     free(out);
@@ -305,8 +306,7 @@ static int expand_if(xp *x) {
                           "shape",
                           i, k, cx_typed(val(x, a), b1, sizeof b1), cx_typed(val(x, b), b2, sizeof b2));
             rc = -1;
-          } else if ((el[i] = cx_make(x, IR_OP_Where, (int[]){s, a, b}, 3, -1, NULL, 0)) < 0)
-            rc = -1;
+          } else if ((el[i] = cx_make(x, IR_OP_Where, (int[]){s, a, b}, 3, -1, NULL, 0)) < 0) rc = -1;
         }
         if (!rc) ir_set_seq(x->g, x->nd.out[k], el, n, val(x, to[k])->dtype);
         free(el);
@@ -351,16 +351,18 @@ static int expand_loop(xp *x) {
           N + 2, N);
   int K = b->n_outputs - 1 - N;
   if (K < 0) XFAIL("its body gives %d outputs; it must give the condition and the %d carried values", b->n_outputs, N);
-  if (x->nd.n_out > N + K) XFAIL("has %d outputs; its body gives %d carried values and %d scan outputs", x->nd.n_out, N, K);
+  if (x->nd.n_out > N + K)
+    XFAIL("has %d outputs; its body gives %d carried values and %d scan outputs", x->nd.n_out, N, K);
   if (empty_input(x, 2, 2 + N, "carried value")) return -1;
   int64_t M = -1;
   if (x->nd.in[0] >= 0) {
     const ir_value *m = val(x, res(x, x->nd.in[0]));
     if (m->kind != IR_VAL_CONST || ir_const_i64(m, 0, &M)) {
       char nm[96];
-      XFAIL("the trip count '%s' is computed at run time; pipecc unrolls loops, so it must follow from constants "
-            "and static shapes",
-            ir_printable(m->name, 60, nm, sizeof nm));
+      XFAIL(
+          "the trip count '%s' is computed at run time; pipecc unrolls loops, so it must follow from constants "
+          "and static shapes",
+          ir_printable(m->name, 60, nm, sizeof nm));
     }
     if (M < 0) M = 0;
   }
@@ -388,9 +390,8 @@ static int expand_loop(xp *x) {
     int64_t c = 0;
     if (masked && cv->kind == IR_VAL_CONST && !ir_const_i64(cv, 0, &c) && !c) break; /* the rest would keep all */
     if (t >= CONTROL_MAX_ITERS) {
-      ir_error_node(x->g, x->node,
-                    "would unroll more than %d iterations (trip count %lld; its condition %s)", CONTROL_MAX_ITERS,
-                    (long long)M, cv->kind == IR_VAL_CONST ? "still true" : "computed at run time");
+      ir_error_node(x->g, x->node, "would unroll more than %d iterations (trip count %lld; its condition %s)",
+                    CONTROL_MAX_ITERS, (long long)M, cv->kind == IR_VAL_CONST ? "still true" : "computed at run time");
       rc = -1;
       break;
     }
@@ -518,7 +519,8 @@ static int expand_scan(xp *x) {
   int nexp = x->nd.n_in - x->nd.n_implicit, first = v8 ? 1 : 0;
   int N = nexp - first - (int)Mi, nf = b->n_inputs - b->n_captured;
   if (Mi < 1 || N < 0) XFAIL("num_scan_inputs is %lld; it must be 1 to the number of inputs", (long long)Mi);
-  if (nf != N + Mi) XFAIL("its body takes %d inputs; the Scan gives %d states and %lld scan inputs", nf, N, (long long)Mi);
+  if (nf != N + Mi)
+    XFAIL("its body takes %d inputs; the Scan gives %d states and %lld scan inputs", nf, N, (long long)Mi);
   int K = b->n_outputs - N;
   if (K < 0) XFAIL("its body gives %d outputs, fewer than its %d states", b->n_outputs, N);
   if (x->nd.n_out > N + K) XFAIL("has %d outputs; its body gives %d states and %d scan outputs", x->nd.n_out, N, K);
@@ -578,8 +580,8 @@ static int expand_scan(xp *x) {
   int *outs = ir_xmalloc(sizeof(int) * ((size_t)b->n_outputs + 1));
   int *formal = ir_xmalloc(sizeof(int) * ((size_t)(N + Mi) + 1));
   int *st = ir_xmalloc(sizeof(int) * ((size_t)N + 1));
-  int *fin = ir_xmalloc(sizeof(int) * ((size_t)(N * B) + 1));          /* [B][N] final states */
-  int *sc = ir_xmalloc(sizeof(int) * ((size_t)(B * L * K) + 1));       /* [B][L][K] scan values */
+  int *fin = ir_xmalloc(sizeof(int) * ((size_t)(N * B) + 1));    /* [B][N] final states */
+  int *sc = ir_xmalloc(sizeof(int) * ((size_t)(B * L * K) + 1)); /* [B][L][K] scan values */
   int *xb = ir_xmalloc(sizeof(int) * (size_t)(Mi + 1));
   for (int64_t bi = 0; bi < B && !rc; bi++) {
     for (int k = 0; k < N && !rc; k++)
@@ -725,11 +727,11 @@ int control_expand(control_env *e, int node) {
   g->nodes[node].dead = 1; /* its outputs get written by the expansion */
   int rc;
   switch (x.nd.op) {
-  case IR_OP_If: rc = expand_if(&x); break;
-  case IR_OP_Loop: rc = expand_loop(&x); break;
-  case IR_OP_Scan: rc = expand_scan(&x); break;
-  case IR_OP_SequenceMap: rc = expand_seqmap(&x); break;
-  default: rc = seq_expand(&x); break;
+    case IR_OP_If: rc = expand_if(&x); break;
+    case IR_OP_Loop: rc = expand_loop(&x); break;
+    case IR_OP_Scan: rc = expand_scan(&x); break;
+    case IR_OP_SequenceMap: rc = expand_seqmap(&x); break;
+    default: rc = seq_expand(&x); break;
   }
   return rc || x.err ? -1 : 0;
 }

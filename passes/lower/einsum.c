@@ -28,7 +28,7 @@ typedef struct {
   int n_ops;
   int lab[EQ_MAX_OPS][IR_MAX_RANK]; /* per operand axis: its label */
   int rank[EQ_MAX_OPS];
-  int has_ell[EQ_MAX_OPS];          /* the operand's subscripts hold "..." */
+  int has_ell[EQ_MAX_OPS]; /* the operand's subscripts hold "..." */
   int out[IR_MAX_RANK], out_rank;
   int64_t size[EQ_LABELS];
 } eq_t;
@@ -144,7 +144,8 @@ static int parse(ir_graph *g, int node, eq_t *e) {
       e->out[e->out_rank++] = outl[i];
     }
     if (out_ell < 0 && E > 0) { /* numpy: the ellipsis dims must be in an explicit output */
-      ir_error_node(g, node, "the equation '%s' drops the ellipsis dims from its output", ir_printable(eq, 60, b, sizeof b));
+      ir_error_node(g, node, "the equation '%s' drops the ellipsis dims from its output",
+                    ir_printable(eq, 60, b, sizeof b));
       return -1;
     }
   } else { /* implicit: the ellipsis dims, then the letters that occur once, ASCII order */
@@ -195,8 +196,8 @@ int sh_Einsum(ir_graph *g, int node) {
 /* ---- lowering ---------------------------------------------------------------------- */
 
 typedef struct {
-  int v;                 /* value */
-  int lab[IR_MAX_RANK];  /* its axes' labels */
+  int v;                /* value */
+  int lab[IR_MAX_RANK]; /* its axes' labels */
   int r;
 } term;
 

@@ -156,7 +156,8 @@ int sh_MaxUnpool(ir_graph *g, int node) {
   } else {
     for (int i = 0; i < sp; i++) {
       int64_t st = ns >= 0 ? s[i] : 1, pb = np >= 0 ? p[i] : 0, pe = np >= 0 ? p[sp + i] : 0, t;
-      if (k[i] < 1 || st < 1 || pb < 0 || pe < 0) SH_FAIL("kernel_shape, strides and pads must be positive (pads >= 0)");
+      if (k[i] < 1 || st < 1 || pb < 0 || pe < 0)
+        SH_FAIL("kernel_shape, strides and pads must be positive (pads >= 0)");
       if (sh_mul(x->shape.dims[2 + i] > 0 ? x->shape.dims[2 + i] - 1 : 0, st, &t) || sh_add(t, k[i] - pb - pe, &t))
         SH_FAIL("spatial dim %d: output size overflows", i);
       if (t < 1) SH_FAIL("spatial dim %d: output size would be %lld (pads too large?)", i, (long long)t);
@@ -178,13 +179,14 @@ int sh_ReverseSequence(ir_graph *g, int node) {
   if ((ba != 0 && ba != 1) || (ta != 0 && ta != 1) || ba == ta)
     SH_FAIL("attributes batch_axis %lld and time_axis %lld must be 0 and 1", (long long)ba, (long long)ta);
   if (l->shape.rank != 1 || l->shape.dims[0] != x->shape.dims[ba])
-    SH_FAIL("input 'sequence_lens' of shape %s: [%lld] expected (the batch dim of the input)", sh_str(&l->shape, b, sizeof b),
-            (long long)x->shape.dims[ba]);
+    SH_FAIL("input 'sequence_lens' of shape %s: [%lld] expected (the batch dim of the input)",
+            sh_str(&l->shape, b, sizeof b), (long long)x->shape.dims[ba]);
   if (l->kind == IR_VAL_CONST)
     for (int64_t i = 0; i < l->shape.dims[0]; i++) {
       int64_t v;
       if (!ir_const_i64(l, i, &v) && (v < 0 || v > x->shape.dims[ta]))
-        SH_FAIL("sequence_lens[%lld] = %lld is outside [0, %lld]", (long long)i, (long long)v, (long long)x->shape.dims[ta]);
+        SH_FAIL("sequence_lens[%lld] = %lld is outside [0, %lld]", (long long)i, (long long)v,
+                (long long)x->shape.dims[ta]);
     }
   SH_NODE->flops = 0;
   return sh_set_out(g, node, 0, x->dtype, &x->shape);
@@ -208,12 +210,14 @@ static int c2i_geometry(ir_graph *g, int node, c2i_geom *q) {
   if (ni != nbk || ni < 1 || ni > IR_MAX_RANK - 2)
     SH_FAIL("inputs 'image_shape' (%d values) and 'block_shape' (%d) must have one value per spatial dim", ni, nbk);
   int sp = q->sp = ni;
-  int nd = sh_attr_ints(g, node, "dilations", q->dil, IR_MAX_RANK), ns = sh_attr_ints(g, node, "strides", q->str, IR_MAX_RANK),
+  int nd = sh_attr_ints(g, node, "dilations", q->dil, IR_MAX_RANK),
+      ns = sh_attr_ints(g, node, "strides", q->str, IR_MAX_RANK),
       np = sh_attr_ints(g, node, "pads", q->pad, 2 * IR_MAX_RANK);
   if (nd == -2 || ns == -2 || np == -2) return -1;
   if ((nd >= 0 && nd != sp) || (ns >= 0 && ns != sp) || (np >= 0 && np != 2 * sp))
     SH_FAIL("attributes dilations, strides (%d values each) and pads (%d) do not match the spatial rank", sp, 2 * sp);
-  if (x->shape.rank != 3) SH_FAIL("input of shape %s: [N, C * prod(block_shape), L] expected", sh_str(&x->shape, b, sizeof b));
+  if (x->shape.rank != 3)
+    SH_FAIL("input of shape %s: [N, C * prod(block_shape), L] expected", sh_str(&x->shape, b, sizeof b));
   int64_t K = 1, L = 1;
   for (int i = 0; i < sp; i++) {
     if (nd < 0) q->dil[i] = 1;
@@ -229,7 +233,8 @@ static int c2i_geometry(ir_graph *g, int node, c2i_geom *q) {
     if (sh_mul(K, q->blk[i], &K) || sh_mul(L, q->nb[i], &L)) SH_FAIL("block or block count overflows");
   }
   if (x->shape.dims[1] % K)
-    SH_FAIL("input dim 1 (%lld) is not a multiple of prod(block_shape) = %lld", (long long)x->shape.dims[1], (long long)K);
+    SH_FAIL("input dim 1 (%lld) is not a multiple of prod(block_shape) = %lld", (long long)x->shape.dims[1],
+            (long long)K);
   if (x->shape.dims[2] != L)
     SH_FAIL("input dim 2 (%lld) must be the block count %lld that image, block, pads, dilations and strides give",
             (long long)x->shape.dims[2], (long long)L);
@@ -268,12 +273,14 @@ static int64_t compress_pick(ir_graph *g, int node, int *axis, int64_t *idx) {
   }
   if (sh_check_dtype(g, node, cv, SH_BIT(IR_BOOL), "input 'condition'")) return -1;
   if (cv->kind != IR_VAL_CONST)
-    SH_FAIL("input 'condition' (value '%s') must be a constant for a static shape (the output's size depends on its "
-            "values)",
-            sh_vname(cv, b, sizeof b));
+    SH_FAIL(
+        "input 'condition' (value '%s') must be a constant for a static shape (the output's size depends on its "
+        "values)",
+        sh_vname(cv, b, sizeof b));
   int64_t len = ir_shape_numel(&cv->shape);
   if (cv->shape.rank != 1) SH_FAIL("input 'condition' of shape %s: 1-D expected", sh_str(&cv->shape, b, sizeof b));
-  if (len > dim) SH_FAIL("input 'condition' has %lld values, more than the %lld it selects from", (long long)len, (long long)dim);
+  if (len > dim)
+    SH_FAIL("input 'condition' has %lld values, more than the %lld it selects from", (long long)len, (long long)dim);
   for (int64_t i = 0; i < len; i++) {
     int64_t v;
     if (ir_const_i64(cv, i, &v)) SH_FAIL("input 'condition': cannot read element %lld", (long long)i);
@@ -309,7 +316,8 @@ static int affine_size(ir_graph *g, int node, int64_t *sz) {
   int sp = n - 2;
   if (n != 4 && n != 5) SH_FAIL("input 'size' has %d values: [N, C, H, W] or [N, C, D, H, W] expected", n);
   if (th->shape.rank != 3 || th->shape.dims[1] != sp || th->shape.dims[2] != sp + 1)
-    SH_FAIL("input 'theta' of shape %s: [N, %d, %d] expected for %d-D", sh_str(&th->shape, b, sizeof b), sp, sp + 1, sp);
+    SH_FAIL("input 'theta' of shape %s: [N, %d, %d] expected for %d-D", sh_str(&th->shape, b, sizeof b), sp, sp + 1,
+            sp);
   if (!batch_dim_ok(g, sz[0], th->shape.dims[0]))
     SH_FAIL("input 'size' names batch %lld, 'theta' has %lld", (long long)sz[0], (long long)th->shape.dims[0]);
   for (int i = 2; i < n; i++)
@@ -350,7 +358,8 @@ static int lower_groupnorm(ad_ctx *a, int node) {
   int xr = ad_reshape(a, ad_cast(a, nd.in[0], t), &gs);
   int d = ad_bin(a, IR_OP_Sub, xr, mean(a, xr, &two, 1));
   int var = mean(a, ad_bin(a, IR_OP_Mul, d, d), &two, 1);
-  int y = ad_bin(a, IR_OP_Div, d, ad_un(a, IR_OP_Sqrt, ad_bin(a, IR_OP_Add, var, ad_c_f(a, ir_attr_float(&nd, "epsilon", 1e-5f), t))));
+  int y = ad_bin(a, IR_OP_Div, d,
+                 ad_un(a, IR_OP_Sqrt, ad_bin(a, IR_OP_Add, var, ad_c_f(a, ir_attr_float(&nd, "epsilon", 1e-5f), t))));
   int per_channel = nd.opset >= 21, lr = per_channel ? xs.rank - 1 : 2; /* scale, bias: [C or G, 1, ...] */
   if (per_channel) y = ad_reshape(a, y, &xs);
   int sc = ad_lead(a, ad_cast(a, nd.in[1], t), lr), bi = ad_lead(a, ad_cast(a, nd.in[2], t), lr);
@@ -425,7 +434,8 @@ static int batch_on(ad_ctx *a, int node, int in, int ok, const char *why) {
   if (ax < 0 || ax == ok) return 0;
   const char *hint = a->g->diag_hint; /* the batch fixed in a constant is not why */
   a->g->diag_hint = NULL;
-  ir_error_node(a->g, node, "its input carries the batch on axis %d, and %s, so %d micro-batches would not add up to the "
+  ir_error_node(a->g, node,
+                "its input carries the batch on axis %d, and %s, so %d micro-batches would not add up to the "
                 "batch; compile with -m 1 (the batch in one micro-batch)",
                 ax, why, a->g->microbatches);
   a->g->diag_hint = hint;
@@ -541,7 +551,8 @@ static int lower_col2im(ad_ctx *a, int node) {
     return -1;
   }
   ir_shape xs = ad_shape(a, nd.in[0]), ys = ad_shape(a, nd.out[0]);
-  ir_dtype xt = ad_dtype(a, nd.in[0]), t = xt == IR_FLOAT || xt == IR_FLOAT16 || xt == IR_BFLOAT16 ? IR_FLOAT : IR_DOUBLE;
+  ir_dtype xt = ad_dtype(a, nd.in[0]),
+           t = xt == IR_FLOAT || xt == IR_FLOAT16 || xt == IR_BFLOAT16 ? IR_FLOAT : IR_DOUBLE;
   int sp = q.sp;
   int64_t K = 1, CK = xs.dims[1], op[IR_MAX_RANK];
   for (int i = 0; i < sp; i++) K *= q.blk[i];
@@ -560,7 +571,8 @@ static int lower_col2im(ad_ctx *a, int node) {
   unsigned char *w = calloc(nw ? nw : 1, es);
   float f1 = 1;
   double d1 = 1;
-  for (int64_t ch = 0; ch < CK; ch++) memcpy(w + (size_t)(ch * K + ch % K) * es, t == IR_FLOAT ? (void *)&f1 : (void *)&d1, es);
+  for (int64_t ch = 0; ch < CK; ch++)
+    memcpy(w + (size_t)(ch * K + ch % K) * es, t == IR_FLOAT ? (void *)&f1 : (void *)&d1, es);
   int wc = ad_c_tensor(a, t, &ws, w, nw * es);
   free(w);
   int in[2] = {ad_reshape(a, ad_cast(a, nd.in[0], t), &s4), wc};
@@ -657,11 +669,16 @@ static int lower(ad_ctx *a, int node) {
 
 static int is_lowered(const ir_node *n) {
   switch (n->op) {
-    case IR_OP_GroupNormalization: case IR_OP_MeanVarianceNormalization: case IR_OP_EyeLike: case IR_OP_CenterCropPad:
-    case IR_OP_MaxUnpool: case IR_OP_ReverseSequence: case IR_OP_Col2Im: case IR_OP_Compress: case IR_OP_AffineGrid:
-      return 1;
-    default:
-      return 0;
+    case IR_OP_GroupNormalization:
+    case IR_OP_MeanVarianceNormalization:
+    case IR_OP_EyeLike:
+    case IR_OP_CenterCropPad:
+    case IR_OP_MaxUnpool:
+    case IR_OP_ReverseSequence:
+    case IR_OP_Col2Im:
+    case IR_OP_Compress:
+    case IR_OP_AffineGrid: return 1;
+    default: return 0;
   }
 }
 

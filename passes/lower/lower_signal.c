@@ -181,9 +181,9 @@ static int lower_mel(ad_ctx *a, int node) {
     double hz = 700 * (pow(10, (mlo + (double)i * step) / 2595) - 1);
     bin[i] = (int64_t)floor((double)(p.D + 1) * hz / (double)p.sr);
   }
-#define MEL_SET(j, i, v) \
-  do { \
-    if ((j) >= 0 && (j) < K) w[(j) * M + (i)] = (v); \
+#define MEL_SET(j, i, v)                           \
+  do {                                             \
+    if ((j) >= 0 && (j) < K) w[(j)*M + (i)] = (v); \
   } while (0)
   for (int64_t i = 0; i < M; i++) {
     int64_t l = bin[i], c = bin[i + 1], h = bin[i + 2];
@@ -316,8 +316,10 @@ static int batch_along(ad_ctx *a, int node, int in, int bad, int bad2, const cha
   if (ax < 0 || (ax != bad && ax != bad2)) return 0;
   const char *hint = a->g->diag_hint; /* the batch fixed in a constant is not why */
   a->g->diag_hint = NULL;
-  ir_error_node(a->g, node, "its input carries the batch on axis %d, %s, so %d micro-batches would not add up to the "
-                "batch; compile with -m 1 (the batch in one micro-batch)", ax, what, a->g->microbatches);
+  ir_error_node(a->g, node,
+                "its input carries the batch on axis %d, %s, so %d micro-batches would not add up to the "
+                "batch; compile with -m 1 (the batch in one micro-batch)",
+                ax, what, a->g->microbatches);
   a->g->diag_hint = hint;
   return -1;
 }
@@ -435,7 +437,7 @@ static int lower_stft(ad_ctx *a, int node) {
   ir_shape is = {0};
   is.rank = 2, is.dims[0] = p.F, is.dims[1] = p.N;
   int in[2] = {x, ir_add_const(g, ir_sprintf(g->arena, "%s/%s/frames", a->base, a->tag), IR_INT64, &is, idx,
-                                sizeof(int64_t) * (size_t)(p.F * p.N))};
+                               sizeof(int64_t) * (size_t)(p.F * p.N))};
   free(idx);
   int gn = ad_begin(a, IR_OP_Gather, in, 2, 1, NULL);
   ad_attr_i(a, gn, "axis", 1);

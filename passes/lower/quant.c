@@ -49,8 +49,8 @@ static int check_scale(ir_graph *g, int node, const char *what, int *axis) {
   *axis = (int)(ax < 0 ? ax + r : ax);
   if (!bs) {
     if (s->shape.rank != 1 || s->shape.dims[0] != x->shape.dims[*axis])
-      SH_FAIL("scale of shape %s must be a scalar or 1-D of %s's dim %d (%lld)", sh_str(&s->shape, b1, sizeof b1),
-              what, *axis, (long long)x->shape.dims[*axis]);
+      SH_FAIL("scale of shape %s must be a scalar or 1-D of %s's dim %d (%lld)", sh_str(&s->shape, b1, sizeof b1), what,
+              *axis, (long long)x->shape.dims[*axis]);
     return 0;
   }
   if (bs < 0) SH_FAIL("block_size %lld must be positive", (long long)bs);
@@ -67,8 +67,7 @@ static int check_zp(ir_graph *g, int node, ir_dtype want) {
   const ir_value *s = sh_in(g, node, 1), *z = sh_in(g, node, 2);
   char b1[64], b2[64];
   if (!z) return 0;
-  if (z->dtype != want)
-    SH_FAIL("zero point of type %s; %s expected", ir_dtype_name(z->dtype), ir_dtype_name(want));
+  if (z->dtype != want) SH_FAIL("zero point of type %s; %s expected", ir_dtype_name(z->dtype), ir_dtype_name(want));
   if (sh_numel(&z->shape) != sh_numel(&s->shape) || (sh_numel(&s->shape) > 1 && z->shape.rank != s->shape.rank))
     SH_FAIL("zero point of shape %s, scale of shape %s", sh_str(&z->shape, b1, sizeof b1),
             sh_str(&s->shape, b2, sizeof b2));
@@ -80,8 +79,7 @@ int sh_DequantizeLinear(ir_graph *g, int node) {
   int axis;
   if (!quant_int(x->dtype) && x->dtype != IR_INT32 && !quant_f8(x->dtype))
     SH_FAIL("x of type %s is not supported (int8, uint8, int16, uint16, int32, float8)", ir_dtype_name(x->dtype));
-  if (sh_check_dtype(g, node, s, Q_FLOATS, "scale") || check_scale(g, node, "x", &axis) ||
-      check_zp(g, node, x->dtype))
+  if (sh_check_dtype(g, node, s, Q_FLOATS, "scale") || check_scale(g, node, "x", &axis) || check_zp(g, node, x->dtype))
     return -1;
   SH_NODE->flops = 2 * sh_numel(&x->shape);
   return sh_set_out(g, node, 0, s->dtype, &x->shape);
@@ -104,9 +102,8 @@ int sh_QuantizeLinear(ir_graph *g, int node) {
   if (!quant_int(t) && !quant_f8(t))
     SH_FAIL("quantizing to %s is not supported (int8, uint8, int16, uint16, float8)",
             t > IR_UNDEFINED && t < IR_DTYPE_COUNT ? ir_dtype_name(t) : "an unknown type");
-  if (sh_check_dtype(g, node, x, Q_FLOATS, "x") ||
-      sh_check_dtype(g, node, s, Q_FLOATS, "scale") || check_scale(g, node, "x", &axis) ||
-      check_zp(g, node, t))
+  if (sh_check_dtype(g, node, x, Q_FLOATS, "x") || sh_check_dtype(g, node, s, Q_FLOATS, "scale") ||
+      check_scale(g, node, "x", &axis) || check_zp(g, node, t))
     return -1;
   SH_NODE->flops = 4 * sh_numel(&x->shape);
   return sh_set_out(g, node, 0, t, &x->shape);
@@ -121,7 +118,8 @@ static int check_q8(ir_graph *g, int node, int ia, int iz, const char *what) {
     SH_FAIL("%s of type %s: int8 or uint8 expected", what, ir_dtype_name(a->dtype));
   if (z && z->dtype != a->dtype)
     SH_FAIL("the zero point of %s has type %s, %s %s", what, ir_dtype_name(z->dtype), what, ir_dtype_name(a->dtype));
-  if (z && z->shape.rank > 1) SH_FAIL("the zero point of %s has shape %s: a scalar or 1-D", what, sh_str(&z->shape, b, sizeof b));
+  if (z && z->shape.rank > 1)
+    SH_FAIL("the zero point of %s has shape %s: a scalar or 1-D", what, sh_str(&z->shape, b, sizeof b));
   return 0;
 }
 
@@ -214,11 +212,15 @@ static int centred(ad_ctx *a, const ir_node *nd, int ia, int iz, int zrank) {
 
 static int clip_to(ad_ctx *a, int v, ir_dtype t, ir_dtype ft) {
   double lo = t == IR_INT8 ? -128 : t == IR_INT16 ? -32768 : t == IR_INT4 ? -8 : 0;
-  double hi = t == IR_INT8 ? 127 : t == IR_UINT8 ? 255 : t == IR_INT16 ? 32767 : t == IR_INT4 ? 7 : t == IR_UINT4 ? 15 : 65535;
+  double hi = t == IR_INT8    ? 127
+              : t == IR_UINT8 ? 255
+              : t == IR_INT16 ? 32767
+              : t == IR_INT4  ? 7
+              : t == IR_UINT4 ? 15
+                              : 65535;
   int in[3] = {v, ad_c_f(a, lo, ft), ad_c_f(a, hi, ft)};
   return ad_cast(a, ad_op(a, IR_OP_Clip, in, 3), t);
 }
-
 
 /* The float64 product p as the node's output: int32 (s < 0), or requantized: times the
  * scale s (x_scale * w_scale / y_scale in the scales' type), plus y_zero_point (slot 7),
@@ -274,7 +276,8 @@ static int lower_dynamic(ad_ctx *a, int node) {
   int scale = ad_bin(a, IR_OP_Div, ad_op(a, IR_OP_Where, w, 3), ad_c_f(a, 255, IR_FLOAT));
   int c[3] = {ad_bin(a, IR_OP_Sub, zero, ad_bin(a, IR_OP_Div, lo, scale)), zero, ad_c_f(a, 255, IR_FLOAT)};
   int zp = ad_un(a, IR_OP_Round, ad_op(a, IR_OP_Clip, c, 3));
-  int y = clip_to(a, ad_bin(a, IR_OP_Add, ad_un(a, IR_OP_Round, ad_bin(a, IR_OP_Div, x, scale)), zp), IR_UINT8, IR_FLOAT);
+  int y =
+      clip_to(a, ad_bin(a, IR_OP_Add, ad_un(a, IR_OP_Round, ad_bin(a, IR_OP_Div, x, scale)), zp), IR_UINT8, IR_FLOAT);
   int outs[3] = {y, scale, ad_cast(a, zp, IR_UINT8)};
   if (a->err) return -1;
   for (int k = 0; k < 3; k++)

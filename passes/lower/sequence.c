@@ -29,11 +29,18 @@
 
 int seq_op_is(ir_op op) {
   switch (op) {
-  case IR_OP_SequenceEmpty: case IR_OP_SequenceConstruct: case IR_OP_SequenceInsert: case IR_OP_SequenceAt:
-  case IR_OP_SequenceErase: case IR_OP_SequenceLength: case IR_OP_ConcatFromSequence: case IR_OP_SplitToSequence:
-  case IR_OP_Optional: case IR_OP_OptionalHasElement: case IR_OP_OptionalGetElement:
-    return 1;
-  default: return 0;
+    case IR_OP_SequenceEmpty:
+    case IR_OP_SequenceConstruct:
+    case IR_OP_SequenceInsert:
+    case IR_OP_SequenceAt:
+    case IR_OP_SequenceErase:
+    case IR_OP_SequenceLength:
+    case IR_OP_ConcatFromSequence:
+    case IR_OP_SplitToSequence:
+    case IR_OP_Optional:
+    case IR_OP_OptionalHasElement:
+    case IR_OP_OptionalGetElement: return 1;
+    default: return 0;
   }
 }
 
@@ -65,9 +72,10 @@ static int position(xp *x, int k, int64_t n, int insert, int64_t dflt, int64_t *
   char nm[96];
   ir_printable(p->name, 60, nm, sizeof nm);
   if (p->kind != IR_VAL_CONST || ir_shape_numel(&p->shape) != 1 || ir_const_i64(p, 0, pos))
-    XFAIL("position '%s' is not a constant of one integer: pipecc keeps sequences as lists known at compile time, so "
-          "positions must follow from constants and static shapes",
-          nm);
+    XFAIL(
+        "position '%s' is not a constant of one integer: pipecc keeps sequences as lists known at compile time, so "
+        "positions must follow from constants and static shapes",
+        nm);
   int64_t hi = insert ? n : n - 1;
   if (*pos < -n || *pos > hi)
     XFAIL("position %lld is out of range for a sequence of %lld tensors", (long long)*pos, (long long)n);
@@ -280,21 +288,21 @@ static int optional_op(xp *x, int which) {
 
 int seq_expand(xp *x) {
   switch (x->nd.op) {
-  case IR_OP_SequenceEmpty: {
-    int64_t dt = ir_attr_int(&x->nd, "dtype", IR_FLOAT);
-    if (dt <= 0 || dt >= IR_DTYPE_COUNT || dt == IR_STRING) XFAIL("dtype %lld is not supported", (long long)dt);
-    return set_seq(x, NULL, 0, (ir_dtype)dt);
-  }
-  case IR_OP_SequenceConstruct: return seq_construct(x);
-  case IR_OP_SequenceInsert: return seq_insert(x, 0);
-  case IR_OP_SequenceErase: return seq_insert(x, 1);
-  case IR_OP_SequenceAt: return seq_at(x);
-  case IR_OP_SequenceLength: return seq_length(x);
-  case IR_OP_ConcatFromSequence: return concat_from_seq(x);
-  case IR_OP_SplitToSequence: return split_to_seq(x);
-  case IR_OP_Optional: return optional_op(x, 0);
-  case IR_OP_OptionalHasElement: return optional_op(x, 1);
-  case IR_OP_OptionalGetElement: return optional_op(x, 2);
-  default: XFAIL("is not a sequence op (internal error)");
+    case IR_OP_SequenceEmpty: {
+      int64_t dt = ir_attr_int(&x->nd, "dtype", IR_FLOAT);
+      if (dt <= 0 || dt >= IR_DTYPE_COUNT || dt == IR_STRING) XFAIL("dtype %lld is not supported", (long long)dt);
+      return set_seq(x, NULL, 0, (ir_dtype)dt);
+    }
+    case IR_OP_SequenceConstruct: return seq_construct(x);
+    case IR_OP_SequenceInsert: return seq_insert(x, 0);
+    case IR_OP_SequenceErase: return seq_insert(x, 1);
+    case IR_OP_SequenceAt: return seq_at(x);
+    case IR_OP_SequenceLength: return seq_length(x);
+    case IR_OP_ConcatFromSequence: return concat_from_seq(x);
+    case IR_OP_SplitToSequence: return split_to_seq(x);
+    case IR_OP_Optional: return optional_op(x, 0);
+    case IR_OP_OptionalHasElement: return optional_op(x, 1);
+    case IR_OP_OptionalGetElement: return optional_op(x, 2);
+    default: XFAIL("is not a sequence op (internal error)");
   }
 }

@@ -198,8 +198,7 @@ static int fold_split(fold_ctx *c, int node) {
     int64_t len = o->shape.dims[axis];
     size_t nb = (size_t)(outer * len * inner);
     unsigned char *p = ir_alloc(g->arena, nb ? nb : 1);
-    for (int64_t i = 0; i < outer; i++)
-      memcpy(p + i * len * inner, src + (i * D + off) * inner, (size_t)(len * inner));
+    for (int64_t i = 0; i < outer; i++) memcpy(p + i * len * inner, src + (i * D + off) * inner, (size_t)(len * inner));
     o->kind = IR_VAL_CONST;
     o->data = p;
     o->nbytes = nb;
@@ -339,7 +338,8 @@ static int flatten_outputs(fold_ctx *c) {
     const ir_value *v = &g->values[resolve(c, g->outputs[k])];
     if (v->kind == IR_VAL_NONE) {
       char nm[96];
-      ir_error(g, "graph output '%s' is an optional without a value: a pipeline gives tensors, so an output must hold one",
+      ir_error(g,
+               "graph output '%s' is an optional without a value: a pipeline gives tensors, so an output must hold one",
                ir_printable(g->values[g->outputs[k]].name, 60, nm, sizeof nm));
       return -1;
     }
@@ -405,7 +405,8 @@ int pass_fold(ir_graph *g, const pass_opts *o) {
   free(need);
   ir_compact(g);
   if (o->verbose)
-    fprintf(stderr, "pipecc: fold: %d nodes -> %d (%d folded, %d Identity, %d Dropout, %d dead, %d If/Loop/Scan expanded)\n",
+    fprintf(stderr,
+            "pipecc: fold: %d nodes -> %d (%d folded, %d Identity, %d Dropout, %d dead, %d If/Loop/Scan expanded)\n",
             before, g->n_nodes, c.n_folded, c.n_identity, c.n_dropout, n_dead, c.n_control);
   return g->n_errors ? -1 : 0;
 }

@@ -34,8 +34,8 @@ typedef struct {
   ir_dtype dt;
   int rank;
   int64_t dims[IR_MAX_RANK];
-  int64_t n; /* element count */
-  fold_el *d;/* n elements (malloc'd) */
+  int64_t n;  /* element count */
+  fold_el *d; /* n elements (malloc'd) */
 } fold_tensor;
 
 /* 1 if the evaluator can hold values of this dtype. */

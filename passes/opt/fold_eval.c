@@ -17,20 +17,23 @@
 
 int fold_dtype_ok(ir_dtype dt) {
   switch (dt) {
-  case IR_FLOAT: case IR_DOUBLE: case IR_BOOL:
-  case IR_INT8: case IR_INT16: case IR_INT32: case IR_INT64:
-  case IR_UINT8: case IR_UINT16: case IR_UINT32:
-    return 1;
-  default:
-    return 0;
+    case IR_FLOAT:
+    case IR_DOUBLE:
+    case IR_BOOL:
+    case IR_INT8:
+    case IR_INT16:
+    case IR_INT32:
+    case IR_INT64:
+    case IR_UINT8:
+    case IR_UINT16:
+    case IR_UINT32: return 1;
+    default: return 0;
   }
 }
 
 static int is_fp(ir_dtype dt) { return dt == IR_FLOAT || dt == IR_DOUBLE; }
 static int is_int(ir_dtype dt) { return fold_dtype_ok(dt) && !is_fp(dt) && dt != IR_BOOL; }
-static int is_signed(ir_dtype dt) {
-  return dt == IR_INT8 || dt == IR_INT16 || dt == IR_INT32 || dt == IR_INT64;
-}
+static int is_signed(ir_dtype dt) { return dt == IR_INT8 || dt == IR_INT16 || dt == IR_INT32 || dt == IR_INT64; }
 
 void fold_tensor_free(fold_tensor *t) {
   free(t->d);
@@ -59,14 +62,14 @@ static int t_new(fold_tensor *t, ir_dtype dt, int rank, const int64_t *dims) {
 
 static int64_t wrap(ir_dtype dt, int64_t x) {
   switch (dt) {
-  case IR_INT8: return (int8_t)(uint8_t)x;
-  case IR_INT16: return (int16_t)(uint16_t)x;
-  case IR_INT32: return (int32_t)(uint32_t)x;
-  case IR_UINT8: return (uint8_t)x;
-  case IR_UINT16: return (uint16_t)x;
-  case IR_UINT32: return (uint32_t)x;
-  case IR_BOOL: return x != 0;
-  default: return x;
+    case IR_INT8: return (int8_t)(uint8_t)x;
+    case IR_INT16: return (int16_t)(uint16_t)x;
+    case IR_INT32: return (int32_t)(uint32_t)x;
+    case IR_UINT8: return (uint8_t)x;
+    case IR_UINT16: return (uint16_t)x;
+    case IR_UINT32: return (uint32_t)x;
+    case IR_BOOL: return x != 0;
+    default: return x;
   }
 }
 static double fround(ir_dtype dt, double x) { return dt == IR_FLOAT ? (double)(float)x : x; }
@@ -74,14 +77,38 @@ static double fround(ir_dtype dt, double x) { return dt == IR_FLOAT ? (double)(f
 /* Smallest / largest value of an integer dtype. */
 static void int_range(ir_dtype dt, int64_t *lo, int64_t *hi) {
   switch (dt) {
-  case IR_INT8: *lo = INT8_MIN; *hi = INT8_MAX; break;
-  case IR_INT16: *lo = INT16_MIN; *hi = INT16_MAX; break;
-  case IR_INT32: *lo = INT32_MIN; *hi = INT32_MAX; break;
-  case IR_UINT8: *lo = 0; *hi = UINT8_MAX; break;
-  case IR_UINT16: *lo = 0; *hi = UINT16_MAX; break;
-  case IR_UINT32: *lo = 0; *hi = UINT32_MAX; break;
-  case IR_BOOL: *lo = 0; *hi = 1; break;
-  default: *lo = INT64_MIN; *hi = INT64_MAX; break;
+    case IR_INT8:
+      *lo = INT8_MIN;
+      *hi = INT8_MAX;
+      break;
+    case IR_INT16:
+      *lo = INT16_MIN;
+      *hi = INT16_MAX;
+      break;
+    case IR_INT32:
+      *lo = INT32_MIN;
+      *hi = INT32_MAX;
+      break;
+    case IR_UINT8:
+      *lo = 0;
+      *hi = UINT8_MAX;
+      break;
+    case IR_UINT16:
+      *lo = 0;
+      *hi = UINT16_MAX;
+      break;
+    case IR_UINT32:
+      *lo = 0;
+      *hi = UINT32_MAX;
+      break;
+    case IR_BOOL:
+      *lo = 0;
+      *hi = 1;
+      break;
+    default:
+      *lo = INT64_MIN;
+      *hi = INT64_MAX;
+      break;
   }
 }
 
@@ -97,17 +124,57 @@ static int t_load(const ir_value *v, fold_tensor *t) {
   const unsigned char *p = v->data;
   for (int64_t k = 0; k < t->n; k++, p += es) {
     switch (v->dtype) {
-    case IR_FLOAT: { float x; memcpy(&x, p, 4); t->d[k].f = x; break; }
-    case IR_DOUBLE: { double x; memcpy(&x, p, 8); t->d[k].f = x; break; }
-    case IR_INT64: { int64_t x; memcpy(&x, p, 8); t->d[k].i = x; break; }
-    case IR_INT32: { int32_t x; memcpy(&x, p, 4); t->d[k].i = x; break; }
-    case IR_INT16: { int16_t x; memcpy(&x, p, 2); t->d[k].i = x; break; }
-    case IR_INT8: { int8_t x; memcpy(&x, p, 1); t->d[k].i = x; break; }
-    case IR_UINT32: { uint32_t x; memcpy(&x, p, 4); t->d[k].i = x; break; }
-    case IR_UINT16: { uint16_t x; memcpy(&x, p, 2); t->d[k].i = x; break; }
-    case IR_UINT8: t->d[k].i = *p; break;
-    case IR_BOOL: t->d[k].i = *p != 0; break;
-    default: IR_ASSERT(0);
+      case IR_FLOAT: {
+        float x;
+        memcpy(&x, p, 4);
+        t->d[k].f = x;
+        break;
+      }
+      case IR_DOUBLE: {
+        double x;
+        memcpy(&x, p, 8);
+        t->d[k].f = x;
+        break;
+      }
+      case IR_INT64: {
+        int64_t x;
+        memcpy(&x, p, 8);
+        t->d[k].i = x;
+        break;
+      }
+      case IR_INT32: {
+        int32_t x;
+        memcpy(&x, p, 4);
+        t->d[k].i = x;
+        break;
+      }
+      case IR_INT16: {
+        int16_t x;
+        memcpy(&x, p, 2);
+        t->d[k].i = x;
+        break;
+      }
+      case IR_INT8: {
+        int8_t x;
+        memcpy(&x, p, 1);
+        t->d[k].i = x;
+        break;
+      }
+      case IR_UINT32: {
+        uint32_t x;
+        memcpy(&x, p, 4);
+        t->d[k].i = x;
+        break;
+      }
+      case IR_UINT16: {
+        uint16_t x;
+        memcpy(&x, p, 2);
+        t->d[k].i = x;
+        break;
+      }
+      case IR_UINT8: t->d[k].i = *p; break;
+      case IR_BOOL: t->d[k].i = *p != 0; break;
+      default: IR_ASSERT(0);
     }
   }
   return 0;
@@ -120,13 +187,29 @@ void fold_tensor_store(ir_graph *g, const fold_tensor *t, int vi) {
   for (int64_t k = 0; k < t->n; k++) {
     unsigned char *q = p + (size_t)k * es;
     switch (t->dt) {
-    case IR_FLOAT: { float x = (float)t->d[k].f; memcpy(q, &x, 4); break; }
-    case IR_DOUBLE: memcpy(q, &t->d[k].f, 8); break;
-    case IR_INT64: memcpy(q, &t->d[k].i, 8); break;
-    case IR_INT32: case IR_UINT32: { uint32_t x = (uint32_t)t->d[k].i; memcpy(q, &x, 4); break; }
-    case IR_INT16: case IR_UINT16: { uint16_t x = (uint16_t)t->d[k].i; memcpy(q, &x, 2); break; }
-    case IR_INT8: case IR_UINT8: case IR_BOOL: *q = (unsigned char)t->d[k].i; break;
-    default: IR_ASSERT(0);
+      case IR_FLOAT: {
+        float x = (float)t->d[k].f;
+        memcpy(q, &x, 4);
+        break;
+      }
+      case IR_DOUBLE: memcpy(q, &t->d[k].f, 8); break;
+      case IR_INT64: memcpy(q, &t->d[k].i, 8); break;
+      case IR_INT32:
+      case IR_UINT32: {
+        uint32_t x = (uint32_t)t->d[k].i;
+        memcpy(q, &x, 4);
+        break;
+      }
+      case IR_INT16:
+      case IR_UINT16: {
+        uint16_t x = (uint16_t)t->d[k].i;
+        memcpy(q, &x, 2);
+        break;
+      }
+      case IR_INT8:
+      case IR_UINT8:
+      case IR_BOOL: *q = (unsigned char)t->d[k].i; break;
+      default: IR_ASSERT(0);
     }
   }
   v->kind = IR_VAL_CONST;
@@ -192,18 +275,18 @@ static void strides(int rank, const int64_t *dims, int64_t *st) {
 
 /* Walk the elements of an output of shape (rank, dims) in row-major order; for each,
  * off holds base + sum idx[d] * st[d]. */
-#define FOR_EACH_INDEX(rank, dims, n, base, st, k, off, ...)                            \
-  do {                                                                                  \
-    int64_t idx_[IR_MAX_RANK] = {0}, off = (base);                                      \
-    for (int64_t k = 0; k < (n); k++) {                                                 \
-      __VA_ARGS__;                                                                      \
-      for (int d_ = (rank)-1; d_ >= 0; d_--) {                                          \
-        off += (st)[d_];                                                                \
-        if (++idx_[d_] < (dims)[d_]) break;                                             \
-        off -= (st)[d_] * (dims)[d_];                                                   \
-        idx_[d_] = 0;                                                                   \
-      }                                                                                 \
-    }                                                                                   \
+#define FOR_EACH_INDEX(rank, dims, n, base, st, k, off, ...) \
+  do {                                                       \
+    int64_t idx_[IR_MAX_RANK] = {0}, off = (base);           \
+    for (int64_t k = 0; k < (n); k++) {                      \
+      __VA_ARGS__;                                           \
+      for (int d_ = (rank)-1; d_ >= 0; d_--) {               \
+        off += (st)[d_];                                     \
+        if (++idx_[d_] < (dims)[d_]) break;                  \
+        off -= (st)[d_] * (dims)[d_];                        \
+        idx_[d_] = 0;                                        \
+      }                                                      \
+    }                                                        \
   } while (0)
 
 /* Multidirectional (numpy) broadcast of n shapes. -1 if incompatible. */
@@ -640,30 +723,36 @@ static int bin_el(int op, ir_dtype dt, ir_dtype dt2, fold_el a, fold_el b, int f
   if (is_fp(dt)) {
     double x = a.f, y = is_fp(dt2) ? b.f : (double)b.i;
     switch (op) {
-    case B_ADD: r->f = fround(dt, x + y); return 1;
-    case B_SUB: r->f = fround(dt, x - y); return 1;
-    case B_MUL: r->f = fround(dt, x * y); return 1;
-    case B_DIV: r->f = fround(dt, x / y); return 1;
-    case B_POW:
-      /* onnxruntime squares by multiplication and may cube as x*x*x: decline 3 */
-      if (y == 2) r->f = fround(dt, x * x);
-      else if (y == 3) return 0;
-      else if (y == 1) r->f = x;
-      else if (dt == IR_FLOAT) r->f = (double)powf((float)x, (float)y);
-      else r->f = pow(x, y);
-      return 1;
-    case B_MOD:
-      if (!fmod_attr) return 0;
-      r->f = fround(dt, fmod(x, y));
-      return 1;
-    case B_EQ: r->i = x == y; return 1;
-    case B_LT: r->i = x < y; return 1;
-    case B_LE: r->i = x <= y; return 1;
-    case B_GT: r->i = x > y; return 1;
-    case B_GE: r->i = x >= y; return 1;
-    case B_MAX: if (isnan(x) || isnan(y)) return 0; r->f = x > y ? x : y; return 1;
-    case B_MIN: if (isnan(x) || isnan(y)) return 0; r->f = x < y ? x : y; return 1;
-    default: return 0;
+      case B_ADD: r->f = fround(dt, x + y); return 1;
+      case B_SUB: r->f = fround(dt, x - y); return 1;
+      case B_MUL: r->f = fround(dt, x * y); return 1;
+      case B_DIV: r->f = fround(dt, x / y); return 1;
+      case B_POW:
+        /* onnxruntime squares by multiplication and may cube as x*x*x: decline 3 */
+        if (y == 2) r->f = fround(dt, x * x);
+        else if (y == 3) return 0;
+        else if (y == 1) r->f = x;
+        else if (dt == IR_FLOAT) r->f = (double)powf((float)x, (float)y);
+        else r->f = pow(x, y);
+        return 1;
+      case B_MOD:
+        if (!fmod_attr) return 0;
+        r->f = fround(dt, fmod(x, y));
+        return 1;
+      case B_EQ: r->i = x == y; return 1;
+      case B_LT: r->i = x < y; return 1;
+      case B_LE: r->i = x <= y; return 1;
+      case B_GT: r->i = x > y; return 1;
+      case B_GE: r->i = x >= y; return 1;
+      case B_MAX:
+        if (isnan(x) || isnan(y)) return 0;
+        r->f = x > y ? x : y;
+        return 1;
+      case B_MIN:
+        if (isnan(x) || isnan(y)) return 0;
+        r->f = x < y ? x : y;
+        return 1;
+      default: return 0;
     }
   }
   if (is_fp(dt2)) return 0; /* integer Pow with a float exponent */
@@ -671,51 +760,51 @@ static int bin_el(int op, ir_dtype dt, ir_dtype dt2, fold_el a, fold_el b, int f
   int_range(dt, &lo, &hi);
   uint64_t ux = (uint64_t)x, uy = (uint64_t)y;
   switch (op) {
-  case B_ADD: r->i = wrap(dt, (int64_t)(ux + uy)); return 1;
-  case B_SUB: r->i = wrap(dt, (int64_t)(ux - uy)); return 1;
-  case B_MUL: r->i = wrap(dt, (int64_t)(ux * uy)); return 1;
-  case B_DIV:
-    if (y == 0 || (x == lo && y == -1 && is_signed(dt))) return 0;
-    r->i = x / y; /* C: truncates toward zero, as onnxruntime */
-    return 1;
-  case B_MOD:
-    if (y == 0) return 0;
-    if (y == -1) r->i = 0;
-    else {
-      int64_t m = x % y;
-      if (!fmod_attr && m != 0 && ((m < 0) != (y < 0))) m += y; /* sign of the divisor */
-      r->i = m;
-    }
-    return 1;
-  case B_POW: {
-    if (y < 0) return 0;
-    /* exact integer power, declining anything past 2^53 (runtimes may go via double) */
-    const __int128 lim = (__int128)1 << 53;
-    __int128 p = 1;
-    for (int64_t k = 0; k < y; k++) {
-      p *= x;
-      if (p > lim || p < -lim) return 0;
-      if (p == 0 || p == 1) break;
-      if (p == -1) { /* x == -1 */
-        p = (y % 2) ? -1 : 1;
-        break;
+    case B_ADD: r->i = wrap(dt, (int64_t)(ux + uy)); return 1;
+    case B_SUB: r->i = wrap(dt, (int64_t)(ux - uy)); return 1;
+    case B_MUL: r->i = wrap(dt, (int64_t)(ux * uy)); return 1;
+    case B_DIV:
+      if (y == 0 || (x == lo && y == -1 && is_signed(dt))) return 0;
+      r->i = x / y; /* C: truncates toward zero, as onnxruntime */
+      return 1;
+    case B_MOD:
+      if (y == 0) return 0;
+      if (y == -1) r->i = 0;
+      else {
+        int64_t m = x % y;
+        if (!fmod_attr && m != 0 && ((m < 0) != (y < 0))) m += y; /* sign of the divisor */
+        r->i = m;
       }
+      return 1;
+    case B_POW: {
+      if (y < 0) return 0;
+      /* exact integer power, declining anything past 2^53 (runtimes may go via double) */
+      const __int128 lim = (__int128)1 << 53;
+      __int128 p = 1;
+      for (int64_t k = 0; k < y; k++) {
+        p *= x;
+        if (p > lim || p < -lim) return 0;
+        if (p == 0 || p == 1) break;
+        if (p == -1) { /* x == -1 */
+          p = (y % 2) ? -1 : 1;
+          break;
+        }
+      }
+      if (p < lo || p > hi) return 0;
+      r->i = (int64_t)p;
+      return 1;
     }
-    if (p < lo || p > hi) return 0;
-    r->i = (int64_t)p;
-    return 1;
-  }
-  case B_AND: r->i = x && y; return 1;
-  case B_OR: r->i = x || y; return 1;
-  case B_XOR: r->i = (x != 0) != (y != 0); return 1;
-  case B_EQ: r->i = x == y; return 1;
-  case B_LT: r->i = x < y; return 1;
-  case B_LE: r->i = x <= y; return 1;
-  case B_GT: r->i = x > y; return 1;
-  case B_GE: r->i = x >= y; return 1;
-  case B_MAX: r->i = x > y ? x : y; return 1;
-  case B_MIN: r->i = x < y ? x : y; return 1;
-  default: return 0;
+    case B_AND: r->i = x && y; return 1;
+    case B_OR: r->i = x || y; return 1;
+    case B_XOR: r->i = (x != 0) != (y != 0); return 1;
+    case B_EQ: r->i = x == y; return 1;
+    case B_LT: r->i = x < y; return 1;
+    case B_LE: r->i = x <= y; return 1;
+    case B_GT: r->i = x > y; return 1;
+    case B_GE: r->i = x >= y; return 1;
+    case B_MAX: r->i = x > y ? x : y; return 1;
+    case B_MIN: r->i = x < y ? x : y; return 1;
+    default: return 0;
   }
 }
 
@@ -799,25 +888,46 @@ static int op_unary(ctx *c, ir_op op, fold_tensor *o) {
   ir_dtype dt = x->dt;
   int fp = is_fp(dt);
   switch (op) {
-  case IR_OP_Not: if (dt != IR_BOOL) return 0; break;
-  case IR_OP_Neg: if (!fp && !is_signed(dt)) return 0; break;
-  case IR_OP_Abs: case IR_OP_Relu: if (dt == IR_BOOL) return 0; break;
-  case IR_OP_Sqrt: case IR_OP_Floor: case IR_OP_Ceil: case IR_OP_Reciprocal: if (!fp) return 0; break;
-  default: return 0;
+    case IR_OP_Not:
+      if (dt != IR_BOOL) return 0;
+      break;
+    case IR_OP_Neg:
+      if (!fp && !is_signed(dt)) return 0;
+      break;
+    case IR_OP_Abs:
+    case IR_OP_Relu:
+      if (dt == IR_BOOL) return 0;
+      break;
+    case IR_OP_Sqrt:
+    case IR_OP_Floor:
+    case IR_OP_Ceil:
+    case IR_OP_Reciprocal:
+      if (!fp) return 0;
+      break;
+    default: return 0;
   }
   if (t_new(o, dt, x->rank, x->dims)) return 0;
   for (int64_t k = 0; k < x->n; k++) {
     fold_el a = x->d[k], *r = &o->d[k];
     switch (op) {
-    case IR_OP_Not: r->i = !a.i; break;
-    case IR_OP_Neg: if (fp) r->f = -a.f; else r->i = wrap(dt, (int64_t)(0 - (uint64_t)a.i)); break;
-    case IR_OP_Abs: if (fp) r->f = fabs(a.f); else r->i = wrap(dt, a.i < 0 ? (int64_t)(0 - (uint64_t)a.i) : a.i); break;
-    case IR_OP_Relu: if (fp) r->f = a.f < 0 ? 0 : a.f; else r->i = is_signed(dt) && a.i < 0 ? 0 : a.i; break; /* as the kernels: NaN stays */
-    case IR_OP_Sqrt: r->f = fround(dt, sqrt(a.f)); break;
-    case IR_OP_Floor: r->f = floor(a.f); break;
-    case IR_OP_Ceil: r->f = ceil(a.f); break;
-    case IR_OP_Reciprocal: r->f = fround(dt, 1.0 / a.f); break;
-    default: break;
+      case IR_OP_Not: r->i = !a.i; break;
+      case IR_OP_Neg:
+        if (fp) r->f = -a.f;
+        else r->i = wrap(dt, (int64_t)(0 - (uint64_t)a.i));
+        break;
+      case IR_OP_Abs:
+        if (fp) r->f = fabs(a.f);
+        else r->i = wrap(dt, a.i < 0 ? (int64_t)(0 - (uint64_t)a.i) : a.i);
+        break;
+      case IR_OP_Relu:
+        if (fp) r->f = a.f < 0 ? 0 : a.f;
+        else r->i = is_signed(dt) && a.i < 0 ? 0 : a.i;
+        break; /* as the kernels: NaN stays */
+      case IR_OP_Sqrt: r->f = fround(dt, sqrt(a.f)); break;
+      case IR_OP_Floor: r->f = floor(a.f); break;
+      case IR_OP_Ceil: r->f = ceil(a.f); break;
+      case IR_OP_Reciprocal: r->f = fround(dt, 1.0 / a.f); break;
+      default: break;
     }
   }
   return 1;
@@ -886,46 +996,51 @@ int fold_eval(ir_graph *g, int node, fold_tensor *out) {
     if (n->in[k] >= 0 && t_load(&g->values[n->in[k]], &c.in[k])) ok = 0;
   if (ok) {
     switch (n->op) {
-    case IR_OP_Identity: ok = op_identity(&c, out); break;
-    case IR_OP_Reshape: ok = op_reshape(&c, out); break;
-    case IR_OP_Flatten: ok = op_flatten(&c, out); break;
-    case IR_OP_Squeeze: ok = op_squeeze(&c, out); break;
-    case IR_OP_Unsqueeze: ok = op_unsqueeze(&c, out); break;
-    case IR_OP_Gather: ok = op_gather(&c, out); break;
-    case IR_OP_Concat: ok = op_concat(&c, out); break;
-    case IR_OP_Slice: ok = op_slice(&c, out); break;
-    case IR_OP_Transpose: ok = op_transpose(&c, out); break;
-    case IR_OP_Expand: ok = op_expand(&c, out); break;
-    case IR_OP_Tile: ok = op_tile(&c, out); break;
-    case IR_OP_Cast: ok = op_cast(&c, out); break;
-    case IR_OP_ConstantOfShape: ok = op_constant_of_shape(&c, out); break;
-    case IR_OP_Range: ok = op_range(&c, out); break;
-    case IR_OP_Where: ok = op_where(&c, out); break;
-    case IR_OP_Add: ok = n->n_in == 2 && op_binary(&c, B_ADD, out); break;
-    case IR_OP_Sub: ok = n->n_in == 2 && op_binary(&c, B_SUB, out); break;
-    case IR_OP_Mul: ok = n->n_in == 2 && op_binary(&c, B_MUL, out); break;
-    case IR_OP_Div: ok = n->n_in == 2 && op_binary(&c, B_DIV, out); break;
-    case IR_OP_Pow: ok = n->n_in == 2 && op_binary(&c, B_POW, out); break;
-    case IR_OP_Mod: ok = n->n_in == 2 && op_binary(&c, B_MOD, out); break;
-    case IR_OP_And: ok = n->n_in == 2 && op_binary(&c, B_AND, out); break;
-    case IR_OP_Or: ok = n->n_in == 2 && op_binary(&c, B_OR, out); break;
-    case IR_OP_Xor: ok = n->n_in == 2 && op_binary(&c, B_XOR, out); break;
-    case IR_OP_Equal: ok = n->n_in == 2 && op_binary(&c, B_EQ, out); break;
-    case IR_OP_Less: ok = n->n_in == 2 && op_binary(&c, B_LT, out); break;
-    case IR_OP_LessOrEqual: ok = n->n_in == 2 && op_binary(&c, B_LE, out); break;
-    case IR_OP_Greater: ok = n->n_in == 2 && op_binary(&c, B_GT, out); break;
-    case IR_OP_GreaterOrEqual: ok = n->n_in == 2 && op_binary(&c, B_GE, out); break;
-    case IR_OP_Max: ok = op_binary(&c, B_MAX, out); break;
-    case IR_OP_Min: ok = op_binary(&c, B_MIN, out); break;
-    case IR_OP_Sum: ok = op_binary(&c, B_ADD, out); break;
-    case IR_OP_Not: case IR_OP_Neg: case IR_OP_Abs: case IR_OP_Relu: case IR_OP_Sqrt: case IR_OP_Floor:
-    case IR_OP_Ceil: case IR_OP_Reciprocal:
-      ok = op_unary(&c, n->op, out);
-      break;
-    case IR_OP_ReduceSum: case IR_OP_ReduceProd: case IR_OP_ReduceMax: case IR_OP_ReduceMin:
-      ok = op_reduce(&c, n->op, out);
-      break;
-    default: ok = 0; break;
+      case IR_OP_Identity: ok = op_identity(&c, out); break;
+      case IR_OP_Reshape: ok = op_reshape(&c, out); break;
+      case IR_OP_Flatten: ok = op_flatten(&c, out); break;
+      case IR_OP_Squeeze: ok = op_squeeze(&c, out); break;
+      case IR_OP_Unsqueeze: ok = op_unsqueeze(&c, out); break;
+      case IR_OP_Gather: ok = op_gather(&c, out); break;
+      case IR_OP_Concat: ok = op_concat(&c, out); break;
+      case IR_OP_Slice: ok = op_slice(&c, out); break;
+      case IR_OP_Transpose: ok = op_transpose(&c, out); break;
+      case IR_OP_Expand: ok = op_expand(&c, out); break;
+      case IR_OP_Tile: ok = op_tile(&c, out); break;
+      case IR_OP_Cast: ok = op_cast(&c, out); break;
+      case IR_OP_ConstantOfShape: ok = op_constant_of_shape(&c, out); break;
+      case IR_OP_Range: ok = op_range(&c, out); break;
+      case IR_OP_Where: ok = op_where(&c, out); break;
+      case IR_OP_Add: ok = n->n_in == 2 && op_binary(&c, B_ADD, out); break;
+      case IR_OP_Sub: ok = n->n_in == 2 && op_binary(&c, B_SUB, out); break;
+      case IR_OP_Mul: ok = n->n_in == 2 && op_binary(&c, B_MUL, out); break;
+      case IR_OP_Div: ok = n->n_in == 2 && op_binary(&c, B_DIV, out); break;
+      case IR_OP_Pow: ok = n->n_in == 2 && op_binary(&c, B_POW, out); break;
+      case IR_OP_Mod: ok = n->n_in == 2 && op_binary(&c, B_MOD, out); break;
+      case IR_OP_And: ok = n->n_in == 2 && op_binary(&c, B_AND, out); break;
+      case IR_OP_Or: ok = n->n_in == 2 && op_binary(&c, B_OR, out); break;
+      case IR_OP_Xor: ok = n->n_in == 2 && op_binary(&c, B_XOR, out); break;
+      case IR_OP_Equal: ok = n->n_in == 2 && op_binary(&c, B_EQ, out); break;
+      case IR_OP_Less: ok = n->n_in == 2 && op_binary(&c, B_LT, out); break;
+      case IR_OP_LessOrEqual: ok = n->n_in == 2 && op_binary(&c, B_LE, out); break;
+      case IR_OP_Greater: ok = n->n_in == 2 && op_binary(&c, B_GT, out); break;
+      case IR_OP_GreaterOrEqual: ok = n->n_in == 2 && op_binary(&c, B_GE, out); break;
+      case IR_OP_Max: ok = op_binary(&c, B_MAX, out); break;
+      case IR_OP_Min: ok = op_binary(&c, B_MIN, out); break;
+      case IR_OP_Sum: ok = op_binary(&c, B_ADD, out); break;
+      case IR_OP_Not:
+      case IR_OP_Neg:
+      case IR_OP_Abs:
+      case IR_OP_Relu:
+      case IR_OP_Sqrt:
+      case IR_OP_Floor:
+      case IR_OP_Ceil:
+      case IR_OP_Reciprocal: ok = op_unary(&c, n->op, out); break;
+      case IR_OP_ReduceSum:
+      case IR_OP_ReduceProd:
+      case IR_OP_ReduceMax:
+      case IR_OP_ReduceMin: ok = op_reduce(&c, n->op, out); break;
+      default: ok = 0; break;
     }
   }
   for (int k = 0; k < c.n_in; k++) fold_tensor_free(&c.in[k]);

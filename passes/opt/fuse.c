@@ -86,9 +86,7 @@ static int fused_act(const ir_node *n, const char *act_name, const char *clip_na
   return 0;
 }
 
-int pass_fused_act(const ir_node *n, float *lo, float *hi) {
-  return fused_act(n, "pipecc.act", "pipecc.clip", lo, hi);
-}
+int pass_fused_act(const ir_node *n, float *lo, float *hi) { return fused_act(n, "pipecc.act", "pipecc.clip", lo, hi); }
 
 int pass_fused_expand_act(const ir_node *n, float *lo, float *hi) {
   return fused_act(n, "pipecc.expand_act", "pipecc.expand_clip", lo, hi);
@@ -110,8 +108,8 @@ int pass_fuse_conv(ir_graph *g) {
       const ir_node *an = &g->nodes[c];
       int other = an->in[0] == cur ? an->in[1] : an->in[0];
       const ir_value *ov = other >= 0 ? &g->values[other] : NULL;
-      if (ov && other != cur && ov->dtype == IR_FLOAT && ir_shape_same_dims(&ov->shape, &y->shape) &&
-          an->out[0] >= 0 && ir_shape_same_dims(&g->values[an->out[0]].shape, &y->shape)) {
+      if (ov && other != cur && ov->dtype == IR_FLOAT && ir_shape_same_dims(&ov->shape, &y->shape) && an->out[0] >= 0 &&
+          ir_shape_same_dims(&g->values[an->out[0]].shape, &y->shape)) {
         add = c;
         res = other;
         cur = an->out[0];
@@ -295,7 +293,8 @@ int pass_fuse_matmul_transpose(ir_graph *g) {
       /* the comment and plan.json's list of absorbed nodes */
       char desc[600];
       const char *old = ir_attr_str(mm, "pipecc.fused", NULL);
-      snprintf(desc, sizeof desc, "%.300s%sTranspose '%.200s' (read in place)", old ? old : "", old ? ", " : "", tn->name);
+      snprintf(desc, sizeof desc, "%.300s%sTranspose '%.200s' (read in place)", old ? old : "", old ? ", " : "",
+               tn->name);
       ir_attr *da = (ir_attr *)ir_attr_find(mm, "pipecc.fused");
       if (!da) da = ir_node_add_attr(g, i, "pipecc.fused", IR_ATTR_STRING);
       da->s = ir_strdup(g->arena, desc);
@@ -402,12 +401,9 @@ int pass_fuse_layernorm(ir_graph *g) {
       if (cn->op == IR_OP_Pow && cn->n_in == 2 && cn->in[0] == d && !const_scalar(g, cn->in[1], &two) && two == 2.0 &&
           sq < 0)
         sq = c;
-      else if (cn->op == IR_OP_Mul && cn->n_in == 2 && cn->in[0] == d && cn->in[1] == d && sq < 0)
-        sq = c;
-      else if (cn->op == IR_OP_Div && cn->n_in == 2 && cn->in[0] == d && cn->in[1] != d && div < 0)
-        div = c;
-      else
-        bad = 1;
+      else if (cn->op == IR_OP_Mul && cn->n_in == 2 && cn->in[0] == d && cn->in[1] == d && sq < 0) sq = c;
+      else if (cn->op == IR_OP_Div && cn->n_in == 2 && cn->in[0] == d && cn->in[1] != d && div < 0) div = c;
+      else bad = 1;
     }
     if (bad || sq < 0 || div < 0 || g->nodes[sq].out[0] < 0 || g->nodes[div].out[0] < 0) continue;
     /* var = mean(d^2), + eps, sqrt, d / that */

@@ -13,13 +13,14 @@ static int marked_follower(ir_graph *g, const ir_node *n) {
   const ir_value *x = ir_in(g, n, 0), *y = ir_out(g, n, 0);
   if (!x || !y || n->n_out != 1 || x->shape.rank != 4 || x->dtype != IR_FLOAT) return 0;
   switch (n->op) {
-    case IR_OP_MaxPool: case IR_OP_AveragePool: case IR_OP_LpPool:
-    case IR_OP_GlobalMaxPool: case IR_OP_GlobalAveragePool: case IR_OP_GlobalLpPool:
-      return 1;
-    case IR_OP_BatchNormalization:
-      return !ir_attr_int(n, "training_mode", 0);
-    default:
-      return 0;
+    case IR_OP_MaxPool:
+    case IR_OP_AveragePool:
+    case IR_OP_LpPool:
+    case IR_OP_GlobalMaxPool:
+    case IR_OP_GlobalAveragePool:
+    case IR_OP_GlobalLpPool: return 1;
+    case IR_OP_BatchNormalization: return !ir_attr_int(n, "training_mode", 0);
+    default: return 0;
   }
 }
 

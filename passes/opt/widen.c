@@ -22,14 +22,27 @@
 
 int pass_widen_keeps(ir_op op) {
   switch (op) {
-    case IR_OP_Cast: case IR_OP_CastLike:
-    case IR_OP_Identity: case IR_OP_Reshape: case IR_OP_Flatten: case IR_OP_Squeeze: case IR_OP_Unsqueeze:
-    case IR_OP_Transpose: case IR_OP_Concat: case IR_OP_Split: case IR_OP_Slice: case IR_OP_Gather:
-    case IR_OP_Expand: case IR_OP_Tile: case IR_OP_Where: case IR_OP_Shape: case IR_OP_Size:
-    case IR_OP_DepthToSpace: case IR_OP_SpaceToDepth: case IR_OP_ConstantOfShape:
-      return 1;
-    default:
-      return 0;
+    case IR_OP_Cast:
+    case IR_OP_CastLike:
+    case IR_OP_Identity:
+    case IR_OP_Reshape:
+    case IR_OP_Flatten:
+    case IR_OP_Squeeze:
+    case IR_OP_Unsqueeze:
+    case IR_OP_Transpose:
+    case IR_OP_Concat:
+    case IR_OP_Split:
+    case IR_OP_Slice:
+    case IR_OP_Gather:
+    case IR_OP_Expand:
+    case IR_OP_Tile:
+    case IR_OP_Where:
+    case IR_OP_Shape:
+    case IR_OP_Size:
+    case IR_OP_DepthToSpace:
+    case IR_OP_SpaceToDepth:
+    case IR_OP_ConstantOfShape: return 1;
+    default: return 0;
   }
 }
 

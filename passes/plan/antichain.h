@@ -24,30 +24,30 @@
 #include "passes/plan/plan_dag.h"
 
 typedef enum pass_order_kind {
-    PASS_ORDER_INDEX = 0,   /* Kahn, smallest node id first (= creation order if topological) */
-    PASS_ORDER_DFS = 1,     /* Kahn, most recently readied node first: finishes a branch
-                               before starting the next, keeping cuts small */
-    PASS_ORDER_LEVEL = 2,   /* by depth (longest path from a graph input), then id: advances all
-                               parallel branches together (cuts across every branch) */
-    PASS_ORDER_COUNT = 3,   /* the orders above (the prefix DP tries them) */
-    PASS_ORDER_CHAIN = 4    /* not an order the DP tries: the stages of a plan found over all
-                               down-sets, concatenated (each stage in index order) */
+  PASS_ORDER_INDEX = 0, /* Kahn, smallest node id first (= creation order if topological) */
+  PASS_ORDER_DFS = 1,   /* Kahn, most recently readied node first: finishes a branch
+                           before starting the next, keeping cuts small */
+  PASS_ORDER_LEVEL = 2, /* by depth (longest path from a graph input), then id: advances all
+                           parallel branches together (cuts across every branch) */
+  PASS_ORDER_COUNT = 3, /* the orders above (the prefix DP tries them) */
+  PASS_ORDER_CHAIN = 4  /* not an order the DP tries: the stages of a plan found over all
+                           down-sets, concatenated (each stage in index order) */
 } pass_order_kind;
 
 /* Prefix states along one topological order. Arrays indexed by state s = 0..n
  * hold prefix sums over order[0..s-1]. */
 typedef struct pass_states {
-    int n;                   /* nodes */
-    pass_order_kind kind;
-    int *order;              /* [n]   order[pos] = node id */
-    int *pos;                /* [n]   pos[node] = position in order */
-    double *fwd, *bwd;       /* [n+1] prefix sums of fwd_ms, bwd_ms */
-    uint64_t *param, *act;   /* [n+1] prefix sums of param_bytes, act_bytes */
-    uint64_t *keep;          /* [n+1] prefix sums of keep_bytes */
-    double *rcw[2];          /* [n+1] prefix sums of rc_ms[q] */
-    uint64_t *rck[2];        /* [n+1] prefix sums of rc_keep[q] */
-    uint64_t *cut;           /* [n+1] bytes crossing the cut after state s */
-    uint64_t *cut_grad;      /* [n+1] same, excluding graph inputs (no gradient flows back) */
+  int n; /* nodes */
+  pass_order_kind kind;
+  int *order;            /* [n]   order[pos] = node id */
+  int *pos;              /* [n]   pos[node] = position in order */
+  double *fwd, *bwd;     /* [n+1] prefix sums of fwd_ms, bwd_ms */
+  uint64_t *param, *act; /* [n+1] prefix sums of param_bytes, act_bytes */
+  uint64_t *keep;        /* [n+1] prefix sums of keep_bytes */
+  double *rcw[2];        /* [n+1] prefix sums of rc_ms[q] */
+  uint64_t *rck[2];      /* [n+1] prefix sums of rc_keep[q] */
+  uint64_t *cut;         /* [n+1] bytes crossing the cut after state s */
+  uint64_t *cut_grad;    /* [n+1] same, excluding graph inputs (no gradient flows back) */
 } pass_states;
 
 /* Write a topological order of d into order[n_nodes] (kind < PASS_ORDER_COUNT).
@@ -113,23 +113,22 @@ long pass_downsets_enumerate(const pass_dag *d, uint64_t *out, long max);
  * while building (arrays are sized for the cap up front; untouched pages cost
  * nothing), ~68 + 4 per edge kept. */
 typedef struct pass_downsets {
-    int n;                   /* nodes */
-    long count;              /* states */
-    int *order, *pos;        /* [n] the index order (reverse search) and its inverse */
-    int *parent;             /* [count] parent state (-1 for {}) */
-    int *added;              /* [count] node id added to the parent (-1 for {}) */
-    int *size;               /* [count] nodes in the down-set */
-    double *key;             /* [count] sum of weight (fwd_ms when weight is NULL) */
-    uint64_t *param, *act;   /* [count] sums of param_bytes, act_bytes */
-    uint64_t *keep;          /* [count] sums of keep_bytes */
-    uint64_t *cut, *cut_grad;/* [count] bytes crossing the cut after the down-set (plan_dag.h) */
-    int *lower_start;        /* [count + 1] */
-    int *lower;              /* [edges] states D \ {v}, v maximal in D */
-    long edges;
+  int n;                    /* nodes */
+  long count;               /* states */
+  int *order, *pos;         /* [n] the index order (reverse search) and its inverse */
+  int *parent;              /* [count] parent state (-1 for {}) */
+  int *added;               /* [count] node id added to the parent (-1 for {}) */
+  int *size;                /* [count] nodes in the down-set */
+  double *key;              /* [count] sum of weight (fwd_ms when weight is NULL) */
+  uint64_t *param, *act;    /* [count] sums of param_bytes, act_bytes */
+  uint64_t *keep;           /* [count] sums of keep_bytes */
+  uint64_t *cut, *cut_grad; /* [count] bytes crossing the cut after the down-set (plan_dag.h) */
+  int *lower_start;         /* [count + 1] */
+  int *lower;               /* [edges] states D \ {v}, v maximal in D */
+  long edges;
 } pass_downsets;
 
-long pass_downsets_build(const pass_dag *d, const double *weight, long max_states, size_t max_bytes,
-                         pass_downsets *ds);
+long pass_downsets_build(const pass_dag *d, const double *weight, long max_states, size_t max_bytes, pass_downsets *ds);
 void pass_downsets_free(pass_downsets *ds);
 /* in[v] = 1 for the nodes of state s, 0 otherwise (in has n entries). O(n). */
 void pass_downset_members(const pass_downsets *ds, long s, unsigned char *in);

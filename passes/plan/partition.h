@@ -74,27 +74,27 @@
 #include "passes/plan/plan_dag.h"
 
 typedef struct pass_topology {
-    int hosts, gpus_per_host;         /* 0,0: one host holding all devices */
-    double intra_gbps, intra_lat_ms;  /* link between GPUs of one host (GB/s = 1e9 B/s) */
-    double inter_gbps, inter_lat_ms;  /* link between hosts */
+  int hosts, gpus_per_host;        /* 0,0: one host holding all devices */
+  double intra_gbps, intra_lat_ms; /* link between GPUs of one host (GB/s = 1e9 B/s) */
+  double inter_gbps, inter_lat_ms; /* link between hosts */
 } pass_topology;
 
 typedef enum pass_schedule_kind { PASS_SCHED_GPIPE = 0, PASS_SCHED_1F1B = 1 } pass_schedule_kind;
 
 /* Which split space the planner searches (pass_plan_opts.states). */
 typedef enum pass_states_mode {
-    PASS_STATES_AUTO = 0,     /* prefix orders, then all down-sets when within the budget */
-    PASS_STATES_PREFIX = 1    /* prefix orders only */
+  PASS_STATES_AUTO = 0,  /* prefix orders, then all down-sets when within the budget */
+  PASS_STATES_PREFIX = 1 /* prefix orders only */
 } pass_states_mode;
 
 /* Why the all-down-sets DP did or did not decide the plan (pass_plan.exact). */
 typedef enum pass_exact_status {
-    PASS_EXACT_RAN = 0,       /* ran to the end: optimal over all convex linear splits */
-    PASS_EXACT_OFF,           /* disabled (PASS_STATES_PREFIX) */
-    PASS_EXACT_TOO_MANY_STATES, /* more down-sets than exact_max_states (or its memory cap), or
-                                   costs it cannot order (negative, not finite) */
-    PASS_EXACT_OVER_BUDGET,   /* the DP would exceed / exceeded exact_work */
-    PASS_EXACT_NO_MEMORY
+  PASS_EXACT_RAN = 0,         /* ran to the end: optimal over all convex linear splits */
+  PASS_EXACT_OFF,             /* disabled (PASS_STATES_PREFIX) */
+  PASS_EXACT_TOO_MANY_STATES, /* more down-sets than exact_max_states (or its memory cap), or
+                                 costs it cannot order (negative, not finite) */
+  PASS_EXACT_OVER_BUDGET,     /* the DP would exceed / exceeded exact_work */
+  PASS_EXACT_NO_MEMORY
 } pass_exact_status;
 
 /* pass_plan_opts.recompute and pass_stage.recompute (the values of autodiff.h's
@@ -102,34 +102,34 @@ typedef enum pass_exact_status {
 enum { PASS_PLAN_RC_NONE = 0, PASS_PLAN_RC_FULL = 1, PASS_PLAN_RC_SELECTIVE = 2, PASS_PLAN_RC_AUTO = 3 };
 
 typedef struct pass_plan_opts {
-    int devices;                      /* g >= 1 */
-    int microbatches;                 /* M >= 1 */
-    int training;                     /* 0: inference */
-    int recompute;                    /* training with re-materialisation (PASS_PLAN_RC_*): FULL or
-                                       * SELECTIVE: each recomputed node's backward time includes
-                                       * its forward again (pass_plan_graph), and a held micro-batch
-                                       * costs only the tensors the stage exchanges and its nodes'
-                                       * keep_bytes (pass_stage_memory). AUTO: each stage none,
-                                       * selective or full, from the nodes' rc_ms and rc_keep, as
-                                       * fits time and memory best; the prefix DP only */
-    int no_replicate;                 /* one device per stage */
-    pass_schedule_kind schedule;
-    pass_topology topo;
-    uint64_t mem_limit;               /* bytes per device, 0 = unlimited */
-    double optimizer_state_factor;    /* optimizer bytes per parameter byte (Adam 2, SGD+momentum 1) */
-    unsigned orders;                  /* bitmask of 1u<<pass_order_kind to try; 0 = all */
-    pass_states_mode states;          /* AUTO: also the exact DP over all down-sets, when affordable */
-    long exact_max_states;            /* down-sets enumerated at most; 0 = PASS_EXACT_MAX_STATES */
-    long exact_work;                  /* work units of the exact DP at most; 0 = PASS_EXACT_WORK */
-    /* pipecc's search of the default micro-batch count (plan.json reports it): the counts
-     * tried and their predicted iteration times (< 0: did not compile); 0 = no search */
-    int mb_search_n;
-    const int *mb_search_m;
-    const double *mb_search_ms;
+  int devices;      /* g >= 1 */
+  int microbatches; /* M >= 1 */
+  int training;     /* 0: inference */
+  int recompute;    /* training with re-materialisation (PASS_PLAN_RC_*): FULL or
+                     * SELECTIVE: each recomputed node's backward time includes
+                     * its forward again (pass_plan_graph), and a held micro-batch
+                     * costs only the tensors the stage exchanges and its nodes'
+                     * keep_bytes (pass_stage_memory). AUTO: each stage none,
+                     * selective or full, from the nodes' rc_ms and rc_keep, as
+                     * fits time and memory best; the prefix DP only */
+  int no_replicate; /* one device per stage */
+  pass_schedule_kind schedule;
+  pass_topology topo;
+  uint64_t mem_limit;            /* bytes per device, 0 = unlimited */
+  double optimizer_state_factor; /* optimizer bytes per parameter byte (Adam 2, SGD+momentum 1) */
+  unsigned orders;               /* bitmask of 1u<<pass_order_kind to try; 0 = all */
+  pass_states_mode states;       /* AUTO: also the exact DP over all down-sets, when affordable */
+  long exact_max_states;         /* down-sets enumerated at most; 0 = PASS_EXACT_MAX_STATES */
+  long exact_work;               /* work units of the exact DP at most; 0 = PASS_EXACT_WORK */
+  /* pipecc's search of the default micro-batch count (plan.json reports it): the counts
+   * tried and their predicted iteration times (< 0: did not compile); 0 = no search */
+  int mb_search_n;
+  const int *mb_search_m;
+  const double *mb_search_ms;
 } pass_plan_opts;
 
 #define PASS_EXACT_MAX_STATES 60000L
-#define PASS_EXACT_WORK 10000000L     /* ~1.5-2 ns each: <= ~20 ms of one core */
+#define PASS_EXACT_WORK 10000000L /* ~1.5-2 ns each: <= ~20 ms of one core */
 #define PASS_EXACT_MAX_BYTES ((size_t)64 << 20)
 
 /* Defaults: M = 4*g, inference, 1F1B, one host (NVLink-like 100 GB/s, 0.01 ms;
@@ -138,90 +138,89 @@ void pass_plan_opts_default(pass_plan_opts *o, int devices);
 
 /* One tensor crossing one boundary. */
 typedef struct pass_boundary_tensor {
-    int tensor;                       /* tensor id in the DAG */
-    int producer_stage;               /* -1 for a graph input */
-    int last_stage;                   /* last stage consuming it, n_stages for a graph output */
+  int tensor;         /* tensor id in the DAG */
+  int producer_stage; /* -1 for a graph input */
+  int last_stage;     /* last stage consuming it, n_stages for a graph output */
 } pass_boundary_tensor;
 
 typedef struct pass_stage {
-    int id;
-    int first, last;                  /* node positions [first, last) in the plan's order */
-    int n_nodes;
-    int *nodes;                       /* node ids, in order */
-    int dev_first, replicas;          /* devices [dev_first, dev_first + replicas) */
-    double fwd_ms, bwd_ms;            /* one micro-batch on one replica (every replica runs whole
-                                         micro-batches; the stage's period is compute_ms) */
-    double allreduce_ms;              /* one all-reduce of the stage's weights (0 if r = 1 or inference) */
-    double compute_ms;                /* stage time of the cost model */
-    double comm_ms;                   /* outgoing boundary time (0 for the last stage) */
-    uint64_t param_bytes, act_bytes;  /* sums over nodes (act per micro-batch, not / r) */
-    uint64_t xch_bytes;               /* forward tensors received + sent per micro-batch (graph inputs
-                                         and outputs included): what a held micro-batch keeps with
-                                         recompute */
-    uint64_t keep_bytes;              /* sum of the nodes' keep_bytes: with recompute, what a held
-                                         micro-batch keeps besides xch_bytes */
-    int recompute;                    /* the stage's re-materialisation (PASS_PLAN_RC_NONE, FULL or
-                                         SELECTIVE; training) */
-    int held;                         /* micro-batches the memory term has one replica hold at once
-                                         (pass_stage_held: a bound under 1F1B) */
-    uint64_t memory_bytes;            /* cost-model memory per device */
-    uint64_t peak_memory_bytes;       /* simulated by pass_schedule_attach */
-    /* boundary to the next stage */
-    uint64_t out_bytes, out_grad_bytes;
-    int n_out_tensors;
-    pass_boundary_tensor *out_tensors;
+  int id;
+  int first, last; /* node positions [first, last) in the plan's order */
+  int n_nodes;
+  int *nodes;                      /* node ids, in order */
+  int dev_first, replicas;         /* devices [dev_first, dev_first + replicas) */
+  double fwd_ms, bwd_ms;           /* one micro-batch on one replica (every replica runs whole
+                                      micro-batches; the stage's period is compute_ms) */
+  double allreduce_ms;             /* one all-reduce of the stage's weights (0 if r = 1 or inference) */
+  double compute_ms;               /* stage time of the cost model */
+  double comm_ms;                  /* outgoing boundary time (0 for the last stage) */
+  uint64_t param_bytes, act_bytes; /* sums over nodes (act per micro-batch, not / r) */
+  uint64_t xch_bytes;              /* forward tensors received + sent per micro-batch (graph inputs
+                                      and outputs included): what a held micro-batch keeps with
+                                      recompute */
+  uint64_t keep_bytes;             /* sum of the nodes' keep_bytes: with recompute, what a held
+                                      micro-batch keeps besides xch_bytes */
+  int recompute;                   /* the stage's re-materialisation (PASS_PLAN_RC_NONE, FULL or
+                                      SELECTIVE; training) */
+  int held;                        /* micro-batches the memory term has one replica hold at once
+                                      (pass_stage_held: a bound under 1F1B) */
+  uint64_t memory_bytes;           /* cost-model memory per device */
+  uint64_t peak_memory_bytes;      /* simulated by pass_schedule_attach */
+  /* boundary to the next stage */
+  uint64_t out_bytes, out_grad_bytes;
+  int n_out_tensors;
+  pass_boundary_tensor *out_tensors;
 } pass_stage;
 
 typedef struct pass_instr pass_instr;
 typedef struct pass_stream {
-    int n, cap;
-    pass_instr *v;
+  int n, cap;
+  pass_instr *v;
 } pass_stream;
 
 typedef struct pass_plan {
-    int n_nodes;
-    pass_order_kind order_kind;
-    int *order;                       /* topological order the stages are ranges of */
-    int n_stages;
-    pass_stage *stages;
-    int devices, devices_used, microbatches, training, recompute; /* recompute: pass_plan_opts'
-                                                                     (training) */
-    pass_schedule_kind schedule;
-    double bottleneck_ms;             /* max over stage and boundary times */
-    double lower_bound_ms;            /* max(total work / g, largest node * ceil(M/r)/M, r = most replicas) */
-    double gap;                       /* bottleneck / lower bound - 1 */
-    double planner_ms;                /* wall time of pass_partition */
-    long feasibility_checks;
-    int all_downsets;                 /* 1: the exact DP over every down-set ran: the bottleneck is
-                                         optimal over ALL convex linear splits; 0: over prefix orders */
-    long state_count;                 /* down-sets (all_downsets) or prefix states of one order (n + 1) */
-    long downsets;                    /* down-sets enumerated, -1 if over the cap, 0 if not tried */
-    pass_exact_status exact;
-    int exact_improved;               /* the plan comes from the exact DP (beat the prefix orders) */
-    long exact_work;                  /* work units the exact DP spent (deterministic; ~1-2 ns each) */
-    /* filled by pass_schedule_attach (schedule.h) */
-    pass_stream *streams;             /* [n_stages] */
-    double predicted_iteration_ms, bubble_fraction, single_device_ms, predicted_speedup;
+  int n_nodes;
+  pass_order_kind order_kind;
+  int *order; /* topological order the stages are ranges of */
+  int n_stages;
+  pass_stage *stages;
+  int devices, devices_used, microbatches, training, recompute; /* recompute: pass_plan_opts'
+                                                                   (training) */
+  pass_schedule_kind schedule;
+  double bottleneck_ms;  /* max over stage and boundary times */
+  double lower_bound_ms; /* max(total work / g, largest node * ceil(M/r)/M, r = most replicas) */
+  double gap;            /* bottleneck / lower bound - 1 */
+  double planner_ms;     /* wall time of pass_partition */
+  long feasibility_checks;
+  int all_downsets; /* 1: the exact DP over every down-set ran: the bottleneck is
+                       optimal over ALL convex linear splits; 0: over prefix orders */
+  long state_count; /* down-sets (all_downsets) or prefix states of one order (n + 1) */
+  long downsets;    /* down-sets enumerated, -1 if over the cap, 0 if not tried */
+  pass_exact_status exact;
+  int exact_improved; /* the plan comes from the exact DP (beat the prefix orders) */
+  long exact_work;    /* work units the exact DP spent (deterministic; ~1-2 ns each) */
+  /* filled by pass_schedule_attach (schedule.h) */
+  pass_stream *streams; /* [n_stages] */
+  double predicted_iteration_ms, bubble_fraction, single_device_ms, predicted_speedup;
 } pass_plan;
 
 /* Plan d. Returns 0, or -1 with a message in err (bad options, does not fit in
  * memory). The schedule fields are left empty: call pass_schedule_attach. */
-int pass_partition(const pass_dag *d, const pass_plan_opts *o, pass_plan *plan,
-                   char *err, size_t errlen);
+int pass_partition(const pass_dag *d, const pass_plan_opts *o, pass_plan *plan, char *err, size_t errlen);
 void pass_plan_free(pass_plan *plan);
 
 /* ---- the cost model, shared by the DP, the plan and the tests ---------------- */
 
 /* Aggregate of one stage. */
 typedef struct pass_stage_agg {
-    double fwd_ms, bwd_ms;
-    uint64_t param_bytes, act_bytes;
-    int dev_first, replicas;
-    uint64_t in_bytes, out_bytes;     /* per micro-batch, the forward tensors crossing the cut before
-                                       * the stage (graph inputs for the first) and after it (graph
-                                       * outputs for the last); read by the memory term with recompute */
-    uint64_t keep_bytes;              /* sum of the nodes' keep_bytes (recompute) */
-    int recompute;                    /* the stage's mode when the options' is AUTO */
+  double fwd_ms, bwd_ms;
+  uint64_t param_bytes, act_bytes;
+  int dev_first, replicas;
+  uint64_t in_bytes, out_bytes; /* per micro-batch, the forward tensors crossing the cut before
+                                 * the stage (graph inputs for the first) and after it (graph
+                                 * outputs for the last); read by the memory term with recompute */
+  uint64_t keep_bytes;          /* sum of the nodes' keep_bytes (recompute) */
+  int recompute;                /* the stage's mode when the options' is AUTO */
 } pass_stage_agg;
 
 int pass_device_host(const pass_topology *t, int dev);

@@ -25,38 +25,38 @@
 #include <stdint.h>
 
 typedef struct pass_dag_node {
-    char *name;
-    double fwd_ms;          /* forward time per micro-batch */
-    double bwd_ms;          /* backward time per micro-batch (training) */
-    uint64_t param_bytes;   /* weights owned by the node */
-    uint64_t act_bytes;     /* activations stashed per micro-batch until BWD */
-    uint64_t keep_bytes;    /* with re-materialisation: what the node keeps per micro-batch all the
-                               same (its outputs when the backward does not recompute it); 0 unless
-                               set by pass_dag_set_keep */
-    double rc_ms[2];        /* re-materialisation chosen per stage (auto): the backward time a */
-    uint64_t rc_keep[2];    /* stage adds, and the bytes kept, with [0] selective, [1] full */
-    int n_inputs, n_outputs;
-    int *inputs;            /* tensor ids */
-    int *outputs;           /* tensor ids */
-    int n_fused;            /* nodes a pass merged into this one (a Conv's Add and Relu), */
-    char **fused;           /* listed in plan.json; the planner ignores them */
+  char *name;
+  double fwd_ms;        /* forward time per micro-batch */
+  double bwd_ms;        /* backward time per micro-batch (training) */
+  uint64_t param_bytes; /* weights owned by the node */
+  uint64_t act_bytes;   /* activations stashed per micro-batch until BWD */
+  uint64_t keep_bytes;  /* with re-materialisation: what the node keeps per micro-batch all the
+                           same (its outputs when the backward does not recompute it); 0 unless
+                           set by pass_dag_set_keep */
+  double rc_ms[2];      /* re-materialisation chosen per stage (auto): the backward time a */
+  uint64_t rc_keep[2];  /* stage adds, and the bytes kept, with [0] selective, [1] full */
+  int n_inputs, n_outputs;
+  int *inputs;  /* tensor ids */
+  int *outputs; /* tensor ids */
+  int n_fused;  /* nodes a pass merged into this one (a Conv's Add and Relu), */
+  char **fused; /* listed in plan.json; the planner ignores them */
 } pass_dag_node;
 
 typedef struct pass_dag_tensor {
-    char *name;
-    uint64_t bytes;         /* per micro-batch */
-    int producer;           /* node id, -1 for a graph input */
-    int is_output;          /* graph output */
-    int n_consumers;
-    int *consumers;         /* node ids, ascending, no duplicates */
+  char *name;
+  uint64_t bytes; /* per micro-batch */
+  int producer;   /* node id, -1 for a graph input */
+  int is_output;  /* graph output */
+  int n_consumers;
+  int *consumers; /* node ids, ascending, no duplicates */
 } pass_dag_tensor;
 
 typedef struct pass_dag {
-    int n_nodes, n_tensors;
-    pass_dag_node *nodes;
-    pass_dag_tensor *tensors;
-    int cap_nodes, cap_tensors;
-    int finalized;
+  int n_nodes, n_tensors;
+  pass_dag_node *nodes;
+  pass_dag_tensor *tensors;
+  int cap_nodes, cap_tensors;
+  int finalized;
 } pass_dag;
 
 /* Start an empty DAG. */
@@ -67,9 +67,8 @@ int pass_dag_add_tensor(pass_dag *d, const char *name, uint64_t bytes);
 void pass_dag_mark_output(pass_dag *d, int t);
 /* Add a node consuming `in` and producing `out` (tensor ids); returns its id,
  * or -1 if an output tensor already has a producer or an id is out of range. */
-int pass_dag_add_node(pass_dag *d, const char *name, double fwd_ms, double bwd_ms,
-                      uint64_t param_bytes, uint64_t act_bytes,
-                      int n_in, const int *in, int n_out, const int *out);
+int pass_dag_add_node(pass_dag *d, const char *name, double fwd_ms, double bwd_ms, uint64_t param_bytes,
+                      uint64_t act_bytes, int n_in, const int *in, int n_out, const int *out);
 /* Set node id's keep_bytes. Returns 0, or -1 (no such node). */
 int pass_dag_set_keep(pass_dag *d, int id, uint64_t keep_bytes);
 /* Set node id's rc_ms and rc_keep. Returns 0, or -1 (no such node, a time < 0). */

@@ -76,12 +76,13 @@ int pass_plan_graph(ir_graph *g, const pass_profile_opts *po, const pass_plan_op
     int fixed = o->training && o->recompute && o->recompute != PASS_PLAN_RC_AUTO;
     int keeps = fixed && pass_recompute_keeps(g, nd, o->recompute);
     double bwd = o->training ? c->bwd_ms + (fixed && !keeps ? c->fwd_ms : 0.0) : 0.0;
-    int id = pass_dag_add_node(d, node_label(g, i, names, n_names), c->fwd_ms, bwd, c->param_bytes,
-                               c->out_bytes, ni, ins, no, outs);
+    int id = pass_dag_add_node(d, node_label(g, i, names, n_names), c->fwd_ms, bwd, c->param_bytes, c->out_bytes, ni,
+                               ins, no, outs);
     IR_ASSERT(id == i);
     if (keeps) pass_dag_set_keep(d, id, c->out_bytes);
     if (o->training && o->recompute == PASS_PLAN_RC_AUTO) {
-      int ks = pass_recompute_keeps(g, nd, PASS_RECOMPUTE_SELECTIVE), kf = pass_recompute_keeps(g, nd, PASS_RECOMPUTE_FULL);
+      int ks = pass_recompute_keeps(g, nd, PASS_RECOMPUTE_SELECTIVE),
+          kf = pass_recompute_keeps(g, nd, PASS_RECOMPUTE_FULL);
       double ms[2] = {ks ? 0.0 : c->fwd_ms, kf ? 0.0 : c->fwd_ms};
       uint64_t kb[2] = {ks ? c->out_bytes : 0, kf ? c->out_bytes : 0};
       int set = pass_dag_set_recompute(d, id, ms, kb);

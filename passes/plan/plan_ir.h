@@ -15,8 +15,8 @@
 typedef struct {
   pass_dag dag;
   pass_plan plan;
-  pass_node_cost *costs;  /* [n_nodes] */
-  int *node_stage;        /* [n_nodes] */
+  pass_node_cost *costs; /* [n_nodes] */
+  int *node_stage;       /* [n_nodes] */
   double antichain_partition_ms;
 } pass_planned;
 

@@ -98,7 +98,8 @@ static int load_profile(ir_graph *g, const char *path, pass_node_cost *c) {
   free(buf);
   cJSON *nodes = root ? cJSON_GetObjectItemCaseSensitive(root, "nodes") : NULL;
   if (!root || !cJSON_IsObject(nodes)) {
-    fprintf(stderr, "%s: not a pipecc profile (expected {\"device\": ..., \"nodes\": {NAME: {\"fwd_ms\": ...}}})\n", path);
+    fprintf(stderr, "%s: not a pipecc profile (expected {\"device\": ..., \"nodes\": {NAME: {\"fwd_ms\": ...}}})\n",
+            path);
     cJSON_Delete(root);
     g->n_errors++;
     return -1;
@@ -110,8 +111,8 @@ static int load_profile(ir_graph *g, const char *path, pass_node_cost *c) {
   int64_t plan_batch = ir_graph_batch(g, 0);
   if (cJSON_IsNumber(pb) && pb->valuedouble >= 1 && plan_batch > 0 && (double)plan_batch != pb->valuedouble) {
     scale = (double)plan_batch / pb->valuedouble;
-    fprintf(stderr, "%s: note: measured at a micro-batch of %.0f, the plan's hold %lld: its times are scaled by %g\n", path,
-            pb->valuedouble, (long long)plan_batch, scale);
+    fprintf(stderr, "%s: note: measured at a micro-batch of %.0f, the plan's hold %lld: its times are scaled by %g\n",
+            path, pb->valuedouble, (long long)plan_batch, scale);
   }
   int missing = 0, bad = 0;
   for (int i = 0; i < g->n_nodes; i++) {
@@ -158,8 +159,7 @@ int pass_profile(ir_graph *g, const pass_profile_opts *o, pass_node_cost *costs)
       const ir_value *v = ir_in(g, n, k);
       if (!v) continue;
       c->bytes_read += vbytes(v);
-      if (v->kind == IR_VAL_CONST && v->is_initializer && ir_dtype_is_float(v->dtype))
-        c->param_bytes += vbytes(v);
+      if (v->kind == IR_VAL_CONST && v->is_initializer && ir_dtype_is_float(v->dtype)) c->param_bytes += vbytes(v);
     }
     for (int k = 0; k < n->n_out; k++) {
       const ir_value *v = ir_out(g, n, k);

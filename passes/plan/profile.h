@@ -12,22 +12,22 @@
 #include "ir/ir.h"
 
 typedef struct {
-  const char *name;      /* --device NAME */
+  const char *name; /* --device NAME */
   const char *desc;
-  double fp32_tflops;    /* dense peak rates */
-  double tf32_tflops;    /* 0: no TF32 (then fp32 is used) */
+  double fp32_tflops; /* dense peak rates */
+  double tf32_tflops; /* 0: no TF32 (then fp32 is used) */
   double bf16_tflops;
-  double mem_gbps;       /* GB/s (1e9 bytes) */
-  double mem_gib;        /* device memory */
-  double launch_us;      /* fixed cost per node (kernel launch / call overhead) */
-  double compute_eff;    /* fraction of peak reached by large GEMM/conv */
-  double mem_eff;        /* fraction of bandwidth reached by streaming kernels */
+  double mem_gbps;    /* GB/s (1e9 bytes) */
+  double mem_gib;     /* device memory */
+  double launch_us;   /* fixed cost per node (kernel launch / call overhead) */
+  double compute_eff; /* fraction of peak reached by large GEMM/conv */
+  double mem_eff;     /* fraction of bandwidth reached by streaming kernels */
 } pass_device;
 
 typedef struct {
-  const char *name;      /* --link NAME */
+  const char *name; /* --link NAME */
   const char *desc;
-  double gbps;           /* GB/s one direction */
+  double gbps; /* GB/s one direction */
   double lat_us;
 } pass_link;
 
@@ -44,13 +44,13 @@ typedef struct {
   uint64_t param_bytes;               /* initializer bytes read by the node (weights it owns) */
   uint64_t out_bytes;                 /* bytes of its outputs (the activation it stashes) */
   double fwd_ms, bwd_ms;
-  int measured;                       /* times came from a profile file */
+  int measured; /* times came from a profile file */
 } pass_node_cost;
 
 typedef struct {
   const pass_device *device;
-  int tf32;                           /* use TF32 rates for float32 Conv/Gemm/MatMul */
-  const char *profile_path;           /* measured profile, or NULL */
+  int tf32;                 /* use TF32 rates for float32 Conv/Gemm/MatMul */
+  const char *profile_path; /* measured profile, or NULL */
 } pass_profile_opts;
 
 /* Fill costs[g->n_nodes]. Returns 0, or -1 after reporting (bad profile file). */

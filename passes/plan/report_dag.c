@@ -25,13 +25,13 @@ enum { NODE_W = 72, NODE_H = 18, COLW = 96, SEP = 26, MARGIN = 12, RULER_H = 15 
 
 typedef struct {
   int n, n_edges;
-  int *eu, *ev;              /* edges u -> v, sorted by (u, v), unique */
-  int *s_off, *s_adj;        /* successors CSR */
-  int *p_off, *p_adj;        /* predecessors CSR */
+  int *eu, *ev;       /* edges u -> v, sorted by (u, v), unique */
+  int *s_off, *s_adj; /* successors CSR */
+  int *p_off, *p_adj; /* predecessors CSR */
   int *layer, n_layers;
-  int *l_off, *l_nodes;      /* nodes of each layer, in order */
-  int *pos;                  /* index of a node within its layer */
-  double *y;                 /* top of the node box */
+  int *l_off, *l_nodes; /* nodes of each layer, in order */
+  int *pos;             /* index of a node within its layer */
+  double *y;            /* top of the node box */
 } dag_layout;
 
 static int cmp_edge(const void *a, const void *b) {
@@ -212,15 +212,21 @@ static void layout_free(dag_layout *L) {
 
 /* Short op-type labels that fit a box. */
 static void op_label(FILE *f, const char *op) {
-  static const char *const abbr[][2] = {
-      {"BatchNormalization", "BatchNorm"}, {"LayerNormalization", "LayerNorm"},
-      {"GlobalAveragePool", "GlobAvgPool"}, {"GlobalMaxPool", "GlobMaxPool"},
-      {"AveragePool", "AvgPool"}, {"ConvTranspose", "ConvT"},
-      {"ConstantOfShape", "ConstOfShp"}, {"InstanceNormalization", "InstNorm"},
-      {"GroupNormalization", "GroupNorm"}, {"LocalResponseNormalization", "LRN"},
-      {"ReduceMean", "ReduceMean"}, {"SkipLayerNormalization", "SkipLN"},
-      {"SimplifiedLayerNormalization", "RMSNorm"}, {"DequantizeLinear", "Dequant"},
-      {"QuantizeLinear", "Quant"}};
+  static const char *const abbr[][2] = {{"BatchNormalization", "BatchNorm"},
+                                        {"LayerNormalization", "LayerNorm"},
+                                        {"GlobalAveragePool", "GlobAvgPool"},
+                                        {"GlobalMaxPool", "GlobMaxPool"},
+                                        {"AveragePool", "AvgPool"},
+                                        {"ConvTranspose", "ConvT"},
+                                        {"ConstantOfShape", "ConstOfShp"},
+                                        {"InstanceNormalization", "InstNorm"},
+                                        {"GroupNormalization", "GroupNorm"},
+                                        {"LocalResponseNormalization", "LRN"},
+                                        {"ReduceMean", "ReduceMean"},
+                                        {"SkipLayerNormalization", "SkipLN"},
+                                        {"SimplifiedLayerNormalization", "RMSNorm"},
+                                        {"DequantizeLinear", "Dequant"},
+                                        {"QuantizeLinear", "Quant"}};
   for (size_t i = 0; i < sizeof abbr / sizeof abbr[0]; i++)
     if (!strcmp(op, abbr[i][0])) {
       fputs(abbr[i][1], f);
@@ -253,7 +259,8 @@ static double edge_bow(const dag_layout *L, int u, int v) {
   int span = L->layer[v] - L->layer[u];
   if (span <= 1 || !blocked(L, u, v)) return 0;
   int lu = L->layer[u], lv = L->layer[v];
-  int u_last = L->pos[u] == L->l_off[lu + 1] - L->l_off[lu] - 1, v_last = L->pos[v] == L->l_off[lv + 1] - L->l_off[lv] - 1;
+  int u_last = L->pos[u] == L->l_off[lu + 1] - L->l_off[lu] - 1,
+      v_last = L->pos[v] == L->l_off[lv + 1] - L->l_off[lv] - 1;
   double b = 4 + 12 * log2((double)span); /* nested arcs of different heights, not one band */
   if (b > 72) b = 72;
   return (u_last && v_last && (L->pos[u] || L->pos[v])) ? b : -b;
@@ -268,7 +275,7 @@ void rep_write_dag(FILE *f, const ir_graph *g, const pass_planned *p) {
   /* node_stage is in [0, ns); anything else would be a planner bug: draw it grey */
   int *stage = malloc(sizeof(int) * ((size_t)n + 1));
   for (int v = 0; v < n; v++) stage[v] = p->node_stage[v] >= 0 && p->node_stage[v] < ns ? p->node_stage[v] : ns;
-  char (*col)[8] = malloc(sizeof *col * ((size_t)ns + 1));
+  char(*col)[8] = malloc(sizeof *col * ((size_t)ns + 1));
   int *dark = malloc(sizeof(int) * ((size_t)ns + 1));
   for (int s = 0; s < ns; s++) rep_stage_color(s, col[s]), dark[s] = rep_dark_text(col[s]);
   memcpy(col[ns], "#cccccc", 8), dark[ns] = 1;
@@ -307,26 +314,31 @@ void rep_write_dag(FILE *f, const ir_graph *g, const pass_planned *p) {
 #define Y(v) (L.y[v] + y0)
 
   /* toolbar and legend */
-  fputs("<div class=\"toolbar\"><span class=\"btns\"><button data-zoom=\"dag\" data-z=\"0.8\" title=\"zoom out\">&minus;</button>"
-        "<button data-zoom=\"dag\" data-z=\"1.25\" title=\"zoom in\">+</button>"
-        "<button data-zoom=\"dag\" data-z=\"fit\" title=\"fit the whole graph\">fit</button>"
-        "<button data-zoom=\"dag\" data-z=\"1\" title=\"actual size\">1:1</button></span>"
-        "<input id=\"dagq\" type=\"search\" placeholder=\"find node (name or op)\" size=\"26\">"
-        "<span id=\"dagqn\" class=\"muted\"></span><span class=\"legend\">",
-        f);
+  fputs(
+      "<div class=\"toolbar\"><span class=\"btns\"><button data-zoom=\"dag\" data-z=\"0.8\" title=\"zoom out\">&minus;</button>"
+      "<button data-zoom=\"dag\" data-z=\"1.25\" title=\"zoom in\">+</button>"
+      "<button data-zoom=\"dag\" data-z=\"fit\" title=\"fit the whole graph\">fit</button>"
+      "<button data-zoom=\"dag\" data-z=\"1\" title=\"actual size\">1:1</button></span>"
+      "<input id=\"dagq\" type=\"search\" placeholder=\"find node (name or op)\" size=\"26\">"
+      "<span id=\"dagqn\" class=\"muted\"></span><span class=\"legend\">",
+      f);
   for (int s = 0; s < ns; s++) {
     char c[8];
     rep_stage_color(s, c);
-    fprintf(f, "<span class=\"chip\" data-stage=\"%d\" data-color=\"%s\"><i style=\"background:%s\"></i>stage %d</span>", s, c,
-            c, s);
+    fprintf(f,
+            "<span class=\"chip\" data-stage=\"%d\" data-color=\"%s\"><i style=\"background:%s\"></i>stage %d</span>",
+            s, c, c, s);
   }
-  fprintf(f, "</span></div>\n<p class=\"muted small\">%d nodes, %d edges, %d layers. Ctrl + wheel zooms; hover a node for "
-             "its ONNX name; dark edges cross a stage boundary. The strip below is the whole graph: click it to jump.</p>\n",
-          n, L.n_edges, L.n_layers);
+  fprintf(
+      f,
+      "</span></div>\n<p class=\"muted small\">%d nodes, %d edges, %d layers. Ctrl + wheel zooms; hover a node for "
+      "its ONNX name; dark edges cross a stage boundary. The strip below is the whole graph: click it to jump.</p>\n",
+      n, L.n_edges, L.n_layers);
 
   /* minimap: the whole graph squeezed to the page width */
-  fprintf(f, "<svg id=\"dagmini\" class=\"mini\" viewBox=\"0 0 %.0f %.0f\" preserveAspectRatio=\"none\" role=\"img\" "
-             "aria-label=\"overview of the graph\">",
+  fprintf(f,
+          "<svg id=\"dagmini\" class=\"mini\" viewBox=\"0 0 %.0f %.0f\" preserveAspectRatio=\"none\" role=\"img\" "
+          "aria-label=\"overview of the graph\">",
           W, H);
   for (int s = 0; s < ns; s++) {
     if (lmax[s] < 0) continue;
@@ -344,15 +356,18 @@ void rep_write_dag(FILE *f, const ir_graph *g, const pass_planned *p) {
   fprintf(f, "<rect id=\"dagview\" x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\"/></svg>\n", W, H);
 
   /* the graph */
-  fprintf(f, "<div id=\"dagbox\" class=\"scroll\"><svg id=\"dag\" class=\"zoomable\" width=\"%.0f\" height=\"%.0f\" "
-             "viewBox=\"0 0 %.0f %.0f\" data-w=\"%.0f\" data-h=\"%.0f\" role=\"img\" aria-label=\"model graph coloured by stage\">\n",
-          W, H, W, H, W, H);
+  fprintf(
+      f,
+      "<div id=\"dagbox\" class=\"scroll\"><svg id=\"dag\" class=\"zoomable\" width=\"%.0f\" height=\"%.0f\" "
+      "viewBox=\"0 0 %.0f %.0f\" data-w=\"%.0f\" data-h=\"%.0f\" role=\"img\" aria-label=\"model graph coloured by stage\">\n",
+      W, H, W, H, W, H);
   fputs("<g class=\"ruler\">", f);
   for (int s = 0; s < ns; s++) {
     if (lmax[s] < 0) continue;
     char c[8];
     rep_stage_color(s, c);
-    double x = MARGIN + (double)lmin[s] * COLW, w = (double)(lmax[s] - lmin[s]) * COLW + NODE_W, y = MARGIN + (s % 2) * RULER_H;
+    double x = MARGIN + (double)lmin[s] * COLW, w = (double)(lmax[s] - lmin[s]) * COLW + NODE_W,
+           y = MARGIN + (s % 2) * RULER_H;
     fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" fill=\"%s\"/>", x, y, w, RULER_H - 3, c);
     for (double t = 0; t == 0 || t + 60 < w; t += 1000) /* repeated along long bars */
       fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"%s\">stage %d</text>", x + t + 4, y + RULER_H - 6,
@@ -384,9 +399,11 @@ void rep_write_dag(FILE *f, const ir_graph *g, const pass_planned *p) {
     char mb[32], b[4][32];
     int s = stage[v];
     const pass_node_cost *k = &p->costs[v];
-    fprintf(f, "<g class=\"n\"><rect x=\"%s\" y=\"%s\" width=\"%d\" height=\"%d\" fill=\"%s\"/><text x=\"%s\" y=\"%s\" class=\"%s\">",
-            rep_num(b[0], X(v)), rep_num(b[1], Y(v)), NODE_W, NODE_H, col[s], rep_num(b[2], X(v) + NODE_W / 2.0),
-            rep_num(b[3], Y(v) + 12.5), dark[s] ? "d" : "l");
+    fprintf(
+        f,
+        "<g class=\"n\"><rect x=\"%s\" y=\"%s\" width=\"%d\" height=\"%d\" fill=\"%s\"/><text x=\"%s\" y=\"%s\" class=\"%s\">",
+        rep_num(b[0], X(v)), rep_num(b[1], Y(v)), NODE_W, NODE_H, col[s], rep_num(b[2], X(v) + NODE_W / 2.0),
+        rep_num(b[3], Y(v) + 12.5), dark[s] ? "d" : "l");
     op_label(f, rep_node_op(g, v));
     fputs("</text><title>", f);
     rep_esc(f, rep_node_name(p, v), 160);

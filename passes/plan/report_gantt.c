@@ -38,13 +38,15 @@ void rep_write_gantt(FILE *f, const pass_planned *P, const pass_plan_opts *o) {
   double W = LABEL_W + PLOT_W + 20, H = TOP + rows * ROW_H + AXIS_H;
   char b1[32], b2[32], b3[32];
   rep_ms(b1, sizeof b1, end);
-  fprintf(f, "<p class=\"muted small\">Simulated with the cost model's times: iteration %s ms. Boxes are coloured by "
-             "micro-batch: light = forward, dark = backward; the thin grey bars under a row are its outgoing transfers. "
-             "A replicated stage has a row per device, each running every r-th micro-batch.</p>\n",
+  fprintf(f,
+          "<p class=\"muted small\">Simulated with the cost model's times: iteration %s ms. Boxes are coloured by "
+          "micro-batch: light = forward, dark = backward; the thin grey bars under a row are its outgoing transfers. "
+          "A replicated stage has a row per device, each running every r-th micro-batch.</p>\n",
           b1);
-  fprintf(f, "<div id=\"ganttbox\" class=\"scroll\"><svg id=\"gantt\" class=\"zoomable\" width=\"%.0f\" height=\"%.0f\" "
-             "viewBox=\"0 0 %.0f %.0f\" data-w=\"%.0f\" data-h=\"%.0f\" data-end-ms=\"%.6f\" role=\"img\" "
-             "aria-label=\"predicted pipeline timeline\">\n",
+  fprintf(f,
+          "<div id=\"ganttbox\" class=\"scroll\"><svg id=\"gantt\" class=\"zoomable\" width=\"%.0f\" height=\"%.0f\" "
+          "viewBox=\"0 0 %.0f %.0f\" data-w=\"%.0f\" data-h=\"%.0f\" data-end-ms=\"%.6f\" role=\"img\" "
+          "aria-label=\"predicted pipeline timeline\">\n",
           W, H, W, H, W, H, end);
   /* grid and axis */
   double step = rep_nice_step(T, 10);
@@ -80,21 +82,24 @@ void rep_write_gantt(FILE *f, const pass_planned *P, const pass_plan_opts *o) {
       char c[8];
       int bwd = s->op == PASS_OP_BWD;
       rep_mb_color(s->mb, bwd, c);
-      fprintf(f, "<g><rect class=\"gb %s\" x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"%d\" fill=\"%s\"/>", bwd ? "b" : "f",
-              x, y + 3, w > 0.3 ? w : 0.3, BOX_H, c);
+      fprintf(f, "<g><rect class=\"gb %s\" x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"%d\" fill=\"%s\"/>",
+              bwd ? "b" : "f", x, y + 3, w > 0.3 ? w : 0.3, BOX_H, c);
       if (w >= 9 + 6.5 * (s->mb >= 10) + 6.5 * (s->mb >= 100))
-        fprintf(f, "<text class=\"%s\" x=\"%.2f\" y=\"%.0f\">%d</text>", rep_dark_text(c) ? "gd" : "gl", x + w / 2, y + 17,
-                s->mb);
+        fprintf(f, "<text class=\"%s\" x=\"%.2f\" y=\"%.0f\">%d</text>", rep_dark_text(c) ? "gd" : "gl", x + w / 2,
+                y + 17, s->mb);
       fprintf(f, "<title>stage %d %s micro-batch %d: %s \xE2\x80\x93 %s ms (%s ms)</title></g>\n", s->stage,
               bwd ? "backward" : "forward", s->mb, b1, b2, b3);
     } else if (s->op == PASS_OP_ALLREDUCE) {
-      fprintf(f, "<g><rect class=\"gar\" x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"%d\"/><title>stage %d all-reduce of "
-                 "the weights: %s \xE2\x80\x93 %s ms</title></g>\n",
-              x, y + 3, w > 0.3 ? w : 0.3, BOX_H, s->stage, b1, b2);
+      fprintf(
+          f,
+          "<g><rect class=\"gar\" x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"%d\"/><title>stage %d all-reduce of "
+          "the weights: %s \xE2\x80\x93 %s ms</title></g>\n",
+          x, y + 3, w > 0.3 ? w : 0.3, BOX_H, s->stage, b1, b2);
     } else {
       int act = s->op == PASS_OP_SEND_ACT;
-      fprintf(f, "<g><rect class=\"gx\" x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"3\"/><title>stage %d sends %s of "
-                 "micro-batch %d to stage %d: %s \xE2\x80\x93 %s ms</title></g>\n",
+      fprintf(f,
+              "<g><rect class=\"gx\" x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"3\"/><title>stage %d sends %s of "
+              "micro-batch %d to stage %d: %s \xE2\x80\x93 %s ms</title></g>\n",
               x, y + 3 + BOX_H + 1, w > 0.3 ? w : 0.3, s->stage, act ? "activations" : "gradients", s->mb,
               act ? s->stage + 1 : s->stage - 1, b1, b2);
     }

@@ -165,8 +165,9 @@ static void time_chart(FILE *f, const pass_plan *pl) {
   if (!(mx > 0)) mx = 1;
   mx *= 1.04;
   double sx = CH_PLOT / mx, W = CH_LABEL + CH_PLOT + CH_VAL, H = 22 + p * CH_ROW + 22;
-  fprintf(f, "<div class=\"chart\"><h3>Time per micro-batch (ms)</h3><svg id=\"timebars\" width=\"%.0f\" height=\"%.0f\" "
-             "viewBox=\"0 0 %.0f %.0f\" role=\"img\" aria-label=\"stage times\">",
+  fprintf(f,
+          "<div class=\"chart\"><h3>Time per micro-batch (ms)</h3><svg id=\"timebars\" width=\"%.0f\" height=\"%.0f\" "
+          "viewBox=\"0 0 %.0f %.0f\" role=\"img\" aria-label=\"stage times\">",
           W, H, W, H);
   double step = rep_nice_step(mx, 5);
   fputs("<g class=\"axis\">", f);
@@ -174,8 +175,10 @@ static void time_chart(FILE *f, const pass_plan *pl) {
     char b[32];
     double x = CH_LABEL + i * step * sx;
     rep_ms(b, sizeof b, i * step);
-    fprintf(f, "<line x1=\"%.1f\" y1=\"18\" x2=\"%.1f\" y2=\"%.0f\"/><text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%s</text>",
-            x, x, H - 18, x, H - 6, b);
+    fprintf(
+        f,
+        "<line x1=\"%.1f\" y1=\"18\" x2=\"%.1f\" y2=\"%.0f\"/><text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%s</text>",
+        x, x, H - 18, x, H - 6, b);
   }
   fputs("</g>", f);
   for (int k = 0; k < p; k++) {
@@ -191,8 +194,10 @@ static void time_chart(FILE *f, const pass_plan *pl) {
     for (int i = 0; i < 3; i++) {
       if (!(parts[i] > 1e-12)) continue;
       rep_ms(b, sizeof b, parts[i]);
-      fprintf(f, "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"16\" fill=\"%s\"%s><title>stage %d %s: %s ms</title></rect>",
-              x, y + 1, parts[i] * sx, i == 2 ? "#7d8792" : c, i == 1 ? " fill-opacity=\"0.55\"" : "", k, names[i], b);
+      fprintf(
+          f,
+          "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"16\" fill=\"%s\"%s><title>stage %d %s: %s ms</title></rect>",
+          x, y + 1, parts[i] * sx, i == 2 ? "#7d8792" : c, i == 1 ? " fill-opacity=\"0.55\"" : "", k, names[i], b);
       x += parts[i] * sx;
     }
     rep_ms(b, sizeof b, S->compute_ms);
@@ -200,16 +205,17 @@ static void time_chart(FILE *f, const pass_plan *pl) {
     if (k + 1 < p) {
       double w = S->comm_ms * sx;
       rep_ms(b2, sizeof b2, S->comm_ms);
-      fprintf(f, "<rect x=\"%d\" y=\"%.0f\" width=\"%.2f\" height=\"7\" fill=\"#8a939c\"><title>boundary %d\xE2\x86\x92%d "
-                 "transfer: %s ms</title></rect><text x=\"%.1f\" y=\"%.0f\" font-size=\"10\">comm %s</text>",
+      fprintf(f,
+              "<rect x=\"%d\" y=\"%.0f\" width=\"%.2f\" height=\"7\" fill=\"#8a939c\"><title>boundary %d\xE2\x86\x92%d "
+              "transfer: %s ms</title></rect><text x=\"%.1f\" y=\"%.0f\" font-size=\"10\">comm %s</text>",
               CH_LABEL, y + 20, w > 0.5 ? w : 0.5, k, k + 1, b2, CH_LABEL + (w > 0.5 ? w : 0.5) + 4, y + 27, b2);
     }
   }
   double xb = CH_LABEL + pl->bottleneck_ms * sx, xl = CH_LABEL + pl->lower_bound_ms * sx;
-  fprintf(f, "<line class=\"lb\" x1=\"%.1f\" y1=\"14\" x2=\"%.1f\" y2=\"%.0f\"><title>lower bound</title></line>", xl, xl,
-          H - 18);
-  fprintf(f, "<line class=\"bn\" x1=\"%.1f\" y1=\"14\" x2=\"%.1f\" y2=\"%.0f\"><title>bottleneck</title></line>", xb, xb,
-          H - 18);
+  fprintf(f, "<line class=\"lb\" x1=\"%.1f\" y1=\"14\" x2=\"%.1f\" y2=\"%.0f\"><title>lower bound</title></line>", xl,
+          xl, H - 18);
+  fprintf(f, "<line class=\"bn\" x1=\"%.1f\" y1=\"14\" x2=\"%.1f\" y2=\"%.0f\"><title>bottleneck</title></line>", xb,
+          xb, H - 18);
   /* labels at the top, kept apart when the lines are close */
   double tb = xb, tl = xl;
   if (fabs(tb - tl) < 90) tl = tb - 90 < CH_LABEL ? tb + 90 : tb - 90;
@@ -236,8 +242,9 @@ static void mem_chart(FILE *f, const pass_plan *pl, const pass_plan_opts *o) {
   double sx = CH_PLOT / mx, W = CH_LABEL + CH_PLOT + CH_VAL, H = 22 + p * CH_ROW + 22;
   char lb[32];
   rep_bytes(lb, sizeof lb, lim);
-  fprintf(f, "<div class=\"chart\"><h3>Memory per device</h3><svg id=\"membars\" width=\"%.0f\" height=\"%.0f\" "
-             "viewBox=\"0 0 %.0f %.0f\" role=\"img\" aria-label=\"stage memory\">",
+  fprintf(f,
+          "<div class=\"chart\"><h3>Memory per device</h3><svg id=\"membars\" width=\"%.0f\" height=\"%.0f\" "
+          "viewBox=\"0 0 %.0f %.0f\" role=\"img\" aria-label=\"stage memory\">",
           W, H, W, H);
   /* axis in a unit that suits the largest value */
   double unit = mx >= 1024.0 * 1024 * 1024 ? 1024.0 * 1024 * 1024 : mx >= 1024.0 * 1024 ? 1024.0 * 1024 : 1024.0;
@@ -246,8 +253,10 @@ static void mem_chart(FILE *f, const pass_plan *pl, const pass_plan_opts *o) {
   fputs("<g class=\"axis\">", f);
   for (int i = 0; i * step * unit <= mx; i++) {
     double x = CH_LABEL + i * step * unit * sx;
-    fprintf(f, "<line x1=\"%.1f\" y1=\"18\" x2=\"%.1f\" y2=\"%.0f\"/><text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%g</text>",
-            x, x, H - 18, x, H - 6, i * step);
+    fprintf(
+        f,
+        "<line x1=\"%.1f\" y1=\"18\" x2=\"%.1f\" y2=\"%.0f\"/><text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%g</text>",
+        x, x, H - 18, x, H - 6, i * step);
   }
   fprintf(f, "<text x=\"%d\" y=\"%.0f\">%s</text></g>", CH_LABEL + CH_PLOT + 8, H - 6, un);
   for (int k = 0; k < p; k++) {
@@ -258,11 +267,14 @@ static void mem_chart(FILE *f, const pass_plan *pl, const pass_plan_opts *o) {
     uint64_t w = static_bytes(o, S), tot = S->memory_bytes, a = tot > w ? tot - w : 0;
     fprintf(f, "<text class=\"lbl\" x=\"4\" y=\"%.0f\">stage %d</text>", y + 15, k);
     rep_bytes(b, sizeof b, (double)w);
-    fprintf(f, "<rect x=\"%d\" y=\"%.0f\" width=\"%.2f\" height=\"20\" fill=\"%s\"><title>stage %d weights%s: %s</title></rect>",
-            CH_LABEL, y + 1, (double)w * sx, c, k, o->training ? " + gradients + optimizer state" : "", b);
+    fprintf(
+        f,
+        "<rect x=\"%d\" y=\"%.0f\" width=\"%.2f\" height=\"20\" fill=\"%s\"><title>stage %d weights%s: %s</title></rect>",
+        CH_LABEL, y + 1, (double)w * sx, c, k, o->training ? " + gradients + optimizer state" : "", b);
     rep_bytes(b, sizeof b, (double)a);
-    fprintf(f, "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"20\" fill=\"%s\" fill-opacity=\"0.4\"><title>stage %d "
-               "activations in flight%s: %s</title></rect>",
+    fprintf(f,
+            "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"20\" fill=\"%s\" fill-opacity=\"0.4\"><title>stage %d "
+            "activations in flight%s: %s</title></rect>",
             CH_LABEL + (double)w * sx, y + 1, (double)a * sx, c, k,
             S->recompute == PASS_PLAN_RC_FULL        ? " (forward recomputed)"
             : S->recompute == PASS_PLAN_RC_SELECTIVE ? " (cheap forward nodes recomputed)"
@@ -271,21 +283,23 @@ static void mem_chart(FILE *f, const pass_plan *pl, const pass_plan_opts *o) {
     if (S->peak_memory_bytes) {
       double xp = CH_LABEL + (double)S->peak_memory_bytes * sx;
       rep_bytes(b2, sizeof b2, (double)S->peak_memory_bytes);
-      fprintf(f, "<line class=\"pk\" x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\"><title>stage %d simulated peak: "
-                 "%s</title></line>",
+      fprintf(f,
+              "<line class=\"pk\" x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\"><title>stage %d simulated peak: "
+              "%s</title></line>",
               xp, y - 1, xp, y + 23, k, b2);
     }
     rep_bytes(b, sizeof b, (double)tot);
     double xv = CH_LABEL + (double)(tot > S->peak_memory_bytes ? tot : S->peak_memory_bytes) * sx + 4;
     if (lim > 0 && (double)tot >= 0.001 * lim)
-      fprintf(f, "<text class=\"val\" x=\"%.1f\" y=\"%.0f\">%s (%.1f%%)</text>", xv, y + 15, b, 100.0 * (double)tot / lim);
-    else
-      fprintf(f, "<text class=\"val\" x=\"%.1f\" y=\"%.0f\">%s</text>", xv, y + 15, b);
+      fprintf(f, "<text class=\"val\" x=\"%.1f\" y=\"%.0f\">%s (%.1f%%)</text>", xv, y + 15, b,
+              100.0 * (double)tot / lim);
+    else fprintf(f, "<text class=\"val\" x=\"%.1f\" y=\"%.0f\">%s</text>", xv, y + 15, b);
   }
   if (show_lim) {
     double xl = CH_LABEL + lim * sx;
-    fprintf(f, "<line class=\"lim\" x1=\"%.1f\" y1=\"14\" x2=\"%.1f\" y2=\"%.0f\"/><text x=\"%.1f\" y=\"11\" "
-               "text-anchor=\"end\" fill=\"#c62828\">limit %s</text>",
+    fprintf(f,
+            "<line class=\"lim\" x1=\"%.1f\" y1=\"14\" x2=\"%.1f\" y2=\"%.0f\"/><text x=\"%.1f\" y=\"11\" "
+            "text-anchor=\"end\" fill=\"#c62828\">limit %s</text>",
             xl, xl, H - 18, xl, lb);
   }
   fputs("</svg>", f);
@@ -301,21 +315,24 @@ static void stage_table(FILE *f, const pass_planned *P, const pass_plan_opts *o)
   const pass_plan *pl = &P->plan;
   int tr = pl->training, any_ar = 0;
   for (int k = 0; k < pl->n_stages; k++) any_ar |= pl->stages[k].allreduce_ms > 0;
-  fputs("<div class=\"scroll\"><table id=\"stages\"><thead><tr><th class=\"l\">stage</th><th>devices</th><th>replicas</th>"
-        "<th>nodes</th><th class=\"l\">first \xE2\x80\xA6 last node</th><th title=\"one micro-batch on one device\">fwd ms</th>",
-        f);
+  fputs(
+      "<div class=\"scroll\"><table id=\"stages\"><thead><tr><th class=\"l\">stage</th><th>devices</th><th>replicas</th>"
+      "<th>nodes</th><th class=\"l\">first \xE2\x80\xA6 last node</th><th title=\"one micro-batch on one device\">fwd ms</th>",
+      f);
   if (tr) fputs("<th>bwd ms</th>", f);
   if (any_ar) fputs("<th>all-reduce ms</th>", f);
-  fputs("<th>stage ms</th><th>comm ms</th><th>boundary out</th><th>weights</th><th>act. / mb</th><th>memory</th>"
-        "<th>sim. peak</th></tr></thead><tbody>\n",
-        f);
+  fputs(
+      "<th>stage ms</th><th>comm ms</th><th>boundary out</th><th>weights</th><th>act. / mb</th><th>memory</th>"
+      "<th>sim. peak</th></tr></thead><tbody>\n",
+      f);
   for (int k = 0; k < pl->n_stages; k++) {
     const pass_stage *S = &pl->stages[k];
     char c[8], b[32];
     rep_stage_color(k, c);
-    int bn = S->compute_ms >= pl->bottleneck_ms * (1 - 1e-9) || (k + 1 < pl->n_stages && S->comm_ms >= pl->bottleneck_ms * (1 - 1e-9));
-    fprintf(f, "<tr%s><td class=\"l\"><span class=\"sw\" style=\"background:%s\"></span>%d%s</td>", bn ? " class=\"bn\"" : "", c,
-            k, bn ? " (bottleneck)" : "");
+    int bn = S->compute_ms >= pl->bottleneck_ms * (1 - 1e-9) ||
+             (k + 1 < pl->n_stages && S->comm_ms >= pl->bottleneck_ms * (1 - 1e-9));
+    fprintf(f, "<tr%s><td class=\"l\"><span class=\"sw\" style=\"background:%s\"></span>%d%s</td>",
+            bn ? " class=\"bn\"" : "", c, k, bn ? " (bottleneck)" : "");
     if (S->replicas > 1) fprintf(f, "<td>%d\xE2\x80\x93%d</td>", S->dev_first, S->dev_first + S->replicas - 1);
     else fprintf(f, "<td>%d</td>", S->dev_first);
     fprintf(f, "<td>%d</td><td>%d</td><td class=\"name\">", S->replicas, S->n_nodes);
@@ -332,7 +349,8 @@ static void stage_table(FILE *f, const pass_planned *P, const pass_plan_opts *o)
     fprintf(f, "<td>%.4f</td>", S->compute_ms);
     if (k + 1 < pl->n_stages) {
       rep_bytes(b, sizeof b, (double)S->out_bytes);
-      fprintf(f, "<td>%.4f</td><td>%s (%d tensor%s)</td>", S->comm_ms, b, S->n_out_tensors, S->n_out_tensors == 1 ? "" : "s");
+      fprintf(f, "<td>%.4f</td><td>%s (%d tensor%s)</td>", S->comm_ms, b, S->n_out_tensors,
+              S->n_out_tensors == 1 ? "" : "s");
     } else {
       fputs("<td>\xE2\x80\x93</td><td>\xE2\x80\x93</td>", f);
     }
@@ -356,9 +374,10 @@ int report_html_write(FILE *f, const ir_graph *g, const pass_planned *P, const p
   const char *base = strrchr(model, '/') ? strrchr(model, '/') + 1 : model;
   char buf[256], v[128], s[256];
 
-  fputs("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>pipecc plan: ",
-        f);
+  fputs(
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
+      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>pipecc plan: ",
+      f);
   rep_esc(f, base, 80);
   fprintf(f, "</title>\n<style>\n%s</style>\n</head>\n<body><main>\n", CSS);
 
@@ -385,10 +404,12 @@ int report_html_write(FILE *f, const ir_graph *g, const pass_planned *P, const p
   const char *dn = cmd_opt(cl, "--device", v, sizeof v);
   const pass_device *dev = pass_device_find(dn ? dn : target && !strcmp(target, "cuda") ? "h100" : "cpu");
   if (dev) {
-    snprintf(s, sizeof s, "%s%s", dev->desc, cmd_has(cl, "--profile") ? " \xC2\xB7 measured profile" : " \xC2\xB7 cost model");
+    snprintf(s, sizeof s, "%s%s", dev->desc,
+             cmd_has(cl, "--profile") ? " \xC2\xB7 measured profile" : " \xC2\xB7 cost model");
     card(f, "device", dev->name, s, 0);
   }
-  int hosts = o->topo.hosts > 0 ? o->topo.hosts : 1, gph = o->topo.gpus_per_host > 0 ? o->topo.gpus_per_host : o->devices;
+  int hosts = o->topo.hosts > 0 ? o->topo.hosts : 1,
+      gph = o->topo.gpus_per_host > 0 ? o->topo.gpus_per_host : o->devices;
   snprintf(buf, sizeof buf, "%d", pl->devices);
   snprintf(s, sizeof s, "%d used \xC2\xB7 %d host%s \xC3\x97 %d \xC2\xB7 %.0f GB/s links", pl->devices_used, hosts,
            hosts == 1 ? "" : "s", gph, o->topo.intra_gbps);
@@ -403,14 +424,18 @@ int report_html_write(FILE *f, const ir_graph *g, const pass_planned *P, const p
   /* the default count searched (pipecc -m): each count tried and its predicted iteration */
   for (int k = 0; k < o->mb_search_n && so < (int)sizeof s - 48; k++) {
     if (o->mb_search_ms[k] < 0)
-      so += snprintf(s + so, sizeof s - (size_t)so, "%s%d: no plan", k ? ", " : " \xC2\xB7 searched ", o->mb_search_m[k]);
+      so +=
+          snprintf(s + so, sizeof s - (size_t)so, "%s%d: no plan", k ? ", " : " \xC2\xB7 searched ", o->mb_search_m[k]);
     else
-      so += snprintf(s + so, sizeof s - (size_t)so, "%s%d: %.3f ms", k ? ", " : " \xC2\xB7 searched ", o->mb_search_m[k],
-                     o->mb_search_ms[k]);
+      so += snprintf(s + so, sizeof s - (size_t)so, "%s%d: %.3f ms", k ? ", " : " \xC2\xB7 searched ",
+                     o->mb_search_m[k], o->mb_search_ms[k]);
   }
   card(f, "micro-batches", buf, s, 0);
   snprintf(buf, sizeof buf, "%d", pl->n_stages);
-  snprintf(s, sizeof s, "states: %s order", pl->order_kind == PASS_ORDER_DFS ? "dfs" : pl->order_kind == PASS_ORDER_LEVEL ? "level" : "index");
+  snprintf(s, sizeof s, "states: %s order",
+           pl->order_kind == PASS_ORDER_DFS     ? "dfs"
+           : pl->order_kind == PASS_ORDER_LEVEL ? "level"
+                                                : "index");
   card(f, "stages", buf, s, 0);
   char t1[32], t2[32];
   rep_ms(t1, sizeof t1, pl->bottleneck_ms);
@@ -429,11 +454,12 @@ int report_html_write(FILE *f, const ir_graph *g, const pass_planned *P, const p
   /* as plan.json: no timing figure in a reproducible build (SOURCE_DATE_EPOCH set) */
   if (getenv("SOURCE_DATE_EPOCH"))
     snprintf(buf, sizeof buf, "\xE2\x80\x93 <small class=\"muted\">(SOURCE_DATE_EPOCH)</small>");
-  else
-    snprintf(buf, sizeof buf, "%.2f ms", P->antichain_partition_ms);
-  fprintf(f, "<div class=\"card\"><div class=\"k\">planner time</div><div class=\"v\"><span id=\"planner-ms\">%s</span></div>"
-             "<div class=\"s\">antichain + partition (wall time)</div></div>\n",
-          buf);
+  else snprintf(buf, sizeof buf, "%.2f ms", P->antichain_partition_ms);
+  fprintf(
+      f,
+      "<div class=\"card\"><div class=\"k\">planner time</div><div class=\"v\"><span id=\"planner-ms\">%s</span></div>"
+      "<div class=\"s\">antichain + partition (wall time)</div></div>\n",
+      buf);
   fputs("</div>\n<p class=\"muted small\">All times are predictions of the cost model", f);
   if (dev) fprintf(f, " for %s", dev->desc);
   fputs(", per micro-batch unless stated.</p>\n", f);

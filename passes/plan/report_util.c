@@ -72,8 +72,7 @@ static void hsl_hex(double h, double s, double l, char out[8]) {
   else if (hp < 5) r = x, b = c;
   else r = c, b = x;
   double m = l - c / 2;
-  snprintf(out, 8, "#%02x%02x%02x", (int)lround((r + m) * 255), (int)lround((g + m) * 255),
-           (int)lround((b + m) * 255));
+  snprintf(out, 8, "#%02x%02x%02x", (int)lround((r + m) * 255), (int)lround((g + m) * 255), (int)lround((b + m) * 255));
 }
 
 void rep_stage_color(int k, char out[8]) {
@@ -95,7 +94,10 @@ static int hex2(const char *s) {
   int v = 0;
   for (int i = 0; i < 2; i++) {
     char c = s[i];
-    v = v * 16 + (c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : 0);
+    v = v * 16 + (c >= '0' && c <= '9'   ? c - '0'
+                  : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                  : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                         : 0);
   }
   return v;
 }

@@ -32,27 +32,26 @@
 #include "passes/plan/partition.h"
 
 typedef enum pass_op {
-    PASS_OP_FWD = 0,
-    PASS_OP_BWD,
-    PASS_OP_SEND_ACT,   /* to stage k+1 */
-    PASS_OP_RECV_ACT,   /* from stage k-1 */
-    PASS_OP_SEND_GRAD,  /* to stage k-1 */
-    PASS_OP_RECV_GRAD,  /* from stage k+1 */
-    PASS_OP_ALLREDUCE,
-    PASS_OP_STEP
+  PASS_OP_FWD = 0,
+  PASS_OP_BWD,
+  PASS_OP_SEND_ACT,  /* to stage k+1 */
+  PASS_OP_RECV_ACT,  /* from stage k-1 */
+  PASS_OP_SEND_GRAD, /* to stage k-1 */
+  PASS_OP_RECV_GRAD, /* from stage k+1 */
+  PASS_OP_ALLREDUCE,
+  PASS_OP_STEP
 } pass_op;
 
 struct pass_instr {
-    pass_op op;
-    int mb;             /* micro-batch, -1 for ALLREDUCE / STEP */
+  pass_op op;
+  int mb; /* micro-batch, -1 for ALLREDUCE / STEP */
 };
 
 const char *pass_op_name(pass_op op);
 
 /* Build p streams (caller-allocated array of p, zeroed). Returns 0, -1 on no memory.
  * replicas may be NULL (all 1). */
-int pass_schedule_build(pass_schedule_kind kind, int p, int m, int training, const int *replicas,
-                        pass_stream *streams);
+int pass_schedule_build(pass_schedule_kind kind, int p, int m, int training, const int *replicas, pass_stream *streams);
 /* Append one instruction to a stream. Returns 0, -1 on no memory. */
 int pass_stream_push(pass_stream *s, pass_op op, int mb);
 void pass_streams_free(pass_stream *streams, int p);
@@ -71,42 +70,41 @@ int pass_schedule_check(int p, const pass_stream *streams, const int *replicas, 
  * (as the runtime does), each FWD/BWD taking the full time below, the ALLREDUCE
  * starting once every replica reached it and ending for all at once. */
 typedef struct pass_sim_stage {
-    double fwd_ms, bwd_ms;  /* one micro-batch on one replica */
-    int replicas;           /* 0 or 1: one device */
-    double act_xfer_ms;     /* SEND_ACT of this stage to stage k+1 */
-    double grad_xfer_ms;    /* SEND_GRAD of this stage to stage k-1 */
-    double allreduce_ms, step_ms;
-    uint64_t static_bytes;  /* weights (+ grads + optimizer state) */
-    uint64_t act_bytes;     /* stashed per in-flight micro-batch */
-    int recompute;          /* re-materialisation: work_bytes are the activations of the micro-batch */
-    uint64_t work_bytes;    /* whose backward runs, act_bytes what each other one keeps */
+  double fwd_ms, bwd_ms; /* one micro-batch on one replica */
+  int replicas;          /* 0 or 1: one device */
+  double act_xfer_ms;    /* SEND_ACT of this stage to stage k+1 */
+  double grad_xfer_ms;   /* SEND_GRAD of this stage to stage k-1 */
+  double allreduce_ms, step_ms;
+  uint64_t static_bytes; /* weights (+ grads + optimizer state) */
+  uint64_t act_bytes;    /* stashed per in-flight micro-batch */
+  int recompute;         /* re-materialisation: work_bytes are the activations of the micro-batch */
+  uint64_t work_bytes;   /* whose backward runs, act_bytes what each other one keeps */
 } pass_sim_stage;
 
 /* One timed instruction of the simulation: FWD, BWD, ALLREDUCE (mb -1) on a replica,
  * or SEND_ACT/SEND_GRAD as the link's busy interval. */
 typedef struct pass_sim_span {
-    int stage, replica;
-    pass_op op;
-    int mb;
-    double t0, t1;
+  int stage, replica;
+  pass_op op;
+  int mb;
+  double t0, t1;
 } pass_sim_span;
 
 typedef struct pass_sim_result {
-    double iteration_ms;    /* time until every stage has finished its stream */
-    double bubble_fraction; /* 1 - sum of FWD/BWD busy time / (devices * iteration_ms) */
-    int *peak_inflight;     /* [p] micro-batches whose activations one replica holds at once */
-    uint64_t *peak_bytes;   /* [p] static + peak_inflight * act_bytes (per device); with recompute,
-                               static + work_bytes + (peak_inflight - 1) * act_bytes */
-    double *busy_ms;        /* [p] FWD/BWD time summed over the stage's replicas */
-    pass_sim_span *spans;   /* in the order they were simulated */
-    int n_spans, cap_spans;
+  double iteration_ms;    /* time until every stage has finished its stream */
+  double bubble_fraction; /* 1 - sum of FWD/BWD busy time / (devices * iteration_ms) */
+  int *peak_inflight;     /* [p] micro-batches whose activations one replica holds at once */
+  uint64_t *peak_bytes;   /* [p] static + peak_inflight * act_bytes (per device); with recompute,
+                             static + work_bytes + (peak_inflight - 1) * act_bytes */
+  double *busy_ms;        /* [p] FWD/BWD time summed over the stage's replicas */
+  pass_sim_span *spans;   /* in the order they were simulated */
+  int n_spans, cap_spans;
 } pass_sim_result;
 
 /* Simulate; arrays in res are allocated (free with pass_sim_result_free). Each
  * link direction carries one message at a time. Returns 0, -1 if the streams
  * do not pass pass_schedule_check. */
-int pass_schedule_simulate(int p, const pass_stream *streams, const pass_sim_stage *cost,
-                           pass_sim_result *res);
+int pass_schedule_simulate(int p, const pass_stream *streams, const pass_sim_stage *cost, pass_sim_result *res);
 void pass_sim_result_free(pass_sim_result *res);
 
 /* The simulation costs of plan's stages (c: n_stages entries): times from the plan,

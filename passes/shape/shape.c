@@ -68,19 +68,18 @@ int sh_set_out(ir_graph *g, int node, int i, ir_dtype dt, const ir_shape *s) {
 
 int sh_check_dtype(ir_graph *g, int node, const ir_value *v, unsigned mask, const char *what) {
   if (v->dtype > IR_UNDEFINED && v->dtype < IR_DTYPE_COUNT && (mask & SH_BIT(v->dtype))) return 0;
-  const char *kind = mask == SH_FLOATS ? "a floating-point type"
+  const char *kind = mask == SH_FLOATS         ? "a floating-point type"
                      : mask == SH_BIT(IR_BOOL) ? "bool"
-                     : mask == SH_INDEX          ? "int32 or int64"
-                     : mask == SH_INTS           ? "an integer type"
-                     : mask == SH_NUM            ? "a numeric type"
-                                                 : "a supported type";
+                     : mask == SH_INDEX        ? "int32 or int64"
+                     : mask == SH_INTS         ? "an integer type"
+                     : mask == SH_NUM          ? "a numeric type"
+                                               : "a supported type";
   SH_FAIL("%s has data type %s, expected %s", what, ir_dtype_name(v->dtype), kind);
 }
 
 int sh_same_dtype(ir_graph *g, int node, const ir_value *a, const ir_value *b, const char *an, const char *bn) {
   if (a->dtype == b->dtype) return 0;
-  SH_FAIL("%s (%s) and %s (%s) must have the same data type", an, ir_dtype_name(a->dtype), bn,
-          ir_dtype_name(b->dtype));
+  SH_FAIL("%s (%s) and %s (%s) must have the same data type", an, ir_dtype_name(a->dtype), bn, ir_dtype_name(b->dtype));
 }
 
 int sh_broadcast_shapes(const ir_shape *a, const ir_shape *b, ir_shape *out) {
@@ -143,7 +142,8 @@ static int const_input(ir_graph *g, int node, int i, const char *what, int max, 
   IR_ASSERT(v);
   if (v->kind != IR_VAL_CONST)
     SH_FAIL("input '%s' (value '%s') must be a constant for a static shape", what, sh_vname(v, vn, sizeof vn));
-  if (v->shape.rank > 1) SH_FAIL("input '%s' must be a scalar or 1-D, it has shape %s", what, sh_str(&v->shape, b, sizeof b));
+  if (v->shape.rank > 1)
+    SH_FAIL("input '%s' must be a scalar or 1-D, it has shape %s", what, sh_str(&v->shape, b, sizeof b));
   int64_t cnt = ir_shape_numel(&v->shape);
   if (cnt < 0 || cnt > max) SH_FAIL("input '%s' has %" PRId64 " elements, at most %d supported", what, cnt, max);
   *n = (int)cnt;
@@ -154,7 +154,8 @@ static int const_input(ir_graph *g, int node, int i, const char *what, int max, 
 int sh_const_ints(ir_graph *g, int node, int i, const char *what, int64_t *out, int max, int *n) {
   const ir_value *v;
   if (const_input(g, node, i, what, max, n, &v)) return -1;
-  if (!(SH_BIT(v->dtype) & SH_INTS)) SH_FAIL("input '%s' has data type %s, expected an integer type", what, ir_dtype_name(v->dtype));
+  if (!(SH_BIT(v->dtype) & SH_INTS))
+    SH_FAIL("input '%s' has data type %s, expected an integer type", what, ir_dtype_name(v->dtype));
   for (int k = 0; k < *n; k++)
     if (ir_const_i64(v, k, &out[k])) SH_FAIL("input '%s': cannot read element %d of its data", what, k);
   return 0;
@@ -185,12 +186,8 @@ int sh_attr_ints(ir_graph *g, int node, const char *name, int64_t *out, int max)
   return n;
 }
 
-int sh_mul(int64_t a, int64_t b, int64_t *r) {
-  return __builtin_mul_overflow(a, b, r) ? -1 : 0;
-}
-int sh_add(int64_t a, int64_t b, int64_t *r) {
-  return __builtin_add_overflow(a, b, r) ? -1 : 0;
-}
+int sh_mul(int64_t a, int64_t b, int64_t *r) { return __builtin_mul_overflow(a, b, r) ? -1 : 0; }
+int sh_add(int64_t a, int64_t b, int64_t *r) { return __builtin_add_overflow(a, b, r) ? -1 : 0; }
 
 int sh_auto_pad(const char *s) {
   if (!s || !strcmp(s, "NOTSET") || !*s) return SH_PAD_NOTSET;
@@ -200,8 +197,8 @@ int sh_auto_pad(const char *s) {
   return -1;
 }
 
-int sh_window_out(int64_t in, int64_t k, int64_t s, int64_t d, int auto_pad, int ceil_mode, int64_t *pb,
-                  int64_t *pe, int64_t *out) {
+int sh_window_out(int64_t in, int64_t k, int64_t s, int64_t d, int auto_pad, int ceil_mode, int64_t *pb, int64_t *pe,
+                  int64_t *out) {
   const int64_t lim = (int64_t)1 << 40;
   if (k < 1 || s < 1 || d < 1 || in < 0 || k > lim || s > lim || d > lim) return -1;
   int64_t ek = (k - 1) * d + 1; /* dilated kernel extent */

@@ -8,13 +8,19 @@
 /* Accepted input types of a unary op (ONNX operator docs, latest version <= 21). */
 static unsigned unary_types(ir_op op) {
   switch (op) {
-  case IR_OP_Identity: return SH_ALL;
-  case IR_OP_Not: return SH_BIT(IR_BOOL);
-  case IR_OP_BitwiseNot: return SH_INTS;
-  case IR_OP_Abs: case IR_OP_Neg: case IR_OP_Sign: case IR_OP_Relu: case IR_OP_Erf: case IR_OP_Shrink:
-  case IR_OP_Clip: case IR_OP_IsNaN: case IR_OP_IsInf:
-    return SH_NUM;
-  default: return SH_FLOATS;
+    case IR_OP_Identity: return SH_ALL;
+    case IR_OP_Not: return SH_BIT(IR_BOOL);
+    case IR_OP_BitwiseNot: return SH_INTS;
+    case IR_OP_Abs:
+    case IR_OP_Neg:
+    case IR_OP_Sign:
+    case IR_OP_Relu:
+    case IR_OP_Erf:
+    case IR_OP_Shrink:
+    case IR_OP_Clip:
+    case IR_OP_IsNaN:
+    case IR_OP_IsInf: return SH_NUM;
+    default: return SH_FLOATS;
   }
 }
 
@@ -51,11 +57,15 @@ int sh_binary(ir_graph *g, int node) {
   ir_value *a = sh_in(g, node, 0), *b = sh_in(g, node, 1);
   unsigned types = SH_NUM;
   switch (n->op) {
-  case IR_OP_And: case IR_OP_Or: case IR_OP_Xor: types = SH_BIT(IR_BOOL); break;
-  case IR_OP_BitShift: types = SH_UINTS; break;
-  case IR_OP_BitwiseAnd: case IR_OP_BitwiseOr: case IR_OP_BitwiseXor: types = SH_INTS; break;
-  case IR_OP_Equal: types = SH_ALL; break;
-  default: break;
+    case IR_OP_And:
+    case IR_OP_Or:
+    case IR_OP_Xor: types = SH_BIT(IR_BOOL); break;
+    case IR_OP_BitShift: types = SH_UINTS; break;
+    case IR_OP_BitwiseAnd:
+    case IR_OP_BitwiseOr:
+    case IR_OP_BitwiseXor: types = SH_INTS; break;
+    case IR_OP_Equal: types = SH_ALL; break;
+    default: break;
   }
   if (sh_check_dtype(g, node, a, types, "input A")) return -1;
   if (n->op == IR_OP_Pow) {

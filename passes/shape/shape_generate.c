@@ -76,7 +76,8 @@ int sh_Range(ir_graph *g, int node) {
   int64_t cnt;
   if (SH_BIT(v[0]->dtype) & SH_SINTS) {
     int64_t s, l, d;
-    if (ir_const_i64(v[0], 0, &s) || ir_const_i64(v[1], 0, &l) || ir_const_i64(v[2], 0, &d)) SH_FAIL("cannot read the inputs");
+    if (ir_const_i64(v[0], 0, &s) || ir_const_i64(v[1], 0, &l) || ir_const_i64(v[2], 0, &d))
+      SH_FAIL("cannot read the inputs");
     if (d == 0) SH_FAIL("input 'delta' is 0");
     __int128 span = (__int128)l - s;
     __int128 c = d > 0 ? (span + d - 1) / d : (span + d + 1) / d;
@@ -85,7 +86,8 @@ int sh_Range(ir_graph *g, int node) {
     cnt = (int64_t)c;
   } else {
     double s, l, d;
-    if (ir_const_f64(v[0], 0, &s) || ir_const_f64(v[1], 0, &l) || ir_const_f64(v[2], 0, &d)) SH_FAIL("cannot read the inputs");
+    if (ir_const_f64(v[0], 0, &s) || ir_const_f64(v[1], 0, &l) || ir_const_f64(v[2], 0, &d))
+      SH_FAIL("cannot read the inputs");
     if (d == 0 || !isfinite(s) || !isfinite(l) || !isfinite(d)) SH_FAIL("inputs must be finite and 'delta' non-zero");
     double c = ceil((l - s) / d);
     if (c >= 9.2e18) SH_FAIL("the output length overflows");

@@ -112,8 +112,8 @@ int sh_add(int64_t a, int64_t b, int64_t *r);
  * them to 0. Returns 0, or -1 if the padded input is smaller than the dilated kernel
  * or a parameter is out of range (k, s, d < 1, pads < 0). */
 enum { SH_PAD_NOTSET, SH_PAD_SAME_UPPER, SH_PAD_SAME_LOWER, SH_PAD_VALID };
-int sh_window_out(int64_t in, int64_t k, int64_t s, int64_t d, int auto_pad, int ceil_mode, int64_t *pb,
-                  int64_t *pe, int64_t *out);
+int sh_window_out(int64_t in, int64_t k, int64_t s, int64_t d, int auto_pad, int ceil_mode, int64_t *pb, int64_t *pe,
+                  int64_t *out);
 /* Parse an auto_pad attribute value; -1 if unknown. */
 int sh_auto_pad(const char *s);
 

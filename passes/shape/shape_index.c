@@ -15,10 +15,10 @@ int sh_ScatterElements(ir_graph *g, int node) {
   if (sh_check_dtype(g, node, idx, SH_INDEX, "input 'indices'") ||
       sh_same_dtype(g, node, x, up, "input 'data'", "input 'updates'"))
     return -1;
-  if (x->shape.rank < 1 || idx->shape.rank != x->shape.rank || ir_shape_numel(&idx->shape) != ir_shape_numel(&up->shape) ||
-      idx->shape.rank != up->shape.rank)
-    SH_FAIL("'indices' %s and 'updates' %s must have one shape, of the rank of 'data'", sh_str(&idx->shape, a, sizeof a),
-            sh_str(&up->shape, b, sizeof b));
+  if (x->shape.rank < 1 || idx->shape.rank != x->shape.rank ||
+      ir_shape_numel(&idx->shape) != ir_shape_numel(&up->shape) || idx->shape.rank != up->shape.rank)
+    SH_FAIL("'indices' %s and 'updates' %s must have one shape, of the rank of 'data'",
+            sh_str(&idx->shape, a, sizeof a), sh_str(&up->shape, b, sizeof b));
   if (sh_axis(g, node, ir_attr_int(SH_NODE, "axis", 0), x->shape.rank, "axis", &ax)) return -1;
   SH_NODE->flops = sh_numel(&up->shape);
   return sh_set_out(g, node, 0, x->dtype, &x->shape);
@@ -35,7 +35,8 @@ int sh_ScatterND(ir_graph *g, int node) {
   int q = idx->shape.rank, r = x->shape.rank;
   if (r < 1 || q < 1) SH_FAIL("'data' and 'indices' must have rank >= 1");
   int64_t k = idx->shape.dims[q - 1];
-  if (k > r) SH_FAIL("'indices' %s indexes %" PRId64 " dims of 'data' of rank %d", sh_str(&idx->shape, a, sizeof a), k, r);
+  if (k > r)
+    SH_FAIL("'indices' %s indexes %" PRId64 " dims of 'data' of rank %d", sh_str(&idx->shape, a, sizeof a), k, r);
   ir_shape want = {0};
   for (int i = 0; i < q - 1; i++) want.dims[want.rank++] = idx->shape.dims[i];
   for (int i = (int)k; i < r; i++) {
@@ -60,11 +61,12 @@ int sh_GatherND(ir_graph *g, int node) {
   if (bd < 0 || bd >= q || bd >= r) SH_FAIL("attribute 'batch_dims' %" PRId64 " must be below both ranks", bd);
   for (int i = 0; i < bd; i++)
     if (x->shape.dims[i] != idx->shape.dims[i])
-      SH_FAIL("batch dims of 'data' %s and 'indices' %s differ", sh_str(&x->shape, a, sizeof a), sh_str(&idx->shape, b, sizeof b));
+      SH_FAIL("batch dims of 'data' %s and 'indices' %s differ", sh_str(&x->shape, a, sizeof a),
+              sh_str(&idx->shape, b, sizeof b));
   int64_t k = idx->shape.dims[q - 1];
   if (k < 1 || k > r - bd)
-    SH_FAIL("'indices' %s indexes %" PRId64 " dims; 'data' %s has %d after the batch dims", sh_str(&idx->shape, a, sizeof a), k,
-            sh_str(&x->shape, b, sizeof b), (int)(r - bd));
+    SH_FAIL("'indices' %s indexes %" PRId64 " dims; 'data' %s has %d after the batch dims",
+            sh_str(&idx->shape, a, sizeof a), k, sh_str(&x->shape, b, sizeof b), (int)(r - bd));
   ir_shape out = {0};
   for (int i = 0; i < q - 1; i++) out.dims[out.rank++] = idx->shape.dims[i];
   for (int i = (int)(bd + k); i < r; i++) {
@@ -91,8 +93,7 @@ int sh_TopK(ir_graph *g, int node) {
   }
   if (x->shape.rank < 1) SH_FAIL("input X must have rank >= 1");
   if (sh_axis(g, node, ir_attr_int(n, "axis", -1), x->shape.rank, "axis", &ax)) return -1;
-  if (k < 0 || k > x->shape.dims[ax])
-    SH_FAIL("K is %" PRId64 ", axis %d has size %" PRId64, k, ax, x->shape.dims[ax]);
+  if (k < 0 || k > x->shape.dims[ax]) SH_FAIL("K is %" PRId64 ", axis %d has size %" PRId64, k, ax, x->shape.dims[ax]);
   ir_shape out = x->shape;
   out.dims[ax] = k;
   n->flops = sh_numel(&x->shape);

@@ -33,14 +33,16 @@ static int window_attrs(ir_graph *g, int node, int sp, int need_k, window *w) {
   }
   n = sh_attr_ints(g, node, "pads", w->p, 2 * IR_MAX_RANK);
   if (n == -2) return -1;
-  if (n >= 0 && n != 2 * sp) SH_FAIL("attribute 'pads' has %d values, expected %d (begin and end per spatial dim)", n, 2 * sp);
+  if (n >= 0 && n != 2 * sp)
+    SH_FAIL("attribute 'pads' has %d values, expected %d (begin and end per spatial dim)", n, 2 * sp);
   for (int i = 0; i < 2 * sp && n >= 0; i++)
     if (w->p[i] < 0) SH_FAIL("attribute 'pads' has negative value %" PRId64, w->p[i]);
   const char *ap = ir_attr_str(SH_NODE, "auto_pad", "NOTSET");
   w->auto_pad = sh_auto_pad(ap);
   if (w->auto_pad < 0) {
     char b[96];
-    SH_FAIL("attribute 'auto_pad' is '%s' (expected NOTSET, SAME_UPPER, SAME_LOWER or VALID)", ir_printable(ap, 40, b, sizeof b));
+    SH_FAIL("attribute 'auto_pad' is '%s' (expected NOTSET, SAME_UPPER, SAME_LOWER or VALID)",
+            ir_printable(ap, 40, b, sizeof b));
   }
   w->ceil_mode = ir_attr_int(SH_NODE, "ceil_mode", 0) != 0;
   return 0;
@@ -53,7 +55,8 @@ static int window_apply(ir_graph *g, int node, const ir_shape *x, window *w, ir_
     int64_t pb = w->p[i], pe = w->p[i + sp], o;
     if (w->k[i] < 1) SH_FAIL("kernel size %" PRId64 " in spatial dim %d (must be >= 1)", w->k[i], i);
     if (sh_window_out(x->dims[2 + i], w->k[i], w->s[i], w->d[i], w->auto_pad, w->ceil_mode, &pb, &pe, &o))
-      SH_FAIL("spatial dim %d: input size %" PRId64 " with pads (%" PRId64 ", %" PRId64 ") is smaller than the kernel "
+      SH_FAIL("spatial dim %d: input size %" PRId64 " with pads (%" PRId64 ", %" PRId64
+              ") is smaller than the kernel "
               "extent %" PRId64 " (kernel %" PRId64 ", dilation %" PRId64 ")",
               i, x->dims[2 + i], pb, pe, (w->k[i] - 1) * w->d[i] + 1, w->k[i], w->d[i]);
     if (o < 1) SH_FAIL("spatial dim %d: output size would be %" PRId64, i, o);
@@ -158,7 +161,8 @@ int sh_ConvTranspose(ir_graph *g, int node) {
   ir_node *n = SH_NODE;
   ir_value *x = sh_in(g, node, 0), *wt = sh_in(g, node, 1);
   char b[256], c[256];
-  if (sh_check_dtype(g, node, x, SH_FLOATS, "input X") || sh_same_dtype(g, node, x, wt, "input X", "input W")) return -1;
+  if (sh_check_dtype(g, node, x, SH_FLOATS, "input X") || sh_same_dtype(g, node, x, wt, "input X", "input W"))
+    return -1;
   int r = x->shape.rank;
   if (r < 3) SH_FAIL("input X must be [N, C, spatial...], it has shape %s", sh_str(&x->shape, b, sizeof b));
   if (wt->shape.rank != r)
@@ -180,7 +184,8 @@ int sh_ConvTranspose(ir_graph *g, int node) {
   int nop = sh_attr_ints(g, node, "output_padding", op, IR_MAX_RANK);
   int nos = sh_attr_ints(g, node, "output_shape", os, IR_MAX_RANK + 2);
   if (nk == -2 || nop == -2 || nos == -2) return -1;
-  if (nop >= 0 && nop != sp) SH_FAIL("attribute 'output_padding' has %d values, the input has %d spatial dims", nop, sp);
+  if (nop >= 0 && nop != sp)
+    SH_FAIL("attribute 'output_padding' has %d values, the input has %d spatial dims", nop, sp);
   if (nos >= 0 && nos != sp && nos != r)
     SH_FAIL("attribute 'output_shape' has %d values, the input has %d spatial dims", nos, sp);
   ir_shape out = x->shape;
@@ -244,7 +249,8 @@ int sh_Gemm(ir_graph *g, int node) {
 int sh_matmul_shape(ir_graph *g, int node, const ir_value *a, const ir_value *bb, ir_shape *res, double *flops) {
   char s1[256], s2[256];
   ir_shape sa = a->shape, sb = bb->shape;
-  if (sa.rank < 1 || sb.rank < 1) SH_FAIL("inputs must have rank >= 1 (A %s, B %s)", sh_str(&sa, s1, sizeof s1), sh_str(&sb, s2, sizeof s2));
+  if (sa.rank < 1 || sb.rank < 1)
+    SH_FAIL("inputs must have rank >= 1 (A %s, B %s)", sh_str(&sa, s1, sizeof s1), sh_str(&sb, s2, sizeof s2));
   int a1 = sa.rank == 1, b1 = sb.rank == 1;
   if (a1) sa.rank = 2, sa.dims[1] = sa.dims[0], sa.dims[0] = 1;
   if (b1) sb.rank = 2, sb.dims[1] = 1;
@@ -255,7 +261,8 @@ int sh_matmul_shape(ir_graph *g, int node, const ir_value *a, const ir_value *bb
   ba.rank -= 2;
   bt.rank -= 2;
   if (sh_broadcast_shapes(&ba, &bt, &out))
-    SH_FAIL("batch dims of A %s and B %s cannot be broadcast", sh_str(&a->shape, s1, sizeof s1), sh_str(&bb->shape, s2, sizeof s2));
+    SH_FAIL("batch dims of A %s and B %s cannot be broadcast", sh_str(&a->shape, s1, sizeof s1),
+            sh_str(&bb->shape, s2, sizeof s2));
   double batch = sh_numel(&out);
   if (!a1) out.dims[out.rank++] = M;
   if (!b1) out.dims[out.rank++] = N;
@@ -279,7 +286,8 @@ static int check_vec(ir_graph *g, int node, int i, const char *what, int64_t c, 
   char b[256];
   if (!v) return 0;
   if (v->shape.rank != 1 || v->shape.dims[0] != c)
-    SH_FAIL("input '%s' has shape %s, expected [%" PRId64 "] (the channel count)", what, sh_str(&v->shape, b, sizeof b), c);
+    SH_FAIL("input '%s' has shape %s, expected [%" PRId64 "] (the channel count)", what, sh_str(&v->shape, b, sizeof b),
+            c);
   if (like && sh_same_dtype(g, node, like, v, "the statistics", what)) return -1;
   return sh_check_dtype(g, node, v, SH_FLOATS, what);
 }
@@ -375,7 +383,8 @@ int sh_Dropout(ir_graph *g, int node) {
     SH_FAIL("input 'ratio' must be a floating-point scalar, it is %s %s", ir_dtype_name(ratio->dtype),
             sh_str(&ratio->shape, b, sizeof b));
   if (tm && (ir_shape_numel(&tm->shape) != 1 || tm->dtype != IR_BOOL))
-    SH_FAIL("input 'training_mode' must be a bool scalar, it is %s %s", ir_dtype_name(tm->dtype), sh_str(&tm->shape, b, sizeof b));
+    SH_FAIL("input 'training_mode' must be a bool scalar, it is %s %s", ir_dtype_name(tm->dtype),
+            sh_str(&tm->shape, b, sizeof b));
   n->flops = sh_numel(&x->shape);
   if (sh_set_out(g, node, 0, x->dtype, &x->shape)) return -1;
   return sh_set_out(g, node, 1, n->opset >= 10 ? IR_BOOL : x->dtype, &x->shape);

@@ -45,7 +45,8 @@ int sh_reduce(ir_graph *g, int node) {
       if (sh_const_ints(g, node, 1, "axes", axes, 64, &na)) return -1;
     }
   } else {
-    if (n->n_in > 1 && n->in[1] >= 0) SH_FAIL("takes 'axes' as an attribute before opset %d, not as an input", n->op == IR_OP_ReduceSum ? 13 : 18);
+    if (n->n_in > 1 && n->in[1] >= 0)
+      SH_FAIL("takes 'axes' as an attribute before opset %d, not as an input", n->op == IR_OP_ReduceSum ? 13 : 18);
     na = sh_attr_ints(g, node, "axes", axes, 64);
     if (na == -2) return -1;
   }

@@ -47,7 +47,9 @@ int sh_Pad(ir_graph *g, int node) {
   for (int i = 0; i < na; i++) {
     int64_t d = out.dims[ax[i]], t;
     if (sh_add(d, pads[i], &t) || sh_add(t, pads[i + na], &t)) SH_FAIL("padded dim %d overflows", ax[i]);
-    if (t < 0) SH_FAIL("pads (%" PRId64 ", %" PRId64 ") make dim %d of size %" PRId64 " negative", pads[i], pads[i + na], ax[i], d);
+    if (t < 0)
+      SH_FAIL("pads (%" PRId64 ", %" PRId64 ") make dim %d of size %" PRId64 " negative", pads[i], pads[i + na], ax[i],
+              d);
     out.dims[ax[i]] = t;
   }
   n->flops = 0;

@@ -51,9 +51,10 @@ static int read_acts(ir_graph *g, int node, pass_rnn *r) {
       while (i < sizeof acts / sizeof acts[0] && strcasecmp(nm, acts[i].name)) i++;
       if (i == sizeof acts / sizeof acts[0]) {
         char b[96];
-        SH_FAIL("activation '%s' is not supported (pipecc supports Sigmoid, Tanh, Relu, LeakyRelu, ThresholdedRelu, "
-                "HardSigmoid, Affine, ScaledTanh, Elu, Softsign, Softplus)",
-                ir_printable(nm, 40, b, sizeof b));
+        SH_FAIL(
+            "activation '%s' is not supported (pipecc supports Sigmoid, Tanh, Relu, LeakyRelu, ThresholdedRelu, "
+            "HardSigmoid, Affine, ScaledTanh, Elu, Softsign, Softplus)",
+            ir_printable(nm, 40, b, sizeof b));
       }
       pass_rnn_actv *v = &r->act[d][k];
       v->fn = acts[i].fn;
@@ -98,7 +99,9 @@ int pass_rnn_info(ir_graph *g, int node, pass_rnn *r) {
   if (!strcmp(dir, "forward")) r->D = 1;
   else if (!strcmp(dir, "reverse")) r->D = 1, r->reverse = 1;
   else if (!strcmp(dir, "bidirectional")) r->D = 2;
-  else SH_FAIL("attribute 'direction' is '%s' (expected forward, reverse or bidirectional)", ir_printable(dir, 40, b, sizeof b));
+  else
+    SH_FAIL("attribute 'direction' is '%s' (expected forward, reverse or bidirectional)",
+            ir_printable(dir, 40, b, sizeof b));
   r->layout = (int)ir_attr_int(n, "layout", 0);
   if (r->layout != 0 && r->layout != 1) SH_FAIL("attribute 'layout' is %d (expected 0 or 1)", r->layout);
   if (x->shape.rank != 3) SH_FAIL("input X must be 3-D, it has shape %s", sh_str(&x->shape, b, sizeof b));
@@ -125,8 +128,7 @@ int pass_rnn_info(ir_graph *g, int node, pass_rnn *r) {
     if (!v) continue;
     if (i == 4) {
       if (sh_check_dtype(g, node, v, SH_INDEX, "input sequence_lens")) return -1;
-    } else if (sh_same_dtype(g, node, x, v, "input X", fl[i]))
-      return -1;
+    } else if (sh_same_dtype(g, node, x, v, "input X", fl[i])) return -1;
   }
   r->has_b = sh_in(g, node, 3) != NULL;
   r->has_seq = sh_in(g, node, 4) != NULL;

@@ -35,7 +35,8 @@ int sh_GridSample(ir_graph *g, int node) {
   const char *pad = ir_attr_str(n, "padding_mode", "zeros");
   if (strcmp(pad, "zeros") && strcmp(pad, "border") && strcmp(pad, "reflection")) {
     char b[96];
-    SH_FAIL("attribute 'padding_mode' is '%s', expected zeros, border or reflection", ir_printable(pad, 40, b, sizeof b));
+    SH_FAIL("attribute 'padding_mode' is '%s', expected zeros, border or reflection",
+            ir_printable(pad, 40, b, sizeof b));
   }
   ir_shape out = x->shape;
   for (int d = 0; d < r; d++) out.dims[2 + d] = gr->shape.dims[1 + d];

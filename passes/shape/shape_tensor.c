@@ -23,7 +23,8 @@ int sh_Flatten(ir_graph *g, int node) {
   int r = x->shape.rank;
   int64_t axis = ir_attr_int(SH_NODE, "axis", 1);
   if (axis < -(int64_t)r || axis > r || (SH_NODE->opset < 11 && axis < 0))
-    SH_FAIL("axis %" PRId64 " is out of range for rank %d (allowed %d to %d)", axis, r, SH_NODE->opset < 11 ? 0 : -r, r);
+    SH_FAIL("axis %" PRId64 " is out of range for rank %d (allowed %d to %d)", axis, r, SH_NODE->opset < 11 ? 0 : -r,
+            r);
   if (axis < 0) axis += r;
   ir_shape out = shape_of_rank(2);
   out.dims[0] = out.dims[1] = 1;
@@ -60,8 +61,9 @@ static int reshape_resolve(const ir_value *x, const int64_t *s, int n, int allow
     if (v < -1) return snprintf(err, errlen, "input 'shape' has invalid dim %" PRId64, v), -1;
     if (v == 0 && !allowzero) {
       if (i >= x->shape.rank)
-        return snprintf(err, errlen, "input 'shape' has 0 at index %d (copy the input dim) but the input %s has rank %d",
-                        i, sh_str(&x->shape, b, sizeof b), x->shape.rank),
+        return snprintf(err, errlen,
+                        "input 'shape' has 0 at index %d (copy the input dim) but the input %s has rank %d", i,
+                        sh_str(&x->shape, b, sizeof b), x->shape.rank),
                -1;
       v = x->shape.dims[i];
     }
@@ -244,7 +246,8 @@ int sh_Split(ir_graph *g, int node) {
       if (sh_add(sum, split[i], &sum)) SH_FAIL("'split' sizes overflow");
     }
     if (sum != dim)
-      SH_FAIL("'split' sizes add up to %" PRId64 ", axis %d of %s has %" PRId64, sum, ax, sh_str(&x->shape, b, sizeof b), dim);
+      SH_FAIL("'split' sizes add up to %" PRId64 ", axis %d of %s has %" PRId64, sum, ax,
+              sh_str(&x->shape, b, sizeof b), dim);
   } else {
     int64_t num = n->opset >= 18 ? ir_attr_int(n, "num_outputs", nout) : nout;
     if (num != nout) SH_FAIL("attribute 'num_outputs' is %" PRId64 " but the node has %d outputs", num, nout);
@@ -256,8 +259,8 @@ int sh_Split(ir_graph *g, int node) {
       for (int i = 0; i < nout; i++) split[i] = i < nout - 1 ? chunk : dim - chunk * (num - 1);
     } else {
       if (dim % num)
-        SH_FAIL("axis %d of %s (size %" PRId64 ") does not split evenly into %d outputs", ax, sh_str(&x->shape, b, sizeof b),
-                dim, nout);
+        SH_FAIL("axis %d of %s (size %" PRId64 ") does not split evenly into %d outputs", ax,
+                sh_str(&x->shape, b, sizeof b), dim, nout);
       for (int i = 0; i < nout; i++) split[i] = dim / num;
     }
   }
@@ -279,7 +282,8 @@ int sh_Slice(ir_graph *g, int node) {
   int ns, ne, na = -1, nst = -1;
   if (n->opset >= 10) {
     if (n->n_in < 3 || n->in[1] < 0 || n->in[2] < 0) SH_FAIL("inputs 'starts' and 'ends' are required");
-    if (sh_const_ints(g, node, 1, "starts", st, SH_MAX_LIST, &ns) || sh_const_ints(g, node, 2, "ends", en, SH_MAX_LIST, &ne))
+    if (sh_const_ints(g, node, 1, "starts", st, SH_MAX_LIST, &ns) ||
+        sh_const_ints(g, node, 2, "ends", en, SH_MAX_LIST, &ne))
       return -1;
     if (n->n_in > 3 && n->in[3] >= 0 && sh_const_ints(g, node, 3, "axes", axes, SH_MAX_LIST, &na)) return -1;
     if (n->n_in > 4 && n->in[4] >= 0 && sh_const_ints(g, node, 4, "steps", steps, SH_MAX_LIST, &nst)) return -1;
@@ -401,9 +405,11 @@ static int depth_space(ir_graph *g, int node, int to_space) {
   if (bs < 1 || sh_mul(bs, bs, &bb)) SH_FAIL("attribute 'blocksize' is required and must be >= 1");
   ir_shape out = x->shape;
   if (to_space) {
-    if (x->shape.dims[1] % bb) SH_FAIL("channels %" PRId64 " are not divisible by blocksize^2 = %" PRId64, x->shape.dims[1], bb);
+    if (x->shape.dims[1] % bb)
+      SH_FAIL("channels %" PRId64 " are not divisible by blocksize^2 = %" PRId64, x->shape.dims[1], bb);
     out.dims[1] /= bb;
-    if (sh_mul(out.dims[2], bs, &out.dims[2]) || sh_mul(out.dims[3], bs, &out.dims[3])) SH_FAIL("the output dims overflow");
+    if (sh_mul(out.dims[2], bs, &out.dims[2]) || sh_mul(out.dims[3], bs, &out.dims[3]))
+      SH_FAIL("the output dims overflow");
   } else {
     if (x->shape.dims[2] % bs || x->shape.dims[3] % bs)
       SH_FAIL("height and width of %s are not divisible by blocksize %" PRId64, sh_str(&x->shape, b, sizeof b), bs);

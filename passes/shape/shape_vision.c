@@ -22,7 +22,8 @@ int sh_RoiAlign(ir_graph *g, int node) {
     SH_FAIL("input 'rois' must be [num_rois, 4], it has shape %s", sh_str(&rois->shape, b, sizeof b));
   int64_t R = rois->shape.dims[0];
   if (bi->shape.rank != 1 || bi->shape.dims[0] != R)
-    SH_FAIL("input 'batch_indices' must be [%" PRId64 "] (one per RoI), it has shape %s", R, sh_str(&bi->shape, b, sizeof b));
+    SH_FAIL("input 'batch_indices' must be [%" PRId64 "] (one per RoI), it has shape %s", R,
+            sh_str(&bi->shape, b, sizeof b));
   const char *mode = ir_attr_str(n, "mode", "avg");
   if (strcmp(mode, "avg") && strcmp(mode, "max"))
     SH_FAIL("attribute 'mode' is '%s' (expected avg or max)", ir_printable(mode, 40, q, sizeof q));

@@ -66,12 +66,14 @@ static int bw_conv(ad_ctx *a, int node, int dy) {
   int ap = sh_auto_pad(ir_attr_str(&nd, "auto_pad", "NOTSET"));
   for (int i = 0; i < sp; i++) {
     int64_t o;
-    if (sh_window_out(xs.dims[2 + i], k[i], s[i], d[i], ap, 0, &p[i], &p[sp + i], &o)) return unsupported(a, node, "bad window");
+    if (sh_window_out(xs.dims[2 + i], k[i], s[i], d[i], ap, 0, &p[i], &p[sp + i], &o))
+      return unsupported(a, node, "bad window");
   }
   if (needs(a, X)) {
     for_input(a, X);
     int64_t op[IR_MAX_RANK];
-    for (int i = 0; i < sp; i++) op[i] = xs.dims[2 + i] - ((ys.dims[2 + i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - p[i] - p[sp + i]);
+    for (int i = 0; i < sp; i++)
+      op[i] = xs.dims[2 + i] - ((ys.dims[2 + i] - 1) * s[i] + (k[i] - 1) * d[i] + 1 - p[i] - p[sp + i]);
     int in[2] = {dy, W};
     int id = ad_begin(a, IR_OP_ConvTranspose, in, 2, 1, NULL);
     ad_attr_is(a, id, "kernel_shape", k, sp);
@@ -206,8 +208,7 @@ static int bw_matmul(ad_ctx *a, int node, int dy) {
       a2.dims[1] = as.dims[as.rank - 1];
       d2.dims[1] = ys.dims[ys.rank - 1];
       acc(a, B, gemm(a, ad_reshape(a, A, &a2), ad_reshape(a, dy, &d2), 1, 0, 1));
-    } else
-      acc(a, B, ad_unbroadcast(a, ad_bin(a, IR_OP_MatMul, swap_last(a, A), dy), &bs));
+    } else acc(a, B, ad_unbroadcast(a, ad_bin(a, IR_OP_MatMul, swap_last(a, A), dy), &bs));
   }
   return 0;
 }
@@ -272,7 +273,8 @@ static int bw_avgpool(ad_ctx *a, int node, int dy) {
   double cnt = 1;
   for (int i = 0; i < sp; i++) {
     int64_t o;
-    if (sh_window_out(xs.dims[2 + i], k[i], s[i], 1, ap, 0, &p[i], &p[sp + i], &o)) return unsupported(a, node, "bad window");
+    if (sh_window_out(xs.dims[2 + i], k[i], s[i], 1, ap, 0, &p[i], &p[sp + i], &o))
+      return unsupported(a, node, "bad window");
     anypad |= p[i] || p[sp + i];
     one[i] = 1;
     cnt *= (double)k[i];
@@ -502,7 +504,8 @@ static int bw_reduce(ad_ctx *a, int node, int dy) {
     case IR_OP_ReduceLogSumExp:
       gv = ad_bin(a, IR_OP_Mul, gv, ad_un(a, IR_OP_Exp, ad_bin(a, IR_OP_Sub, X, ad_reshape(a, Y, &ks))));
       break;
-    case IR_OP_ReduceMax: case IR_OP_ReduceMin: { /* as torch amax/amin: shared evenly by the ties */
+    case IR_OP_ReduceMax:
+    case IR_OP_ReduceMin: { /* as torch amax/amin: shared evenly by the ties */
       int m = ad_bin(a, IR_OP_Equal, X, ad_reshape(a, Y, &ks));
       int mf = ad_cast(a, m, a->ft);
       int64_t all[IR_MAX_RANK];
@@ -614,7 +617,8 @@ static int bw_eltwise(ad_ctx *a, int node, int dy) {
       gx = ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Add, cdf, ad_bin(a, IR_OP_Mul, X, pdf)));
       break;
     }
-    case IR_OP_Elu: case IR_OP_Selu: { /* x > 0: dy * scale; else dy * (y + alpha * scale) (Elu: scale 1) */
+    case IR_OP_Elu:
+    case IR_OP_Selu: { /* x > 0: dy * scale; else dy * (y + alpha * scale) (Elu: scale 1) */
       int selu = nd.op == IR_OP_Selu;
       double al = ir_attr_float(&nd, "alpha", selu ? 1.67326319217681884765625f : 1.0f);
       double sc = selu ? ir_attr_float(&nd, "gamma", 1.05070102214813232421875f) : 1.0;
@@ -624,7 +628,8 @@ static int bw_eltwise(ad_ctx *a, int node, int dy) {
       gx = ad_op(a, IR_OP_Where, in, 3);
       break;
     }
-    case IR_OP_HardSigmoid: case IR_OP_HardSwish: {
+    case IR_OP_HardSigmoid:
+    case IR_OP_HardSwish: {
       double al = nd.op == IR_OP_HardSwish ? 1.0 / 6 : ir_attr_float(&nd, "alpha", 0.2f);
       double be = nd.op == IR_OP_HardSwish ? 0.5 : ir_attr_float(&nd, "beta", 0.5f);
       /* inside: -beta/alpha < x < (1-beta)/alpha */
@@ -635,10 +640,11 @@ static int bw_eltwise(ad_ctx *a, int node, int dy) {
         gx = ad_op(a, IR_OP_Where, in, 3);
       } else { /* torch hardswish_backward: x < -3: 0; x <= 3: dy * (x / 3 + 0.5); else dy */
         int in1[3] = {ad_bin(a, IR_OP_LessOrEqual, X, ad_c_f(a, 3, a->ft)),
-                      ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Add, ad_bin(a, IR_OP_Div, X, ad_c_f(a, 3, a->ft)),
-                                                       ad_c_f(a, 0.5, a->ft))),
+                      ad_bin(a, IR_OP_Mul, dy,
+                             ad_bin(a, IR_OP_Add, ad_bin(a, IR_OP_Div, X, ad_c_f(a, 3, a->ft)), ad_c_f(a, 0.5, a->ft))),
                       dy};
-        int in2[3] = {ad_bin(a, IR_OP_Less, X, ad_c_f(a, -3, a->ft)), ad_c_f(a, 0, a->ft), ad_op(a, IR_OP_Where, in1, 3)};
+        int in2[3] = {ad_bin(a, IR_OP_Less, X, ad_c_f(a, -3, a->ft)), ad_c_f(a, 0, a->ft),
+                      ad_op(a, IR_OP_Where, in1, 3)};
         gx = ad_op(a, IR_OP_Where, in2, 3);
       }
       break;
@@ -658,7 +664,8 @@ static int bw_eltwise(ad_ctx *a, int node, int dy) {
       }
       break;
     }
-    case IR_OP_Sum: case IR_OP_Mean:
+    case IR_OP_Sum:
+    case IR_OP_Mean:
       for (int k = 0; k < nd.n_in; k++) {
         int Xk = nd.in[k];
         if (!needs(a, Xk)) continue;
@@ -679,7 +686,11 @@ static int bw_eltwise(ad_ctx *a, int node, int dy) {
       if (ad_dtype(a, X) != IR_FLOAT && ad_dtype(a, X) != IR_DOUBLE) return 0;
       gx = ad_cast(a, dy, ad_dtype(a, X));
       break;
-    case IR_OP_Add: case IR_OP_Sub: case IR_OP_Mul: case IR_OP_Div: case IR_OP_Pow: {
+    case IR_OP_Add:
+    case IR_OP_Sub:
+    case IR_OP_Mul:
+    case IR_OP_Div:
+    case IR_OP_Pow: {
       if (needs(a, X)) {
         int gf = nd.op == IR_OP_Add || nd.op == IR_OP_Sub ? dy
                  : nd.op == IR_OP_Mul                     ? ad_bin(a, IR_OP_Mul, dy, X2)
@@ -689,10 +700,14 @@ static int bw_eltwise(ad_ctx *a, int node, int dy) {
           double e;
           if (g->values[X2].kind != IR_VAL_CONST || g->values[X2].is_initializer || ir_shape_numel(&x2s) != 1 ||
               ir_const_f64(&g->values[X2], 0, &e)) /* dy * e * x^(e-1) with e a tensor */
-            gf = ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Mul, X2, ad_bin(a, IR_OP_Pow, X, ad_bin(a, IR_OP_Sub, X2, ad_c_f(a, 1, a->ft)))));
-          else gf = e == 2 ? ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Mul, X, ad_c_f(a, 2, a->ft)))
-                      : ad_bin(a, IR_OP_Mul, dy,
-                               ad_bin(a, IR_OP_Mul, ad_bin(a, IR_OP_Pow, X, ad_c_f(a, e - 1, a->ft)), ad_c_f(a, e, a->ft)));
+            gf = ad_bin(
+                a, IR_OP_Mul, dy,
+                ad_bin(a, IR_OP_Mul, X2, ad_bin(a, IR_OP_Pow, X, ad_bin(a, IR_OP_Sub, X2, ad_c_f(a, 1, a->ft)))));
+          else
+            gf = e == 2 ? ad_bin(a, IR_OP_Mul, dy, ad_bin(a, IR_OP_Mul, X, ad_c_f(a, 2, a->ft)))
+                        : ad_bin(a, IR_OP_Mul, dy,
+                                 ad_bin(a, IR_OP_Mul, ad_bin(a, IR_OP_Pow, X, ad_c_f(a, e - 1, a->ft)),
+                                        ad_c_f(a, e, a->ft)));
         }
         gx = ad_unbroadcast(a, gf, &xs);
       }
@@ -700,11 +715,12 @@ static int bw_eltwise(ad_ctx *a, int node, int dy) {
         acc(a, X, gx);
         gx = -1;
         for_input(a, X2);
-        int gf = nd.op == IR_OP_Add ? dy
+        int gf = nd.op == IR_OP_Add   ? dy
                  : nd.op == IR_OP_Sub ? ad_un(a, IR_OP_Neg, dy)
                  : nd.op == IR_OP_Mul ? ad_bin(a, IR_OP_Mul, dy, X)
-                 : nd.op == IR_OP_Div ? ad_un(a, IR_OP_Neg, ad_bin(a, IR_OP_Div, ad_bin(a, IR_OP_Mul, dy, Y), X2))
-                                      : ad_bin(a, IR_OP_Mul, ad_bin(a, IR_OP_Mul, dy, Y), ad_un(a, IR_OP_Log, X)); /* Pow */
+                 : nd.op == IR_OP_Div
+                     ? ad_un(a, IR_OP_Neg, ad_bin(a, IR_OP_Div, ad_bin(a, IR_OP_Mul, dy, Y), X2))
+                     : ad_bin(a, IR_OP_Mul, ad_bin(a, IR_OP_Mul, dy, Y), ad_un(a, IR_OP_Log, X)); /* Pow */
         acc(a, X2, ad_unbroadcast(a, gf, &x2s));
       }
       break;
@@ -926,7 +942,8 @@ static int bw_dropout(ad_ctx *a, int node, int dy) {
   for_input(a, X);
   double ratio = 0.5;
   const ir_value *rv = ir_in(g, nd, 1);
-  if (rv && (rv->kind != IR_VAL_CONST || ir_const_f64(rv, 0, &ratio))) return unsupported(a, node, "ratio must be a constant");
+  if (rv && (rv->kind != IR_VAL_CONST || ir_const_f64(rv, 0, &ratio)))
+    return unsupported(a, node, "ratio must be a constant");
   int mask = nd->n_out > 1 ? nd->out[1] : -1;
   if (mask < 0) {
     mask = ir_add_value(g, ir_sprintf(g->arena, "%s/mask", nd->name), IR_VAL_ACT, IR_UNDEFINED);
@@ -1015,7 +1032,8 @@ static int bw_convtranspose(ad_ctx *a, int node, int dy) {
     ir_shape rs = ad_shape(a, r);
     int64_t st[IR_MAX_RANK], en[IR_MAX_RANK], ax[IR_MAX_RANK];
     int sl = 0;
-    for (int i = 0; i < sp; i++) st[i] = 0, en[i] = xs.dims[2 + i], ax[i] = 2 + i, sl |= rs.dims[2 + i] != xs.dims[2 + i];
+    for (int i = 0; i < sp; i++)
+      st[i] = 0, en[i] = xs.dims[2 + i], ax[i] = 2 + i, sl |= rs.dims[2 + i] != xs.dims[2 + i];
     if (sl) r = ad_op(a, IR_OP_Slice, (int[]){r, ad_c_i64(a, st, sp), ad_c_i64(a, en, sp), ad_c_i64(a, ax, sp)}, 4);
     acc(a, X, r);
   }
@@ -1070,13 +1088,19 @@ static int bw_node(ad_ctx *a, int node) {
     case IR_OP_Gemm: return bw_gemm(a, node, dy);
     case IR_OP_MatMul: return bw_matmul(a, node, dy);
     case IR_OP_MaxPool: return bw_maxpool(a, node, dy);
-    case IR_OP_AveragePool: case IR_OP_GlobalAveragePool: return bw_avgpool(a, node, dy);
+    case IR_OP_AveragePool:
+    case IR_OP_GlobalAveragePool: return bw_avgpool(a, node, dy);
     case IR_OP_BatchNormalization: return bw_batchnorm(a, node, dy);
     case IR_OP_LayerNormalization: return bw_layernorm(a, node, dy);
-    case IR_OP_Softmax: case IR_OP_LogSoftmax: return bw_softmax(a, node, dy);
-    case IR_OP_ReduceSum: case IR_OP_ReduceMean: case IR_OP_ReduceSumSquare: case IR_OP_ReduceL2:
-    case IR_OP_ReduceLogSumExp: case IR_OP_ReduceMax: case IR_OP_ReduceMin:
-      return bw_reduce(a, node, dy);
+    case IR_OP_Softmax:
+    case IR_OP_LogSoftmax: return bw_softmax(a, node, dy);
+    case IR_OP_ReduceSum:
+    case IR_OP_ReduceMean:
+    case IR_OP_ReduceSumSquare:
+    case IR_OP_ReduceL2:
+    case IR_OP_ReduceLogSumExp:
+    case IR_OP_ReduceMax:
+    case IR_OP_ReduceMin: return bw_reduce(a, node, dy);
     case IR_OP_GatherElements: return bw_gather_elements(a, node, dy);
     case IR_OP_Concat: return bw_concat(a, node, dy);
     case IR_OP_Slice: return bw_slice(a, node, dy);
@@ -1087,7 +1111,10 @@ static int bw_node(ad_ctx *a, int node) {
     case IR_OP_ConvTranspose: return bw_convtranspose(a, node, dy);
     case IR_OP_Where: return bw_where(a, node, dy);
     case IR_OP_Dropout: return bw_dropout(a, node, dy);
-    case IR_OP_Reshape: case IR_OP_Flatten: case IR_OP_Squeeze: case IR_OP_Unsqueeze: {
+    case IR_OP_Reshape:
+    case IR_OP_Flatten:
+    case IR_OP_Squeeze:
+    case IR_OP_Unsqueeze: {
       int X = nd.in[0];
       if (!needs(a, X)) return 0;
       for_input(a, X);
@@ -1116,18 +1143,30 @@ static int bw_node(ad_ctx *a, int node) {
       acc(a, X, ad_transpose(a, dy, inv, r));
       return 0;
     }
-    default:
-      return bw_eltwise(a, node, dy);
+    default: return bw_eltwise(a, node, dy);
   }
 }
 
 /* Ops whose outputs do not carry gradients to their (float) inputs. */
 static int no_grad_op(ir_op op) {
   switch (op) {
-    case IR_OP_Shape: case IR_OP_Size: case IR_OP_ArgMax: case IR_OP_ArgMin: case IR_OP_Equal: case IR_OP_Less:
-    case IR_OP_LessOrEqual: case IR_OP_Greater: case IR_OP_GreaterOrEqual: case IR_OP_IsNaN: case IR_OP_IsInf:
-    case IR_OP_Sign: case IR_OP_Floor: case IR_OP_Ceil: case IR_OP_Round: case IR_OP_OneHot: case IR_OP_ConstantOfShape:
-      return 1;
+    case IR_OP_Shape:
+    case IR_OP_Size:
+    case IR_OP_ArgMax:
+    case IR_OP_ArgMin:
+    case IR_OP_Equal:
+    case IR_OP_Less:
+    case IR_OP_LessOrEqual:
+    case IR_OP_Greater:
+    case IR_OP_GreaterOrEqual:
+    case IR_OP_IsNaN:
+    case IR_OP_IsInf:
+    case IR_OP_Sign:
+    case IR_OP_Floor:
+    case IR_OP_Ceil:
+    case IR_OP_Round:
+    case IR_OP_OneHot:
+    case IR_OP_ConstantOfShape: return 1;
     default: return 0;
   }
 }

@@ -83,9 +83,9 @@ typedef struct {
   double momentum;       /* SGD */
   int nesterov;          /* SGD, needs momentum > 0 */
   double weight_decay;
-  double beta1, beta2, eps; /* Adam/AdamW: defaults 0.9, 0.999, 1e-8 */
-  int recompute;         /* the pipelined program re-materialises (pass_recompute): 0 no,
-                            PASS_RECOMPUTE_FULL, _SELECTIVE or _AUTO */
+  double beta1, beta2, eps;   /* Adam/AdamW: defaults 0.9, 0.999, 1e-8 */
+  int recompute;              /* the pipelined program re-materialises (pass_recompute): 0 no,
+                                 PASS_RECOMPUTE_FULL, _SELECTIVE or _AUTO */
   const int *stage_recompute; /* _AUTO: each stage's mode (0, FULL, SELECTIVE; the plan's);
                                  NULL: FULL for every stage */
   int verbose;
@@ -99,12 +99,12 @@ int pass_autodiff(ir_graph *g, const pass_train_opts *t);
 
 /* What the pipelined program's builder tells the rest of the compiler. */
 typedef struct {
-  const char *loss_scalar;  /* the loss value (scalar) the backward pass starts from */
-  const char *labels;       /* the labels input it added, NULL for a named loss */
-  int loss_sum;             /* the loss sums over the samples (a batch's loss is the sum over its
-                             * micro-batches), else it is a mean (the mean over them) */
-  int classify;             /* cross-entropy: graph output 1 is the logits */
-  int n_weights;            /* trained initializers */
+  const char *loss_scalar; /* the loss value (scalar) the backward pass starts from */
+  const char *labels;      /* the labels input it added, NULL for a named loss */
+  int loss_sum;            /* the loss sums over the samples (a batch's loss is the sum over its
+                            * micro-batches), else it is a mean (the mean over them) */
+  int classify;            /* cross-entropy: graph output 1 is the logits */
+  int n_weights;           /* trained initializers */
 } pass_train_info;
 
 /* Form 2, before planning: the loss as forward nodes; outputs "loss" [1] and, for

@@ -98,10 +98,13 @@ static int lower_loss_node(ad_ctx *a, int node, int *is_sum) {
   ir_node nd = g->nodes[node];
   int sce = nd.op == IR_OP_SoftmaxCrossEntropyLoss;
   const char *red = ir_attr_str(&nd, "reduction", "mean");
-  if ((nd.n_in > 2 && nd.in[2] >= 0) || ir_attr_find(&nd, "ignore_index") || (strcmp(red, "mean") && strcmp(red, "sum")) ||
-      g->values[nd.in[0]].shape.rank != 2 || (nd.n_out > 1 && nd.out[1] >= 0 && !sce)) {
-    ir_error_node(g, node, "autodiff: only a %s of scores [N, C] with mean or sum reduction, no weights and no ignore_index, "
-                  "can be the loss", ir_op_name(nd.op));
+  if ((nd.n_in > 2 && nd.in[2] >= 0) || ir_attr_find(&nd, "ignore_index") ||
+      (strcmp(red, "mean") && strcmp(red, "sum")) || g->values[nd.in[0]].shape.rank != 2 ||
+      (nd.n_out > 1 && nd.out[1] >= 0 && !sce)) {
+    ir_error_node(g, node,
+                  "autodiff: only a %s of scores [N, C] with mean or sum reduction, no weights and no ignore_index, "
+                  "can be the loss",
+                  ir_op_name(nd.op));
     return -1;
   }
   ir_shape zs = g->values[nd.in[0]].shape;
@@ -154,13 +157,15 @@ static int build_loss(ad_ctx *a, const pass_train_opts *t, const char *out_name,
       ir_error(g, "--loss %s: not cross-entropy or mse, and the model has no value of that name", t->loss);
       return -1;
     }
-    if ((g->values[v].dtype != IR_FLOAT && g->values[v].dtype != IR_DOUBLE) || ir_shape_numel(&g->values[v].shape) != 1) {
+    if ((g->values[v].dtype != IR_FLOAT && g->values[v].dtype != IR_DOUBLE) ||
+        ir_shape_numel(&g->values[v].shape) != 1) {
       ir_error(g, "--loss %s: the loss must be a float32 or float64 value of one element", t->loss);
       return -1;
     }
     a->ft = g->values[v].dtype;
     int p = g->values[v].producer;
-    if (p >= 0 && (g->nodes[p].op == IR_OP_SoftmaxCrossEntropyLoss || g->nodes[p].op == IR_OP_NegativeLogLikelihoodLoss))
+    if (p >= 0 &&
+        (g->nodes[p].op == IR_OP_SoftmaxCrossEntropyLoss || g->nodes[p].op == IR_OP_NegativeLogLikelihoodLoss))
       return lower_loss_node(a, p, is_sum);
     if (g->values[v].shape.rank == 0) return v;
     int id = ad_begin(a, IR_OP_ReduceMean, &v, 1, 1, NULL);
@@ -172,11 +177,12 @@ static int build_loss(ad_ctx *a, const pass_train_opts *t, const char *out_name,
     if (g->values[g->outputs[k]].dtype == IR_FLOAT || g->values[g->outputs[k]].dtype == IR_DOUBLE) y = g->outputs[k];
   if (y < 0) {
     int narrow = 0;
-    for (int k = 0; k < g->n_outputs; k++)
-      narrow |= ir_dtype_narrow(g->values[g->outputs[k]].dtype);
-    ir_error(g, "--loss %s: the model has no float32 or float64 output%s", t->loss,
-             narrow ? " (pipecc trains float32 models: its float16/bfloat16/float8 outputs would need loss scaling; export "
-                      "the float32 model to train)" : "");
+    for (int k = 0; k < g->n_outputs; k++) narrow |= ir_dtype_narrow(g->values[g->outputs[k]].dtype);
+    ir_error(
+        g, "--loss %s: the model has no float32 or float64 output%s", t->loss,
+        narrow ? " (pipecc trains float32 models: its float16/bfloat16/float8 outputs would need loss scaling; export "
+                 "the float32 model to train)"
+               : "");
     return -1;
   }
   a->ft = g->values[y].dtype;
@@ -276,7 +282,8 @@ static int update(ad_ctx *a, const pass_train_opts *t, hyper *h, int v, int gv, 
     if (t->weight_decay) d = ad_bin(a, IR_OP_Add, d, ad_bin(a, IR_OP_Mul, v, hy(a, h, HY_WD)));
     if (t->momentum) {
       int buf = state(a, p, "momentum", &ps);
-      int nb = named(a, IR_OP_Add, ad_bin(a, IR_OP_Mul, buf, hy(a, h, HY_MOMENTUM)), d, nm(a, "new/state/", p, "/momentum"));
+      int nb =
+          named(a, IR_OP_Add, ad_bin(a, IR_OP_Mul, buf, hy(a, h, HY_MOMENTUM)), d, nm(a, "new/state/", p, "/momentum"));
       push(st_new, nb);
       push(st_old, buf);
       d = t->nesterov ? ad_bin(a, IR_OP_Add, d, ad_bin(a, IR_OP_Mul, nb, hy(a, h, HY_MOMENTUM))) : nb;
@@ -287,8 +294,9 @@ static int update(ad_ctx *a, const pass_train_opts *t, hyper *h, int v, int gv, 
   int d = gv, p0 = v;
   if (!adamw && t->weight_decay) d = ad_bin(a, IR_OP_Add, d, ad_bin(a, IR_OP_Mul, v, hy(a, h, HY_WD)));
   if (adamw && t->weight_decay) {
-    int f = h->as_params ? ad_bin(a, IR_OP_Sub, ad_c_f(a, 1, a->ft), ad_bin(a, IR_OP_Mul, hy(a, h, HY_LR), hy(a, h, HY_WD)))
-                         : ad_c_f(a, 1 - t->lr * t->weight_decay, a->ft);
+    int f = h->as_params
+                ? ad_bin(a, IR_OP_Sub, ad_c_f(a, 1, a->ft), ad_bin(a, IR_OP_Mul, hy(a, h, HY_LR), hy(a, h, HY_WD)))
+                : ad_c_f(a, 1 - t->lr * t->weight_decay, a->ft);
     p0 = ad_bin(a, IR_OP_Mul, v, f);
   }
   int step = state(a, p, "step", &s0);
@@ -300,16 +308,18 @@ static int update(ad_ctx *a, const pass_train_opts *t, hyper *h, int v, int gv, 
   int step_size = ad_bin(a, IR_OP_Div, hy(a, h, HY_LR), bc1);
   int bc2s = ad_un(a, IR_OP_Sqrt, bc2);
   int m = state(a, p, "m", &ps), s = state(a, p, "v", &ps);
-  int nm1 = named(a, IR_OP_Add, ad_bin(a, IR_OP_Mul, m, hy(a, h, HY_BETA1)), ad_bin(a, IR_OP_Mul, d, one_minus(a, h, HY_BETA1)),
-                  nm(a, "new/state/", p, "/m"));
-  int nv = named(a, IR_OP_Add, ad_bin(a, IR_OP_Mul, s, hy(a, h, HY_BETA2)),
-                 ad_bin(a, IR_OP_Mul, ad_bin(a, IR_OP_Mul, d, d), one_minus(a, h, HY_BETA2)), nm(a, "new/state/", p, "/v"));
+  int nm1 = named(a, IR_OP_Add, ad_bin(a, IR_OP_Mul, m, hy(a, h, HY_BETA1)),
+                  ad_bin(a, IR_OP_Mul, d, one_minus(a, h, HY_BETA1)), nm(a, "new/state/", p, "/m"));
+  int nv =
+      named(a, IR_OP_Add, ad_bin(a, IR_OP_Mul, s, hy(a, h, HY_BETA2)),
+            ad_bin(a, IR_OP_Mul, ad_bin(a, IR_OP_Mul, d, d), one_minus(a, h, HY_BETA2)), nm(a, "new/state/", p, "/v"));
   push(st_new, nm1);
   push(st_old, m);
   push(st_new, nv);
   push(st_old, s);
   int denom = ad_bin(a, IR_OP_Add, ad_bin(a, IR_OP_Div, ad_un(a, IR_OP_Sqrt, nv), bc2s), hy(a, h, HY_EPS));
-  return named(a, IR_OP_Sub, p0, ad_bin(a, IR_OP_Mul, step_size, ad_bin(a, IR_OP_Div, nm1, denom)), nm(a, "new/", p, NULL));
+  return named(a, IR_OP_Sub, p0, ad_bin(a, IR_OP_Mul, step_size, ad_bin(a, IR_OP_Div, nm1, denom)),
+               nm(a, "new/", p, NULL));
 }
 
 static int check_optimizer(ir_graph *g, const pass_train_opts *t) {
@@ -438,8 +448,9 @@ int pass_train_loss(ir_graph *g, const pass_train_opts *t, pass_train_info *ti) 
   ti->loss_scalar = g->values[loss].name;
   ti->loss_sum = is_sum;
   ti->classify = ce && y >= 0;
-  ti->labels = ir_find_value(g, t->labels) >= 0 && g->values[ir_find_value(g, t->labels)].kind == IR_VAL_INPUT ? t->labels
-                                                                                                              : NULL;
+  ti->labels = ir_find_value(g, t->labels) >= 0 && g->values[ir_find_value(g, t->labels)].kind == IR_VAL_INPUT
+                   ? t->labels
+                   : NULL;
   int rc = a->err || g->n_errors ? -1 : finish(g, &outs, t->verbose, "train: forward and loss");
   free(outs.v);
   return rc;
@@ -547,8 +558,10 @@ int pass_train_program(ir_graph *g, const pass_train_opts *t, int microbatches, 
       int o = n->out[k], src = n->in[2 + k];
       if (o < 0 || src < 0 || !g->values[src].is_initializer || g->values[src].kind != IR_VAL_CONST) continue;
       if (g->values[src].param != IR_PARAM_NONE || g->values[src].n_uses != 1) {
-        ir_error_node(g, i, "train: running statistic '%s' is also used elsewhere; it must belong to one "
-                      "BatchNormalization", g->values[src].name);
+        ir_error_node(g, i,
+                      "train: running statistic '%s' is also used elsewhere; it must belong to one "
+                      "BatchNormalization",
+                      g->values[src].name);
         return -1;
       }
       g->values[src].param = IR_PARAM_BUFFER;

@@ -38,24 +38,34 @@
 
 typedef struct {
   ir_graph *g;
-  int mode;    /* PASS_RECOMPUTE_FULL, _SELECTIVE or _AUTO */
+  int mode;              /* PASS_RECOMPUTE_FULL, _SELECTIVE or _AUTO */
   const int *stage_mode; /* _AUTO: per stage */
-  int *copy;   /* node index -> its copy in the backward phase, -1: none yet */
-  int n_nodes; /* nodes before the copies */
+  int *copy;             /* node index -> its copy in the backward phase, -1: none yet */
+  int n_nodes;           /* nodes before the copies */
   int copies;
   int *stack, cap; /* copy_up's work list */
 } rc_ctx;
 
 int pass_recompute_keeps(const ir_graph *g, const ir_node *n, int mode) {
   switch (n->op) {
-  case IR_OP_Dropout: /* its mask is drawn per call */
-  case IR_OP_UNKNOWN: return 1;
-  case IR_OP_Conv: case IR_OP_ConvTranspose: case IR_OP_ConvInteger: case IR_OP_QLinearConv:
-  case IR_OP_DeformConv: case IR_OP_Gemm: case IR_OP_MatMul: case IR_OP_MatMulInteger:
-  case IR_OP_QLinearMatMul: case IR_OP_Einsum: case IR_OP_RNN: case IR_OP_GRU: case IR_OP_LSTM:
-    if (mode == PASS_RECOMPUTE_SELECTIVE) return 1;
-    break;
-  default: break;
+    case IR_OP_Dropout: /* its mask is drawn per call */
+    case IR_OP_UNKNOWN: return 1;
+    case IR_OP_Conv:
+    case IR_OP_ConvTranspose:
+    case IR_OP_ConvInteger:
+    case IR_OP_QLinearConv:
+    case IR_OP_DeformConv:
+    case IR_OP_Gemm:
+    case IR_OP_MatMul:
+    case IR_OP_MatMulInteger:
+    case IR_OP_QLinearMatMul:
+    case IR_OP_Einsum:
+    case IR_OP_RNN:
+    case IR_OP_GRU:
+    case IR_OP_LSTM:
+      if (mode == PASS_RECOMPUTE_SELECTIVE) return 1;
+      break;
+    default: break;
   }
   for (int a = 0; a < n->n_attr; a++)
     if (n->attr[a].type == IR_ATTR_GRAPH) return 1;
@@ -104,7 +114,7 @@ static void copy_one(rc_ctx *c, int i, int stage) {
   for (int k = 0; k < n_out; k++) {
     int v = g->nodes[i].out[k];
     if (v < 0 || g->values[v].writeback >= 0) { /* (BatchNorm's running statistics: the original
-                                                  * writes them back, once per micro-batch) */
+                                                 * writes them back, once per micro-batch) */
       out[k] = -1;
       continue;
     }
@@ -195,7 +205,9 @@ int pass_recompute(ir_graph *g, int mode, const int *stage_mode, int verbose) {
   free(c.copy);
   if (verbose)
     fprintf(stderr, "pipecc: recompute (%s): %d forward nodes copied into the backward; %d reads redirected, %d kept\n",
-            mode == PASS_RECOMPUTE_SELECTIVE ? "selective" : mode == PASS_RECOMPUTE_AUTO ? "per stage" : "full",
+            mode == PASS_RECOMPUTE_SELECTIVE ? "selective"
+            : mode == PASS_RECOMPUTE_AUTO    ? "per stage"
+                                             : "full",
             c.copies, redirected, kept);
   return g->n_errors ? -1 : 0;
 }

@@ -163,8 +163,10 @@ static int unroll(ad_ctx *a, int node) {
   if (pass_rnn_info(g, node, &r)) return -1;
   ir_node nd = g->nodes[node];
   if (r.has_seq) {
-    ir_error_node(g, node, "training through %s with input sequence_lens is not supported (export the sequences "
-                  "padded to one length, without sequence_lens)", ir_op_name(nd.op));
+    ir_error_node(g, node,
+                  "training through %s with input sequence_lens is not supported (export the sequences "
+                  "padded to one length, without sequence_lens)",
+                  ir_op_name(nd.op));
     return -1;
   }
   a->ft = g->values[nd.in[0]].dtype;
@@ -180,7 +182,7 @@ static int unroll(ad_ctx *a, int node) {
   ir_shape sx2 = shp(2, S * B, I, 0, 0);
   int x2 = ad_reshape(a, X, &sx2);
   int *xs = calloc((size_t)S * 2, sizeof(int)), *steps = xs + S; /* a direction's input slices and h per step */
-  int ydir[2] = {-1, -1};                                           /* a direction's Y: [S, 1, B, H] */
+  int ydir[2] = {-1, -1};                                        /* a direction's Y: [S, 1, B, H] */
   int hl[2] = {-1, -1}, cl[2] = {-1, -1};
   for (int d = 0; d < D; d++) {
     int rev = r.reverse || d == 1;

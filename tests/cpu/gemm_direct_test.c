@@ -114,7 +114,8 @@ static int check(const char *what, long M, long P, long K, long ldx, long ldy, i
         float y = Y[m * ldy + p], z = Z[m * ldy + p];
         const double tol = 2.0 * (double)(K + 2) * FLT_EPSILON * S[m * P + p];
         if (!(fabs((double)y - z) <= tol) && !(isnan(y) && isnan(z))) {
-          fprintf(stderr, "FAIL %s M=%ld P=%ld K=%ld: y[%ld][%ld] = %.9g, bias fill + cblas_sgemm gives %.9g (bound %.3g)\n",
+          fprintf(stderr,
+                  "FAIL %s M=%ld P=%ld K=%ld: y[%ld][%ld] = %.9g, bias fill + cblas_sgemm gives %.9g (bound %.3g)\n",
                   what, M, P, K, m, p, y, z, tol);
           bad = 1;
         }
@@ -135,7 +136,9 @@ int main(void) {
     const char *name;
     gemm_fn fn;
     int ok;
-  } v[4] = {{"portable", pipert_gemm_direct_1, 1}, {"avx2", NULL, 0}, {"avx512", NULL, 0},
+  } v[4] = {{"portable", pipert_gemm_direct_1, 1},
+            {"avx2", NULL, 0},
+            {"avx512", NULL, 0},
             {"dispatched", pipert_gemm_direct, 1}};
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   v[1].fn = pipert_gemm_direct_256;
@@ -159,20 +162,21 @@ int main(void) {
           long M = Ms[a], K = Ks[b], P = Ps[c];
           int sel = (int)(a + b + c);
           long ldx = P + (sel % 3 == 0 ? 5 : 0), ldy = P + (sel % 2 ? 3 : 0);
-          fails += check(v[i].name, M, P, K, ldx, ldy, sel % 2 ? 1 + (int)(c % 2) : 0, sel % 4 == 1, sel % 3, 0, v[i].fn, 1);
+          fails +=
+              check(v[i].name, M, P, K, ldx, ldy, sel % 2 ? 1 + (int)(c % 2) : 0, sel % 4 == 1, sel % 3, 0, v[i].fn, 1);
           cases++;
         }
     /* chunk boundaries (pipert_gemm_chunk), every epilogue, NaN inputs; from the sixth:
      * MatMuls of a weight matrix (rows: tokens, positions: output features, K up to
      * CG_C_DIRECT_K) with a bias per column, the last two with the chunks of X copied
      * compactly first in the AVX2 variant (PIPERT_GEMM_PACK256_LDX, _M) */
-    static const long big[][3] = {{24, 3136, 144}, {16, 12544, 32}, {20, 1000, 16}, {96, 196, 384}, {7, 2000, 100},
-                                  {130, 384, 128}, {37, 129, 512}, {8, 1000, 1024}, {70, 600, 200},
-                                  {64, 1100, 1024}};
+    static const long big[][3] = {{24, 3136, 144}, {16, 12544, 32}, {20, 1000, 16},  {96, 196, 384}, {7, 2000, 100},
+                                  {130, 384, 128}, {37, 129, 512},  {8, 1000, 1024}, {70, 600, 200}, {64, 1100, 1024}};
     for (size_t s = 0; s < sizeof big / sizeof *big; s++)
       for (int act = 0; act < 3; act++) {
         const int col = s >= 5 ? 2 : 1;
-        fails += check(v[i].name, big[s][0], big[s][1], big[s][2], big[s][1], big[s][1], col, act != 1, act, 0, v[i].fn, 1);
+        fails +=
+            check(v[i].name, big[s][0], big[s][1], big[s][2], big[s][1], big[s][1], col, act != 1, act, 0, v[i].fn, 1);
         fails += check(v[i].name, big[s][0], big[s][1], big[s][2], big[s][1], big[s][1], act == 0 ? col : 0, 1, act, 1,
                        v[i].fn, 0);
         cases += 2;

@@ -66,7 +66,9 @@ int main(int argc, char **argv) {
     printf(k ? ",\n  " : "\n  ");
     ir_json_str(stdout, v->name);
     printf(": {\"kind\": \"%s\", \"dtype\": \"%s\", \"shape\": [",
-           v->kind == IR_VAL_CONST ? "constant" : v->kind == IR_VAL_INPUT ? "input" : "activation",
+           v->kind == IR_VAL_CONST   ? "constant"
+           : v->kind == IR_VAL_INPUT ? "input"
+                                     : "activation",
            ir_dtype_name(v->dtype));
     for (int d = 0; d < v->shape.rank; d++) printf(d ? ", %lld" : "%lld", (long long)v->shape.dims[d]);
     printf("]");

@@ -85,20 +85,27 @@ static int selftest(const char *tmpdir) {
 /* ---- program checks ---- */
 
 static const pipert_tensor_desc T1 = {"t", PIPERT_FLOAT, 1, {1}, 4};
-static const pipert_ref S0_BWD_SRC[] = {{1, 0, 1}};  /* stage 0's backward reads stage 1's gradient */
-static const pipert_ref S1_FWD_SRC[] = {{0, 0, 0}};  /* stage 1 reads stage 0's activation */
-static const pipert_stage_desc D0 = {.abi_version = PIPERT_ABI_VERSION, .id = 0, .n_outputs = 1, .outputs = &T1,
-                                     .n_bwd_inputs = 1, .bwd_inputs = &T1};
-static const pipert_stage_desc D1 = {.abi_version = PIPERT_ABI_VERSION, .id = 1, .n_inputs = 1, .inputs = &T1,
-                                     .n_bwd_outputs = 1, .bwd_outputs = &T1};
+static const pipert_ref S0_BWD_SRC[] = {{1, 0, 1}}; /* stage 0's backward reads stage 1's gradient */
+static const pipert_ref S1_FWD_SRC[] = {{0, 0, 0}}; /* stage 1 reads stage 0's activation */
+static const pipert_stage_desc D0 = {
+    .abi_version = PIPERT_ABI_VERSION, .id = 0, .n_outputs = 1, .outputs = &T1, .n_bwd_inputs = 1, .bwd_inputs = &T1};
+static const pipert_stage_desc D1 = {
+    .abi_version = PIPERT_ABI_VERSION, .id = 1, .n_inputs = 1, .inputs = &T1, .n_bwd_outputs = 1, .bwd_outputs = &T1};
 
 /* Both checks on 2 stages with programs a (stage 0) and b (stage 1); returns
  * (async-deadlock found) + 2 * (NCCL-deadlock found). */
 static int check_two(const pipert_instr *a, int na, const pipert_instr *b, int nb, int M) {
-  pipert_stage_plan sp[2] = {{.stage = &D0, .replicas = 1, .program = a, .program_len = na, .bwd_input_src = S0_BWD_SRC},
-                             {.stage = &D1, .input_src = S1_FWD_SRC, .replicas = 1, .program = b, .program_len = nb}};
-  pipert_pipeline p = {.abi_version = PIPERT_ABI_VERSION, .name = "unit", .n_stages = 2, .stages = sp,
-                       .microbatches = M, .training = 1, .logits_output = -1, .labels_input = -1};
+  pipert_stage_plan sp[2] = {
+      {.stage = &D0, .replicas = 1, .program = a, .program_len = na, .bwd_input_src = S0_BWD_SRC},
+      {.stage = &D1, .input_src = S1_FWD_SRC, .replicas = 1, .program = b, .program_len = nb}};
+  pipert_pipeline p = {.abi_version = PIPERT_ABI_VERSION,
+                       .name = "unit",
+                       .n_stages = 2,
+                       .stages = sp,
+                       .microbatches = M,
+                       .training = 1,
+                       .logits_output = -1,
+                       .labels_input = -1};
   const pipert_instr *prog[2] = {a, b};
   int len[2] = {na, nb};
   char e1[512] = "", e2[512] = "";
@@ -111,17 +118,28 @@ static int check_two(const pipert_instr *a, int na, const pipert_instr *b, int n
  * replicated stages keep both transports' rules: 3 stages, replicas as given. */
 static const pipert_ref S1_BWD_SRC[] = {{2, 0, 1}}; /* stage 1's backward reads stage 2's gradient */
 static const pipert_ref S2_FWD_SRC[] = {{1, 0, 0}};
-static const pipert_stage_desc DMID = {.abi_version = PIPERT_ABI_VERSION, .id = 1, .n_inputs = 1, .inputs = &T1,
-                                       .n_outputs = 1, .outputs = &T1, .n_bwd_inputs = 1, .bwd_inputs = &T1,
-                                       .n_bwd_outputs = 1, .bwd_outputs = &T1};
-static const pipert_stage_desc DLAST = {.abi_version = PIPERT_ABI_VERSION, .id = 2, .n_inputs = 1, .inputs = &T1,
-                                        .n_bwd_outputs = 1, .bwd_outputs = &T1};
+static const pipert_stage_desc DMID = {.abi_version = PIPERT_ABI_VERSION,
+                                       .id = 1,
+                                       .n_inputs = 1,
+                                       .inputs = &T1,
+                                       .n_outputs = 1,
+                                       .outputs = &T1,
+                                       .n_bwd_inputs = 1,
+                                       .bwd_inputs = &T1,
+                                       .n_bwd_outputs = 1,
+                                       .bwd_outputs = &T1};
+static const pipert_stage_desc DLAST = {
+    .abi_version = PIPERT_ABI_VERSION, .id = 2, .n_inputs = 1, .inputs = &T1, .n_bwd_outputs = 1, .bwd_outputs = &T1};
 
 static int planner_programs(const int *reps, int M, pass_schedule_kind kind) {
-  static const int opcode[] = {[PASS_OP_FWD] = PIPERT_OP_FWD, [PASS_OP_BWD] = PIPERT_OP_BWD,
-                               [PASS_OP_SEND_ACT] = PIPERT_OP_SEND_ACT, [PASS_OP_RECV_ACT] = PIPERT_OP_RECV_ACT,
-                               [PASS_OP_SEND_GRAD] = PIPERT_OP_SEND_GRAD, [PASS_OP_RECV_GRAD] = PIPERT_OP_RECV_GRAD,
-                               [PASS_OP_ALLREDUCE] = PIPERT_OP_ALLREDUCE, [PASS_OP_STEP] = PIPERT_OP_STEP};
+  static const int opcode[] = {[PASS_OP_FWD] = PIPERT_OP_FWD,
+                               [PASS_OP_BWD] = PIPERT_OP_BWD,
+                               [PASS_OP_SEND_ACT] = PIPERT_OP_SEND_ACT,
+                               [PASS_OP_RECV_ACT] = PIPERT_OP_RECV_ACT,
+                               [PASS_OP_SEND_GRAD] = PIPERT_OP_SEND_GRAD,
+                               [PASS_OP_RECV_GRAD] = PIPERT_OP_RECV_GRAD,
+                               [PASS_OP_ALLREDUCE] = PIPERT_OP_ALLREDUCE,
+                               [PASS_OP_STEP] = PIPERT_OP_STEP};
   pass_stream st[3];
   memset(st, 0, sizeof st);
   if (pass_schedule_build(kind, 3, M, 1, reps, st)) return 1;
@@ -135,11 +153,21 @@ static int planner_programs(const int *reps, int M, pass_schedule_kind kind) {
   }
   pipert_stage_plan sp[3] = {
       {.stage = &D0, .replicas = reps[0], .program = prog[0], .program_len = len[0], .bwd_input_src = S0_BWD_SRC},
-      {.stage = &DMID, .input_src = S1_FWD_SRC, .replicas = reps[1], .program = prog[1], .program_len = len[1],
+      {.stage = &DMID,
+       .input_src = S1_FWD_SRC,
+       .replicas = reps[1],
+       .program = prog[1],
+       .program_len = len[1],
        .bwd_input_src = S1_BWD_SRC},
       {.stage = &DLAST, .input_src = S2_FWD_SRC, .replicas = reps[2], .program = prog[2], .program_len = len[2]}};
-  pipert_pipeline p = {.abi_version = PIPERT_ABI_VERSION, .name = "unit", .n_stages = 3, .stages = sp,
-                       .microbatches = M, .training = 1, .logits_output = -1, .labels_input = -1};
+  pipert_pipeline p = {.abi_version = PIPERT_ABI_VERSION,
+                       .name = "unit",
+                       .n_stages = 3,
+                       .stages = sp,
+                       .microbatches = M,
+                       .training = 1,
+                       .logits_output = -1,
+                       .labels_input = -1};
   char e[512] = "";
   for (int k = 0; k < 3 && !e[0]; k++) rt_check_program(&p, k, e, sizeof e);
   if (!e[0]) rt_check_deadlock(&p, e, sizeof e);
@@ -153,8 +181,15 @@ static int planner_programs(const int *reps, int M, pass_schedule_kind kind) {
 }
 
 static int programs(void) {
-  enum { RA = PIPERT_OP_RECV_ACT, F = PIPERT_OP_FWD, SA = PIPERT_OP_SEND_ACT, RG = PIPERT_OP_RECV_GRAD,
-         B = PIPERT_OP_BWD, SG = PIPERT_OP_SEND_GRAD, ST = PIPERT_OP_STEP };
+  enum {
+    RA = PIPERT_OP_RECV_ACT,
+    F = PIPERT_OP_FWD,
+    SA = PIPERT_OP_SEND_ACT,
+    RG = PIPERT_OP_RECV_GRAD,
+    B = PIPERT_OP_BWD,
+    SG = PIPERT_OP_SEND_GRAD,
+    ST = PIPERT_OP_STEP
+  };
   /* 1F1B, 2 micro-batches: fine under both */
   pipert_instr a1[] = {{F, 0}, {SA, 0}, {F, 1}, {SA, 1}, {RG, 0}, {B, 0}, {RG, 1}, {B, 1}, {ST, 0}};
   pipert_instr b1[] = {{RA, 0}, {F, 0}, {B, 0}, {SG, 0}, {RA, 1}, {F, 1}, {B, 1}, {SG, 1}, {ST, 0}};
@@ -188,8 +223,14 @@ static int programs(void) {
     pipert_instr want[] = {{RA, 0}, {RA, 1}, {F, 0}, {SA, 0}, {RA, 2}, {F, 1}, {SA, 1}, {F, 2}, {SA, 2}};
     pipert_stage_plan sp[2] = {{.stage = &D0, .replicas = 1, .program = i0, .program_len = 6},
                                {.stage = &D1, .input_src = S1_FWD_SRC, .replicas = 1, .program = i1, .program_len = 9}};
-    pipert_pipeline p = {.abi_version = PIPERT_ABI_VERSION, .name = "unit", .n_stages = 2, .stages = sp,
-                         .microbatches = 3, .training = 0, .logits_output = -1, .labels_input = -1};
+    pipert_pipeline p = {.abi_version = PIPERT_ABI_VERSION,
+                         .name = "unit",
+                         .n_stages = 2,
+                         .stages = sp,
+                         .microbatches = 3,
+                         .training = 0,
+                         .logits_output = -1,
+                         .labels_input = -1};
     const pipert_instr *prog[2] = {i0, i1};
     int len[2] = {6, 9};
     pipert_instr *ahead[2];
@@ -206,10 +247,17 @@ static int programs(void) {
     pipert_instr wb[] = {{RA, 0}, {F, 0}, {RA, 1}, {B, 0}, {SG, 0}, {F, 1}, {B, 1}, {SG, 1}, {ST, 0}};
     CHECK(check_two(wa, 9, wb, 9, 2) == 3);
     CHECK(check_two(wa, 9, b1, 9, 2) == 0);
-    pipert_stage_plan sp[2] = {{.stage = &D0, .replicas = 1, .program = a1, .program_len = 9, .bwd_input_src = S0_BWD_SRC},
-                               {.stage = &D1, .input_src = S1_FWD_SRC, .replicas = 1, .program = b1, .program_len = 9}};
-    pipert_pipeline p = {.abi_version = PIPERT_ABI_VERSION, .name = "unit", .n_stages = 2, .stages = sp,
-                         .microbatches = 2, .training = 1, .logits_output = -1, .labels_input = -1};
+    pipert_stage_plan sp[2] = {
+        {.stage = &D0, .replicas = 1, .program = a1, .program_len = 9, .bwd_input_src = S0_BWD_SRC},
+        {.stage = &D1, .input_src = S1_FWD_SRC, .replicas = 1, .program = b1, .program_len = 9}};
+    pipert_pipeline p = {.abi_version = PIPERT_ABI_VERSION,
+                         .name = "unit",
+                         .n_stages = 2,
+                         .stages = sp,
+                         .microbatches = 2,
+                         .training = 1,
+                         .logits_output = -1,
+                         .labels_input = -1};
     const pipert_instr *prog[2] = {a1, b1};
     int len[2] = {9, 9};
     pipert_instr *ahead[2];
@@ -236,12 +284,19 @@ static int copy(const char *in, const char *out) {
   rt_array *arrs = NULL, one;
   int n = 1;
   if (ends_with(in, ".npz")) {
-    if (rt_npz_load(in, &arrs, &n, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 2; }
+    if (rt_npz_load(in, &arrs, &n, err, sizeof err)) {
+      fprintf(stderr, "%s\n", err);
+      return 2;
+    }
   } else {
-    if (rt_npy_load(in, &one, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 2; }
+    if (rt_npy_load(in, &one, err, sizeof err)) {
+      fprintf(stderr, "%s\n", err);
+      return 2;
+    }
     arrs = &one;
   }
-  int rc = ends_with(out, ".npz") ? rt_npz_save(out, arrs, n, err, sizeof err) : rt_npy_save(out, &arrs[0], err, sizeof err);
+  int rc =
+      ends_with(out, ".npz") ? rt_npz_save(out, arrs, n, err, sizeof err) : rt_npy_save(out, &arrs[0], err, sizeof err);
   if (rc) fprintf(stderr, "%s\n", err);
   for (int i = 0; i < n; i++) rt_array_free(&arrs[i]);
   if (arrs != &one) free(arrs);

@@ -52,16 +52,16 @@ static int64_t win(int64_t in, int64_t k, int64_t s, int64_t d, int ap, int ceil
 }
 
 static void test_window(void) {
-  CHECK(win(224, 7, 2, 1, SH_PAD_NOTSET, 0, 3, 3) == 112);     /* resnet stem */
-  CHECK(win(112, 3, 2, 1, SH_PAD_NOTSET, 0, 1, 1) == 56);      /* resnet maxpool */
+  CHECK(win(224, 7, 2, 1, SH_PAD_NOTSET, 0, 3, 3) == 112); /* resnet stem */
+  CHECK(win(112, 3, 2, 1, SH_PAD_NOTSET, 0, 1, 1) == 56);  /* resnet maxpool */
   CHECK(win(6, 3, 2, 1, SH_PAD_NOTSET, 0, 0, 0) == 2);
-  CHECK(win(6, 3, 2, 1, SH_PAD_NOTSET, 1, 0, 0) == 3);         /* ceil_mode */
-  CHECK(win(4, 2, 2, 1, SH_PAD_NOTSET, 1, 0, 1) == 2);         /* ceil: last window would start in the pad */
-  CHECK(win(7, 3, 1, 2, SH_PAD_NOTSET, 0, 0, 0) == 3);         /* dilation 2: extent 5 */
-  CHECK(win(2, 3, 1, 1, SH_PAD_NOTSET, 0, 0, 0) == -1);        /* kernel larger than the input */
+  CHECK(win(6, 3, 2, 1, SH_PAD_NOTSET, 1, 0, 0) == 3);  /* ceil_mode */
+  CHECK(win(4, 2, 2, 1, SH_PAD_NOTSET, 1, 0, 1) == 2);  /* ceil: last window would start in the pad */
+  CHECK(win(7, 3, 1, 2, SH_PAD_NOTSET, 0, 0, 0) == 3);  /* dilation 2: extent 5 */
+  CHECK(win(2, 3, 1, 1, SH_PAD_NOTSET, 0, 0, 0) == -1); /* kernel larger than the input */
   CHECK(win(2, 3, 1, 1, SH_PAD_NOTSET, 0, 1, 0) == 1);
-  CHECK(win(5, 3, 0, 1, SH_PAD_NOTSET, 0, 0, 0) == -1);        /* stride 0 */
-  CHECK(win(5, 3, 2, 1, SH_PAD_VALID, 0, 9, 9) == 2);          /* VALID ignores pads */
+  CHECK(win(5, 3, 0, 1, SH_PAD_NOTSET, 0, 0, 0) == -1); /* stride 0 */
+  CHECK(win(5, 3, 2, 1, SH_PAD_VALID, 0, 9, 9) == 2);   /* VALID ignores pads */
   int64_t pb = 0, pe = 0, o;
   CHECK(!sh_window_out(6, 3, 2, 1, SH_PAD_SAME_UPPER, 0, &pb, &pe, &o) && o == 3 && pb == 0 && pe == 1);
   pb = pe = 0;

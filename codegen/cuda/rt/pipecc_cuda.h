@@ -69,8 +69,8 @@ enum { PK_F32 = 1, PK_U8 = 2, PK_I8 = 3, PK_I16 = 5, PK_I32 = 6, PK_I64 = 7, PK_
  * nhwc (2-D Conv only, passes/opt/layout.h): x and y are channels-last in memory,
  * [n, in0, in1, c], and the weight [m, k0, k1, c/groups] (cuDNN's NHWC filter format). */
 typedef struct pk_conv_p {
-  int dtype;            /* PK_F32 | PK_F64 */
-  int sr;               /* spatial rank of the node, 1..3 */
+  int dtype; /* PK_F32 | PK_F64 */
+  int sr;    /* spatial rank of the node, 1..3 */
   int n, c, m, groups;
   int in[3], out[3], k[3], stride[3], dil[3], pad[3];
   int transposed;
@@ -82,12 +82,12 @@ typedef struct pk_conv_p {
  * EDGE; REFLECT; WRAP). Transpose, Slice, broadcast, Pad and Tile are all this. */
 enum { PK_PAD_NONE = 0, PK_PAD_CONST, PK_PAD_EDGE, PK_PAD_REFLECT, PK_PAD_WRAP };
 typedef struct pk_copy_p {
-  int esize;            /* element bytes: 1, 2, 4, 8 */
-  int rank;             /* >= 1 */
+  int esize; /* element bytes: 1, 2, 4, 8 */
+  int rank;  /* >= 1 */
   int mode;
   int64_t base;
   int64_t ydims[PK_MAX_RANK], xs[PK_MAX_RANK], xd[PK_MAX_RANK], pb[PK_MAX_RANK];
-  uint64_t value;       /* CONST: the element's bit pattern */
+  uint64_t value; /* CONST: the element's bit pattern */
 } pk_copy_p;
 
 /* Pooling (float): MAX / AVG / LP over a 3-D window (leading dims 1). cl > 0: x and y
@@ -106,8 +106,18 @@ enum { PK_SOFTMAX = 0, PK_LOGSOFTMAX, PK_HARDMAX };
 
 /* Reductions over the axes with red[d] = 1 of an input of dims xd; dtype (input and
  * output): PK_F32, PK_F64, PK_I64, PK_I32, PK_I16, PK_I8, PK_U8, PK_BOOL. */
-enum { PK_RED_SUM = 0, PK_RED_MEAN, PK_RED_MAX, PK_RED_MIN, PK_RED_PROD, PK_RED_L1, PK_RED_L2, PK_RED_SUMSQ,
-       PK_RED_LOGSUM, PK_RED_LOGSUMEXP };
+enum {
+  PK_RED_SUM = 0,
+  PK_RED_MEAN,
+  PK_RED_MAX,
+  PK_RED_MIN,
+  PK_RED_PROD,
+  PK_RED_L1,
+  PK_RED_L2,
+  PK_RED_SUMSQ,
+  PK_RED_LOGSUM,
+  PK_RED_LOGSUMEXP
+};
 typedef struct pk_reduce_p {
   int kind, dtype, rank;
   int64_t xd[PK_MAX_RANK];
@@ -118,7 +128,7 @@ typedef struct pk_reduce_p {
  * along `axis` o_d is replaced by idx[o] (negative from the end, out of range 0). */
 typedef struct pk_gather_el_p {
   int esize, rank, axis, idx64;
-  int64_t a;                       /* x's extent along axis */
+  int64_t a; /* x's extent along axis */
   int64_t ydims[PK_MAX_RANK], xs[PK_MAX_RANK];
 } pk_gather_el_p;
 
@@ -143,7 +153,7 @@ typedef struct pk_gather_nd_p {
 enum { PK_SCATTER_NONE = 0, PK_SCATTER_ADD, PK_SCATTER_MUL, PK_SCATTER_MAX, PK_SCATTER_MIN };
 typedef struct pk_scatter_p {
   int dtype, esize, reduction, idx64, nd, rank, axis, l;
-  int64_t ny;                      /* elements of x and y */
+  int64_t ny; /* elements of x and y */
   int64_t nu, slice, sort_n;
   int64_t udims[PK_MAX_RANK], xs[PK_MAX_RANK], dims[PK_MAX_RANK];
 } pk_scatter_p;
@@ -156,8 +166,15 @@ typedef struct pk_scatter_p {
  * the input along any dim is extrapolation (extrap_bits: its bits as the element type,
  * for nearest). */
 enum { PK_RESIZE_NEAREST = 0, PK_RESIZE_LINEAR, PK_RESIZE_CUBIC };
-enum { PK_CTM_HALF_PIXEL = 0, PK_CTM_PYTORCH_HALF_PIXEL, PK_CTM_ALIGN_CORNERS, PK_CTM_ASYMMETRIC,
-       PK_CTM_TF_HALF_PIXEL_FOR_NEAREST, PK_CTM_HALF_PIXEL_SYMMETRIC, PK_CTM_TF_CROP_AND_RESIZE };
+enum {
+  PK_CTM_HALF_PIXEL = 0,
+  PK_CTM_PYTORCH_HALF_PIXEL,
+  PK_CTM_ALIGN_CORNERS,
+  PK_CTM_ASYMMETRIC,
+  PK_CTM_TF_HALF_PIXEL_FOR_NEAREST,
+  PK_CTM_HALF_PIXEL_SYMMETRIC,
+  PK_CTM_TF_CROP_AND_RESIZE
+};
 enum { PK_NEAREST_ROUND_PREFER_FLOOR = 0, PK_NEAREST_ROUND_PREFER_CEIL, PK_NEAREST_FLOOR, PK_NEAREST_CEIL };
 typedef struct pk_resize_p {
   int dtype, esize, rank, mode, ctm, nearest;
@@ -177,18 +194,18 @@ struct pk_stage;
 typedef struct pk_part {
   int n_in, n_out;
   const size_t *in_off, *in_bytes, *out_off, *out_bytes; /* in the IO region */
-  int (*run)(struct pk_stage *S);  /* the units, in order, on S->stream */
+  int (*run)(struct pk_stage *S);                        /* the units, in order, on S->stream */
 } pk_part;
 
 /* What a stage_K.cu tells the runtime about itself. */
 typedef struct pk_stage_info {
   int id;
   const char *name;
-  int n_units;                     /* of all parts; unit numbers are global */
-  const char *const *unit_names;   /* "node 54 'conv1' (Conv)": errors and profiles */
-  const int *unit_n_nodes;         /* ONNX nodes per unit */
-  const char *const *node_names;   /* ONNX names of the units' nodes, unit after unit */
-  size_t io_bytes, arena_bytes;    /* the largest part's; arena includes the scratch at its end */
+  int n_units;                   /* of all parts; unit numbers are global */
+  const char *const *unit_names; /* "node 54 'conv1' (Conv)": errors and profiles */
+  const int *unit_n_nodes;       /* ONNX nodes per unit */
+  const char *const *node_names; /* ONNX names of the units' nodes, unit after unit */
+  size_t io_bytes, arena_bytes;  /* the largest part's; arena includes the scratch at its end */
   int n_conv;
   const pk_conv_p *conv;
   pk_part fwd;
@@ -221,36 +238,36 @@ struct pk_cop {
 typedef struct pk_stage {
   const pk_stage_info *info;
   int device;
-  char where[320];                 /* "stage 1 on cuda:0 (NVIDIA ...)" */
-  char dev_word[64];               /* the device's name, spaces as '_' (PIPECC_CONV_TUNE_FILE) */
-  int fault_said;                  /* a device fault (sticky: every later call returns it) printed */
-  cudaStream_t stream;             /* (gen) */
-  cudaStream_t cstream;            /* NCCL sends, receives and all-reduces (made on first use) */
-  void *cudnn, *cublas, *lt;       /* cudnnHandle_t, cublasHandle_t, cublasLtHandle_t */
-  struct pk_lt_plan *lt_plans;     /* cuBLASLt plans of the stage's GEMM shapes */
-  int tf32;                        /* TF32 tensor cores for float32 GEMM/conv */
-  unsigned char *w, *io, *a;       /* (gen) device weights, stage inputs/outputs, arena */
+  char where[320];             /* "stage 1 on cuda:0 (NVIDIA ...)" */
+  char dev_word[64];           /* the device's name, spaces as '_' (PIPECC_CONV_TUNE_FILE) */
+  int fault_said;              /* a device fault (sticky: every later call returns it) printed */
+  cudaStream_t stream;         /* (gen) */
+  cudaStream_t cstream;        /* NCCL sends, receives and all-reduces (made on first use) */
+  void *cudnn, *cublas, *lt;   /* cudnnHandle_t, cublasHandle_t, cublasLtHandle_t */
+  struct pk_lt_plan *lt_plans; /* cuBLASLt plans of the stage's GEMM shapes */
+  int tf32;                    /* TF32 tensor cores for float32 GEMM/conv */
+  unsigned char *w, *io, *a;   /* (gen) device weights, stage inputs/outputs, arena */
   void *ws;
   size_t ws_bytes;
-  void *sum_tmp;                   /* a peer replica's gradients, copied in to be summed */
+  void *sum_tmp; /* a peer replica's gradients, copied in to be summed */
   size_t sum_tmp_bytes;
   struct pk_conv_s *conv;
-  struct pk_gplan *gplans;         /* cuDNN graph API plans (PIPECC_CONV_API=graph) */
-  int use_graph, captured[3];     /* per part (forward, backward, update): 1 run once, 2 captured */
+  struct pk_gplan *gplans;    /* cuDNN graph API plans (PIPECC_CONV_API=graph) */
+  int use_graph, captured[3]; /* per part (forward, backward, update): 1 run once, 2 captured */
   cudaGraphExec_t exec[3];
-  int unit;                        /* the unit running (errors) */
-  cudaEvent_t *ev;                 /* profiling: n_units + 1 events, else NULL */
+  int unit;        /* the unit running (errors) */
+  cudaEvent_t *ev; /* profiling: n_units + 1 events, else NULL */
   /* hand-over by events (pipert_device_ops.async): forward/backward return once queued;
    * busy time from event pairs around each part, harvested as they complete */
   int async;
-  cudaStream_t ustream;            /* async mode: graph input uploads, beside the stage's work */
-  struct pk_hstream hs[3];          /* the hand-over's streams: stream, ustream, cstream */
+  cudaStream_t ustream;    /* async mode: graph input uploads, beside the stage's work */
+  struct pk_hstream hs[3]; /* the hand-over's streams: stream, ustream, cstream */
   double busy_s;
   cudaEvent_t tev[2 * PK_TIMING_RING];
   int t_first, t_n;
   /* async NCCL: a send reads its buffer on cstream, a receive writes it; the open group's
    * buffers (ordered once the group is queued), an event after each of the last groups */
-  void *pcomm;                     /* ncclComm_t of the sends and receives: timed waits */
+  void *pcomm; /* ncclComm_t of the sends and receives: timed waits */
   struct pk_cop *cop;
   int n_cop, cap_cop;
   cudaEvent_t cev[PK_COMM_RING];
@@ -336,8 +353,8 @@ int pk_pool(pk_stage *S, const pk_pool_p *p, const void *x, void *y, int64_t *yi
 int pk_softmax(pk_stage *S, int kind, const float *x, float *y, int64_t outer, int64_t a, int64_t inner);
 /* Layer normalisation of rows of `inner` elements; scale/bias indexed by i % ns (ns
  * = inner or 1) or, for instance norm (per_row), by row % ns. mean/inv may be NULL. */
-int pk_layernorm(pk_stage *S, const float *x, const float *scale, int64_t ns, const float *bias, int64_t nb,
-                 float *y, float *mean, float *inv, int64_t outer, int64_t inner, double eps, int per_row);
+int pk_layernorm(pk_stage *S, const float *x, const float *scale, int64_t ns, const float *bias, int64_t nb, float *y,
+                 float *mean, float *inv, int64_t outer, int64_t inner, double eps, int per_row);
 /* Inference batch norm (running statistics), onnxruntime's formula. */
 int pk_batchnorm(pk_stage *S, const float *x, const float *scale, const float *bias, const float *mean,
                  const float *var, float *y, int64_t n, int64_t c, int64_t spatial, double eps);
@@ -401,13 +418,13 @@ int pk_lrn(pk_stage *S, int dtype, const void *x, void *y, int64_t n, int64_t c,
     S->unit = (u);              \
     if (S->ev) pk_mark(S, (u)); \
   } while (0)
-#define PK_TRY(call)   \
-  do {                 \
+#define PK_TRY(call)    \
+  do {                  \
     if (call) return 1; \
   } while (0)
-#define PK_LAUNCH(kern, n, ...)                                            \
-  do {                                                                     \
-    kern<<<pk_grid(n), PK_THREADS, 0, S->stream>>>((n), __VA_ARGS__);      \
-    if (pk_check_launch(S)) return 1;                                      \
+#define PK_LAUNCH(kern, n, ...)                                       \
+  do {                                                                \
+    kern<<<pk_grid(n), PK_THREADS, 0, S->stream>>>((n), __VA_ARGS__); \
+    if (pk_check_launch(S)) return 1;                                 \
   } while (0)
 #endif

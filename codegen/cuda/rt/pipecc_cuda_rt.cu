@@ -38,8 +38,10 @@ static int cu_ok(pk_stage *S, cudaError_t e, const char *what) {
   S->fault_said |= fault;
   if (fault && S->async) {
     char detail[320];
-    snprintf(detail, sizeof detail, "%s (stages hand over asynchronously, so the fault may be an earlier stage's: "
-             "PIPERT_SYNC_SETS=1 names it)", cudaGetErrorString(e));
+    snprintf(detail, sizeof detail,
+             "%s (stages hand over asynchronously, so the fault may be an earlier stage's: "
+             "PIPERT_SYNC_SETS=1 names it)",
+             cudaGetErrorString(e));
     pk_fail(S, what, detail);
   } else {
     pk_fail(S, what, cudaGetErrorString(e));
@@ -83,7 +85,8 @@ extern "C" unsigned pk_grid(int64_t n) {
   return (unsigned)b;
 }
 
-#define GRID_LOOP(i, n) for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+#define GRID_LOOP(i, n) \
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
 /* ---- convolution (cuDNN) ---------------------------------------------------------------- */
 
@@ -177,11 +180,10 @@ static int conv_algo_fwd(pk_stage *S, struct pk_conv_s *c, cudnnMathType_t math,
   if (!m) {
     int found = 0;
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    cudnnStatus_t st =
-        search ? cudnnFindConvolutionForwardAlgorithm(h, c->x, c->w, c->conv, c->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                      &found, perf)
-               : cudnnGetConvolutionForwardAlgorithm_v7(h, c->x, c->w, c->conv, c->y,
-                                                        CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf);
+    cudnnStatus_t st = search ? cudnnFindConvolutionForwardAlgorithm(h, c->x, c->w, c->conv, c->y,
+                                                                     CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf)
+                              : cudnnGetConvolutionForwardAlgorithm_v7(h, c->x, c->w, c->conv, c->y,
+                                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf);
     const char *what = search ? "cudnnFindConvolutionForwardAlgorithm" : "cudnnGetConvolutionForwardAlgorithm_v7";
     if (!dnn_ok(S, st, what)) {
       pthread_mutex_unlock(&algo_lock);
@@ -234,8 +236,9 @@ static int conv_algo_bwd_data(pk_stage *S, struct pk_conv_s *c, cudnnMathType_t 
   cudnnHandle_t h = (cudnnHandle_t)S->cudnn;
   cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
   int found = 0;
-  if (!dnn_ok(S, cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c->w, c->y, c->conv, c->x,
-                                                             CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found, perf),
+  if (!dnn_ok(S,
+              cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c->w, c->y, c->conv, c->x,
+                                                          CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found, perf),
               "cudnnGetConvolutionBackwardDataAlgorithm_v7"))
     return 1;
   int pick = -1;
@@ -317,9 +320,9 @@ static int gtensor(cudnnBackendDescriptor_t *t, int64_t uid, int n, const int64_
 
 /* Builds g's plan for the convolution (dims and strides of x, w, y; nd spatial dims).
  * 0: g->d[0] is a plan; 1: none (why names the call that failed, or the filter). */
-static int gplan_build(pk_stage *S, struct pk_gplan *g, int nd, const int64_t *xd, const int64_t *xs,
-                       const int64_t *wd, const int64_t *ws, const int64_t *yd, const int64_t *ys, const int64_t *pad,
-                       const int64_t *str, const int64_t *dil, const char **why) {
+static int gplan_build(pk_stage *S, struct pk_gplan *g, int nd, const int64_t *xd, const int64_t *xs, const int64_t *wd,
+                       const int64_t *ws, const int64_t *yd, const int64_t *ys, const int64_t *pad, const int64_t *str,
+                       const int64_t *dil, const char **why) {
   cudnnHandle_t h = (cudnnHandle_t)S->cudnn;
   if (gtensor(&g->t[0], GUID_X, nd + 2, xd, xs, why) || gtensor(&g->t[1], GUID_W, nd + 2, wd, ws, why) ||
       gtensor(&g->t[2], GUID_Y, nd + 2, yd, ys, why))
@@ -339,9 +342,12 @@ static int gplan_build(pk_stage *S, struct pk_gplan *g, int nd, const int64_t *x
   GB(cudnnBackendFinalize(*conv));
   float alpha = 1, beta = 0;
   GB(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, op));
-  GB(cudnnBackendSetAttribute(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g->t[0]));
-  GB(cudnnBackendSetAttribute(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g->t[1]));
-  GB(cudnnBackendSetAttribute(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g->t[2]));
+  GB(cudnnBackendSetAttribute(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                              &g->t[0]));
+  GB(cudnnBackendSetAttribute(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                              &g->t[1]));
+  GB(cudnnBackendSetAttribute(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                              &g->t[2]));
   GB(cudnnBackendSetAttribute(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
                               conv));
   GB(cudnnBackendSetAttribute(*op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha));
@@ -554,12 +560,13 @@ static int conv_exec(pk_stage *S, struct pk_conv_s *c, const void *x, const void
     if (!(((uintptr_t)x | (uintptr_t)w | (uintptr_t)y | (uintptr_t)S->ws) % PK_GALIGN))
       return conv_graph_exec(S, c, x, w, y);
     if (!c->misaligned && getenv("PIPECC_CONV_VERBOSE"))
-      fprintf(stderr, "pipeline: %s: convolution %d: a pointer not %d-byte aligned: the legacy API runs it\n",
-              S->where, (int)(c - S->conv), PK_GALIGN);
+      fprintf(stderr, "pipeline: %s: convolution %d: a pointer not %d-byte aligned: the legacy API runs it\n", S->where,
+              (int)(c - S->conv), PK_GALIGN);
     c->misaligned = 1;
   }
-  return dnn_ok(S, cudnnConvolutionForward((cudnnHandle_t)S->cudnn, al, c->x, x, c->w, w, c->conv, c->algo, S->ws,
-                                           c->ws, be, c->y, y),
+  return dnn_ok(S,
+                cudnnConvolutionForward((cudnnHandle_t)S->cudnn, al, c->x, x, c->w, w, c->conv, c->algo, S->ws, c->ws,
+                                        be, c->y, y),
                 "cudnnConvolutionForward")
              ? 0
              : 1;
@@ -633,13 +640,15 @@ static void tune_load(void) {
     char type = 0, dev[64];
     int nkey = 0, at = 0, used = 0;
     long long key[PK_TUNE_KEY];
-    int a, b, c, ok = sscanf(line, " %c %63s %d%n", &type, dev, &nkey, &at) == 3 && (type == 'c' || type == 'g') &&
-                          nkey > 0 && nkey <= PK_TUNE_KEY;
+    int a, b, c,
+        ok = sscanf(line, " %c %63s %d%n", &type, dev, &nkey, &at) == 3 && (type == 'c' || type == 'g') && nkey > 0 &&
+             nkey <= PK_TUNE_KEY;
     for (int i = 0; ok && i < nkey; i++, at += used) ok = sscanf(line + at, " %lld%n", &key[i], &used) == 1;
     ok = ok && sscanf(line + at, " %d %d %d", &a, &b, &c) == 3;
     if (!ok) {
-      fprintf(stderr, "pipeline: %s:%d: not a tuning decision (PIPECC_CONV_TUNE_FILE); the rest of the file is ignored\n",
-              path, no);
+      fprintf(stderr,
+              "pipeline: %s:%d: not a tuning decision (PIPECC_CONV_TUNE_FILE); the rest of the file is ignored\n", path,
+              no);
       break;
     }
     if (!tune_find(type, dev, key, nkey)) tune_push(type, dev, key, nkey, a, b, c);
@@ -654,16 +663,18 @@ static void tune_keep(char type, const char *dev, const long long *key, int nkey
   if (!path) return;
   char line[2048];
   int at = snprintf(line, sizeof line, "%c %s %d", type, dev, nkey);
-  for (int i = 0; i < nkey && at < (int)sizeof line; i++) at += snprintf(line + at, sizeof line - (size_t)at, " %lld", key[i]);
+  for (int i = 0; i < nkey && at < (int)sizeof line; i++)
+    at += snprintf(line + at, sizeof line - (size_t)at, " %lld", key[i]);
   if (at < (int)sizeof line) snprintf(line + at, sizeof line - (size_t)at, " %d %d %d\n", a, b, c);
   FILE *f = fopen(path, "a");
   int bad = !f;
   if (f) {
     if (fseek(f, 0, SEEK_END) == 0 && ftell(f) == 0) /* a new file: what its lines are */
-      bad |= fputs("# pipecc: Conv ways kept by PIPECC_CONV_TUNE: 'c DEVICE 43 descriptors.. call way algorithm "
-                   "math' (way 0 own kernel, 1 graph API, 2 legacy algorithm), 'g DEVICE 20 GEMM shape.. algorithm "
-                   "count 0'\n",
-                   f) < 0;
+      bad |= fputs(
+                 "# pipecc: Conv ways kept by PIPECC_CONV_TUNE: 'c DEVICE 43 descriptors.. call way algorithm "
+                 "math' (way 0 own kernel, 1 graph API, 2 legacy algorithm), 'g DEVICE 20 GEMM shape.. algorithm "
+                 "count 0'\n",
+                 f) < 0;
     bad |= fputs(line, f) < 0;
     bad |= fclose(f) != 0;
   }
@@ -689,7 +700,8 @@ static const char *algo_name(cudnnConvolutionFwdAlgo_t a) {
 static const char *way_name(const struct pk_conv_s *c, int way, int kind, char *buf, size_t n) {
   if (way == WAY_OWN) return kind == 1 ? "direct kernel" : "cuBLASLt GEMM";
   if (way == WAY_GRAPH) return "cuDNN graph API";
-  snprintf(buf, n, "cuDNN %s%s", algo_name(c->cand[way]), c->cand_math[way] == CUDNN_TENSOR_OP_MATH ? " (tensor cores)" : "");
+  snprintf(buf, n, "cuDNN %s%s", algo_name(c->cand[way]),
+           c->cand_math[way] == CUDNN_TENSOR_OP_MATH ? " (tensor cores)" : "");
   return buf;
 }
 
@@ -820,8 +832,9 @@ extern "C" int pk_conv(pk_stage *S, int idx, const void *x, const void *w, void 
     float onef = 1, zerof = 0;
     const void *al = c->dt == CUDNN_DATA_DOUBLE ? (const void *)&one : (const void *)&onef;
     const void *be = c->dt == CUDNN_DATA_DOUBLE ? (const void *)&zero : (const void *)&zerof;
-    return dnn_ok(S, cudnnConvolutionBackwardData((cudnnHandle_t)S->cudnn, al, c->w, w, c->y, x, c->conv, c->balgo,
-                                                  S->ws, c->ws, be, c->x, y),
+    return dnn_ok(S,
+                  cudnnConvolutionBackwardData((cudnnHandle_t)S->cudnn, al, c->w, w, c->y, x, c->conv, c->balgo, S->ws,
+                                               c->ws, be, c->x, y),
                   "cudnnConvolutionBackwardData")
                ? 0
                : 1;
@@ -842,7 +855,8 @@ __global__ void k_bias(T *y, const T *b, int64_t c, int64_t sp, int64_t total) {
 
 extern "C" int pk_bias(pk_stage *S, int dtype, void *y, const void *b, int64_t n, int64_t c, int64_t sp) {
   int64_t t = n * c * sp;
-  if (dtype == PK_F64) k_bias<double><<<pk_grid(t), PK_THREADS, 0, S->stream>>>((double *)y, (const double *)b, c, sp, t);
+  if (dtype == PK_F64)
+    k_bias<double><<<pk_grid(t), PK_THREADS, 0, S->stream>>>((double *)y, (const double *)b, c, sp, t);
   else k_bias<float><<<pk_grid(t), PK_THREADS, 0, S->stream>>>((float *)y, (const float *)b, c, sp, t);
   return pk_check_launch(S);
 }
@@ -865,8 +879,8 @@ __global__ void k_conv_epi(float *y, const float *b, const float *r, unsigned c,
   }
 }
 
-extern "C" int pk_conv_epi(pk_stage *S, void *y, const void *b, const void *r, int64_t n, int64_t c, int64_t sp, int act,
-                           float lo, float hi) {
+extern "C" int pk_conv_epi(pk_stage *S, void *y, const void *b, const void *r, int64_t n, int64_t c, int64_t sp,
+                           int act, float lo, float hi) {
   int64_t t = n * c * sp;
   if (t <= 0) return 0;
   if (t >= ((int64_t)1 << 31)) return pk_fail(S, "fused Conv epilogue", "2^31 elements or more");
@@ -896,9 +910,9 @@ struct pk_dc_p {
   float lo, hi;
 };
 
-__global__ void __launch_bounds__(128) k_conv_direct(pk_dc_p p, const float *__restrict__ x,
-                                                     const float *__restrict__ wt, const float *__restrict__ b,
-                                                     const float *__restrict__ r, float *__restrict__ y) {
+__global__ void __launch_bounds__(128)
+    k_conv_direct(pk_dc_p p, const float *__restrict__ x, const float *__restrict__ wt, const float *__restrict__ b,
+                  const float *__restrict__ r, float *__restrict__ y) {
   __shared__ float4 s_w4[PK_DC_TAPS * PK_DC_MB / 4];
   __shared__ float s_x[PK_DC_XT];
   float *s_w = (float *)s_w4;
@@ -923,10 +937,9 @@ __global__ void __launch_bounds__(128) k_conv_direct(pk_dc_p p, const float *__r
   __syncthreads();
   const int mg = threadIdx.x >> 6, col = threadIdx.x & 31, row = (threadIdx.x >> 5) & 1;
   float acc[4][16];
-PK_UNROLL
-  for (int q = 0; q < 4; q++)
-PK_UNROLL
-    for (int k = 0; k < 16; k++) acc[q][k] = 0.0f;
+  PK_UNROLL
+  for (int q = 0; q < 4; q++) PK_UNROLL
+  for (int k = 0; k < 16; k++) acc[q][k] = 0.0f;
   const float4 *wv = s_w4 + mg * 4;
   for (int cc = 0; cc < p.c; cc++)
     for (int i = 0; i < p.kh; i++) {
@@ -937,23 +950,22 @@ PK_UNROLL
         if (++jph == p.sw) jph = 0, joff += 1 - (p.sw - 1) * p.iwq;
         else joff += p.iwq;
         float4 w0 = wv[0], w1 = wv[1], w2 = wv[2], w3 = wv[3];
-        float wk[16] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w,
-                        w2.x, w2.y, w2.z, w2.w, w3.x, w3.y, w3.z, w3.w};
-PK_UNROLL
+        float wk[16] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w, w2.x, w2.y, w2.z, w2.w, w3.x, w3.y, w3.z, w3.w};
+        PK_UNROLL
         for (int q = 0; q < 4; q++) {
           float v = xj[2 * q * p.sh * iwt]; /* row + 2q */
-PK_UNROLL
+          PK_UNROLL
           for (int k = 0; k < 16; k++) acc[q][k] = fmaf(v, wk[k], acc[q][k]);
         }
       }
     }
   const int ow = ow0 + col;
   if (ow >= p.ow) return;
-PK_UNROLL
+  PK_UNROLL
   for (int q = 0; q < 4; q++) {
     int oh = oh0 + row + 2 * q;
     if (oh >= p.oh) break;
-PK_UNROLL
+    PK_UNROLL
     for (int k = 0; k < 16; k++) {
       int m = m0 + mg * 16 + k;
       if (m >= p.m) break;
@@ -970,8 +982,8 @@ PK_UNROLL
 
 /* What follows cuDNN's convolution where it fused nothing: the bias, the residual and the
  * clamps in one pk_conv_epi pass, or the bias alone; y seen as [n, ch, spatial]. */
-static int conv_rest(pk_stage *S, const void *b, const void *r, void *y, int64_t n, int64_t ch, int64_t spatial, int act,
-                     float lo, float hi) {
+static int conv_rest(pk_stage *S, const void *b, const void *r, void *y, int64_t n, int64_t ch, int64_t spatial,
+                     int act, float lo, float hi) {
   if (act || r) return pk_conv_epi(S, y, b, r, n, ch, spatial, act, lo, hi);
   return b ? pk_bias(S, PK_F32, y, b, n, ch, spatial) : 0;
 }
@@ -1038,11 +1050,11 @@ struct pk_lt_plan {
   int dtype, ta, tb;
   int64_t m, n, k, lda, ldb, ldc, sa, sb, sc, batch;
   uint32_t al[3];
-  uint32_t epi;                    /* cublasLtEpilogue_t (pk_conv_1x1); DEFAULT for pk_gemm */
+  uint32_t epi; /* cublasLtEpilogue_t (pk_conv_1x1); DEFAULT for pk_gemm */
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t la, lb, lc;
   cublasLtMatmulAlgo_t algo;
-  int usable;                      /* 0: cuBLASLt offered no algorithm; cuBLAS is used */
+  int usable; /* 0: cuBLASLt offered no algorithm; cuBLAS is used */
   /* PIPECC_CONV_TUNE: the heuristic's first algorithms (algo is the first until timed) */
   cublasLtMatmulAlgo_t algos[PK_TUNE_ALGOS];
   int n_algos, tuned;
@@ -1103,8 +1115,8 @@ static struct pk_lt_plan *lt_plan(pk_stage *S, int dtype, int ta, int tb, int64_
   if (cublasLtMatmulDescCreate(&p->op, ct, t) == CUBLAS_STATUS_SUCCESS &&
       cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) == CUBLAS_STATUS_SUCCESS &&
       cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb) == CUBLAS_STATUS_SUCCESS &&
-      (epi == CUBLASLT_EPILOGUE_DEFAULT ||
-       cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) == CUBLAS_STATUS_SUCCESS) &&
+      (epi == CUBLASLT_EPILOGUE_DEFAULT || cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                                          sizeof epi) == CUBLAS_STATUS_SUCCESS) &&
       (p->la = lt_layout(t, tb ? k : n, tb ? n : k, ldb, sb, batch)) &&
       (p->lb = lt_layout(t, ta ? m : k, ta ? k : m, lda, sa, batch)) && (p->lc = lt_layout(t, n, m, ldc, sc, batch)) &&
       cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS) {
@@ -1114,12 +1126,12 @@ static struct pk_lt_plan *lt_plan(pk_stage *S, int dtype, int ta, int tb, int64_
     int pref_ok = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                                        sizeof ws) == CUBLAS_STATUS_SUCCESS;
     for (int i = 0; i < 4; i++)
-      pref_ok = pref_ok && cublasLtMatmulPreferenceSetAttribute(
-                               pref, (cublasLtMatmulPreferenceAttributes_t)(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i),
-                               &need[i], sizeof need[i]) == CUBLAS_STATUS_SUCCESS;
-    if (!pref_ok ||
-        cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)S->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, want, res,
-                                       &found) != CUBLAS_STATUS_SUCCESS)
+      pref_ok =
+          pref_ok && cublasLtMatmulPreferenceSetAttribute(
+                         pref, (cublasLtMatmulPreferenceAttributes_t)(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i),
+                         &need[i], sizeof need[i]) == CUBLAS_STATUS_SUCCESS;
+    if (!pref_ok || cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)S->lt, p->op, p->la, p->lb, p->lc, p->lc, pref,
+                                                   want, res, &found) != CUBLAS_STATUS_SUCCESS)
       found = 0;
   }
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
@@ -1143,7 +1155,8 @@ extern "C" int pk_gemm(pk_stage *S, int dtype, int ta, int tb, int64_t m, int64_
   int64_t es = dtype == PK_F64 ? 8 : 4;
   uint32_t al[3] = {lt_align(a, sa, batch, es), lt_align(b, sb, batch, es), lt_align(c, sc, batch, es)};
   struct pk_lt_plan *p =
-      S->lt ? lt_plan(S, dtype, ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch, al, CUBLASLT_EPILOGUE_DEFAULT) : NULL;
+      S->lt ? lt_plan(S, dtype, ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch, al, CUBLASLT_EPILOGUE_DEFAULT)
+            : NULL;
   if (p && p->usable)
     return blas_ok(S,
                    cublasLtMatmul((cublasLtHandle_t)S->lt, p->op, pa, b, p->la, a, p->lb, pb, c, p->lc, c, p->lc,
@@ -1157,11 +1170,12 @@ extern "C" int pk_gemm(pk_stage *S, int dtype, int ta, int tb, int64_t m, int64_
   if (m > 0x7fffffff || n > 0x7fffffff || k > 0x7fffffff || batch > 0x7fffffff)
     return pk_fail(S, "cublasGemmStridedBatchedEx", "dimension too large");
   cudaDataType t = dtype == PK_F64 ? CUDA_R_64F : CUDA_R_32F;
-  cublasComputeType_t ct =
-      dtype == PK_F64 ? CUBLAS_COMPUTE_64F : S->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  cublasComputeType_t ct = dtype == PK_F64 ? CUBLAS_COMPUTE_64F
+                           : S->tf32       ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                           : CUBLAS_COMPUTE_32F;
   return blas_ok(S,
-                 cublasGemmStridedBatchedEx(h, ob, oa, (int)n, (int)m, (int)k, pa, b, t, (int)ldb, sb, a, t, (int)lda, sa,
-                                            pb, c, t, (int)ldc, sc, (int)batch, ct, CUBLAS_GEMM_DEFAULT),
+                 cublasGemmStridedBatchedEx(h, ob, oa, (int)n, (int)m, (int)k, pa, b, t, (int)ldb, sb, a, t, (int)lda,
+                                            sa, pb, c, t, (int)ldc, sc, (int)batch, ct, CUBLAS_GEMM_DEFAULT),
                  "cublasGemmStridedBatchedEx")
              ? 0
              : 1;
@@ -1193,8 +1207,8 @@ template <typename Run>
 static int lt_tune(pk_stage *S, int idx, struct pk_lt_plan *p, const Run &run) {
   int mode = conv_tune_mode();
   if (!mode || p->n_algos < 2 || tune_capturing(S)) return 0;
-  long long key[20] = {p->dtype, p->ta, p->tb, p->m, p->n, p->k, p->lda, p->ldb, p->ldc, p->sa,
-                       p->sb, p->sc, p->batch, p->al[0], p->al[1], p->al[2], p->epi, S->tf32};
+  long long key[20] = {p->dtype, p->ta, p->tb, p->m,     p->n,     p->k,     p->lda,   p->ldb, p->ldc,
+                       p->sa,    p->sb, p->sc, p->batch, p->al[0], p->al[1], p->al[2], p->epi, S->tf32};
   const char *dev = S->dev_word;
   pthread_mutex_lock(&tune_lock);
   tune_load();
@@ -1218,7 +1232,8 @@ static int lt_tune(pk_stage *S, int idx, struct pk_lt_plan *p, const Run &run) {
   if (rc) return 1;
   if (getenv("PIPECC_CONV_VERBOSE")) {
     char line[512];
-    int at = snprintf(line, sizeof line, "pipeline: %s: convolution %d as a GEMM: cuBLASLt's algorithms", S->where, idx);
+    int at =
+        snprintf(line, sizeof line, "pipeline: %s: convolution %d as a GEMM: cuBLASLt's algorithms", S->where, idx);
     for (int k = 0; k < p->n_algos && at < (int)sizeof line; k++)
       at += snprintf(line + at, sizeof line - (size_t)at, " %d %.4f ms%s", k + 1, ms[k], k + 1 < p->n_algos ? "," : "");
     fprintf(stderr, "%s; the GEMM keeps algorithm %d\n", line, best + 1);
@@ -1315,8 +1330,8 @@ extern "C" int pk_copy(pk_stage *S, const pk_copy_p *p, const void *x, void *y) 
  * loop. k_copy's element-by-element form reads one of these with a stride of R
  * elements (NCHW -> NHWC after a stem: 0.058 ms for 25.7 MB each way on an H200). */
 template <typename T>
-__global__ void __launch_bounds__(256) k_transpose(const T *__restrict__ x, T *__restrict__ y, int64_t B, int64_t R,
-                                                   int64_t C) {
+__global__ void __launch_bounds__(256)
+    k_transpose(const T *__restrict__ x, T *__restrict__ y, int64_t B, int64_t R, int64_t C) {
   __shared__ T tile[32][33];
   const int64_t tr = (R + 31) >> 5, tc = (C + 31) >> 5, tiles = B * tr * tc;
   const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
@@ -1379,8 +1394,8 @@ extern "C" int pk_fill(pk_stage *S, void *y, int esize, uint64_t value, int64_t 
 }
 
 template <typename T>
-__global__ void k_gather(const T *__restrict__ x, const void *__restrict__ idx, int idx64, T *__restrict__ y,
-                         int64_t a, int64_t ni, int64_t inner, int64_t total) {
+__global__ void k_gather(const T *__restrict__ x, const void *__restrict__ idx, int idx64, T *__restrict__ y, int64_t a,
+                         int64_t ni, int64_t inner, int64_t total) {
   GRID_LOOP(t, total) {
     int64_t i = t % inner, r = t / inner, j = r % ni, o = r / ni;
     int64_t k = idx64 ? ((const int64_t *)idx)[j] : (int64_t)((const int32_t *)idx)[j];
@@ -1396,20 +1411,33 @@ extern "C" int pk_gather(pk_stage *S, int esize, const void *x, const void *idx,
   if (t == 0) return 0;
   unsigned g = pk_grid(t);
   switch (esize) {
-    case 1: k_gather<uint8_t><<<g, PK_THREADS, 0, S->stream>>>((const uint8_t *)x, idx, idx64, (uint8_t *)y, a, ni, inner, t); break;
-    case 2: k_gather<uint16_t><<<g, PK_THREADS, 0, S->stream>>>((const uint16_t *)x, idx, idx64, (uint16_t *)y, a, ni, inner, t); break;
-    case 4: k_gather<uint32_t><<<g, PK_THREADS, 0, S->stream>>>((const uint32_t *)x, idx, idx64, (uint32_t *)y, a, ni, inner, t); break;
-    default: k_gather<uint64_t><<<g, PK_THREADS, 0, S->stream>>>((const uint64_t *)x, idx, idx64, (uint64_t *)y, a, ni, inner, t); break;
+    case 1:
+      k_gather<uint8_t><<<g, PK_THREADS, 0, S->stream>>>((const uint8_t *)x, idx, idx64, (uint8_t *)y, a, ni, inner, t);
+      break;
+    case 2:
+      k_gather<uint16_t>
+          <<<g, PK_THREADS, 0, S->stream>>>((const uint16_t *)x, idx, idx64, (uint16_t *)y, a, ni, inner, t);
+      break;
+    case 4:
+      k_gather<uint32_t>
+          <<<g, PK_THREADS, 0, S->stream>>>((const uint32_t *)x, idx, idx64, (uint32_t *)y, a, ni, inner, t);
+      break;
+    default:
+      k_gather<uint64_t>
+          <<<g, PK_THREADS, 0, S->stream>>>((const uint64_t *)x, idx, idx64, (uint64_t *)y, a, ni, inner, t);
+      break;
   }
   return pk_check_launch(S);
 }
 
 /* the range of T in device code (std::numeric_limits' functions are host-only) */
-template <typename T> struct pk_lim;
+template <typename T>
+struct pk_lim;
 #define PK_LIM(T, LO, HI)                                   \
-  template <> struct pk_lim<T> {                            \
-    static __device__ __forceinline__ T lo() { return LO; }  \
-    static __device__ __forceinline__ T hi() { return HI; }  \
+  template <>                                               \
+  struct pk_lim<T> {                                        \
+    static __device__ __forceinline__ T lo() { return LO; } \
+    static __device__ __forceinline__ T hi() { return HI; } \
   }
 PK_LIM(float, -INFINITY, INFINITY);
 PK_LIM(double, -INFINITY, INFINITY);
@@ -1521,9 +1549,9 @@ extern "C" int pk_pool(pk_stage *S, const pk_pool_p *p, const void *x, void *y, 
       t < ((int64_t)1 << 31) && xn < ((int64_t)1 << 31) && p->k[1] * p->d[1] < (1 << 20) &&
       p->k[2] * p->d[2] < (1 << 20) && p->out[1] * p->s[1] < (1 << 30) && p->out[2] * p->s[2] < (1 << 30) &&
       p->pb[1] < (1 << 20) && p->pb[2] < (1 << 20)) {
-    pk_pool2 q = {(unsigned)p->cl,  (unsigned)p->in[1], (unsigned)p->in[2], (unsigned)p->out[1],
-                  (unsigned)p->out[2], (unsigned)p->k[1], (unsigned)p->k[2], (unsigned)p->s[1],
-                  (unsigned)p->s[2],  (unsigned)p->d[1], (unsigned)p->d[2], (int)p->pb[1], (int)p->pb[2]};
+    pk_pool2 q = {(unsigned)p->cl,   (unsigned)p->in[1], (unsigned)p->in[2], (unsigned)p->out[1], (unsigned)p->out[2],
+                  (unsigned)p->k[1], (unsigned)p->k[2],  (unsigned)p->s[1],  (unsigned)p->s[2],   (unsigned)p->d[1],
+                  (unsigned)p->d[2], (int)p->pb[1],      (int)p->pb[2]};
     k_maxpool2d<<<g, PK_THREADS, 0, S->stream>>>(q, (const float *)x, (float *)y, (unsigned)t);
     return pk_check_launch(S);
   }
@@ -1664,13 +1692,14 @@ extern "C" int pk_layernorm(pk_stage *S, const float *x, const float *scale, int
   if (outer * inner == 0) return 0;
   int64_t g = outer < 65536 ? outer : 65536;
   k_layernorm<<<(unsigned)g, PK_THREADS, 0, S->stream>>>(x, scale, ns, bias, nb, y, mean, inv, outer, inner, (float)eps,
-                                                          per_row);
+                                                         per_row);
   return pk_check_launch(S);
 }
 
-__global__ void k_batchnorm(const float *__restrict__ x, const float *__restrict__ scale, const float *__restrict__ bias,
-                            const float *__restrict__ mean, const float *__restrict__ var, float *__restrict__ y,
-                            int64_t c, int64_t sp, float eps, int64_t total) {
+__global__ void k_batchnorm(const float *__restrict__ x, const float *__restrict__ scale,
+                            const float *__restrict__ bias, const float *__restrict__ mean,
+                            const float *__restrict__ var, float *__restrict__ y, int64_t c, int64_t sp, float eps,
+                            int64_t total) {
   GRID_LOOP(i, total) {
     int64_t ch = (i / sp) % c;
     float a = scale[ch] / sqrtf(var[ch] + eps);
@@ -1722,7 +1751,7 @@ extern "C" int pk_batchnorm_train(pk_stage *S, const float *x, const float *scal
   if (n * c * sp == 0) return 0;
   int64_t g = c < 65536 ? c : 65536;
   k_batchnorm_train<<<(unsigned)g, PK_THREADS, 0, S->stream>>>(x, scale, bias, mean, var, y, rmean, rvar, n, c, sp,
-                                                                 (float)eps, (float)momentum);
+                                                               (float)eps, (float)momentum);
   return pk_check_launch(S);
 }
 
@@ -1755,7 +1784,8 @@ __device__ __forceinline__ A red_step(int kind, A a, A v, A mx) {
     case PK_RED_MIN: return (v < a || v != v) ? v : a;
     case PK_RED_PROD: return a * v;
     case PK_RED_L1: return a + red_abs(v);
-    case PK_RED_L2: case PK_RED_SUMSQ: return a + v * v;
+    case PK_RED_L2:
+    case PK_RED_SUMSQ: return a + v * v;
     case PK_RED_LOGSUMEXP: return a + red_exp(v - mx);
     default: return a + v;
   }
@@ -1839,8 +1869,7 @@ __global__ void k_reduce(pk_reduce_p p, const T *__restrict__ x, T *__restrict__
  * thread per output, in input order; adjacent outputs read adjacent inputs when the
  * reduced dims are the outer ones */
 template <typename T, typename A>
-__global__ void k_reduce_thread(pk_reduce_p p, const T *__restrict__ x, T *__restrict__ y, int64_t nout,
-                                int64_t cnt) {
+__global__ void k_reduce_thread(pk_reduce_p p, const T *__restrict__ x, T *__restrict__ y, int64_t nout, int64_t cnt) {
   int64_t xs[PK_MAX_RANK];
   int64_t acc = 1;
   for (int d = p.rank - 1; d >= 0; d--) xs[d] = acc, acc *= p.xd[d];
@@ -1859,8 +1888,7 @@ template <typename T, typename A>
 static void launch_reduce(pk_stage *S, const pk_reduce_p *p, const void *x, void *y, int64_t nout, int64_t cnt) {
   if (cnt <= 32)
     k_reduce_thread<T, A><<<pk_grid(nout), PK_THREADS, 0, S->stream>>>(*p, (const T *)x, (T *)y, nout, cnt);
-  else
-    k_reduce<T, A><<<pk_grid(nout * 32), PK_THREADS, 0, S->stream>>>(*p, (const T *)x, (T *)y, nout, cnt);
+  else k_reduce<T, A><<<pk_grid(nout * 32), PK_THREADS, 0, S->stream>>>(*p, (const T *)x, (T *)y, nout, cnt);
 }
 
 extern "C" int pk_reduce(pk_stage *S, const pk_reduce_p *p, const void *x, void *y) {
@@ -1888,21 +1916,21 @@ extern "C" int pk_reduce(pk_stage *S, const pk_reduce_p *p, const void *x, void 
 
 /* Calls FN<T>(args...) for the element type code dt (numbers), or by element size es
  * (bits only); anything else fails the unit. */
-#define PK_NUMERIC(S, what, dt, FN, ...)                                    \
-  switch (dt) {                                                             \
-    case PK_F32: FN<float>(__VA_ARGS__); break;                             \
-    case PK_F64: FN<double>(__VA_ARGS__); break;                            \
-    case PK_I32: FN<int32_t>(__VA_ARGS__); break;                           \
-    case PK_I64: FN<int64_t>(__VA_ARGS__); break;                           \
-    default: return pk_fail(S, what, "element type not supported here");  \
+#define PK_NUMERIC(S, what, dt, FN, ...)                                 \
+  switch (dt) {                                                          \
+    case PK_F32: FN<float>(__VA_ARGS__); break;                          \
+    case PK_F64: FN<double>(__VA_ARGS__); break;                         \
+    case PK_I32: FN<int32_t>(__VA_ARGS__); break;                        \
+    case PK_I64: FN<int64_t>(__VA_ARGS__); break;                        \
+    default: return pk_fail(S, what, "element type not supported here"); \
   }
-#define PK_BITS(S, what, es, FN, ...)                                       \
-  switch (es) {                                                             \
-    case 1: FN<uint8_t>(__VA_ARGS__); break;                                \
-    case 2: FN<uint16_t>(__VA_ARGS__); break;                               \
-    case 4: FN<uint32_t>(__VA_ARGS__); break;                               \
-    case 8: FN<uint64_t>(__VA_ARGS__); break;                               \
-    default: return pk_fail(S, what, "element size not supported");        \
+#define PK_BITS(S, what, es, FN, ...)                               \
+  switch (es) {                                                     \
+    case 1: FN<uint8_t>(__VA_ARGS__); break;                        \
+    case 2: FN<uint16_t>(__VA_ARGS__); break;                       \
+    case 4: FN<uint32_t>(__VA_ARGS__); break;                       \
+    case 8: FN<uint64_t>(__VA_ARGS__); break;                       \
+    default: return pk_fail(S, what, "element size not supported"); \
   }
 
 /* index i of an int64 (idx64) or int32 index tensor */
@@ -1952,8 +1980,8 @@ __device__ __forceinline__ int64_t nd_row(const void *idx, int idx64, int64_t ba
 }
 
 template <typename T>
-__global__ void k_gather_nd(pk_gather_nd_p p, const T *__restrict__ x, const void *__restrict__ idx,
-                            T *__restrict__ y, int64_t total) {
+__global__ void k_gather_nd(pk_gather_nd_p p, const T *__restrict__ x, const void *__restrict__ idx, T *__restrict__ y,
+                            int64_t total) {
   GRID_LOOP(t, total) {
     int64_t s = t % p.slice, r = t / p.slice, j = r % p.ni, bi = r / p.ni;
     int64_t row = nd_row(idx, p.idx64, (bi * p.ni + j) * p.l, p.l, p.dims);
@@ -2140,11 +2168,11 @@ extern "C" int pk_maxpool_scatter(pk_stage *S, int dtype, const pk_pool_p *p, co
   int64_t t = p->nc * p->in[0] * p->in[1] * p->in[2];
   if (t == 0) return 0;
   if (dtype == PK_F64)
-    k_maxpool_scatter<double><<<pk_grid(t), PK_THREADS, 0, S->stream>>>(*p, (const double *)x, idx, (const double *)dy,
-                                                                         (double *)y, t);
+    k_maxpool_scatter<double>
+        <<<pk_grid(t), PK_THREADS, 0, S->stream>>>(*p, (const double *)x, idx, (const double *)dy, (double *)y, t);
   else
-    k_maxpool_scatter<float><<<pk_grid(t), PK_THREADS, 0, S->stream>>>(*p, (const float *)x, idx, (const float *)dy,
-                                                                        (float *)y, t);
+    k_maxpool_scatter<float>
+        <<<pk_grid(t), PK_THREADS, 0, S->stream>>>(*p, (const float *)x, idx, (const float *)dy, (float *)y, t);
   return pk_check_launch(S);
 }
 
@@ -2623,11 +2651,11 @@ extern "C" int pk_lrn(pk_stage *S, int dtype, const void *x, void *y, int64_t n,
   int64_t t = n * c * sp;
   if (t == 0) return 0;
   if (dtype == PK_F64)
-    k_lrn<double><<<pk_grid(t), PK_THREADS, 0, S->stream>>>((const double *)x, (double *)y, c, sp, lo, hi, bias, alpha_n,
-                                                            beta, t);
+    k_lrn<double><<<pk_grid(t), PK_THREADS, 0, S->stream>>>((const double *)x, (double *)y, c, sp, lo, hi, bias,
+                                                            alpha_n, beta, t);
   else
-    k_lrn<float><<<pk_grid(t), PK_THREADS, 0, S->stream>>>((const float *)x, (float *)y, c, sp, lo, hi, bias, alpha_n,
-                                                           beta, t);
+    k_lrn<float>
+        <<<pk_grid(t), PK_THREADS, 0, S->stream>>>((const float *)x, (float *)y, c, sp, lo, hi, bias, alpha_n, beta, t);
   return pk_check_launch(S);
 }
 
@@ -2740,7 +2768,8 @@ extern "C" int pk_stage_init(void **state, const pk_stage_info *info, int tf32, 
   size_t pbytes = info->param_bytes > weights_len ? info->param_bytes : weights_len;
   if (ok && pbytes) {
     ok = cu_ok(S, cudaMalloc((void **)&S->w, pbytes), "cudaMalloc(weights)") &&
-         (!weights_len || cu_ok(S, cudaMemcpy(S->w, weights, weights_len, cudaMemcpyHostToDevice), "cudaMemcpy(weights)")) &&
+         (!weights_len ||
+          cu_ok(S, cudaMemcpy(S->w, weights, weights_len, cudaMemcpyHostToDevice), "cudaMemcpy(weights)")) &&
          (pbytes == weights_len ||
           cu_ok(S, cudaMemset(S->w + weights_len, 0, pbytes - weights_len), "cudaMemset(parameters)"));
   }
@@ -2897,25 +2926,24 @@ static int run_part(pk_stage *S, int k, const pk_part *P, const void *const *in,
     if (!cu_ok(S, cudaEventRecord(S->tev[2 * slot], S->stream), "cudaEventRecord(busy)")) return 1;
   }
   for (int i = 0; i < P->n_in; i++)
-    if (P->in_bytes[i] &&
-        !cu_ok(S, cudaMemcpyAsync(S->io + P->in_off[i], in[i], P->in_bytes[i],
-                                  dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice, S->stream),
-               "cudaMemcpyAsync(input)"))
+    if (P->in_bytes[i] && !cu_ok(S,
+                                 cudaMemcpyAsync(S->io + P->in_off[i], in[i], P->in_bytes[i],
+                                                 dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice, S->stream),
+                                 "cudaMemcpyAsync(input)"))
       return 1;
   for (int i = 0; async && i < P->n_in; i++)
     if (P->in_bytes[i] && !after_read(S, in[i])) return 1;
   /* the second call captures the part: from an idle stream, as in synchronous mode */
-  if (async && S->use_graph && S->captured[k] == 1 && !dev_wait(S, S->stream, NULL, "cudaStreamSynchronize"))
-    return 1;
+  if (async && S->use_graph && S->captured[k] == 1 && !dev_wait(S, S->stream, NULL, "cudaStreamSynchronize")) return 1;
   if (run_units(S, k, P)) return 1;
   S->unit = -1;
   for (int i = 0; async && i < P->n_out; i++)
     if (P->out_bytes[i] && !before_write(S, 0, out[i])) return 1;
   for (int i = 0; i < P->n_out; i++)
-    if (P->out_bytes[i] &&
-        !cu_ok(S, cudaMemcpyAsync(out[i], S->io + P->out_off[i], P->out_bytes[i],
-                                  dev ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost, S->stream),
-               "cudaMemcpyAsync(output)"))
+    if (P->out_bytes[i] && !cu_ok(S,
+                                  cudaMemcpyAsync(out[i], S->io + P->out_off[i], P->out_bytes[i],
+                                                  dev ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost, S->stream),
+                                  "cudaMemcpyAsync(output)"))
       return 1;
   if (!async) return dev_wait(S, S->stream, NULL, "cudaStreamSynchronize") ? 0 : 1;
   for (int i = 0; i < P->n_out; i++)
@@ -2983,7 +3011,8 @@ static int dev_upload(void *state, void *dev, const void *host, size_t n) {
   if (!S->async) return dev_copy(state, dev, host, n, cudaMemcpyHostToDevice, "cudaMemcpy(graph input)");
   S->unit = -1;
   return cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice") && before_write(S, 1, dev) &&
-                 cu_ok(S, cudaMemcpyAsync(dev, host, n, cudaMemcpyHostToDevice, S->ustream), "cudaMemcpyAsync(graph input)") &&
+                 cu_ok(S, cudaMemcpyAsync(dev, host, n, cudaMemcpyHostToDevice, S->ustream),
+                       "cudaMemcpyAsync(graph input)") &&
                  after_write(S, 1, dev, 0)
              ? 0
              : 1;
@@ -3082,7 +3111,8 @@ static int nccl_poll(pk_stage *S, ncclComm_t c, cudaStream_t s, cudaEvent_t e, c
       S->pcomm = NULL;
       char detail[160];
       snprintf(detail, sizeof detail,
-               "timed out after %.0f s (PIPECC_NCCL_TIMEOUT; a peer or this device stopped?), communicator aborted", limit);
+               "timed out after %.0f s (PIPECC_NCCL_TIMEOUT; a peer or this device stopped?), communicator aborted",
+               limit);
       return pk_fail(S, what, detail);
     }
     usleep(100);
@@ -3244,9 +3274,11 @@ static int dev_param_sum(void *state, void *peer, size_t offset, size_t nbytes, 
   int64_t n = (int64_t)(nbytes / (dtype == PK_F64 ? 8 : 4));
   if (n > 0) {
     if (dtype == PK_F64)
-      k_sum_into<double><<<pk_grid(n), PK_THREADS, 0, S->stream>>>((double *)(S->w + offset), (const double *)S->sum_tmp, n);
+      k_sum_into<double>
+          <<<pk_grid(n), PK_THREADS, 0, S->stream>>>((double *)(S->w + offset), (const double *)S->sum_tmp, n);
     else
-      k_sum_into<float><<<pk_grid(n), PK_THREADS, 0, S->stream>>>((float *)(S->w + offset), (const float *)S->sum_tmp, n);
+      k_sum_into<float>
+          <<<pk_grid(n), PK_THREADS, 0, S->stream>>>((float *)(S->w + offset), (const float *)S->sum_tmp, n);
     if (pk_check_launch(S)) return 1;
   }
   return dev_wait(S, S->stream, NULL, "cudaStreamSynchronize") ? 0 : 1;
@@ -3286,7 +3318,8 @@ static int dev_peer(void *state, int ordinal) {
   pk_stage *S = (pk_stage *)state;
   int can = 0;
   if (ordinal == S->device) return 0;
-  if (cudaDeviceCanAccessPeer(&can, S->device, ordinal) != cudaSuccess || !can || cudaSetDevice(S->device) != cudaSuccess) {
+  if (cudaDeviceCanAccessPeer(&can, S->device, ordinal) != cudaSuccess || !can ||
+      cudaSetDevice(S->device) != cudaSuccess) {
     cudaGetLastError();
     return 1;
   }
@@ -3296,9 +3329,9 @@ static int dev_peer(void *state, int ordinal) {
 }
 
 extern "C" const pipert_device_ops pk_device_ops = {
-    dev_ordinal,   dev_alloc,      dev_release,    dev_upload,    dev_download,  dev_forward, dev_backward,
-    dev_comm_id,   dev_comm_init,  dev_comm_group, dev_comm_send, dev_comm_recv, dev_comm_sum, dev_comm_free,
-    dev_pin,       dev_async,      dev_busy,      dev_peer,      dev_param_sum, dev_param_copy};
+    dev_ordinal, dev_alloc,     dev_release,    dev_upload,    dev_download,  dev_forward,   dev_backward,
+    dev_comm_id, dev_comm_init, dev_comm_group, dev_comm_send, dev_comm_recv, dev_comm_sum,  dev_comm_free,
+    dev_pin,     dev_async,     dev_busy,       dev_peer,      dev_param_sum, dev_param_copy};
 
 extern "C" int pk_stage_zero_grads(void *state) {
   pk_stage *S = (pk_stage *)state;
@@ -3343,8 +3376,8 @@ extern "C" int pk_stage_profile(void *state, const void *const *in, int warmup, 
   for (int i = 0; i <= U; i++)
     if (!cu_ok(S, cudaEventCreate(&S->ev[i]), "cudaEventCreate")) return 1;
   for (int k = 0; k < I->fwd.n_in; k++)
-    if (I->fwd.in_bytes[k] &&
-        !stream_copy(S, S->io + I->fwd.in_off[k], in[k], I->fwd.in_bytes[k], cudaMemcpyHostToDevice, "cudaMemcpy(input)"))
+    if (I->fwd.in_bytes[k] && !stream_copy(S, S->io + I->fwd.in_off[k], in[k], I->fwd.in_bytes[k],
+                                           cudaMemcpyHostToDevice, "cudaMemcpy(input)"))
       return 1;
   for (int r = 0; r < warmup + reps; r++) {
     if (I->fwd.run(S)) return 1;

@@ -119,8 +119,8 @@ struct Alloc {
   int device;
 };
 static std::mutex mem_mu;
-static std::map<uintptr_t, Alloc> allocs;                 /* device memory by start */
-static std::map<uintptr_t, size_t> host_regs;             /* page-locked host ranges */
+static std::map<uintptr_t, Alloc> allocs;     /* device memory by start */
+static std::map<uintptr_t, size_t> host_regs; /* page-locked host ranges */
 static std::vector<size_t> mem_used;
 
 static bool find_range(const std::map<uintptr_t, size_t> &m, const void *p) {
@@ -204,7 +204,7 @@ struct CUgraphExec_st {
 namespace cudasim {
 struct Graph : CUgraph_st {};
 
-static std::mutex mu;               /* every stream's queue and counters, events */
+static std::mutex mu; /* every stream's queue and counters, events */
 static std::condition_variable done_cv;
 static std::vector<CUstream_st *> streams;
 static CUstream_st *legacy_streams[MAX_DEVICES]; /* each device's legacy default stream */
@@ -274,8 +274,7 @@ static CUstream_st *resolve(cudaStream_t s) {
 /* The capture (not relaxed) this thread is running, if any; mu held. */
 static CUstream_st *capturing_here() {
   for (CUstream_st *s : streams)
-    if (s->cap && s->cap_thread == std::this_thread::get_id() && s->cap_mode != cudaStreamCaptureModeRelaxed)
-      return s;
+    if (s->cap && s->cap_thread == std::this_thread::get_id() && s->cap_mode != cudaStreamCaptureModeRelaxed) return s;
   return nullptr;
 }
 
@@ -284,7 +283,8 @@ static CUstream_st *capturing_here() {
 static bool forbidden_in_capture(const char *call) {
   CUstream_st *c = capturing_here();
   if (!c) return false;
-  if (!c->cap_invalid) warn("%s while this thread captures a stream into a CUDA graph: the capture is invalidated", call);
+  if (!c->cap_invalid)
+    warn("%s while this thread captures a stream into a CUDA graph: the capture is invalidated", call);
   c->cap_invalid = true;
   return true;
 }
@@ -537,9 +537,10 @@ static void schedule(BlockRun *r) {
       released = true;
     }
     if (!released)
-      fatal("kernel %s: block (%u,%u,%u): threads wait at different barriers (__syncthreads / warp shuffles): a "
-            "GPU would hang or misbehave",
-            r->name, blockIdx.x, blockIdx.y, blockIdx.z);
+      fatal(
+          "kernel %s: block (%u,%u,%u): threads wait at different barriers (__syncthreads / warp shuffles): a "
+          "GPU would hang or misbehave",
+          r->name, blockIdx.x, blockIdx.y, blockIdx.z);
   }
 }
 
@@ -601,15 +602,17 @@ static int fault_now(const char *name) {
   static const long only_dev = env_long("CUDASIM_FAULT_DEVICE", -1);
   if (mode == FAULT_NONE || (only_dev >= 0 && tl_stream_device != only_dev) || ++runs != at) return FAULT_NONE;
   warn("CUDASIM_FAULT: kernel %s (run %ld in process %d, device %d) %s", name, at, (int)getpid(), tl_stream_device,
-       mode == FAULT_ERROR ? "faults (sticky cudaErrorIllegalAddress)" : mode == FAULT_DIE ? "kills its process"
-                                                                       : "never finishes");
+       mode == FAULT_ERROR ? "faults (sticky cudaErrorIllegalAddress)"
+       : mode == FAULT_DIE ? "kills its process"
+                           : "never finishes");
   return mode;
 }
 
 static void run_grid(const char *name, dim3 grid, dim3 block, const std::function<void()> &body) {
   switch (fault_now(name)) {
     case FAULT_ERROR:
-      if (tl_stream_device >= 0 && tl_stream_device < MAX_DEVICES) sticky_dev[tl_stream_device] = cudaErrorIllegalAddress;
+      if (tl_stream_device >= 0 && tl_stream_device < MAX_DEVICES)
+        sticky_dev[tl_stream_device] = cudaErrorIllegalAddress;
       return;
     case FAULT_DIE: _exit(9);
     case FAULT_HANG:
@@ -682,7 +685,8 @@ cudaError_t launch(const char *name, dim3 grid, dim3 block, size_t smem, cudaStr
          name, grid.x, grid.y, grid.z, block.x, block.y, block.z, smem);
     return fail(cudaErrorInvalidConfiguration);
   }
-  cudaError_t e = enqueue(s, [name, grid, block, b]() { run_grid(name, grid, block, [&b]() { b->run(); }); }, name);
+  cudaError_t e = enqueue(
+      s, [name, grid, block, b]() { run_grid(name, grid, block, [&b]() { b->run(); }); }, name);
   return fail(e);
 }
 
@@ -740,7 +744,8 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
-    case cudaErrorStreamCaptureWrongThread: return "attempt to terminate a thread-local capture sequence from another thread";
+    case cudaErrorStreamCaptureWrongThread:
+      return "attempt to terminate a thread-local capture sequence from another thread";
     default: return cudaGetErrorName(e);
   }
 }
@@ -965,9 +970,11 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
   if (!sd && !is_pinned(src)) {
     /* from pageable memory: the source is read before the call returns */
     auto copy = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
-    return fail(enqueue(s, [dst, copy, n]() { memcpy(dst, copy->data(), n); }, "cudaMemcpyAsync"));
+    return fail(enqueue(
+        s, [dst, copy, n]() { memcpy(dst, copy->data(), n); }, "cudaMemcpyAsync"));
   }
-  e = enqueue(s, [dst, src, n, dd, sd]() { checked_copy("cudaMemcpyAsync", dst, src, n, dd, sd); }, "cudaMemcpyAsync");
+  e = enqueue(
+      s, [dst, src, n, dd, sd]() { checked_copy("cudaMemcpyAsync", dst, src, n, dd, sd); }, "cudaMemcpyAsync");
   if (e) return fail(e);
   if (!dd && !is_pinned(dst)) {
     /* to pageable memory: returns once the copy is done */
@@ -987,7 +994,8 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind
   cudaError_t e = check_copy("cudaMemcpy", dst, src, n, kind);
   if (e) return fail(e);
   if (!n) return fail(cudaSuccess);
-  e = enqueue(nullptr, [dst, src, n]() { memcpy(dst, src, n); }, "cudaMemcpy");
+  e = enqueue(
+      nullptr, [dst, src, n]() { memcpy(dst, src, n); }, "cudaMemcpy");
   if (e) return fail(e);
   std::unique_lock<std::mutex> lk(mu);
   drain(lk, resolve(nullptr), "cudaMemcpy");
@@ -1018,7 +1026,8 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
     return fail(cudaErrorInvalidValue);
   }
   if (!n) return fail(cudaSuccess);
-  return fail(enqueue(s, [p, v, n]() { memset(p, v, n); }, "cudaMemsetAsync"));
+  return fail(enqueue(
+      s, [p, v, n]() { memset(p, v, n); }, "cudaMemsetAsync"));
 }
 
 cudaError_t cudaMemset(void *p, int v, size_t n) {
@@ -1121,8 +1130,10 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t h) {
     e->captured = true;
     return fail(cudaSuccess);
   }
-  if (s->legacy && forbidden_in_capture("cudaEventRecord on the default stream")) return fail(cudaErrorStreamCaptureUnsupported);
-  cudaError_t r = enqueue_locked(s, {}, [e]() { e->t_ms = now_ms(); }, "cudaEventRecord");
+  if (s->legacy && forbidden_in_capture("cudaEventRecord on the default stream"))
+    return fail(cudaErrorStreamCaptureUnsupported);
+  cudaError_t r = enqueue_locked(
+      s, {}, [e]() { e->t_ms = now_ms(); }, "cudaEventRecord");
   if (r) return fail(r);
   e->s = s;
   e->ticket = s->submitted;
@@ -1218,7 +1229,7 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t h, enum cudaStreamCaptureStatus *
   std::lock_guard<std::mutex> g(mu);
   if (!status) return fail(cudaErrorInvalidValue);
   if (h && h->destroyed) return fail(cudaErrorInvalidResourceHandle);
-  *status = !h || !h->cap ? cudaStreamCaptureStatusNone
+  *status = !h || !h->cap    ? cudaStreamCaptureStatusNone
             : h->cap_invalid ? cudaStreamCaptureStatusInvalidated
                              : cudaStreamCaptureStatusActive;
   return fail(cudaSuccess);
@@ -1237,7 +1248,8 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t h) {
   if (!x || x->destroyed) return fail(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::mutex> g(mu);
   CUstream_st *s = resolve(h);
-  if (s->legacy && forbidden_in_capture("cudaGraphLaunch on the default stream")) return fail(cudaErrorStreamCaptureUnsupported);
+  if (s->legacy && forbidden_in_capture("cudaGraphLaunch on the default stream"))
+    return fail(cudaErrorStreamCaptureUnsupported);
   for (size_t i = 0; i < x->nodes.size(); i++) {
     cudaError_t e = enqueue_locked(s, {}, x->nodes[i], x->what[i]);
     if (e) return fail(e);

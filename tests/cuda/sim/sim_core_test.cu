@@ -199,8 +199,10 @@ static void streams() {
   k_slow_set<<<1, 1, 0, a>>>(p, 1, 50);
   cudaEventRecord(t1, a);
   cudaEventSynchronize(t1);
-  check(cudaEventElapsedTime(&ms, t0, t1) == cudaSuccess && ms >= 40 && ms < 5000, "event timing around a 50 ms kernel");
-  check(cudaEventElapsedTime(&ms, e, t1) == cudaErrorInvalidResourceHandle, "timing with a cudaEventDisableTiming event fails");
+  check(cudaEventElapsedTime(&ms, t0, t1) == cudaSuccess && ms >= 40 && ms < 5000,
+        "event timing around a 50 ms kernel");
+  check(cudaEventElapsedTime(&ms, e, t1) == cudaErrorInvalidResourceHandle,
+        "timing with a cudaEventDisableTiming event fails");
   cudaGetLastError();
   cudaStreamDestroy(a);
   cudaStreamDestroy(b);

@@ -143,8 +143,10 @@ bool check_dev(const char *call, const char *arg, const Region &r) {
     return false;
   }
   if (!cudasim::is_device_ptr((const void *)lo)) {
-    cudasim::warn("%s: %s (%p) is not device memory (a host pointer, or memory already freed): on a GPU an "
-                  "illegal address", call, arg, (void *)r.base);
+    cudasim::warn(
+        "%s: %s (%p) is not device memory (a host pointer, or memory already freed): on a GPU an "
+        "illegal address",
+        call, arg, (void *)r.base);
     return false;
   }
   if (!cudasim::is_device_range((const void *)lo, hi - lo)) {
@@ -166,8 +168,10 @@ bool still_dev(const char *call, const char *arg, const Region &r) {
   uintptr_t lo, hi;
   region_span(r, &lo, &hi);
   if (cudasim::is_device_range((const void *)lo, hi - lo)) return true;
-  cudasim::warn("%s: %s (%p) is no longer device memory when the queued operation runs (freed after the call, or a "
-                "graph replayed after the free): the operation is skipped", call, arg, (void *)r.base);
+  cudasim::warn(
+      "%s: %s (%p) is no longer device memory when the queued operation runs (freed after the call, or a "
+      "graph replayed after the free): the operation is skipped",
+      call, arg, (void *)r.base);
   return false;
 }
 
@@ -472,9 +476,10 @@ cudnnStatus_t make_geo(const char *call, cudnnTensorDescriptor_t x, cudnnFilterD
     g->dil[j] = c->dil[i];
     int64_t span = g->in[j] + 2 * g->pad[j] - ((g->k[j] - 1) * g->dil[j] + 1);
     if (span < 0) {
-      cudasim::warn("%s: spatial dim %d: input %lld padded by %lld on both ends is smaller than the dilated filter "
-                    "(%lld taps, dilation %lld)", call, i, (long long)g->in[j], (long long)g->pad[j],
-                    (long long)g->k[j], (long long)g->dil[j]);
+      cudasim::warn(
+          "%s: spatial dim %d: input %lld padded by %lld on both ends is smaller than the dilated filter "
+          "(%lld taps, dilation %lld)",
+          call, i, (long long)g->in[j], (long long)g->pad[j], (long long)g->k[j], (long long)g->dil[j]);
       return CUDNN_STATUS_BAD_PARAM;
     }
     g->out[j] = span / g->str[j] + 1;
@@ -514,7 +519,7 @@ bool fwd_algo_supported(cudnnConvolutionFwdAlgo_t a) {
 }
 size_t fwd_ws(const Geo &g, cudnnConvolutionFwdAlgo_t a) {
   if (a == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM) return (size_t)g.ksz() * sizeof(int64_t); /* tap table */
-  if (a == CUDNN_CONVOLUTION_FWD_ALGO_GEMM) return g.col_bytes();                                /* im2col buffer */
+  if (a == CUDNN_CONVOLUTION_FWD_ALGO_GEMM) return g.col_bytes(); /* im2col buffer */
   return 0;
 }
 bool bwd_algo_supported(cudnnConvolutionBwdDataAlgo_t a) {
@@ -673,7 +678,7 @@ struct ConvJob {
   double alpha, beta;
   void *ws;
   size_t ws_need;
-  bool tf32; /* float data, math type not CUDNN_FMA_MATH */
+  bool tf32;  /* float data, math type not CUDNN_FMA_MATH */
   bool split; /* the sum over taps in two halves, added (the backend API's engines): other
                  bits than the legacy algorithms', as another GPU kernel's order gives */
 };
@@ -716,8 +721,8 @@ void conv_forward(const ConvJob &j) {
         B = col;
       }
       int64_t h = j.split ? rows / 2 : rows;
-      gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)Kg, (int)osp, (int)h, (T)1, W + gr * Kg * rows, (int)rows,
-           B, (int)osp, (T)0, O + (n * g.K + gr * Kg) * osp, (int)osp);
+      gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)Kg, (int)osp, (int)h, (T)1, W + gr * Kg * rows, (int)rows, B,
+           (int)osp, (T)0, O + (n * g.K + gr * Kg) * osp, (int)osp);
       if (h < rows)
         gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)Kg, (int)osp, (int)(rows - h), (T)1,
              W + gr * Kg * rows + h, (int)rows, B + h * osp, (int)osp, (T)1, O + (n * g.K + gr * Kg) * osp, (int)osp);
@@ -780,9 +785,9 @@ const char *dnn_status_name(cudnnStatus_t s) {
 }
 
 /* The checks a convolution call shares; fills j (not its algo-specific parts). */
-cudnnStatus_t conv_call_checks(const char *call, const void *alpha, const void *beta,
-                               const char *in_name, const void *in, const void *w, const char *out_name, void *out,
-                               void *ws, size_t ws_size, size_t need, ConvJob *j) {
+cudnnStatus_t conv_call_checks(const char *call, const void *alpha, const void *beta, const char *in_name,
+                               const void *in, const void *w, const char *out_name, void *out, void *ws, size_t ws_size,
+                               size_t need, ConvJob *j) {
   const Geo &g = j->g;
   if (!alpha || !beta) {
     cudasim::warn("%s: alpha or beta is NULL", call);
@@ -822,8 +827,7 @@ cudnnStatus_t conv_call_checks(const char *call, const void *alpha, const void *
                   regions_overlap(rout, rin) ? in_name : "w");
     return CUDNN_STATUS_BAD_PARAM;
   }
-  if (ws && need &&
-      (regions_overlap(rws, rin) || regions_overlap(rws, rw) || regions_overlap(rws, rout))) {
+  if (ws && need && (regions_overlap(rws, rin) || regions_overlap(rws, rw) || regions_overlap(rws, rout))) {
     cudasim::warn("%s: the workspace's %zu bytes in use (%p) overlap a tensor of the call", call, need, ws);
     return CUDNN_STATUS_BAD_PARAM;
   }
@@ -1104,15 +1108,19 @@ static cudnnStatus_t fwd_algos(const char *call, cudnnHandle_t handle, cudnnTens
   cudnnStatus_t st = make_geo(call, x, w, c, y, &g);
   if (st != CUDNN_STATUS_SUCCESS) return st;
   /* the heuristic's ranking; a search ranks by (simulated) time, GEMM first */
-  static const cudnnConvolutionFwdAlgo_t heur[] = {
-      CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
-      CUDNN_CONVOLUTION_FWD_ALGO_GEMM, CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED, CUDNN_CONVOLUTION_FWD_ALGO_FFT,
-      CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING, CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD, CUDNN_CONVOLUTION_FWD_ALGO_DIRECT};
+  static const cudnnConvolutionFwdAlgo_t heur[] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
+                                                   CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+                                                   CUDNN_CONVOLUTION_FWD_ALGO_GEMM,
+                                                   CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED,
+                                                   CUDNN_CONVOLUTION_FWD_ALGO_FFT,
+                                                   CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING,
+                                                   CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD,
+                                                   CUDNN_CONVOLUTION_FWD_ALGO_DIRECT};
   static const cudnnConvolutionFwdAlgo_t srch[] = {
-      CUDNN_CONVOLUTION_FWD_ALGO_GEMM, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
+      CUDNN_CONVOLUTION_FWD_ALGO_GEMM,          CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
       CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED,
-      CUDNN_CONVOLUTION_FWD_ALGO_FFT, CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING, CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD,
-      CUDNN_CONVOLUTION_FWD_ALGO_DIRECT};
+      CUDNN_CONVOLUTION_FWD_ALGO_FFT,           CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING,
+      CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD,      CUDNN_CONVOLUTION_FWD_ALGO_DIRECT};
   const cudnnConvolutionFwdAlgo_t *order = find ? srch : heur;
   int n = std::min(requested, (int)CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
   for (int i = 0; i < n; i++) {
@@ -1185,20 +1193,16 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void *alpha, c
     return CUDNN_STATUS_NOT_SUPPORTED;
   }
   j.algo = algo;
-  st = conv_call_checks(call, alpha, beta, "x", x, w, "y", y, workSpace, workSpaceSizeInBytes,
-                        fwd_ws(j.g, algo), &j);
+  st = conv_call_checks(call, alpha, beta, "x", x, w, "y", y, workSpace, workSpaceSizeInBytes, fwd_ws(j.g, algo), &j);
   if (st != CUDNN_STATUS_SUCCESS) return st;
   j.tf32 = j.g.dt == CUDNN_DATA_FLOAT && convDesc->math != CUDNN_FMA_MATH && tf32_allowed();
   return conv_enqueue(call, handle, j);
 }
 
-cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t handle,
-                                                          const cudnnFilterDescriptor_t filterDesc,
-                                                          const cudnnTensorDescriptor_t diffDesc,
-                                                          const cudnnConvolutionDescriptor_t convDesc,
-                                                          const cudnnTensorDescriptor_t gradDesc,
-                                                          const int requestedAlgoCount, int *returnedAlgoCount,
-                                                          cudnnConvolutionBwdDataAlgoPerf_t *perfResults) {
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
+    cudnnHandle_t handle, const cudnnFilterDescriptor_t filterDesc, const cudnnTensorDescriptor_t diffDesc,
+    const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t gradDesc, const int requestedAlgoCount,
+    int *returnedAlgoCount, cudnnConvolutionBwdDataAlgoPerf_t *perfResults) {
   const char *call = "cudnnGetConvolutionBackwardDataAlgorithm_v7";
   if (!dnn_handle_ok(call, handle)) return CUDNN_STATUS_BAD_PARAM;
   if (!returnedAlgoCount || !perfResults || requestedAlgoCount < 1) return CUDNN_STATUS_BAD_PARAM;
@@ -1206,10 +1210,12 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t handle,
   cudnnStatus_t st = make_geo(call, gradDesc, filterDesc, convDesc, diffDesc, &g, "dx", "dy");
   if (st != CUDNN_STATUS_SUCCESS) return st;
   /* ALGO_0 (atomics, non-deterministic) ranks first, as it often does on GPUs */
-  static const cudnnConvolutionBwdDataAlgo_t order[] = {
-      CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
-      CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED, CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING,
-      CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT, CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD};
+  static const cudnnConvolutionBwdDataAlgo_t order[] = {CUDNN_CONVOLUTION_BWD_DATA_ALGO_0,
+                                                        CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
+                                                        CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED,
+                                                        CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING,
+                                                        CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT,
+                                                        CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD};
   int n = std::min(requestedAlgoCount, (int)CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
   for (int i = 0; i < n; i++) {
     cudnnConvolutionBwdDataAlgoPerf_t &p = perfResults[i];
@@ -1242,9 +1248,8 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t handle,
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void *alpha,
-                                           const cudnnFilterDescriptor_t wDesc, const void *w,
-                                           const cudnnTensorDescriptor_t dyDesc, const void *dy,
+cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void *alpha, const cudnnFilterDescriptor_t wDesc,
+                                           const void *w, const cudnnTensorDescriptor_t dyDesc, const void *dy,
                                            const cudnnConvolutionDescriptor_t convDesc,
                                            cudnnConvolutionBwdDataAlgo_t algo, void *workSpace,
                                            size_t workSpaceSizeInBytes, const void *beta,
@@ -1264,8 +1269,8 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void *alp
     return CUDNN_STATUS_NOT_SUPPORTED;
   }
   j.algo = algo;
-  st = conv_call_checks(call, alpha, beta, "dy", dy, w, "dx", dx, workSpace, workSpaceSizeInBytes,
-                        bwd_ws(j.g, algo), &j);
+  st = conv_call_checks(call, alpha, beta, "dy", dy, w, "dx", dx, workSpace, workSpaceSizeInBytes, bwd_ws(j.g, algo),
+                        &j);
   if (st != CUDNN_STATUS_SUCCESS) return st;
   j.tf32 = j.g.dt == CUDNN_DATA_FLOAT && convDesc->math != CUDNN_FMA_MATH && tf32_allowed();
   return conv_enqueue(call, handle, j);
@@ -1317,11 +1322,11 @@ struct BackendDesc {
   /* finalized contents */
   BTensor tensor;
   BConv conv;
-  BOp op;                  /* operation, graph, heuristics, configuration, engine, plan */
+  BOp op; /* operation, graph, heuristics, configuration, engine, plan */
   cudnnHandle_t handle = nullptr;
-  std::vector<int> engines; /* heuristics: the results */
-  int engine = -1;          /* configuration, engine, plan */
-  size_t ws = 0;            /* plan */
+  std::vector<int> engines;  /* heuristics: the results */
+  int engine = -1;           /* configuration, engine, plan */
+  size_t ws = 0;             /* plan */
   std::vector<int64_t> uids; /* variant pack */
   std::vector<void *> ptrs;
   void *workspace = nullptr;
@@ -1361,8 +1366,8 @@ const AttrSpec attr_specs[] = {
      CUDNN_TYPE_INT64, 3},
     {CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, "CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES",
      CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, CUDNN_TYPE_INT64, 3},
-    {CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, "CUDNN_ATTR_CONVOLUTION_POST_PADDINGS",
-     CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, CUDNN_TYPE_INT64, 3},
+    {CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, "CUDNN_ATTR_CONVOLUTION_POST_PADDINGS", CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR,
+     CUDNN_TYPE_INT64, 3},
     {CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, "CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS", CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR,
      CUDNN_TYPE_INT64, 3},
     {CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, "CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS", CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR,
@@ -1399,8 +1404,8 @@ const AttrSpec attr_specs[] = {
      CUDNN_TYPE_BACKEND_DESCRIPTOR, 64},
     {CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, "CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT", CUDNN_BACKEND_TENSOR_DESCRIPTOR,
      CUDNN_TYPE_INT64, 1},
-    {CUDNN_ATTR_TENSOR_DATA_TYPE, "CUDNN_ATTR_TENSOR_DATA_TYPE", CUDNN_BACKEND_TENSOR_DESCRIPTOR,
-     CUDNN_TYPE_DATA_TYPE, 1},
+    {CUDNN_ATTR_TENSOR_DATA_TYPE, "CUDNN_ATTR_TENSOR_DATA_TYPE", CUDNN_BACKEND_TENSOR_DESCRIPTOR, CUDNN_TYPE_DATA_TYPE,
+     1},
     {CUDNN_ATTR_TENSOR_DIMENSIONS, "CUDNN_ATTR_TENSOR_DIMENSIONS", CUDNN_BACKEND_TENSOR_DESCRIPTOR, CUDNN_TYPE_INT64,
      CUDNN_DIM_MAX},
     {CUDNN_ATTR_TENSOR_STRIDES, "CUDNN_ATTR_TENSOR_STRIDES", CUDNN_BACKEND_TENSOR_DESCRIPTOR, CUDNN_TYPE_INT64,
@@ -1474,7 +1479,9 @@ BackendDesc *be_ref(const char *call, const BackendDesc *d, cudnnBackendAttribut
   const AttrSpec *s = attr_spec(a);
   if (!r || r->type != want || !r->final) {
     cudasim::warn("%s: %s names %s, which is %s", call, s ? s->text : "an attribute", be_type_name(want),
-                  !r ? "not a live descriptor (destroyed?)" : r->type != want ? "of another type" : "not finalized");
+                  !r                ? "not a live descriptor (destroyed?)"
+                  : r->type != want ? "of another type"
+                                    : "not finalized");
     return nullptr;
   }
   return r;
@@ -1553,8 +1560,8 @@ cudnnStatus_t be_geo(const char *call, const BOp &op, Geo *g) {
   L.c->ct = c.ct;
   /* groups: the input's channels over the filter's */
   if (w.dim[1] <= 0 || op.x.dim[1] % w.dim[1]) {
-    cudasim::warn("%s: the input's %lld channels are not a multiple of the filter's %lld", call,
-                  (long long)op.x.dim[1], (long long)w.dim[1]);
+    cudasim::warn("%s: the input's %lld channels are not a multiple of the filter's %lld", call, (long long)op.x.dim[1],
+                  (long long)w.dim[1]);
     return CUDNN_STATUS_BAD_PARAM;
   }
   L.c->groups = (int)(op.x.dim[1] / w.dim[1]);
@@ -1579,8 +1586,8 @@ cudnnStatus_t be_finalize_tensor(const char *call, BackendDesc *d) {
   for (int i = 0; i < t.nd; i++) {
     t.dim[i] = be_i64(dims, i), t.str[i] = be_i64(strs, i);
     if (t.dim[i] <= 0 || t.str[i] <= 0) {
-      cudasim::warn("%s: tensor dim %d is %lld with stride %lld: both must be positive", call, i,
-                    (long long)t.dim[i], (long long)t.str[i]);
+      cudasim::warn("%s: tensor dim %d is %lld with stride %lld: both must be positive", call, i, (long long)t.dim[i],
+                    (long long)t.str[i]);
       return CUDNN_STATUS_BAD_PARAM;
     }
   }
@@ -1607,8 +1614,8 @@ cudnnStatus_t be_finalize_conv(const char *call, BackendDesc *d) {
   c.mode = be_val<cudnnConvolutionMode_t>(mode);
   int64_t k = be_i64(n, 0);
   if (k < 1 || k > 3 || dil->n != k || str->n != k || pre->n != k || post->n != k) {
-    cudasim::warn("%s: %lld spatial dims with %lld dilations, %lld strides, %lld and %lld paddings", call,
-                  (long long)k, (long long)dil->n, (long long)str->n, (long long)pre->n, (long long)post->n);
+    cudasim::warn("%s: %lld spatial dims with %lld dilations, %lld strides, %lld and %lld paddings", call, (long long)k,
+                  (long long)dil->n, (long long)str->n, (long long)pre->n, (long long)post->n);
     return CUDNN_STATUS_BAD_PARAM;
   }
   c.n = (int)k;
@@ -1710,8 +1717,8 @@ cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t descriptor, cudn
     return CUDNN_STATUS_BAD_PARAM;
   }
   if (elementCount < 1 || elementCount > s->max || !arrayOfElements) {
-    cudasim::warn("%s: %s given %lld elements (1 to %lld)%s", call, s->text, (long long)elementCount,
-                  (long long)s->max, arrayOfElements ? "" : " at NULL");
+    cudasim::warn("%s: %s given %lld elements (1 to %lld)%s", call, s->text, (long long)elementCount, (long long)s->max,
+                  arrayOfElements ? "" : " at NULL");
     return CUDNN_STATUS_BAD_PARAM;
   }
   BackendDesc::Attr &a = d->attrs[(int)attributeName];
@@ -1749,8 +1756,8 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t descriptor) {
                       (long long)ops->n);
         return CUDNN_STATUS_NOT_SUPPORTED;
       }
-      BackendDesc *op = be_ref(call, d, CUDNN_ATTR_OPERATIONGRAPH_OPS,
-                               CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+      BackendDesc *op =
+          be_ref(call, d, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
       if (!op) return CUDNN_STATUS_BAD_PARAM;
       d->op = op->op;
       break;
@@ -1924,9 +1931,9 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
   double ad = op.alpha, bd = op.beta;
   float af = (float)op.alpha, bf = (float)op.beta;
   bool dbl = j.g.dt == CUDNN_DATA_DOUBLE;
-  cudnnStatus_t st = conv_call_checks(call, dbl ? (const void *)&ad : (const void *)&af,
-                                      dbl ? (const void *)&bd : (const void *)&bf, "x", ptr[0], ptr[1], "y", ptr[2],
-                                      v->workspace, p->ws, p->ws, &j);
+  cudnnStatus_t st =
+      conv_call_checks(call, dbl ? (const void *)&ad : (const void *)&af, dbl ? (const void *)&bd : (const void *)&bf,
+                       "x", ptr[0], ptr[1], "y", ptr[2], v->workspace, p->ws, p->ws, &j);
   if (st != CUDNN_STATUS_SUCCESS) return st;
   j.tf32 = p->engine == BE_TC && j.g.dt == CUDNN_DATA_FLOAT && tf32_allowed();
   j.split = true;
@@ -2083,8 +2090,8 @@ void gemm_run(const GemmJob &j) {
       for (int64_t c = 0; c < j.n; c++) memset((void *)(Di + c * j.D.ld), 0, sizeof(T) * (size_t)j.m);
     int64_t k1 = j.split ? j.k / 2 : j.k;
     const T *Ai = A + i * j.A.stride, *Bi = B + i * j.B.stride;
-    gemm(CblasColMajor, j.ta ? CblasTrans : CblasNoTrans, j.tb ? CblasTrans : CblasNoTrans, (int)j.m, (int)j.n,
-         (int)k1, alpha, Ai, (int)j.A.ld, Bi, (int)j.B.ld, beta, Di, (int)j.D.ld);
+    gemm(CblasColMajor, j.ta ? CblasTrans : CblasNoTrans, j.tb ? CblasTrans : CblasNoTrans, (int)j.m, (int)j.n, (int)k1,
+         alpha, Ai, (int)j.A.ld, Bi, (int)j.B.ld, beta, Di, (int)j.D.ld);
     if (k1 < j.k) /* the rest of k: op(A)'s columns and op(B)'s rows from k1 */
       gemm(CblasColMajor, j.ta ? CblasTrans : CblasNoTrans, j.tb ? CblasTrans : CblasNoTrans, (int)j.m, (int)j.n,
            (int)(j.k - k1), alpha, Ai + (j.ta ? k1 : k1 * j.A.ld), (int)j.A.ld, Bi + (j.tb ? k1 * j.B.ld : k1),
@@ -2112,9 +2119,10 @@ cublasStatus_t gemm_checks(const char *call, GemmJob &j) {
       !check_dev(call, "D", j.rd))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (region_self_overlaps(j.rd)) {
-    cudasim::warn("%s: the output's batches or columns share memory (ld %lld, batch stride %lld, %lld x %lld, batch "
-                  "%lld)", call, (long long)j.D.ld, (long long)j.D.stride, (long long)j.D.rows, (long long)j.D.cols,
-                  (long long)j.batch);
+    cudasim::warn(
+        "%s: the output's batches or columns share memory (ld %lld, batch stride %lld, %lld x %lld, batch "
+        "%lld)",
+        call, (long long)j.D.ld, (long long)j.D.stride, (long long)j.D.rows, (long long)j.D.cols, (long long)j.batch);
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   if (regions_overlap(j.rd, j.ra) || regions_overlap(j.rd, j.rb)) {
@@ -2170,14 +2178,17 @@ cublasStatus_t lt_shape(const char *call, cublasLtMatmulDesc_t op, cublasLtMatri
   if (op->pointer_mode != CUBLASLT_POINTER_MODE_HOST || op->tc != CUBLAS_OP_N ||
       (ep != CUBLASLT_EPILOGUE_DEFAULT && ep != CUBLASLT_EPILOGUE_BIAS && ep != CUBLASLT_EPILOGUE_RELU &&
        ep != CUBLASLT_EPILOGUE_RELU_BIAS)) {
-    cudasim::warn("%s: pointer mode %d, epilogue %u, TRANSC %d: the simulator supports host pointers, the epilogues "
-                  "DEFAULT, BIAS, RELU and RELU_BIAS, and no TRANSC", call, (int)op->pointer_mode, (unsigned)ep,
-                  (int)op->tc);
+    cudasim::warn(
+        "%s: pointer mode %d, epilogue %u, TRANSC %d: the simulator supports host pointers, the epilogues "
+        "DEFAULT, BIAS, RELU and RELU_BIAS, and no TRANSC",
+        call, (int)op->pointer_mode, (unsigned)ep, (int)op->tc);
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   if (op->other.count(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE) || op->other.count(CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE)) {
-    cudasim::warn("%s: a bias data type or batch stride was set: the simulator supports the default (D's type, one "
-                  "vector for every batch)", call);
+    cudasim::warn(
+        "%s: a bias data type or batch stride was set: the simulator supports the default (D's type, one "
+        "vector for every batch)",
+        call);
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   j->bias_add = ep == CUBLASLT_EPILOGUE_BIAS || ep == CUBLASLT_EPILOGUE_RELU_BIAS;
@@ -2185,9 +2196,10 @@ cublasStatus_t lt_shape(const char *call, cublasLtMatmulDesc_t op, cublasLtMatri
   int kind = gemm_kind(op->ct, op->scale);
   cudaDataType want = kind == 1 ? CUDA_R_64F : CUDA_R_32F;
   if (kind < 0 || A->type != want || B->type != want || C->type != want || D->type != want) {
-    cudasim::warn("%s: compute type %d, scale type %d, A/B/C/D types %d/%d/%d/%d: the simulator supports "
-                  "32F with float and 64F with double throughout", call, (int)op->ct, (int)op->scale, (int)A->type,
-                  (int)B->type, (int)C->type, (int)D->type);
+    cudasim::warn(
+        "%s: compute type %d, scale type %d, A/B/C/D types %d/%d/%d/%d: the simulator supports "
+        "32F with float and 64F with double throughout",
+        call, (int)op->ct, (int)op->scale, (int)A->type, (int)B->type, (int)C->type, (int)D->type);
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   for (int i = 0; i < 4; i++) {
@@ -2213,10 +2225,12 @@ cublasStatus_t lt_shape(const char *call, cublasLtMatmulDesc_t op, cublasLtMatri
   uint64_t am = ta ? A->cols : A->rows, ak = ta ? A->rows : A->cols;
   uint64_t bk = tb ? B->cols : B->rows, bn = tb ? B->rows : B->cols;
   if (am != m || bn != n || ak != bk || C->rows != m || C->cols != n) {
-    cudasim::warn("%s: op(A) is %llu x %llu, op(B) %llu x %llu, C %llu x %llu, D %llu x %llu: the shapes do not match "
-                  "(TRANSA %d, TRANSB %d)", call, (unsigned long long)am, (unsigned long long)ak,
-                  (unsigned long long)bk, (unsigned long long)bn, (unsigned long long)C->rows,
-                  (unsigned long long)C->cols, (unsigned long long)m, (unsigned long long)n, (int)op->ta, (int)op->tb);
+    cudasim::warn(
+        "%s: op(A) is %llu x %llu, op(B) %llu x %llu, C %llu x %llu, D %llu x %llu: the shapes do not match "
+        "(TRANSA %d, TRANSB %d)",
+        call, (unsigned long long)am, (unsigned long long)ak, (unsigned long long)bk, (unsigned long long)bn,
+        (unsigned long long)C->rows, (unsigned long long)C->cols, (unsigned long long)m, (unsigned long long)n,
+        (int)op->ta, (int)op->tb);
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   j->dbl = kind;
@@ -2356,8 +2370,10 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
   int kind = Atype == CUDA_R_32F ? 0 : Atype == CUDA_R_64F ? 1 : -1;
   cudaDataType scale = kind == 1 ? CUDA_R_64F : CUDA_R_32F;
   if (kind < 0 || Btype != Atype || Ctype != Atype || gemm_kind(computeType, scale) != kind) {
-    cudasim::warn("%s: types A %d, B %d, C %d with compute type %d: the simulator supports float with 32F and double "
-                  "with 64F", call, (int)Atype, (int)Btype, (int)Ctype, (int)computeType);
+    cudasim::warn(
+        "%s: types A %d, B %d, C %d with compute type %d: the simulator supports float with 32F and double "
+        "with 64F",
+        call, (int)Atype, (int)Btype, (int)Ctype, (int)computeType);
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   (void)algo;
@@ -2609,11 +2625,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
   if (st != CUBLAS_STATUS_SUCCESS) return st;
   if (j.dbl) j.alpha = *(const double *)alpha, j.beta = *(const double *)beta;
   else j.alpha = *(const float *)alpha, j.beta = *(const float *)beta;
-  if (C == D && j.beta != 0 &&
-      (Cdesc->ld != Ddesc->ld || j.C.stride != j.D.stride || Cdesc->type != Ddesc->type)) {
-    cudasim::warn("%s: C and D are the same memory (in place) but their layouts differ (ld %lld / %lld, batch stride "
-                  "%lld / %lld)", call, (long long)Cdesc->ld, (long long)Ddesc->ld, (long long)j.C.stride,
-                  (long long)j.D.stride);
+  if (C == D && j.beta != 0 && (Cdesc->ld != Ddesc->ld || j.C.stride != j.D.stride || Cdesc->type != Ddesc->type)) {
+    cudasim::warn(
+        "%s: C and D are the same memory (in place) but their layouts differ (ld %lld / %lld, batch stride "
+        "%lld / %lld)",
+        call, (long long)Cdesc->ld, (long long)Ddesc->ld, (long long)j.C.stride, (long long)j.D.stride);
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   if (algo) {
@@ -2623,8 +2639,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     }
     if (algo->data[1] != (uint64_t)computeDesc->ct || algo->data[2] != (uint64_t)j.dbl) {
       cudasim::warn("%s: algo was chosen for compute type %llu, data kind %llu; this call has %d, %d", call,
-                    (unsigned long long)algo->data[1], (unsigned long long)algo->data[2], (int)computeDesc->ct,
-                    j.dbl);
+                    (unsigned long long)algo->data[1], (unsigned long long)algo->data[2], (int)computeDesc->ct, j.dbl);
       return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     if (workspaceSizeInBytes < algo->data[7]) {
@@ -2638,10 +2653,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
       if (i == 2 && j.beta == 0) continue;
       uint64_t need = algo->data[3 + i];
       if (need > 1 && (uintptr_t)ptr[i] % need) {
-        cudasim::warn("%s: %c (%p) is %u-byte aligned, the algorithm from cublasLtMatmulAlgoGetHeuristic relies on "
-                      "%llu (its preference's CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_%c_BYTES, default 256, was not met)",
-                      call, names[i], ptr[i], (unsigned)pow2_part((uint64_t)(uintptr_t)ptr[i]),
-                      (unsigned long long)need, names[i]);
+        cudasim::warn(
+            "%s: %c (%p) is %u-byte aligned, the algorithm from cublasLtMatmulAlgoGetHeuristic relies on "
+            "%llu (its preference's CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_%c_BYTES, default 256, was not met)",
+            call, names[i], ptr[i], (unsigned)pow2_part((uint64_t)(uintptr_t)ptr[i]), (unsigned long long)need,
+            names[i]);
         return CUBLAS_STATUS_NOT_SUPPORTED;
       }
     }

@@ -44,13 +44,13 @@ static void check(bool ok, const char *fmt, ...) {
 }
 
 /* a call that must succeed: else the file, line, call and status, exit 2 */
-#define MUST(x, ok, name_of)                                                                     \
-  do {                                                                                           \
-    auto e_ = (x);                                                                               \
-    if (e_ != (ok)) {                                                                            \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, name_of(e_));                   \
-      exit(2);                                                                                   \
-    }                                                                                            \
+#define MUST(x, ok, name_of)                                                   \
+  do {                                                                         \
+    auto e_ = (x);                                                             \
+    if (e_ != (ok)) {                                                          \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, name_of(e_)); \
+      exit(2);                                                                 \
+    }                                                                          \
   } while (0)
 #define CU(x) MUST(x, cudaSuccess, cudaGetErrorString)
 #define DNN(x) MUST(x, CUDNN_STATUS_SUCCESS, cudnnGetErrorString)
@@ -140,10 +140,10 @@ struct Conv {
 };
 
 struct Shape {
-  int nd;          /* descriptor dims: 4 or 5 */
+  int nd; /* descriptor dims: 4 or 5 */
   int dim[5], str[5];
   int64_t d5[5], s5[5]; /* normalised n, c, s0, s1, s2 */
-  size_t elems;    /* buffer elements */
+  size_t elems;         /* buffer elements */
 };
 
 static Shape make_shape(int nsp, int n, int c, const int64_t *sp, int lay) {
@@ -296,8 +296,10 @@ static std::vector<double> tf32_rounded(std::vector<double> v) {
 static double check_tf32(const char *api, const std::string &name, const std::vector<double> &got,
                          const std::vector<double> &exact, const std::vector<double> &rounded) {
   double e = rel_err(got, exact), r = rel_err(got, rounded);
-  check(e > 1e-6 && e < 3e-3 && r < tol(false), "%s %s TF32: rel error %.3g against float32 math (TF32 rounding "
-        "expected), %.3g against the TF32-rounded operands", api, name.c_str(), e, r);
+  check(e > 1e-6 && e < 3e-3 && r < tol(false),
+        "%s %s TF32: rel error %.3g against float32 math (TF32 rounding "
+        "expected), %.3g against the TF32-rounded operands",
+        api, name.c_str(), e, r);
   return e;
 }
 
@@ -314,7 +316,8 @@ static void test_conv(cudnnHandle_t h, cudaStream_t s, const Conv &c, bool backw
   size_t es = c.dbl ? 8 : 4;
   Shape xs = make_shape(c.nsp, c.N, c.C, g.in, c.xlay), ys = make_shape(c.nsp, c.N, c.K, g.out, c.ylay);
   int64_t ksz = g.k[0] * g.k[1] * g.k[2];
-  std::vector<double> hx = as_stored(rnd_vec(xs.elems), es), hw = as_stored(rnd_vec((size_t)(c.K * (c.C / c.G) * ksz)), es),
+  std::vector<double> hx = as_stored(rnd_vec(xs.elems), es),
+                      hw = as_stored(rnd_vec((size_t)(c.K * (c.C / c.G) * ksz)), es),
                       hy = as_stored(rnd_vec(ys.elems), es);
   Dev dx(hx, es), dw(hw, es), dy(hy, es);
   Descs d = make_descs(c, xs, ys);
@@ -558,7 +561,8 @@ static void test_backend_conv(cudnnHandle_t h, cudaStream_t s, const Conv &c, bo
   if (w_krsc)
     for (int64_t k = 0; k < c.K; k++)
       for (int64_t ci = 0; ci < Cg; ci++)
-        for (int64_t t = 0; t < ksz; t++) dwv[(size_t)((k * ksz + t) * Cg + ci)] = hw[(size_t)((k * Cg + ci) * ksz + t)];
+        for (int64_t t = 0; t < ksz; t++)
+          dwv[(size_t)((k * ksz + t) * Cg + ci)] = hw[(size_t)((k * Cg + ci) * ksz + t)];
   Dev dx(hx, es), dw(dwv, es);
   std::vector<double> acc(ys.elems, 0.0), acc_r(ys.elems, 0.0), rx = tf32_rounded(hx), rw = tf32_rounded(hw);
   conv_visit(c, g, xs, ys, [&](int64_t xo, int64_t wo, int64_t yo) {
@@ -650,14 +654,16 @@ static void test_backend_errors(cudnnHandle_t h, cudaStream_t s, const Conv &c) 
   DNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p2));
   DNN(cudnnBackendSetAttribute(p2, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
   DNN(cudnnBackendSetAttribute(p2, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw));
-  check(cudnnBackendFinalize(p2) == CUDNN_STATUS_BAD_PARAM, "backend: a plan of an engine configuration not "
+  check(cudnnBackendFinalize(p2) == CUDNN_STATUS_BAD_PARAM,
+        "backend: a plan of an engine configuration not "
         "finalized fails");
   DNN(cudnnBackendDestroyDescriptor(p2));
   DNN(cudnnBackendDestroyDescriptor(raw));
   /* execution: a pointer off the declared alignment, a unique id missing, a host pointer, another handle */
   void *mis[3] = {(char *)dx.p + 4, dw.p, dy.p};
   cudnnBackendDescriptor_t v = be_pack(3, uid, mis, nullptr);
-  check(cudnnBackendExecute(h, plan, v) == CUDNN_STATUS_BAD_PARAM, "backend: x 4 bytes off its 16-byte alignment "
+  check(cudnnBackendExecute(h, plan, v) == CUDNN_STATUS_BAD_PARAM,
+        "backend: x 4 bytes off its 16-byte alignment "
         "fails");
   DNN(cudnnBackendDestroyDescriptor(v));
   void *two[2] = {dx.p, dw.p};
@@ -696,7 +702,8 @@ static void test_adjoint(cudnnHandle_t h, cudaStream_t s, const Conv &c) {
   size_t es = c.dbl ? 8 : 4;
   Shape xs = make_shape(c.nsp, c.N, c.C, g.in, c.xlay), ys = make_shape(c.nsp, c.N, c.K, g.out, c.ylay);
   int64_t ksz = g.k[0] * g.k[1] * g.k[2];
-  std::vector<double> hx = as_stored(rnd_vec(xs.elems), es), hw = as_stored(rnd_vec((size_t)(c.K * (c.C / c.G) * ksz)), es),
+  std::vector<double> hx = as_stored(rnd_vec(xs.elems), es),
+                      hw = as_stored(rnd_vec((size_t)(c.K * (c.C / c.G) * ksz)), es),
                       hy = as_stored(rnd_vec(ys.elems), es);
   Dev dx(hx, es), dw(hw, es), dy(hy, es), cy(std::vector<double>(ys.elems, 0.0), es),
       cx(std::vector<double>(xs.elems, 0.0), es);
@@ -735,10 +742,10 @@ static void test_adjoint(cudnnHandle_t h, cudaStream_t s, const Conv &c) {
 struct Gemm {
   bool dbl, ta, tb;
   int m, n, k, batch;
-  int ld_extra;     /* added to each leading dimension */
-  int interleave;   /* batches interleaved within columns (ld = rows * batch + extra, stride = rows) */
+  int ld_extra;   /* added to each leading dimension */
+  int interleave; /* batches interleaved within columns (ld = rows * batch + extra, stride = rows) */
   double alpha, beta;
-  bool c_distinct;  /* cuBLASLt only: C and D separate buffers */
+  bool c_distinct; /* cuBLASLt only: C and D separate buffers */
   cublasComputeType_t ct;
 };
 
@@ -974,8 +981,8 @@ static void test_errors(cudnnHandle_t h, cublasHandle_t bh, cublasLtHandle_t lt,
     int found = 0;
     st = cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, bad, d.conv, d.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
                                                      &found, perf);
-    check(st == CUDNN_STATUS_BAD_PARAM, "error: cudnnGetConvolutionBackwardDataAlgorithm_v7 with a wrong dy shape -> %s",
-          cudnnGetErrorString(st));
+    check(st == CUDNN_STATUS_BAD_PARAM,
+          "error: cudnnGetConvolutionBackwardDataAlgorithm_v7 with a wrong dy shape -> %s", cudnnGetErrorString(st));
     /* the descriptors in the wrong order (dx, dy swapped) */
     st = cudnnConvolutionBackwardData(h, &one, d.w, w.p, d.x, x.p, d.conv, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, nullptr,
                                       0, &zero, d.y, y.p);
@@ -1047,8 +1054,8 @@ static void test_errors(cudnnHandle_t h, cublasHandle_t bh, cublasLtHandle_t lt,
   bs = cublasLtMatmul(lt, o.op, &one, hostA.data(), o.la, db.p, o.lb, &zero, dc.p, o.lc, dc.p, o.lc, &algo, nullptr, 0,
                       s);
   check(bs == CUBLAS_STATUS_INVALID_VALUE, "error: cublasLtMatmul with a host A -> %s", cublasGetStatusName(bs));
-  bs = cublasLtMatmul(lt, o.op, &one, (char *)da.p + 4, o.la, db.p, o.lb, &zero, dc.p, o.lc, dc.p, o.lc, &algo,
-                      nullptr, 0, s);
+  bs = cublasLtMatmul(lt, o.op, &one, (char *)da.p + 4, o.la, db.p, o.lb, &zero, dc.p, o.lc, dc.p, o.lc, &algo, nullptr,
+                      0, s);
   check(bs == CUBLAS_STATUS_NOT_SUPPORTED,
         "error: cublasLtMatmul with A 4-byte aligned and an algorithm chosen for 256 -> %s", cublasGetStatusName(bs));
   {
@@ -1092,9 +1099,8 @@ static void test_errors(cudnnHandle_t h, cublasHandle_t bh, cublasLtHandle_t lt,
   }
   /* cuBLAS */
   cublasStatus_t cs;
-  cs = cublasGemmStridedBatchedEx(bh, CUBLAS_OP_N, CUBLAS_OP_N, 8, 6, 5, &one, da.p, CUDA_R_32F, 7, 0, db.p,
-                                  CUDA_R_32F, 5, 0, &zero, dc.p, CUDA_R_32F, 8, 0, 1, CUBLAS_COMPUTE_32F,
-                                  CUBLAS_GEMM_DEFAULT);
+  cs = cublasGemmStridedBatchedEx(bh, CUBLAS_OP_N, CUBLAS_OP_N, 8, 6, 5, &one, da.p, CUDA_R_32F, 7, 0, db.p, CUDA_R_32F,
+                                  5, 0, &zero, dc.p, CUDA_R_32F, 8, 0, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   check(cs == CUBLAS_STATUS_INVALID_VALUE, "error: cublasGemmStridedBatchedEx with lda < m -> %s",
         cublasGetStatusName(cs));
   cs = cublasGemmStridedBatchedEx(bh, CUBLAS_OP_N, CUBLAS_OP_N, 8, 6, 5, &one, da.p, CUDA_R_32F, 8, 0, hostA.data(),
@@ -1102,13 +1108,12 @@ static void test_errors(cudnnHandle_t h, cublasHandle_t bh, cublasLtHandle_t lt,
                                   CUBLAS_GEMM_DEFAULT);
   check(cs == CUBLAS_STATUS_INVALID_VALUE, "error: cublasGemmStridedBatchedEx with a host B -> %s",
         cublasGetStatusName(cs));
-  cs = cublasGemmStridedBatchedEx(bh, CUBLAS_OP_N, CUBLAS_OP_N, 8, 6, 5, &one, da.p, CUDA_R_32F, 8, 0, db.p,
-                                  CUDA_R_32F, 5, 0, &zero, dc.p, CUDA_R_32F, 8, 0, 1, CUBLAS_COMPUTE_64F,
-                                  CUBLAS_GEMM_DEFAULT);
+  cs = cublasGemmStridedBatchedEx(bh, CUBLAS_OP_N, CUBLAS_OP_N, 8, 6, 5, &one, da.p, CUDA_R_32F, 8, 0, db.p, CUDA_R_32F,
+                                  5, 0, &zero, dc.p, CUDA_R_32F, 8, 0, 1, CUBLAS_COMPUTE_64F, CUBLAS_GEMM_DEFAULT);
   check(cs == CUBLAS_STATUS_NOT_SUPPORTED, "error: cublasGemmStridedBatchedEx float data with COMPUTE_64F -> %s",
         cublasGetStatusName(cs));
-  cs = cublasGemmStridedBatchedEx(bh, CUBLAS_OP_N, CUBLAS_OP_N, 8, 6, 5, &one, da.p, CUDA_R_32F, 8, 0, db.p,
-                                  CUDA_R_32F, 5, 0, &zero, dc.p, CUDA_R_32F, 8, 0, 1, CUBLAS_COMPUTE_32F_FAST_TF32,
+  cs = cublasGemmStridedBatchedEx(bh, CUBLAS_OP_N, CUBLAS_OP_N, 8, 6, 5, &one, da.p, CUDA_R_32F, 8, 0, db.p, CUDA_R_32F,
+                                  5, 0, &zero, dc.p, CUDA_R_32F, 8, 0, 1, CUBLAS_COMPUTE_32F_FAST_TF32,
                                   CUBLAS_GEMM_DEFAULT);
   check(cs == CUBLAS_STATUS_SUCCESS, "cublasGemmStridedBatchedEx float with COMPUTE_32F_FAST_TF32 -> %s",
         cublasGetStatusName(cs));
@@ -1282,7 +1287,8 @@ static void test_lt_epilogue(cublasLtHandle_t lt, cudaStream_t s) {
     BL(cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, 4, 4, 4));
     float one = 1, zero = 0;
     cublasStatus_t bs = cublasLtMatmul(lt, op, &one, dx.p, l, dw.p, l, &zero, dy.p, l, dy.p, l, nullptr, nullptr, 0, s);
-    check(bs == CUBLAS_STATUS_NOT_SUPPORTED, "error: the GELU epilogue is not simulated -> %s", cublasGetStatusName(bs));
+    check(bs == CUBLAS_STATUS_NOT_SUPPORTED, "error: the GELU epilogue is not simulated -> %s",
+          cublasGetStatusName(bs));
     cublasLtMatmulDescDestroy(op);
     cublasLtMatrixLayoutDestroy(l);
   }
@@ -1293,7 +1299,8 @@ static void test_lt_epilogue(cublasLtHandle_t lt, cudaStream_t s) {
  * does not leak into the result; strided outputs keep NaN between their elements */
 static void test_fresh_outputs(cudnnHandle_t h, cublasHandle_t bh, cublasLtHandle_t lt, cudaStream_t s) {
   for (int lay = 0; lay < 3; lay += 2) {
-    Conv c = {"fresh", 2, 2, 4, 6, 2, {1, 7, 8}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}, false, false, 0.5, 0, 0, lay};
+    Conv c = {"fresh",   2,         2,     4,     6,   2, {1, 7, 8}, {1, 3, 3}, {0, 1, 1},
+              {1, 1, 1}, {1, 1, 1}, false, false, 0.5, 0, 0,         lay};
     ConvGeom g = geom(c);
     Shape xs = make_shape(2, c.N, c.C, g.in, 0), ys = make_shape(2, c.N, c.K, g.out, lay);
     std::vector<double> hx = as_stored(rnd_vec(xs.elems), 4), hw = as_stored(rnd_vec(6 * 2 * 9), 4);
@@ -1303,8 +1310,8 @@ static void test_fresh_outputs(cudnnHandle_t h, cublasHandle_t bh, cublasLtHandl
     CU(cudaMalloc(&x2, xs.elems * 4));
     Descs d = make_descs(c, xs, ys);
     float al = 0.5f, zero = 0;
-    DNN(cudnnConvolutionForward(h, &al, d.x, dx.p, d.w, dw.p, d.conv, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
-                                nullptr, 0, &zero, d.y, y));
+    DNN(cudnnConvolutionForward(h, &al, d.x, dx.p, d.w, dw.p, d.conv, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, nullptr,
+                                0, &zero, d.y, y));
     DNN(cudnnConvolutionBackwardData(h, &al, d.w, dw.p, d.y, y, d.conv, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, nullptr, 0,
                                      &zero, d.x, x2));
     CU(cudaStreamSynchronize(s));
@@ -1345,7 +1352,8 @@ static void test_fresh_outputs(cudnnHandle_t h, cublasHandle_t bh, cublasLtHandl
     CU(cudaMemcpy(hc.data(), c, hc.size() * 4, cudaMemcpyDeviceToHost));
     bool ok = true;
     for (float v : hc) ok &= !std::isnan(v);
-    check(ok, "%s with beta 0 into fresh (NaN-poisoned) memory: no NaN", lt_ ? "cublasLtMatmul" : "cublasGemmStridedBatchedEx");
+    check(ok, "%s with beta 0 into fresh (NaN-poisoned) memory: no NaN",
+          lt_ ? "cublasLtMatmul" : "cublasGemmStridedBatchedEx");
     cudaFree(c);
     a.free_(), b.free_();
   }
@@ -1356,7 +1364,8 @@ static void test_two_streams() {
   cudaStream_t ss[2];
   cudnnHandle_t hs[2];
   cublasHandle_t bs[2];
-  Conv c = {"streams", 2, 2, 16, 32, 1, {1, 24, 24}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}, false, false, 1, 0, 0, 0};
+  Conv c = {"streams", 2,         2,     16,    32, 1, {1, 24, 24}, {1, 3, 3}, {0, 1, 1},
+            {1, 1, 1}, {1, 1, 1}, false, false, 1,  0, 0,           0};
   ConvGeom g = geom(c);
   Shape xs = make_shape(2, c.N, c.C, g.in, 0), ys = make_shape(2, c.N, c.K, g.out, 0);
   Dev x(rnd_vec(xs.elems), 4), w(rnd_vec(32 * 16 * 9), 4), a(rnd_vec(64 * 48), 4), b(rnd_vec(48 * 80), 4);
@@ -1380,8 +1389,7 @@ static void test_two_streams() {
                                     CUBLAS_GEMM_DEFAULT));
     }
   for (int i = 0; i < 2; i++) CU(cudaStreamSynchronize(ss[i]));
-  check(y[0].get() == y[1].get() && cc[0].get() == cc[1].get(),
-        "two streams computing at once give identical results");
+  check(y[0].get() == y[1].get() && cc[0].get() == cc[1].get(), "two streams computing at once give identical results");
   for (int i = 0; i < 2; i++) {
     cudnnDestroy(hs[i]);
     cublasDestroy(bs[i]);
@@ -1466,8 +1474,8 @@ static void perf_probe(cudnnHandle_t h, cudaStream_t s) {
                                        nullptr, 0, &zero, md.x, ax.p));
     CU(cudaStreamSynchronize(s));
     auto u2 = std::chrono::steady_clock::now();
-    printf("INFO conv %s 2x%dx56x56 -> %d (groups %d): forward %.1f ms, backward data %.1f ms\n", m.name, m.C, m.K,
-           m.G, std::chrono::duration<double, std::milli>(u1 - u0).count() / 5,
+    printf("INFO conv %s 2x%dx56x56 -> %d (groups %d): forward %.1f ms, backward data %.1f ms\n", m.name, m.C, m.K, m.G,
+           std::chrono::duration<double, std::milli>(u1 - u0).count() / 5,
            std::chrono::duration<double, std::milli>(u2 - u1).count() / 5);
     md.destroy();
     ax.free_(), aw.free_(), ay.free_();
@@ -1501,14 +1509,94 @@ int main() {
       {"2d-1x1-s2", 2, 2, 8, 6, 1, {1, 9, 7}, {1, 1, 1}, {0, 0, 0}, {1, 2, 2}, {1, 1, 1}, true, false, 1, 0, 0, 0},
       {"2d-groups", 2, 2, 8, 12, 4, {1, 7, 9}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}, false, false, 1, 0, 0, 0},
       {"2d-depthwise", 2, 2, 6, 6, 6, {1, 11, 9}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}, {1, 1, 1}, false, false, 1, 0, 0, 0},
-      {"2d-depthwise-x2", 2, 1, 4, 8, 4, {1, 8, 8}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}, true, false, 1, 0, 0, 0},
+      {"2d-depthwise-x2",
+       2,
+       1,
+       4,
+       8,
+       4,
+       {1, 8, 8},
+       {1, 3, 3},
+       {0, 1, 1},
+       {1, 1, 1},
+       {1, 1, 1},
+       true,
+       false,
+       1,
+       0,
+       0,
+       0},
       {"2d-dilated", 2, 2, 3, 4, 1, {1, 12, 13}, {1, 3, 2}, {0, 2, 1}, {1, 1, 2}, {1, 2, 3}, false, false, 1, 0, 0, 0},
-      {"2d-asym-stride", 2, 1, 2, 3, 1, {1, 10, 11}, {1, 2, 4}, {0, 0, 2}, {1, 3, 2}, {1, 1, 1}, true, false, 1, 0, 0, 0},
-      {"2d-alpha-beta", 2, 2, 4, 4, 2, {1, 6, 7}, {1, 3, 3}, {0, 1, 0}, {1, 1, 1}, {1, 1, 1}, false, false, 0.75, -0.5, 0, 0},
-      {"2d-alpha-beta-d", 2, 2, 4, 4, 1, {1, 6, 7}, {1, 3, 3}, {0, 1, 0}, {1, 1, 1}, {1, 1, 1}, true, false, 2, 0.25, 0, 0},
+      {"2d-asym-stride",
+       2,
+       1,
+       2,
+       3,
+       1,
+       {1, 10, 11},
+       {1, 2, 4},
+       {0, 0, 2},
+       {1, 3, 2},
+       {1, 1, 1},
+       true,
+       false,
+       1,
+       0,
+       0,
+       0},
+      {"2d-alpha-beta",
+       2,
+       2,
+       4,
+       4,
+       2,
+       {1, 6, 7},
+       {1, 3, 3},
+       {0, 1, 0},
+       {1, 1, 1},
+       {1, 1, 1},
+       false,
+       false,
+       0.75,
+       -0.5,
+       0,
+       0},
+      {"2d-alpha-beta-d",
+       2,
+       2,
+       4,
+       4,
+       1,
+       {1, 6, 7},
+       {1, 3, 3},
+       {0, 1, 0},
+       {1, 1, 1},
+       {1, 1, 1},
+       true,
+       false,
+       2,
+       0.25,
+       0,
+       0},
       {"2d-nhwc-x", 2, 2, 5, 3, 1, {1, 7, 6}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}, false, false, 1, 0, 1, 0},
       {"2d-strided-y", 2, 2, 5, 3, 1, {1, 7, 6}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}, true, false, 1, 0, 0, 2},
-      {"2d-gaps-both", 2, 2, 4, 6, 2, {1, 8, 6}, {1, 3, 2}, {0, 1, 0}, {1, 2, 1}, {1, 1, 1}, false, false, 0.5, 1, 2, 1},
+      {"2d-gaps-both",
+       2,
+       2,
+       4,
+       6,
+       2,
+       {1, 8, 6},
+       {1, 3, 2},
+       {0, 1, 0},
+       {1, 2, 1},
+       {1, 1, 1},
+       false,
+       false,
+       0.5,
+       1,
+       2,
+       1},
       {"2d-flip", 2, 2, 3, 4, 1, {1, 8, 9}, {1, 3, 2}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}, false, true, 1, 0, 0, 0},
       {"3d", 3, 2, 3, 4, 1, {5, 6, 7}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, false, false, 1, 0, 0, 0},
       {"3d-double", 3, 1, 4, 4, 2, {6, 5, 7}, {2, 3, 3}, {1, 0, 1}, {2, 1, 2}, {1, 2, 1}, true, false, 1, 0, 0, 0},
@@ -1517,7 +1605,7 @@ int main() {
   for (const Conv &c : convs) {
     for (int pick = 0; pick < 3; pick++) test_conv(h, s, c, false, pick); /* PRECOMP, IMPLICIT, GEMM */
     for (int pick = 0; pick < 2; pick++) test_conv(h, s, c, true, pick);  /* ALGO_0, ALGO_1 */
-    if (!c.dbl) { /* TF32 where the math type allows it */
+    if (!c.dbl) {                                                         /* TF32 where the math type allows it */
       test_conv(h, s, c, false, 0, true);
       test_conv(h, s, c, true, 0, true);
     }

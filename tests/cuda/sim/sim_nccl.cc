@@ -228,8 +228,8 @@ void print_stats() {
   if (st_sends || st_recvs || st_sums) {
     const char *v = getenv("CUDASIM_STATS");
     if (v && atoi(v))
-      fprintf(stderr, "cudasim: NCCL in process %d: %ld sends, %ld receives, %ld all-reduces, %ld bytes\n", (int)getpid(),
-              st_sends.load(), st_recvs.load(), st_sums.load(), st_bytes.load());
+      fprintf(stderr, "cudasim: NCCL in process %d: %ld sends, %ld receives, %ld all-reduces, %ld bytes\n",
+              (int)getpid(), st_sends.load(), st_recvs.load(), st_sums.load(), st_bytes.load());
   }
 }
 int stats_registered = atexit(print_stats);
@@ -296,8 +296,10 @@ ncclResult_t submit(const Op &o) {
     return ncclInvalidArgument;
   }
   const void *dp = o.kind == 0 ? o.src : o.dst;
-  if (o.bytes && (!cudasim::is_device_range(dp, o.bytes) || (o.kind == 2 && !cudasim::is_device_range(o.src, o.bytes)))) {
-    cudasim::warn("NCCL rank %d: a buffer that is not device memory, or runs past the end of its allocation", o.c->rank);
+  if (o.bytes &&
+      (!cudasim::is_device_range(dp, o.bytes) || (o.kind == 2 && !cudasim::is_device_range(o.src, o.bytes)))) {
+    cudasim::warn("NCCL rank %d: a buffer that is not device memory, or runs past the end of its allocation",
+                  o.c->rank);
     return ncclInvalidArgument;
   }
   tl_ops.push_back(o);
@@ -335,7 +337,8 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
   memset(id, 0, sizeof *id);
   unsigned long long r = 0;
   int fd = open("/dev/urandom", O_RDONLY);
-  if (fd < 0 || read(fd, &r, sizeof r) != (ssize_t)sizeof r) r = (unsigned long long)time(nullptr) ^ ((unsigned long long)getpid() << 32);
+  if (fd < 0 || read(fd, &r, sizeof r) != (ssize_t)sizeof r)
+    r = (unsigned long long)time(nullptr) ^ ((unsigned long long)getpid() << 32);
   if (fd >= 0) close(fd);
   snprintf(id->internal, sizeof id->internal, "/tmp/cudasim-nccl-%016llx", r);
   return ncclSuccess;
@@ -468,7 +471,8 @@ ncclResult_t ncclGroupEnd(void) {
       cudasim::warn("NCCL: a group over several communicators or streams (not simulated)");
       return ncclInvalidUsage;
     }
-  cudaError_t e = cudasim::enqueue(ops[0].s, [ops]() { run_group(ops); }, "NCCL group");
+  cudaError_t e = cudasim::enqueue(
+      ops[0].s, [ops]() { run_group(ops); }, "NCCL group");
   return e == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError;
 }
 

@@ -39,15 +39,15 @@ typedef struct {
 } cublasLtMatmulHeuristicResult_t;
 
 typedef enum {
-  CUBLASLT_MATMUL_DESC_COMPUTE_TYPE = 0,     /* int32_t (cublasComputeType_t) */
-  CUBLASLT_MATMUL_DESC_SCALE_TYPE = 1,       /* int32_t (cudaDataType) */
-  CUBLASLT_MATMUL_DESC_POINTER_MODE = 2,     /* int32_t (cublasLtPointerMode_t) */
-  CUBLASLT_MATMUL_DESC_TRANSA = 3,           /* int32_t (cublasOperation_t) */
-  CUBLASLT_MATMUL_DESC_TRANSB = 4,           /* int32_t */
-  CUBLASLT_MATMUL_DESC_TRANSC = 5,           /* int32_t */
-  CUBLASLT_MATMUL_DESC_FILL_MODE = 6,        /* int32_t */
-  CUBLASLT_MATMUL_DESC_EPILOGUE = 7,         /* uint32_t (cublasLtEpilogue_t) */
-  CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,     /* void * */
+  CUBLASLT_MATMUL_DESC_COMPUTE_TYPE = 0, /* int32_t (cublasComputeType_t) */
+  CUBLASLT_MATMUL_DESC_SCALE_TYPE = 1,   /* int32_t (cudaDataType) */
+  CUBLASLT_MATMUL_DESC_POINTER_MODE = 2, /* int32_t (cublasLtPointerMode_t) */
+  CUBLASLT_MATMUL_DESC_TRANSA = 3,       /* int32_t (cublasOperation_t) */
+  CUBLASLT_MATMUL_DESC_TRANSB = 4,       /* int32_t */
+  CUBLASLT_MATMUL_DESC_TRANSC = 5,       /* int32_t */
+  CUBLASLT_MATMUL_DESC_FILL_MODE = 6,    /* int32_t */
+  CUBLASLT_MATMUL_DESC_EPILOGUE = 7,     /* uint32_t (cublasLtEpilogue_t) */
+  CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8, /* void * */
   CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE = 10,
   CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
   CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
@@ -101,8 +101,8 @@ typedef enum {
   CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
   CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
   CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8,
-  CUBLASLT_MATMUL_PREF_MAX_WAVES_COUNT = 9,       /* float */
-  CUBLASLT_MATMUL_PREF_IMPL_MASK = 12             /* uint64_t */
+  CUBLASLT_MATMUL_PREF_MAX_WAVES_COUNT = 9, /* float */
+  CUBLASLT_MATMUL_PREF_IMPL_MASK = 12       /* uint64_t */
 } cublasLtMatmulPreferenceAttributes_t;
 
 #ifdef __cplusplus

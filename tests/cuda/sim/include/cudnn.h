@@ -279,21 +279,17 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void *alpha, c
                                       void *workSpace, size_t workSpaceSizeInBytes, const void *beta,
                                       const cudnnTensorDescriptor_t yDesc, void *y);
 
-cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t handle,
-                                                          const cudnnFilterDescriptor_t filterDesc,
-                                                          const cudnnTensorDescriptor_t diffDesc,
-                                                          const cudnnConvolutionDescriptor_t convDesc,
-                                                          const cudnnTensorDescriptor_t gradDesc,
-                                                          const int requestedAlgoCount, int *returnedAlgoCount,
-                                                          cudnnConvolutionBwdDataAlgoPerf_t *perfResults);
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
+    cudnnHandle_t handle, const cudnnFilterDescriptor_t filterDesc, const cudnnTensorDescriptor_t diffDesc,
+    const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t gradDesc, const int requestedAlgoCount,
+    int *returnedAlgoCount, cudnnConvolutionBwdDataAlgoPerf_t *perfResults);
 cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc,
                                                            const cudnnTensorDescriptor_t dyDesc,
                                                            const cudnnConvolutionDescriptor_t convDesc,
                                                            const cudnnTensorDescriptor_t dxDesc,
                                                            cudnnConvolutionBwdDataAlgo_t algo, size_t *sizeInBytes);
-cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void *alpha,
-                                           const cudnnFilterDescriptor_t wDesc, const void *w,
-                                           const cudnnTensorDescriptor_t dyDesc, const void *dy,
+cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void *alpha, const cudnnFilterDescriptor_t wDesc,
+                                           const void *w, const cudnnTensorDescriptor_t dyDesc, const void *dy,
                                            const cudnnConvolutionDescriptor_t convDesc,
                                            cudnnConvolutionBwdDataAlgo_t algo, void *workSpace,
                                            size_t workSpaceSizeInBytes, const void *beta,

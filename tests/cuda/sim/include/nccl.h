@@ -49,7 +49,8 @@ typedef struct {
   const char *netName;
   int splitShare;
 } ncclConfig_t;
-#define NCCL_CONFIG_INITIALIZER {sizeof(ncclConfig_t), 0xcafebeefu, 0, 1, 0, 0, 0, NULL, 0}
+#define NCCL_CONFIG_INITIALIZER \
+  { sizeof(ncclConfig_t), 0xcafebeefu, 0, 1, 0, 0, 0, NULL, 0 }
 
 extern "C" {
 const char *ncclGetErrorString(ncclResult_t r);
