@@ -581,155 +581,241 @@ static int ds_adjacency(const pass_dag *d, const int *pos, const int *order, int
   return 0;
 }
 
-long pass_downsets_build(const pass_dag *d, const double *weight, long max_states, size_t max_bytes,
-                         pass_downsets *ds) {
-  memset(ds, 0, sizeof *ds);
-  int n = d->n_nodes, W = (n + 63) / 64;
-  if (n < 1 || max_states < 2 || max_states > 0x3fffffffL) return -1;
-  for (int v = 0; v < n; v++) {
-    double w = weight ? weight[v] : d->nodes[v].fwd_ms;
-    if (!(w >= 0) || !isfinite(w) || !(d->nodes[v].fwd_ms >= 0) || !(d->nodes[v].bwd_ms >= 0)) return -1;
-  }
-  /* Bytes per state while building: generation arrays 36, children 8, sort 12,
-   * output 84, and ~4 edges of 12 bytes. Arrays are allocated at the cap once:
-   * pages never touched cost nothing. */
-  const size_t per_state = 36 + 8 + 12 + 84 + 48;
-  long cap = max_states;
-  if (max_bytes && (size_t)cap > max_bytes / per_state) cap = (long)(max_bytes / per_state);
-  if (cap < 2) return -1;
-  long ecap = 4 * cap + 64; /* edges: grown if needed */
+/* The states in generation order, as the reverse search records them. */
+typedef struct {
+  long cap, count;       /* states allotted, recorded */
+  int *par, *add, *size; /* [cap] parent state (-1 for {}), position added to it (-1 for {}), nodes */
+  double *key;           /* [cap] sum of the weights, added in position order */
+  uint64_t *cut, *cutg;  /* [cap] bytes crossing the cut after the state; of them, not graph inputs */
+  int *mx_start, *mx;    /* maximal positions per state (CSR: [cap + 1], [ecap]) */
+  long mxn, ecap;        /* entries of mx used, allotted (grown if needed) */
+} ds_gen;
 
-  long rc = -1, count = 0, mxn = 0;
-  /* generation order */
-  int *par = malloc(sizeof(int) * (size_t)cap), *add = malloc(sizeof(int) * (size_t)cap);
-  int *size = malloc(sizeof(int) * (size_t)cap), *mx_start = malloc(sizeof(int) * ((size_t)cap + 1));
-  double *key = malloc(sizeof(double) * (size_t)cap);
-  uint64_t *cut = malloc(8 * (size_t)cap), *cutg = malloc(8 * (size_t)cap);
-  int *mx = malloc(sizeof(int) * (size_t)ecap);
-  int *ch_start = NULL, *ch = NULL, *lowg = NULL, *perm = NULL, *tmp = NULL, *inv = NULL;
-  int *order = malloc(sizeof(int) * (size_t)n), *pos = malloc(sizeof(int) * (size_t)n);
-  int *pst = NULL, *pl = NULL, *sst = NULL, *sl = NULL;
-  uint64_t *D = calloc((size_t)W, 8), *R = calloc((size_t)W, 8), *MX = calloc((size_t)W, 8);
-  int *cnt = calloc((size_t)n, sizeof(int)), *cnts = calloc((size_t)n, sizeof(int));
-  int *cons_in = calloc((size_t)d->n_tensors + 1, sizeof(int));
-  int *stack = malloc(sizeof(int) * ((size_t)n + 1)), *sid = malloc(sizeof(int) * ((size_t)n + 1));
-  if (!par || !add || !size || !mx_start || !key || !cut || !cutg || !mx || !order || !pos || !D || !R || !MX || !cnt ||
-      !cnts || !cons_in || !stack || !sid || pass_topo_order(d, PASS_ORDER_INDEX, order) != 0)
-    goto out;
-  for (int q = 0; q < n; q++) pos[order[q]] = q;
-  if (ds_adjacency(d, pos, order, &pst, &pl, &sst, &sl) != 0) goto out;
+/* The reverse search's current down-set D, with the counts that say which
+ * positions can be added to it and which are maximal in it. */
+typedef struct {
+  const pass_dag *d;
+  const double *weight;
+  const int *order;         /* [n] position -> node */
+  int n, W;                 /* nodes; 64-bit words of a position set */
+  int *pst, *pl, *sst, *sl; /* distinct predecessor / successor positions per position (CSR) */
+  uint64_t *D, *R, *MX;     /* [W] D; ready positions outside D; maximal positions of D */
+  int *cnt, *cnts;          /* [n] per position: predecessors in D, successors in D */
+  int *cons_in;             /* [tensors] consumers in D */
+  int *stack, *sid;         /* [n + 1] positions added from {} to D; the states recorded on the way */
+  int depth, last;          /* nodes in D; the position added or removed last */
+  uint64_t cut0;            /* cut of {}: graph inputs that are consumed or are outputs */
+} ds_walk;
+
+/* Whether input i of v repeats one of its earlier inputs (a tensor counts once per node). */
+static int input_repeats(const pass_dag_node *v, int i) {
+  int t = v->inputs[i], dup = 0;
+  for (int k = 0; k < i; k++) dup |= v->inputs[k] == t;
+  return dup;
+}
+
+/* Allocates the generation arrays for cap states (g zeroed first). Returns -1 on no memory. */
+static int ds_gen_alloc(ds_gen *g, long cap) {
+  memset(g, 0, sizeof *g);
+  g->cap = cap;
+  g->ecap = 4 * cap + 64;
+  g->par = malloc(sizeof(int) * (size_t)cap);
+  g->add = malloc(sizeof(int) * (size_t)cap);
+  g->size = malloc(sizeof(int) * (size_t)cap);
+  g->mx_start = malloc(sizeof(int) * ((size_t)cap + 1));
+  g->key = malloc(sizeof(double) * (size_t)cap);
+  g->cut = malloc(8 * (size_t)cap);
+  g->cutg = malloc(8 * (size_t)cap);
+  g->mx = malloc(sizeof(int) * (size_t)g->ecap);
+  if (!g->par || !g->add || !g->size || !g->mx_start || !g->key || !g->cut || !g->cutg || !g->mx) return -1;
+  return 0;
+}
+
+static void ds_gen_free(ds_gen *g) {
+  free(g->par);
+  free(g->add);
+  free(g->size);
+  free(g->mx);
+  free(g->mx_start);
+  free(g->key);
+  free(g->cut);
+  free(g->cutg);
+}
+
+/* Allocates the walk (w zeroed by the caller) and places it at {}: ready are
+ * the positions without predecessors. Returns -1 on no memory. */
+static int ds_walk_init(ds_walk *w, const pass_dag *d, const double *weight, const int *order, const int *pos) {
+  int n = d->n_nodes, W = (n + 63) / 64;
+  w->d = d;
+  w->weight = weight;
+  w->order = order;
+  w->n = n;
+  w->W = W;
+  w->D = calloc((size_t)W, 8);
+  w->R = calloc((size_t)W, 8);
+  w->MX = calloc((size_t)W, 8);
+  w->cnt = calloc((size_t)n, sizeof(int));
+  w->cnts = calloc((size_t)n, sizeof(int));
+  w->cons_in = calloc((size_t)d->n_tensors + 1, sizeof(int));
+  w->stack = malloc(sizeof(int) * ((size_t)n + 1));
+  w->sid = malloc(sizeof(int) * ((size_t)n + 1));
+  if (!w->D || !w->R || !w->MX || !w->cnt || !w->cnts || !w->cons_in || !w->stack || !w->sid) return -1;
+  if (ds_adjacency(d, pos, order, &w->pst, &w->pl, &w->sst, &w->sl) != 0) return -1;
   for (int q = 0; q < n; q++)
-    if (pst[q + 1] == pst[q]) R[q >> 6] |= 1ull << (q & 63);
-  uint64_t cut0 = 0; /* cut of {}: graph inputs that are consumed or are outputs */
+    if (w->pst[q + 1] == w->pst[q]) w->R[q >> 6] |= 1ull << (q & 63);
+  w->cut0 = 0;
   for (int t = 0; t < d->n_tensors; t++)
     if (d->tensors[t].producer < 0 && (d->tensors[t].is_output || d->tensors[t].n_consumers > 0))
-      cut0 += d->tensors[t].bytes;
+      w->cut0 += d->tensors[t].bytes;
+  w->depth = 0;
+  w->last = -1;
+  return 0;
+}
 
-  /* Reverse search: children of D add a ready node positioned after all of D. */
-  int depth = 0, last = -1;
+static void ds_walk_free(ds_walk *w) {
+  free(w->pst);
+  free(w->pl);
+  free(w->sst);
+  free(w->sl);
+  free(w->D);
+  free(w->R);
+  free(w->MX);
+  free(w->cnt);
+  free(w->cnts);
+  free(w->cons_in);
+  free(w->stack);
+  free(w->sid);
+}
+
+/* Records the walk's D as the next state: its parent and added position, key,
+ * cut sizes (updated from the parent's) and maximal positions. Returns -1 past
+ * the cap of states or when the edges cannot grow. */
+static int ds_record(ds_gen *g, ds_walk *w) {
+  const pass_dag *d = w->d;
+  int depth = w->depth;
+  if (g->count >= g->cap) return -1;
+  long s = g->count++;
+  if (depth == 0) {
+    g->par[s] = -1;
+    g->add[s] = -1;
+    g->key[s] = 0;
+    g->cut[s] = w->cut0;
+    g->cutg[s] = 0;
+  } else {
+    int p = w->sid[depth - 1], x = w->stack[depth - 1];
+    const pass_dag_node *v = &d->nodes[w->order[x]];
+    uint64_t c = g->cut[p], cg = g->cutg[p];
+    for (int i = 0; i < v->n_inputs; i++) {
+      if (input_repeats(v, i)) continue;
+      int t = v->inputs[i];
+      const pass_dag_tensor *tt = &d->tensors[t];
+      if (w->cons_in[t] == tt->n_consumers && !tt->is_output) { /* v was its last consumer outside */
+        c -= tt->bytes;
+        if (tt->producer >= 0) cg -= tt->bytes;
+      }
+    }
+    for (int o = 0; o < v->n_outputs; o++) {
+      const pass_dag_tensor *tt = &d->tensors[v->outputs[o]];
+      if (tt->is_output || tt->n_consumers > 0) {
+        c += tt->bytes;
+        cg += tt->bytes;
+      }
+    }
+    g->par[s] = p;
+    g->add[s] = x;
+    /* x follows all of D: a position-order sum */
+    g->key[s] = g->key[p] + (w->weight ? w->weight[w->order[x]] : v->fwd_ms);
+    g->cut[s] = c;
+    g->cutg[s] = cg;
+  }
+  g->size[s] = depth;
+  w->sid[depth] = (int)s;
+  g->mx_start[s] = (int)g->mxn;
+  for (int q = next_bit(w->MX, w->W, 0); q >= 0; q = next_bit(w->MX, w->W, q + 1)) {
+    if (g->mxn >= g->ecap) {
+      int *nm = realloc(g->mx, sizeof(int) * (size_t)g->ecap * 2);
+      if (!nm) return -1;
+      g->mx = nm;
+      g->ecap *= 2;
+    }
+    g->mx[g->mxn++] = q;
+  }
+  return 0;
+}
+
+/* Adds the ready position x to D: its successors may become ready, its
+ * predecessors stop being maximal, and its inputs gain a consumer inside. */
+static void ds_push(ds_walk *w, int x) {
+  const pass_dag_node *v = &w->d->nodes[w->order[x]];
+  for (int i = 0; i < v->n_inputs; i++)
+    if (!input_repeats(v, i)) w->cons_in[v->inputs[i]]++;
+  for (int e = w->sst[x]; e < w->sst[x + 1]; e++) {
+    int u = w->sl[e];
+    if (++w->cnt[u] == w->pst[u + 1] - w->pst[u]) w->R[u >> 6] |= 1ull << (u & 63);
+  }
+  for (int e = w->pst[x]; e < w->pst[x + 1]; e++) {
+    int u = w->pl[e];
+    if (w->cnts[u]++ == 0) w->MX[u >> 6] &= ~(1ull << (u & 63));
+  }
+  w->MX[x >> 6] |= 1ull << (x & 63);
+  w->D[x >> 6] |= 1ull << (x & 63);
+  w->R[x >> 6] &= ~(1ull << (x & 63));
+  w->stack[w->depth++] = x;
+  w->last = x;
+}
+
+/* Removes the position added last from D, undoing ds_push; it becomes the
+ * last position tried, so the search continues after it. */
+static void ds_pop(ds_walk *w) {
+  int y = w->stack[--w->depth];
+  const pass_dag_node *v = &w->d->nodes[w->order[y]];
+  for (int i = 0; i < v->n_inputs; i++)
+    if (!input_repeats(v, i)) w->cons_in[v->inputs[i]]--;
+  for (int e = w->sst[y]; e < w->sst[y + 1]; e++) {
+    int u = w->sl[e];
+    if (w->cnt[u] == w->pst[u + 1] - w->pst[u]) w->R[u >> 6] &= ~(1ull << (u & 63));
+    w->cnt[u]--;
+  }
+  for (int e = w->pst[y]; e < w->pst[y + 1]; e++) {
+    int u = w->pl[e];
+    if (--w->cnts[u] == 0) w->MX[u >> 6] |= 1ull << (u & 63);
+  }
+  w->MX[y >> 6] &= ~(1ull << (y & 63));
+  w->D[y >> 6] &= ~(1ull << (y & 63));
+  w->R[y >> 6] |= 1ull << (y & 63);
+  w->last = y;
+}
+
+/* Reverse search from {}: children of D add a ready node positioned after all
+ * of D, so every down-set is recorded once. Returns -1 as ds_record does. */
+static int ds_search(ds_gen *g, ds_walk *w) {
   for (;;) {
-    /* record the current down-set */
-    if (count >= cap) goto out;
-    long s = count++;
-    if (depth == 0) {
-      par[s] = -1;
-      add[s] = -1;
-      key[s] = 0;
-      cut[s] = cut0;
-      cutg[s] = 0;
-    } else {
-      int p = sid[depth - 1], x = stack[depth - 1];
-      const pass_dag_node *v = &d->nodes[order[x]];
-      uint64_t c = cut[p], cg = cutg[p];
-      for (int i = 0; i < v->n_inputs; i++) {
-        int t = v->inputs[i], dup = 0;
-        for (int k = 0; k < i; k++) dup |= v->inputs[k] == t;
-        if (dup) continue;
-        const pass_dag_tensor *tt = &d->tensors[t];
-        if (cons_in[t] == tt->n_consumers && !tt->is_output) { /* v was its last consumer outside */
-          c -= tt->bytes;
-          if (tt->producer >= 0) cg -= tt->bytes;
-        }
-      }
-      for (int o = 0; o < v->n_outputs; o++) {
-        const pass_dag_tensor *tt = &d->tensors[v->outputs[o]];
-        if (tt->is_output || tt->n_consumers > 0) {
-          c += tt->bytes;
-          cg += tt->bytes;
-        }
-      }
-      par[s] = p;
-      add[s] = x;
-      key[s] = key[p] + (weight ? weight[order[x]] : v->fwd_ms); /* x follows all of D: a position-order sum */
-      cut[s] = c;
-      cutg[s] = cg;
-    }
-    size[s] = depth;
-    sid[depth] = (int)s;
-    mx_start[s] = (int)mxn;
-    for (int q = next_bit(MX, W, 0); q >= 0; q = next_bit(MX, W, q + 1)) {
-      if (mxn >= ecap) {
-        int *nm = realloc(mx, sizeof(int) * (size_t)ecap * 2);
-        if (!nm) goto out;
-        mx = nm;
-        ecap *= 2;
-      }
-      mx[mxn++] = q;
-    }
+    if (ds_record(g, w) != 0) return -1;
     /* next child of the current set, else backtrack */
     int x;
     for (;;) {
-      x = next_bit(R, W, last + 1);
-      if (x >= 0 || depth == 0) break;
-      int y = stack[--depth];
-      const pass_dag_node *v = &d->nodes[order[y]];
-      for (int i = 0; i < v->n_inputs; i++) {
-        int t = v->inputs[i], dup = 0;
-        for (int k = 0; k < i; k++) dup |= v->inputs[k] == t;
-        if (!dup) cons_in[t]--;
-      }
-      for (int e = sst[y]; e < sst[y + 1]; e++) {
-        int u = sl[e];
-        if (cnt[u] == pst[u + 1] - pst[u]) R[u >> 6] &= ~(1ull << (u & 63));
-        cnt[u]--;
-      }
-      for (int e = pst[y]; e < pst[y + 1]; e++) {
-        int u = pl[e];
-        if (--cnts[u] == 0) MX[u >> 6] |= 1ull << (u & 63);
-      }
-      MX[y >> 6] &= ~(1ull << (y & 63));
-      D[y >> 6] &= ~(1ull << (y & 63));
-      R[y >> 6] |= 1ull << (y & 63);
-      last = y;
+      x = next_bit(w->R, w->W, w->last + 1);
+      if (x >= 0 || w->depth == 0) break;
+      ds_pop(w);
     }
     if (x < 0) break;
-    const pass_dag_node *v = &d->nodes[order[x]];
-    for (int i = 0; i < v->n_inputs; i++) {
-      int t = v->inputs[i], dup = 0;
-      for (int k = 0; k < i; k++) dup |= v->inputs[k] == t;
-      if (!dup) cons_in[t]++;
-    }
-    for (int e = sst[x]; e < sst[x + 1]; e++) {
-      int u = sl[e];
-      if (++cnt[u] == pst[u + 1] - pst[u]) R[u >> 6] |= 1ull << (u & 63);
-    }
-    for (int e = pst[x]; e < pst[x + 1]; e++) {
-      int u = pl[e];
-      if (cnts[u]++ == 0) MX[u >> 6] &= ~(1ull << (u & 63));
-    }
-    MX[x >> 6] |= 1ull << (x & 63);
-    D[x >> 6] |= 1ull << (x & 63);
-    R[x >> 6] &= ~(1ull << (x & 63));
-    stack[depth++] = x;
-    last = x;
+    ds_push(w, x);
   }
-  mx_start[count] = (int)mxn;
+  g->mx_start[g->count] = (int)g->mxn;
+  return 0;
+}
 
+/* lowg[e] = the state D \ {v} for the e-th maximal position v recorded
+ * (state D = the one whose mx range holds e), in generation numbering.
+ * Returns -1 on no memory. */
+static int ds_lower_covers(const ds_gen *g, int *lowg) {
+  long count = g->count;
+  const int *par = g->par, *add = g->add, *mx_start = g->mx_start, *mx = g->mx;
+  int rc = -1;
   /* Children per state (CSR; generated in increasing position of the added node). */
-  ch_start = calloc((size_t)count + 2, sizeof(int));
-  ch = malloc(sizeof(int) * (size_t)count);
-  lowg = malloc(sizeof(int) * (size_t)(mxn ? mxn : 1));
-  if (!ch_start || !ch || !lowg) goto out;
+  int *ch_start = calloc((size_t)count + 2, sizeof(int));
+  int *ch = malloc(sizeof(int) * (size_t)count);
+  if (!ch_start || !ch) goto out;
   for (long s = 1; s < count; s++) ch_start[par[s] + 2]++;
   for (long s = 0; s < count; s++) ch_start[s + 2] += ch_start[s + 1];
   for (long s = 1; s < count; s++) ch[ch_start[par[s] + 1]++] = (int)s; /* now ch_start[p] .. ch_start[p+1] */
@@ -760,54 +846,66 @@ long pass_downsets_build(const pass_dag *d, const double *weight, long max_state
       lowg[e] = found;
     }
   }
+  rc = 0;
+out:
   free(ch_start);
-  ch_start = NULL;
   free(ch);
-  ch = NULL;
+  return rc;
+}
 
-  /* Sort by (key, size), stable: counting sort by size, then LSD radix on the
-   * key's bits (non-negative doubles order like their bit patterns). */
-  perm = malloc(sizeof(int) * (size_t)count);
-  tmp = malloc(sizeof(int) * (size_t)count);
-  inv = malloc(sizeof(int) * (size_t)count);
-  if (!perm || !tmp || !inv) goto out;
-  {
-    int *c = calloc((size_t)n + 2, sizeof(int));
-    if (!c) goto out;
-    for (long s = 0; s < count; s++) c[size[s] + 1]++;
-    for (int k = 0; k <= n; k++) c[k + 1] += c[k];
-    for (long s = 0; s < count; s++) perm[c[size[s]]++] = (int)s;
+/* *perm_out[i] = the state listed i-th: sorted by (key, size), stable, with a
+ * counting sort by size, then LSD radix on the key's bits (non-negative doubles
+ * order like their bit patterns). n: the most nodes a state has. Returns -1 on
+ * no memory. */
+static int ds_sort(const ds_gen *g, int n, int **perm_out) {
+  long count = g->count;
+  int *perm = malloc(sizeof(int) * (size_t)count), *tmp = malloc(sizeof(int) * (size_t)count);
+  int *c = calloc((size_t)n + 2, sizeof(int));
+  if (!perm || !tmp || !c) {
+    free(perm);
+    free(tmp);
     free(c);
-    for (int shift = 0; shift < 64; shift += 8) {
-      long b[257];
-      memset(b, 0, sizeof b);
-      for (long i = 0; i < count; i++) {
-        uint64_t kb;
-        memcpy(&kb, &key[perm[i]], 8);
-        b[((kb >> shift) & 255) + 1]++;
-      }
-      int uniform = 0;
-      for (int k = 0; k < 256; k++) uniform |= b[k + 1] == count;
-      if (uniform) continue;
-      for (int k = 0; k < 256; k++) b[k + 1] += b[k];
-      for (long i = 0; i < count; i++) {
-        uint64_t kb;
-        memcpy(&kb, &key[perm[i]], 8);
-        tmp[b[(kb >> shift) & 255]++] = perm[i];
-      }
-      int *t = perm;
-      perm = tmp;
-      tmp = t;
-    }
+    return -1;
   }
-  for (long i = 0; i < count; i++) inv[perm[i]] = (int)i;
+  for (long s = 0; s < count; s++) c[g->size[s] + 1]++;
+  for (int k = 0; k <= n; k++) c[k + 1] += c[k];
+  for (long s = 0; s < count; s++) perm[c[g->size[s]]++] = (int)s;
+  free(c);
+  for (int shift = 0; shift < 64; shift += 8) {
+    long b[257];
+    memset(b, 0, sizeof b);
+    for (long i = 0; i < count; i++) {
+      uint64_t kb;
+      memcpy(&kb, &g->key[perm[i]], 8);
+      b[((kb >> shift) & 255) + 1]++;
+    }
+    int uniform = 0;
+    for (int k = 0; k < 256; k++) uniform |= b[k + 1] == count;
+    if (uniform) continue;
+    for (int k = 0; k < 256; k++) b[k + 1] += b[k];
+    for (long i = 0; i < count; i++) {
+      uint64_t kb;
+      memcpy(&kb, &g->key[perm[i]], 8);
+      tmp[b[(kb >> shift) & 255]++] = perm[i];
+    }
+    int *t = perm;
+    perm = tmp;
+    tmp = t;
+  }
+  free(tmp);
+  *perm_out = perm;
+  return 0;
+}
 
-  ds->n = n;
+/* Fills ds's per-state arrays and edges from the generated states, listed in
+ * the order perm, with the lower covers lowg (ds->order already set). The sums
+ * of bytes follow the parent, which is listed earlier. Returns -1 on no memory. */
+static int ds_fill(const pass_dag *d, const ds_gen *g, const int *perm, const int *lowg, pass_downsets *ds) {
+  long count = g->count, mxn = g->mxn;
+  int *inv = malloc(sizeof(int) * (size_t)count);
+  if (!inv) return -1;
+  for (long i = 0; i < count; i++) inv[perm[i]] = (int)i;
   ds->count = count;
-  ds->order = order;
-  order = NULL;
-  ds->pos = pos;
-  pos = NULL;
   ds->parent = malloc(sizeof(int) * (size_t)count);
   ds->added = malloc(sizeof(int) * (size_t)count);
   ds->size = malloc(sizeof(int) * (size_t)count);
@@ -821,20 +919,22 @@ long pass_downsets_build(const pass_dag *d, const double *weight, long max_state
   ds->lower = malloc(sizeof(int) * (size_t)(mxn ? mxn : 1));
   ds->edges = mxn;
   if (!ds->parent || !ds->added || !ds->size || !ds->key || !ds->param || !ds->act || !ds->keep || !ds->cut ||
-      !ds->cut_grad || !ds->lower_start || !ds->lower)
-    goto out;
+      !ds->cut_grad || !ds->lower_start || !ds->lower) {
+    free(inv);
+    return -1;
+  }
   long e = 0;
   for (long i = 0; i < count; i++) {
     int s = perm[i];
-    ds->size[i] = size[s];
-    ds->key[i] = key[s];
-    ds->cut[i] = cut[s];
-    ds->cut_grad[i] = cutg[s];
-    if (par[s] < 0) {
+    ds->size[i] = g->size[s];
+    ds->key[i] = g->key[s];
+    ds->cut[i] = g->cut[s];
+    ds->cut_grad[i] = g->cutg[s];
+    if (g->par[s] < 0) {
       ds->parent[i] = ds->added[i] = -1;
       ds->param[i] = ds->act[i] = ds->keep[i] = 0;
     } else {
-      int pi = inv[par[s]], v = ds->order[add[s]]; /* the parent is listed earlier */
+      int pi = inv[g->par[s]], v = ds->order[g->add[s]]; /* the parent is listed earlier */
       ds->parent[i] = pi;
       ds->added[i] = v;
       ds->param[i] = ds->param[pi] + d->nodes[v].param_bytes;
@@ -842,39 +942,55 @@ long pass_downsets_build(const pass_dag *d, const double *weight, long max_state
       ds->keep[i] = ds->keep[pi] + d->nodes[v].keep_bytes;
     }
     ds->lower_start[i] = (int)e;
-    for (int k = mx_start[s]; k < mx_start[s + 1]; k++) ds->lower[e++] = inv[lowg[k]];
+    for (int k = g->mx_start[s]; k < g->mx_start[s + 1]; k++) ds->lower[e++] = inv[lowg[k]];
   }
   ds->lower_start[count] = (int)e;
-  rc = count;
+  free(inv);
+  return 0;
+}
+
+long pass_downsets_build(const pass_dag *d, const double *weight, long max_states, size_t max_bytes,
+                         pass_downsets *ds) {
+  memset(ds, 0, sizeof *ds);
+  int n = d->n_nodes;
+  if (n < 1 || max_states < 2 || max_states > 0x3fffffffL) return -1;
+  for (int v = 0; v < n; v++) {
+    double w = weight ? weight[v] : d->nodes[v].fwd_ms;
+    if (!(w >= 0) || !isfinite(w) || !(d->nodes[v].fwd_ms >= 0) || !(d->nodes[v].bwd_ms >= 0)) return -1;
+  }
+  /* Bytes per state while building: generation arrays 36, children 8, sort 12,
+   * output 84, and ~4 edges of 12 bytes. Arrays are allocated at the cap once:
+   * pages never touched cost nothing. */
+  const size_t per_state = 36 + 8 + 12 + 84 + 48;
+  long cap = max_states;
+  if (max_bytes && (size_t)cap > max_bytes / per_state) cap = (long)(max_bytes / per_state);
+  if (cap < 2) return -1;
+
+  long rc = -1;
+  ds_gen g;
+  ds_walk w;
+  memset(&w, 0, sizeof w);
+  int *order = malloc(sizeof(int) * (size_t)n), *pos = malloc(sizeof(int) * (size_t)n);
+  int *lowg = NULL, *perm = NULL;
+  if (ds_gen_alloc(&g, cap) != 0 || !order || !pos || pass_topo_order(d, PASS_ORDER_INDEX, order) != 0) goto out;
+  for (int q = 0; q < n; q++) pos[order[q]] = q;
+  if (ds_walk_init(&w, d, weight, order, pos) != 0 || ds_search(&g, &w) != 0) goto out;
+  lowg = malloc(sizeof(int) * (size_t)(g.mxn ? g.mxn : 1));
+  if (!lowg || ds_lower_covers(&g, lowg) != 0 || ds_sort(&g, n, &perm) != 0) goto out;
+  ds->n = n;
+  ds->order = order;
+  order = NULL;
+  ds->pos = pos;
+  pos = NULL;
+  if (ds_fill(d, &g, perm, lowg, ds) != 0) goto out;
+  rc = g.count;
 out:
   if (rc < 0) pass_downsets_free(ds);
-  free(par);
-  free(add);
-  free(size);
-  free(mx);
-  free(mx_start);
-  free(key);
-  free(cut);
-  free(cutg);
-  free(perm);
-  free(tmp);
-  free(inv);
-  free(ch_start);
-  free(ch);
-  free(lowg);
+  ds_gen_free(&g);
+  ds_walk_free(&w);
   free(order);
   free(pos);
-  free(pst);
-  free(pl);
-  free(sst);
-  free(sl);
-  free(D);
-  free(R);
-  free(MX);
-  free(cnt);
-  free(cnts);
-  free(cons_in);
-  free(stack);
-  free(sid);
+  free(lowg);
+  free(perm);
   return rc;
 }

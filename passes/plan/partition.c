@@ -219,83 +219,106 @@ static int dp_feasible(dp_ctx *c, double T) {
   return 0;
 }
 
-/* One order: find the smallest feasible T (relative 1e-10), reconstruct the
- * split with the fewest devices. cuts[k] = end state of stage k, reps[k] = r_k,
- * modes[k] its recompute value. Returns the number of stages, 0 if nothing fits in
- * memory, -1 on no memory. */
-static int dp_solve(const pass_dag *d, const pass_plan_opts *o, const pass_states *st, double lb, double beat,
-                    int *cuts, int *reps, int *modes, long *checks) {
-  dp_ctx c;
-  memset(&c, 0, sizeof c);
-  c.o = o;
-  c.st = st;
-  c.n = st->n;
-  c.g = o->devices;
-  c.max_r = pass_max_replicas(o);
-  c.npairs = c.g * (c.g + 1) / 2;
-  int n = c.n, g = c.g, G1 = g + 1, rc = -1, NP = c.npairs, plain = 0;
+/* Sets up c for one order: the stage modes (Q, code, keep) and the tables'
+ * allocations. Returns -1 on no memory (c can be freed either way). */
+static int dp_ctx_init(dp_ctx *c, const pass_plan_opts *o, const pass_states *st) {
+  memset(c, 0, sizeof *c);
+  c->o = o;
+  c->st = st;
+  c->n = st->n;
+  c->g = o->devices;
+  c->max_r = pass_max_replicas(o);
+  c->npairs = c->g * (c->g + 1) / 2;
+  int n = c->n, G1 = c->g + 1, NP = c->npairs, plain = 0;
   int rcm = o->training ? o->recompute : PASS_PLAN_RC_NONE;
-  (void)d;
-  c.Q = rcm == PASS_PLAN_RC_AUTO ? 3 : 1;
-  for (int q = 0; q < c.Q; q++) {
-    c.W[q] = malloc(sizeof(double) * (size_t)(n + 1));
-    if (!c.W[q]) goto out;
+  c->Q = rcm == PASS_PLAN_RC_AUTO ? 3 : 1;
+  for (int q = 0; q < c->Q; q++) {
+    c->W[q] = malloc(sizeof(double) * (size_t)(n + 1));
+    if (!c->W[q]) return -1;
   }
   if (rcm == PASS_PLAN_RC_AUTO) {
-    c.code[0] = PASS_PLAN_RC_NONE;
-    c.code[1] = PASS_PLAN_RC_SELECTIVE;
-    c.keep[1] = st->rck[0];
-    c.code[2] = PASS_PLAN_RC_FULL;
-    c.keep[2] = st->rck[1];
+    c->code[0] = PASS_PLAN_RC_NONE;
+    c->code[1] = PASS_PLAN_RC_SELECTIVE;
+    c->keep[1] = st->rck[0];
+    c->code[2] = PASS_PLAN_RC_FULL;
+    c->keep[2] = st->rck[1];
   } else {
-    c.code[0] = rcm;
-    c.keep[0] = rcm ? st->keep : NULL;
+    c->code[0] = rcm;
+    c->keep[0] = rcm ? st->keep : NULL;
   }
-  for (int q = 0; q < c.Q; q++) {
-    plain |= !c.keep[q];
-    c.rc |= dp_deque(&c, q);
+  for (int q = 0; q < c->Q; q++) {
+    plain |= !c->keep[q];
+    c->rc |= dp_deque(c, q);
   }
-  c.inv_r = malloc(sizeof(double) * (size_t)NP);
-  c.arb = malloc(sizeof(double) * (size_t)NP);
-  c.arc = malloc(sizeof(double) * (size_t)NP);
-  c.bnd = malloc(sizeof(double) * (size_t)(n + 1) * (size_t)G1);
-  c.lo = malloc(sizeof(int) * (size_t)NP * (size_t)c.Q);
-  c.F = malloc((size_t)(n + 1) * (size_t)G1);
-  c.G = malloc((size_t)(n + 1) * (size_t)G1);
-  c.cnt = malloc(sizeof(int) * (size_t)G1 * (size_t)(n + 2));
-  if (o->mem_limit && plain) c.lo_mem = malloc(sizeof(int) * (size_t)NP * (size_t)(n + 1));
-  if (c.rc) {
-    c.hm1 = malloc(sizeof(double) * (size_t)NP);
-    c.Ab = malloc(sizeof(double) * (size_t)(n + 1));
-    c.dq = malloc(sizeof(int) * (size_t)NP * (size_t)c.Q * (size_t)(n + 1));
-    c.dqh = malloc(sizeof(int) * (size_t)NP * (size_t)c.Q);
-    c.dqt = malloc(sizeof(int) * (size_t)NP * (size_t)c.Q);
+  c->inv_r = malloc(sizeof(double) * (size_t)NP);
+  c->arb = malloc(sizeof(double) * (size_t)NP);
+  c->arc = malloc(sizeof(double) * (size_t)NP);
+  c->bnd = malloc(sizeof(double) * (size_t)(n + 1) * (size_t)G1);
+  c->lo = malloc(sizeof(int) * (size_t)NP * (size_t)c->Q);
+  c->F = malloc((size_t)(n + 1) * (size_t)G1);
+  c->G = malloc((size_t)(n + 1) * (size_t)G1);
+  c->cnt = malloc(sizeof(int) * (size_t)G1 * (size_t)(n + 2));
+  if (o->mem_limit && plain) c->lo_mem = malloc(sizeof(int) * (size_t)NP * (size_t)(n + 1));
+  if (c->rc) {
+    c->hm1 = malloc(sizeof(double) * (size_t)NP);
+    c->Ab = malloc(sizeof(double) * (size_t)(n + 1));
+    c->dq = malloc(sizeof(int) * (size_t)NP * (size_t)c->Q * (size_t)(n + 1));
+    c->dqh = malloc(sizeof(int) * (size_t)NP * (size_t)c->Q);
+    c->dqt = malloc(sizeof(int) * (size_t)NP * (size_t)c->Q);
   }
-  if (!c.inv_r || !c.arb || !c.arc || !c.bnd || !c.lo || !c.F || !c.G || !c.cnt ||
-      (o->mem_limit && plain && !c.lo_mem) || (c.rc && (!c.hm1 || !c.Ab || !c.dq || !c.dqh || !c.dqt)))
-    goto out;
-  if (c.rc) {
+  if (!c->inv_r || !c->arb || !c->arc || !c->bnd || !c->lo || !c->F || !c->G || !c->cnt ||
+      (o->mem_limit && plain && !c->lo_mem) || (c->rc && (!c->hm1 || !c->Ab || !c->dq || !c->dqh || !c->dqt)))
+    return -1;
+  return 0;
+}
+
+static void dp_ctx_free(dp_ctx *c) {
+  for (int q = 0; q < 3; q++) free(c->W[q]);
+  free(c->inv_r);
+  free(c->arb);
+  free(c->arc);
+  free(c->bnd);
+  free(c->lo);
+  free(c->F);
+  free(c->G);
+  free(c->cnt);
+  free(c->lo_mem);
+  free(c->hm1);
+  free(c->Ab);
+  free(c->dq);
+  free(c->dqh);
+  free(c->dqt);
+}
+
+/* Fills c's tables from the order's states: the stage-time prefixes per mode,
+ * the per-pair replica shares, allreduce terms, held counts and plain memory
+ * ranges, and the boundary times. */
+static void dp_ctx_tables(dp_ctx *c) {
+  const pass_plan_opts *o = c->o;
+  const pass_states *st = c->st;
+  int n = c->n, g = c->g, G1 = g + 1;
+  if (c->rc) {
     double f = 2.0 + o->optimizer_state_factor;
-    for (int s = 0; s <= n; s++) c.Ab[s] = (double)st->param[s] * f + (double)st->act[s];
+    for (int s = 0; s <= n; s++) c->Ab[s] = (double)st->param[s] * f + (double)st->act[s];
   }
   for (int s = 0; s <= n; s++) {
     double w = st->fwd[s] + (o->training ? st->bwd[s] : 0.0);
-    c.W[0][s] = w;
-    for (int q = 1; q < c.Q; q++) c.W[q][s] = w + st->rcw[q - 1][s];
+    c->W[0][s] = w;
+    for (int q = 1; q < c->Q; q++) c->W[q][s] = w + st->rcw[q - 1][s];
   }
   for (int m = 1; m <= g; m++)
     for (int r = 1; r <= m; r++) {
       int p = pair_idx(m, r);
-      c.inv_r[p] = pass_replica_share(o->microbatches, r);
-      c.arb[p] = c.arc[p] = 0;
+      c->inv_r[p] = pass_replica_share(o->microbatches, r);
+      c->arb[p] = c->arc[p] = 0;
       if (o->training && r > 1) {
-        allreduce_coef(&o->topo, m - r, r, &c.arb[p], &c.arc[p]);
-        c.arb[p] /= o->microbatches;
-        c.arc[p] /= o->microbatches;
+        allreduce_coef(&o->topo, m - r, r, &c->arb[p], &c->arc[p]);
+        c->arb[p] /= o->microbatches;
+        c->arc[p] /= o->microbatches;
       }
-      if (c.rc) c.hm1[p] = (double)(pass_stage_held(o, m - r, r) - 1);
-      if (c.lo_mem) { /* the plain term (mode 0 whenever there is one) */
-        int *lm = c.lo_mem + (size_t)p * (size_t)(n + 1), i = 0;
+      if (c->rc) c->hm1[p] = (double)(pass_stage_held(o, m - r, r) - 1);
+      if (c->lo_mem) { /* the plain term (mode 0 whenever there is one) */
+        int *lm = c->lo_mem + (size_t)p * (size_t)(n + 1), i = 0;
         pass_stage_agg a = {0, 0, 0, 0, m - r, r, 0, 0, 0, PASS_PLAN_RC_NONE};
         for (int j = 0; j <= n; j++) {
           for (; i < j; i++) {
@@ -309,22 +332,23 @@ static int dp_solve(const pass_dag *d, const pass_plan_opts *o, const pass_state
     }
   for (int s = 0; s <= n; s++)
     for (int m = 0; m <= g; m++)
-      c.bnd[(size_t)s * G1 + m] = (m >= 1 && m < g) ? pass_boundary_time(o, m, st->cut[s], st->cut_grad[s]) : INFINITY;
+      c->bnd[(size_t)s * G1 + m] = (m >= 1 && m < g) ? pass_boundary_time(o, m, st->cut[s], st->cut_grad[s]) : INFINITY;
+}
 
-  /* beat: bottleneck of the best order so far; this order is only solved
-   * if it can do clearly better. */
-  if (!dp_feasible(&c, isfinite(beat) ? beat * (1 - 1e-9) : INFINITY)) {
-    rc = 0;
-    goto out;
-  }
+/* The smallest feasible bottleneck T (relative 1e-10), searched from the lower
+ * bound lb, in *T; F and G are left as dp_feasible fills them for it. Returns 0
+ * (nothing searched) when T cannot clearly beat beat, the bottleneck of the best
+ * order so far, else 1. */
+static int dp_min_bottleneck(dp_ctx *c, double lb, double beat, double *T) {
+  if (!dp_feasible(c, isfinite(beat) ? beat * (1 - 1e-9) : INFINITY)) return 0;
   double hi, lo;
-  if (dp_feasible(&c, 0.0)) {
+  if (dp_feasible(c, 0.0)) {
     hi = lo = 0.0;
   } else {
     lo = lb > 0 ? lb * (1 - 1e-12) : 0.0;
     hi = lb > 0 ? lb * (1 + 1e-10) : 1e-6;
     if (isfinite(beat) && hi > beat) hi = beat * (1 - 1e-9);
-    while (!dp_feasible(&c, hi)) {
+    while (!dp_feasible(c, hi)) {
       lo = hi;
       hi *= 2;
       if (isinf(hi)) break;
@@ -332,28 +356,37 @@ static int dp_solve(const pass_dag *d, const pass_plan_opts *o, const pass_state
     while (hi - lo > 1e-10 * hi) {
       double mid = 0.5 * (lo + hi);
       if (mid <= lo || mid >= hi) break;
-      if (dp_feasible(&c, mid)) hi = mid;
+      if (dp_feasible(c, mid)) hi = mid;
       else lo = mid;
     }
   }
-  dp_feasible(&c, hi);
+  dp_feasible(c, hi);
+  *T = hi;
+  return 1;
+}
+
+/* Reconstructs the split for bottleneck T (F and G filled for it) on the fewest
+ * devices, into cuts, reps and modes in pipeline order. Backtracks from the
+ * last state taking the smallest r, then the mode recomputing least, then the
+ * largest i (shortest last stage). Returns the number of stages, -1 if none is
+ * found. */
+static int dp_backtrack(const dp_ctx *c, double T, int *cuts, int *reps, int *modes) {
+  int n = c->n, g = c->g, G1 = g + 1;
   int mbest = 0;
   for (int m = 1; m <= g && !mbest; m++)
-    if (c.F[(size_t)n * G1 + m]) mbest = m;
-  /* Backtrack: smallest r, then the mode recomputing least, then the largest i
-   * (shortest last stage). */
+    if (c->F[(size_t)n * G1 + m]) mbest = m;
   int k = 0, j = n, m = mbest;
   while (j > 0) {
     int found = 0;
-    int rmax = m < c.max_r ? m : c.max_r;
+    int rmax = m < c->max_r ? m : c->max_r;
     for (int r = 1; r <= rmax && !found; r++) {
       int p = pair_idx(m, r), mp = m - r;
-      for (int q = 0; q < c.Q && !found; q++)
-        for (int i = j - 1; i >= 0 && dp_stage_ok(&c, q, p, i, j, hi); i--)
-          if (c.G[(size_t)i * G1 + mp] && (!dp_deque(&c, q) || rc_mem_ok(&c, q, p, i, j))) {
+      for (int q = 0; q < c->Q && !found; q++)
+        for (int i = j - 1; i >= 0 && dp_stage_ok(c, q, p, i, j, T); i--)
+          if (c->G[(size_t)i * G1 + mp] && (!dp_deque(c, q) || rc_mem_ok(c, q, p, i, j))) {
             cuts[k] = j;
             reps[k] = r;
-            modes[k] = c.code[q];
+            modes[k] = c->code[q];
             k++;
             j = i;
             m = mp;
@@ -361,10 +394,7 @@ static int dp_solve(const pass_dag *d, const pass_plan_opts *o, const pass_state
             break;
           }
     }
-    if (!found) {
-      rc = -1;
-      goto out;
-    } /* cannot happen: F said feasible */
+    if (!found) return -1; /* cannot happen: F said feasible */
   }
   /* reverse into pipeline order */
   for (int a = 0, b = k - 1; a < b; a++, b--) {
@@ -378,24 +408,27 @@ static int dp_solve(const pass_dag *d, const pass_plan_opts *o, const pass_state
     modes[a] = modes[b];
     modes[b] = x;
   }
-  rc = k;
-out:
+  return k;
+}
+
+/* One order: find the smallest feasible T (relative 1e-10), reconstruct the
+ * split with the fewest devices. cuts[k] = end state of stage k, reps[k] = r_k,
+ * modes[k] its recompute value. Returns the number of stages, 0 if nothing fits in
+ * memory, -1 on no memory. */
+static int dp_solve(const pass_dag *d, const pass_plan_opts *o, const pass_states *st, double lb, double beat,
+                    int *cuts, int *reps, int *modes, long *checks) {
+  dp_ctx c;
+  int rc = -1;
+  double T;
+  (void)d;
+  if (dp_ctx_init(&c, o, st) == 0) {
+    dp_ctx_tables(&c);
+    /* beat: bottleneck of the best order so far; this order is only solved
+     * if it can do clearly better. */
+    rc = dp_min_bottleneck(&c, lb, beat, &T) ? dp_backtrack(&c, T, cuts, reps, modes) : 0;
+  }
   *checks += c.checks;
-  for (int q = 0; q < 3; q++) free(c.W[q]);
-  free(c.inv_r);
-  free(c.arb);
-  free(c.arc);
-  free(c.bnd);
-  free(c.lo);
-  free(c.F);
-  free(c.G);
-  free(c.cnt);
-  free(c.lo_mem);
-  free(c.hm1);
-  free(c.Ab);
-  free(c.dq);
-  free(c.dqh);
-  free(c.dqt);
+  dp_ctx_free(&c);
   return rc;
 }
 
@@ -997,184 +1030,224 @@ static int build_plan(const pass_dag *d, const pass_plan_opts *o, const pass_sta
   return 0;
 }
 
-int pass_partition(const pass_dag *d, const pass_plan_opts *o_in, pass_plan *plan, char *err, size_t errlen) {
-  double t0 = now_ms();
-  memset(plan, 0, sizeof *plan);
-  pass_plan_opts o = *o_in;
+/* Checks the DAG and the options, and makes the topology one host of all the
+ * devices when none is given. Returns -1 with a message in err. */
+static int partition_check(const pass_dag *d, pass_plan_opts *o, char *err, size_t errlen) {
   if (!d->finalized || d->n_nodes < 1) {
     snprintf(err, errlen, "planner: empty or unfinalized DAG");
     return -1;
   }
-  if (o.devices < 1 || o.microbatches < 1) {
-    snprintf(err, errlen, "planner: need devices >= 1 and microbatches >= 1 (got %d, %d)", o.devices, o.microbatches);
+  if (o->devices < 1 || o->microbatches < 1) {
+    snprintf(err, errlen, "planner: need devices >= 1 and microbatches >= 1 (got %d, %d)", o->devices, o->microbatches);
     return -1;
   }
-  if (o.topo.hosts <= 0 || o.topo.gpus_per_host <= 0) {
-    o.topo.hosts = 1;
-    o.topo.gpus_per_host = o.devices;
+  if (o->topo.hosts <= 0 || o->topo.gpus_per_host <= 0) {
+    o->topo.hosts = 1;
+    o->topo.gpus_per_host = o->devices;
   }
-  if (o.devices > o.topo.hosts * o.topo.gpus_per_host) {
-    snprintf(err, errlen, "planner: %d devices requested but the topology has %d x %d", o.devices, o.topo.hosts,
-             o.topo.gpus_per_host);
+  if (o->devices > o->topo.hosts * o->topo.gpus_per_host) {
+    snprintf(err, errlen, "planner: %d devices requested but the topology has %d x %d", o->devices, o->topo.hosts,
+             o->topo.gpus_per_host);
     return -1;
   }
-  unsigned orders = o.orders ? o.orders : (1u << PASS_ORDER_COUNT) - 1;
+  return 0;
+}
+
+/* A lower bound on the bottleneck: the total work spread over all devices, or
+ * the largest node's share on its busiest replica if that is more. */
+static double partition_lower_bound(const pass_dag *d, const pass_plan_opts *o) {
   double W = 0, big = 0;
   for (int v = 0; v < d->n_nodes; v++) {
-    double w = d->nodes[v].fwd_ms + (o.training ? d->nodes[v].bwd_ms : 0.0);
+    double w = d->nodes[v].fwd_ms + (o->training ? d->nodes[v].bwd_ms : 0.0);
     W += w;
     if (w > big) big = w;
   }
-  /* a stage holding the largest node takes at least its share on its busiest replica */
-  double lb = W / o.devices, bigb = big * pass_replica_share(o.microbatches, pass_max_replicas(&o));
+  double lb = W / o->devices, bigb = big * pass_replica_share(o->microbatches, pass_max_replicas(o));
   if (bigb > lb) lb = bigb;
+  return lb;
+}
 
-  int g = o.devices;
-  int *cuts = malloc(sizeof(int) * (size_t)(g + 1) * 2), *reps = malloc(sizeof(int) * (size_t)(g + 1) * 2);
-  int *modes = malloc(sizeof(int) * (size_t)(g + 1) * 2);
-  if (!cuts || !reps || !modes) {
-    free(cuts);
-    free(reps);
-    free(modes);
-    snprintf(err, errlen, "planner: out of memory");
-    return -1;
-  }
-  int *bcuts = cuts + g + 1, *breps = reps + g + 1, *bmodes = modes + g + 1;
-  int auto_rc = o.training && o.recompute == PASS_PLAN_RC_AUTO;
-  int bk = 0, fit_any = 0;
-  double bval = INFINITY;
-  pass_states best_st;
-  memset(&best_st, 0, sizeof best_st);
-  long checks = 0;
+/* The search for the plan: the split being tried, the best one so far, and
+ * what the exact DP did. */
+typedef struct {
+  int *cuts, *reps, *modes;    /* [g+1] the split being tried */
+  int *bcuts, *breps, *bmodes; /* [g+1] the best split (the second halves of the allocations) */
+  int bk, fit_any;             /* the best split's stages; whether any split fits */
+  double bval;                 /* bottleneck of the best prefix split (INFINITY while none) */
+  pass_states best_st;         /* the states of the best split's order */
+  long checks;                 /* feasibility checks, all DPs together */
+  pass_exact_status exact;     /* what the exact DP did */
+  long downsets, n_states, ework;
+  int ek; /* stages of the exact split when it beat the prefix one, else 0 */
+} partition_run;
+
+/* Allocates r's splits for g devices. Returns -1 on no memory (r can be freed either way). */
+static int run_init(partition_run *r, int g) {
+  memset(r, 0, sizeof *r);
+  r->bval = INFINITY;
+  r->exact = PASS_EXACT_OFF;
+  r->cuts = malloc(sizeof(int) * (size_t)(g + 1) * 2);
+  r->reps = malloc(sizeof(int) * (size_t)(g + 1) * 2);
+  r->modes = malloc(sizeof(int) * (size_t)(g + 1) * 2);
+  if (!r->cuts || !r->reps || !r->modes) return -1;
+  r->bcuts = r->cuts + g + 1;
+  r->breps = r->reps + g + 1;
+  r->bmodes = r->modes + g + 1;
+  return 0;
+}
+
+static void run_free(partition_run *r) {
+  free(r->cuts);
+  free(r->reps);
+  free(r->modes);
+  pass_states_free(&r->best_st);
+}
+
+/* Makes the split being tried, k stages over the states st (taken over), the best. */
+static void run_keep(partition_run *r, int k, pass_states *st) {
+  r->fit_any = 1;
+  r->bk = k;
+  memcpy(r->bcuts, r->cuts, sizeof(int) * (size_t)k);
+  memcpy(r->breps, r->reps, sizeof(int) * (size_t)k);
+  memcpy(r->bmodes, r->modes, sizeof(int) * (size_t)k);
+  pass_states_free(&r->best_st);
+  r->best_st = *st;
+}
+
+/* The prefix DP over each order selected in o->orders (all when 0), keeping
+ * the best split. Returns -1 with a message in err. */
+static int partition_prefix(const pass_dag *d, const pass_plan_opts *o, double lb, partition_run *r, char *err,
+                            size_t errlen) {
+  unsigned orders = o->orders ? o->orders : (1u << PASS_ORDER_COUNT) - 1;
   for (int kind = 0; kind < PASS_ORDER_COUNT; kind++) {
     if (!(orders & (1u << kind))) continue;
     pass_states st;
     if (pass_states_build(d, (pass_order_kind)kind, &st) != 0) {
-      free(cuts);
-      free(reps);
-      free(modes);
-      pass_states_free(&best_st);
       snprintf(err, errlen, "planner: DAG has a cycle or out of memory");
       return -1;
     }
-    int k = dp_solve(d, &o, &st, lb, bval, cuts, reps, modes, &checks);
+    int k = dp_solve(d, o, &st, lb, r->bval, r->cuts, r->reps, r->modes, &r->checks);
     if (k < 0) {
       pass_states_free(&st);
-      pass_states_free(&best_st);
-      free(cuts);
-      free(reps);
-      free(modes);
       snprintf(err, errlen, "planner: out of memory");
       return -1;
     }
-    if (k > 0) {
-      fit_any = 1;
-      double v = eval_split(&o, &st, k, cuts, reps, modes);
-      { /* dp_solve only returns a split clearly better than bval */
-        bval = v;
-        bk = k;
-        memcpy(bcuts, cuts, sizeof(int) * (size_t)k);
-        memcpy(breps, reps, sizeof(int) * (size_t)k);
-        memcpy(bmodes, modes, sizeof(int) * (size_t)k);
-        pass_states_free(&best_st);
-        best_st = st;
-        continue;
-      }
+    if (k > 0) { /* dp_solve only returns a split clearly better than bval */
+      r->bval = eval_split(o, &st, k, r->cuts, r->reps, r->modes);
+      run_keep(r, k, &st);
+      continue;
     }
     pass_states_free(&st);
   }
-  /* The exact DP over all down-sets, when the antichain DAG and the work fit
-   * the budget; it only returns a split clearly better than the prefix one. (Not
-   * with recompute chosen per stage: its modes are the prefix DP's alone.) */
-  pass_exact_status exact = PASS_EXACT_OFF;
-  long downsets = 0, n_states = 0, ework = 0;
-  int ek = 0;
-  if (o.states != PASS_STATES_PREFIX && !auto_rc) {
-    long max_states = o.exact_max_states > 0 ? o.exact_max_states : PASS_EXACT_MAX_STATES;
-    long budget = o.exact_work > 0 ? o.exact_work : PASS_EXACT_WORK;
-    double *w = malloc(sizeof(double) * (size_t)d->n_nodes);
-    pass_downsets ds;
-    memset(&ds, 0, sizeof ds);
-    int *chain = malloc(sizeof(int) * (size_t)(g + 1)), *ereps = malloc(sizeof(int) * (size_t)(g + 1));
-    if (!w || !chain || !ereps) {
-      exact = PASS_EXACT_NO_MEMORY;
-    } else {
-      for (int v = 0; v < d->n_nodes; v++) w[v] = d->nodes[v].fwd_ms + (o.training ? d->nodes[v].bwd_ms : 0.0);
-      long S = pass_downsets_build(d, w, max_states, PASS_EXACT_MAX_BYTES, &ds);
-      if (S < 2) {
-        exact = PASS_EXACT_TOO_MANY_STATES;
-        downsets = -1;
-      } else {
-        downsets = S;
-        int shared = !o.training || o.no_replicate;
-        int nk = shared ? 1 : g;
-        /* one check: a walk per layer, each edge compared for every key class */
-        double one_check = (double)(ds.edges * (nk + 1) + S * 2) * (double)g;
-        double bytes = (double)S * (g + 1) * 6.0 + (double)S * 12.0 * nk;
-        if (one_check > (double)budget || bytes > (double)PASS_EXACT_MAX_BYTES || g > 255) {
-          exact = PASS_EXACT_OVER_BUDGET;
-        } else {
-          ek = ex_solve(&o, &ds, lb, fit_any ? bval : INFINITY, budget, chain, ereps, &checks, &ework);
-          exact = ek == -2 ? PASS_EXACT_OVER_BUDGET : ek == -1 ? PASS_EXACT_NO_MEMORY : PASS_EXACT_RAN;
-          if (exact == PASS_EXACT_RAN) n_states = S;
-          if (ek < 0) ek = 0; /* the prefix plan stands */
-        }
-      }
-    }
-    if (ek > 0) {
-      /* stage k = D_k \ D_{k-1}; the concatenation (each stage in index order) is a
-       * topological order whose prefixes include every D_k */
-      int *ord = malloc(sizeof(int) * (size_t)d->n_nodes), q = 0;
-      unsigned char *cur = malloc((size_t)d->n_nodes), *prev = calloc((size_t)d->n_nodes, 1);
-      pass_states st;
-      if (!ord || !cur || !prev) {
-        ek = -1;
-      } else {
-        for (int k = 0; k < ek; k++) {
-          pass_downset_members(&ds, chain[k], cur);
-          for (int x = 0; x < d->n_nodes; x++) {
-            int v = ds.order[x];
-            if (cur[v] && !prev[v]) ord[q++] = v;
-          }
-          memcpy(prev, cur, (size_t)d->n_nodes);
-          cuts[k] = q;
-          reps[k] = ereps[k];
-          modes[k] = o.training ? o.recompute : PASS_PLAN_RC_NONE;
-        }
-        if (pass_states_from_order(d, ord, PASS_ORDER_CHAIN, &st) != 0) {
-          ek = -1;
-        } else {
-          fit_any = 1;
-          bk = ek;
-          memcpy(bcuts, cuts, sizeof(int) * (size_t)ek);
-          memcpy(breps, reps, sizeof(int) * (size_t)ek);
-          memcpy(bmodes, modes, sizeof(int) * (size_t)ek);
-          pass_states_free(&best_st);
-          best_st = st;
-        }
-      }
-      free(ord);
-      free(cur);
-      free(prev);
-    }
-    free(w);
-    free(chain);
-    free(ereps);
-    pass_downsets_free(&ds);
-    if (ek == -1) {
-      free(cuts);
-      free(reps);
-      free(modes);
-      pass_states_free(&best_st);
-      snprintf(err, errlen, "planner: out of memory");
-      return -1;
-    }
+  return 0;
+}
+
+/* Enumerates the down-sets (into ds) with weights w and, when the antichain DAG
+ * and one check fit the budget, runs the exact DP into chain and ereps: sets
+ * r's exact, downsets, n_states, ework and ek. */
+static void exact_solve(const pass_dag *d, const pass_plan_opts *o, double lb, double *w, pass_downsets *ds, int *chain,
+                        int *ereps, partition_run *r) {
+  int g = o->devices;
+  long max_states = o->exact_max_states > 0 ? o->exact_max_states : PASS_EXACT_MAX_STATES;
+  long budget = o->exact_work > 0 ? o->exact_work : PASS_EXACT_WORK;
+  for (int v = 0; v < d->n_nodes; v++) w[v] = d->nodes[v].fwd_ms + (o->training ? d->nodes[v].bwd_ms : 0.0);
+  long S = pass_downsets_build(d, w, max_states, PASS_EXACT_MAX_BYTES, ds);
+  if (S < 2) {
+    r->exact = PASS_EXACT_TOO_MANY_STATES;
+    r->downsets = -1;
+    return;
   }
-  if (!fit_any) {
-    free(cuts);
-    free(reps);
-    free(modes);
-    pass_states_free(&best_st);
+  r->downsets = S;
+  int shared = !o->training || o->no_replicate;
+  int nk = shared ? 1 : g;
+  /* one check: a walk per layer, each edge compared for every key class */
+  double one_check = (double)(ds->edges * (nk + 1) + S * 2) * (double)g;
+  double bytes = (double)S * (g + 1) * 6.0 + (double)S * 12.0 * nk;
+  if (one_check > (double)budget || bytes > (double)PASS_EXACT_MAX_BYTES || g > 255) {
+    r->exact = PASS_EXACT_OVER_BUDGET;
+    return;
+  }
+  int ek = ex_solve(o, ds, lb, r->fit_any ? r->bval : INFINITY, budget, chain, ereps, &r->checks, &r->ework);
+  r->exact = ek == -2 ? PASS_EXACT_OVER_BUDGET : ek == -1 ? PASS_EXACT_NO_MEMORY : PASS_EXACT_RAN;
+  if (r->exact == PASS_EXACT_RAN) r->n_states = S;
+  r->ek = ek < 0 ? 0 : ek; /* the prefix plan stands */
+}
+
+/* Makes the exact split (r->ek stages, end states chain, replicas ereps) the
+ * best: stage k = D_k \ D_{k-1}; the concatenation (each stage in index order)
+ * is a topological order whose prefixes include every D_k. Sets r->ek = -1 on
+ * no memory. */
+static void exact_adopt(const pass_dag *d, const pass_plan_opts *o, const pass_downsets *ds, const int *chain,
+                        const int *ereps, partition_run *r) {
+  int *ord = malloc(sizeof(int) * (size_t)d->n_nodes), q = 0;
+  unsigned char *cur = malloc((size_t)d->n_nodes), *prev = calloc((size_t)d->n_nodes, 1);
+  pass_states st;
+  if (!ord || !cur || !prev) {
+    r->ek = -1;
+  } else {
+    for (int k = 0; k < r->ek; k++) {
+      pass_downset_members(ds, chain[k], cur);
+      for (int x = 0; x < d->n_nodes; x++) {
+        int v = ds->order[x];
+        if (cur[v] && !prev[v]) ord[q++] = v;
+      }
+      memcpy(prev, cur, (size_t)d->n_nodes);
+      r->cuts[k] = q;
+      r->reps[k] = ereps[k];
+      r->modes[k] = o->training ? o->recompute : PASS_PLAN_RC_NONE;
+    }
+    if (pass_states_from_order(d, ord, PASS_ORDER_CHAIN, &st) != 0) r->ek = -1;
+    else run_keep(r, r->ek, &st);
+  }
+  free(ord);
+  free(cur);
+  free(prev);
+}
+
+/* The exact DP over all down-sets, when the antichain DAG and the work fit
+ * the budget; it only returns a split clearly better than the prefix one, which
+ * then becomes the best. Returns -1 on no memory. */
+static int partition_exact(const pass_dag *d, const pass_plan_opts *o, double lb, partition_run *r) {
+  int g = o->devices;
+  double *w = malloc(sizeof(double) * (size_t)d->n_nodes);
+  pass_downsets ds;
+  memset(&ds, 0, sizeof ds);
+  int *chain = malloc(sizeof(int) * (size_t)(g + 1)), *ereps = malloc(sizeof(int) * (size_t)(g + 1));
+  if (!w || !chain || !ereps) r->exact = PASS_EXACT_NO_MEMORY;
+  else exact_solve(d, o, lb, w, &ds, chain, ereps, r);
+  if (r->ek > 0) exact_adopt(d, o, &ds, chain, ereps, r);
+  free(w);
+  free(chain);
+  free(ereps);
+  pass_downsets_free(&ds);
+  return r->ek == -1 ? -1 : 0;
+}
+
+int pass_partition(const pass_dag *d, const pass_plan_opts *o_in, pass_plan *plan, char *err, size_t errlen) {
+  double t0 = now_ms();
+  memset(plan, 0, sizeof *plan);
+  pass_plan_opts o = *o_in;
+  if (partition_check(d, &o, err, errlen) != 0) return -1;
+  double lb = partition_lower_bound(d, &o);
+  int auto_rc = o.training && o.recompute == PASS_PLAN_RC_AUTO;
+  partition_run r;
+  if (run_init(&r, o.devices) != 0) {
+    run_free(&r);
+    snprintf(err, errlen, "planner: out of memory");
+    return -1;
+  }
+  if (partition_prefix(d, &o, lb, &r, err, errlen) != 0) {
+    run_free(&r);
+    return -1;
+  }
+  /* Not with recompute chosen per stage: its modes are the prefix DP's alone. */
+  if (o.states != PASS_STATES_PREFIX && !auto_rc && partition_exact(d, &o, lb, &r) != 0) {
+    run_free(&r);
+    snprintf(err, errlen, "planner: out of memory");
+    return -1;
+  }
+  if (!r.fit_any) {
+    run_free(&r);
     snprintf(err, errlen, "planner: the model does not fit in %llu bytes per device on %d devices",
              (unsigned long long)o.mem_limit, o.devices);
     return -1;
@@ -1185,18 +1258,15 @@ int pass_partition(const pass_dag *d, const pass_plan_opts *o_in, pass_plan *pla
   plan->training = o.training;
   plan->recompute = o.training ? o.recompute : 0;
   plan->schedule = o.schedule;
-  plan->feasibility_checks = checks;
-  plan->all_downsets = exact == PASS_EXACT_RAN;
-  plan->state_count = exact == PASS_EXACT_RAN ? n_states : d->n_nodes + 1;
-  plan->downsets = downsets;
-  plan->exact = exact;
-  plan->exact_improved = ek > 0;
-  plan->exact_work = ework;
-  int rc = build_plan(d, &o, &best_st, bk, bcuts, breps, bmodes, plan);
-  pass_states_free(&best_st);
-  free(cuts);
-  free(reps);
-  free(modes);
+  plan->feasibility_checks = r.checks;
+  plan->all_downsets = r.exact == PASS_EXACT_RAN;
+  plan->state_count = r.exact == PASS_EXACT_RAN ? r.n_states : d->n_nodes + 1;
+  plan->downsets = r.downsets;
+  plan->exact = r.exact;
+  plan->exact_improved = r.ek > 0;
+  plan->exact_work = r.ework;
+  int rc = build_plan(d, &o, &r.best_st, r.bk, r.bcuts, r.breps, r.bmodes, plan);
+  run_free(&r);
   if (rc != 0) {
     pass_plan_free(plan);
     snprintf(err, errlen, "planner: out of memory");
