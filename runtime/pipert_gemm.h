@@ -36,11 +36,10 @@
  * One variant per instruction set, picked at the call (__builtin_cpu_supports); all
  * use correctly rounded fused multiply-adds, so all give the same bits, the scalar one
  * (fmaf) included. Compiling a stage with
- * -DPIPERT_GEMM_NO_AVX512 skips the AVX-512 variant, to time the AVX2 one (on this
- * machine MobileNetV2 took about 30% longer per batch with it, measured on a draft of
- * this kernel). The first row block of each chunk prefetches the next tile's X
- * (AVX-512), which it would otherwise wait for row by row: the 56x56 projection of
- * MobileNetV2 went from 2.6 to 1.8 ms with it. */
+ * -DPIPERT_GEMM_NO_AVX512 skips the AVX-512 variant, to time the AVX2 one. The first
+ * row block of each chunk prefetches the next tile's X (AVX-512), which it would
+ * otherwise wait for row by row (on the large maps of MobileNetV2's first projections
+ * most of all). */
 #ifndef PIPERT_GEMM_H
 #define PIPERT_GEMM_H
 
@@ -125,8 +124,7 @@ static void pipert_gemm_direct_1(long M, long P, long K, const float *restrict W
 /* AVX-512: mr (1..6, a constant once inlined) rows by 4 vectors of 16 positions; mk[j]
  * masks vector j (all ones but at the end of a row); the first nfull vectors (a constant
  * too) are whole and load and store without their mask (masked loads and stores cost
- * more: on the AMD EPYC this was measured on, whole tiles went from 95-98 to 101-105
- * GFLOP/s, a 96 x 576 by 576 x 196 GEMM from 97 to 104). Relu is max(0, v) (x86 max
+ * more). Relu is max(0, v) (x86 max
  * returns its second operand unless the first is greater: v < 0 ? 0 : v, NaN and -0
  * kept), Clip max(lo, v) then min(hi, v), the same way round. */
 PIPERT_GEMM_T512 PIPERT_GEMM_INLINE void pipert_gemm_tile512(const int mr, const int nv, long K,

@@ -70,7 +70,7 @@ RESULTS="$WORK/results.txt"
 
 # pipecc: build (g stages, all on the one GPU, m micro-batches), run --bench, record
 # samples/s as runner LABEL; for g > 1 the same build again with PIPERT_SYNC_SETS=1
-# (every stage finishes each micro-batch before handing it on: the old hand-over)
+# (every stage finishes each micro-batch before handing it on: synchronous hand-over)
 bench_pipecc() { # name input_name shape input_file g m label [pipecc flags...]
   local name=$1 in=$2 shape=$3 file=$4 g=$5 m=$6 label=$7
   shift 7

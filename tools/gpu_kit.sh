@@ -37,14 +37,13 @@
 #   correct  ctest -L gpu -R 'resnet50|bert' -j 2 (g = 1, 2, 4 against onnxruntime); ~100 s
 #            one after the other
 #   ctest    ctest -L gpu -j 4, the rest but the node tests, the training programs first
-#            (what is left of the budget; one at a time they took 600 s on an H200,
-#            2026-11-27: the build sets PIPECC_GPU_TESTS_PARALLEL, so -j runs them side
-#            by side, no longer one at a time under the nvcc lock)
+#            (what is left of the budget; the build sets PIPECC_GPU_TESTS_PARALLEL, so
+#            -j runs them side by side instead of one at a time under the nvcc lock)
 #   node     ctest -R cuda.gpu.node_tests (the node tests on the GPU)
 #
-# Measured on the first run (an H200, 2026-11-27): build 14 s in two tries (ninja, 16
-# cores; the first stopped at a warning the second no longer treated as an error), export
-# 11 s, bench 101 s, correct 96 s, profile 4 s (its nvcc build reused).
+# Step times on an H200 (16 cores), 2026-11-27: build 14 s, export 11 s, bench 101 s,
+# correct 96 s, profile 4 s (its nvcc build reused); one at a time the ctest step's tests
+# took 600 s.
 #
 # Without a GPU, `run` runs info alone and reports every other step as "no GPU" (exit 1),
 # unless GPU_KIT_NO_GPU=1 (to check the kit itself on a machine without one: the build
@@ -220,7 +219,7 @@ ctest_left() { # ctest arguments...: run inside what is left of the budget
   (cd "$BUILD" && timeout "$t" ctest --output-on-failure --timeout "$t" "$@")
 }
 step_correct() { ctest_left -L gpu -R 'resnet50|bert' -j 2; }
-step_ctest() { # the training programs first (no GPU had reached them by 2026-11-28), then the rest
+step_ctest() { # the training programs first (the least run on a GPU), then the rest
   local rc=0
   ctest_left -L gpu -R 'train|step\.' -E 'node_tests' -j 4 || rc=$?
   ctest_left -L gpu -E 'resnet50|bert|node_tests|train|step\.' -j 4 || rc=$?

@@ -58,13 +58,10 @@
  * output over at least CG_C_DIRECT_OS positions per image run it through
  * runtime/pipert_gemm.h (no packing, the bias and epilogue applied in registers),
  * image by image. Since its whole vectors load and store
- * without masks it beats sgemm on 14x14 maps and K up to 1024 too (one core of an AMD
- * EPYC, per image: 96 x 576 by 576 x 196 at 104 against 92 GFLOP/s, 64 x 384 by 384 x
- * 196 at 102 against 93; --profile-run, batch 8: MobileNetV2's 14x14 blocks 0.1-0.3 ms
- * faster each, 69.8 -> 68.8 ms per batch, ResNet-50 656 -> 645, its 28x28 1x1 Convs of
- * K 512 1.3-1.8 ms faster each). On 7x7 maps (49 positions) the two are even, and below
- * that one GEMM over a batch of images is faster (ops_nn.c, emit_conv_batched: through
- * the same kernel, since session 32, where K allows). */
+ * without masks it beats sgemm on 14x14 maps and K up to 1024 too (docs/cpu.md has the
+ * measurements). On 7x7 maps (49 positions) the two are even, and below that one GEMM
+ * over a batch of images is faster (ops_nn.c, emit_conv_batched: through the same
+ * kernel where K allows). */
 #define CG_C_DIRECT_OS 196
 /* A float MatMul with a batch of B matrices multiplies each pair through
  * pipert_gemm_direct too where M * N * K is at most this (attention's heads: 64 x 64 by

@@ -133,8 +133,8 @@ struct pk_conv_s {
  *     Algorithm_v7, as PyTorch without benchmark mode); no start-up timing, the same
  *     choice on every run.
  *   PIPECC_CONV_ALGO=search: cudnnFindConvolutionForwardAlgorithm runs every algorithm
- *     once at start-up and ranks them by measured time. On an H100 (2026-11-23) it did
- *     not beat the heuristic for ResNet-50 at batch 32 (3502 vs 3668 samples/s).
+ *     once at start-up and ranks them by measured time (for ResNet-50 it did not beat
+ *     the heuristic: docs/cuda.md).
  * Either way: the first result that fits the workspace limit and is not ALLOW_CONVERSION
  * (float16 down-conversion). With --no-tf32 the descriptor keeps FMA math, which is what
  * the chosen algorithm then runs with. PIPECC_CONV_TUNE keeps the first PK_TUNE_ALGOS
@@ -893,8 +893,8 @@ extern "C" int pk_conv_epi(pk_stage *S, void *y, const void *b, const void *r, i
 
 /* A network's stem (ResNet's 7x7 Conv of stride 2 on 3 channels: 147 products per
  * output) is a GEMM with K = 147 over 32 * 112 * 112 positions that cuDNN runs far from
- * the FP32 limit: 0.44-0.52 ms at batch 32 on an H200 (tools/gpu_kit.sh's profile,
- * 2026-11-27) for 3.8 G multiply-adds, about 0.11 ms at the FP32 rate. Here each block
+ * the FP32 limit (3.8 G multiply-adds at batch 32, about 0.11 ms at an H200's FP32 rate;
+ * docs/cuda.md has cuDNN's measured time). Here each block
  * computes an 8 x 32 tile of output positions of one image for 32 output channels from
  * shared memory: the input tile with its border (zeros outside the image), each row
  * stored in the phases of the column stride (a tap's 32 columns are then 32 consecutive
