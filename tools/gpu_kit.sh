@@ -4,7 +4,7 @@
 #   bash tools/gpu_kit.sh pack              # here: fill .gpu/ (git-ignored), about 18 MiB
 #   bash tools/gpu_kit.sh run [STEP ...]    # there, in the repository root, .gpu carried
 #
-# A lent GPU machine (one H100 or H200; see README, "On a GPU") has nvcc, cuDNN, cuBLAS,
+# A lent GPU machine (one H100 or H200; see docs/cuda.md) has nvcc, cuDNN, cuBLAS,
 # NCCL, PyTorch, onnx and onnxruntime, but no protobuf-c, cJSON or OpenBLAS, no
 # protoc-c, no ONNX node test data in its onnx wheel, and cannot fetch packages. Device
 # time is short (15 minutes a session, 10 a command), so everything it needs is packed

@@ -48,7 +48,7 @@ void pipecc_usage(FILE *f) {
       "  --memory-limit BYTES   per-device memory limit (K/M/G suffixes; default: the device's)\n"
       "  --no-replicate         one device per stage (no data-parallel stage replicas)\n"
       "  --train                compile a pipelined training program: forward, backward and optimizer\n"
-      "                         step of every stage, run by `DIR/pipeline train` (see Training)\n"
+      "                         step of every stage, run by `DIR/pipeline train` (docs/training.md)\n"
       "  --no-tf32              cost (and on cuda, run) float32 GEMMs without TF32\n"
       "  --cuda-arch LIST       cuda: the SM versions nvcc builds for, e.g. 90 or 80;90 (default 80;90,\n"
       "                         or $PIPECC_CUDA_ARCH)\n"

@@ -4,7 +4,7 @@
  * cuDNN's tensor-core convolution kernels work on channels-last data; given NCHW
  * tensors they transpose input, filter and output around every call (or pick slower
  * kernels), which is where a float32 ResNet-50 with TF32 spends much of its time
- * (README, "On a GPU"). This pass gives the graph that layout once, ahead of time:
+ * (docs/cuda.md). This pass gives the graph that layout once, ahead of time:
  *
  *  - A Conv with a 4-D float32 input, a constant 4-D filter and channel counts that are
  *    multiples of 4 (cuDNN's tensor-core kernels want that; the stem Conv of an image
