@@ -57,19 +57,37 @@ static const char *lit(char *buf, double v, ir_dtype t) {
   return buf;
 }
 
-int cg_eltwise_node_expr(const cg_expr_writer *c, const ir_node *n, const char **a, int nin) {
-  ir_graph *g = c->g;
-  const ir_value *y = ir_out(g, n, 0);
-  const ir_value *x0 = ir_in(g, n, 0);
-  ir_dtype t = y->dtype, xt = x0 ? x0->dtype : t;
-  const char *T = cg_ctype(t);
-  int node = (int)(n - g->nodes);
-  char f1[32], f2[32], l1[48], l2[48], l3[48];
-  int fl = is_float(t);
-  const char *A = a[0], *B = nin > 1 ? a[1] : NULL;
-  ew(c, "    const %s t%d = ", T, node);
+/* The node whose statement `    const T t<node> = ` cg_eltwise_node_expr has begun: what
+ * the writers of the op families below need to finish it. Each writer writes the
+ * expression (and any `u<node>` after it) and returns as cg_eltwise_node_expr does. */
+typedef struct {
+  const cg_expr_writer *c;
+  const ir_node *n;
+  const char **a; /* the operand expressions (NULL: an omitted input) */
+  int nin;
+  const char *A, *B; /* a[0]; a[1] or NULL */
+  ir_dtype t, xt;    /* the output's type; the first input's (t without inputs) */
+  const char *T;     /* the C type of t */
+  int node;          /* the node's index: the names t<node>, u<node> */
+  int fl;            /* t is a float type */
+} ew_node;
+
+/* An op no writer knows: a placeholder expression and the error */
+static int ew_unsupported(const ew_node *e) {
+  ew(e->c, "0;\n");
+  return ew_fail(e->c, e->n, "element-wise op %s is not supported", ir_op_name(e->n->op)) * 2;
+}
+
+/* Abs, the libm functions of one argument (trigonometric, hyperbolic, exp, log, sqrt,
+ * erf, ceil, floor), Round, Neg, Reciprocal, Sign */
+static int ew_unary_math(const ew_node *e) {
+  const cg_expr_writer *c = e->c;
+  const ir_node *n = e->n;
+  const char *A = e->A, *T = e->T;
+  ir_dtype t = e->t;
+  int fl = e->fl;
+  char f1[32], l1[48];
   switch (n->op) {
-    /* ---- unary ---- */
     case IR_OP_Abs:
       if (fl) ew(c, "%s(%s);\n", fm(f1, "fabs", t), A);
       else if (is_signed_int(t)) ew(c, "(%s)(%s < 0 ? -%s : %s);\n", T, A, A, A);
@@ -120,6 +138,21 @@ int cg_eltwise_node_expr(const cg_expr_writer *c, const ir_node *n, const char *
       if (!fl && !is_signed_int(t)) ew(c, "(%s)(%s > 0);\n", T, A);
       else ew(c, "(%s)(%s > 0 ? 1 : (%s < 0 ? -1 : 0));\n", T, A, A);
       return 0;
+    default: return ew_unsupported(e);
+  }
+}
+
+/* The activations: Sigmoid, the Relu family, Softplus, Softsign, Mish, Gelu, Shrink,
+ * Clip */
+static int ew_activation(const ew_node *e) {
+  const cg_expr_writer *c = e->c;
+  const ir_node *n = e->n;
+  const char **a = e->a;
+  const char *A = e->A, *T = e->T;
+  ir_dtype t = e->t;
+  int nin = e->nin, node = e->node, fl = e->fl;
+  char f1[32], f2[32], l1[48], l2[48], l3[48];
+  switch (n->op) {
     case IR_OP_Sigmoid:
       ew(c, "%s >= 0 ? %s / (%s + %s(-%s)) : %s(%s) / (%s + %s(%s));\n", A, lit(l1, 1, t), lit(l2, 1, t),
          fm(f1, "exp", t), A, fm(f2, "exp", t), A, l2, f2, A);
@@ -182,10 +215,6 @@ int cg_eltwise_node_expr(const cg_expr_writer *c, const ir_node *n, const char *
       ew(c, "(%s)(%s < -%s ? %s + %s : (%s > %s ? %s - %s : 0));\n", T, A, l1, A, l2, A, l1, A, l2);
       return 0;
     }
-    case IR_OP_Not: ew(c, "!%s;\n", A); return 0;
-    case IR_OP_BitwiseNot: ew(c, "(%s)~%s;\n", T, A); return 0;
-    case IR_OP_Identity:
-    case IR_OP_Expand: ew(c, "%s;\n", A); return 0;
     case IR_OP_Clip: {
       const char *lo = NULL, *hi = NULL;
       if (n->opset < 11) {
@@ -203,13 +232,19 @@ int cg_eltwise_node_expr(const cg_expr_writer *c, const ir_node *n, const char *
       ew(c, "t%d;\n", node);
       return 1;
     }
-    case IR_OP_IsNaN: ew(c, "(uint8_t)isnan(%s);\n", A); return 0;
-    case IR_OP_IsInf: {
-      int neg = (int)ir_attr_int(n, "detect_negative", 1), pos = (int)ir_attr_int(n, "detect_positive", 1);
-      ew(c, "(uint8_t)(isinf(%s) && ((%s > 0 && %d) || (%s < 0 && %d)));\n", A, A, pos, A, neg);
-      return 0;
-    }
-    /* ---- binary ---- */
+    default: return ew_unsupported(e);
+  }
+}
+
+/* The arithmetic of two operands: Add, Sub, Mul, Div, Pow, Mod, PRelu */
+static int ew_arith(const ew_node *e) {
+  const cg_expr_writer *c = e->c;
+  const ir_node *n = e->n;
+  const char *A = e->A, *B = e->B, *T = e->T;
+  ir_dtype t = e->t;
+  int node = e->node, fl = e->fl;
+  char f1[32];
+  switch (n->op) {
     case IR_OP_Add: ew(c, "(%s)(%s + %s);\n", T, A, B); return 0;
     case IR_OP_Sub: ew(c, "(%s)(%s - %s);\n", T, A, B); return 0;
     case IR_OP_Mul: ew(c, "(%s)(%s * %s);\n", T, A, B); return 0;
@@ -217,10 +252,10 @@ int cg_eltwise_node_expr(const cg_expr_writer *c, const ir_node *n, const char *
     case IR_OP_Pow: {
       /* a constant exponent 2 as one multiplication on the cpu target: the correctly
        * rounded square, where libm's powf is a call that does not vectorise */
-      const ir_value *e = ir_in(g, n, 1);
+      const ir_value *x1 = ir_in(c->g, n, 1);
       double ev = 0;
-      if (t == IR_FLOAT && !strcmp(c->target, "cpu") && e && e->kind == IR_VAL_CONST && cg_numel(e) == 1 &&
-          !ir_const_f64(e, 0, &ev) && ev == 2.0) {
+      if (t == IR_FLOAT && !strcmp(c->target, "cpu") && x1 && x1->kind == IR_VAL_CONST && cg_numel(x1) == 1 &&
+          !ir_const_f64(x1, 0, &ev) && ev == 2.0) {
         ew(c, "%s * %s;\n    (void)%s;\n", A, A, B);
         return 0;
       }
@@ -239,12 +274,35 @@ int cg_eltwise_node_expr(const cg_expr_writer *c, const ir_node *n, const char *
       }
       return 0;
     case IR_OP_PRelu: ew(c, "%s < 0 ? (%s)(%s * %s) : %s;\n", A, T, A, B, A); return 0;
+    default: return ew_unsupported(e);
+  }
+}
+
+/* The bitwise ops: BitShift, BitwiseAnd, BitwiseOr, BitwiseXor, BitwiseNot */
+static int ew_bitwise(const ew_node *e) {
+  const cg_expr_writer *c = e->c;
+  const ir_node *n = e->n;
+  const char *A = e->A, *B = e->B, *T = e->T;
+  switch (n->op) {
     case IR_OP_BitShift:
       ew(c, "(%s)(%s %s %s);\n", T, A, !strcmp(ir_attr_str(n, "direction", "LEFT"), "RIGHT") ? ">>" : "<<", B);
       return 0;
     case IR_OP_BitwiseAnd: ew(c, "(%s)(%s & %s);\n", T, A, B); return 0;
     case IR_OP_BitwiseOr: ew(c, "(%s)(%s | %s);\n", T, A, B); return 0;
     case IR_OP_BitwiseXor: ew(c, "(%s)(%s ^ %s);\n", T, A, B); return 0;
+    case IR_OP_BitwiseNot: ew(c, "(%s)~%s;\n", T, A); return 0;
+    default: return ew_unsupported(e);
+  }
+}
+
+/* The ops with a bool (uint8_t) result: the logic (Not, And, Or, Xor), the comparisons,
+ * IsNaN and IsInf */
+static int ew_logic(const ew_node *e) {
+  const cg_expr_writer *c = e->c;
+  const ir_node *n = e->n;
+  const char *A = e->A, *B = e->B;
+  switch (n->op) {
+    case IR_OP_Not: ew(c, "!%s;\n", A); return 0;
     case IR_OP_And: ew(c, "(uint8_t)(%s && %s);\n", A, B); return 0;
     case IR_OP_Or: ew(c, "(uint8_t)(%s || %s);\n", A, B); return 0;
     case IR_OP_Xor: ew(c, "(uint8_t)(!%s != !%s);\n", A, B); return 0;
@@ -253,59 +311,165 @@ int cg_eltwise_node_expr(const cg_expr_writer *c, const ir_node *n, const char *
     case IR_OP_LessOrEqual: ew(c, "(uint8_t)(%s <= %s);\n", A, B); return 0;
     case IR_OP_Greater: ew(c, "(uint8_t)(%s > %s);\n", A, B); return 0;
     case IR_OP_GreaterOrEqual: ew(c, "(uint8_t)(%s >= %s);\n", A, B); return 0;
+    case IR_OP_IsNaN: ew(c, "(uint8_t)isnan(%s);\n", A); return 0;
+    case IR_OP_IsInf: {
+      int neg = (int)ir_attr_int(n, "detect_negative", 1), pos = (int)ir_attr_int(n, "detect_positive", 1);
+      ew(c, "(uint8_t)(isinf(%s) && ((%s > 0 && %d) || (%s < 0 && %d)));\n", A, A, pos, A, neg);
+      return 0;
+    }
+    default: return ew_unsupported(e);
+  }
+}
+
+/* Max, Min, Sum, Mean of any number of operands: one t<node>_<k> per further operand,
+ * the result in u<node> */
+static int ew_variadic(const ew_node *e) {
+  const cg_expr_writer *c = e->c;
+  const ir_node *n = e->n;
+  const char **a = e->a;
+  const char *A = e->A, *T = e->T;
+  ir_dtype t = e->t;
+  int nin = e->nin, node = e->node, fl = e->fl;
+  char l1[48];
+  ew(c, "%s;\n", A);
+  char prev[32];
+  snprintf(prev, sizeof prev, "t%d", node);
+  for (int k = 1; k < nin; k++) {
+    if (!a[k]) continue;
+    ew(c, "    const %s t%d_%d = ", T, node, k);
+    if (n->op == IR_OP_Sum || n->op == IR_OP_Mean) ew(c, "(%s)(%s + %s);\n", T, prev, a[k]);
+    else if (fl)
+      ew(c, "(%s %s %s || %s != %s) ? %s : %s;\n", a[k], n->op == IR_OP_Max ? ">" : "<", prev, a[k], a[k], a[k], prev);
+    else ew(c, "%s %s %s ? %s : %s;\n", a[k], n->op == IR_OP_Max ? ">" : "<", prev, a[k], prev);
+    snprintf(prev, sizeof prev, "t%d_%d", node, k);
+  }
+  if (n->op == IR_OP_Mean) ew(c, "    const %s u%d = (%s)(%s / %s);\n", T, node, T, prev, lit(l1, nin, t));
+  else ew(c, "    const %s u%d = %s;\n", T, node, prev);
+  return 1;
+}
+
+/* Cast and CastLike, from the first input's type to the output's */
+static int ew_cast(const ew_node *e) {
+  const cg_expr_writer *c = e->c;
+  const ir_node *n = e->n;
+  const char *A = e->A, *T = e->T;
+  ir_dtype t = e->t, xt = e->xt;
+  /* float16, bfloat16, float8 (bit patterns, runtime/pipert.h): read as float (exact),
+   * written by one rounding from the source's value; to float8 by Cast's saturate
+   * (CastLike's too, default 1; ONNX: it applies to float8 only) */
+  char wide[96];
+  if (ir_dtype_narrow(xt)) {
+    snprintf(wide, sizeof wide, "pipert_%s_to_f(%s)", narrow_fn(xt), A);
+    A = wide;
+    xt = IR_FLOAT;
+  }
+  if (ir_dtype_narrow(t) && ir_dtype_size(t) == 1)
+    ew(c, "pipert_f_to_%s((double)%s, %d);\n", narrow_fn(t), A, ir_attr_int(n, "saturate", 1) != 0);
+  else if (ir_dtype_narrow(t)) ew(c, "pipert_f_to_%s((double)%s);\n", narrow_fn(t), A);
+  else if (t == IR_BOOL) ew(c, "(uint8_t)(%s != 0);\n", A);
+  else if (ir_dtype_is_4bit(t)) {
+    /* to int4/uint4 (one value per byte): clipped to the range, then rounded half to
+     * even; NaN gives 0 */
+    int lo = t == IR_INT4 ? -8 : 0, hi = t == IR_INT4 ? 7 : 15;
+    if (is_float(xt))
+      ew(c, "%s != %s ? (%s)0 : (%s)rint(%s < %d ? %d : %s > %d ? %d : %s);\n", A, A, T, T, A, lo, lo, A, hi, hi, A);
+    else if (is_signed_int(xt)) ew(c, "(%s)(%s < %d ? %d : %s > %d ? %d : %s);\n", T, A, lo, lo, A, hi, hi, A);
+    else ew(c, "(%s)(%s > %d ? %d : %s);\n", T, A, hi, hi, A); /* unsigned and bool */
+  } else if (is_float(xt) && !is_float(t)) {
+    /* float -> integer: truncation; NaN and out-of-range values give 0 rather than UB */
+    ew(c, "(%s == %s && %s > -9.3e18 && %s < 9.3e18) ? (%s)(int64_t)%s : (%s)0;\n", A, A, A, A, T, A, T);
+  } else ew(c, "(%s)%s;\n", T, A);
+  return 0;
+}
+
+int cg_eltwise_node_expr(const cg_expr_writer *c, const ir_node *n, const char **a, int nin) {
+  ir_graph *g = c->g;
+  const ir_value *y = ir_out(g, n, 0);
+  const ir_value *x0 = ir_in(g, n, 0);
+  ew_node e = {c,
+               n,
+               a,
+               nin,
+               a[0],
+               nin > 1 ? a[1] : NULL,
+               y->dtype,
+               x0 ? x0->dtype : y->dtype,
+               cg_ctype(y->dtype),
+               (int)(n - g->nodes),
+               is_float(y->dtype)};
+  ew(c, "    const %s t%d = ", e.T, e.node);
+  switch (n->op) {
+    case IR_OP_Abs:
+    case IR_OP_Acos:
+    case IR_OP_Acosh:
+    case IR_OP_Asin:
+    case IR_OP_Asinh:
+    case IR_OP_Atan:
+    case IR_OP_Atanh:
+    case IR_OP_Cos:
+    case IR_OP_Cosh:
+    case IR_OP_Sin:
+    case IR_OP_Sinh:
+    case IR_OP_Tan:
+    case IR_OP_Tanh:
+    case IR_OP_Exp:
+    case IR_OP_Log:
+    case IR_OP_Sqrt:
+    case IR_OP_Erf:
+    case IR_OP_Ceil:
+    case IR_OP_Floor:
+    case IR_OP_Round:
+    case IR_OP_Neg:
+    case IR_OP_Reciprocal:
+    case IR_OP_Sign: return ew_unary_math(&e);
+    case IR_OP_Sigmoid:
+    case IR_OP_Relu:
+    case IR_OP_LeakyRelu:
+    case IR_OP_Elu:
+    case IR_OP_Selu:
+    case IR_OP_Celu:
+    case IR_OP_ThresholdedRelu:
+    case IR_OP_HardSigmoid:
+    case IR_OP_HardSwish:
+    case IR_OP_Softplus:
+    case IR_OP_Softsign:
+    case IR_OP_Mish:
+    case IR_OP_Gelu:
+    case IR_OP_Shrink:
+    case IR_OP_Clip: return ew_activation(&e);
+    case IR_OP_Add:
+    case IR_OP_Sub:
+    case IR_OP_Mul:
+    case IR_OP_Div:
+    case IR_OP_Pow:
+    case IR_OP_Mod:
+    case IR_OP_PRelu: return ew_arith(&e);
+    case IR_OP_BitShift:
+    case IR_OP_BitwiseAnd:
+    case IR_OP_BitwiseOr:
+    case IR_OP_BitwiseXor:
+    case IR_OP_BitwiseNot: return ew_bitwise(&e);
+    case IR_OP_Not:
+    case IR_OP_And:
+    case IR_OP_Or:
+    case IR_OP_Xor:
+    case IR_OP_Equal:
+    case IR_OP_Less:
+    case IR_OP_LessOrEqual:
+    case IR_OP_Greater:
+    case IR_OP_GreaterOrEqual:
+    case IR_OP_IsNaN:
+    case IR_OP_IsInf: return ew_logic(&e);
     case IR_OP_Max:
     case IR_OP_Min:
     case IR_OP_Sum:
-    case IR_OP_Mean: {
-      ew(c, "%s;\n", A);
-      char prev[32];
-      snprintf(prev, sizeof prev, "t%d", node);
-      for (int k = 1; k < nin; k++) {
-        if (!a[k]) continue;
-        ew(c, "    const %s t%d_%d = ", T, node, k);
-        if (n->op == IR_OP_Sum || n->op == IR_OP_Mean) ew(c, "(%s)(%s + %s);\n", T, prev, a[k]);
-        else if (fl)
-          ew(c, "(%s %s %s || %s != %s) ? %s : %s;\n", a[k], n->op == IR_OP_Max ? ">" : "<", prev, a[k], a[k], a[k],
-             prev);
-        else ew(c, "%s %s %s ? %s : %s;\n", a[k], n->op == IR_OP_Max ? ">" : "<", prev, a[k], prev);
-        snprintf(prev, sizeof prev, "t%d_%d", node, k);
-      }
-      if (n->op == IR_OP_Mean) ew(c, "    const %s u%d = (%s)(%s / %s);\n", T, node, T, prev, lit(l1, nin, t));
-      else ew(c, "    const %s u%d = %s;\n", T, node, prev);
-      return 1;
-    }
-    case IR_OP_Where: ew(c, "%s ? %s : %s;\n", A, a[1], a[2]); return 0;
+    case IR_OP_Mean: return ew_variadic(&e);
     case IR_OP_Cast:
-    case IR_OP_CastLike: {
-      /* float16, bfloat16, float8 (bit patterns, runtime/pipert.h): read as float (exact),
-       * written by one rounding from the source's value; to float8 by Cast's saturate
-       * (CastLike's too, default 1; ONNX: it applies to float8 only) */
-      char wide[96];
-      if (ir_dtype_narrow(xt)) {
-        snprintf(wide, sizeof wide, "pipert_%s_to_f(%s)", narrow_fn(xt), A);
-        A = wide;
-        xt = IR_FLOAT;
-      }
-      if (ir_dtype_narrow(t) && ir_dtype_size(t) == 1)
-        ew(c, "pipert_f_to_%s((double)%s, %d);\n", narrow_fn(t), A, ir_attr_int(n, "saturate", 1) != 0);
-      else if (ir_dtype_narrow(t)) ew(c, "pipert_f_to_%s((double)%s);\n", narrow_fn(t), A);
-      else if (t == IR_BOOL) ew(c, "(uint8_t)(%s != 0);\n", A);
-      else if (ir_dtype_is_4bit(t)) {
-        /* to int4/uint4 (one value per byte): clipped to the range, then rounded half to
-         * even; NaN gives 0 */
-        int lo = t == IR_INT4 ? -8 : 0, hi = t == IR_INT4 ? 7 : 15;
-        if (is_float(xt))
-          ew(c, "%s != %s ? (%s)0 : (%s)rint(%s < %d ? %d : %s > %d ? %d : %s);\n", A, A, T, T, A, lo, lo, A, hi, hi,
-             A);
-        else if (is_signed_int(xt)) ew(c, "(%s)(%s < %d ? %d : %s > %d ? %d : %s);\n", T, A, lo, lo, A, hi, hi, A);
-        else ew(c, "(%s)(%s > %d ? %d : %s);\n", T, A, hi, hi, A); /* unsigned and bool */
-      } else if (is_float(xt) && !is_float(t)) {
-        /* float -> integer: truncation; NaN and out-of-range values give 0 rather than UB */
-        ew(c, "(%s == %s && %s > -9.3e18 && %s < 9.3e18) ? (%s)(int64_t)%s : (%s)0;\n", A, A, A, A, T, A, T);
-      } else ew(c, "(%s)%s;\n", T, A);
-      return 0;
-    }
-    default: ew(c, "0;\n"); return ew_fail(c, n, "element-wise op %s is not supported", ir_op_name(n->op)) * 2;
+    case IR_OP_CastLike: return ew_cast(&e);
+    case IR_OP_Identity:
+    case IR_OP_Expand: ew(c, "%s;\n", e.A); return 0;
+    case IR_OP_Where: ew(c, "%s ? %s : %s;\n", e.A, a[1], a[2]); return 0;
+    default: return ew_unsupported(&e);
   }
 }
 
