@@ -223,169 +223,195 @@ static uint64_t random_stage_memory(const pass_dag *d, const pass_plan_opts *o) 
 
 static const char *shape_names[] = {"chain", "diamond", "branches", "skip", "sinks", "random"};
 
-int main(int argc, char **argv) {
-  int iters = argc > 1 ? atoi(argv[1]) : 3000;    /* n = 2..10: both references */
-  int big_iters = argc > 2 ? atoi(argv[2]) : 300; /* n = 11..15: the all-convex reference only */
-  int n_exact = 0, n_gap = 0, n_cmp = 0, n_infeasible = 0, n_exact_cmp = 0, n_improved = 0;
-  int n_exact_infeasible = 0, n_big = 0, n_big_gap = 0, n_rc_mem = 0;
-  double sum_gap = 0, max_gap = 0, sum_lbgap = 0, big_sum_gap = 0, big_max_gap = 0;
-  long max_states = 0;
-  int per_shape_gap[SHAPE_COUNT] = {0}, per_shape_cnt[SHAPE_COUNT] = {0};
-  for (int it = 0; it < iters + big_iters; it++) {
-    int big = it >= iters;
-    int shape = it % SHAPE_COUNT;
-    int n = big ? rng_int(11, 15) : rng_int(2, 10);
-    pass_dag d;
-    random_dag(&d, n, shape);
-    pass_plan_opts o;
-    pass_plan_opts_default(&o, big ? rng_int(1, 8) : rng_int(1, 4));
-    o.microbatches = rng_int(1, 8);
-    o.training = rng_int(0, 1);
-    o.no_replicate = rng_int(0, 2) == 0;
-    o.schedule = rng_int(0, 1) ? PASS_SCHED_1F1B : PASS_SCHED_GPIPE;
-    if (rng_int(0, 1)) {
-      o.topo.gpus_per_host = rng_int(1, 4);
-      o.topo.hosts = (o.devices + o.topo.gpus_per_host - 1) / o.topo.gpus_per_host;
-    }
-    /* make communication matter: slow links sometimes */
-    if (rng_int(0, 1)) {
-      o.topo.intra_gbps = rng_real(0.5, 5);
-      o.topo.inter_gbps = rng_real(0.1, 1);
-    }
-    o.orders = (unsigned)rng_int(0, 7);
-    /* re-materialisation: a held micro-batch costs the stage's cut bytes, which are not
-     * monotone in its extent (the DPs' deque and unpruned search) */
-    o.recompute = o.training && rng_int(0, 1);
-    if (rng_int(0, 2) == 0) {
-      uint64_t tot = 0;
-      for (int v = 0; v < n; v++) tot += d.nodes[v].param_bytes * 4 + d.nodes[v].act_bytes * 8;
-      o.mem_limit = tot / (uint64_t)rng_int(1, 6) + 1;
-      if (o.recompute) {
-        n_rc_mem++;
-        if (rng_int(0, 1)) o.mem_limit = random_stage_memory(&d, &o);
-      }
-    }
-    char err[256];
-    double all = all_convex_optimum(&d, &o);
+/* The tallies of comparisons 1 and 2 over the random DAGs, printed at the end */
+typedef struct {
+  int n_exact, n_gap, n_cmp, n_infeasible, n_exact_cmp, n_improved;
+  int n_exact_infeasible, n_big, n_big_gap, n_rc_mem;
+  double sum_gap, max_gap, sum_lbgap, big_sum_gap, big_max_gap;
+  long max_states;
+  int per_shape_gap[SHAPE_COUNT], per_shape_cnt[SHAPE_COUNT];
+} dag_tally;
 
-    /* 1. prefix-order mode vs brute force over the same orders (small graphs) */
-    double dp_all = INFINITY; /* prefix-order mode, all orders */
-    if (!big) {
-      pass_plan_opts op = o;
-      op.states = PASS_STATES_PREFIX;
-      pass_plan plan;
-      int rc = pass_partition(&d, &op, &plan, err, sizeof err);
-      double bf = brute_force_orders(&d, &op);
-      if (!isfinite(bf)) {
-        CHECK(rc != 0, "iter %d: brute force finds nothing fits but the DP planned", it);
-        n_infeasible++;
-        if (rc == 0) pass_plan_free(&plan);
-      } else {
-        CHECK(rc == 0, "iter %d: DP failed (%s) but brute force found %g", it, err, bf);
-        if (rc == 0) {
-          check_plan_invariants(&d, &op, &plan);
-          CHECK(!plan.all_downsets && plan.exact == PASS_EXACT_OFF && plan.order_kind < PASS_ORDER_COUNT,
-                "iter %d: prefix mode ran the exact DP", it);
-          CHECK(fabs(plan.bottleneck_ms - bf) <= 1e-7 * fmax(1.0, bf),
-                "iter %d (%s, n=%d, g=%d, train=%d, norep=%d, mem=%llu, orders=%u): DP %.12g != brute force %.12g", it,
-                shape_names[shape], n, op.devices, op.training, op.no_replicate, (unsigned long long)op.mem_limit,
-                op.orders, plan.bottleneck_ms, bf);
-          CHECK(plan.bottleneck_ms >= plan.lower_bound_ms * (1 - 1e-9), "bottleneck below lower bound");
-          sum_lbgap += plan.gap;
-          n_cmp++;
-          pass_plan_free(&plan);
-        }
-      }
-    }
-    if (isfinite(all)) {
-      pass_plan p2;
-      pass_plan_opts o2 = o;
-      o2.orders = 0;
-      o2.states = PASS_STATES_PREFIX;
-      if (pass_partition(&d, &o2, &p2, err, sizeof err) == 0) {
-        dp_all = p2.bottleneck_ms;
-        pass_plan_free(&p2);
-      }
-    }
-
-    /* 2. the default mode: exact over all down-sets, equal to the all-convex optimum */
-    pass_plan pe;
-    int rce = pass_partition(&d, &o, &pe, err, sizeof err);
-    if (!isfinite(all)) {
-      CHECK(rce != 0, "iter %d: no convex split fits in memory but the planner planned", it);
-      n_exact_infeasible++;
-      if (rce == 0) pass_plan_free(&pe);
-      pass_dag_free(&d);
-      continue;
-    }
-    CHECK(rce == 0, "iter %d: planner failed (%s) but a convex split fits (%g)", it, err, all);
-    if (rce != 0) {
-      pass_dag_free(&d);
-      continue;
-    }
-    check_plan_invariants(&d, &o, &pe);
-    CHECK(pe.all_downsets && pe.exact == PASS_EXACT_RAN && pe.state_count == pe.downsets,
-          "iter %d: exact mode did not engage (status %d, %ld down-sets)", it, (int)pe.exact, pe.downsets);
-    CHECK(
-        fabs(pe.bottleneck_ms - all) <= 1e-9 * all + 1e-12,
-        "iter %d (%s, n=%d, g=%d, train=%d, norep=%d, mem=%llu, orders=%u, M=%d): planner %.15g != all-convex optimum %.15g",
-        it, shape_names[shape], n, o.devices, o.training, o.no_replicate, (unsigned long long)o.mem_limit, o.orders,
-        o.microbatches, pe.bottleneck_ms, all);
-    CHECK(pe.bottleneck_ms >= pe.lower_bound_ms * (1 - 1e-9), "bottleneck below lower bound");
-    CHECK(pass_schedule_attach(&o, &pe, err, sizeof err) == 0, "iter %d: schedule: %s", it, err);
-    if (pe.downsets > max_states) max_states = pe.downsets;
-    n_exact_cmp++;
-    n_improved += pe.exact_improved;
-    if (pe.exact_improved) CHECK(pe.order_kind == PASS_ORDER_CHAIN, "improved plan not marked as a down-set chain");
-    pass_plan_free(&pe);
-
-    /* budgets: past the state cap or the work budget the prefix plan stands */
-    if (it % 7 == 0 && isfinite(dp_all) && o.orders == 0) {
-      pass_plan_opts ob = o;
-      ob.exact_max_states = it % 2 ? 2 : 0;
-      ob.exact_work = it % 2 ? 0 : rng_int(1, 400);
-      CHECK(pass_partition(&d, &ob, &pe, err, sizeof err) == 0, "iter %d: %s", it, err);
-      check_plan_invariants(&d, &ob, &pe);
-      if (pe.exact == PASS_EXACT_RAN) {
-        CHECK(fabs(pe.bottleneck_ms - all) <= 1e-9 * all + 1e-12, "iter %d: small budget, wrong optimum", it);
-      } else {
-        CHECK(pe.exact == (it % 2 ? PASS_EXACT_TOO_MANY_STATES : PASS_EXACT_OVER_BUDGET) && !pe.all_downsets &&
-                  pe.state_count == n + 1 && !pe.exact_improved,
-              "iter %d: budget status %d", it, (int)pe.exact);
-        CHECK(pe.bottleneck_ms == dp_all, "iter %d: over budget, but not the prefix plan (%g vs %g)", it,
-              pe.bottleneck_ms, dp_all);
-      }
-      pass_plan_free(&pe);
-    }
-
-    /* gap of prefix-order mode alone */
-    if (isfinite(dp_all)) {
-      CHECK(all <= dp_all * (1 + 1e-9), "iter %d: all-convex optimum %g above DP %g", it, all, dp_all);
-      double gap = all > 0 ? dp_all / all - 1 : 0;
-      if (big) {
-        n_big++;
-        if (gap > 1e-9) n_big_gap++;
-        big_sum_gap += gap;
-        if (gap > big_max_gap) big_max_gap = gap;
-      } else {
-        per_shape_cnt[shape]++;
-        if (gap <= 1e-9) n_exact++;
-        else {
-          n_gap++;
-          per_shape_gap[shape]++;
-        }
-        sum_gap += gap;
-        if (gap > max_gap) max_gap = gap;
-      }
-    }
-    pass_dag_free(&d);
+/* Random options for a random DAG of n nodes: devices (1-8 for a big one, else 1-4),
+ * micro-batches, training, replication, schedule, topology, slow links, orders,
+ * recompute and sometimes a memory limit */
+static void random_opts(const pass_dag *d, int n, int big, pass_plan_opts *o, dag_tally *st) {
+  pass_plan_opts_default(o, big ? rng_int(1, 8) : rng_int(1, 4));
+  o->microbatches = rng_int(1, 8);
+  o->training = rng_int(0, 1);
+  o->no_replicate = rng_int(0, 2) == 0;
+  o->schedule = rng_int(0, 1) ? PASS_SCHED_1F1B : PASS_SCHED_GPIPE;
+  if (rng_int(0, 1)) {
+    o->topo.gpus_per_host = rng_int(1, 4);
+    o->topo.hosts = (o->devices + o->topo.gpus_per_host - 1) / o->topo.gpus_per_host;
   }
-  /* 3. re-materialisation under binding memory limits. A held micro-batch then costs the
-   * stage's cut bytes, so a longer stage can need less memory than a shorter one (its
-   * first cut smaller): the prefix DP's sliding-window minimum and the exact DP's
-   * unpruned search are what find such stages. Several held micro-batches (M >= 3,
-   * GPipe often) make that common; both modes must equal their references. */
-  int rc_iters = argc > 3 ? atoi(argv[3]) : 6000, rc_bound = 0, rc_infeasible = 0;
+  /* make communication matter: slow links sometimes */
+  if (rng_int(0, 1)) {
+    o->topo.intra_gbps = rng_real(0.5, 5);
+    o->topo.inter_gbps = rng_real(0.1, 1);
+  }
+  o->orders = (unsigned)rng_int(0, 7);
+  /* re-materialisation: a held micro-batch costs the stage's cut bytes, which are not
+   * monotone in its extent (the DPs' deque and unpruned search) */
+  o->recompute = o->training && rng_int(0, 1);
+  if (rng_int(0, 2) == 0) {
+    uint64_t tot = 0;
+    for (int v = 0; v < n; v++) tot += d->nodes[v].param_bytes * 4 + d->nodes[v].act_bytes * 8;
+    o->mem_limit = tot / (uint64_t)rng_int(1, 6) + 1;
+    if (o->recompute) {
+      st->n_rc_mem++;
+      if (rng_int(0, 1)) o->mem_limit = random_stage_memory(d, o);
+    }
+  }
+}
+
+/* 1. prefix-order mode vs brute force over the same orders (small graphs) */
+static void check_prefix_mode(int it, int shape, int n, const pass_dag *d, const pass_plan_opts *o, dag_tally *st) {
+  char err[256];
+  pass_plan_opts op = *o;
+  op.states = PASS_STATES_PREFIX;
+  pass_plan plan;
+  int rc = pass_partition(d, &op, &plan, err, sizeof err);
+  double bf = brute_force_orders(d, &op);
+  if (!isfinite(bf)) {
+    CHECK(rc != 0, "iter %d: brute force finds nothing fits but the DP planned", it);
+    st->n_infeasible++;
+    if (rc == 0) pass_plan_free(&plan);
+  } else {
+    CHECK(rc == 0, "iter %d: DP failed (%s) but brute force found %g", it, err, bf);
+    if (rc == 0) {
+      check_plan_invariants(d, &op, &plan);
+      CHECK(!plan.all_downsets && plan.exact == PASS_EXACT_OFF && plan.order_kind < PASS_ORDER_COUNT,
+            "iter %d: prefix mode ran the exact DP", it);
+      CHECK(fabs(plan.bottleneck_ms - bf) <= 1e-7 * fmax(1.0, bf),
+            "iter %d (%s, n=%d, g=%d, train=%d, norep=%d, mem=%llu, orders=%u): DP %.12g != brute force %.12g", it,
+            shape_names[shape], n, op.devices, op.training, op.no_replicate, (unsigned long long)op.mem_limit,
+            op.orders, plan.bottleneck_ms, bf);
+      CHECK(plan.bottleneck_ms >= plan.lower_bound_ms * (1 - 1e-9), "bottleneck below lower bound");
+      st->sum_lbgap += plan.gap;
+      st->n_cmp++;
+      pass_plan_free(&plan);
+    }
+  }
+}
+
+/* The bottleneck of prefix-order mode over all orders, INFINITY when it plans nothing */
+static double prefix_all_orders(const pass_dag *d, const pass_plan_opts *o) {
+  char err[256];
+  double dp_all = INFINITY;
+  pass_plan p2;
+  pass_plan_opts o2 = *o;
+  o2.orders = 0;
+  o2.states = PASS_STATES_PREFIX;
+  if (pass_partition(d, &o2, &p2, err, sizeof err) == 0) {
+    dp_all = p2.bottleneck_ms;
+    pass_plan_free(&p2);
+  }
+  return dp_all;
+}
+
+/* 2. the default mode: exact over all down-sets, equal to the all-convex optimum all.
+ * Returns 1 when the planner planned, 0 when it did not (the checks after it skipped). */
+static int check_exact_mode(int it, int shape, int n, const pass_dag *d, const pass_plan_opts *o, double all,
+                            dag_tally *st) {
+  char err[256];
+  pass_plan pe;
+  int rce = pass_partition(d, o, &pe, err, sizeof err);
+  if (!isfinite(all)) {
+    CHECK(rce != 0, "iter %d: no convex split fits in memory but the planner planned", it);
+    st->n_exact_infeasible++;
+    if (rce == 0) pass_plan_free(&pe);
+    return 0;
+  }
+  CHECK(rce == 0, "iter %d: planner failed (%s) but a convex split fits (%g)", it, err, all);
+  if (rce != 0) return 0;
+  check_plan_invariants(d, o, &pe);
+  CHECK(pe.all_downsets && pe.exact == PASS_EXACT_RAN && pe.state_count == pe.downsets,
+        "iter %d: exact mode did not engage (status %d, %ld down-sets)", it, (int)pe.exact, pe.downsets);
+  CHECK(
+      fabs(pe.bottleneck_ms - all) <= 1e-9 * all + 1e-12,
+      "iter %d (%s, n=%d, g=%d, train=%d, norep=%d, mem=%llu, orders=%u, M=%d): planner %.15g != all-convex optimum %.15g",
+      it, shape_names[shape], n, o->devices, o->training, o->no_replicate, (unsigned long long)o->mem_limit, o->orders,
+      o->microbatches, pe.bottleneck_ms, all);
+  CHECK(pe.bottleneck_ms >= pe.lower_bound_ms * (1 - 1e-9), "bottleneck below lower bound");
+  CHECK(pass_schedule_attach(o, &pe, err, sizeof err) == 0, "iter %d: schedule: %s", it, err);
+  if (pe.downsets > st->max_states) st->max_states = pe.downsets;
+  st->n_exact_cmp++;
+  st->n_improved += pe.exact_improved;
+  if (pe.exact_improved) CHECK(pe.order_kind == PASS_ORDER_CHAIN, "improved plan not marked as a down-set chain");
+  pass_plan_free(&pe);
+  return 1;
+}
+
+/* budgets: past the state cap or the work budget the prefix plan (dp_all) stands */
+static void check_budgets(int it, int n, const pass_dag *d, const pass_plan_opts *o, double all, double dp_all) {
+  char err[256];
+  pass_plan pe;
+  pass_plan_opts ob = *o;
+  ob.exact_max_states = it % 2 ? 2 : 0;
+  ob.exact_work = it % 2 ? 0 : rng_int(1, 400);
+  CHECK(pass_partition(d, &ob, &pe, err, sizeof err) == 0, "iter %d: %s", it, err);
+  check_plan_invariants(d, &ob, &pe);
+  if (pe.exact == PASS_EXACT_RAN) {
+    CHECK(fabs(pe.bottleneck_ms - all) <= 1e-9 * all + 1e-12, "iter %d: small budget, wrong optimum", it);
+  } else {
+    CHECK(pe.exact == (it % 2 ? PASS_EXACT_TOO_MANY_STATES : PASS_EXACT_OVER_BUDGET) && !pe.all_downsets &&
+              pe.state_count == n + 1 && !pe.exact_improved,
+          "iter %d: budget status %d", it, (int)pe.exact);
+    CHECK(pe.bottleneck_ms == dp_all, "iter %d: over budget, but not the prefix plan (%g vs %g)", it, pe.bottleneck_ms,
+          dp_all);
+  }
+  pass_plan_free(&pe);
+}
+
+/* gap of prefix-order mode alone (dp_all) to the all-convex optimum all */
+static void tally_prefix_gap(int it, int big, int shape, double all, double dp_all, dag_tally *st) {
+  CHECK(all <= dp_all * (1 + 1e-9), "iter %d: all-convex optimum %g above DP %g", it, all, dp_all);
+  double gap = all > 0 ? dp_all / all - 1 : 0;
+  if (big) {
+    st->n_big++;
+    if (gap > 1e-9) st->n_big_gap++;
+    st->big_sum_gap += gap;
+    if (gap > st->big_max_gap) st->big_max_gap = gap;
+  } else {
+    st->per_shape_cnt[shape]++;
+    if (gap <= 1e-9) st->n_exact++;
+    else {
+      st->n_gap++;
+      st->per_shape_gap[shape]++;
+    }
+    st->sum_gap += gap;
+    if (gap > st->max_gap) st->max_gap = gap;
+  }
+}
+
+/* Comparisons 1 and 2 on random DAG number it: 2-10 nodes before iters (both
+ * references), 11-15 from there on (the all-convex reference only) */
+static void check_random_dag(int it, int iters, dag_tally *st) {
+  int big = it >= iters;
+  int shape = it % SHAPE_COUNT;
+  int n = big ? rng_int(11, 15) : rng_int(2, 10);
+  pass_dag d;
+  random_dag(&d, n, shape);
+  pass_plan_opts o;
+  random_opts(&d, n, big, &o, st);
+  double all = all_convex_optimum(&d, &o);
+  if (!big) check_prefix_mode(it, shape, n, &d, &o, st);
+  double dp_all = isfinite(all) ? prefix_all_orders(&d, &o) : INFINITY; /* prefix-order mode, all orders */
+  if (check_exact_mode(it, shape, n, &d, &o, all, st)) {
+    if (it % 7 == 0 && isfinite(dp_all) && o.orders == 0) check_budgets(it, n, &d, &o, all, dp_all);
+    if (isfinite(dp_all)) tally_prefix_gap(it, big, shape, all, dp_all, st);
+  }
+  pass_dag_free(&d);
+}
+
+/* 3. re-materialisation under binding memory limits. A held micro-batch then costs the
+ * stage's cut bytes, so a longer stage can need less memory than a shorter one (its
+ * first cut smaller): the prefix DP's sliding-window minimum and the exact DP's
+ * unpruned search are what find such stages. Several held micro-batches (M >= 3,
+ * GPipe often) make that common; both modes must equal their references. */
+static void check_recompute_limits(int rc_iters) {
+  int rc_bound = 0, rc_infeasible = 0;
   for (int it = 0; it < rc_iters; it++) {
     int n = rng_int(3, 10), shape = it % SHAPE_COUNT;
     pass_dag d;
@@ -441,12 +467,36 @@ int main(int argc, char **argv) {
       "recompute under a memory limit: %d random DAGs of 3-10 nodes (M 3-8), both modes equal to their "
       "references; the limit raised the optimum in %d, nothing fit in %d\n",
       rc_iters, rc_bound, rc_infeasible);
+}
 
-  /* 4. recompute chosen per stage (AUTO): each stage none, selective or full, whichever
-   * fits time and memory best; the prefix DP against brute force over every mode of
-   * every stage (the exact DP does not run). Nodes: a few keep their outputs in both
-   * modes (Dropout), some in selective only (the costly ones), the rest recompute. */
-  int auto_iters = argc > 4 ? atoi(argv[4]) : 3000, auto_mixed = 0, auto_some = 0, auto_infeasible = 0;
+/* Recompute chosen per stage (AUTO) without a memory limit: the plan of no recompute
+ * (none everywhere, the fastest mode). Returns the largest stage memory of that plan. */
+static uint64_t check_auto_no_limit(int it, const pass_dag *d, pass_plan_opts *o) {
+  char err[256];
+  pass_plan pe, pn;
+  pass_plan_opts on = *o;
+  on.recompute = PASS_PLAN_RC_NONE;
+  on.states = o->states = PASS_STATES_PREFIX;
+  CHECK(pass_partition(d, o, &pe, err, sizeof err) == 0 && pass_partition(d, &on, &pn, err, sizeof err) == 0,
+        "auto iter %d: %s", it, err);
+  CHECK(pe.bottleneck_ms == pn.bottleneck_ms, "auto iter %d: no limit, %.12g != plain %.12g", it, pe.bottleneck_ms,
+        pn.bottleneck_ms);
+  uint64_t plain_mem = 0;
+  for (int k = 0; k < pe.n_stages; k++) {
+    CHECK(pe.stages[k].recompute == 0, "auto iter %d: recomputes without a limit", it);
+    if (pe.stages[k].memory_bytes > plain_mem) plain_mem = pe.stages[k].memory_bytes;
+  }
+  pass_plan_free(&pe);
+  pass_plan_free(&pn);
+  return plain_mem;
+}
+
+/* 4. recompute chosen per stage (AUTO): each stage none, selective or full, whichever
+ * fits time and memory best; the prefix DP against brute force over every mode of
+ * every stage (the exact DP does not run). Nodes: a few keep their outputs in both
+ * modes (Dropout), some in selective only (the costly ones), the rest recompute. */
+static void check_auto_recompute(int auto_iters) {
+  int auto_mixed = 0, auto_some = 0, auto_infeasible = 0;
   for (int it = 0; it < auto_iters; it++) {
     int n = rng_int(3, 8), shape = it % SHAPE_COUNT;
     pass_dag d;
@@ -468,22 +518,8 @@ int main(int argc, char **argv) {
     o.schedule = rng_int(0, 2) ? PASS_SCHED_GPIPE : PASS_SCHED_1F1B;
     o.orders = (unsigned)rng_int(0, 7);
     char err[256];
-    pass_plan pe, pn;
-    /* without a limit the fastest mode, none, everywhere */
-    pass_plan_opts on = o;
-    on.recompute = PASS_PLAN_RC_NONE;
-    on.states = o.states = PASS_STATES_PREFIX;
-    CHECK(pass_partition(&d, &o, &pe, err, sizeof err) == 0 && pass_partition(&d, &on, &pn, err, sizeof err) == 0,
-          "auto iter %d: %s", it, err);
-    CHECK(pe.bottleneck_ms == pn.bottleneck_ms, "auto iter %d: no limit, %.12g != plain %.12g", it, pe.bottleneck_ms,
-          pn.bottleneck_ms);
-    uint64_t plain_mem = 0;
-    for (int k = 0; k < pe.n_stages; k++) {
-      CHECK(pe.stages[k].recompute == 0, "auto iter %d: recomputes without a limit", it);
-      if (pe.stages[k].memory_bytes > plain_mem) plain_mem = pe.stages[k].memory_bytes;
-    }
-    pass_plan_free(&pe);
-    pass_plan_free(&pn);
+    pass_plan pe;
+    uint64_t plain_mem = check_auto_no_limit(it, &d, &o);
     /* limits: below what the plain plan needs, or from stages under the plain and the
      * recompute terms */
     o.mem_limit = rng_int(0, 1) ? (uint64_t)((double)plain_mem * rng_real(0.6, 1.0)) : 0;
@@ -523,26 +559,41 @@ int main(int argc, char **argv) {
       "recompute chosen per stage: %d random DAGs of 3-8 nodes, prefix DP equal to brute force over every "
       "stage's mode; %d plans recompute somewhere, %d mix modes, nothing fit in %d\n",
       auto_iters, auto_some, auto_mixed, auto_infeasible);
+}
 
-  int n_pc = n_exact + n_gap;
+/* The summary of comparisons 1 and 2 over iters small and the big random DAGs */
+static void print_dag_tally(int iters, const dag_tally *st) {
+  int n_pc = st->n_exact + st->n_gap;
   printf(
       "planner optimality: %d random DAGs of 2-10 nodes, %d compared with brute force over the orders "
       "(prefix mode, all equal unless reported), %d infeasible in memory on both sides\n",
-      iters, n_cmp, n_infeasible);
-  printf("mean gap to lower bound (total work/g, largest node): %.1f%%\n", 100 * sum_lbgap / (n_cmp ? n_cmp : 1));
+      iters, st->n_cmp, st->n_infeasible);
+  printf("mean gap to lower bound (total work/g, largest node): %.1f%%\n",
+         100 * st->sum_lbgap / (st->n_cmp ? st->n_cmp : 1));
   printf(
       "default mode (exact over all down-sets, up to %ld states here): %d/%d equal to the optimum over ALL "
       "convex linear splits (%d better than prefix orders), %d infeasible on both sides\n",
-      max_states, n_exact_cmp, n_exact_cmp, n_improved, n_exact_infeasible);
+      st->max_states, st->n_exact_cmp, st->n_exact_cmp, st->n_improved, st->n_exact_infeasible);
   printf(
       "prefix-order mode alone vs that optimum, 2-10 nodes: %d/%d identical, %d worse; mean gap %.3f%%, "
       "max gap %.2f%%\n",
-      n_exact, n_pc, n_gap, 100 * sum_gap / (n_pc ? n_pc : 1), 100 * max_gap);
+      st->n_exact, n_pc, st->n_gap, 100 * st->sum_gap / (n_pc ? n_pc : 1), 100 * st->max_gap);
   for (int s = 0; s < SHAPE_COUNT; s++)
-    printf("  %-8s: %d/%d with a gap\n", shape_names[s], per_shape_gap[s], per_shape_cnt[s]);
+    printf("  %-8s: %d/%d with a gap\n", shape_names[s], st->per_shape_gap[s], st->per_shape_cnt[s]);
   printf("prefix-order mode alone vs that optimum, 11-15 nodes: %d/%d identical; mean gap %.3f%%, max gap %.2f%%\n",
-         n_big - n_big_gap, n_big, 100 * big_sum_gap / (n_big ? n_big : 1), 100 * big_max_gap);
-  printf("%d of them trained with recompute under a memory limit\n", n_rc_mem);
+         st->n_big - st->n_big_gap, st->n_big, 100 * st->big_sum_gap / (st->n_big ? st->n_big : 1),
+         100 * st->big_max_gap);
+  printf("%d of them trained with recompute under a memory limit\n", st->n_rc_mem);
+}
+
+int main(int argc, char **argv) {
+  int iters = argc > 1 ? atoi(argv[1]) : 3000;    /* n = 2..10: both references */
+  int big_iters = argc > 2 ? atoi(argv[2]) : 300; /* n = 11..15: the all-convex reference only */
+  dag_tally st = {0};
+  for (int it = 0; it < iters + big_iters; it++) check_random_dag(it, iters, &st);
+  check_recompute_limits(argc > 3 ? atoi(argv[3]) : 6000);
+  check_auto_recompute(argc > 4 ? atoi(argv[4]) : 3000);
+  print_dag_tally(iters, &st);
   printf("%s\n", g_failures ? "FAIL" : "PASS");
   return g_failures ? 1 : 0;
 }

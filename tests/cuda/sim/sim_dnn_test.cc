@@ -921,8 +921,9 @@ static void test_gemm_lt(cublasLtHandle_t lt, cudaStream_t s, void *ws, size_t w
 
 /* ---- error cases -------------------------------------------------------------------------- */
 
-static void test_errors(cudnnHandle_t h, cublasHandle_t bh, cublasLtHandle_t lt, cudaStream_t s) {
-  fprintf(stderr, "---- the cudasim lines below are expected (error cases) ----\n");
+/* cuDNN's errors on a 2-D float convolution: bad pointers, workspace, algorithm, extents,
+ * overlap, shapes, descriptors */
+static void test_errors_cudnn(cudnnHandle_t h) {
   /* a 2-D float convolution to break in various ways */
   Conv c = {"err", 2, 2, 4, 6, 1, {1, 8, 8}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}, false, false, 1, 0, 0, 0};
   ConvGeom g = geom(c);
@@ -1016,7 +1017,12 @@ static void test_errors(cudnnHandle_t h, cublasHandle_t bh, cublasLtHandle_t lt,
   d.destroy();
   x.free_(), w.free_(), y.free_();
   cudaFree(ws);
+}
 
+/* cuBLASLt's and cuBLAS's errors on an 8x5 by 5x6 float product: shapes, host pointers,
+ * alignment, algorithms, overlap, workspace */
+static void test_errors_blas(cublasHandle_t bh, cublasLtHandle_t lt, cudaStream_t s) {
+  float one = 1, zero = 0;
   /* cuBLASLt */
   Gemm t = {false, false, false, 8, 6, 5, 1, 0, 0, 1.0, 0.0, false, CUBLAS_COMPUTE_32F};
   MatL A = mat_layout(8, 5, 1, 0, 0), B = mat_layout(5, 6, 1, 0, 0), C = mat_layout(8, 6, 1, 0, 0);
@@ -1129,6 +1135,13 @@ static void test_errors(cudnnHandle_t h, cublasHandle_t bh, cublasLtHandle_t lt,
   CU(cudaStreamSynchronize(s));
   o.destroy();
   da.free_(), db.free_(), dc.free_();
+}
+
+/* the error cases; the simulator's messages on them come between two marker lines on stderr */
+static void test_errors(cudnnHandle_t h, cublasHandle_t bh, cublasLtHandle_t lt, cudaStream_t s) {
+  fprintf(stderr, "---- the cudasim lines below are expected (error cases) ----\n");
+  test_errors_cudnn(h);
+  test_errors_blas(bh, lt, s);
   fprintf(stderr, "---- end of the expected cudasim lines ----\n");
 }
 
@@ -1482,126 +1495,66 @@ static void perf_probe(cudnnHandle_t h, cudaStream_t s) {
   }
 }
 
-int main() {
-  cudaStream_t s;
-  CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudnnHandle_t h;
-  DNN(cudnnCreate(&h));
-  DNN(cudnnSetStream(h, s));
-  cublasHandle_t bh;
-  BL(cublasCreate(&bh));
-  BL(cublasSetStream(bh, s));
-  cublasLtHandle_t lt;
-  BL(cublasLtCreate(&lt));
-  size_t ws_size = (size_t)4 << 20;
-  void *ws;
-  CU(cudaMalloc(&ws, ws_size));
-  BL(cublasSetWorkspace(bh, ws, ws_size));
+/* the convolution cases: name, nsp, N, C, K, G, in, k, pad, str, dil, dbl, flip, alpha, beta, xlay, ylay */
+static const Conv convs[] = {
+    {"1d", 1, 2, 3, 4, 1, {1, 1, 17}, {1, 1, 3}, {0, 0, 1}, {1, 1, 1}, {1, 1, 1}, false, false, 1, 0, 0, 0},
+    {"1d-stride-dil", 1, 2, 4, 6, 2, {1, 1, 23}, {1, 1, 3}, {0, 0, 2}, {1, 1, 2}, {1, 1, 3}, true, false, 1, 0, 0, 0},
+    {"2d", 2, 2, 3, 5, 1, {1, 9, 10}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}, false, false, 1, 0, 0, 0},
+    {"2d-double", 2, 2, 3, 5, 1, {1, 9, 10}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}, true, false, 1, 0, 0, 0},
+    {"2d-7x7-s2", 2, 2, 3, 8, 1, {1, 20, 19}, {1, 7, 7}, {0, 3, 3}, {1, 2, 2}, {1, 1, 1}, false, false, 1, 0, 0, 0},
+    {"2d-1x1", 2, 3, 8, 6, 1, {1, 5, 7}, {1, 1, 1}, {0, 0, 0}, {1, 1, 1}, {1, 1, 1}, false, false, 1, 0, 0, 0},
+    {"2d-1x1-s2", 2, 2, 8, 6, 1, {1, 9, 7}, {1, 1, 1}, {0, 0, 0}, {1, 2, 2}, {1, 1, 1}, true, false, 1, 0, 0, 0},
+    {"2d-groups", 2, 2, 8, 12, 4, {1, 7, 9}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}, false, false, 1, 0, 0, 0},
+    {"2d-depthwise", 2, 2, 6, 6, 6, {1, 11, 9}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}, {1, 1, 1}, false, false, 1, 0, 0, 0},
+    {"2d-depthwise-x2", 2, 1, 4, 8, 4, {1, 8, 8}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}, true, false, 1, 0, 0, 0},
+    {"2d-dilated", 2, 2, 3, 4, 1, {1, 12, 13}, {1, 3, 2}, {0, 2, 1}, {1, 1, 2}, {1, 2, 3}, false, false, 1, 0, 0, 0},
+    {"2d-asym-stride", 2, 1, 2, 3, 1, {1, 10, 11}, {1, 2, 4}, {0, 0, 2}, {1, 3, 2}, {1, 1, 1}, true, false, 1, 0, 0, 0},
+    {"2d-alpha-beta",
+     2,
+     2,
+     4,
+     4,
+     2,
+     {1, 6, 7},
+     {1, 3, 3},
+     {0, 1, 0},
+     {1, 1, 1},
+     {1, 1, 1},
+     false,
+     false,
+     0.75,
+     -0.5,
+     0,
+     0},
+    {"2d-alpha-beta-d",
+     2,
+     2,
+     4,
+     4,
+     1,
+     {1, 6, 7},
+     {1, 3, 3},
+     {0, 1, 0},
+     {1, 1, 1},
+     {1, 1, 1},
+     true,
+     false,
+     2,
+     0.25,
+     0,
+     0},
+    {"2d-nhwc-x", 2, 2, 5, 3, 1, {1, 7, 6}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}, false, false, 1, 0, 1, 0},
+    {"2d-strided-y", 2, 2, 5, 3, 1, {1, 7, 6}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}, true, false, 1, 0, 0, 2},
+    {"2d-gaps-both", 2, 2, 4, 6, 2, {1, 8, 6}, {1, 3, 2}, {0, 1, 0}, {1, 2, 1}, {1, 1, 1}, false, false, 0.5, 1, 2, 1},
+    {"2d-flip", 2, 2, 3, 4, 1, {1, 8, 9}, {1, 3, 2}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}, false, true, 1, 0, 0, 0},
+    {"3d", 3, 2, 3, 4, 1, {5, 6, 7}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, false, false, 1, 0, 0, 0},
+    {"3d-double", 3, 1, 4, 4, 2, {6, 5, 7}, {2, 3, 3}, {1, 0, 1}, {2, 1, 2}, {1, 2, 1}, true, false, 1, 0, 0, 0},
+    {"3d-strided", 3, 2, 3, 2, 1, {4, 5, 6}, {3, 1, 3}, {1, 0, 1}, {1, 1, 1}, {2, 1, 1}, false, true, 1.5, 0.5, 1, 2},
+};
 
-  /* name, nsp, N, C, K, G, in, k, pad, str, dil, dbl, flip, alpha, beta, xlay, ylay */
-  const Conv convs[] = {
-      {"1d", 1, 2, 3, 4, 1, {1, 1, 17}, {1, 1, 3}, {0, 0, 1}, {1, 1, 1}, {1, 1, 1}, false, false, 1, 0, 0, 0},
-      {"1d-stride-dil", 1, 2, 4, 6, 2, {1, 1, 23}, {1, 1, 3}, {0, 0, 2}, {1, 1, 2}, {1, 1, 3}, true, false, 1, 0, 0, 0},
-      {"2d", 2, 2, 3, 5, 1, {1, 9, 10}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}, false, false, 1, 0, 0, 0},
-      {"2d-double", 2, 2, 3, 5, 1, {1, 9, 10}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}, true, false, 1, 0, 0, 0},
-      {"2d-7x7-s2", 2, 2, 3, 8, 1, {1, 20, 19}, {1, 7, 7}, {0, 3, 3}, {1, 2, 2}, {1, 1, 1}, false, false, 1, 0, 0, 0},
-      {"2d-1x1", 2, 3, 8, 6, 1, {1, 5, 7}, {1, 1, 1}, {0, 0, 0}, {1, 1, 1}, {1, 1, 1}, false, false, 1, 0, 0, 0},
-      {"2d-1x1-s2", 2, 2, 8, 6, 1, {1, 9, 7}, {1, 1, 1}, {0, 0, 0}, {1, 2, 2}, {1, 1, 1}, true, false, 1, 0, 0, 0},
-      {"2d-groups", 2, 2, 8, 12, 4, {1, 7, 9}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}, false, false, 1, 0, 0, 0},
-      {"2d-depthwise", 2, 2, 6, 6, 6, {1, 11, 9}, {1, 3, 3}, {0, 1, 1}, {1, 2, 2}, {1, 1, 1}, false, false, 1, 0, 0, 0},
-      {"2d-depthwise-x2",
-       2,
-       1,
-       4,
-       8,
-       4,
-       {1, 8, 8},
-       {1, 3, 3},
-       {0, 1, 1},
-       {1, 1, 1},
-       {1, 1, 1},
-       true,
-       false,
-       1,
-       0,
-       0,
-       0},
-      {"2d-dilated", 2, 2, 3, 4, 1, {1, 12, 13}, {1, 3, 2}, {0, 2, 1}, {1, 1, 2}, {1, 2, 3}, false, false, 1, 0, 0, 0},
-      {"2d-asym-stride",
-       2,
-       1,
-       2,
-       3,
-       1,
-       {1, 10, 11},
-       {1, 2, 4},
-       {0, 0, 2},
-       {1, 3, 2},
-       {1, 1, 1},
-       true,
-       false,
-       1,
-       0,
-       0,
-       0},
-      {"2d-alpha-beta",
-       2,
-       2,
-       4,
-       4,
-       2,
-       {1, 6, 7},
-       {1, 3, 3},
-       {0, 1, 0},
-       {1, 1, 1},
-       {1, 1, 1},
-       false,
-       false,
-       0.75,
-       -0.5,
-       0,
-       0},
-      {"2d-alpha-beta-d",
-       2,
-       2,
-       4,
-       4,
-       1,
-       {1, 6, 7},
-       {1, 3, 3},
-       {0, 1, 0},
-       {1, 1, 1},
-       {1, 1, 1},
-       true,
-       false,
-       2,
-       0.25,
-       0,
-       0},
-      {"2d-nhwc-x", 2, 2, 5, 3, 1, {1, 7, 6}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}, false, false, 1, 0, 1, 0},
-      {"2d-strided-y", 2, 2, 5, 3, 1, {1, 7, 6}, {1, 3, 3}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}, true, false, 1, 0, 0, 2},
-      {"2d-gaps-both",
-       2,
-       2,
-       4,
-       6,
-       2,
-       {1, 8, 6},
-       {1, 3, 2},
-       {0, 1, 0},
-       {1, 2, 1},
-       {1, 1, 1},
-       false,
-       false,
-       0.5,
-       1,
-       2,
-       1},
-      {"2d-flip", 2, 2, 3, 4, 1, {1, 8, 9}, {1, 3, 2}, {0, 1, 1}, {1, 1, 1}, {1, 1, 1}, false, true, 1, 0, 0, 0},
-      {"3d", 3, 2, 3, 4, 1, {5, 6, 7}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, false, false, 1, 0, 0, 0},
-      {"3d-double", 3, 1, 4, 4, 2, {6, 5, 7}, {2, 3, 3}, {1, 0, 1}, {2, 1, 2}, {1, 2, 1}, true, false, 1, 0, 0, 0},
-      {"3d-strided", 3, 2, 3, 2, 1, {4, 5, 6}, {3, 1, 3}, {1, 0, 1}, {1, 1, 1}, {2, 1, 1}, false, true, 1.5, 0.5, 1, 2},
-  };
+/* Every convolution case forward and backward data, by each algorithm (and TF32 where the
+ * math type allows it), and the adjoint identity */
+static void test_conv_cases(cudnnHandle_t h, cudaStream_t s) {
   for (const Conv &c : convs) {
     for (int pick = 0; pick < 3; pick++) test_conv(h, s, c, false, pick); /* PRECOMP, IMPLICIT, GEMM */
     for (int pick = 0; pick < 2; pick++) test_conv(h, s, c, true, pick);  /* ALGO_0, ALGO_1 */
@@ -1611,8 +1564,11 @@ int main() {
     }
     test_adjoint(h, s, c);
   }
-  /* the backend API: every forward case but the flipped ones (pipecc asks for cross-
-   * correlation), heuristics mode A and FALLBACK, the filter KCRS and KRSC */
+}
+
+/* the backend API: every forward case but the flipped ones (pipecc asks for cross-
+ * correlation), heuristics mode A and FALLBACK, the filter KCRS and KRSC; its errors */
+static void test_backend_cases(cudnnHandle_t h, cudaStream_t s) {
   for (const Conv &c : convs) {
     if (c.flip) continue;
     test_backend_conv(h, s, c, false, CUDNN_HEUR_MODE_A);
@@ -1620,21 +1576,27 @@ int main() {
   }
   test_backend_conv(h, s, convs[2], false, CUDNN_HEUR_MODE_FALLBACK);
   test_backend_errors(h, s, convs[2]);
-  {
-    /* Find ranks by time; every offered algorithm succeeds */
-    const Conv &c = convs[2];
-    ConvGeom g = geom(c);
-    Shape xs = make_shape(2, c.N, c.C, g.in, 0), ys = make_shape(2, c.N, c.K, g.out, 0);
-    Descs d = make_descs(c, xs, ys);
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    int found = 0;
-    DNN(cudnnFindConvolutionForwardAlgorithm(h, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf));
-    bool ok = found > 0 && perf[0].status == CUDNN_STATUS_SUCCESS && perf[0].determinism == CUDNN_DETERMINISTIC &&
-              perf[0].mathType == CUDNN_FMA_MATH;
-    check(ok, "cudnnFindConvolutionForwardAlgorithm: %d results, first algorithm %d", found, (int)perf[0].algo);
-    d.destroy();
-  }
+}
 
+/* Find ranks by time; every offered algorithm succeeds */
+static void test_find_algorithm(cudnnHandle_t h) {
+  const Conv &c = convs[2];
+  ConvGeom g = geom(c);
+  Shape xs = make_shape(2, c.N, c.C, g.in, 0), ys = make_shape(2, c.N, c.K, g.out, 0);
+  Descs d = make_descs(c, xs, ys);
+  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  int found = 0;
+  DNN(cudnnFindConvolutionForwardAlgorithm(h, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found, perf));
+  bool ok = found > 0 && perf[0].status == CUDNN_STATUS_SUCCESS && perf[0].determinism == CUDNN_DETERMINISTIC &&
+            perf[0].mathType == CUDNN_FMA_MATH;
+  check(ok, "cudnnFindConvolutionForwardAlgorithm: %d results, first algorithm %d", found, (int)perf[0].algo);
+  d.destroy();
+}
+
+/* cublasGemmStridedBatchedEx and cublasLtMatmul: every transpose, float (FP32 and TF32 in
+ * turn) and double, over products of several shapes, leading dimensions, batches and
+ * alpha/beta */
+static void test_gemm_cases(cublasHandle_t bh, cublasLtHandle_t lt, cudaStream_t s, void *ws, size_t ws_size) {
   const cublasComputeType_t f32[] = {CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32};
   int ci = 0;
   for (int dbl = 0; dbl < 2; dbl++)
@@ -1653,30 +1615,58 @@ int main() {
           test_gemm_lt(lt, s, ws, ws_size, t);
         }
       }
-  {
-    /* k == 0: D = beta C; alpha == 0 likewise */
-    Gemm z = {false, false, false, 4, 3, 0, 1, 0, 0, 1.0, 0.5, false, CUBLAS_COMPUTE_32F};
-    test_gemm_blas(bh, s, z);
-    z.k = 5, z.alpha = 0.0;
-    test_gemm_blas(bh, s, z);
-    test_gemm_lt(lt, s, ws, ws_size, z);
-  }
+}
+
+/* k == 0: D = beta C; alpha == 0 likewise */
+static void test_gemm_degenerate(cublasHandle_t bh, cublasLtHandle_t lt, cudaStream_t s, void *ws, size_t ws_size) {
+  Gemm z = {false, false, false, 4, 3, 0, 1, 0, 0, 1.0, 0.5, false, CUBLAS_COMPUTE_32F};
+  test_gemm_blas(bh, s, z);
+  z.k = 5, z.alpha = 0.0;
+  test_gemm_blas(bh, s, z);
+  test_gemm_lt(lt, s, ws, ws_size, z);
+}
+
+/* the default stream (NULL), then s again */
+static void test_default_stream(cudnnHandle_t h, cublasHandle_t bh, cublasLtHandle_t lt, cudaStream_t s, void *ws,
+                                size_t ws_size) {
+  DNN(cudnnSetStream(h, nullptr));
+  BL(cublasSetStream(bh, nullptr));
+  Gemm t = {false, true, false, 10, 12, 7, 2, 1, 0, 1.0, 0.0, false, CUBLAS_COMPUTE_32F};
+  test_gemm_blas(bh, nullptr, t);
+  test_gemm_lt(lt, nullptr, ws, ws_size, t);
+  test_conv(h, nullptr, convs[7], false, 0);
+  test_conv(h, nullptr, convs[7], true, 1);
+  DNN(cudnnSetStream(h, s));
+  BL(cublasSetStream(bh, s));
+}
+
+int main() {
+  cudaStream_t s;
+  CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudnnHandle_t h;
+  DNN(cudnnCreate(&h));
+  DNN(cudnnSetStream(h, s));
+  cublasHandle_t bh;
+  BL(cublasCreate(&bh));
+  BL(cublasSetStream(bh, s));
+  cublasLtHandle_t lt;
+  BL(cublasLtCreate(&lt));
+  size_t ws_size = (size_t)4 << 20;
+  void *ws;
+  CU(cudaMalloc(&ws, ws_size));
+  BL(cublasSetWorkspace(bh, ws, ws_size));
+
+  test_conv_cases(h, s);
+  test_backend_cases(h, s);
+  test_find_algorithm(h);
+
+  test_gemm_cases(bh, lt, s, ws, ws_size);
+  test_gemm_degenerate(bh, lt, s, ws, ws_size);
   test_pipecc_mapping(lt, s);
   test_lt_epilogue(lt, s);
   test_graph(h, s);
   test_determinism(h, s);
-  {
-    /* the default stream (NULL) */
-    DNN(cudnnSetStream(h, nullptr));
-    BL(cublasSetStream(bh, nullptr));
-    Gemm t = {false, true, false, 10, 12, 7, 2, 1, 0, 1.0, 0.0, false, CUBLAS_COMPUTE_32F};
-    test_gemm_blas(bh, nullptr, t);
-    test_gemm_lt(lt, nullptr, ws, ws_size, t);
-    test_conv(h, nullptr, convs[7], false, 0);
-    test_conv(h, nullptr, convs[7], true, 1);
-    DNN(cudnnSetStream(h, s));
-    BL(cublasSetStream(bh, s));
-  }
+  test_default_stream(h, bh, lt, s, ws, ws_size);
   test_fresh_outputs(h, bh, lt, s);
   test_two_streams();
   test_errors(h, bh, lt, s);
