@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "codegen/c/cg_c.h" /* cg_ctype, cg_is_eltwise, cg_is_alias */
@@ -96,12 +97,21 @@ void cg_put_tensor_descs(FILE *f, ir_graph *g, const char *name, const int *vals
 }
 
 int cg_write_file(const char *dir, const char *name, const void *data, size_t len) {
-  char path[4096];
+  char path[4096], tmp[4200];
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE *f = fopen(path, "wb");
-  if (!f || (len && fwrite(data, 1, len, f) != len) || fclose(f)) {
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (!f) {
     fprintf(stderr, "pipecc: %s: %s\n", path, strerror(errno));
-    if (f) fclose(f);
+    return -1;
+  }
+  errno = 0;
+  int ok = !len || fwrite(data, 1, len, f) == len, e = errno;
+  if (fclose(f) && ok) ok = 0, e = errno;
+  if (ok && rename(tmp, path)) ok = 0, e = errno;
+  if (!ok) {
+    fprintf(stderr, "pipecc: %s: %s\n", path, e ? strerror(e) : "short write");
+    remove(tmp);
     return -1;
   }
   return 0;

@@ -40,7 +40,9 @@ void cg_put_stage_desc(FILE *f, ir_graph *g, const cg_plan *p, const cg_stage_in
 int cg_put_grad_ranges(FILE *f, const ir_graph *g, const cg_wlayout *wl);
 /* `static const pipert_param_desc stage_params[]` for the params in wl; returns their count. */
 int cg_put_param_descs(FILE *f, const ir_graph *g, const cg_plan *p, const cg_wlayout *wl, int stage);
-/* Write dir/name; 0, or -1 after printing an error. */
+/* Write dir/name as a new file (dir/name.tmp.PID, renamed): a pipeline running from dir
+ * keeps the weights it mapped, and a failed write leaves no partial file. 0, or -1 after
+ * printing an error. */
 int cg_write_file(const char *dir, const char *name, const void *data, size_t len);
 /* Write dir/stage_K.<ext> and dir/weights_K.bin (removed when the stage has no weights). */
 int cg_write_stage_files(const char *dir, int s, const char *ext, const char *src, size_t src_len,

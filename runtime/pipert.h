@@ -438,6 +438,14 @@ int pipert_main(int argc, char **argv, const pipert_pipeline *p);
  * (one process per replica: the transport names the local rank's device). */
 int pipert_init_device(void);
 
+/* A stage's forward or backward that finds its input outside what the model defines (a
+ * Gather index past its axis, in the C or CUDA stage code) calls pipert_bad_input once
+ * with the node and the reason (the first call of a forward or backward is kept, on
+ * the calling thread) and returns PIPERT_STATUS_BAD_INPUT; the runtime then stops the run
+ * with that one line, naming the stage and micro-batch, and exit status 2. */
+#define PIPERT_STATUS_BAD_INPUT 77
+void pipert_bad_input(const char *node, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* The weights checksum: XXH64 (seed 0) of the file's bytes. pipecc computes the
  * same function when it writes weights_K.bin. */
 uint64_t pipert_checksum64(const void *data, size_t len);

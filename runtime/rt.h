@@ -23,6 +23,10 @@ typedef struct rt_array {
 size_t rt_dtype_size(int dtype);      /* 0 when unknown */
 const char *rt_dtype_name(int dtype); /* "float32", ... */
 void rt_array_free(rt_array *a);
+/* The bytes of an array of that dtype and shape: 0, or -1 when a dim is negative or the
+ * product overflows. */
+int rt_array_bytes(int dtype, int rank, const int64_t *dims, size_t *nbytes);
+/* 0, or -1 (nothing allocated) for a bad dtype, rank or size, or when memory is short. */
 int rt_array_alloc(rt_array *a, const char *name, int dtype, int rank, const int64_t *dims);
 /* "(2, 3)" into buf */
 const char *rt_shape_str(char *buf, size_t len, int rank, const int64_t *dims);
@@ -33,11 +37,22 @@ int rt_npy_load(const char *path, rt_array *out, char *err, size_t errlen);
 int rt_npy_save(const char *path, const rt_array *a, char *err, size_t errlen);
 /* Loads every entry of an npz (stored entries only); names lose ".npy". */
 int rt_npz_load(const char *path, rt_array **arrs, int *n, char *err, size_t errlen);
+/* The same from len bytes in memory (path names them in messages). */
+int rt_npz_parse(const void *buf, size_t len, const char *path, rt_array **arrs, int *n, char *err, size_t errlen);
 int rt_npz_save(const char *path, const rt_array *arrs, int n, char *err, size_t errlen);
+/* A file written whole or not at all: rt_atomic_open opens PATH.tmp.PID (the name in
+ * tmp); rt_atomic_close(f, ok, ...) syncs it and renames it to path when ok, else (or
+ * when that fails) removes it; 0, or -1 with the reason (errno's) in err. Outputs,
+ * --save and checkpoints go through it, so a failed write never leaves a partial file
+ * under the final name. */
+FILE *rt_atomic_open(const char *path, char *tmp, size_t tmplen, char *err, size_t errlen);
+int rt_atomic_close(FILE *f, int ok, const char *path, const char *tmp, char *err, size_t errlen);
 uint32_t rt_crc32(uint32_t crc, const void *data, size_t len);
 
 /* ---- weights (rt_weights.c) ------------------------------------------- */
 
+/* The reason a stage gave with pipert_bad_input on this thread, cleared; NULL if none. */
+const char *rt_bad_input_take(void);
 typedef struct rt_weights {
   void *map;
   size_t len;
@@ -85,7 +100,8 @@ extern int rt_errors_muted;                                                 /* r
 double rt_now(void);                                                        /* monotonic seconds */
 int rt_env_on(const char *name);                                            /* a switch: set, not empty, not "0" */
 void rt_set_blas_threads(int n);
-void *rt_aligned_alloc(size_t n); /* 64-byte aligned, zeroed; aborts on OOM */
+void *rt_aligned_alloc(size_t n);     /* 64-byte aligned, zeroed; aborts on OOM */
+void *rt_aligned_try_alloc(size_t n); /* the same, or NULL on OOM (sizes that input files set) */
 /* acc[i] += x[i] over nbytes of float32 or float64 (dtype) elements. */
 void rt_sum_into(void *acc, const void *x, size_t nbytes, int dtype);
 
@@ -98,6 +114,8 @@ int rt_load_inputs(const pipert_pipeline *p, const rt_options *o, rt_array *in, 
 /* Samples in one micro-batch: dim 0 of the first graph input (or output) that has one. */
 int64_t rt_microbatch_size(const pipert_pipeline *p);
 int rt_alloc_outputs(const pipert_pipeline *p, int64_t T, rt_array *out);
+/* --output checked before the run: its folder takes a new file (a DIR is made); 0 or 2. */
+int rt_check_output(const pipert_pipeline *p, const rt_options *o);
 int rt_write_outputs(const pipert_pipeline *p, const rt_options *o, const rt_array *out);
 void rt_print_bench(const pipert_pipeline *p, int iters, int64_t samples_per_iter, double wall_s, const double *busy_s,
                     const rt_stats *stream);

@@ -38,13 +38,19 @@ double rt_now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-void *rt_aligned_alloc(size_t n) {
+void *rt_aligned_try_alloc(size_t n) {
   void *p = NULL;
-  if (posix_memalign(&p, 64, n ? (n + 63) / 64 * 64 : 64) != 0) {
+  if (n > SIZE_MAX - 64 || posix_memalign(&p, 64, n ? (n + 63) / 64 * 64 : 64) != 0) return NULL;
+  memset(p, 0, n);
+  return p;
+}
+
+void *rt_aligned_alloc(size_t n) {
+  void *p = rt_aligned_try_alloc(n);
+  if (!p) {
     fprintf(stderr, "pipeline: out of memory (%zu bytes)\n", n);
     abort();
   }
-  memset(p, 0, n);
   return p;
 }
 
@@ -470,7 +476,11 @@ int rt_alloc_outputs(const pipert_pipeline *p, int64_t T, rt_array *out) {
     int64_t dims[PIPERT_MAX_RANK];
     memcpy(dims, d->dims, sizeof dims);
     if (d->rank > 0) dims[0] *= T; /* a scalar: T is 1 (rt_load_inputs) */
-    rt_array_alloc(&out[i], d->name, d->dtype, d->rank, dims);
+    if (rt_array_alloc(&out[i], d->name, d->dtype, d->rank, dims)) {
+      rt_errorf("output '%s': out of memory for %lld micro-batches", d->name, (long long)T);
+      for (int k = 0; k < i; k++) rt_array_free(&out[k]);
+      return 2;
+    }
   }
   return 0;
 }
@@ -483,6 +493,43 @@ static void safe_name(char *dst, size_t len, const char *name) {
   }
   dst[i] = 0;
   if (!strcmp(dst, ".") || !strcmp(dst, "..") || !dst[0]) snprintf(dst, len, "output");
+}
+
+/* Whether a new file can be made beside path (a temporary file of this process, removed
+ * again). 0, or 2 after one line. */
+static int probe_write(const char *path) {
+  char tmp[4200], err[1024];
+  FILE *f = rt_atomic_open(path, tmp, sizeof tmp, err, sizeof err);
+  if (!f) {
+    rt_errorf("--output %s: cannot write there: %s", path, strerror(errno));
+    return 2;
+  }
+  fclose(f);
+  unlink(tmp);
+  return 0;
+}
+
+int rt_check_output(const pipert_pipeline *p, const rt_options *o) {
+  const char *path = o->output;
+  if (!path) return 0;
+  struct stat st;
+  int is_dir = (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) || ends_with(path, "/");
+  if (ends_with(path, ".npz") && !is_dir) return probe_write(path);
+  if (!is_dir && ends_with(path, ".npy")) {
+    if (p->n_outputs != 1) {
+      rt_errorf("--output %s: the pipeline has %d outputs: give a directory or a .npz file", path, p->n_outputs);
+      return 2;
+    }
+    return probe_write(path);
+  }
+  /* a folder: made once the run has its outputs, so tried where it will be */
+  char probe[4400];
+  if (stat(path, &st) == 0) snprintf(probe, sizeof probe, "%s%soutput.npy", path, ends_with(path, "/") ? "" : "/");
+  else {
+    snprintf(probe, sizeof probe, "%s", path);
+    while (ends_with(probe, "/") && strlen(probe) > 1) probe[strlen(probe) - 1] = 0;
+  }
+  return probe_write(probe);
 }
 
 int rt_write_outputs(const pipert_pipeline *p, const rt_options *o, const rt_array *out) {
@@ -649,7 +696,8 @@ static int run_threads(const pipert_pipeline *p, const rt_options *o) {
   rt_array *in = calloc((size_t)p->n_inputs + 1, sizeof *in), *out = calloc((size_t)p->n_outputs + 1, sizeof *out);
   int64_t T = 0;
   rt_exec *ex = NULL;
-  int rc = rt_load_inputs(p, o, in, &T);
+  int rc = rt_check_output(p, o);
+  if (!rc) rc = rt_load_inputs(p, o, in, &T);
   if (!rc) rc = rt_threads_create(p, o, M, &ex);
   if (!rc) rc = rt_alloc_outputs(p, T, out);
   rt_stats st = {.busy_s = calloc((size_t)p->n_stages, sizeof(double))};

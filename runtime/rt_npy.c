@@ -1,8 +1,14 @@
 /* .npy (format 1.0/2.0/3.0, little endian, C order) and .npz (zip, STORED entries). */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "rt.h"
 
 /* bfloat16 and float8 have no numpy type: their arrays are bit patterns, uint16 ('<u2',
@@ -63,19 +69,27 @@ void rt_array_free(rt_array *a) {
   memset(a, 0, sizeof *a);
 }
 
-int rt_array_alloc(rt_array *a, const char *name, int dtype, int rank, const int64_t *dims) {
-  memset(a, 0, sizeof *a);
+int rt_array_bytes(int dtype, int rank, const int64_t *dims, size_t *nbytes) {
   size_t n = rt_dtype_size(dtype);
   if (!n || rank < 0 || rank > PIPERT_MAX_RANK) return -1;
-  for (int i = 0; i < rank; i++) {
-    a->dims[i] = dims[i];
-    n *= (size_t)dims[i];
-  }
+  for (int i = 0; i < rank; i++)
+    if (dims[i] < 0 || __builtin_mul_overflow(n, (size_t)dims[i], &n)) return -1;
+  *nbytes = n;
+  return 0;
+}
+
+int rt_array_alloc(rt_array *a, const char *name, int dtype, int rank, const int64_t *dims) {
+  memset(a, 0, sizeof *a);
+  size_t n;
+  if (rt_array_bytes(dtype, rank, dims, &n)) return -1;
+  void *data = rt_aligned_try_alloc(n);
+  if (!data) return -1;
+  for (int i = 0; i < rank; i++) a->dims[i] = dims[i];
   a->name = name ? strdup(name) : NULL;
   a->dtype = dtype;
   a->rank = rank;
   a->nbytes = n;
-  a->data = rt_aligned_alloc(n);
+  a->data = data;
   return 0;
 }
 
@@ -170,10 +184,22 @@ int rt_npy_parse(const void *buf, size_t len, const char *what, rt_array *out, c
     snprintf(err, errlen, rank == -2 ? "%s: more than 8 dimensions" : "%s: malformed shape in .npy header", what);
     return -1;
   }
-  rt_array_alloc(out, NULL, dtype, rank, dims);
-  if (len - hoff - hlen < out->nbytes) {
-    rt_array_free(out);
-    goto trunc;
+  /* the header's claim is bounded by the bytes that follow it before anything is
+   * allocated: a lying header costs nothing */
+  size_t nbytes, have = len - hoff - hlen;
+  char sh[160];
+  int overflow = rt_array_bytes(dtype, rank, dims, &nbytes) != 0;
+  if (overflow || nbytes > have) {
+    char claim[64];
+    if (overflow) snprintf(claim, sizeof claim, "more bytes than memory holds");
+    else snprintf(claim, sizeof claim, "%zu bytes", nbytes);
+    snprintf(err, errlen, "%s: truncated .npy file: its header claims shape %s of %s (%s), but %zu bytes follow it",
+             what, rt_shape_str(sh, sizeof sh, rank, dims), rt_dtype_name(dtype), claim, have);
+    return -1;
+  }
+  if (rt_array_alloc(out, NULL, dtype, rank, dims)) {
+    snprintf(err, errlen, "%s: out of memory for its %zu bytes", what, nbytes);
+    return -1;
   }
   memcpy(out->data, b + hoff + hlen, out->nbytes);
   return 0;
@@ -188,18 +214,37 @@ static void *read_file(const char *path, size_t *len, char *err, size_t errlen) 
     snprintf(err, errlen, "%s: %s", path, strerror(errno));
     return NULL;
   }
+  struct stat st;
+  if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+    snprintf(err, errlen, "%s: is a directory, not a file", path);
+    fclose(f);
+    return NULL;
+  }
   size_t cap = 1 << 16, n = 0;
   char *buf = malloc(cap);
-  for (;;) {
-    if (n == cap) buf = realloc(buf, cap *= 2);
+  for (; buf;) {
+    if (n == cap) {
+      char *nb = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap * 2);
+      if (!nb) {
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = nb;
+      cap *= 2;
+    }
     size_t r = fread(buf + n, 1, cap - n, f);
     n += r;
     if (r == 0) break;
   }
-  int bad = ferror(f);
+  int bad = ferror(f), e = errno;
   fclose(f);
+  if (!buf) {
+    snprintf(err, errlen, "%s: out of memory reading it", path);
+    return NULL;
+  }
   if (bad) {
-    snprintf(err, errlen, "%s: read error", path);
+    snprintf(err, errlen, "%s: read error: %s", path, strerror(e));
     free(buf);
     return NULL;
   }
@@ -250,21 +295,46 @@ static size_t npy_header(const rt_array *a, char *h, size_t cap) {
   return total;
 }
 
-int rt_npy_save(const char *path, const rt_array *a, char *err, size_t errlen) {
-  char h[512];
-  size_t hl = npy_header(a, h, sizeof h);
-  FILE *f = fopen(path, "wb");
-  if (!f) {
-    snprintf(err, errlen, "%s: %s", path, strerror(errno));
+/* ---- writing a file whole or not at all ------------------------------------ */
+
+FILE *rt_atomic_open(const char *path, char *tmp, size_t tmplen, char *err, size_t errlen) {
+  snprintf(tmp, tmplen, "%s.tmp.%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (!f) snprintf(err, errlen, "%s: %s", path, strerror(errno));
+  return f;
+}
+
+int rt_atomic_close(FILE *f, int ok, const char *path, const char *tmp, char *err, size_t errlen) {
+  int e = ok ? 0 : errno;
+  if (ok && (fflush(f) || fsync(fileno(f)))) ok = 0, e = errno;
+  if (fclose(f) && ok) ok = 0, e = errno;
+  if (ok && rename(tmp, path)) ok = 0, e = errno;
+  if (!ok) {
+    snprintf(err, errlen, "%s: write error: %s", path, e ? strerror(e) : "short write");
+    unlink(tmp);
     return -1;
   }
-  int ok = fwrite(h, 1, hl, f) == hl && fwrite(a->data, 1, a->nbytes, f) == a->nbytes;
-  if (fclose(f) != 0) ok = 0;
-  if (!ok) {
-    snprintf(err, errlen, "%s: write error", path);
-    return -1;
+  /* the rename itself made durable: the folder synced */
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash) *slash = 0;
+  int fd = open(slash ? (dir[0] ? dir : "/") : ".", O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    fsync(fd);
+    close(fd);
   }
   return 0;
+}
+
+int rt_npy_save(const char *path, const rt_array *a, char *err, size_t errlen) {
+  char h[512], tmp[4200];
+  size_t hl = npy_header(a, h, sizeof h);
+  FILE *f = rt_atomic_open(path, tmp, sizeof tmp, err, errlen);
+  if (!f) return -1;
+  errno = 0;
+  int ok = fwrite(h, 1, hl, f) == hl && fwrite(a->data, 1, a->nbytes, f) == a->nbytes;
+  return rt_atomic_close(f, ok, path, tmp, err, errlen);
 }
 
 /* ---- CRC-32 (zip) ------------------------------------------------------- */
@@ -299,6 +369,15 @@ int rt_npz_load(const char *path, rt_array **arrs, int *n, char *err, size_t err
   *arrs = NULL;
   *n = 0;
   if (!b) return -1;
+  int rc = rt_npz_parse(b, len, path, arrs, n, err, errlen);
+  free(b);
+  return rc;
+}
+
+int rt_npz_parse(const void *buf, size_t len, const char *path, rt_array **arrs, int *n, char *err, size_t errlen) {
+  const unsigned char *b = buf;
+  *arrs = NULL;
+  *n = 0;
   rt_array *out = NULL;
   int cnt = 0;
   long eocd = -1;
@@ -314,11 +393,18 @@ int rt_npz_load(const char *path, rt_array **arrs, int *n, char *err, size_t err
   uint64_t entries = rd16(b + eocd + 10), cdoff = rd32(b + eocd + 16);
   if ((entries == 0xffff || cdoff == 0xffffffffu) && eocd >= 20 && rd32(b + eocd - 20) == 0x07064b50) {
     uint64_t z = rd64(b + eocd - 20 + 8);
-    if (z + 56 > len || rd32(b + z) != 0x06064b50) goto bad;
+    if (z > len || len - z < 56 || rd32(b + z) != 0x06064b50) goto bad;
     entries = rd64(b + z + 32);
     cdoff = rd64(b + z + 48);
   }
+  /* every entry takes 46 bytes of the central directory at least: a count that the file
+   * cannot hold is a corrupt end record, refused before anything is allocated */
+  if (cdoff > len || entries > (len - cdoff) / 46) goto bad;
   out = calloc(entries ? entries : 1, sizeof *out);
+  if (!out) {
+    snprintf(err, errlen, "%s: out of memory for its %llu entries", path, (unsigned long long)entries);
+    goto fail;
+  }
   uint64_t p = cdoff;
   for (uint64_t e = 0; e < entries; e++) {
     if (p + 46 > len || rd32(b + p) != 0x02014b50) goto bad;
@@ -357,9 +443,9 @@ int rt_npz_load(const char *path, rt_array **arrs, int *n, char *err, size_t err
                path, name, flags & 1 ? "encrypted" : "compressed");
       goto fail;
     }
-    if (loff + 30 > len || rd32(b + loff) != 0x04034b50) goto bad;
+    if (loff > len || len - loff < 30 || rd32(b + loff) != 0x04034b50) goto bad;
     uint64_t doff = loff + 30 + rd16(b + loff + 26) + rd16(b + loff + 28);
-    if (csize != usize || doff + usize > len) goto bad;
+    if (csize != usize || doff > len || usize > len - doff) goto bad;
     if (rt_crc32(0, b + doff, usize) != crc) {
       snprintf(err, errlen, "%s: entry '%s': CRC mismatch (corrupt file)", path, name);
       goto fail;
@@ -372,16 +458,14 @@ int rt_npz_load(const char *path, rt_array **arrs, int *n, char *err, size_t err
     out[cnt++].name = strdup(name);
     p += 46 + nlen + xlen + clen;
   }
-  free(b);
   *arrs = out;
   *n = cnt;
   return 0;
 bad:
   snprintf(err, errlen, "%s: corrupt or truncated zip/npz file", path);
 fail:
-  for (int i = 0; i < cnt; i++) rt_array_free(&out[i]);
+  for (int i = 0; i < cnt && out; i++) rt_array_free(&out[i]);
   free(out);
-  free(b);
   return -1;
 }
 
@@ -395,11 +479,10 @@ static void wr32(unsigned char *p, uint32_t v) {
 }
 
 int rt_npz_save(const char *path, const rt_array *arrs, int n, char *err, size_t errlen) {
-  FILE *f = fopen(path, "wb");
-  if (!f) {
-    snprintf(err, errlen, "%s: %s", path, strerror(errno));
-    return -1;
-  }
+  char tmp[4200];
+  FILE *f = rt_atomic_open(path, tmp, sizeof tmp, err, errlen);
+  if (!f) return -1;
+  errno = 0;
   unsigned char *cd = NULL;
   size_t cdlen = 0, off = 0;
   int ok = 1;
@@ -414,6 +497,7 @@ int rt_npz_save(const char *path, const rt_array *arrs, int n, char *err, size_t
           "%s: arrays of 4 GiB or more need zip64, which is not supported; write a directory of .npy files instead",
           path);
       fclose(f);
+      unlink(tmp);
       free(cd);
       return -1;
     }
@@ -453,10 +537,5 @@ int rt_npz_save(const char *path, const rt_array *arrs, int n, char *err, size_t
   wr32(e + 16, (uint32_t)off);
   if (ok) ok = fwrite(cd, 1, cdlen, f) == cdlen && fwrite(e, 1, 22, f) == 22;
   free(cd);
-  if (fclose(f) != 0) ok = 0;
-  if (!ok) {
-    snprintf(err, errlen, "%s: write error", path);
-    return -1;
-  }
-  return 0;
+  return rt_atomic_close(f, ok, path, tmp, err, errlen);
 }

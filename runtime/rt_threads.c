@@ -329,7 +329,9 @@ static void *worker_main(void *arg) {
     /* a failure there (a fault on one GPU after its last hand-over) fails the run: other
      * GPUs' stages may have read what it never wrote */
     char nm[64];
-    if (b < 0) fail(ex, 1, "%s: work queued on its device failed", rt_worker_name(w, nm, sizeof nm));
+    const char *why = b < 0 ? rt_bad_input_take() : NULL; /* an index out of range, found on the device */
+    if (why) fail(ex, 2, "%s: %s", rt_worker_name(w, nm, sizeof nm), why);
+    else if (b < 0) fail(ex, 1, "%s: work queued on its device failed", rt_worker_name(w, nm, sizeof nm));
     w->busy = b >= 0 ? b : 0;
   }
   pthread_mutex_lock(&ex->mu);

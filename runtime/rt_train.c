@@ -189,6 +189,24 @@ static int input_index(const pipert_pipeline *p, const char *name) {
   return -1;
 }
 
+/* Class labels of a classification loss lie in [0, C) for the logits' C classes (the
+ * loss would otherwise train on without them): checked once, as the data is read, so
+ * no step pays for it. 0, or 2 after one line naming the first label out of range. */
+static int check_labels(const pipert_pipeline *p, const rt_array *a, const char *path) {
+  if (p->logits_output < 0 || a->dtype != PIPERT_INT64) return 0;
+  const pipert_tensor_desc *lo = &p->outputs[p->logits_output];
+  if (lo->rank < 1) return 0;
+  int64_t C = lo->dims[lo->rank - 1];
+  const int64_t *v = a->data;
+  for (size_t i = 0, n = a->nbytes / sizeof *v; i < n; i++)
+    if (v[i] < 0 || v[i] >= C) {
+      rt_errorf("train: %s: label %lld (element %zu) is out of range for %lld classes (0..%lld)", path,
+                (long long)v[i], i, (long long)C, (long long)(C - 1));
+      return 2;
+    }
+  return 0;
+}
+
 /* Takes a (dim 0: samples) as the data of graph input idx, after checking it. */
 static int accept_data(const pipert_pipeline *p, int idx, rt_array *a, const char *src, rt_array *data, int64_t *N) {
   const pipert_tensor_desc *d = &p->inputs[idx];
@@ -278,12 +296,17 @@ static int load_data(const pipert_pipeline *p, const train_opts *t, rt_array *da
     }
     if (a.dtype == PIPERT_INT32 && p->inputs[p->labels_input].dtype == PIPERT_INT64) { /* widen int32 labels */
       rt_array b;
-      rt_array_alloc(&b, NULL, PIPERT_INT64, a.rank, a.dims);
+      if (rt_array_alloc(&b, NULL, PIPERT_INT64, a.rank, a.dims)) {
+        rt_errorf("train: %s: out of memory widening its labels", t->labels ? t->labels : "labels");
+        rt_array_free(&a);
+        return 2;
+      }
       for (size_t i = 0; i < a.nbytes / 4; i++) ((int64_t *)b.data)[i] = ((const int32_t *)a.data)[i];
       rt_array_free(&a);
       a = b;
     }
-    rc = accept_data(p, p->labels_input, &a, t->labels, data, N);
+    rc = check_labels(p, &a, t->labels);
+    if (!rc) rc = accept_data(p, p->labels_input, &a, t->labels, data, N);
     rt_array_free(&a);
   } else if (!rc && t->labels) {
     rt_errorf("train: --labels: this program's loss reads no labels");
@@ -477,25 +500,13 @@ static void meta_array(rt_array *a, const char *name, int64_t v) {
   *(int64_t *)a->data = v;
 }
 
-static int fsync_path(const char *path, int dir) {
-  int fd = open(path, (dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) return -1;
-  int rc = fsync(fd);
-  close(fd);
-  return rc;
-}
-
-/* DIR/checkpoint.npz, atomically: written to DIR/checkpoint.npz.tmp, synced, renamed. */
+/* DIR/checkpoint.npz, atomically (rt_npz_save: a temporary file of this process, synced,
+ * renamed, the folder synced). The folder was made and checked before the first step. */
 static int write_checkpoint(trainer *tr, const train_opts *t, int64_t step) {
   rt_array *a;
   int n;
-  char err[1024] = "", path[4096], tmp[4200];
+  char err[1024] = "", path[4096];
   int rc = 0;
-  if (root(tr) && mkdir(t->checkpoint, 0777) && errno != EEXIST) {
-    rt_errorf("train: --checkpoint %s: %s", t->checkpoint, strerror(errno));
-    rc = 2;
-  }
-  if ((rc = agree(tr, rc))) return rc;
   if (collect(tr, KINDS(PIPERT_PARAM_WEIGHT, PIPERT_PARAM_BUFFER, PIPERT_PARAM_OPTSTATE, PIPERT_PARAM_HYPER), &a, &n,
               3))
     return 1;
@@ -503,14 +514,52 @@ static int write_checkpoint(trainer *tr, const train_opts *t, int64_t step) {
   meta_array(&a[n++], "pipecc/seed", (int64_t)t->seed);
   meta_array(&a[n++], "pipecc/shuffle", t->shuffle);
   snprintf(path, sizeof path, "%s/checkpoint.npz", t->checkpoint);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  if (root(tr) && (rt_npz_save(tmp, a, n, err, sizeof err) || fsync_path(tmp, 0) || rename(tmp, path) ||
-                   fsync_path(t->checkpoint, 1))) {
-    rt_errorf("train: checkpoint %s: %s", path, err[0] ? err : strerror(errno));
-    remove(tmp);
+  if (root(tr) && rt_npz_save(path, a, n, err, sizeof err)) {
+    rt_errorf("train: checkpoint %s", err);
     rc = 2;
   }
   free_arrays(a, n);
+  return agree(tr, rc);
+}
+
+/* Whether a file can be written at path: its folder exists and takes a new file (tried
+ * with a temporary file of this process, removed again), and path is no folder. 0, or 2
+ * after one line naming the option. */
+static int check_writable(const char *opt, const char *path) {
+  struct stat st;
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+    rt_errorf("train: %s %s: is a directory (give a file name)", opt, path);
+    return 2;
+  }
+  char tmp[4200], err[1024];
+  FILE *f = rt_atomic_open(path, tmp, sizeof tmp, err, sizeof err);
+  if (!f) {
+    rt_errorf("train: %s %s: cannot write there: %s", opt, path, strerror(errno));
+    return 2;
+  }
+  fclose(f);
+  unlink(tmp);
+  return 0;
+}
+
+/* Every place the run will write, checked before the first step, so that a bad path
+ * costs no training: --save, --save-grads, --export-onnx, and the --checkpoint folder
+ * (made here). Rank 0 checks; every rank agrees. */
+static int check_outputs(trainer *tr, const train_opts *t) {
+  int rc = 0;
+  if (root(tr)) {
+    if (!rc && t->save) rc = check_writable("--save", t->save);
+    if (!rc && t->save_grads) rc = check_writable("--save-grads", t->save_grads);
+    if (!rc && t->export_onnx) rc = check_writable("--export-onnx", t->export_onnx);
+    if (!rc && t->checkpoint) {
+      char probe[4200];
+      snprintf(probe, sizeof probe, "%s/checkpoint.npz", t->checkpoint);
+      if (mkdir(t->checkpoint, 0777) && errno != EEXIST) {
+        rt_errorf("train: --checkpoint %s: %s", t->checkpoint, strerror(errno));
+        rc = 2;
+      } else rc = check_writable("--checkpoint", probe);
+    }
+  }
   return agree(tr, rc);
 }
 
@@ -601,7 +650,15 @@ static unsigned char *read_whole(const char *path, size_t *len) {
   unsigned char *b = NULL;
   size_t cap = 0, n = 0, k;
   do {
-    if (n == cap) b = realloc(b, cap = cap ? cap * 2 : 1 << 20);
+    if (n == cap) {
+      unsigned char *nb = realloc(b, cap = cap ? cap * 2 : 1 << 20);
+      if (!nb) {
+        free(b);
+        fclose(f);
+        return NULL;
+      }
+      b = nb;
+    }
     k = fread(b + n, 1, cap - n, f);
     n += k;
   } while (k > 0);
@@ -610,16 +667,13 @@ static unsigned char *read_whole(const char *path, size_t *len) {
   return b;
 }
 
-static int write_whole(const char *path, const void *b, size_t n) {
+/* path written whole or not at all; 0, or -1 with the reason in err. */
+static int write_whole(const char *path, const void *b, size_t n, char *err, size_t errlen) {
   char tmp[8500];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "wb");
-  if (!f || fwrite(b, 1, n, f) != n || fclose(f)) {
-    if (f) fclose(f);
-    remove(tmp);
-    return -1;
-  }
-  return rename(tmp, path);
+  FILE *f = rt_atomic_open(path, tmp, sizeof tmp, err, errlen);
+  if (!f) return -1;
+  errno = 0;
+  return rt_atomic_close(f, fwrite(b, 1, n, f) == n, path, tmp, err, errlen);
 }
 
 static int patch_model(trainer *tr, const pipert_export_desc *x, const rt_array *w, int nw, const char *out);
@@ -697,8 +751,9 @@ static int patch_model(trainer *tr, const pipert_export_desc *x, const rt_array 
     if (!rc) {
       if (file) snprintf(dst, sizeof dst, "%s/%s", odir, file);
       else snprintf(dst, sizeof dst, "%s", out);
-      if (write_whole(dst, buf, blen)) {
-        rt_errorf("train: --export-onnx: cannot write %s: %s", dst, strerror(errno));
+      char err[1024];
+      if (write_whole(dst, buf, blen, err, sizeof err)) {
+        rt_errorf("train: --export-onnx: %s", err);
         rc = 2;
       }
     }
@@ -769,6 +824,7 @@ static int train_loop(trainer *tr, train_opts *t) {
   N = be->bcast(be->impl, N);
   int64_t spe = rc ? 1 : N / B, steps = t->steps ? t->steps : (int64_t)ceil(t->epochs * (double)spe - 1e-9);
   int64_t start = 0;
+  if (!rc) rc = check_outputs(tr, t);
   if (!rc && t->resume) rc = resume(tr, t, &start);
   if (!rc) rc = set_hyper(tr, t);
   if (!rc) rc = sync_copies(tr);
@@ -776,9 +832,12 @@ static int train_loop(trainer *tr, train_opts *t) {
     int64_t dims[PIPERT_MAX_RANK];
     memcpy(dims, p->inputs[i].dims, sizeof dims);
     dims[0] = r0 ? B : 0;
-    rt_array_alloc(&in[i], p->inputs[i].name, p->inputs[i].dtype, p->inputs[i].rank, dims);
+    if (rt_array_alloc(&in[i], p->inputs[i].name, p->inputs[i].dtype, p->inputs[i].rank, dims)) {
+      rt_errorf("train: input '%s': out of memory for a batch of %lld", p->inputs[i].name, (long long)B);
+      rc = 2;
+    }
   }
-  if (!rc && r0) rt_alloc_outputs(p, M, out);
+  if (!rc && r0) rc = rt_alloc_outputs(p, M, out);
   if (!rc && start >= steps) {
     if (r0)
       rt_errorf("train: the checkpoint is at step %lld, and training ends at step %lld", (long long)start,
@@ -842,7 +901,7 @@ static int train_loop(trainer *tr, train_opts *t) {
       if (!isfinite(loss)) {
         rt_errorf("train: step %lld: the loss is %s (lower --lr?)", (long long)step + 1,
                   isnan(loss) ? "NaN" : "infinite");
-        rc = 1;
+        rc = 2;
       }
     }
     if ((rc = agree(tr, rc))) break;

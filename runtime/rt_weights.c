@@ -1,4 +1,5 @@
 /* Weights files: mmap, size and XXH64 checksum check. */
+#include <stdarg.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -9,6 +10,27 @@
 #include "rt.h"
 
 uint64_t pipert_checksum64(const void *data, size_t len) { return pipert_xxh64(data, len); }
+
+/* ---- a stage's bad input (pipert.h) ---- */
+
+static _Thread_local char bad_input[768];
+
+void pipert_bad_input(const char *node, const char *fmt, ...) {
+  if (bad_input[0]) return; /* the first of this call */
+  int o = snprintf(bad_input, sizeof bad_input, "%s: ", node);
+  va_list ap;
+  va_start(ap, fmt);
+  if (o > 0 && (size_t)o < sizeof bad_input) vsnprintf(bad_input + o, sizeof bad_input - (size_t)o, fmt, ap);
+  va_end(ap);
+}
+
+const char *rt_bad_input_take(void) {
+  static _Thread_local char taken[sizeof bad_input];
+  if (!bad_input[0]) return NULL;
+  memcpy(taken, bad_input, sizeof taken);
+  bad_input[0] = 0;
+  return taken;
+}
 
 int rt_weights_load(const pipert_stage_desc *d, const char *dir, rt_weights *w, char *err, size_t errlen) {
   w->map = NULL;
@@ -27,6 +49,12 @@ int rt_weights_load(const pipert_stage_desc *d, const char *dir, rt_weights *w, 
   struct stat st;
   if (fstat(fd, &st) != 0) {
     snprintf(err, errlen, "stage %d: %s: %s", d->id, d->weights_file, strerror(errno));
+    close(fd);
+    return -1;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    snprintf(err, errlen, "stage %d: %s: %s, not a weights file", d->id, path,
+             S_ISDIR(st.st_mode) ? "is a directory" : "is not a regular file");
     close(fd);
     return -1;
   }

@@ -398,6 +398,9 @@ static int do_fwd(rt_worker *w, int mb, int64_t g) {
   if (rc != 0) {
     atomic_store(&o->refs, 1);
     rt_set_release(o);
+    const char *why = rt_bad_input_take();
+    if (rc == PIPERT_STATUS_BAD_INPUT && why)
+      return failf(w, 2, "%s: micro-batch %lld: %s", rt_worker_name(w, nm, sizeof nm), (long long)g, why);
     return failf(w, 1, "%s: forward failed on micro-batch %lld (status %d)", rt_worker_name(w, nm, sizeof nm),
                  (long long)g, rc);
   }
@@ -478,6 +481,9 @@ static int do_bwd(rt_worker *w, int mb, int64_t g) {
   if (rc != 0) {
     atomic_store(&o->refs, 1);
     rt_set_release(o);
+    const char *why = rt_bad_input_take();
+    if (rc == PIPERT_STATUS_BAD_INPUT && why)
+      return failf(w, 2, "%s: micro-batch %lld: %s", rt_worker_name(w, nm, sizeof nm), (long long)g, why);
     return failf(w, 1, "%s: backward failed on micro-batch %lld (status %d)", rt_worker_name(w, nm, sizeof nm),
                  (long long)g, rc);
   }

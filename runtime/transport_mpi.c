@@ -654,8 +654,10 @@ static int world_run(world *W, const rt_array *in, rt_array *out, int64_t T, dou
     if (W->w.dev_async) { /* the round's device work done (uploads read inbuf), its time */
       double b = rt_worker_end_wait(&W->w, T);
       if (b < 0) {
-        rt_errorf("stage %d: work queued on its device failed", W->stage);
-        MPI_Abort(MPI_COMM_WORLD, 1);
+        const char *why = rt_bad_input_take(); /* an index out of range, found on the device */
+        if (why) rt_errorf("stage %d: %s", W->stage, why);
+        else rt_errorf("stage %d: work queued on its device failed", W->stage);
+        MPI_Abort(MPI_COMM_WORLD, why ? 2 : 1);
       }
       dev_busy += b > 0 ? b : 0;
     }
@@ -701,12 +703,16 @@ int rt_mpi_main(const pipert_pipeline *p, const rt_options *o) {
   rt_array *in = calloc((size_t)p->n_inputs + 1, sizeof *in), *out = calloc((size_t)p->n_outputs + 1, sizeof *out);
   int64_t T = -1;
   if (!rc) {
-    if (W.rank == 0 && rt_load_inputs(p, o, in, &T)) T = -1;
+    if (W.rank == 0 && (rt_check_output(p, o) || rt_load_inputs(p, o, in, &T))) T = -1;
     MPI_Bcast(&T, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
     if (T < 0) rc = 2;
   }
+  if (!rc) { /* rank 0's outputs (said there when memory is short), and every rank stops alike */
+    int ok = W.rank != 0 || !rt_alloc_outputs(p, T, out);
+    MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (!ok) rc = 2;
+  }
   if (!rc) {
-    if (W.rank == 0) rt_alloc_outputs(p, T, out);
     double busy = 0;
     rc = world_run(&W, in, out, T, &busy);
     if (!rc && o->bench) {

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "frontend/onnx_load.h"
 #include "ir/diag.h"
@@ -73,7 +74,7 @@ typedef int (*writer_fn)(FILE *f, void *ctx);
 static int write_file(const char *dir, const char *name, writer_fn fn, void *ctx) {
   char path[4096], tmp[4200];
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
   FILE *f = fopen(tmp, "w");
   if (!f) {
     fprintf(stderr, "pipecc: cannot write %s: %s\n", path, strerror(errno));
