@@ -75,6 +75,7 @@ typedef struct cg_ctx {
   size_t scratch; /* largest scratch (bytes) any unit of the stage asked for */
   size_t unit_scratch;
   int gemm_direct; /* a unit calls pipert_gemm_direct: the stage includes pipert_gemm.h */
+  int unit_checks; /* the unit checks its input (cg_index_check): it returns non-zero on bad input */
 } cg_ctx;
 
 /* Write formatted text to the current body. */
@@ -83,6 +84,16 @@ void cg_w(cg_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)))
 void cg_scratch(cg_ctx *c, size_t n);
 /* Report an error about node n (ir_error_node) and return -1. */
 int cg_fail(cg_ctx *c, const ir_node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Indices read at run time: the emitted test that index k (after wrapping a negative
+ * one, as ONNX does) lies in [0, size), which otherwise makes the unit name the node, the
+ * index `raw` (an expression) and `what` through pipert_bad_input and return non-zero
+ * (the stage's forward or backward then returns PIPERT_STATUS_BAD_INPUT). ind: its
+ * indentation. */
+void cg_index_check(cg_ctx *c, const ir_node *n, int ind, const char *k, const char *raw, int64_t size,
+                    const char *what);
+/* Constant indices checked at compile time: 0, or -1 after cg_fail naming the first
+ * index outside [-size, size). Non-constant ones: 1 (check them with cg_index_check). */
+int cg_const_indices(cg_ctx *c, const ir_node *n, const ir_value *ix, int64_t size, const char *what);
 
 /* C element type for a dtype ("float", "int64_t", "uint8_t" for bool, "uint16_t" bit
  * patterns for float16 and bfloat16, "uint8_t" ones for float8), NULL if unsupported. */

@@ -46,6 +46,35 @@ int cg_fail(cg_ctx *c, const ir_node *n, const char *fmt, ...) {
   return -1;
 }
 
+void cg_index_check(cg_ctx *c, const ir_node *n, int ind, const char *k, const char *raw, int64_t size,
+                    const char *what) {
+  /* PIPECC_INDEX_CHECKS=0: no test at all (an index out of range is then undefined), for
+   * measuring what the tests cost (tools/bench_index_check.py) */
+  const char *env = getenv("PIPECC_INDEX_CHECKS");
+  if (env && !strcmp(env, "0")) return;
+  char label[400], nm[200];
+  snprintf(label, sizeof label, "node %d '%s' (%s)", n->index,
+           ir_printable(n->name ? n->name : "", 120, nm, sizeof nm), ir_op_name(n->op));
+  cg_w(c, "%*sif (%s < 0 || %s >= %lld) {\n%*s  pipert_bad_input(", ind, "", k, k, (long long)size, ind, "");
+  cg_put_cstr(c->body, label);
+  cg_w(c, ", \"index %%lld is out of range for %s of size %lld\", (long long)(%s));\n%*s  return 1;\n%*s}\n", what,
+       (long long)size, raw, ind, "", ind, "");
+  c->unit_checks = 1;
+}
+
+int cg_const_indices(cg_ctx *c, const ir_node *n, const ir_value *ix, int64_t size, const char *what) {
+  if (ix->kind != IR_VAL_CONST) return 1;
+  int64_t cnt = cg_numel(ix);
+  for (int64_t i = 0; i < cnt; i++) {
+    int64_t k;
+    if (ir_const_i64(ix, i, &k)) return 1;
+    if (k < -size || k >= size)
+      return cg_fail(c, n, "index %lld (element %lld of the indices) is out of range for %s of size %lld", (long long)k,
+                     (long long)i, what, (long long)size);
+  }
+  return 0;
+}
+
 const char *cg_ctype(ir_dtype t) {
   switch (t) {
     case IR_FLOAT: return "float";
@@ -212,6 +241,7 @@ static int emit_unit(cg_stage *st, cg_ctx *c, int ui, FILE *f, FILE *call) {
   size_t blen = 0;
   c->body = open_memstream(&body, &blen);
   c->unit_scratch = 0;
+  c->unit_checks = 0;
   int rc;
   int eltwise = cg_is_eltwise(g, root);
   if (eltwise) {
@@ -263,7 +293,7 @@ static int emit_unit(cg_stage *st, cg_ctx *c, int ui, FILE *f, FILE *call) {
   char fname[64];
   snprintf(fname, sizeof fname, "n%d_%s", u->root, eltwise && u->n_nodes > 1 ? "fused" : ir_op_name(root->op));
   cg_put_unit_comment(f, g, u, "");
-  fprintf(f, "%sstatic void %s(", vec_clones(root, eltwise) ? "PK_VEC " : "", fname);
+  fprintf(f, "%sstatic %s %s(", vec_clones(root, eltwise) ? "PK_VEC " : "", c->unit_checks ? "int" : "void", fname);
   int first = 1;
   for (int i = 0; i < np; i++) {
     if (!ident_used(body, ps[i].name)) continue;
@@ -276,11 +306,11 @@ static int emit_unit(cg_stage *st, cg_ctx *c, int ui, FILE *f, FILE *call) {
   if (first) fputs("void", f);
   fputs(") {\n", f);
   fputs(body, f);
-  fputs("}\n\n", f);
+  fputs(c->unit_checks ? "  return 0;\n}\n\n" : "}\n\n", f);
 
   cg_put_unit_comment(call, g, u, "  ");
   if (!st->p->train) fprintf(call, "  PK_UNIT(%d);\n", ui);
-  fprintf(call, "  %s(", fname);
+  fprintf(call, "  %s%s(", c->unit_checks ? "if (" : "", fname);
   first = 1;
   for (int i = 0; i < np; i++) {
     if (!ident_used(body, ps[i].name)) continue;
@@ -289,7 +319,7 @@ static int emit_unit(cg_stage *st, cg_ctx *c, int ui, FILE *f, FILE *call) {
     if (ps[i].value < 0) fputs("A + SCRATCH_OFF", call);
     else put_ptr(call, st, ps[i].value, !ps[i].is_out);
   }
-  fputs(");\n", call);
+  fputs(c->unit_checks ? ")) return PIPERT_STATUS_BAD_INPUT;\n" : ");\n", call);
   free(body);
   return 0;
 }

@@ -160,12 +160,14 @@ static int emit_gather(cg_ctx *c, const ir_node *n) {
   for (int i = 0; i < axis; i++) outer *= x->shape.dims[i];
   for (int i = axis + 1; i < r; i++) inner *= x->shape.dims[i];
   if (!cg_numel(y)) return 0;
+  char what[48];
+  snprintf(what, sizeof what, "axis %d", axis);
+  int run_check = cg_const_indices(c, n, ix, A, what);
+  if (run_check < 0) return -1;
   size_t es = ir_dtype_size(x->dtype);
   cg_w(c, "  for (long o = 0; o < %lld; o++)\n    for (long j = 0; j < %lld; j++) {\n", LL(outer), LL(ni));
-  cg_w(
-      c,
-      "      long k = (long)x1[j];\n      if (k < 0) k += %lld;\n      if (k < 0 || k >= %lld) k = 0; /* out of range: undefined in ONNX */\n",
-      LL(A), LL(A));
+  cg_w(c, "      long k = (long)x1[j];\n      if (k < 0) k += %lld;\n", LL(A));
+  if (run_check) cg_index_check(c, n, 6, "k", "x1[j]", A, what);
   if (inner == 1) cg_w(c, "      y0[o * %lld + j] = x0[o * %lld + k];\n    }\n", LL(ni), LL(A));
   else
     cg_w(c, "      memcpy(y0 + (o * %lld + j) * %lld, x0 + (o * %lld + k) * %lld, %lldu);\n    }\n", LL(ni), LL(inner),
@@ -182,12 +184,15 @@ static int emit_gather_elements(cg_ctx *c, const ir_node *n) {
   int64_t xs[IR_MAX_RANK] = {0}, st[IR_MAX_RANK] = {0};
   cg_strides(&x->shape, xs);
   for (int d = 0; d < r; d++) st[d] = d == axis ? 0 : xs[d];
-  char e[512];
+  char e[512], what[48];
+  snprintf(what, sizeof what, "axis %d", axis);
+  int run_check = cg_const_indices(c, n, cg_in(c, n, 1), x->shape.dims[axis], what);
+  if (run_check < 0) return -1;
   cg_w(c, "  long o = 0;\n");
   open_loops(c, y->shape.dims, r, 2);
   cg_w(c, "%*slong k = (long)x1[o];\n%*sif (k < 0) k += %lld;\n", 2 + 2 * r, "", 2 + 2 * r, "",
        LL(x->shape.dims[axis]));
-  cg_w(c, "%*sif (k < 0 || k >= %lld) k = 0;\n", 2 + 2 * r, "", LL(x->shape.dims[axis]));
+  if (run_check) cg_index_check(c, n, 2 + 2 * r, "k", "x1[o]", x->shape.dims[axis], what);
   cg_w(c, "%*sy0[o++] = x0[%s + k * %lld];\n", 2 + 2 * r, "", index_expr(e, sizeof e, st, r), LL(xs[axis]));
   close_loops(c, r, 2);
   return 0;
@@ -737,13 +742,32 @@ static int emit_topk(cg_ctx *c, const ir_node *n) {
   return 0;
 }
 
-/* Flat data offset of the index tuple ix[0..L) over dims[0..L) (negative indices wrap). */
-static void emit_nd_offset(cg_ctx *c, const int64_t *dims, int L, const char *ix, int ind) {
+/* Flat data offset of the index tuple ix[0..L) over dims[0..L) (negative indices wrap),
+ * each index checked against its dim unless the indices are constant (checked here,
+ * dims from data axis `first`). Returns 0, or -1 (a constant index out of range). */
+static int emit_nd_offset(cg_ctx *c, const ir_node *n, const int64_t *dims, int L, int first, const char *ix, int ind) {
+  const ir_value *iv = cg_in(c, n, 1);
+  int run_check = iv->kind != IR_VAL_CONST;
+  for (int64_t i = 0, cnt = run_check ? 0 : cg_numel(iv); i < cnt && L > 0; i++) {
+    int64_t k, size = dims[i % L];
+    if (ir_const_i64(iv, i, &k)) {
+      run_check = 1;
+      break;
+    }
+    if (k < -size || k >= size)
+      return cg_fail(c, n, "index %lld (element %lld of the indices) is out of range for axis %d of size %lld", LL(k),
+                     LL(i), first + (int)(i % L), LL(size));
+  }
   cg_w(c, "%*slong off = 0;\n", ind, "");
-  for (int l = 0; l < L; l++)
-    cg_w(c,
-         "%*s{ long k = (long)%s[%d]; if (k < 0) k += %lld; if (k < 0 || k >= %lld) k = 0; off = off * %lld + k; }\n",
-         ind, "", ix, l, LL(dims[l]), LL(dims[l]), LL(dims[l]));
+  for (int l = 0; l < L; l++) {
+    char raw[64], what[48];
+    snprintf(raw, sizeof raw, "%s[%d]", ix, l);
+    snprintf(what, sizeof what, "axis %d", first + l);
+    cg_w(c, "%*s{\n%*s  long k = (long)%s;\n%*s  if (k < 0) k += %lld;\n", ind, "", ind, "", raw, ind, "", LL(dims[l]));
+    if (run_check) cg_index_check(c, n, ind + 2, "k", raw, dims[l], what);
+    cg_w(c, "%*s  off = off * %lld + k;\n%*s}\n", ind, "", LL(dims[l]), ind, "");
+  }
+  return 0;
 }
 
 static int emit_gather_nd(cg_ctx *c, const ir_node *n) {
@@ -760,7 +784,7 @@ static int emit_gather_nd(cg_ctx *c, const ir_node *n) {
   if (!cg_numel(y)) return 0;
   cg_w(c, "  for (long bi = 0; bi < %lld; bi++)\n    for (long j = 0; j < %lld; j++) {\n", LL(B), LL(nI));
   cg_w(c, "      const %s *ix = x1 + (bi * %lld + j) * %d;\n", cg_ctype(ix->dtype), LL(nI), L);
-  emit_nd_offset(c, x->shape.dims + b, L, "ix", 6);
+  if (emit_nd_offset(c, n, x->shape.dims + b, L, b, "ix", 6)) return -1;
   cg_w(c, "      memcpy(y0 + (bi * %lld + j) * %lld, x0 + bi * %lld + off * %lld, %lldu);\n    }\n", LL(nI), LL(slice),
        LL(D), LL(slice), LL(slice * (int64_t)ir_dtype_size(x->dtype)));
   return 0;
@@ -789,12 +813,15 @@ static int emit_scatter_elements(cg_ctx *c, const ir_node *n) {
   int64_t xs[IR_MAX_RANK] = {0}, st[IR_MAX_RANK] = {0};
   cg_strides(&x->shape, xs);
   for (int d = 0; d < r; d++) st[d] = d == axis ? 0 : xs[d];
-  char e[512], dst[600];
+  char e[512], dst[600], what[48];
+  snprintf(what, sizeof what, "axis %d", axis);
+  int run_check = cg_const_indices(c, n, ix, x->shape.dims[axis], what);
+  if (run_check < 0) return -1;
   cg_w(c, "  long u = 0;\n");
   open_loops(c, ix->shape.dims, r, 2);
   int ind = 2 + 2 * r;
-  cg_w(c, "%*slong k = (long)x1[u];\n%*sif (k < 0) k += %lld;\n%*sif (k < 0 || k >= %lld) k = 0;\n", ind, "", ind, "",
-       LL(x->shape.dims[axis]), ind, "", LL(x->shape.dims[axis]));
+  cg_w(c, "%*slong k = (long)x1[u];\n%*sif (k < 0) k += %lld;\n", ind, "", ind, "", LL(x->shape.dims[axis]));
+  if (run_check) cg_index_check(c, n, ind, "k", "x1[u]", x->shape.dims[axis], what);
   snprintf(dst, sizeof dst, "y0[%s + k * %lld]", index_expr(e, sizeof e, st, r), LL(xs[axis]));
   if (scatter_stmt(c, n, dst, "x2[u]", ind)) return -1;
   cg_w(c, "%*su++;\n", ind, "");
@@ -814,7 +841,7 @@ static int emit_scatter_nd(cg_ctx *c, const ir_node *n) {
   if (!cg_numel(y)) return 0;
   cg_w(c, "  memcpy(y0, x0, %lldu);\n", LL(ir_value_bytes(y)));
   cg_w(c, "  for (long j = 0; j < %lld; j++) {\n    const %s *ix = x1 + j * %d;\n", LL(nI), cg_ctype(ix->dtype), L);
-  emit_nd_offset(c, x->shape.dims, L, "ix", 4);
+  if (emit_nd_offset(c, n, x->shape.dims, L, 0, "ix", 4)) return -1;
   cg_w(c, "    for (long s = 0; s < %lld; s++) {\n", LL(slice));
   char dst[64];
   snprintf(dst, sizeof dst, "y0[off * %lld + s]", LL(slice));

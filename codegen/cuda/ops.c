@@ -643,8 +643,8 @@ static int emit_gather(cu_ctx *c, const ir_node *n) {
   for (int i = 0; i < axis; i++) outer *= x->shape.dims[i];
   for (int i = axis + 1; i < r; i++) inner *= x->shape.dims[i];
   if (!cg_numel(y)) return 0;
-  cu_w(c, "  PK_TRY(pk_gather(S, %d, %s, %s, %d, %s, %lld, %lld, %lld, %lld));\n", (int)ir_dtype_size(x->dtype),
-       c->x[0], c->x[1], ix->dtype == IR_INT64, c->y[0], LL(outer), LL(x->shape.dims[axis]), LL(cg_numel(ix)),
+  cu_w(c, "  PK_TRY(pk_gather(S, %d, %d, %s, %s, %d, %s, %lld, %lld, %lld, %lld));\n", (int)ir_dtype_size(x->dtype),
+       axis, c->x[0], c->x[1], ix->dtype == IR_INT64, c->y[0], LL(outer), LL(x->shape.dims[axis]), LL(cg_numel(ix)),
        LL(inner));
   return 0;
 }
@@ -836,7 +836,7 @@ static int emit_gather_nd(cu_ctx *c, const ir_node *n) {
   int node = (int)(n - c->g->nodes);
   cu_decl(c, "static const pk_gather_nd_p gn%d = {%d, %d, %d, %lld, %lld, %lld, %lld, ", node,
           (int)ir_dtype_size(x->dtype), i64, L, LL(B), LL(nI), LL(slice), LL(D));
-  put_i64s(c, x->shape.dims + b, L), cu_decl(c, "};\n");
+  put_i64s(c, x->shape.dims + b, L), cu_decl(c, ", %d};\n", b);
   cu_w(c, "  PK_TRY(pk_gather_nd(S, &gn%d, %s, %s, %s));\n", node, c->x[0], c->x[1], c->y[0]);
   return 0;
 }

@@ -126,10 +126,14 @@ typedef struct pk_reduce_p {
 
 /* GatherElements: y[o] (o over the indices' dims ydims) = x[sum_d o_d * xs[d]], where
  * along `axis` o_d is replaced by idx[o] (negative from the end, out of range 0). */
+/* bad, unit (in GatherElements, GatherND and scatters): where a kernel records an index
+ * out of range, and the unit's number; set by the call (pk_stage.bad) */
 typedef struct pk_gather_el_p {
   int esize, rank, axis, idx64;
   int64_t a; /* x's extent along axis */
   int64_t ydims[PK_MAX_RANK], xs[PK_MAX_RANK];
+  unsigned long long *bad;
+  int unit;
 } pk_gather_el_p;
 
 /* GatherND: b batches of ni index tuples of l entries; tuple j of batch bi picks the
@@ -139,6 +143,9 @@ typedef struct pk_gather_nd_p {
   int esize, idx64, l;
   int64_t b, ni, slice, d;
   int64_t dims[PK_MAX_RANK];
+  int first_axis; /* the data axis of dims[0] (batch_dims) */
+  unsigned long long *bad;
+  int unit;
 } pk_gather_nd_p;
 
 /* ScatterElements (nd = 0) and ScatterND (nd = 1): y = x, then for every update unit
@@ -156,6 +163,8 @@ typedef struct pk_scatter_p {
   int64_t ny; /* elements of x and y */
   int64_t nu, slice, sort_n;
   int64_t udims[PK_MAX_RANK], xs[PK_MAX_RANK], dims[PK_MAX_RANK];
+  unsigned long long *bad;
+  int unit;
 } pk_scatter_p;
 
 /* Resize / Upsample over rank dims: nearest (any element size: a copy), multilinear, or
@@ -255,7 +264,13 @@ typedef struct pk_stage {
   struct pk_gplan *gplans;    /* cuDNN graph API plans (PIPECC_CONV_API=graph) */
   int use_graph, captured[3]; /* per part (forward, backward, update): 1 run once, 2 captured */
   cudaGraphExec_t exec[3];
-  int unit;        /* the unit running (errors) */
+  int unit; /* the unit running (errors) */
+  /* run-time indices out of range (Gather and kin): the first kernel thread to find one
+   * records {1, index, size, unit << 8 | axis} in bad (device); the part's end copies it
+   * into bad_host, which is read once the part's work is done (sync) or at the run's end
+   * (async: dev_busy) */
+  unsigned long long *bad, *bad_host;
+  int bad_used;    /* a unit checked indices: bad is read back */
   cudaEvent_t *ev; /* profiling: n_units + 1 events, else NULL */
   /* hand-over by events (pipert_device_ops.async): forward/backward return once queued;
    * busy time from event pairs around each part, harvested as they complete */
@@ -347,8 +362,8 @@ int pk_memcpy(pk_stage *S, void *y, const void *x, size_t bytes);
 int pk_memcpy2d(pk_stage *S, void *y, size_t ypitch, const void *x, size_t xpitch, size_t width, size_t rows);
 int pk_fill(pk_stage *S, void *y, int esize, uint64_t value, int64_t n);
 /* y[o, j, i] = x[o, idx[j], i]; idx int64 (idx64) or int32, negative from the end. */
-int pk_gather(pk_stage *S, int esize, const void *x, const void *idx, int idx64, void *y, int64_t outer, int64_t a,
-              int64_t ni, int64_t inner);
+int pk_gather(pk_stage *S, int esize, int axis, const void *x, const void *idx, int idx64, void *y, int64_t outer,
+              int64_t a, int64_t ni, int64_t inner);
 int pk_pool(pk_stage *S, const pk_pool_p *p, const void *x, void *y, int64_t *yi);
 int pk_softmax(pk_stage *S, int kind, const float *x, float *y, int64_t outer, int64_t a, int64_t inner);
 /* Layer normalisation of rows of `inner` elements; scale/bias indexed by i % ns (ns

@@ -1393,38 +1393,53 @@ extern "C" int pk_fill(pk_stage *S, void *y, int esize, uint64_t value, int64_t 
   return pk_check_launch(S);
 }
 
+/* Index k of an axis of n (negative from the end), or 0 after recording k in bad (the
+ * first one a thread sees: {1, k, n, unit << 8 | axis}; pk_stage.bad) when it lies
+ * outside: the stage then fails with one line naming the unit and the index. */
+__device__ __forceinline__ int64_t check_idx(int64_t k, int64_t n, unsigned long long *bad, int unit, int axis) {
+  int64_t w = k < 0 ? k + n : k;
+  if (w >= 0 && w < n) return w;
+  if (bad && !bad[0]) {
+    bad[1] = (unsigned long long)k;
+    bad[2] = (unsigned long long)n;
+    bad[3] = (unsigned long long)unit << 8 | (unsigned)axis;
+    bad[0] = 1;
+  }
+  return 0;
+}
+
 template <typename T>
 __global__ void k_gather(const T *__restrict__ x, const void *__restrict__ idx, int idx64, T *__restrict__ y, int64_t a,
-                         int64_t ni, int64_t inner, int64_t total) {
+                         int64_t ni, int64_t inner, int64_t total, unsigned long long *bad, int unit, int axis) {
   GRID_LOOP(t, total) {
     int64_t i = t % inner, r = t / inner, j = r % ni, o = r / ni;
     int64_t k = idx64 ? ((const int64_t *)idx)[j] : (int64_t)((const int32_t *)idx)[j];
-    if (k < 0) k += a;
-    if (k < 0 || k >= a) k = 0; /* out of range: undefined in ONNX */
-    y[t] = x[(o * a + k) * inner + i];
+    y[t] = x[(o * a + check_idx(k, a, bad, unit, axis)) * inner + i];
   }
 }
 
-extern "C" int pk_gather(pk_stage *S, int esize, const void *x, const void *idx, int idx64, void *y, int64_t outer,
-                         int64_t a, int64_t ni, int64_t inner) {
+extern "C" int pk_gather(pk_stage *S, int esize, int axis, const void *x, const void *idx, int idx64, void *y,
+                         int64_t outer, int64_t a, int64_t ni, int64_t inner) {
   int64_t t = outer * ni * inner;
   if (t == 0) return 0;
   unsigned g = pk_grid(t);
+  S->bad_used = 1;
   switch (esize) {
     case 1:
-      k_gather<uint8_t><<<g, PK_THREADS, 0, S->stream>>>((const uint8_t *)x, idx, idx64, (uint8_t *)y, a, ni, inner, t);
+      k_gather<uint8_t><<<g, PK_THREADS, 0, S->stream>>>((const uint8_t *)x, idx, idx64, (uint8_t *)y, a, ni, inner, t,
+                                                         S->bad, S->unit, axis);
       break;
     case 2:
-      k_gather<uint16_t>
-          <<<g, PK_THREADS, 0, S->stream>>>((const uint16_t *)x, idx, idx64, (uint16_t *)y, a, ni, inner, t);
+      k_gather<uint16_t><<<g, PK_THREADS, 0, S->stream>>>((const uint16_t *)x, idx, idx64, (uint16_t *)y, a, ni, inner,
+                                                          t, S->bad, S->unit, axis);
       break;
     case 4:
-      k_gather<uint32_t>
-          <<<g, PK_THREADS, 0, S->stream>>>((const uint32_t *)x, idx, idx64, (uint32_t *)y, a, ni, inner, t);
+      k_gather<uint32_t><<<g, PK_THREADS, 0, S->stream>>>((const uint32_t *)x, idx, idx64, (uint32_t *)y, a, ni, inner,
+                                                          t, S->bad, S->unit, axis);
       break;
     default:
-      k_gather<uint64_t>
-          <<<g, PK_THREADS, 0, S->stream>>>((const uint64_t *)x, idx, idx64, (uint64_t *)y, a, ni, inner, t);
+      k_gather<uint64_t><<<g, PK_THREADS, 0, S->stream>>>((const uint64_t *)x, idx, idx64, (uint64_t *)y, a, ni, inner,
+                                                          t, S->bad, S->unit, axis);
       break;
   }
   return pk_check_launch(S);
@@ -1938,12 +1953,6 @@ __device__ __forceinline__ int64_t load_idx(const void *idx, int idx64, int64_t 
   return idx64 ? ((const int64_t *)idx)[i] : (int64_t)((const int32_t *)idx)[i];
 }
 
-/* k wrapped into [0, n): negative from the end; out of range 0 (undefined in ONNX; as the cpu target) */
-__device__ __forceinline__ int64_t wrap_idx(int64_t k, int64_t n) {
-  if (k < 0) k += n;
-  return k < 0 || k >= n ? 0 : k;
-}
-
 template <typename T>
 __global__ void k_gather_elements(pk_gather_el_p p, const T *__restrict__ x, const void *__restrict__ idx,
                                   T *__restrict__ y, int64_t total) {
@@ -1954,7 +1963,7 @@ __global__ void k_gather_elements(pk_gather_el_p p, const T *__restrict__ x, con
       r /= p.ydims[d];
       if (d != p.axis) off += o * p.xs[d];
     }
-    y[t] = x[off + wrap_idx(load_idx(idx, p.idx64, t), p.a) * p.xs[p.axis]];
+    y[t] = x[off + check_idx(load_idx(idx, p.idx64, t), p.a, p.bad, p.unit, p.axis) * p.xs[p.axis]];
   }
 }
 
@@ -1964,18 +1973,25 @@ static void launch_gather_elements(pk_stage *S, const pk_gather_el_p *p, const v
   k_gather_elements<T><<<pk_grid(t), PK_THREADS, 0, S->stream>>>(*p, (const T *)x, idx, (T *)y, t);
 }
 
-extern "C" int pk_gather_elements(pk_stage *S, const pk_gather_el_p *p, const void *x, const void *idx, void *y) {
+extern "C" int pk_gather_elements(pk_stage *S, const pk_gather_el_p *p0, const void *x, const void *idx, void *y) {
   int64_t t = 1;
-  for (int d = 0; d < p->rank; d++) t *= p->ydims[d];
+  for (int d = 0; d < p0->rank; d++) t *= p0->ydims[d];
   if (t == 0) return 0;
+  pk_gather_el_p q = *p0, *p = &q;
+  q.bad = S->bad;
+  q.unit = S->unit;
+  S->bad_used = 1;
   PK_BITS(S, "GatherElements", p->esize, launch_gather_elements, S, p, x, idx, y, t);
   return pk_check_launch(S);
 }
 
-/* row of the data picked by the index tuple at idx[base .. base + l) */
-__device__ __forceinline__ int64_t nd_row(const void *idx, int idx64, int64_t base, int l, const int64_t *dims) {
+/* row of the data picked by the index tuple at idx[base .. base + l) (dims[0] is data
+ * axis first) */
+__device__ __forceinline__ int64_t nd_row(const void *idx, int idx64, int64_t base, int l, const int64_t *dims,
+                                          unsigned long long *bad, int unit, int first) {
   int64_t off = 0;
-  for (int k = 0; k < l; k++) off = off * dims[k] + wrap_idx(load_idx(idx, idx64, base + k), dims[k]);
+  for (int k = 0; k < l; k++)
+    off = off * dims[k] + check_idx(load_idx(idx, idx64, base + k), dims[k], bad, unit, first + k);
   return off;
 }
 
@@ -1984,7 +2000,7 @@ __global__ void k_gather_nd(pk_gather_nd_p p, const T *__restrict__ x, const voi
                             int64_t total) {
   GRID_LOOP(t, total) {
     int64_t s = t % p.slice, r = t / p.slice, j = r % p.ni, bi = r / p.ni;
-    int64_t row = nd_row(idx, p.idx64, (bi * p.ni + j) * p.l, p.l, p.dims);
+    int64_t row = nd_row(idx, p.idx64, (bi * p.ni + j) * p.l, p.l, p.dims, p.bad, p.unit, p.first_axis);
     y[t] = x[bi * p.d + row * p.slice + s];
   }
 }
@@ -1994,9 +2010,13 @@ static void launch_gather_nd(pk_stage *S, const pk_gather_nd_p *p, const void *x
   k_gather_nd<T><<<pk_grid(t), PK_THREADS, 0, S->stream>>>(*p, (const T *)x, idx, (T *)y, t);
 }
 
-extern "C" int pk_gather_nd(pk_stage *S, const pk_gather_nd_p *p, const void *x, const void *idx, void *y) {
-  int64_t t = p->b * p->ni * p->slice;
+extern "C" int pk_gather_nd(pk_stage *S, const pk_gather_nd_p *p0, const void *x, const void *idx, void *y) {
+  int64_t t = p0->b * p0->ni * p0->slice;
   if (t == 0) return 0;
+  pk_gather_nd_p q = *p0, *p = &q;
+  q.bad = S->bad;
+  q.unit = S->unit;
+  S->bad_used = 1;
   PK_BITS(S, "GatherND", p->esize, launch_gather_nd, S, p, x, idx, y, t);
   return pk_check_launch(S);
 }
@@ -2059,14 +2079,14 @@ static int sort_u64(pk_stage *S, uint64_t *a, int64_t n) {
 
 /* the update row (ScatterND) or element (ScatterElements) that unit u writes */
 __device__ int64_t scatter_target(const pk_scatter_p &p, const void *idx, int64_t u) {
-  if (p.nd) return nd_row(idx, p.idx64, u * p.l, p.l, p.dims);
+  if (p.nd) return nd_row(idx, p.idx64, u * p.l, p.l, p.dims, p.bad, p.unit, 0);
   int64_t r = u, off = 0;
   for (int d = p.rank - 1; d >= 0; d--) {
     int64_t o = r % p.udims[d];
     r /= p.udims[d];
     if (d != p.axis) off += o * p.xs[d];
   }
-  return off + wrap_idx(load_idx(idx, p.idx64, u), p.dims[p.axis]) * p.xs[p.axis];
+  return off + check_idx(load_idx(idx, p.idx64, u), p.dims[p.axis], p.bad, p.unit, p.axis) * p.xs[p.axis];
 }
 
 /* key (target << ubits | u); the padding up to sort_n sorts last */
@@ -2109,8 +2129,12 @@ static void launch_scatter_apply(pk_stage *S, const pk_scatter_p *p, const uint6
   k_scatter_apply<T><<<pk_grid(p->nu * p->slice), PK_THREADS, 0, S->stream>>>(*p, keys, ubits, (const T *)upd, (T *)y);
 }
 
-extern "C" int pk_scatter(pk_stage *S, const pk_scatter_p *p, const void *x, const void *idx, const void *upd, void *y,
+extern "C" int pk_scatter(pk_stage *S, const pk_scatter_p *p0, const void *x, const void *idx, const void *upd, void *y,
                           void *scratch) {
+  pk_scatter_p q = *p0, *p = &q;
+  q.bad = S->bad;
+  q.unit = S->unit;
+  S->bad_used = 1;
   if (pk_memcpy(S, y, x, (size_t)(p->ny * p->esize))) return 1;
   if (p->nu == 0 || p->slice == 0) return 0;
   int ubits = 0;
@@ -2718,6 +2742,8 @@ static void stage_free(pk_stage *S) {
   if (S->io) cudaFree(S->io);
   if (S->a) cudaFree(S->a);
   if (S->ws) cudaFree(S->ws);
+  if (S->bad) cudaFree(S->bad);
+  if (S->bad_host) cudaFreeHost(S->bad_host);
   if (S->sum_tmp) cudaFree(S->sum_tmp);
   if (S->stream) cudaStreamDestroy(S->stream);
   if (S->cstream) cudaStreamDestroy(S->cstream);
@@ -2799,6 +2825,11 @@ extern "C" int pk_stage_init(void **state, const pk_stage_info *info, int tf32, 
   /* cuBLAS uses the same workspace (the stream orders its uses); at least 32 MiB */
   if (S->ws_bytes < ((size_t)32 << 20)) S->ws_bytes = (size_t)32 << 20;
   if (ok) ok = cu_ok(S, cudaMalloc(&S->ws, S->ws_bytes), "cudaMalloc(workspace)");
+  if (ok)
+    ok = cu_ok(S, cudaMalloc(&S->bad, 4 * sizeof *S->bad), "cudaMalloc(index checks)") &&
+         cu_ok(S, cudaMemset(S->bad, 0, 4 * sizeof *S->bad), "cudaMemset(index checks)") &&
+         cu_ok(S, cudaMallocHost(&S->bad_host, 4 * sizeof *S->bad_host), "cudaMallocHost(index checks)");
+  if (ok) memset(S->bad_host, 0, 4 * sizeof *S->bad_host);
   if (ok) ok = blas_ok(S, cublasSetWorkspace(blas, S->ws, S->ws_bytes), "cublasSetWorkspace");
   if (ok) ok = cu_ok(S, cudaDeviceSynchronize(), "cudaDeviceSynchronize(init)");
   if (!ok) {
@@ -2913,6 +2944,19 @@ static int run_units(pk_stage *S, int k, const pk_part *P) {
 
 /* Inputs in, part k's units, outputs out, synchronised; in[]/out[] are host memory, or
  * device memory when dev (copied within the device: the graph's addresses are fixed). */
+/* A run-time index out of range seen by a kernel (pk_stage.bad), once the work is done:
+ * said through pipert_bad_input (the runtime prints it, naming the stage and micro-batch),
+ * 1; else 0. */
+static int bad_index(pk_stage *S) {
+  if (!S->bad_used || !S->bad_host[0]) return 0;
+  unsigned long long info = S->bad_host[3];
+  int unit = (int)(info >> 8), axis = (int)(info & 0xff);
+  pipert_bad_input(unit >= 0 && unit < S->info->n_units ? S->info->unit_names[unit] : "a unit",
+                   "index %lld is out of range for axis %d of size %lld", (long long)S->bad_host[1], axis,
+                   (long long)S->bad_host[2]);
+  return 1;
+}
+
 static int run_part(pk_stage *S, int k, const pk_part *P, const void *const *in, void *const *out, int dev) {
   S->unit = -1;
   if (!cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice")) return 1;
@@ -2937,6 +2981,10 @@ static int run_part(pk_stage *S, int k, const pk_part *P, const void *const *in,
   if (async && S->use_graph && S->captured[k] == 1 && !dev_wait(S, S->stream, NULL, "cudaStreamSynchronize")) return 1;
   if (run_units(S, k, P)) return 1;
   S->unit = -1;
+  if (S->bad_used &&
+      !cu_ok(S, cudaMemcpyAsync(S->bad_host, S->bad, 4 * sizeof *S->bad, cudaMemcpyDeviceToHost, S->stream),
+             "cudaMemcpyAsync(index checks)"))
+    return 1;
   for (int i = 0; async && i < P->n_out; i++)
     if (P->out_bytes[i] && !before_write(S, 0, out[i])) return 1;
   for (int i = 0; i < P->n_out; i++)
@@ -2945,7 +2993,8 @@ static int run_part(pk_stage *S, int k, const pk_part *P, const void *const *in,
                                                   dev ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost, S->stream),
                                   "cudaMemcpyAsync(output)"))
       return 1;
-  if (!async) return dev_wait(S, S->stream, NULL, "cudaStreamSynchronize") ? 0 : 1;
+  if (!async)
+    return !dev_wait(S, S->stream, NULL, "cudaStreamSynchronize") ? 1 : bad_index(S) ? PIPERT_STATUS_BAD_INPUT : 0;
   for (int i = 0; i < P->n_out; i++)
     if (P->out_bytes[i] && !after_write(S, 0, out[i], 0)) return 1;
   int slot = (S->t_first + S->t_n) % PK_TIMING_RING;
@@ -3053,7 +3102,7 @@ static double dev_busy(void *state) {
   if (!S->async) return -1;
   if (!cu_ok(S, cudaSetDevice(S->device), "cudaSetDevice") ||
       (S->cstream && !dev_wait(S, S->cstream, NULL, "NCCL send/receive")) ||
-      !dev_wait(S, S->ustream, NULL, "cudaStreamSynchronize(uploads)") || harvest(S, 0))
+      !dev_wait(S, S->ustream, NULL, "cudaStreamSynchronize(uploads)") || harvest(S, 0) || bad_index(S))
     return -1;
   double b = S->busy_s;
   S->busy_s = 0;
