@@ -149,7 +149,7 @@ PIPERT_GEMM_T512 PIPERT_GEMM_INLINE void pipert_gemm_tile512(const int mr, const
   }
   const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi), zero = _mm512_setzero_ps();
   /* B: one bias per row (B[i]), or with PIPERT_GEMM_BIAS_COL one per position (B[16 j + lane]) */
-  __m512 bc[4];
+  __m512 bc[4] = {zero, zero, zero, zero}; /* set below where a bias per column is added */
   if (B && (act & PIPERT_GEMM_BIAS_COL))
     PIPERT_GEMM_UNROLL for (int j = 0; j < nv; j++) bc[j] =
         j < nfull ? _mm512_loadu_ps(B + 16 * j) : _mm512_maskz_loadu_ps(mk[j], B + 16 * j);
@@ -286,7 +286,7 @@ PIPERT_GEMM_T256 PIPERT_GEMM_INLINE void pipert_gemm_tile256(const int mr, long 
     }
   }
   const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi), zero = _mm256_setzero_ps();
-  __m256 bc[2];
+  __m256 bc[2] = {zero, zero}; /* set below where a bias per column is added */
   if (B && (act & PIPERT_GEMM_BIAS_COL))
     PIPERT_GEMM_UNROLL for (int j = 0; j < 2; j++) bc[j] =
         j < nfull ? _mm256_loadu_ps(B + 8 * j) : _mm256_maskload_ps(B + 8 * j, mk[j]);
