@@ -344,6 +344,7 @@ int cg_emit_main(ir_graph *g, const cg_plan *p, const cg_options *o, const cg_st
     cg_put_cstr(f, p->train->optimizer);
     fputs(exportable ? ",\n  &export_info" : ",\n  NULL", f);
   } else fputs(",\n  /* no training */\n  0,\n  0,\n  0,\n  -1,\n  -1,\n  NULL,\n  NULL", f);
+  fprintf(f, ",\n  \"%s\",\n  \"%s\"", PIPECC_VERSION, target);
   fputs(",\n};\n\nint main(int argc, char **argv) { return pipert_main(argc, argv, &pipeline); }\n", f);
   fclose(f);
   int rc = cg_write_file(dir, "pipeline_main.c", buf, len);

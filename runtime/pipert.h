@@ -420,6 +420,8 @@ typedef struct pipert_pipeline {
   int labels_input;                      /* graph input with the labels, else -1 */
   const char *optimizer;                 /* "sgd", "adam", "adamw" */
   const pipert_export_desc *export_info; /* NULL: --export-onnx is not available */
+  const char *pipecc_version;            /* of the pipecc that compiled it (--info) */
+  const char *target;                    /* "cpu", "cuda" */
 } pipert_pipeline;
 
 /* The pipeline binary's main. Command line:

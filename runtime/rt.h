@@ -78,9 +78,10 @@ typedef struct rt_options {
   int threads_per_stage;
   int pin;
   const char *weights_dir;
-  const char *transport; /* "auto", "threads", "mpi" */
-  double timeout_s;      /* 0: none */
-  int stream;            /* --stream: bench as one continuous stream of batches */
+  const char *transport;    /* "auto", "threads", "mpi" */
+  double timeout_s;         /* 0: none */
+  int stream;               /* --stream: bench as one continuous stream of batches */
+  const pipert_pipeline *p; /* the pipeline the options are for (usage, --info) */
 } rt_options;
 
 /* Per-run figures, filled by a transport. */

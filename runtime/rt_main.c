@@ -384,10 +384,38 @@ static int accept_input(const pipert_pipeline *p, int idx, rt_array *a, const ch
   return 0;
 }
 
+/* --bench without --input: one batch of the compiled size, float inputs uniform in
+ * [-1, 1) from a fixed seed, integer and boolean ones zero (a valid index of any Gather). */
+static int generated_inputs(const pipert_pipeline *p, rt_array *in, int64_t *T) {
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  *T = p->microbatches > 0 ? p->microbatches : 1;
+  for (int i = 0; i < p->n_inputs; i++) {
+    const pipert_tensor_desc *d = &p->inputs[i];
+    int64_t dims[PIPERT_MAX_RANK];
+    memcpy(dims, d->dims, sizeof dims);
+    if (d->rank > 0) dims[0] *= *T;
+    if (rt_array_alloc(&in[i], d->name, d->dtype, d->rank, dims)) {
+      rt_errorf("input '%s': out of memory for a generated batch", d->name);
+      return 2;
+    }
+    size_t n = in[i].nbytes / rt_dtype_size(d->dtype);
+    for (size_t k = 0; k < n && (d->dtype == PIPERT_FLOAT || d->dtype == PIPERT_DOUBLE); k++) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      double u = (double)(x >> 11) / 9007199254740992.0 * 2 - 1;
+      if (d->dtype == PIPERT_FLOAT) ((float *)in[i].data)[k] = (float)u;
+      else ((double *)in[i].data)[k] = u;
+    }
+  }
+  if (p->n_inputs)
+    fprintf(stderr, "pipeline: --bench on generated inputs (one batch of %lld micro-batches)\n", (long long)*T);
+  return 0;
+}
+
 int rt_load_inputs(const pipert_pipeline *p, const rt_options *o, rt_array *in, int64_t *T) {
   char err[1024];
   int positional = 0, rc = 0;
   *T = 0;
+  if (o->n_inputs == 0 && o->bench && p->n_inputs > 0) return generated_inputs(p, in, T);
   for (int i = 0; i < o->n_inputs && !rc; i++) {
     const rt_input_arg *ia = &o->inputs[i];
     if (ends_with(ia->path, ".npz") && !ia->name) {
@@ -600,21 +628,74 @@ void rt_print_bench(const pipert_pipeline *p, int iters, int64_t samples_per_ite
 
 /* ---- main ------------------------------------------------------------------ */
 
-static void usage(const char *argv0) {
-  fprintf(stderr,
+static int uses_devices(const pipert_pipeline *p) {
+  for (int k = 0; p && k < p->n_stages; k++)
+    if (p->stages[k].stage->device) return 1;
+  return 0;
+}
+
+/* The usage text (f: stdout for --help, stderr after an error); the environment
+ * variables the pipeline's target reads. */
+static void usage(FILE *f, const char *argv0, const pipert_pipeline *p) {
+  fprintf(f,
           "usage: %s --input [NAME=]FILE.npy|FILE.npz ... --output FILE.npy|FILE.npz|DIR\n"
           "       [--microbatches M] [--bench N [--stream]] [--threads-per-stage T] [--pin]\n"
           "       [--weights-dir DIR] [--transport auto|threads|mpi] [--timeout SECONDS]\n"
-          "       [--launch]   one process per stage replica on this host (through mpirun)\n"
-          "       (a training program: %s train --help)\n"
-          "environment: PIPERT_VERBOSE=1 prints where the stages run and how they hand over;\n"
-          "       PIPERT_HOST_SETS=1 hands over through host memory; PIPECC_CUDA_DEVICE=N pins\n"
-          "       every cuda stage to GPU N; PIPERT_STALL_S=S fails a run whose stage has waited S\n"
-          "       seconds for its own device (default 600 on GPUs, 0: off); PIPECC_CONV_TUNE=1 times\n"
-          "       each cuda Conv's ways (cuDNN's algorithms, its graph API, pipecc's own kernel) on\n"
-          "       its first call and keeps the fastest (PIPECC_CONV_VERBOSE=1 prints the times);\n"
-          "       PIPECC_CONV_TUNE_FILE=PATH keeps those decisions in PATH for later runs\n",
-          argv0, argv0);
+          "       %s --info        what this pipeline takes and gives, and its plan\n"
+          "  --input          a graph input (.npy), or several by name from one .npz (repeatable)\n"
+          "  --output         FILE.npy (one output), FILE.npz (every output by name) or a folder\n"
+          "  --microbatches   micro-batches in flight per round (default: the compiled count)\n"
+          "  --bench N        N timed batches (without --input: on generated data, one batch)\n"
+          "  --stream         (with --bench) the N batches back to back through a pipeline filled once\n"
+          "  --threads-per-stage T   BLAS threads per stage (default 1)\n"
+          "  --pin            pin each stage's thread to a core\n"
+          "  --weights-dir    where the weights files are (default: the binary's folder)\n"
+          "  --transport      threads, mpi, or auto (default: mpi when started by mpirun)\n"
+          "  --timeout S      fail a run that has not finished after S seconds\n"
+          "  --launch         one process per stage replica on this host (through mpirun)\n"
+          "%s"
+          "exit status: 0 success, 2 a bad command line, input or output path, 1 a stage failed\n"
+          "environment: PIPERT_VERBOSE=1 prints where the stages run and how they hand over\n",
+          argv0, argv0, p && p->training ? "" : "  (a training program: ... train --help)\n");
+  if (uses_devices(p))
+    fputs(
+        "       PIPERT_HOST_SETS=1 hands over through host memory; PIPECC_CUDA_DEVICE=N pins\n"
+        "       every cuda stage to GPU N; PIPERT_STALL_S=S fails a run whose stage has waited S\n"
+        "       seconds for its own device (default 600 on GPUs, 0: off); PIPECC_CONV_TUNE=1 times\n"
+        "       each cuda Conv's ways (cuDNN's algorithms, its graph API, pipecc's own kernel) on\n"
+        "       its first call and keeps the fastest (PIPECC_CONV_VERBOSE=1 prints the times);\n"
+        "       PIPECC_CONV_TUNE_FILE=PATH keeps those decisions in PATH for later runs\n",
+        f);
+}
+
+/* --info: the inputs and outputs (name, dtype, batch and micro-batch shape), the plan in
+ * brief, the target and pipecc's version, and the command that runs it. */
+static void print_info(FILE *f, const char *argv0, const pipert_pipeline *p) {
+  int M = p->microbatches > 0 ? p->microbatches : 1, R = 0;
+  for (int k = 0; k < p->n_stages; k++) R += p->stages[k].replicas;
+  fprintf(f, "%s: %s, compiled by pipecc %s for the %s target\n", argv0, p->name ? p->name : "model",
+          p->pipecc_version ? p->pipecc_version : "?", p->target ? p->target : "?");
+  fprintf(f, "plan: %d stage%s on %d device%s, %s, %d micro-batch%s per batch%s\n", p->n_stages,
+          p->n_stages == 1 ? "" : "s", R, R == 1 ? "" : "s", p->schedule ? p->schedule : "?", M, M == 1 ? "" : "es",
+          p->training ? ", a training program" : "");
+  for (int k = 0; k < p->n_stages; k++)
+    fprintf(f, "  stage %d: %s, %d replica%s\n", k, p->stages[k].stage->name ? p->stages[k].stage->name : "",
+            p->stages[k].replicas, p->stages[k].replicas == 1 ? "" : "s");
+  for (int side = 0; side < 2; side++) {
+    int n = side ? p->n_outputs : p->n_inputs;
+    const pipert_tensor_desc *t = side ? p->outputs : p->inputs;
+    fprintf(f, "%s:%s\n", side ? "outputs" : "inputs", n ? "" : " none");
+    for (int i = 0; i < n; i++) {
+      char whole[160], mb[160];
+      expected_shape(&t[i], t[i].rank ? M : 1, whole, sizeof whole);
+      rt_shape_str(mb, sizeof mb, t[i].rank, t[i].dims);
+      fprintf(f, "  %-24s %-8s batch %s, micro-batch %s\n", t[i].name, rt_dtype_name(t[i].dtype), whole, mb);
+    }
+  }
+  if (p->training)
+    fprintf(f, "run: %s train --data X.npy%s --steps N [--save W.npz]\n", argv0,
+            p->labels_input >= 0 ? " --labels Y.npy" : "");
+  else fprintf(f, "run: %s --input X.npy --output Y.npy (or --bench 10 on generated data)\n", argv0);
 }
 
 static int parse_int(const char *opt, const char *v, int min, int *out) {
@@ -628,15 +709,20 @@ static int parse_int(const char *opt, const char *v, int min, int *out) {
   return 0;
 }
 
-static int parse_args(int argc, char **argv, rt_options *o) {
+static int parse_args(int argc, char **argv, rt_options *o, const pipert_pipeline *p) {
   memset(o, 0, sizeof *o);
+  o->p = p;
   o->threads_per_stage = 1;
   o->transport = "auto";
   o->inputs = calloc((size_t)argc, sizeof *o->inputs);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-      usage(argv[0]);
+      usage(stdout, argv[0], o->p);
+      exit(0);
+    }
+    if (!strcmp(a, "--info")) {
+      print_info(stdout, argv[0], o->p);
       exit(0);
     }
     if (!strcmp(a, "--pin")) {
@@ -649,7 +735,7 @@ static int parse_args(int argc, char **argv, rt_options *o) {
     }
     if (!v) {
       rt_errorf("%s: missing value", a);
-      usage(argv[0]);
+      usage(stderr, argv[0], o->p);
       return -1;
     }
     i++;
@@ -683,7 +769,7 @@ static int parse_args(int argc, char **argv, rt_options *o) {
       }
     } else {
       rt_errorf("unknown option '%s'", a);
-      usage(argv[0]);
+      usage(stderr, argv[0], o->p);
       return -1;
     }
   }
@@ -811,15 +897,15 @@ static int main_with(int argc, char **argv, const pipert_pipeline *p) {
     return 2;
   }
   if (train_cmd) return rt_train_main(p, argc - 2, argv + 2);
-  int rc = parse_args(argc, argv, &o) ? 2 : 0;
-  if (!rc && o.n_inputs == 0 && p->n_inputs > 0) {
+  int rc = parse_args(argc, argv, &o, p) ? 2 : 0;
+  if (!rc && o.n_inputs == 0 && p->n_inputs > 0 && !o.bench) {
     rt_errorf("no --input given (the pipeline has %d input%s)", p->n_inputs, p->n_inputs == 1 ? "" : "s");
-    usage(argv[0]);
+    usage(stderr, argv[0], p);
     rc = 2;
   }
   if (!rc && !o.output && !o.bench) {
     rt_errorf("no --output given");
-    usage(argv[0]);
+    usage(stderr, argv[0], p);
     rc = 2;
   }
   if (!rc) {

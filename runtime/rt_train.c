@@ -395,6 +395,8 @@ static int set_hyper(trainer *tr, const train_opts *t) {
     if (!t->have_hyper[h]) continue;
     int s;
     const pipert_param_desc *pd = find_owner(tr->p, hyper_param[h], &s);
+    /* momentum and weight decay compiled out are zero: setting them to zero changes nothing */
+    if (!pd && (h == HY_MOMENTUM || h == HY_WD) && t->hyper[h] == 0) continue;
     if (!pd) {
       rt_errorf("train: %s: this program was compiled without it (optimizer %s%s); recompile with pipecc %s",
                 hyper_opt[h], tr->p->optimizer ? tr->p->optimizer : "?",

@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "frontend/onnx_load.h"
 #include "ir/diag.h"
 #include "ir/print.h"
@@ -121,8 +123,8 @@ static void human_bytes(double b, char *buf, size_t n) {
 
 static void print_plan_table(FILE *f, const ir_graph *g, const pass_planned *pl, const pass_device *dev) {
   const pass_plan *p = &pl->plan;
-  fprintf(f, "pipecc: %s on %d x %s, %d micro-batches, %s\n", g->path, p->devices, dev->name, p->microbatches,
-          p->schedule == PASS_SCHED_GPIPE ? "gpipe" : "1f1b");
+  fprintf(f, "pipecc: %s on %d x %s, %d micro-batch%s, %s\n", g->path, p->devices, dev->name, p->microbatches,
+          p->microbatches == 1 ? "" : "es", p->schedule == PASS_SCHED_GPIPE ? "gpipe" : "1f1b");
   int rc_col = p->training && p->recompute; /* the stages' re-materialisation */
   fprintf(f, "  stage  devices  replicas  nodes  compute_ms   comm_ms  memory      %sfirst .. last node\n",
           rc_col ? "recompute  " : "");
@@ -424,6 +426,7 @@ static void plan_options(pipecc_run *r) {
                                  : o->train_opts.momentum != 0                                               ? 1.0
                                                                                                              : 0.0;
   po->no_replicate = o->no_replicate;
+  po->device_word = cpu ? "core" : "GPU";
   po->schedule = o->schedule;
   const pass_link *intra = pass_link_find(o->link_name ? o->link_name : (cpu ? "shm" : "nvlink4"));
   const pass_link *inter = pass_link_find(o->inter_link_name ? o->inter_link_name : "ib-ndr");
@@ -537,16 +540,53 @@ int pipecc_print_ir(pipecc_run *r) {
   return 0;
 }
 
+/* plan.json's pipecc_version, target, inputs and outputs: each graph input and output
+ * with its dtype, whole-batch and micro-batch shape (what DIR/pipeline --info prints). */
+static char *io_json(const pipecc_run *r) {
+  const ir_graph *g = r->g;
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "pipecc_version", PIPECC_VERSION);
+  cJSON_AddStringToObject(o, "target", r->o->target);
+  for (int side = 0; side < 2; side++) {
+    cJSON *arr = cJSON_AddArrayToObject(o, side ? "outputs" : "inputs");
+    for (int k = 0; k < (side ? g->n_outputs : g->n_inputs); k++) {
+      const ir_value *v = &g->values[side ? g->outputs[k] : g->inputs[k]];
+      cJSON *e = cJSON_CreateObject(), *whole = cJSON_CreateArray(), *mb = cJSON_CreateArray();
+      cJSON_AddStringToObject(e, "name", v->name ? v->name : "");
+      cJSON_AddStringToObject(e, "dtype", ir_dtype_name(v->dtype));
+      for (int d = 0; d < v->shape.rank; d++) {
+        cJSON_AddItemToArray(whole, cJSON_CreateNumber((double)(v->shape.dims[d] * (d == 0 ? r->m : 1))));
+        cJSON_AddItemToArray(mb, cJSON_CreateNumber((double)v->shape.dims[d]));
+      }
+      cJSON_AddItemToObject(e, "shape", whole);
+      cJSON_AddItemToObject(e, "microbatch_shape", mb);
+      cJSON_AddItemToArray(arr, e);
+    }
+  }
+  char *s = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  size_t n = s ? strlen(s) : 0;
+  if (n >= 2) { /* the members without the braces */
+    memmove(s, s + 1, n - 2);
+    s[n - 2] = 0;
+  }
+  return s;
+}
+
 int pipecc_write_plan(pipecc_run *r) {
   const pipecc_options *o = r->o;
   if (mkdir_p(o->out_dir)) {
     fprintf(stderr, "pipecc: cannot create %s: %s\n", o->out_dir, strerror(errno));
     return 2;
   }
+  char *io = io_json(r);
+  r->po.io_json = io;
   plan_ctx pc = {r->g, &r->pl, &r->po, o->cmdline};
-  if (write_file(o->out_dir, "plan.json", write_plan_json, &pc) ||
-      write_file(o->out_dir, "report.html", write_report, &pc))
-    return 2;
+  int bad = write_file(o->out_dir, "plan.json", write_plan_json, &pc) ||
+            write_file(o->out_dir, "report.html", write_report, &pc);
+  r->po.io_json = NULL;
+  free(io);
+  if (bad) return 2;
   /* a training program prints its plan once autodiff has taken every node (an op
    * without a gradient is then the run's one line) */
   if (!o->train_prog || o->plan_only) print_plan_table(stderr, r->g, &r->pl, r->dev);
@@ -677,8 +717,24 @@ int pipecc_build(pipecc_run *r) {
   return 0;
 }
 
+/* The graph inputs and outputs: name, dtype, whole-batch and micro-batch shape. */
+static void print_io(FILE *f, const pipecc_run *r) {
+  const ir_graph *g = r->g;
+  for (int side = 0; side < 2; side++)
+    for (int k = 0; k < (side ? g->n_outputs : g->n_inputs); k++) {
+      const ir_value *v = &g->values[side ? g->outputs[k] : g->inputs[k]];
+      ir_shape whole = v->shape;
+      if (whole.rank > 0) whole.dims[0] *= r->m;
+      char a[96], b[96], nm[64];
+      fprintf(f, "  %-6s %-24s %-8s %s (micro-batch %s)\n", side ? "output" : "input",
+              ir_printable(v->name ? v->name : "", 24, nm, sizeof nm), ir_dtype_name(v->dtype),
+              ir_shape_str(&whole, a, sizeof a), ir_shape_str(&v->shape, b, sizeof b));
+    }
+}
+
 void pipecc_report_done(const pipecc_run *r, int rc) {
   const pipecc_options *o = r->o;
+  if (!rc && !o->emit_only && !o->profile_run) print_io(stderr, r);
   if (!rc && !o->plan_only && !o->emit_only && !o->profile_run) {
     if (o->train_prog)
       fprintf(stderr,

@@ -102,17 +102,20 @@ typedef enum pass_exact_status {
 enum { PASS_PLAN_RC_NONE = 0, PASS_PLAN_RC_FULL = 1, PASS_PLAN_RC_SELECTIVE = 2, PASS_PLAN_RC_AUTO = 3 };
 
 typedef struct pass_plan_opts {
-  int devices;      /* g >= 1 */
-  int microbatches; /* M >= 1 */
-  int training;     /* 0: inference */
-  int recompute;    /* training with re-materialisation (PASS_PLAN_RC_*): FULL or
-                     * SELECTIVE: each recomputed node's backward time includes
-                     * its forward again (pass_plan_graph), and a held micro-batch
-                     * costs only the tensors the stage exchanges and its nodes'
-                     * keep_bytes (pass_stage_memory). AUTO: each stage none,
-                     * selective or full, from the nodes' rc_ms and rc_keep, as
-                     * fits time and memory best; the prefix DP only */
-  int no_replicate; /* one device per stage */
+  int devices;             /* g >= 1 */
+  int microbatches;        /* M >= 1 */
+  int training;            /* 0: inference */
+  int recompute;           /* training with re-materialisation (PASS_PLAN_RC_*): FULL or
+                            * SELECTIVE: each recomputed node's backward time includes
+                            * its forward again (pass_plan_graph), and a held micro-batch
+                            * costs only the tensors the stage exchanges and its nodes'
+                            * keep_bytes (pass_stage_memory). AUTO: each stage none,
+                            * selective or full, from the nodes' rc_ms and rc_keep, as
+                            * fits time and memory best; the prefix DP only */
+  int no_replicate;        /* one device per stage */
+  const char *device_word; /* what the report calls a device ("GPU", "core"); NULL: "device" */
+  const char *io_json;     /* plan.json members written as they are after "version" (the driver's
+                            * pipecc version, target, inputs and outputs); NULL: none */
   pass_schedule_kind schedule;
   pass_topology topo;
   uint64_t mem_limit;            /* bytes per device, 0 = unlimited */

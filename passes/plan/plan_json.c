@@ -29,6 +29,7 @@ int pass_plan_json_write(FILE *f, const pass_dag *d, const pass_plan *p, const p
     gph = o->devices;
   }
   fprintf(f, "{\n  \"version\": %d,\n", PASS_PLAN_JSON_VERSION);
+  if (o->io_json) fprintf(f, "  %s,\n", o->io_json);
   fprintf(f, "  \"devices\": %d,\n  \"devices_used\": %d,\n  \"microbatches\": %d,\n", p->devices, p->devices_used,
           p->microbatches);
   if (o->mb_search_n > 0) { /* the default micro-batch count, chosen by the predicted iteration */

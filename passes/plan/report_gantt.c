@@ -14,6 +14,7 @@ enum { LABEL_W = 150, PLOT_W = 1140, ROW_H = 30, BOX_H = 20, TOP = 8, AXIS_H = 2
 void rep_write_gantt(FILE *f, const pass_planned *P, const pass_plan_opts *o) {
   const pass_plan *pl = &P->plan;
   int p = pl->n_stages;
+  const char *dev_word = o && o->device_word ? o->device_word : "device";
   pass_sim_result res;
   memset(&res, 0, sizeof res);
   pass_sim_stage *cost = p > 0 ? calloc((size_t)p, sizeof *cost) : NULL;
@@ -67,7 +68,8 @@ void rep_write_gantt(FILE *f, const pass_planned *P, const pass_plan_opts *o) {
       double y = TOP + (row0[k] + j) * ROW_H;
       if (k % 2) fprintf(f, "<rect class=\"band\" x=\"0\" y=\"%.0f\" width=\"%.0f\" height=\"%d\"/>", y, W, ROW_H);
       fprintf(f, "<rect x=\"2\" y=\"%.0f\" width=\"6\" height=\"%d\" fill=\"%s\"/>", y + 5, BOX_H, c);
-      fprintf(f, "<text class=\"rl\" x=\"14\" y=\"%.0f\">stage %d \xC2\xB7 GPU %d</text>", y + 19, k, S->dev_first + j);
+      fprintf(f, "<text class=\"rl\" x=\"14\" y=\"%.0f\">stage %d \xC2\xB7 %s %d</text>", y + 19, k, dev_word,
+              S->dev_first + j);
     }
   }
   fputs("\n", f);

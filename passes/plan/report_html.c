@@ -446,7 +446,8 @@ int report_html_write(FILE *f, const ir_graph *g, const pass_planned *P, const p
   rep_ms(t1, sizeof t1, pl->predicted_iteration_ms);
   rep_ms(t2, sizeof t2, pl->single_device_ms);
   snprintf(buf, sizeof buf, "%s ms", t1);
-  snprintf(s, sizeof s, "%d micro-batches \xC2\xB7 one device: %s ms", pl->microbatches, t2);
+  snprintf(s, sizeof s, "%d micro-batch%s \xC2\xB7 one device: %s ms", pl->microbatches, pl->microbatches == 1 ? "" : "es",
+           t2);
   card(f, "predicted iteration", buf, s, 1);
   snprintf(buf, sizeof buf, "%.2f\xC3\x97", pl->predicted_speedup);
   snprintf(s, sizeof s, "bubble %.1f%% of device time", 100 * pl->bubble_fraction);

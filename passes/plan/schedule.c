@@ -285,6 +285,7 @@ static int run(int p, const pass_stream *st, const int *replicas, const pass_sim
     }
     res->iteration_ms = it;
     res->bubble_fraction = it > 0 ? 1.0 - busy / (L * it) : 0.0;
+    if (res->bubble_fraction < 0) res->bubble_fraction = 0; /* rounding of a schedule without a gap */
   }
   rc = 0;
   goto out;

@@ -292,6 +292,8 @@ int main(int argc, char **argv) {
                        -1,
                        -1,
                        NULL,
-                       NULL};
+                       NULL,
+                       "test",
+                       "cpu"};
   return pipert_main(argc, argv, &p);
 }
