@@ -121,8 +121,8 @@ int cg_build(const char *out_dir, const cg_options *o) {
   if (jobs < 1) jobs = 1;
   int total = n_src + 2; /* sources, pipeline_main.c, link */
   job *js = calloc((size_t)total, sizeof(job));
-  char cflags[1024];
-  snprintf(cflags, sizeof cflags, "%s %s -I%s", CG_C_CC, CG_C_CFLAGS, PIPERT_INCLUDE_DIR);
+  char cflags[8192];
+  snprintf(cflags, sizeof cflags, "%s %s -I%s", CG_C_CC, CG_C_CFLAGS, cg_runtime()->include);
   for (int k = 0; k <= n_src; k++) {
     char src[64], obj[64];
     if (k < n_src) snprintf(src, sizeof src, "stage_%d.c", k);
@@ -184,7 +184,7 @@ int cg_build(const char *out_dir, const cg_options *o) {
       snprintf(argv[a++], 32, "stage_%d.o", k);
     }
     argv[a++] = strdup("pipeline_main.o");
-    argv[a++] = strdup(PIPERT_LIB);
+    argv[a++] = strdup(cg_runtime()->lib);
     for (int k = 0; k < n_words; k++) argv[a++] = libw[k];
     argv[a] = NULL;
     free(libw);
@@ -231,9 +231,9 @@ int cg_build_profile(const char *out_dir, const cg_options *o) {
     fprintf(stderr, "pipecc: internal error: %s is not a one-stage cpu build with profile_main.c\n", out_dir);
     return -1;
   }
-  char cflags[1024], libs[2048];
-  snprintf(cflags, sizeof cflags, "%s %s -I%s", CG_C_CC, CG_C_CFLAGS, PIPERT_INCLUDE_DIR);
-  snprintf(libs, sizeof libs, "%s -o profile stage_0_prof.o profile_main.o %s %s %s", CG_C_CC, PIPERT_LIB,
+  char cflags[8192], libs[8192];
+  snprintf(cflags, sizeof cflags, "%s %s -I%s", CG_C_CC, CG_C_CFLAGS, cg_runtime()->include);
+  snprintf(libs, sizeof libs, "%s -o profile stage_0_prof.o profile_main.o %s %s %s", CG_C_CC, cg_runtime()->lib,
            PIPERT_LINK_LIBS, CG_C_LIBS);
   const char *e1[] = {"-DPIPECC_PROFILE", "-c", "-o", "stage_0_prof.o", "stage_0.c"};
   const char *e2[] = {"-c", "-o", "profile_main.o", "profile_main.c"};

@@ -56,6 +56,18 @@ typedef struct {
  * Gemm with transB transposed for it). */
 #define CG_C_DIRECT_K 1024
 
+/* Where the runtime that every pipeline links is: its headers, libpipert.a and the cuda
+ * device runtime's sources. Found relative to the pipecc executable (PREFIX/bin/pipecc:
+ * PREFIX/include/pipecc, PREFIX/lib/pipecc/libpipert.a, PREFIX/share/pipecc/cuda/rt, as
+ * `cmake --install` lays them out), or under $PIPECC_HOME (a prefix) when set, else the
+ * build and source trees pipecc was built in; $PIPECC_CUDA_RT_DIR overrides the cuda
+ * sources. `where` says which ("installed", "PIPECC_HOME", "build tree"). */
+typedef struct {
+  char include[4096], lib[4096], cuda_rt[4096];
+  const char *where;
+} cg_runtime_paths;
+const cg_runtime_paths *cg_runtime(void);
+
 /* CPU target (codegen/c). Returns 0, or -1 after printing an error. */
 int cg_c_emit(ir_graph *g, const cg_plan *p, const cg_options *o, const char *out_dir);
 /* CUDA target (codegen/cuda): emit; build with make/nvcc (targets "pipeline", "profile"). */

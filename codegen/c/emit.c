@@ -599,7 +599,7 @@ static int emit_makefile(ir_graph *g, const cg_plan *p, const cg_options *o, con
   FILE *f = open_memstream(&buf, &len);
   cg_put_header_hash(f, g, o, "cpu", "Makefile: builds ./pipeline (pipecc runs the same commands itself)");
   fprintf(f, "\nCC = %s\nCFLAGS = %s\nPIPERT_INCLUDE = %s\nPIPERT_LIB = %s\nLIBS = %s %s\n\n", CG_C_CC, CG_C_CFLAGS,
-          PIPERT_INCLUDE_DIR, PIPERT_LIB, PIPERT_LINK_LIBS, CG_C_LIBS);
+          cg_runtime()->include, cg_runtime()->lib, PIPERT_LINK_LIBS, CG_C_LIBS);
   fputs("OBJS =", f);
   for (int s = 0; s < p->n_stages; s++) fprintf(f, " stage_%d.o", s);
   fputs(" pipeline_main.o\n\n", f);

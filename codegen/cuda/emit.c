@@ -17,9 +17,6 @@
 #include "codegen/cuda/cg_cuda.h"
 #include "ir/diag.h"
 
-#ifndef PIPECC_SOURCE_DIR
-#define PIPECC_SOURCE_DIR "."
-#endif
 
 /* ---- helpers for the op emitters ------------------------------------------------------- */
 
@@ -342,9 +339,8 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
 
 /* Copy a device runtime file into dir, under the usual header. */
 static int copy_rt_file(ir_graph *g, const cg_options *o, const char *dir, const char *name) {
-  char src[4096];
-  const char *rt = getenv("PIPECC_CUDA_RT_DIR");
-  snprintf(src, sizeof src, "%s/%s", rt && *rt ? rt : PIPECC_SOURCE_DIR "/codegen/cuda/rt", name);
+  char src[8300];
+  snprintf(src, sizeof src, "%s/%s", cg_runtime()->cuda_rt, name);
   FILE *f = fopen(src, "rb");
   if (!f) {
     fprintf(stderr, "pipecc: cannot read the cuda device runtime %s: %s (set PIPECC_CUDA_RT_DIR)\n", src,
@@ -525,7 +521,7 @@ static int emit_makefile(ir_graph *g, const cg_plan *p, const cg_options *o, con
       "PIPERT_INCLUDE = %s\nPIPERT_LIB = %s\n"
       "LIBS = %s -L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas -lnccl -lcudart "
       "-lpthread -lm\n\n",
-      gencode, CGU_NVCC_FLAGS, PIPERT_INCLUDE_DIR, PIPERT_LIB, PIPERT_LINK_LIBS);
+      gencode, CGU_NVCC_FLAGS, cg_runtime()->include, cg_runtime()->lib, PIPERT_LINK_LIBS);
   fputs("STAGES =", f);
   for (int s = 0; s < p->n_stages; s++) fprintf(f, " stage_%d.o", s);
   fputs("\nOBJS = $(STAGES) pipecc_cuda_rt.o pipeline_main.o\n\n", f);
