@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "codegen/c/cg_c.h"
@@ -23,8 +24,9 @@ typedef struct {
   char **argv;
   char *label; /* "cc stage_1.c" */
   pid_t pid;
-  int log; /* the compiler's output: a temporary file, unlinked at once (so that
-            * nothing is left behind however pipecc ends), read back through this */
+  double t0; /* when it started (its progress line gives the time it took) */
+  int log;   /* the compiler's output: a temporary file, unlinked at once (so that
+              * nothing is left behind however pipecc ends), read back through this */
 } job;
 
 static char **split_words(const char *s, int *n) {
@@ -59,6 +61,12 @@ static void free_argv(char **v) {
   free(v);
 }
 
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 static int start_job(job *j, const char *dir) {
   const char *tmp = getenv("TMPDIR");
   char path[4096];
@@ -86,6 +94,7 @@ static int start_job(job *j, const char *dir) {
   }
   j->log = fd;
   j->pid = pid;
+  j->t0 = now_s();
   return 0;
 }
 
@@ -123,11 +132,21 @@ int cg_build(const char *out_dir, const cg_options *o) {
   job *js = calloc((size_t)total, sizeof(job));
   char cflags[8192];
   snprintf(cflags, sizeof cflags, "%s %s -I%s", CG_C_CC, CG_C_CFLAGS, cg_runtime()->include);
+  /* objects in DIR/obj; the binary linked to a file of this process and renamed, so a
+   * pipeline running from DIR keeps its own */
+  char objdir[4200];
+  snprintf(objdir, sizeof objdir, "%s/obj", out_dir);
+  if (mkdir(objdir, 0755) && errno != EEXIST) {
+    fprintf(stderr, "pipecc: cannot create %s: %s\n", objdir, strerror(errno));
+    free(js);
+    return -1;
+  }
+  int quiet = o && o->quiet;
   for (int k = 0; k <= n_src; k++) {
     char src[64], obj[64];
     if (k < n_src) snprintf(src, sizeof src, "stage_%d.c", k);
     else snprintf(src, sizeof src, "pipeline_main.c");
-    snprintf(obj, sizeof obj, "%.*s.o", (int)strlen(src) - 2, src);
+    snprintf(obj, sizeof obj, "obj/%.*s.o", (int)strlen(src) - 2, src);
     const char *extra[] = {"-c", "-o", obj, src};
     js[k].argv = make_argv(cflags, extra, 4);
     js[k].label = malloc(strlen(src) + 8);
@@ -137,7 +156,6 @@ int cg_build(const char *out_dir, const cg_options *o) {
   /* compile in parallel, in order of submission */
   while ((next < n_src + 1 && !failed) || running) {
     while (!failed && next < n_src + 1 && running < jobs) {
-      fprintf(stderr, "[%d/%d] %s\n", next + 1, total, js[next].label);
       if (start_job(&js[next], out_dir)) {
         failed = 1;
         break;
@@ -158,6 +176,7 @@ int cg_build(const char *out_dir, const cg_options *o) {
       done++;
       js[k].pid = 0;
       int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (ok && !quiet) fprintf(stderr, "[%d/%d] %s (%.1f s)\n", done, total, js[k].label, now_s() - js[k].t0);
       if (!ok) {
         fprintf(stderr, "pipecc: %s failed:\n", js[k].label);
         failed = 1;
@@ -176,30 +195,39 @@ int cg_build(const char *out_dir, const cg_options *o) {
     char **libw = split_words(libs, &n_words);
     char **argv = malloc(sizeof(char *) * (size_t)(n_src + n_words + 8));
     int a = 0;
+    char tmp_bin[64];
+    snprintf(tmp_bin, sizeof tmp_bin, "pipeline.tmp.%ld", (long)getpid());
     argv[a++] = strdup(CG_C_CC);
     argv[a++] = strdup("-o");
-    argv[a++] = strdup("pipeline");
+    argv[a++] = strdup(tmp_bin);
     for (int k = 0; k < n_src; k++) {
       argv[a] = malloc(32);
-      snprintf(argv[a++], 32, "stage_%d.o", k);
+      snprintf(argv[a++], 32, "obj/stage_%d.o", k);
     }
-    argv[a++] = strdup("pipeline_main.o");
+    argv[a++] = strdup("obj/pipeline_main.o");
     argv[a++] = strdup(cg_runtime()->lib);
     for (int k = 0; k < n_words; k++) argv[a++] = libw[k];
     argv[a] = NULL;
     free(libw);
     l->argv = argv;
     l->label = strdup("link pipeline");
-    fprintf(stderr, "[%d/%d] %s\n", total, total, l->label);
     if (start_job(l, out_dir)) failed = 1;
     else {
       int status;
       while (waitpid(l->pid, &status, 0) < 0 && errno == EINTR) {
       }
       int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (!ok) fprintf(stderr, "pipecc: link failed:\n");
+      char from[4200], to[4200];
+      snprintf(from, sizeof from, "%s/%s", out_dir, tmp_bin);
+      snprintf(to, sizeof to, "%s/pipeline", out_dir);
+      if (ok && rename(from, to)) {
+        fprintf(stderr, "pipecc: %s: %s\n", to, strerror(errno));
+        ok = 0;
+      } else if (!ok) fprintf(stderr, "pipecc: link failed:\n");
+      if (ok && !quiet) fprintf(stderr, "[%d/%d] %s (%.1f s)\n", total, total, l->label, now_s() - l->t0);
       dump_log(l);
       if (!ok) {
+        remove(from);
         fprintf(stderr, "pipecc: internal error: linking %s/pipeline failed\n", out_dir);
         failed = 1;
       }
@@ -233,10 +261,10 @@ int cg_build_profile(const char *out_dir, const cg_options *o) {
   }
   char cflags[8192], libs[8192];
   snprintf(cflags, sizeof cflags, "%s %s -I%s", CG_C_CC, CG_C_CFLAGS, cg_runtime()->include);
-  snprintf(libs, sizeof libs, "%s -o profile stage_0_prof.o profile_main.o %s %s %s", CG_C_CC, cg_runtime()->lib,
-           PIPERT_LINK_LIBS, CG_C_LIBS);
-  const char *e1[] = {"-DPIPECC_PROFILE", "-c", "-o", "stage_0_prof.o", "stage_0.c"};
-  const char *e2[] = {"-c", "-o", "profile_main.o", "profile_main.c"};
+  snprintf(libs, sizeof libs, "%s -o profile obj/stage_0_prof.o obj/profile_main.o %s %s %s", CG_C_CC,
+           cg_runtime()->lib, PIPERT_LINK_LIBS, CG_C_LIBS);
+  const char *e1[] = {"-DPIPECC_PROFILE", "-c", "-o", "obj/stage_0_prof.o", "stage_0.c"};
+  const char *e2[] = {"-c", "-o", "obj/profile_main.o", "profile_main.c"};
   job js[3];
   memset(js, 0, sizeof js);
   js[0].argv = make_argv(cflags, e1, 5);

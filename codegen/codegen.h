@@ -48,6 +48,7 @@ typedef struct {
   int verbose;
   int no_tf32;           /* cuda: exact float32 GEMMs */
   const char *cuda_arch; /* cuda: e.g. "80;90" */
+  int quiet;             /* -q: no progress lines, errors only */
 } cg_options;
 
 /* The cpu target's direct GEMM (runtime/pipert_gemm.h) takes float GEMMs that sum at

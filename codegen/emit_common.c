@@ -1,5 +1,6 @@
 /* codegen/emit_common.c - file text, descriptors, pipeline_main.c and the emit
  * set-up shared by the cpu and cuda emitters (see codegen/emit_common.h). */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <inttypes.h>
@@ -192,6 +193,37 @@ void cg_put_stage_desc(FILE *f, ir_graph *g, const cg_plan *p, const cg_stage_in
             n_params ? "stage_params" : "NULL");
   }
   fprintf(f, "  %s,\n};\n", device_ops ? device_ops : "NULL");
+}
+
+void cg_remove_stale(const char *dir, int n_stages, const char *target) {
+  int cuda = !strcmp(target, "cuda");
+  DIR *d = opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    const char *n = e->d_name;
+    int k = -1, len = 0, stale = 0;
+    char ext[16] = "";
+    if (sscanf(n, "stage_%d%n", &k, &len) == 1 && k >= 0) { /* stage_K.c, .cu, .o, _prof.o */
+      snprintf(ext, sizeof ext, "%s", n + len);
+      stale = k >= n_stages || (!strcmp(ext, ".c") && cuda) || (!strcmp(ext, ".cu") && !cuda) ||
+              (!strcmp(ext, ".o") && !cuda); /* the cpu target's objects are in obj/ */
+    } else if (sscanf(n, "weights_%d.bin%n", &k, &len) == 1 && k >= 0 && !n[len]) {
+      stale = k >= n_stages;
+    } else if (!cuda && (!strncmp(n, "pipecc_cuda", 11) || !strcmp(n, "pipeline_main.o"))) {
+      stale = 1;
+    }
+    if (!stale) continue;
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", dir, n);
+    remove(path);
+  }
+  closedir(d);
+  for (int k = n_stages; !cuda; k++) { /* obj/stage_K.o of more stages */
+    char path[4400];
+    snprintf(path, sizeof path, "%s/obj/stage_%d.o", dir, k);
+    if (remove(path)) break;
+  }
 }
 
 int cg_write_stage_files(const char *dir, int s, const char *ext, const char *src, size_t src_len,

@@ -44,6 +44,10 @@ int cg_put_param_descs(FILE *f, const ir_graph *g, const cg_plan *p, const cg_wl
  * keeps the weights it mapped, and a failed write leaves no partial file. 0, or -1 after
  * printing an error. */
 int cg_write_file(const char *dir, const char *name, const void *data, size_t len);
+/* Files of an earlier build into dir that this one does not write: stages past
+ * n_stages (their sources, objects, weights), the other target's sources and objects,
+ * profiler builds' leftovers. Missing files are no error. */
+void cg_remove_stale(const char *dir, int n_stages, const char *target);
 /* Write dir/stage_K.<ext> and dir/weights_K.bin (removed when the stage has no weights). */
 int cg_write_stage_files(const char *dir, int s, const char *ext, const char *src, size_t src_len,
                          const unsigned char *w, size_t w_len);

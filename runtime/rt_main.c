@@ -407,7 +407,8 @@ static int generated_inputs(const pipert_pipeline *p, rt_array *in, int64_t *T) 
     }
   }
   if (p->n_inputs)
-    fprintf(stderr, "pipeline: --bench on generated inputs (one batch of %lld micro-batches)\n", (long long)*T);
+    fprintf(stderr, "pipeline: --bench on generated inputs (one batch of %lld micro-batch%s)\n", (long long)*T,
+            *T == 1 ? "" : "es");
   return 0;
 }
 

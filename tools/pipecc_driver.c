@@ -496,7 +496,7 @@ static void choose_candidate(pipecc_run *r) {
                     r->cand[k]);
     first = 0;
   }
-  fprintf(stderr, "%s; -m M sets it)\n", line);
+  if (!r->o->quiet) fprintf(stderr, "%s; -m M sets it)\n", line);
 }
 
 /* The micro-batch search: every candidate compiled as far as its plan (the first one
@@ -589,7 +589,7 @@ int pipecc_write_plan(pipecc_run *r) {
   if (bad) return 2;
   /* a training program prints its plan once autodiff has taken every node (an op
    * without a gradient is then the run's one line) */
-  if (!o->train_prog || o->plan_only) print_plan_table(stderr, r->g, &r->pl, r->dev);
+  if ((!o->train_prog || o->plan_only) && !o->quiet) print_plan_table(stderr, r->g, &r->pl, r->dev);
   return 0;
 }
 
@@ -675,7 +675,7 @@ int pipecc_train_program(pipecc_run *r) {
   double ts = now_ms();
   if (pass_train_program(g, topts, r->m, &r->tinfo) || g->n_errors) return 2;
   time_pass(r, "train", ts);
-  print_plan_table(stderr, g, &r->pl, r->dev);
+  if (!o->quiet) print_plan_table(stderr, g, &r->pl, r->dev);
   r->train_stage = calloc((size_t)g->n_nodes + 1, sizeof *r->train_stage); /* the nodes moved */
   for (int i = 0; i < g->n_nodes; i++) r->train_stage[i] = g->nodes[i].stage;
   r->cp.node_stage = r->train_stage;
@@ -685,16 +685,29 @@ int pipecc_train_program(pipecc_run *r) {
 
 static cg_options codegen_options(const pipecc_run *r) {
   const pipecc_options *o = r->o;
-  return (cg_options){o->cmdline, o->model, o->emit_only, o->jobs, o->pass.verbose, o->no_tf32, o->cuda_arch};
+  return (cg_options){o->cmdline, o->model, o->emit_only, o->jobs, o->pass.verbose, o->no_tf32, o->cuda_arch, o->quiet};
 }
 
 int pipecc_emit(pipecc_run *r) {
   cg_options co = codegen_options(r);
-  if (is_cpu(r->o)) return cg_c_emit(r->g, &r->cp, &co, r->o->out_dir) ? 2 : 0;
-  return cg_cuda_emit(r->g, &r->cp, &co, r->o->out_dir) ? 2 : 0;
+  double s = now_ms();
+  int rc = (is_cpu(r->o) ? cg_c_emit(r->g, &r->cp, &co, r->o->out_dir) : cg_cuda_emit(r->g, &r->cp, &co, r->o->out_dir))
+               ? 2
+               : 0;
+  time_pass(r, "emit", s); /* the stage sources and the weights files */
+  return rc;
 }
 
+static int build_binaries(pipecc_run *r);
+
 int pipecc_build(pipecc_run *r) {
+  double s = now_ms();
+  int rc = build_binaries(r);
+  if (!r->o->emit_only) time_pass(r, "build", s); /* the C or CUDA compiles and the link */
+  return rc;
+}
+
+static int build_binaries(pipecc_run *r) {
   const pipecc_options *o = r->o;
   cg_options co = codegen_options(r);
   if (is_cpu(o)) {
@@ -734,8 +747,8 @@ static void print_io(FILE *f, const pipecc_run *r) {
 
 void pipecc_report_done(const pipecc_run *r, int rc) {
   const pipecc_options *o = r->o;
-  if (!rc && !o->emit_only && !o->profile_run) print_io(stderr, r);
-  if (!rc && !o->plan_only && !o->emit_only && !o->profile_run) {
+  if (!rc && !o->emit_only && !o->profile_run && !o->quiet) print_io(stderr, r);
+  if (!rc && !o->plan_only && !o->emit_only && !o->profile_run && !o->quiet) {
     if (o->train_prog)
       fprintf(stderr,
               "pipecc: built %s/pipeline; train it with\n  %s/pipeline train --data X.npy%s --epochs N "

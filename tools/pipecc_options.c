@@ -101,7 +101,8 @@ void pipecc_usage(FILE *f) {
       "  --split even           replace the plan's stages by exactly g stages of about equal FLOPs, one\n"
       "                         device each (the tests' check that results do not depend on the stage\n"
       "                         count; also PIPECC_SPLIT=even)\n"
-      "  -v, --verbose          more messages\n"
+      "  -v, --verbose          more messages (the compilers' commands and output too)\n"
+      "  -q, --quiet            print nothing but errors (no plan table, no progress)\n"
       "  -h, --help             this help\n"
       "  --version              print the version\n"
       "\n"
@@ -442,6 +443,8 @@ static int other_option(cursor *c, pipecc_options *o) {
     o->time_passes = 1;
   } else if (IS("-v") || IS("--verbose")) {
     o->pass.verbose = 1;
+  } else if (IS("-q") || IS("--quiet")) {
+    o->quiet = 1;
   } else if (IS("--split") || !strncmp(a, "--split=", 8)) {
     const char *v = a[7] == '=' ? a + 8 : NEXT();
     if (strcmp(v, "even")) return cli_error("unknown --split '%s' (even)", v);

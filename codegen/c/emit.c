@@ -53,8 +53,8 @@ void cg_index_check(cg_ctx *c, const ir_node *n, int ind, const char *k, const c
   const char *env = getenv("PIPECC_INDEX_CHECKS");
   if (env && !strcmp(env, "0")) return;
   char label[400], nm[200];
-  snprintf(label, sizeof label, "node %d '%s' (%s)", n->index,
-           ir_printable(n->name ? n->name : "", 120, nm, sizeof nm), ir_op_name(n->op));
+  snprintf(label, sizeof label, "node %d '%s' (%s)", n->index, ir_printable(n->name ? n->name : "", 120, nm, sizeof nm),
+           ir_op_name(n->op));
   cg_w(c, "%*sif (%s < 0 || %s >= %lld) {\n%*s  pipert_bad_input(", ind, "", k, k, (long long)size, ind, "");
   cg_put_cstr(c->body, label);
   cg_w(c, ", \"index %%lld is out of range for %s of size %lld\", (long long)(%s));\n%*s  return 1;\n%*s}\n", what,
@@ -601,18 +601,20 @@ static int emit_makefile(ir_graph *g, const cg_plan *p, const cg_options *o, con
   fprintf(f, "\nCC = %s\nCFLAGS = %s\nPIPERT_INCLUDE = %s\nPIPERT_LIB = %s\nLIBS = %s %s\n\n", CG_C_CC, CG_C_CFLAGS,
           cg_runtime()->include, cg_runtime()->lib, PIPERT_LINK_LIBS, CG_C_LIBS);
   fputs("OBJS =", f);
-  for (int s = 0; s < p->n_stages; s++) fprintf(f, " stage_%d.o", s);
-  fputs(" pipeline_main.o\n\n", f);
+  for (int s = 0; s < p->n_stages; s++) fprintf(f, " obj/stage_%d.o", s);
+  fputs(" obj/pipeline_main.o\n\n", f);
   fputs("pipeline: $(OBJS) $(PIPERT_LIB)\n\t$(CC) -o $@ $(OBJS) $(PIPERT_LIB) $(LIBS)\n\n", f);
   if (profiled(p))
     fputs(
-        "profile: stage_0_prof.o profile_main.o $(PIPERT_LIB)\n"
-        "\t$(CC) -o $@ stage_0_prof.o profile_main.o $(PIPERT_LIB) $(LIBS)\n\n"
-        "stage_0_prof.o: stage_0.c\n\t$(CC) $(CFLAGS) -DPIPECC_PROFILE -I$(PIPERT_INCLUDE) -c -o $@ $<\n\n",
+        "profile: obj/stage_0_prof.o obj/profile_main.o $(PIPERT_LIB)\n"
+        "\t$(CC) -o $@ obj/stage_0_prof.o obj/profile_main.o $(PIPERT_LIB) $(LIBS)\n\n"
+        "obj/stage_0_prof.o: stage_0.c\n\t@mkdir -p obj\n\t$(CC) $(CFLAGS) -DPIPECC_PROFILE -I$(PIPERT_INCLUDE) -c -o $@ "
+        "$<\n\n",
         f);
-  fputs("%.o: %.c\n\t$(CC) $(CFLAGS) -I$(PIPERT_INCLUDE) -c -o $@ $<\n\n", f);
-  fputs(profiled(p) ? "clean:\n\trm -f $(OBJS) stage_0_prof.o profile_main.o pipeline profile\n\n.PHONY: clean\n"
-                    : "clean:\n\trm -f $(OBJS) pipeline\n\n.PHONY: clean\n",
+  fputs("obj/%.o: %.c\n\t@mkdir -p obj\n\t$(CC) $(CFLAGS) -I$(PIPERT_INCLUDE) -c -o $@ $<\n\n", f);
+  fputs(profiled(p)
+            ? "clean:\n\trm -f $(OBJS) obj/stage_0_prof.o obj/profile_main.o pipeline profile\n\n.PHONY: clean\n"
+            : "clean:\n\trm -f $(OBJS) pipeline\n\n.PHONY: clean\n",
         f);
   fclose(f);
   int rc = cg_write_file(dir, "Makefile", buf, len);
@@ -632,6 +634,7 @@ int cg_c_emit(ir_graph *g, const cg_plan *p, const cg_options *o, const char *ou
   int rc = 0;
   for (int s = 0; s < p->n_stages; s++)
     if (emit_stage(g, p, o, &si, s, out_dir)) rc = -1;
+  if (!rc) cg_remove_stale(out_dir, p->n_stages, "cpu");
   if (!rc) rc = cg_emit_main(g, p, o, &si, "cpu", out_dir);
   if (!rc && profiled(p)) rc = cg_c_emit_profile_main(g, p, o, &si, out_dir);
   if (!rc) rc = emit_makefile(g, p, o, out_dir);

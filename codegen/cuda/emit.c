@@ -17,7 +17,6 @@
 #include "codegen/cuda/cg_cuda.h"
 #include "ir/diag.h"
 
-
 /* ---- helpers for the op emitters ------------------------------------------------------- */
 
 void cu_w(cu_ctx *c, const char *fmt, ...) {
@@ -554,14 +553,7 @@ int cg_cuda_emit(ir_graph *g, const cg_plan *p, const cg_options *o, const char 
   int rc = 0;
   for (int s = 0; s < p->n_stages; s++)
     if (emit_stage(g, p, o, &si, s, out_dir)) rc = -1;
-  /* stale stage sources of an earlier build with more stages would confuse readers */
-  for (int s = p->n_stages; !rc; s++) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/stage_%d.cu", out_dir, s);
-    if (remove(path)) break;
-    snprintf(path, sizeof path, "%s/weights_%d.bin", out_dir, s);
-    remove(path);
-  }
+  if (!rc) cg_remove_stale(out_dir, p->n_stages, "cuda");
   if (!rc) rc = cg_emit_main(g, p, o, &si, "cuda", out_dir);
   if (!rc) rc = copy_rt_file(g, o, out_dir, "pipecc_cuda.h");
   if (!rc) rc = copy_rt_file(g, o, out_dir, "pipecc_cuda_limits.h");

@@ -8,14 +8,17 @@
 #      DIR/pipeline --info / --bench on generated data) and the cuda target (emitted);
 #   4. no file of either output folder names the deleted trees, the source tree the
 #      test ran from, or its build tree.
-# usage: install_test.sh SOURCE_DIR WORK_DIR [BUILD_DIR]
+# usage: install_test.sh SOURCE_DIR WORK_DIR [BUILD_DIR]   (WORK_DIR: emptied; the test works in TMPDIR)
 set -euo pipefail
 SRC=$(cd "$1" && pwd)
 WORK=$2
 MAIN_BUILD=${3:-$SRC/build}
-rm -rf "$WORK"
-mkdir -p "$WORK"
-WORK=$(cd "$WORK" && pwd)
+# the trees and the prefix go outside the source and build trees (TMPDIR), so that a path
+# of theirs found in an output can only have come from the trees themselves
+rm -rf "$2"
+mkdir -p "$2"
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/pipecc-install-XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
 say() { echo "install_test: $*"; }
 fail() { echo "FAIL: $*"; exit 1; }
 
@@ -59,4 +62,3 @@ for tree in "$WORK/src" "$WORK/bld" "$SRC" "$MAIN_BUILD"; do
 done
 grep -q "PIPERT_LIB = $P/lib/pipecc/libpipert.a" out_cpu/Makefile || fail "the Makefile does not use the moved prefix"
 say "ok: installed, moved, trees deleted; cpu built and run (outputs match onnxruntime), cuda emitted; no tree path"
-rm -rf "$WORK"
