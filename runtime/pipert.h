@@ -442,9 +442,9 @@ int pipert_init_device(void);
 
 /* A stage's forward or backward that finds its input outside what the model defines (a
  * Gather index past its axis, in the C or CUDA stage code) calls pipert_bad_input once
- * with the node and the reason (the first call of a forward or backward is kept, on
- * the calling thread) and returns PIPERT_STATUS_BAD_INPUT; the runtime then stops the run
- * with that one line, naming the stage and micro-batch, and exit status 2. */
+ * with the node and the reason (the process keeps the first) and returns
+ * PIPERT_STATUS_BAD_INPUT; the runtime then stops the run with that one line, naming the
+ * stage and micro-batch, and exit status 2. */
 #define PIPERT_STATUS_BAD_INPUT 77
 void pipert_bad_input(const char *node, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

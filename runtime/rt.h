@@ -51,7 +51,7 @@ uint32_t rt_crc32(uint32_t crc, const void *data, size_t len);
 
 /* ---- weights (rt_weights.c) ------------------------------------------- */
 
-/* The reason a stage gave with pipert_bad_input on this thread, cleared; NULL if none. */
+/* The reason a stage gave with pipert_bad_input, cleared; NULL if none. */
 const char *rt_bad_input_take(void);
 typedef struct rt_weights {
   void *map;

@@ -1,7 +1,8 @@
 /* Weights files: mmap, size and XXH64 checksum check. */
-#include <stdarg.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -13,23 +14,31 @@ uint64_t pipert_checksum64(const void *data, size_t len) { return pipert_xxh64(d
 
 /* ---- a stage's bad input (pipert.h) ---- */
 
-static _Thread_local char bad_input[768];
+/* One per process, the first reason kept: a stage's forward may run on another thread
+ * than its worker's (the fake device's streams), and a run stops at its first failure. */
+static char bad_input[768];
+static pthread_mutex_t bad_input_mu = PTHREAD_MUTEX_INITIALIZER;
 
 void pipert_bad_input(const char *node, const char *fmt, ...) {
-  if (bad_input[0]) return; /* the first of this call */
-  int o = snprintf(bad_input, sizeof bad_input, "%s: ", node);
-  va_list ap;
-  va_start(ap, fmt);
-  if (o > 0 && (size_t)o < sizeof bad_input) vsnprintf(bad_input + o, sizeof bad_input - (size_t)o, fmt, ap);
-  va_end(ap);
+  pthread_mutex_lock(&bad_input_mu);
+  if (!bad_input[0]) {
+    int o = snprintf(bad_input, sizeof bad_input, "%s: ", node);
+    va_list ap;
+    va_start(ap, fmt);
+    if (o > 0 && (size_t)o < sizeof bad_input) vsnprintf(bad_input + o, sizeof bad_input - (size_t)o, fmt, ap);
+    va_end(ap);
+  }
+  pthread_mutex_unlock(&bad_input_mu);
 }
 
 const char *rt_bad_input_take(void) {
   static _Thread_local char taken[sizeof bad_input];
-  if (!bad_input[0]) return NULL;
-  memcpy(taken, bad_input, sizeof taken);
+  pthread_mutex_lock(&bad_input_mu);
+  int any = bad_input[0] != 0;
+  if (any) memcpy(taken, bad_input, sizeof taken);
   bad_input[0] = 0;
-  return taken;
+  pthread_mutex_unlock(&bad_input_mu);
+  return any ? taken : NULL;
 }
 
 int rt_weights_load(const pipert_stage_desc *d, const char *dir, rt_weights *w, char *err, size_t errlen) {
