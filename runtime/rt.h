@@ -47,6 +47,9 @@ int rt_npz_save(const char *path, const rt_array *arrs, int n, char *err, size_t
  * under the final name. */
 FILE *rt_atomic_open(const char *path, char *tmp, size_t tmplen, char *err, size_t errlen);
 int rt_atomic_close(FILE *f, int ok, const char *path, const char *tmp, char *err, size_t errlen);
+/* Whether rt_atomic_open can make path's temporary file (made and removed again): 0, or
+ * -1 with errno set (checks of output paths before a run). */
+int rt_can_write(const char *path);
 uint32_t rt_crc32(uint32_t crc, const void *data, size_t len);
 
 /* ---- weights (rt_weights.c) ------------------------------------------- */

@@ -524,62 +524,48 @@ static void safe_name(char *dst, size_t len, const char *name) {
   if (!strcmp(dst, ".") || !strcmp(dst, "..") || !dst[0]) snprintf(dst, len, "output");
 }
 
-/* Whether a new file can be made beside path (a temporary file of this process, removed
- * again). 0, or 2 after one line. */
-static int probe_write(const char *path) {
-  char tmp[4200], err[1024];
-  FILE *f = rt_atomic_open(path, tmp, sizeof tmp, err, sizeof err);
-  if (!f) {
-    rt_errorf("--output %s: cannot write there: %s", path, strerror(errno));
+/* What --output names: one .npz, one .npy (the pipeline must have one output), or a
+ * folder of .npy files; 2 after one line when it cannot be what it names, else 0. */
+enum { OUT_NPZ, OUT_NPY, OUT_DIR };
+static int output_kind(const pipert_pipeline *p, const char *path, int *kind) {
+  struct stat st;
+  int is_dir = (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) || ends_with(path, "/");
+  *kind = ends_with(path, ".npz") ? OUT_NPZ : !is_dir && ends_with(path, ".npy") ? OUT_NPY : OUT_DIR;
+  if (*kind == OUT_NPY && p->n_outputs != 1) {
+    rt_errorf("--output %s: the pipeline has %d outputs: give a directory or a .npz file", path, p->n_outputs);
     return 2;
   }
-  fclose(f);
-  unlink(tmp);
   return 0;
 }
 
 int rt_check_output(const pipert_pipeline *p, const rt_options *o) {
   const char *path = o->output;
+  int kind;
   if (!path) return 0;
-  struct stat st;
-  int is_dir = (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) || ends_with(path, "/");
-  if (ends_with(path, ".npz") && !is_dir) return probe_write(path);
-  if (!is_dir && ends_with(path, ".npy")) {
-    if (p->n_outputs != 1) {
-      rt_errorf("--output %s: the pipeline has %d outputs: give a directory or a .npz file", path, p->n_outputs);
-      return 2;
-    }
-    return probe_write(path);
-  }
-  /* a folder: made once the run has its outputs, so tried where it will be */
+  if (output_kind(p, path, &kind)) return 2;
+  /* a folder is made once the run has its outputs, so tried where it will be */
   char probe[4400];
-  if (stat(path, &st) == 0) snprintf(probe, sizeof probe, "%s%soutput.npy", path, ends_with(path, "/") ? "" : "/");
-  else {
+  struct stat st;
+  if (kind != OUT_DIR || stat(path, &st) != 0) {
     snprintf(probe, sizeof probe, "%s", path);
     while (ends_with(probe, "/") && strlen(probe) > 1) probe[strlen(probe) - 1] = 0;
+  } else snprintf(probe, sizeof probe, "%s%soutput.npy", path, ends_with(path, "/") ? "" : "/");
+  if (rt_can_write(probe)) {
+    rt_errorf("--output %s: cannot write there: %s", probe, strerror(errno));
+    return 2;
   }
-  return probe_write(probe);
+  return 0;
 }
 
 int rt_write_outputs(const pipert_pipeline *p, const rt_options *o, const rt_array *out) {
   char err[1024];
   const char *path = o->output;
+  int kind;
   if (!path) return 0;
-  struct stat st;
-  int is_dir = (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) || ends_with(path, "/");
-  if (ends_with(path, ".npz")) {
-    if (rt_npz_save(path, out, p->n_outputs, err, sizeof err)) {
-      rt_errorf("%s", err);
-      return 2;
-    }
-    return 0;
-  }
-  if (!is_dir && ends_with(path, ".npy")) {
-    if (p->n_outputs != 1) {
-      rt_errorf("--output %s: the pipeline has %d outputs: give a directory or a .npz file", path, p->n_outputs);
-      return 2;
-    }
-    if (rt_npy_save(path, &out[0], err, sizeof err)) {
+  if (output_kind(p, path, &kind)) return 2;
+  if (kind == OUT_NPZ || kind == OUT_NPY) {
+    if (kind == OUT_NPZ ? rt_npz_save(path, out, p->n_outputs, err, sizeof err)
+                        : rt_npy_save(path, &out[0], err, sizeof err)) {
       rt_errorf("%s", err);
       return 2;
     }

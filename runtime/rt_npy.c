@@ -304,6 +304,15 @@ FILE *rt_atomic_open(const char *path, char *tmp, size_t tmplen, char *err, size
   return f;
 }
 
+int rt_can_write(const char *path) {
+  char tmp[4200], err[1024];
+  FILE *f = rt_atomic_open(path, tmp, sizeof tmp, err, sizeof err);
+  if (!f) return -1;
+  fclose(f);
+  unlink(tmp);
+  return 0;
+}
+
 int rt_atomic_close(FILE *f, int ok, const char *path, const char *tmp, char *err, size_t errlen) {
   int e = ok ? 0 : errno;
   if (ok && (fflush(f) || fsync(fileno(f)))) ok = 0, e = errno;

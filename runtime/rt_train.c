@@ -200,8 +200,8 @@ static int check_labels(const pipert_pipeline *p, const rt_array *a, const char 
   const int64_t *v = a->data;
   for (size_t i = 0, n = a->nbytes / sizeof *v; i < n; i++)
     if (v[i] < 0 || v[i] >= C) {
-      rt_errorf("train: %s: label %lld (element %zu) is out of range for %lld classes (0..%lld)", path,
-                (long long)v[i], i, (long long)C, (long long)(C - 1));
+      rt_errorf("train: %s: label %lld (element %zu) is out of range for %lld classes (0..%lld)", path, (long long)v[i],
+                i, (long long)C, (long long)(C - 1));
       return 2;
     }
   return 0;
@@ -533,14 +533,10 @@ static int check_writable(const char *opt, const char *path) {
     rt_errorf("train: %s %s: is a directory (give a file name)", opt, path);
     return 2;
   }
-  char tmp[4200], err[1024];
-  FILE *f = rt_atomic_open(path, tmp, sizeof tmp, err, sizeof err);
-  if (!f) {
+  if (rt_can_write(path)) {
     rt_errorf("train: %s %s: cannot write there: %s", opt, path, strerror(errno));
     return 2;
   }
-  fclose(f);
-  unlink(tmp);
   return 0;
 }
 
