@@ -105,6 +105,8 @@ void pipecc_usage(FILE *f) {
       "  -q, --quiet            print nothing but errors (no plan table, no progress)\n"
       "  -h, --help             this help\n"
       "  --version              print the version\n"
+      "  --list-ops             print every supported op and how the cpu and cuda targets and\n"
+      "                         training handle it, tab-separated (docs/supported.md)\n"
       "\n"
       "Exit status: 0 success, 2 error in the model or the command line.\n",
       f);
@@ -439,6 +441,8 @@ static int other_option(cursor *c, pipecc_options *o) {
   } else if (IS("--version")) {
     printf("pipecc %s\n", PIPECC_VERSION);
     return 0;
+  } else if (IS("--list-ops")) {
+    return pipecc_list_ops(stdout);
   } else if (IS("--time-passes")) {
     o->time_passes = 1;
   } else if (IS("-v") || IS("--verbose")) {

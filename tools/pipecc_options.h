@@ -57,5 +57,8 @@ typedef struct {
 int pipecc_options_parse(int argc, char **argv, pipecc_options *o);
 void pipecc_options_free(pipecc_options *o);
 void pipecc_usage(FILE *f);
+/* --list-ops: every op and what the cpu and cuda targets and training do with it, one
+ * tab-separated line each after a header (tools/pipecc_ops.c). 0, or 1 on a write error. */
+int pipecc_list_ops(FILE *f);
 
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ir/diag.h"
+#include "passes/train/autodiff.h"
 #include "passes/train/autodiff_impl.h"
 #include "passes/pass.h"
 #include "passes/shape/shape_impl.h"
@@ -1083,6 +1084,7 @@ static int bw_node(ad_ctx *a, int node) {
     return 0;
   }
   if (dy < 0) return 0;
+  if (ad_op_gradient(nd.op) != AD_GRAD) return unsupported(a, node, NULL);
   switch (nd.op) {
     case IR_OP_Conv: return bw_conv(a, node, dy);
     case IR_OP_Gemm: return bw_gemm(a, node, dy);
@@ -1147,8 +1149,12 @@ static int bw_node(ad_ctx *a, int node) {
   }
 }
 
-/* Ops whose outputs do not carry gradients to their (float) inputs. */
-static int no_grad_op(ir_op op) {
+/* What autodiff does with an op (ad_op_gradient in passes/train/autodiff.h): the ops
+ * bw_node writes a backward for (its switch and bw_eltwise's), the ops whose outputs
+ * carry no gradient to their inputs, and the rest, which it refuses. bw_node refuses
+ * whatever this does not call AD_GRAD, so the table in docs/supported.md made from it
+ * says no more than autodiff does. */
+int ad_op_gradient(ir_op op) {
   switch (op) {
     case IR_OP_Shape:
     case IR_OP_Size:
@@ -1166,10 +1172,82 @@ static int no_grad_op(ir_op op) {
     case IR_OP_Ceil:
     case IR_OP_Round:
     case IR_OP_OneHot:
-    case IR_OP_ConstantOfShape: return 1;
-    default: return 0;
+    case IR_OP_ConstantOfShape: return AD_NO_GRAD;
+    /* bw_node */
+    case IR_OP_Split:
+    case IR_OP_RNN:
+    case IR_OP_GRU:
+    case IR_OP_LSTM: /* unrolled into their steps first (passes/train/rnn_unroll.c) */
+    case IR_OP_Conv:
+    case IR_OP_Gemm:
+    case IR_OP_MatMul:
+    case IR_OP_MaxPool:
+    case IR_OP_AveragePool:
+    case IR_OP_GlobalAveragePool:
+    case IR_OP_BatchNormalization:
+    case IR_OP_LayerNormalization:
+    case IR_OP_Softmax:
+    case IR_OP_LogSoftmax:
+    case IR_OP_ReduceSum:
+    case IR_OP_ReduceMean:
+    case IR_OP_ReduceSumSquare:
+    case IR_OP_ReduceL2:
+    case IR_OP_ReduceLogSumExp:
+    case IR_OP_ReduceMax:
+    case IR_OP_ReduceMin:
+    case IR_OP_GatherElements:
+    case IR_OP_Concat:
+    case IR_OP_Slice:
+    case IR_OP_Gather:
+    case IR_OP_Pad:
+    case IR_OP_InstanceNormalization:
+    case IR_OP_Tile:
+    case IR_OP_ConvTranspose:
+    case IR_OP_Where:
+    case IR_OP_Dropout:
+    case IR_OP_Reshape:
+    case IR_OP_Flatten:
+    case IR_OP_Squeeze:
+    case IR_OP_Unsqueeze:
+    case IR_OP_Expand:
+    case IR_OP_Transpose:
+    /* bw_eltwise */
+    case IR_OP_Identity:
+    case IR_OP_Neg:
+    case IR_OP_Relu:
+    case IR_OP_LeakyRelu:
+    case IR_OP_Sigmoid:
+    case IR_OP_Tanh:
+    case IR_OP_Exp:
+    case IR_OP_Log:
+    case IR_OP_Sqrt:
+    case IR_OP_Reciprocal:
+    case IR_OP_Abs:
+    case IR_OP_Erf:
+    case IR_OP_Sin:
+    case IR_OP_Cos:
+    case IR_OP_Softplus:
+    case IR_OP_Clip:
+    case IR_OP_Gelu:
+    case IR_OP_Elu:
+    case IR_OP_Selu:
+    case IR_OP_HardSigmoid:
+    case IR_OP_HardSwish:
+    case IR_OP_PRelu:
+    case IR_OP_Sum:
+    case IR_OP_Mean:
+    case IR_OP_CumSum:
+    case IR_OP_Cast:
+    case IR_OP_Add:
+    case IR_OP_Sub:
+    case IR_OP_Mul:
+    case IR_OP_Div:
+    case IR_OP_Pow: return AD_GRAD;
+    default: return AD_REFUSED;
   }
 }
+
+static int no_grad_op(ir_op op) { return ad_op_gradient(op) == AD_NO_GRAD; }
 
 int ad_backward(ad_ctx *a, int loss) {
   ir_graph *g = a->g;

@@ -91,6 +91,13 @@ typedef struct {
   int verbose;
 } pass_train_opts;
 
+/* What autodiff does with op: AD_GRAD, it writes the op's backward; AD_NO_GRAD, the op's
+ * outputs carry no gradient (Shape, comparisons, rounding, ...); AD_REFUSED, a path from a
+ * trained weight to the loss through it is reported. Ops rewritten into others before
+ * autodiff runs (docs/supported.md) are trained as what they became. */
+enum { AD_REFUSED = 0, AD_GRAD = 1, AD_NO_GRAD = 2 };
+int ad_op_gradient(ir_op op);
+
 /* Defaults as documented above. */
 void pass_train_opts_default(pass_train_opts *t);
 /* Build the training step graph (form 1) in place. 0, or -1 after reporting model
