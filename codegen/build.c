@@ -115,6 +115,47 @@ static int file_exists(const char *dir, const char *name) {
   return stat(path, &st) == 0;
 }
 
+/* Run the n jobs js in parallel, at most `jobs` at once, in order of submission: one
+ * progress line "[k/total] LABEL (T s)" each as it ends (k counting on from done0; none
+ * when quiet), its output (warnings too) after it, and the first failure stops new ones.
+ * 0, or 1 when one failed. */
+static int cg_run_jobs_(const char *out_dir, job *js, int n, int done0, int total, int jobs, int quiet) {
+  int failed = 0, next = 0, running = 0, done = done0;
+  while ((next < n && !failed) || running) {
+    while (!failed && next < n && running < jobs) {
+      if (start_job(&js[next], out_dir)) {
+        failed = 1;
+        break;
+      }
+      next++;
+      running++;
+    }
+    if (!running) break;
+    int status;
+    pid_t pid = wait(&status);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int k = 0; k < next; k++) {
+      if (js[k].pid != pid) continue;
+      running--;
+      done++;
+      js[k].pid = 0;
+      int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (ok && !quiet) fprintf(stderr, "[%d/%d] %s (%.1f s)\n", done, total, js[k].label, now_s() - js[k].t0);
+      if (!ok) {
+        fprintf(stderr, "pipecc: %s failed:\n", js[k].label);
+        failed = 1;
+      }
+      dump_log(&js[k]); /* warnings too: the emitted code is meant to be warning-free */
+      if (!ok)
+        fprintf(stderr, "pipecc: internal error: the code emitted into %s does not compile (a pipecc bug)\n", out_dir);
+    }
+  }
+  return failed;
+}
+
 int cg_build(const char *out_dir, const cg_options *o) {
   int n_src = 0;
   char name[64];
@@ -152,40 +193,7 @@ int cg_build(const char *out_dir, const cg_options *o) {
     js[k].label = malloc(strlen(src) + 8);
     sprintf(js[k].label, "cc %s", src);
   }
-  int failed = 0, next = 0, running = 0, done = 0;
-  /* compile in parallel, in order of submission */
-  while ((next < n_src + 1 && !failed) || running) {
-    while (!failed && next < n_src + 1 && running < jobs) {
-      if (start_job(&js[next], out_dir)) {
-        failed = 1;
-        break;
-      }
-      next++;
-      running++;
-    }
-    if (!running) break;
-    int status;
-    pid_t pid = wait(&status);
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    for (int k = 0; k < next; k++) {
-      if (js[k].pid != pid) continue;
-      running--;
-      done++;
-      js[k].pid = 0;
-      int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (ok && !quiet) fprintf(stderr, "[%d/%d] %s (%.1f s)\n", done, total, js[k].label, now_s() - js[k].t0);
-      if (!ok) {
-        fprintf(stderr, "pipecc: %s failed:\n", js[k].label);
-        failed = 1;
-      }
-      dump_log(&js[k]); /* warnings too: the emitted code is meant to be warning-free */
-      if (!ok)
-        fprintf(stderr, "pipecc: internal error: the code emitted into %s does not compile (a pipecc bug)\n", out_dir);
-    }
-  }
+  int failed = cg_run_jobs_(out_dir, js, n_src + 1, 0, total, jobs, quiet);
   if (!failed) {
     /* cc -o pipeline stage_*.o pipeline_main.o libpipert.a [its libs] -lopenblas -lpthread -lm */
     job *l = &js[n_src + 1];
@@ -234,6 +242,30 @@ int cg_build(const char *out_dir, const cg_options *o) {
     }
   }
   for (int k = 0; k < total; k++) {
+    free_argv(js[k].argv);
+    free(js[k].label);
+  }
+  free(js);
+  return failed ? -1 : 0;
+}
+
+int cg_build_make(const char *out_dir, const cg_options *o, const char *const *objects, const char *const *labels,
+                  int n, const char *targets, const char *link_label) {
+  int jobs = o && o->jobs > 0 ? o->jobs : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  if (jobs < 1) jobs = 1;
+  int quiet = o && o->quiet, verbose = o && o->verbose;
+  job *js = calloc((size_t)n + 1, sizeof(job));
+  const char *mode = verbose ? "--no-print-directory" : "-s";
+  for (int k = 0; k <= n; k++) {
+    char words[512];
+    snprintf(words, sizeof words, "make %s %s", mode, k < n ? objects[k] : targets);
+    js[k].argv = make_argv(words, NULL, 0);
+    js[k].label = strdup(k < n ? labels[k] : link_label);
+    if (verbose) fprintf(stderr, "pipecc: (in %s) %s\n", out_dir, words);
+  }
+  int failed = cg_run_jobs_(out_dir, js, n, 0, n + 1, jobs, quiet);
+  if (!failed) failed = cg_run_jobs_(out_dir, js + n, 1, n, n + 1, 1, quiet);
+  for (int k = 0; k <= n; k++) {
     free_argv(js[k].argv);
     free(js[k].label);
   }

@@ -76,6 +76,11 @@ int cg_cuda_emit(ir_graph *g, const cg_plan *p, const cg_options *o, const char 
 int cg_cuda_build_dir(const char *out_dir, const cg_options *o, const char *targets);
 /* Build out_dir/pipeline from what an emitter wrote (parallel, with progress). */
 int cg_build(const char *out_dir, const cg_options *o);
+/* make each of the n objects in out_dir (a Makefile there), in parallel, then `make
+ * targets` (the link) alone, with cg_build's progress lines: labels[k] for objects[k],
+ * link_label for the last. 0, or -1 after printing the failing job's output. */
+int cg_build_make(const char *out_dir, const cg_options *o, const char *const *objects, const char *const *labels,
+                  int n, const char *targets, const char *link_label);
 /* Build out_dir/profile, the per-node profiler of a one-stage cpu build
  * (runtime/pipert_profile.h). 0, or -1 after printing an error. */
 int cg_build_profile(const char *out_dir, const cg_options *o);

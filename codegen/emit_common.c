@@ -207,10 +207,12 @@ void cg_remove_stale(const char *dir, int n_stages, const char *target) {
     if (sscanf(n, "stage_%d%n", &k, &len) == 1 && k >= 0) { /* stage_K.c, .cu, .o, _prof.o */
       snprintf(ext, sizeof ext, "%s", n + len);
       stale = k >= n_stages || (!strcmp(ext, ".c") && cuda) || (!strcmp(ext, ".cu") && !cuda) ||
-              (!strcmp(ext, ".o") && !cuda); /* the cpu target's objects are in obj/ */
+              !strcmp(ext, ".o") || !strcmp(ext, "_prof.o"); /* objects are in obj/ */
     } else if (sscanf(n, "weights_%d.bin%n", &k, &len) == 1 && k >= 0 && !n[len]) {
       stale = k >= n_stages;
-    } else if (!cuda && (!strncmp(n, "pipecc_cuda", 11) || !strcmp(n, "pipeline_main.o"))) {
+    } else if (!strcmp(n, "pipeline_main.o") || !strcmp(n, "profile_main.o") || !strcmp(n, "pipecc_cuda_rt.o")) {
+      stale = 1; /* objects are in obj/ */
+    } else if (!cuda && !strncmp(n, "pipecc_cuda", 11)) {
       stale = 1;
     }
     if (!stale) continue;
@@ -219,10 +221,14 @@ void cg_remove_stale(const char *dir, int n_stages, const char *target) {
     remove(path);
   }
   closedir(d);
-  for (int k = n_stages; !cuda; k++) { /* obj/stage_K.o of more stages */
-    char path[4400];
+  char path[4400];
+  for (int k = n_stages;; k++) { /* obj/stage_K.o of more stages */
     snprintf(path, sizeof path, "%s/obj/stage_%d.o", dir, k);
     if (remove(path)) break;
+  }
+  if (!cuda) { /* the cuda target's device runtime */
+    snprintf(path, sizeof path, "%s/obj/pipecc_cuda_rt.o", dir);
+    remove(path);
   }
 }
 

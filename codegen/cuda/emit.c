@@ -522,19 +522,20 @@ static int emit_makefile(ir_graph *g, const cg_plan *p, const cg_options *o, con
       "-lpthread -lm\n\n",
       gencode, CGU_NVCC_FLAGS, cg_runtime()->include, cg_runtime()->lib, PIPERT_LINK_LIBS);
   fputs("STAGES =", f);
-  for (int s = 0; s < p->n_stages; s++) fprintf(f, " stage_%d.o", s);
-  fputs("\nOBJS = $(STAGES) pipecc_cuda_rt.o pipeline_main.o\n\n", f);
+  for (int s = 0; s < p->n_stages; s++) fprintf(f, " obj/stage_%d.o", s);
+  fputs("\nOBJS = $(STAGES) obj/pipecc_cuda_rt.o obj/pipeline_main.o\n\n", f);
   fputs("all: pipeline\n\n", f);
   fputs("pipeline: $(OBJS) $(PIPERT_LIB)\n\t$(NVCC) $(CUDA_ARCH) -o $@ $(OBJS) $(PIPERT_LIB) $(LIBS)\n\n", f);
   if (p->n_stages == 1)
     fputs(
-        "profile: stage_0.o pipecc_cuda_rt.o profile_main.o $(PIPERT_LIB)\n"
-        "\t$(NVCC) $(CUDA_ARCH) -o $@ stage_0.o pipecc_cuda_rt.o profile_main.o $(PIPERT_LIB) $(LIBS)\n\n",
+        "profile: obj/stage_0.o obj/pipecc_cuda_rt.o obj/profile_main.o $(PIPERT_LIB)\n"
+        "\t$(NVCC) $(CUDA_ARCH) -o $@ obj/stage_0.o obj/pipecc_cuda_rt.o obj/profile_main.o $(PIPERT_LIB) $(LIBS)\n\n",
         f);
-  fputs("%.o: %.cu pipecc_cuda.h pipecc_cuda_limits.h\n\t$(NVCC) $(NVCCFLAGS) -I. -I$(PIPERT_INCLUDE) -c -o $@ $<\n\n",
+  fputs("obj/%.o: %.cu pipecc_cuda.h pipecc_cuda_limits.h\n\t@mkdir -p obj\n\t$(NVCC) $(NVCCFLAGS) -I. -I$(PIPERT_INCLUDE) -c -o "
+        "$@ $<\n\n",
         f);
-  fputs("%.o: %.c\n\t$(CC) $(CFLAGS) -I$(PIPERT_INCLUDE) -c -o $@ $<\n\n", f);
-  fputs("clean:\n\trm -f $(OBJS) profile_main.o pipeline profile\n\n.PHONY: all clean\n", f);
+  fputs("obj/%.o: %.c\n\t@mkdir -p obj\n\t$(CC) $(CFLAGS) -I$(PIPERT_INCLUDE) -c -o $@ $<\n\n", f);
+  fputs("clean:\n\trm -f $(OBJS) obj/profile_main.o pipeline profile\n\n.PHONY: all clean\n", f);
   fclose(f);
   int rc = cg_write_file(dir, "Makefile", buf, len);
   free(buf);
@@ -648,48 +649,54 @@ static int copy_file(const char *from, const char *to) {
 int cg_cuda_build_dir(const char *out_dir, const cg_options *o, const char *targets) {
   char cached[4400], obj[4200];
   int have_cache = rt_cache_path(out_dir, cached, sizeof cached) == 0;
-  snprintf(obj, sizeof obj, "%s/pipecc_cuda_rt.o", out_dir);
+  snprintf(obj, sizeof obj, "%s/obj", out_dir);
+  if (mkdir(obj, 0777) && errno != EEXIST) {
+    fprintf(stderr, "pipecc: cannot create %s: %s\n", obj, strerror(errno));
+    return -1;
+  }
+  snprintf(obj, sizeof obj, "%s/obj/pipecc_cuda_rt.o", out_dir);
   if (have_cache && !copy_file(cached, obj) && o && o->verbose) fprintf(stderr, "pipecc: %s from the cache\n", obj);
   int rc = cg_cuda_make(out_dir, o, targets);
   if (!rc && have_cache && access(cached, R_OK)) copy_file(obj, cached);
   return rc;
 }
 
-/* make TARGETS in out_dir; 0 or -1 (messages printed). */
+/* make TARGETS in out_dir ("pipeline", or "pipeline profile"): each object one job of
+ * its own, in parallel, with a progress line, then the link; 0 or -1 (messages printed). */
 static int cg_cuda_make(const char *out_dir, const cg_options *o, const char *targets) {
-  int jobs = o && o->jobs > 0 ? o->jobs : (int)sysconf(_SC_NPROCESSORS_ONLN);
-  if (jobs < 1) jobs = 1;
-  char jarg[32];
-  snprintf(jarg, sizeof jarg, "-j%d", jobs);
-  fprintf(stderr, "pipecc: make %s %s in %s (nvcc)\n", jarg, targets, out_dir);
-  pid_t pid = fork();
-  if (pid < 0) {
-    fprintf(stderr, "pipecc: fork: %s\n", strerror(errno));
-    return -1;
+  int n_stages = 0;
+  for (;; n_stages++) {
+    char p[4300];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/stage_%d.cu", out_dir, n_stages);
+    if (stat(p, &st)) break;
   }
-  if (pid == 0) {
-    if (chdir(out_dir)) _exit(127);
-    /* stdout to stderr: pipecc's stdout stays for IR dumps */
-    dup2(2, 1);
-    char *argv[8];
-    int a = 0;
-    argv[a++] = "make";
-    argv[a++] = jarg;
-    argv[a++] = o && o->verbose ? "--no-print-directory" : "-s";
-    char t1[64] = "", t2[64] = "";
-    if (sscanf(targets, "%63s %63s", t1, t2) >= 1) argv[a++] = t1;
-    if (t2[0]) argv[a++] = t2;
-    argv[a] = NULL;
-    execvp("make", argv);
-    fprintf(stderr, "pipecc: cannot run make: %s\n", strerror(errno));
-    _exit(127);
+  int profile = strstr(targets, "profile") != NULL, n = 0;
+  char **obj = calloc((size_t)n_stages + 3, sizeof(char *)), **lab = calloc((size_t)n_stages + 3, sizeof(char *));
+  for (int k = 0; k < n_stages + 3; k++) {
+    const char *src = k < n_stages ? NULL
+                      : k == n_stages     ? "pipecc_cuda_rt.cu"
+                      : k == n_stages + 1 ? "pipeline_main.c"
+                      : profile           ? "profile_main.c"
+                                          : NULL;
+    if (k >= n_stages && !src) continue;
+    char s[64];
+    if (src) snprintf(s, sizeof s, "%s", src);
+    else snprintf(s, sizeof s, "stage_%d.cu", k);
+    obj[n] = malloc(80);
+    snprintf(obj[n], 80, "obj/%.*s.o", (int)(strchr(s, '.') - s), s);
+    lab[n] = malloc(80);
+    snprintf(lab[n], 80, "%s %s", strstr(s, ".cu") ? "nvcc" : "cc", s);
+    n++;
   }
-  int status;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) return -1;
-  if (!WIFEXITED(status) || WEXITSTATUS(status)) {
-    fprintf(stderr, "pipecc: building %s with nvcc failed (see the messages above)\n", out_dir);
-    return -1;
+  int rc = cg_build_make(out_dir, o, (const char *const *)obj, (const char *const *)lab, n, targets,
+                         profile ? "link pipeline and profile" : "link pipeline");
+  for (int k = 0; k < n; k++) {
+    free(obj[k]);
+    free(lab[k]);
   }
-  return 0;
+  free(obj);
+  free(lab);
+  if (rc) fprintf(stderr, "pipecc: building %s with nvcc failed (see the messages above)\n", out_dir);
+  return rc;
 }

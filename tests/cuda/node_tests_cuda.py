@@ -289,7 +289,8 @@ def run_one(args):
         _, feeds, expect, d, _ = prepare(name, tdir, work)
         b = os.path.join(d, "build")
         if exe is None:
-            shutil.copy(rt_obj, os.path.join(b, "pipecc_cuda_rt.o"))  # newer than the .cu: make keeps it
+            os.makedirs(os.path.join(b, "obj"), exist_ok=True)
+            shutil.copy(rt_obj, os.path.join(b, "obj", "pipecc_cuda_rt.o"))  # newer than the .cu: make keeps it
             r = subprocess.run(["make", "-s", "-C", b, "pipeline"], capture_output=True, text=True)
             if r.returncode:
                 return name, "make failed: " + (r.stdout + r.stderr)[-400:]

@@ -7,7 +7,8 @@ usage: info_test.py --pipecc BUILD/pipecc --work DIR [--target cpu|cuda] [--sim 
 A two-input model (x float32 [batch, 4], ids int64 [batch, 3] into a Gather) compiled
 for 2 stages and 4 micro-batches of a batch of 8: every input and output must appear
 with its dtype, whole-batch and micro-batch shape in all three places, and the
-generated ids must be valid indices (zeros)."""
+generated ids must be valid indices (zeros). Then the folder: objects only in obj/, and a
+rebuild for one stage removes what the second stage left."""
 import argparse
 import json
 import os
@@ -90,7 +91,29 @@ def main():
         fail("--help: exit %d, stdout %r, stderr %r" % (r.returncode, r.stdout[:80], r.stderr))
     if (a.target == "cpu") == ("PIPECC_CUDA_DEVICE" in r.stdout):
         fail("--help lists the CUDA variables %s" % ("for a cpu build" if a.target == "cpu" else "not"))
-    print("PASS: --info, the summary and plan.json agree (%s target); --bench on generated data; --help" % a.target)
+    # the folder belongs to pipecc: objects in obj/, and a rebuild with fewer stages
+    # leaves nothing of the stage it no longer has
+    top = sorted(os.listdir(out))
+    objs = sorted(os.listdir(os.path.join(out, "obj")))
+    if any(f.endswith(".o") for f in top):
+        fail("objects outside obj/: %r" % top)
+    want_objs = ["pipeline_main.o", "stage_0.o", "stage_1.o"] + (["pipecc_cuda_rt.o"] if a.target == "cuda" else [])
+    if objs != sorted(want_objs):
+        fail("obj/ holds %r, expected %r" % (objs, sorted(want_objs)))
+    open(os.path.join(out, "stage_1.o"), "w").close()  # an object where an older layout put it
+    r = subprocess.run([a.pipecc, model, "-d", "batch=8", "-g", "1", "--target", a.target, "-o", out, "-j", "2", "-q"],
+                       capture_output=True, text=True)
+    if r.returncode or r.stderr:
+        fail("the rebuild for one stage: exit %d\n%s" % (r.returncode, r.stderr))
+    left = [f for f in os.listdir(out) if "_1." in f or f.endswith(".o")]
+    left += ["obj/" + f for f in os.listdir(os.path.join(out, "obj")) if f.startswith("stage_1")]
+    if left:
+        fail("the rebuild for one stage left %r" % left)
+    r = subprocess.run([exe, "--info"], capture_output=True, text=True)
+    if r.returncode or "plan: 1 stage" not in r.stdout:
+        fail("--info after the rebuild: exit %d\n%s" % (r.returncode, r.stdout))
+    print("PASS: --info, the summary and plan.json agree (%s target); --bench on generated data; --help; "
+          "objects in obj/, no stale stage after a rebuild" % a.target)
     shutil.rmtree(a.work, ignore_errors=True)
 
 
