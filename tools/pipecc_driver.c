@@ -695,6 +695,17 @@ int pipecc_emit(pipecc_run *r) {
                ? 2
                : 0;
   time_pass(r, "emit", s); /* the stage sources and the weights files */
+  if (!rc && !r->o->quiet) {
+    double bytes = 0;
+    for (int k = 0; k < r->cp.n_stages; k++) {
+      char path[4200];
+      struct stat st;
+      snprintf(path, sizeof path, "%s/weights_%d.bin", r->o->out_dir, k);
+      if (!stat(path, &st)) bytes += (double)st.st_size;
+    }
+    fprintf(stderr, "pipecc: wrote %d stage file%s and %.1f MiB of weights (%.1f s)\n", r->cp.n_stages,
+            r->cp.n_stages == 1 ? "" : "s", bytes / 1048576.0, (now_ms() - s) / 1000.0);
+  }
   return rc;
 }
 
