@@ -7,7 +7,9 @@
 #      target (built and run against onnxruntime through the installed tools, and
 #      DIR/pipeline --info / --bench on generated data) and the cuda target (emitted);
 #   4. no file of either output folder names the deleted trees, the source tree the
-#      test ran from, or its build tree.
+#      test ran from, or its build tree;
+#   5. where cpack and dpkg-deb exist, the Debian package (cpack -G DEB), extracted, compiles
+#      and runs the same model.
 # usage: install_test.sh SOURCE_DIR WORK_DIR [BUILD_DIR]   (WORK_DIR: emptied; the test works in TMPDIR)
 set -euo pipefail
 SRC=$(cd "$1" && pwd)
@@ -38,6 +40,13 @@ for f in bin/pipecc lib/pipecc/libpipert.a include/pipecc/pipert.h include/pipec
          share/pipecc/cuda/rt/pipecc_cuda_rt.cu share/pipecc/tools/export_models.py share/pipecc/tools/ort_ref.py; do
   [ -e "$WORK/prefix/$f" ] || fail "the install lacks $f"
 done
+if command -v cpack >/dev/null && command -v dpkg-deb >/dev/null; then
+  say "the Debian package (cpack -G DEB), extracted rather than installed"
+  (cd "$WORK/bld" && cpack -G DEB >"$WORK/cpack.log") || { tail -20 "$WORK/cpack.log"; fail "cpack -G DEB"; }
+  deb=$(ls "$WORK"/bld/pipecc-*.deb)
+  dpkg-deb -f "$deb" Package Version Depends | sed 's/^/install_test:   /'
+  dpkg-deb -x "$deb" "$WORK/debroot"
+fi
 mv "$WORK/prefix" "$WORK/moved"
 rm -rf "$WORK/src" "$WORK/bld"
 P=$WORK/moved
@@ -61,4 +70,14 @@ for tree in "$WORK/src" "$WORK/bld" "$SRC" "$MAIN_BUILD"; do
   if grep -rIl --exclude='*.bin' -F "$tree" out_cpu out_cuda; then fail "files above name $tree"; fi
 done
 grep -q "PIPERT_LIB = $P/lib/pipecc/libpipert.a" out_cpu/Makefile || fail "the Makefile does not use the moved prefix"
-say "ok: installed, moved, trees deleted; cpu built and run (outputs match onnxruntime), cuda emitted; no tree path"
+deb_note=""
+if [ -d "$WORK/debroot" ]; then
+  D=$WORK/debroot/usr
+  "$D/bin/pipecc" models/smallcnn.onnx -d batch=8 -g 1 -q -o out_deb || fail "pipecc from the Debian package"
+  out_deb/pipeline --input inputs.npz --output outputs_deb.npz || fail "the Debian package's pipeline run"
+  /usr/bin/python3 "$D/share/pipecc/tools/compare.py" outputs_deb.npz expected.npz --rtol-l2 1e-5 ||
+    fail "the Debian package's outputs against onnxruntime"
+  grep -q "PIPERT_LIB = $D/lib/pipecc/libpipert.a" out_deb/Makefile || fail "the Debian package's pipecc uses another runtime"
+  deb_note="; the Debian package's pipecc built and ran it too"
+fi
+say "ok: installed, moved, trees deleted; cpu built and run (outputs match onnxruntime), cuda emitted; no tree path$deb_note"
