@@ -264,8 +264,15 @@ static int ew_arith(const ew_node *e) {
       else ew(c, "(%s)pow((double)%s, (double)%s);\n", T, A, B);
       return 0;
     case IR_OP_Mod:
-      if (fl) ew(c, "%s(%s, %s);\n", fm(f1, "fmod", t), A, B);
-      else if (ir_attr_int(n, "fmod", 0) || !is_signed_int(t)) ew(c, "(%s)(%s %% %s);\n", T, A, B);
+      if (fl && ir_attr_int(n, "fmod", 0)) {
+        ew(c, "%s(%s, %s);\n", fm(f1, "fmod", t), A, B);
+      } else if (fl) { /* Mod-28's fmod=0: A - floor(A / B) * B, the sign of B (zero too) */
+        char f2[32];
+        ew(c, "%s(%s, %s);\n", fm(f1, "fmod", t), A, B);
+        ew(c, "    const %s u%d = t%d == 0 ? %s((%s)0, %s) : ((t%d < 0) != (%s < 0)) ? (%s)(t%d + %s) : t%d;\n", T, node,
+           node, fm(f2, "copysign", t), T, B, node, B, T, node, B, node);
+        return 1;
+      } else if (ir_attr_int(n, "fmod", 0) || !is_signed_int(t)) ew(c, "(%s)(%s %% %s);\n", T, A, B);
       else {
         ew(c, "(%s)(%s %% %s);\n", T, A, B);
         ew(c, "    const %s u%d = (t%d != 0 && ((t%d < 0) != (%s < 0))) ? (%s)(t%d + %s) : t%d;\n", T, node, node, node,
@@ -284,9 +291,16 @@ static int ew_bitwise(const ew_node *e) {
   const ir_node *n = e->n;
   const char *A = e->A, *B = e->B, *T = e->T;
   switch (n->op) {
-    case IR_OP_BitShift:
-      ew(c, "(%s)(%s %s %s);\n", T, A, !strcmp(ir_attr_str(n, "direction", "LEFT"), "RIGHT") ? ">>" : "<<", B);
+    case IR_OP_BitShift: { /* a shift by a negative amount or past the bits: what the fill alone gives */
+      int right = !strcmp(ir_attr_str(n, "direction", "LEFT"), "RIGHT");
+      if (right && is_signed_int(e->t))
+        ew(c, "(uint64_t)%s < 8 * sizeof(%s) ? (%s)(%s >> %s) : (%s)(%s < 0 ? -1 : 0);\n", B, T, T, A, B, T, A);
+      else if (right)
+        ew(c, "(uint64_t)%s < 8 * sizeof(%s) ? (%s)(%s >> %s) : (%s)0;\n", B, T, T, A, B, T);
+      else /* left: in the unsigned type of T's width, so that a signed T wraps */
+        ew(c, "(uint64_t)%s < 8 * sizeof(%s) ? (%s)((uint64_t)%s << %s) : (%s)0;\n", B, T, T, A, B, T);
       return 0;
+    }
     case IR_OP_BitwiseAnd: ew(c, "(%s)(%s & %s);\n", T, A, B); return 0;
     case IR_OP_BitwiseOr: ew(c, "(%s)(%s | %s);\n", T, A, B); return 0;
     case IR_OP_BitwiseXor: ew(c, "(%s)(%s ^ %s);\n", T, A, B); return 0;

@@ -229,7 +229,7 @@ static int tensor_value(ctx *c, int node, const Onnx__TensorProto *t, const char
   ir_printable(name, 60, nm, sizeof nm);
   int dt = t->has_data_type ? t->data_type : 0;
   if (dt <= 0 || dt >= IR_DTYPE_COUNT || dt == IR_STRING || dt == IR_COMPLEX64 || dt == IR_COMPLEX128) {
-    ir_error_node(g, node, "tensor '%s' has unsupported or invalid data type %d", nm, dt);
+    ir_error_node(g, node, "tensor '%s' has data type %d (%s), which pipecc does not support", nm, dt, ir_unheld_dtype_name(dt));
     return -1;
   }
   if (t->segment) {
@@ -402,7 +402,7 @@ static int value_info_input(ctx *c, const Onnx__ValueInfoProto *vi) {
   const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
   int dt = tt->has_elem_type ? tt->elem_type : 0;
   if (dt <= 0 || dt >= IR_DTYPE_COUNT || dt == IR_STRING) {
-    ir_error(g, "graph input '%s' has unsupported or invalid element type %d", nm, dt);
+    ir_error(g, "graph input '%s' has element type %d (%s), which pipecc does not support", nm, dt, ir_unheld_dtype_name(dt));
     return -1;
   }
   int v = ir_add_value(g, vi->name, IR_VAL_INPUT, (ir_dtype)dt);
@@ -463,7 +463,7 @@ static int body_input(ctx *c, const Onnx__ValueInfoProto *vi) {
     }
     if (tp->tensor_type->has_elem_type) dt = tp->tensor_type->elem_type;
     if (dt < 0 || dt >= IR_DTYPE_COUNT || dt == IR_STRING) {
-      ir_error(g, "body input '%s' has unsupported or invalid element type %d", nm, dt);
+      ir_error(g, "body input '%s' has element type %d (%s), which pipecc does not support", nm, dt, ir_unheld_dtype_name(dt));
       return -1;
     }
   }
@@ -886,6 +886,8 @@ static void add_one_node(ctx *c, const Onnx__NodeProto *np, const scope *s, int 
   if (op != IR_OP_UNKNOWN && nd->opset < 7 && onnx_legacy_attrs(g, id)) mark_bad(c, id);
   else if (op != IR_OP_UNKNOWN)
     for (int i = 0; i < nd->n_attr; i++) check_attr_type(g, id, &nd->attr[i]);
+  /* opsets 22 and later: the forms that changed more than their types (frontend/onnx_forms.c) */
+  if (op != IR_OP_UNKNOWN && nd->opset > 21 && onnx_form_check(g, id)) mark_bad(c, id);
 
   /* inputs are resolved once every node has its outputs */
   if (c->n_pend == c->cap_pend) {
@@ -1122,8 +1124,9 @@ static ir_graph *convert(ctx *c) {
     ir_error(g, "not an ONNX model (no %s)", !m->has_ir_version ? "ir_version" : "graph");
     return NULL;
   }
-  if (m->ir_version < 3 || m->ir_version > 10) {
-    ir_error(g, "unsupported IR version %lld (pipecc reads IR versions 3 to 10)", (long long)m->ir_version);
+  if (m->ir_version < 3 || m->ir_version > onnx_max_ir_version()) {
+    ir_error(g, "unsupported IR version %lld (pipecc reads IR versions 3 to %d)", (long long)m->ir_version,
+             onnx_max_ir_version());
     return NULL;
   }
   g->ir_version = m->ir_version;
@@ -1137,8 +1140,9 @@ static ir_graph *convert(ctx *c) {
     g->opsets[i].domain = ir_strdup(g->arena, o->domain ? o->domain : "");
     g->opsets[i].version = o->version;
     if (!*g->opsets[i].domain || !strcmp(g->opsets[i].domain, "ai.onnx")) {
-      if (o->version < 1 || o->version > 21) {
-        ir_error(g, "unsupported default-domain opset %lld (pipecc reads opsets 1 to 21)", (long long)o->version);
+      if (o->version < 1 || o->version > onnx_max_opset()) {
+        ir_error(g, "unsupported default-domain opset %lld (pipecc reads opsets 1 to %d)", (long long)o->version,
+                 onnx_max_opset());
         return NULL;
       }
       g->opset = (int)o->version;

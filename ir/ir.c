@@ -42,6 +42,14 @@ static const struct {
 
 size_t ir_dtype_size(ir_dtype t) { return (t > 0 && t < IR_DTYPE_COUNT) ? dtypes[t].size : 0; }
 const char *ir_dtype_name(ir_dtype t) { return (t >= 0 && t < IR_DTYPE_COUNT) ? dtypes[t].np : "undefined"; }
+
+const char *ir_unheld_dtype_name(int64_t t) {
+  static const char *const later[] = {"float4e2m1", "float8e8m0", "uint2", "int2", "float6e2m3", "float6e3m2"};
+  if (t >= 23 && t <= 28) return later[t - 23];
+  if (t == IR_STRING) return "string";
+  if (t == IR_COMPLEX64 || t == IR_COMPLEX128) return "complex";
+  return "invalid";
+}
 int ir_dtype_parse(const char *s) {
   for (int i = 1; i < IR_DTYPE_COUNT; i++)
     if (!strcmp(s, dtypes[i].np) || !strcmp(s, dtypes[i].onnx)) return i;

@@ -60,6 +60,10 @@ typedef enum {
 size_t ir_dtype_size(ir_dtype t);
 /* NumPy-style name: "float32", "int64", "bool", ... ("undefined" if unknown). */
 const char *ir_dtype_name(ir_dtype t);
+/* The name of an ONNX element type pipecc does not hold, for error lines: one of those
+ * ONNX added after IR version 10 (float4e2m1 ... float6e3m2, types 23 to 28), "string",
+ * "complex", or "invalid". */
+const char *ir_unheld_dtype_name(int64_t onnx_type);
 /* Name to code, -1 if unknown; accepts numpy names and ONNX names ("FLOAT"). */
 int ir_dtype_parse(const char *s);
 /* 1 for float16, bfloat16 and the float8 types: both targets hold them as bit patterns

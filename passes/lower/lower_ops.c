@@ -21,11 +21,13 @@
  *     dims).
  *   Compress-9/11: Gather of constant indices (condition must be a constant).
  *   AffineGrid-20: a constant base grid MatMul theta transposed, reshaped.
+ *   RMSNormalization-23, Swish-24, RotaryEmbedding-23: passes/lower/lower_llm.c.
  * Nodes that would mix the samples of a micro-batch are refused (batch_on). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "passes/rewrite.h"
+#include "passes/lower/lower_llm.h"
 #include "passes/batch.h"
 #include "passes/pass.h"
 #include "passes/shape/shape_impl.h"
@@ -654,6 +656,7 @@ static int lower_affine_grid(ad_ctx *a, int node) {
 }
 
 static int lower(ad_ctx *a, int node) {
+  if (llm_is_lowered(&a->g->nodes[node])) return llm_lower(a, node);
   switch (a->g->nodes[node].op) {
     case IR_OP_GroupNormalization: return lower_groupnorm(a, node);
     case IR_OP_MeanVarianceNormalization: return lower_mvn(a, node);
@@ -668,6 +671,7 @@ static int lower(ad_ctx *a, int node) {
 }
 
 static int is_lowered(const ir_node *n) {
+  if (llm_is_lowered(n)) return 1;
   switch (n->op) {
     case IR_OP_GroupNormalization:
     case IR_OP_MeanVarianceNormalization:

@@ -48,7 +48,7 @@ int sh_unary(ir_graph *g, int node) {
 }
 
 /* Binary element-wise with multidirectional broadcasting (Add-14, Sub-14, Mul-14,
- * Div-14, Pow-15, Mod-13, BitShift-11, BitwiseAnd/Or/Xor-18, And/Or/Xor-7,
+ * Div-14, Pow-15, Mod-28 (floats with fmod=0 too), BitShift-28 (signed too), BitwiseAnd/Or/Xor-18, And/Or/Xor-7,
  * Equal-19, Less-13, LessOrEqual-16, Greater-13, GreaterOrEqual-16) and PRelu-16
  * (slope broadcast unidirectionally to X). Pow's exponent may have another type;
  * comparisons give bool. */
@@ -60,7 +60,7 @@ int sh_binary(ir_graph *g, int node) {
     case IR_OP_And:
     case IR_OP_Or:
     case IR_OP_Xor: types = SH_BIT(IR_BOOL); break;
-    case IR_OP_BitShift: types = SH_UINTS; break;
+    case IR_OP_BitShift: types = SH_INTS; break; /* signed since BitShift-28 */
     case IR_OP_BitwiseAnd:
     case IR_OP_BitwiseOr:
     case IR_OP_BitwiseXor: types = SH_INTS; break;
@@ -122,6 +122,8 @@ int sh_Where(ir_graph *g, int node) {
 }
 
 static int cast_target(ir_graph *g, int node, int64_t to) {
+  if (to >= IR_DTYPE_COUNT && to >= 23 && to <= 28) /* ONNX's types after IR version 10 */
+    SH_FAIL("cast to %s (data type %lld) is not supported", ir_unheld_dtype_name(to), (long long)to);
   if (to <= IR_UNDEFINED || to >= IR_DTYPE_COUNT)
     SH_FAIL("attribute 'to' is %lld, not a valid data type", (long long)to);
   if (to == IR_STRING || to == IR_COMPLEX64 || to == IR_COMPLEX128)

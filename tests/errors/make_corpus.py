@@ -252,11 +252,40 @@ def _(d, n):
     return save(m, d, n)
 
 
-@case("opset_too_old", r"opset 0 \(pipecc reads opsets 1 to 21\)")
+@case("opset_too_old", r"opset 0 \(pipecc reads opsets 1 to 28\)")
 def _(d, n):
     m = relu_model()
     m.opset_import[0].version = 0
     return save(m, d, n)
+
+
+@case("opset_too_new", r"opset 29 \(pipecc reads opsets 1 to 28\)")
+def _(d, n):
+    m = relu_model()
+    m.opset_import[0].version = 29
+    return save(m, d, n)
+
+
+# Opsets 22 to 28: a form that changed more than its types is read only where it keeps its
+# earlier meaning (frontend/onnx_forms.c)
+@case("form_space_to_depth_crd", r"SpaceToDepth-28 with mode='CRD' is not supported", node="s2d")
+def _(d, n):
+    nodes = [helper.make_node("SpaceToDepth", ["x"], ["y"], name="s2d", blocksize=2, mode="CRD")]
+    return save(model(nodes, [vi("x", [1, 4, 2, 2])], [vi("y", [1, 16, 1, 1])], opset=28, ir=10), d, n)
+
+
+@case("form_quantize_precision", r"QuantizeLinear-23 with precision=1 is not supported", node="q")
+def _(d, n):
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s"], ["y"], name="q", precision=1)]
+    inits = [helper.make_tensor("s", TensorProto.FLOAT, [], [0.5])]
+    return save(model(nodes, [vi("x", [2, 3])], [vi("y", [2, 3], TensorProto.UINT8)], inits=inits, opset=23, ir=10),
+                d, n)
+
+
+@case("cast_to_float4", r"cast to float4e2m1 \(data type 23\) is not supported", node="c")
+def _(d, n):
+    nodes = [helper.make_node("Cast", ["x"], ["y"], name="c", to=23)]
+    return save(model(nodes, [vi("x", [2, 3])], [vi("y", [2, 3])], opset=23, ir=10), d, n)
 
 
 @case("no_default_opset", r"no default-domain opset")

@@ -1,0 +1,201 @@
+#!/usr/bin/python3
+"""Models of default-domain opsets 22 to 28 (frontend/onnx_forms.c, passes/lower/lower_llm.c),
+built here, compiled by pipecc at g = 1 (one micro-batch) and g = 2 (two stages, two
+micro-batches) and compared with a reference; the two builds must agree bitwise.
+
+    opset_cases.py --pipecc build/pipecc --work DIR [--target cpu|cuda --sim-lib LIB] [-k PATTERN]
+
+Cases:
+  opset22_cnn   Conv, Elu, HardSwish, Softplus, MaxPool, InstanceNormalization,
+                GlobalAveragePool, Flatten, Gemm at opset 22 (their bfloat16 forms);
+                onnxruntime the reference.
+  llm24         RMSNormalization (last axis; last two axes), RotaryEmbedding ([B, H, S, D]
+                with position_ids in halves; [B, S, H*D] with num_heads, interleaved,
+                half the head size rotated, caches per sample), Swish with alpha, at
+                opset 24; onnxruntime the reference.
+  forms28       Mod-28 of floats with fmod=0 (signed zeros, infinities, NaN) and BitShift-28
+                of signed integers (arithmetic right shifts, left shifts into the sign,
+                shifts by negative or too large amounts), at opset 28, which onnxruntime
+                does not read: numpy the reference, bitwise (signs of zero too).
+--target cuda builds with nvcc = tests/cuda/sim/nvcc (CUDASIM_LIB=LIB) and runs on the CPU
+CUDA simulator, exact float32 (--no-tf32)."""
+
+import os
+import re
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+from npzio import save_npz  # noqa: E402
+import pipecc_test as pt  # noqa: E402
+
+B = 4
+
+
+def model(nodes, ins, outs, inits, opset):
+    g = helper.make_graph(nodes, "g", ins, outs, initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="pipecc-tests")
+    m.ir_version = 10
+    return m
+
+
+def vi(name, shape, dt=T.FLOAT):
+    return helper.make_tensor_value_info(name, dt, shape)
+
+
+def opset22_cnn(rng):
+    C = 4
+    w = lambda name, shape: numpy_helper.from_array((rng.standard_normal(shape) * 0.4).astype(np.float32), name)
+    inits = [w("W", (C, 3, 3, 3)), w("Wb", (C,)), w("s", (C,)), w("b", (C,)), w("G", (5, C)), w("Gb", (5,))]
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "W", "Wb"], ["c"], pads=[1, 1, 1, 1]), n("Elu", ["c"], ["e"], alpha=0.7),
+             n("HardSwish", ["e"], ["h"]), n("Softplus", ["h"], ["sp"]),
+             n("MaxPool", ["sp"], ["mp"], kernel_shape=[2, 2], strides=[2, 2]),
+             n("InstanceNormalization", ["mp", "s", "b"], ["inorm"], epsilon=1e-5),
+             n("GlobalAveragePool", ["inorm"], ["gap"]), n("Flatten", ["gap"], ["f"]),
+             n("Gemm", ["f", "G", "Gb"], ["y"], transB=1)]
+    m = model(nodes, [vi("x", ["batch", 3, 8, 8])], [vi("y", ["batch", 5])], inits, 22)
+    return m, {"x": rng.standard_normal((B, 3, 8, 8)).astype(np.float32)}, None
+
+
+def llm24(rng):
+    H, S, D, P = 2, 6, 8, 16
+    f = lambda name, a: numpy_helper.from_array(a.astype(np.float32), name)
+    ang = np.outer(np.arange(P), 1.0 / 10000 ** (np.arange(D // 2) * 2 / D))
+    ang4 = np.outer(np.arange(P), 1.0 / 10000 ** (np.arange(D // 4) * 4 / D))
+    i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)
+    inits = [f("g", 1 + 0.1 * rng.standard_normal(D)), f("g2", 1 + 0.1 * rng.standard_normal((H, D))),
+             f("cos", np.cos(ang)), f("sin", np.sin(ang)), i64("z0", [0]), i64("two", [2]), i64("hd", [H * D]),
+             i64("to4d", [0, 0, H, D])]
+    n = helper.make_node
+    nodes = [n("RMSNormalization", ["x", "g"], ["rn"], epsilon=1e-6),
+             n("RotaryEmbedding", ["rn", "cos", "sin", "pos"], ["r1"]),
+             n("Swish", ["r1"], ["y1"], alpha=1.5),
+             n("Transpose", ["x"], ["xt"], perm=[0, 2, 1, 3]),  # [B, S, H, D]
+             n("Shape", ["xt"], ["shp"]), n("Slice", ["shp", "z0", "two"], ["bs"]),
+             n("Concat", ["bs", "hd"], ["to3d"], axis=0),
+             n("Reshape", ["xt", "to3d"], ["x3"]),  # [B, S, H*D]
+             n("RotaryEmbedding", ["x3", "c3", "s3"], ["r3"], num_heads=H, interleaved=1,
+               rotary_embedding_dim=D // 2),
+             n("Reshape", ["r3", "to4d"], ["r3b"]),
+             n("RMSNormalization", ["r3b", "g2"], ["y2"], axis=-2, epsilon=1e-5)]
+    ins = [vi("x", ["batch", H, S, D]), vi("pos", ["batch", S], T.INT64), vi("c3", ["batch", S, D // 4]),
+           vi("s3", ["batch", S, D // 4])]
+    outs = [vi("y1", ["batch", H, S, D]), vi("y2", ["batch", S, H, D])]
+    m = model(nodes, ins, outs, inits, 24)
+    pos = np.stack([rng.permutation(P)[:S] for _ in range(B)]).astype(np.int64)
+    pa = ang4[pos] + rng.standard_normal((B, S, D // 4)) * 0.1
+    xin = {"x": rng.standard_normal((B, H, S, D)).astype(np.float32), "pos": pos,
+           "c3": np.cos(pa).astype(np.float32), "s3": np.sin(pa).astype(np.float32)}
+    return m, xin, None
+
+
+def forms28(rng):
+    special = np.array([0.0, -0.0, 5.5, -5.5, np.inf, -np.inf, np.nan, 3.0, -3.0, 7.25, 1e-30, -2.5], np.float32)
+    a = np.stack([np.roll(special, k) for k in range(B)]).astype(np.float32)
+    b = np.stack([np.roll(special[::-1], 2 * k + 1) for k in range(B)]).astype(np.float32)
+    xi = rng.integers(-2 ** 31, 2 ** 31, (B, 12)).astype(np.int32)
+    xi[:, :3] = [-1, -2 ** 31, 2 ** 31 - 1]
+    sh = np.array([0, 1, 3, 31, 32, 33, -1, -40, 5, 16, 2, 30], np.int32)
+    shifts = np.stack([np.roll(sh, k) for k in range(B)])
+    x8 = rng.integers(-128, 128, (B, 12)).astype(np.int8)
+    n = helper.make_node
+    nodes = [n("Mod", ["a", "b"], ["m0"], fmod=0), n("Mod", ["a", "b"], ["m1"], fmod=1),
+             n("BitShift", ["xi", "si"], ["r32"], direction="RIGHT"),
+             n("BitShift", ["xi", "si"], ["l32"], direction="LEFT"),
+             n("Cast", ["si"], ["s8"], to=T.INT8),
+             n("BitShift", ["x8", "s8"], ["r8"], direction="RIGHT"),
+             n("BitShift", ["x8", "s8"], ["l8"], direction="LEFT")]
+    ins = [vi("a", ["batch", 12]), vi("b", ["batch", 12]), vi("xi", ["batch", 12], T.INT32),
+           vi("si", ["batch", 12], T.INT32), vi("x8", ["batch", 12], T.INT8)]
+    outs = [vi("m0", ["batch", 12]), vi("m1", ["batch", 12]), vi("r32", ["batch", 12], T.INT32),
+            vi("l32", ["batch", 12], T.INT32), vi("r8", ["batch", 12], T.INT8), vi("l8", ["batch", 12], T.INT8)]
+    m = model(nodes, ins, outs, [], 28)
+    with np.errstate(all="ignore"):
+        m0 = np.mod(a, b)  # A - floor(A / B) * B with the sign of B; numpy's specials are ONNX's
+        m1 = np.fmod(a, b)
+
+    def shift(x, s, right):
+        bits = x.dtype.itemsize * 8
+        out = np.zeros_like(x)
+        ok = (s >= 0) & (s < bits)
+        u = x.astype(np.int64)
+        if right:
+            out[ok] = (u[ok] >> s[ok]).astype(x.dtype)
+            out[~ok] = np.where(x[~ok] < 0, -1, 0).astype(x.dtype)
+        else:
+            wide = (u[ok].astype(np.uint64) << s[ok].astype(np.uint64)) & np.uint64(2 ** bits - 1)
+            out[ok] = wide.astype(np.uint64).astype({8: np.uint8, 32: np.uint32}[bits]).view(x.dtype)
+        return out
+    ref = {"m0": m0, "m1": m1, "r32": shift(xi, shifts, True), "l32": shift(xi, shifts, False),
+           "r8": shift(x8, shifts, True), "l8": shift(x8, shifts, False)}
+    return m, {"a": a, "b": b, "xi": xi, "si": shifts.astype(np.int32), "x8": x8}, ref
+
+
+CASES = {"opset22_cnn": opset22_cnn, "llm24": llm24, "forms28": forms28}
+
+
+def same_bits(x, y):
+    return x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
+
+
+def main():
+    a = pt.case_args(1e-5)
+    os.makedirs(a.work, exist_ok=True)
+    ok = True
+    for name, make in CASES.items():
+        if a.k and not re.search(a.k, name):
+            continue
+        d = pt.case_dir(a.work, name)
+        m, xin, ref = make(np.random.default_rng(23))
+        path = os.path.join(d, "model.onnx")
+        onnx.save(m, path)
+        if ref is None:
+            import onnxruntime as ort
+            sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+            ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, xin)))
+        save_npz(os.path.join(d, "x.npz"), xin)
+        good, runs = True, []
+        for g in (1, 2):  # g stages, g micro-batches
+            label = f"{name} -g {g} -m {g}"
+            out = os.path.join(d, f"g{g}")
+            cmd, env = pt.sim_target([a.pipecc, path, "-d", f"batch={B}", "-g", str(g), "-m", str(g), "-o", out,
+                                      "-j", "1"], pt.split_env(), a.target, a.sim_lib)
+            got = pt.build_run(cmd, env, out, os.path.join(d, "x.npz"), label)
+            if got is None:
+                good = False
+                continue
+            runs.append(got)
+            errs = []
+            for k, v in ref.items():
+                if k not in got or got[k].shape != v.shape:
+                    errs.append(f"{k}: missing or of another shape")
+                elif v.dtype.kind == "f" and name != "forms28":
+                    e = pt.rel_l2(got[k], v, 1e-30)
+                    if not e <= a.tol:
+                        errs.append(f"{k}: rel-L2 {e:.2e} over {a.tol:g}")
+                elif not same_bits(got[k].astype(v.dtype), v):
+                    bad = np.argwhere(got[k].astype(v.dtype).view(np.uint8) != v.view(np.uint8))[:3].tolist()
+                    errs.append(f"{k}: not bitwise the reference (bytes {bad})")
+            print(("ok   " if not errs else "FAIL ") + label + (": " + "; ".join(errs) if errs else ""))
+            good &= not errs
+        if len(runs) == 2:
+            diff = [k for k in runs[0] if not same_bits(runs[0][k], runs[1][k])]
+            print(("ok   " if not diff else "FAIL ") + f"{name}: g = 1 and g = 2 bitwise equal" +
+                  (f" except {diff}" if diff else ""))
+            good &= not diff
+        ok &= good
+        pt.done_with(d, good)
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
