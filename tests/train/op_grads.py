@@ -235,6 +235,23 @@ def cases():
     cs.append(Case("dropout_training_ratio0", rn(3, 4),
                    [N("Dropout", ["Xw", "r", "tm"], ["Y", "mask"])], {}, lambda t: t["Xw"],
                    ints={"r": np.array(0.0, np.float32), "tm": np.array(True)}))
+    # ---- opsets 23 and 24: written in other ops (passes/lower/lower_llm.c) ----
+    cs.append(Case("rmsnorm", rn(3, 4, 5), [N("RMSNormalization", ["Xw", "S"], epsilon=1e-5)], {"S": rn(5)},
+                   lambda t: t["Xw"] / torch.sqrt((t["Xw"] * t["Xw"]).mean(-1, keepdim=True) + 1e-5) * t["S"],
+                   opset=23))
+    cs.append(Case("swish", rn(3, 4), [N("Swish", ["Xw"], alpha=1.5)], {},
+                   lambda t: t["Xw"] * torch.sigmoid(1.5 * t["Xw"]), opset=24))
+    ang = np.outer(np.arange(6), [1.0, 0.1]).astype(np.float32)
+    pos = i64(4, 0, 2, 1, 5, 3).reshape(2, 3)
+
+    def rope(t):  # [B, H, S, D] in halves, the caches at pos
+        x = t["Xw"]
+        c = torch.tensor(np.cos(ang)[pos])[:, None]
+        s_ = torch.tensor(np.sin(ang)[pos])[:, None]
+        x1, x2 = x[..., :2], x[..., 2:]
+        return torch.cat([c * x1 - s_ * x2, s_ * x1 + c * x2], -1)
+    cs.append(Case("rotary_embedding", rn(2, 2, 3, 4), [N("RotaryEmbedding", ["Xw", "cos", "sin", "pos"])], {},
+                   rope, opset=23, ints={"cos": np.cos(ang), "sin": np.sin(ang), "pos": pos}))
     return cs
 
 
