@@ -269,8 +269,8 @@ static int ew_arith(const ew_node *e) {
       } else if (fl) { /* Mod-28's fmod=0: A - floor(A / B) * B, the sign of B (zero too) */
         char f2[32];
         ew(c, "%s(%s, %s);\n", fm(f1, "fmod", t), A, B);
-        ew(c, "    const %s u%d = t%d == 0 ? %s((%s)0, %s) : ((t%d < 0) != (%s < 0)) ? (%s)(t%d + %s) : t%d;\n", T, node,
-           node, fm(f2, "copysign", t), T, B, node, B, T, node, B, node);
+        ew(c, "    const %s u%d = t%d == 0 ? %s((%s)0, %s) : ((t%d < 0) != (%s < 0)) ? (%s)(t%d + %s) : t%d;\n", T,
+           node, node, fm(f2, "copysign", t), T, B, node, B, T, node, B, node);
         return 1;
       } else if (ir_attr_int(n, "fmod", 0) || !is_signed_int(t)) ew(c, "(%s)(%s %% %s);\n", T, A, B);
       else {
@@ -295,8 +295,7 @@ static int ew_bitwise(const ew_node *e) {
       int right = !strcmp(ir_attr_str(n, "direction", "LEFT"), "RIGHT");
       if (right && is_signed_int(e->t))
         ew(c, "(uint64_t)%s < 8 * sizeof(%s) ? (%s)(%s >> %s) : (%s)(%s < 0 ? -1 : 0);\n", B, T, T, A, B, T, A);
-      else if (right)
-        ew(c, "(uint64_t)%s < 8 * sizeof(%s) ? (%s)(%s >> %s) : (%s)0;\n", B, T, T, A, B, T);
+      else if (right) ew(c, "(uint64_t)%s < 8 * sizeof(%s) ? (%s)(%s >> %s) : (%s)0;\n", B, T, T, A, B, T);
       else /* left: in the unsigned type of T's width, so that a signed T wraps */
         ew(c, "(uint64_t)%s < 8 * sizeof(%s) ? (%s)((uint64_t)%s << %s) : (%s)0;\n", B, T, T, A, B, T);
       return 0;

@@ -206,8 +206,8 @@ void cg_remove_stale(const char *dir, int n_stages, const char *target) {
     char ext[16] = "";
     if (sscanf(n, "stage_%d%n", &k, &len) == 1 && k >= 0) { /* stage_K.c, .cu, .o, _prof.o */
       snprintf(ext, sizeof ext, "%s", n + len);
-      stale = k >= n_stages || (!strcmp(ext, ".c") && cuda) || (!strcmp(ext, ".cu") && !cuda) ||
-              !strcmp(ext, ".o") || !strcmp(ext, "_prof.o"); /* objects are in obj/ */
+      stale = k >= n_stages || (!strcmp(ext, ".c") && cuda) || (!strcmp(ext, ".cu") && !cuda) || !strcmp(ext, ".o") ||
+              !strcmp(ext, "_prof.o"); /* objects are in obj/ */
     } else if (sscanf(n, "weights_%d.bin%n", &k, &len) == 1 && k >= 0 && !n[len]) {
       stale = k >= n_stages;
     } else if (!strcmp(n, "pipeline_main.o") || !strcmp(n, "profile_main.o") || !strcmp(n, "pipecc_cuda_rt.o")) {

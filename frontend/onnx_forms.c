@@ -54,6 +54,7 @@ int onnx_form_check(ir_graph *g, int node) {
     case IR_OP_CastLike: return 0; /* round_mode: conversions to float8e8m0 only, a type pipecc refuses */
     case IR_OP_QuantizeLinear: return int_at(g, node, v, "precision", 0, "the precision of y_zero_point's type");
     case IR_OP_DequantizeLinear: return int_at(g, node, v, "output_dtype", 0, "the output of x_scale's type");
+    case IR_OP_Attention: return 0; /* 24: nonpad_kv_seqlen, 25: the windows; refused by its shape rule */
     case IR_OP_Range: return int_at(g, node, v, "stash_type", 1, "float16 and bfloat16 computed in float");
     case IR_OP_SpaceToDepth: return str_at(g, node, v, "mode", "DCR", "the only order of earlier opsets");
     default:

@@ -229,7 +229,8 @@ static int tensor_value(ctx *c, int node, const Onnx__TensorProto *t, const char
   ir_printable(name, 60, nm, sizeof nm);
   int dt = t->has_data_type ? t->data_type : 0;
   if (dt <= 0 || dt >= IR_DTYPE_COUNT || dt == IR_STRING || dt == IR_COMPLEX64 || dt == IR_COMPLEX128) {
-    ir_error_node(g, node, "tensor '%s' has data type %d (%s), which pipecc does not support", nm, dt, ir_unheld_dtype_name(dt));
+    ir_error_node(g, node, "tensor '%s' has data type %d (%s), which pipecc does not support", nm, dt,
+                  ir_unheld_dtype_name(dt));
     return -1;
   }
   if (t->segment) {
@@ -402,7 +403,8 @@ static int value_info_input(ctx *c, const Onnx__ValueInfoProto *vi) {
   const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
   int dt = tt->has_elem_type ? tt->elem_type : 0;
   if (dt <= 0 || dt >= IR_DTYPE_COUNT || dt == IR_STRING) {
-    ir_error(g, "graph input '%s' has element type %d (%s), which pipecc does not support", nm, dt, ir_unheld_dtype_name(dt));
+    ir_error(g, "graph input '%s' has element type %d (%s), which pipecc does not support", nm, dt,
+             ir_unheld_dtype_name(dt));
     return -1;
   }
   int v = ir_add_value(g, vi->name, IR_VAL_INPUT, (ir_dtype)dt);
@@ -463,7 +465,8 @@ static int body_input(ctx *c, const Onnx__ValueInfoProto *vi) {
     }
     if (tp->tensor_type->has_elem_type) dt = tp->tensor_type->elem_type;
     if (dt < 0 || dt >= IR_DTYPE_COUNT || dt == IR_STRING) {
-      ir_error(g, "body input '%s' has element type %d (%s), which pipecc does not support", nm, dt, ir_unheld_dtype_name(dt));
+      ir_error(g, "body input '%s' has element type %d (%s), which pipecc does not support", nm, dt,
+               ir_unheld_dtype_name(dt));
       return -1;
     }
   }

@@ -32,7 +32,8 @@ int pipecc_list_ops(FILE *f) {
   fprintf(f, "op\tcpu\tcuda\ttrain\n");
   for (int op = 0; op < IR_OP_COUNT; op++) {
     const char *c = how((ir_op)op, 0), *g = how((ir_op)op, 1);
-    const char *t = !strcmp(c, "rewritten") || !strcmp(c, "expanded") ? "as rewritten" : grad[ad_op_gradient((ir_op)op)];
+    const char *t =
+        !strcmp(c, "rewritten") || !strcmp(c, "expanded") ? "as rewritten" : grad[ad_op_gradient((ir_op)op)];
     fprintf(f, "%s\t%s\t%s\t%s\n", ir_op_name((ir_op)op), c, g, t);
   }
   return ferror(f) ? 1 : 0;

@@ -45,7 +45,7 @@ typedef struct {
   /* debugging */
   const char *dumps[PIPECC_MAX_DUMPS]; /* -d PASS */
   int n_dumps, time_passes;
-  int quiet; /* -q: errors only */
+  int quiet;      /* -q: errors only */
   int split_even; /* --split even (or PIPECC_SPLIT=even): g stages of about equal FLOPs */
 
   char *cmdline; /* the command line, for the header of every emitted file */

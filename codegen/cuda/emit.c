@@ -531,9 +531,10 @@ static int emit_makefile(ir_graph *g, const cg_plan *p, const cg_options *o, con
         "profile: obj/stage_0.o obj/pipecc_cuda_rt.o obj/profile_main.o $(PIPERT_LIB)\n"
         "\t$(NVCC) $(CUDA_ARCH) -o $@ obj/stage_0.o obj/pipecc_cuda_rt.o obj/profile_main.o $(PIPERT_LIB) $(LIBS)\n\n",
         f);
-  fputs("obj/%.o: %.cu pipecc_cuda.h pipecc_cuda_limits.h\n\t@mkdir -p obj\n\t$(NVCC) $(NVCCFLAGS) -I. -I$(PIPERT_INCLUDE) -c -o "
-        "$@ $<\n\n",
-        f);
+  fputs(
+      "obj/%.o: %.cu pipecc_cuda.h pipecc_cuda_limits.h\n\t@mkdir -p obj\n\t$(NVCC) $(NVCCFLAGS) -I. -I$(PIPERT_INCLUDE) -c -o "
+      "$@ $<\n\n",
+      f);
   fputs("obj/%.o: %.c\n\t@mkdir -p obj\n\t$(CC) $(CFLAGS) -I$(PIPERT_INCLUDE) -c -o $@ $<\n\n", f);
   fputs("clean:\n\trm -f $(OBJS) obj/profile_main.o pipeline profile\n\n.PHONY: all clean\n", f);
   fclose(f);
@@ -674,7 +675,7 @@ static int cg_cuda_make(const char *out_dir, const cg_options *o, const char *ta
   int profile = strstr(targets, "profile") != NULL, n = 0;
   char **obj = calloc((size_t)n_stages + 3, sizeof(char *)), **lab = calloc((size_t)n_stages + 3, sizeof(char *));
   for (int k = 0; k < n_stages + 3; k++) {
-    const char *src = k < n_stages ? NULL
+    const char *src = k < n_stages        ? NULL
                       : k == n_stages     ? "pipecc_cuda_rt.cu"
                       : k == n_stages + 1 ? "pipeline_main.c"
                       : profile           ? "profile_main.c"

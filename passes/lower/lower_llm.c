@@ -9,7 +9,20 @@
  *     [B, S, H*D] with num_heads; the first rotary_embedding_dim (default D) of each
  *     head's D rotated by the cos and sin of its position (the caches gathered at
  *     position_ids [B, S], else read as [B, S, R/2]) in halves or, interleaved, in
- *     pairs; the rest passed through. */
+ *     pairs; the rest passed through.
+ *   Attention-23/24/25(Q, K, V[, attn_mask, past_key, past_value]): Q [B, Hq, Sq, D] or
+ *     [B, Sq, Hq*D] with q_num_heads, K and V likewise with kv_num_heads (Hq a multiple:
+ *     GQA and MQA repeat each key/value head for Hq/Hkv query heads); past_key/value
+ *     concatenated before K and V along the sequence (present_key/value); scores Q K^T
+ *     times `scale` (default 1/sqrt(D)), softcap * tanh(scores / softcap) when softcap
+ *     > 0, plus the bias: a float attn_mask as is, a boolean one 0 where true and -inf
+ *     where false, and with is_causal -inf past the diagonal offset by the past length;
+ *     Softmax over the keys (a row with every key masked gives zeros), times V; the
+ *     qk_matmul_output of modes 0 to 3. Refused with one line: nonpad_kv_seqlen, the
+ *     sliding windows of opset 25, softmax_precision other than the inputs' type. The
+ *     whole score matrix is materialised (no fused kernel yet). */
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "passes/lower/lower_llm.h"
@@ -68,9 +81,9 @@ static int rope_geometry(ir_graph *g, int node, rope_dims *r) {
     const ir_value *c = k == 1 ? cs : sn;
     const char *name = k == 1 ? "cos_cache" : "sin_cache";
     if (sh_same_dtype(g, node, x, c, "input X", name)) return -1;
-    int ok = p ? c->shape.rank == 2 && c->shape.dims[1] == r->R / 2
-               : c->shape.rank == 3 && c->shape.dims[0] == r->B && c->shape.dims[1] == r->S &&
-                     c->shape.dims[2] == r->R / 2;
+    int ok =
+        p ? c->shape.rank == 2 && c->shape.dims[1] == r->R / 2
+          : c->shape.rank == 3 && c->shape.dims[0] == r->B && c->shape.dims[1] == r->S && c->shape.dims[2] == r->R / 2;
     if (!ok)
       SH_FAIL("%s of shape %s: %s expected", name, sh_str(&c->shape, b, sizeof b),
               p ? "[max_position, rotary_embedding_dim / 2]" : "[B, S, rotary_embedding_dim / 2]");
@@ -192,14 +205,207 @@ static int lower_rope(ad_ctx *a, int node) {
   return finish(a, node, y);
 }
 
+/* ---- Attention ---- */
+
+typedef struct {
+  int64_t B, Hq, Hkv, Sq, Skv, Sp, D, Dv;
+  int three_d; /* Q, K and V are [B, S, H*D] */
+} attn_dims;
+
+static int attn_geometry(ir_graph *g, int node, attn_dims *d) {
+  const ir_node *n = SH_NODE;
+  const ir_value *q = sh_in(g, node, 0), *k = sh_in(g, node, 1), *v = sh_in(g, node, 2);
+  const ir_value *pk = sh_in(g, node, 4), *pv = sh_in(g, node, 5);
+  char b[64];
+  int64_t qh = ir_attr_int(n, "q_num_heads", 0), kh = ir_attr_int(n, "kv_num_heads", 0);
+  if (q->shape.rank != k->shape.rank || q->shape.rank != v->shape.rank || (q->shape.rank != 3 && q->shape.rank != 4))
+    SH_FAIL("Q, K and V must all be 4D [B, H, S, D] or all 3D [B, S, H*D]");
+  d->three_d = q->shape.rank == 3;
+  d->B = q->shape.dims[0];
+  if (k->shape.dims[0] != d->B || v->shape.dims[0] != d->B) SH_FAIL("Q, K and V differ in their batch size");
+  if (d->three_d) {
+    if (qh < 1 || kh < 1 || q->shape.dims[2] % qh || k->shape.dims[2] % kh || v->shape.dims[2] % kh)
+      SH_FAIL(
+          "3D Q, K and V need q_num_heads and kv_num_heads dividing their hidden sizes (q_num_heads %lld, "
+          "kv_num_heads %lld)",
+          (long long)qh, (long long)kh);
+    d->Hq = qh, d->Hkv = kh, d->Sq = q->shape.dims[1], d->Skv = k->shape.dims[1];
+    d->D = q->shape.dims[2] / qh, d->Dv = v->shape.dims[2] / kh;
+    if (k->shape.dims[2] / kh != d->D) SH_FAIL("K's head size differs from Q's");
+    if (v->shape.dims[1] != d->Skv) SH_FAIL("K and V differ in their sequence length");
+  } else {
+    d->Hq = q->shape.dims[1], d->Hkv = k->shape.dims[1], d->Sq = q->shape.dims[2], d->Skv = k->shape.dims[2];
+    d->D = q->shape.dims[3], d->Dv = v->shape.dims[3];
+    if (k->shape.dims[3] != d->D)
+      SH_FAIL("K's head size %lld differs from Q's %lld", (long long)k->shape.dims[3], (long long)d->D);
+    if (v->shape.dims[1] != d->Hkv || v->shape.dims[2] != d->Skv) SH_FAIL("K and V differ in their heads or length");
+  }
+  if (d->Hkv < 1 || d->Hq % d->Hkv)
+    SH_FAIL("%lld query heads are not a multiple of the %lld key/value heads", (long long)d->Hq, (long long)d->Hkv);
+  d->Sp = 0;
+  if (!pk != !pv) SH_FAIL("past_key and past_value must be given together");
+  if (pk) {
+    if (pk->shape.rank != 4 || pv->shape.rank != 4 || pk->shape.dims[0] != d->B || pk->shape.dims[1] != d->Hkv ||
+        pk->shape.dims[3] != d->D || pv->shape.dims[0] != d->B || pv->shape.dims[1] != d->Hkv ||
+        pv->shape.dims[2] != pk->shape.dims[2] || pv->shape.dims[3] != d->Dv)
+      SH_FAIL("past_key %s / past_value %s: [B, kv_num_heads, past, head size] expected",
+              sh_str(&pk->shape, b, sizeof b), sh_str(&pv->shape, b + 32, 32));
+    d->Sp = pk->shape.dims[2];
+  }
+  if (n->n_in > 6 && n->in[6] >= 0) SH_FAIL("the input nonpad_kv_seqlen is not supported yet");
+  if (ir_attr_int(n, "left_window_size", -1) != -1 || ir_attr_int(n, "right_window_size", -1) != -1)
+    SH_FAIL("sliding windows (left_window_size, right_window_size) are not supported yet");
+  int64_t mode = ir_attr_int(n, "qk_matmul_output_mode", 0), sp = ir_attr_int(n, "softmax_precision", 0);
+  if (mode < 0 || mode > 3) SH_FAIL("qk_matmul_output_mode %lld: 0 to 3 expected", (long long)mode);
+  if (sp && sp != (int64_t)q->dtype)
+    SH_FAIL("softmax_precision %lld other than the inputs' type is not supported", (long long)sp);
+  return 0;
+}
+
+int sh_Attention(ir_graph *g, int node) {
+  const ir_value *q = sh_in(g, node, 0), *m = sh_in(g, node, 3);
+  attn_dims d;
+  if (sh_check_dtype(g, node, q, SH_BIT(IR_FLOAT) | SH_BIT(IR_DOUBLE) | SH_BIT(IR_FLOAT16) | SH_BIT(IR_BFLOAT16),
+                     "input Q"))
+    return -1;
+  for (int i = 1; i < 6; i++)
+    if (i != 3 && sh_in(g, node, i) && sh_same_dtype(g, node, q, sh_in(g, node, i), "input Q", "K, V and the past"))
+      return -1;
+  if (attn_geometry(g, node, &d)) return -1;
+  int64_t T = d.Sp + d.Skv;
+  if (m) {
+    if (m->dtype != IR_BOOL && sh_same_dtype(g, node, q, m, "input Q", "attn_mask")) return -1;
+    int64_t full[4] = {d.B, d.Hq, d.Sq, T};
+    ir_shape fs = dims(4, full), out;
+    if (m->shape.rank > 4 || sh_broadcast(g, node, &fs, &m->shape, &out, "the scores", "attn_mask")) return -1;
+    if (ir_shape_numel(&out) != ir_shape_numel(&fs))
+      SH_FAIL("attn_mask does not broadcast to the scores [B, q_num_heads, q_length, total_length]");
+  }
+  int64_t y4[4] = {d.B, d.Hq, d.Sq, d.Dv}, y3[3] = {d.B, d.Sq, d.Hq * d.Dv};
+  int64_t pk[4] = {d.B, d.Hkv, T, d.D}, pv[4] = {d.B, d.Hkv, T, d.Dv}, qk[4] = {d.B, d.Hq, d.Sq, T};
+  ir_shape ys = d.three_d ? dims(3, y3) : dims(4, y4), pks = dims(4, pk), pvs = dims(4, pv), qks = dims(4, qk);
+  SH_NODE->flops = 2.0 * (double)d.B * (double)d.Hq * (double)d.Sq * (double)T * (double)(d.D + d.Dv);
+  if (sh_set_out(g, node, 0, q->dtype, &ys) || sh_set_out(g, node, 1, q->dtype, &pks) ||
+      sh_set_out(g, node, 2, q->dtype, &pvs) || sh_set_out(g, node, 3, q->dtype, &qks))
+    return -1;
+  return 0;
+}
+
+/* [B, S, H*D] -> [B, H, S, D] */
+static int heads_first(ad_ctx *a, int x, int64_t B, int64_t S, int64_t H, int64_t D) {
+  int64_t s4[4] = {B, S, H, D}, perm[4] = {0, 2, 1, 3};
+  ir_shape s = dims(4, s4);
+  return ad_transpose(a, ad_reshape(a, x, &s), perm, 4);
+}
+
+static void take(ad_ctx *a, const ir_node *nd, int k, int v) {
+  if (nd->n_out > k && nd->out[k] >= 0 && !a->err) {
+    for (int i = 0; i < nd->n_in; i++)
+      if (nd->in[i] == v) v = ad_un(a, IR_OP_Identity, v);
+    ir_take_output(a->g, v, nd->out[k]);
+  }
+}
+
+static int lower_attention(ad_ctx *a, int node) {
+  ir_graph *g = a->g;
+  ir_node nd = g->nodes[node];
+  attn_dims d;
+  if (attn_geometry(g, node, &d)) return -1;
+  ir_dtype t = ad_dtype(a, nd.in[0]);
+  int64_t T = d.Sp + d.Skv, mode = ir_attr_int(&nd, "qk_matmul_output_mode", 0);
+  int q = nd.in[0], k = nd.in[1], v = nd.in[2];
+  if (d.three_d) {
+    q = heads_first(a, q, d.B, d.Sq, d.Hq, d.D);
+    k = heads_first(a, k, d.B, d.Skv, d.Hkv, d.D);
+    v = heads_first(a, v, d.B, d.Skv, d.Hkv, d.Dv);
+  }
+  if (d.Sp) { /* the cache first, along the sequence */
+    int kk[2] = {nd.in[4], k}, vv[2] = {nd.in[5], v};
+    int idk = ad_begin(a, IR_OP_Concat, kk, 2, 1, NULL), idv;
+    ad_attr_i(a, idk, "axis", 2);
+    k = ad_end(a, idk);
+    idv = ad_begin(a, IR_OP_Concat, vv, 2, 1, NULL);
+    ad_attr_i(a, idv, "axis", 2);
+    v = ad_end(a, idv);
+  }
+  take(a, &nd, 1, k);
+  take(a, &nd, 2, v);
+  if (d.Hq > d.Hkv) { /* each key/value head serves Hq/Hkv query heads, in order */
+    int64_t r = d.Hq / d.Hkv, k5[5] = {d.B, d.Hkv, 1, T, d.D}, ke[5] = {d.B, d.Hkv, r, T, d.D};
+    int64_t v5[5] = {d.B, d.Hkv, 1, T, d.Dv}, ve[5] = {d.B, d.Hkv, r, T, d.Dv};
+    int64_t k4[4] = {d.B, d.Hq, T, d.D}, v4[4] = {d.B, d.Hq, T, d.Dv};
+    ir_shape a5 = dims(5, k5), e5 = dims(5, ke), a4 = dims(4, k4), b5 = dims(5, v5), f5 = dims(5, ve), b4 = dims(4, v4);
+    k = ad_reshape(a, ad_expand(a, ad_reshape(a, k, &a5), &e5), &a4);
+    v = ad_reshape(a, ad_expand(a, ad_reshape(a, v, &b5), &f5), &b4);
+  }
+  double scale = ir_attr_float(&nd, "scale", 0.0f);
+  if (!ir_attr_find(&nd, "scale")) scale = 1.0 / sqrt((double)d.D);
+  const int64_t tr[4] = {0, 1, 3, 2};
+  int s = ad_bin(a, IR_OP_MatMul, q, ad_transpose(a, k, tr, 4));
+  s = ad_bin(a, IR_OP_Mul, s, ad_c_f(a, scale, t));
+  int qk = s;
+  double cap = ir_attr_float(&nd, "softcap", 0.0f);
+  if (cap > 0)
+    s = ad_bin(a, IR_OP_Mul, ad_un(a, IR_OP_Tanh, ad_bin(a, IR_OP_Div, s, ad_c_f(a, cap, t))), ad_c_f(a, cap, t));
+  if (mode == 1) qk = s;
+  int masked = 0;
+  if (nd.n_in > 3 && nd.in[3] >= 0) {
+    int m = nd.in[3];
+    if (ad_dtype(a, m) == IR_BOOL) {
+      int in[3] = {m, ad_c_f(a, 0, t), ad_c_f(a, -INFINITY, t)};
+      m = ad_op(a, IR_OP_Where, in, 3);
+    }
+    s = ad_bin(a, IR_OP_Add, s, m);
+    masked = 1;
+  }
+  if (ir_attr_int(&nd, "is_causal", 0)) { /* key j for query i while j <= i + past */
+    float *bias = calloc((size_t)(d.Sq * T), sizeof(float));
+    double *bias_d = calloc((size_t)(d.Sq * T), sizeof(double));
+    for (int64_t i = 0; i < d.Sq; i++)
+      for (int64_t j = 0; j < T; j++) {
+        bias[i * T + j] = j <= i + d.Sp ? 0.0f : -INFINITY;
+        bias_d[i * T + j] = bias[i * T + j];
+      }
+    int64_t bd[2] = {d.Sq, T};
+    ir_shape bs = dims(2, bd);
+    int c = t == IR_DOUBLE ? ad_c_tensor(a, IR_DOUBLE, &bs, bias_d, sizeof(double) * (size_t)(d.Sq * T))
+                           : ad_cast(a, ad_c_tensor(a, IR_FLOAT, &bs, bias, sizeof(float) * (size_t)(d.Sq * T)), t);
+    free(bias);
+    free(bias_d);
+    s = ad_bin(a, IR_OP_Add, s, c);
+  }
+  if (mode == 2) qk = s;
+  int id = ad_begin(a, IR_OP_Softmax, &s, 1, 1, NULL);
+  ad_attr_i(a, id, "axis", -1);
+  int p = ad_end(a, id);
+  if (masked) { /* a row with every key masked: zeros, not NaN */
+    int64_t last = 3;
+    int mx = ad_reduce(a, IR_OP_ReduceMax, s, &last, 1, 1);
+    int in[3] = {ad_bin(a, IR_OP_Greater, mx, ad_c_f(a, -INFINITY, t)), p, ad_c_f(a, 0, t)};
+    p = ad_op(a, IR_OP_Where, in, 3);
+  }
+  if (mode == 3) qk = p;
+  int y = ad_bin(a, IR_OP_MatMul, p, v);
+  if (d.three_d) {
+    int64_t perm[4] = {0, 2, 1, 3}, y3[3] = {d.B, d.Sq, d.Hq * d.Dv};
+    ir_shape ys = dims(3, y3);
+    y = ad_reshape(a, ad_transpose(a, y, perm, 4), &ys);
+  }
+  take(a, &nd, 3, qk);
+  if (a->err) return -1;
+  return finish(a, node, y);
+}
+
 int llm_is_lowered(const ir_node *n) {
-  return n->op == IR_OP_RMSNormalization || n->op == IR_OP_Swish || n->op == IR_OP_RotaryEmbedding;
+  return n->op == IR_OP_RMSNormalization || n->op == IR_OP_Swish || n->op == IR_OP_RotaryEmbedding ||
+         n->op == IR_OP_Attention;
 }
 
 int llm_lower(ad_ctx *a, int node) {
   switch (a->g->nodes[node].op) {
     case IR_OP_RMSNormalization: return lower_rmsnorm(a, node);
     case IR_OP_Swish: return lower_swish(a, node);
+    case IR_OP_Attention: return lower_attention(a, node);
     default: return lower_rope(a, node);
   }
 }

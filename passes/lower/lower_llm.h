@@ -1,5 +1,5 @@
-/* passes/lower/lower_llm.h - RMSNormalization, Swish and RotaryEmbedding written in other
- * ops (passes/lower/lower_llm.c), called by pass_lower_ops. */
+/* passes/lower/lower_llm.h - RMSNormalization, Swish, RotaryEmbedding and Attention written
+ * in other ops (passes/lower/lower_llm.c), called by pass_lower_ops. */
 #ifndef PIPECC_PASSES_LOWER_LLM_H
 #define PIPECC_PASSES_LOWER_LLM_H
 #include "passes/rewrite.h"

@@ -250,6 +250,27 @@ def cases():
         s_ = torch.tensor(np.sin(ang)[pos])[:, None]
         x1, x2 = x[..., :2], x[..., 2:]
         return torch.cat([c * x1 - s_ * x2, s_ * x1 + c * x2], -1)
+    def sdpa_causal(t):  # Attention-23 on [B, H, S, D], Q = K = V, causal
+        x = t["Xw"]
+        sc = x @ x.transpose(-1, -2) / np.sqrt(x.shape[-1])
+        allowed = torch.tril(torch.ones(sc.shape[-2:], dtype=torch.bool))
+        return torch.softmax(sc.masked_fill(~allowed, float("-inf")), -1) @ x
+    cs.append(Case("attention_causal", rn(2, 2, 4, 3), [N("Attention", ["Xw", "Xw", "Xw"], is_causal=1)], {},
+                   sdpa_causal, opset=23))
+
+    def gqa_softcap(t):  # 3D GQA (4 query heads, 2 key/value heads), softcap, K and V trained
+        q = t["Xw"].reshape(2, 3, 4, 2).transpose(1, 2)
+        k = (t["Xw"][..., :4] @ t["Wk"]).reshape(2, 3, 2, 2).transpose(1, 2).repeat_interleave(2, 1)
+        v = (t["Xw"][..., :4] @ t["Wv"]).reshape(2, 3, 2, 2).transpose(1, 2).repeat_interleave(2, 1)
+        sc = q @ k.transpose(-1, -2) * 0.5
+        sc = 3.0 * torch.tanh(sc / 3.0)
+        return (torch.softmax(sc, -1) @ v).transpose(1, 2).reshape(2, 3, 8)
+    cs.append(Case("attention_gqa_softcap", rn(2, 3, 8),
+                   [N("Slice", ["Xw", "z", "f", "two"], ["x4"]), N("MatMul", ["x4", "Wk"], ["k"]),
+                    N("MatMul", ["x4", "Wv"], ["v"]),
+                    N("Attention", ["Xw", "k", "v"], q_num_heads=4, kv_num_heads=2, scale=0.5, softcap=3.0)],
+                   {"Wk": rn(4, 4), "Wv": rn(4, 4)}, gqa_softcap, opset=23,
+                   ints={"z": i64(0), "f": i64(4), "two": i64(2)}))
     cs.append(Case("rotary_embedding", rn(2, 2, 3, 4), [N("RotaryEmbedding", ["Xw", "cos", "sin", "pos"])], {},
                    rope, opset=23, ints={"cos": np.cos(ang), "sin": np.sin(ang), "pos": pos}))
     return cs
