@@ -92,6 +92,9 @@ int pass_batch_reshape(ir_graph *g, int node, ir_shape *out) {
   return -1;
 }
 
+static int const_slices(ir_graph *g, int node, int slot, int axis, int64_t want);
+static void gather_whole_batch(ir_graph *g, int node, int a);
+
 int pass_batch_const(ir_graph *g, int node, int slot, int axis, int64_t want) {
   const ir_node *n = &g->nodes[node];
   int m = g->microbatches;
@@ -107,6 +110,16 @@ int pass_batch_const(ir_graph *g, int node, int slot, int axis, int64_t want) {
   for (size_t o = 0; o < outer && !v->zero_init; o++)
     for (size_t k = 1; k < d; k++)
       if (memcmp(p + (o * d + k) * inner, p + o * d * inner, inner)) return 0; /* the samples differ */
+  return const_slices(g, node, slot, axis, want);
+}
+
+/* The constant input slot of node replaced by its first `want` slices along axis. 1. */
+static int const_slices(ir_graph *g, int node, int slot, int axis, int64_t want) {
+  const ir_value *v = ir_in(g, &g->nodes[node], slot);
+  size_t es = ir_dtype_size(v->dtype), inner = es, outer = 1, d = (size_t)v->shape.dims[axis];
+  for (int i = 0; i < v->shape.rank; i++)
+    if (i != axis) *(i < axis ? &outer : &inner) *= (size_t)v->shape.dims[i];
+  const unsigned char *p = v->data;
   ir_shape s = v->shape;
   s.dims[axis] = want;
   char *name = ir_sprintf(g->arena, "%s.micro", v->name ? v->name : "const");
@@ -129,6 +142,11 @@ void pass_batch_consts(ir_graph *g, int node) {
   if (!g->batch_full || g->microbatches <= 1) return;
   const ir_node *n = &g->nodes[node];
   ir_kind kind = n->op >= 0 && n->op < IR_OP_COUNT ? ir_op_table[n->op].kind : IR_K_SPECIAL;
+  if (n->op == IR_OP_Gather && n->n_in >= 2) {
+    int a = pass_batch_axis(g, n->in[0]);
+    if (a >= 0) gather_whole_batch(g, node, a);
+    return;
+  }
   if (kind != IR_K_BINARY && kind != IR_K_VARIADIC && kind != IR_K_COMPARE && n->op != IR_OP_Concat &&
       n->op != IR_OP_Where)
     return;
@@ -182,16 +200,60 @@ static int indices_per_sample(const ir_value *ix, int ai, int64_t D, int64_t b, 
  * b*S+s from the batch's arange does), at the micro-batch and at the whole batch; 0 when
  * some index picks another sample's; -1 when that is not known (indices computed at run
  * time) or the pattern is not this one. */
+/* 1 when n is a Gather along axis a, the axis that holds its data's batch. */
+static int gathers_batch(const ir_graph *g, const ir_node *n, int a) {
+  return n->op == IR_OP_Gather && n->n_in >= 2 && n->in[1] >= 0 && a >= 0 &&
+         norm_axis(ir_attr_int(n, "axis", 0), g->values[n->in[0]].shape.rank) == a;
+}
+
 static int gather_per_sample(const ir_graph *g, const ir_node *n, int a, int *ai) {
-  if (n->op != IR_OP_Gather || n->n_in < 2 || a < 0) return -1;
+  if (!gathers_batch(g, n, a) || (*ai = batch_axis(g, n->in[1], 1)) < 0) return -1;
   const ir_value *x = &g->values[n->in[0]], *ix = &g->values[n->in[1]];
-  if (norm_axis(ir_attr_int(n, "axis", 0), x->shape.rank) != a || (*ai = batch_axis(g, n->in[1], 1)) < 0) return -1;
   const ir_value *xf = full_value(g, n->in[0]), *ixf = full_value(g, n->in[1]);
   int64_t b = ir_graph_batch(g, -1), B = ir_graph_batch(g->batch_full, -1), D = x->shape.dims[a];
   int64_t C = one_if_unset(x->batch_inner), Ci = one_if_unset(ix->batch_inner);
   if (ix->kind != IR_VAL_CONST || !xf || !ixf || ixf->kind != IR_VAL_CONST || b <= 0 || B <= 0) return -1;
   int r = indices_per_sample(ix, *ai, D, b, C, Ci);
   return r == 1 ? indices_per_sample(ixf, *ai, xf->shape.dims[a], B, C, Ci) : r;
+}
+
+int pass_batch_sizes(ir_graph *g, int node, int64_t *s, const int *ax, int na) {
+  const ir_node *nd = &g->nodes[node];
+  if (!g->batch_full || g->microbatches <= 1 || nd->n_in < 1) return 0;
+  int a = pass_batch_axis(g, nd->in[0]);
+  const ir_value *x = a >= 0 ? &g->values[nd->in[0]] : NULL, *xf = x ? full_value(g, nd->in[0]) : NULL;
+  if (!xf) return 0;
+  for (int i = 0; i < na; i++)
+    if (ax[i] == a && s[i] == xf->shape.dims[a] && s[i] != x->shape.dims[a]) {
+      s[i] = x->shape.dims[a];
+      return 1;
+    }
+  return 0;
+}
+
+/* Gather's constant indices fixed at export for the whole batch B on their axis ai, into
+ * data whose batch axis is the gather axis with C elements a sample: when sample j's
+ * indices are sample 0's plus j*C (each within sample 0's), the indices of the first
+ * `want` samples replace them (pass_batch_consts). */
+static void gather_whole_batch(ir_graph *g, int node, int a) {
+  const ir_node *n = &g->nodes[node];
+  const ir_value *x = &g->values[n->in[0]], *ix = ir_in(g, n, 1), *xf = full_value(g, n->in[0]);
+  int64_t B = ir_graph_batch(g->batch_full, -1), b = ir_graph_batch(g, -1), C = one_if_unset(x->batch_inner);
+  if (!ix || ix->kind != IR_VAL_CONST || !xf || B <= 0 || b <= 0 || b == B || one_if_unset(x->batch_outer) != 1 ||
+      xf->shape.dims[a] != B * C || norm_axis(ir_attr_int(n, "axis", 0), x->shape.rank) != a ||
+      !ir_shape_static(&ix->shape))
+    return;
+  for (int ai = 0; ai < ix->shape.rank; ai++) {
+    if (ix->shape.dims[ai] != B) continue;
+    int64_t inner = 1, outer = 1, numel = ir_shape_numel(&ix->shape), ok = 1;
+    for (int d = 0; d < ix->shape.rank; d++)
+      if (d != ai) *(d < ai ? &outer : &inner) *= ix->shape.dims[d];
+    for (int64_t k = 0, v, v0; k < numel && ok; k++) {
+      int64_t j = k / inner % B, k0 = k - j * inner;
+      ok = !ir_const_i64(ix, k, &v) && !ir_const_i64(ix, k0, &v0) && v0 >= 0 && v0 < C && v == v0 + j * C;
+    }
+    if (ok && const_slices(g, node, 1, ai, b)) return;
+  }
 }
 
 /* Inputs whose values (not only their shapes or types) the node reads. */
@@ -217,8 +279,7 @@ void pass_batch_node(ir_graph *g, int node) {
           A = C = 0; /* the check reports it from the shapes */
       }
     }
-  int ai;
-  if (gather_per_sample(g, n, a, &ai) >= 0) { /* the output holds the batch as its indices do */
+  if (gathers_batch(g, n, a)) { /* the output holds the batch as its indices do */
     A = g->values[n->in[1]].batch_outer;
     C = g->values[n->in[1]].batch_inner;
   }
@@ -339,9 +400,7 @@ int pass_batch_check(ir_graph *g) {
     const ir_node *n = &g->nodes[i];
     if (n->dead) continue;
     int dep = 0, cascade = 0, mixed = 0, first = -1, a0 = n->n_in > 0 ? pass_batch_axis(g, n->in[0]) : -1;
-    int ai, gathers = gather_per_sample(g, n, a0, &ai) >= 0 ||
-                      (n->op == IR_OP_Gather && a0 >= 0 && n->n_in > 1 &&
-                       norm_axis(ir_attr_int(n, "axis", 0), g->values[n->in[0]].shape.rank) == a0);
+    int gathers = gathers_batch(g, n, a0);
     for (int k = 0; k < data_inputs(n); k++) {
       int a = pass_batch_axis(g, n->in[k]);
       dep |= a >= 0 || a == -2;

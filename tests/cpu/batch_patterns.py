@@ -10,6 +10,10 @@ each reduced to a few nodes built with onnx.helper, with a dynamic batch axis:
                     with the batch from Shape) times a query reshaped [B,H,S,D]->[B*H,S,D]
   same_pad          timm's "same" padding: Shape, Sub, Clip(min=0), Concat, Pad
   castlike_range    the dynamo exporter's optimize=False arange: CastLike into Range
+  resize_sizes      F.interpolate(size=...) by dynamo: Resize with a constant 'sizes'
+                    holding the batch fixed at export
+  mean_as_strided   ConvNeXt's head by dynamo: a mean, Reshape(-1) and a Gather of
+                    constant flat indices b*C+c fixed at export for the whole batch
 
 Each is compiled at batch 4 with -g 1 -m 4 and with -g 2 and the default micro-batch
 count (the largest divisor of the batch up to 4g, 4 here): pipecc must not fall back to
@@ -158,11 +162,43 @@ def castlike_range():
     return model(nodes, [vi("x", F32, ["batch", S])], [vi("y", F32, ["batch", S])], inits, opset=15)
 
 
+def resize_sizes():
+    """F.interpolate(x, size=(2H, 2W)) as dynamo writes it: Resize with a constant 'sizes'
+    that holds the batch fixed at export, [B, C, 2H, 2W]; linear and nearest."""
+    nodes = [
+        N("Resize", ["x", "", "", "sz"], ["yl"], mode="linear"),
+        N("Resize", ["x", "", "", "sz"], ["yn"], mode="nearest"),
+        N("Add", ["yl", "yn"], ["y"]),
+    ]
+    return model(nodes, [vi("x", F32, ["batch", 3, 5, 4])], [vi("y", F32, ["batch", 3, 10, 8])],
+                 [C("sz", [B, 3, 10, 8])], opset=13)
+
+
+def mean_as_strided():
+    """ConvNeXt's head as dynamo writes it: x.mean((2, 3), keepdim=True), then as_strided to
+    the same [B, C, 1, 1]: Reshape(-1) and a Gather of constant flat indices b*C+c fixed at
+    export for the whole batch; then Flatten and a Linear."""
+    rng = np.random.default_rng(7)
+    Cc = 5
+    idx = (np.arange(B)[:, None] * Cc + np.arange(Cc)[None, :]).reshape(B, Cc, 1, 1)
+    nodes = [
+        N("ReduceMean", ["x"], ["m"], axes=[2, 3], keepdims=1),
+        N("Reshape", ["m", "m1"], ["flat"]),
+        N("Gather", ["flat", "idx"], ["st"], axis=0),
+        N("Flatten", ["st"], ["f"], axis=1),
+        N("MatMul", ["f", "W"], ["y"]),
+    ]
+    return model(nodes, [vi("x", F32, ["batch", Cc, 4, 4])], [vi("y", F32, ["batch", 3])],
+                 [C("m1", [-1]), C("idx", idx), C("W", rng.standard_normal((Cc, 3)), np.float32)], opset=13)
+
+
 CASES = {
     "mask_flat_gather": (mask_flat_gather, {"x": (B, S, D), "mask": (B, S)}),
     "repeat_matmul": (repeat_matmul, {"q": (B, H, S, D)}),
     "same_pad": (same_pad, {"x": (B, 3, 8, 9)}),
     "castlike_range": (castlike_range, {"x": (B, S)}),
+    "resize_sizes": (resize_sizes, {"x": (B, 3, 5, 4)}),
+    "mean_as_strided": (mean_as_strided, {"x": (B, 5, 4, 4)}),
 }
 NOTE = "compiling for one micro-batch"
 
