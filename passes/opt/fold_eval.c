@@ -1055,7 +1055,7 @@ static int op_eltwise(ctx *c, fold_tensor *o) {
   for (int k = 0; k < e.n_data; k++)
     if ((ts[k] = IN(c, k))) pres[np++] = ts[k];
   int r;
-  int64_t sh[IR_MAX_RANK], st[8][IR_MAX_RANK] = {{0}}, ix[IR_MAX_RANK] = {0}, off[8] = {0};
+  int64_t sh[IR_MAX_RANK] = {0}, st[8][IR_MAX_RANK] = {{0}}, ix[IR_MAX_RANK] = {0}, off[8] = {0};
   if (bcast_shape(pres, np, &r, sh) || t_new(o, e.to, r, sh)) return 0;
   for (int k = 0; k < e.n_data; k++)
     if (ts[k]) bcast_strides(ts[k], r, st[k]);
@@ -1134,6 +1134,296 @@ static int op_reduce(ctx *c, ir_op op, fold_tensor *o) {
   return ok;
 }
 
+/* ---- index and layout ops: the output allocated at the shape inference gave it ---- */
+
+/* o with the dtype and static shape of the node's output 0; 0 if it cannot hold it. */
+static int t_out(ctx *c, fold_tensor *o) {
+  const ir_value *y = ir_out(c->g, c->n, 0);
+  if (!y || !fold_dtype_ok(y->dtype) || !ir_shape_static(&y->shape)) return 0;
+  return !t_new(o, y->dtype, y->shape.rank, y->shape.dims);
+}
+
+/* The multi-index of flat position k in a tensor of shape (rank, dims). */
+static void unravel(int64_t k, int rank, const int64_t *dims, int64_t *ix) {
+  for (int d = rank - 1; d >= 0; d--) {
+    ix[d] = dims[d] ? k % dims[d] : 0;
+    k = dims[d] ? k / dims[d] : 0;
+  }
+}
+
+static int64_t ravel(int rank, const int64_t *dims, const int64_t *ix) {
+  int64_t k = 0;
+  for (int d = 0; d < rank; d++) k = k * dims[d] + ix[d];
+  return k;
+}
+
+/* Pad-21 (2-10: attributes pads and value): constant, edge, reflect, wrap; negative pads
+ * crop. */
+static int op_pad(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0);
+  if (!x) return 0;
+  int r = x->rank, na = r, ax[IR_MAX_RANK];
+  int64_t pads[2 * IR_MAX_RANK], axes[IR_MAX_RANK], begin[IR_MAX_RANK] = {0};
+  int np =
+      c->n->opset >= 11 ? t_ints(IN(c, 1), pads, 2 * IR_MAX_RANK) : ints_arg(c, "pads", 1000, 0, pads, 2 * IR_MAX_RANK);
+  if (c->n->opset >= 18 && IN(c, 3)) {
+    if ((na = t_ints(IN(c, 3), axes, IR_MAX_RANK)) < 0) return 0;
+    for (int i = 0; i < na; i++)
+      if ((ax[i] = norm_axis(axes[i], r)) < 0) return 0;
+  } else
+    for (int i = 0; i < r; i++) ax[i] = i;
+  if (np != 2 * na) return 0;
+  for (int i = 0; i < na; i++) begin[ax[i]] = pads[i];
+  fold_el val = {0};
+  if (c->n->opset >= 11 && IN(c, 2)) {
+    if (IN(c, 2)->n != 1) return 0;
+    val = IN(c, 2)->d[0];
+  } else if (c->n->opset < 11) {
+    if (!is_fp(x->dt)) return 0;
+    val.f = fround(x->dt, ir_attr_float(c->n, "value", 0.0f));
+  }
+  const char *mode = ir_attr_str(c->n, "mode", "constant");
+  int m = !strcmp(mode, "constant")  ? 0
+          : !strcmp(mode, "edge")    ? 1
+          : !strcmp(mode, "reflect") ? 2
+          : !strcmp(mode, "wrap")    ? 3
+                                     : -1;
+  if (m < 0 || !t_out(c, o) || o->rank != r || o->dt != x->dt) return fold_tensor_free(o), 0;
+  int64_t ix[IR_MAX_RANK];
+  for (int64_t k = 0; k < o->n; k++) {
+    unravel(k, r, o->dims, ix);
+    int inside = 1;
+    for (int d = 0; d < r && inside; d++) {
+      int64_t s = ix[d] - begin[d], D = x->dims[d];
+      if (s >= 0 && s < D) {
+        ix[d] = s;
+        continue;
+      }
+      if (m == 0) inside = 0;
+      else if (!D || (m == 2 && D < 2)) return fold_tensor_free(o), 0;
+      else if (m == 1) ix[d] = s < 0 ? 0 : D - 1;
+      else if (m == 3) ix[d] = ((s % D) + D) % D;
+      else { /* reflect, period 2(D-1) */ int64_t p = 2 * (D - 1), t = ((s % p) + p) % p;
+        ix[d] = t < D ? t : p - t;
+      }
+    }
+    o->d[k] = inside ? x->d[ravel(r, x->dims, ix)] : val;
+  }
+  return 1;
+}
+
+/* An index into a dim of size D, negative counting from the end; -1 if out of range. */
+static int64_t index_in(int64_t i, int64_t D) {
+  if (i < 0) i += D;
+  return i >= 0 && i < D ? i : -1;
+}
+
+/* GatherElements-13: out[i] = x[i with axis replaced by indices[i]]. */
+static int op_gather_elements(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0), *ix = IN(c, 1);
+  if (!x || !ix || !is_int(ix->dt) || ix->rank != x->rank) return 0;
+  int a = norm_axis(ir_attr_int(c->n, "axis", 0), x->rank);
+  if (a < 0 || !t_out(c, o) || o->n != ix->n) return fold_tensor_free(o), 0;
+  int64_t p[IR_MAX_RANK];
+  for (int64_t k = 0; k < ix->n; k++) {
+    unravel(k, ix->rank, ix->dims, p);
+    if ((p[a] = index_in(ix->d[k].i, x->dims[a])) < 0) return fold_tensor_free(o), 0;
+    o->d[k] = x->d[ravel(x->rank, x->dims, p)];
+  }
+  return 1;
+}
+
+/* GatherND-13: indices [..., k] pick slices of data after batch_dims leading dims. */
+static int op_gather_nd(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0), *ix = IN(c, 1);
+  if (!x || !ix || ix->dt != IR_INT64 || ix->rank < 1) return 0;
+  int bd = (int)ir_attr_int(c->n, "batch_dims", 0), kk = (int)ix->dims[ix->rank - 1];
+  if (bd < 0 || bd + kk > x->rank || !t_out(c, o)) return fold_tensor_free(o), 0;
+  int64_t slice = 1, batch = 1, per_batch = 1;
+  for (int d = bd + kk; d < x->rank; d++) slice *= x->dims[d];
+  for (int d = 0; d < bd; d++) batch *= x->dims[d];
+  for (int d = bd; d < ix->rank - 1; d++) per_batch *= ix->dims[d];
+  int64_t xb = x->n / (batch ? batch : 1), w = 0;
+  for (int64_t b = 0; b < batch; b++)
+    for (int64_t q = 0; q < per_batch; q++) {
+      const fold_el *t = ix->d + (b * per_batch + q) * kk;
+      int64_t off = 0;
+      for (int j = 0; j < kk; j++) {
+        int64_t i = index_in(t[j].i, x->dims[bd + j]);
+        if (i < 0) return fold_tensor_free(o), 0;
+        off = off * x->dims[bd + j] + i;
+      }
+      if (w + slice > o->n) return fold_tensor_free(o), 0;
+      memcpy(o->d + w, x->d + b * xb + off * slice, sizeof(fold_el) * (size_t)slice);
+      w += slice;
+    }
+  return w == o->n ? 1 : (fold_tensor_free(o), 0);
+}
+
+/* ScatterND-18 and ScatterElements-18 without a reduction: a copy of data with the
+ * updates written; an element written twice is declined (the spec leaves it open). */
+static int op_scatter(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0), *ix = IN(c, 1), *up = IN(c, 2);
+  if (!x || !ix || !up || !is_int(ix->dt) || up->dt != x->dt) return 0;
+  if (strcmp(ir_attr_str(c->n, "reduction", "none"), "none") || !t_out(c, o) || o->n != x->n)
+    return fold_tensor_free(o), 0;
+  memcpy(o->d, x->d, sizeof(fold_el) * (size_t)x->n);
+  char *seen = calloc((size_t)(x->n ? x->n : 1), 1);
+  int ok = seen != NULL;
+  int64_t p[IR_MAX_RANK];
+  if (c->n->op == IR_OP_ScatterElements) {
+    int a = norm_axis(ir_attr_int(c->n, "axis", 0), x->rank);
+    ok &= a >= 0 && ix->rank == x->rank && up->n == ix->n;
+    for (int64_t k = 0; ok && k < ix->n; k++) {
+      unravel(k, ix->rank, ix->dims, p);
+      ok = (p[a] = index_in(ix->d[k].i, x->dims[a])) >= 0;
+      int64_t at = ok ? ravel(x->rank, x->dims, p) : 0;
+      ok = ok && !seen[at];
+      if (ok) seen[at] = 1, o->d[at] = up->d[k];
+    }
+  } else {
+    int kk = ix->rank ? (int)ix->dims[ix->rank - 1] : -1;
+    int64_t slice = 1, nq = kk > 0 ? ix->n / kk : 0;
+    ok &= kk >= 1 && kk <= x->rank;
+    for (int d = kk; ok && d < x->rank; d++) slice *= x->dims[d];
+    ok &= nq * slice == up->n;
+    for (int64_t q = 0; ok && q < nq; q++) {
+      int64_t off = 0;
+      for (int j = 0; ok && j < kk; j++) {
+        int64_t i = index_in(ix->d[q * kk + j].i, x->dims[j]);
+        ok = i >= 0;
+        off = off * x->dims[j] + i;
+      }
+      for (int64_t e = 0; ok && e < slice; e++) {
+        ok = !seen[off * slice + e];
+        seen[off * slice + e] = 1;
+        o->d[off * slice + e] = up->d[q * slice + e];
+      }
+    }
+  }
+  free(seen);
+  if (!ok) fold_tensor_free(o);
+  return ok;
+}
+
+/* Trilu-14: keep the upper (or lower) triangle of the last two dims from diagonal k. */
+static int op_trilu(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0), *kt = IN(c, 1);
+  if (!x || x->rank < 2 || (kt && (kt->n != 1 || !is_int(kt->dt))) || !t_out(c, o)) return fold_tensor_free(o), 0;
+  int64_t k = kt ? kt->d[0].i : 0, R = x->dims[x->rank - 2], Cn = x->dims[x->rank - 1];
+  int upper = (int)ir_attr_int(c->n, "upper", 1);
+  for (int64_t e = 0; e < x->n; e++) {
+    int64_t j = e % Cn, i = e / Cn % R;
+    int keep = upper ? j - i >= k : j - i <= k;
+    if (keep) o->d[e] = x->d[e];
+    else if (is_fp(x->dt)) o->d[e].f = 0;
+    else o->d[e].i = 0;
+  }
+  return 1;
+}
+
+/* ArgMax/ArgMin-13: the first (or, select_last_index, last) extreme along axis; NaN is
+ * declined. */
+static int op_argext(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0);
+  if (!x || x->dt == IR_BOOL) return 0;
+  int a = norm_axis(ir_attr_int(c->n, "axis", 0), x->rank), last = (int)ir_attr_int(c->n, "select_last_index", 0);
+  if (a < 0 || !x->dims[a] || !t_out(c, o) || o->dt != IR_INT64) return fold_tensor_free(o), 0;
+  int64_t D = x->dims[a], inner = 1;
+  for (int d = a + 1; d < x->rank; d++) inner *= x->dims[d];
+  int mx = c->n->op == IR_OP_ArgMax, fp = is_fp(x->dt);
+  for (int64_t q = 0; q < o->n; q++) {
+    int64_t base = q / inner * D * inner + q % inner, best = 0;
+    for (int64_t i = 0; i < D; i++) {
+      fold_el v = x->d[base + i * inner], b = x->d[base + best * inner];
+      if (fp && isnan(v.f)) return fold_tensor_free(o), 0;
+      double dv = fp ? v.f : (double)v.i, db = fp ? b.f : (double)b.i;
+      int better = fp ? (mx ? dv > db : dv < db) : (mx ? v.i > b.i : v.i < b.i);
+      int tie = fp ? dv == db : v.i == b.i;
+      if (better || (last && tie)) best = i;
+    }
+    o->d[q].i = best;
+  }
+  return 1;
+}
+
+/* CumSum-14 of integers (a float sum depends on its order): exclusive and reverse. */
+static int op_cumsum(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0), *at = IN(c, 1);
+  if (!x || !is_int(x->dt) || !at || at->n != 1 || !is_int(at->dt)) return 0;
+  int a = norm_axis(at->d[0].i, x->rank);
+  if (a < 0 || t_new(o, x->dt, x->rank, x->dims)) return 0;
+  int excl = (int)ir_attr_int(c->n, "exclusive", 0), rev = (int)ir_attr_int(c->n, "reverse", 0);
+  int64_t D = x->dims[a], inner = 1;
+  for (int d = a + 1; d < x->rank; d++) inner *= x->dims[d];
+  for (int64_t q = 0; D && q < x->n / D; q++) {
+    int64_t base = q / inner * D * inner + q % inner;
+    uint64_t acc = 0;
+    for (int64_t t = 0; t < D; t++) {
+      int64_t i = rev ? D - 1 - t : t, e = base + i * inner;
+      if (excl) o->d[e].i = wrap(x->dt, (int64_t)acc);
+      acc += (uint64_t)x->d[e].i;
+      if (!excl) o->d[e].i = wrap(x->dt, (int64_t)acc);
+    }
+  }
+  return 1;
+}
+
+/* EyeLike-9: ones on diagonal k of a 2-D shape, of dtype 'dtype' (default the input's). */
+static int op_eye_like(ctx *c, fold_tensor *o) {
+  if (!t_out(c, o) || o->rank != 2) return fold_tensor_free(o), 0;
+  int64_t k = ir_attr_int(c->n, "k", 0);
+  for (int64_t e = 0; e < o->n; e++) {
+    int one = e % o->dims[1] - e / o->dims[1] == k;
+    if (is_fp(o->dt)) o->d[e].f = one;
+    else o->d[e].i = one;
+  }
+  return 1;
+}
+
+/* OneHot-11: values[1] where the index (negative from the end of depth) matches, values[0]
+ * elsewhere; the depth axis at 'axis'. */
+static int op_one_hot(ctx *c, fold_tensor *o) {
+  const fold_tensor *ix = IN(c, 0), *dp = IN(c, 1), *vals = IN(c, 2);
+  if (!ix || !dp || !vals || dp->n != 1 || vals->n != 2 || ix->dt == IR_BOOL || !t_out(c, o) || o->dt != vals->dt)
+    return fold_tensor_free(o), 0;
+  int a = norm_axis(ir_attr_int(c->n, "axis", -1), o->rank);
+  int64_t depth = is_fp(dp->dt) ? (int64_t)dp->d[0].f : dp->d[0].i, p[IR_MAX_RANK], q[IR_MAX_RANK];
+  if (a < 0 || depth != o->dims[a]) return fold_tensor_free(o), 0;
+  for (int64_t e = 0; e < o->n; e++) {
+    unravel(e, o->rank, o->dims, p);
+    for (int d = 0, j = 0; d < o->rank; d++)
+      if (d != a) q[j++] = p[d];
+    fold_el iv = ix->d[ravel(ix->rank, ix->dims, q)];
+    if (is_fp(ix->dt) && (iv.f != trunc(iv.f) || !isfinite(iv.f))) return fold_tensor_free(o), 0;
+    int64_t i = is_fp(ix->dt) ? (int64_t)iv.f : iv.i;
+    if (i < 0) i += depth;
+    o->d[e] = vals->d[i == p[a]];
+  }
+  return 1;
+}
+
+/* Compress-11: the slices along axis (the flattened input without one) whose condition
+ * is true. */
+static int op_compress(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0), *cd = IN(c, 1);
+  if (!x || !cd || cd->dt != IR_BOOL || !t_out(c, o)) return fold_tensor_free(o), 0;
+  const ir_attr *aa = ir_attr_find(c->n, "axis");
+  int a = aa ? norm_axis(aa->i, x->rank) : -1;
+  if (aa && a < 0) return fold_tensor_free(o), 0;
+  int64_t D = a >= 0 ? x->dims[a] : x->n, inner = 1, outer = 1, w = 0;
+  for (int d = 0; a >= 0 && d < x->rank; d++)
+    if (d != a) *(d < a ? &outer : &inner) *= x->dims[d];
+  for (int64_t u = 0; u < outer; u++)
+    for (int64_t i = 0; i < D && i < cd->n; i++)
+      if (cd->d[i].i) {
+        if (w + inner > o->n) return fold_tensor_free(o), 0;
+        memcpy(o->d + w, x->d + (u * D + i) * inner, sizeof(fold_el) * (size_t)inner);
+        w += inner;
+      }
+  return w == o->n ? 1 : (fold_tensor_free(o), 0);
+}
+
 /* ---- dispatch ---- */
 
 int fold_eval(ir_graph *g, int node, fold_tensor *out) {
@@ -1162,6 +1452,18 @@ int fold_eval(ir_graph *g, int node, fold_tensor *out) {
       case IR_OP_Tile: ok = op_tile(&c, out); break;
       case IR_OP_ConstantOfShape: ok = op_constant_of_shape(&c, out); break;
       case IR_OP_Range: ok = op_range(&c, out); break;
+      case IR_OP_Pad: ok = op_pad(&c, out); break;
+      case IR_OP_GatherElements: ok = op_gather_elements(&c, out); break;
+      case IR_OP_GatherND: ok = op_gather_nd(&c, out); break;
+      case IR_OP_ScatterND:
+      case IR_OP_ScatterElements: ok = op_scatter(&c, out); break;
+      case IR_OP_Trilu: ok = op_trilu(&c, out); break;
+      case IR_OP_ArgMax:
+      case IR_OP_ArgMin: ok = op_argext(&c, out); break;
+      case IR_OP_CumSum: ok = op_cumsum(&c, out); break;
+      case IR_OP_EyeLike: ok = op_eye_like(&c, out); break;
+      case IR_OP_OneHot: ok = op_one_hot(&c, out); break;
+      case IR_OP_Compress: ok = op_compress(&c, out); break;
       case IR_OP_ReduceSum:
       case IR_OP_ReduceProd:
       case IR_OP_ReduceMax:

@@ -383,6 +383,43 @@ def cases():
     ], [], [("r", I64), ("rf", F32)],
         [C("start", 1.0, F32), C("lim", 9, I64), C("step", 2.0, F32)], opset=15))
 
+    # ---- index and layout ops, their output allocated at the inferred shape ----
+    cs.append(Case("index_ops", [
+        N("Pad", ["M", "pads", "pv"], ["pad_c"]),
+        N("Pad", ["M", "pads"], ["pad_e"], mode="edge"),
+        N("Pad", ["M", "pads"], ["pad_r"], mode="reflect"),
+        N("Pad", ["M", "crop"], ["pad_crop"]),
+        N("GatherElements", ["M", "ge"], ["gel"], axis=1),
+        N("GatherND", ["M", "gnd"], ["gnd_o"]),
+        N("GatherND", ["M", "gnd_b"], ["gnd_bo"], batch_dims=1),
+        N("ScatterND", ["M", "snd", "snd_u"], ["snd_o"]),
+        N("ScatterElements", ["M", "ge1", "se_u"], ["se_o"], axis=1),
+        N("Trilu", ["M", "k1"], ["triu"]), N("Trilu", ["M"], ["tril"], upper=0),
+        N("ArgMax", ["M"], ["amax"], axis=1), N("ArgMin", ["M"], ["amin"], axis=0, keepdims=0),
+        N("ArgMax", ["T"], ["amax_last"], axis=0, select_last_index=1),
+        N("CumSum", ["Mi", "ax1"], ["cs"]), N("CumSum", ["Mi", "ax1"], ["cs_er"], exclusive=1, reverse=1),
+        N("OneHot", ["oh_i", "oh_d", "oh_v"], ["oh"]),
+        N("Compress", ["M", "cond"], ["comp"], axis=1),
+        N("Compress", ["M", "cond"], ["comp_flat"]),
+    ], [], [("pad_c", F32), ("pad_e", F32), ("pad_r", F32), ("pad_crop", F32), ("gel", F32),
+            ("gnd_o", F32), ("gnd_bo", F32), ("snd_o", F32), ("se_o", F32), ("triu", F32),
+            ("tril", F32), ("amax", I64), ("amin", I64), ("amax_last", I64), ("cs", I64),
+            ("cs_er", I64), ("oh", F32), ("comp", F32), ("comp_flat", F32)],
+        [C("M", rng.standard_normal((3, 4)), F32), C("pads", [1, 2, 0, 1], I64), C("pv", 1.5, F32),
+         C("crop", [0, -1, -1, 0], I64),
+         C("ge", [[0, 3], [1, -1], [2, 2]], I64), C("gnd", [[0, 1], [2, 3]], I64),
+         C("gnd_b", [[1], [3], [0]], I64), C("snd", [[1], [0]], I64),
+         C("snd_u", rng.standard_normal((2, 4)), F32), C("ge1", [[0], [3], [1]], I64),
+         C("se_u", [[9.0], [8.0], [7.0]], F32), C("k1", 1, I64),
+         C("T", [2.0, 5.0, 5.0, 1.0], F32), C("Mi", [[1, -2, 3, 4], [5, 6, -7, 8]], I64),
+         C("ax1", 1, I64), C("oh_i", [0, 2, -1], I64), C("oh_d", 4, I64),
+         C("oh_v", [0.0, 3.0], F32), C("cond", [True, False, True], BOOL)], opset=18))
+    cs.append(Case("scatter_duplicate_not_folded", [
+        N("ScatterND", ["M", "dup", "u"], ["o"]),
+    ], [], [("o", F32)],
+        [C("M", [1.0, 2.0, 3.0], F32), C("dup", [[1], [1]], I64), C("u", [5.0, 6.0], F32)],
+        remaining=["ScatterND"], ort=False, opset=18))
+
     # ---- Identity ----
     cs.append(Case("identity_chains", [
         N("Relu", ["X"], ["r"]),
