@@ -16,10 +16,10 @@
  * Folding must never change a result, so the evaluator declines (returns 0) whenever it
  * is not sure to compute exactly what a runtime computes: integer division by zero or
  * overflow, float-to-int casts out of range, NaN in Max/Min/Clip/Sign, a Clip whose min
- * exceeds its max, float sums of more than two terms (Sum, CumSum, ReduceSum of floats), transcendental functions other
- * than Pow (libm decides their last bit), a scatter that writes an element twice,
- * unsupported dtypes, tensors over
- * FOLD_MAX_ELEMS elements, invalid attributes (the shape pass reports those). */
+ * exceeds its max, float sums of more than two terms (Sum, CumSum, ReduceSum of
+ * floats), transcendental functions other than Pow (libm decides their last bit), a
+ * scatter that writes an element twice, unsupported dtypes, tensors over FOLD_MAX_ELEMS
+ * elements, invalid attributes (the shape pass reports those). */
 #ifndef PIPECC_PASSES_FOLD_H
 #define PIPECC_PASSES_FOLD_H
 #include <stdint.h>
