@@ -14,6 +14,7 @@ each reduced to a few nodes built with onnx.helper, with a dynamic batch axis:
                     holding the batch fixed at export
   mean_as_strided   ConvNeXt's head by dynamo: a mean, Reshape(-1) and a Gather of
                     constant flat indices b*C+c fixed at export for the whole batch
+  torch_mask, torch_repeat  the first two as torch.onnx.export (TorchScript) writes them
 
 Each is compiled at batch 4 with -g 1 -m 4 and with -g 2 and the default micro-batch
 count (the largest divisor of the batch up to 4g, 4 here): pipecc must not fall back to
@@ -192,6 +193,44 @@ def mean_as_strided():
                  [C("m1", [-1]), C("idx", idx), C("W", rng.standard_normal((Cc, 3)), np.float32)], opset=13)
 
 
+def torch_export(name):
+    """The mask and repeat patterns as PyTorch's TorchScript exporter writes them, with a
+    dynamic batch axis (torch.onnx.export, opset 17)."""
+    import io
+    import warnings
+    import torch
+    import torch.nn as nn
+    torch.manual_seed(0)
+
+    class Mask(nn.Module):
+        def forward(self, x, mask):
+            b, s = mask.shape
+            m = mask[torch.arange(b)[:, None, None, None], torch.arange(s)]  # [B,1,1,S]
+            return x.unsqueeze(1) * m.squeeze(1).unsqueeze(-1)
+
+    class Repeat(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.p = nn.Parameter(torch.randn(H, S, D))
+            self.lin = nn.Linear(D, D)
+
+        def forward(self, q):
+            b, hh, s, d = q.shape
+            k = self.lin(self.p).repeat(b, 1, 1)  # computed at run time, then repeated
+            return torch.bmm(q.reshape(b * hh, s, d), k.transpose(1, 2)).reshape(b, hh, s, s)
+
+    if name == "mask":
+        m, args, names = Mask(), (torch.randn(B, S, D), torch.ones(B, S)), ["x", "mask"]
+    else:
+        m, args, names = Repeat(), (torch.randn(B, H, S, D),), ["q"]
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m, args, f, input_names=names, output_names=["y"], opset_version=17,
+                          dynamic_axes={n: {0: "batch"} for n in names + ["y"]})
+    return onnx.load_from_string(f.getvalue())
+
+
 CASES = {
     "mask_flat_gather": (mask_flat_gather, {"x": (B, S, D), "mask": (B, S)}),
     "repeat_matmul": (repeat_matmul, {"q": (B, H, S, D)}),
@@ -199,6 +238,8 @@ CASES = {
     "castlike_range": (castlike_range, {"x": (B, S)}),
     "resize_sizes": (resize_sizes, {"x": (B, 3, 5, 4)}),
     "mean_as_strided": (mean_as_strided, {"x": (B, 5, 4, 4)}),
+    "torch_mask": (lambda: torch_export("mask"), {"x": (B, S, D), "mask": (B, S)}),
+    "torch_repeat": (lambda: torch_export("repeat"), {"q": (B, H, S, D)}),
 }
 NOTE = "compiling for one micro-batch"
 
