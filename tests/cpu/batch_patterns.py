@@ -15,6 +15,7 @@ each reduced to a few nodes built with onnx.helper, with a dynamic batch axis:
   mean_as_strided   ConvNeXt's head by dynamo: a mean, Reshape(-1) and a Gather of
                     constant flat indices b*C+c fixed at export for the whole batch
   torch_mask, torch_repeat  the first two as torch.onnx.export (TorchScript) writes them
+  torch_mask_static  the mask exported with the batch fixed (arange(B) a constant)
 
 Each is compiled at batch 4 with -g 1 -m 4 and with -g 2 and the default micro-batch
 count (the largest divisor of the batch up to 4g, 4 here): pipecc must not fall back to
@@ -193,9 +194,10 @@ def mean_as_strided():
                  [C("m1", [-1]), C("idx", idx), C("W", rng.standard_normal((Cc, 3)), np.float32)], opset=13)
 
 
-def torch_export(name):
+def torch_export(name, dynamic=True):
     """The mask and repeat patterns as PyTorch's TorchScript exporter writes them, with a
-    dynamic batch axis (torch.onnx.export, opset 17)."""
+    dynamic batch axis or (dynamic False) the batch fixed at export, where arange(B) is a
+    constant (torch.onnx.export, opset 17)."""
     import io
     import warnings
     import torch
@@ -227,7 +229,7 @@ def torch_export(name):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(m, args, f, input_names=names, output_names=["y"], opset_version=17,
-                          dynamic_axes={n: {0: "batch"} for n in names + ["y"]})
+                          dynamic_axes={n: {0: "batch"} for n in names + ["y"]} if dynamic else None)
     return onnx.load_from_string(f.getvalue())
 
 
@@ -240,6 +242,7 @@ CASES = {
     "mean_as_strided": (mean_as_strided, {"x": (B, 5, 4, 4)}),
     "torch_mask": (lambda: torch_export("mask"), {"x": (B, S, D), "mask": (B, S)}),
     "torch_repeat": (lambda: torch_export("repeat"), {"q": (B, H, S, D)}),
+    "torch_mask_static": (lambda: torch_export("mask", dynamic=False), {"x": (B, S, D), "mask": (B, S)}),
 }
 NOTE = "compiling for one micro-batch"
 
@@ -248,7 +251,8 @@ def compile_run(a, path, d, g, xin, label):
     """pipecc -g G, run; (outputs, plan's micro-batch count, stderr) or None. -g 1 with -m 4
     (one device gets one micro-batch by default), -g 2 with the default count (4 at batch 4)."""
     out = os.path.join(d, f"g{g}")
-    cmd = [a.pipecc, path, "-d", f"batch={B}", "-g", str(g), "-o", out, "-j", "2"] + (["-m", str(B)] if g == 1 else [])
+    bind = [] if os.path.basename(d).endswith("_static") else ["-d", f"batch={B}"]  # a fixed batch: nothing to bind
+    cmd = [a.pipecc, path] + bind + ["-g", str(g), "-o", out, "-j", "2"] + (["-m", str(B)] if g == 1 else [])
     r = subprocess.run(cmd, capture_output=True, text=True, env=pt.split_env())
     if r.returncode:
         print(r.stderr[-3000:])
