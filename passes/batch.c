@@ -142,7 +142,7 @@ void pass_batch_consts(ir_graph *g, int node) {
   if (!g->batch_full || g->microbatches <= 1) return;
   const ir_node *n = &g->nodes[node];
   ir_kind kind = n->op >= 0 && n->op < IR_OP_COUNT ? ir_op_table[n->op].kind : IR_K_SPECIAL;
-  if (n->op == IR_OP_Gather && n->n_in >= 2) {
+  if ((n->op == IR_OP_Gather || n->op == IR_OP_GatherND) && n->n_in >= 2) {
     int a = pass_batch_axis(g, n->in[0]);
     if (a >= 0) gather_whole_batch(g, node, a);
     return;
@@ -234,23 +234,27 @@ int pass_batch_sizes(ir_graph *g, int node, int64_t *s, const int *ax, int na) {
 /* Gather's constant indices fixed at export for the whole batch B on their axis ai, into
  * data whose batch axis is the gather axis with C elements a sample: when sample j's
  * indices are sample 0's plus j*C (each within sample 0's), the indices of the first
- * `want` samples replace them (pass_batch_consts). */
+ * `want` samples replace them (pass_batch_consts). GatherND (batch_dims 0, the data's
+ * batch on axis 0): the same for the first coordinate of each index tuple, the others
+ * equal to sample 0's. */
 static void gather_whole_batch(ir_graph *g, int node, int a) {
   const ir_node *n = &g->nodes[node];
   const ir_value *x = &g->values[n->in[0]], *ix = ir_in(g, n, 1), *xf = full_value(g, n->in[0]);
   int64_t B = ir_graph_batch(g->batch_full, -1), b = ir_graph_batch(g, -1), C = one_if_unset(x->batch_inner);
+  int nd = n->op == IR_OP_GatherND, axis = nd ? 0 : norm_axis(ir_attr_int(n, "axis", 0), x->shape.rank);
   if (!ix || ix->kind != IR_VAL_CONST || !xf || B <= 0 || b <= 0 || b == B || one_if_unset(x->batch_outer) != 1 ||
-      xf->shape.dims[a] != B * C || norm_axis(ir_attr_int(n, "axis", 0), x->shape.rank) != a ||
-      !ir_shape_static(&ix->shape))
+      xf->shape.dims[a] != B * C || axis != a || !ir_shape_static(&ix->shape) ||
+      (nd && (ir_attr_int(n, "batch_dims", 0) != 0 || ix->shape.rank < 2)))
     return;
-  for (int ai = 0; ai < ix->shape.rank; ai++) {
+  int64_t K = nd ? ix->shape.dims[ix->shape.rank - 1] : 1; /* GatherND: the coordinates of a tuple */
+  for (int ai = 0; ai < ix->shape.rank - nd; ai++) {
     if (ix->shape.dims[ai] != B) continue;
-    int64_t inner = 1, outer = 1, numel = ir_shape_numel(&ix->shape), ok = 1;
-    for (int d = 0; d < ix->shape.rank; d++)
-      if (d != ai) *(d < ai ? &outer : &inner) *= ix->shape.dims[d];
+    int64_t inner = 1, numel = ir_shape_numel(&ix->shape), ok = 1;
+    for (int d = ai + 1; d < ix->shape.rank; d++) inner *= ix->shape.dims[d];
     for (int64_t k = 0, v, v0; k < numel && ok; k++) {
-      int64_t j = k / inner % B, k0 = k - j * inner;
-      ok = !ir_const_i64(ix, k, &v) && !ir_const_i64(ix, k0, &v0) && v0 >= 0 && v0 < C && v == v0 + j * C;
+      int64_t j = k / inner % B, k0 = k - j * inner, first = k % K == 0;
+      ok = !ir_const_i64(ix, k, &v) && !ir_const_i64(ix, k0, &v0) &&
+           (first ? v0 >= 0 && v0 < C && v == v0 + j * C : v == v0);
     }
     if (ok && const_slices(g, node, 1, ai, b)) return;
   }

@@ -73,7 +73,8 @@ int pass_batch_sizes(ir_graph *g, int node, int64_t *s, const int *ax, int na);
  * that holds its data's batch (flattened: sample j's elements j*C to (j+1)*C-1) with
  * constant indices fixed at export for the whole batch that enumerate each sample's own
  * elements (sample j's indices are sample 0's plus j*C: as_strided after a mean, as
- * dynamo writes it) gets the indices of the micro-batch's first samples. */
+ * dynamo writes it) gets the indices of the micro-batch's first samples; so does a
+ * GatherND whose constant (b, ...) tuples enumerate the batch (dynamo at a fixed batch). */
 void pass_batch_consts(ir_graph *g, int node);
 
 /* After shape inference at the micro-batch: report (naming the node, or the graph

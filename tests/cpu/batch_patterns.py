@@ -16,6 +16,8 @@ each reduced to a few nodes built with onnx.helper, with a dynamic batch axis:
                     constant flat indices b*C+c fixed at export for the whole batch
   torch_mask, torch_repeat  the first two as torch.onnx.export (TorchScript) writes them
   torch_mask_static  the mask exported with the batch fixed (arange(B) a constant)
+  mask_gathernd_static  the mask as dynamo writes it at a fixed batch: a GatherND of
+                    constant (b, s) tuples
 
 Each is compiled at batch 4 with -g 1 -m 4 and with -g 2 and the default micro-batch
 count (the largest divisor of the batch up to 4g, 4 here): pipecc must not fall back to
@@ -194,6 +196,21 @@ def mean_as_strided():
                  [C("m1", [-1]), C("idx", idx), C("W", rng.standard_normal((Cc, 3)), np.float32)], opset=13)
 
 
+def mask_gathernd_static():
+    """The padding mask as dynamo writes it at a fixed batch: a GatherND of constant (b, s)
+    tuples, [B,1,1,S,2], from mask [B,S]; then x [B,S,D] * mask."""
+    bs = np.stack(np.broadcast_arrays(np.arange(B)[:, None, None, None], np.arange(S)[None, None, None, :]), -1)
+    nodes = [
+        N("GatherND", ["mask", "bs"], ["m4"]),                   # [B,1,1,S]
+        N("Squeeze", ["m4", "ax1"], ["m3"]),                     # [B,1,S]
+        N("Unsqueeze", ["m3", "ax3"], ["m3u"]),                  # [B,1,S,1]
+        N("Unsqueeze", ["x", "ax1"], ["x4"]),                    # [B,1,S,D]
+        N("Mul", ["x4", "m3u"], ["y"]),
+    ]
+    return model(nodes, [vi("x", F32, [B, S, D]), vi("mask", F32, [B, S])], [vi("y", F32, [B, 1, S, D])],
+                 [C("bs", bs), C("ax1", [1]), C("ax3", [3])])
+
+
 def torch_export(name, dynamic=True):
     """The mask and repeat patterns as PyTorch's TorchScript exporter writes them, with a
     dynamic batch axis or (dynamic False) the batch fixed at export, where arange(B) is a
@@ -243,6 +260,7 @@ CASES = {
     "torch_mask": (lambda: torch_export("mask"), {"x": (B, S, D), "mask": (B, S)}),
     "torch_repeat": (lambda: torch_export("repeat"), {"q": (B, H, S, D)}),
     "torch_mask_static": (lambda: torch_export("mask", dynamic=False), {"x": (B, S, D), "mask": (B, S)}),
+    "mask_gathernd_static": (mask_gathernd_static, {"x": (B, S, D), "mask": (B, S)}),
 }
 NOTE = "compiling for one micro-batch"
 
