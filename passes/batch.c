@@ -195,17 +195,17 @@ static int indices_per_sample(const ir_value *ix, int ai, int64_t D, int64_t b, 
   return 1;
 }
 
-/* Gather along the axis a that holds its data's batch, with indices that hold the batch
- * (on their axis *ai): 1 when every index of sample j picks an element of sample j (as
- * b*S+s from the batch's arange does), at the micro-batch and at the whole batch; 0 when
- * some index picks another sample's; -1 when that is not known (indices computed at run
- * time) or the pattern is not this one. */
 /* 1 when n is a Gather along axis a, the axis that holds its data's batch. */
 static int gathers_batch(const ir_graph *g, const ir_node *n, int a) {
   return n->op == IR_OP_Gather && n->n_in >= 2 && n->in[1] >= 0 && a >= 0 &&
          norm_axis(ir_attr_int(n, "axis", 0), g->values[n->in[0]].shape.rank) == a;
 }
 
+/* Gather along the axis a that holds its data's batch, with indices that hold the batch
+ * (on their axis *ai): 1 when every index of sample j picks an element of sample j (as
+ * b*S+s from the batch's arange does), at the micro-batch and at the whole batch; 0 when
+ * some index picks another sample's; -1 when that is not known (indices computed at run
+ * time) or the pattern is not this one. */
 static int gather_per_sample(const ir_graph *g, const ir_node *n, int a, int *ai) {
   if (!gathers_batch(g, n, a) || (*ai = batch_axis(g, n->in[1], 1)) < 0) return -1;
   const ir_value *x = &g->values[n->in[0]], *ix = &g->values[n->in[1]];
@@ -247,6 +247,7 @@ static void gather_whole_batch(ir_graph *g, int node, int a) {
       (nd && (ir_attr_int(n, "batch_dims", 0) != 0 || ix->shape.rank < 2)))
     return;
   int64_t K = nd ? ix->shape.dims[ix->shape.rank - 1] : 1; /* GatherND: the coordinates of a tuple */
+  if (K < 1) return;
   for (int ai = 0; ai < ix->shape.rank - nd; ai++) {
     if (ix->shape.dims[ai] != B) continue;
     int64_t inner = 1, numel = ir_shape_numel(&ix->shape), ok = 1;
@@ -293,7 +294,8 @@ void pass_batch_node(ir_graph *g, int node) {
     int ao = pass_batch_axis(g, n->out[0]);
     const ir_value *x = ir_in(g, n, 0), *y = &g->values[n->out[0]];
     int64_t b = ir_graph_batch(g, -1);
-    if (ao >= 0 && x && b > 0 && y->shape.dims[ao] % (b * x->shape.dims[ao]) == 0) A = 1, C = y->shape.dims[ao] / b;
+    if (ao >= 0 && x && b > 0 && x->shape.dims[ao] > 0 && y->shape.dims[ao] % (b * x->shape.dims[ao]) == 0)
+      A = 1, C = y->shape.dims[ao] / b;
   }
   for (int k = 0; k < n->n_out; k++)
     if (n->out[k] >= 0) {
