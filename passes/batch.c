@@ -12,11 +12,13 @@
 /* The advice every report ends with. */
 #define ADVICE "compile with -m 1 (the batch in one micro-batch)"
 
-int pass_batch_axis(const ir_graph *g, int v) {
+/* pass_batch_axis, constants included when consts (a constant folded from the batch's
+ * size, such as indices built from its arange, has another shape at the whole batch). */
+static int batch_axis(const ir_graph *g, int v, int consts) {
   const ir_graph *f = g->batch_full;
   if (!f || v < 0 || v >= g->n_values) return -3;
   const ir_value *x = &g->values[v];
-  if (x->kind == IR_VAL_CONST) return -1;
+  if (x->kind == IR_VAL_CONST && (!consts || x->is_initializer)) return -1;
   int fv = x->name ? ir_find_value(f, x->name) : -1;
   if (fv < 0) return -3;
   const ir_value *y = &f->values[fv];
@@ -31,6 +33,8 @@ int pass_batch_axis(const ir_graph *g, int v) {
   }
   return axis;
 }
+
+int pass_batch_axis(const ir_graph *g, int v) { return batch_axis(g, v, 0); }
 
 static const ir_value *full_value(const ir_graph *g, int v) {
   const char *name = g->values[v].name;
@@ -88,6 +92,9 @@ int pass_batch_reshape(ir_graph *g, int node, ir_shape *out) {
   return -1;
 }
 
+static int const_slices(ir_graph *g, int node, int slot, int axis, int64_t want);
+static void gather_whole_batch(ir_graph *g, int node, int a);
+
 int pass_batch_const(ir_graph *g, int node, int slot, int axis, int64_t want) {
   const ir_node *n = &g->nodes[node];
   int m = g->microbatches;
@@ -103,6 +110,16 @@ int pass_batch_const(ir_graph *g, int node, int slot, int axis, int64_t want) {
   for (size_t o = 0; o < outer && !v->zero_init; o++)
     for (size_t k = 1; k < d; k++)
       if (memcmp(p + (o * d + k) * inner, p + o * d * inner, inner)) return 0; /* the samples differ */
+  return const_slices(g, node, slot, axis, want);
+}
+
+/* The constant input slot of node replaced by its first `want` slices along axis. 1. */
+static int const_slices(ir_graph *g, int node, int slot, int axis, int64_t want) {
+  const ir_value *v = ir_in(g, &g->nodes[node], slot);
+  size_t es = ir_dtype_size(v->dtype), inner = es, outer = 1, d = (size_t)v->shape.dims[axis];
+  for (int i = 0; i < v->shape.rank; i++)
+    if (i != axis) *(i < axis ? &outer : &inner) *= (size_t)v->shape.dims[i];
+  const unsigned char *p = v->data;
   ir_shape s = v->shape;
   s.dims[axis] = want;
   char *name = ir_sprintf(g->arena, "%s.micro", v->name ? v->name : "const");
@@ -125,6 +142,11 @@ void pass_batch_consts(ir_graph *g, int node) {
   if (!g->batch_full || g->microbatches <= 1) return;
   const ir_node *n = &g->nodes[node];
   ir_kind kind = n->op >= 0 && n->op < IR_OP_COUNT ? ir_op_table[n->op].kind : IR_K_SPECIAL;
+  if ((n->op == IR_OP_Gather || n->op == IR_OP_GatherND) && n->n_in >= 2) {
+    int a = pass_batch_axis(g, n->in[0]);
+    if (a >= 0) gather_whole_batch(g, node, a);
+    return;
+  }
   if (kind != IR_K_BINARY && kind != IR_K_VARIADIC && kind != IR_K_COMPARE && n->op != IR_OP_Concat &&
       n->op != IR_OP_Where)
     return;
@@ -155,6 +177,90 @@ int pass_batch_expand(ir_graph *g, int node, int64_t *s, int n) {
   return 1;
 }
 
+/* axis normalised for rank r (negative counts from the end) */
+static int norm_axis(int64_t axis, int r) { return (int)(axis < 0 ? axis + r : axis); }
+
+/* 1 when every element of the constant indices ix, at position p along its axis ai, picks
+ * an element of data axis of size D whose sample (of b, C elements each) is p's; 0 when
+ * one does not; -1 when a value cannot be read. */
+static int indices_per_sample(const ir_value *ix, int ai, int64_t D, int64_t b, int64_t C, int64_t Ci) {
+  int64_t inner = 1, n_ix = ir_shape_numel(&ix->shape);
+  for (int d = ai + 1; d < ix->shape.rank; d++) inner *= ix->shape.dims[d];
+  for (int64_t k = 0, v; k < n_ix; k++) {
+    if (ir_const_i64(ix, k, &v)) return -1;
+    if (v < 0) v += D;
+    int64_t p = k / inner % ix->shape.dims[ai]; /* the position along the indices' batch axis */
+    if (v < 0 || v >= D || v / C % b != p / Ci % b) return 0;
+  }
+  return 1;
+}
+
+/* 1 when n is a Gather along axis a, the axis that holds its data's batch. */
+static int gathers_batch(const ir_graph *g, const ir_node *n, int a) {
+  return n->op == IR_OP_Gather && n->n_in >= 2 && n->in[1] >= 0 && a >= 0 &&
+         norm_axis(ir_attr_int(n, "axis", 0), g->values[n->in[0]].shape.rank) == a;
+}
+
+/* Gather along the axis a that holds its data's batch, with indices that hold the batch
+ * (on their axis *ai): 1 when every index of sample j picks an element of sample j (as
+ * b*S+s from the batch's arange does), at the micro-batch and at the whole batch; 0 when
+ * some index picks another sample's; -1 when that is not known (indices computed at run
+ * time) or the pattern is not this one. */
+static int gather_per_sample(const ir_graph *g, const ir_node *n, int a, int *ai) {
+  if (!gathers_batch(g, n, a) || (*ai = batch_axis(g, n->in[1], 1)) < 0) return -1;
+  const ir_value *x = &g->values[n->in[0]], *ix = &g->values[n->in[1]];
+  const ir_value *xf = full_value(g, n->in[0]), *ixf = full_value(g, n->in[1]);
+  int64_t b = ir_graph_batch(g, -1), B = ir_graph_batch(g->batch_full, -1), D = x->shape.dims[a];
+  int64_t C = one_if_unset(x->batch_inner), Ci = one_if_unset(ix->batch_inner);
+  if (ix->kind != IR_VAL_CONST || !xf || !ixf || ixf->kind != IR_VAL_CONST || b <= 0 || B <= 0) return -1;
+  int r = indices_per_sample(ix, *ai, D, b, C, Ci);
+  return r == 1 ? indices_per_sample(ixf, *ai, xf->shape.dims[a], B, C, Ci) : r;
+}
+
+int pass_batch_sizes(ir_graph *g, int node, int64_t *s, const int *ax, int na) {
+  const ir_node *nd = &g->nodes[node];
+  if (!g->batch_full || g->microbatches <= 1 || nd->n_in < 1) return 0;
+  int a = pass_batch_axis(g, nd->in[0]);
+  const ir_value *x = a >= 0 ? &g->values[nd->in[0]] : NULL, *xf = x ? full_value(g, nd->in[0]) : NULL;
+  if (!xf) return 0;
+  for (int i = 0; i < na; i++)
+    if (ax[i] == a && s[i] == xf->shape.dims[a] && s[i] != x->shape.dims[a]) {
+      s[i] = x->shape.dims[a];
+      return 1;
+    }
+  return 0;
+}
+
+/* Gather's constant indices fixed at export for the whole batch B on their axis ai, into
+ * data whose batch axis is the gather axis with C elements a sample: when sample j's
+ * indices are sample 0's plus j*C (each within sample 0's), the indices of the first
+ * `want` samples replace them (pass_batch_consts). GatherND (batch_dims 0, the data's
+ * batch on axis 0): the same for the first coordinate of each index tuple, the others
+ * equal to sample 0's. */
+static void gather_whole_batch(ir_graph *g, int node, int a) {
+  const ir_node *n = &g->nodes[node];
+  const ir_value *x = &g->values[n->in[0]], *ix = ir_in(g, n, 1), *xf = full_value(g, n->in[0]);
+  int64_t B = ir_graph_batch(g->batch_full, -1), b = ir_graph_batch(g, -1), C = one_if_unset(x->batch_inner);
+  int nd = n->op == IR_OP_GatherND, axis = nd ? 0 : norm_axis(ir_attr_int(n, "axis", 0), x->shape.rank);
+  if (!ix || ix->kind != IR_VAL_CONST || !xf || B <= 0 || b <= 0 || b == B || one_if_unset(x->batch_outer) != 1 ||
+      xf->shape.dims[a] != B * C || axis != a || !ir_shape_static(&ix->shape) ||
+      (nd && (ir_attr_int(n, "batch_dims", 0) != 0 || ix->shape.rank < 2)))
+    return;
+  int64_t K = nd ? ix->shape.dims[ix->shape.rank - 1] : 1; /* GatherND: the coordinates of a tuple */
+  if (K < 1) return;
+  for (int ai = 0; ai < ix->shape.rank - nd; ai++) {
+    if (ix->shape.dims[ai] != B) continue;
+    int64_t inner = 1, numel = ir_shape_numel(&ix->shape), ok = 1;
+    for (int d = ai + 1; d < ix->shape.rank; d++) inner *= ix->shape.dims[d];
+    for (int64_t k = 0, v, v0; k < numel && ok; k++) {
+      int64_t j = k / inner % B, k0 = k - j * inner, first = k % K == 0;
+      ok = !ir_const_i64(ix, k, &v) && !ir_const_i64(ix, k0, &v0) &&
+           (first ? v0 >= 0 && v0 < C && v == v0 + j * C : v == v0);
+    }
+    if (ok && const_slices(g, node, 1, ai, b)) return;
+  }
+}
+
 /* Inputs whose values (not only their shapes or types) the node reads. */
 static int data_inputs(const ir_node *n) {
   if (n->op == IR_OP_Shape || n->op == IR_OP_Size) return 0;
@@ -178,15 +284,25 @@ void pass_batch_node(ir_graph *g, int node) {
           A = C = 0; /* the check reports it from the shapes */
       }
     }
+  if (gathers_batch(g, n, a)) { /* the output holds the batch as its indices do */
+    A = g->values[n->in[1]].batch_outer;
+    C = g->values[n->in[1]].batch_inner;
+  }
+  if (n->op == IR_OP_Tile && a < 0 && n->n_out == 1 && n->out[0] >= 0) {
+    /* x.repeat(B, ...) of a batch-free x: each sample's block is the same copies of x, the
+     * batch outermost */
+    int ao = pass_batch_axis(g, n->out[0]);
+    const ir_value *x = ir_in(g, n, 0), *y = &g->values[n->out[0]];
+    int64_t b = ir_graph_batch(g, -1);
+    if (ao >= 0 && x && b > 0 && x->shape.dims[ao] > 0 && y->shape.dims[ao] % (b * x->shape.dims[ao]) == 0)
+      A = 1, C = y->shape.dims[ao] / b;
+  }
   for (int k = 0; k < n->n_out; k++)
     if (n->out[k] >= 0) {
       g->values[n->out[k]].batch_outer = A;
       g->values[n->out[k]].batch_inner = C;
     }
 }
-
-/* axis normalised for rank r (negative counts from the end) */
-static int norm_axis(int64_t axis, int r) { return (int)(axis < 0 ? axis + r : axis); }
 
 /* Element k of constant input i of node n, or dflt when it is absent or not constant. */
 static int64_t const_in(ir_graph *g, const ir_node *n, int i, int64_t k, int64_t dflt) {
@@ -249,6 +365,11 @@ static const char *works_across(ir_graph *g, const ir_node *n, int a, int ao) {
                                                         : NULL;
     case IR_OP_Slice: return slice_keeps(g, n, a) ? NULL : "it slices the batch axis";
     case IR_OP_Tile: return const_in(g, n, 1, a, 1) != 1 ? "it repeats the batch axis" : NULL;
+    case IR_OP_Gather: {
+      int ai;
+      return gather_per_sample(g, n, a, &ai) == 0 ? "its indices pick elements of other samples along the batch axis"
+                                                  : NULL;
+    }
     case IR_OP_BatchNormalization: /* inference: per channel; training: statistics of each micro-batch (by design, as in
                                       GPipe) */
       if (ir_attr_int(n, "training_mode", 0) == 0 && n->n_out == 1) return NULL;
@@ -285,11 +406,12 @@ int pass_batch_check(ir_graph *g) {
     const ir_node *n = &g->nodes[i];
     if (n->dead) continue;
     int dep = 0, cascade = 0, mixed = 0, first = -1, a0 = n->n_in > 0 ? pass_batch_axis(g, n->in[0]) : -1;
+    int gathers = gathers_batch(g, n, a0);
     for (int k = 0; k < data_inputs(n); k++) {
       int a = pass_batch_axis(g, n->in[k]);
       dep |= a >= 0 || a == -2;
       cascade |= a == -2;
-      if (a < 0) continue;
+      if (a < 0 || (gathers && k == 1)) continue; /* a Gather's output holds the batch as its indices */
       const ir_value *v = &g->values[n->in[k]], *w = first >= 0 ? &g->values[first] : v;
       if (one_if_unset(v->batch_outer) != one_if_unset(w->batch_outer) ||
           one_if_unset(v->batch_inner) != one_if_unset(w->batch_inner))

@@ -61,10 +61,20 @@ int pass_batch_const(ir_graph *g, int node, int slot, int axis, int64_t want);
  * micro-batch there and 1 returned; else 0. */
 int pass_batch_expand(ir_graph *g, int node, int64_t *s, int n);
 
+/* For sh_Resize: where its constant 'sizes' s[0..na) (for the input axes ax) hold the
+ * whole batch on the input's batch axis (F.interpolate(size=...) traced with the batch a
+ * number), s is set to the micro-batch there and 1 returned; else 0. */
+int pass_batch_sizes(ir_graph *g, int node, int64_t *s, const int *ax, int na);
+
 /* Before node's shapes are inferred: the constant operands of an element-wise op,
  * Concat or Where whose axis facing another input's batch holds the whole batch (a
  * class token or mask expanded for the batch at export) are cut to the micro-batch by
- * pass_batch_const when every sample's slice is the same. */
+ * pass_batch_const when every sample's slice is the same. A Gather along the axis
+ * that holds its data's batch (flattened: sample j's elements j*C to (j+1)*C-1) with
+ * constant indices fixed at export for the whole batch that enumerate each sample's own
+ * elements (sample j's indices are sample 0's plus j*C: as_strided after a mean, as
+ * dynamo writes it) gets the indices of the micro-batch's first samples; so does a
+ * GatherND whose constant (b, ...) tuples enumerate the batch (dynamo at a fixed batch). */
 void pass_batch_consts(ir_graph *g, int node);
 
 /* After shape inference at the micro-batch: report (naming the node, or the graph

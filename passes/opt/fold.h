@@ -1,19 +1,25 @@
 /* passes/opt/fold.h - the constant evaluator behind pass_fold (passes/opt/fold.c).
  *
  * fold_eval computes the outputs of one node whose inputs are all constants (or of a
- * Shape/Size node whose input shape is static). It covers the ops that appear in shape
- * arithmetic and small constant subgraphs (Shape, Size, Gather, Unsqueeze, Squeeze,
- * Concat, Slice, Reshape, Flatten, Cast, Identity, Add/Sub/Mul/Div/Pow/Mod, Neg, Abs,
- * Sqrt, Floor, Ceil, Reciprocal, Equal/Less/Greater(OrEqual), Not/And/Or/Xor, Where,
- * ConstantOfShape, Range, Expand, Transpose, Tile, Max/Min/Sum, ReduceSum/Prod/Max/Min)
- * for float32, float64, bool and the signed and unsigned integer types up to 32 bits
- * plus int64.
+ * Shape/Size node whose input shape is static). Every op of an element-wise kind in
+ * ir/ops.def (unary, binary, comparison, variadic), Where, Cast and CastLike goes
+ * through one driver: the inputs broadcast to the output's shape and dtype (as shape
+ * inference set them) and one scalar function per element, which declines what it cannot
+ * compute exactly. The structural and index ops have their own functions (Shape, Size,
+ * Gather, Unsqueeze, Squeeze, Concat, Slice, Reshape, Flatten, ConstantOfShape, Range,
+ * Expand, Transpose, Tile, Pad, GatherElements, GatherND, ScatterND, ScatterElements,
+ * Trilu, ArgMax/ArgMin, CumSum, EyeLike, OneHot, Compress, ReduceSum/Prod/Max/Min;
+ * Split in fold.c), most writing an output of the shape inference gave it. Values are
+ * float32, float64, bool and the signed and unsigned integer types up to 32 bits plus
+ * int64.
  *
  * Folding must never change a result, so the evaluator declines (returns 0) whenever it
  * is not sure to compute exactly what a runtime computes: integer division by zero or
- * overflow, float-to-int casts out of range, NaN in Max/Min, float sums of more than
- * two terms, transcendental functions other than Pow, unsupported dtypes, tensors over
- * FOLD_MAX_ELEMS elements, invalid attributes (the shape pass reports those). */
+ * overflow, float-to-int casts out of range, NaN in Max/Min/Clip/Sign, a Clip whose min
+ * exceeds its max, float sums of more than two terms (Sum, CumSum, ReduceSum of
+ * floats), transcendental functions other than Pow (libm decides their last bit), a
+ * scatter that writes an element twice, unsupported dtypes, tensors over FOLD_MAX_ELEMS
+ * elements, invalid attributes (the shape pass reports those). */
 #ifndef PIPECC_PASSES_FOLD_H
 #define PIPECC_PASSES_FOLD_H
 #include <stdint.h>

@@ -646,15 +646,6 @@ static int cast_el(ir_dtype from, fold_el x, ir_dtype to, fold_el *y) {
   return 1;
 }
 
-static int op_cast(ctx *c, fold_tensor *o) {
-  const fold_tensor *x = IN(c, 0);
-  ir_dtype to = (ir_dtype)ir_attr_int(c->n, "to", 0);
-  if (!x || !fold_dtype_ok(to) || t_new(o, to, x->rank, x->dims)) return 0;
-  for (int64_t k = 0; k < x->n; k++)
-    if (!cast_el(x->dt, x->d[k], to, &o->d[k])) return fold_tensor_free(o), 0;
-  return 1;
-}
-
 static int op_constant_of_shape(ctx *c, fold_tensor *o) {
   const fold_tensor *s = IN(c, 0);
   if (!s || s->dt != IR_INT64 || s->rank != 1 || s->n > IR_MAX_RANK) return 0;
@@ -716,10 +707,34 @@ static int op_range(ctx *c, fold_tensor *o) {
 
 /* ---- element-wise ---- */
 
-enum { B_ADD, B_SUB, B_MUL, B_DIV, B_POW, B_MOD, B_AND, B_OR, B_XOR, B_EQ, B_LT, B_LE, B_GT, B_GE, B_MAX, B_MIN };
+enum {
+  B_ADD,
+  B_SUB,
+  B_MUL,
+  B_DIV,
+  B_POW,
+  B_MOD,
+  B_AND,
+  B_OR,
+  B_XOR,
+  B_EQ,
+  B_LT,
+  B_LE,
+  B_GT,
+  B_GE,
+  B_MAX,
+  B_MIN,
+  B_BAND,
+  B_BOR,
+  B_BXOR,
+  B_SHIFT,
+  B_PRELU
+};
 
-/* One binary op on elements of dtype dt (the first input's); 0 if not exact. */
-static int bin_el(int op, ir_dtype dt, ir_dtype dt2, fold_el a, fold_el b, int fmod_attr, fold_el *r) {
+/* One binary op on elements of dtype dt (the first input's); 0 if not exact. flags: 1
+ * Mod's fmod, 2 BitShift to the right. */
+static int bin_el(int op, ir_dtype dt, ir_dtype dt2, fold_el a, fold_el b, int flags, fold_el *r) {
+  int fmod_attr = flags & 1;
   if (is_fp(dt)) {
     double x = a.f, y = is_fp(dt2) ? b.f : (double)b.i;
     switch (op) {
@@ -751,6 +766,10 @@ static int bin_el(int op, ir_dtype dt, ir_dtype dt2, fold_el a, fold_el b, int f
       case B_MIN:
         if (isnan(x) || isnan(y)) return 0;
         r->f = x < y ? x : y;
+        return 1;
+      case B_PRELU: /* a zero or NaN: the runtimes test x < 0 or x > 0 */
+        if (x == 0 || isnan(x)) return 0;
+        r->f = x < 0 ? fround(dt, x * y) : x;
         return 1;
       default: return 0;
     }
@@ -804,130 +823,264 @@ static int bin_el(int op, ir_dtype dt, ir_dtype dt2, fold_el a, fold_el b, int f
     case B_GE: r->i = x >= y; return 1;
     case B_MAX: r->i = x > y ? x : y; return 1;
     case B_MIN: r->i = x < y ? x : y; return 1;
+    case B_BAND: r->i = wrap(dt, (int64_t)(ux & uy)); return 1;
+    case B_BOR: r->i = wrap(dt, (int64_t)(ux | uy)); return 1;
+    case B_BXOR: r->i = wrap(dt, (int64_t)(ux ^ uy)); return 1;
+    case B_SHIFT: { /* unsigned types; a shift by the width or more is undefined in C */
+      int bits = (int)ir_dtype_size(dt) * 8;
+      if (y < 0 || y >= bits) return 0;
+      r->i = wrap(dt, (int64_t)((flags & 2) ? ux >> y : ux << y));
+      return 1;
+    }
+    case B_PRELU: r->i = x < 0 ? wrap(dt, (int64_t)(ux * uy)) : x; return 1;
     default: return 0;
   }
 }
 
-static int is_cmp(int op) { return op >= B_EQ && op <= B_GE; }
+/* ---- element-wise: one driver for every op of an element-wise kind ---- */
 
-/* Fold inputs left to right with op (binary ops and variadic Max/Min/Sum). */
-static int op_binary(ctx *c, int op, fold_tensor *o) {
-  if (c->n_in < 1) return 0;
-  const fold_tensor *ts[8] = {0};
-  for (int k = 0; k < c->n_in; k++)
-    if (!(ts[k] = IN(c, k))) return 0;
-  ir_dtype dt = ts[0]->dt;
-  for (int k = 1; k < c->n_in; k++)
-    if (ts[k]->dt != dt && op != B_POW) return 0;
-  if ((op == B_AND || op == B_OR || op == B_XOR) && dt != IR_BOOL) return 0;
-  if (dt == IR_BOOL && !(op == B_AND || op == B_OR || op == B_XOR || op == B_EQ)) return 0;
-  /* a float sum of 3+ terms depends on the order of additions */
-  if (op == B_ADD && is_fp(dt) && c->n_in > 2) return 0;
-  int fm = (int)ir_attr_int(c->n, "fmod", 0);
-  int r;
-  int64_t sh[IR_MAX_RANK];
-  if (bcast_shape(ts, c->n_in, &r, sh)) return 0;
-  if (t_new(o, is_cmp(op) ? IR_BOOL : dt, r, sh)) return 0;
-  fold_tensor acc = {0};
-  if (c->n_in == 1) return memcpy(o->d, ts[0]->d, sizeof(fold_el) * (size_t)o->n), 1;
-  for (int k = 1; k < c->n_in; k++) {
-    const fold_tensor *a = k == 1 ? ts[0] : &acc, *b = ts[k];
-    int64_t sa[IR_MAX_RANK], sb[IR_MAX_RANK], ia[IR_MAX_RANK] = {0}, oa = 0, ob = 0;
-    bcast_strides(a, r, sa);
-    bcast_strides(b, r, sb);
-    for (int64_t e = 0; e < o->n; e++) {
-      if (!bin_el(op, a->dt, b->dt, a->d[oa], b->d[ob], fm, &o->d[e])) {
-        fold_tensor_free(&acc);
-        fold_tensor_free(o);
-        return 0;
-      }
-      for (int d = r - 1; d >= 0; d--) {
-        oa += sa[d], ob += sb[d];
-        if (++ia[d] < sh[d]) break;
-        oa -= sa[d] * sh[d], ob -= sb[d] * sh[d];
-        ia[d] = 0;
-      }
-    }
-    if (k + 1 < c->n_in) { /* the partial result becomes the next left operand */
-      fold_tensor_free(&acc);
-      if (t_new(&acc, o->dt, r, sh)) return fold_tensor_free(o), 0;
-      memcpy(acc.d, o->d, sizeof(fold_el) * (size_t)o->n);
-    }
-  }
-  fold_tensor_free(&acc);
-  return 1;
-}
+/* What the driver needs of the node, read once: its scalar function's operands. */
+typedef struct {
+  ir_op op;
+  int bop;      /* the bin_el code of a binary, comparison or variadic op; -1 for others */
+  int n_data;   /* inputs whose values are read (CastLike's second gives only a type) */
+  ir_dtype dt;  /* the first input's */
+  ir_dtype dt2; /* the second input's, IR_UNDEFINED when omitted */
+  ir_dtype to;  /* the output's (shape inference set it) */
+  int fmod;     /* Mod's fmod */
+  int has_lo, has_hi;
+  double lo, hi; /* Clip's bounds (as attributes before opset 11) */
+  double alpha;  /* LeakyRelu, ThresholdedRelu; Shrink's lambd */
+  double beta;   /* Shrink's bias */
+  int right;     /* BitShift to the right */
+} el_node;
 
-static int op_where(ctx *c, fold_tensor *o) {
-  const fold_tensor *ts[3] = {IN(c, 0), IN(c, 1), IN(c, 2)};
-  if (!ts[0] || !ts[1] || !ts[2] || ts[0]->dt != IR_BOOL || ts[1]->dt != ts[2]->dt) return 0;
-  int r;
-  int64_t sh[IR_MAX_RANK], s0[IR_MAX_RANK], s1[IR_MAX_RANK], s2[IR_MAX_RANK], ix[IR_MAX_RANK] = {0};
-  if (bcast_shape(ts, 3, &r, sh) || t_new(o, ts[1]->dt, r, sh)) return 0;
-  bcast_strides(ts[0], r, s0);
-  bcast_strides(ts[1], r, s1);
-  bcast_strides(ts[2], r, s2);
-  int64_t o0 = 0, o1 = 0, o2 = 0;
-  for (int64_t e = 0; e < o->n; e++) {
-    o->d[e] = ts[0]->d[o0].i ? ts[1]->d[o1] : ts[2]->d[o2];
-    /* onnxruntime's Where may turn a selected -0.0 into +0.0: leave those to the runtime */
-    if (is_fp(o->dt) && o->d[e].f == 0 && signbit(o->d[e].f)) return fold_tensor_free(o), 0;
-    for (int d = r - 1; d >= 0; d--) {
-      o0 += s0[d], o1 += s1[d], o2 += s2[d];
-      if (++ix[d] < sh[d]) break;
-      o0 -= s0[d] * sh[d], o1 -= s1[d] * sh[d], o2 -= s2[d] * sh[d];
-      ix[d] = 0;
-    }
-  }
-  return 1;
-}
-
-static int op_unary(ctx *c, ir_op op, fold_tensor *o) {
-  const fold_tensor *x = IN(c, 0);
-  if (!x) return 0;
-  ir_dtype dt = x->dt;
-  int fp = is_fp(dt);
+static int bin_code(ir_op op) {
   switch (op) {
-    case IR_OP_Not:
-      if (dt != IR_BOOL) return 0;
-      break;
-    case IR_OP_Neg:
-      if (!fp && !is_signed(dt)) return 0;
-      break;
+    case IR_OP_Add:
+    case IR_OP_Sum: return B_ADD;
+    case IR_OP_Sub: return B_SUB;
+    case IR_OP_Mul: return B_MUL;
+    case IR_OP_Div: return B_DIV;
+    case IR_OP_Pow: return B_POW;
+    case IR_OP_Mod: return B_MOD;
+    case IR_OP_And: return B_AND;
+    case IR_OP_Or: return B_OR;
+    case IR_OP_Xor: return B_XOR;
+    case IR_OP_Equal: return B_EQ;
+    case IR_OP_Less: return B_LT;
+    case IR_OP_LessOrEqual: return B_LE;
+    case IR_OP_Greater: return B_GT;
+    case IR_OP_GreaterOrEqual: return B_GE;
+    case IR_OP_Max: return B_MAX;
+    case IR_OP_Min: return B_MIN;
+    case IR_OP_BitwiseAnd: return B_BAND;
+    case IR_OP_BitwiseOr: return B_BOR;
+    case IR_OP_BitwiseXor: return B_BXOR;
+    case IR_OP_BitShift: return B_SHIFT;
+    case IR_OP_PRelu: return B_PRELU;
+    default: return -1;
+  }
+}
+
+/* 1 if op is evaluated by op_eltwise. */
+static int is_eltwise(ir_op op) {
+  if (op == IR_OP_Where || op == IR_OP_Cast || op == IR_OP_CastLike) return 1;
+  if (op == IR_OP_Mean || op < 0 || op >= IR_OP_COUNT) return 0; /* Mean: a float division of a sum */
+  ir_kind k = ir_op_table[op].kind;
+  return k == IR_K_UNARY || k == IR_K_UNARY_BOOL || k == IR_K_BINARY || k == IR_K_COMPARE || k == IR_K_VARIADIC;
+}
+
+/* Reads the node's dtypes and attributes into e; 0 where the evaluator cannot compute it
+ * exactly as the runtimes do (the dtype checks of each family). */
+static int el_prepare(ctx *c, el_node *e) {
+  const ir_node *n = c->n;
+  const ir_value *y = ir_out(c->g, n, 0);
+  memset(e, 0, sizeof *e);
+  e->op = n->op;
+  e->bop = bin_code(n->op);
+  e->n_data = n->op == IR_OP_CastLike ? 1 : c->n_in;
+  if (!y || !IN(c, 0) || !fold_dtype_ok(y->dtype)) return 0;
+  e->to = y->dtype;
+  e->dt = IN(c, 0)->dt;
+  e->dt2 = IN(c, 1) ? IN(c, 1)->dt : IR_UNDEFINED;
+  if (n->op == IR_OP_Cast || n->op == IR_OP_CastLike) return 1;
+  if (n->op == IR_OP_Where) return e->dt == IR_BOOL && IN(c, 1) && IN(c, 2) && IN(c, 1)->dt == IN(c, 2)->dt;
+  for (int k = 1; k < e->n_data; k++)
+    if (IN(c, k) && IN(c, k)->dt != e->dt && n->op != IR_OP_Pow) return 0;
+  int fp = is_fp(e->dt);
+  if (e->bop >= 0) {
+    int b = e->bop;
+    if (c->n_in < 1 || (ir_op_table[n->op].kind != IR_K_VARIADIC && c->n_in != 2)) return 0;
+    for (int k = 0; k < c->n_in; k++)
+      if (!IN(c, k)) return 0;
+    if ((b == B_AND || b == B_OR || b == B_XOR) && e->dt != IR_BOOL) return 0;
+    if (e->dt == IR_BOOL && !(b == B_AND || b == B_OR || b == B_XOR || b == B_EQ)) return 0;
+    if ((b == B_BAND || b == B_BOR || b == B_BXOR || b == B_SHIFT) && !is_int(e->dt)) return 0;
+    if (b == B_SHIFT && is_signed(e->dt)) return 0; /* ONNX: unsigned types only */
+    if (b == B_PRELU && !fp && !is_signed(e->dt)) return 0;
+    /* a float sum of 3+ terms depends on the order of additions */
+    if (b == B_ADD && fp && c->n_in > 2) return 0;
+    e->fmod = (int)ir_attr_int(n, "fmod", 0);
+    e->right = !strcmp(ir_attr_str(n, "direction", "LEFT"), "RIGHT");
+    return 1;
+  }
+  switch (n->op) {
+    case IR_OP_Not: return e->dt == IR_BOOL;
+    case IR_OP_Neg: return fp || is_signed(e->dt);
     case IR_OP_Abs:
     case IR_OP_Relu:
-      if (dt == IR_BOOL) return 0;
-      break;
+    case IR_OP_Sign:
+    case IR_OP_Identity: return e->dt != IR_BOOL || n->op == IR_OP_Identity;
+    case IR_OP_Round:
     case IR_OP_Sqrt:
     case IR_OP_Floor:
     case IR_OP_Ceil:
     case IR_OP_Reciprocal:
-      if (!fp) return 0;
-      break;
+    case IR_OP_IsNaN:
+    case IR_OP_IsInf: return fp;
+    case IR_OP_BitwiseNot: return is_int(e->dt);
+    case IR_OP_LeakyRelu:
+    case IR_OP_ThresholdedRelu:
+      e->alpha = ir_attr_float(n, "alpha", n->op == IR_OP_LeakyRelu ? 0.01f : 1.0f);
+      return fp;
+    case IR_OP_Shrink:
+      e->alpha = ir_attr_float(n, "lambd", 0.5f);
+      e->beta = ir_attr_float(n, "bias", 0.0f);
+      return fp;
+    case IR_OP_Clip:
+      if (e->dt == IR_BOOL) return 0;
+      if (n->opset < 11) {
+        const ir_attr *amin = ir_attr_find(n, "min"), *amax = ir_attr_find(n, "max");
+        if ((e->has_lo = amin != NULL)) e->lo = fround(e->dt, amin->f);
+        if ((e->has_hi = amax != NULL)) e->hi = fround(e->dt, amax->f);
+        return fp;
+      }
+      for (int k = 1; k < 3 && k < c->n_in; k++) {
+        const fold_tensor *b = IN(c, k);
+        if (!b) continue;
+        if (b->n != 1) return 0; /* ONNX: scalars */
+        double v = fp ? b->d[0].f : (double)b->d[0].i;
+        if (fp && isnan(v)) return 0;
+        if (!fp && (double)b->d[0].i != v) return 0; /* int64 bounds past 2^53 */
+        *(k == 1 ? &e->has_lo : &e->has_hi) = 1;
+        *(k == 1 ? &e->lo : &e->hi) = v;
+      }
+      /* min > max: the runtimes differ (the spec sets every value to max) */
+      return !(e->has_lo && e->has_hi && e->lo > e->hi);
+    default: return 0; /* the transcendental functions and the rest: the runtime's libm decides */
+  }
+}
+
+/* One element of a unary op, Clip, Where or a cast; 0 if not exact. */
+static int el_one(const el_node *e, const fold_el *a, fold_el *r) {
+  ir_dtype dt = e->dt;
+  int fp = is_fp(dt);
+  fold_el x = a[0];
+  switch (e->op) {
+    case IR_OP_Cast:
+    case IR_OP_CastLike: return cast_el(dt, x, e->to, r);
+    case IR_OP_Where:
+      *r = a[0].i ? a[1] : a[2];
+      /* onnxruntime's Where may turn a selected -0.0 into +0.0: leave those to the runtime */
+      return !(is_fp(e->to) && r->f == 0 && signbit(r->f));
+    case IR_OP_Identity: *r = x; return 1;
+    case IR_OP_Not: r->i = !x.i; return 1;
+    case IR_OP_Neg:
+      if (fp) r->f = -x.f;
+      else r->i = wrap(dt, (int64_t)(0 - (uint64_t)x.i));
+      return 1;
+    case IR_OP_Abs:
+      if (fp) r->f = fabs(x.f);
+      else r->i = wrap(dt, x.i < 0 ? (int64_t)(0 - (uint64_t)x.i) : x.i);
+      return 1;
+    case IR_OP_Relu: /* as the kernels: NaN stays */
+      if (fp) r->f = x.f < 0 ? 0 : x.f;
+      else r->i = is_signed(dt) && x.i < 0 ? 0 : x.i;
+      return 1;
+    case IR_OP_Sign:
+      if (fp) {
+        if (isnan(x.f)) return 0;
+        r->f = x.f > 0 ? 1 : x.f < 0 ? -1 : 0;
+      } else r->i = x.i > 0 ? 1 : x.i < 0 ? -1 : 0;
+      return 1;
+    case IR_OP_Sqrt: r->f = fround(dt, sqrt(x.f)); return 1;
+    case IR_OP_Floor: r->f = floor(x.f); return 1;
+    case IR_OP_Ceil: r->f = ceil(x.f); return 1;
+    case IR_OP_Round: r->f = nearbyint(x.f); return 1; /* half to even, the default rounding mode */
+    case IR_OP_Reciprocal: r->f = fround(dt, 1.0 / x.f); return 1;
+    case IR_OP_IsNaN: r->i = isnan(x.f) != 0; return 1;
+    case IR_OP_IsInf: r->i = isinf(x.f) != 0; return 1; /* detect_negative/positive: op_eltwise */
+    case IR_OP_BitwiseNot: r->i = wrap(dt, (int64_t) ~(uint64_t)x.i); return 1;
+    case IR_OP_LeakyRelu:
+      if (isnan(x.f)) return 0;
+      r->f = x.f >= 0 ? x.f : fround(dt, fround(dt, e->alpha) * x.f);
+      return 1;
+    case IR_OP_ThresholdedRelu:
+      if (isnan(x.f)) return 0;
+      r->f = x.f > fround(dt, e->alpha) ? x.f : 0;
+      return 1;
+    case IR_OP_Shrink: {
+      if (isnan(x.f)) return 0;
+      double l = fround(dt, e->alpha), b = fround(dt, e->beta);
+      r->f = x.f < -l ? fround(dt, x.f + b) : x.f > l ? fround(dt, x.f - b) : 0;
+      return 1;
+    }
+    case IR_OP_Clip: {
+      double v = fp ? x.f : (double)x.i;
+      if (fp && isnan(v)) return 0;
+      if (!fp && (double)x.i != v) return 0;
+      int below = e->has_lo && v < e->lo, above = e->has_hi && v > e->hi;
+      /* a zero against a bound of the other zero's sign: the runtimes' min/max differ */
+      if (fp && v == 0 && ((e->has_lo && e->lo == 0) || (e->has_hi && e->hi == 0))) {
+        double bd = e->has_lo && e->lo == 0 ? e->lo : e->hi;
+        if (signbit(bd) != signbit(v)) return 0;
+      }
+      if (fp) r->f = below ? e->lo : above ? e->hi : v;
+      else r->i = below ? (int64_t)e->lo : above ? (int64_t)e->hi : x.i;
+      return 1;
+    }
     default: return 0;
   }
-  if (t_new(o, dt, x->rank, x->dims)) return 0;
-  for (int64_t k = 0; k < x->n; k++) {
-    fold_el a = x->d[k], *r = &o->d[k];
-    switch (op) {
-      case IR_OP_Not: r->i = !a.i; break;
-      case IR_OP_Neg:
-        if (fp) r->f = -a.f;
-        else r->i = wrap(dt, (int64_t)(0 - (uint64_t)a.i));
-        break;
-      case IR_OP_Abs:
-        if (fp) r->f = fabs(a.f);
-        else r->i = wrap(dt, a.i < 0 ? (int64_t)(0 - (uint64_t)a.i) : a.i);
-        break;
-      case IR_OP_Relu:
-        if (fp) r->f = a.f < 0 ? 0 : a.f;
-        else r->i = is_signed(dt) && a.i < 0 ? 0 : a.i;
-        break; /* as the kernels: NaN stays */
-      case IR_OP_Sqrt: r->f = fround(dt, sqrt(a.f)); break;
-      case IR_OP_Floor: r->f = floor(a.f); break;
-      case IR_OP_Ceil: r->f = ceil(a.f); break;
-      case IR_OP_Reciprocal: r->f = fround(dt, 1.0 / a.f); break;
-      default: break;
+}
+
+/* Every op of an element-wise kind, Where, Cast and CastLike: the inputs broadcast to
+ * the output's shape, one scalar function applied per element (a variadic op folds its
+ * operands left to right). */
+static int op_eltwise(ctx *c, fold_tensor *o) {
+  el_node e;
+  if (c->n_in < 1 || !el_prepare(c, &e)) return 0;
+  const fold_tensor *ts[8] = {0}, *pres[8];
+  int np = 0;
+  for (int k = 0; k < e.n_data; k++)
+    if ((ts[k] = IN(c, k))) pres[np++] = ts[k];
+  int r;
+  int64_t sh[IR_MAX_RANK] = {0}, st[8][IR_MAX_RANK] = {{0}}, ix[IR_MAX_RANK] = {0}, off[8] = {0};
+  if (bcast_shape(pres, np, &r, sh) || t_new(o, e.to, r, sh)) return 0;
+  for (int k = 0; k < e.n_data; k++)
+    if (ts[k]) bcast_strides(ts[k], r, st[k]);
+  int det_neg = (int)ir_attr_int(c->n, "detect_negative", 1), det_pos = (int)ir_attr_int(c->n, "detect_positive", 1);
+  fold_el a[8] = {{0}};
+  for (int64_t i = 0; i < o->n; i++) {
+    for (int k = 0; k < e.n_data; k++)
+      if (ts[k]) a[k] = ts[k]->d[off[k]];
+    int ok;
+    if (e.bop >= 0) {
+      fold_el acc = a[0];
+      ok = 1;
+      for (int k = 1; k < e.n_data && ok; k++)
+        ok = bin_el(e.bop, e.dt, ts[k]->dt, acc, a[k], e.fmod | e.right << 1, &acc);
+      o->d[i] = acc;
+    } else {
+      ok = el_one(&e, a, &o->d[i]);
+      if (ok && e.op == IR_OP_IsInf && o->d[i].i) o->d[i].i = a[0].f > 0 ? det_pos != 0 : det_neg != 0;
+    }
+    if (!ok) return fold_tensor_free(o), 0;
+    for (int d = r - 1; d >= 0; d--) {
+      for (int k = 0; k < e.n_data; k++) off[k] += st[k][d];
+      if (++ix[d] < sh[d]) break;
+      for (int k = 0; k < e.n_data; k++) off[k] -= st[k][d] * sh[d];
+      ix[d] = 0;
     }
   }
   return 1;
@@ -981,6 +1134,296 @@ static int op_reduce(ctx *c, ir_op op, fold_tensor *o) {
   return ok;
 }
 
+/* ---- index and layout ops: the output allocated at the shape inference gave it ---- */
+
+/* o with the dtype and static shape of the node's output 0; 0 if it cannot hold it. */
+static int t_out(ctx *c, fold_tensor *o) {
+  const ir_value *y = ir_out(c->g, c->n, 0);
+  if (!y || !fold_dtype_ok(y->dtype) || !ir_shape_static(&y->shape)) return 0;
+  return !t_new(o, y->dtype, y->shape.rank, y->shape.dims);
+}
+
+/* The multi-index of flat position k in a tensor of shape (rank, dims). */
+static void unravel(int64_t k, int rank, const int64_t *dims, int64_t *ix) {
+  for (int d = rank - 1; d >= 0; d--) {
+    ix[d] = dims[d] ? k % dims[d] : 0;
+    k = dims[d] ? k / dims[d] : 0;
+  }
+}
+
+static int64_t ravel(int rank, const int64_t *dims, const int64_t *ix) {
+  int64_t k = 0;
+  for (int d = 0; d < rank; d++) k = k * dims[d] + ix[d];
+  return k;
+}
+
+/* Pad-21 (2-10: attributes pads and value): constant, edge, reflect, wrap; negative pads
+ * crop. */
+static int op_pad(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0);
+  if (!x) return 0;
+  int r = x->rank, na = r, ax[IR_MAX_RANK];
+  int64_t pads[2 * IR_MAX_RANK], axes[IR_MAX_RANK], begin[IR_MAX_RANK] = {0};
+  int np =
+      c->n->opset >= 11 ? t_ints(IN(c, 1), pads, 2 * IR_MAX_RANK) : ints_arg(c, "pads", 1000, 0, pads, 2 * IR_MAX_RANK);
+  if (c->n->opset >= 18 && IN(c, 3)) {
+    if ((na = t_ints(IN(c, 3), axes, IR_MAX_RANK)) < 0) return 0;
+    for (int i = 0; i < na; i++)
+      if ((ax[i] = norm_axis(axes[i], r)) < 0) return 0;
+  } else
+    for (int i = 0; i < r; i++) ax[i] = i;
+  if (np != 2 * na) return 0;
+  for (int i = 0; i < na; i++) begin[ax[i]] = pads[i];
+  fold_el val = {0};
+  if (c->n->opset >= 11 && IN(c, 2)) {
+    if (IN(c, 2)->n != 1) return 0;
+    val = IN(c, 2)->d[0];
+  } else if (c->n->opset < 11) {
+    if (!is_fp(x->dt)) return 0;
+    val.f = fround(x->dt, ir_attr_float(c->n, "value", 0.0f));
+  }
+  const char *mode = ir_attr_str(c->n, "mode", "constant");
+  int m = !strcmp(mode, "constant")  ? 0
+          : !strcmp(mode, "edge")    ? 1
+          : !strcmp(mode, "reflect") ? 2
+          : !strcmp(mode, "wrap")    ? 3
+                                     : -1;
+  if (m < 0 || !t_out(c, o) || o->rank != r || o->dt != x->dt) return fold_tensor_free(o), 0;
+  int64_t ix[IR_MAX_RANK];
+  for (int64_t k = 0; k < o->n; k++) {
+    unravel(k, r, o->dims, ix);
+    int inside = 1;
+    for (int d = 0; d < r && inside; d++) {
+      int64_t s = ix[d] - begin[d], D = x->dims[d];
+      if (s >= 0 && s < D) {
+        ix[d] = s;
+        continue;
+      }
+      if (m == 0) inside = 0;
+      else if (!D || (m == 2 && D < 2)) return fold_tensor_free(o), 0;
+      else if (m == 1) ix[d] = s < 0 ? 0 : D - 1;
+      else if (m == 3) ix[d] = ((s % D) + D) % D;
+      else { /* reflect, period 2(D-1) */ int64_t p = 2 * (D - 1), t = ((s % p) + p) % p;
+        ix[d] = t < D ? t : p - t;
+      }
+    }
+    o->d[k] = inside ? x->d[ravel(r, x->dims, ix)] : val;
+  }
+  return 1;
+}
+
+/* An index into a dim of size D, negative counting from the end; -1 if out of range. */
+static int64_t index_in(int64_t i, int64_t D) {
+  if (i < 0) i += D;
+  return i >= 0 && i < D ? i : -1;
+}
+
+/* GatherElements-13: out[i] = x[i with axis replaced by indices[i]]. */
+static int op_gather_elements(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0), *ix = IN(c, 1);
+  if (!x || !ix || !is_int(ix->dt) || ix->rank != x->rank) return 0;
+  int a = norm_axis(ir_attr_int(c->n, "axis", 0), x->rank);
+  if (a < 0 || !t_out(c, o) || o->n != ix->n) return fold_tensor_free(o), 0;
+  int64_t p[IR_MAX_RANK];
+  for (int64_t k = 0; k < ix->n; k++) {
+    unravel(k, ix->rank, ix->dims, p);
+    if ((p[a] = index_in(ix->d[k].i, x->dims[a])) < 0) return fold_tensor_free(o), 0;
+    o->d[k] = x->d[ravel(x->rank, x->dims, p)];
+  }
+  return 1;
+}
+
+/* GatherND-13: indices [..., k] pick slices of data after batch_dims leading dims. */
+static int op_gather_nd(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0), *ix = IN(c, 1);
+  if (!x || !ix || ix->dt != IR_INT64 || ix->rank < 1) return 0;
+  int bd = (int)ir_attr_int(c->n, "batch_dims", 0), kk = (int)ix->dims[ix->rank - 1];
+  if (bd < 0 || bd + kk > x->rank || !t_out(c, o)) return fold_tensor_free(o), 0;
+  int64_t slice = 1, batch = 1, per_batch = 1;
+  for (int d = bd + kk; d < x->rank; d++) slice *= x->dims[d];
+  for (int d = 0; d < bd; d++) batch *= x->dims[d];
+  for (int d = bd; d < ix->rank - 1; d++) per_batch *= ix->dims[d];
+  int64_t xb = x->n / (batch ? batch : 1), w = 0;
+  for (int64_t b = 0; b < batch; b++)
+    for (int64_t q = 0; q < per_batch; q++) {
+      const fold_el *t = ix->d + (b * per_batch + q) * kk;
+      int64_t off = 0;
+      for (int j = 0; j < kk; j++) {
+        int64_t i = index_in(t[j].i, x->dims[bd + j]);
+        if (i < 0) return fold_tensor_free(o), 0;
+        off = off * x->dims[bd + j] + i;
+      }
+      if (w + slice > o->n) return fold_tensor_free(o), 0;
+      memcpy(o->d + w, x->d + b * xb + off * slice, sizeof(fold_el) * (size_t)slice);
+      w += slice;
+    }
+  return w == o->n ? 1 : (fold_tensor_free(o), 0);
+}
+
+/* ScatterND-18 and ScatterElements-18 without a reduction: a copy of data with the
+ * updates written; an element written twice is declined (the spec leaves it open). */
+static int op_scatter(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0), *ix = IN(c, 1), *up = IN(c, 2);
+  if (!x || !ix || !up || !is_int(ix->dt) || up->dt != x->dt) return 0;
+  if (strcmp(ir_attr_str(c->n, "reduction", "none"), "none") || !t_out(c, o) || o->n != x->n)
+    return fold_tensor_free(o), 0;
+  memcpy(o->d, x->d, sizeof(fold_el) * (size_t)x->n);
+  char *seen = calloc((size_t)(x->n ? x->n : 1), 1);
+  int ok = seen != NULL;
+  int64_t p[IR_MAX_RANK];
+  if (c->n->op == IR_OP_ScatterElements) {
+    int a = norm_axis(ir_attr_int(c->n, "axis", 0), x->rank);
+    ok &= a >= 0 && ix->rank == x->rank && up->n == ix->n;
+    for (int64_t k = 0; ok && k < ix->n; k++) {
+      unravel(k, ix->rank, ix->dims, p);
+      ok = (p[a] = index_in(ix->d[k].i, x->dims[a])) >= 0;
+      int64_t at = ok ? ravel(x->rank, x->dims, p) : 0;
+      ok = ok && !seen[at];
+      if (ok) seen[at] = 1, o->d[at] = up->d[k];
+    }
+  } else {
+    int kk = ix->rank ? (int)ix->dims[ix->rank - 1] : -1;
+    int64_t slice = 1, nq = kk > 0 ? ix->n / kk : 0;
+    ok &= kk >= 1 && kk <= x->rank;
+    for (int d = kk; ok && d < x->rank; d++) slice *= x->dims[d];
+    ok &= nq * slice == up->n;
+    for (int64_t q = 0; ok && q < nq; q++) {
+      int64_t off = 0;
+      for (int j = 0; ok && j < kk; j++) {
+        int64_t i = index_in(ix->d[q * kk + j].i, x->dims[j]);
+        ok = i >= 0;
+        off = off * x->dims[j] + i;
+      }
+      for (int64_t e = 0; ok && e < slice; e++) {
+        ok = !seen[off * slice + e];
+        seen[off * slice + e] = 1;
+        o->d[off * slice + e] = up->d[q * slice + e];
+      }
+    }
+  }
+  free(seen);
+  if (!ok) fold_tensor_free(o);
+  return ok;
+}
+
+/* Trilu-14: keep the upper (or lower) triangle of the last two dims from diagonal k. */
+static int op_trilu(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0), *kt = IN(c, 1);
+  if (!x || x->rank < 2 || (kt && (kt->n != 1 || !is_int(kt->dt))) || !t_out(c, o)) return fold_tensor_free(o), 0;
+  int64_t k = kt ? kt->d[0].i : 0, R = x->dims[x->rank - 2], Cn = x->dims[x->rank - 1];
+  int upper = (int)ir_attr_int(c->n, "upper", 1);
+  for (int64_t e = 0; e < x->n; e++) {
+    int64_t j = e % Cn, i = e / Cn % R;
+    int keep = upper ? j - i >= k : j - i <= k;
+    if (keep) o->d[e] = x->d[e];
+    else if (is_fp(x->dt)) o->d[e].f = 0;
+    else o->d[e].i = 0;
+  }
+  return 1;
+}
+
+/* ArgMax/ArgMin-13: the first (or, select_last_index, last) extreme along axis; NaN is
+ * declined. */
+static int op_argext(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0);
+  if (!x || x->dt == IR_BOOL) return 0;
+  int a = norm_axis(ir_attr_int(c->n, "axis", 0), x->rank), last = (int)ir_attr_int(c->n, "select_last_index", 0);
+  if (a < 0 || !x->dims[a] || !t_out(c, o) || o->dt != IR_INT64) return fold_tensor_free(o), 0;
+  int64_t D = x->dims[a], inner = 1;
+  for (int d = a + 1; d < x->rank; d++) inner *= x->dims[d];
+  int mx = c->n->op == IR_OP_ArgMax, fp = is_fp(x->dt);
+  for (int64_t q = 0; q < o->n; q++) {
+    int64_t base = q / inner * D * inner + q % inner, best = 0;
+    for (int64_t i = 0; i < D; i++) {
+      fold_el v = x->d[base + i * inner], b = x->d[base + best * inner];
+      if (fp && isnan(v.f)) return fold_tensor_free(o), 0;
+      double dv = fp ? v.f : (double)v.i, db = fp ? b.f : (double)b.i;
+      int better = fp ? (mx ? dv > db : dv < db) : (mx ? v.i > b.i : v.i < b.i);
+      int tie = fp ? dv == db : v.i == b.i;
+      if (better || (last && tie)) best = i;
+    }
+    o->d[q].i = best;
+  }
+  return 1;
+}
+
+/* CumSum-14 of integers (a float sum depends on its order): exclusive and reverse. */
+static int op_cumsum(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0), *at = IN(c, 1);
+  if (!x || !is_int(x->dt) || !at || at->n != 1 || !is_int(at->dt)) return 0;
+  int a = norm_axis(at->d[0].i, x->rank);
+  if (a < 0 || t_new(o, x->dt, x->rank, x->dims)) return 0;
+  int excl = (int)ir_attr_int(c->n, "exclusive", 0), rev = (int)ir_attr_int(c->n, "reverse", 0);
+  int64_t D = x->dims[a], inner = 1;
+  for (int d = a + 1; d < x->rank; d++) inner *= x->dims[d];
+  for (int64_t q = 0; D && q < x->n / D; q++) {
+    int64_t base = q / inner * D * inner + q % inner;
+    uint64_t acc = 0;
+    for (int64_t t = 0; t < D; t++) {
+      int64_t i = rev ? D - 1 - t : t, e = base + i * inner;
+      if (excl) o->d[e].i = wrap(x->dt, (int64_t)acc);
+      acc += (uint64_t)x->d[e].i;
+      if (!excl) o->d[e].i = wrap(x->dt, (int64_t)acc);
+    }
+  }
+  return 1;
+}
+
+/* EyeLike-9: ones on diagonal k of a 2-D shape, of dtype 'dtype' (default the input's). */
+static int op_eye_like(ctx *c, fold_tensor *o) {
+  if (!t_out(c, o) || o->rank != 2) return fold_tensor_free(o), 0;
+  int64_t k = ir_attr_int(c->n, "k", 0);
+  for (int64_t e = 0; e < o->n; e++) {
+    int one = e % o->dims[1] - e / o->dims[1] == k;
+    if (is_fp(o->dt)) o->d[e].f = one;
+    else o->d[e].i = one;
+  }
+  return 1;
+}
+
+/* OneHot-11: values[1] where the index (negative from the end of depth) matches, values[0]
+ * elsewhere; the depth axis at 'axis'. */
+static int op_one_hot(ctx *c, fold_tensor *o) {
+  const fold_tensor *ix = IN(c, 0), *dp = IN(c, 1), *vals = IN(c, 2);
+  if (!ix || !dp || !vals || dp->n != 1 || vals->n != 2 || ix->dt == IR_BOOL || !t_out(c, o) || o->dt != vals->dt)
+    return fold_tensor_free(o), 0;
+  int a = norm_axis(ir_attr_int(c->n, "axis", -1), o->rank);
+  int64_t depth = is_fp(dp->dt) ? (int64_t)dp->d[0].f : dp->d[0].i, p[IR_MAX_RANK], q[IR_MAX_RANK];
+  if (a < 0 || depth != o->dims[a]) return fold_tensor_free(o), 0;
+  for (int64_t e = 0; e < o->n; e++) {
+    unravel(e, o->rank, o->dims, p);
+    for (int d = 0, j = 0; d < o->rank; d++)
+      if (d != a) q[j++] = p[d];
+    fold_el iv = ix->d[ravel(ix->rank, ix->dims, q)];
+    if (is_fp(ix->dt) && (iv.f != trunc(iv.f) || !isfinite(iv.f))) return fold_tensor_free(o), 0;
+    int64_t i = is_fp(ix->dt) ? (int64_t)iv.f : iv.i;
+    if (i < 0) i += depth;
+    o->d[e] = vals->d[i == p[a]];
+  }
+  return 1;
+}
+
+/* Compress-11: the slices along axis (the flattened input without one) whose condition
+ * is true. */
+static int op_compress(ctx *c, fold_tensor *o) {
+  const fold_tensor *x = IN(c, 0), *cd = IN(c, 1);
+  if (!x || !cd || cd->dt != IR_BOOL || !t_out(c, o)) return fold_tensor_free(o), 0;
+  const ir_attr *aa = ir_attr_find(c->n, "axis");
+  int a = aa ? norm_axis(aa->i, x->rank) : -1;
+  if (aa && a < 0) return fold_tensor_free(o), 0;
+  int64_t D = a >= 0 ? x->dims[a] : x->n, inner = 1, outer = 1, w = 0;
+  for (int d = 0; a >= 0 && d < x->rank; d++)
+    if (d != a) *(d < a ? &outer : &inner) *= x->dims[d];
+  for (int64_t u = 0; u < outer; u++)
+    for (int64_t i = 0; i < D && i < cd->n; i++)
+      if (cd->d[i].i) {
+        if (w + inner > o->n) return fold_tensor_free(o), 0;
+        memcpy(o->d + w, x->d + (u * D + i) * inner, sizeof(fold_el) * (size_t)inner);
+        w += inner;
+      }
+  return w == o->n ? 1 : (fold_tensor_free(o), 0);
+}
+
 /* ---- dispatch ---- */
 
 int fold_eval(ir_graph *g, int node, fold_tensor *out) {
@@ -1007,40 +1450,25 @@ int fold_eval(ir_graph *g, int node, fold_tensor *out) {
       case IR_OP_Transpose: ok = op_transpose(&c, out); break;
       case IR_OP_Expand: ok = op_expand(&c, out); break;
       case IR_OP_Tile: ok = op_tile(&c, out); break;
-      case IR_OP_Cast: ok = op_cast(&c, out); break;
       case IR_OP_ConstantOfShape: ok = op_constant_of_shape(&c, out); break;
       case IR_OP_Range: ok = op_range(&c, out); break;
-      case IR_OP_Where: ok = op_where(&c, out); break;
-      case IR_OP_Add: ok = n->n_in == 2 && op_binary(&c, B_ADD, out); break;
-      case IR_OP_Sub: ok = n->n_in == 2 && op_binary(&c, B_SUB, out); break;
-      case IR_OP_Mul: ok = n->n_in == 2 && op_binary(&c, B_MUL, out); break;
-      case IR_OP_Div: ok = n->n_in == 2 && op_binary(&c, B_DIV, out); break;
-      case IR_OP_Pow: ok = n->n_in == 2 && op_binary(&c, B_POW, out); break;
-      case IR_OP_Mod: ok = n->n_in == 2 && op_binary(&c, B_MOD, out); break;
-      case IR_OP_And: ok = n->n_in == 2 && op_binary(&c, B_AND, out); break;
-      case IR_OP_Or: ok = n->n_in == 2 && op_binary(&c, B_OR, out); break;
-      case IR_OP_Xor: ok = n->n_in == 2 && op_binary(&c, B_XOR, out); break;
-      case IR_OP_Equal: ok = n->n_in == 2 && op_binary(&c, B_EQ, out); break;
-      case IR_OP_Less: ok = n->n_in == 2 && op_binary(&c, B_LT, out); break;
-      case IR_OP_LessOrEqual: ok = n->n_in == 2 && op_binary(&c, B_LE, out); break;
-      case IR_OP_Greater: ok = n->n_in == 2 && op_binary(&c, B_GT, out); break;
-      case IR_OP_GreaterOrEqual: ok = n->n_in == 2 && op_binary(&c, B_GE, out); break;
-      case IR_OP_Max: ok = op_binary(&c, B_MAX, out); break;
-      case IR_OP_Min: ok = op_binary(&c, B_MIN, out); break;
-      case IR_OP_Sum: ok = op_binary(&c, B_ADD, out); break;
-      case IR_OP_Not:
-      case IR_OP_Neg:
-      case IR_OP_Abs:
-      case IR_OP_Relu:
-      case IR_OP_Sqrt:
-      case IR_OP_Floor:
-      case IR_OP_Ceil:
-      case IR_OP_Reciprocal: ok = op_unary(&c, n->op, out); break;
+      case IR_OP_Pad: ok = op_pad(&c, out); break;
+      case IR_OP_GatherElements: ok = op_gather_elements(&c, out); break;
+      case IR_OP_GatherND: ok = op_gather_nd(&c, out); break;
+      case IR_OP_ScatterND:
+      case IR_OP_ScatterElements: ok = op_scatter(&c, out); break;
+      case IR_OP_Trilu: ok = op_trilu(&c, out); break;
+      case IR_OP_ArgMax:
+      case IR_OP_ArgMin: ok = op_argext(&c, out); break;
+      case IR_OP_CumSum: ok = op_cumsum(&c, out); break;
+      case IR_OP_EyeLike: ok = op_eye_like(&c, out); break;
+      case IR_OP_OneHot: ok = op_one_hot(&c, out); break;
+      case IR_OP_Compress: ok = op_compress(&c, out); break;
       case IR_OP_ReduceSum:
       case IR_OP_ReduceProd:
       case IR_OP_ReduceMax:
       case IR_OP_ReduceMin: ok = op_reduce(&c, n->op, out); break;
-      default: ok = 0; break;
+      default: ok = is_eltwise(n->op) && op_eltwise(&c, out); break;
     }
   }
   for (int k = 0; k < c.n_in; k++) fold_tensor_free(&c.in[k]);

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "passes/batch.h"
 #include "passes/shape/shape_impl.h"
 
 #define SH_MAX_LIST 64
@@ -107,6 +108,13 @@ int sh_Resize(ir_graph *g, int node) {
     for (int i = 0; i < na; i++)
       if (s[i] < 0) SH_FAIL("input 'sizes' has negative value %" PRId64, s[i]);
     const char *pol = n->opset >= 18 ? ir_attr_str(n, "keep_aspect_ratio_policy", "stretch") : "stretch";
+    if (!strcmp(pol, "stretch") && pass_batch_sizes(g, node, s, ax, na)) { /* the whole batch in 'sizes' */
+      ir_value *zv = sh_in(g, node, zi);
+      char *name = ir_sprintf(g->arena, "%s.micro", zv->name ? zv->name : "sizes");
+      ir_shape ss = zv->shape;
+      n->in[zi] = ir_add_const(g, name, IR_INT64, &ss, s, sizeof(int64_t) * (size_t)na);
+      x = sh_in(g, node, 0); /* the values moved */
+    }
     int larger = !strcmp(pol, "not_smaller");
     if (strcmp(pol, "stretch") && strcmp(pol, "not_larger") && !larger) {
       char b[96];

@@ -318,6 +318,108 @@ def cases():
          C("F", [-1.5, 2.5, -0.0, 7.0], F32), C("G", [2.0, 3.0, 0.1, 1e-3], F32),
          C("Gd", [2.0, 3.0, 0.1, 1e-3], F64), C("I32", [-(2**31), 5], I32)]))
 
+    # ---- the element-wise ops of every kind through the one driver ----
+    cs.append(Case("eltwise_generic", [
+        N("Clip", ["F", "lo", "hi"], ["clip"]),
+        N("Clip", ["A", "zero"], ["clip_min"]),
+        N("Clip", ["A", "", "one"], ["clip_max"]),
+        N("CastLike", ["A", "F"], ["castlike"]),
+        N("CastLike", ["F", "A"], ["castlike_i"]),
+        N("Sign", ["F"], ["sign"]), N("Sign", ["A"], ["isign"]),
+        N("Round", ["R"], ["round"]),
+        N("IsNaN", ["Fn"], ["isnan"]), N("IsInf", ["Fn"], ["isinf"]),
+        N("IsInf", ["Fn"], ["isinf_pos"], detect_negative=0),
+        N("BitwiseAnd", ["A", "Bm"], ["band"]), N("BitwiseOr", ["A", "Bm"], ["bor"]),
+        N("BitwiseXor", ["A", "Bm"], ["bxor"]), N("BitwiseNot", ["A"], ["bnot"]),
+        N("BitShift", ["U", "sh"], ["shl"], direction="LEFT"),
+        N("BitShift", ["U", "sh"], ["shr"], direction="RIGHT"),
+        N("LeakyRelu", ["G"], ["leaky"], alpha=0.1),
+        N("PRelu", ["G", "slope"], ["prelu"]),
+        N("ThresholdedRelu", ["F"], ["thr"], alpha=1.0),
+        N("Shrink", ["F"], ["shrink"], lambd=1.0, bias=0.5),
+    ], [], [("clip", F32), ("clip_min", I64), ("clip_max", I64), ("castlike", F32),
+            ("castlike_i", I64), ("sign", F32), ("isign", I64), ("round", F32),
+            ("isnan", BOOL), ("isinf", BOOL), ("isinf_pos", BOOL), ("band", I64), ("bor", I64),
+            ("bxor", I64), ("bnot", I64), ("shl", TP.UINT8), ("shr", TP.UINT8), ("leaky", F32),
+            ("prelu", F32), ("thr", F32), ("shrink", F32)],
+        [C("F", [-1.5, 2.5, 0.25, 7.0], F32), C("lo", -1.0, F32), C("hi", 2.0, F32),
+         C("A", [[1, -5, 3]], I64), C("zero", 0, I64), C("one", 1, I64),
+         C("R", [0.5, 1.5, 2.5, -0.5, -2.5, 3.7], F32),
+         C("Fn", [np.inf, -np.inf, np.nan, 1.0], F32), C("Bm", [6], I64),
+         C("U", [1, 3, 255], TP.UINT8), C("sh", [1, 2, 3], TP.UINT8),
+         C("G", [-2.0, -0.3, 1.5, 3.0], F32), C("slope", [0.25, 0.5, 1.0, 2.0], F32)], opset=18))
+    # opset 10: Clip's bounds as attributes; min > max is left to the runtime
+    cs.append(Case("clip_attrs", [
+        N("Clip", ["F"], ["clip"], min=-1.0, max=2.0),
+        N("Clip", ["F"], ["clip_lo"], min=0.5),
+    ], [], [("clip", F32), ("clip_lo", F32)], [C("F", [-1.5, 2.5, 0.25, 7.0], F32)], opset=10))
+    cs.append(Case("clip_not_folded", [
+        N("Clip", ["F", "hi", "lo"], ["crossed"]),
+        N("Clip", ["Fz", "lo0"], ["negzero"]),
+    ], [], [("crossed", F32), ("negzero", F32)],
+        [C("F", [-1.5, 2.5], F32), C("lo", -1.0, F32), C("hi", 2.0, F32),
+         C("Fz", [-0.0, 1.0], F32), C("lo0", 0.0, F32)],
+        remaining=["Clip", "Clip"], ort=False))
+    # timm's "same" padding at a dynamic batch: Shape, Sub, Clip(min=0), Concat, Pad
+    cs.append(Case("same_pad_clip", [
+        N("Shape", ["Xi"], ["s"]),
+        N("Slice", ["s", "two", "four"], ["hw"]),
+        N("Sub", ["need", "hw"], ["d"]),
+        N("Clip", ["d", "zero"], ["p"]),
+        N("Div", ["p", "two"], ["p0"]),
+        N("Sub", ["p", "p0"], ["p1"]),
+        N("Concat", ["z2", "p0", "z2", "p1"], ["pads"], axis=0),
+        N("Pad", ["Xi", "pads"], ["Y"]),
+    ], [vi("Xi", F32, ["batch", 3, 5, 6])], [("Y", F32), ("pads", I64)],
+        [C("two", [2], I64), C("four", [4], I64), C("need", [7, 5], I64), C("zero", 0, I64),
+         C("z2", [0, 0], I64)],
+        remaining=["Pad"]))
+    # dynamo with optimize=False: torch.arange's start and step as CastLike
+    cs.append(Case("castlike_range", [
+        N("CastLike", ["start", "lim"], ["s"]),
+        N("CastLike", ["step", "lim"], ["st"]),
+        N("Range", ["s", "lim", "st"], ["r"]),
+        N("Cast", ["r"], ["rf"], to=F32),
+    ], [], [("r", I64), ("rf", F32)],
+        [C("start", 1.0, F32), C("lim", 9, I64), C("step", 2.0, F32)], opset=15))
+
+    # ---- index and layout ops, their output allocated at the inferred shape ----
+    cs.append(Case("index_ops", [
+        N("Pad", ["M", "pads", "pv"], ["pad_c"]),
+        N("Pad", ["M", "pads"], ["pad_e"], mode="edge"),
+        N("Pad", ["M", "pads"], ["pad_r"], mode="reflect"),
+        N("Pad", ["M", "crop"], ["pad_crop"]),
+        N("GatherElements", ["M", "ge"], ["gel"], axis=1),
+        N("GatherND", ["M", "gnd"], ["gnd_o"]),
+        N("GatherND", ["M", "gnd_b"], ["gnd_bo"], batch_dims=1),
+        N("ScatterND", ["M", "snd", "snd_u"], ["snd_o"]),
+        N("ScatterElements", ["M", "ge1", "se_u"], ["se_o"], axis=1),
+        N("Trilu", ["M", "k1"], ["triu"]), N("Trilu", ["M"], ["tril"], upper=0),
+        N("ArgMax", ["M"], ["amax"], axis=1), N("ArgMin", ["M"], ["amin"], axis=0, keepdims=0),
+        N("ArgMax", ["T"], ["amax_last"], axis=0, select_last_index=1),
+        N("CumSum", ["Mi", "ax1"], ["cs"]), N("CumSum", ["Mi", "ax1"], ["cs_er"], exclusive=1, reverse=1),
+        N("OneHot", ["oh_i", "oh_d", "oh_v"], ["oh"]),
+        N("Compress", ["M", "cond"], ["comp"], axis=1),
+        N("Compress", ["M", "cond"], ["comp_flat"]),
+    ], [], [("pad_c", F32), ("pad_e", F32), ("pad_r", F32), ("pad_crop", F32), ("gel", F32),
+            ("gnd_o", F32), ("gnd_bo", F32), ("snd_o", F32), ("se_o", F32), ("triu", F32),
+            ("tril", F32), ("amax", I64), ("amin", I64), ("amax_last", I64), ("cs", I64),
+            ("cs_er", I64), ("oh", F32), ("comp", F32), ("comp_flat", F32)],
+        [C("M", rng.standard_normal((3, 4)), F32), C("pads", [1, 2, 0, 1], I64), C("pv", 1.5, F32),
+         C("crop", [0, -1, -1, 0], I64),
+         C("ge", [[0, 3], [1, -1], [2, 2]], I64), C("gnd", [[0, 1], [2, 3]], I64),
+         C("gnd_b", [[1], [3], [0]], I64), C("snd", [[1], [0]], I64),
+         C("snd_u", rng.standard_normal((2, 4)), F32), C("ge1", [[0], [3], [1]], I64),
+         C("se_u", [[9.0], [8.0], [7.0]], F32), C("k1", 1, I64),
+         C("T", [2.0, 5.0, 5.0, 1.0], F32), C("Mi", [[1, -2, 3, 4], [5, 6, -7, 8]], I64),
+         C("ax1", 1, I64), C("oh_i", [0, 2, -1], I64), C("oh_d", 4, I64),
+         C("oh_v", [0.0, 3.0], F32), C("cond", [True, False, True], BOOL)], opset=18))
+    cs.append(Case("scatter_duplicate_not_folded", [
+        N("ScatterND", ["M", "dup", "u"], ["o"]),
+    ], [], [("o", F32)],
+        [C("M", [1.0, 2.0, 3.0], F32), C("dup", [[1], [1]], I64), C("u", [5.0, 6.0], F32)],
+        remaining=["ScatterND"], ort=False, opset=18))
+
     # ---- Identity ----
     cs.append(Case("identity_chains", [
         N("Relu", ["X"], ["r"]),
