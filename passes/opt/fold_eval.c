@@ -826,10 +826,11 @@ static int bin_el(int op, ir_dtype dt, ir_dtype dt2, fold_el a, fold_el b, int f
     case B_BAND: r->i = wrap(dt, (int64_t)(ux & uy)); return 1;
     case B_BOR: r->i = wrap(dt, (int64_t)(ux | uy)); return 1;
     case B_BXOR: r->i = wrap(dt, (int64_t)(ux ^ uy)); return 1;
-    case B_SHIFT: { /* unsigned types; a shift by the width or more is undefined in C */
+    case B_SHIFT: { /* a shift by a negative amount or the width or more: left to the runtime */
       int bits = (int)ir_dtype_size(dt) * 8;
       if (y < 0 || y >= bits) return 0;
-      r->i = wrap(dt, (int64_t)((flags & 2) ? ux >> y : ux << y));
+      if (flags & 2) r->i = is_signed(dt) ? x >> y : (int64_t)(ux >> y); /* signed (BitShift-28): arithmetic */
+      else r->i = wrap(dt, (int64_t)(ux << y));
       return 1;
     }
     case B_PRELU: r->i = x < 0 ? wrap(dt, (int64_t)(ux * uy)) : x; return 1;
