@@ -280,6 +280,10 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("-k", default=None, help="only tests whose name matches this regex")
     ap.add_argument("--xfail", default=os.path.join(HERE, "node_xfail.txt"))
+    ap.add_argument("--data", default=None,
+                    help="the node tests' folder (default: the installed onnx's; tools/gen_node_tests.py writes "
+                         "those of later opsets)")
+    ap.add_argument("--no-extra", action="store_true", help="leave out the models of our own")
     ap.add_argument("--write-xfail", default=None, help="write the failures as a new expected-failure list")
     ap.add_argument("--sample", type=int, default=0, metavar="N",
                     help="only the first N node tests (by name) of each set of op types; the models of our own "
@@ -288,7 +292,7 @@ def main():
     if a.sample and a.write_xfail:
         ap.error("--write-xfail needs every test: leave out --sample")
 
-    data = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
+    data = a.data or os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
     ops = supported_ops()
     xfail = load_xfail(a.xfail)
     with open(a.pipecc, "rb") as f:
@@ -318,7 +322,7 @@ def main():
     # from onnxruntime): what the node tests leave out
     sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
     import extra_models  # noqa: E402
-    for name, tdir in extra_models.write_extra(os.path.join(a.work, "extra_models")):
+    for name, tdir in ([] if a.no_extra else extra_models.write_extra(os.path.join(a.work, "extra_models"))):
         if not a.k or re.search(a.k, name):
             tests.append((name, tdir, a.pipecc, a.work, pipecc_hash))
     t0 = time.time()
