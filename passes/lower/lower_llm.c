@@ -19,7 +19,8 @@
  *     where false, and with is_causal -inf past the diagonal offset by the past length;
  *     Softmax over the keys (a row with every key masked gives zeros), times V; the
  *     qk_matmul_output of modes 0 to 3. Refused with one line: nonpad_kv_seqlen, the
- *     sliding windows of opset 25, softmax_precision other than the inputs' type. The
+ *     sliding windows of opset 25, softmax_precision other than float or the inputs' type. float16
+ *     and bfloat16 are computed in float, rounded once at the outputs. The
  *     whole score matrix is materialised (no fused kernel yet). */
 #include <math.h>
 #include <stdlib.h>
@@ -257,8 +258,8 @@ static int attn_geometry(ir_graph *g, int node, attn_dims *d) {
     SH_FAIL("sliding windows (left_window_size, right_window_size) are not supported yet");
   int64_t mode = ir_attr_int(n, "qk_matmul_output_mode", 0), sp = ir_attr_int(n, "softmax_precision", 0);
   if (mode < 0 || mode > 3) SH_FAIL("qk_matmul_output_mode %lld: 0 to 3 expected", (long long)mode);
-  if (sp && sp != (int64_t)q->dtype)
-    SH_FAIL("softmax_precision %lld other than the inputs' type is not supported", (long long)sp);
+  if (sp && sp != (int64_t)q->dtype && !(sp == IR_FLOAT && q->dtype != IR_DOUBLE)) /* narrow types: in float */
+    SH_FAIL("softmax_precision %lld other than float or the inputs' type is not supported", (long long)sp);
   return 0;
 }
 
@@ -311,16 +312,16 @@ static int lower_attention(ad_ctx *a, int node) {
   ir_node nd = g->nodes[node];
   attn_dims d;
   if (attn_geometry(g, node, &d)) return -1;
-  ir_dtype t = ad_dtype(a, nd.in[0]);
+  ir_dtype xt = ad_dtype(a, nd.in[0]), t = xt == IR_DOUBLE ? IR_DOUBLE : IR_FLOAT; /* float16: in float */
   int64_t T = d.Sp + d.Skv, mode = ir_attr_int(&nd, "qk_matmul_output_mode", 0);
-  int q = nd.in[0], k = nd.in[1], v = nd.in[2];
+  int q = ad_cast(a, nd.in[0], t), k = ad_cast(a, nd.in[1], t), v = ad_cast(a, nd.in[2], t);
   if (d.three_d) {
     q = heads_first(a, q, d.B, d.Sq, d.Hq, d.D);
     k = heads_first(a, k, d.B, d.Skv, d.Hkv, d.D);
     v = heads_first(a, v, d.B, d.Skv, d.Hkv, d.Dv);
   }
   if (d.Sp) { /* the cache first, along the sequence */
-    int kk[2] = {nd.in[4], k}, vv[2] = {nd.in[5], v};
+    int kk[2] = {ad_cast(a, nd.in[4], t), k}, vv[2] = {ad_cast(a, nd.in[5], t), v};
     int idk = ad_begin(a, IR_OP_Concat, kk, 2, 1, NULL), idv;
     ad_attr_i(a, idk, "axis", 2);
     k = ad_end(a, idk);
@@ -328,8 +329,8 @@ static int lower_attention(ad_ctx *a, int node) {
     ad_attr_i(a, idv, "axis", 2);
     v = ad_end(a, idv);
   }
-  take(a, &nd, 1, k);
-  take(a, &nd, 2, v);
+  take(a, &nd, 1, ad_cast(a, k, xt));
+  take(a, &nd, 2, ad_cast(a, v, xt));
   if (d.Hq > d.Hkv) { /* each key/value head serves Hq/Hkv query heads, in order */
     int64_t r = d.Hq / d.Hkv, k5[5] = {d.B, d.Hkv, 1, T, d.D}, ke[5] = {d.B, d.Hkv, r, T, d.D};
     int64_t v5[5] = {d.B, d.Hkv, 1, T, d.Dv}, ve[5] = {d.B, d.Hkv, r, T, d.Dv};
@@ -351,7 +352,8 @@ static int lower_attention(ad_ctx *a, int node) {
   int masked = 0;
   if (nd.n_in > 3 && nd.in[3] >= 0) {
     int m = nd.in[3];
-    if (ad_dtype(a, m) == IR_BOOL) {
+    if (ad_dtype(a, m) != IR_BOOL) m = ad_cast(a, m, t);
+    else {
       int in[3] = {m, ad_c_f(a, 0, t), ad_c_f(a, -INFINITY, t)};
       m = ad_op(a, IR_OP_Where, in, 3);
     }
@@ -391,9 +393,9 @@ static int lower_attention(ad_ctx *a, int node) {
     ir_shape ys = dims(3, y3);
     y = ad_reshape(a, ad_transpose(a, y, perm, 4), &ys);
   }
-  take(a, &nd, 3, qk);
+  take(a, &nd, 3, ad_cast(a, qk, xt));
   if (a->err) return -1;
-  return finish(a, node, y);
+  return finish(a, node, ad_cast(a, y, xt));
 }
 
 int llm_is_lowered(const ir_node *n) {
