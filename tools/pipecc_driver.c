@@ -29,6 +29,7 @@
 #include "passes/plan/plan_json.h"
 #include "passes/plan/report_html.h"
 #include "runtime/pipert.h"
+#include "tools/pipecc_costs.h"
 
 /* A count on trial was given up (why in r->why): the next candidate, or one micro-batch. */
 #define GAVE_UP (-1)
@@ -500,11 +501,18 @@ static void plan_options(pipecc_run *r) {
 
 static int plan(pipecc_run *r) {
   plan_options(r);
-  pass_profile_opts prof = {r->dev, !r->o->no_tf32, r->o->profile_path};
+  /* the costs: measured here by default (tools/pipecc_costs.h); the search's candidates
+   * are compared on the cost model, and the count it chooses is planned on its costs */
+  pipecc_costs costs = {0};
+  if (!r->search && pipecc_costs_get(r, &costs)) return 2;
+  pass_profile_opts prof = {r->dev, !r->o->no_tf32, *costs.path ? costs.path : NULL};
   double tp = now_ms();
   r->have_pl = 1;
-  if (pass_plan_graph(r->g, &prof, &r->po, &r->pl)) return search_fail(r);
+  int bad = pass_plan_graph(r->g, &prof, &r->po, &r->pl);
+  pipecc_costs_done(&costs);
+  if (bad) return search_fail(r);
   if (r->search) return 0; /* a candidate: its prediction is all the search needs */
+  if (!r->o->quiet && *costs.line) fprintf(stderr, "pipecc: costs: %s\n", costs.line);
   r->pl.plan.planner_ms = r->pl.antichain_partition_ms;
   if (r->o->time_passes)
     fprintf(stderr, "pipecc: pass %-10s %8.2f ms (antichain + partition %.2f ms)\n", "plan", now_ms() - tp,

@@ -29,6 +29,7 @@ typedef struct {
   double intra_bw, intra_lat, inter_bw, inter_lat; /* < 0: the link's own */
   uint64_t mem_limit;                              /* 0: the device's */
   int no_replicate, no_tf32;
+  int cost_model; /* --cost-model: the analytical costs, not measured ones (tools/pipecc_costs.h) */
 
   /* training */
   int train;      /* --train or --train-step */
@@ -45,7 +46,7 @@ typedef struct {
   /* debugging */
   const char *dumps[PIPECC_MAX_DUMPS]; /* -d PASS */
   int n_dumps, time_passes;
-  int quiet; /* -q: errors only */
+  int quiet;      /* -q: errors only */
   int split_even; /* --split even (or PIPECC_SPLIT=even): g stages of about equal FLOPs */
 
   char *cmdline; /* the command line, for the header of every emitted file */

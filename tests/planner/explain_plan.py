@@ -51,6 +51,7 @@ def main():
     chain(dyn, "N")
     env = dict(os.environ)
     env.pop("PIPECC_SPLIT", None)
+    env["PIPECC_COSTS"] = "model"  # the plan shapes checked here are the cost model's
     # (model, options, strings that must appear, strings that must not)
     cases = [
         (dyn, ["--shape", "x:64x256", "-g", "4"], ["stage 0 x 2", REPL], [ONE]),

@@ -31,6 +31,7 @@ def check(a, name, shape, g):
            "--emit-only", "-q", "-o", out]
     env = dict(os.environ)
     env.pop("PIPECC_SPLIT", None)
+    env["PIPECC_COSTS"] = "model"  # the plan shapes checked here are the cost model's
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         print(f"FAIL: {name}: {' '.join(cmd)} exited {r.returncode}:\n{r.stderr}")
