@@ -199,6 +199,7 @@ static const char *analytical_reason(const pipecc_run *r) {
   if (o->cost_model) return "--cost-model";
   if (env && !strcmp(env, "model")) return "PIPECC_COSTS=model";
   if (strcmp(o->target, "cpu")) return "the cuda target is profiled with --profile-run on a GPU";
+  if (o->device_name && strcmp(o->device_name, "cpu")) return "--device: planned for that device, not this machine";
   if (o->train) return "training: the profiler times forward nodes only";
   return NULL;
 }

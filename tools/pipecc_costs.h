@@ -18,7 +18,8 @@
  * A hit reads the file and profiles nothing.
  *
  * The analytical path is taken with --cost-model or PIPECC_COSTS=model in the
- * environment, for --train (the profiler times forward nodes), for the cuda target, and
+ * environment, for --train (the profiler times forward nodes), for the cuda target, for
+ * --device NAME other than cpu (a plan for that device), and
  * for -g 1 (one device: nothing to balance); --profile FILE takes that file. */
 #ifndef PIPECC_TOOLS_PIPECC_COSTS_H
 #define PIPECC_TOOLS_PIPECC_COSTS_H
