@@ -29,6 +29,21 @@ static double now_s(void) {
 static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001B3ull + (h >> 29); }
 static uint64_t mix_str(uint64_t h, const char *s) { return mix(h, cg_checksum64(s ? s : "", s ? strlen(s) : 0)); }
 
+/* Bytes up to 1 MiB in full; larger, their length and 64 spread samples of 4 KiB. A
+ * node's time depends on shapes and not on weight values, and the graph's structure is
+ * hashed in full (graph_hash's text), so sampling a large weight misses no change that
+ * could change a profile. */
+static uint64_t bytes_hash(const void *data, size_t n) {
+  const size_t full = (size_t)1 << 20, chunk = 4096, samples = 64;
+  if (n <= full) return cg_checksum64(data, n);
+  uint64_t h = mix(0, (uint64_t)n);
+  for (size_t k = 0; k < samples; k++) {
+    size_t at = (n - chunk) / (samples - 1) * k;
+    h = mix(h, cg_checksum64((const char *)data + at, chunk));
+  }
+  return h;
+}
+
 static uint64_t file_hash(const char *path) {
   int fd = open(path, O_RDONLY);
   struct stat st;
@@ -39,7 +54,7 @@ static uint64_t file_hash(const char *path) {
   void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
   close(fd);
   if (p == MAP_FAILED) return 0;
-  uint64_t h = cg_checksum64(p, (size_t)st.st_size);
+  uint64_t h = bytes_hash(p, (size_t)st.st_size);
   munmap(p, (size_t)st.st_size);
   return h;
 }
@@ -61,7 +76,7 @@ static uint64_t graph_hash(const ir_graph *g) {
   }
   for (int v = 0; v < g->n_values; v++) {
     const ir_value *x = &g->values[v];
-    if (x->kind == IR_VAL_CONST && x->data && x->nbytes) h = mix(h, cg_checksum64(x->data, x->nbytes));
+    if (x->kind == IR_VAL_CONST && x->data && x->nbytes) h = mix(h, bytes_hash(x->data, x->nbytes));
   }
   return h;
 }
@@ -187,7 +202,7 @@ static int profile_into(pipecc_run *r, const char *dir) {
   co.emit_only = 0;
   if (cg_build_profile(dir, &co)) return -1;
   if (run_profiler(dir, o->pass.verbose)) {
-    fprintf(stderr, "pipecc: the profiler %s/profile failed (--cost-model plans without it)\n", dir);
+    fprintf(stderr, "pipecc: the profiler %s/profile failed\n", dir);
     return -1;
   }
   return 0;
@@ -200,6 +215,7 @@ static const char *analytical_reason(const pipecc_run *r) {
   if (env && !strcmp(env, "model")) return "PIPECC_COSTS=model";
   if (strcmp(o->target, "cpu")) return "the cuda target is profiled with --profile-run on a GPU";
   if (o->device_name && strcmp(o->device_name, "cpu")) return "--device: planned for that device, not this machine";
+  if (o->split_even) return "--split even replaces the plan's stages";
   if (o->train) return "training: the profiler times forward nodes only";
   return NULL;
 }
@@ -241,9 +257,12 @@ int pipecc_costs_get(pipecc_run *r, pipecc_costs *c) {
             "machine: cached; --cost-model skips it)\n",
             mb, cpu);
   double t = now_s();
-  if (mkdir_p(o->out_dir) || profile_into(r, dir)) {
+  if (mkdir_p(o->out_dir) || profile_into(r, dir)) { /* said why; the plan does not need it */
     rm_rf(dir);
-    return 2;
+    *c->path = 0;
+    fprintf(stderr, "pipecc: warning: profiling failed; planning on the cost model\n");
+    snprintf(c->line, sizeof c->line, "the cost model (profiling failed)");
+    return 0;
   }
   t = now_s() - t;
   char js[4300];

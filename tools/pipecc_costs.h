@@ -13,14 +13,17 @@
  *   - the optimised IR at the micro-batch size (its nodes, shapes and constants: the
  *     bindings and the flags that change the emitted code show in it), and those flags
  *     (--no-fuse, --winograd, --no-tf32);
+ *   (bytes past 1 MiB, a file or a constant, are hashed by their length and 64 samples:
+ *   a node's time does not depend on weight values, and the structure is hashed in full)
  *   - the machine: /proc/cpuinfo's model name and flags, $OPENBLAS_CORETYPE;
  *   - pipecc's version and the C compiler and flags of the stage code.
  * A hit reads the file and profiles nothing.
  *
  * The analytical path is taken with --cost-model or PIPECC_COSTS=model in the
  * environment, for --train (the profiler times forward nodes), for the cuda target, for
- * --device NAME other than cpu (a plan for that device), and
- * for -g 1 (one device: nothing to balance); --profile FILE takes that file. */
+ * --device NAME other than cpu (a plan for that device), for --split even, and for
+ * -g 1 (one device: nothing to balance); --profile FILE takes that file. A profiler that
+ * fails to build or run gives a warning, and the plan is made on the cost model. */
 #ifndef PIPECC_TOOLS_PIPECC_COSTS_H
 #define PIPECC_TOOLS_PIPECC_COSTS_H
 #include <stddef.h>
@@ -33,8 +36,7 @@ typedef struct {
   char line[4800]; /* what the plan used, for the one line pipecc prints */
 } pipecc_costs;
 
-/* Decides the costs of r's plan and, on a cache miss, profiles. Returns 0 (c filled), or
- * 2 after one line on stderr (the profiler failed to build or run). */
+/* Decides the costs of r's plan and, on a cache miss, profiles. Returns 0 (c filled). */
 int pipecc_costs_get(pipecc_run *r, pipecc_costs *c);
 /* Removes c->dir if set. */
 void pipecc_costs_done(pipecc_costs *c);
