@@ -129,6 +129,7 @@ static void print_plan_table(FILE *f, const pipecc_run *r) {
   const pass_planned *pl = &r->pl;
   const pass_device *dev = r->dev;
   const pass_plan *p = &pl->plan;
+  if (*r->costs) fprintf(f, "pipecc: costs: %s\n", r->costs);
   fprintf(f, "pipecc: %s on %d x %s, %d micro-batch%s, %s\n", g->path, p->devices, dev->name, p->microbatches,
           p->microbatches == 1 ? "" : "es", p->schedule == PASS_SCHED_GPIPE ? "gpipe" : "1f1b");
   int rc_col = p->training && p->recompute; /* the stages' re-materialisation */
@@ -512,7 +513,7 @@ static int plan(pipecc_run *r) {
   pipecc_costs_done(&costs);
   if (bad) return search_fail(r);
   if (r->search) return 0; /* a candidate: its prediction is all the search needs */
-  if (!r->o->quiet && *costs.line) fprintf(stderr, "pipecc: costs: %s\n", costs.line);
+  snprintf(r->costs, sizeof r->costs, "%s", costs.line);
   r->pl.plan.planner_ms = r->pl.antichain_partition_ms;
   if (r->o->time_passes)
     fprintf(stderr, "pipecc: pass %-10s %8.2f ms (antichain + partition %.2f ms)\n", "plan", now_ms() - tp,
