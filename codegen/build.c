@@ -274,8 +274,8 @@ int cg_build_make(const char *out_dir, const cg_options *o, const char *const *o
 }
 
 /* Run one job to completion; 0 when it exited 0 (its output goes to stderr). */
-static int run_job(job *j, const char *dir) {
-  fprintf(stderr, "%s\n", j->label);
+static int run_job(job *j, const char *dir, int quiet) {
+  if (!quiet) fprintf(stderr, "%s\n", j->label);
   if (start_job(j, dir)) return -1;
   int status;
   while (waitpid(j->pid, &status, 0) < 0 && errno == EINTR) {
@@ -285,7 +285,6 @@ static int run_job(job *j, const char *dir) {
 }
 
 int cg_build_profile(const char *out_dir, const cg_options *o) {
-  (void)o;
   if (!file_exists(out_dir, "profile_main.c") || !file_exists(out_dir, "stage_0.c") ||
       file_exists(out_dir, "stage_1.c")) {
     fprintf(stderr, "pipecc: internal error: %s is not a one-stage cpu build with profile_main.c\n", out_dir);
@@ -307,7 +306,7 @@ int cg_build_profile(const char *out_dir, const cg_options *o) {
   js[2].label = strdup("[profile 3/3] link profile");
   int rc = 0;
   for (int k = 0; k < 3 && !rc; k++)
-    if (run_job(&js[k], out_dir)) {
+    if (run_job(&js[k], out_dir, o->quiet)) {
       fprintf(stderr, "pipecc: internal error: %s failed in %s (a pipecc bug)\n", js[k].label, out_dir);
       rc = -1;
     }

@@ -169,6 +169,8 @@ void cg_free_stage_info(cg_stage_info *si) {
 
 /* ---- parameter memory -------------------------------------------------------------- */
 
+size_t cg_wlayout_value_bytes(const ir_value *v) { return v && v->kind == IR_VAL_CONST ? cg_align_up(v->nbytes) : 0; }
+
 void cg_wlayout_build(cg_wlayout *wl, ir_graph *g, const cg_plan *p, const cg_stage_info *si, int stage) {
   int nv = g->n_values;
   memset(wl, 0, sizeof *wl);
@@ -196,7 +198,7 @@ void cg_wlayout_build(cg_wlayout *wl, ir_graph *g, const cg_plan *p, const cg_st
       if (!mark[v] || (p->train && g->values[v].zero_init) != pass) continue;
       wl->off[v] = wl->total_bytes;
       cg_push(&wl->vals, &wl->n, v);
-      wl->total_bytes += cg_align_up(g->values[v].nbytes);
+      wl->total_bytes += cg_wlayout_value_bytes(&g->values[v]);
     }
     if (!pass) wl->file_bytes = wl->total_bytes;
   }

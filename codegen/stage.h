@@ -78,6 +78,12 @@ typedef struct {
   size_t total_bytes; /* the whole parameter memory */
 } cg_wlayout;
 
+/* The bytes value v takes in a stage's parameter memory and weights file: a constant's
+ * bytes as the graph holds them when it is emitted (Winograd-transformed, pre-transposed
+ * or permuted filters included), rounded up to CG_ALIGN; 0 for any other value. The
+ * layout below places values by it, and the planner's per-node param_bytes
+ * (passes/plan/profile.c) counts by it, so plan.json's figures are the files' sizes. */
+size_t cg_wlayout_value_bytes(const ir_value *v);
 /* The layout of stage `stage` (all its parts). Free with cg_wlayout_free. */
 void cg_wlayout_build(cg_wlayout *wl, ir_graph *g, const cg_plan *p, const cg_stage_info *si, int stage);
 void cg_wlayout_free(cg_wlayout *wl);

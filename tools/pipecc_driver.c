@@ -29,6 +29,7 @@
 #include "passes/plan/plan_json.h"
 #include "passes/plan/report_html.h"
 #include "runtime/pipert.h"
+#include "tools/pipecc_costs.h"
 
 /* A count on trial was given up (why in r->why): the next candidate, or one micro-batch. */
 #define GAVE_UP (-1)
@@ -121,8 +122,14 @@ static void human_bytes(double b, char *buf, size_t n) {
   else snprintf(buf, n, "%.0f B", b);
 }
 
-static void print_plan_table(FILE *f, const ir_graph *g, const pass_planned *pl, const pass_device *dev) {
+static void explain_plan(FILE *f, const pipecc_run *r);
+
+static void print_plan_table(FILE *f, const pipecc_run *r) {
+  const ir_graph *g = r->g;
+  const pass_planned *pl = &r->pl;
+  const pass_device *dev = r->dev;
   const pass_plan *p = &pl->plan;
+  if (*r->costs) fprintf(f, "pipecc: costs: %s\n", r->costs);
   fprintf(f, "pipecc: %s on %d x %s, %d micro-batch%s, %s\n", g->path, p->devices, dev->name, p->microbatches,
           p->microbatches == 1 ? "" : "es", p->schedule == PASS_SCHED_GPIPE ? "gpipe" : "1f1b");
   int rc_col = p->training && p->recompute; /* the stages' re-materialisation */
@@ -147,6 +154,55 @@ static void print_plan_table(FILE *f, const ir_graph *g, const pass_planned *pl,
           "speedup %.2fx over 1 device; planned in %.2f ms\n",
           p->bottleneck_ms, p->lower_bound_ms, 100 * p->gap, p->predicted_iteration_ms, 100 * p->bubble_fraction,
           p->predicted_speedup, pl->antichain_partition_ms);
+  explain_plan(f, r);
+}
+
+/* "stage 0 x 3, stage 1 x 1" (or "1 stage x 4 replicas") into buf. */
+static void replica_list(const pass_plan *p, char *buf, size_t n) {
+  if (p->n_stages == 1) {
+    snprintf(buf, n, "1 stage x %d replicas", p->stages[0].replicas);
+    return;
+  }
+  size_t o = 0;
+  for (int s = 0; s < p->n_stages && o + 32 < n; s++)
+    o += (size_t)snprintf(buf + o, n - o, "%sstage %d x %d", s ? ", " : "", s, p->stages[s].replicas);
+}
+
+/* What the table does not say by itself, a line each: that the planner replicated stages
+ * (data parallelism) rather than cutting more of them, and that one micro-batch over
+ * several stages leaves them no overlap, with what would give them some. */
+static void explain_plan(FILE *f, const pipecc_run *r) {
+  const pass_plan *p = &r->pl.plan;
+  const char *dw = r->po.device_word ? r->po.device_word : "device";
+  int replicated = 0;
+  for (int s = 0; s < p->n_stages; s++) replicated |= p->stages[s].replicas > 1;
+  if (replicated) {
+    char reps[160];
+    replica_list(p, reps, sizeof reps);
+    fprintf(f,
+            "pipecc: %s: data parallelism is predicted faster here than more pipeline stages (%.2fx over 1 %s); "
+            "--no-replicate for one %s per stage\n",
+            reps, p->predicted_speedup, dw, dw);
+  }
+  if (p->microbatches != 1 || p->n_stages < 2) return;
+  const ir_graph *g = r->g;
+  const ir_value *in = NULL;
+  for (int k = 0; k < g->n_inputs && !in; k++)
+    if (g->values[g->inputs[k]].shape.rank >= 1) in = &g->values[g->inputs[k]];
+  char nm[96];
+  const char *name = in ? ir_printable(in->name, 60, nm, sizeof nm) : "";
+  long long batch = in ? (long long)in->shape.dims[0] : 1;
+  fprintf(f, "pipecc: note: one micro-batch: the %d stages run one after another, with no overlap; ", p->n_stages);
+  if (in && batch == 1 && !in->shape.sym[0])
+    fprintf(f,
+            "the model fixes the batch at 1 (input '%s' dim 0): export it with a dynamic batch axis "
+            "(torch.onnx.export(..., dynamic_axes={'%s': {0: 'batch'}})) and bind a batch with --shape %s:Nx...\n",
+            name, name, name);
+  else if (in && batch == 1)
+    fprintf(f, "a batch above 1 (--shape %s:Nx...) splits into micro-batches that overlap\n", name);
+  else
+    fprintf(f, "-m M splits the batch of %lld into M micro-batches that overlap%s\n", batch,
+            *r->why ? " (where the model allows: the note above says why it does not)" : "");
 }
 
 static void time_pass(const pipecc_run *r, const char *name, double since) {
@@ -446,11 +502,18 @@ static void plan_options(pipecc_run *r) {
 
 static int plan(pipecc_run *r) {
   plan_options(r);
-  pass_profile_opts prof = {r->dev, !r->o->no_tf32, r->o->profile_path};
+  /* the costs: measured here by default (tools/pipecc_costs.h); the search's candidates
+   * are compared on the cost model, and the count it chooses is planned on its costs */
+  pipecc_costs costs = {0};
+  if (!r->search && pipecc_costs_get(r, &costs)) return 2;
+  pass_profile_opts prof = {r->dev, !r->o->no_tf32, *costs.path ? costs.path : NULL};
   double tp = now_ms();
   r->have_pl = 1;
-  if (pass_plan_graph(r->g, &prof, &r->po, &r->pl)) return search_fail(r);
+  int bad = pass_plan_graph(r->g, &prof, &r->po, &r->pl);
+  pipecc_costs_done(&costs);
+  if (bad) return search_fail(r);
   if (r->search) return 0; /* a candidate: its prediction is all the search needs */
+  snprintf(r->costs, sizeof r->costs, "%s", costs.line);
   r->pl.plan.planner_ms = r->pl.antichain_partition_ms;
   if (r->o->time_passes)
     fprintf(stderr, "pipecc: pass %-10s %8.2f ms (antichain + partition %.2f ms)\n", "plan", now_ms() - tp,
@@ -589,7 +652,7 @@ int pipecc_write_plan(pipecc_run *r) {
   if (bad) return 2;
   /* a training program prints its plan once autodiff has taken every node (an op
    * without a gradient is then the run's one line) */
-  if ((!o->train_prog || o->plan_only) && !o->quiet) print_plan_table(stderr, r->g, &r->pl, r->dev);
+  if ((!o->train_prog || o->plan_only) && !o->quiet) print_plan_table(stderr, r);
   return 0;
 }
 
@@ -675,7 +738,7 @@ int pipecc_train_program(pipecc_run *r) {
   double ts = now_ms();
   if (pass_train_program(g, topts, r->m, &r->tinfo) || g->n_errors) return 2;
   time_pass(r, "train", ts);
-  if (!o->quiet) print_plan_table(stderr, g, &r->pl, r->dev);
+  if (!o->quiet) print_plan_table(stderr, r);
   r->train_stage = calloc((size_t)g->n_nodes + 1, sizeof *r->train_stage); /* the nodes moved */
   for (int i = 0; i < g->n_nodes; i++) r->train_stage[i] = g->nodes[i].stage;
   r->cp.node_stage = r->train_stage;

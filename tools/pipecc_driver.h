@@ -30,7 +30,8 @@ typedef struct {
   pass_plan_opts po;
   const pass_device *dev;
   pass_train_info tinfo;
-  double t0; /* when the model was loaded, for --time-passes' total */
+  double t0;        /* when the model was loaded, for --time-passes' total */
+  char costs[4800]; /* which costs the plan used (tools/pipecc_costs.h), printed above its table */
 
   /* the stages emitted (the plan's, or --split's) */
   cg_plan cp;

@@ -40,6 +40,11 @@ void pipecc_usage(FILE *f) {
       "  --device NAME          cost model device: h100, h200, a100, v100, cpu\n"
       "                         (default: cpu for --target cpu, h100 for --target cuda)\n"
       "  --profile FILE.json    measured per-node times replace the cost model\n"
+      "  --cost-model           plan with the analytical cost model (also PIPECC_COSTS=model); by\n"
+      "                         default a cpu plan over several cores profiles the model on this\n"
+      "                         machine first, at the plan's micro-batch size (cached in\n"
+      "                         $XDG_CACHE_HOME/pipecc/profiles, default ~/.cache/pipecc/profiles;\n"
+      "                         docs/usage.md)\n"
       "  --topology HxG         H hosts with G devices each (default: one host with g devices)\n"
       "  --link NAME            link between devices of a host: nvlink4 nvlink3 pcie4 pcie5 shm ...\n"
       "  --inter-link NAME      link between hosts: ib-ndr ib-hdr eth100 ...\n"
@@ -339,6 +344,8 @@ static int planning_option(cursor *c, pipecc_options *o) {
     if (parse_bytes(v, &o->mem_limit)) return cli_error("bad --memory-limit '%s' (e.g. 16G)", v);
   } else if (IS("--no-replicate")) {
     o->no_replicate = 1;
+  } else if (IS("--cost-model")) {
+    o->cost_model = 1;
   } else if (IS("--no-tf32")) {
     o->no_tf32 = 1;
   } else {

@@ -29,6 +29,7 @@ typedef struct {
   double intra_bw, intra_lat, inter_bw, inter_lat; /* < 0: the link's own */
   uint64_t mem_limit;                              /* 0: the device's */
   int no_replicate, no_tf32;
+  int cost_model; /* --cost-model: the analytical costs, not measured ones (tools/pipecc_costs.h) */
 
   /* training */
   int train;      /* --train or --train-step */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/stage.h"
 #include "ir/diag.h"
 
 /* Peak dense rates from the vendors' data sheets (SXM parts); efficiencies are the
@@ -150,6 +151,8 @@ static int load_profile(ir_graph *g, const char *path, pass_node_cost *c) {
 
 int pass_profile(ir_graph *g, const pass_profile_opts *o, pass_node_cost *costs) {
   const pass_device *d = o->device ? o->device : pass_device_find("h100");
+  /* a constant read by several nodes is loaded once by a stage: its first reader owns it */
+  char *owned = ir_xcalloc((size_t)g->n_values + 1, 1);
   for (int i = 0; i < g->n_nodes; i++) {
     ir_node *n = &g->nodes[i];
     pass_node_cost *c = &costs[i];
@@ -159,7 +162,10 @@ int pass_profile(ir_graph *g, const pass_profile_opts *o, pass_node_cost *costs)
       const ir_value *v = ir_in(g, n, k);
       if (!v) continue;
       c->bytes_read += vbytes(v);
-      if (v->kind == IR_VAL_CONST && v->is_initializer && ir_dtype_is_float(v->dtype)) c->param_bytes += vbytes(v);
+      if (v->kind == IR_VAL_CONST && !owned[n->in[k]]) { /* as codegen lays out weights_K.bin */
+        owned[n->in[k]] = 1;
+        c->param_bytes += cg_wlayout_value_bytes(v);
+      }
     }
     for (int k = 0; k < n->n_out; k++) {
       const ir_value *v = ir_out(g, n, k);
@@ -172,6 +178,7 @@ int pass_profile(ir_graph *g, const pass_profile_opts *o, pass_node_cost *costs)
     /* backward reads the stashed activation and the output gradient, writes dX (and dW) */
     c->bwd_ms = roofline_ms(d, o->tf32, n, c->bwd_flops, 2 * (c->bytes_read + c->bytes_written));
   }
+  free(owned);
   if (o->profile_path && load_profile(g, o->profile_path, costs)) return -1;
   return 0;
 }

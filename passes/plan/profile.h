@@ -41,7 +41,7 @@ const pass_link *pass_link_find(const char *name);
 typedef struct {
   double fwd_flops, bwd_flops;
   uint64_t bytes_read, bytes_written; /* forward, activations and weights */
-  uint64_t param_bytes;               /* initializer bytes read by the node (weights it owns) */
+  uint64_t param_bytes;               /* weights-file bytes of the constants it reads first (cg_wlayout_value_bytes) */
   uint64_t out_bytes;                 /* bytes of its outputs (the activation it stashes) */
   double fwd_ms, bwd_ms;
   int measured; /* times came from a profile file */
