@@ -221,6 +221,6 @@ void rt_kernels_line(char *buf, size_t n) {
   char isa[128];
   rt_cpu_isa(isa, sizeof isa);
   const char *core = rt_blas_core();
-  snprintf(buf, n, "kernels: %s, %s; BLAS core %s%s; pipecc GEMM %s", rt_cpu_brand(), isa, core ? core : "(not OpenBLAS)",
+  snprintf(buf, n, "kernels: %s, %s; BLAS core %s%s; pipecc GEMM %s", rt_cpu_brand(), isa, core ? core : "none (no OpenBLAS linked: the stages call no BLAS)",
            blas_note, rt_gemm_variant());
 }
