@@ -166,8 +166,10 @@ def main():
         cmd = [PY, os.path.join(ROOT, "tools", "bench_cpu_train.py"), "--pipecc", pipecc, "--work",
                os.path.join(a.work, "train"), "--models", a.train_models, "--rounds", str(a.train_rounds)]
         print("# training, one thread: " + " ".join(cmd[1:]), flush=True)
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+        r = subprocess.run(cmd, capture_output=True, text=True)  # the exporter's warnings only on failure
         sys.stdout.write(r.stdout)
+        if r.returncode:
+            sys.stdout.write(r.stderr[-3000:])
         for line in r.stdout.splitlines()[1:]:
             f = line.split()
             if len(f) >= 6 and f[4].endswith("x"):
