@@ -139,15 +139,16 @@ int cg_emit_conv_winograd(cg_ctx *c, const ir_node *n, const cg_win3 *w, int m, 
    * 17-20 against 19-23). Either way the sums depend on the shapes alone. */
   if (C <= CG_C_DIRECT_K && RB * tw <= C) {
     c->gemm_direct = 1;
-    cg_w(c,
-         "      pipert_gemm_direct(%lld, P, %lld, x1 + e * %lld, V + e * VS, P, NULL, Yt + e * YS, P, NULL, 0, 0, 0, 0);\n",
-         LL(M), LL(C), LL(M * C));
+    cg_w(
+        c,
+        "      pipert_gemm_direct(%lld, P, %lld, x1 + e * %lld, V + e * VS, P, NULL, Yt + e * YS, P, NULL, 0, 0, 0, 0);\n",
+        LL(M), LL(C), LL(M * C));
   } else
-  cg_w(
-      c,
-      "      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)P, %lld, 1, x1 + e * %lld, %lld, V + e * VS, "
-      "(int)P, 0, Yt + e * YS, (int)P);\n",
-      LL(M), LL(C), LL(M * C), LL(C));
+    cg_w(
+        c,
+        "      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)P, %lld, 1, x1 + e * %lld, %lld, V + e * VS, "
+        "(int)P, 0, Yt + e * YS, (int)P);\n",
+        LL(M), LL(C), LL(M * C), LL(C));
   /* output transform, bias, epilogue */
   cg_w(c, "    for (long mo = 0; mo < %lld; mo++)\n", LL(M));
   cg_w(c, "      for (long rr = 0; rr < nr; rr++) {\n");
