@@ -133,10 +133,11 @@ int cg_emit_conv_winograd(cg_ctx *c, const ir_node *n, const cg_win3 *w, int m, 
    * [256 x 256] x [256 x 64], [512 x 512] x [512 x 32]): cblas_sgemm would pack the
    * [M x C] filters on every call for a few multiplies per filter element, so
    * pipert_gemm_direct reads them in place (one core of an AMD EPYC, Zen 4, AVX-512,
-   * OpenBLAS Cooperlake, 2026-12-01, per Conv: 14.5 ms against 18 in layer3, 11.7
-   * against 19 in layer4). Wider blocks (layer1, layer2: 392 and 196 tiles over 64 and
-   * 128 channels) stay with OpenBLAS, which was the faster there (30 against 31-38 ms,
-   * 17-20 against 19-23). Either way the sums depend on the shapes alone. */
+   * OpenBLAS Cooperlake, 2026-12-01, the least of five --profile-run medians per Conv:
+   * 14.4-16.4 ms against 16.7-19.7 in layer3, 11.7 against 18.1-19.6 in layer4). Wider
+   * blocks (layer1, layer2: 392 and 196 tiles over 64 and 128 channels) stay with
+   * OpenBLAS, the faster there (29.6-30.7 ms against 30.9-37.6, 17.1-21.7 against
+   * 19.5-22.6; docs/cpu.md). Either way the sums depend on the shapes alone. */
   if (C <= CG_C_DIRECT_K && RB * tw <= C) {
     c->gemm_direct = 1;
     cg_w(
