@@ -161,6 +161,8 @@ def main():
         rows.append((m, batch, med(pc), med(oc), med(ratios), min(ratios), max(ratios), oth))
         print(f"{m:<20} {batch:>5} {med(pc):>9.2f} {med(oc):>9.2f} {med(ratios):>6.3f}x "
               f"{min(ratios):>6.3f}..{max(ratios):<6.3f} {'-' if oth is None else f'{oth:.2f}':>6}", flush=True)
+    if kernels is not None and "no OpenBLAS" in kernels:  # no pipeline linked a BLAS: name the rest
+        print(f"# {kernels}; onnxruntime {onnxruntime.__version__}; {os.cpu_count()} cores; {datetime.date.today()}")
     train = []
     if not a.no_train and a.train_models:
         cmd = [PY, os.path.join(ROOT, "tools", "bench_cpu_train.py"), "--pipecc", pipecc, "--work",
