@@ -154,6 +154,16 @@ static int ew_activation(const ew_node *e) {
   char f1[32], f2[32], l1[48], l2[48], l3[48];
   switch (n->op) {
     case IR_OP_Sigmoid:
+      if (t == IR_FLOAT && !strcmp(c->target, "cpu")) {
+        /* branch-free, through the stage prelude's pk_expf (codegen/c/emit.c), so that it
+         * vectorises: e = e^-|x|, 1 / (1 + e) for x >= 0, e / (1 + e) below; the same
+         * formulas as the libm branch that other targets take (EfficientNet's SiLU is
+         * x * Sigmoid(x) on every activation) */
+        ew(c, "pk_expf(-fabsf(%s));\n", A);
+        ew(c, "    const %s u%d = (%s >= 0 ? 1.0f : t%d) / (1.0f + t%d);\n", T, node, A, node, node);
+        ew(c, "    (void)u%d;\n", node);
+        return 1; /* result in u<node> */
+      }
       ew(c, "%s >= 0 ? %s / (%s + %s(-%s)) : %s(%s) / (%s + %s(%s));\n", A, lit(l1, 1, t), lit(l2, 1, t),
          fm(f1, "exp", t), A, fm(f2, "exp", t), A, l2, f2, A);
       return 0;

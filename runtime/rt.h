@@ -104,8 +104,15 @@ extern int rt_errors_muted;                                                 /* r
 double rt_now(void);                                                        /* monotonic seconds */
 int rt_env_on(const char *name);                                            /* a switch: set, not empty, not "0" */
 void rt_set_blas_threads(int n);
-void *rt_aligned_alloc(size_t n);     /* 64-byte aligned, zeroed; aborts on OOM */
-void *rt_aligned_try_alloc(size_t n); /* the same, or NULL on OOM (sizes that input files set) */
+/* rt_cpu.c: the CPU and the kernels it runs (docs/cpu.md, "The BLAS core") */
+void rt_blas_check(char **argv); /* a BLAS core below the CPU's: restart once with a better one */
+const char *rt_blas_core(void);  /* openblas_get_corename(), NULL without OpenBLAS */
+const char *rt_cpu_brand(void);
+void rt_cpu_isa(char *buf, size_t n);
+const char *rt_gemm_variant(void);         /* pipert_gemm.h's variant on this CPU */
+void rt_kernels_line(char *buf, size_t n); /* "kernels: CPU, ISA; BLAS core ...; pipecc GEMM ..." */
+void *rt_aligned_alloc(size_t n);          /* 64-byte aligned, zeroed; aborts on OOM */
+void *rt_aligned_try_alloc(size_t n);      /* the same, or NULL on OOM (sizes that input files set) */
 /* acc[i] += x[i] over nbytes of float32 or float64 (dtype) elements. */
 void rt_sum_into(void *acc, const void *x, size_t nbytes, int dtype);
 

@@ -610,6 +610,9 @@ void rt_print_bench(const pipert_pipeline *p, int iters, int64_t samples_per_ite
     printf("bubble: measured %.4f (streaming %d batches; per-batch prediction %.4f)\n",
            1.0 - total_busy / (wall_s * workers), iters, p->predicted_bubble);
   else printf("bubble: measured %.4f predicted %.4f\n", 1.0 - total_busy / (wall_s * workers), p->predicted_bubble);
+  char k[512];
+  rt_kernels_line(k, sizeof k);
+  printf("%s\n", k);
   fflush(stdout);
 }
 
@@ -636,13 +639,16 @@ static void usage(FILE *f, const char *argv0, const pipert_pipeline *p) {
           "  --stream         (with --bench) the N batches back to back through a pipeline filled once\n"
           "  --threads-per-stage T   BLAS threads per stage (default 1)\n"
           "  --pin            pin each stage's thread to a core\n"
+          "  -v, --verbose    print the kernels in use and where the stages run (PIPERT_VERBOSE=1)\n"
           "  --weights-dir    where the weights files are (default: the binary's folder)\n"
           "  --transport      threads, mpi, or auto (default: mpi when started by mpirun)\n"
           "  --timeout S      fail a run that has not finished after S seconds\n"
           "  --launch         one process per stage replica on this host (through mpirun)\n"
           "%s"
           "exit status: 0 success, 2 a bad command line, input or output path, 1 a stage failed\n"
-          "environment: PIPERT_VERBOSE=1 prints where the stages run and how they hand over\n",
+          "environment: PIPERT_VERBOSE=1 prints the kernels in use, where the stages run and how they hand over;\n"
+          "       PIPERT_BLAS_CORE=keep never corrects a BLAS core below the CPU's (fix: corrects a\n"
+          "       legacy OPENBLAS_CORETYPE too; docs/cpu.md)\n",
           argv0, argv0, p && p->training ? "" : "  (a training program: ... train --help)\n");
   if (uses_devices(p))
     fputs(
@@ -683,6 +689,9 @@ static void print_info(FILE *f, const char *argv0, const pipert_pipeline *p) {
     fprintf(f, "run: %s train --data X.npy%s --steps N [--save W.npz]\n", argv0,
             p->labels_input >= 0 ? " --labels Y.npy" : "");
   else fprintf(f, "run: %s --input X.npy --output Y.npy (or --bench 10 on generated data)\n", argv0);
+  char k[512];
+  rt_kernels_line(k, sizeof k);
+  fprintf(f, "%s\n", k);
 }
 
 static int parse_int(const char *opt, const char *v, int min, int *out) {
@@ -716,6 +725,7 @@ static int parse_args(int argc, char **argv, rt_options *o, const pipert_pipelin
       o->pin = 1;
       continue;
     }
+    if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) continue; /* pipert_main has set PIPERT_VERBOSE */
     if (!strcmp(a, "--stream")) {
       o->stream = 1;
       continue;
@@ -851,6 +861,14 @@ static int main_with(int argc, char **argv, const pipert_pipeline *p);
 
 int pipert_main(int argc, char **argv, const pipert_pipeline *p) {
   rt_install_crash_handler();
+  for (int i = 1; i < argc; i++) /* -v anywhere (inference or train): PIPERT_VERBOSE=1 */
+    if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--verbose")) setenv("PIPERT_VERBOSE", "1", 1);
+  rt_blas_check(argv); /* before any BLAS work: may restart the program once */
+  if (rt_env_on("PIPERT_VERBOSE")) {
+    char k[512];
+    rt_kernels_line(k, sizeof k);
+    fprintf(stderr, "pipeline: %s\n", k);
+  }
   if (rt_validate_plan(p)) return 2;
   const pipert_pipeline *run = rt_fakedev_pipeline(p); /* PIPERT_FAKE_DEVICE=1: tests without a GPU */
   int rc = main_with(argc, argv, run);

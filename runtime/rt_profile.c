@@ -68,6 +68,7 @@ static void device_name(char *buf, size_t n) {
 int pipert_profile_main(int argc, char **argv, const pipert_stage_desc *d, const pipert_profile_units *u) {
   const char *out_path = NULL, *wdir = NULL;
   int warmup = 2, reps = 5, verbose = 0;
+  rt_blas_check(argv); /* time the kernels the pipeline will run (docs/cpu.md, "The BLAS core") */
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--profile-out") && i + 1 < argc) out_path = argv[++i];
     else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
@@ -149,6 +150,9 @@ int pipert_profile_main(int argc, char **argv, const pipert_stage_desc *d, const
   fprintf(o, "\n}, \"total_ms\": %.6g}\n", total);
   if (out_path) fclose(o);
   if (verbose) {
+    char k[512];
+    rt_kernels_line(k, sizeof k);
+    fprintf(stderr, "profile: %s\n", k);
     int *ord = calloc((size_t)U + 1, sizeof(int));
     for (int i = 0; i < U; i++) ord[i] = i;
     for (int i = 1; i < U; i++) /* by time, descending (insertion sort: U is small) */

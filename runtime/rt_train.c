@@ -56,7 +56,7 @@ static void usage(void) {
       "       [--batch B] [--lr L] [--momentum U] [--weight-decay W] [--beta1 B1] [--beta2 B2] [--eps E]\n"
       "       [--no-shuffle] [--seed S] [--save W.npz] [--save-grads G.npz] [--checkpoint DIR\n"
       "       [--checkpoint-every K]] [--resume DIR] [--export-onnx OUT.onnx] [--log FILE.csv] [--quiet]\n"
-      "       [--weights-dir DIR] [--threads-per-stage T] [--pin] [--timeout S] [--launch]\n"
+      "       [--weights-dir DIR] [--threads-per-stage T] [--pin] [--timeout S] [--launch] [-v]\n"
       "Trains for --steps optimizer steps (or --epochs passes over the data), one batch of the compiled\n"
       "size per step, and prints the loss (and accuracy for classification) with a progress bar.\n"
       "--launch runs one process per stage replica on this host (mpirun; NCCL between GPUs).\n",
@@ -96,6 +96,7 @@ static int parse_train_args(int argc, char **argv, train_opts *t) {
       t->quiet = 1;
       continue;
     }
+    if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) continue; /* pipert_main has set PIPERT_VERBOSE */
     if (!strcmp(a, "--pin")) {
       t->ro.pin = 1;
       continue;
@@ -936,6 +937,9 @@ static int train_loop(trainer *tr, train_opts *t) {
       printf(" stage %d %s (%d micro-batch%s held)%s", s, hb, peak_sets[s], peak_sets[s] == 1 ? "" : "es",
              s + 1 < S ? ";" : "\n");
     }
+    char k[512];
+    rt_kernels_line(k, sizeof k);
+    printf("%s\n", k);
   }
   if (!rc && t->save) rc = save_params(tr, t->save, KINDS(PIPERT_PARAM_WEIGHT, PIPERT_PARAM_BUFFER), "--save");
   if (!rc && t->save_grads) rc = save_params(tr, t->save_grads, KINDS(PIPERT_PARAM_GRAD), "--save-grads");

@@ -5,7 +5,8 @@
  * With a = m + 2, the output is cut into m x m tiles; each tile needs an a x a input
  * patch d. For every tile and channel the emitted code computes V = B^T d B, and for
  * every tile and output channel the output Y = A^T [sum_c U (.) V] A. The sum over
- * channels for each of the a*a positions of the transformed tile is a GEMM, [M x C] x [C x tiles], done by OpenBLAS:
+ * channels for each of the a*a positions of the transformed tile is a GEMM, [M x C] x [C x tiles], done by OpenBLAS
+ * (by pipert_gemm_direct where a block holds no more tiles than channels, below):
  * a*a GEMMs of 2*M*C*tiles FLOPs instead of im2col's one GEMM of 2*M*C*9*m*m*tiles, i.e. 9 m^2 / (m + 2)^2 times fewer
  * (2.25 for m = 2, 4 for m = 4). The transforms are straight-line code with the matrices' constants (zeros dropped,
  * ones as adds). float32 only (the pass prepares nothing else).
@@ -128,11 +129,27 @@ int cg_emit_conv_winograd(cg_ctx *c, const ir_node *n, const cg_win3 *w, int m, 
   cg_w(c, "        }\n      }\n");
   /* the a*a GEMMs */
   cg_w(c, "    for (int e = 0; e < %d; e++)\n", aa);
-  cg_w(
-      c,
-      "      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)P, %lld, 1, x1 + e * %lld, %lld, V + e * VS, "
-      "(int)P, 0, Yt + e * YS, (int)P);\n",
-      LL(M), LL(C), LL(M * C), LL(C));
+  /* A block of no more tiles than channels (ResNet-50's layer3 and layer4 at batch 8:
+   * [256 x 256] x [256 x 64], [512 x 512] x [512 x 32]): cblas_sgemm would pack the
+   * [M x C] filters on every call for a few multiplies per filter element, so
+   * pipert_gemm_direct reads them in place (one core of an AMD EPYC, Zen 4, AVX-512,
+   * OpenBLAS Cooperlake, 2026-12-01, the least of five --profile-run medians per Conv:
+   * 14.4-16.4 ms against 16.7-19.7 in layer3, 11.7 against 18.1-19.6 in layer4). Wider
+   * blocks (layer1, layer2: 392 and 196 tiles over 64 and 128 channels) stay with
+   * OpenBLAS, the faster there (29.6-30.7 ms against 30.9-37.6, 17.1-21.7 against
+   * 19.5-22.6; docs/cpu.md). Either way the sums depend on the shapes alone. */
+  if (C <= CG_C_DIRECT_K && RB * tw <= C) {
+    c->gemm_direct = 1;
+    cg_w(
+        c,
+        "      pipert_gemm_direct(%lld, P, %lld, x1 + e * %lld, V + e * VS, P, NULL, Yt + e * YS, P, NULL, 0, 0, 0, 0);\n",
+        LL(M), LL(C), LL(M * C));
+  } else
+    cg_w(
+        c,
+        "      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, %lld, (int)P, %lld, 1, x1 + e * %lld, %lld, V + e * VS, "
+        "(int)P, 0, Yt + e * YS, (int)P);\n",
+        LL(M), LL(C), LL(M * C), LL(C));
   /* output transform, bias, epilogue */
   cg_w(c, "    for (long mo = 0; mo < %lld; mo++)\n", LL(M));
   cg_w(c, "      for (long rr = 0; rr < nr; rr++) {\n");

@@ -22,7 +22,8 @@
     a shorter run;
   - Softmax, LogSoftmax and LayerNormalization rows of 1 to 130 elements (the 16-lane
     partial sums and maxima, the tails), masked (-inf) and large entries;
-  - Exp and Erf (the prelude's pk_expf, pk_erff) over every range they split, including
+  - Exp, Erf and Sigmoid (the prelude's pk_expf, pk_erff; Sigmoid through pk_expf) over
+    every range they split, including
     overflow, underflow, +-0, +-inf and NaN, against float64 values rounded to float
     (within 3 ulp; NaN for NaN; exp's results under 2^-125 may be 0);
   - layer normalisation written out in element-wise ops (passes/opt/fuse.c: Pow or Mul, eps,
@@ -639,11 +640,12 @@ def unary_case(a, op):
     got = pt.build_run(cmd, env, out, xin, op)
     if got is None:
         return False
-    f = np.exp if op == "Exp" else np.vectorize(lambda t: math.erf(t) if not math.isnan(t) else math.nan)
+    f = (np.exp if op == "Exp" else (lambda t: 1.0 / (1.0 + np.exp(-t))) if op == "Sigmoid" else
+         np.vectorize(lambda t: math.erf(t) if not math.isnan(t) else math.nan))
     with np.errstate(over="ignore"):
         ref = f(x.astype(np.float64))
     u = ulps(got["y"], ref)
-    if op == "Exp":  # pk_expf flushes results under 2^-125 to zero
+    if op in ("Exp", "Sigmoid"):  # pk_expf flushes results under 2^-125 to zero
         u = np.where((got["y"] == 0) & (np.abs(ref) < 2.0 ** -125), 0.0, u)
     worst = int(np.argmax(u))
     good = bool(u.max() <= 3.0)
@@ -725,7 +727,7 @@ def main():
                 good &= same
         ok &= good
         pt.done_with(d, good)
-    for op in ("Exp", "Erf"):
+    for op in ("Exp", "Erf", "Sigmoid"):
         if not a.k or re.search(a.k, op.lower()):
             ok &= unary_case(a, op)
     print("PASS" if ok else "FAIL")
