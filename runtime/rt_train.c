@@ -345,6 +345,7 @@ static void epoch_order(int64_t *order, int64_t N, int shuffle, uint64_t seed, i
 typedef struct {
   const pipert_pipeline *p;
   const rt_backend *be;
+  int64_t async_steps; /* an asynchronous schedule: the steps its one round runs */
 } trainer;
 
 static int param_io(trainer *tr, int s, int r, const pipert_param_desc *pd, int write, void *buf) {
@@ -826,16 +827,23 @@ static int train_loop(trainer *tr, train_opts *t) {
   if (!rc && t->resume) rc = resume(tr, t, &start);
   if (!rc) rc = set_hyper(tr, t);
   if (!rc) rc = sync_copies(tr);
+  /* an asynchronous schedule runs every step in one round: the steps' batches side by side */
+  int async = rt_async_mode(p) != RT_SYNC;
+  int64_t K = async ? steps - start : 1;
+  if (!rc && async && K != tr->async_steps) {
+    rt_errorf("internal error: %lld steps, the streams are for %lld", (long long)K, (long long)tr->async_steps);
+    rc = 1;
+  }
   for (int i = 0; !rc && i < p->n_inputs; i++) {
     int64_t dims[PIPERT_MAX_RANK];
     memcpy(dims, p->inputs[i].dims, sizeof dims);
-    dims[0] = r0 ? B : 0;
+    dims[0] = r0 ? B * K : 0;
     if (rt_array_alloc(&in[i], p->inputs[i].name, p->inputs[i].dtype, p->inputs[i].rank, dims)) {
       rt_errorf("train: input '%s': out of memory for a batch of %lld", p->inputs[i].name, (long long)B);
       rc = 2;
     }
   }
-  if (!rc && r0) rc = rt_alloc_outputs(p, M, out);
+  if (!rc && r0) rc = rt_alloc_outputs(p, M * K, out);
   if (!rc && start >= steps) {
     if (r0)
       rt_errorf("train: the checkpoint is at step %lld, and training ends at step %lld", (long long)start,
@@ -864,24 +872,27 @@ static int train_loop(trainer *tr, train_opts *t) {
   int64_t ep_steps = 0, done = start;
   int every = steps / 20 > 0 ? (int)(steps / 20) : 1;
   for (int64_t step = start; !rc && step < steps; step++) {
-    int64_t epoch = step / spe, pos = step % spe;
-    if (r0) {
-      if (epoch != order_epoch) {
-        epoch_order(order, N, t->shuffle, t->seed, epoch);
-        order_epoch = epoch;
+    int64_t epoch = step / spe, pos = step % spe, slot = async ? step - start : 0;
+    for (int64_t fs = async ? (step == start ? start : steps) : step; r0 && fs < (async ? steps : step + 1); fs++) {
+      int64_t fe = fs / spe, fp = fs % spe, fslot = async ? fs - start : 0;
+      if (fe != order_epoch) {
+        epoch_order(order, N, t->shuffle, t->seed, fe);
+        order_epoch = fe;
       }
       for (int i = 0; i < p->n_inputs; i++) {
         size_t row = data[i].nbytes / (size_t)N;
         for (int64_t j = 0; j < B; j++)
-          memcpy((char *)in[i].data + (size_t)j * row, (const char *)data[i].data + (size_t)order[pos * B + j] * row,
-                 row);
+          memcpy((char *)in[i].data + (size_t)(fslot * B + j) * row,
+                 (const char *)data[i].data + (size_t)order[fp * B + j] * row, row);
       }
     }
-    rc = be->run(be->impl, in, out, &st);
-    if (!rc) rc = sync_copies(tr);
-    if (rc) break;
+    if (!async || step == start) {
+      rc = be->run(be->impl, in, out, &st);
+      if (!rc) rc = sync_copies(tr);
+      if (rc) break;
+      if (r0) wall += st.wall_s;
+    }
     if (r0) {
-      wall += st.wall_s;
       for (int s = 0; s < S; s++) {
         if (st.peak_bytes[s] > peak[s]) peak[s] = st.peak_bytes[s];
         if (st.peak_sets[s] > peak_sets[s]) peak_sets[s] = st.peak_sets[s];
@@ -889,12 +900,18 @@ static int train_loop(trainer *tr, train_opts *t) {
       const rt_array *L = &out[p->loss_output];
       loss = 0;
       for (int m = 0; m < M; m++)
-        loss += L->dtype == PIPERT_DOUBLE ? ((const double *)L->data)[m] : ((const float *)L->data)[m];
+        loss += L->dtype == PIPERT_DOUBLE ? ((const double *)L->data)[slot * M + m]
+                                          : ((const float *)L->data)[slot * M + m];
       if (!p->loss_sum) loss /= M;
       acc = 0;
       if (p->logits_output >= 0 && p->labels_input >= 0) {
         int64_t total;
-        acc = (double)count_correct(&out[p->logits_output], &in[p->labels_input], &total) / (double)(total ? total : 1);
+        rt_array lo = out[p->logits_output], la = in[p->labels_input];
+        lo.nbytes /= (size_t)K;
+        la.nbytes /= (size_t)K;
+        lo.data = (char *)lo.data + (size_t)slot * lo.nbytes;
+        la.data = (char *)la.data + (size_t)slot * la.nbytes;
+        acc = (double)count_correct(&lo, &la, &total) / (double)(total ? total : 1);
       }
       if (!isfinite(loss)) {
         rt_errorf("train: step %lld: the loss is %s (lower --lr?)", (long long)step + 1,
@@ -907,7 +924,7 @@ static int train_loop(trainer *tr, train_opts *t) {
     ep_loss += loss;
     ep_acc += acc;
     ep_steps++;
-    double sps = (double)B / (st.wall_s > 0 ? st.wall_s : 1e-9);
+    double sps = (double)B * (double)K / (st.wall_s > 0 ? st.wall_s : 1e-9);
     if (log) fprintf(log, "%lld,%lld,%.9g,%.9g,%.6g\n", (long long)done, (long long)epoch + 1, loss, acc, sps);
     if (!quiet && (tty || done % every == 0 || done == steps))
       progress(stdout, tty, done, steps, spe, loss, p->logits_output >= 0, acc, sps);
@@ -979,15 +996,28 @@ int rt_train_main(const pipert_pipeline *p, int argc, char **argv) {
     free(t.data);
     return 2;
   }
+  int async = rt_async_mode(p) != RT_SYNC;
+  if (async) { /* one round without a flush runs every step: what needs rounds is refused */
+    const char *why = use_mpi                                 ? "runs on the threads transport only (not under MPI)"
+                      : !t.steps                              ? "needs --steps (the run is one stream of its steps)"
+                      : t.resume || t.checkpoint              ? "does not write or resume checkpoints"
+                      : t.steps > (int64_t)(INT32_MAX / 8 / M) ? "takes fewer --steps"
+                                                              : NULL;
+    if (why) {
+      if (rank0) rt_errorf("train: --schedule %s %s", p->schedule, why);
+      free(t.data);
+      return 2;
+    }
+  }
   rt_set_blas_threads(t.ro.threads_per_stage);
   rt_backend be;
-  trainer tr = {p, &be};
+  trainer tr = {p, &be, async ? t.steps : 0};
   if (use_mpi) {
     rc = rt_mpi_backend(p, &t.ro, &be);
     if (!rc) rc = train_loop(&tr, &t);
     rc = rt_mpi_backend_end(&be, rc);
   } else {
-    rc = rt_threads_backend(p, &t.ro, M, &be);
+    rc = rt_threads_backend(p, &t.ro, async ? (int)(M * t.steps) : M, &be);
     if (!rc) rc = train_loop(&tr, &t);
     rt_threads_backend_free(&be);
   }

@@ -605,7 +605,9 @@ void pipecc_assign_stages(pipecc_run *r) {
                     NULL,
                     r->m,
                     p->bubble_fraction,
-                    o->schedule == PASS_SCHED_GPIPE ? "gpipe" : "1f1b",
+                    o->async_schedule                ? o->async_schedule
+                    : o->schedule == PASS_SCHED_GPIPE ? "gpipe"
+                                                      : "1f1b",
                     NULL};
   /* --split even replaces the plan's stages by exactly g contiguous stages of about equal
    * FLOPs (cg_fallback_split), one replica each: the tests check with it that results

@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""The asynchronous schedules (pipecc --train --schedule pipedream|async|spectrain|2bw)
+against tools/async_ref.py, an independent PyTorch model of their semantics:
+
+  - an MLP (4 Linear layers, ReLU between, cross-entropy; SGD with momentum) compiled at
+    g = 1, 2, 3, 4 (--no-replicate, PIPECC_SPLIT=even) and trained K = 7 mini-batches:
+    the weights `pipeline train --save` writes within rel-L2 1e-5 (float32) of the
+    reference for every mode (2bw: 4 micro-batches a batch, 7 batches);
+  - at g = 1, pipedream, async and spectrain equal plain SGD (the reference's sync mode,
+    and pipecc's synchronous 1F1B build, within 1e-6);
+  - at g >= 2 each mode differs from synchronous SGD (the staleness is there), and
+    pipedream and async each from the other's reference (stashing shows);
+  - each mode bitwise identical between two runs;
+  - errors: an asynchronous schedule without --train, spectrain without momentum, -m with
+    pipedream, 2bw with fewer micro-batches than it needs, --resume: one line, exit 2.
+
+usage: async_check.py --pipecc build/pipecc --work DIR [--stages 1,2,3,4] [--modes ...]
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "tools"))
+import async_ref  # noqa: E402
+
+DIMS = [8, 16, 16, 16, 10]
+B, K, LR, MU = 8, 7, 0.05, 0.9
+A = None
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+def run(cmd, env=None):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=600)
+
+
+def export(path, batch):
+    model = async_ref.mlp_model(DIMS, seed=1)
+    x = torch.zeros(batch, DIMS[0])
+    torch.onnx.export(model, x, path, input_names=["input"], output_names=["output"], opset_version=13,
+                      do_constant_folding=False)
+    return model
+
+
+def compile_(model_path, out, g, schedule, extra=(), ok=True):
+    shutil.rmtree(out, ignore_errors=True)
+    r = run([A.pipecc, model_path, "--train", "-g", str(g), "--no-replicate", "--schedule", schedule, "--optimizer",
+             "sgd", "--lr", str(LR), "--momentum", str(MU), "-o", out, "-j", "2", "-q"] + list(extra),
+            {"PIPECC_SPLIT": "even"})
+    if ok:
+        check(r.returncode == 0, "pipecc -g %d --schedule %s: %s" % (g, schedule, r.stderr[-3000:]))
+    return r
+
+
+def stage_of(out, names):
+    """Each weight's stage: the stage_K.c that names it as a param it owns."""
+    res = {}
+    for f in sorted(os.listdir(out)):
+        m = re.match(r"stage_(\d+)\.c$", f)
+        if not m:
+            continue
+        src = open(os.path.join(out, f)).read()
+        for n in names:
+            if ('"%s"' % n) in src:
+                check(n not in res, "weight %s in two stages" % n)
+                res[n] = int(m.group(1))
+    check(sorted(res) == sorted(names), "stages of %s not found: %s" % (names, res))
+    return res
+
+
+def train(out, data, tag, steps=K, extra=(), ok=True):
+    save = os.path.join(out, "w_%s.npz" % tag)
+    r = run([os.path.join(out, "pipeline"), "train", "--data", data[0], "--labels", data[1], "--steps", str(steps),
+             "--no-shuffle", "--quiet", "--save", save] + list(extra))
+    if ok:
+        check(r.returncode == 0, "pipeline train (%s): exit %d\n%s%s" % (out, r.returncode, r.stdout[-2000:],
+                                                                        r.stderr[-2000:]))
+        with np.load(save) as z:
+            return {k: z[k] for k in z.files}
+    return r
+
+
+def rel(a, b):
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def worst(w, ref):
+    return max(rel(w[n], ref[n].numpy()) for n in ref)
+
+
+def one_line_exit2(r, what, pattern):
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln]
+    check(r.returncode == 2 and len(lines) == 1 and re.search(pattern, lines[0]),
+          "%s: expected one line matching '%s' and exit 2, got %d: %s" % (what, pattern, r.returncode, r.stderr))
+
+
+def main():
+    global A
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pipecc", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--stages", default="1,2,3,4")
+    ap.add_argument("--modes", default="pipedream,async,spectrain,2bw")
+    A = ap.parse_args()
+    shutil.rmtree(A.work, ignore_errors=True)
+    os.makedirs(A.work)
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((K * B, DIMS[0])).astype(np.float32)
+    Y = rng.integers(0, DIMS[-1], size=K * B).astype(np.int64)
+    data = (os.path.join(A.work, "X.npy"), os.path.join(A.work, "Y.npy"))
+    np.save(data[0], X)
+    np.save(data[1], Y)
+    path = os.path.join(A.work, "mlp.onnx")
+    model = export(path, B)
+    names = [n for n, _ in model.named_parameters()]
+    sync_ref = async_ref.train("sync", model, {n: 0 for n in names}, 1, X, Y, K, B, lr=LR, momentum=MU)
+
+    for g in [int(s) for s in A.stages.split(",")]:
+        for mode in A.modes.split(","):
+            out = os.path.join(A.work, "%s_g%d" % (mode, g))
+            M = 4 if mode == "2bw" else 1
+            compile_(path, out, g, mode, ["-m", str(M)] if mode == "2bw" else [])
+            so = stage_of(out, names)
+            N = max(so.values()) + 1
+            check(N == g, "%s g=%d: %d stages hold weights" % (mode, g, N))
+            w1 = train(out, data, "a")
+            w2 = train(out, data, "b")
+            for n in w1:
+                check(w1[n].tobytes() == w2[n].tobytes(), "%s g=%d: two runs differ in %s" % (mode, g, n))
+            ref = async_ref.train(mode, model, so, N, X, Y, K, B, M=M, lr=LR, momentum=MU)
+            e = worst(w1, ref)
+            s = worst(w1, sync_ref)
+            print("%-9s g=%d: rel-L2 vs reference %.2e, vs synchronous SGD %.2e" % (mode, g, e, s))
+            check(e <= 1e-5, "%s g=%d: rel-L2 %.3g vs the reference" % (mode, g, e))
+            if g == 1 and mode != "2bw":
+                check(s <= 1e-5, "%s g=1: rel-L2 %.3g vs plain SGD" % (mode, s))
+            if g > 1 or mode == "2bw":
+                check(s > 1e-4, "%s g=%d: equals synchronous SGD (%.3g): no staleness" % (mode, g, s))
+            if g > 1 and mode in ("pipedream", "async"):  # stashing or not shows
+                other = "async" if mode == "pipedream" else "pipedream"
+                o = worst(w1, async_ref.train(other, model, so, N, X, Y, K, B, lr=LR, momentum=MU))
+                check(o > 1e-5 * 3, "%s g=%d: within %.3g of %s's reference" % (mode, g, o, other))
+
+    # the synchronous build at g=1, one micro-batch: the same as pipedream's
+    out = os.path.join(A.work, "sync_g1")
+    compile_(path, out, 1, "1f1b", ["-m", "1"])
+    ws = train(out, data, "s")
+    e = worst(ws, sync_ref)
+    print("1f1b      g=1: rel-L2 vs synchronous SGD %.2e" % e)
+    check(e <= 1e-5, "1f1b g=1 vs the reference's sync mode: %.3g" % e)
+
+    # errors
+    r = run([A.pipecc, path, "--schedule", "pipedream", "-g", "2", "-o", os.path.join(A.work, "e1")])
+    one_line_exit2(r, "pipedream without --train", r"--schedule pipedream.*needs --train")
+    r = compile_(path, os.path.join(A.work, "e2"), 2, "spectrain", ["--momentum", "0"], ok=False)
+    one_line_exit2(r, "spectrain without momentum", r"spectrain.*momentum")
+    r = run([A.pipecc, path, "--train", "--schedule", "spectrain", "--optimizer", "adam", "-o",
+             os.path.join(A.work, "e3")])
+    one_line_exit2(r, "spectrain with adam", r"spectrain.*momentum")
+    r = compile_(path, os.path.join(A.work, "e4"), 2, "pipedream", ["-m", "2"], ok=False)
+    one_line_exit2(r, "pipedream -m 2", r"-m does not apply")
+    out = os.path.join(A.work, "e5")
+    compile_(path, out, 4, "2bw", ["-m", "2"])
+    r = train(out, data, "e5", ok=False)
+    one_line_exit2(r, "2bw with 2 micro-batches on 4 stages", r"2bw needs at least 3 micro-batches")
+    out = os.path.join(A.work, "pipedream_g2")
+    r = train(out, data, "e6", extra=["--resume", A.work], ok=False)
+    one_line_exit2(r, "pipedream --resume", r"checkpoints")
+    print("async schedules: OK")
+
+
+if __name__ == "__main__":
+    main()
