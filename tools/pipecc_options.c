@@ -548,6 +548,7 @@ static int check(pipecc_options *o) {
     if (strcmp(a, "2bw") && (o->microbatches > 1 || o->m_auto || o->m_max))
       return cli_error("--schedule %s: one update per micro-batch, so -m does not apply (only 2bw takes -m)", a);
     if (strcmp(a, "2bw")) o->microbatches = 1;
+    if (t->recompute) return cli_error("--schedule %s: re-materialisation (--recompute) is for the synchronous schedules", a);
     if (!o->no_replicate && !o->quiet)
       fprintf(stderr, "pipecc: --schedule %s: stages are not replicated (one device per stage)\n", a);
     o->no_replicate = 1;

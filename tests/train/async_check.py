@@ -11,6 +11,9 @@ against tools/async_ref.py, an independent PyTorch model of their semantics:
   - at g >= 2 each mode differs from synchronous SGD (the staleness is there), and
     pipedream and async each from the other's reference (stashing shows);
   - each mode bitwise identical between two runs;
+  - plan.json and the plan summary: the mode, each stage's weight versions (pipedream
+    N-k, async 1, spectrain 2, 2bw 2), staleness, prediction distances, N-k held
+    micro-batches, and a memory term that counts the versions;
   - errors: an asynchronous schedule without --train, spectrain without momentum, -m with
     pipedream, 2bw with fewer micro-batches than it needs, --resume: one line, exit 2.
 
@@ -87,8 +90,8 @@ def stage_of(out, names):
 
 def train(out, data, tag, steps=K, extra=(), ok=True):
     save = os.path.join(out, "w_%s.npz" % tag)
-    r = run([os.path.join(out, "pipeline"), "train", "--data", data[0], "--labels", data[1], "--steps", str(steps),
-             "--no-shuffle", "--quiet", "--save", save] + list(extra))
+    r = run([os.path.join(out, "pipeline"), "train", "--data", data[0], "--labels", data[1]] +
+            (["--steps", str(steps)] if steps else []) + ["--no-shuffle", "--quiet", "--save", save] + list(extra))
     if ok:
         check(r.returncode == 0, "pipeline train (%s): exit %d\n%s%s" % (out, r.returncode, r.stdout[-2000:],
                                                                         r.stderr[-2000:]))
@@ -168,6 +171,38 @@ def main():
     print("1f1b      g=1: rel-L2 vs synchronous SGD %.2e" % e)
     check(e <= 1e-5, "1f1b g=1 vs the reference's sync mode: %.3g" % e)
 
+    # plan.json and the summary: the mode, versions kept and staleness per stage, the memory
+    # term counting the versions
+    plans = {}
+    for mode in ("pipedream", "async", "spectrain", "2bw"):
+        out = os.path.join(A.work, "plan_" + mode)
+        shutil.rmtree(out, ignore_errors=True)
+        r = run([A.pipecc, path, "--train", "-g", "4", "--schedule", mode, "--momentum", str(MU), "--plan-only", "-o",
+                 out] + (["-m", "4"] if mode == "2bw" else []))
+        check(r.returncode == 0, "--plan-only %s: %s" % (mode, r.stderr))
+        check(re.search(r"stages are not replicated", r.stderr), "%s: no line saying stages are not replicated" % mode)
+        check(re.search(r"%s, no flush: stage 0 " % mode, r.stderr), "%s: no versions line in the summary" % mode)
+        import json
+        plans[mode] = json.load(open(os.path.join(out, "plan.json")))
+        check(plans[mode]["schedule"] == mode and plans[mode].get("asynchronous"), "%s: plan.json schedule" % mode)
+    st = {m: plans[m]["stages"] for m in plans}
+    n = len(st["pipedream"])
+    check(n >= 2, "the -g 4 plan has %d stages" % n)
+    for k in range(n):
+        want = {"pipedream": (n - k, n - 1 - k, n - 1 - k), "async": (1, n - 1 - k, 0), "spectrain": (2, n - 1 - k, 0),
+                "2bw": (2, 1, 1)}
+        for m, (v, sf, sb) in want.items():
+            got = (st[m][k]["weight_versions"], st[m][k]["staleness_fwd"], st[m][k]["staleness_bwd"])
+            check(got == (v, sf, sb), "%s stage %d: versions/staleness %s, expected %s" % (m, k, got, (v, sf, sb)))
+            check(st[m][k]["held_microbatches"] == n - k, "%s stage %d holds %d micro-batches, not %d" %
+                  (m, k, st[m][k]["held_microbatches"], n - k))
+        check((st["spectrain"][k]["predict_fwd"], st["spectrain"][k]["predict_bwd"]) == (k // 2 + n - k - 1, k // 2),
+              "spectrain stage %d: prediction distances" % k)
+        d = st["pipedream"][k]["memory_bytes"] - st["async"][k]["memory_bytes"]
+        check(st["pipedream"][k]["nodes"] == st["async"][k]["nodes"], "pipedream and async plans differ")
+        check(d == (n - k - 1) * st["async"][k]["param_bytes"], "pipedream stage %d: memory counts %d more bytes, not "
+              "%d versions of %d" % (k, d, n - k - 1, st["async"][k]["param_bytes"]))
+
     # errors
     r = run([A.pipecc, path, "--schedule", "pipedream", "-g", "2", "-o", os.path.join(A.work, "e1")])
     one_line_exit2(r, "pipedream without --train", r"--schedule pipedream.*needs --train")
@@ -178,13 +213,16 @@ def main():
     one_line_exit2(r, "spectrain with adam", r"spectrain.*momentum")
     r = compile_(path, os.path.join(A.work, "e4"), 2, "pipedream", ["-m", "2"], ok=False)
     one_line_exit2(r, "pipedream -m 2", r"-m does not apply")
+    r = compile_(path, os.path.join(A.work, "e7"), 2, "pipedream", ["--recompute"], ok=False)
+    one_line_exit2(r, "pipedream --recompute", r"re-materialisation")
     out = os.path.join(A.work, "e5")
     compile_(path, out, 4, "2bw", ["-m", "2"])
     r = train(out, data, "e5", ok=False)
     one_line_exit2(r, "2bw with 2 micro-batches on 4 stages", r"2bw needs at least 3 micro-batches")
-    out = os.path.join(A.work, "pipedream_g2")
     r = train(out, data, "e6", extra=["--resume", A.work], ok=False)
-    one_line_exit2(r, "pipedream --resume", r"checkpoints")
+    one_line_exit2(r, "2bw --resume", r"checkpoints")
+    r = train(out, data, "e8", steps=None, extra=["--epochs", "1"], ok=False)
+    one_line_exit2(r, "2bw --epochs", r"needs --steps")
     print("async schedules: OK")
 
 
