@@ -369,7 +369,7 @@ typedef struct rt_backend {
  * pipeline (transport_mpi.c). */
 int rt_threads_backend(const pipert_pipeline *p, const rt_options *o, int M, rt_backend *be);
 void rt_threads_backend_free(rt_backend *be);
-int rt_mpi_backend(const pipert_pipeline *p, const rt_options *o, rt_backend *be);
+int rt_mpi_backend(const pipert_pipeline *p, const rt_options *o, int M, rt_backend *be); /* M 0: the plan's */
 /* Ends the MPI world after training: every rank exits with rank 0's status, returned. */
 int rt_mpi_backend_end(rt_backend *be, int rc);
 

@@ -998,8 +998,7 @@ int rt_train_main(const pipert_pipeline *p, int argc, char **argv) {
   }
   int async = rt_async_mode(p) != RT_SYNC;
   if (async) { /* one round without a flush runs every step: what needs rounds is refused */
-    const char *why = use_mpi                                 ? "runs on the threads transport only (not under MPI)"
-                      : !t.steps                              ? "needs --steps (the run is one stream of its steps)"
+    const char *why = !t.steps                              ? "needs --steps (the run is one stream of its steps)"
                       : t.resume || t.checkpoint              ? "does not write or resume checkpoints"
                       : t.steps > (int64_t)(INT32_MAX / 8 / M) ? "takes fewer --steps"
                                                               : NULL;
@@ -1013,7 +1012,7 @@ int rt_train_main(const pipert_pipeline *p, int argc, char **argv) {
   rt_backend be;
   trainer tr = {p, &be, async ? t.steps : 0};
   if (use_mpi) {
-    rc = rt_mpi_backend(p, &t.ro, &be);
+    rc = rt_mpi_backend(p, &t.ro, async ? (int)(M * t.steps) : 0, &be);
     if (!rc) rc = train_loop(&tr, &t);
     rc = rt_mpi_backend_end(&be, rc);
   } else {

@@ -10,14 +10,15 @@ against tools/async_ref.py, an independent PyTorch model of their semantics:
     and pipecc's synchronous 1F1B build, within 1e-6);
   - at g >= 2 each mode differs from synchronous SGD (the staleness is there), and
     pipedream and async each from the other's reference (stashing shows);
-  - each mode bitwise identical between two runs;
+  - each mode bitwise identical between two runs, and (with --mpirun) at g = 2, 3 under
+    `mpirun -np g` (one rank a stage) the threads transport's bits;
   - plan.json and the plan summary: the mode, each stage's weight versions (pipedream
     N-k, async 1, spectrain 2, 2bw 2), staleness, prediction distances, N-k held
     micro-batches, and a memory term that counts the versions;
   - errors: an asynchronous schedule without --train, spectrain without momentum, -m with
     pipedream, 2bw with fewer micro-batches than it needs, --resume: one line, exit 2.
 
-usage: async_check.py --pipecc build/pipecc --work DIR [--stages 1,2,3,4] [--modes ...]
+usage: async_check.py --pipecc build/pipecc --work DIR [--stages 1,2,3,4] [--modes ...] [--mpirun PATH]
 """
 import argparse
 import os
@@ -88,10 +89,15 @@ def stage_of(out, names):
     return res
 
 
-def train(out, data, tag, steps=K, extra=(), ok=True):
+MPI_ENV = {"OMPI_MCA_btl_vader_single_copy_mechanism": "none", "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+
+
+def train(out, data, tag, steps=K, extra=(), ok=True, mpi=0):
     save = os.path.join(out, "w_%s.npz" % tag)
-    r = run([os.path.join(out, "pipeline"), "train", "--data", data[0], "--labels", data[1]] +
-            (["--steps", str(steps)] if steps else []) + ["--no-shuffle", "--quiet", "--save", save] + list(extra))
+    pre = [A.mpirun, "--oversubscribe", "--allow-run-as-root", "-np", str(mpi)] if mpi else []
+    r = run(pre + [os.path.join(out, "pipeline"), "train", "--data", data[0], "--labels", data[1]] +
+            (["--steps", str(steps)] if steps else []) + ["--no-shuffle", "--quiet", "--save", save] + list(extra),
+            MPI_ENV if mpi else None)
     if ok:
         check(r.returncode == 0, "pipeline train (%s): exit %d\n%s%s" % (out, r.returncode, r.stdout[-2000:],
                                                                         r.stderr[-2000:]))
@@ -123,7 +129,10 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--stages", default="1,2,3,4")
     ap.add_argument("--modes", default="pipedream,async,spectrain,2bw")
+    ap.add_argument("--mpirun", default="", help="also: under mpirun, the threads transport's bits")
     A = ap.parse_args()
+    if A.mpirun.endswith("NOTFOUND"):
+        A.mpirun = ""
     shutil.rmtree(A.work, ignore_errors=True)
     os.makedirs(A.work)
     rng = np.random.default_rng(3)
@@ -149,6 +158,10 @@ def main():
             w2 = train(out, data, "b")
             for n in w1:
                 check(w1[n].tobytes() == w2[n].tobytes(), "%s g=%d: two runs differ in %s" % (mode, g, n))
+            if A.mpirun and g in (2, 3):
+                wm = train(out, data, "mpi", mpi=g)
+                for n in w1:
+                    check(w1[n].tobytes() == wm[n].tobytes(), "%s g=%d: MPI differs from threads in %s" % (mode, g, n))
             ref = async_ref.train(mode, model, so, N, X, Y, K, B, M=M, lr=LR, momentum=MU)
             e = worst(w1, ref)
             s = worst(w1, sync_ref)
