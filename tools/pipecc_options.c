@@ -538,7 +538,7 @@ static int check(pipecc_options *o) {
     const char *a = o->async_schedule;
     if (!o->train_prog)
       return cli_error("--schedule %s: an asynchronous schedule trains: it needs --train", a);
-    if (strcmp(o->target, "cpu")) {
+    if (strcmp(o->target, "cpu") && strcmp(o->target, "cuda")) {
       fprintf(stderr, "pipecc: --schedule %s: the %s target does not run asynchronous schedules (--target cpu)\n", a,
               o->target);
       return 2;

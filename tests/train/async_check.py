@@ -18,7 +18,11 @@ against tools/async_ref.py, an independent PyTorch model of their semantics:
   - errors: an asynchronous schedule without --train, spectrain without momentum, -m with
     pipedream, 2bw with fewer micro-batches than it needs, --resume: one line, exit 2.
 
+With --sim-lib the builds are for the cuda target, run on the CUDA simulator, and only the
+weights against the reference (and two runs' bits) are checked.
+
 usage: async_check.py --pipecc build/pipecc --work DIR [--stages 1,2,3,4] [--modes ...] [--mpirun PATH]
+                      [--sim-lib libcudasim.a]
 """
 import argparse
 import os
@@ -65,9 +69,12 @@ def export(path, batch):
 
 def compile_(model_path, out, g, schedule, extra=(), ok=True):
     shutil.rmtree(out, ignore_errors=True)
+    env = {"PIPECC_SPLIT": "even"}
+    if A.sim_lib:
+        env.update(NVCC=os.path.join(os.path.dirname(HERE), "cuda", "sim", "nvcc"), CUDASIM_LIB=A.sim_lib)
+        extra = ["--target", "cuda", "--no-tf32"] + list(extra)
     r = run([A.pipecc, model_path, "--train", "-g", str(g), "--no-replicate", "--schedule", schedule, "--optimizer",
-             "sgd", "--lr", str(LR), "--momentum", str(MU), "-o", out, "-j", "2", "-q"] + list(extra),
-            {"PIPECC_SPLIT": "even"})
+             "sgd", "--lr", str(LR), "--momentum", str(MU), "-o", out, "-j", "2", "-q"] + list(extra), env)
     if ok:
         check(r.returncode == 0, "pipecc -g %d --schedule %s: %s" % (g, schedule, r.stderr[-3000:]))
     return r
@@ -77,7 +84,7 @@ def stage_of(out, names):
     """Each weight's stage: the stage_K.c that names it as a param it owns."""
     res = {}
     for f in sorted(os.listdir(out)):
-        m = re.match(r"stage_(\d+)\.c$", f)
+        m = re.match(r"stage_(\d+)\.(c|cu)$", f)
         if not m:
             continue
         src = open(os.path.join(out, f)).read()
@@ -130,6 +137,8 @@ def main():
     ap.add_argument("--stages", default="1,2,3,4")
     ap.add_argument("--modes", default="pipedream,async,spectrain,2bw")
     ap.add_argument("--mpirun", default="", help="also: under mpirun, the threads transport's bits")
+    ap.add_argument("--sim-lib", default="", help="the cuda target on the CUDA simulator (libcudasim.a): the "
+                    "modes' weights against the reference only (float32 GEMMs without TF32)")
     A = ap.parse_args()
     if A.mpirun.endswith("NOTFOUND"):
         A.mpirun = ""
@@ -176,6 +185,9 @@ def main():
                 o = worst(w1, async_ref.train(other, model, so, N, X, Y, K, B, lr=LR, momentum=MU))
                 check(o > 1e-5 * 3, "%s g=%d: within %.3g of %s's reference" % (mode, g, o, other))
 
+    if A.sim_lib:
+        print("async schedules on the cuda target (CUDA simulator): OK")
+        return
     # the synchronous build at g=1, one micro-batch: the same as pipedream's
     out = os.path.join(A.work, "sync_g1")
     compile_(path, out, 1, "1f1b", ["-m", "1"])
