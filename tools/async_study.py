@@ -1,0 +1,110 @@
+#!/usr/bin/python3
+"""The asynchronous schedules against synchronous 1F1B on scikit-learn's digits (the
+first of the SpecTrain paper's comparisons, on this machine; docs/training.md).
+
+    /usr/bin/python3 tools/async_study.py --pipecc build/pipecc --out out/async_study [--epochs 10] [-g 4]
+
+  data      tools/train_digits.py's split: 1437 training images, 360 validation images
+  model     tools/train_digits.py's small CNN ((Conv3x3-BN-ReLU-MaxPool) x2 + Linear),
+            SGD lr 0.05, momentum 0.9, weight decay 1e-4, cross-entropy; mini-batches of
+            32 (shuffled by `pipeline train`, seed 0)
+  builds    -g G --no-replicate: 1f1b (-m 4: 4 micro-batches of 8), 2bw (-m 4), and
+            pipedream, async, spectrain (one micro-batch of 32 a mini-batch)
+  figures   per mode: min training loss (epoch means of the per-step losses of
+            `pipeline train --log`), min validation loss and max validation accuracy over
+            the epochs (after epoch e: the weights of a run of e epochs' steps, which are
+            the weights after e epochs of the longer run, evaluated by torch in eval mode)
+
+Writes DIR/loss.svg (tools/plot_train.py, the per-step training loss of every mode),
+DIR/summary.json, and prints the table.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import train_digits as td  # noqa: E402
+
+MODES = ["1f1b", "pipedream", "async", "spectrain", "2bw"]
+
+
+def evaluate(weights, x, y):
+    import torch
+    import torch.nn.functional as F
+    model = td.make_model()
+    sd = model.state_dict()
+    for k, v in weights.items():
+        if k in sd:
+            sd[k] = torch.from_numpy(np.asarray(v))
+    model.load_state_dict(sd)
+    model.eval()
+    with torch.no_grad():
+        out = model(torch.from_numpy(x))
+        return float(F.cross_entropy(out, torch.from_numpy(y))), float((out.argmax(1).numpy() == y).mean())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pipecc", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("-g", type=int, default=4)
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    xt, yt, xv, yv = td.data()
+    np.save(os.path.join(a.out, "X.npy"), xt)
+    np.save(os.path.join(a.out, "Y.npy"), yt)
+    model = td.make_model()
+    path = os.path.join(a.out, "smallcnn.onnx")
+    td.export(model, path, True)
+    spe = len(yt) // td.BATCH
+    res = {}
+    for mode in MODES:
+        d = os.path.join(a.out, mode)
+        m = ["-m", "4"] if mode in ("1f1b", "2bw") else []
+        r = subprocess.run([a.pipecc, path, "--shape", "input:%dx1x8x8" % td.BATCH, "--train", "-g", str(a.g),
+                            "--no-replicate", "--schedule", mode, "--optimizer", "sgd", "--lr", str(td.LR),
+                            "--momentum", str(td.MOMENTUM), "--weight-decay", str(td.WD), "-o", d, "-q"] + m,
+                           capture_output=True, text=True)
+        if r.returncode:
+            sys.exit("pipecc %s: %s" % (mode, r.stderr))
+        vloss, vacc = [], []
+        for e in range(1, a.epochs + 1):
+            save = os.path.join(d, "w%d.npz" % e)
+            log = os.path.join(d, "train.csv")
+            r = subprocess.run([os.path.join(d, "pipeline"), "train", "--data", os.path.join(a.out, "X.npy"),
+                                "--labels", os.path.join(a.out, "Y.npy"), "--steps", str(e * spe), "--seed", "0",
+                                "--quiet", "--save", save] + (["--log", log] if e == a.epochs else []),
+                               capture_output=True, text=True)
+            if r.returncode:
+                sys.exit("pipeline %s: %s%s" % (mode, r.stdout[-1000:], r.stderr[-1000:]))
+            with np.load(save) as z:
+                l, acc = evaluate({k: z[k] for k in z.files}, xv, yv)
+            vloss.append(l)
+            vacc.append(acc)
+        losses = [float(ln.split(",")[2]) for ln in open(log).read().splitlines()[1:]]
+        tl = [float(np.mean(losses[i * spe:(i + 1) * spe])) for i in range(a.epochs)]
+        res[mode] = {"min_train_loss": min(tl), "min_val_loss": min(vloss), "max_val_accuracy": max(vacc),
+                     "train_loss_per_epoch": tl, "val_loss": vloss, "val_accuracy": vacc}
+        print("%-9s min train loss %.4f  min val loss %.4f  max val accuracy %.2f%%" %
+              (mode, min(tl), min(vloss), 100 * max(vacc)), flush=True)
+    with open(os.path.join(a.out, "summary.json"), "w") as f:
+        json.dump({"g": a.g, "epochs": a.epochs, "modes": res}, f, indent=1)
+    subprocess.run([sys.executable, os.path.join(HERE, "plot_train.py"), os.path.join(a.out, "loss.svg")] +
+                   ["%s=%s" % (m, os.path.join(a.out, m, "train.csv")) for m in MODES] +
+                   ["--title", "digits, small CNN, %d stages: training loss per step" % a.g, "--smooth", "20",
+                    "--log-y"], check=True)
+    print("| mode | min train loss | min validation loss | max validation accuracy |")
+    print("| --- | ---: | ---: | ---: |")
+    for m in MODES:
+        print("| %s | %.4f | %.4f | %.2f%% |" % (m, res[m]["min_train_loss"], res[m]["min_val_loss"],
+                                               100 * res[m]["max_val_accuracy"]))
+
+
+if __name__ == "__main__":
+    main()
