@@ -81,6 +81,8 @@ typedef struct rt_options {
   int threads_per_stage;
   int pin;
   const char *weights_dir;
+  int64_t async_base; /* training, an asynchronous schedule: the step the run resumes from */
+  int async_keep;     /* ... and the run writes a checkpoint */
   const char *transport;    /* "auto", "threads", "mpi" */
   double timeout_s;         /* 0: none */
   int stream;               /* --stream: bench as one continuous stream of batches */
@@ -271,6 +273,8 @@ struct rt_worker {
   int work_op;
   int64_t work_mb;
   struct rt_async *async; /* an asynchronous schedule's weight versions (rt_async.c), else NULL */
+  int64_t async_base;     /* its updates before this run (a resumed run) */
+  int async_keep;         /* keep the versions a later run reads (a checkpoint is written) */
 };
 
 /* The worker enters (op, micro-batch g) or leaves (RT_IDLE) a call the watchdog times. */
@@ -332,7 +336,15 @@ void rt_async_reset(rt_worker *w);
 int rt_async_before(rt_worker *w, int i);
 int rt_async_after(rt_worker *w, int i);
 int rt_async_step(rt_worker *w, int i, int after);
-int rt_async_copies(const rt_worker *w);
+/* Checkpoints: the versions [*first, *end) a later run reads (returns the weights a
+ * version holds); a version's copy (momentum: spectrain's momentum buffers with it),
+ * made when create and missing, NULL when there is none; weight q of a version and its
+ * byte offset in a copy; the first version before the run that the run reads and has no
+ * copy of, -1 when none. */
+int rt_async_kept(const rt_worker *w, int64_t *first, int64_t *end);
+void *rt_async_version(rt_worker *w, int64_t v, int momentum, int create);
+const pipert_param_desc *rt_async_weight(const rt_worker *w, int q, size_t *offset);
+int64_t rt_async_missing(const rt_worker *w);
 void rt_async_free(rt_worker *w);
 
 /* ---- transports -------------------------------------------------------- */
@@ -348,6 +360,7 @@ void rt_threads_set_period(rt_exec *ex, int64_t period);
 void rt_threads_destroy(rt_exec *ex);
 /* The state of a stage's replica (for param_io between runs). */
 void *rt_threads_state(rt_exec *ex, int stage, int replica);
+rt_worker *rt_threads_worker(rt_exec *ex, int stage, int replica); /* NULL: none */
 
 /* ---- training (rt_train.c) ------------------------------------------------ */
 

@@ -100,15 +100,18 @@ void rt_async_check(const pipert_pipeline *p, const pipert_instr *const *prog, c
 
 struct rt_async {
   int mode, N, k, Mb, len;
+  int64_t base;   /* updates done before this run (a resumed run: the checkpoint's step) */
+  int64_t keep;   /* versions keep..versions-2 outlive the run: the run after it reads them */
   int *need;      /* [len] the version a FWD/BWD reads (-1: the latest, or not a FWD/BWD) */
-  int *last_need; /* [versions] the last instruction that reads version v, -1: none */
-  int versions;   /* updates in the stream + 1 */
-  int u;          /* updates done */
+  int *last_need; /* [versions] the last instruction that reads version v, -1: none, len: a later run */
+  int64_t versions; /* base + updates in the stream + 1 (versions are numbered from the first run) */
+  int64_t u;        /* updates done */
   int nw;         /* owned weights */
   const pipert_param_desc **wd, **mom; /* [nw] each weight and its momentum buffer (spectrain) */
   const pipert_param_desc *lr;
   size_t bytes;    /* of all weights */
   char **stash;    /* [versions] host copies, NULL where the version is not copied */
+  char **mstash;   /* [versions] spectrain: the momentum buffers that came with them */
   char *cur, *tmp; /* the latest weights while another version is in place; spectrain's scratch */
   int swapped;
 };
@@ -165,49 +168,54 @@ int rt_async_init(rt_worker *w, char *e, size_t elen) {
     return -1;
   }
   a->need = calloc((size_t)a->len + 1, sizeof(int));
-  int u = 0;
+  a->base = w->p->training ? w->async_base : 0;
+  int64_t u = a->base;
   for (int i = 0; i < a->len; i++) u += w->prog[i].op == PIPERT_OP_STEP;
   a->versions = u + 1;
   a->last_need = malloc(sizeof(int) * (size_t)a->versions);
   a->stash = calloc((size_t)a->versions, sizeof(char *));
-  for (int v = 0; v < a->versions; v++) a->last_need[v] = -1;
-  u = 0;
+  a->mstash = calloc((size_t)a->versions, sizeof(char *));
+  for (int64_t v = 0; v < a->versions; v++) a->last_need[v] = -1;
+  /* what the continuation of this run reads of the versions before its start: forwards
+   * N-1-k behind (2bw: the batch before) */
+  a->keep = u - (a->mode == RT_ASYNC_2BW ? 1 : a->N - 1 - a->k);
+  if (a->keep < 0) a->keep = 0;
+  if (!w->async_keep) a->keep = u;
+  for (int64_t v = a->keep; v < u; v++) a->last_need[v] = a->len;
+  u = a->base;
   for (int i = 0; i < a->len; i++) {
-    int op = w->prog[i].op, j = w->prog[i].mb, v = -1;
+    int op = w->prog[i].op, v = -1;
+    int64_t j = a->base * a->Mb + w->prog[i].mb; /* the micro-batch since the first run */
     a->need[i] = -1;
     if (op == PIPERT_OP_STEP) u++;
     if (op != PIPERT_OP_FWD && op != PIPERT_OP_BWD) continue;
-    int lag = j - (a->N - 1 - a->k);
-    if (a->mode == RT_ASYNC_2BW) v = j / a->Mb > 0 ? j / a->Mb - 1 : 0;
-    else if (a->mode == RT_ASYNC_PIPEDREAM || (op == PIPERT_OP_FWD && a->mode == RT_ASYNC_VANILLA))
-      v = lag > 0 ? lag : 0;
-    if (v < 0) continue; /* the latest (async's backward, spectrain's prediction from it) */
+    int64_t lag = j - (a->N - 1 - a->k);
+    if (a->mode == RT_ASYNC_2BW) v = (int)(j / a->Mb > 0 ? j / a->Mb - 1 : 0);
+    else if (a->mode == RT_ASYNC_PIPEDREAM || op == PIPERT_OP_FWD) v = (int)(lag > 0 ? lag : 0);
+    if (v < 0) continue; /* the latest (async's and spectrain's backward) */
     if (v > u) {
       snprintf(e, elen,
-               "stage %d: the %s of micro-batch %d needs the weights after %d updates, and %d are done "
+               "stage %d: the %s of micro-batch %lld needs the weights after %d updates, and %lld are done "
                "(2bw needs at least %d micro-batches a batch)",
-               w->stage, op == PIPERT_OP_FWD ? "forward" : "backward", j, v, u, a->N - 1);
+               w->stage, op == PIPERT_OP_FWD ? "forward" : "backward", (long long)j, v, (long long)u, a->N - 1);
       return -1;
     }
-    if (op == PIPERT_OP_FWD && a->mode != RT_ASYNC_2BW && v != u) { /* the stream is the schedule */
-      snprintf(e, elen, "stage %d: internal error: forward %d after %d updates, not %d", w->stage, j, u, v);
+    if (op == PIPERT_OP_FWD && a->mode != RT_ASYNC_2BW && v != u && v >= a->base) { /* the stream is the schedule */
+      snprintf(e, elen, "stage %d: internal error: forward %lld after %lld updates, not %d", w->stage, (long long)j,
+               (long long)u, v);
       return -1;
     }
     a->need[i] = v;
-    a->last_need[v] = i;
+    if (a->last_need[v] < i) a->last_need[v] = i;
   }
   a->cur = malloc(a->bytes + 1);
   a->tmp = malloc(a->bytes + 1);
   return 0;
 }
 
-void rt_async_reset(rt_worker *w) {
+void rt_async_reset(rt_worker *w) { /* (a version put there for a resumed run stays) */
   struct rt_async *a = w->async;
-  for (int v = 0; v < a->versions; v++) {
-    free(a->stash[v]);
-    a->stash[v] = NULL;
-  }
-  a->u = 0;
+  a->u = a->base;
   a->swapped = 0;
 }
 
@@ -231,36 +239,37 @@ int rt_async_before(rt_worker *w, int i) {
     if (w->p->stages[w->stage].stage->zero_grads(w->state)) return -1;
   }
   if (!a->nw) return 0;
-  if (v >= 0 && v != a->u) {
-    if (!a->stash[v]) return -1; /* (rt_async_init proved every needed version exists) */
-    if (io_all(w, 0, a->cur) || io_all(w, 1, a->stash[v])) return -1;
-    a->swapped = 1;
-  } else if (a->mode == RT_ASYNC_SPECTRAIN && a->u > 0) {
-    int s = op == PIPERT_OP_FWD ? a->k / 2 + a->N - a->k - 1 : a->k / 2;
-    if (!s) return 0;
-    const pipert_stage_desc *d = w->p->stages[w->stage].stage;
-    double c = (double)s * hyper(w, a->lr);
-    if (io_all(w, 0, a->cur)) return -1;
-    size_t off = 0;
-    for (int q = 0; q < a->nw; q++) {
-      const pipert_param_desc *pd = a->wd[q];
-      char *wv = a->cur + off, *hv = a->tmp + off;
-      if (d->param_io(w->state, 0, a->mom[q]->offset, hv, pd->nbytes)) return -1;
-      if (pd->dtype == PIPERT_DOUBLE) {
-        const double *x = (const double *)(void *)wv;
-        double *y = (double *)(void *)hv;
-        for (size_t e = 0; e < pd->nbytes / sizeof(double); e++) y[e] = x[e] - c * y[e];
-      } else {
-        const float *x = (const float *)(void *)wv;
-        float *y = (float *)(void *)hv, cf = (float)c;
-        for (size_t e = 0; e < pd->nbytes / sizeof(float); e++) y[e] = x[e] - cf * y[e];
-      }
-      off += pd->nbytes;
+  int old = v >= 0 && v != a->u; /* a version held in a copy */
+  int64_t ver = v >= 0 ? v : a->u;
+  int s = a->mode != RT_ASYNC_SPECTRAIN ? 0 : op == PIPERT_OP_FWD ? a->k / 2 + a->N - a->k - 1 : a->k / 2;
+  if (ver == 0) s = 0; /* v is zero before the first update */
+  if (old && (!a->stash[v] || (s && !a->mstash[v]))) return -1; /* (rt_async_init and rt_async_missing prove them) */
+  if (!old && !s) return 0;
+  if (io_all(w, 0, a->cur)) return -1;
+  a->swapped = 1;
+  if (!s) return io_all(w, 1, a->stash[v]);
+  /* spectrain: W_hat = W - s*lr*v into tmp, W and v the version's */
+  const pipert_stage_desc *d = w->p->stages[w->stage].stage;
+  double c = (double)s * hyper(w, a->lr);
+  const char *W = old ? a->stash[v] : a->cur;
+  size_t off = 0;
+  for (int q = 0; q < a->nw; q++) {
+    const pipert_param_desc *pd = a->wd[q];
+    char *hv = a->tmp + off;
+    if (old) memcpy(hv, a->mstash[v] + off, pd->nbytes);
+    else if (d->param_io(w->state, 0, a->mom[q]->offset, hv, pd->nbytes)) return -1;
+    if (pd->dtype == PIPERT_DOUBLE) {
+      const double *x = (const double *)(const void *)(W + off);
+      double *y = (double *)(void *)hv;
+      for (size_t e = 0; e < pd->nbytes / sizeof(double); e++) y[e] = x[e] - c * y[e];
+    } else {
+      const float *x = (const float *)(const void *)(W + off);
+      float *y = (float *)(void *)hv, cf = (float)c;
+      for (size_t e = 0; e < pd->nbytes / sizeof(float); e++) y[e] = x[e] - cf * y[e];
     }
-    if (io_all(w, 1, a->tmp)) return -1;
-    a->swapped = 1;
+    off += pd->nbytes;
   }
-  return 0;
+  return io_all(w, 1, a->tmp);
 }
 
 int rt_async_after(rt_worker *w, int i) {
@@ -277,30 +286,71 @@ int rt_async_step(rt_worker *w, int i, int after) {
     if (a->nw && a->last_need[a->u] > i && !a->stash[a->u]) {
       a->stash[a->u] = malloc(a->bytes + 1);
       if (io_all(w, 0, a->stash[a->u])) return -1;
+      if (a->mode == RT_ASYNC_SPECTRAIN) {
+        const pipert_stage_desc *d = w->p->stages[w->stage].stage;
+        size_t off = 0;
+        a->mstash[a->u] = malloc(a->bytes + 1);
+        for (int q = 0; q < a->nw; q++) {
+          if (d->param_io(w->state, 0, a->mom[q]->offset, a->mstash[a->u] + off, a->wd[q]->nbytes)) return -1;
+          off += a->wd[q]->nbytes;
+        }
+      }
     }
     return 0;
   }
   a->u++;
-  for (int v = 0; v < a->u && v < a->versions; v++)
+  for (int64_t v = 0; v < a->u && v < a->versions; v++)
     if (a->stash[v] && a->last_need[v] < i) {
       free(a->stash[v]);
-      a->stash[v] = NULL;
+      free(a->mstash[v]);
+      a->stash[v] = a->mstash[v] = NULL;
     }
   return 0;
 }
 
-int rt_async_copies(const rt_worker *w) {
+int rt_async_kept(const rt_worker *w, int64_t *first, int64_t *end) {
   const struct rt_async *a = w->async;
-  int n = 0;
-  for (int v = 0; a && v < a->versions; v++) n += a->stash[v] != NULL;
-  return n;
+  *first = a ? a->keep : 0;
+  *end = a ? a->versions - 1 : 0;
+  return a ? a->nw : 0;
+}
+
+void *rt_async_version(rt_worker *w, int64_t v, int momentum, int create) {
+  struct rt_async *a = w->async;
+  if (!a || v < 0 || v >= a->versions || (momentum && a->mode != RT_ASYNC_SPECTRAIN)) return NULL;
+  char **slot = momentum ? &a->mstash[v] : &a->stash[v];
+  if (!*slot && create) *slot = calloc(1, a->bytes + 1);
+  return *slot;
+}
+
+const pipert_param_desc *rt_async_weight(const rt_worker *w, int q, size_t *offset) {
+  const struct rt_async *a = w->async;
+  size_t off = 0;
+  for (int i = 0; i < q; i++) off += a->wd[i]->nbytes;
+  *offset = off;
+  return q >= 0 && q < a->nw ? a->wd[q] : NULL;
+}
+
+int64_t rt_async_missing(const rt_worker *w) {
+  const struct rt_async *a = w->async;
+  for (int i = 0; a && i < a->len; i++) {
+    int v = a->need[i];
+    if (v < 0 || v >= a->base) continue;
+    int s = a->mode == RT_ASYNC_SPECTRAIN && v > 0 && w->prog[i].op == PIPERT_OP_FWD && a->k / 2 + a->N - a->k - 1 > 0;
+    if (!a->stash[v] || (s && !a->mstash[v])) return v;
+  }
+  return -1;
 }
 
 void rt_async_free(rt_worker *w) {
   struct rt_async *a = w->async;
   if (!a) return;
-  for (int v = 0; v < a->versions; v++) free(a->stash[v]);
+  for (int64_t v = 0; v < a->versions; v++) {
+    free(a->stash[v]);
+    free(a->mstash[v]);
+  }
   free(a->stash);
+  free(a->mstash);
   free(a->need);
   free(a->last_need);
   free(a->wd);

@@ -411,6 +411,8 @@ int rt_threads_create(const pipert_pipeline *p, const rt_options *o, int M, rt_e
       }
       if (p->training && rt_async_mode(p)) {
         char e[512] = "";
+        tw->w.async_base = o->async_base;
+        tw->w.async_keep = o->async_keep;
         if (rt_async_init(&tw->w, e, sizeof e)) {
           rt_errorf("train: --schedule %s: %s", p->schedule, e);
           return 2;
@@ -639,6 +641,12 @@ int rt_threads_run(rt_exec *ex, const rt_array *in, rt_array *out, int64_t T, rt
     if (st->peak_sets && w->peak_inflight > st->peak_sets[w->stage]) st->peak_sets[w->stage] = w->peak_inflight;
   }
   return ex->failed_rc;
+}
+
+rt_worker *rt_threads_worker(rt_exec *ex, int stage, int replica) {
+  for (int i = 0; i < ex->nworkers; i++)
+    if (ex->w[i].w.stage == stage && ex->w[i].w.replica == replica) return &ex->w[i].w;
+  return NULL;
 }
 
 void *rt_threads_state(rt_exec *ex, int stage, int replica) {

@@ -577,7 +577,8 @@ static int world_open(world *W, const pipert_pipeline *p, const rt_options *o, i
     st = 1;
   } else if (rt_fakedev_attach(W->p, W->stage, W->w.state)) {
     st = 1;
-  } else if (p->training && rt_async_mode(p) && rt_async_init(&W->w, err, sizeof err)) {
+  } else if (p->training && rt_async_mode(p) && (W->w.async_base = o->async_base, W->w.async_keep = o->async_keep,
+                                                  rt_async_init(&W->w, err, sizeof err))) {
     rt_errorf("train: --schedule %s: %s", p->schedule, err);
     st = 2;
   }

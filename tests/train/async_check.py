@@ -10,13 +10,16 @@ against tools/async_ref.py, an independent PyTorch model of their semantics:
     and pipecc's synchronous 1F1B build, within 1e-6);
   - at g >= 2 each mode differs from synchronous SGD (the staleness is there), and
     pipedream and async each from the other's reference (stashing shows);
+  - at g = 3, 4 mini-batches, a checkpoint (holding the older weight versions the later
+    mini-batches read) and --resume to K: the bits of K straight;
   - each mode bitwise identical between two runs, and (with --mpirun) at g = 2, 3 under
     `mpirun -np g` (one rank a stage) the threads transport's bits;
   - plan.json and the plan summary: the mode, each stage's weight versions (pipedream
     N-k, async 1, spectrain 2, 2bw 2), staleness, prediction distances, N-k held
     micro-batches, and a memory term that counts the versions;
   - errors: an asynchronous schedule without --train, spectrain without momentum, -m with
-    pipedream, 2bw with fewer micro-batches than it needs, --resume: one line, exit 2.
+    pipedream, 2bw with fewer micro-batches than it needs, --checkpoint-every, --epochs,
+    --recompute: one line, exit 2.
 
 With --sim-lib the builds are for the cuda target, run on the CUDA simulator, and only the
 weights against the reference (and two runs' bits) are checked.
@@ -171,6 +174,18 @@ def main():
                 wm = train(out, data, "mpi", mpi=g)
                 for n in w1:
                     check(w1[n].tobytes() == wm[n].tobytes(), "%s g=%d: MPI differs from threads in %s" % (mode, g, n))
+            if g == 3 and not A.sim_lib:  # a checkpoint after 4 mini-batches, resumed to K: the same bits
+                ck = os.path.join(out, "ck")
+                shutil.rmtree(ck, ignore_errors=True)
+                train(out, data, "c4", steps=4, extra=["--checkpoint", ck])
+                with np.load(os.path.join(ck, "checkpoint.npz")) as z:
+                    kept = [k for k in z.files if k.startswith("pipecc/version/")]
+                check(mode == "2bw" or kept, "%s g=3: the checkpoint holds no older weight versions" % mode)
+                wr = train(out, data, "r", extra=["--resume", ck])
+                for n in w1:
+                    check(w1[n].tobytes() == wr[n].tobytes(), "%s g=3: resumed run differs in %s" % (mode, n))
+                print("%-9s g=3: 4 steps, checkpoint (%d older version entries), resumed to %d: the same bits" %
+                      (mode, len(kept), K))
             ref = async_ref.train(mode, model, so, N, X, Y, K, B, M=M, lr=LR, momentum=MU)
             e = worst(w1, ref)
             s = worst(w1, sync_ref)
@@ -244,8 +259,9 @@ def main():
     compile_(path, out, 4, "2bw", ["-m", "2"])
     r = train(out, data, "e5", ok=False)
     one_line_exit2(r, "2bw with 2 micro-batches on 4 stages", r"2bw needs at least 3 micro-batches")
-    r = train(out, data, "e6", extra=["--resume", A.work], ok=False)
-    one_line_exit2(r, "2bw --resume", r"checkpoints")
+    r = train(out, data, "e6", extra=["--checkpoint", os.path.join(A.work, "ck6"), "--checkpoint-every", "2"],
+              ok=False)
+    one_line_exit2(r, "2bw --checkpoint-every", r"checkpoint at the end")
     r = train(out, data, "e8", steps=None, extra=["--epochs", "1"], ok=False)
     one_line_exit2(r, "2bw --epochs", r"needs --steps")
     print("async schedules: OK")
