@@ -15,6 +15,9 @@ first of the SpecTrain paper's comparisons, on this machine; docs/training.md).
             the epochs (after epoch e: the weights of a run of e epochs' steps, which are
             the weights after e epochs of the longer run, evaluated by torch in eval mode)
 
+--check-2bw STEPS compares 2bw's first STEPS per-step losses with a PyTorch loop of its
+semantics (delay-1 SGD on the same batches).
+
 Writes DIR/loss.svg (tools/plot_train.py, the per-step training loss of every mode),
 DIR/summary.json, and prints the table.
 """
@@ -48,12 +51,53 @@ def evaluate(weights, x, y):
         return float(F.cross_entropy(out, torch.from_numpy(y))), float((out.argmax(1).numpy() == y).mean())
 
 
+def check_2bw(xt, yt, log, steps):
+    """2bw's per-step losses (pipecc's log) against a PyTorch loop of its semantics: batch t's
+    gradients (4 micro-batches of 8, batch-statistics BatchNorm) at the weights after t-1
+    updates, applied to the latest weights by torch.optim.SGD. The largest difference."""
+    import torch
+    import torch.nn.functional as F
+    model = td.make_model()
+    model.train(True)
+    params = list(model.parameters())
+    opt = torch.optim.SGD(params, lr=td.LR, momentum=td.MOMENTUM, weight_decay=td.WD)
+    prev = [p.detach().clone() for p in params]
+    spe, mb, worst, t = len(yt) // td.BATCH, td.BATCH // td.M, 0.0, 0
+    for e in range(steps // spe + 1):
+        order = td.splitmix_order(len(yt), 0, e)
+        for s in range(spe):
+            if t == steps:
+                return worst
+            idx = order[s * td.BATCH:(s + 1) * td.BATCH]
+            xb, yb = torch.from_numpy(xt[idx]), torch.from_numpy(yt[idx])
+            latest = [p.detach().clone() for p in params]
+            with torch.no_grad():
+                for p, q in zip(params, prev):
+                    p.copy_(q)
+            opt.zero_grad()
+            total = 0.0
+            for m in range(td.M):
+                loss = F.cross_entropy(model(xb[m * mb:(m + 1) * mb]), yb[m * mb:(m + 1) * mb])
+                (loss / td.M).backward()
+                total += float(loss) / td.M
+            with torch.no_grad():
+                for p, q in zip(params, latest):
+                    p.copy_(q)
+            prev = latest
+            opt.step()
+            worst = max(worst, abs(total - log[t]))
+            t += 1
+    return worst
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pipecc", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("-g", type=int, default=4)
+    ap.add_argument("--check-2bw", type=int, default=0, metavar="STEPS",
+                    help="also compare 2bw's first STEPS losses with a PyTorch loop of its semantics")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     xt, yt, xv, yv = td.data()
@@ -93,6 +137,11 @@ def main():
                      "train_loss_per_epoch": tl, "val_loss": vloss, "val_accuracy": vacc}
         print("%-9s min train loss %.4f  min val loss %.4f  max val accuracy %.2f%%" %
               (mode, min(tl), min(vloss), 100 * max(vacc)), flush=True)
+    if a.check_2bw:
+        d = check_2bw(xt, yt, [float(ln.split(",")[2]) for ln in
+                               open(os.path.join(a.out, "2bw", "train.csv")).read().splitlines()[1:]], a.check_2bw)
+        print("2bw: the first %d losses within %.3g of PyTorch's delay-1 SGD" % (a.check_2bw, d))
+        res["2bw"]["torch_check_max_abs"] = d
     with open(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump({"g": a.g, "epochs": a.epochs, "modes": res}, f, indent=1)
     subprocess.run([sys.executable, os.path.join(HERE, "plot_train.py"), os.path.join(a.out, "loss.svg")] +
