@@ -21,8 +21,9 @@ incoming gradient by the activations the forward made. Gradients are those of th
 mean loss; each update is torch.optim.SGD's step on the stage's latest weights and its
 latest momentum buffer.
 
-The model is an MLP of Linear layers with ReLU between them (`mlp_model`); each Linear's
-weight and bias belong to one stage (`stage_of`, from the compiled build).
+The model is an MLP of Linear layers with ReLU between them (`mlp_model`; some layers
+may be written x @ W.t() + b); each layer's weight and bias belong to one stage
+(`stage_of`, from the compiled build).
 
     import async_ref
     w = async_ref.train(mode, model, stage_of, N, X, Y, K, B, M=1, lr=..., momentum=...)
@@ -30,16 +31,30 @@ weight and bias belong to one stage (`stage_of`, from the compiled build).
 import torch
 
 
-def mlp_model(dims, seed=0):
-    """nn.Sequential of Linear(dims[j], dims[j+1]) with ReLU between; names fc0, fc1, ..."""
+class MLP(torch.nn.Module):
+    """Linear layers fc0, fc1, ... with ReLU between; the layers in `transposed` compute
+    x @ W.t() + b (exported as a Transpose of the weight and a MatMul: a value the forward
+    derives from a weight alone), the others call the Linear (a Gemm)."""
+
+    def __init__(self, dims, transposed=()):
+        super().__init__()
+        self.n = len(dims) - 1
+        self.transposed = set(transposed)
+        for j in range(self.n):
+            self.add_module("fc%d" % j, torch.nn.Linear(dims[j], dims[j + 1]))
+
+    def forward(self, h):
+        for j in range(self.n):
+            lin = getattr(self, "fc%d" % j)
+            h = h @ lin.weight.t() + lin.bias if j in self.transposed else lin(h)
+            if j + 1 < self.n:
+                h = torch.relu(h)
+        return h
+
+
+def mlp_model(dims, seed=0, transposed=()):
     torch.manual_seed(seed)
-    layers = []
-    for j in range(len(dims) - 1):
-        layers.append(("fc%d" % j, torch.nn.Linear(dims[j], dims[j + 1])))
-        if j + 2 < len(dims):
-            layers.append(("relu%d" % j, torch.nn.ReLU()))
-    from collections import OrderedDict
-    return torch.nn.Sequential(OrderedDict(layers))
+    return MLP(dims, transposed)
 
 
 class _Linear(torch.autograd.Function):

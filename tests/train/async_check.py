@@ -2,7 +2,8 @@
 """The asynchronous schedules (pipecc --train --schedule pipedream|async|spectrain|2bw)
 against tools/async_ref.py, an independent PyTorch model of their semantics:
 
-  - an MLP (4 Linear layers, ReLU between, cross-entropy; SGD with momentum) compiled at
+  - an MLP (4 Linear layers, ReLU between, cross-entropy; SGD with momentum; layers 1 and
+    3 written x @ W.t() + b, a Transpose of the weight the backward reads) compiled at
     g = 1, 2, 3, 4 (--no-replicate, PIPECC_SPLIT=even) and trained K = 7 mini-batches:
     the weights `pipeline train --save` writes within rel-L2 1e-5 (float32) of the
     reference for every mode (2bw: 4 micro-batches a batch, 7 batches);
@@ -63,7 +64,7 @@ def run(cmd, env=None):
 
 
 def export(path, batch):
-    model = async_ref.mlp_model(DIMS, seed=1)
+    model = async_ref.mlp_model(DIMS, seed=1, transposed=(1, 3))
     x = torch.zeros(batch, DIMS[0])
     torch.onnx.export(model, x, path, input_names=["input"], output_names=["output"], opset_version=13,
                       do_constant_folding=False)
