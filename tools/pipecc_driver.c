@@ -689,7 +689,8 @@ int pipecc_train_program(pipecc_run *r) {
   r->stage_recompute = calloc((size_t)p->n_stages + 1, sizeof *r->stage_recompute);
   for (int s = 0; s < p->n_stages; s++) r->stage_recompute[s] = p->stages[s].recompute;
   topts->stage_recompute = r->cp.node_stage == r->pl.node_stage ? r->stage_recompute : NULL;
-  topts->weights_fresh = o->async_schedule && (!strcmp(o->async_schedule, "async") || !strcmp(o->async_schedule, "spectrain"));
+  topts->weights_fresh = /* the backward reads other weights than its forward */
+      o->async_schedule && (!strcmp(o->async_schedule, "async") || !strcmp(o->async_schedule, "spectrain"));
   double ts = now_ms();
   if (pass_train_program(g, topts, r->m, &r->tinfo) || g->n_errors) return 2;
   time_pass(r, "train", ts);
