@@ -33,6 +33,7 @@ DIR/summary.json, and prints the table.
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -204,7 +205,7 @@ def main():
                             "--weight-decay", str(wd), "-o", d, "-q"] + m, capture_output=True, text=True)
         if r.returncode:
             sys.exit("pipecc %s: %s" % (mode, r.stderr))
-        vloss, vacc = [], []
+        vloss, vacc, diverged = [], [], None
         for e in range(1, a.epochs + 1):
             save = os.path.join(d, "w%d.npz" % e)
             exp = os.path.join(d, "trained%d.onnx" % e)
@@ -213,6 +214,9 @@ def main():
                                 "--labels", os.path.join(a.out, "Y.npy"), "--steps", str(e * spe), "--seed", "0",
                                 "--quiet", "--save", save] + (["--export-onnx", exp] if char else []) +
                                (["--log", log] if e == a.epochs else []), capture_output=True, text=True)
+            if r.returncode and re.search(r"the loss is (NaN|infinite)", r.stderr):
+                diverged = r.stderr.strip().splitlines()[-1]
+                break
             if r.returncode:
                 sys.exit("pipeline %s: %s%s" % (mode, r.stdout[-1000:], r.stderr[-1000:]))
             if char:
@@ -222,6 +226,10 @@ def main():
                     l, acc = evaluate({k: z[k] for k in z.files}, xv, yv)
             vloss.append(l)
             vacc.append(acc)
+        if diverged:
+            res[mode] = {"diverged": diverged, "val_loss": vloss, "val_accuracy": vacc}
+            print("%-9s diverged: %s" % (mode, diverged), flush=True)
+            continue
         losses = [float(ln.split(",")[2]) for ln in open(log).read().splitlines()[1:]]
         tl = [float(np.mean(losses[i * spe:(i + 1) * spe])) for i in range(a.epochs)]
         res[mode] = {"min_train_loss": min(tl), "min_val_loss": min(vloss), "max_val_accuracy": max(vacc),
@@ -236,7 +244,7 @@ def main():
     with open(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump({"task": a.task, "g": a.g, "epochs": a.epochs, "steps_per_epoch": spe, "modes": res}, f, indent=1)
     subprocess.run([sys.executable, os.path.join(HERE, "plot_train.py"), os.path.join(a.out, "loss.svg")] +
-                   ["%s=%s" % (m, os.path.join(a.out, m, "train.csv")) for m in MODES] +
+                   ["%s=%s" % (m, os.path.join(a.out, m, "train.csv")) for m in MODES if "diverged" not in res[m]] +
                    ["--title", "%s, %d stages: training loss per step" % (
                        {"digits": "digits, small CNN", "charlstm": "stdlib text, residual LSTM",
                         "chartransformer": "stdlib text, Transformer"}[a.task], a.g), "--smooth", "20",
@@ -244,6 +252,9 @@ def main():
     print("| mode | min train loss | min validation loss | max validation accuracy |")
     print("| --- | ---: | ---: | ---: |")
     for m in MODES:
+        if "diverged" in res[m]:
+            print("| %s | diverged (%s) | | |" % (m, res[m]["diverged"]))
+            continue
         print("| %s | %.4f | %.4f | %.2f%% |" % (m, res[m]["min_train_loss"], res[m]["min_val_loss"],
                                                100 * res[m]["max_val_accuracy"]))
 
