@@ -81,6 +81,8 @@ typedef struct rt_options {
   int threads_per_stage;
   int pin;
   const char *weights_dir;
+  int64_t async_base; /* training, an asynchronous schedule: the step the run resumes from */
+  int async_keep;     /* ... and the run writes a checkpoint */
   const char *transport;    /* "auto", "threads", "mpi" */
   double timeout_s;         /* 0: none */
   int stream;               /* --stream: bench as one continuous stream of batches */
@@ -142,6 +144,9 @@ void rt_check_stream(const pipert_pipeline *p, int s, const pipert_instr *prog, 
 /* All streams with sends that never wait and receives that wait for their send: must
  * finish (the threads and MPI transports). */
 void rt_check_deadlock(const pipert_pipeline *p, char *e, size_t elen);
+/* The same proof for programs prog[s] (len[s] instructions over M micro-batches). */
+void rt_check_deadlock_progs(const pipert_pipeline *p, const pipert_instr *const *prog, const int *len, int M, char *e,
+                             size_t elen);
 /* All streams under NCCL's rules: each run of consecutive sends and receives of a stage
  * replica (the implicit ones of a FWD/BWD without RECV/SEND opcodes included) is one
  * group, which completes only when the matching call of every send and receive in it
@@ -274,6 +279,9 @@ struct rt_worker {
   atomic_llong work_since_us;
   int work_op;
   int64_t work_mb;
+  struct rt_async *async; /* an asynchronous schedule's weight versions (rt_async.c), else NULL */
+  int64_t async_base;     /* its updates before this run (a resumed run) */
+  int async_keep;         /* keep the versions a later run reads (a checkpoint is written) */
 };
 
 /* The worker enters (op, micro-batch g) or leaves (RT_IDLE) a call the watchdog times. */
@@ -309,6 +317,43 @@ rt_set *rt_pool_get(rt_worker *w, rt_pool *pl);
 /* "stage 1" or "stage 1 (replica 2)" */
 const char *rt_worker_name(const rt_worker *w, char *buf, size_t n);
 
+/* ---- asynchronous schedules (rt_async.c) ---------------------------------- */
+
+/* pipedream, async, spectrain, 2bw: the pipeline's schedule names one (training only). */
+enum { RT_SYNC = 0, RT_ASYNC_PIPEDREAM, RT_ASYNC_VANILLA, RT_ASYNC_SPECTRAIN, RT_ASYNC_2BW };
+int rt_async_mode(const pipert_pipeline *p);
+/* Stage s's stream for a run of T micro-batches (T / M batches, M = p->microbatches):
+ * N-1-s warm-up forwards, then one forward and one backward alternating, the backwards
+ * of the last ones; a STEP after the backward of every batch's last micro-batch; the
+ * receives and sends where the plan's program has them. malloc'd. */
+pipert_instr *rt_async_program(const pipert_pipeline *p, int s, int T, int *len);
+/* The streams of a run of T micro-batches: each stage's order (as rt_check_stream, a
+ * STEP after every whole batch's backwards, no ALLREDUCE, one replica a stage) and
+ * rt_check_deadlock_progs. Writes the first problem into e. */
+void rt_async_check(const pipert_pipeline *p, const pipert_instr *const *prog, const int *len, int T, char *e,
+                    size_t elen);
+/* The worker's weight versions over its program (w->async): 0, or -1 with the reason in
+ * e (a tied weight, spectrain without momentum buffers, a 2bw batch too small for its
+ * stage). reset before a run; before/after a FWD or BWD at instruction i put the
+ * version it reads in place and the latest back; step(after 0) copies the version a
+ * STEP at i would overwrite when a later instruction reads it, step(after 1) counts the
+ * update and frees copies nothing reads any more. copies: versions held in copies. */
+int rt_async_init(rt_worker *w, char *e, size_t elen);
+void rt_async_reset(rt_worker *w);
+int rt_async_before(rt_worker *w, int i);
+int rt_async_after(rt_worker *w, int i);
+int rt_async_step(rt_worker *w, int i, int after);
+/* Checkpoints: the versions [*first, *end) a later run reads (returns the weights a
+ * version holds); a version's copy (momentum: spectrain's momentum buffers with it),
+ * made when create and missing, NULL when there is none; weight q of a version and its
+ * byte offset in a copy; the first version before the run that the run reads and has no
+ * copy of, -1 when none. */
+int rt_async_kept(const rt_worker *w, int64_t *first, int64_t *end);
+void *rt_async_version(rt_worker *w, int64_t v, int momentum, int create);
+const pipert_param_desc *rt_async_weight(const rt_worker *w, int q, size_t *offset);
+int64_t rt_async_missing(const rt_worker *w);
+void rt_async_free(rt_worker *w);
+
 /* ---- transports -------------------------------------------------------- */
 
 /* Threads: runs T micro-batches (rounds of M) from in[] into out[]. Returns 0,
@@ -322,6 +367,7 @@ void rt_threads_set_period(rt_exec *ex, int64_t period);
 void rt_threads_destroy(rt_exec *ex);
 /* The state of a stage's replica (for param_io between runs). */
 void *rt_threads_state(rt_exec *ex, int stage, int replica);
+rt_worker *rt_threads_worker(rt_exec *ex, int stage, int replica); /* NULL: none */
 
 /* ---- training (rt_train.c) ------------------------------------------------ */
 
@@ -343,7 +389,7 @@ typedef struct rt_backend {
  * pipeline (transport_mpi.c). */
 int rt_threads_backend(const pipert_pipeline *p, const rt_options *o, int M, rt_backend *be);
 void rt_threads_backend_free(rt_backend *be);
-int rt_mpi_backend(const pipert_pipeline *p, const rt_options *o, rt_backend *be);
+int rt_mpi_backend(const pipert_pipeline *p, const rt_options *o, int M, rt_backend *be); /* M 0: the plan's */
 /* Ends the MPI world after training: every rank exits with rank 0's status, returned. */
 int rt_mpi_backend_end(rt_backend *be, int rc);
 

@@ -63,7 +63,17 @@ void rt_check_stream(const pipert_pipeline *p, int s, const pipert_instr *prog, 
  * itself; without a SEND it hands its outputs on at once. Writes the stuck instruction
  * into e. */
 void rt_check_deadlock(const pipert_pipeline *p, char *e, size_t elen) {
-  int S = p->n_stages, M = p->microbatches, nc = 0;
+  const pipert_instr **prog = calloc((size_t)p->n_stages + 1, sizeof *prog);
+  int *len = calloc((size_t)p->n_stages + 1, sizeof(int));
+  for (int s = 0; s < p->n_stages; s++) prog[s] = p->stages[s].program, len[s] = p->stages[s].program_len;
+  rt_check_deadlock_progs(p, prog, len, p->microbatches, e, elen);
+  free(prog);
+  free(len);
+}
+
+void rt_check_deadlock_progs(const pipert_pipeline *p, const pipert_instr *const *prog, const int *len, int M, char *e,
+                             size_t elen) {
+  int S = p->n_stages, nc = 0;
   for (int s = 0; s < S; s++) nc += p->stages[s].replicas;
   int *cst = calloc((size_t)nc, sizeof(int)), *crep = calloc((size_t)nc, sizeof(int)),
       *pos = calloc((size_t)nc, sizeof(int));
@@ -71,7 +81,7 @@ void rt_check_deadlock(const pipert_pipeline *p, char *e, size_t elen) {
        *has = calloc((size_t)S * 16, 1);
   for (int s = 0, c = 0; s < S; s++) {
     for (int r = 0; r < p->stages[s].replicas; r++, c++) cst[c] = s, crep[c] = r;
-    for (int i = 0; i < p->stages[s].program_len; i++) has[s * 16 + p->stages[s].program[i].op] = 1;
+    for (int i = 0; i < len[s]; i++) has[s * 16 + prog[s][i].op] = 1;
   }
   for (int progress = 1; progress;) {
     progress = 0;
@@ -79,14 +89,14 @@ void rt_check_deadlock(const pipert_pipeline *p, char *e, size_t elen) {
       int s = cst[c], R = p->stages[s].replicas;
       const pipert_stage_plan *sp = &p->stages[s];
       const pipert_stage_desc *d = sp->stage;
-      while (pos[c] < sp->program_len) {
-        pipert_instr in = sp->program[pos[c]];
+      while (pos[c] < len[s]) {
+        pipert_instr in = prog[s][pos[c]];
         int op = in.op, mb = in.mb, ready = 1;
         if (op == PIPERT_OP_ALLREDUCE) { /* a barrier of the stage's replicas */
           int there = 0;
           for (int k = 0; k < nc; k++)
-            there += cst[k] == s && (pos[k] >= sp->program_len || sp->program[pos[k]].op == PIPERT_OP_ALLREDUCE ||
-                                     sp->program[pos[k]].op == PIPERT_OP_STEP);
+            there += cst[k] == s && (pos[k] >= len[s] || prog[s][pos[k]].op == PIPERT_OP_ALLREDUCE ||
+                                     prog[s][pos[k]].op == PIPERT_OP_STEP);
           ready = there == R;
         } else if (op != PIPERT_OP_STEP && op != PIPERT_OP_NOP && mb % R != crep[c]) {
           pos[c]++;
@@ -116,8 +126,8 @@ void rt_check_deadlock(const pipert_pipeline *p, char *e, size_t elen) {
     }
   }
   for (int c = 0; c < nc && !e[0]; c++)
-    if (pos[c] < p->stages[cst[c]].program_len) {
-      pipert_instr in = p->stages[cst[c]].program[pos[c]];
+    if (pos[c] < len[cst[c]]) {
+      pipert_instr in = prog[cst[c]][pos[c]];
       snprintf(e, elen, "stage %d%s: the programs deadlock: instruction %d (%s of micro-batch %d) waits forever",
                cst[c], p->stages[cst[c]].replicas > 1 ? " (a replica)" : "", pos[c], rt_op_name(in.op), in.mb);
     }

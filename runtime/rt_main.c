@@ -215,6 +215,10 @@ int rt_validate_plan(const pipert_pipeline *p) {
 const pipert_instr *rt_stage_program(const pipert_pipeline *p, int s, int M, int *len, pipert_instr **owned) {
   const pipert_stage_plan *sp = &p->stages[s];
   *owned = NULL;
+  if (p->training && rt_async_mode(p)) { /* a run without a flush: one round of every micro-batch */
+    *owned = rt_async_program(p, s, M, len);
+    return *owned;
+  }
   if (sp->program && sp->program_len > 0 && M == p->microbatches) {
     *len = sp->program_len;
     return sp->program;

@@ -367,6 +367,14 @@ int rt_threads_create(const pipert_pipeline *p, const rt_options *o, int M, rt_e
     cond_init(&ex->rbar[s].cv);
   }
   rt_topo_build(p, ex->prog, ex->prog_len, ex->topo);
+  if (p->training && rt_async_mode(p)) { /* the streams the plan did not carry: their proof here */
+    char e[512] = "";
+    rt_async_check(p, ex->prog, ex->prog_len, M, e, sizeof e);
+    if (e[0]) {
+      rt_errorf("internal error: the %s streams: %s", p->schedule, e);
+      return 1;
+    }
+  }
   int cap = p->training ? M : BOX_CAP;
   for (int s = 0; s < S; s++) {
     for (int k = 0; k < ex->topo[s].nfc; k++) ex->box[s * S + ex->topo[s].fc[k]] = box_new(cap);
@@ -400,6 +408,15 @@ int rt_threads_create(const pipert_pipeline *p, const rt_options *o, int M, rt_e
           return 1;
         }
         if (rt_fakedev_attach(p, s, tw->w.state)) return 1;
+      }
+      if (p->training && rt_async_mode(p)) {
+        char e[512] = "";
+        tw->w.async_base = o->async_base;
+        tw->w.async_keep = o->async_keep;
+        if (rt_async_init(&tw->w, e, sizeof e)) {
+          rt_errorf("train: --schedule %s: %s", p->schedule, e);
+          return 2;
+        }
       }
     }
   }
@@ -624,6 +641,12 @@ int rt_threads_run(rt_exec *ex, const rt_array *in, rt_array *out, int64_t T, rt
     if (st->peak_sets && w->peak_inflight > st->peak_sets[w->stage]) st->peak_sets[w->stage] = w->peak_inflight;
   }
   return ex->failed_rc;
+}
+
+rt_worker *rt_threads_worker(rt_exec *ex, int stage, int replica) {
+  for (int i = 0; i < ex->nworkers; i++)
+    if (ex->w[i].w.stage == stage && ex->w[i].w.replica == replica) return &ex->w[i].w;
+  return NULL;
 }
 
 void *rt_threads_state(rt_exec *ex, int stage, int replica) {

@@ -346,6 +346,8 @@ static void epoch_order(int64_t *order, int64_t N, int shuffle, uint64_t seed, i
 typedef struct {
   const pipert_pipeline *p;
   const rt_backend *be;
+  int64_t async_steps; /* an asynchronous schedule: the steps its one round runs */
+  int threads;         /* the threads transport (be->impl is its rt_exec) */
 } trainer;
 
 static int param_io(trainer *tr, int s, int r, const pipert_param_desc *pd, int write, void *buf) {
@@ -510,9 +512,39 @@ static int write_checkpoint(trainer *tr, const train_opts *t, int64_t step) {
   int n;
   char err[1024] = "", path[4096];
   int rc = 0;
+  /* an asynchronous schedule: the weight versions (spectrain: with their momentum) that
+   * the steps after this one read, "pipecc/version/STAGE/V/NAME", "pipecc/momentum/..." */
+  int extra = 0;
+  for (int s = 0; tr->async_steps && tr->threads && s < tr->p->n_stages; s++) {
+    rt_worker *w = rt_threads_worker(tr->be->impl, s, 0);
+    int64_t v0, v1;
+    int nw = rt_async_kept(w, &v0, &v1);
+    for (int64_t v = v0; v < v1; v++)
+      extra += nw * (!!rt_async_version(w, v, 0, 0) + !!rt_async_version(w, v, 1, 0));
+  }
   if (collect(tr, KINDS(PIPERT_PARAM_WEIGHT, PIPERT_PARAM_BUFFER, PIPERT_PARAM_OPTSTATE, PIPERT_PARAM_HYPER), &a, &n,
-              3))
+              3 + extra))
     return 1;
+  for (int s = 0; extra && s < tr->p->n_stages; s++) {
+    rt_worker *w = rt_threads_worker(tr->be->impl, s, 0);
+    int64_t v0, v1;
+    int nw = rt_async_kept(w, &v0, &v1);
+    for (int64_t v = v0; v < v1; v++)
+      for (int mom = 0; mom < 2; mom++) {
+        const char *buf = rt_async_version(w, v, mom, 0);
+        for (int q = 0; buf && q < nw; q++) {
+          size_t off;
+          const pipert_param_desc *pd = rt_async_weight(w, q, &off);
+          char nm[1200];
+          int rank;
+          int64_t dims[PIPERT_MAX_RANK];
+          shape_of(pd, &rank, dims);
+          snprintf(nm, sizeof nm, "pipecc/%s/%d/%lld/%s", mom ? "momentum" : "version", s, (long long)v, pd->name);
+          rt_array_alloc(&a[n], nm, pd->dtype, rank, dims);
+          memcpy(a[n++].data, buf + off, pd->nbytes);
+        }
+      }
+  }
   meta_array(&a[n++], "pipecc/step", step);
   meta_array(&a[n++], "pipecc/seed", (int64_t)t->seed);
   meta_array(&a[n++], "pipecc/shuffle", t->shuffle);
@@ -635,6 +667,32 @@ static int resume(trainer *tr, train_opts *t, int64_t *step) {
           rt_errorf("stage %d: cannot restore '%s'", s, pd->name);
           rc = 1;
         }
+    }
+  }
+  for (int i = 0; !rc && tr->async_steps && tr->threads && i < n; i++) { /* the weight versions kept */
+    int s, mom = !strncmp(a[i].name, "pipecc/momentum/", 16), pos = 0;
+    long long v;
+    if (strncmp(a[i].name, "pipecc/version/", 15) && !mom) continue;
+    if (sscanf(a[i].name + (mom ? 16 : 15), "%d/%lld/%n", &s, &v, &pos) != 2 || !pos || s < 0 || s >= p->n_stages)
+      continue;
+    rt_worker *w = rt_threads_worker(tr->be->impl, s, 0);
+    int64_t v0, v1;
+    int nw = rt_async_kept(w, &v0, &v1);
+    char *buf = rt_async_version(w, v, mom, 1);
+    for (int q = 0; buf && q < nw; q++) {
+      size_t off;
+      const pipert_param_desc *pd = rt_async_weight(w, q, &off);
+      if (!strcmp(pd->name, a[i].name + (mom ? 16 : 15) + pos) && pd->nbytes == a[i].nbytes)
+        memcpy(buf + off, a[i].data, pd->nbytes);
+    }
+  }
+  for (int s = 0; !rc && tr->async_steps && tr->threads && s < p->n_stages; s++) {
+    int64_t v = rt_async_missing(rt_threads_worker(tr->be->impl, s, 0));
+    if (v >= 0) {
+      rt_errorf("train: --resume: %s lacks stage %d's weights after %lld updates, which --schedule %s reads (a "
+                "checkpoint of another schedule or stage count?)",
+                path, s, (long long)v, p->schedule);
+      rc = 2;
     }
   }
   free_arrays(a, n);
@@ -827,16 +885,23 @@ static int train_loop(trainer *tr, train_opts *t) {
   if (!rc && t->resume) rc = resume(tr, t, &start);
   if (!rc) rc = set_hyper(tr, t);
   if (!rc) rc = sync_copies(tr);
+  /* an asynchronous schedule runs every step in one round: the steps' batches side by side */
+  int async = rt_async_mode(p) != RT_SYNC;
+  int64_t K = async ? steps - start : 1;
+  if (!rc && async && K != tr->async_steps) {
+    rt_errorf("internal error: %lld steps, the streams are for %lld", (long long)K, (long long)tr->async_steps);
+    rc = 1;
+  }
   for (int i = 0; !rc && i < p->n_inputs; i++) {
     int64_t dims[PIPERT_MAX_RANK];
     memcpy(dims, p->inputs[i].dims, sizeof dims);
-    dims[0] = r0 ? B : 0;
+    dims[0] = r0 ? B * K : 0;
     if (rt_array_alloc(&in[i], p->inputs[i].name, p->inputs[i].dtype, p->inputs[i].rank, dims)) {
       rt_errorf("train: input '%s': out of memory for a batch of %lld", p->inputs[i].name, (long long)B);
       rc = 2;
     }
   }
-  if (!rc && r0) rc = rt_alloc_outputs(p, M, out);
+  if (!rc && r0) rc = rt_alloc_outputs(p, M * K, out);
   if (!rc && start >= steps) {
     if (r0)
       rt_errorf("train: the checkpoint is at step %lld, and training ends at step %lld", (long long)start,
@@ -865,24 +930,27 @@ static int train_loop(trainer *tr, train_opts *t) {
   int64_t ep_steps = 0, done = start;
   int every = steps / 20 > 0 ? (int)(steps / 20) : 1;
   for (int64_t step = start; !rc && step < steps; step++) {
-    int64_t epoch = step / spe, pos = step % spe;
-    if (r0) {
-      if (epoch != order_epoch) {
-        epoch_order(order, N, t->shuffle, t->seed, epoch);
-        order_epoch = epoch;
+    int64_t epoch = step / spe, pos = step % spe, slot = async ? step - start : 0;
+    for (int64_t fs = async ? (step == start ? start : steps) : step; r0 && fs < (async ? steps : step + 1); fs++) {
+      int64_t fe = fs / spe, fp = fs % spe, fslot = async ? fs - start : 0;
+      if (fe != order_epoch) {
+        epoch_order(order, N, t->shuffle, t->seed, fe);
+        order_epoch = fe;
       }
       for (int i = 0; i < p->n_inputs; i++) {
         size_t row = data[i].nbytes / (size_t)N;
         for (int64_t j = 0; j < B; j++)
-          memcpy((char *)in[i].data + (size_t)j * row, (const char *)data[i].data + (size_t)order[pos * B + j] * row,
-                 row);
+          memcpy((char *)in[i].data + (size_t)(fslot * B + j) * row,
+                 (const char *)data[i].data + (size_t)order[fp * B + j] * row, row);
       }
     }
-    rc = be->run(be->impl, in, out, &st);
-    if (!rc) rc = sync_copies(tr);
-    if (rc) break;
+    if (!async || step == start) {
+      rc = be->run(be->impl, in, out, &st);
+      if (!rc) rc = sync_copies(tr);
+      if (rc) break;
+      if (r0) wall += st.wall_s;
+    }
     if (r0) {
-      wall += st.wall_s;
       for (int s = 0; s < S; s++) {
         if (st.peak_bytes[s] > peak[s]) peak[s] = st.peak_bytes[s];
         if (st.peak_sets[s] > peak_sets[s]) peak_sets[s] = st.peak_sets[s];
@@ -890,12 +958,18 @@ static int train_loop(trainer *tr, train_opts *t) {
       const rt_array *L = &out[p->loss_output];
       loss = 0;
       for (int m = 0; m < M; m++)
-        loss += L->dtype == PIPERT_DOUBLE ? ((const double *)L->data)[m] : ((const float *)L->data)[m];
+        loss += L->dtype == PIPERT_DOUBLE ? ((const double *)L->data)[slot * M + m]
+                                          : ((const float *)L->data)[slot * M + m];
       if (!p->loss_sum) loss /= M;
       acc = 0;
       if (p->logits_output >= 0 && p->labels_input >= 0) {
         int64_t total;
-        acc = (double)count_correct(&out[p->logits_output], &in[p->labels_input], &total) / (double)(total ? total : 1);
+        rt_array lo = out[p->logits_output], la = in[p->labels_input];
+        lo.nbytes /= (size_t)K;
+        la.nbytes /= (size_t)K;
+        lo.data = (char *)lo.data + (size_t)slot * lo.nbytes;
+        la.data = (char *)la.data + (size_t)slot * la.nbytes;
+        acc = (double)count_correct(&lo, &la, &total) / (double)(total ? total : 1);
       }
       if (!isfinite(loss)) {
         rt_errorf("train: step %lld: the loss is %s (lower --lr?)", (long long)step + 1,
@@ -908,7 +982,7 @@ static int train_loop(trainer *tr, train_opts *t) {
     ep_loss += loss;
     ep_acc += acc;
     ep_steps++;
-    double sps = (double)B / (st.wall_s > 0 ? st.wall_s : 1e-9);
+    double sps = (double)B * (double)K / (st.wall_s > 0 ? st.wall_s : 1e-9);
     if (log) fprintf(log, "%lld,%lld,%.9g,%.9g,%.6g\n", (long long)done, (long long)epoch + 1, loss, acc, sps);
     if (!quiet && (tty || done % every == 0 || done == steps))
       progress(stdout, tty, done, steps, spe, loss, p->logits_output >= 0, acc, sps);
@@ -983,15 +1057,52 @@ int rt_train_main(const pipert_pipeline *p, int argc, char **argv) {
     free(t.data);
     return 2;
   }
+  int async = rt_async_mode(p) != RT_SYNC;
+  if (async) { /* one round without a flush runs every step: what needs rounds is refused */
+    const char *why = !t.steps ? "needs --steps (the run is one stream of its steps)"
+                      : use_mpi && (t.resume || t.checkpoint) ? "writes and resumes checkpoints on the threads transport"
+                      : t.checkpoint_every                    ? "writes its checkpoint at the end of the run only"
+                                                                "(no --checkpoint-every)"
+                      : t.steps > (int64_t)(INT32_MAX / 8 / M) ? "takes fewer --steps"
+                                                              : NULL;
+    if (why) {
+      if (rank0) rt_errorf("train: --schedule %s %s", p->schedule, why);
+      free(t.data);
+      return 2;
+    }
+    if (t.resume) { /* the run continues from the checkpoint's step: its streams start there */
+      char path[4096], err[1024];
+      rt_array *a = NULL;
+      int n = 0;
+      snprintf(path, sizeof path, "%s/checkpoint.npz", t.resume);
+      if (rt_npz_load(path, &a, &n, err, sizeof err)) {
+        rt_errorf("train: --resume: %s", err);
+        free(t.data);
+        return 2;
+      }
+      t.ro.async_base = meta_value(a, n, "pipecc/step", -1);
+      free_arrays(a, n);
+      if (t.ro.async_base < 0 || t.ro.async_base >= t.steps) {
+        if (t.ro.async_base < 0) rt_errorf("train: --resume: %s is not a pipecc checkpoint (no pipecc/step)", path);
+        else
+          rt_errorf("train: the checkpoint is at step %lld, and training ends at step %lld",
+                    (long long)t.ro.async_base, (long long)t.steps);
+        free(t.data);
+        return 2;
+      }
+    }
+    t.ro.async_keep = t.checkpoint != NULL;
+  }
+  int64_t K = async ? t.steps - t.ro.async_base : 0;
   rt_set_blas_threads(t.ro.threads_per_stage);
   rt_backend be;
-  trainer tr = {p, &be};
+  trainer tr = {p, &be, K, !use_mpi};
   if (use_mpi) {
-    rc = rt_mpi_backend(p, &t.ro, &be);
+    rc = rt_mpi_backend(p, &t.ro, async ? (int)(M * K) : 0, &be);
     if (!rc) rc = train_loop(&tr, &t);
     rc = rt_mpi_backend_end(&be, rc);
   } else {
-    rc = rt_threads_backend(p, &t.ro, M, &be);
+    rc = rt_threads_backend(p, &t.ro, async ? (int)(M * K) : M, &be);
     if (!rc) rc = train_loop(&tr, &t);
     rt_threads_backend_free(&be);
   }

@@ -307,6 +307,7 @@ void rt_worker_set_device(rt_worker *w, const pipert_device_ops *dev) {
 }
 
 void rt_worker_free(rt_worker *w) {
+  rt_async_free(w);
   if (w->fpool.all) rt_pool_free(&w->fpool);
   if (w->gpool.all) rt_pool_free(&w->gpool);
   for (int i = 0; w->dev_in && i < w->p->n_inputs * dev_slots(w); i++)
@@ -561,6 +562,7 @@ int rt_worker_round(rt_worker *w, int64_t base, int64_t T) {
   if (w->dev_in_mb) memset(w->dev_in_mb, 0, ((size_t)p->n_inputs * (size_t)dev_slots(w) + 1) * sizeof(int64_t));
   if (p->training && d->zero_grads(w->state))
     return failf(w, 1, "%s: clearing the gradients failed", rt_worker_name(w, nm, sizeof nm));
+  if (w->async) rt_async_reset(w);
   for (int i = 0; i < w->prog_len; i++) {
     pipert_instr ins = w->prog[i];
     int64_t g = base + ins.mb;
@@ -573,7 +575,10 @@ int rt_worker_round(rt_worker *w, int64_t base, int64_t T) {
       if (group_end(w)) return -1;
       double t0 = rt_now();
       rt_worker_working(w, ins.op, g);
+      if (w->async && rt_async_step(w, i, 0))
+        return failf(w, 1, "%s: keeping a weight version failed", rt_worker_name(w, nm, sizeof nm));
       int st = d->step(w->state);
+      if (w->async) rt_async_step(w, i, 1);
       rt_worker_working(w, RT_IDLE, 0);
       w->busy += rt_now() - t0;
       if (st) return failf(w, 1, "%s: optimizer step failed (status %d)", rt_worker_name(w, nm, sizeof nm), st);
@@ -585,7 +590,11 @@ int rt_worker_round(rt_worker *w, int64_t base, int64_t T) {
       /* (a set to write may wait for a reader's release: a stage behind this one that
        * stopped is the older call the watchdog names) */
       rt_worker_working(w, ins.op, g);
+      if (w->async && rt_async_before(w, i))
+        return failf(w, 1, "%s: putting a weight version in place failed", rt_worker_name(w, nm, sizeof nm));
       rc = ins.op == PIPERT_OP_FWD ? do_fwd(w, ins.mb, g) : do_bwd(w, ins.mb, g);
+      if (w->async && rt_async_after(w, i))
+        return failf(w, 1, "%s: restoring the latest weights failed", rt_worker_name(w, nm, sizeof nm));
       rt_worker_working(w, RT_IDLE, 0);
     } else if (ins.op == PIPERT_OP_SEND_ACT || ins.op == PIPERT_OP_SEND_GRAD) {
       rc = do_send(w, ins.op == PIPERT_OP_SEND_GRAD, ins.mb, g);

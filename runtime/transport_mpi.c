@@ -68,9 +68,10 @@ int rt_mpi_main(const pipert_pipeline *p, const rt_options *o) {
   return no_mpi();
 }
 
-int rt_mpi_backend(const pipert_pipeline *p, const rt_options *o, rt_backend *be) {
+int rt_mpi_backend(const pipert_pipeline *p, const rt_options *o, int M, rt_backend *be) {
   (void)p;
   (void)o;
+  (void)M;
   memset(be, 0, sizeof *be);
   return no_mpi();
 }
@@ -529,6 +530,14 @@ static int world_open(world *W, const pipert_pipeline *p, const rt_options *o, i
   for (int s = 0; s < W->S; s++) W->prog[s] = rt_stage_program(p, s, M, &W->prog_len[s], &W->prog_owned[s]);
   W->topo = calloc((size_t)W->S, sizeof *W->topo);
   rt_topo_build(p, W->prog, W->prog_len, W->topo);
+  if (p->training && rt_async_mode(p)) { /* the streams the plan did not carry: every rank proves them alike */
+    char e[512] = "";
+    rt_async_check(p, W->prog, W->prog_len, M, e, sizeof e);
+    if (e[0]) {
+      if (W->rank == 0) rt_errorf("internal error: the %s streams: %s", p->schedule, e);
+      return 1;
+    }
+  }
   build_needs(W);
   int cap = p->training ? M + 4 : 4;
   for (int kind = 0; kind < 2; kind++) {
@@ -568,6 +577,10 @@ static int world_open(world *W, const pipert_pipeline *p, const rt_options *o, i
     st = 1;
   } else if (rt_fakedev_attach(W->p, W->stage, W->w.state)) {
     st = 1;
+  } else if (p->training && rt_async_mode(p) && (W->w.async_base = o->async_base, W->w.async_keep = o->async_keep,
+                                                  rt_async_init(&W->w, err, sizeof err))) {
+    rt_errorf("train: --schedule %s: %s", p->schedule, err);
+    st = 2;
   }
   MPI_Allreduce(&st, &gst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (!gst) nccl_setup(W);
@@ -789,9 +802,9 @@ static int64_t mb_bcast(void *impl, int64_t v) {
   return v;
 }
 
-int rt_mpi_backend(const pipert_pipeline *p, const rt_options *o, rt_backend *be) {
+int rt_mpi_backend(const pipert_pipeline *p, const rt_options *o, int M, rt_backend *be) {
   world *W = calloc(1, sizeof *W);
-  int rc = world_open(W, p, o, p->microbatches);
+  int rc = world_open(W, p, o, M > 0 ? M : p->microbatches);
   *be = (rt_backend){W, W->rank, mb_run, mb_param_io, mb_bcast};
   return rc;
 }

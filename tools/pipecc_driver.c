@@ -131,7 +131,10 @@ static void print_plan_table(FILE *f, const pipecc_run *r) {
   const pass_plan *p = &pl->plan;
   if (*r->costs) fprintf(f, "pipecc: costs: %s\n", r->costs);
   fprintf(f, "pipecc: %s on %d x %s, %d micro-batch%s, %s\n", g->path, p->devices, dev->name, p->microbatches,
-          p->microbatches == 1 ? "" : "es", p->schedule == PASS_SCHED_GPIPE ? "gpipe" : "1f1b");
+          p->microbatches == 1 ? "" : "es",
+          p->async_mode                   ? pass_async_name(p->async_mode)
+          : p->schedule == PASS_SCHED_GPIPE ? "gpipe"
+                                            : "1f1b");
   int rc_col = p->training && p->recompute; /* the stages' re-materialisation */
   fprintf(f, "  stage  devices  replicas  nodes  compute_ms   comm_ms  memory      %sfirst .. last node\n",
           rc_col ? "recompute  " : "");
@@ -148,6 +151,17 @@ static void print_plan_table(FILE *f, const pipecc_run *r) {
     fprintf(f, "  %5d  %3d..%-3d %8d  %5d  %10.4f %9.4f  %-10s  %s%s .. %s\n", s, st->dev_first,
             st->dev_first + st->replicas - 1, st->replicas, st->n_nodes, st->compute_ms, st->comm_ms, mem, rc,
             ir_printable(first, 24, a, sizeof a), ir_printable(last, 24, b, sizeof b));
+  }
+  if (p->async_mode) { /* what the asynchronous schedule keeps and how stale each stage reads */
+    fprintf(f, "  %s, no flush:", pass_async_name(p->async_mode));
+    for (int s = 0; s < p->n_stages; s++) {
+      int sf, sb, af, ab;
+      pass_async_staleness(p->async_mode, p->n_stages, s, &sf, &sb, &af, &ab);
+      fprintf(f, " stage %d %d version%s, staleness fwd %d bwd %d", s, pass_async_versions(p->async_mode, p->n_stages, s),
+              pass_async_versions(p->async_mode, p->n_stages, s) == 1 ? "" : "s", sf, sb);
+      if (p->async_mode == PASS_ASYNC_SPECTRAIN) fprintf(f, " (predicted %d and %d ahead)", af, ab);
+      fputs(s + 1 < p->n_stages ? ";" : "\n", f);
+    }
   }
   fprintf(f,
           "  bottleneck %.4f ms (lower bound %.4f ms, gap %.1f%%), predicted iteration %.3f ms, bubble %.1f%%, "
@@ -484,6 +498,7 @@ static void plan_options(pipecc_run *r) {
   po->no_replicate = o->no_replicate;
   po->device_word = cpu ? "core" : "GPU";
   po->schedule = o->schedule;
+  po->async_mode = o->train_prog ? pass_async_from_name(o->async_schedule) : 0;
   const pass_link *intra = pass_link_find(o->link_name ? o->link_name : (cpu ? "shm" : "nvlink4"));
   const pass_link *inter = pass_link_find(o->inter_link_name ? o->inter_link_name : "ib-ndr");
   po->topo.hosts = o->hosts ? o->hosts : 1;
@@ -668,7 +683,9 @@ void pipecc_assign_stages(pipecc_run *r) {
                     NULL,
                     r->m,
                     p->bubble_fraction,
-                    o->schedule == PASS_SCHED_GPIPE ? "gpipe" : "1f1b",
+                    o->async_schedule                ? o->async_schedule
+                    : o->schedule == PASS_SCHED_GPIPE ? "gpipe"
+                                                      : "1f1b",
                     NULL};
   /* --split even replaces the plan's stages by exactly g contiguous stages of about equal
    * FLOPs (cg_fallback_split), one replica each: the tests check with it that results
@@ -735,6 +752,8 @@ int pipecc_train_program(pipecc_run *r) {
   r->stage_recompute = calloc((size_t)p->n_stages + 1, sizeof *r->stage_recompute);
   for (int s = 0; s < p->n_stages; s++) r->stage_recompute[s] = p->stages[s].recompute;
   topts->stage_recompute = r->cp.node_stage == r->pl.node_stage ? r->stage_recompute : NULL;
+  topts->weights_fresh = /* the backward reads other weights than its forward */
+      o->async_schedule && (!strcmp(o->async_schedule, "async") || !strcmp(o->async_schedule, "spectrain"));
   double ts = now_ms();
   if (pass_train_program(g, topts, r->m, &r->tinfo) || g->n_errors) return 2;
   time_pass(r, "train", ts);
@@ -825,9 +844,10 @@ void pipecc_report_done(const pipecc_run *r, int rc) {
   if (!rc && !o->plan_only && !o->emit_only && !o->profile_run && !o->quiet) {
     if (o->train_prog)
       fprintf(stderr,
-              "pipecc: built %s/pipeline; train it with\n  %s/pipeline train --data X.npy%s --epochs N "
+              "pipecc: built %s/pipeline; train it with\n  %s/pipeline train --data X.npy%s %s "
               "[--save W.npz]\n",
-              o->out_dir, o->out_dir, r->tinfo.labels ? " --labels Y.npy" : "");
+              o->out_dir, o->out_dir, r->tinfo.labels ? " --labels Y.npy" : "",
+              o->async_schedule ? "--steps K" : "--epochs N");
     else
       fprintf(stderr, "pipecc: built %s/pipeline; run it with\n  %s/pipeline --input X.npy --output Y.npy\n",
               o->out_dir, o->out_dir);

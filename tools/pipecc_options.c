@@ -36,7 +36,8 @@ void pipecc_usage(FILE *f) {
       "                         in plan.json). -m auto: the search on either target; -m max:\n"
       "                         the largest count on either. 1 (with a note) for a model that\n"
       "                         does not split into it\n"
-      "  --schedule S           gpipe | 1f1b (default 1f1b)\n"
+      "  --schedule S           gpipe | 1f1b (default 1f1b); with --train also the asynchronous\n"
+      "                         pipedream | async | spectrain | 2bw (docs/training.md)\n"
       "  --device NAME          cost model device: h100, h200, a100, v100, cpu\n"
       "                         (default: cpu for --target cpu, h100 for --target cuda)\n"
       "  --profile FILE.json    measured per-node times replace the cost model\n"
@@ -322,7 +323,10 @@ static int planning_option(cursor *c, pipecc_options *o) {
     const char *v = NEXT();
     if (!strcmp(v, "gpipe")) o->schedule = PASS_SCHED_GPIPE;
     else if (!strcmp(v, "1f1b")) o->schedule = PASS_SCHED_1F1B;
-    else return cli_error("unknown --schedule '%s' (gpipe, 1f1b)", v);
+    else if (!strcmp(v, "pipedream") || !strcmp(v, "async") || !strcmp(v, "spectrain") || !strcmp(v, "2bw"))
+      o->schedule = PASS_SCHED_1F1B, o->async_schedule = v; /* planned as 1F1B, run without a flush */
+    else return cli_error("unknown --schedule '%s' (gpipe, 1f1b, pipedream, async, spectrain, 2bw)", v);
+    if (o->schedule == PASS_SCHED_GPIPE || !strcmp(v, "1f1b")) o->async_schedule = NULL;
   } else if (IS("--device")) {
     o->device_name = NEXT();
     if (!pass_device_find(o->device_name))
@@ -537,6 +541,25 @@ static int check(pipecc_options *o) {
                      : t->recompute == PASS_RECOMPUTE_AUTO    ? "--recompute=auto"
                                                               : "--recompute");
   o->train_prog = o->train && !o->train_step;
+  if (o->async_schedule) {
+    const char *a = o->async_schedule;
+    if (!o->train_prog)
+      return cli_error("--schedule %s: an asynchronous schedule trains: it needs --train", a);
+    if (strcmp(o->target, "cpu") && strcmp(o->target, "cuda")) {
+      fprintf(stderr, "pipecc: --schedule %s: the %s target does not run asynchronous schedules (--target cpu)\n", a,
+              o->target);
+      return 2;
+    }
+    if (!strcmp(a, "spectrain") && (strcmp(t->optimizer ? t->optimizer : "sgd", "sgd") || !(t->momentum > 0)))
+      return cli_error("--schedule %s: its weight prediction needs SGD with momentum > 0 (--momentum)", a);
+    if (strcmp(a, "2bw") && (o->microbatches > 1 || o->m_auto || o->m_max))
+      return cli_error("--schedule %s: one update per micro-batch, so -m does not apply (only 2bw takes -m)", a);
+    if (strcmp(a, "2bw")) o->microbatches = 1;
+    if (t->recompute) return cli_error("--schedule %s: re-materialisation (--recompute) is for the synchronous schedules", a);
+    if (!o->no_replicate && !o->quiet)
+      fprintf(stderr, "pipecc: --schedule %s: stages are not replicated (one device per stage)\n", a);
+    o->no_replicate = 1;
+  }
   return -1;
 }
 

@@ -24,6 +24,7 @@ typedef struct {
   int m_auto;       /* -m auto: the micro-batch search on either target */
   int m_max;        /* -m max: the largest count on either target */
   pass_schedule_kind schedule;
+  const char *async_schedule; /* --schedule pipedream|async|spectrain|2bw (planned as 1F1B), else NULL */
   const char *device_name, *profile_path, *link_name, *inter_link_name;
   int hosts, gpus_per_host;                        /* --topology; 0: one host */
   double intra_bw, intra_lat, inter_bw, inter_lat; /* < 0: the link's own */

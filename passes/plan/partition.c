@@ -75,6 +75,35 @@ double pass_boundary_time(const pass_plan_opts *o, int dev_next, uint64_t bytes,
   return x;
 }
 
+const char *pass_async_name(int mode) {
+  static const char *const n[] = {NULL, "pipedream", "async", "spectrain", "2bw"};
+  return mode > 0 && mode <= PASS_ASYNC_2BW ? n[mode] : NULL;
+}
+
+int pass_async_from_name(const char *name) {
+  for (int m = 1; name && m <= PASS_ASYNC_2BW; m++)
+    if (!strcmp(name, pass_async_name(m))) return m;
+  return PASS_ASYNC_NONE;
+}
+
+int pass_async_versions(int mode, int N, int k) {
+  return mode == PASS_ASYNC_PIPEDREAM ? (N - k > 1 ? N - k : 1)
+         : mode == PASS_ASYNC_SPECTRAIN || mode == PASS_ASYNC_2BW ? 2
+                                                                   : 1;
+}
+
+void pass_async_staleness(int mode, int N, int k, int *fwd, int *bwd, int *ahead_fwd, int *ahead_bwd) {
+  int lag = N - 1 - k > 0 ? N - 1 - k : 0;
+  *fwd = *bwd = *ahead_fwd = *ahead_bwd = 0;
+  if (mode == PASS_ASYNC_PIPEDREAM) *fwd = *bwd = lag;
+  else if (mode == PASS_ASYNC_VANILLA) *fwd = lag;
+  else if (mode == PASS_ASYNC_SPECTRAIN) {
+    *fwd = lag;
+    *ahead_fwd = k / 2 + N - k - 1;
+    *ahead_bwd = k / 2;
+  } else if (mode == PASS_ASYNC_2BW) *fwd = *bwd = 1;
+}
+
 uint64_t pass_stage_held(const pass_plan_opts *o, int dev_first, int replicas) {
   /* micro-batches one replica holds at once; replicas take whole micro-batches in turn */
   uint64_t r = (uint64_t)(replicas > 0 ? replicas : 1), M = (uint64_t)o->microbatches, held = 1;
@@ -87,7 +116,7 @@ uint64_t pass_stage_held(const pass_plan_opts *o, int dev_first, int replicas) {
        * stage is replicated */
       uint64_t A = (uint64_t)(o->devices - (dev_first + (int)r)), L = A + r - 1;
       if (pass_max_replicas(o) > 1 && A > 1) L += A - 1;
-      if (L / r + 1 < held) held = L / r + 1;
+      if (L / r + 1 < held || o->async_mode) held = L / r + 1; /* no flush: the lead whatever M */
     }
   }
   return held ? held : 1;
@@ -95,6 +124,7 @@ uint64_t pass_stage_held(const pass_plan_opts *o, int dev_first, int replicas) {
 
 uint64_t pass_stage_memory(const pass_plan_opts *o, const pass_stage_agg *s) {
   double f = o->training ? 2.0 + o->optimizer_state_factor : 1.0;
+  if (o->training && o->async_mode) f += pass_async_versions(o->async_mode, o->devices, s->dev_first) - 1;
   uint64_t stat = (uint64_t)((double)s->param_bytes * f), held = pass_stage_held(o, s->dev_first, s->replicas);
   int mode = o->recompute == PASS_PLAN_RC_AUTO ? s->recompute : o->recompute;
   if (o->training && mode) return stat + s->act_bytes + (held - 1) * (s->in_bytes + s->out_bytes + s->keep_bytes);
@@ -1258,6 +1288,7 @@ int pass_partition(const pass_dag *d, const pass_plan_opts *o_in, pass_plan *pla
   plan->training = o.training;
   plan->recompute = o.training ? o.recompute : 0;
   plan->schedule = o.schedule;
+  plan->async_mode = o.training ? o.async_mode : 0;
   plan->feasibility_checks = r.checks;
   plan->all_downsets = r.exact == PASS_EXACT_RAN;
   plan->state_count = r.exact == PASS_EXACT_RAN ? r.n_states : d->n_nodes + 1;

@@ -101,6 +101,18 @@ typedef enum pass_exact_status {
  * PASS_RECOMPUTE_*): AUTO lets the planner choose each stage's mode. */
 enum { PASS_PLAN_RC_NONE = 0, PASS_PLAN_RC_FULL = 1, PASS_PLAN_RC_SELECTIVE = 2, PASS_PLAN_RC_AUTO = 3 };
 
+/* The asynchronous training schedules (docs/training.md), planned as 1F1B without a
+ * flush: a stage holds N-k micro-batches whatever M, and N-k (pipedream), 1 (async),
+ * 2 (spectrain: the latest and its prediction) or 2 (2bw) versions of its weights. */
+enum { PASS_ASYNC_NONE = 0, PASS_ASYNC_PIPEDREAM, PASS_ASYNC_VANILLA, PASS_ASYNC_SPECTRAIN, PASS_ASYNC_2BW };
+const char *pass_async_name(int mode); /* "pipedream", ...; NULL for NONE */
+int pass_async_from_name(const char *name); /* PASS_ASYNC_*, NONE when unknown or NULL */
+/* Stage k of N: weight versions it keeps; how many updates behind the latest the weights
+ * its forward / backward read are (spectrain: 0, the prediction's distance ahead in
+ * *ahead_fwd / *ahead_bwd, else 0). */
+int pass_async_versions(int mode, int N, int k);
+void pass_async_staleness(int mode, int N, int k, int *fwd, int *bwd, int *ahead_fwd, int *ahead_bwd);
+
 typedef struct pass_plan_opts {
   int devices;             /* g >= 1 */
   int microbatches;        /* M >= 1 */
@@ -117,6 +129,7 @@ typedef struct pass_plan_opts {
   const char *io_json;     /* plan.json members written as they are after "version" (the driver's
                             * pipecc version, target, inputs and outputs); NULL: none */
   pass_schedule_kind schedule;
+  int async_mode;                /* PASS_ASYNC_* (schedule 1F1B, training, no replicas) */
   pass_topology topo;
   uint64_t mem_limit;            /* bytes per device, 0 = unlimited */
   double optimizer_state_factor; /* optimizer bytes per parameter byte (Adam 2, SGD+momentum 1) */
@@ -190,6 +203,7 @@ typedef struct pass_plan {
   int devices, devices_used, microbatches, training, recompute; /* recompute: pass_plan_opts'
                                                                    (training) */
   pass_schedule_kind schedule;
+  int async_mode; /* pass_plan_opts' */
   double bottleneck_ms;  /* max over stage and boundary times */
   double lower_bound_ms; /* max(total work / g, largest node * ceil(M/r)/M, r = most replicas) */
   double gap;            /* bottleneck / lower bound - 1 */
@@ -245,7 +259,9 @@ double pass_boundary_time(const pass_plan_opts *o, int dev_next, uint64_t bytes,
  * at once between their forward and their backward: 1 for inference. */
 uint64_t pass_stage_held(const pass_plan_opts *o, int dev_first, int replicas);
 /* Memory per device of a stage whose devices end at dev_first + replicas: the weights
- * (with gradients and optimizer state when training) plus held x act_bytes; with
+ * (with gradients and optimizer state when training; with an asynchronous schedule, each
+ * further weight version it keeps, the stages counted as the devices) plus held x
+ * act_bytes; with
  * recompute, act_bytes (the micro-batch whose backward runs, its forward recomputed)
  * plus (held - 1) x (in_bytes + out_bytes + keep_bytes), what each other held
  * micro-batch keeps. */

@@ -42,7 +42,10 @@ int pass_plan_json_write(FILE *f, const pass_dag *d, const pass_plan *p, const p
     fputs("],\n", f);
   }
   fprintf(f, "  \"training\": %s,\n  \"schedule\": \"%s\",\n", p->training ? "true" : "false",
-          p->schedule == PASS_SCHED_GPIPE ? "gpipe" : "1f1b");
+          p->async_mode                     ? pass_async_name(p->async_mode)
+          : p->schedule == PASS_SCHED_GPIPE ? "gpipe"
+                                            : "1f1b");
+  if (p->async_mode) fputs("  \"asynchronous\": true,\n", f);
   if (p->training)
     fprintf(f, "  \"recompute\": %s,\n  \"recompute_selective\": %s,\n  \"recompute_auto\": %s,\n",
             p->recompute ? "true" : "false", p->recompute == PASS_PLAN_RC_SELECTIVE ? "true" : "false",
@@ -116,6 +119,13 @@ int pass_plan_json_write(FILE *f, const pass_dag *d, const pass_plan *p, const p
               S->recompute == PASS_PLAN_RC_FULL        ? "full"
               : S->recompute == PASS_PLAN_RC_SELECTIVE ? "selective"
                                                        : "none");
+    if (p->async_mode) { /* the asynchronous schedule's versions and staleness (partition.h) */
+      int sf, sb, af, ab;
+      pass_async_staleness(p->async_mode, p->n_stages, k, &sf, &sb, &af, &ab);
+      fprintf(f, ", \"weight_versions\": %d, \"staleness_fwd\": %d, \"staleness_bwd\": %d",
+              pass_async_versions(p->async_mode, p->n_stages, k), sf, sb);
+      if (p->async_mode == PASS_ASYNC_SPECTRAIN) fprintf(f, ", \"predict_fwd\": %d, \"predict_bwd\": %d", af, ab);
+    }
     fprintf(
         f,
         ",\n     \"param_bytes\": %llu, \"activation_bytes\": %llu, \"exchange_bytes\": %llu, "

@@ -149,6 +149,7 @@ static void card(FILE *f, const char *key, const char *val, const char *sub, int
 
 static uint64_t static_bytes(const pass_plan_opts *o, const pass_stage *S) {
   double f = o->training ? 2.0 + o->optimizer_state_factor : 1.0;
+  if (o->training && o->async_mode) f += pass_async_versions(o->async_mode, o->devices, S->dev_first) - 1;
   return (uint64_t)((double)S->param_bytes * f);
 }
 
@@ -265,12 +266,19 @@ static void mem_chart(FILE *f, const pass_plan *pl, const pass_plan_opts *o) {
     rep_stage_color(k, c);
     double y = 22 + k * CH_ROW;
     uint64_t w = static_bytes(o, S), tot = S->memory_bytes, a = tot > w ? tot - w : 0;
+    char vs[128] = ""; /* an asynchronous schedule: the versions kept, how stale they are */
+    if (pl->async_mode) {
+      int sf, sb, af, ab, nv = pass_async_versions(pl->async_mode, pl->n_stages, k);
+      pass_async_staleness(pl->async_mode, pl->n_stages, k, &sf, &sb, &af, &ab);
+      snprintf(vs, sizeof vs, " (%d weight version%s; forward %d, backward %d updates stale)", nv, nv == 1 ? "" : "s",
+               sf, sb);
+    }
     fprintf(f, "<text class=\"lbl\" x=\"4\" y=\"%.0f\">stage %d</text>", y + 15, k);
     rep_bytes(b, sizeof b, (double)w);
     fprintf(
         f,
-        "<rect x=\"%d\" y=\"%.0f\" width=\"%.2f\" height=\"20\" fill=\"%s\"><title>stage %d weights%s: %s</title></rect>",
-        CH_LABEL, y + 1, (double)w * sx, c, k, o->training ? " + gradients + optimizer state" : "", b);
+        "<rect x=\"%d\" y=\"%.0f\" width=\"%.2f\" height=\"20\" fill=\"%s\"><title>stage %d weights%s%s: %s</title></rect>",
+        CH_LABEL, y + 1, (double)w * sx, c, k, o->training ? " + gradients + optimizer state" : "", vs, b);
     rep_bytes(b, sizeof b, (double)a);
     fprintf(f,
             "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"20\" fill=\"%s\" fill-opacity=\"0.4\"><title>stage %d "
@@ -415,7 +423,10 @@ int report_html_write(FILE *f, const ir_graph *g, const pass_planned *P, const p
            hosts == 1 ? "" : "s", gph, o->topo.intra_gbps);
   card(f, "devices (g)", buf, s, 0);
   snprintf(buf, sizeof buf, "%d", pl->microbatches);
-  int so = snprintf(s, sizeof s, "%s \xC2\xB7 %s", pl->schedule == PASS_SCHED_GPIPE ? "GPipe" : "1F1B",
+  int so = snprintf(s, sizeof s, "%s \xC2\xB7 %s",
+                    pl->async_mode                    ? pass_async_name(pl->async_mode)
+                    : pl->schedule == PASS_SCHED_GPIPE ? "GPipe"
+                                                       : "1F1B",
                     !pl->training        ? "inference"
                     : pl->recompute == 3 ? "training, recomputation chosen per stage"
                     : pl->recompute == 2 ? "training, cheap forward nodes recomputed"

@@ -387,8 +387,22 @@ int pass_schedule_attach(const pass_plan_opts *o, pass_plan *plan, char *err, si
   }
   plan->predicted_iteration_ms = res.iteration_ms;
   plan->bubble_fraction = res.bubble_fraction;
+  if (o->training && o->async_mode) {
+    /* no flush: in the steady state a batch takes M times the slowest stage or link, and
+     * the bubble is what the other stages idle beside it */
+    double slow = 0, busy = 0;
+    for (int k = 0; k < p; k++) {
+      double t = plan->stages[k].fwd_ms + plan->stages[k].bwd_ms;
+      busy += t;
+      if (t > slow) slow = t;
+      if (plan->stages[k].comm_ms > slow) slow = plan->stages[k].comm_ms;
+    }
+    plan->predicted_iteration_ms = slow * o->microbatches;
+    plan->bubble_fraction = slow > 0 ? 1.0 - busy / (p * slow) : 0.0;
+  }
   plan->single_device_ms = single * o->microbatches;
-  plan->predicted_speedup = res.iteration_ms > 0 ? plan->single_device_ms / res.iteration_ms : 1.0;
+  plan->predicted_speedup =
+      plan->predicted_iteration_ms > 0 ? plan->single_device_ms / plan->predicted_iteration_ms : 1.0;
   for (int k = 0; k < p; k++) plan->stages[k].peak_memory_bytes = res.peak_bytes[k];
   pass_sim_result_free(&res);
   free(reps);

@@ -88,6 +88,9 @@ typedef struct {
                                  PASS_RECOMPUTE_FULL, _SELECTIVE or _AUTO */
   const int *stage_recompute; /* _AUTO: each stage's mode (0, FULL, SELECTIVE; the plan's);
                                  NULL: FULL for every stage */
+  int weights_fresh;          /* the asynchronous schedules whose backward reads other weights
+                                 than their forward (async, spectrain): pass_recompute with
+                                 PASS_RECOMPUTE_WEIGHTS */
   int verbose;
 } pass_train_opts;
 
@@ -130,7 +133,11 @@ int pass_train_program(ir_graph *g, const pass_train_opts *t, int microbatches, 
  * recurrent layers), recomputing only the cheap ones between them (normalisation,
  * activations, element-wise, pooling, shape ops), as Megatron-LM's selective mode does
  * for attention. 0 or -1. */
-enum { PASS_RECOMPUTE_FULL = 1, PASS_RECOMPUTE_SELECTIVE = 2, PASS_RECOMPUTE_AUTO = 3 };
+enum { PASS_RECOMPUTE_FULL = 1, PASS_RECOMPUTE_SELECTIVE = 2, PASS_RECOMPUTE_AUTO = 3, PASS_RECOMPUTE_WEIGHTS = 4 };
+/* WEIGHTS: only the forward nodes whose operands are weights and constants alone (a
+ * Transpose, Split or Reshape of a weight: what an unrolled recurrent layer or a fused
+ * projection makes), so that the backward derives them from the weights in place when it
+ * runs, not from the version its forward read. */
 /* AUTO: stage s in mode stage_mode[s] (0: none; NULL: FULL everywhere), the planner's
  * choice (partition.h's PASS_PLAN_RC_*, the same values). */
 int pass_recompute(ir_graph *g, int mode, const int *stage_mode, int verbose);

@@ -569,6 +569,7 @@ int pass_train_program(ir_graph *g, const pass_train_opts *t, int microbatches, 
     }
   }
   if (t->recompute && pass_recompute(g, t->recompute, t->stage_recompute, t->verbose)) return -1;
+  if (!t->recompute && t->weights_fresh && pass_recompute(g, PASS_RECOMPUTE_WEIGHTS, NULL, t->verbose)) return -1;
   vec outs = {0};
   for (int k = 0; k < g->n_outputs; k++) push(&outs, g->outputs[k]);
   int rc = finish(g, &outs, t->verbose, "train: the pipelined program");

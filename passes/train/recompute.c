@@ -44,6 +44,7 @@ typedef struct {
   int n_nodes;           /* nodes before the copies */
   int copies;
   int *stack, cap; /* copy_up's work list */
+  char *wonly;      /* PASS_RECOMPUTE_WEIGHTS: [n_nodes] a forward node of weights and constants alone */
 } rc_ctx;
 
 int pass_recompute_keeps(const ir_graph *g, const ir_node *n, int mode) {
@@ -79,6 +80,8 @@ int pass_recompute_keeps(const ir_graph *g, const ir_node *n, int mode) {
 /* A forward node whose work runs again in the backward phase of its stage. */
 static int recomputable(const rc_ctx *c, const ir_node *n) {
   if (n->dead || n->phase != IR_PHASE_FWD || n->stage < 0) return 0;
+  if (c->mode == PASS_RECOMPUTE_WEIGHTS)
+    return c->wonly[n - c->g->nodes] && !pass_recompute_keeps(c->g, n, PASS_RECOMPUTE_FULL);
   int mode = c->mode != PASS_RECOMPUTE_AUTO ? c->mode : c->stage_mode ? c->stage_mode[n->stage] : PASS_RECOMPUTE_FULL;
   return mode && !pass_recompute_keeps(c->g, n, mode);
 }
@@ -179,8 +182,24 @@ static void copy_up(rc_ctx *c, int root, int stage) {
 }
 
 int pass_recompute(ir_graph *g, int mode, const int *stage_mode, int verbose) {
-  rc_ctx c = {g, mode, stage_mode, NULL, g->n_nodes, 0, NULL, 256};
+  rc_ctx c = {g, mode, stage_mode, NULL, g->n_nodes, 0, NULL, 256, NULL};
   c.copy = ir_xcalloc((size_t)g->n_nodes + 1, sizeof *c.copy);
+  c.wonly = ir_xcalloc((size_t)g->n_nodes + 1, 1);
+  for (int changed = mode == PASS_RECOMPUTE_WEIGHTS; changed;) { /* (nodes need not be in order yet) */
+    changed = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+      const ir_node *n = &g->nodes[i];
+      if (c.wonly[i] || n->dead || n->phase != IR_PHASE_FWD || n->stage < 0) continue;
+      int ok = 1;
+      for (int k = 0; k < n->n_in && ok; k++) {
+        int v = n->in[k];
+        if (v < 0 || g->values[v].kind == IR_VAL_CONST) continue;
+        int pr = g->values[v].producer;
+        ok = pr >= 0 && c.wonly[pr] && g->nodes[pr].stage == n->stage;
+      }
+      if (ok) c.wonly[i] = 1, changed = 1;
+    }
+  }
   for (int i = 0; i < g->n_nodes; i++) c.copy[i] = -1;
   c.stack = ir_xmalloc(sizeof *c.stack * (size_t)c.cap);
   int kept = 0, redirected = 0;
@@ -203,10 +222,12 @@ int pass_recompute(ir_graph *g, int mode, const int *stage_mode, int verbose) {
   }
   free(c.stack);
   free(c.copy);
+  free(c.wonly);
   if (verbose)
     fprintf(stderr, "pipecc: recompute (%s): %d forward nodes copied into the backward; %d reads redirected, %d kept\n",
             mode == PASS_RECOMPUTE_SELECTIVE ? "selective"
             : mode == PASS_RECOMPUTE_AUTO    ? "per stage"
+            : mode == PASS_RECOMPUTE_WEIGHTS ? "weights"
                                              : "full",
             c.copies, redirected, kept);
   return g->n_errors ? -1 : 0;

@@ -180,6 +180,93 @@ static int planner_programs(const int *reps, int M, pass_schedule_kind kind) {
   return e[0] != 0;
 }
 
+/* The asynchronous schedules' streams (rt_async_program) on 3 stages, T micro-batches in
+ * batches of M: they pass rt_async_check (order, a STEP after every batch, the deadlock
+ * proof); stage 0 waiting for micro-batch 0's gradient before it sends its activation
+ * deadlocks, and a STEP moved one backward early is misplaced: both are refused. 0 when
+ * all of that holds. */
+static int async_programs(int M, int T) {
+  static const int reps[3] = {1, 1, 1};
+  pass_stream st[3];
+  memset(st, 0, sizeof st);
+  if (pass_schedule_build(PASS_SCHED_1F1B, 3, M, 1, reps, st)) return 1;
+  pipert_instr *plan[3];
+  static const int opcode[] = {[PASS_OP_FWD] = PIPERT_OP_FWD,
+                               [PASS_OP_BWD] = PIPERT_OP_BWD,
+                               [PASS_OP_SEND_ACT] = PIPERT_OP_SEND_ACT,
+                               [PASS_OP_RECV_ACT] = PIPERT_OP_RECV_ACT,
+                               [PASS_OP_SEND_GRAD] = PIPERT_OP_SEND_GRAD,
+                               [PASS_OP_RECV_GRAD] = PIPERT_OP_RECV_GRAD,
+                               [PASS_OP_ALLREDUCE] = PIPERT_OP_ALLREDUCE,
+                               [PASS_OP_STEP] = PIPERT_OP_STEP};
+  for (int k = 0; k < 3; k++) {
+    plan[k] = calloc((size_t)st[k].n + 1, sizeof(pipert_instr));
+    for (int i = 0; i < st[k].n; i++)
+      plan[k][i] = (pipert_instr){opcode[st[k].v[i].op], st[k].v[i].mb < 0 ? 0 : st[k].v[i].mb};
+  }
+  pipert_stage_plan sp[3] = {
+      {.stage = &D0, .replicas = 1, .program = plan[0], .program_len = st[0].n, .bwd_input_src = S0_BWD_SRC},
+      {.stage = &DMID,
+       .input_src = S1_FWD_SRC,
+       .replicas = 1,
+       .program = plan[1],
+       .program_len = st[1].n,
+       .bwd_input_src = S1_BWD_SRC},
+      {.stage = &DLAST, .input_src = S2_FWD_SRC, .replicas = 1, .program = plan[2], .program_len = st[2].n}};
+  pipert_pipeline p = {.abi_version = PIPERT_ABI_VERSION,
+                       .name = "unit",
+                       .n_stages = 3,
+                       .stages = sp,
+                       .microbatches = M,
+                       .schedule = M > 1 ? "2bw" : "pipedream",
+                       .training = 1,
+                       .logits_output = -1,
+                       .labels_input = -1};
+  pipert_instr *prog[3];
+  int len[3], bad = 0;
+  for (int k = 0; k < 3; k++) prog[k] = rt_async_program(&p, k, T, &len[k]);
+  char e[512] = "";
+  rt_async_check(&p, (const pipert_instr *const *)prog, len, T, e, sizeof e);
+  if (e[0]) fprintf(stderr, "async M %d T %d: %s\n", M, T, e), bad = 1;
+  /* stage 0: RECV_GRAD 0 moved right after FWD 0 */
+  int r = 0;
+  while (r < len[0] && prog[0][r].op != PIPERT_OP_RECV_GRAD) r++;
+  pipert_instr *d0 = malloc(sizeof *d0 * (size_t)len[0]);
+  memcpy(d0, prog[0], sizeof *d0 * (size_t)len[0]);
+  if (r < len[0]) {
+    pipert_instr g = d0[r];
+    memmove(&d0[2], &d0[1], sizeof *d0 * (size_t)(r - 1));
+    d0[1] = g;
+  }
+  const pipert_instr *dl[3] = {d0, prog[1], prog[2]};
+  e[0] = 0;
+  rt_async_check(&p, dl, len, T, e, sizeof e);
+  if (!strstr(e, "deadlock")) fprintf(stderr, "async M %d T %d: the deadlock is not found (%s)\n", M, T, e), bad = 1;
+  /* stage 2: its first STEP swapped with the BWD before it */
+  int q = 0;
+  while (q < len[2] && prog[2][q].op != PIPERT_OP_STEP) q++;
+  memcpy(d0, prog[0], sizeof *d0 * (size_t)len[0]);
+  pipert_instr *d2 = malloc(sizeof *d2 * (size_t)len[2]);
+  memcpy(d2, prog[2], sizeof *d2 * (size_t)len[2]);
+  int b = q;
+  while (b > 0 && d2[b].op != PIPERT_OP_BWD) b--;
+  pipert_instr x = d2[b];
+  d2[b] = d2[q];
+  d2[q] = x;
+  const pipert_instr *ds[3] = {prog[0], prog[1], d2};
+  e[0] = 0;
+  rt_async_check(&p, ds, len, T, e, sizeof e);
+  if (!strstr(e, "STEP")) fprintf(stderr, "async M %d T %d: the misplaced STEP is not found (%s)\n", M, T, e), bad = 1;
+  free(d0);
+  free(d2);
+  for (int k = 0; k < 3; k++) {
+    free(prog[k]);
+    free(plan[k]);
+  }
+  pass_streams_free(st, 3);
+  return bad;
+}
+
 static int programs(void) {
   enum {
     RA = PIPERT_OP_RECV_ACT,
@@ -274,6 +361,12 @@ static int programs(void) {
     for (int M = 1; M <= 12; M++)
       for (int kind = 0; kind < 2; kind++, n_prog++) CHECK(planner_programs(reps[c], M, (pass_schedule_kind)kind) == 0);
   printf("%d planner programs with replicated stages keep both transports' rules\n", n_prog);
+  n_prog = 0;
+  for (int M = 1; M <= 4; M++)
+    for (int T = M; T <= 16 * M; T += M, n_prog++) CHECK(async_programs(M, T) == 0);
+  printf("%d asynchronous stream sets pass the checks, and each made to deadlock or to misplace a STEP fails "
+         "them\n",
+         n_prog);
   if (fails) fprintf(stderr, "%d check(s) failed\n", fails);
   else printf("programs ok\n");
   return fails ? 1 : 0;
