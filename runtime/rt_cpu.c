@@ -84,7 +84,7 @@ static void cpu_probe(rt_cpu_info *c) {
     }
     c->amx = (d >> 24) & 1; /* AMX-TILE */
   }
-  if (__get_cpuid_max(0x80000000u, NULL) >= 0x80000004u) {
+  if ((unsigned)__get_cpuid_max(0x80000000u, NULL) >= 0x80000004u) { /* int in clang's cpuid.h */
     unsigned r[12];
     for (unsigned k = 0; k < 3; k++) __cpuid(0x80000002u + k, r[4 * k], r[4 * k + 1], r[4 * k + 2], r[4 * k + 3]);
     memcpy(c->brand, r, 48);

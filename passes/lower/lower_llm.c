@@ -217,7 +217,7 @@ static int attn_geometry(ir_graph *g, int node, attn_dims *d) {
   const ir_node *n = SH_NODE;
   const ir_value *q = sh_in(g, node, 0), *k = sh_in(g, node, 1), *v = sh_in(g, node, 2);
   const ir_value *pk = sh_in(g, node, 4), *pv = sh_in(g, node, 5);
-  char b[64];
+  char b[64], c[64];
   int64_t qh = ir_attr_int(n, "q_num_heads", 0), kh = ir_attr_int(n, "kv_num_heads", 0);
   if (q->shape.rank != k->shape.rank || q->shape.rank != v->shape.rank || (q->shape.rank != 3 && q->shape.rank != 4))
     SH_FAIL("Q, K and V must all be 4D [B, H, S, D] or all 3D [B, S, H*D]");
@@ -250,7 +250,7 @@ static int attn_geometry(ir_graph *g, int node, attn_dims *d) {
         pk->shape.dims[3] != d->D || pv->shape.dims[0] != d->B || pv->shape.dims[1] != d->Hkv ||
         pv->shape.dims[2] != pk->shape.dims[2] || pv->shape.dims[3] != d->Dv)
       SH_FAIL("past_key %s / past_value %s: [B, kv_num_heads, past, head size] expected",
-              sh_str(&pk->shape, b, sizeof b), sh_str(&pv->shape, b + 32, 32));
+              sh_str(&pk->shape, b, sizeof b), sh_str(&pv->shape, c, sizeof c));
     d->Sp = pk->shape.dims[2];
   }
   if (n->n_in > 6 && n->in[6] >= 0) SH_FAIL("the input nonpad_kv_seqlen is not supported yet");
