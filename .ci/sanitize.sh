@@ -26,7 +26,8 @@
 #              nvcc's device or host code, and nvcc's host gcc cannot link the clang-ASan
 #              libpipert; the main suite runs them (pipecc's cuda emitter still runs under
 #              the sanitizers in cuda.errors)
-# Tests left out by name (SKIP_TESTS, a ctest -E regex; default "^train\.(models|pipeline|async)$"):
+# Tests left out by name (SKIP_TESTS, a ctest -E regex; default
+# "^train\.(models|pipeline|async|rnn)$|^planner\.costs$|^install\.relocated$"):
 #   train.models    the one-step programs of the small training models (220 s at -g 1
 #                   instrumented) and train.pipeline their pipelined programs under 1F1B (210
 #                   s): train.pipeline_gpipe runs four of those models' pipelined programs
@@ -35,6 +36,13 @@
 #   train.async     the asynchronous schedules at g = 1..4 in four modes: about 18 builds and
 #                   their runs (70 to 250 s uninstrumented); the main suite runs it, and
 #                   runtime.programs checks the asynchronous streams instrumented
+#   train.rnn       the recurrent ops' gradients through their unrolled steps (100 s
+#                   instrumented); train.ops runs the same backward rules instrumented
+#   planner.costs   seven profiler builds of a small model for the profile cache's keys;
+#                   the main suite runs it (the suite's other compiles use the cost model,
+#                   so the measured-cost path runs uninstrumented only)
+#   install.relocated builds and installs an uninstrumented copy of the tree: nothing in
+#                   it is instrumented
 # Tests matching runtime\.mpi run in a second ctest call without leak detection (see below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +50,7 @@ BUILD=${BUILD:-build-asan}
 EXCLUDE=${EXCLUDE:-models|benchmark|fuzz|cuda-build|train_big|full_size}
 JOBS=${JOBS:-2}
 MPI_TESTS='runtime\.mpi'
-SKIP_TESTS=${SKIP_TESTS:-'^train\.(models|pipeline|async)$'}
+SKIP_TESTS=${SKIP_TESTS:-'^train\.(models|pipeline|async|rnn)$|^planner\.costs$|^install\.relocated$'}
 if [ -z "${CC:-}" ]; then
   if command -v clang >/dev/null; then CC=clang; else CC=gcc; fi
 fi
