@@ -171,3 +171,13 @@ int ad_unbroadcast(ad_ctx *a, int gv, const ir_shape *s) {
   int r = ad_reduce(a, IR_OP_ReduceSum, gv, axes, n, 1);
   return ad_reshape(a, r, s);
 }
+
+int ad_take_output(ad_ctx *a, int node, int k, int v) {
+  ir_node nd = a->g->nodes[node];
+  if (k >= nd.n_out || nd.out[k] < 0) return a->err ? -1 : 0;
+  for (int i = 0; i < nd.n_in; i++)
+    if (nd.in[i] == v) v = ad_un(a, IR_OP_Identity, v);
+  if (a->err) return -1;
+  ir_take_output(a->g, v, nd.out[k]);
+  return 0;
+}

@@ -55,6 +55,11 @@ int ad_expand(ad_ctx *a, int x, const ir_shape *s);
 int ad_zeros(ad_ctx *a, const ir_shape *s, ir_dtype dt); /* any type */
 int ad_unbroadcast(ad_ctx *a, int gv, const ir_shape *s);
 
+/* For a lowering: the value v becomes output k of node (nothing when that output is
+ * omitted), through an Identity where v is one of node's inputs. 0, or -1 after an error
+ * of a (nothing taken). */
+int ad_take_output(ad_ctx *a, int node, int k, int v);
+
 /* Every live node of g that want() picks, replaced by lower(a, node) (nodes made with
  * the ad_* helpers, named after the node, tag `tag`); then sorted and compacted. The
  * number lowered, or -1 (reported). */

@@ -130,15 +130,6 @@ static int concat_last(ad_ctx *a, int x, int y) {
   return ad_end(a, id);
 }
 
-static int finish(ad_ctx *a, int node, int y) {
-  ir_node nd = a->g->nodes[node];
-  for (int i = 0; i < nd.n_in; i++)
-    if (nd.in[i] == y) y = ad_un(a, IR_OP_Identity, y);
-  if (a->err) return -1;
-  ir_take_output(a->g, y, nd.out[0]);
-  return 0;
-}
-
 static int lower_rmsnorm(ad_ctx *a, int node) {
   ir_node nd = a->g->nodes[node];
   ir_dtype xt = ad_dtype(a, nd.in[0]), t = xt == IR_DOUBLE ? IR_DOUBLE : IR_FLOAT;
@@ -150,7 +141,7 @@ static int lower_rmsnorm(ad_ctx *a, int node) {
   int ms = ad_reduce(a, IR_OP_ReduceMean, ad_bin(a, IR_OP_Mul, x, x), ax, r - axis, 1);
   int rms = ad_un(a, IR_OP_Sqrt, ad_bin(a, IR_OP_Add, ms, ad_c_f(a, ir_attr_float(&nd, "epsilon", 1e-5f), t)));
   int y = ad_cast(a, ad_bin(a, IR_OP_Div, x, rms), xt);
-  return finish(a, node, ad_bin(a, IR_OP_Mul, y, nd.in[1]));
+  return ad_take_output(a, node, 0, ad_bin(a, IR_OP_Mul, y, nd.in[1]));
 }
 
 static int lower_swish(ad_ctx *a, int node) {
@@ -158,7 +149,7 @@ static int lower_swish(ad_ctx *a, int node) {
   ir_dtype t = ad_dtype(a, nd.in[0]);
   double alpha = ir_attr_float(&nd, "alpha", 1.0f);
   int x = nd.in[0], ax = alpha == 1.0 ? x : ad_bin(a, IR_OP_Mul, x, ad_c_f(a, alpha, t));
-  return finish(a, node, ad_bin(a, IR_OP_Mul, x, ad_un(a, IR_OP_Sigmoid, ax)));
+  return ad_take_output(a, node, 0, ad_bin(a, IR_OP_Mul, x, ad_un(a, IR_OP_Sigmoid, ax)));
 }
 
 static int lower_rope(ad_ctx *a, int node) {
@@ -203,7 +194,7 @@ static int lower_rope(ad_ctx *a, int node) {
                       : concat_last(a, re, im);
   if (r.R < r.D) y = concat_last(a, y, last_slice(a, x, r.R, r.D));
   y = xs.rank == 4 ? ad_transpose(a, y, perm, 4) : ad_reshape(a, y, &xs);
-  return finish(a, node, y);
+  return ad_take_output(a, node, 0, y);
 }
 
 /* ---- Attention ---- */
@@ -299,14 +290,6 @@ static int heads_first(ad_ctx *a, int x, int64_t B, int64_t S, int64_t H, int64_
   return ad_transpose(a, ad_reshape(a, x, &s), perm, 4);
 }
 
-static void take(ad_ctx *a, const ir_node *nd, int k, int v) {
-  if (nd->n_out > k && nd->out[k] >= 0 && !a->err) {
-    for (int i = 0; i < nd->n_in; i++)
-      if (nd->in[i] == v) v = ad_un(a, IR_OP_Identity, v);
-    ir_take_output(a->g, v, nd->out[k]);
-  }
-}
-
 static int lower_attention(ad_ctx *a, int node) {
   ir_graph *g = a->g;
   ir_node nd = g->nodes[node];
@@ -329,8 +312,8 @@ static int lower_attention(ad_ctx *a, int node) {
     ad_attr_i(a, idv, "axis", 2);
     v = ad_end(a, idv);
   }
-  take(a, &nd, 1, ad_cast(a, k, xt));
-  take(a, &nd, 2, ad_cast(a, v, xt));
+  ad_take_output(a, node, 1, ad_cast(a, k, xt));
+  ad_take_output(a, node, 2, ad_cast(a, v, xt));
   if (d.Hq > d.Hkv) { /* each key/value head serves Hq/Hkv query heads, in order */
     int64_t r = d.Hq / d.Hkv, k5[5] = {d.B, d.Hkv, 1, T, d.D}, ke[5] = {d.B, d.Hkv, r, T, d.D};
     int64_t v5[5] = {d.B, d.Hkv, 1, T, d.Dv}, ve[5] = {d.B, d.Hkv, r, T, d.Dv};
@@ -393,9 +376,9 @@ static int lower_attention(ad_ctx *a, int node) {
     ir_shape ys = dims(3, y3);
     y = ad_reshape(a, ad_transpose(a, y, perm, 4), &ys);
   }
-  take(a, &nd, 3, ad_cast(a, qk, xt));
+  ad_take_output(a, node, 3, ad_cast(a, qk, xt));
   if (a->err) return -1;
-  return finish(a, node, ad_cast(a, y, xt));
+  return ad_take_output(a, node, 0, ad_cast(a, y, xt));
 }
 
 int llm_is_lowered(const ir_node *n) {

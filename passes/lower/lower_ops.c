@@ -421,14 +421,7 @@ static ir_shape shape_of(int rank, const int64_t *dims) {
   return s;
 }
 /* the node's output 0 becomes y (an Identity when y is an input of the node) */
-static int finish(ad_ctx *a, int node, int y) {
-  ir_node nd = a->g->nodes[node];
-  for (int i = 0; i < nd.n_in; i++)
-    if (nd.in[i] == y) y = ad_un(a, IR_OP_Identity, y);
-  if (a->err) return -1;
-  ir_take_output(a->g, y, nd.out[0]);
-  return 0;
-}
+static int finish(ad_ctx *a, int node, int y) { return ad_take_output(a, node, 0, y); }
 /* Refuse a node whose input `in` carries the micro-batch on another axis than `ok`
  * (reported; the lowering would mix the samples). */
 static int batch_on(ad_ctx *a, int node, int in, int ok, const char *why) {
