@@ -83,6 +83,8 @@ typedef struct rt_options {
   const char *weights_dir;
   int64_t async_base; /* training, an asynchronous schedule: the step the run resumes from */
   int async_keep;     /* ... and the run writes a checkpoint */
+  int64_t async_every;               /* ... every this many steps during the run, 0: at the end only */
+  const struct rt_async_ckpt *async_ckpt; /* what takes those checkpoints' parts */
   const char *transport;    /* "auto", "threads", "mpi" */
   double timeout_s;         /* 0: none */
   int stream;               /* --stream: bench as one continuous stream of batches */
@@ -282,6 +284,8 @@ struct rt_worker {
   struct rt_async *async; /* an asynchronous schedule's weight versions (rt_async.c), else NULL */
   int64_t async_base;     /* its updates before this run (a resumed run) */
   int async_keep;         /* keep the versions a later run reads (a checkpoint is written) */
+  int64_t async_every;    /* checkpoints during the run, every this many steps (0: none) */
+  const struct rt_async_ckpt *async_ckpt;
 };
 
 /* The worker enters (op, micro-batch g) or leaves (RT_IDLE) a call the watchdog times. */
@@ -339,6 +343,20 @@ void rt_async_check(const pipert_pipeline *p, const pipert_instr *const *prog, c
  * STEP at i would overwrite when a later instruction reads it, step(after 1) counts the
  * update and frees copies nothing reads any more. copies: versions held in copies. */
 int rt_async_init(rt_worker *w, char *e, size_t elen);
+/* A checkpoint during an asynchronous run (--checkpoint-every): the state after `step`
+ * updates, as a run of `step` steps would leave it. Each stage's worker hands over its
+ * part in its own thread: buffers = 1 right before the forward of batch `step` (the
+ * BUFFER params: the forwards of the batches before it only), buffers = 0 right after
+ * its step-th update (the weights, optimizer state and hyperparameters, and the older
+ * versions the steps after it read, rt_async_first_kept). take returns 0 or -1 after
+ * printing one line. */
+typedef struct rt_async_ckpt {
+  int (*take)(void *ctx, rt_worker *w, int64_t step, int buffers);
+  void *ctx;
+} rt_async_ckpt;
+/* The oldest version that the steps after `step` read (newer ones up to step - 1 are kept
+ * for a checkpoint there). */
+int64_t rt_async_first_kept(const rt_worker *w, int64_t step);
 void rt_async_reset(rt_worker *w);
 int rt_async_before(rt_worker *w, int i);
 int rt_async_after(rt_worker *w, int i);

@@ -413,6 +413,8 @@ int rt_threads_create(const pipert_pipeline *p, const rt_options *o, int M, rt_e
         char e[512] = "";
         tw->w.async_base = o->async_base;
         tw->w.async_keep = o->async_keep;
+        tw->w.async_every = o->async_every;
+        tw->w.async_ckpt = o->async_ckpt;
         if (rt_async_init(&tw->w, e, sizeof e)) {
           rt_errorf("train: --schedule %s: %s", p->schedule, e);
           return 2;

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -557,6 +558,111 @@ static int write_checkpoint(trainer *tr, const train_opts *t, int64_t step) {
   return agree(tr, rc);
 }
 
+/* ---- checkpoints during an asynchronous run (rt_async_ckpt) ----------------------------
+ * Each stage's worker hands over its part of the checkpoint after c steps in its own
+ * thread (rt.h); the part that completes one writes it, as write_checkpoint would after
+ * a run of c steps. Parts of several checkpoints can be under way at once. */
+typedef struct {
+  rt_array *a;
+  int n, cap, parts;
+} ckpt_slot;
+
+typedef struct {
+  trainer *tr;
+  const train_opts *t;
+  pthread_mutex_t mu;
+  int64_t first;   /* the step of slots[0] */
+  int n_slots;
+  ckpt_slot *slots;
+  int64_t written; /* the newest checkpoint written */
+} ckpt_acc;
+
+static rt_array *slot_add(ckpt_slot *sl) {
+  if (sl->n == sl->cap) {
+    int cap = sl->cap ? 2 * sl->cap : 32;
+    rt_array *na = realloc(sl->a, sizeof *na * (size_t)cap);
+    if (!na) return NULL;
+    memset(na + sl->cap, 0, sizeof *na * (size_t)(cap - sl->cap));
+    sl->a = na;
+    sl->cap = cap;
+  }
+  return &sl->a[sl->n++];
+}
+
+static int name_order(const void *x, const void *y) {
+  return strcmp(((const rt_array *)x)->name, ((const rt_array *)y)->name);
+}
+
+static int ckpt_take(void *ctx, rt_worker *w, int64_t step, int buffers) {
+  ckpt_acc *ac = ctx;
+  const pipert_pipeline *p = ac->tr->p;
+  const pipert_stage_desc *d = p->stages[w->stage].stage;
+  int64_t e = ac->t->checkpoint_every, idx = (step - ac->first) / e;
+  int rc = 0;
+  pthread_mutex_lock(&ac->mu);
+  if (idx < 0 || idx >= ac->n_slots) {
+    rt_errorf("internal error: a checkpoint after step %lld, outside the run", (long long)step);
+    rc = -1;
+  }
+  ckpt_slot *sl = rc ? NULL : &ac->slots[idx];
+  for (int k = 0; !rc && k < d->n_params; k++) { /* this stage's params, as collect() takes them */
+    const pipert_param_desc *pd = &d->params[k];
+    int os, want = buffers ? pd->kind == PIPERT_PARAM_BUFFER
+                           : pd->kind == PIPERT_PARAM_WEIGHT || pd->kind == PIPERT_PARAM_OPTSTATE ||
+                                 pd->kind == PIPERT_PARAM_HYPER;
+    if (!want || !pd->owner || find_owner(p, pd->name, &os) != pd) continue;
+    int rank;
+    int64_t dims[PIPERT_MAX_RANK];
+    shape_of(pd, &rank, dims);
+    rt_array *x = slot_add(sl);
+    if (!x || rt_array_alloc(x, pd->name, pd->dtype, rank, dims) || d->param_io(w->state, 0, pd->offset, x->data, pd->nbytes)) {
+      rt_errorf("train: checkpoint after step %lld: stage %d: cannot read '%s'", (long long)step, w->stage, pd->name);
+      rc = -1;
+    }
+  }
+  int64_t v0, v1;
+  int nw = buffers || rc ? 0 : rt_async_kept(w, &v0, &v1);
+  for (int64_t v = rt_async_first_kept(w, step); nw && !rc && v < step; v++) /* the older versions */
+    for (int mom = 0; mom < 2 && !rc; mom++) {
+      const char *buf = rt_async_version(w, v, mom, 0);
+      for (int q = 0; buf && q < nw && !rc; q++) {
+        size_t off;
+        const pipert_param_desc *pd = rt_async_weight(w, q, &off);
+        char nm[1200];
+        int rank;
+        int64_t dims[PIPERT_MAX_RANK];
+        shape_of(pd, &rank, dims);
+        snprintf(nm, sizeof nm, "pipecc/%s/%d/%lld/%s", mom ? "momentum" : "version", w->stage, (long long)v,
+                 pd->name);
+        rt_array *x = slot_add(sl);
+        if (!x || rt_array_alloc(x, nm, pd->dtype, rank, dims)) {
+          rt_errorf("train: checkpoint after step %lld: out of memory", (long long)step);
+          rc = -1;
+        } else memcpy(x->data, buf + off, pd->nbytes);
+      }
+    }
+  if (!rc && ++sl->parts == 2 * p->n_stages) { /* the last part: the file */
+    char err[1024] = "", path[4096];
+    rt_array *m[3] = {slot_add(sl), NULL, NULL};
+    if (m[0]) meta_array(m[0], "pipecc/step", step);
+    if ((m[1] = slot_add(sl))) meta_array(m[1], "pipecc/seed", (int64_t)ac->t->seed);
+    if ((m[2] = slot_add(sl))) meta_array(m[2], "pipecc/shuffle", ac->t->shuffle);
+    qsort(sl->a, (size_t)sl->n, sizeof *sl->a, name_order);
+    snprintf(path, sizeof path, "%s/checkpoint.npz", ac->t->checkpoint);
+    if (!m[2]) rc = -1;
+    else if (step > ac->written && rt_npz_save(path, sl->a, sl->n, err, sizeof err)) {
+      rt_errorf("train: checkpoint %s", err);
+      rc = -1;
+    }
+    if (!rc) ac->written = step;
+    for (int i = 0; i < sl->n; i++) rt_array_free(&sl->a[i]);
+    free(sl->a);
+    memset(sl, 0, sizeof *sl);
+  }
+  pthread_mutex_unlock(&ac->mu);
+  return rc;
+}
+
 /* Whether a file can be written at path: its folder exists and takes a new file (tried
  * with a temporary file of this process, removed again), and path is no folder. 0, or 2
  * after one line naming the option. */
@@ -996,7 +1102,8 @@ static int train_loop(trainer *tr, train_opts *t) {
       ep_loss = ep_acc = 0;
       ep_steps = 0;
     }
-    if (t->checkpoint && ((t->checkpoint_every && done % t->checkpoint_every == 0) || done == steps))
+    /* (an asynchronous run's checkpoints before its end: its workers write them, ckpt_take) */
+    if (t->checkpoint && ((!async && t->checkpoint_every && done % t->checkpoint_every == 0) || done == steps))
       rc = write_checkpoint(tr, t, done);
   }
   if (log) fclose(log);
@@ -1061,8 +1168,6 @@ int rt_train_main(const pipert_pipeline *p, int argc, char **argv) {
   if (async) { /* one round without a flush runs every step: what needs rounds is refused */
     const char *why = !t.steps ? "needs --steps (the run is one stream of its steps)"
                       : use_mpi && (t.resume || t.checkpoint) ? "writes and resumes checkpoints on the threads transport"
-                      : t.checkpoint_every                    ? "writes its checkpoint at the end of the run only"
-                                                                "(no --checkpoint-every)"
                       : t.steps > (int64_t)(INT32_MAX / 8 / M) ? "takes fewer --steps"
                                                               : NULL;
     if (why) {
@@ -1097,6 +1202,17 @@ int rt_train_main(const pipert_pipeline *p, int argc, char **argv) {
   rt_set_blas_threads(t.ro.threads_per_stage);
   rt_backend be;
   trainer tr = {p, &be, K, !use_mpi};
+  ckpt_acc acc = {.tr = &tr, .t = &t, .written = -1};
+  rt_async_ckpt ck = {ckpt_take, &acc};
+  pthread_mutex_init(&acc.mu, NULL);
+  if (async && t.checkpoint && t.checkpoint_every > 0) { /* the checkpoints during the run: their slots */
+    int64_t e = t.checkpoint_every;
+    acc.first = (t.ro.async_base / e + 1) * e;
+    acc.n_slots = acc.first < t.steps ? (int)((t.steps - 1 - acc.first) / e + 1) : 0;
+    acc.slots = calloc((size_t)acc.n_slots + 1, sizeof *acc.slots);
+    t.ro.async_every = e;
+    t.ro.async_ckpt = &ck;
+  }
   if (use_mpi) {
     rc = rt_mpi_backend(p, &t.ro, async ? (int)(M * K) : 0, &be);
     if (!rc) rc = train_loop(&tr, &t);
@@ -1106,6 +1222,12 @@ int rt_train_main(const pipert_pipeline *p, int argc, char **argv) {
     if (!rc) rc = train_loop(&tr, &t);
     rt_threads_backend_free(&be);
   }
+  for (int i = 0; i < acc.n_slots; i++) {
+    for (int j = 0; j < acc.slots[i].n; j++) rt_array_free(&acc.slots[i].a[j]);
+    free(acc.slots[i].a);
+  }
+  free(acc.slots);
+  pthread_mutex_destroy(&acc.mu);
   for (int i = 0; i < t.n_data; i++) free((char *)t.data[i].name);
   free(t.data);
   return rc;
