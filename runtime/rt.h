@@ -370,6 +370,12 @@ int rt_async_kept(const rt_worker *w, int64_t *first, int64_t *end);
 void *rt_async_version(rt_worker *w, int64_t v, int momentum, int create);
 const pipert_param_desc *rt_async_weight(const rt_worker *w, int q, size_t *offset);
 int64_t rt_async_missing(const rt_worker *w);
+/* A host copy's bytes (stage desc d's parameter memory up to the end of its last WEIGHT);
+ * rt_async_io: version v of worker w (mom: its momentum buffers) to buf (write 0: 1
+ * where w holds it, 0 where not) or from buf (write 1: made); -1: nbytes is not
+ * rt_async_copy_bytes, or out of memory. */
+size_t rt_async_copy_bytes(const pipert_stage_desc *d);
+int rt_async_io(rt_worker *w, int64_t v, int mom, int write, void *buf, size_t nbytes);
 void rt_async_free(rt_worker *w);
 
 /* ---- transports -------------------------------------------------------- */
@@ -401,6 +407,16 @@ typedef struct rt_backend {
   /* a param of stage/replica to (write 0) or from (write 1) buf, which lives on rank 0 */
   int (*param_io)(void *impl, int stage, int replica, const pipert_param_desc *pd, int write, void *buf);
   int64_t (*bcast)(void *impl, int64_t v); /* rank 0's v, everywhere */
+  /* An asynchronous schedule's older weight versions, held by stage's worker (rt_async.c),
+   * for checkpoints; every rank calls these, rank 0 gets the answers. vrange: the
+   * versions [*first, *end) the run keeps for a checkpoint at its end, and the number of
+   * weights; vio: version v (mom: the momentum buffers with it), laid out as the worker
+   * keeps it (rt_async_copy_bytes), to buf (write 0: 1 where the worker holds it, 0
+   * where not) or from buf (write 1: the worker makes it); -1 on failure. vmissing:
+   * rt_async_missing. */
+  int (*vrange)(void *impl, int stage, int64_t *first, int64_t *end);
+  int (*vio)(void *impl, int stage, int64_t v, int mom, int write, void *buf, size_t nbytes);
+  int64_t (*vmissing)(void *impl, int stage);
 } rt_backend;
 /* Backends. Threads: one process, a worker thread per stage replica (rt_threads.c). MPI:
  * one rank per stage replica, MPI_Init inside; *rc is 2 when the world does not fit the

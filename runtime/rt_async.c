@@ -387,6 +387,24 @@ int64_t rt_async_missing(const rt_worker *w) {
   return -1;
 }
 
+size_t rt_async_copy_bytes(const pipert_stage_desc *d) {
+  size_t n = 0;
+  for (int i = 0; i < d->n_params; i++)
+    if (d->params[i].kind == PIPERT_PARAM_WEIGHT && d->params[i].offset + d->params[i].nbytes > n)
+      n = d->params[i].offset + d->params[i].nbytes;
+  return n;
+}
+
+int rt_async_io(rt_worker *w, int64_t v, int mom, int write, void *buf, size_t nbytes) {
+  struct rt_async *a = w ? w->async : NULL;
+  if (!a || nbytes != a->wend) return -1;
+  char *c = rt_async_version(w, v, mom, write);
+  if (!c) return write ? -1 : 0;
+  if (write) memcpy(c, buf, nbytes);
+  else memcpy(buf, c, nbytes);
+  return 1;
+}
+
 void rt_async_free(rt_worker *w) {
   struct rt_async *a = w->async;
   if (!a) return;

@@ -514,38 +514,41 @@ static int write_checkpoint(trainer *tr, const train_opts *t, int64_t step) {
   char err[1024] = "", path[4096];
   int rc = 0;
   /* an asynchronous schedule: the weight versions (spectrain: with their momentum) that
-   * the steps after this one read, "pipecc/version/STAGE/V/NAME", "pipecc/momentum/..." */
+   * the steps after this one read, "pipecc/version/STAGE/V/NAME", "pipecc/momentum/...",
+   * from each stage's worker (every rank asks: rt_backend.vrange, vio) */
   int extra = 0;
-  for (int s = 0; tr->async_steps && tr->threads && s < tr->p->n_stages; s++) {
-    rt_worker *w = rt_threads_worker(tr->be->impl, s, 0);
-    int64_t v0, v1;
-    int nw = rt_async_kept(w, &v0, &v1);
-    for (int64_t v = v0; v < v1; v++)
-      extra += nw * (!!rt_async_version(w, v, 0, 0) + !!rt_async_version(w, v, 1, 0));
-  }
+  int64_t *v0 = calloc((size_t)tr->p->n_stages, sizeof *v0), *v1 = calloc((size_t)tr->p->n_stages, sizeof *v1);
+  for (int s = 0; tr->async_steps && s < tr->p->n_stages; s++)
+    extra += 2 * tr->be->vrange(tr->be->impl, s, &v0[s], &v1[s]) * (int)(v1[s] - v0[s]);
   if (collect(tr, KINDS(PIPERT_PARAM_WEIGHT, PIPERT_PARAM_BUFFER, PIPERT_PARAM_OPTSTATE, PIPERT_PARAM_HYPER), &a, &n,
-              3 + extra))
+              3 + extra)) {
+    free(v0);
+    free(v1);
     return 1;
-  for (int s = 0; extra && s < tr->p->n_stages; s++) {
-    rt_worker *w = rt_threads_worker(tr->be->impl, s, 0);
-    int64_t v0, v1;
-    int nw = rt_async_kept(w, &v0, &v1);
-    for (int64_t v = v0; v < v1; v++)
+  }
+  for (int s = 0; tr->async_steps && s < tr->p->n_stages; s++) {
+    const pipert_stage_desc *d = tr->p->stages[s].stage;
+    size_t nb = rt_async_copy_bytes(d);
+    char *buf = rt_aligned_alloc(nb + 1);
+    for (int64_t v = v0[s]; v < v1[s]; v++)
       for (int mom = 0; mom < 2; mom++) {
-        const char *buf = rt_async_version(w, v, mom, 0);
-        for (int q = 0; buf && q < nw; q++) {
-          size_t off;
-          const pipert_param_desc *pd = rt_async_weight(w, q, &off);
+        int have = tr->be->vio(tr->be->impl, s, v, mom, 0, buf, nb);
+        for (int k = 0; have == 1 && root(tr) && k < d->n_params; k++) {
+          const pipert_param_desc *pd = &d->params[k];
+          if (pd->kind != PIPERT_PARAM_WEIGHT) continue;
           char nm[1200];
           int rank;
           int64_t dims[PIPERT_MAX_RANK];
           shape_of(pd, &rank, dims);
           snprintf(nm, sizeof nm, "pipecc/%s/%d/%lld/%s", mom ? "momentum" : "version", s, (long long)v, pd->name);
           rt_array_alloc(&a[n], nm, pd->dtype, rank, dims);
-          memcpy(a[n++].data, buf + off, pd->nbytes);
+          memcpy(a[n++].data, buf + pd->offset, pd->nbytes);
         }
       }
+    free(buf);
   }
+  free(v0);
+  free(v1);
   meta_array(&a[n++], "pipecc/step", step);
   meta_array(&a[n++], "pipecc/seed", (int64_t)t->seed);
   meta_array(&a[n++], "pipecc/shuffle", t->shuffle);
@@ -775,32 +778,46 @@ static int resume(trainer *tr, train_opts *t, int64_t *step) {
         }
     }
   }
-  for (int i = 0; !rc && tr->async_steps && tr->threads && i < n; i++) { /* the weight versions kept */
-    int s, mom = !strncmp(a[i].name, "pipecc/momentum/", 16), pos = 0;
-    long long v;
-    if (strncmp(a[i].name, "pipecc/version/", 15) && !mom) continue;
-    if (sscanf(a[i].name + (mom ? 16 : 15), "%d/%lld/%n", &s, &v, &pos) != 2 || !pos || s < 0 || s >= p->n_stages)
-      continue;
-    rt_worker *w = rt_threads_worker(tr->be->impl, s, 0);
-    int64_t v0, v1;
-    int nw = rt_async_kept(w, &v0, &v1);
-    char *buf = rt_async_version(w, v, mom, 1);
-    for (int q = 0; buf && q < nw; q++) {
-      size_t off;
-      const pipert_param_desc *pd = rt_async_weight(w, q, &off);
-      if (!strcmp(pd->name, a[i].name + (mom ? 16 : 15) + pos) && pd->nbytes == a[i].nbytes)
-        memcpy(buf + off, a[i].data, pd->nbytes);
-    }
+  /* the weight versions kept (every rank: rt_backend.vio): those the steps after the
+   * checkpoint's read, at most N - 1 behind it */
+  rc = agree(tr, rc);
+  for (int s = 0; !rc && tr->async_steps && s < p->n_stages; s++) { /* (a failure stops every rank: MPI_Abort) */
+    const pipert_stage_desc *d = p->stages[s].stage;
+    size_t nb = rt_async_copy_bytes(d);
+    char *buf = rt_aligned_alloc(nb + 1);
+    for (int64_t v = *step - p->n_stages + 1 > 0 ? *step - p->n_stages + 1 : 0; v < *step; v++)
+      for (int mom = 0; mom < 2; mom++) {
+        int found = 0;
+        memset(buf, 0, nb + 1);
+        for (int k = 0; root(tr) && k < d->n_params; k++) {
+          const pipert_param_desc *pd = &d->params[k];
+          char nm[1200];
+          snprintf(nm, sizeof nm, "pipecc/%s/%d/%lld/%s", mom ? "momentum" : "version", s, (long long)v, pd->name);
+          for (int i = 0; pd->kind == PIPERT_PARAM_WEIGHT && i < n; i++)
+            if (!strcmp(a[i].name, nm) && a[i].nbytes == pd->nbytes) {
+              memcpy(buf + pd->offset, a[i].data, pd->nbytes);
+              found = 1;
+            }
+        }
+        if (tr->be->bcast(tr->be->impl, found) && tr->be->vio(tr->be->impl, s, v, mom, 1, buf, nb) < 0 && !rc) {
+          rt_errorf("stage %d: cannot restore its weights after %lld updates", s, (long long)v);
+          rc = 1;
+        }
+      }
+    free(buf);
   }
-  for (int s = 0; !rc && tr->async_steps && tr->threads && s < p->n_stages; s++) {
-    int64_t v = rt_async_missing(rt_threads_worker(tr->be->impl, s, 0));
-    if (v >= 0) {
+  rc = agree(tr, rc);
+  int miss = 0;
+  for (int s = 0; !rc && tr->async_steps && s < p->n_stages; s++) { /* (every rank asks for every stage) */
+    int64_t v = tr->be->vmissing(tr->be->impl, s);
+    if (root(tr) && v >= 0 && !miss) {
       rt_errorf("train: --resume: %s lacks stage %d's weights after %lld updates, which --schedule %s reads (a "
                 "checkpoint of another schedule or stage count?)",
                 path, s, (long long)v, p->schedule);
-      rc = 2;
+      miss = 2;
     }
   }
+  rc = agree(tr, rc ? rc : miss);
   free_arrays(a, n);
   return rc;
 }
@@ -1167,7 +1184,8 @@ int rt_train_main(const pipert_pipeline *p, int argc, char **argv) {
   int async = rt_async_mode(p) != RT_SYNC;
   if (async) { /* one round without a flush runs every step: what needs rounds is refused */
     const char *why = !t.steps ? "needs --steps (the run is one stream of its steps)"
-                      : use_mpi && (t.resume || t.checkpoint) ? "writes and resumes checkpoints on the threads transport"
+                      : use_mpi && t.checkpoint_every         ? "writes its checkpoints during the run (--checkpoint-every) "
+                                                                "on the threads transport only; under MPI at the end"
                       : t.steps > (int64_t)(INT32_MAX / 8 / M) ? "takes fewer --steps"
                                                               : NULL;
     if (why) {

@@ -16,7 +16,9 @@ against tools/async_ref.py, an independent PyTorch model of their semantics:
     --checkpoint-every 4 that stops at its last mini-batch (NaN inputs) leaves the
     checkpoint taken during the run after 4, which resumes to the same bits;
   - each mode bitwise identical between two runs, and (with --mpirun) at g = 2, 3 under
-    `mpirun -np g` (one rank a stage) the threads transport's bits;
+    `mpirun -np g` (one rank a stage) the threads transport's bits; at g = 3 a checkpoint
+    written under MPI resumes on threads and the step-4 one on threads under MPI, both
+    to the bits of K straight;
   - plan.json and the plan summary: the mode, each stage's weight versions (pipedream
     N-k, async 1, spectrain 2, 2bw 2), staleness, prediction distances, N-k held
     micro-batches, and a memory term that counts the versions;
@@ -211,6 +213,19 @@ def main():
                     check(w1[n].tobytes() == wr[n].tobytes(), "%s g=3: run resumed from step 4 differs in %s" % (mode, n))
                 print("%-9s g=3: checkpoint during the run at step 4 (%d older version entries), resumed to %d: "
                       "the same bits" % (mode, len(kept_m), K))
+                if A.mpirun:  # under MPI: a checkpoint at the end of 4 steps, resumed on threads; the threads'
+                    # step-4 checkpoint resumed under MPI: both the bits of K straight
+                    ckm = os.path.join(out, "ckm")
+                    shutil.rmtree(ckm, ignore_errors=True)
+                    train(out, data, "mc4", steps=4, extra=["--checkpoint", ckm], mpi=g)
+                    wr = train(out, data, "mr", extra=["--resume", ckm])
+                    for n in w1:
+                        check(w1[n].tobytes() == wr[n].tobytes(), "%s g=3: resumed from MPI's checkpoint: %s differs" %
+                              (mode, n))
+                    wr = train(out, data, "rmpi", extra=["--resume", ck], mpi=g)
+                    for n in w1:
+                        check(w1[n].tobytes() == wr[n].tobytes(), "%s g=3: resumed under MPI: %s differs" % (mode, n))
+                    print("%-9s g=3: checkpoint under MPI resumed on threads, and the other way: the same bits" % mode)
             ref = async_ref.train(mode, model, so, N, X, Y, K, B, M=M, lr=LR, momentum=MU)
             e = worst(w1, ref)
             s = worst(w1, sync_ref)
