@@ -1182,9 +1182,26 @@ int rt_train_main(const pipert_pipeline *p, int argc, char **argv) {
     return 2;
   }
   int async = rt_async_mode(p) != RT_SYNC;
+  if (async && !t.steps) { /* --epochs: the stream's length from the samples (read here once more; every rank) */
+    rt_array *d = calloc((size_t)p->n_inputs + 1, sizeof *d);
+    int64_t N = 0;
+    rt_errors_muted = !rank0;
+    int lrc = load_data(p, &t, d, &N);
+    rt_errors_muted = 0;
+    for (int i = 0; i < p->n_inputs; i++) rt_array_free(&d[i]);
+    free(d);
+    if (!lrc && N / B < 1) {
+      if (rank0) rt_errorf("train: %lld samples are fewer than one batch of %lld", (long long)N, (long long)B);
+      lrc = 2;
+    }
+    if (lrc) {
+      free(t.data);
+      return 2;
+    }
+    t.steps = (int64_t)ceil(t.epochs * (double)(N / B) - 1e-9);
+  }
   if (async) { /* one round without a flush runs every step: what needs rounds is refused */
-    const char *why = !t.steps ? "needs --steps (the run is one stream of its steps)"
-                      : use_mpi && t.checkpoint_every         ? "writes its checkpoints during the run (--checkpoint-every) "
+    const char *why = use_mpi && t.checkpoint_every         ? "writes its checkpoints during the run (--checkpoint-every) "
                                                                 "on the threads transport only; under MPI at the end"
                       : t.steps > (int64_t)(INT32_MAX / 8 / M) ? "takes fewer --steps"
                                                               : NULL;
