@@ -378,7 +378,7 @@ const pipert_param_desc *rt_async_weight(const rt_worker *w, int q, size_t *offs
 
 int64_t rt_async_missing(const rt_worker *w) {
   const struct rt_async *a = w->async;
-  for (int i = 0; a && i < a->len; i++) {
+  for (int i = 0; a && a->nw && i < a->len; i++) { /* (a stage without weights has no versions) */
     int v = a->need[i];
     if (v < 0 || v >= a->base) continue;
     int s = a->mode == RT_ASYNC_SPECTRAIN && v > 0 && w->prog[i].op == PIPERT_OP_FWD && a->k / 2 + a->N - a->k - 1 > 0;
