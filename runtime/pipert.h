@@ -39,7 +39,7 @@
 extern "C" {
 #endif
 
-#define PIPERT_ABI_VERSION 4
+#define PIPERT_ABI_VERSION 5
 #define PIPERT_MAX_RANK 8
 
 /* Element types: ONNX TensorProto.DataType codes. */
@@ -332,6 +332,13 @@ typedef struct pipert_stage_desc {
   /* Copy nbytes at offset of the parameter memory to (write 0) or from (write 1) host. */
   int (*param_io)(void *state, int write, size_t offset, void *host, size_t nbytes);
   const pipert_device_ops *device; /* NULL: a host stage */
+  /* Training, asynchronous schedules: the forward and backward read the WEIGHT params
+   * from host (laid out as the parameter memory, at least up to the end of the last
+   * WEIGHT) instead of the parameter memory, until called with NULL; the step and
+   * everything else stay in the parameter memory. host stays valid and unchanged while
+   * it is in use. 0, or non-zero. NULL: the runtime writes such a version into the
+   * parameter memory (param_io) and restores the latest after. */
+  int (*weights_at)(void *state, const void *host);
 } pipert_stage_desc;
 
 /* Where a value comes from: stage >= 0: forward output `index` of that stage (phase 0)

@@ -83,6 +83,8 @@ typedef struct rt_options {
   const char *weights_dir;
   int64_t async_base; /* training, an asynchronous schedule: the step the run resumes from */
   int async_keep;     /* ... and the run writes a checkpoint */
+  int64_t async_every;               /* ... every this many steps during the run, 0: at the end only */
+  const struct rt_async_ckpt *async_ckpt; /* what takes those checkpoints' parts */
   const char *transport;    /* "auto", "threads", "mpi" */
   double timeout_s;         /* 0: none */
   int stream;               /* --stream: bench as one continuous stream of batches */
@@ -282,6 +284,8 @@ struct rt_worker {
   struct rt_async *async; /* an asynchronous schedule's weight versions (rt_async.c), else NULL */
   int64_t async_base;     /* its updates before this run (a resumed run) */
   int async_keep;         /* keep the versions a later run reads (a checkpoint is written) */
+  int64_t async_every;    /* checkpoints during the run, every this many steps (0: none) */
+  const struct rt_async_ckpt *async_ckpt;
 };
 
 /* The worker enters (op, micro-batch g) or leaves (RT_IDLE) a call the watchdog times. */
@@ -339,6 +343,20 @@ void rt_async_check(const pipert_pipeline *p, const pipert_instr *const *prog, c
  * STEP at i would overwrite when a later instruction reads it, step(after 1) counts the
  * update and frees copies nothing reads any more. copies: versions held in copies. */
 int rt_async_init(rt_worker *w, char *e, size_t elen);
+/* A checkpoint during an asynchronous run (--checkpoint-every): the state after `step`
+ * updates, as a run of `step` steps would leave it. Each stage's worker hands over its
+ * part in its own thread: buffers = 1 right before the forward of batch `step` (the
+ * BUFFER params: the forwards of the batches before it only), buffers = 0 right after
+ * its step-th update (the weights, optimizer state and hyperparameters, and the older
+ * versions the steps after it read, rt_async_first_kept). take returns 0 or -1 after
+ * printing one line. */
+typedef struct rt_async_ckpt {
+  int (*take)(void *ctx, rt_worker *w, int64_t step, int buffers);
+  void *ctx;
+} rt_async_ckpt;
+/* The oldest version that the steps after `step` read (newer ones up to step - 1 are kept
+ * for a checkpoint there). */
+int64_t rt_async_first_kept(const rt_worker *w, int64_t step);
 void rt_async_reset(rt_worker *w);
 int rt_async_before(rt_worker *w, int i);
 int rt_async_after(rt_worker *w, int i);
@@ -352,6 +370,12 @@ int rt_async_kept(const rt_worker *w, int64_t *first, int64_t *end);
 void *rt_async_version(rt_worker *w, int64_t v, int momentum, int create);
 const pipert_param_desc *rt_async_weight(const rt_worker *w, int q, size_t *offset);
 int64_t rt_async_missing(const rt_worker *w);
+/* A host copy's bytes (stage desc d's parameter memory up to the end of its last WEIGHT);
+ * rt_async_io: version v of worker w (mom: its momentum buffers) to buf (write 0: 1
+ * where w holds it, 0 where not) or from buf (write 1: made); -1: nbytes is not
+ * rt_async_copy_bytes, or out of memory. */
+size_t rt_async_copy_bytes(const pipert_stage_desc *d);
+int rt_async_io(rt_worker *w, int64_t v, int mom, int write, void *buf, size_t nbytes);
 void rt_async_free(rt_worker *w);
 
 /* ---- transports -------------------------------------------------------- */
@@ -383,6 +407,16 @@ typedef struct rt_backend {
   /* a param of stage/replica to (write 0) or from (write 1) buf, which lives on rank 0 */
   int (*param_io)(void *impl, int stage, int replica, const pipert_param_desc *pd, int write, void *buf);
   int64_t (*bcast)(void *impl, int64_t v); /* rank 0's v, everywhere */
+  /* An asynchronous schedule's older weight versions, held by stage's worker (rt_async.c),
+   * for checkpoints; every rank calls these, rank 0 gets the answers. vrange: the
+   * versions [*first, *end) the run keeps for a checkpoint at its end, and the number of
+   * weights; vio: version v (mom: the momentum buffers with it), laid out as the worker
+   * keeps it (rt_async_copy_bytes), to buf (write 0: 1 where the worker holds it, 0
+   * where not) or from buf (write 1: the worker makes it); -1 on failure. vmissing:
+   * rt_async_missing. */
+  int (*vrange)(void *impl, int stage, int64_t *first, int64_t *end);
+  int (*vio)(void *impl, int stage, int64_t v, int mom, int write, void *buf, size_t nbytes);
+  int64_t (*vmissing)(void *impl, int stage);
 } rt_backend;
 /* Backends. Threads: one process, a worker thread per stage replica (rt_threads.c). MPI:
  * one rank per stage replica, MPI_Init inside; *rc is 2 when the world does not fit the

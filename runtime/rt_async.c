@@ -9,10 +9,14 @@
  * latest version lives in the stage's parameter memory; an older one is copied (to host
  * memory, through param_io) only at a STEP that would overwrite it while an instruction
  * later in the stream still needs it, and freed after its last reader. A FWD or BWD that
- * needs an older version runs with it written into the parameter memory, the latest
- * restored right after, so that the STEP always updates the latest weights with the
- * latest optimizer state (which is never stashed). SpecTrain writes its prediction
- * W - s*lr*v the same way, v the momentum buffer after the latest update. */
+ * needs an older version reads it where it is: the stage's weights_at points its weight
+ * reads at the copy for that one instruction (no copy; a stage without weights_at gets
+ * the version written into its parameter memory and the latest restored after). The
+ * STEP always updates the latest weights with the latest optimizer state (which is never
+ * stashed). SpecTrain's prediction W - s*lr*v (v the momentum buffer after the latest
+ * update) is one element-wise pass into a scratch buffer that the instruction reads the
+ * same way. Host copies are laid out as the parameter memory up to the end of the last
+ * weight (wend bytes), each weight at its own offset. */
 #include <stdlib.h>
 #include <string.h>
 #include "rt.h"
@@ -109,22 +113,38 @@ struct rt_async {
   int nw;         /* owned weights */
   const pipert_param_desc **wd, **mom; /* [nw] each weight and its momentum buffer (spectrain) */
   const pipert_param_desc *lr;
-  size_t bytes;    /* of all weights */
+  size_t wend;     /* a host copy's bytes: the parameter memory up to the last weight's end */
   char **stash;    /* [versions] host copies, NULL where the version is not copied */
   char **mstash;   /* [versions] spectrain: the momentum buffers that came with them */
-  char *cur, *tmp; /* the latest weights while another version is in place; spectrain's scratch */
-  int swapped;
+  char *cur, *tmp; /* the latest weights while another version is in place (or spectrain's momentum);
+                      the prediction */
+  int64_t every, total; /* checkpoints during the run (rt_async_ckpt), every this many updates, before total */
+  const rt_async_ckpt *ck;
+  int swapped;     /* 1: weights_at points elsewhere; 2: another version is in the parameter memory */
 };
 
 static int io_all(rt_worker *w, int write, char *buf) {
   const pipert_stage_desc *d = w->p->stages[w->stage].stage;
   struct rt_async *a = w->async;
-  size_t off = 0;
-  for (int i = 0; i < a->nw; i++) {
-    if (d->param_io(w->state, write, a->wd[i]->offset, buf + off, a->wd[i]->nbytes)) return -1;
-    off += a->wd[i]->nbytes;
-  }
+  for (int i = 0; i < a->nw; i++)
+    if (d->param_io(w->state, write, a->wd[i]->offset, buf + a->wd[i]->offset, a->wd[i]->nbytes)) return -1;
   return 0;
+}
+
+/* the momentum buffers into buf, each at its weight's offset */
+static int io_mom(rt_worker *w, char *buf) {
+  const pipert_stage_desc *d = w->p->stages[w->stage].stage;
+  struct rt_async *a = w->async;
+  for (int q = 0; q < a->nw; q++)
+    if (d->param_io(w->state, 0, a->mom[q]->offset, buf + a->wd[q]->offset, a->wd[q]->nbytes)) return -1;
+  return 0;
+}
+
+static char *host_copy(const struct rt_async *a) {
+  size_t n = (a->wend + 63) / 64 * 64 + 64;
+  char *b = aligned_alloc(64, n);
+  if (b) memset(b, 0, n);
+  return b;
 }
 
 int rt_async_init(rt_worker *w, char *e, size_t elen) {
@@ -148,7 +168,7 @@ int rt_async_init(rt_worker *w, char *e, size_t elen) {
     }
     if (pd->kind == PIPERT_PARAM_WEIGHT) {
       a->wd[a->nw++] = pd;
-      a->bytes += pd->nbytes;
+      if (pd->offset + pd->nbytes > a->wend) a->wend = pd->offset + pd->nbytes;
     }
     if (pd->kind == PIPERT_PARAM_HYPER && !strcmp(pd->name, "hyper/lr")) a->lr = pd;
   }
@@ -182,6 +202,17 @@ int rt_async_init(rt_worker *w, char *e, size_t elen) {
   if (a->keep < 0) a->keep = 0;
   if (!w->async_keep) a->keep = u;
   for (int64_t v = a->keep; v < u; v++) a->last_need[v] = a->len;
+  a->total = u;
+  a->every = w->async_ckpt ? w->async_every : 0;
+  a->ck = w->async_ckpt;
+  /* a checkpoint after c updates keeps the versions the steps after c read: copied at the
+   * update that overwrites them (last_need past it), freed after the c-th update */
+  int64_t c = a->base;
+  for (int i = 0; a->every > 0 && i < a->len; i++) {
+    if (w->prog[i].op != PIPERT_OP_STEP || ++c % a->every || c >= a->total) continue;
+    for (int64_t v = rt_async_first_kept(w, c); v < c; v++)
+      if (a->last_need[v] < i + 1) a->last_need[v] = i + 1;
+  }
   u = a->base;
   for (int i = 0; i < a->len; i++) {
     int op = w->prog[i].op, v = -1;
@@ -208,9 +239,20 @@ int rt_async_init(rt_worker *w, char *e, size_t elen) {
     a->need[i] = v;
     if (a->last_need[v] < i) a->last_need[v] = i;
   }
-  a->cur = malloc(a->bytes + 1);
-  a->tmp = malloc(a->bytes + 1);
-  return 0;
+  a->cur = host_copy(a);
+  a->tmp = host_copy(a);
+  return a->cur && a->tmp ? 0 : -1;
+}
+
+int64_t rt_async_first_kept(const rt_worker *w, int64_t step) {
+  const struct rt_async *a = w->async;
+  int64_t v = step - (a->mode == RT_ASYNC_2BW ? 1 : a->N - 1 - a->k);
+  return v > 0 ? v : 0;
+}
+
+/* a checkpoint after c updates is taken during this run */
+static int ckpt_at(const struct rt_async *a, int64_t c) {
+  return a->every > 0 && c > a->base && c < a->total && c % a->every == 0;
 }
 
 void rt_async_reset(rt_worker *w) { /* (a version put there for a resumed run stays) */
@@ -238,6 +280,10 @@ int rt_async_before(rt_worker *w, int i) {
     /* a batch's first backward: the gradients start over (the last batch's stay for --save-grads) */
     if (w->p->stages[w->stage].stage->zero_grads(w->state)) return -1;
   }
+  if (op == PIPERT_OP_FWD && w->prog[i].mb % a->Mb == 0) { /* batch c's first forward: a checkpoint's buffers */
+    int64_t c = a->base + w->prog[i].mb / a->Mb;
+    if (ckpt_at(a, c) && a->ck->take(a->ck->ctx, w, c, 1)) return -1;
+  }
   if (!a->nw) return 0;
   int old = v >= 0 && v != a->u; /* a version held in a copy */
   int64_t ver = v >= 0 ? v : a->u;
@@ -245,60 +291,60 @@ int rt_async_before(rt_worker *w, int i) {
   if (ver == 0) s = 0; /* v is zero before the first update */
   if (old && (!a->stash[v] || (s && !a->mstash[v]))) return -1; /* (rt_async_init and rt_async_missing prove them) */
   if (!old && !s) return 0;
-  if (io_all(w, 0, a->cur)) return -1;
-  a->swapped = 1;
-  if (!s) return io_all(w, 1, a->stash[v]);
-  /* spectrain: W_hat = W - s*lr*v into tmp, W and v the version's */
   const pipert_stage_desc *d = w->p->stages[w->stage].stage;
-  double c = (double)s * hyper(w, a->lr);
-  const char *W = old ? a->stash[v] : a->cur;
-  size_t off = 0;
-  for (int q = 0; q < a->nw; q++) {
-    const pipert_param_desc *pd = a->wd[q];
-    char *hv = a->tmp + off;
-    if (old) memcpy(hv, a->mstash[v] + off, pd->nbytes);
-    else if (d->param_io(w->state, 0, a->mom[q]->offset, hv, pd->nbytes)) return -1;
-    if (pd->dtype == PIPERT_DOUBLE) {
-      const double *x = (const double *)(const void *)(W + off);
-      double *y = (double *)(void *)hv;
-      for (size_t e = 0; e < pd->nbytes / sizeof(double); e++) y[e] = x[e] - c * y[e];
-    } else {
-      const float *x = (const float *)(const void *)(W + off);
-      float *y = (float *)(void *)hv, cf = (float)c;
-      for (size_t e = 0; e < pd->nbytes / sizeof(float); e++) y[e] = x[e] - cf * y[e];
+  const char *src = old ? a->stash[v] : NULL;
+  if (s) { /* spectrain: W_hat = W - s*lr*v into tmp, W and v the version's */
+    double c = (double)s * hyper(w, a->lr);
+    const char *W = src, *M = old ? a->mstash[v] : a->cur;
+    if (!old) { /* the latest: W and v from the parameter memory */
+      if (io_all(w, 0, a->tmp) || io_mom(w, a->cur)) return -1;
+      W = a->tmp;
     }
-    off += pd->nbytes;
+    for (int q = 0; q < a->nw; q++) {
+      const pipert_param_desc *pd = a->wd[q];
+      size_t off = pd->offset;
+      if (pd->dtype == PIPERT_DOUBLE) {
+        const double *x = (const double *)(const void *)(W + off), *m = (const double *)(const void *)(M + off);
+        double *y = (double *)(void *)(a->tmp + off);
+        for (size_t e = 0; e < pd->nbytes / sizeof(double); e++) y[e] = x[e] - c * m[e];
+      } else {
+        const float *x = (const float *)(const void *)(W + off), *m = (const float *)(const void *)(M + off);
+        float *y = (float *)(void *)(a->tmp + off), cf = (float)c;
+        for (size_t e = 0; e < pd->nbytes / sizeof(float); e++) y[e] = x[e] - cf * m[e];
+      }
+    }
+    src = a->tmp;
   }
-  return io_all(w, 1, a->tmp);
+  if (d->weights_at) {
+    if (d->weights_at(w->state, src)) return -1;
+    a->swapped = 1;
+    return 0;
+  }
+  if (io_all(w, 0, a->cur)) return -1;
+  a->swapped = 2;
+  return io_all(w, 1, (char *)src);
 }
 
 int rt_async_after(rt_worker *w, int i) {
   struct rt_async *a = w->async;
   (void)i;
-  if (!a->swapped) return 0;
+  int how = a->swapped;
   a->swapped = 0;
-  return io_all(w, 1, a->cur);
+  if (how == 1) return w->p->stages[w->stage].stage->weights_at(w->state, NULL);
+  return how == 2 ? io_all(w, 1, a->cur) : 0;
 }
 
 int rt_async_step(rt_worker *w, int i, int after) {
   struct rt_async *a = w->async;
   if (!after) { /* the update would overwrite version u: copy it if a later instruction reads it */
     if (a->nw && a->last_need[a->u] > i && !a->stash[a->u]) {
-      a->stash[a->u] = malloc(a->bytes + 1);
-      if (io_all(w, 0, a->stash[a->u])) return -1;
-      if (a->mode == RT_ASYNC_SPECTRAIN) {
-        const pipert_stage_desc *d = w->p->stages[w->stage].stage;
-        size_t off = 0;
-        a->mstash[a->u] = malloc(a->bytes + 1);
-        for (int q = 0; q < a->nw; q++) {
-          if (d->param_io(w->state, 0, a->mom[q]->offset, a->mstash[a->u] + off, a->wd[q]->nbytes)) return -1;
-          off += a->wd[q]->nbytes;
-        }
-      }
+      if (!(a->stash[a->u] = host_copy(a)) || io_all(w, 0, a->stash[a->u])) return -1;
+      if (a->mode == RT_ASYNC_SPECTRAIN && (!(a->mstash[a->u] = host_copy(a)) || io_mom(w, a->mstash[a->u]))) return -1;
     }
     return 0;
   }
   a->u++;
+  if (ckpt_at(a, a->u) && a->ck->take(a->ck->ctx, w, a->u, 0)) return -1;
   for (int64_t v = 0; v < a->u && v < a->versions; v++)
     if (a->stash[v] && a->last_need[v] < i) {
       free(a->stash[v]);
@@ -319,27 +365,44 @@ void *rt_async_version(rt_worker *w, int64_t v, int momentum, int create) {
   struct rt_async *a = w->async;
   if (!a || v < 0 || v >= a->versions || (momentum && a->mode != RT_ASYNC_SPECTRAIN)) return NULL;
   char **slot = momentum ? &a->mstash[v] : &a->stash[v];
-  if (!*slot && create) *slot = calloc(1, a->bytes + 1);
+  if (!*slot && create) *slot = host_copy(a);
   return *slot;
 }
 
 const pipert_param_desc *rt_async_weight(const rt_worker *w, int q, size_t *offset) {
   const struct rt_async *a = w->async;
-  size_t off = 0;
-  for (int i = 0; i < q; i++) off += a->wd[i]->nbytes;
-  *offset = off;
-  return q >= 0 && q < a->nw ? a->wd[q] : NULL;
+  if (q < 0 || q >= a->nw) return NULL;
+  *offset = a->wd[q]->offset;
+  return a->wd[q];
 }
 
 int64_t rt_async_missing(const rt_worker *w) {
   const struct rt_async *a = w->async;
-  for (int i = 0; a && i < a->len; i++) {
+  for (int i = 0; a && a->nw && i < a->len; i++) { /* (a stage without weights has no versions) */
     int v = a->need[i];
     if (v < 0 || v >= a->base) continue;
     int s = a->mode == RT_ASYNC_SPECTRAIN && v > 0 && w->prog[i].op == PIPERT_OP_FWD && a->k / 2 + a->N - a->k - 1 > 0;
     if (!a->stash[v] || (s && !a->mstash[v])) return v;
   }
   return -1;
+}
+
+size_t rt_async_copy_bytes(const pipert_stage_desc *d) {
+  size_t n = 0;
+  for (int i = 0; i < d->n_params; i++)
+    if (d->params[i].kind == PIPERT_PARAM_WEIGHT && d->params[i].offset + d->params[i].nbytes > n)
+      n = d->params[i].offset + d->params[i].nbytes;
+  return n;
+}
+
+int rt_async_io(rt_worker *w, int64_t v, int mom, int write, void *buf, size_t nbytes) {
+  struct rt_async *a = w ? w->async : NULL;
+  if (!a || nbytes != a->wend) return -1;
+  char *c = rt_async_version(w, v, mom, write);
+  if (!c) return write ? -1 : 0;
+  if (write) memcpy(c, buf, nbytes);
+  else memcpy(buf, c, nbytes);
+  return 1;
 }
 
 void rt_async_free(rt_worker *w) {

@@ -635,6 +635,11 @@ static int w_param_io(void *state, int write, size_t offset, void *host, size_t 
   int rc = finish_replica(r);
   return rc ? rc : r->orig->param_io(state, write, offset, host, nbytes);
 }
+static int w_weights_at(void *state, const void *host) { /* (the queued parts read the weights where they were) */
+  replica *r = replica_of(state);
+  int rc = finish_replica(r);
+  return rc ? rc : r->orig->weights_at(state, host);
+}
 
 /* ---- the pipeline copy ------------------------------------------------------------------- */
 
@@ -675,6 +680,7 @@ const pipert_pipeline *rt_fakedev_pipeline(const pipert_pipeline *p) {
     if (d->step) d->step = w_step;
     if (d->zero_grads) d->zero_grads = w_zero_grads;
     if (d->param_io) d->param_io = w_param_io;
+    if (d->weights_at) d->weights_at = w_weights_at;
   }
   c->p.stages = c->plans;
   return &c->p;

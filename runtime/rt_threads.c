@@ -413,6 +413,8 @@ int rt_threads_create(const pipert_pipeline *p, const rt_options *o, int M, rt_e
         char e[512] = "";
         tw->w.async_base = o->async_base;
         tw->w.async_keep = o->async_keep;
+        tw->w.async_every = o->async_every;
+        tw->w.async_ckpt = o->async_ckpt;
         if (rt_async_init(&tw->w, e, sizeof e)) {
           rt_errorf("train: --schedule %s: %s", p->schedule, e);
           return 2;
@@ -708,10 +710,20 @@ static int64_t tb_bcast(void *impl, int64_t v) {
   return v;
 }
 
+static int tb_vrange(void *impl, int stage, int64_t *first, int64_t *end) {
+  return rt_async_kept(rt_threads_worker(impl, stage, 0), first, end);
+}
+
+static int tb_vio(void *impl, int stage, int64_t v, int mom, int write, void *buf, size_t nbytes) {
+  return rt_async_io(rt_threads_worker(impl, stage, 0), v, mom, write, buf, nbytes);
+}
+
+static int64_t tb_vmissing(void *impl, int stage) { return rt_async_missing(rt_threads_worker(impl, stage, 0)); }
+
 int rt_threads_backend(const pipert_pipeline *p, const rt_options *o, int M, rt_backend *be) {
   rt_exec *ex = NULL;
   int rc = rt_threads_create(p, o, M, &ex);
-  *be = (rt_backend){ex, 0, tb_run, tb_param_io, tb_bcast};
+  *be = (rt_backend){ex, 0, tb_run, tb_param_io, tb_bcast, tb_vrange, tb_vio, tb_vmissing};
   return rc;
 }
 

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -513,38 +514,41 @@ static int write_checkpoint(trainer *tr, const train_opts *t, int64_t step) {
   char err[1024] = "", path[4096];
   int rc = 0;
   /* an asynchronous schedule: the weight versions (spectrain: with their momentum) that
-   * the steps after this one read, "pipecc/version/STAGE/V/NAME", "pipecc/momentum/..." */
+   * the steps after this one read, "pipecc/version/STAGE/V/NAME", "pipecc/momentum/...",
+   * from each stage's worker (every rank asks: rt_backend.vrange, vio) */
   int extra = 0;
-  for (int s = 0; tr->async_steps && tr->threads && s < tr->p->n_stages; s++) {
-    rt_worker *w = rt_threads_worker(tr->be->impl, s, 0);
-    int64_t v0, v1;
-    int nw = rt_async_kept(w, &v0, &v1);
-    for (int64_t v = v0; v < v1; v++)
-      extra += nw * (!!rt_async_version(w, v, 0, 0) + !!rt_async_version(w, v, 1, 0));
-  }
+  int64_t *v0 = calloc((size_t)tr->p->n_stages, sizeof *v0), *v1 = calloc((size_t)tr->p->n_stages, sizeof *v1);
+  for (int s = 0; tr->async_steps && s < tr->p->n_stages; s++)
+    extra += 2 * tr->be->vrange(tr->be->impl, s, &v0[s], &v1[s]) * (int)(v1[s] - v0[s]);
   if (collect(tr, KINDS(PIPERT_PARAM_WEIGHT, PIPERT_PARAM_BUFFER, PIPERT_PARAM_OPTSTATE, PIPERT_PARAM_HYPER), &a, &n,
-              3 + extra))
+              3 + extra)) {
+    free(v0);
+    free(v1);
     return 1;
-  for (int s = 0; extra && s < tr->p->n_stages; s++) {
-    rt_worker *w = rt_threads_worker(tr->be->impl, s, 0);
-    int64_t v0, v1;
-    int nw = rt_async_kept(w, &v0, &v1);
-    for (int64_t v = v0; v < v1; v++)
+  }
+  for (int s = 0; tr->async_steps && s < tr->p->n_stages; s++) {
+    const pipert_stage_desc *d = tr->p->stages[s].stage;
+    size_t nb = rt_async_copy_bytes(d);
+    char *buf = rt_aligned_alloc(nb + 1);
+    for (int64_t v = v0[s]; v < v1[s]; v++)
       for (int mom = 0; mom < 2; mom++) {
-        const char *buf = rt_async_version(w, v, mom, 0);
-        for (int q = 0; buf && q < nw; q++) {
-          size_t off;
-          const pipert_param_desc *pd = rt_async_weight(w, q, &off);
+        int have = tr->be->vio(tr->be->impl, s, v, mom, 0, buf, nb);
+        for (int k = 0; have == 1 && root(tr) && k < d->n_params; k++) {
+          const pipert_param_desc *pd = &d->params[k];
+          if (pd->kind != PIPERT_PARAM_WEIGHT) continue;
           char nm[1200];
           int rank;
           int64_t dims[PIPERT_MAX_RANK];
           shape_of(pd, &rank, dims);
           snprintf(nm, sizeof nm, "pipecc/%s/%d/%lld/%s", mom ? "momentum" : "version", s, (long long)v, pd->name);
           rt_array_alloc(&a[n], nm, pd->dtype, rank, dims);
-          memcpy(a[n++].data, buf + off, pd->nbytes);
+          memcpy(a[n++].data, buf + pd->offset, pd->nbytes);
         }
       }
+    free(buf);
   }
+  free(v0);
+  free(v1);
   meta_array(&a[n++], "pipecc/step", step);
   meta_array(&a[n++], "pipecc/seed", (int64_t)t->seed);
   meta_array(&a[n++], "pipecc/shuffle", t->shuffle);
@@ -555,6 +559,111 @@ static int write_checkpoint(trainer *tr, const train_opts *t, int64_t step) {
   }
   free_arrays(a, n);
   return agree(tr, rc);
+}
+
+/* ---- checkpoints during an asynchronous run (rt_async_ckpt) ----------------------------
+ * Each stage's worker hands over its part of the checkpoint after c steps in its own
+ * thread (rt.h); the part that completes one writes it, as write_checkpoint would after
+ * a run of c steps. Parts of several checkpoints can be under way at once. */
+typedef struct {
+  rt_array *a;
+  int n, cap, parts;
+} ckpt_slot;
+
+typedef struct {
+  trainer *tr;
+  const train_opts *t;
+  pthread_mutex_t mu;
+  int64_t first;   /* the step of slots[0] */
+  int n_slots;
+  ckpt_slot *slots;
+  int64_t written; /* the newest checkpoint written */
+} ckpt_acc;
+
+static rt_array *slot_add(ckpt_slot *sl) {
+  if (sl->n == sl->cap) {
+    int cap = sl->cap ? 2 * sl->cap : 32;
+    rt_array *na = realloc(sl->a, sizeof *na * (size_t)cap);
+    if (!na) return NULL;
+    memset(na + sl->cap, 0, sizeof *na * (size_t)(cap - sl->cap));
+    sl->a = na;
+    sl->cap = cap;
+  }
+  return &sl->a[sl->n++];
+}
+
+static int name_order(const void *x, const void *y) {
+  return strcmp(((const rt_array *)x)->name, ((const rt_array *)y)->name);
+}
+
+static int ckpt_take(void *ctx, rt_worker *w, int64_t step, int buffers) {
+  ckpt_acc *ac = ctx;
+  const pipert_pipeline *p = ac->tr->p;
+  const pipert_stage_desc *d = p->stages[w->stage].stage;
+  int64_t e = ac->t->checkpoint_every, idx = (step - ac->first) / e;
+  int rc = 0;
+  pthread_mutex_lock(&ac->mu);
+  if (idx < 0 || idx >= ac->n_slots) {
+    rt_errorf("internal error: a checkpoint after step %lld, outside the run", (long long)step);
+    rc = -1;
+  }
+  ckpt_slot *sl = rc ? NULL : &ac->slots[idx];
+  for (int k = 0; !rc && k < d->n_params; k++) { /* this stage's params, as collect() takes them */
+    const pipert_param_desc *pd = &d->params[k];
+    int os, want = buffers ? pd->kind == PIPERT_PARAM_BUFFER
+                           : pd->kind == PIPERT_PARAM_WEIGHT || pd->kind == PIPERT_PARAM_OPTSTATE ||
+                                 pd->kind == PIPERT_PARAM_HYPER;
+    if (!want || !pd->owner || find_owner(p, pd->name, &os) != pd) continue;
+    int rank;
+    int64_t dims[PIPERT_MAX_RANK];
+    shape_of(pd, &rank, dims);
+    rt_array *x = slot_add(sl);
+    if (!x || rt_array_alloc(x, pd->name, pd->dtype, rank, dims) || d->param_io(w->state, 0, pd->offset, x->data, pd->nbytes)) {
+      rt_errorf("train: checkpoint after step %lld: stage %d: cannot read '%s'", (long long)step, w->stage, pd->name);
+      rc = -1;
+    }
+  }
+  int64_t v0, v1;
+  int nw = buffers || rc ? 0 : rt_async_kept(w, &v0, &v1);
+  for (int64_t v = rt_async_first_kept(w, step); nw && !rc && v < step; v++) /* the older versions */
+    for (int mom = 0; mom < 2 && !rc; mom++) {
+      const char *buf = rt_async_version(w, v, mom, 0);
+      for (int q = 0; buf && q < nw && !rc; q++) {
+        size_t off;
+        const pipert_param_desc *pd = rt_async_weight(w, q, &off);
+        char nm[1200];
+        int rank;
+        int64_t dims[PIPERT_MAX_RANK];
+        shape_of(pd, &rank, dims);
+        snprintf(nm, sizeof nm, "pipecc/%s/%d/%lld/%s", mom ? "momentum" : "version", w->stage, (long long)v,
+                 pd->name);
+        rt_array *x = slot_add(sl);
+        if (!x || rt_array_alloc(x, nm, pd->dtype, rank, dims)) {
+          rt_errorf("train: checkpoint after step %lld: out of memory", (long long)step);
+          rc = -1;
+        } else memcpy(x->data, buf + off, pd->nbytes);
+      }
+    }
+  if (!rc && ++sl->parts == 2 * p->n_stages) { /* the last part: the file */
+    char err[1024] = "", path[4096];
+    rt_array *m[3] = {slot_add(sl), NULL, NULL};
+    if (m[0]) meta_array(m[0], "pipecc/step", step);
+    if ((m[1] = slot_add(sl))) meta_array(m[1], "pipecc/seed", (int64_t)ac->t->seed);
+    if ((m[2] = slot_add(sl))) meta_array(m[2], "pipecc/shuffle", ac->t->shuffle);
+    qsort(sl->a, (size_t)sl->n, sizeof *sl->a, name_order);
+    snprintf(path, sizeof path, "%s/checkpoint.npz", ac->t->checkpoint);
+    if (!m[2]) rc = -1;
+    else if (step > ac->written && rt_npz_save(path, sl->a, sl->n, err, sizeof err)) {
+      rt_errorf("train: checkpoint %s", err);
+      rc = -1;
+    }
+    if (!rc) ac->written = step;
+    for (int i = 0; i < sl->n; i++) rt_array_free(&sl->a[i]);
+    free(sl->a);
+    memset(sl, 0, sizeof *sl);
+  }
+  pthread_mutex_unlock(&ac->mu);
+  return rc;
 }
 
 /* Whether a file can be written at path: its folder exists and takes a new file (tried
@@ -669,32 +778,46 @@ static int resume(trainer *tr, train_opts *t, int64_t *step) {
         }
     }
   }
-  for (int i = 0; !rc && tr->async_steps && tr->threads && i < n; i++) { /* the weight versions kept */
-    int s, mom = !strncmp(a[i].name, "pipecc/momentum/", 16), pos = 0;
-    long long v;
-    if (strncmp(a[i].name, "pipecc/version/", 15) && !mom) continue;
-    if (sscanf(a[i].name + (mom ? 16 : 15), "%d/%lld/%n", &s, &v, &pos) != 2 || !pos || s < 0 || s >= p->n_stages)
-      continue;
-    rt_worker *w = rt_threads_worker(tr->be->impl, s, 0);
-    int64_t v0, v1;
-    int nw = rt_async_kept(w, &v0, &v1);
-    char *buf = rt_async_version(w, v, mom, 1);
-    for (int q = 0; buf && q < nw; q++) {
-      size_t off;
-      const pipert_param_desc *pd = rt_async_weight(w, q, &off);
-      if (!strcmp(pd->name, a[i].name + (mom ? 16 : 15) + pos) && pd->nbytes == a[i].nbytes)
-        memcpy(buf + off, a[i].data, pd->nbytes);
-    }
+  /* the weight versions kept (every rank: rt_backend.vio): those the steps after the
+   * checkpoint's read, at most N - 1 behind it */
+  rc = agree(tr, rc);
+  for (int s = 0; !rc && tr->async_steps && s < p->n_stages; s++) { /* (a failure stops every rank: MPI_Abort) */
+    const pipert_stage_desc *d = p->stages[s].stage;
+    size_t nb = rt_async_copy_bytes(d);
+    char *buf = rt_aligned_alloc(nb + 1);
+    for (int64_t v = *step - p->n_stages + 1 > 0 ? *step - p->n_stages + 1 : 0; v < *step; v++)
+      for (int mom = 0; mom < 2; mom++) {
+        int found = 0;
+        memset(buf, 0, nb + 1);
+        for (int k = 0; root(tr) && k < d->n_params; k++) {
+          const pipert_param_desc *pd = &d->params[k];
+          char nm[1200];
+          snprintf(nm, sizeof nm, "pipecc/%s/%d/%lld/%s", mom ? "momentum" : "version", s, (long long)v, pd->name);
+          for (int i = 0; pd->kind == PIPERT_PARAM_WEIGHT && i < n; i++)
+            if (!strcmp(a[i].name, nm) && a[i].nbytes == pd->nbytes) {
+              memcpy(buf + pd->offset, a[i].data, pd->nbytes);
+              found = 1;
+            }
+        }
+        if (tr->be->bcast(tr->be->impl, found) && tr->be->vio(tr->be->impl, s, v, mom, 1, buf, nb) < 0 && !rc) {
+          rt_errorf("stage %d: cannot restore its weights after %lld updates", s, (long long)v);
+          rc = 1;
+        }
+      }
+    free(buf);
   }
-  for (int s = 0; !rc && tr->async_steps && tr->threads && s < p->n_stages; s++) {
-    int64_t v = rt_async_missing(rt_threads_worker(tr->be->impl, s, 0));
-    if (v >= 0) {
+  rc = agree(tr, rc);
+  int miss = 0;
+  for (int s = 0; !rc && tr->async_steps && s < p->n_stages; s++) { /* (every rank asks for every stage) */
+    int64_t v = tr->be->vmissing(tr->be->impl, s);
+    if (root(tr) && v >= 0 && !miss) {
       rt_errorf("train: --resume: %s lacks stage %d's weights after %lld updates, which --schedule %s reads (a "
                 "checkpoint of another schedule or stage count?)",
                 path, s, (long long)v, p->schedule);
-      rc = 2;
+      miss = 2;
     }
   }
+  rc = agree(tr, rc ? rc : miss);
   free_arrays(a, n);
   return rc;
 }
@@ -996,7 +1119,8 @@ static int train_loop(trainer *tr, train_opts *t) {
       ep_loss = ep_acc = 0;
       ep_steps = 0;
     }
-    if (t->checkpoint && ((t->checkpoint_every && done % t->checkpoint_every == 0) || done == steps))
+    /* (an asynchronous run's checkpoints before its end: its workers write them, ckpt_take) */
+    if (t->checkpoint && ((!async && t->checkpoint_every && done % t->checkpoint_every == 0) || done == steps))
       rc = write_checkpoint(tr, t, done);
   }
   if (log) fclose(log);
@@ -1058,11 +1182,27 @@ int rt_train_main(const pipert_pipeline *p, int argc, char **argv) {
     return 2;
   }
   int async = rt_async_mode(p) != RT_SYNC;
+  if (async && !t.steps) { /* --epochs: the stream's length from the samples (read here once more; every rank) */
+    rt_array *d = calloc((size_t)p->n_inputs + 1, sizeof *d);
+    int64_t N = 0;
+    rt_errors_muted = !rank0;
+    int lrc = load_data(p, &t, d, &N);
+    rt_errors_muted = 0;
+    for (int i = 0; i < p->n_inputs; i++) rt_array_free(&d[i]);
+    free(d);
+    if (!lrc && N / B < 1) {
+      if (rank0) rt_errorf("train: %lld samples are fewer than one batch of %lld", (long long)N, (long long)B);
+      lrc = 2;
+    }
+    if (lrc) {
+      free(t.data);
+      return 2;
+    }
+    t.steps = (int64_t)ceil(t.epochs * (double)(N / B) - 1e-9);
+  }
   if (async) { /* one round without a flush runs every step: what needs rounds is refused */
-    const char *why = !t.steps ? "needs --steps (the run is one stream of its steps)"
-                      : use_mpi && (t.resume || t.checkpoint) ? "writes and resumes checkpoints on the threads transport"
-                      : t.checkpoint_every                    ? "writes its checkpoint at the end of the run only"
-                                                                "(no --checkpoint-every)"
+    const char *why = use_mpi && t.checkpoint_every         ? "writes its checkpoints during the run (--checkpoint-every) "
+                                                                "on the threads transport only; under MPI at the end"
                       : t.steps > (int64_t)(INT32_MAX / 8 / M) ? "takes fewer --steps"
                                                               : NULL;
     if (why) {
@@ -1097,6 +1237,17 @@ int rt_train_main(const pipert_pipeline *p, int argc, char **argv) {
   rt_set_blas_threads(t.ro.threads_per_stage);
   rt_backend be;
   trainer tr = {p, &be, K, !use_mpi};
+  ckpt_acc acc = {.tr = &tr, .t = &t, .written = -1};
+  rt_async_ckpt ck = {ckpt_take, &acc};
+  pthread_mutex_init(&acc.mu, NULL);
+  if (async && t.checkpoint && t.checkpoint_every > 0) { /* the checkpoints during the run: their slots */
+    int64_t e = t.checkpoint_every;
+    acc.first = (t.ro.async_base / e + 1) * e;
+    acc.n_slots = acc.first < t.steps ? (int)((t.steps - 1 - acc.first) / e + 1) : 0;
+    acc.slots = calloc((size_t)acc.n_slots + 1, sizeof *acc.slots);
+    t.ro.async_every = e;
+    t.ro.async_ckpt = &ck;
+  }
   if (use_mpi) {
     rc = rt_mpi_backend(p, &t.ro, async ? (int)(M * K) : 0, &be);
     if (!rc) rc = train_loop(&tr, &t);
@@ -1106,6 +1257,12 @@ int rt_train_main(const pipert_pipeline *p, int argc, char **argv) {
     if (!rc) rc = train_loop(&tr, &t);
     rt_threads_backend_free(&be);
   }
+  for (int i = 0; i < acc.n_slots; i++) {
+    for (int j = 0; j < acc.slots[i].n; j++) rt_array_free(&acc.slots[i].a[j]);
+    free(acc.slots[i].a);
+  }
+  free(acc.slots);
+  pthread_mutex_destroy(&acc.mu);
   for (int i = 0; i < t.n_data; i++) free((char *)t.data[i].name);
   free(t.data);
   return rc;

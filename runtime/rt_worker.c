@@ -578,7 +578,8 @@ int rt_worker_round(rt_worker *w, int64_t base, int64_t T) {
       if (w->async && rt_async_step(w, i, 0))
         return failf(w, 1, "%s: keeping a weight version failed", rt_worker_name(w, nm, sizeof nm));
       int st = d->step(w->state);
-      if (w->async) rt_async_step(w, i, 1);
+      if (w->async && !st && rt_async_step(w, i, 1))
+        return failf(w, 1, "%s: the checkpoint after this step failed", rt_worker_name(w, nm, sizeof nm));
       rt_worker_working(w, RT_IDLE, 0);
       w->busy += rt_now() - t0;
       if (st) return failf(w, 1, "%s: optimizer step failed (status %d)", rt_worker_name(w, nm, sizeof nm), st);

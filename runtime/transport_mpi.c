@@ -796,6 +796,57 @@ static int mb_param_io(void *impl, int stage, int replica, const pipert_param_de
   return 0;
 }
 
+/* the older weight versions (rt_backend.vrange, vio, vmissing): between stage's rank and rank 0 */
+static int mb_vrange(void *impl, int stage, int64_t *first, int64_t *end) {
+  world *W = impl;
+  int h = W->base[stage];
+  int64_t x[3] = {0, 0, 0};
+  if (W->rank == h) x[2] = rt_async_kept(&W->w, &x[0], &x[1]);
+  if (h != 0 && W->rank == h) MPI_Send(x, 3, MPI_INT64_T, 0, TAG_PARAM, MPI_COMM_WORLD);
+  if (h != 0 && W->rank == 0) MPI_Recv(x, 3, MPI_INT64_T, h, TAG_PARAM, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  *first = x[0];
+  *end = x[1];
+  return (int)x[2];
+}
+
+static int mb_vio(void *impl, int stage, int64_t v, int mom, int write, void *buf, size_t nbytes) {
+  world *W = impl;
+  int h = W->base[stage];
+  int64_t r = 0;
+  if (h == 0) return W->rank == 0 ? rt_async_io(&W->w, v, mom, write, buf, nbytes) : 0;
+  if (W->rank == 0) {
+    if (write) MPI_Send(buf, (int)nbytes, MPI_BYTE, h, TAG_PARAM, MPI_COMM_WORLD);
+    else {
+      MPI_Recv(&r, 1, MPI_INT64_T, h, TAG_PARAM, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      if (r == 1) MPI_Recv(buf, (int)nbytes, MPI_BYTE, h, TAG_PARAM, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+  } else if (W->rank == h) {
+    void *tmp = rt_aligned_alloc(nbytes + 1);
+    if (write) MPI_Recv(tmp, (int)nbytes, MPI_BYTE, 0, TAG_PARAM, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    r = rt_async_io(&W->w, v, mom, write, tmp, nbytes);
+    if (!write) {
+      MPI_Send(&r, 1, MPI_INT64_T, 0, TAG_PARAM, MPI_COMM_WORLD);
+      if (r == 1) MPI_Send(tmp, (int)nbytes, MPI_BYTE, 0, TAG_PARAM, MPI_COMM_WORLD);
+    }
+    free(tmp);
+    if (r < 0) {
+      rt_errorf("stage %d: cannot %s its weights after %lld updates", stage, write ? "restore" : "read", (long long)v);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  }
+  return (int)r;
+}
+
+static int64_t mb_vmissing(void *impl, int stage) {
+  world *W = impl;
+  int h = W->base[stage];
+  int64_t r = -1;
+  if (W->rank == h) r = rt_async_missing(&W->w);
+  if (h != 0 && W->rank == h) MPI_Send(&r, 1, MPI_INT64_T, 0, TAG_PARAM, MPI_COMM_WORLD);
+  if (h != 0 && W->rank == 0) MPI_Recv(&r, 1, MPI_INT64_T, h, TAG_PARAM, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  return r;
+}
+
 static int64_t mb_bcast(void *impl, int64_t v) {
   (void)impl;
   MPI_Bcast(&v, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
@@ -805,7 +856,7 @@ static int64_t mb_bcast(void *impl, int64_t v) {
 int rt_mpi_backend(const pipert_pipeline *p, const rt_options *o, int M, rt_backend *be) {
   world *W = calloc(1, sizeof *W);
   int rc = world_open(W, p, o, M > 0 ? M : p->microbatches);
-  *be = (rt_backend){W, W->rank, mb_run, mb_param_io, mb_bcast};
+  *be = (rt_backend){W, W->rank, mb_run, mb_param_io, mb_bcast, mb_vrange, mb_vio, mb_vmissing};
   return rc;
 }
 

@@ -8,13 +8,18 @@ async and spectrain (batches of b: one micro-batch each), 2bw with -m 2 (batches
 Each build trains --steps mini-batches (the same number of samples for every build:
 pipedream/async/spectrain run twice the steps); rounds are interleaved and the figure is
 the median over rounds of each build's samples/s (the last line of `pipeline train`) over
-1f1b's of the same round.
+1f1b's of the same round. User CPU seconds of each run are reported beside (median).
+
+With --pipecc-base B the asynchronous modes are also built with the pipecc B (another
+revision) and run interleaved with the first: the median over rounds of each mode's
+samples/s over the B build's of the same round, and their user CPU.
 
     /usr/bin/python3 tools/async_throughput.py --pipecc build/pipecc --work /tmp/at --rounds 5
 """
 import argparse
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -36,6 +41,7 @@ def main():
     ap.add_argument("--micro", type=int, default=32, help="samples per micro-batch")
     ap.add_argument("--steps", type=int, default=40, help="steps of the 2-micro-batch builds")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--pipecc-base", default="", help="also the asynchronous modes built with this pipecc")
     a = ap.parse_args()
     shutil.rmtree(a.work, ignore_errors=True)
     os.makedirs(a.work)
@@ -54,19 +60,26 @@ def main():
     builds = [("1f1b", 2 * b, 2, a.steps), ("pipedream", b, 1, 2 * a.steps), ("async", b, 1, 2 * a.steps),
               ("spectrain", b, 1, 2 * a.steps), ("2bw", 2 * b, 2, a.steps)]
     env = dict(os.environ, PIPECC_SPLIT="even")
+    if a.pipecc_base:
+        builds += [(s + "@base", bt, m, st) for s, bt, m, st in builds if s != "1f1b"]
     for sched, batch, m, _ in builds:
         out = os.path.join(a.work, sched)
-        mopt = ["-m", str(m)] if sched in ("1f1b", "2bw") else []  # -m does not apply to the others
-        r = subprocess.run([a.pipecc, paths[batch], "--train", "-g", "2", "--no-replicate", "--schedule", sched] + mopt +
-                           ["--lr", "0.01", "--momentum", "0.9", "-o", out, "-q"], capture_output=True, text=True, env=env)
+        mode, base = sched.split("@")[0], sched.endswith("@base")
+        mopt = ["-m", str(m)] if mode in ("1f1b", "2bw") else []  # -m does not apply to the others
+        r = subprocess.run([a.pipecc_base if base else a.pipecc, paths[batch], "--train", "-g", "2", "--no-replicate",
+                            "--schedule", mode] + mopt + ["--lr", "0.01", "--momentum", "0.9", "-o", out, "-q"],
+                           capture_output=True, text=True, env=env)
         if r.returncode:
             sys.exit("pipecc %s: %s" % (sched, r.stderr))
     sps = {s: [] for s, _, _, _ in builds}
+    cpu = {s: [] for s, _, _, _ in builds}
     for rnd in range(a.rounds):
         for sched, batch, m, steps in builds:
+            u0 = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
             r2 = subprocess.run([os.path.join(a.work, sched, "pipeline"), "train", "--data",
                                  os.path.join(a.work, "X.npy"), "--labels", os.path.join(a.work, "Y.npy"), "--steps",
                                  str(steps), "--no-shuffle"], capture_output=True, text=True)
+            cpu[sched].append(resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime - u0)
             if r2.returncode:
                 sys.exit("pipeline %s: %s" % (sched, r2.stderr))
             f = re.search(r"; ([\d.]+) samples/s", r2.stdout)
@@ -77,8 +90,18 @@ def main():
           (b, "x".join(map(str, dims)), a.rounds))
     for sched, _, _, _ in builds:
         ratios = [x / y for x, y in zip(sps[sched], sps["1f1b"])]
-        print("  %-9s median %.1f samples/s  ratio %.3f (%.3f..%.3f)" %
-              (sched, statistics.median(sps[sched]), statistics.median(ratios), min(ratios), max(ratios)))
+        print("  %-14s median %.1f samples/s  ratio %.3f (%.3f..%.3f)  user CPU %.3f s" %
+              (sched, statistics.median(sps[sched]), statistics.median(ratios), min(ratios), max(ratios),
+               statistics.median(cpu[sched])))
+    if a.pipecc_base:
+        print("against the --pipecc-base builds (samples/s ratio: median over rounds, min..max; user CPU medians)")
+        for sched, _, _, _ in builds:
+            if sched == "1f1b" or sched.endswith("@base"):
+                continue
+            ratios = [x / y for x, y in zip(sps[sched], sps[sched + "@base"])]
+            print("  %-9s %.3f (%.3f..%.3f)  user CPU %.3f s vs %.3f s" %
+                  (sched, statistics.median(ratios), min(ratios), max(ratios), statistics.median(cpu[sched]),
+                   statistics.median(cpu[sched + "@base"])))
 
 
 if __name__ == "__main__":

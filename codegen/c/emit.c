@@ -175,7 +175,9 @@ static void put_ptr(FILE *f, cg_stage *st, int v, int is_const) {
   int r = st->root[v];
   const char *t = cg_ctype(st->g->values[v].dtype);
   switch (st->loc[r]) {
-    case CG_LOC_W: fprintf(f, "(const %s *)(W + %zu)", t, st->off[r]); break;
+    case CG_LOC_W: /* a trained weight: through WV, the version the runtime points at (weights_at) */
+      fprintf(f, "(const %s *)(%s + %zu)", t, st->g->values[r].param == IR_PARAM_WEIGHT ? "WV" : "W", st->off[r]);
+      break;
     case CG_LOC_IN: fprintf(f, "(const %s *)in[%zu]", t, st->off[r]); break;
     case CG_LOC_OUT: fprintf(f, "(%s%s *)out[%zu]", is_const ? "const " : "", t, st->off[r]); break;
     case CG_LOC_A: fprintf(f, "(%s%s *)(A + %zu)", is_const ? "const " : "", t, st->off[r]); break;
@@ -343,9 +345,10 @@ static void put_writebacks(FILE *f, cg_stage *st) {
 static void put_part_fn(FILE *f, cg_stage *st, const char *sig, const char *body) {
   fputs(sig, f);
   fputs(
-      " {\n  stage_state *s = state;\n  const unsigned char *W = s->w;\n  unsigned char *A = s->a;\n"
-      "  (void)W;\n  (void)A;\n",
-      f);
+      " {\n  stage_state *s = state;\n  const unsigned char *W = s->w;\n  unsigned char *A = s->a;\n", f);
+  /* the update reads the latest weights; an inference build has no versions */
+  fprintf(f, "  const unsigned char *WV = %s;\n  (void)W;\n  (void)WV;\n  (void)A;\n",
+          strstr(sig, "stage_step") || !st->p->train ? "W" : "s->wv");
   if (strstr(sig, "in, ")) fputs("  (void)in;\n  (void)out;\n", f);
   fputs(body, f);
   put_writebacks(f, st);
@@ -361,6 +364,10 @@ static const char train_fns[] =
     "  if (off > PARAM_BYTES || n > PARAM_BYTES - off) return 1;\n"
     "  if (write) memcpy(s->w + off, host, n);\n"
     "  else memcpy(host, s->w + off, n);\n"
+    "  return 0;\n}\n\n"
+    "static int stage_weights_at(void *state, const void *host) {\n"
+    "  stage_state *s = state;\n"
+    "  s->wv = host ? (const unsigned char *)host : s->w;\n"
     "  return 0;\n}\n\n";
 
 /* The start of every stage file after the includes. PK_VEC marks the unit functions whose
@@ -520,7 +527,10 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
   if (flen) fputs(fbuf, f);
   if (train) {
     /* the parameters are written: a copy of the weights file, then zeros */
-    fputs("typedef struct {\n  unsigned char *w;\n  unsigned char *a;\n} stage_state;\n\n", f);
+    /* wv: where the forward and backward read the trained weights (weights_at), w's own
+     * by default */
+    fputs("typedef struct {\n  unsigned char *w;\n  const unsigned char *wv;\n  unsigned char *a;\n} stage_state;\n\n",
+          f);
     fputs(
         "static int stage_init(void **state, const void *weights, size_t weights_len) {\n"
         "  stage_state *s = calloc(1, sizeof *s);\n"
@@ -531,6 +541,7 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
         "    return 1;\n  }\n"
         "  if (weights_len) memcpy(s->w, weights, weights_len);\n"
         "  memset(s->w + weights_len, 0, PARAM_BYTES - weights_len);\n"
+        "  s->wv = s->w;\n"
         "  memset(s->a, 0, ARENA_BYTES);\n"
         "  *state = s;\n  return 0;\n}\n\n",
         f);

@@ -12,15 +12,19 @@ against tools/async_ref.py, an independent PyTorch model of their semantics:
   - at g >= 2 each mode differs from synchronous SGD (the staleness is there), and
     pipedream and async each from the other's reference (stashing shows);
   - at g = 3, 4 mini-batches, a checkpoint (holding the older weight versions the later
-    mini-batches read) and --resume to K: the bits of K straight;
+    mini-batches read) and --resume to K: the bits of K straight; and a run with
+    --checkpoint-every 4 that stops at its last mini-batch (NaN inputs) leaves the
+    checkpoint taken during the run after 4, which resumes to the same bits;
   - each mode bitwise identical between two runs, and (with --mpirun) at g = 2, 3 under
-    `mpirun -np g` (one rank a stage) the threads transport's bits;
+    `mpirun -np g` (one rank a stage) the threads transport's bits; at g = 3 a checkpoint
+    written under MPI resumes on threads and the step-4 one on threads under MPI, both
+    to the bits of K straight;
   - plan.json and the plan summary: the mode, each stage's weight versions (pipedream
     N-k, async 1, spectrain 2, 2bw 2), staleness, prediction distances, N-k held
     micro-batches, and a memory term that counts the versions;
   - errors: an asynchronous schedule without --train, spectrain without momentum, -m with
-    pipedream, 2bw with fewer micro-batches than it needs, --checkpoint-every, --epochs,
-    --recompute: one line, exit 2.
+    pipedream, 2bw with fewer micro-batches than it needs, --recompute: one line, exit 2;
+  - at g = 3, --epochs 1 (7 batches of data) gives the bits of --steps 7.
 
 With --sim-lib the builds are for the cuda target, run on the CUDA simulator, and only the
 weights against the reference (and two runs' bits) are checked.
@@ -154,6 +158,10 @@ def main():
     data = (os.path.join(A.work, "X.npy"), os.path.join(A.work, "Y.npy"))
     np.save(data[0], X)
     np.save(data[1], Y)
+    data_nan = os.path.join(A.work, "X_nan.npy")  # the last mini-batch NaN
+    Xn = X.copy()
+    Xn[(K - 1) * B:] = np.nan
+    np.save(data_nan, Xn)
     path = os.path.join(A.work, "mlp.onnx")
     model = export(path, B)
     names = [n for n, _ in model.named_parameters()]
@@ -187,6 +195,41 @@ def main():
                     check(w1[n].tobytes() == wr[n].tobytes(), "%s g=3: resumed run differs in %s" % (mode, n))
                 print("%-9s g=3: 4 steps, checkpoint (%d older version entries), resumed to %d: the same bits" %
                       (mode, len(kept), K))
+                # a checkpoint during the run (--checkpoint-every 4 of K = 7): the run stops at its last
+                # batch (NaN inputs, so the loss check fails) and leaves the checkpoint after 4 steps,
+                # which resumes to the bits of K straight
+                shutil.rmtree(ck, ignore_errors=True)
+                r = train(out, (data_nan, data[1]), "cm", extra=["--checkpoint", ck, "--checkpoint-every", "4"],
+                          ok=False)
+                check(r.returncode == 2 and re.search(r"step %d: the loss is NaN" % K, r.stderr),
+                      "%s g=3: the run with a NaN last batch: exit %d: %s" % (mode, r.returncode, r.stderr))
+                with np.load(os.path.join(ck, "checkpoint.npz")) as z:
+                    check(int(z["pipecc/step"][0]) == 4, "%s g=3: the checkpoint left is at step %d, not 4" %
+                          (mode, int(z["pipecc/step"][0])))
+                    kept_m = [k for k in z.files if k.startswith("pipecc/version/")]
+                check(sorted(os.listdir(ck)) == ["checkpoint.npz"], "%s g=3: %s holds %s" % (mode, ck, os.listdir(ck)))
+                wr = train(out, data, "rm", extra=["--resume", ck])
+                for n in w1:
+                    check(w1[n].tobytes() == wr[n].tobytes(), "%s g=3: run resumed from step 4 differs in %s" % (mode, n))
+                print("%-9s g=3: checkpoint during the run at step 4 (%d older version entries), resumed to %d: "
+                      "the same bits" % (mode, len(kept_m), K))
+                we = train(out, data, "ep", steps=None, extra=["--epochs", "1"])  # one pass over K batches
+                for n in w1:
+                    check(w1[n].tobytes() == we[n].tobytes(), "%s g=3: --epochs 1 differs from --steps %d in %s" %
+                          (mode, K, n))
+                if A.mpirun:  # under MPI: a checkpoint at the end of 4 steps, resumed on threads; the threads'
+                    # step-4 checkpoint resumed under MPI: both the bits of K straight
+                    ckm = os.path.join(out, "ckm")
+                    shutil.rmtree(ckm, ignore_errors=True)
+                    train(out, data, "mc4", steps=4, extra=["--checkpoint", ckm], mpi=g)
+                    wr = train(out, data, "mr", extra=["--resume", ckm])
+                    for n in w1:
+                        check(w1[n].tobytes() == wr[n].tobytes(), "%s g=3: resumed from MPI's checkpoint: %s differs" %
+                              (mode, n))
+                    wr = train(out, data, "rmpi", extra=["--resume", ck], mpi=g)
+                    for n in w1:
+                        check(w1[n].tobytes() == wr[n].tobytes(), "%s g=3: resumed under MPI: %s differs" % (mode, n))
+                    print("%-9s g=3: checkpoint under MPI resumed on threads, and the other way: the same bits" % mode)
             ref = async_ref.train(mode, model, so, N, X, Y, K, B, M=M, lr=LR, momentum=MU)
             e = worst(w1, ref)
             s = worst(w1, sync_ref)
@@ -260,11 +303,6 @@ def main():
     compile_(path, out, 4, "2bw", ["-m", "2"])
     r = train(out, data, "e5", ok=False)
     one_line_exit2(r, "2bw with 2 micro-batches on 4 stages", r"2bw needs at least 3 micro-batches")
-    r = train(out, data, "e6", extra=["--checkpoint", os.path.join(A.work, "ck6"), "--checkpoint-every", "2"],
-              ok=False)
-    one_line_exit2(r, "2bw --checkpoint-every", r"checkpoint at the end")
-    r = train(out, data, "e8", steps=None, extra=["--epochs", "1"], ok=False)
-    one_line_exit2(r, "2bw --epochs", r"needs --steps")
     print("async schedules: OK")
 
 
