@@ -123,7 +123,10 @@ def select_tests(pattern, work, every=False):
         except Exception:  # noqa: BLE001
             continue
         types = {n.op_type for n in m.graph.node}
-        if not m.graph.node or not all(n.domain in ("", "ai.onnx") and n.op_type in ops for n in m.graph.node):
+        if not m.graph.node or not all((n.domain in ("", "ai.onnx") and n.op_type in ops and
+                                        n.op_type not in cpu_nodes.PREVIEW_OPS) or
+                                       (n.domain == "ai.onnx.preview" and n.op_type in cpu_nodes.PREVIEW_OPS)
+                                       for n in m.graph.node):
             continue
         fams = dict(FAMILIES, **(EXTRA_FAMILIES if name.startswith("extra_") else {}))
         fam = next((f for f, fops in fams.items() if types & fops), "other" if every else None)
