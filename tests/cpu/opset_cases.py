@@ -27,6 +27,9 @@ Cases:
                 state), LinearAttention (gated_delta with GQA, a past state, per-head
                 decay and beta; linear), at opset 28: numpy the reference (bitwise for
                 the integers and BitCast).
+  flex_preview  FlexAttention of ai.onnx.preview: GQA with a softcap score_mod and a
+                scaling prob_mod (bodies with constants of their own), and MHA with
+                scale and no bodies; numpy the reference.
 --target cuda builds with nvcc = tests/cuda/sim/nvcc (CUDASIM_LIB=LIB) and runs on the CPU
 CUDA simulator, exact float32 (--no-tf32)."""
 
@@ -262,6 +265,41 @@ def state28(rng):
     return model(nodes, ins, outs, inits, 28), xin, ref
 
 
+def flex_preview(rng):
+    """FlexAttention (domain ai.onnx.preview, version 1) with and without its bodies."""
+    Hq, Hkv, L, S, E, Ev = 4, 2, 3, 5, 8, 6
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)
+    n = helper.make_node
+    sc = lambda name, v: helper.make_tensor(name, T.FLOAT, [], [v])
+    bvi = lambda name: helper.make_tensor_value_info(name, T.FLOAT, None)
+    score_mod = helper.make_graph([n("Div", ["s", "cap"], ["d"]), n("Tanh", ["d"], ["t"]),
+                                   n("Mul", ["t", "cap"], ["so"])], "score_mod", [bvi("s")], [bvi("so")],
+                                  [sc("cap", 1.5)])
+    prob_mod = helper.make_graph([n("Mul", ["p", "w"], ["po"])], "prob_mod", [bvi("p")], [bvi("po")], [sc("w", 0.9)])
+    nodes = [n("FlexAttention", ["q", "k", "v"], ["y1"], domain="ai.onnx.preview", score_mod=score_mod,
+               prob_mod=prob_mod),
+             n("FlexAttention", ["q", "q", "q"], ["y2"], domain="ai.onnx.preview", scale=0.2)]
+    xin = {"q": f(B, Hq, L, E), "k": f(B, Hkv, S, E), "v": f(B, Hkv, S, Ev)}
+    ins = [vi(k, ["batch"] + list(v.shape[1:])) for k, v in xin.items()]
+    g = helper.make_graph(nodes, "g", ins, [vi("y1", None), vi("y2", None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 28), helper.make_opsetid("ai.onnx.preview", 1)],
+                          producer_name="pipecc-tests")
+    m.ir_version = 10
+
+    def attn(q, k, v, scale, cap=None, w=None):
+        k = np.repeat(k, q.shape[1] // k.shape[1], 1).astype(np.float64)
+        v = np.repeat(v, q.shape[1] // v.shape[1], 1).astype(np.float64)
+        s_ = q.astype(np.float64) @ k.transpose(0, 1, 3, 2) * scale
+        if cap:
+            s_ = np.tanh(s_ / cap) * cap
+        p = np.exp(s_ - s_.max(-1, keepdims=True))
+        p = p / p.sum(-1, keepdims=True) * (w or 1.0)
+        return (p @ v).astype(np.float32)
+    ref = {"y1": attn(xin["q"], xin["k"], xin["v"], 1 / np.sqrt(E), 1.5, 0.9),
+           "y2": attn(xin["q"], xin["q"], xin["q"], 0.2)}
+    return m, xin, ref
+
+
 def close(got, ref, tol):
     """rel-L2 over the finite entries, the infinities and NaNs where the reference has them"""
     fin = np.isfinite(ref)
@@ -271,7 +309,7 @@ def close(got, ref, tol):
 
 
 CASES = {"opset22_cnn": opset22_cnn, "llm24": llm24, "forms28": forms28, "attention23": attention23,
-         "state28": state28}
+         "state28": state28, "flex_preview": flex_preview}
 
 
 def same_bits(x, y):
