@@ -41,8 +41,9 @@ def i64(*v):
 
 
 class Case:
-    def __init__(self, name, x, nodes, weights, fn, opset=17, ints=None):
+    def __init__(self, name, x, nodes, weights, fn, opset=17, ints=None, extra_opsets=()):
         self.name, self.x, self.nodes, self.weights, self.fn, self.opset = name, x, nodes, weights, fn, opset
+        self.extra_opsets = extra_opsets  # (domain, version) besides the default domain's
         self.ints = ints or {}  # constants (Constant nodes: not trained): shapes, axes, indices
 
 
@@ -319,6 +320,25 @@ def cases():
                    {"Wk": rn(2, 3, 4), "Wv": rn(2, 3, 4), "G": -rn(2, 3, 1, lo=0.05) * 0.3,
                     "Be": rn(2, 3, 1, lo=0.2) * 0.5}, linear_attention, opset=27,
                    ints={"z": i64(0), "f": i64(4), "e": i64(8), "two": i64(2)}))
+
+    def flex(t):  # FlexAttention (ai.onnx.preview): GQA, a softcap score_mod, K and V trained
+        q = t["Xw"]
+        k = t["Xw"][:, :2] * t["Wk"]
+        v = t["Xw"][:, :2] * t["Wv"]
+        k, v = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+        sc = (q * np.sqrt(np.float32(0.4))) @ (k * np.sqrt(np.float32(0.4))).transpose(-1, -2)
+        return torch.softmax(2.0 * torch.tanh(sc / 2.0), -1) @ v
+    cap = helper.make_tensor("cap", TensorProto.FLOAT, [], [2.0])
+    fvi = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
+    smod = helper.make_graph([N("Div", ["s", "cap"], ["d"]), N("Tanh", ["d"], ["th"]), N("Mul", ["th", "cap"], ["so"])],
+                             "score_mod", [fvi("s")], [fvi("so")], [cap])
+    cs.append(Case("flex_attention", rn(2, 4, 3, 4),
+                   [N("Slice", ["Xw", "z", "two", "one"], ["x2"]), N("Mul", ["x2", "Wk"], ["k"]),
+                    N("Mul", ["x2", "Wv"], ["v"]),
+                    helper.make_node("FlexAttention", ["Xw", "k", "v"], ["Y"], domain="ai.onnx.preview", scale=0.4,
+                                     score_mod=smod)],
+                   {"Wk": rn(2, 2, 3, 4), "Wv": rn(2, 2, 3, 4)}, flex, opset=27,
+                   ints={"z": i64(0), "two": i64(2), "one": i64(1)}, extra_opsets=[("ai.onnx.preview", 1)]))
     return cs
 
 
@@ -330,7 +350,8 @@ def build(c, path):
     inits = [numpy_helper.from_array(v, k) for k, v in weights.items()]
     g = helper.make_graph(nodes, c.name, [helper.make_tensor_value_info("X", TensorProto.FLOAT, c.x.shape)],
                           [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", c.opset)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", c.opset)] +
+                          [helper.make_opsetid(d, v) for d, v in c.extra_opsets])
     m.ir_version = 8
     onnx.save(m, path)
     return weights
