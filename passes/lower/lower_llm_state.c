@@ -31,8 +31,7 @@
 int sh_SwiGLU(ir_graph *g, int node) {
   const ir_value *x = sh_in(g, node, 0), *y = sh_in(g, node, 1);
   char b1[64], b2[64];
-  if (sh_check_dtype(g, node, x, SH_FLOATS, "input A") || sh_same_dtype(g, node, x, y, "input A", "input B"))
-    return -1;
+  if (sh_check_dtype(g, node, x, SH_FLOATS, "input A") || sh_same_dtype(g, node, x, y, "input A", "input B")) return -1;
   int same = x->shape.rank == y->shape.rank;
   for (int i = 0; same && i < x->shape.rank; i++) same = x->shape.dims[i] == y->shape.dims[i];
   if (!same)
@@ -62,8 +61,7 @@ static int ts_axis(ir_graph *g, int node, int *axis) {
               (long long)c->shape.dims[0]);
   }
   const char *mode = ir_attr_str(SH_NODE, "mode", "linear");
-  if (strcmp(mode, "linear") && strcmp(mode, "circular"))
-    SH_FAIL("mode '%s' is not one of 'linear', 'circular'", mode);
+  if (strcmp(mode, "linear") && strcmp(mode, "circular")) SH_FAIL("mode '%s' is not one of 'linear', 'circular'", mode);
   return 0;
 }
 
@@ -128,8 +126,7 @@ static int la_geometry(ir_graph *g, int node, la_dims *d) {
   else SH_FAIL("update_rule '%s' is not one of 'linear', 'gated', 'delta', 'gated_delta'", rule);
   d->Hq = ir_attr_int(SH_NODE, "q_num_heads", 0), d->Hkv = ir_attr_int(SH_NODE, "kv_num_heads", 0);
   if (d->Hq < 1 || d->Hkv < 1 || d->Hq % d->Hkv)
-    SH_FAIL("q_num_heads %lld must be a positive multiple of kv_num_heads %lld", (long long)d->Hq,
-            (long long)d->Hkv);
+    SH_FAIL("q_num_heads %lld must be a positive multiple of kv_num_heads %lld", (long long)d->Hq, (long long)d->Hkv);
   const ir_value *qkv[3] = {q, k, v};
   const char *nm[3] = {"query", "key", "value"};
   for (int i = 0; i < 3; i++) {
@@ -153,8 +150,7 @@ static int la_geometry(ir_graph *g, int node, la_dims *d) {
     if (p->shape.rank != 4 || p->shape.dims[0] != d->B || p->shape.dims[1] != d->Hkv || p->shape.dims[2] != d->dk ||
         p->shape.dims[3] != d->dv)
       SH_FAIL("past_state of shape %s: [B, kv_num_heads, d_k, d_v] = [%lld, %lld, %lld, %lld] expected",
-              sh_str(&p->shape, b1, sizeof b1), (long long)d->B, (long long)d->Hkv, (long long)d->dk,
-              (long long)d->dv);
+              sh_str(&p->shape, b1, sizeof b1), (long long)d->B, (long long)d->Hkv, (long long)d->dk, (long long)d->dv);
   }
   if (d->gated != !!dc) SH_FAIL("update_rule '%s' %s the decay input", rule, d->gated ? "needs" : "takes no");
   if (d->delta != !!be) SH_FAIL("update_rule '%s' %s the beta input", rule, d->delta ? "needs" : "takes no");
@@ -171,8 +167,7 @@ static int la_geometry(ir_graph *g, int node, la_dims *d) {
   if (be) {
     if (sh_same_dtype(g, node, q, be, "query", "beta")) return -1;
     int64_t last = be->shape.rank == 3 ? be->shape.dims[2] : -1;
-    if (be->shape.rank != 3 || be->shape.dims[0] != d->B || be->shape.dims[1] != d->T ||
-        (last != d->Hkv && last != 1))
+    if (be->shape.rank != 3 || be->shape.dims[0] != d->B || be->shape.dims[1] != d->T || (last != d->Hkv && last != 1))
       SH_FAIL("beta of shape %s: [B, T, kv_num_heads] or [B, T, 1] expected", sh_str(&be->shape, b1, sizeof b1));
     d->Db = last;
   }
