@@ -69,8 +69,8 @@ REDUCE = ["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "Re
           "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"]
 CONST_SLOTS = dict({r: [1] for r in REDUCE}, Reshape=[1], Expand=[1], Tile=[1], ConstantOfShape=[0], Range=[0, 1, 2],
                    Slice=[1, 2, 3, 4], Pad=[1, 2, 3], Split=[1], Squeeze=[1], Unsqueeze=[1], Resize=[1, 2, 3],
-                   Upsample=[1], CumSum=[1], CumProd=[1], Trilu=[1], OneHot=[1], TopK=[1], CenterCropPad=[1], Col2Im=[1, 2],
-                   Compress=[1], AffineGrid=[1], MaxUnpool=[2], DFT=[1, 2], STFT=[1, 3], HannWindow=[0],
+                   Upsample=[1], CumSum=[1], CumProd=[1], Trilu=[1], OneHot=[1], TopK=[1], CenterCropPad=[1],
+                   Col2Im=[1, 2], Compress=[1], AffineGrid=[1], MaxUnpool=[2], DFT=[1, 2], STFT=[1, 3], HannWindow=[0],
                    HammingWindow=[0], BlackmanWindow=[0], MelWeightMatrix=[0, 1, 2, 3, 4], Loop=[0, 1],
                    SequenceInsert=[2], SequenceAt=[1], SequenceErase=[1], SplitToSequence=[1])
 
