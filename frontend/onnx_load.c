@@ -584,7 +584,8 @@ static void attr_convert(ctx *c, int node, const Onnx__AttributeProto *a, ir_att
       break;
     case IR_ATTR_GRAPH: /* bodies of the ops that have them; other ops are reported unsupported */
       if (a->g && (g->nodes[node].op == IR_OP_If || g->nodes[node].op == IR_OP_Loop ||
-                   g->nodes[node].op == IR_OP_Scan || g->nodes[node].op == IR_OP_SequenceMap))
+                   g->nodes[node].op == IR_OP_Scan || g->nodes[node].op == IR_OP_SequenceMap ||
+                   g->nodes[node].op == IR_OP_FlexAttention))
         o->graph = load_body(c, node, a->g, o->name);
       else if (!a->g) ir_error_node(g, node, "attribute '%s' holds no graph", o->name);
       break;

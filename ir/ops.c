@@ -16,7 +16,10 @@ static int cmp_idx(const void *a, const void *b) {
 }
 
 ir_op ir_op_lookup(const char *domain, const char *op_type) {
+  if (domain && !strcmp(domain, "ai.onnx.preview")) /* the one op of that domain pipecc reads */
+    return op_type && !strcmp(op_type, "FlexAttention") ? IR_OP_FlexAttention : IR_OP_UNKNOWN;
   if (domain && *domain && strcmp(domain, "ai.onnx") != 0) return IR_OP_UNKNOWN;
+  if (op_type && !strcmp(op_type, "FlexAttention")) return IR_OP_UNKNOWN; /* not of the default domain */
   if (!sorted_ready) {
     for (int i = 0; i < IR_OP_COUNT; i++) sorted[i] = i;
     qsort(sorted, IR_OP_COUNT, sizeof(int), cmp_idx);

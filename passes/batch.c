@@ -351,7 +351,11 @@ static const char *works_across(ir_graph *g, const ir_node *n, int a, int ao) {
     }
     case IR_OP_LayerNormalization:
       return a >= norm_axis(ir_attr_int(n, "axis", -1), r) ? "it normalises over the batch axis" : NULL;
-    case IR_OP_CumSum: return a == norm_axis(const_in(g, n, 1, 0, 0), r) ? "it sums along the batch axis" : NULL;
+    case IR_OP_CumSum:
+    case IR_OP_CumProd:
+      return a == norm_axis(const_in(g, n, 1, 0, 0), r)
+                 ? (n->op == IR_OP_CumSum ? "it sums along the batch axis" : "it multiplies along the batch axis")
+                 : NULL;
     case IR_OP_Concat:
       return ao >= 0 && n->n_in > 1 && ao == norm_axis(ir_attr_int(n, "axis", 0), r)
                  ? "it concatenates along the batch axis"

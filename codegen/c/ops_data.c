@@ -1,6 +1,6 @@
 /* codegen/c/ops_data.c - data movement, shape ops and reductions for the CPU target:
  * Reshape-like copies, Dropout, Shape, Size, ConstantOfShape, Range, Concat, Split,
- * Slice, Gather, GatherElements, Transpose, Pad, Tile, Reduce*, ArgMax/ArgMin, CumSum,
+ * Slice, Gather, GatherElements, Transpose, Pad, Tile, Reduce*, ArgMax/ArgMin, CumSum, CumProd,
  * Trilu, DepthToSpace, SpaceToDepth, OneHot, Resize/Upsample; and the op dispatch. */
 #include <math.h>
 #include <stdio.h>
@@ -498,15 +498,15 @@ static int emit_cumsum2(cg_ctx *c, const ir_node *n) {
   for (int i = 0; i < axis; i++) outer *= x->shape.dims[i];
   for (int i = axis + 1; i < r; i++) inner *= x->shape.dims[i];
   if (!cg_numel(y)) return 0;
-  const char *T = cg_ctype(y->dtype);
-  cg_w(c, "  for (long o = 0; o < %lld; o++)\n    for (long i = 0; i < %lld; i++) {\n      %s s = 0;\n", LL(outer),
-       LL(inner), T);
+  const char *T = cg_ctype(y->dtype), *op = n->op == IR_OP_CumProd ? "*" : "+";
+  cg_w(c, "  for (long o = 0; o < %lld; o++)\n    for (long i = 0; i < %lld; i++) {\n      %s s = %d;\n", LL(outer),
+       LL(inner), T, n->op == IR_OP_CumProd);
   cg_w(c, "      for (long kk = 0; kk < %lld; kk++) {\n", LL(A));
   if (rev) cg_w(c, "        const long k = %lld - kk;\n", LL(A - 1));
   else cg_w(c, "        const long k = kk;\n");
   cg_w(c, "        const long j = (o * %lld + k) * %lld + i;\n", LL(A), LL(inner));
-  if (excl) cg_w(c, "        const %s v = x0[j];\n        y0[j] = s;\n        s = (%s)(s + v);\n", T, T);
-  else cg_w(c, "        s = (%s)(s + x0[j]);\n        y0[j] = s;\n", T);
+  if (excl) cg_w(c, "        const %s v = x0[j];\n        y0[j] = s;\n        s = (%s)(s %s v);\n", T, T, op);
+  else cg_w(c, "        s = (%s)(s %s x0[j]);\n        y0[j] = s;\n", T, op);
   cg_w(c, "      }\n    }\n");
   return 0;
 }
@@ -866,7 +866,8 @@ cg_op_fn cg_op_emitter(ir_op op) {
     case IR_OP_Flatten:
     case IR_OP_Squeeze:
     case IR_OP_Unsqueeze:
-    case IR_OP_Identity: return emit_copy;
+    case IR_OP_Identity:
+    case IR_OP_BitCast: return emit_copy;
     case IR_OP_Dropout: return emit_dropout;
     case IR_OP_Shape: return emit_shape;
     case IR_OP_Size: return emit_size;
@@ -892,7 +893,8 @@ cg_op_fn cg_op_emitter(ir_op op) {
     case IR_OP_ReduceSumSquare: return emit_reduce;
     case IR_OP_ArgMax:
     case IR_OP_ArgMin: return emit_argmax;
-    case IR_OP_CumSum: return emit_cumsum2;
+    case IR_OP_CumSum:
+    case IR_OP_CumProd: return emit_cumsum2;
     case IR_OP_Trilu: return emit_trilu;
     case IR_OP_DepthToSpace:
     case IR_OP_SpaceToDepth: return emit_depth_space;

@@ -16,7 +16,7 @@
  *                           perm swaps two groups of dims, else a strided copy
  *   Slice, Pad, Tile, Gather, Concat, Split, DepthToSpace, SpaceToDepth,
  *   copies, Shape, Size, ConstantOfShape, Dropout   strided copies / memcpy2D / fills
- *   GatherElements, GatherND, ScatterElements, ScatterND, OneHot, CumSum, ArgMax,
+ *   GatherElements, GatherND, ScatterElements, ScatterND, OneHot, CumSum, CumProd, ArgMax,
  *   ArgMin, TopK, Trilu, Range, Resize, Upsample, LRN   runtime kernels (scatters
  *                           deterministic: see pk_scatter; MaxPool's gradient through its
  *                           Indices as pk_maxpool_scatter)
@@ -976,8 +976,9 @@ static int emit_cumsum(cu_ctx *c, const ir_node *n) {
   int64_t outer, a, inner;
   split_at(x, axis, &outer, &a, &inner);
   if (!cg_numel(y)) return 0;
-  cu_w(c, "  PK_TRY(pk_cumsum(S, %s, %s, %s, %lld, %lld, %lld, %d, %d));\n", pk_type(y->dtype), c->x[0], c->y[0],
-       LL(outer), LL(a), LL(inner), (int)ir_attr_int(n, "exclusive", 0), (int)ir_attr_int(n, "reverse", 0));
+  cu_w(c, "  PK_TRY(pk_%s(S, %s, %s, %s, %lld, %lld, %lld, %d, %d));\n", n->op == IR_OP_CumProd ? "cumprod" : "cumsum",
+       pk_type(y->dtype), c->x[0], c->y[0], LL(outer), LL(a), LL(inner), (int)ir_attr_int(n, "exclusive", 0),
+       (int)ir_attr_int(n, "reverse", 0));
   return 0;
 }
 
@@ -1288,7 +1289,8 @@ cu_op_fn cu_op_emitter(ir_op op) {
     case IR_OP_Flatten:
     case IR_OP_Squeeze:
     case IR_OP_Unsqueeze:
-    case IR_OP_Identity: return emit_copy;
+    case IR_OP_Identity:
+    case IR_OP_BitCast: return emit_copy;
     case IR_OP_Dropout: return emit_dropout;
     case IR_OP_Shape:
     case IR_OP_Size: return emit_shape;
@@ -1316,7 +1318,8 @@ cu_op_fn cu_op_emitter(ir_op op) {
     case IR_OP_ScatterElements:
     case IR_OP_ScatterND: return emit_scatter;
     case IR_OP_OneHot: return emit_onehot;
-    case IR_OP_CumSum: return emit_cumsum;
+    case IR_OP_CumSum:
+    case IR_OP_CumProd: return emit_cumsum;
     case IR_OP_ArgMax:
     case IR_OP_ArgMin: return emit_argmax;
     case IR_OP_TopK: return emit_topk;

@@ -1,4 +1,5 @@
-/* passes/lower/control.c - If, Loop, Scan and SequenceMap expanded into ordinary nodes (see
+/* passes/lower/control.c - If, Loop, Scan, SequenceMap and FlexAttention (ai.onnx.preview, its
+ * score_mod and prob_mod bodies) expanded into ordinary nodes (see
  * control.h; the other sequence ops are in passes/lower/sequence.c).
  *
  * A body (ir_attr.graph, frontend/onnx_load.c) is instantiated by copying its nodes into
@@ -11,6 +12,7 @@
  * through Identity nodes, which the walk then forwards. */
 #include "passes/lower/control.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +26,8 @@
 #define CONTROL_MAX_ITERS 100000
 
 int control_is(ir_op op) {
-  return op == IR_OP_If || op == IR_OP_Loop || op == IR_OP_Scan || op == IR_OP_SequenceMap || seq_op_is(op);
+  return op == IR_OP_If || op == IR_OP_Loop || op == IR_OP_Scan || op == IR_OP_SequenceMap ||
+         op == IR_OP_FlexAttention || seq_op_is(op);
 }
 
 /* Never reached: the fold pass expands every If, Loop, Scan and sequence op before shape
@@ -37,6 +40,7 @@ int sh_If(ir_graph *g, int node) { return sh_control(g, node); }
 int sh_Loop(ir_graph *g, int node) { return sh_control(g, node); }
 int sh_Scan(ir_graph *g, int node) { return sh_control(g, node); }
 int sh_SequenceMap(ir_graph *g, int node) { return sh_control(g, node); }
+int sh_FlexAttention(ir_graph *g, int node) { return sh_control(g, node); }
 int sh_SequenceEmpty(ir_graph *g, int node) { return sh_control(g, node); }
 int sh_SequenceConstruct(ir_graph *g, int node) { return sh_control(g, node); }
 int sh_SequenceInsert(ir_graph *g, int node) { return sh_control(g, node); }
@@ -718,6 +722,113 @@ static int expand_seqmap(xp *x) {
   return rc;
 }
 
+/* ---- FlexAttention (ai.onnx.preview) ----------------------------------------------------- */
+
+/* x transposed by perm (rank 4) */
+static int cx_perm4(xp *x, int v, const int64_t *perm) {
+  if (x->err) return -1;
+  ir_graph *g = x->g;
+  ++x->e->n_made;
+  const char *nm = cx_tagged(x, "Transpose");
+  int o = ir_add_value(g, nm, IR_VAL_ACT, IR_UNDEFINED);
+  int id = ir_add_node(g, IR_OP_Transpose, nm, &v, 1, &o, 1);
+  g->nodes[id].opset = CONTROL_OPSET;
+  g->nodes[id].index = x->nd.index;
+  ir_attr *a = ir_node_add_attr(g, id, "perm", IR_ATTR_INTS);
+  a->n = 4;
+  a->ints = ir_alloc_array(g->arena, 4, sizeof(int64_t));
+  memcpy(a->ints, perm, 4 * sizeof(int64_t));
+  if (x->e->visit(x->e->ctx, id)) {
+    x->err = 1;
+    return -1;
+  }
+  return res(x, o);
+}
+
+/* a float scalar constant cast to dt */
+static int cx_scalar(xp *x, float f, ir_dtype dt) {
+  ir_shape s = {0};
+  int c = ir_add_const(x->g, cx_tagged(x, "c"), IR_FLOAT, &s, &f, sizeof f);
+  return dt == IR_FLOAT ? c : cx_make(x, IR_OP_Cast, &c, 1, -1, "to", dt);
+}
+
+/* A modifier body of one input and one output of its input's type and shape. */
+static int flex_mod(xp *x, const char *name, int v) {
+  int cap;
+  const ir_graph *b = body_of(x, name, &cap);
+  if (!b) return v;
+  char b1[160], b2[160];
+  if (b->n_inputs - b->n_captured != 1 || b->n_outputs != 1) XFAIL("%s takes one input and gives one output", name);
+  int *cm = ir_xmalloc(sizeof(int) * ((size_t)b->n_values + 1)), out = -1;
+  for (int i = 0; i < b->n_values; i++) cm[i] = -1;
+  int *a = actuals(x, b, cap, &v, 1);
+  int rc = instantiate(x, b, ir_sprintf(x->g->arena, "%s/%s/", x->base, name), a, cm, &out);
+  free(a);
+  free(cm);
+  if (rc) return -1;
+  if (val(x, out)->kind != IR_VAL_ACT && val(x, out)->kind != IR_VAL_CONST && val(x, out)->kind != IR_VAL_INPUT)
+    XFAIL("%s gives no tensor", name);
+  if (!same_type(val(x, out), val(x, v)))
+    XFAIL("%s gives %s for %s; its output must keep its input's type and shape", name,
+          cx_typed(val(x, out), b1, sizeof b1), cx_typed(val(x, v), b2, sizeof b2));
+  return out;
+}
+
+/* Q [B, Hq, L, E], K [B, Hkv, S, E], V [B, Hkv, S, Ev]: scores (Q sqrt(scale)) (K sqrt(scale))^T
+ * in Q's type (each key/value head serving Hq/Hkv query heads), in softmax_precision (float
+ * unless the inputs are double), score_mod, Softmax over the keys, prob_mod, times V; Y in
+ * V's type. */
+static int expand_flex(xp *x) {
+  char b1[160], b2[160], b3[160];
+  if (x->nd.n_in < 3) XFAIL("needs Q, K and V");
+  int q = res(x, x->nd.in[0]), k = res(x, x->nd.in[1]), v = res(x, x->nd.in[2]);
+  const ir_value *Q = val(x, q), *K = val(x, k), *V = val(x, v);
+  const ir_shape *qs = &Q->shape, *ks = &K->shape, *vs = &V->shape;
+  if (qs->rank != 4 || ks->rank != 4 || vs->rank != 4 || ks->dims[0] != qs->dims[0] || vs->dims[0] != qs->dims[0] ||
+      ks->dims[3] != qs->dims[3] || vs->dims[1] != ks->dims[1] || vs->dims[2] != ks->dims[2] || ks->dims[1] < 1 ||
+      qs->dims[1] % ks->dims[1])
+    XFAIL("Q %s, K %s and V %s: [B, Hq, L, E], [B, Hkv, S, E] and [B, Hkv, S, Ev] with Hq a multiple of Hkv expected",
+          cx_typed(Q, b1, sizeof b1), cx_typed(K, b2, sizeof b2), cx_typed(V, b3, sizeof b3));
+  ir_dtype qt = Q->dtype, vt = V->dtype;
+  if (qt != IR_FLOAT && qt != IR_DOUBLE && qt != IR_FLOAT16 && qt != IR_BFLOAT16)
+    XFAIL("Q of type %s: a floating-point type expected", ir_dtype_name(qt));
+  if (K->dtype != qt || vt != qt) XFAIL("Q, K and V must have one type");
+  ir_dtype t = qt == IR_DOUBLE ? IR_DOUBLE : IR_FLOAT;
+  int64_t sp = ir_attr_int(&x->nd, "softmax_precision", 0);
+  if (sp) {
+    if (sp != IR_FLOAT && sp != IR_DOUBLE && sp != IR_FLOAT16 && sp != IR_BFLOAT16)
+      XFAIL("softmax_precision %lld: float, double, float16 or bfloat16 expected", (long long)sp);
+    t = (ir_dtype)sp;
+  }
+  int64_t B = qs->dims[0], Hq = qs->dims[1], Hkv = ks->dims[1], S = ks->dims[2], E = ks->dims[3], Ev = vs->dims[3];
+  if (Hq > Hkv) { /* K and V repeated, each head for Hq/Hkv query heads in order */
+    int64_t r = Hq / Hkv, k5[5] = {B, Hkv, 1, S, E}, ke[5] = {B, Hkv, r, S, E}, k4[4] = {B, Hq, S, E};
+    int64_t v5[5] = {B, Hkv, 1, S, Ev}, ve[5] = {B, Hkv, r, S, Ev}, v4[4] = {B, Hq, S, Ev};
+    k = cx_make(x, IR_OP_Reshape, (int[]){k, cx_i64(x, k5, 5, 0)}, 2, -1, NULL, 0);
+    k = cx_make(x, IR_OP_Expand, (int[]){k, cx_i64(x, ke, 5, 0)}, 2, -1, NULL, 0);
+    k = cx_make(x, IR_OP_Reshape, (int[]){k, cx_i64(x, k4, 4, 0)}, 2, -1, NULL, 0);
+    v = cx_make(x, IR_OP_Reshape, (int[]){v, cx_i64(x, v5, 5, 0)}, 2, -1, NULL, 0);
+    v = cx_make(x, IR_OP_Expand, (int[]){v, cx_i64(x, ve, 5, 0)}, 2, -1, NULL, 0);
+    v = cx_make(x, IR_OP_Reshape, (int[]){v, cx_i64(x, v4, 4, 0)}, 2, -1, NULL, 0);
+  }
+  double scale = ir_attr_find(&x->nd, "scale") ? ir_attr_float(&x->nd, "scale", 0.0f) : 1.0 / sqrt((double)E);
+  int ss = cx_scalar(x, sqrtf((float)scale), qt);
+  const int64_t tr[4] = {0, 1, 3, 2};
+  int kt = cx_perm4(x, cx_make(x, IR_OP_Mul, (int[]){k, ss}, 2, -1, NULL, 0), tr);
+  int s = cx_make(x, IR_OP_MatMul, (int[]){cx_make(x, IR_OP_Mul, (int[]){q, ss}, 2, -1, NULL, 0), kt}, 2, -1, NULL, 0);
+  if (x->err) return -1;
+  if (qt != t) s = cx_make(x, IR_OP_Cast, &s, 1, -1, "to", t);
+  if (x->err || (s = flex_mod(x, "score_mod", s)) < 0) return -1;
+  int p = cx_make(x, IR_OP_Softmax, &s, 1, -1, "axis", -1);
+  if (x->err || (p = flex_mod(x, "prob_mod", p)) < 0) return -1;
+  int vf = vt == t ? v : cx_make(x, IR_OP_Cast, &v, 1, -1, "to", t);
+  int y = cx_make(x, IR_OP_MatMul, (int[]){p, vf}, 2, -1, NULL, 0);
+  if (x->err) return -1;
+  if (t != vt) y = cx_make(x, IR_OP_Cast, &y, 1, -1, "to", vt);
+  if (x->err) return -1;
+  return write_out(x, 0, y);
+}
+
 int control_expand(control_env *e, int node) {
   ir_graph *g = e->g;
   xp x = {e, g, node, g->nodes[node], NULL, 0, 0};
@@ -731,6 +842,7 @@ int control_expand(control_env *e, int node) {
     case IR_OP_Loop: rc = expand_loop(&x); break;
     case IR_OP_Scan: rc = expand_scan(&x); break;
     case IR_OP_SequenceMap: rc = expand_seqmap(&x); break;
+    case IR_OP_FlexAttention: rc = expand_flex(&x); break;
     default: rc = seq_expand(&x); break;
   }
   return rc || x.err ? -1 : 0;

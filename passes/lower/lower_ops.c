@@ -22,12 +22,15 @@
  *   Compress-9/11: Gather of constant indices (condition must be a constant).
  *   AffineGrid-20: a constant base grid MatMul theta transposed, reshaped.
  *   RMSNormalization-23, Swish-24, RotaryEmbedding-23: passes/lower/lower_llm.c.
+ *   SwiGLU-28, TensorScatter-24, CausalConvWithState-27, LinearAttention-27:
+ *     passes/lower/lower_llm_state.c.
  * Nodes that would mix the samples of a micro-batch are refused (batch_on). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "passes/rewrite.h"
 #include "passes/lower/lower_llm.h"
+#include "passes/lower/lower_llm_state.h"
 #include "passes/batch.h"
 #include "passes/pass.h"
 #include "passes/shape/shape_impl.h"
@@ -650,6 +653,7 @@ static int lower_affine_grid(ad_ctx *a, int node) {
 
 static int lower(ad_ctx *a, int node) {
   if (llm_is_lowered(&a->g->nodes[node])) return llm_lower(a, node);
+  if (llm_state_is_lowered(&a->g->nodes[node])) return llm_state_lower(a, node);
   switch (a->g->nodes[node].op) {
     case IR_OP_GroupNormalization: return lower_groupnorm(a, node);
     case IR_OP_MeanVarianceNormalization: return lower_mvn(a, node);
@@ -664,7 +668,7 @@ static int lower(ad_ctx *a, int node) {
 }
 
 static int is_lowered(const ir_node *n) {
-  if (llm_is_lowered(n)) return 1;
+  if (llm_is_lowered(n) || llm_state_is_lowered(n)) return 1;
   switch (n->op) {
     case IR_OP_GroupNormalization:
     case IR_OP_MeanVarianceNormalization:

@@ -1348,7 +1348,8 @@ static int op_argext(ctx *c, fold_tensor *o) {
   return 1;
 }
 
-/* CumSum-14 of integers (a float sum depends on its order): exclusive and reverse. */
+/* CumSum-14 and CumProd-26 of integers (a float result depends on its order): exclusive and
+ * reverse. */
 static int op_cumsum(ctx *c, fold_tensor *o) {
   const fold_tensor *x = IN(c, 0), *at = IN(c, 1);
   if (!x || !is_int(x->dt) || !at || at->n != 1 || !is_int(at->dt)) return 0;
@@ -1359,11 +1360,12 @@ static int op_cumsum(ctx *c, fold_tensor *o) {
   for (int d = a + 1; d < x->rank; d++) inner *= x->dims[d];
   for (int64_t q = 0; D && q < x->n / D; q++) {
     int64_t base = q / inner * D * inner + q % inner;
-    uint64_t acc = 0;
+    uint64_t acc = c->n->op == IR_OP_CumProd;
     for (int64_t t = 0; t < D; t++) {
       int64_t i = rev ? D - 1 - t : t, e = base + i * inner;
       if (excl) o->d[e].i = wrap(x->dt, (int64_t)acc);
-      acc += (uint64_t)x->d[e].i;
+      if (c->n->op == IR_OP_CumProd) acc *= (uint64_t)x->d[e].i;
+      else acc += (uint64_t)x->d[e].i;
       if (!excl) o->d[e].i = wrap(x->dt, (int64_t)acc);
     }
   }
@@ -1461,7 +1463,8 @@ int fold_eval(ir_graph *g, int node, fold_tensor *out) {
       case IR_OP_Trilu: ok = op_trilu(&c, out); break;
       case IR_OP_ArgMax:
       case IR_OP_ArgMin: ok = op_argext(&c, out); break;
-      case IR_OP_CumSum: ok = op_cumsum(&c, out); break;
+      case IR_OP_CumSum:
+      case IR_OP_CumProd: ok = op_cumsum(&c, out); break;
       case IR_OP_EyeLike: ok = op_eye_like(&c, out); break;
       case IR_OP_OneHot: ok = op_one_hot(&c, out); break;
       case IR_OP_Compress: ok = op_compress(&c, out); break;

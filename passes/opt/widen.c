@@ -24,6 +24,7 @@ int pass_widen_keeps(ir_op op) {
   switch (op) {
     case IR_OP_Cast:
     case IR_OP_CastLike:
+    case IR_OP_BitCast:
     case IR_OP_Identity:
     case IR_OP_Reshape:
     case IR_OP_Flatten:

@@ -1,5 +1,5 @@
 /* passes/shape/shape_elementwise.c - element-wise ops: unary, binary and compare with
- * multidirectional broadcasting, variadic Max/Min/Sum/Mean, Where, Cast, CastLike.
+ * multidirectional broadcasting, variadic Max/Min/Sum/Mean, Where, Cast, CastLike, BitCast.
  * FLOPs: one per output element (variadic: one per input pair). */
 #include <string.h>
 
@@ -139,6 +139,25 @@ int sh_Cast(ir_graph *g, int node) {
   if (cast_target(g, node, a->i)) return -1;
   SH_NODE->flops = sh_numel(&x->shape);
   return sh_set_out(g, node, 0, (ir_dtype)a->i, &x->shape);
+}
+
+/* BitCast-26: the same bytes read as the type 'to', of the same width (4-bit types, held
+ * one value per byte, are refused); same shape. */
+int sh_BitCast(ir_graph *g, int node) {
+  ir_value *x = sh_in(g, node, 0);
+  const ir_attr *a = ir_attr_find(SH_NODE, "to");
+  if (!a || a->type != IR_ATTR_INT) SH_FAIL("attribute 'to' is required");
+  if (a->i >= IR_DTYPE_COUNT && a->i >= 23 && a->i <= 28)
+    SH_FAIL("bitcast to %s (data type %lld) is not supported", ir_unheld_dtype_name(a->i), (long long)a->i);
+  if (a->i <= IR_UNDEFINED || a->i >= IR_DTYPE_COUNT)
+    SH_FAIL("attribute 'to' is %lld, not a valid data type", (long long)a->i);
+  ir_dtype to = (ir_dtype)a->i;
+  if (to == IR_STRING || x->dtype == IR_STRING) SH_FAIL("bitcast of strings is not defined");
+  if (to == IR_UINT4 || to == IR_INT4 || x->dtype == IR_UINT4 || x->dtype == IR_INT4)
+    SH_FAIL("bitcast between %s and %s is not supported (4-bit types)", ir_dtype_name(x->dtype), ir_dtype_name(to));
+  if (ir_dtype_size(to) != ir_dtype_size(x->dtype))
+    SH_FAIL("bitcast from %s to %s: the widths differ", ir_dtype_name(x->dtype), ir_dtype_name(to));
+  return sh_set_out(g, node, 0, to, &x->shape);
 }
 
 /* CastLike-21: dtype of input 'target_type'. */

@@ -1,7 +1,7 @@
 /* passes/shape/shape_tensor.c - data movement and layout: Flatten, Reshape, Transpose,
  * Squeeze, Unsqueeze, Concat, Split, Slice, Gather, GatherElements, Expand, Tile,
- * DepthToSpace, SpaceToDepth, Trilu, CumSum. FLOPs: 0 for pure movement (a view or a
- * copy), one per output element for Trilu and CumSum. */
+ * DepthToSpace, SpaceToDepth, Trilu, CumSum, CumProd. FLOPs: 0 for pure movement (a view or a
+ * copy), one per output element for Trilu, CumSum and CumProd. */
 #include <inttypes.h>
 #include <string.h>
 
@@ -441,7 +441,9 @@ int sh_Trilu(ir_graph *g, int node) {
   return sh_set_out(g, node, 0, x->dtype, &x->shape);
 }
 
-/* CumSum-14: same shape; 'axis' is an int scalar (checked when constant). */
+/* CumSum-14, CumProd-26: same shape; 'axis' is an int scalar (checked when constant). */
+int sh_CumProd(ir_graph *g, int node) { return sh_CumSum(g, node); }
+
 int sh_CumSum(ir_graph *g, int node) {
   ir_value *x = sh_in(g, node, 0), *a = sh_in(g, node, 1);
   if (sh_check_dtype(g, node, x, SH_NUM, "input 'x'") || int_scalar(g, node, 1, "axis")) return -1;

@@ -37,6 +37,9 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 from npzio import save_npz  # noqa: E402
 
 
+PREVIEW_OPS = {"FlexAttention"}  # the rows of ir/ops.def of domain ai.onnx.preview
+
+
 def supported_ops():
     ops = set()
     with open(os.path.join(ROOT, "ir", "ops.def")) as f:
@@ -66,8 +69,8 @@ REDUCE = ["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "Re
           "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"]
 CONST_SLOTS = dict({r: [1] for r in REDUCE}, Reshape=[1], Expand=[1], Tile=[1], ConstantOfShape=[0], Range=[0, 1, 2],
                    Slice=[1, 2, 3, 4], Pad=[1, 2, 3], Split=[1], Squeeze=[1], Unsqueeze=[1], Resize=[1, 2, 3],
-                   Upsample=[1], CumSum=[1], Trilu=[1], OneHot=[1], TopK=[1], CenterCropPad=[1], Col2Im=[1, 2],
-                   Compress=[1], AffineGrid=[1], MaxUnpool=[2], DFT=[1, 2], STFT=[1, 3], HannWindow=[0],
+                   Upsample=[1], CumSum=[1], CumProd=[1], Trilu=[1], OneHot=[1], TopK=[1], CenterCropPad=[1],
+                   Col2Im=[1, 2], Compress=[1], AffineGrid=[1], MaxUnpool=[2], DFT=[1, 2], STFT=[1, 3], HannWindow=[0],
                    HammingWindow=[0], BlackmanWindow=[0], MelWeightMatrix=[0, 1, 2, 3, 4], Loop=[0, 1],
                    SequenceInsert=[2], SequenceAt=[1], SequenceErase=[1], SplitToSequence=[1])
 
@@ -308,7 +311,8 @@ def main():
         except Exception:  # noqa: BLE001
             skipped += 1
             continue
-        if all(n.domain in ("", "ai.onnx") and n.op_type in ops for n in m.graph.node) and m.graph.node:
+        if all((n.domain in ("", "ai.onnx") and n.op_type in ops and n.op_type not in PREVIEW_OPS) or
+               (n.domain == "ai.onnx.preview" and n.op_type in PREVIEW_OPS) for n in m.graph.node) and m.graph.node:
             key = frozenset(n.op_type for n in m.graph.node)
             per_opset[key] = per_opset.get(key, 0) + 1
             if a.sample and per_opset[key] > a.sample:

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """cuda target, ONNX backend node tests of the ops with runtime kernels of their own
-(FAMILIES below: ConvTranspose, the gathers and scatters, ArgMax/ArgMin, TopK, CumSum,
+(FAMILIES below: ConvTranspose, the gathers and scatters, ArgMax/ArgMin, TopK, CumSum, CumProd,
 Trilu, DepthToSpace/SpaceToDepth, OneHot, Range, Resize/Upsample, LRN, RNN/GRU/LSTM), and
 the models of our own in the same layout (EXTRA: tests/lib/extra_models.py, expected
 outputs from onnxruntime) for what the node tests leave out. The cpu target's node tests
@@ -67,7 +67,7 @@ FAMILIES = {
     "convtranspose": {"ConvTranspose"},
     "gather_scatter": {"GatherElements", "GatherND", "ScatterElements", "ScatterND"},
     "argmax_topk": {"ArgMax", "ArgMin", "TopK"},
-    "cumsum_trilu": {"CumSum", "Trilu"},
+    "cumsum_trilu": {"CumSum", "CumProd", "Trilu"},
     "layout": {"DepthToSpace", "SpaceToDepth", "OneHot", "Range"},
     "resize": {"Resize", "Upsample"},
     "lrn": {"LRN"},
@@ -123,7 +123,10 @@ def select_tests(pattern, work, every=False):
         except Exception:  # noqa: BLE001
             continue
         types = {n.op_type for n in m.graph.node}
-        if not m.graph.node or not all(n.domain in ("", "ai.onnx") and n.op_type in ops for n in m.graph.node):
+        if not m.graph.node or not all((n.domain in ("", "ai.onnx") and n.op_type in ops and
+                                        n.op_type not in cpu_nodes.PREVIEW_OPS) or
+                                       (n.domain == "ai.onnx.preview" and n.op_type in cpu_nodes.PREVIEW_OPS)
+                                       for n in m.graph.node):
             continue
         fams = dict(FAMILIES, **(EXTRA_FAMILIES if name.startswith("extra_") else {}))
         fam = next((f for f, fops in fams.items() if types & fops), "other" if every else None)

@@ -288,6 +288,26 @@ def _(d, n):
     return save(model(nodes, [vi("x", [2, 3])], [vi("y", [2, 3])], opset=23, ir=10), d, n)
 
 
+@case("bitcast_width", r"bitcast from float32 to int64: the widths differ", node="bc")
+def _(d, n):
+    nodes = [helper.make_node("BitCast", ["x"], ["y"], name="bc", to=TensorProto.INT64)]
+    return save(model(nodes, [vi("x", [2, 3])], [vi("y", [2, 3], TensorProto.INT64)], opset=26, ir=10), d, n)
+
+
+@case("tensor_scatter_axis0", r"axis 0 is the batch axis", node="ts")
+def _(d, n):
+    nodes = [helper.make_node("TensorScatter", ["c", "u"], ["y"], name="ts", axis=0)]
+    return save(model(nodes, [vi("c", [4, 3]), vi("u", [2, 3])], [vi("y", [4, 3])], opset=24, ir=10), d, n)
+
+
+@case("linear_attention_no_decay", r"update_rule 'gated' needs the decay input", node="la")
+def _(d, n):
+    nodes = [helper.make_node("LinearAttention", ["q", "k", "v"], ["y"], name="la", update_rule="gated",
+                              q_num_heads=2, kv_num_heads=2)]
+    return save(model(nodes, [vi("q", [1, 3, 8]), vi("k", [1, 3, 8]), vi("v", [1, 3, 8])], [vi("y", [1, 3, 8])],
+                      opset=27, ir=10), d, n)
+
+
 @case("no_default_opset", r"no default-domain opset")
 def _(d, n):
     m = relu_model()
@@ -1024,8 +1044,8 @@ MB = ("-g", "2", "-m", "2", "--plan-only")
 BATCH_FIX = r"-m 1"
 
 
-def batch_model(nodes, out_shape, inits=(), opset=OPSET):
-    return model(nodes, [vi("x", [4, 6])], [vi("y", out_shape)], inits=inits, opset=opset)
+def batch_model(nodes, out_shape, inits=(), opset=OPSET, ir=8):
+    return model(nodes, [vi("x", [4, 6])], [vi("y", out_shape)], inits=inits, opset=opset, ir=ir)
 
 
 @case("batch_softmax_axis0", BATCH_FIX + r".*", node="sm", args=MB)
@@ -1039,6 +1059,13 @@ def _(d, n):
     a = numpy_helper.from_array(np.array(0, np.int64), "a")
     nodes = [helper.make_node("CumSum", ["x", "a"], ["y"], name="cs")]
     return save(batch_model(nodes, [4, 6], inits=[a]), d, n)
+
+
+@case("batch_cumprod_axis0", r"multiplies along the batch axis.*-m 1", node="cp", args=MB)
+def _(d, n):
+    a = numpy_helper.from_array(np.array(0, np.int64), "a")
+    nodes = [helper.make_node("CumProd", ["x", "a"], ["y"], name="cp")]
+    return save(batch_model(nodes, [4, 6], inits=[a], opset=26, ir=10), d, n)
 
 
 @case("batch_concat_axis0", r"concatenates along the batch axis.*-m 1", node="cat", args=MB)

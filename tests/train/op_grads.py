@@ -41,8 +41,9 @@ def i64(*v):
 
 
 class Case:
-    def __init__(self, name, x, nodes, weights, fn, opset=17, ints=None):
+    def __init__(self, name, x, nodes, weights, fn, opset=17, ints=None, extra_opsets=()):
         self.name, self.x, self.nodes, self.weights, self.fn, self.opset = name, x, nodes, weights, fn, opset
+        self.extra_opsets = extra_opsets  # (domain, version) besides the default domain's
         self.ints = ints or {}  # constants (Constant nodes: not trained): shapes, axes, indices
 
 
@@ -273,6 +274,71 @@ def cases():
                    ints={"z": i64(0), "f": i64(4), "two": i64(2)}))
     cs.append(Case("rotary_embedding", rn(2, 2, 3, 4), [N("RotaryEmbedding", ["Xw", "cos", "sin", "pos"])], {},
                    rope, opset=23, ints={"cos": np.cos(ang), "sin": np.sin(ang), "pos": pos}))
+    # ---- opsets 24 to 28: written in other ops (passes/lower/lower_llm_state.c) ----
+    cs.append(Case("swiglu", rn(3, 6), [N("Mul", ["Xw", "Wb"], ["b"]), N("SwiGLU", ["Xw", "b"], alpha=1.702)],
+                   {"Wb": rn(3, 6)}, lambda t: t["Xw"] * torch.sigmoid(1.702 * t["Xw"]) * (t["Xw"] * t["Wb"]),
+                   opset=28))
+
+    def causal_conv(t):  # past state before X, depthwise, SiLU
+        y = F.conv1d(torch.cat([t["P"], t["Xw"]], 2), t["W"], t["B"], groups=3)
+        return y * torch.sigmoid(y)
+    cs.append(Case("causal_conv_with_state", rn(2, 3, 5),
+                   [N("CausalConvWithState", ["Xw", "W", "B", "P"], ["Y", "st"], activation="silu")],
+                   {"W": rn(3, 1, 3), "B": rn(3), "P": rn(2, 3, 2)}, causal_conv, opset=27))
+    wi = i64(1, 3)
+
+    def tensor_scatter(t):  # circular, the update written from wi[b] on
+        rows = []
+        for b in range(2):
+            pos_ = [(int(wi[b]) + s_) % 4 for s_ in range(2)]
+            rows.append(torch.stack([t["U"][b, :, pos_.index(m)] if m in pos_ else t["Xw"][b, :, m]
+                                     for m in range(4)], 1))
+        return torch.stack(rows)
+    cs.append(Case("tensor_scatter", rn(2, 3, 4, 2), [N("TensorScatter", ["Xw", "U", "wi"], mode="circular")],
+                   {"U": rn(2, 3, 2, 2)}, tensor_scatter, opset=24, ints={"wi": wi}))
+
+    def linear_attention(t):  # gated_delta, 2 query heads on 1 key/value head, T = 3
+        q = t["Xw"].reshape(2, 3, 2, 4)
+        k = (t["Xw"][..., :4] * t["Wk"])
+        k = k / torch.sqrt((k * k).sum(-1, keepdim=True))
+        v = t["Xw"][..., 4:] * t["Wv"]
+        st = torch.zeros(2, 4, 4)
+        ys = []
+        for i in range(3):
+            st = st * torch.exp(t["G"][:, i, 0])[:, None, None]
+            u = t["Be"][:, i, :1] * (v[:, i] - torch.einsum("bkv,bk->bv", st, k[:, i]))
+            st = st + k[:, i][:, :, None] * u[:, None, :]
+            ys.append(torch.einsum("bhk,bkv->bhv", q[:, i], st) * 0.5)
+        return torch.stack(ys, 1).reshape(2, 3, 8)
+    cs.append(Case("linear_attention", rn(2, 3, 8),
+                   [N("Slice", ["Xw", "z", "f", "two"], ["x4"]), N("Slice", ["Xw", "f", "e", "two"], ["x5"]),
+                    N("Mul", ["x4", "Wk"], ["k0"]), N("Mul", ["k0", "k0"], ["kk"]),
+                    N("ReduceSum", ["kk", "two"], ["ks"], keepdims=1), N("Sqrt", ["ks"], ["kn"]),
+                    N("Div", ["k0", "kn"], ["k"]), N("Mul", ["x5", "Wv"], ["v"]),
+                    N("LinearAttention", ["Xw", "k", "v", "", "G", "Be"], ["Y", "st"], q_num_heads=2,
+                      kv_num_heads=1)],
+                   {"Wk": rn(2, 3, 4), "Wv": rn(2, 3, 4), "G": -rn(2, 3, 1, lo=0.05) * 0.3,
+                    "Be": rn(2, 3, 1, lo=0.2) * 0.5}, linear_attention, opset=27,
+                   ints={"z": i64(0), "f": i64(4), "e": i64(8), "two": i64(2)}))
+
+    def flex(t):  # FlexAttention (ai.onnx.preview): GQA, a softcap score_mod, K and V trained
+        q = t["Xw"]
+        k = t["Xw"][:, :2] * t["Wk"]
+        v = t["Xw"][:, :2] * t["Wv"]
+        k, v = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+        sc = (q * np.sqrt(np.float32(0.4))) @ (k * np.sqrt(np.float32(0.4))).transpose(-1, -2)
+        return torch.softmax(2.0 * torch.tanh(sc / 2.0), -1) @ v
+    cap = helper.make_tensor("cap", TensorProto.FLOAT, [], [2.0])
+    fvi = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
+    smod = helper.make_graph([N("Div", ["s", "cap"], ["d"]), N("Tanh", ["d"], ["th"]), N("Mul", ["th", "cap"], ["so"])],
+                             "score_mod", [fvi("s")], [fvi("so")], [cap])
+    cs.append(Case("flex_attention", rn(2, 4, 3, 4),
+                   [N("Slice", ["Xw", "z", "two", "one"], ["x2"]), N("Mul", ["x2", "Wk"], ["k"]),
+                    N("Mul", ["x2", "Wv"], ["v"]),
+                    helper.make_node("FlexAttention", ["Xw", "k", "v"], ["Y"], domain="ai.onnx.preview", scale=0.4,
+                                     score_mod=smod)],
+                   {"Wk": rn(2, 2, 3, 4), "Wv": rn(2, 2, 3, 4)}, flex, opset=27,
+                   ints={"z": i64(0), "two": i64(2), "one": i64(1)}, extra_opsets=[("ai.onnx.preview", 1)]))
     return cs
 
 
@@ -284,7 +350,8 @@ def build(c, path):
     inits = [numpy_helper.from_array(v, k) for k, v in weights.items()]
     g = helper.make_graph(nodes, c.name, [helper.make_tensor_value_info("X", TensorProto.FLOAT, c.x.shape)],
                           [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", c.opset)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", c.opset)] +
+                          [helper.make_opsetid(d, v) for d, v in c.extra_opsets])
     m.ir_version = 8
     onnx.save(m, path)
     return weights

@@ -397,6 +397,9 @@ int pk_maxpool_scatter(pk_stage *S, int dtype, const pk_pool_p *p, const void *x
  * exclusive: without the element itself). dtype PK_F32, PK_F64, PK_I32, PK_I64. */
 int pk_cumsum(pk_stage *S, int dtype, const void *x, void *y, int64_t outer, int64_t a, int64_t inner, int exclusive,
               int reverse);
+/* Cumulative product, as pk_cumsum. */
+int pk_cumprod(pk_stage *S, int dtype, const void *x, void *y, int64_t outer, int64_t a, int64_t inner, int exclusive,
+               int reverse);
 /* ArgMax (is_min 0) / ArgMin of [outer, a, inner] along a into int64 y[outer, inner];
  * ties: the first index, or the last with select_last. dtype PK_F32, PK_F64, PK_I32, PK_I64. */
 int pk_argmax(pk_stage *S, int dtype, const void *x, int64_t *y, int64_t outer, int64_t a, int64_t inner, int is_min,

@@ -2241,35 +2241,40 @@ extern "C" int pk_onehot(pk_stage *S, int idx_dtype, int esize, const void *idx,
 /* ---- scans and selections along an axis of [outer, a, inner] ------------------------------------- */
 
 template <typename T>
-__global__ void k_cumsum(const T *x, T *y, int64_t a, int64_t inner, int exclusive, int reverse, int64_t total) {
+__global__ void k_cumsum(const T *x, T *y, int64_t a, int64_t inner, int exclusive, int reverse, int prod,
+                         int64_t total) {
   GRID_LOOP(t, total) {
     int64_t i = t % inner, o = t / inner;
-    T s = 0;
+    T s = prod ? (T)1 : (T)0;
     for (int64_t kk = 0; kk < a; kk++) {
       int64_t j = (o * a + (reverse ? a - 1 - kk : kk)) * inner + i;
       T v = x[j];
-      if (exclusive) {
-        y[j] = s;
-        s = (T)(s + v);
-      } else {
-        s = (T)(s + v);
-        y[j] = s;
-      }
+      if (exclusive) y[j] = s;
+      s = prod ? (T)(s * v) : (T)(s + v);
+      if (!exclusive) y[j] = s;
     }
   }
 }
 
 template <typename T>
 static void launch_cumsum(pk_stage *S, const void *x, void *y, int64_t a, int64_t inner, int exclusive, int reverse,
-                          int64_t t) {
-  k_cumsum<T><<<pk_grid(t), PK_THREADS, 0, S->stream>>>((const T *)x, (T *)y, a, inner, exclusive, reverse, t);
+                          int prod, int64_t t) {
+  k_cumsum<T><<<pk_grid(t), PK_THREADS, 0, S->stream>>>((const T *)x, (T *)y, a, inner, exclusive, reverse, prod, t);
 }
 
 extern "C" int pk_cumsum(pk_stage *S, int dtype, const void *x, void *y, int64_t outer, int64_t a, int64_t inner,
                          int exclusive, int reverse) {
   int64_t t = outer * inner;
   if (t == 0 || a == 0) return 0;
-  PK_NUMERIC(S, "CumSum", dtype, launch_cumsum, S, x, y, a, inner, exclusive, reverse, t);
+  PK_NUMERIC(S, "CumSum", dtype, launch_cumsum, S, x, y, a, inner, exclusive, reverse, 0, t);
+  return pk_check_launch(S);
+}
+
+extern "C" int pk_cumprod(pk_stage *S, int dtype, const void *x, void *y, int64_t outer, int64_t a, int64_t inner,
+                          int exclusive, int reverse) {
+  int64_t t = outer * inner;
+  if (t == 0 || a == 0) return 0;
+  PK_NUMERIC(S, "CumProd", dtype, launch_cumsum, S, x, y, a, inner, exclusive, reverse, 1, t);
   return pk_check_launch(S);
 }
 
