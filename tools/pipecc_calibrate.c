@@ -140,13 +140,13 @@ static const char *const bench_name[B_N] = {"gemm",       "gemm_small", "direct"
 static ir_graph *bench_graph(int *nodes) {
   bench b = {ir_graph_new("calibrate"), 0, 0, {0}, {0}, 12345u};
   b.g->opset = 17;
-  nodes[B_GEMM] = matmul(&b, "gemm", 256, 2048, 512);
-  nodes[B_GEMM_S] = matmul(&b, "gemm_small", 64, 4096, 64);
-  nodes[B_DIR] = conv(&b, "direct", 1, 512, 256, 32, 1, 1);
+  nodes[B_GEMM] = matmul(&b, "gemm", 128, 2048, 512);
+  nodes[B_GEMM_S] = matmul(&b, "gemm_small", 49, 2048, 256);
+  nodes[B_DIR] = conv(&b, "direct", 1, 512, 256, 16, 1, 1);
   nodes[B_DIR_S] = conv(&b, "direct_small", 1, 32, 256, 64, 1, 1);
   nodes[B_WINO] = conv(&b, "winograd", 1, 64, 64, 56, 3, 1);
   nodes[B_DW] = conv(&b, "depthwise", 4, 96, 96, 56, 3, 96);
-  int64_t ed[4] = {1, 64, 128, 128}, td[3] = {64, 256, 256}, sd[2] = {1, 16};
+  int64_t ed[4] = {1, 64, 128, 128}, td[3] = {16, 256, 256}, sd[2] = {1, 16};
   int x = input(&b, "add.x", 4, ed), y = input(&b, "add.y", 4, ed);
   nodes[B_ADD] = node(&b, IR_OP_Add, "add", x, y);
   nodes[B_SIG] = node(&b, IR_OP_Sigmoid, "sigmoid", input(&b, "sigmoid.x", 4, ed), -1);
@@ -167,6 +167,9 @@ static ir_graph *bench_graph(int *nodes) {
 
 /* ---- the run and the fit ---- */
 
+#define CALIBRATE_RUNS 15
+
+/* each node's time, the least of the runs so far (ms[] < 0: none yet) */
 static int read_times(const char *path, const ir_graph *g, const int *nodes, double *ms) {
   FILE *f = fopen(path, "rb");
   if (!f) return -1;
@@ -189,7 +192,7 @@ static int read_times(const char *path, const ir_graph *g, const int *nodes, dou
     cJSON *e = cJSON_GetObjectItemCaseSensitive(ns, g->nodes[nodes[b]].name);
     cJSON *t = e ? cJSON_GetObjectItemCaseSensitive(e, "fwd_ms") : NULL;
     if (!cJSON_IsNumber(t)) bad = 1;
-    else ms[b] = t->valuedouble;
+    else if (ms[b] < 0 || t->valuedouble < ms[b]) ms[b] = t->valuedouble;
   }
   cJSON_Delete(root);
   return bad ? -1 : 0;
@@ -259,8 +262,12 @@ int pipecc_calibrate(const pipecc_options *o, const char *path) {
   snprintf(sub, sizeof sub, "%s/stage", dir);
   snprintf(js, sizeof js, "%s/profile.json", sub);
   double ms[B_N];
+  for (int b = 0; b < B_N; b++) ms[b] = -1;
   if (rc) fprintf(stderr, "pipecc: --calibrate: internal error in the benchmark graph\n");
   rc = rc || pipecc_profile_graph(g, o, sub) || read_times(js, g, nodes, ms);
+  /* the least of CALIBRATE_RUNS runs of each node: on a shared machine, the time that
+   * other work did not take */
+  for (int k = 1; k < CALIBRATE_RUNS && !rc; k++) rc = pipecc_run_profiler(sub, o->pass.verbose) || read_times(js, g, nodes, ms);
   pipecc_rm_rf(dir);
   if (rc) {
     fprintf(stderr, "pipecc: --calibrate: the micro-benchmark failed; no device file written\n");
@@ -275,15 +282,16 @@ int pipecc_calibrate(const pipecc_options *o, const char *path) {
   double t[B_N];
   for (int b = 0; b < B_N; b++) t[b] = pos(ms[b] - fix, 1e-4);
   const ir_node *nd = g->nodes;
-  /* OpenBLAS: 256 x 512 x 2048 and 64 x 64 x 4096 */
-  double r1 = 2.0 * 256 * 512 * 2048 / (t[B_GEMM] * 1e6), r2 = 2.0 * 64 * 64 * 4096 / (t[B_GEMM_S] * 1e6);
-  fit2(r1, 1.0 / 256 + 1.0 / 512 + 1.0 / 2048, r2, 2.0 / 64 + 1.0 / 4096, &d.gemm_gflops, &d.gemm_half);
+  /* OpenBLAS: 128 x 512 x 2048 and 49 x 256 x 2048 (a late layer's 7 x 7 map) */
+  double r1 = 2.0 * 128 * 512 * 2048 / (t[B_GEMM] * 1e6), r2 = 2.0 * 49 * 256 * 2048 / (t[B_GEMM_S] * 1e6);
+  fit2(r1, 1.0 / 128 + 1.0 / 512 + 1.0 / 2048, r2, 1.0 / 49 + 1.0 / 256 + 1.0 / 2048, &d.gemm_gflops,
+       &d.gemm_half);
   /* pipert_gemm_direct: 1x1 Convs of K = 512 and K = 32 */
-  r1 = 2.0 * 256 * 512 * 1024 / (t[B_DIR] * 1e6), r2 = 2.0 * 256 * 32 * 4096 / (t[B_DIR_S] * 1e6);
+  r1 = 2.0 * 256 * 512 * 256 / (t[B_DIR] * 1e6), r2 = 2.0 * 256 * 32 * 4096 / (t[B_DIR_S] * 1e6);
   fit2(r1, 1.0 / 512, r2, 1.0 / 32, &d.direct_gflops, &d.direct_half);
   d.mem_gbps = node_bytes(g, nodes[B_ADD]) / (t[B_ADD] * 1e6);
   d.move_gbps = node_bytes(g, nodes[B_MOVE]) / (t[B_MOVE] * 1e6);
-  d.ew_gflops = nd[nodes[B_SIG]].flops > 0 ? nd[nodes[B_SIG]].flops / (t[B_SIG] * 1e6) : d.mem_gbps;
+  d.ew_gelems = 64.0 * 128 * 128 / (t[B_SIG] * 1e6);
   /* depthwise: 4 x 96 channels of 56 x 56, 9 taps, less its streaming */
   double tdw = t[B_DW] - node_bytes(g, nodes[B_DW]) / (d.mem_gbps * 1e6);
   d.dw_gflops = 2.0 * 4 * 96 * 56 * 56 * 9 / (pos(tdw, t[B_DW] * 0.25) * 1e6);

@@ -7,7 +7,8 @@
  * Sigmoid, a Transpose and a tiny Relu for the fixed cost of a node), optimised as a
  * model is (Winograd, pretransposed weights), emitted as one stage with the per-node
  * profiler (as measured costs are, tools/pipecc_costs.h), built and run on one core
- * (1 warm-up, 3 timed runs; a few seconds, most of it the C compiler); the rates are
+ * 15 times (each 1 warm-up and 3 timed runs), each node's least time kept (a few seconds,
+ * most of it the C compiler); the rates are
  * fitted to its times and the fitted model's error on each node is printed.
  *
  * Where the device file lives:

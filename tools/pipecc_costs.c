@@ -162,7 +162,7 @@ static int store_atomic(const char *src, const char *dst) {
 
 /* ---- profiling ---- */
 
-static int run_profiler(const char *dir, int verbose) {
+int pipecc_run_profiler(const char *dir, int verbose) {
   char exe[4300], out[4300];
   snprintf(exe, sizeof exe, "%s/profile", dir);
   snprintf(out, sizeof out, "%s/profile.json", dir);
@@ -198,7 +198,7 @@ int pipecc_profile_graph(ir_graph *g, const pipecc_options *o, const char *dir) 
   if (rc) return -1;
   co.emit_only = 0;
   if (cg_build_profile(dir, &co)) return -1;
-  if (run_profiler(dir, o->pass.verbose)) {
+  if (pipecc_run_profiler(dir, o->pass.verbose)) {
     fprintf(stderr, "pipecc: the profiler %s/profile failed\n", dir);
     return -1;
   }

@@ -14,14 +14,14 @@
 #include "ir/diag.h"
 
 /* the cpu device's kernel rates (see pass_device) */
-#define CPU_GEMM 46.3
-#define CPU_GEMM_HALF 0.0
-#define CPU_DIRECT 106.5
-#define CPU_DIRECT_HALF 247.0
-#define CPU_DW 23.7
-#define CPU_WINO 4.0
-#define CPU_MOVE 2.5
-#define CPU_EW 1.34
+#define CPU_GEMM 105.0
+#define CPU_GEMM_HALF 22.0
+#define CPU_DIRECT 96.0
+#define CPU_DIRECT_HALF 4.0
+#define CPU_DW 38.0
+#define CPU_WINO 8.5
+#define CPU_MOVE 5.5
+#define CPU_EW 1.7
 #define CPU_SOURCE "pipecc --calibrate on one core of an AMD EPYC (AVX2, OpenBLAS Cooperlake), 2026-12-02"
 
 /* Peak dense rates from the vendors' data sheets (SXM parts: FP32, dense TF32 and BF16
@@ -38,7 +38,7 @@ const pass_device pass_devices[] = {
      GPU_SPEC},
     {"a100", "NVIDIA A100 SXM 80GB", 19.5, 156.0, 312.0, 2039, 80, 4.0, 0.65, 0.80, 0, 0, 0, 0, 0, 0, 0, 0, 0, GPU_SPEC},
     {"v100", "NVIDIA V100 SXM2 32GB", 15.7, 0, 125.0, 900, 32, 5.0, 0.65, 0.80, 0, 0, 0, 0, 0, 0, 0, 0, 0, GPU_SPEC},
-    {"cpu", "one core of the host CPU (OpenBLAS, AVX2)", 0.045, 0, 0, 13.3, 16, 0.71, 1.0, 1.0, 1, CPU_GEMM, CPU_GEMM_HALF,
+    {"cpu", "one core of the host CPU (OpenBLAS, AVX2)", 0.045, 0, 0, 18.0, 16, 0.4, 1.0, 1.0, 1, CPU_GEMM, CPU_GEMM_HALF,
      CPU_DIRECT, CPU_DIRECT_HALF, CPU_DW, CPU_WINO, CPU_MOVE, CPU_EW, CPU_SOURCE},
 };
 const int pass_n_devices = (int)(sizeof pass_devices / sizeof pass_devices[0]);
@@ -173,16 +173,22 @@ static double conv_ms(const pass_device *d, ir_graph *g, const ir_node *n, doubl
   for (int i = 0; i < k; i++) one &= v[i] == 0;
   if (G == C && G == M && sp == 2 && ks <= PASS_DW_MAX_TAPS)
     return 2 * N * C * OS * ks / (d->dw_gflops * 1e9) * 1e3 + bw_ms(in_b + out_b, d->mem_gbps) + t_epi;
-  double col = one ? 0 : 4.0 * K * OS * N * 2; /* im2col: written, read by the GEMM */
-  if (K <= CG_C_DIRECT_K && OS >= CG_C_DIRECT_OS) return gemm_ms(d, Mg, OS, K, N * G) + bw_ms(col, d->mem_gbps) + t_epi;
+  /* im2col: a gather of the taps (at the rate of layout changes), read by the GEMM */
+  double col = one ? 0 : 4.0 * K * OS * N * 2;
+  if (K <= CG_C_DIRECT_K && OS >= CG_C_DIRECT_OS) return gemm_ms(d, Mg, OS, K, N * G) + bw_ms(col, d->move_gbps) + t_epi;
   double nb = 1;
-  if (OS < 1024 && N > 1) {
+  if (OS < 1024 && N > 1) { /* emit_conv_batched: NB images per GEMM, direct where K allows */
     nb = (double)(16 << 20) / ((K + Mg) * OS * 4); /* about CONV_BATCH_BYTES per block */
     if (nb > N) nb = N;
     if (nb < 1) nb = 1;
-    if (nb >= 2) col = 4.0 * K * OS * N * 2 + out_b * 2; /* the block's columns, its output scattered back */
   }
-  return gemm_ms(d, Mg, OS * nb, K, N * G / nb) + bw_ms(col, d->mem_gbps) + t_epi;
+  if (nb >= 2) {
+    col = 4.0 * K * OS * N * 2 + out_b * 2; /* the block's columns, its output scattered back */
+    return gemm_ms(d, Mg, OS * nb, K, N * G / nb) + bw_ms(col, d->move_gbps) + t_epi;
+  }
+  /* OpenBLAS per image (and group), then the epilogue in a pass of its own */
+  double t_pass = ir_attr_find(n, "pipecc.fused") ? bw_ms(out_b * 2, d->mem_gbps) : 0;
+  return blas_ms(d, Mg, OS, K, N * G) + bw_ms(col, d->move_gbps) + t_epi + t_pass;
 }
 
 static double matmul_ms(const pass_device *d, ir_graph *g, const ir_node *n) {
@@ -204,6 +210,22 @@ static double matmul_ms(const pass_device *d, ir_graph *g, const ir_node *n) {
   return gemm_ms(d, M, N, K, batch);
 }
 
+/* element-wise ops whose element costs a libm call or a polynomial (timed as Sigmoid) */
+static int is_transcendental(ir_op op) {
+  switch (op) {
+    case IR_OP_Erf:
+    case IR_OP_Exp:
+    case IR_OP_Log:
+    case IR_OP_Tanh:
+    case IR_OP_Sigmoid:
+    case IR_OP_Gelu:
+    case IR_OP_Softmax:
+    case IR_OP_LogSoftmax:
+    case IR_OP_Pow: return 1;
+    default: return 0;
+  }
+}
+
 static double emitted_ms(const pass_device *d, ir_graph *g, const ir_node *n, double flops, uint64_t in_b,
                          uint64_t out_b) {
   if (cg_is_alias(n)) return 0;
@@ -212,10 +234,17 @@ static double emitted_ms(const pass_device *d, ir_graph *g, const ir_node *n, do
   else if ((n->op == IR_OP_Gemm || n->op == IR_OP_MatMul) && ir_out(g, n, 0) &&
            ir_dtype_is_float(ir_out(g, n, 0)->dtype))
     t = matmul_ms(d, g, n);
+  if (t >= 0) { /* no faster than its operands stream (a GEMV: one row of A) */
+    double tm = bw_ms((double)(in_b + out_b), d->mem_gbps);
+    if (tm > t) t = tm;
+  }
   if (t < 0 && is_matmul_like(n->op)) t = flops / (d->gemm_gflops * 1e9) * 1e3 + bw_ms((double)(in_b + out_b), d->mem_gbps);
   else if (t < 0 && is_move(n->op)) t = bw_ms((double)(in_b + out_b), d->move_gbps);
-  else if (t < 0) {
-    double tc = d->ew_gflops > 0 ? flops / (d->ew_gflops * 1e9) * 1e3 : 0, tm = bw_ms((double)(in_b + out_b), d->mem_gbps);
+  else if (t < 0) { /* streams, pools, reductions: vector arithmetic as the stencil's, or libm */
+    const ir_value *y = ir_out(g, n, 0);
+    double el = y && ir_value_bytes(y) > 0 ? (double)ir_value_bytes(y) / (double)ir_dtype_size(y->dtype) : 0;
+    double tc = is_transcendental(n->op) ? el / (d->ew_gelems * 1e9) * 1e3 : flops / (d->dw_gflops * 1e9) * 1e3;
+    double tm = bw_ms((double)(in_b + out_b), d->mem_gbps);
     t = tc > tm ? tc : tm;
   }
   return t + d->launch_us * 1e-3;
@@ -339,7 +368,7 @@ int pass_profile(ir_graph *g, const pass_profile_opts *o, pass_node_cost *costs)
 #define DEV_FIELDS(X) \
   X(fp32_tflops) X(tf32_tflops) X(bf16_tflops) X(mem_gbps) X(mem_gib) X(launch_us) X(compute_eff) X(mem_eff)
 #define CPU_FIELDS(X) \
-  X(gemm_gflops) X(gemm_half) X(direct_gflops) X(direct_half) X(dw_gflops) X(wino_gbps) X(move_gbps) X(ew_gflops)
+  X(gemm_gflops) X(gemm_half) X(direct_gflops) X(direct_half) X(dw_gflops) X(wino_gbps) X(move_gbps) X(ew_gelems)
 
 void pass_device_write(FILE *f, const pass_device *d) {
   fprintf(f, "{\n  \"pipecc_device\": 1,\n  \"name\": \"%s\",\n  \"desc\": \"%s\",\n  \"source\": \"%s\",\n", d->name,

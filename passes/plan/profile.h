@@ -28,13 +28,15 @@ typedef struct {
    *   gemm_gflops  OpenBLAS sgemm on large matrices; an M x N x K GEMM reaches
    *                gemm_gflops / (1 + gemm_half (1/M + 1/N + 1/K));
    *   direct_gflops pipert_gemm_direct (K <= CG_C_DIRECT_K), at direct_gflops / (1 + direct_half / K);
-   *   dw_gflops    the depthwise stencil;
+   *   dw_gflops    the depthwise stencil, and the arithmetic of pools, reductions and
+   *                element-wise nodes (with mem_gbps, their streams);
    *   wino_gbps    Winograd's input and output transforms, bytes of tiles moved;
-   *   move_gbps    layout changes (Transpose, Concat, Slice, Gather, Pad, ...);
-   *   ew_gflops    arithmetic of element-wise and reduction nodes (with mem_gbps).
+   *   move_gbps    layout changes (Transpose, Concat, Slice, Gather, Pad, ...) and im2col;
+   *   ew_gelems    elements per second (1e9) of Sigmoid, Tanh, Exp, Erf, Gelu, Softmax, ...
+   * Every node adds launch_us; an alias (Reshape, Flatten, ...) costs nothing.
    * Zero rates on a GPU device: the roofline of the peak rates and efficiencies above. */
   int cpu_kernels;
-  double gemm_gflops, gemm_half, direct_gflops, direct_half, dw_gflops, wino_gbps, move_gbps, ew_gflops;
+  double gemm_gflops, gemm_half, direct_gflops, direct_half, dw_gflops, wino_gbps, move_gbps, ew_gelems;
   const char *source; /* where the figures come from */
 } pass_device;
 

@@ -99,7 +99,7 @@ def main():
             d = json.load(f)
     except (OSError, ValueError) as e:
         check(False, f"the device file is JSON ({e})")
-    rates = ["gemm_gflops", "direct_gflops", "dw_gflops", "wino_gbps", "move_gbps", "mem_gbps", "ew_gflops"]
+    rates = ["gemm_gflops", "direct_gflops", "dw_gflops", "wino_gbps", "move_gbps", "mem_gbps", "ew_gelems"]
     check(d.get("pipecc_device") == 1 and d.get("name") == "cpu" and d.get("cpu_kernels") == 1,
           "the device file names the cpu device and its kernels")
     check(all(isinstance(d.get(k), (int, float)) and d[k] > 0 for k in rates) and d.get("launch_us", -1) >= 0,
