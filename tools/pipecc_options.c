@@ -526,7 +526,8 @@ static char *join_args(int argc, char **argv) {
 
 /* What holds across options, and what follows from them. */
 static int check(pipecc_options *o) {
-  if (o->calibrate && !o->model) return -1; /* pipecc --calibrate: no model */
+  if (o->calibrate && o->model) return cli_error("--calibrate measures this machine and takes no model ('%s')", o->model);
+  if (o->calibrate) return -1; /* pipecc --calibrate */
   if (!o->model) {
     pipecc_usage(stderr);
     return 2;

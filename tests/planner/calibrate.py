@@ -169,6 +169,9 @@ def main():
     r, _, _ = plan(a, m, out, env, ["--device", bad])
     check(r.returncode == 2 and "not a pipecc device file" in r.stderr, f"not a device file: exit 2 ({r.stderr.strip()})")
 
+    r = subprocess.run([a.pipecc, "--calibrate", m], capture_output=True, text=True, env=env)
+    check(r.returncode == 2 and "takes no model" in r.stderr, f"--calibrate with a model: exit 2 ({r.stderr.strip()})")
+
     print(f"{len(FAILS)} failed" if FAILS else "all passed")
     return 1 if FAILS else 0
 
