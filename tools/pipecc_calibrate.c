@@ -264,7 +264,9 @@ int pipecc_calibrate(const pipecc_options *o, const char *path) {
   double ms[B_N];
   for (int b = 0; b < B_N; b++) ms[b] = -1;
   if (rc) fprintf(stderr, "pipecc: --calibrate: internal error in the benchmark graph\n");
-  rc = rc || pipecc_profile_graph(g, o, sub) || read_times(js, g, nodes, ms);
+  pipecc_options oc = *o; /* the emitted files name the benchmark as their model */
+  oc.model = "(pipecc --calibrate)";
+  rc = rc || pipecc_profile_graph(g, &oc, sub) || read_times(js, g, nodes, ms);
   /* the least of CALIBRATE_RUNS runs of each node: on a shared machine, the time that
    * other work did not take */
   for (int k = 1; k < CALIBRATE_RUNS && !rc; k++) rc = pipecc_run_profiler(sub, o->pass.verbose) || read_times(js, g, nodes, ms);
