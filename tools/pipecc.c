@@ -10,6 +10,7 @@
  * anything else a bug in pipecc. */
 #include <stdlib.h>
 
+#include "tools/pipecc_calibrate.h"
 #include "tools/pipecc_driver.h"
 #include "tools/pipecc_options.h"
 
@@ -28,6 +29,11 @@ int main(int argc, char **argv) {
   pipecc_options o;
   int rc = pipecc_options_parse(argc, argv, &o);
   if (rc >= 0) {
+    pipecc_options_free(&o);
+    return rc;
+  }
+  if (o.calibrate && !o.model) {
+    rc = pipecc_calibrate(&o, o.calibrate);
     pipecc_options_free(&o);
     return rc;
   }

@@ -118,7 +118,7 @@ static uint64_t cache_key(const pipecc_run *r, char *cpu, size_t n) {
 
 /* ---- files ---- */
 
-static int mkdir_p(const char *dir) {
+int pipecc_mkdir_p(const char *dir) {
   char p[4200];
   snprintf(p, sizeof p, "%s", dir);
   for (char *s = p + 1; *s; s++)
@@ -134,7 +134,7 @@ static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ft
   (void)st, (void)flag, (void)ftw;
   return remove(p);
 }
-static void rm_rf(const char *dir) { nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+void pipecc_rm_rf(const char *dir) { nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
 
 static int cache_dir(char *buf, size_t n) {
   const char *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
@@ -162,7 +162,7 @@ static int store_atomic(const char *src, const char *dst) {
 
 /* ---- profiling ---- */
 
-static int run_profiler(const char *dir, int verbose) {
+int pipecc_run_profiler(const char *dir, int verbose) {
   char exe[4300], out[4300];
   snprintf(exe, sizeof exe, "%s/profile", dir);
   snprintf(out, sizeof out, "%s/profile.json", dir);
@@ -182,14 +182,11 @@ static int run_profiler(const char *dir, int verbose) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }
 
-/* The graph as one stage into dir, built with the profiler and run. */
-static int profile_into(pipecc_run *r, const char *dir) {
-  const pipecc_options *o = r->o;
-  ir_graph *g = r->g;
-  rm_rf(dir);
+int pipecc_profile_graph(ir_graph *g, const pipecc_options *o, const char *dir) {
+  pipecc_rm_rf(dir);
   char obj[4300];
   snprintf(obj, sizeof obj, "%s/obj", dir);
-  if (mkdir_p(obj)) {
+  if (pipecc_mkdir_p(obj)) {
     fprintf(stderr, "pipecc: cannot create %s: %s\n", obj, strerror(errno));
     return -1;
   }
@@ -201,7 +198,7 @@ static int profile_into(pipecc_run *r, const char *dir) {
   if (rc) return -1;
   co.emit_only = 0;
   if (cg_build_profile(dir, &co)) return -1;
-  if (run_profiler(dir, o->pass.verbose)) {
+  if (pipecc_run_profiler(dir, o->pass.verbose)) {
     fprintf(stderr, "pipecc: the profiler %s/profile failed\n", dir);
     return -1;
   }
@@ -257,8 +254,8 @@ int pipecc_costs_get(pipecc_run *r, pipecc_costs *c) {
             "machine: cached; --cost-model skips it)\n",
             mb, cpu);
   double t = now_s();
-  if (mkdir_p(o->out_dir) || profile_into(r, dir)) { /* said why; the plan does not need it */
-    rm_rf(dir);
+  if (pipecc_mkdir_p(o->out_dir) || pipecc_profile_graph(r->g, o, dir)) { /* said why; the plan does not need it */
+    pipecc_rm_rf(dir);
     *c->path = 0;
     fprintf(stderr, "pipecc: warning: profiling failed; planning on the cost model\n");
     snprintf(c->line, sizeof c->line, "the cost model (profiling failed)");
@@ -267,8 +264,8 @@ int pipecc_costs_get(pipecc_run *r, pipecc_costs *c) {
   t = now_s() - t;
   char js[4300];
   snprintf(js, sizeof js, "%s/profile.json", dir);
-  if (have_cache && !mkdir_p(cdir) && !store_atomic(js, c->path)) {
-    rm_rf(dir);
+  if (have_cache && !pipecc_mkdir_p(cdir) && !store_atomic(js, c->path)) {
+    pipecc_rm_rf(dir);
     snprintf(c->line, sizeof c->line, "measured on this machine (profiled in %.1f s; cached: %s)", t, c->path);
     return 0;
   }
@@ -281,6 +278,6 @@ int pipecc_costs_get(pipecc_run *r, pipecc_costs *c) {
 }
 
 void pipecc_costs_done(pipecc_costs *c) {
-  if (*c->dir) rm_rf(c->dir);
+  if (*c->dir) pipecc_rm_rf(c->dir);
   *c->dir = 0;
 }

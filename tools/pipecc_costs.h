@@ -38,6 +38,14 @@ typedef struct {
 
 /* Decides the costs of r's plan and, on a cache miss, profiles. Returns 0 (c filled). */
 int pipecc_costs_get(pipecc_run *r, pipecc_costs *c);
+/* The graph as one stage into dir (removed first), built with the profiler and run:
+ * dir/profile.json. Returns 0, or -1 after saying why. */
+int pipecc_profile_graph(ir_graph *g, const pipecc_options *o, const char *dir);
+/* Runs dir/profile again (1 warm-up, 3 timed runs), rewriting dir/profile.json. 0 or -1. */
+int pipecc_run_profiler(const char *dir, int verbose);
+/* mkdir -p; rm -rf (no links followed). */
+int pipecc_mkdir_p(const char *dir);
+void pipecc_rm_rf(const char *dir);
 /* Removes c->dir if set. */
 void pipecc_costs_done(pipecc_costs *c);
 

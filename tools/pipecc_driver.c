@@ -29,6 +29,7 @@
 #include "passes/plan/plan_json.h"
 #include "passes/plan/report_html.h"
 #include "runtime/pipert.h"
+#include "tools/pipecc_calibrate.h"
 #include "tools/pipecc_costs.h"
 
 /* A count on trial was given up (why in r->why): the next candidate, or one micro-batch. */
@@ -481,11 +482,12 @@ static int optimise(pipecc_run *r) {
 /* ---- plan ---- */
 
 /* The planner's options from the command line: device, topology, limits. */
-static void plan_options(pipecc_run *r) {
+static int plan_options(pipecc_run *r) {
   const pipecc_options *o = r->o;
   pass_plan_opts *po = &r->po;
   int cpu = is_cpu(o);
-  r->dev = pass_device_find(o->device_name ? o->device_name : (cpu ? "cpu" : "h100"));
+  r->dev = pipecc_device(o, r->dev_note, sizeof r->dev_note); /* tools/pipecc_calibrate.h */
+  if (!r->dev) return -1;
   pass_plan_opts_default(po, o->devices);
   po->microbatches = r->m;
   po->training = o->train_prog; /* a training step function is planned as a function */
@@ -513,10 +515,11 @@ static void plan_options(pipecc_run *r) {
     po->mb_search_m = r->cand;
     po->mb_search_ms = r->cand_ms;
   }
+  return 0;
 }
 
 static int plan(pipecc_run *r) {
-  plan_options(r);
+  if (plan_options(r)) return 2;
   /* the costs: measured here by default (tools/pipecc_costs.h); the search's candidates
    * are compared on the cost model, and the count it chooses is planned on its costs */
   pipecc_costs costs = {0};
@@ -528,7 +531,9 @@ static int plan(pipecc_run *r) {
   pipecc_costs_done(&costs);
   if (bad) return search_fail(r);
   if (r->search) return 0; /* a candidate: its prediction is all the search needs */
-  snprintf(r->costs, sizeof r->costs, "%s", costs.line);
+  if (*costs.line && !*costs.path && *r->dev_note) /* the cost model, on a device file */
+    snprintf(r->costs, sizeof r->costs, "%.2000s, %.2700s", costs.line, r->dev_note);
+  else snprintf(r->costs, sizeof r->costs, "%s", costs.line);
   r->pl.plan.planner_ms = r->pl.antichain_partition_ms;
   if (r->o->time_passes)
     fprintf(stderr, "pipecc: pass %-10s %8.2f ms (antichain + partition %.2f ms)\n", "plan", now_ms() - tp,

@@ -31,6 +31,7 @@ typedef struct {
   const pass_device *dev;
   pass_train_info tinfo;
   double t0;        /* when the model was loaded, for --time-passes' total */
+  char dev_note[4400]; /* the device file the cost model used (tools/pipecc_calibrate.h), or "" */
   char costs[4800]; /* which costs the plan used (tools/pipecc_costs.h), printed above its table */
 
   /* the stages emitted (the plan's, or --split's) */

@@ -38,8 +38,14 @@ void pipecc_usage(FILE *f) {
       "                         does not split into it\n"
       "  --schedule S           gpipe | 1f1b (default 1f1b); with --train also the asynchronous\n"
       "                         pipedream | async | spectrain | 2bw (docs/training.md)\n"
-      "  --device NAME          cost model device: h100, h200, a100, v100, cpu\n"
-      "                         (default: cpu for --target cpu, h100 for --target cuda)\n"
+      "  --device NAME          cost model device: h100, h200, a100, v100, cpu, or a device file\n"
+      "                         FILE.json (pipecc --calibrate's); default: cpu for --target cpu (this\n"
+      "                         machine's device file when there is one), h100 for --target cuda\n"
+      "  --calibrate[=FILE]     measure the cpu target's kernels on this machine (a few seconds) and\n"
+      "                         write the device file the cost model then uses: FILE, else\n"
+      "                         $PIPECC_DEVICE_FILE, else $XDG_CONFIG_HOME/pipecc/device.json (default\n"
+      "                         ~/.config/pipecc/device.json); PIPECC_DEVICE_FILE=none ignores it\n"
+      "  --print-device NAME    print built-in device NAME as a device file (to edit for --device)\n"
       "  --profile FILE.json    measured per-node times replace the cost model\n"
       "  --cost-model           plan with the analytical cost model (also PIPECC_COSTS=model); by\n"
       "                         default a cpu plan over several cores profiles the model on this\n"
@@ -329,8 +335,11 @@ static int planning_option(cursor *c, pipecc_options *o) {
     if (o->schedule == PASS_SCHED_GPIPE || !strcmp(v, "1f1b")) o->async_schedule = NULL;
   } else if (IS("--device")) {
     o->device_name = NEXT();
-    if (!pass_device_find(o->device_name))
-      return cli_error("unknown --device '%s' (h100, h200, a100, v100, cpu)", o->device_name);
+    size_t k = strlen(o->device_name);
+    int file = strchr(o->device_name, '/') || (k > 5 && !strcmp(o->device_name + k - 5, ".json"));
+    if (!file && !pass_device_find(o->device_name))
+      return cli_error("unknown --device '%s' (h100, h200, a100, v100, cpu, or a device file FILE.json)",
+                       o->device_name);
   } else if (IS("--profile")) {
     o->profile_path = NEXT();
   } else if (IS("--topology")) {
@@ -454,6 +463,14 @@ static int other_option(cursor *c, pipecc_options *o) {
     return 0;
   } else if (IS("--list-ops")) {
     return pipecc_list_ops(stdout);
+  } else if (IS("--calibrate") || !strncmp(a, "--calibrate=", 12)) {
+    o->calibrate = a[11] == '=' ? a + 12 : "";
+  } else if (IS("--print-device")) {
+    const char *v = NEXT();
+    const pass_device *d = pass_device_find(v);
+    if (!d) return cli_error("unknown --print-device '%s' (h100, h200, a100, v100, cpu)", v);
+    pass_device_write(stdout, d);
+    return 0;
   } else if (IS("--time-passes")) {
     o->time_passes = 1;
   } else if (IS("-v") || IS("--verbose")) {
@@ -509,6 +526,8 @@ static char *join_args(int argc, char **argv) {
 
 /* What holds across options, and what follows from them. */
 static int check(pipecc_options *o) {
+  if (o->calibrate && o->model) return cli_error("--calibrate measures this machine and takes no model ('%s')", o->model);
+  if (o->calibrate) return -1; /* pipecc --calibrate */
   if (!o->model) {
     pipecc_usage(stderr);
     return 2;

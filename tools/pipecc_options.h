@@ -30,6 +30,7 @@ typedef struct {
   double intra_bw, intra_lat, inter_bw, inter_lat; /* < 0: the link's own */
   uint64_t mem_limit;                              /* 0: the device's */
   int no_replicate, no_tf32;
+  const char *calibrate; /* --calibrate[=FILE]: "" or FILE; NULL: not asked (tools/pipecc_calibrate.h) */
   int cost_model; /* --cost-model: the analytical costs, not measured ones (tools/pipecc_costs.h) */
 
   /* training */

@@ -8,6 +8,7 @@
 #ifndef PIPECC_PASSES_PROFILE_H
 #define PIPECC_PASSES_PROFILE_H
 #include <stdint.h>
+#include <stdio.h>
 
 #include "ir/ir.h"
 
@@ -22,6 +23,21 @@ typedef struct {
   double launch_us;   /* fixed cost per node (kernel launch / call overhead) */
   double compute_eff; /* fraction of peak reached by large GEMM/conv */
   double mem_eff;     /* fraction of bandwidth reached by streaming kernels */
+  /* The kernels the cpu target emits (cpu_kernels = 1), each at its own rate (GFLOP/s,
+   * GB/s), measured by `pipecc --calibrate` (tools/pipecc_calibrate.h) or defaults:
+   *   gemm_gflops  OpenBLAS sgemm on large matrices; an M x N x K GEMM reaches
+   *                gemm_gflops / (1 + gemm_half (1/M + 1/N + 1/K));
+   *   direct_gflops pipert_gemm_direct (K <= CG_C_DIRECT_K), at direct_gflops / (1 + direct_half / K);
+   *   dw_gflops    the depthwise stencil, and the arithmetic of pools, reductions and
+   *                element-wise nodes (with mem_gbps, their streams);
+   *   wino_gbps    Winograd's input and output transforms, bytes of tiles moved;
+   *   move_gbps    layout changes (Transpose, Concat, Slice, Gather, Pad, ...) and im2col;
+   *   ew_gelems    elements per second (1e9) of Sigmoid, Tanh, Exp, Erf, Gelu, Softmax, ...
+   * Every node adds launch_us; an alias (Reshape, Flatten, ...) costs nothing.
+   * Zero rates on a GPU device: the roofline of the peak rates and efficiencies above. */
+  int cpu_kernels;
+  double gemm_gflops, gemm_half, direct_gflops, direct_half, dw_gflops, wino_gbps, move_gbps, ew_gelems;
+  const char *source; /* where the figures come from */
 } pass_device;
 
 typedef struct {
@@ -36,6 +52,12 @@ extern const int pass_n_devices;
 extern const pass_link pass_links[];
 extern const int pass_n_links;
 const pass_device *pass_device_find(const char *name);
+/* A device file (JSON, written by `pipecc --calibrate` or pass_device_write): fills *d
+ * (its strings owned by the process). Returns 0, or -1 with one line naming the file in
+ * err. */
+int pass_device_load(const char *path, pass_device *d, char *err, size_t n);
+/* Writes d as a device file. */
+void pass_device_write(FILE *f, const pass_device *d);
 const pass_link *pass_link_find(const char *name);
 
 typedef struct {
