@@ -149,8 +149,9 @@ def attention23(rng):
     float mask, causal, mode 3; MQA with a row of the boolean mask all false (a zero row,
     in Y and in mode 3's output); a float mask, mode 2 (the masked scores of a boolean
     mask or is_causal are -inf as the operator's text says, where onnxruntime writes the
-    lowest float, so mode 2 is compared on a float mask)."""
-    H, S, D, P = 4, 5, 8, 6
+    lowest float, so mode 2 is compared on a float mask). The same forms without the qk
+    output, and a causal and a masked one of 150 queries and keys, run fused."""
+    H, S, D, P, L = 4, 5, 8, 6, 150  # L: several query and key blocks
     f = lambda *s: rng.standard_normal(s).astype(np.float32)
     n = helper.make_node
     m2 = rng.random((S, S)) > 0.3
@@ -163,19 +164,28 @@ def attention23(rng):
              n("Attention", ["q3", "k3", "v3", "m3", "pk", "pv"], ["y3", "pk3", "pv3", "qk3"], is_causal=1,
                qk_matmul_output_mode=3),
              n("Attention", ["q1", "k4", "v4", "m4"], ["y4", "", "", "qk4"], qk_matmul_output_mode=3),
-             n("Attention", ["q1", "k1", "v1", "m5"], ["y5", "", "", "qk5"], qk_matmul_output_mode=2)]
-    inits = [numpy_helper.from_array(m2, "m2")]
+             n("Attention", ["q1", "k1", "v1", "m5"], ["y5", "", "", "qk5"], qk_matmul_output_mode=2),
+             # without the qk output: the fused kernels (the forms above are written in other ops)
+             n("Attention", ["q2", "k2", "v2", "m2"], ["y2f"], q_num_heads=4, kv_num_heads=2, softcap=2.0, scale=0.3),
+             n("Attention", ["q3", "k3", "v3", "m3", "pk", "pv"], ["y3f", "pk3f", "pv3f"], is_causal=1),
+             n("Attention", ["q1", "k4", "v4", "m4"], ["y4f"]),
+             n("Attention", ["q1", "k1", "v1", "m5"], ["y5f"], is_causal=1),
+             n("Attention", ["ql", "kl", "vl"], ["ylf"], is_causal=1),
+             n("Attention", ["ql", "kl", "vl", "ml"], ["ylm"])]
+    inits = [numpy_helper.from_array(m2, "m2"), numpy_helper.from_array(f(L, L), "ml")]
     ins = [vi("q1", ["batch", H, S, D]), vi("k1", ["batch", H, S, D]), vi("v1", ["batch", H, S, D]),
            vi("q2", ["batch", S, 4 * D]), vi("k2", ["batch", S, 2 * D]), vi("v2", ["batch", S, 12]),
            vi("q3", ["batch", H, 1, D]), vi("k3", ["batch", 2, 1, D]), vi("v3", ["batch", 2, 1, D]),
            vi("m3", ["batch", 1, 1, P + 1]), vi("pk", ["batch", 2, P, D]), vi("pv", ["batch", 2, P, D]),
            vi("k4", ["batch", 1, S, D]), vi("v4", ["batch", 1, S, D]), vi("m4", ["batch", 1, S, S], T.BOOL),
-           vi("m5", ["batch", H, S, S])]
-    outs = [vi(k, None) for k in ("y1", "y2", "qk2", "y3", "pk3", "pv3", "qk3", "y4", "qk4", "y5", "qk5")]
+           vi("m5", ["batch", H, S, S]), vi("ql", ["batch", 2, L, 16]), vi("kl", ["batch", 2, L, 16]),
+           vi("vl", ["batch", 2, L, 16])]
+    outs = [vi(k, None) for k in ("y1", "y2", "qk2", "y3", "pk3", "pv3", "qk3", "y4", "qk4", "y5", "qk5", "y2f", "y3f",
+                                  "pk3f", "pv3f", "y4f", "y5f", "ylf", "ylm")]
     xin = {"q1": f(B, H, S, D), "k1": f(B, H, S, D), "v1": f(B, H, S, D), "q2": f(B, S, 4 * D), "k2": f(B, S, 2 * D),
            "v2": f(B, S, 12), "q3": f(B, H, 1, D), "k3": f(B, 2, 1, D), "v3": f(B, 2, 1, D), "m3": f(B, 1, 1, P + 1),
            "pk": f(B, 2, P, D), "pv": f(B, 2, P, D), "k4": f(B, 1, S, D), "v4": f(B, 1, S, D), "m4": m4,
-           "m5": f(B, H, S, S)}
+           "m5": f(B, H, S, S), "ql": f(B, 2, L, 16), "kl": f(B, 2, L, 16), "vl": f(B, 2, L, 16)}
     return model(nodes, ins, outs, inits, 23), xin, None
 
 
