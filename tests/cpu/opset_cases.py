@@ -20,7 +20,13 @@ Cases:
   attention23   Attention-23: MHA causal prefill, GQA with a boolean mask, softcap and
                 scale, a decode step with the past and a float mask, MQA with a fully
                 masked row; every output (present key/value, the qk output's four
-                modes); onnxruntime the reference.
+                modes); onnxruntime the reference. The forms without the qk output run
+                as the targets' fused kernels.
+  attention24   Attention-24's nonpad_kv_seqlen, fused (causal; a boolean mask) and written
+                in other ops (with the qk output); onnxruntime the reference.
+  attention25   Attention-25's sliding windows (with is_causal and nonpad_kv_seqlen), fused
+                and written in other ops, which onnxruntime does not read: numpy the
+                reference.
 --target cuda builds with nvcc = tests/cuda/sim/nvcc (CUDASIM_LIB=LIB) and runs on the CPU
 CUDA simulator, exact float32 (--no-tf32)."""
 
@@ -189,6 +195,78 @@ def attention23(rng):
     return model(nodes, ins, outs, inits, 23), xin, None
 
 
+def attention24(rng):
+    """Attention-24's nonpad_kv_seqlen (a static cache: keys from nonpad[b] on are padding,
+    the causal frontier at nonpad[b] - Sq), fused and causal; fused with a boolean mask;
+    written in other ops (the qk output, mode 0) and causal."""
+    H, S, C, D = 2, 3, 9, 4
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)
+    n = helper.make_node
+    mb = rng.random((S, C)) > 0.3
+    mb[:, 0] = True
+    nodes = [n("Attention", ["q", "k", "v", "", "", "", "np"], ["y1"], is_causal=1),
+             n("Attention", ["q", "k", "v", "mb", "", "", "np"], ["y2"]),
+             n("Attention", ["q", "k", "v", "", "", "", "np"], ["y3", "", "", "qk3"], is_causal=1)]
+    ins = [vi("q", ["batch", H, S, D]), vi("k", ["batch", H, C, D]), vi("v", ["batch", H, C, D]),
+           vi("np", ["batch"], T.INT64)]
+    outs = [vi(k, None) for k in ("y1", "y2", "y3", "qk3")]
+    xin = {"q": f(B, H, S, D), "k": f(B, H, C, D), "v": f(B, H, C, D), "np": np.array([5, C, 4, 7], np.int64)}
+    return model(nodes, ins, outs, [numpy_helper.from_array(mb, "mb")], 24), xin, None
+
+
+def attention_np(q, k, v, left=-1, right=-1, causal=False, nonpad=None):
+    """numpy Attention of 4D inputs (one head per key/value head), the scores -inf outside
+    the windows around the query's position i + offset (offset nonpad[b] - Sq, else 0),
+    past the causal frontier and from nonpad[b] on; a row with no key gives zeros"""
+    Bq, Hq, Sq, Dq = q.shape
+    Tk = k.shape[2]
+    s = np.einsum("bhid,bhjd->bhij", q.astype(np.float64), k.astype(np.float64)) / np.sqrt(Dq)
+    off = (nonpad - Sq if nonpad is not None else np.zeros(Bq, np.int64)).reshape(Bq, 1, 1, 1)
+    pos = np.arange(Sq).reshape(1, 1, Sq, 1) + off
+    j = np.arange(Tk).reshape(1, 1, 1, Tk)
+    ok = np.ones((Bq, 1, Sq, Tk), bool)
+    if left >= 0:
+        ok &= pos - j <= left
+    if right >= 0:
+        ok &= j - pos <= right
+    if causal:
+        ok &= j <= pos
+    if nonpad is not None:
+        ok &= j < nonpad.reshape(Bq, 1, 1, 1)
+    s = np.where(ok, s, -np.inf)
+    mx = s.max(-1, keepdims=True)
+    e = np.where(ok, np.exp(s - np.where(np.isfinite(mx), mx, 0)), 0)
+    den = e.sum(-1, keepdims=True)
+    p = np.where(den > 0, e / np.where(den > 0, den, 1), 0)
+    return np.einsum("bhij,bhjd->bhid", p, v.astype(np.float64)).astype(np.float32)
+
+
+def attention25(rng):
+    """Attention-25's sliding windows, which onnxruntime does not read: a numpy reference
+    (attention_np). Fused: left and right windows over 150 keys (several key blocks, the
+    blocks outside the window skipped), a left window with is_causal and
+    nonpad_kv_seqlen; written in other ops (with the qk output) the same windows."""
+    H, S, L, D = 2, 5, 150, 8
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)
+    n = helper.make_node
+    npad = np.array([7, 9, 6, 8], np.int64)
+    nodes = [n("Attention", ["ql", "kl", "vl"], ["y1"], left_window_size=20, right_window_size=3),
+             n("Attention", ["q", "k", "v", "", "", "", "np"], ["y2"], left_window_size=2, is_causal=1),
+             n("Attention", ["q", "k", "v", "", "", "", "np"], ["y3", "", "", "qk3"], left_window_size=2,
+               is_causal=1)]
+    ins = [vi("ql", ["batch", H, L, D]), vi("kl", ["batch", H, L, D]), vi("vl", ["batch", H, L, D]),
+           vi("q", ["batch", H, S, D]), vi("k", ["batch", H, 9, D]), vi("v", ["batch", H, 9, D]),
+           vi("np", ["batch"], T.INT64)]
+    outs = [vi(k, None) for k in ("y1", "y2", "y3")]
+    xin = {"ql": f(B, H, L, D), "kl": f(B, H, L, D), "vl": f(B, H, L, D), "q": f(B, H, S, D), "k": f(B, H, 9, D),
+           "v": f(B, H, 9, D), "np": npad}
+    y2 = attention_np(xin["q"], xin["k"], xin["v"], left=2, causal=True, nonpad=npad)
+    ref = {"y1": attention_np(xin["ql"], xin["kl"], xin["vl"], left=20, right=3), "y2": y2, "y3": y2}
+    m = model(nodes, ins, outs, [], 25)
+    m.ir_version = 11
+    return m, xin, ref
+
+
 def close(got, ref, tol):
     """rel-L2 over the finite entries, the infinities and NaNs where the reference has them"""
     fin = np.isfinite(ref)
@@ -197,7 +275,8 @@ def close(got, ref, tol):
     return pt.rel_l2(got[fin], ref[fin], 1e-30) if fin.any() else 0.0
 
 
-CASES = {"opset22_cnn": opset22_cnn, "llm24": llm24, "forms28": forms28, "attention23": attention23}
+CASES = {"opset22_cnn": opset22_cnn, "llm24": llm24, "forms28": forms28, "attention23": attention23,
+         "attention24": attention24, "attention25": attention25}
 
 
 def same_bits(x, y):
