@@ -5,7 +5,7 @@
  *
  * Blocked, flash-attention style: for each key/value head, K^T [D, T] and V [T, Dv]
  * gathered once from the past and the new keys (the present outputs written alongside);
- * for each of its query heads and each block of up to AT_BQ queries, the keys in blocks
+ * for each of its query heads and each block of up to AT_BQ (48) queries, the keys in blocks
  * of up to AT_BK: the block's scores S = Q_blk K_blk^T (pipert_gemm_direct), times scale,
  * softcapped, plus the mask, -inf outside the causal frontier and the windows; an online
  * softmax (running row max m and sum l; the accumulator rescaled by e^(m_old - m_new))
@@ -22,8 +22,8 @@
 #include "codegen/c/cg_c.h"
 #include "passes/lower/lower_llm.h"
 
-#define AT_BQ 64
-#define AT_BK 128
+#define AT_BQ 48
+#define AT_BK 256
 #define LL(x) ((long long)(x))
 
 int cg_emit_attention(cg_ctx *c, const ir_node *n) {

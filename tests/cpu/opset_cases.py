@@ -156,8 +156,9 @@ def attention23(rng):
     in Y and in mode 3's output); a float mask, mode 2 (the masked scores of a boolean
     mask or is_causal are -inf as the operator's text says, where onnxruntime writes the
     lowest float, so mode 2 is compared on a float mask). The same forms without the qk
-    output, and a causal and a masked one of 150 queries and keys, run fused."""
-    H, S, D, P, L = 4, 5, 8, 6, 150  # L: several query and key blocks
+    output, and a causal and a masked one of 300 queries and keys (several blocks of each), run
+    fused."""
+    H, S, D, P, L = 4, 5, 8, 6, 300  # L: several query and key blocks
     f = lambda *s: rng.standard_normal(s).astype(np.float32)
     n = helper.make_node
     m2 = rng.random((S, S)) > 0.3
@@ -184,14 +185,14 @@ def attention23(rng):
            vi("q3", ["batch", H, 1, D]), vi("k3", ["batch", 2, 1, D]), vi("v3", ["batch", 2, 1, D]),
            vi("m3", ["batch", 1, 1, P + 1]), vi("pk", ["batch", 2, P, D]), vi("pv", ["batch", 2, P, D]),
            vi("k4", ["batch", 1, S, D]), vi("v4", ["batch", 1, S, D]), vi("m4", ["batch", 1, S, S], T.BOOL),
-           vi("m5", ["batch", H, S, S]), vi("ql", ["batch", 2, L, 16]), vi("kl", ["batch", 2, L, 16]),
-           vi("vl", ["batch", 2, L, 16])]
+           vi("m5", ["batch", H, S, S]), vi("ql", ["batch", 1, L, 16]), vi("kl", ["batch", 1, L, 16]),
+           vi("vl", ["batch", 1, L, 16])]
     outs = [vi(k, None) for k in ("y1", "y2", "qk2", "y3", "pk3", "pv3", "qk3", "y4", "qk4", "y5", "qk5", "y2f", "y3f",
                                   "pk3f", "pv3f", "y4f", "y5f", "ylf", "ylm")]
     xin = {"q1": f(B, H, S, D), "k1": f(B, H, S, D), "v1": f(B, H, S, D), "q2": f(B, S, 4 * D), "k2": f(B, S, 2 * D),
            "v2": f(B, S, 12), "q3": f(B, H, 1, D), "k3": f(B, 2, 1, D), "v3": f(B, 2, 1, D), "m3": f(B, 1, 1, P + 1),
            "pk": f(B, 2, P, D), "pv": f(B, 2, P, D), "k4": f(B, 1, S, D), "v4": f(B, 1, S, D), "m4": m4,
-           "m5": f(B, H, S, S), "ql": f(B, 2, L, 16), "kl": f(B, 2, L, 16), "vl": f(B, 2, L, 16)}
+           "m5": f(B, H, S, S), "ql": f(B, 1, L, 16), "kl": f(B, 1, L, 16), "vl": f(B, 1, L, 16)}
     return model(nodes, ins, outs, inits, 23), xin, None
 
 
@@ -243,25 +244,25 @@ def attention_np(q, k, v, left=-1, right=-1, causal=False, nonpad=None):
 
 def attention25(rng):
     """Attention-25's sliding windows, which onnxruntime does not read: a numpy reference
-    (attention_np). Fused: left and right windows over 150 keys (several key blocks, the
+    (attention_np). Fused: left and right windows over 300 keys (several key blocks, the
     blocks outside the window skipped), a left window with is_causal and
     nonpad_kv_seqlen; written in other ops (with the qk output) the same windows."""
-    H, S, L, D = 2, 5, 150, 8
+    H, S, L, D = 2, 5, 300, 8
     f = lambda *s: rng.standard_normal(s).astype(np.float32)
     n = helper.make_node
     npad = np.array([7, 9, 6, 8], np.int64)
-    nodes = [n("Attention", ["ql", "kl", "vl"], ["y1"], left_window_size=20, right_window_size=3),
+    nodes = [n("Attention", ["ql", "kl", "vl"], ["y1"], left_window_size=200, right_window_size=3),
              n("Attention", ["q", "k", "v", "", "", "", "np"], ["y2"], left_window_size=2, is_causal=1),
              n("Attention", ["q", "k", "v", "", "", "", "np"], ["y3", "", "", "qk3"], left_window_size=2,
                is_causal=1)]
-    ins = [vi("ql", ["batch", H, L, D]), vi("kl", ["batch", H, L, D]), vi("vl", ["batch", H, L, D]),
+    ins = [vi("ql", ["batch", 1, L, D]), vi("kl", ["batch", 1, L, D]), vi("vl", ["batch", 1, L, D]),
            vi("q", ["batch", H, S, D]), vi("k", ["batch", H, 9, D]), vi("v", ["batch", H, 9, D]),
            vi("np", ["batch"], T.INT64)]
     outs = [vi(k, None) for k in ("y1", "y2", "y3")]
-    xin = {"ql": f(B, H, L, D), "kl": f(B, H, L, D), "vl": f(B, H, L, D), "q": f(B, H, S, D), "k": f(B, H, 9, D),
+    xin = {"ql": f(B, 1, L, D), "kl": f(B, 1, L, D), "vl": f(B, 1, L, D), "q": f(B, H, S, D), "k": f(B, H, 9, D),
            "v": f(B, H, 9, D), "np": npad}
     y2 = attention_np(xin["q"], xin["k"], xin["v"], left=2, causal=True, nonpad=npad)
-    ref = {"y1": attention_np(xin["ql"], xin["kl"], xin["vl"], left=20, right=3), "y2": y2, "y3": y2}
+    ref = {"y1": attention_np(xin["ql"], xin["kl"], xin["vl"], left=200, right=3), "y2": y2, "y3": y2}
     m = model(nodes, ins, outs, [], 25)
     m.ir_version = 11
     return m, xin, ref
