@@ -10,7 +10,7 @@
  *     head's D rotated by the cos and sin of its position (the caches gathered at
  *     position_ids [B, S], else read as [B, S, R/2]) in halves or, interleaved, in
  *     pairs; the rest passed through.
- *   Attention-23/24/25(Q, K, V[, attn_mask, past_key, past_value]): Q [B, Hq, Sq, D] or
+ *   Attention-23/24/25(Q, K, V[, attn_mask, past_key, past_value, nonpad_kv_seqlen]): Q [B, Hq, Sq, D] or
  *     [B, Sq, Hq*D] with q_num_heads, K and V likewise with kv_num_heads (Hq a multiple:
  *     GQA and MQA repeat each key/value head for Hq/Hkv query heads); past_key/value
  *     concatenated before K and V along the sequence (present_key/value); scores Q K^T
