@@ -398,6 +398,8 @@ static const char *works_across(ir_graph *g, const ir_node *n, int a, int ao) {
     case IR_OP_GridSample: /* X's N with grid's N, or X's C with a grid that does not depend on it */
       return a > 1 || (a == 0) != (pass_batch_axis(g, n->in[1]) == 0) ? "it samples X across the batch axis" : NULL;
     case IR_OP_Det: return a >= r - 2 ? "it takes determinants across the batch axis" : NULL;
+    case IR_OP_Attention: /* the fused node (inference): Q [B, ...] */
+      return a != 0 ? "its input Q carries the batch on another axis than 0 (B of [B, H, S, D] or [B, S, H*D])" : NULL;
     default: return NULL;
   }
 }

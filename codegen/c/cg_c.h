@@ -139,6 +139,8 @@ void cg_gemm_blocks_open(cg_ctx *c, int64_t M, int64_t N, int64_t K, int64_t MB,
                          const char *y, int y_whole);
 
 /* Op emitters (one node): codegen/c/ops_nn.c, ops_data.c. Return 0 or -1. */
+/* the fused Attention (codegen/c/ops_attn.c) */
+int cg_emit_attention(cg_ctx *c, const ir_node *n);
 typedef int (*cg_op_fn)(cg_ctx *c, const ir_node *n);
 cg_op_fn cg_op_emitter(ir_op op);
 

@@ -212,6 +212,7 @@ static int vec_clones(const ir_node *root, int eltwise) {
     case IR_OP_Softmax:
     case IR_OP_LogSoftmax:
     case IR_OP_LayerNormalization:
+    case IR_OP_Attention:
     case IR_OP_Conv:
     case IR_OP_Gemm:
     case IR_OP_GlobalAveragePool:

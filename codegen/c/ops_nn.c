@@ -1383,6 +1383,7 @@ cg_op_fn cg_op_emitter_nn(ir_op op) {
     case IR_OP_Softmax:
     case IR_OP_LogSoftmax:
     case IR_OP_Hardmax: return emit_softmax;
+    case IR_OP_Attention: return cg_emit_attention;
     default: return NULL;
   }
 }

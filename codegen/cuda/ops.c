@@ -30,6 +30,7 @@
 #include "codegen/cuda/rt/pipecc_cuda_limits.h"
 #include "codegen/op_params.h"
 #include "codegen/rnn_expr.h"
+#include "passes/lower/lower_llm.h"
 #include "passes/opt/fuse.h"
 #include "passes/opt/layout.h"
 #include "passes/rnn.h"
@@ -529,6 +530,41 @@ static int emit_softmax(cu_ctx *c, const ir_node *n) {
   const char *kind = n->op == IR_OP_Softmax ? "PK_SOFTMAX" : n->op == IR_OP_LogSoftmax ? "PK_LOGSOFTMAX" : "PK_HARDMAX";
   cu_w(c, "  PK_TRY(pk_softmax(S, %s, %s, %s, %lld, %lld, %lld));\n", kind, c->x[0], c->y[0], LL(outer), LL(A),
        LL(inner));
+  return 0;
+}
+
+/* Attention (inference without the qk output; passes/lower/lower_llm.c): pk_attention,
+ * the fused kernel of the runtime */
+static int emit_attention(cu_ctx *c, const ir_node *n) {
+  llm_attn_plan p;
+  if (llm_attn_plan_of(c->g, (int)(n - c->g->nodes), &p)) return -1;
+  const llm_attn_dims *d = &p.d;
+  if (ir_in(c->g, n, 0)->dtype != IR_FLOAT)
+    return cu_fail(c, n, "Attention on %s is not supported by the cuda target",
+                   ir_dtype_name(ir_in(c->g, n, 0)->dtype));
+  if (d->Dv > PK_ATTN_DV)
+    return cu_fail(c, n, "Attention with a value head size of %lld: the cuda kernel takes up to %d", LL(d->Dv),
+                   PK_ATTN_DV);
+  int64_t st[4][3];
+  const int64_t S[4] = {d->Sq, d->Skv, d->Skv, d->Sq}, H[4] = {d->Hq, d->Hkv, d->Hkv, d->Hq},
+                E[4] = {d->D, d->D, d->Dv, d->Dv};
+  for (int t = 0; t < 4; t++) {
+    st[t][0] = S[t] * H[t] * E[t];
+    st[t][1] = d->three_d ? E[t] : S[t] * E[t];
+    st[t][2] = d->three_d ? H[t] * E[t] : E[t];
+  }
+  char sc[48], cp[48];
+  snprintf(sc, sizeof sc, "%.9e", (double)(float)p.scale);
+  snprintf(cp, sizeof cp, "%.9e", (double)(float)p.cap);
+  cu_w(c, "  {\n    static const pk_attn_p ap = {%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld,\n", LL(d->B), LL(d->Hq),
+       LL(d->Hkv), LL(d->Sq), LL(d->Skv), LL(d->Sp), LL(d->D), LL(d->Dv));
+  cu_w(c, "      ");
+  for (int t = 0; t < 4; t++) cu_w(c, "{%lld, %lld, %lld}, ", LL(st[t][0]), LL(st[t][1]), LL(st[t][2]));
+  cu_w(c, "\n      %lld, %lld, %lld, %lld, %lld, %lld, %lld, %sf, %sf, %d, %d};\n", LL(p.mB), LL(p.mH), LL(p.mS),
+       LL(p.mT), LL(p.Tm), LL(p.lw), LL(p.rw), sc, cp, p.causal, p.mask_bool);
+  cu_w(c, "    PK_TRY(pk_attention(S, &ap, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s));\n  }\n", c->x[0], c->x[1], c->x[2],
+       c->x[3] ? c->x[3] : "NULL", c->x[4] ? c->x[4] : "NULL", c->x[5] ? c->x[5] : "NULL",
+       c->x[6] ? c->x[6] : "NULL", c->y[0] ? c->y[0] : "NULL", c->y[1] ? c->y[1] : "NULL", c->y[2] ? c->y[2] : "NULL");
   return 0;
 }
 
@@ -1285,6 +1321,7 @@ cu_op_fn cu_op_emitter(ir_op op) {
     case IR_OP_Softmax:
     case IR_OP_LogSoftmax:
     case IR_OP_Hardmax: return emit_softmax;
+    case IR_OP_Attention: return emit_attention;
     case IR_OP_Reshape:
     case IR_OP_Flatten:
     case IR_OP_Squeeze:

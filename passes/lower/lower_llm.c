@@ -10,7 +10,7 @@
  *     head's D rotated by the cos and sin of its position (the caches gathered at
  *     position_ids [B, S], else read as [B, S, R/2]) in halves or, interleaved, in
  *     pairs; the rest passed through.
- *   Attention-23/24/25(Q, K, V[, attn_mask, past_key, past_value]): Q [B, Hq, Sq, D] or
+ *   Attention-23/24/25(Q, K, V[, attn_mask, past_key, past_value, nonpad_kv_seqlen]): Q [B, Hq, Sq, D] or
  *     [B, Sq, Hq*D] with q_num_heads, K and V likewise with kv_num_heads (Hq a multiple:
  *     GQA and MQA repeat each key/value head for Hq/Hkv query heads); past_key/value
  *     concatenated before K and V along the sequence (present_key/value); scores Q K^T
@@ -18,10 +18,19 @@
  *     > 0, plus the bias: a float attn_mask as is, a boolean one 0 where true and -inf
  *     where false, and with is_causal -inf past the diagonal offset by the past length;
  *     Softmax over the keys (a row with every key masked gives zeros), times V; the
- *     qk_matmul_output of modes 0 to 3. Refused with one line: nonpad_kv_seqlen, the
- *     sliding windows of opset 25, softmax_precision other than float or the inputs' type. float16
- *     and bfloat16 are computed in float, rounded once at the outputs. The
- *     whole score matrix is materialised (no fused kernel yet). */
+ *     qk_matmul_output of modes 0 to 3; Attention-24's nonpad_kv_seqlen [B] (keys from
+ *     nonpad_kv_seqlen[b] on are padding, and the causal frontier and the windows are
+ *     offset by nonpad_kv_seqlen[b] - Sq) and Attention-25's left/right_window_size (key
+ *     j for the query at position p while p - left <= j <= p + right). A mask shorter
+ *     than total_length along its last axis is padded with masked keys. Refused with one
+ *     line: softmax_precision other than float or the inputs' type. float16 and bfloat16
+ *     are computed in float, rounded once at the outputs.
+ *   In inference, Attention without the qk_matmul_output output stays one node
+ *   (llm_attention_fused) for the targets' fused kernels, which never hold the whole
+ *   score matrix; training (whose backward is taken through the ops written here) and
+ *   the qk_matmul_output output, which is that matrix, are written in other ops: the
+ *   scores [B, Hq, Sq, T] are then materialised, the causal and window masks computed
+ *   when run from the key and query indices. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,12 +208,7 @@ static int lower_rope(ad_ctx *a, int node) {
 
 /* ---- Attention ---- */
 
-typedef struct {
-  int64_t B, Hq, Hkv, Sq, Skv, Sp, D, Dv;
-  int three_d; /* Q, K and V are [B, S, H*D] */
-} attn_dims;
-
-static int attn_geometry(ir_graph *g, int node, attn_dims *d) {
+int llm_attn_geometry(ir_graph *g, int node, llm_attn_dims *d) {
   const ir_node *n = SH_NODE;
   const ir_value *q = sh_in(g, node, 0), *k = sh_in(g, node, 1), *v = sh_in(g, node, 2);
   const ir_value *pk = sh_in(g, node, 4), *pv = sh_in(g, node, 5);
@@ -244,9 +248,16 @@ static int attn_geometry(ir_graph *g, int node, attn_dims *d) {
               sh_str(&pk->shape, b, sizeof b), sh_str(&pv->shape, c, sizeof c));
     d->Sp = pk->shape.dims[2];
   }
-  if (n->n_in > 6 && n->in[6] >= 0) SH_FAIL("the input nonpad_kv_seqlen is not supported yet");
-  if (ir_attr_int(n, "left_window_size", -1) != -1 || ir_attr_int(n, "right_window_size", -1) != -1)
-    SH_FAIL("sliding windows (left_window_size, right_window_size) are not supported yet");
+  const ir_value *np = sh_in(g, node, 6);
+  if (np) {
+    if (pk) SH_FAIL("nonpad_kv_seqlen cannot be combined with past_key and past_value");
+    if (sh_check_dtype(g, node, np, SH_BIT(IR_INT64), "nonpad_kv_seqlen")) return -1;
+    if (ir_shape_numel(&np->shape) != d->B || np->shape.rank != 1)
+      SH_FAIL("nonpad_kv_seqlen of shape %s: [batch_size] = [%lld] expected", sh_str(&np->shape, b, sizeof b),
+              (long long)d->B);
+  }
+  if (ir_attr_int(n, "left_window_size", -1) < -1 || ir_attr_int(n, "right_window_size", -1) < -1)
+    SH_FAIL("left_window_size and right_window_size: -1 (unbounded) or a size expected");
   int64_t mode = ir_attr_int(n, "qk_matmul_output_mode", 0), sp = ir_attr_int(n, "softmax_precision", 0);
   if (mode < 0 || mode > 3) SH_FAIL("qk_matmul_output_mode %lld: 0 to 3 expected", (long long)mode);
   if (sp && sp != (int64_t)q->dtype && !(sp == IR_FLOAT && q->dtype != IR_DOUBLE)) /* narrow types: in float */
@@ -256,20 +267,22 @@ static int attn_geometry(ir_graph *g, int node, attn_dims *d) {
 
 int sh_Attention(ir_graph *g, int node) {
   const ir_value *q = sh_in(g, node, 0), *m = sh_in(g, node, 3);
-  attn_dims d;
+  llm_attn_dims d;
   if (sh_check_dtype(g, node, q, SH_BIT(IR_FLOAT) | SH_BIT(IR_DOUBLE) | SH_BIT(IR_FLOAT16) | SH_BIT(IR_BFLOAT16),
                      "input Q"))
     return -1;
   for (int i = 1; i < 6; i++)
     if (i != 3 && sh_in(g, node, i) && sh_same_dtype(g, node, q, sh_in(g, node, i), "input Q", "K, V and the past"))
       return -1;
-  if (attn_geometry(g, node, &d)) return -1;
+  if (llm_attn_geometry(g, node, &d)) return -1;
   int64_t T = d.Sp + d.Skv;
   if (m) {
     if (m->dtype != IR_BOOL && sh_same_dtype(g, node, q, m, "input Q", "attn_mask")) return -1;
+    /* a mask shorter than total_length along its last axis counts as padded with masked keys */
     int64_t full[4] = {d.B, d.Hq, d.Sq, T};
-    ir_shape fs = dims(4, full), out;
-    if (m->shape.rank > 4 || sh_broadcast(g, node, &fs, &m->shape, &out, "the scores", "attn_mask")) return -1;
+    ir_shape fs = dims(4, full), out, ms = m->shape;
+    if (ms.rank >= 1 && ms.dims[ms.rank - 1] > 1 && ms.dims[ms.rank - 1] < T) ms.dims[ms.rank - 1] = T;
+    if (m->shape.rank > 4 || sh_broadcast(g, node, &fs, &ms, &out, "the scores", "attn_mask")) return -1;
     if (ir_shape_numel(&out) != ir_shape_numel(&fs))
       SH_FAIL("attn_mask does not broadcast to the scores [B, q_num_heads, q_length, total_length]");
   }
@@ -293,8 +306,8 @@ static int heads_first(ad_ctx *a, int x, int64_t B, int64_t S, int64_t H, int64_
 static int lower_attention(ad_ctx *a, int node) {
   ir_graph *g = a->g;
   ir_node nd = g->nodes[node];
-  attn_dims d;
-  if (attn_geometry(g, node, &d)) return -1;
+  llm_attn_dims d;
+  if (llm_attn_geometry(g, node, &d)) return -1;
   ir_dtype xt = ad_dtype(a, nd.in[0]), t = xt == IR_DOUBLE ? IR_DOUBLE : IR_FLOAT; /* float16: in float */
   int64_t T = d.Sp + d.Skv, mode = ir_attr_int(&nd, "qk_matmul_output_mode", 0);
   int q = ad_cast(a, nd.in[0], t), k = ad_cast(a, nd.in[1], t), v = ad_cast(a, nd.in[2], t);
@@ -340,24 +353,58 @@ static int lower_attention(ad_ctx *a, int node) {
       int in[3] = {m, ad_c_f(a, 0, t), ad_c_f(a, -INFINITY, t)};
       m = ad_op(a, IR_OP_Where, in, 3);
     }
+    ir_shape ms = ad_shape(a, m);
+    int64_t tm = ms.rank ? ms.dims[ms.rank - 1] : 1;
+    if (tm > 1 && tm < T) { /* padded with masked keys up to total_length */
+      ms.dims[ms.rank - 1] = T - tm;
+      int64_t np = ir_shape_numel(&ms);
+      size_t es = ir_dtype_size(t);
+      unsigned char *pad = malloc((size_t)np * es);
+      for (int64_t e = 0; e < np; e++) {
+        float f = -INFINITY;
+        double df = -INFINITY;
+        memcpy(pad + (size_t)e * es, t == IR_DOUBLE ? (void *)&df : (void *)&f, es);
+      }
+      m = concat_last(a, m, ad_c_tensor(a, t, &ms, pad, (size_t)np * es));
+      free(pad);
+    }
     s = ad_bin(a, IR_OP_Add, s, m);
     masked = 1;
   }
-  if (ir_attr_int(&nd, "is_causal", 0)) { /* key j for query i while j <= i + past */
-    float *bias = calloc((size_t)(d.Sq * T), sizeof(float));
-    double *bias_d = calloc((size_t)(d.Sq * T), sizeof(double));
-    for (int64_t i = 0; i < d.Sq; i++)
-      for (int64_t j = 0; j < T; j++) {
-        bias[i * T + j] = j <= i + d.Sp ? 0.0f : -INFINITY;
-        bias_d[i * T + j] = bias[i * T + j];
-      }
-    int64_t bd[2] = {d.Sq, T};
-    ir_shape bs = dims(2, bd);
-    int c = t == IR_DOUBLE ? ad_c_tensor(a, IR_DOUBLE, &bs, bias_d, sizeof(double) * (size_t)(d.Sq * T))
-                           : ad_cast(a, ad_c_tensor(a, IR_FLOAT, &bs, bias, sizeof(float) * (size_t)(d.Sq * T)), t);
-    free(bias);
-    free(bias_d);
-    s = ad_bin(a, IR_OP_Add, s, c);
+  /* the causal frontier, the windows and nonpad_kv_seqlen's padding: comparisons of
+   * the key index j [T] with the query's position i + offset [Sq, 1] (offset: the past
+   * length, or nonpad_kv_seqlen - Sq per batch [B, 1, 1, 1]), computed when run */
+  int64_t lw = ir_attr_int(&nd, "left_window_size", -1), rw = ir_attr_int(&nd, "right_window_size", -1);
+  int causal = ir_attr_int(&nd, "is_causal", 0) != 0, npad = nd.n_in > 6 && nd.in[6] >= 0;
+  if (causal || lw >= 0 || rw >= 0 || npad) {
+    int64_t *iv = malloc(sizeof(int64_t) * (size_t)(d.Sq + T));
+    for (int64_t j = 0; j < T; j++) iv[j] = j;
+    for (int64_t i = 0; i < d.Sq; i++) iv[T + i] = i + (npad ? 0 : d.Sp);
+    int64_t q2[2] = {d.Sq, 1}, b4[4] = {d.B, 1, 1, 1};
+    ir_shape qs2 = dims(2, q2), bs4 = dims(4, b4);
+    int jj = ad_c_i64(a, iv, (int)T), pos = ad_reshape(a, ad_c_i64(a, iv + T, (int)d.Sq), &qs2), np4 = -1;
+    free(iv);
+    if (npad) {
+      np4 = ad_reshape(a, nd.in[6], &bs4);
+      pos = ad_bin(a, IR_OP_Add, pos, ad_bin(a, IR_OP_Sub, np4, ad_c_i64_scalar(a, d.Sq)));
+    }
+    int ok = -1;
+    if (causal) ok = ad_bin(a, IR_OP_LessOrEqual, jj, pos);
+    if (lw >= 0) { /* pos - j <= lw */
+      int w = ad_bin(a, IR_OP_LessOrEqual, ad_bin(a, IR_OP_Sub, pos, ad_c_i64_scalar(a, lw)), jj);
+      ok = ok < 0 ? w : ad_bin(a, IR_OP_And, ok, w);
+    }
+    if (rw >= 0) { /* j - pos <= rw */
+      int w = ad_bin(a, IR_OP_LessOrEqual, jj, ad_bin(a, IR_OP_Add, pos, ad_c_i64_scalar(a, rw)));
+      ok = ok < 0 ? w : ad_bin(a, IR_OP_And, ok, w);
+    }
+    if (npad) {
+      int w = ad_bin(a, IR_OP_Less, jj, np4);
+      ok = ok < 0 ? w : ad_bin(a, IR_OP_And, ok, w);
+    }
+    int in[3] = {ok, ad_c_f(a, 0, t), ad_c_f(a, -INFINITY, t)};
+    s = ad_bin(a, IR_OP_Add, s, ad_op(a, IR_OP_Where, in, 3));
+    masked = 1;
   }
   if (mode == 2) qk = s;
   int id = ad_begin(a, IR_OP_Softmax, &s, 1, 1, NULL);
@@ -379,6 +426,41 @@ static int lower_attention(ad_ctx *a, int node) {
   ad_take_output(a, node, 3, ad_cast(a, qk, xt));
   if (a->err) return -1;
   return ad_take_output(a, node, 0, ad_cast(a, y, xt));
+}
+
+int llm_attention_fused(const ir_graph *g, const ir_node *n, int training) {
+  if (n->op != IR_OP_Attention || training) return 0;
+  if (n->n_out > 3 && n->out[3] >= 0) return 0;
+  ir_dtype t = g->values[n->in[0]].dtype;
+  return t == IR_FLOAT || t == IR_FLOAT16 || t == IR_BFLOAT16;
+}
+
+int llm_attn_plan_of(ir_graph *g, int node, llm_attn_plan *p) {
+  memset(p, 0, sizeof *p);
+  if (llm_attn_geometry(g, node, &p->d)) return -1;
+  const ir_node *n = &g->nodes[node];
+  const ir_value *m = sh_in(g, node, 3);
+  p->T = p->d.Sp + p->d.Skv;
+  p->scale = ir_attr_find(n, "scale") ? ir_attr_float(n, "scale", 0.0f) : 1.0 / sqrt((double)p->d.D);
+  p->cap = ir_attr_float(n, "softcap", 0.0f);
+  if (p->cap < 0) p->cap = 0;
+  p->causal = ir_attr_int(n, "is_causal", 0) != 0;
+  p->lw = ir_attr_int(n, "left_window_size", -1);
+  p->rw = ir_attr_int(n, "right_window_size", -1);
+  p->nonpad = sh_in(g, node, 6) != NULL;
+  p->Tm = p->T;
+  if (m) {
+    int64_t md[4] = {1, 1, 1, 1};
+    for (int k = 0; k < m->shape.rank; k++) md[4 - m->shape.rank + k] = m->shape.dims[k];
+    p->has_mask = 1;
+    p->mask_bool = m->dtype == IR_BOOL;
+    p->mT = md[3] == 1 ? 0 : 1;
+    p->mS = md[2] == 1 ? 0 : md[3];
+    p->mH = md[1] == 1 ? 0 : md[2] * md[3];
+    p->mB = md[0] == 1 ? 0 : md[1] * md[2] * md[3];
+    if (md[3] > 1) p->Tm = md[3];
+  }
+  return 0;
 }
 
 int llm_is_lowered(const ir_node *n) {

@@ -667,7 +667,12 @@ static int lower(ad_ctx *a, int node) {
   }
 }
 
+/* the graph and mode pass_lower_ops runs on (is_lowered sees one node) */
+static const ir_graph *lower_graph;
+static int lower_training;
+
 static int is_lowered(const ir_node *n) {
+  if (lower_graph && llm_attention_fused(lower_graph, n, lower_training)) return 0;
   if (llm_is_lowered(n) || llm_state_is_lowered(n)) return 1;
   switch (n->op) {
     case IR_OP_GroupNormalization:
@@ -684,6 +689,9 @@ static int is_lowered(const ir_node *n) {
 }
 
 int pass_lower_ops(ir_graph *g, const pass_opts *o) {
-  (void)o;
-  return ad_lower_nodes(g, "lower", is_lowered, lower) < 0 ? -1 : 0;
+  lower_graph = g;
+  lower_training = o && o->training;
+  int rc = ad_lower_nodes(g, "lower", is_lowered, lower) < 0 ? -1 : 0;
+  lower_graph = NULL;
+  return rc;
 }

@@ -20,7 +20,8 @@ Cases:
   attention23   Attention-23: MHA causal prefill, GQA with a boolean mask, softcap and
                 scale, a decode step with the past and a float mask, MQA with a fully
                 masked row; every output (present key/value, the qk output's four
-                modes); onnxruntime the reference.
+                modes); onnxruntime the reference. The forms without the qk output run
+                as the targets' fused kernels.
   state28       CumProd (exclusive and reverse; int32), BitCast (float to int32, int32 to
                 float), TensorScatter (circular and linear, write indices per sample),
                 SwiGLU with alpha, CausalConvWithState (bias, past state, SiLU; present
@@ -30,6 +31,11 @@ Cases:
   flex_preview  FlexAttention of ai.onnx.preview: GQA with a softcap score_mod and a
                 scaling prob_mod (bodies with constants of their own), and MHA with
                 scale and no bodies; numpy the reference.
+  attention24   Attention-24's nonpad_kv_seqlen, fused (causal; a boolean mask) and written
+                in other ops (with the qk output); onnxruntime the reference.
+  attention25   Attention-25's sliding windows (with is_causal and nonpad_kv_seqlen), fused
+                and written in other ops, which onnxruntime does not read: numpy the
+                reference.
 --target cuda builds with nvcc = tests/cuda/sim/nvcc (CUDASIM_LIB=LIB) and runs on the CPU
 CUDA simulator, exact float32 (--no-tf32)."""
 
@@ -158,8 +164,10 @@ def attention23(rng):
     float mask, causal, mode 3; MQA with a row of the boolean mask all false (a zero row,
     in Y and in mode 3's output); a float mask, mode 2 (the masked scores of a boolean
     mask or is_causal are -inf as the operator's text says, where onnxruntime writes the
-    lowest float, so mode 2 is compared on a float mask)."""
-    H, S, D, P = 4, 5, 8, 6
+    lowest float, so mode 2 is compared on a float mask). The same forms without the qk
+    output, and a causal and a masked one of 300 queries and keys (several blocks of each), run
+    fused."""
+    H, S, D, P, L = 4, 5, 8, 6, 300  # L: several query and key blocks
     f = lambda *s: rng.standard_normal(s).astype(np.float32)
     n = helper.make_node
     m2 = rng.random((S, S)) > 0.3
@@ -172,19 +180,28 @@ def attention23(rng):
              n("Attention", ["q3", "k3", "v3", "m3", "pk", "pv"], ["y3", "pk3", "pv3", "qk3"], is_causal=1,
                qk_matmul_output_mode=3),
              n("Attention", ["q1", "k4", "v4", "m4"], ["y4", "", "", "qk4"], qk_matmul_output_mode=3),
-             n("Attention", ["q1", "k1", "v1", "m5"], ["y5", "", "", "qk5"], qk_matmul_output_mode=2)]
-    inits = [numpy_helper.from_array(m2, "m2")]
+             n("Attention", ["q1", "k1", "v1", "m5"], ["y5", "", "", "qk5"], qk_matmul_output_mode=2),
+             # without the qk output: the fused kernels (the forms above are written in other ops)
+             n("Attention", ["q2", "k2", "v2", "m2"], ["y2f"], q_num_heads=4, kv_num_heads=2, softcap=2.0, scale=0.3),
+             n("Attention", ["q3", "k3", "v3", "m3", "pk", "pv"], ["y3f", "pk3f", "pv3f"], is_causal=1),
+             n("Attention", ["q1", "k4", "v4", "m4"], ["y4f"]),
+             n("Attention", ["q1", "k1", "v1", "m5"], ["y5f"], is_causal=1),
+             n("Attention", ["ql", "kl", "vl"], ["ylf"], is_causal=1),
+             n("Attention", ["ql", "kl", "vl", "ml"], ["ylm"])]
+    inits = [numpy_helper.from_array(m2, "m2"), numpy_helper.from_array(f(L, L), "ml")]
     ins = [vi("q1", ["batch", H, S, D]), vi("k1", ["batch", H, S, D]), vi("v1", ["batch", H, S, D]),
            vi("q2", ["batch", S, 4 * D]), vi("k2", ["batch", S, 2 * D]), vi("v2", ["batch", S, 12]),
            vi("q3", ["batch", H, 1, D]), vi("k3", ["batch", 2, 1, D]), vi("v3", ["batch", 2, 1, D]),
            vi("m3", ["batch", 1, 1, P + 1]), vi("pk", ["batch", 2, P, D]), vi("pv", ["batch", 2, P, D]),
            vi("k4", ["batch", 1, S, D]), vi("v4", ["batch", 1, S, D]), vi("m4", ["batch", 1, S, S], T.BOOL),
-           vi("m5", ["batch", H, S, S])]
-    outs = [vi(k, None) for k in ("y1", "y2", "qk2", "y3", "pk3", "pv3", "qk3", "y4", "qk4", "y5", "qk5")]
+           vi("m5", ["batch", H, S, S]), vi("ql", ["batch", 1, L, 16]), vi("kl", ["batch", 1, L, 16]),
+           vi("vl", ["batch", 1, L, 16])]
+    outs = [vi(k, None) for k in ("y1", "y2", "qk2", "y3", "pk3", "pv3", "qk3", "y4", "qk4", "y5", "qk5", "y2f", "y3f",
+                                  "pk3f", "pv3f", "y4f", "y5f", "ylf", "ylm")]
     xin = {"q1": f(B, H, S, D), "k1": f(B, H, S, D), "v1": f(B, H, S, D), "q2": f(B, S, 4 * D), "k2": f(B, S, 2 * D),
            "v2": f(B, S, 12), "q3": f(B, H, 1, D), "k3": f(B, 2, 1, D), "v3": f(B, 2, 1, D), "m3": f(B, 1, 1, P + 1),
            "pk": f(B, 2, P, D), "pv": f(B, 2, P, D), "k4": f(B, 1, S, D), "v4": f(B, 1, S, D), "m4": m4,
-           "m5": f(B, H, S, S)}
+           "m5": f(B, H, S, S), "ql": f(B, 1, L, 16), "kl": f(B, 1, L, 16), "vl": f(B, 1, L, 16)}
     return model(nodes, ins, outs, inits, 23), xin, None
 
 
@@ -300,6 +317,78 @@ def flex_preview(rng):
     return m, xin, ref
 
 
+def attention24(rng):
+    """Attention-24's nonpad_kv_seqlen (a static cache: keys from nonpad[b] on are padding,
+    the causal frontier at nonpad[b] - Sq), fused and causal; fused with a boolean mask;
+    written in other ops (the qk output, mode 0) and causal."""
+    H, S, C, D = 2, 3, 9, 4
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)
+    n = helper.make_node
+    mb = rng.random((S, C)) > 0.3
+    mb[:, 0] = True
+    nodes = [n("Attention", ["q", "k", "v", "", "", "", "np"], ["y1"], is_causal=1),
+             n("Attention", ["q", "k", "v", "mb", "", "", "np"], ["y2"]),
+             n("Attention", ["q", "k", "v", "", "", "", "np"], ["y3", "", "", "qk3"], is_causal=1)]
+    ins = [vi("q", ["batch", H, S, D]), vi("k", ["batch", H, C, D]), vi("v", ["batch", H, C, D]),
+           vi("np", ["batch"], T.INT64)]
+    outs = [vi(k, None) for k in ("y1", "y2", "y3", "qk3")]
+    xin = {"q": f(B, H, S, D), "k": f(B, H, C, D), "v": f(B, H, C, D), "np": np.array([5, C, 4, 7], np.int64)}
+    return model(nodes, ins, outs, [numpy_helper.from_array(mb, "mb")], 24), xin, None
+
+
+def attention_np(q, k, v, left=-1, right=-1, causal=False, nonpad=None):
+    """numpy Attention of 4D inputs (one head per key/value head), the scores -inf outside
+    the windows around the query's position i + offset (offset nonpad[b] - Sq, else 0),
+    past the causal frontier and from nonpad[b] on; a row with no key gives zeros"""
+    Bq, Hq, Sq, Dq = q.shape
+    Tk = k.shape[2]
+    s = np.einsum("bhid,bhjd->bhij", q.astype(np.float64), k.astype(np.float64)) / np.sqrt(Dq)
+    off = (nonpad - Sq if nonpad is not None else np.zeros(Bq, np.int64)).reshape(Bq, 1, 1, 1)
+    pos = np.arange(Sq).reshape(1, 1, Sq, 1) + off
+    j = np.arange(Tk).reshape(1, 1, 1, Tk)
+    ok = np.ones((Bq, 1, Sq, Tk), bool)
+    if left >= 0:
+        ok &= pos - j <= left
+    if right >= 0:
+        ok &= j - pos <= right
+    if causal:
+        ok &= j <= pos
+    if nonpad is not None:
+        ok &= j < nonpad.reshape(Bq, 1, 1, 1)
+    s = np.where(ok, s, -np.inf)
+    mx = s.max(-1, keepdims=True)
+    e = np.where(ok, np.exp(s - np.where(np.isfinite(mx), mx, 0)), 0)
+    den = e.sum(-1, keepdims=True)
+    p = np.where(den > 0, e / np.where(den > 0, den, 1), 0)
+    return np.einsum("bhij,bhjd->bhid", p, v.astype(np.float64)).astype(np.float32)
+
+
+def attention25(rng):
+    """Attention-25's sliding windows, which onnxruntime does not read: a numpy reference
+    (attention_np). Fused: left and right windows over 300 keys (several key blocks, the
+    blocks outside the window skipped), a left window with is_causal and
+    nonpad_kv_seqlen; written in other ops (with the qk output) the same windows."""
+    H, S, L, D = 2, 5, 300, 8
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)
+    n = helper.make_node
+    npad = np.array([7, 9, 6, 8], np.int64)
+    nodes = [n("Attention", ["ql", "kl", "vl"], ["y1"], left_window_size=200, right_window_size=3),
+             n("Attention", ["q", "k", "v", "", "", "", "np"], ["y2"], left_window_size=2, is_causal=1),
+             n("Attention", ["q", "k", "v", "", "", "", "np"], ["y3", "", "", "qk3"], left_window_size=2,
+               is_causal=1)]
+    ins = [vi("ql", ["batch", 1, L, D]), vi("kl", ["batch", 1, L, D]), vi("vl", ["batch", 1, L, D]),
+           vi("q", ["batch", H, S, D]), vi("k", ["batch", H, 9, D]), vi("v", ["batch", H, 9, D]),
+           vi("np", ["batch"], T.INT64)]
+    outs = [vi(k, None) for k in ("y1", "y2", "y3")]
+    xin = {"ql": f(B, 1, L, D), "kl": f(B, 1, L, D), "vl": f(B, 1, L, D), "q": f(B, H, S, D), "k": f(B, H, 9, D),
+           "v": f(B, H, 9, D), "np": npad}
+    y2 = attention_np(xin["q"], xin["k"], xin["v"], left=2, causal=True, nonpad=npad)
+    ref = {"y1": attention_np(xin["ql"], xin["kl"], xin["vl"], left=200, right=3), "y2": y2, "y3": y2}
+    m = model(nodes, ins, outs, [], 25)
+    m.ir_version = 11
+    return m, xin, ref
+
+
 def close(got, ref, tol):
     """rel-L2 over the finite entries, the infinities and NaNs where the reference has them"""
     fin = np.isfinite(ref)
@@ -309,7 +398,8 @@ def close(got, ref, tol):
 
 
 CASES = {"opset22_cnn": opset22_cnn, "llm24": llm24, "forms28": forms28, "attention23": attention23,
-         "state28": state28, "flex_preview": flex_preview}
+         "state28": state28, "flex_preview": flex_preview, "attention24": attention24,
+         "attention25": attention25}
 
 
 def same_bits(x, y):

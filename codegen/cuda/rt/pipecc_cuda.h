@@ -366,6 +366,25 @@ int pk_gather(pk_stage *S, int esize, int axis, const void *x, const void *idx, 
               int64_t a, int64_t ni, int64_t inner);
 int pk_pool(pk_stage *S, const pk_pool_p *p, const void *x, void *y, int64_t *yi);
 int pk_softmax(pk_stage *S, int kind, const float *x, float *y, int64_t outer, int64_t a, int64_t inner);
+/* Attention (opsets 23 to 25), fused: one warp per query row, the keys 32 at a time
+ * (one per lane: its score, scaled, softcapped, masked), an online softmax and the
+ * output accumulated in registers (v_head_size at most PK_ATTN_DV, pipecc_cuda_limits.h); no score matrix is
+ * held. Geometry: Q [B, Hq, Sq, D] or [B, Sq, Hq*D] (element strides q[] of batch, head,
+ * position; likewise k[], v[] of the new keys and values and y[] of Y), the past
+ * [B, Hkv, Sp, D]; mask element b * mB + h * mH + i * mS + j * mT for keys j < Tm (later
+ * keys masked), bool (mask_bool) or float; lw, rw: the windows (-1: none); nonpad (may
+ * be NULL): nonpad_kv_seqlen. present_k/v (may be NULL): the past and new keys/values
+ * as [B, Hkv, T, D]. */
+typedef struct pk_attn_p {
+  int64_t B, Hq, Hkv, Sq, Skv, Sp, D, Dv;
+  int64_t q[3], k[3], v[3], y[3];
+  int64_t mB, mH, mS, mT, Tm, lw, rw;
+  float scale, cap;
+  int causal, mask_bool;
+} pk_attn_p;
+int pk_attention(pk_stage *S, const pk_attn_p *p, const float *q, const float *k, const float *v, const void *mask,
+                 const float *past_k, const float *past_v, const int64_t *nonpad, float *y, float *present_k,
+                 float *present_v);
 /* Layer normalisation of rows of `inner` elements; scale/bias indexed by i % ns (ns
  * = inner or 1) or, for instance norm (per_row), by row % ns. mean/inv may be NULL. */
 int pk_layernorm(pk_stage *S, const float *x, const float *scale, int64_t ns, const float *bias, int64_t nb, float *y,

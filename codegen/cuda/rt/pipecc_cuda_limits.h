@@ -29,4 +29,6 @@ static inline int pk_dc_fits(int64_t n, int64_t c, int64_t m, int64_t kh, int64_
   return c * kh * kw <= PK_DC_TAPS && c * pk_dc_tile_rows(kh, sh) * pk_dc_tile_cols(kw, sw) * sw <= PK_DC_XT &&
          n * ((m + PK_DC_MB - 1) / PK_DC_MB) <= 65535;
 }
+/* The largest v_head_size of pk_attention (its per-lane accumulators: PK_ATTN_DV / 32). */
+#define PK_ATTN_DV 256
 #endif

@@ -1659,6 +1659,102 @@ extern "C" int pk_softmax(pk_stage *S, int kind, const float *x, float *y, int64
   return pk_check_launch(S);
 }
 
+/* ---- attention ---------------------------------------------------------------------------------- */
+
+/* one warp per query row (b, h, i): lane l scores key j0 + l, the warp's max and sum
+ * update the running max m and sum l, and each lane accumulates output dims lane,
+ * lane + 32, ... from the 32 keys' probabilities (shuffled to every lane, in key order) */
+__global__ void k_attention(pk_attn_p p, const float *__restrict__ q, const float *__restrict__ k,
+                            const float *__restrict__ v, const void *__restrict__ mask, const float *__restrict__ pk,
+                            const float *__restrict__ pv, const int64_t *__restrict__ nonpad, float *__restrict__ y) {
+  const int lane = threadIdx.x & 31;
+  const int64_t rows = p.B * p.Hq * p.Sq, T = p.Sp + p.Skv, G = p.Hq / p.Hkv;
+  for (int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; row < rows;
+       row += ((int64_t)gridDim.x * blockDim.x) >> 5) {
+    const int64_t i = row % p.Sq, h = (row / p.Sq) % p.Hq, b = row / (p.Sq * p.Hq), hk = h / G;
+    const int64_t off = nonpad ? nonpad[b] - p.Sq : p.Sp, pos = i + off;
+    int64_t jlo = 0, jhi = nonpad ? (nonpad[b] < 0 ? 0 : nonpad[b] > T ? T : nonpad[b]) : T;
+    if (p.causal && jhi > pos + 1) jhi = pos + 1;
+    if (p.rw >= 0 && jhi > pos + p.rw + 1) jhi = pos + p.rw + 1;
+    if (p.lw >= 0 && jlo < pos - p.lw) jlo = pos - p.lw;
+    const float *qr = q + b * p.q[0] + h * p.q[1] + i * p.q[2];
+    float acc[PK_ATTN_DV / 32];
+    for (int t = 0; t < PK_ATTN_DV / 32; t++) acc[t] = 0;
+    float m = -INFINITY, l = 0;
+    for (int64_t j0 = jlo; j0 < jhi; j0 += 32) {
+      const int64_t j = j0 + lane;
+      float s = -INFINITY;
+      if (j < jhi) {
+        const float *kr = j < p.Sp ? pk + ((b * p.Hkv + hk) * p.Sp + j) * p.D
+                                   : k + b * p.k[0] + hk * p.k[1] + (j - p.Sp) * p.k[2];
+        float dot = 0;
+        for (int64_t e = 0; e < p.D; e++) dot = fmaf(qr[e], kr[e], dot);
+        s = dot * p.scale;
+        if (p.cap > 0) s = tanhf(s / p.cap) * p.cap;
+        if (mask) {
+          const int64_t mo = b * p.mB + h * p.mH + i * p.mS + j * p.mT;
+          if (j >= p.Tm) s = -INFINITY;
+          else if (p.mask_bool) s = ((const unsigned char *)mask)[mo] ? s : -INFINITY;
+          else s = s + ((const float *)mask)[mo];
+        }
+      }
+      const float cm = warp_max(s);
+      if (!(cm > -INFINITY)) continue; /* the whole warp: no key of these 32 */
+      const float mn = fmaxf(m, cm), cr = expf(m - mn), e = s > -INFINITY ? expf(s - mn) : 0.0f;
+      l = l * cr + warp_sum(e);
+      for (int t = 0; t < PK_ATTN_DV / 32; t++) acc[t] *= cr;
+      for (int kk = 0; kk < 32; kk++) {
+        const float w = __shfl_xor_sync(0xffffffffu, e, lane ^ kk); /* lane kk's */
+        const int64_t jj = j0 + kk;
+        if (jj >= jhi) break;
+        if (w == 0) continue;
+        const float *vr = jj < p.Sp ? pv + ((b * p.Hkv + hk) * p.Sp + jj) * p.Dv
+                                    : v + b * p.v[0] + hk * p.v[1] + (jj - p.Sp) * p.v[2];
+        for (int t = 0; t < PK_ATTN_DV / 32; t++) {
+          const int64_t d = lane + 32 * t;
+          if (d < p.Dv) acc[t] = fmaf(w, vr[d], acc[t]);
+        }
+      }
+      m = mn;
+    }
+    float *yr = y + b * p.y[0] + h * p.y[1] + i * p.y[2];
+    for (int t = 0; t < PK_ATTN_DV / 32; t++) {
+      const int64_t d = lane + 32 * t;
+      if (d < p.Dv) yr[d] = l > 0 ? acc[t] / l : 0.0f;
+    }
+  }
+}
+
+/* present_key / present_value: [B, Hkv, T, D] from the past and the new rows */
+__global__ void k_attention_present(pk_attn_p p, const float *__restrict__ x, const float *__restrict__ past,
+                                    int is_v, int64_t D, float *__restrict__ y) {
+  const int64_t T = p.Sp + p.Skv, *st = is_v ? p.v : p.k;
+  GRID_LOOP(t, p.B * p.Hkv * T * D) {
+    const int64_t e = t % D, j = (t / D) % T, hk = (t / (D * T)) % p.Hkv, b = t / (D * T * p.Hkv);
+    y[t] = j < p.Sp ? past[((b * p.Hkv + hk) * p.Sp + j) * D + e] : x[b * st[0] + hk * st[1] + (j - p.Sp) * st[2] + e];
+  }
+}
+
+extern "C" int pk_attention(pk_stage *S, const pk_attn_p *p, const float *q, const float *k, const float *v,
+                            const void *mask, const float *past_k, const float *past_v, const int64_t *nonpad, float *y,
+                            float *present_k, float *present_v) {
+  const int64_t T = p->Sp + p->Skv;
+  if (present_k && p->B * p->Hkv * T * p->D > 0) {
+    k_attention_present<<<pk_grid(p->B * p->Hkv * T * p->D), PK_THREADS, 0, S->stream>>>(*p, k, past_k, 0, p->D,
+                                                                                         present_k);
+    if (pk_check_launch(S)) return 1;
+  }
+  if (present_v && p->B * p->Hkv * T * p->Dv > 0) {
+    k_attention_present<<<pk_grid(p->B * p->Hkv * T * p->Dv), PK_THREADS, 0, S->stream>>>(*p, v, past_v, 1, p->Dv,
+                                                                                          present_v);
+    if (pk_check_launch(S)) return 1;
+  }
+  if (!y || p->B * p->Hq * p->Sq * p->Dv == 0) return 0;
+  k_attention<<<pk_grid(p->B * p->Hq * p->Sq * 32), PK_THREADS, 0, S->stream>>>(*p, q, k, v, mask, past_k, past_v, nonpad,
+                                                                               y);
+  return pk_check_launch(S);
+}
+
 /* ---- normalisation ------------------------------------------------------------------------------ */
 
 /* block-wide sum of PK_THREADS threads */
