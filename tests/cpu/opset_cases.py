@@ -15,7 +15,8 @@ Cases:
                 opset 24; onnxruntime the reference.
   forms28       Mod-28 of floats with fmod=0 (signed zeros, infinities, NaN) and BitShift-28
                 of signed integers (arithmetic right shifts, left shifts into the sign,
-                shifts by negative or too large amounts), at opset 28, which onnxruntime
+                shifts by negative or too large amounts), SpaceToDepth-28 in both modes,
+                at opset 28, which onnxruntime
                 does not read: numpy the reference, bitwise (signs of zero too).
   types25       the types of IR 11 and later (float4e2m1, float6e2m3, float6e3m2, float8e8m0,
                 int2, uint2) at opset 25: Cast to each from float32 (rounding, saturation,
@@ -124,11 +125,14 @@ def forms28(rng):
              n("BitShift", ["xi", "si"], ["l32"], direction="LEFT"),
              n("Cast", ["si"], ["s8"], to=T.INT8),
              n("BitShift", ["x8", "s8"], ["r8"], direction="RIGHT"),
-             n("BitShift", ["x8", "s8"], ["l8"], direction="LEFT")]
+             n("BitShift", ["x8", "s8"], ["l8"], direction="LEFT"),
+             n("SpaceToDepth", ["sd"], ["crd"], blocksize=2, mode="CRD"),
+             n("SpaceToDepth", ["sd"], ["dcr"], blocksize=2)]
     ins = [vi("a", ["batch", 12]), vi("b", ["batch", 12]), vi("xi", ["batch", 12], T.INT32),
-           vi("si", ["batch", 12], T.INT32), vi("x8", ["batch", 12], T.INT8)]
+           vi("si", ["batch", 12], T.INT32), vi("x8", ["batch", 12], T.INT8), vi("sd", ["batch", 3, 4, 6])]
     outs = [vi("m0", ["batch", 12]), vi("m1", ["batch", 12]), vi("r32", ["batch", 12], T.INT32),
-            vi("l32", ["batch", 12], T.INT32), vi("r8", ["batch", 12], T.INT8), vi("l8", ["batch", 12], T.INT8)]
+            vi("l32", ["batch", 12], T.INT32), vi("r8", ["batch", 12], T.INT8), vi("l8", ["batch", 12], T.INT8),
+            vi("crd", ["batch", 12, 2, 3]), vi("dcr", ["batch", 12, 2, 3])]
     m = model(nodes, ins, outs, [], 28)
     with np.errstate(all="ignore"):
         m0 = np.mod(a, b)  # A - floor(A / B) * B with the sign of B; numpy's specials are ONNX's
@@ -148,7 +152,11 @@ def forms28(rng):
         return out
     ref = {"m0": m0, "m1": m1, "r32": shift(xi, shifts, True), "l32": shift(xi, shifts, False),
            "r8": shift(x8, shifts, True), "l8": shift(x8, shifts, False)}
-    return m, {"a": a, "b": b, "xi": xi, "si": shifts.astype(np.int32), "x8": x8}, ref
+    sd = rng.standard_normal((B, 3, 4, 6)).astype(np.float32)
+    blocks = sd.reshape(B, 3, 2, 2, 3, 2)  # [n, c, h, i, w, j]
+    ref["crd"] = blocks.transpose(0, 1, 3, 5, 2, 4).reshape(B, 12, 2, 3)  # channel c * 4 + i * 2 + j
+    ref["dcr"] = blocks.transpose(0, 3, 5, 1, 2, 4).reshape(B, 12, 2, 3)  # channel (i * 2 + j) * 3 + c
+    return m, {"a": a, "b": b, "xi": xi, "si": shifts.astype(np.int32), "x8": x8, "sd": sd}, ref
 
 
 # the types of IR 11 and later, float: (TensorProto code, exponent bits, mantissa bits)

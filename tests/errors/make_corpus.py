@@ -268,9 +268,9 @@ def _(d, n):
 
 # Opsets 22 to 28: a form that changed more than its types is read only where it keeps its
 # earlier meaning (frontend/onnx_forms.c)
-@case("form_space_to_depth_crd", r"SpaceToDepth-28 with mode='CRD' is not supported", node="s2d")
+@case("form_space_to_depth_mode", r"SpaceToDepth-28 with mode='RCD' is not supported", node="s2d")
 def _(d, n):
-    nodes = [helper.make_node("SpaceToDepth", ["x"], ["y"], name="s2d", blocksize=2, mode="CRD")]
+    nodes = [helper.make_node("SpaceToDepth", ["x"], ["y"], name="s2d", blocksize=2, mode="RCD")]
     return save(model(nodes, [vi("x", [1, 4, 2, 2])], [vi("y", [1, 16, 1, 1])], opset=28, ir=10), d, n)
 
 
