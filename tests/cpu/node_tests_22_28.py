@@ -41,7 +41,7 @@ def main():
         print(f"SKIPPED: {py} has no onnx >= 1.23 with numpy ({ver or r.stderr.strip()[-200:]})")
         return SKIP
     data = os.path.join(a.work, f"data-{ver}")
-    stamp = os.path.join(data, ".written")
+    stamp = data + ".written"  # beside the folder: node_tests.py takes every entry in it for a test
     if not os.path.exists(stamp):
         r = subprocess.run([py, os.path.join(ROOT, "tools", "gen_node_tests.py"), data])
         if r.returncode:
