@@ -40,6 +40,10 @@ static const char *narrow_fn(ir_dtype t) {
     case IR_FLOAT8E4M3FN: return "f8e4m3fn";
     case IR_FLOAT8E4M3FNUZ: return "f8e4m3fnuz";
     case IR_FLOAT8E5M2: return "f8e5m2";
+    case IR_FLOAT8E8M0: return "f8e8m0";
+    case IR_FLOAT4E2M1: return "f4e2m1";
+    case IR_FLOAT6E2M3: return "f6e2m3";
+    case IR_FLOAT6E3M2: return "f6e3m2";
     default: return "f8e5m2fnuz";
   }
 }
@@ -377,27 +381,37 @@ static int ew_cast(const ew_node *e) {
   const ir_node *n = e->n;
   const char *A = e->A, *T = e->T;
   ir_dtype t = e->t, xt = e->xt;
-  /* float16, bfloat16, float8 (bit patterns, runtime/pipert.h): read as float (exact),
-   * written by one rounding from the source's value; to float8 by Cast's saturate
-   * (CastLike's too, default 1; ONNX: it applies to float8 only) */
+  /* float16, bfloat16, float8, float4, float6 (bit patterns, runtime/pipert.h): read as
+   * float (exact), written by one rounding from the source's value; to float8 by Cast's
+   * saturate (CastLike's too, default 1; ONNX: it applies to float8 only), to float8e8m0
+   * by saturate and round_mode (Cast-24) */
   char wide[96];
   if (ir_dtype_narrow(xt)) {
     snprintf(wide, sizeof wide, "pipert_%s_to_f(%s)", narrow_fn(xt), A);
     A = wide;
     xt = IR_FLOAT;
   }
-  if (ir_dtype_narrow(t) && ir_dtype_size(t) == 1)
+  int lo, hi;
+  if (t == IR_FLOAT8E8M0) {
+    const char *rm = ir_attr_str(n, "round_mode", "up");
+    ew(c, "pipert_f_to_f8e8m0((double)%s, %d, %d);\n", A, ir_attr_int(n, "saturate", 1) != 0,
+       !strcmp(rm, "down") ? 1 : !strcmp(rm, "nearest") ? 2 : 0);
+  } else if (ir_dtype_narrow(t) && ir_dtype_packed_bits(t))
+    ew(c, "pipert_f_to_%s((double)%s);\n", narrow_fn(t), A); /* float4, float6: no saturate */
+  else if (ir_dtype_narrow(t) && ir_dtype_size(t) == 1)
     ew(c, "pipert_f_to_%s((double)%s, %d);\n", narrow_fn(t), A, ir_attr_int(n, "saturate", 1) != 0);
   else if (ir_dtype_narrow(t)) ew(c, "pipert_f_to_%s((double)%s);\n", narrow_fn(t), A);
   else if (t == IR_BOOL) ew(c, "(uint8_t)(%s != 0);\n", A);
-  else if (ir_dtype_is_4bit(t)) {
-    /* to int4/uint4 (one value per byte): clipped to the range, then rounded half to
-     * even; NaN gives 0 */
-    int lo = t == IR_INT4 ? -8 : 0, hi = t == IR_INT4 ? 7 : 15;
+  else if (ir_dtype_small_int(t, &lo, &hi)) {
+    /* to int4, uint4, int2, uint2 (one value per byte). From a float: truncated, as to
+     * the other integer types; NaN and values outside the range (undefined in ONNX) give
+     * 0, as ONNX's reference (onnx 1.23) does. From an integer or bool: the low bits,
+     * sign-extended for int4 and int2 (ONNX: higher bits discarded). */
+    int w = lo ? -2 * lo : hi + 1; /* 2^bits */
     if (is_float(xt))
-      ew(c, "%s != %s ? (%s)0 : (%s)rint(%s < %d ? %d : %s > %d ? %d : %s);\n", A, A, T, T, A, lo, lo, A, hi, hi, A);
-    else if (is_signed_int(xt)) ew(c, "(%s)(%s < %d ? %d : %s > %d ? %d : %s);\n", T, A, lo, lo, A, hi, hi, A);
-    else ew(c, "(%s)(%s > %d ? %d : %s);\n", T, A, hi, hi, A); /* unsigned and bool */
+      ew(c, "(%s > %d && %s < %d) ? (%s)(int)%s : (%s)0;\n", A, lo - 1, A, hi + 1, T, A, T);
+    else if (lo) ew(c, "(%s)((((int64_t)%s & %d) ^ %d) - %d);\n", T, A, w - 1, w / 2, w / 2);
+    else ew(c, "(%s)((uint64_t)%s & %du);\n", T, A, w - 1);
   } else if (is_float(xt) && !is_float(t)) {
     /* float -> integer: truncation; NaN and out-of-range values give 0 rather than UB */
     ew(c, "(%s == %s && %s > -9.3e18 && %s < 9.3e18) ? (%s)(int64_t)%s : (%s)0;\n", A, A, A, A, T, A, T);

@@ -51,12 +51,14 @@ int onnx_form_check(ir_graph *g, int node) {
   int v = f->version;
   switch (n->op) {
     case IR_OP_Cast:
-    case IR_OP_CastLike: return 0; /* round_mode: conversions to float8e8m0 only, a type pipecc refuses */
+    case IR_OP_CastLike: return 0; /* round_mode: conversions to float8e8m0 only (codegen/eltwise_expr.c) */
     case IR_OP_QuantizeLinear: return int_at(g, node, v, "precision", 0, "the precision of y_zero_point's type");
     case IR_OP_DequantizeLinear: return int_at(g, node, v, "output_dtype", 0, "the output of x_scale's type");
     case IR_OP_Attention: return 0; /* 24: nonpad_kv_seqlen, 25: the windows; refused by its shape rule */
     case IR_OP_Range: return int_at(g, node, v, "stash_type", 1, "float16 and bfloat16 computed in float");
-    case IR_OP_SpaceToDepth: return str_at(g, node, v, "mode", "DCR", "the only order of earlier opsets");
+    case IR_OP_SpaceToDepth: /* 28: mode, DCR (earlier opsets' order) or CRD (DepthToSpace's) */
+      if (!strcmp(ir_attr_str(n, "mode", "DCR"), "CRD")) return 0;
+      return str_at(g, node, v, "mode", "DCR", "or 'CRD'");
     default:
       ir_error_node(g, node, "%s-%d (opset %d) is not supported: pipecc reads %s's forms up to opset 21", n->op_type, v,
                     n->opset, n->op_type);

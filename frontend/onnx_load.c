@@ -246,10 +246,11 @@ static int tensor_value(ctx *c, int node, const Onnx__TensorProto *t, const char
     return -1;
   }
   size_t nbytes = (size_t)numel * es;
-  /* int4 and uint4 are packed two to a byte in the file, low nibble first; pipecc holds
-   * them one value per byte (unpacked below) */
-  int packed = ir_dtype_is_4bit((ir_dtype)dt);
-  size_t fbytes = packed ? ((size_t)numel + 1) / 2 : nbytes;
+  /* int4, uint4 and float4e2m1 are packed two to a byte in the file, int2 and uint2 four,
+   * the float6 types four in three bytes, low bits first (ir_dtype_packed_bits); pipecc
+   * holds them one value per byte (unpacked below) */
+  int packed = ir_dtype_packed_bits((ir_dtype)dt);
+  size_t fbytes = packed ? ((size_t)numel * (size_t)packed + 7) / 8 : nbytes;
   const void *data = NULL;
 
   if (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
@@ -344,7 +345,7 @@ static int tensor_value(ctx *c, int node, const Onnx__TensorProto *t, const char
           memcpy(o, &x, 2);
           break;
         }
-        default: *o = (uint8_t)t->int32_data[i]; break; /* INT8, UINT8, BOOL, float8 bit patterns, packed int4 */
+        default: *o = (uint8_t)t->int32_data[i]; break; /* INT8, UINT8, BOOL, float8 bit patterns, packed bytes */
       }
     }
     data = d;
@@ -352,9 +353,12 @@ static int tensor_value(ctx *c, int node, const Onnx__TensorProto *t, const char
   if (packed && numel) {
     const uint8_t *p = data;
     int8_t *u = ir_alloc(g->arena, nbytes);
+    int sgn = dt == IR_INT4 || dt == IR_INT2; /* sign-extended */
     for (int64_t i = 0; i < numel; i++) {
-      int q = (p[i / 2] >> (4 * (i & 1))) & 15;
-      u[i] = (int8_t)(dt == IR_INT4 && q >= 8 ? q - 16 : q);
+      size_t bit = (size_t)i * (size_t)packed;
+      unsigned w = p[bit / 8] | (bit / 8 + 1 < fbytes ? (unsigned)p[bit / 8 + 1] << 8 : 0u);
+      int q = (int)((w >> (bit % 8)) & ((1u << packed) - 1u));
+      u[i] = (int8_t)(sgn && q >= 1 << (packed - 1) ? q - (1 << packed) : q);
     }
     data = u;
   }

@@ -38,14 +38,18 @@ static const struct {
     [IR_FLOAT8E5M2FNUZ] = {"float8e5m2fnuz", "FLOAT8E5M2FNUZ", 1},
     [IR_UINT4] = {"uint4", "UINT4", 1},
     [IR_INT4] = {"int4", "INT4", 1},
+    [IR_FLOAT4E2M1] = {"float4e2m1", "FLOAT4E2M1", 1},
+    [IR_FLOAT8E8M0] = {"float8e8m0", "FLOAT8E8M0", 1},
+    [IR_UINT2] = {"uint2", "UINT2", 1},
+    [IR_INT2] = {"int2", "INT2", 1},
+    [IR_FLOAT6E2M3] = {"float6e2m3", "FLOAT6E2M3", 1},
+    [IR_FLOAT6E3M2] = {"float6e3m2", "FLOAT6E3M2", 1},
 };
 
 size_t ir_dtype_size(ir_dtype t) { return (t > 0 && t < IR_DTYPE_COUNT) ? dtypes[t].size : 0; }
 const char *ir_dtype_name(ir_dtype t) { return (t >= 0 && t < IR_DTYPE_COUNT) ? dtypes[t].np : "undefined"; }
 
 const char *ir_unheld_dtype_name(int64_t t) {
-  static const char *const later[] = {"float4e2m1", "float8e8m0", "uint2", "int2", "float6e2m3", "float6e3m2"};
-  if (t >= 23 && t <= 28) return later[t - 23];
   if (t == IR_STRING) return "string";
   if (t == IR_COMPLEX64 || t == IR_COMPLEX128) return "complex";
   return "invalid";
@@ -58,9 +62,34 @@ int ir_dtype_parse(const char *s) {
   return -1;
 }
 int ir_dtype_narrow(ir_dtype t) {
-  return t == IR_FLOAT16 || t == IR_BFLOAT16 || (t >= IR_FLOAT8E4M3FN && t <= IR_FLOAT8E5M2FNUZ);
+  return t == IR_FLOAT16 || t == IR_BFLOAT16 || (t >= IR_FLOAT8E4M3FN && t <= IR_FLOAT8E5M2FNUZ) ||
+         t == IR_FLOAT4E2M1 || t == IR_FLOAT8E8M0 || t == IR_FLOAT6E2M3 || t == IR_FLOAT6E3M2;
 }
-int ir_dtype_is_4bit(ir_dtype t) { return t == IR_UINT4 || t == IR_INT4; }
+int ir_dtype_small_int(ir_dtype t, int *lo, int *hi) {
+  int l, h;
+  switch (t) {
+    case IR_INT4: l = -8, h = 7; break;
+    case IR_UINT4: l = 0, h = 15; break;
+    case IR_INT2: l = -2, h = 1; break;
+    case IR_UINT2: l = 0, h = 3; break;
+    default: return 0;
+  }
+  if (lo) *lo = l;
+  if (hi) *hi = h;
+  return 1;
+}
+int ir_dtype_packed_bits(ir_dtype t) {
+  switch (t) {
+    case IR_INT4:
+    case IR_UINT4:
+    case IR_FLOAT4E2M1: return 4;
+    case IR_INT2:
+    case IR_UINT2: return 2;
+    case IR_FLOAT6E2M3:
+    case IR_FLOAT6E3M2: return 6;
+    default: return 0;
+  }
+}
 int ir_dtype_is_float(ir_dtype t) { return t == IR_FLOAT || t == IR_DOUBLE || ir_dtype_narrow(t); }
 
 /* ---- shapes ---- */
@@ -749,6 +778,7 @@ int ir_const_i64(const ir_value *v, int64_t i, int64_t *out) {
       return 0;
     }
     case IR_INT8:
+    case IR_INT2:
     case IR_INT4: {
       int8_t x;
       memcpy(&x, p, 1);
@@ -757,6 +787,7 @@ int ir_const_i64(const ir_value *v, int64_t i, int64_t *out) {
     }
     case IR_UINT8:
     case IR_UINT4:
+    case IR_UINT2:
     case IR_BOOL: *out = *p; return 0;
     case IR_UINT16: {
       uint16_t x;
@@ -825,7 +856,11 @@ int ir_const_f64(const ir_value *v, int64_t i, double *out) {
     case IR_FLOAT8E4M3FN:
     case IR_FLOAT8E4M3FNUZ:
     case IR_FLOAT8E5M2:
-    case IR_FLOAT8E5M2FNUZ: *out = pipert_from_bits(*p, v->dtype); return 0;
+    case IR_FLOAT8E5M2FNUZ:
+    case IR_FLOAT4E2M1:
+    case IR_FLOAT8E8M0:
+    case IR_FLOAT6E2M3:
+    case IR_FLOAT6E3M2: *out = pipert_from_bits(*p, v->dtype); return 0;
     default: {
       int64_t x;
       if (ir_const_i64(v, i, &x)) return -1;

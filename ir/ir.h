@@ -53,6 +53,14 @@ typedef enum {
   IR_FLOAT8E5M2FNUZ = 20,
   IR_UINT4 = 21, /* held unpacked: one value per byte (uint8_t), packed only in ONNX files */
   IR_INT4 = 22,  /* held unpacked: one value per byte (int8_t, sign-extended) */
+  /* the types of IR version 11 and later, held unpacked, one value per byte: the floats as
+   * bit patterns (uint8_t), int2 sign-extended (int8_t) */
+  IR_FLOAT4E2M1 = 23,
+  IR_FLOAT8E8M0 = 24,
+  IR_UINT2 = 25,
+  IR_INT2 = 26,
+  IR_FLOAT6E2M3 = 27,
+  IR_FLOAT6E3M2 = 28,
   IR_DTYPE_COUNT
 } ir_dtype;
 
@@ -60,17 +68,22 @@ typedef enum {
 size_t ir_dtype_size(ir_dtype t);
 /* NumPy-style name: "float32", "int64", "bool", ... ("undefined" if unknown). */
 const char *ir_dtype_name(ir_dtype t);
-/* The name of an ONNX element type pipecc does not hold, for error lines: one of those
- * ONNX added after IR version 10 (float4e2m1 ... float6e3m2, types 23 to 28), "string",
+/* The name of an ONNX element type pipecc does not hold, for error lines: "string",
  * "complex", or "invalid". */
 const char *ir_unheld_dtype_name(int64_t onnx_type);
 /* Name to code, -1 if unknown; accepts numpy names and ONNX names ("FLOAT"). */
 int ir_dtype_parse(const char *s);
-/* 1 for float16, bfloat16 and the float8 types: both targets hold them as bit patterns
- * and compute in float (passes/opt/widen.c). */
+/* 1 for float16, bfloat16, the float8 types (float8e8m0 included), float4e2m1 and the
+ * float6 types: both targets hold them as bit patterns and compute in float
+ * (passes/opt/widen.c). */
 int ir_dtype_narrow(ir_dtype t);
-/* 1 for int4 and uint4 (held one value per byte). */
-int ir_dtype_is_4bit(ir_dtype t);
+/* 1 for int4, uint4, int2 and uint2 (held one value per byte); *lo, *hi (either may be
+ * NULL): their range. */
+int ir_dtype_small_int(ir_dtype t, int *lo, int *hi);
+/* Bits per value in an ONNX file: 4 for int4, uint4 and float4e2m1 (two to a byte), 2 for
+ * int2 and uint2 (four), 6 for the float6 types (four in three bytes), all low bits
+ * first; 0 for the types stored whole. */
+int ir_dtype_packed_bits(ir_dtype t);
 /* 1 for the floating-point types: float32, float64 and the narrow ones. */
 int ir_dtype_is_float(ir_dtype t);
 

@@ -40,7 +40,7 @@ static void bind_const(ir_graph *g, const pass_const_binding *b) {
   }
   ir_dtype dt = val->dtype;
   size_t es = ir_dtype_size(dt);
-  if (!es || ir_dtype_narrow(dt) || ir_dtype_is_4bit(dt)) {
+  if (!es || ir_dtype_narrow(dt) || ir_dtype_small_int(dt, NULL, NULL)) {
     ir_error(g, "--const %s: graph input of type %s; --const takes float32, float64, bool and integer inputs", nm,
              ir_dtype_name(dt));
     return;

@@ -62,7 +62,14 @@ enum pipert_dtype {
   PIPERT_FLOAT8E5M2 = 19,
   PIPERT_FLOAT8E5M2FNUZ = 20,
   PIPERT_UINT4 = 21,
-  PIPERT_INT4 = 22 /* one value per byte */
+  PIPERT_INT4 = 22, /* one value per byte */
+  /* one value per byte: the floats as bit patterns, int2 sign-extended (int8_t) */
+  PIPERT_FLOAT4E2M1 = 23,
+  PIPERT_FLOAT8E8M0 = 24,
+  PIPERT_UINT2 = 25,
+  PIPERT_INT2 = 26,
+  PIPERT_FLOAT6E2M3 = 27,
+  PIPERT_FLOAT6E3M2 = 28
 };
 
 /* float16, bfloat16 and the float8 types are held as bit patterns (uint16_t, uint8_t).
@@ -175,6 +182,60 @@ static inline PIPERT_HD float pipert_f8e4m3fnuz_to_f(uint8_t b) { return pipert_
 static inline PIPERT_HD float pipert_f8e5m2_to_f(uint8_t b) { return pipert_widen8(b, 5, 0); }
 static inline PIPERT_HD float pipert_f8e5m2fnuz_to_f(uint8_t b) { return pipert_widen8(b, 5, 1); }
 
+/* The OCP microscaling element types float4e2m1 (E, M = 2, 1; bias 1, max 6), float6e2m3
+ * (2, 3; bias 1, max 7.5) and float6e3m2 (3, 2; bias 3, max 28): no infinities, no NaN, a
+ * -0. Narrowing rounds to nearest, ties to even; a value past max (infinities included)
+ * gives max of its sign; NaN gives the zero of the other sign, as ONNX's reference
+ * (onnx 1.23, through ml_dtypes) does. Held one value per byte, in the low E + M + 1 bits. */
+static inline PIPERT_HD uint8_t pipert_narrow_mx(double d, int E, int M) {
+  uint64_t u;
+  memcpy(&u, &d, sizeof u);
+  uint32_t sign = (uint32_t)(u >> 63) << (E + M), max = (1u << (E + M)) - 1u;
+  if (pipert_isnan_bits(d)) return (uint8_t)(sign ^ (1u << (E + M)));
+  uint32_t r = pipert_round_bits(d, M, (1 << (E - 1)) - 1);
+  return (uint8_t)(sign | (r < max ? r : max));
+}
+static inline PIPERT_HD float pipert_widen_mx(uint8_t b, int E, int M) {
+  int bias = (1 << (E - 1)) - 1;
+  uint32_t e = ((uint32_t)b >> M) & ((1u << E) - 1u), m = b & ((1u << M) - 1u);
+  uint32_t u = (uint32_t)(127 + (e ? (int)e : 1) - bias - M) << 23; /* exact, as pipert_widen8 */
+  float f;
+  memcpy(&f, &u, sizeof f);
+  f *= (float)(m | (e ? 1u << M : 0u));
+  return (b >> (E + M)) & 1u ? -f : f;
+}
+static inline PIPERT_HD uint8_t pipert_f_to_f4e2m1(double d) { return pipert_narrow_mx(d, 2, 1); }
+static inline PIPERT_HD uint8_t pipert_f_to_f6e2m3(double d) { return pipert_narrow_mx(d, 2, 3); }
+static inline PIPERT_HD uint8_t pipert_f_to_f6e3m2(double d) { return pipert_narrow_mx(d, 3, 2); }
+static inline PIPERT_HD float pipert_f4e2m1_to_f(uint8_t b) { return pipert_widen_mx(b, 2, 1); }
+static inline PIPERT_HD float pipert_f6e2m3_to_f(uint8_t b) { return pipert_widen_mx(b, 2, 3); }
+static inline PIPERT_HD float pipert_f6e3m2_to_f(uint8_t b) { return pipert_widen_mx(b, 3, 2); }
+
+/* float8e8m0 (OCP MX scales): the biased exponent e alone, 2^(e - 127); 0xff is NaN, no
+ * zero, no sign. Narrowing is Cast-24's (onnx.numpy_helper.to_float8e8m0): d as a float,
+ * whose exponent byte is taken (NaN and infinities give 0xff), rounded by round_mode (0
+ * "up": any mantissa bit rounds up; 1 "down": truncated; 2 "nearest": up when the
+ * mantissa's top bit is set and any other bit, or the exponent, is nonzero); saturate
+ * keeps 0xfe from rounding up to 0xff. The sign is dropped (the spec leaves negative
+ * values undefined). */
+static inline PIPERT_HD uint8_t pipert_f_to_f8e8m0(double d, int saturate, int round_mode) {
+  float f = (float)d;
+  uint32_t b;
+  memcpy(&b, &f, sizeof b);
+  uint32_t e = (b >> 23) & 0xffu, up = 0;
+  if (e == 0xffu) return 0xff;
+  if (round_mode == 0) up = (b & 0x7fffffu) != 0;
+  else if (round_mode == 2) up = (b & 0x400000u) && ((b & 0x3fffffu) || e);
+  if (saturate && e == 0xfeu) up = 0;
+  return (uint8_t)(e + up);
+}
+static inline PIPERT_HD float pipert_f8e8m0_to_f(uint8_t b) {
+  uint32_t u = b == 0xffu ? 0x7fc00000u : b ? (uint32_t)b << 23 : 0x00400000u; /* 2^-127: a subnormal */
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
 /* By element type (enum pipert_dtype, one of the narrow ones): d's bit pattern
  * (saturate: float8 only, as Cast's attribute) and a bit pattern's value. */
 static inline PIPERT_HD int pipert_f8_uz(int dtype) {
@@ -184,6 +245,10 @@ static inline PIPERT_HD uint32_t pipert_to_bits(double d, int dtype, int saturat
   switch (dtype) {
     case PIPERT_FLOAT16: return pipert_f_to_f16(d);
     case PIPERT_BFLOAT16: return pipert_f_to_bf16(d);
+    case PIPERT_FLOAT4E2M1: return pipert_f_to_f4e2m1(d);
+    case PIPERT_FLOAT6E2M3: return pipert_f_to_f6e2m3(d);
+    case PIPERT_FLOAT6E3M2: return pipert_f_to_f6e3m2(d);
+    case PIPERT_FLOAT8E8M0: return pipert_f_to_f8e8m0(d, saturate, 0);
     default: return pipert_narrow8(d, dtype >= PIPERT_FLOAT8E5M2 ? 5 : 4, pipert_f8_uz(dtype), saturate);
   }
 }
@@ -191,6 +256,10 @@ static inline PIPERT_HD float pipert_from_bits(uint32_t b, int dtype) {
   switch (dtype) {
     case PIPERT_FLOAT16: return pipert_f16_to_f((uint16_t)b);
     case PIPERT_BFLOAT16: return pipert_bf16_to_f((uint16_t)b);
+    case PIPERT_FLOAT4E2M1: return pipert_f4e2m1_to_f((uint8_t)b);
+    case PIPERT_FLOAT6E2M3: return pipert_f6e2m3_to_f((uint8_t)b);
+    case PIPERT_FLOAT6E3M2: return pipert_f6e3m2_to_f((uint8_t)b);
+    case PIPERT_FLOAT8E8M0: return pipert_f8e8m0_to_f((uint8_t)b);
     default: return pipert_widen8((uint8_t)b, dtype >= PIPERT_FLOAT8E5M2 ? 5 : 4, pipert_f8_uz(dtype));
   }
 }

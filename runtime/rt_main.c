@@ -331,17 +331,22 @@ static int accept_input(const pipert_pipeline *p, int idx, rt_array *a, const ch
     rt_errorf("input '%s' given twice (again in %s)", d->name, src);
     return 2;
   }
-  /* bfloat16 and float8 have no numpy type: they come as their bit patterns (rt_npy.c) */
+  /* bfloat16, float8, float4 and float6 have no numpy type: they come as their bit
+   * patterns (rt_npy.c), one value per byte but for bfloat16 */
   int bits = d->dtype == PIPERT_BFLOAT16 ? PIPERT_UINT16 : 0;
-  if (d->dtype >= PIPERT_FLOAT8E4M3FN && d->dtype <= PIPERT_FLOAT8E5M2FNUZ) bits = PIPERT_UINT8;
-  /* int4 and uint4 come as int8 and uint8 arrays, one value per byte, in range */
-  if (d->dtype == PIPERT_INT4) bits = PIPERT_INT8;
-  if (d->dtype == PIPERT_UINT4) bits = PIPERT_UINT8;
-  if (bits && a->dtype == bits && (d->dtype == PIPERT_INT4 || d->dtype == PIPERT_UINT4)) {
-    int lo = d->dtype == PIPERT_INT4 ? -8 : 0, hi = d->dtype == PIPERT_INT4 ? 7 : 15;
+  if ((d->dtype >= PIPERT_FLOAT8E4M3FN && d->dtype <= PIPERT_FLOAT8E5M2FNUZ) || d->dtype == PIPERT_FLOAT4E2M1 ||
+      d->dtype == PIPERT_FLOAT8E8M0 || d->dtype == PIPERT_FLOAT6E2M3 || d->dtype == PIPERT_FLOAT6E3M2)
+    bits = PIPERT_UINT8;
+  /* int4, uint4, int2 and uint2 come as int8 and uint8 arrays, one value per byte, in range */
+  int sgn = d->dtype == PIPERT_INT4 || d->dtype == PIPERT_INT2;
+  int small = sgn || d->dtype == PIPERT_UINT4 || d->dtype == PIPERT_UINT2;
+  if (small) bits = sgn ? PIPERT_INT8 : PIPERT_UINT8;
+  if (bits && a->dtype == bits && small) {
+    int nb = d->dtype == PIPERT_INT4 || d->dtype == PIPERT_UINT4 ? 4 : 2;
+    int lo = sgn ? -(1 << (nb - 1)) : 0, hi = sgn ? (1 << (nb - 1)) - 1 : (1 << nb) - 1;
     size_t n = a->nbytes; /* one byte per value */
     for (size_t i = 0; i < n; i++) {
-      int v = d->dtype == PIPERT_INT4 ? ((const int8_t *)a->data)[i] : ((const uint8_t *)a->data)[i];
+      int v = sgn ? ((const int8_t *)a->data)[i] : ((const uint8_t *)a->data)[i];
       if (v < lo || v > hi) {
         rt_errorf("input '%s' (%s): element %zu is %d, outside %s's range [%d, %d]", d->name, src, i, v,
                   rt_dtype_name(d->dtype), lo, hi);

@@ -11,7 +11,7 @@
 
 #include "rt.h"
 
-/* bfloat16 and float8 have no numpy type: their arrays are bit patterns, uint16 ('<u2',
+/* bfloat16, float8, float4 and float6 have no numpy type: their arrays are bit patterns, uint16 ('<u2',
  * as onnx.numpy_helper gives bfloat16) and uint8 ('|u1'); reading '<u2' or '|u1' gives
  * uint16 or uint8 (the later row wins), which an input declared bfloat16 or float8 takes
  * (rt_main.c accept_input) */
@@ -28,6 +28,12 @@ static const struct {
     {PIPERT_FLOAT8E5M2FNUZ, "u1", "float8e5m2fnuz", 1},
     {PIPERT_UINT4, "u1", "uint4", 1},
     {PIPERT_INT4, "i1", "int4", 1},
+    {PIPERT_FLOAT4E2M1, "u1", "float4e2m1", 1},
+    {PIPERT_FLOAT8E8M0, "u1", "float8e8m0", 1},
+    {PIPERT_UINT2, "u1", "uint2", 1},
+    {PIPERT_INT2, "i1", "int2", 1},
+    {PIPERT_FLOAT6E2M3, "u1", "float6e2m3", 1},
+    {PIPERT_FLOAT6E3M2, "u1", "float6e3m2", 1},
     {PIPERT_FLOAT, "f4", "float32", 4},
     {PIPERT_DOUBLE, "f8", "float64", 8},
     {PIPERT_FLOAT16, "f2", "float16", 2},

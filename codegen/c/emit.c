@@ -93,9 +93,15 @@ const char *cg_ctype(ir_dtype t) {
     case IR_FLOAT8E4M3FN:
     case IR_FLOAT8E4M3FNUZ:
     case IR_FLOAT8E5M2:
-    case IR_FLOAT8E5M2FNUZ: return "uint8_t";
-    case IR_UINT4: return "uint8_t"; /* one value per byte */
-    case IR_INT4: return "int8_t";
+    case IR_FLOAT8E5M2FNUZ:
+    case IR_FLOAT4E2M1:
+    case IR_FLOAT8E8M0:
+    case IR_FLOAT6E2M3:
+    case IR_FLOAT6E3M2: return "uint8_t";
+    case IR_UINT4:
+    case IR_UINT2: return "uint8_t"; /* one value per byte */
+    case IR_INT4:
+    case IR_INT2: return "int8_t";
     default: return NULL;
   }
 }

@@ -551,11 +551,13 @@ static int emit_depth_space(cg_ctx *c, const ir_node *n) {
     cg_w(c, "            }\n");
   } else {
     int64_t Ho = H / b, Wo = W / b, Co = C * b * b;
+    int crd = !strcmp(ir_attr_str(n, "mode", "DCR"), "CRD"); /* SpaceToDepth-28 */
     cg_w(c, "  for (long n = 0; n < %lld; n++)\n    for (long ch = 0; ch < %lld; ch++)\n", LL(N), LL(C));
     cg_w(c, "      for (long h = 0; h < %lld; h++)\n        for (long i = 0; i < %lld; i++)\n", LL(Ho), LL(b));
     cg_w(c, "          for (long w = 0; w < %lld; w++)\n            for (long j = 0; j < %lld; j++) {\n", LL(Wo),
          LL(b));
-    cg_w(c, "              const long co = (i * %lld + j) * %lld + ch;\n", LL(b), LL(C));
+    if (crd) cg_w(c, "              const long co = ch * %lld + i * %lld + j;\n", LL(b * b), LL(b));
+    else cg_w(c, "              const long co = (i * %lld + j) * %lld + ch;\n", LL(b), LL(C));
     cg_w(
         c,
         "              y0[((n * %lld + co) * %lld + h) * %lld + w] = x0[((n * %lld + ch) * %lld + h * %lld + i) * %lld + w * %lld + j];\n",

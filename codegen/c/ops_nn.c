@@ -986,7 +986,7 @@ static int emit_pool(cg_ctx *c, const ir_node *n) {
        LL(w.pb[0]), LL(w.s[1]), LL(w.pb[1]), LL(w.s[2]), LL(w.pb[2]));
   if (is_max)
     cg_w(c, "          %s m = %s;\n          long mi = 0;\n", T, t == IR_FLOAT || t == IR_DOUBLE ? "-INFINITY" : "0");
-  else cg_w(c, "          double s = 0;\n          long cnt = 0;\n");
+  else cg_w(c, "          double s = 0;\n          long cnt = 0%s;\n", !is_lp && include_pad ? ", pcnt = 0" : "");
   if (is_max && t != IR_FLOAT && t != IR_DOUBLE) cg_w(c, "          int first = 1;\n");
   cg_w(c, "          for (long kd = 0; kd < %lld; kd++) {\n", LL(w.k[0]));
   cg_w(c, "            const long id = d0 + kd * %lld;\n", LL(w.d[0]));
@@ -994,6 +994,11 @@ static int emit_pool(cg_ctx *c, const ir_node *n) {
   cg_w(c, "              const long ih = h0 + kh * %lld;\n", LL(w.d[1]));
   cg_w(c, "              for (long kw = 0; kw < %lld; kw++) {\n", LL(w.k[2]));
   cg_w(c, "                const long iw = w0 + kw * %lld;\n", LL(w.d[2]));
+  if (!is_max && !is_lp && include_pad) /* the taps on the input or its pads */
+    cg_w(c,
+         "                pcnt += id >= %lld && id < %lld && ih >= %lld && ih < %lld && iw >= %lld && iw < %lld;\n",
+         LL(-w.pb[0]), LL(w.in[0] + w.pe[0]), LL(-w.pb[1]), LL(w.in[1] + w.pe[1]), LL(-w.pb[2]),
+         LL(w.in[2] + w.pe[2]));
   cg_w(c, "                if (id < 0 || id >= %lld || ih < 0 || ih >= %lld || iw < 0 || iw >= %lld) continue;\n",
        LL(w.in[0]), LL(w.in[1]), LL(w.in[2]));
   cg_w(c, "                const long ii = (id * %lld + ih) * %lld + iw;\n", LL(w.in[1]), LL(w.in[2]));
@@ -1025,11 +1030,11 @@ static int emit_pool(cg_ctx *c, const ir_node *n) {
     if (p == 1 || p == 2) cg_w(c, "          (void)cnt;\n          y0[oi] = (%s)%s;\n", T, p == 1 ? "s" : "sqrt(s)");
     else cg_w(c, "          (void)cnt;\n          y0[oi] = (%s)pow(s, 1.0 / %.17g);\n", T, p);
   } else {
-    /* count_include_pad: the whole window counts (as the ONNX reference, which pads the
-     * input far enough for ceil_mode windows too) */
-    char den[32];
-    snprintf(den, sizeof den, "%lld", LL(w.k[0] * w.k[1] * w.k[2]));
-    cg_w(c, "          y0[oi] = (%s)(s / (double)%s);\n", T, include_pad ? den : "(cnt ? cnt : 1)");
+    /* count_include_pad: the taps on the input or its pads count, not those of a
+     * ceil_mode window past the end pad (as onnxruntime, PyTorch and onnx 1.23's
+     * reference) */
+    if (include_pad) cg_w(c, "          (void)cnt;\n");
+    cg_w(c, "          y0[oi] = (%s)(s / (double)%s);\n", T, include_pad ? "(pcnt ? pcnt : 1)" : "(cnt ? cnt : 1)");
   }
   cg_w(c, "        }\n  }\n");
   return 0;

@@ -1084,9 +1084,13 @@ static int emit_depth_space(cu_ctx *c, const ir_node *n) {
     emit_copy_call(c, n, 0, (int)ir_dtype_size(x->dtype), 6, 0, 0, yd, crd ? xs_crd : xs_dcr, NULL, NULL, 0, c->x[0],
                    c->y[0]);
   } else {
-    /* y [N, b(i), b(j), C, H/b, W/b] = x[n, c, h * b + i, w * b + j] */
+    /* DCR: y [N, b(i), b(j), C, H/b, W/b], CRD (SpaceToDepth-28): y [N, C, b(i), b(j), H/b, W/b]
+     * = x[n, c, h * b + i, w * b + j] */
+    int crd = !strcmp(ir_attr_str(n, "mode", "DCR"), "CRD");
     int64_t yd[6] = {N, b, b, C, H / b, W / b}, xs[6] = {C * HW, W, 1, HW, b * W, b};
-    emit_copy_call(c, n, 0, (int)ir_dtype_size(x->dtype), 6, 0, 0, yd, xs, NULL, NULL, 0, c->x[0], c->y[0]);
+    int64_t yd_crd[6] = {N, C, b, b, H / b, W / b}, xs_crd[6] = {C * HW, HW, W, 1, b * W, b};
+    emit_copy_call(c, n, 0, (int)ir_dtype_size(x->dtype), 6, 0, 0, crd ? yd_crd : yd, crd ? xs_crd : xs, NULL, NULL,
+                   0, c->x[0], c->y[0]);
   }
   return 0;
 }

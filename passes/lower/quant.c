@@ -32,10 +32,11 @@
 #define Q_FLOATS (SH_BIT(IR_FLOAT) | SH_BIT(IR_FLOAT16) | SH_BIT(IR_BFLOAT16))
 
 static int quant_int(ir_dtype t) {
-  return t == IR_INT8 || t == IR_UINT8 || t == IR_INT16 || t == IR_UINT16 || ir_dtype_is_4bit(t);
+  return t == IR_INT8 || t == IR_UINT8 || t == IR_INT16 || t == IR_UINT16 || ir_dtype_small_int(t, NULL, NULL);
 }
-/* the float8 types: quantized by a (saturating) Cast of x / scale, no zero point */
-static int quant_f8(ir_dtype t) { return ir_dtype_narrow(t) && ir_dtype_size(t) == 1; }
+/* the float8 types (but float8e8m0, a scale type), float4e2m1 and the float6 types:
+ * quantized by a Cast of x / scale (saturating for float8) */
+static int quant_f8(ir_dtype t) { return ir_dtype_narrow(t) && ir_dtype_size(t) == 1 && t != IR_FLOAT8E8M0; }
 
 /* The layout of scale (and zp) against x: 0 ok (*axis normalised), -1 after reporting. */
 static int check_scale(ir_graph *g, int node, const char *what, int *axis) {
@@ -78,7 +79,7 @@ int sh_DequantizeLinear(ir_graph *g, int node) {
   const ir_value *x = sh_in(g, node, 0), *s = sh_in(g, node, 1);
   int axis;
   if (!quant_int(x->dtype) && x->dtype != IR_INT32 && !quant_f8(x->dtype))
-    SH_FAIL("x of type %s is not supported (int8, uint8, int16, uint16, int32, float8)", ir_dtype_name(x->dtype));
+    SH_FAIL("x of type %s is not supported (int8, uint8, int16, uint16, int4, uint4, int2, uint2, int32, float8, float4, float6)", ir_dtype_name(x->dtype));
   if (sh_check_dtype(g, node, s, Q_FLOATS, "scale") || check_scale(g, node, "x", &axis) || check_zp(g, node, x->dtype))
     return -1;
   SH_NODE->flops = 2 * sh_numel(&x->shape);
@@ -100,7 +101,8 @@ int sh_QuantizeLinear(ir_graph *g, int node) {
   if (z && od && od != z->dtype)
     SH_FAIL("output_dtype %lld and the zero point's type %s disagree", (long long)od, ir_dtype_name(z->dtype));
   if (!quant_int(t) && !quant_f8(t))
-    SH_FAIL("quantizing to %s is not supported (int8, uint8, int16, uint16, float8)",
+    SH_FAIL("quantizing to %s is not supported (int8, uint8, int16, uint16, int4, uint4, int2, uint2, float8, "
+            "float4e2m1, float6)",
             t > IR_UNDEFINED && t < IR_DTYPE_COUNT ? ir_dtype_name(t) : "an unknown type");
   if (sh_check_dtype(g, node, x, Q_FLOATS, "x") || sh_check_dtype(g, node, s, Q_FLOATS, "scale") ||
       check_scale(g, node, "x", &axis) || check_zp(g, node, t))
@@ -211,13 +213,10 @@ static int centred(ad_ctx *a, const ir_node *nd, int ia, int iz, int zrank) {
 }
 
 static int clip_to(ad_ctx *a, int v, ir_dtype t, ir_dtype ft) {
-  double lo = t == IR_INT8 ? -128 : t == IR_INT16 ? -32768 : t == IR_INT4 ? -8 : 0;
-  double hi = t == IR_INT8    ? 127
-              : t == IR_UINT8 ? 255
-              : t == IR_INT16 ? 32767
-              : t == IR_INT4  ? 7
-              : t == IR_UINT4 ? 15
-                              : 65535;
+  int slo, shi;
+  int small = ir_dtype_small_int(t, &slo, &shi);
+  double lo = small ? slo : t == IR_INT8 ? -128 : t == IR_INT16 ? -32768 : 0;
+  double hi = small ? shi : t == IR_INT8 ? 127 : t == IR_UINT8 ? 255 : t == IR_INT16 ? 32767 : 65535;
   int in[3] = {v, ad_c_f(a, lo, ft), ad_c_f(a, hi, ft)};
   return ad_cast(a, ad_op(a, IR_OP_Clip, in, 3), t);
 }
@@ -300,7 +299,10 @@ static int lower(ad_ctx *a, int node) {
   } else {
     ir_dtype xt = ad_dtype(a, x);
     int q = ad_bin(a, IR_OP_Div, x, ad_cast(a, layout(a, node, s), xt));
-    if (quant_f8(out)) { /* the zero point is 0 (the reference ignores it) */
+    if (quant_f8(out)) {
+      /* float8: the zero point is 0 (the reference ignores it); float4 and float6: added
+       * (in x's type) before the cast, as the reference does (-0 + 0 is +0) */
+      if (z >= 0 && ir_dtype_packed_bits(out)) q = ad_bin(a, IR_OP_Add, q, ad_cast(a, layout(a, node, z), xt));
       int c = ad_begin(a, IR_OP_Cast, &q, 1, 1, NULL);
       ad_attr_i(a, c, "to", out);
       ad_attr_i(a, c, "saturate", ir_attr_int(&nd, "saturate", 1));

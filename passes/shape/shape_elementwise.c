@@ -122,8 +122,6 @@ int sh_Where(ir_graph *g, int node) {
 }
 
 static int cast_target(ir_graph *g, int node, int64_t to) {
-  if (to >= IR_DTYPE_COUNT && to >= 23 && to <= 28) /* ONNX's types after IR version 10 */
-    SH_FAIL("cast to %s (data type %lld) is not supported", ir_unheld_dtype_name(to), (long long)to);
   if (to <= IR_UNDEFINED || to >= IR_DTYPE_COUNT)
     SH_FAIL("attribute 'to' is %lld, not a valid data type", (long long)to);
   if (to == IR_STRING || to == IR_COMPLEX64 || to == IR_COMPLEX128)

@@ -107,8 +107,9 @@ def bake_shape_inputs(m, feeds):
             for a in made_by[v].attribute:  # an If's outputs: whatever its branches read
                 if a.type == onnx.AttributeProto.GRAPH:
                     stack.extend(i for b in all_nodes(a.g) for i in b.input)
+    elem = {i.name: i.type.tensor_type.elem_type for i in m.graph.input}
     for name in want:
-        m.graph.initializer.append(numpy_helper.from_array(feeds[name], name))
+        m.graph.initializer.append(from_bits(feeds[name], name, elem.get(name)))
         keep = [i for i in m.graph.input if i.name != name]
         del m.graph.input[:]
         m.graph.input.extend(keep)
@@ -116,28 +117,104 @@ def bake_shape_inputs(m, feeds):
     return want
 
 
-FLOAT8 = (onnx.TensorProto.FLOAT8E4M3FN, onnx.TensorProto.FLOAT8E4M3FNUZ, onnx.TensorProto.FLOAT8E5M2,
-          onnx.TensorProto.FLOAT8E5M2FNUZ)
+# element types held as bit patterns, one value per byte (uint8), as pipecc's pipelines
+# take and give them: the float8 types, float8e8m0 (24), float4e2m1 (23), float6e2m3 (27),
+# float6e3m2 (28); numpy_helper.to_array would decode them to float32 or give ml_dtypes
+# arrays, depending on the installed onnx, so these are read from the protobuf fields
+BITS8 = {17, 18, 19, 20, 23, 24, 27, 28}
+# bits per value of the packed types, low bits first (int4/uint4/float4e2m1 two to a byte,
+# int2/uint2 four, float6 four in three bytes) and the signed ones among them
+PACKED = {21: 4, 22: 4, 23: 4, 25: 2, 26: 2, 27: 6, 28: 6}
+SIGNED = {22: 4, 26: 2}
+
+
+NAN_TYPES = {16, 17, 18, 19, 20, 24}  # bit-pattern types with NaN encodings
+
+
+def tensor_bytes(t):
+    """The bytes of a TensorProto of one-byte or packed values: raw_data, or int32_data (one
+    byte per entry)."""
+    if t.HasField("raw_data"):
+        return np.frombuffer(t.raw_data, np.uint8)
+    return np.array(t.int32_data, np.int64).astype(np.uint8)
+
+
+def to_bits(t):
+    """The array of TensorProto t as pipecc's pipelines take and give it, or None when
+    numpy_helper.to_array gives that already: bit patterns for the narrow float types
+    (uint16 for bfloat16, uint8 for the rest), int8 / uint8 values for int4, uint4, int2 and
+    uint2 (one value per byte)."""
+    dt, n = t.data_type, int(np.prod(t.dims))
+    if dt == onnx.TensorProto.BFLOAT16:
+        if t.HasField("raw_data"):
+            return np.frombuffer(t.raw_data, "<u2").reshape(tuple(t.dims))
+        return np.array(t.int32_data, np.int64).astype(np.uint16).reshape(tuple(t.dims))
+    if dt not in BITS8 and dt not in PACKED:
+        return None
+    raw = tensor_bytes(t)
+    nb = PACKED.get(dt, 8)
+    if nb == 8:
+        v = raw[:n]
+    else:  # packed, in raw_data and in int32_data alike
+        bits = np.unpackbits(raw, bitorder="little")[:n * nb].reshape(n, nb).astype(np.uint8)
+        v = (bits << np.arange(nb, dtype=np.uint8)).sum(axis=1).astype(np.uint8)
+    if dt in SIGNED:
+        w = SIGNED[dt]
+        return np.where(v >= 1 << (w - 1), v.astype(np.int16) - (1 << w), v).astype(np.int8).reshape(tuple(t.dims))
+    return v.astype(np.uint8).reshape(tuple(t.dims))
+
+
+def from_bits(a, name, dt):
+    """A TensorProto of element type dt holding array a as to_bits gives it (packed where
+    the type is); numpy_helper.from_array's for the other types."""
+    if dt != onnx.TensorProto.BFLOAT16 and dt not in BITS8 and dt not in PACKED:
+        return numpy_helper.from_array(a, name)
+    t = onnx.TensorProto(name=name, data_type=dt, dims=a.shape)
+    nb = PACKED.get(dt)
+    if nb:
+        v = a.reshape(-1).astype(np.uint8) & ((1 << nb) - 1)
+        bits = ((v[:, None] >> np.arange(nb, dtype=np.uint8)) & 1).reshape(-1)
+        t.raw_data = np.packbits(bits, bitorder="little").tobytes()
+    else:
+        t.raw_data = a.astype("<u2" if dt == onnx.TensorProto.BFLOAT16 else np.uint8).tobytes()
+    return t
+
+
+def as_array(t):
+    """A TensorProto's array as pipelines take and give it (to_bits, else numpy_helper)."""
+    v = to_bits(t)
+    return numpy_helper.to_array(t) if v is None else v
+
+
+def nan_bits(b, dt):
+    """Which bit patterns b of element type dt are NaN (all False for the types without)."""
+    b = b.astype(np.uint32)
+    if dt == onnx.TensorProto.BFLOAT16:
+        return ((b & 0x7F80) == 0x7F80) & ((b & 0x7F) != 0)
+    if dt == 17:  # float8e4m3fn: S.1111.111
+        return (b & 0x7F) == 0x7F
+    if dt in (18, 20):  # the FNUZ types: 0x80
+        return b == 0x80
+    if dt == 19:  # float8e5m2: S.11111.xx, xx nonzero
+        return ((b & 0x7C) == 0x7C) & ((b & 3) != 0)
+    if dt == 24:  # float8e8m0
+        return b == 0xFF
+    return np.zeros(b.shape, bool)
+
+
+def bits_equal(g, e, dt):
+    """Bit patterns g and e of element type dt are the same, any NaN matching any NaN (ONNX
+    names no NaN encoding: onnx 1.16 and 1.23 write float8e5m2's NaN as 0x7F and 0x7E)."""
+    ng, ne = nan_bits(g, dt), nan_bits(e, dt)
+    return bool(np.array_equal(ng, ne) and np.array_equal(g[~ng], e[~ne]))
 
 
 def read_pb(path):
-    """(name, array) of a TensorProto file; float8 as its uint8 bit patterns, as pipecc's
-    pipelines take and give them (numpy_helper.to_array would decode them to float32)."""
+    """(name, array) of a TensorProto file, as as_array reads it."""
     t = onnx.TensorProto()
     with open(path, "rb") as f:
         t.ParseFromString(f.read())
-    if t.data_type in FLOAT8:
-        raw = np.frombuffer(t.raw_data, np.uint8) if t.HasField("raw_data") else np.array(t.int32_data, np.uint8)
-        return t.name, raw.reshape(tuple(t.dims))
-    if t.data_type in (onnx.TensorProto.INT4, onnx.TensorProto.UINT4):
-        # packed two to a byte, low nibble first; pipelines take and give them one value
-        # per byte as int8 / uint8 (numpy_helper.to_array would give float32)
-        raw = np.frombuffer(t.raw_data, np.uint8) if t.HasField("raw_data") else np.array(t.int32_data).astype(np.uint8)
-        v = np.stack([raw & 15, raw >> 4], axis=-1).reshape(-1)[:int(np.prod(t.dims))]
-        if t.data_type == onnx.TensorProto.INT4:
-            return t.name, np.where(v >= 8, v.astype(np.int16) - 16, v).astype(np.int8).reshape(tuple(t.dims))
-        return t.name, v.astype(np.uint8).reshape(tuple(t.dims))
-    return t.name, numpy_helper.to_array(t)
+    return t.name, as_array(t)
 
 
 def read_seq(path):
@@ -145,7 +222,7 @@ def read_seq(path):
     sq = onnx.SequenceProto()
     with open(path, "rb") as f:
         sq.ParseFromString(f.read())
-    return [numpy_helper.to_array(t) for t in sq.tensor_values]
+    return [as_array(t) for t in sq.tensor_values]
 
 
 def read_value(vi, path):
@@ -160,9 +237,9 @@ def read_value(vi, path):
     with open(path, "rb") as f:
         op.ParseFromString(f.read())
     if op.elem_type == onnx.OptionalProto.TENSOR:
-        return numpy_helper.to_array(op.tensor_value)
+        return as_array(op.tensor_value)
     if op.elem_type == onnx.OptionalProto.SEQUENCE:
-        return [numpy_helper.to_array(t) for t in op.sequence_value.tensor_values]
+        return [as_array(t) for t in op.sequence_value.tensor_values]
     if op.elem_type == onnx.OptionalProto.UNDEFINED:
         return None
     raise ValueError(f"{path}: an optional of element type {op.elem_type}")
@@ -259,6 +336,7 @@ def run_one_(args):
     if r.returncode:
         return name, False, f"pipeline exit {r.returncode}: " + " | ".join(r.stderr.splitlines()[-2:])
     got = dict(np.load(yout))
+    elem = {o.name: o.type.tensor_type.elem_type for o in m.graph.output}
     for k, e in expect.items():
         if k not in got:
             return name, False, f"output '{k}' missing"
@@ -271,7 +349,7 @@ def run_one_(args):
             if not np.allclose(g, e, rtol=1e-4, atol=1e-5, equal_nan=True):
                 err = np.max(np.abs(g.astype(np.float64) - e.astype(np.float64)))
                 return name, False, f"output '{k}': max abs error {err:.3g}"
-        elif not np.array_equal(g, e):
+        elif not (bits_equal(g, e, elem.get(k)) if elem.get(k) in NAN_TYPES else np.array_equal(g, e)):
             return name, False, f"output '{k}': values differ"
     return name, True, ""
 

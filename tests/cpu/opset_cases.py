@@ -15,8 +15,17 @@ Cases:
                 opset 24; onnxruntime the reference.
   forms28       Mod-28 of floats with fmod=0 (signed zeros, infinities, NaN) and BitShift-28
                 of signed integers (arithmetic right shifts, left shifts into the sign,
-                shifts by negative or too large amounts), at opset 28, which onnxruntime
+                shifts by negative or too large amounts), SpaceToDepth-28 in both modes,
+                at opset 28, which onnxruntime
                 does not read: numpy the reference, bitwise (signs of zero too).
+  types25       the types of IR 11 and later (float4e2m1, float6e2m3, float6e3m2, float8e8m0,
+                int2, uint2) at opset 25: Cast to each from float32 (rounding, saturation,
+                NaN, signed zeros; float8e8m0's three round_modes with and without
+                saturate) and back, int2/uint2 from float32 (truncated, 0 out of range)
+                and from int32 (the low bits), QuantizeLinear/DequantizeLinear to and from
+                int2 and float4e2m1 with zero points, packed initializers of int2,
+                float4e2m1 and float6e3m2; numpy the reference (independent tables),
+                bitwise.
   attention23   Attention-23: MHA causal prefill, GQA with a boolean mask, softcap and
                 scale, a decode step with the past and a float mask, MQA with a fully
                 masked row; every output (present key/value, the qk output's four
@@ -131,11 +140,14 @@ def forms28(rng):
              n("BitShift", ["xi", "si"], ["l32"], direction="LEFT"),
              n("Cast", ["si"], ["s8"], to=T.INT8),
              n("BitShift", ["x8", "s8"], ["r8"], direction="RIGHT"),
-             n("BitShift", ["x8", "s8"], ["l8"], direction="LEFT")]
+             n("BitShift", ["x8", "s8"], ["l8"], direction="LEFT"),
+             n("SpaceToDepth", ["sd"], ["crd"], blocksize=2, mode="CRD"),
+             n("SpaceToDepth", ["sd"], ["dcr"], blocksize=2)]
     ins = [vi("a", ["batch", 12]), vi("b", ["batch", 12]), vi("xi", ["batch", 12], T.INT32),
-           vi("si", ["batch", 12], T.INT32), vi("x8", ["batch", 12], T.INT8)]
+           vi("si", ["batch", 12], T.INT32), vi("x8", ["batch", 12], T.INT8), vi("sd", ["batch", 3, 4, 6])]
     outs = [vi("m0", ["batch", 12]), vi("m1", ["batch", 12]), vi("r32", ["batch", 12], T.INT32),
-            vi("l32", ["batch", 12], T.INT32), vi("r8", ["batch", 12], T.INT8), vi("l8", ["batch", 12], T.INT8)]
+            vi("l32", ["batch", 12], T.INT32), vi("r8", ["batch", 12], T.INT8), vi("l8", ["batch", 12], T.INT8),
+            vi("crd", ["batch", 12, 2, 3]), vi("dcr", ["batch", 12, 2, 3])]
     m = model(nodes, ins, outs, [], 28)
     with np.errstate(all="ignore"):
         m0 = np.mod(a, b)  # A - floor(A / B) * B with the sign of B; numpy's specials are ONNX's
@@ -155,7 +167,148 @@ def forms28(rng):
         return out
     ref = {"m0": m0, "m1": m1, "r32": shift(xi, shifts, True), "l32": shift(xi, shifts, False),
            "r8": shift(x8, shifts, True), "l8": shift(x8, shifts, False)}
-    return m, {"a": a, "b": b, "xi": xi, "si": shifts.astype(np.int32), "x8": x8}, ref
+    sd = rng.standard_normal((B, 3, 4, 6)).astype(np.float32)
+    blocks = sd.reshape(B, 3, 2, 2, 3, 2)  # [n, c, h, i, w, j]
+    ref["crd"] = blocks.transpose(0, 1, 3, 5, 2, 4).reshape(B, 12, 2, 3)  # channel c * 4 + i * 2 + j
+    ref["dcr"] = blocks.transpose(0, 3, 5, 1, 2, 4).reshape(B, 12, 2, 3)  # channel (i * 2 + j) * 3 + c
+    return m, {"a": a, "b": b, "xi": xi, "si": shifts.astype(np.int32), "x8": x8, "sd": sd}, ref
+
+
+# the types of IR 11 and later, float: (TensorProto code, exponent bits, mantissa bits)
+MX = {"f4": (23, 2, 1), "f6a": (27, 2, 3), "f6b": (28, 3, 2)}
+
+
+def mx_values(E, M):
+    """The values of the positive codes 0 .. 2^(E+M) - 1 of an OCP MX float (bias
+    2^(E-1) - 1, no infinities, no NaN)."""
+    bias = 2 ** (E - 1) - 1
+    c = np.arange(2 ** (E + M))
+    e, m = c >> M, c & (2 ** M - 1)
+    return np.where(e == 0, m * 2.0 ** (1 - bias - M), (2 ** M + m) * 2.0 ** (e - bias - M))
+
+
+def mx_round(x, E, M):
+    """x's code: to nearest, ties to the even code; past the largest value (infinities too)
+    the largest of its sign; NaN the zero of the other sign (onnx 1.23's reference)."""
+    v = mx_values(E, M)
+    sign = np.signbit(x).astype(np.int64) << (E + M)
+    a = np.abs(x.astype(np.float64))
+    hi = np.clip(np.searchsorted(v, np.where(np.isnan(a), 0, a)), 0, len(v) - 1)
+    lo = np.clip(hi - 1, 0, len(v) - 1)
+    dl, dh = a - v[lo], v[hi] - a
+    code = np.where(dl < dh, lo, np.where(dh < dl, hi, np.where(lo % 2 == 0, lo, hi)))
+    code = np.where(a >= v[-1], len(v) - 1, code)
+    code = np.where(np.isnan(x), 0, code) | np.where(np.isnan(x), sign ^ (1 << (E + M)), sign)
+    return code.astype(np.uint8)
+
+
+def mx_decode(b, E, M):
+    v = mx_values(E, M)[b & (2 ** (E + M) - 1)]
+    return np.where(b >> (E + M), -v, v).astype(np.float32)
+
+
+def e8m0_round(x, saturate, mode):
+    """Cast-24 to float8e8m0 (onnx.numpy_helper.to_float8e8m0): the float's exponent byte,
+    rounded by round_mode; NaN and infinities 0xff."""
+    f = x.astype(np.float32).view(np.uint32).astype(np.int64)
+    e = (f >> 23) & 0xFF
+    if mode == "up":
+        up = (f & 0x7FFFFF) != 0
+    elif mode == "nearest":
+        up = ((f & 0x400000) != 0) & (((f & 0x3FFFFF) != 0) | (e > 0))
+    else:
+        up = np.zeros(f.shape, bool)
+    if saturate:
+        up &= e != 0xFE
+    return np.where(e == 0xFF, 0xFF, e + up).astype(np.uint8)
+
+
+def e8m0_decode(b):
+    return np.where(b == 0xFF, np.nan, 2.0 ** (b.astype(np.float64) - 127)).astype(np.float32)
+
+
+def pack(codes, bits):
+    """codes (ints below 2^bits) packed low bits first, as ONNX files hold them"""
+    v = np.asarray(codes, np.int64).reshape(-1) & (2 ** bits - 1)
+    b = ((v[:, None] >> np.arange(bits)) & 1).astype(np.uint8).reshape(-1)
+    return np.packbits(b, bitorder="little").tobytes()
+
+
+def raw_tensor(name, code, dims, data):
+    """A TensorProto of any element type (onnx.helper of 1.16 knows none after 22)"""
+    return T(name=name, data_type=code, dims=dims, raw_data=data)
+
+
+def types25(rng):
+    special = np.array([0.0, -0.0, 0.25, 0.26, 0.75, 1.25, 2.5, 5.0, 5.5, 7.0, 100.0, np.inf, -np.inf, np.nan, -3.0,
+                        1e-7, 3.0, 1.5, -1.75, 0.125, 6.5, 28.0, 40.0, -0.3, 1e30, 3e-39, 2.0 ** 127, 1.7e38],
+                       np.float32)
+    W = len(special)
+    x = np.stack([np.roll(special, k) for k in range(B)]).astype(np.float32)
+    x[1:] *= rng.uniform(0.5, 2.0, (B - 1, W)).astype(np.float32)
+    xi = rng.integers(-9, 9, (B, W)).astype(np.int32)
+    n = helper.make_node
+    nodes, outs, ref = [], [], {}
+    for k, (code, E, M) in MX.items():
+        nodes += [n("Cast", ["x"], [f"{k}_bits"], to=code), n("Cast", [f"{k}_bits"], [f"{k}_back"], to=T.FLOAT)]
+        outs += [vi(f"{k}_bits", ["batch", W], code), vi(f"{k}_back", ["batch", W])]
+        ref[f"{k}_bits"] = mx_round(x, E, M)
+        ref[f"{k}_back"] = mx_decode(ref[f"{k}_bits"], E, M)
+    for sat in (0, 1):
+        for mode in ("up", "down", "nearest"):
+            k = f"e8m0_{mode}_{sat}"
+            nodes += [n("Cast", ["x"], [k], to=24, saturate=sat, round_mode=mode)]
+            outs += [vi(k, ["batch", W], 24)]
+            ref[k] = e8m0_round(x, sat, mode)
+    nodes += [n("Cast", ["e8m0_up_1"], ["e8m0_back"], to=T.FLOAT)]
+    outs += [vi("e8m0_back", ["batch", W])]
+    ref["e8m0_back"] = e8m0_decode(ref["e8m0_up_1"])
+    with np.errstate(invalid="ignore"):
+        t = np.trunc(x)
+    for k, code, lo, hi in (("i2", 26, -2, 1), ("u2", 25, 0, 3)):
+        # from float: truncated, 0 outside the range (and NaN); from int32: the low bits
+        nodes += [n("Cast", ["x"], [f"{k}_f"], to=code), n("Cast", ["xi"], [f"{k}_i"], to=code),
+                  n("Cast", [f"{k}_i"], [f"{k}_back"], to=T.INT32)]
+        outs += [vi(f"{k}_f", ["batch", W], code), vi(f"{k}_i", ["batch", W], code),
+                 vi(f"{k}_back", ["batch", W], T.INT32)]
+        dt = np.int8 if lo else np.uint8
+        ref[f"{k}_f"] = np.where((t >= lo) & (t <= hi), np.nan_to_num(t), 0).astype(dt)
+        low = xi & 3
+        ref[f"{k}_i"] = (np.where(low >= 2, low - 4, low) if lo else low).astype(dt)
+        ref[f"{k}_back"] = ref[f"{k}_i"].astype(np.int32)
+    # QuantizeLinear / DequantizeLinear to and from int2 and float4e2m1 (a zero point of
+    # each), and packed initializers of each type read from the file
+    zi2 = raw_tensor("zi2", 26, [], pack([-1], 2))
+    zf4 = raw_tensor("zf4", 23, [], pack([0], 4))
+    sc = numpy_helper.from_array(np.array(0.5, np.float32), "sc")
+    ci2 = rng.integers(-2, 2, 7)
+    cf4 = rng.integers(0, 16, 7)
+    cf6 = rng.integers(0, 64, 7)
+    inits = [zi2, zf4, sc, raw_tensor("ci2", 26, [7], pack(ci2, 2)), raw_tensor("cf4", 23, [7], pack(cf4, 4)),
+             raw_tensor("cf6", 28, [7], pack(cf6, 6))]
+    xq = np.clip(np.nan_to_num(x, posinf=1e4, neginf=-1e4), -1e4, 1e4).astype(np.float32)
+    nodes += [n("QuantizeLinear", ["xq0", "sc", "zi2"], ["qi2"]),
+              n("DequantizeLinear", ["qi2", "sc", "zi2"], ["dqi2"]),
+              n("QuantizeLinear", ["xq0", "sc", "zf4"], ["qf4"]),
+              n("DequantizeLinear", ["qf4", "sc"], ["dqf4"]),
+              n("Cast", ["ci2"], ["ci2_c"], to=T.FLOAT), n("Cast", ["cf4"], ["cf4_c"], to=T.FLOAT),
+              n("Cast", ["cf6"], ["cf6_c"], to=T.FLOAT)]
+    nodes += [n("Mul", [f"{k}_c", "ones"], [f"{k}_f"]) for k in ("ci2", "cf4", "cf6")]  # per sample, exact
+    outs += [vi("qi2", ["batch", W], 26), vi("dqi2", ["batch", W]), vi("qf4", ["batch", W], 23),
+             vi("dqf4", ["batch", W]), vi("ci2_f", ["batch", 7]), vi("cf4_f", ["batch", 7]),
+             vi("cf6_f", ["batch", 7])]
+    q = np.clip(np.rint(xq / np.float32(0.5)) - 1, -2, 1)
+    ref["qi2"] = q.astype(np.int8)
+    ref["dqi2"] = ((q + 1) * np.float32(0.5)).astype(np.float32)
+    ref["qf4"] = mx_round((xq / np.float32(0.5) + np.float32(0)).astype(np.float32), 2, 1)
+    ref["dqf4"] = (mx_decode(ref["qf4"], 2, 1) * np.float32(0.5)).astype(np.float32)
+    ref["ci2_f"] = np.tile(ci2.astype(np.float32), (B, 1))
+    ref["cf4_f"] = np.tile(mx_decode(cf4.astype(np.uint8), 2, 1), (B, 1))
+    ref["cf6_f"] = np.tile(mx_decode(cf6.astype(np.uint8), 3, 2), (B, 1))
+    ins = [vi("x", ["batch", W]), vi("xi", ["batch", W], T.INT32), vi("xq0", ["batch", W]), vi("ones", ["batch", 7])]
+    m = model(nodes, ins, outs, inits, 25)
+    m.ir_version = 11
+    return m, {"x": x, "xi": xi, "xq0": xq, "ones": np.ones((B, 7), np.float32)}, ref
 
 
 def attention23(rng):
@@ -399,7 +552,8 @@ def close(got, ref, tol):
 
 CASES = {"opset22_cnn": opset22_cnn, "llm24": llm24, "forms28": forms28, "attention23": attention23,
          "state28": state28, "flex_preview": flex_preview, "attention24": attention24,
-         "attention25": attention25}
+         "attention25": attention25, "types25": types25}
+BITWISE = ("forms28", "types25")  # numpy references, compared bit for bit
 
 
 def same_bits(x, y):
@@ -437,7 +591,7 @@ def main():
             for k, v in ref.items():
                 if k not in got or got[k].shape != v.shape:
                     errs.append(f"{k}: missing or of another shape")
-                elif v.dtype.kind == "f" and name != "forms28" and k != "bcf":
+                elif v.dtype.kind == "f" and name not in BITWISE and k != "bcf":
                     e = close(got[k], v, a.tol)
                     if not e <= a.tol:
                         errs.append(f"{k}: rel-L2 {e:.2e} over {a.tol:g}")

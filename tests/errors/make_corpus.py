@@ -268,9 +268,9 @@ def _(d, n):
 
 # Opsets 22 to 28: a form that changed more than its types is read only where it keeps its
 # earlier meaning (frontend/onnx_forms.c)
-@case("form_space_to_depth_crd", r"SpaceToDepth-28 with mode='CRD' is not supported", node="s2d")
+@case("form_space_to_depth_mode", r"SpaceToDepth-28 with mode='RCD' is not supported", node="s2d")
 def _(d, n):
-    nodes = [helper.make_node("SpaceToDepth", ["x"], ["y"], name="s2d", blocksize=2, mode="CRD")]
+    nodes = [helper.make_node("SpaceToDepth", ["x"], ["y"], name="s2d", blocksize=2, mode="RCD")]
     return save(model(nodes, [vi("x", [1, 4, 2, 2])], [vi("y", [1, 16, 1, 1])], opset=28, ir=10), d, n)
 
 
@@ -282,9 +282,9 @@ def _(d, n):
                 d, n)
 
 
-@case("cast_to_float4", r"cast to float4e2m1 \(data type 23\) is not supported", node="c")
+@case("cast_to_invalid_type", r"attribute 'to' is 40, not a valid data type", node="c")
 def _(d, n):
-    nodes = [helper.make_node("Cast", ["x"], ["y"], name="c", to=23)]
+    nodes = [helper.make_node("Cast", ["x"], ["y"], name="c", to=40)]
     return save(model(nodes, [vi("x", [2, 3])], [vi("y", [2, 3])], opset=23, ir=10), d, n)
 
 
@@ -1109,7 +1109,8 @@ def _(d, n):  # per-axis scale of the wrong length
     return save(model(nodes, [vi("x", [2, 4], TensorProto.INT8)], [vi("y", [2, 4])], inits, opset=13), d, n)
 
 
-@case("quantize_to_float", r"quantizing to float32 is not supported \(int8, uint8, int16, uint16, float8\)", node="q")
+@case("quantize_to_float", r"quantizing to float32 is not supported \(int8, uint8, int16, uint16, int4, uint4, int2, uint2, float8, "
+      r"float4e2m1, float6\)", node="q")
 def _(d, n):  # output_dtype FLOAT (opset 21): not a quantized type
     nodes = [helper.make_node("QuantizeLinear", ["x", "s"], ["y"], name="q", output_dtype=TensorProto.FLOAT)]
     inits = [numpy_helper.from_array(np.array(0.5, np.float32), "s")]

@@ -1479,7 +1479,7 @@ __global__ void k_pool(pk_pool_p p, const T *__restrict__ x, T *__restrict__ y, 
     const T *xp = p.cl ? x + nc * IS * p.cl + ch : x + nc * IS;
     int64_t d0 = od * p.s[0] - p.pb[0], h0 = oh * p.s[1] - p.pb[1], w0 = ow * p.s[2] - p.pb[2];
     float m = -INFINITY;
-    int64_t mi = 0, cnt = 0;
+    int64_t mi = 0, cnt = 0, pcnt = 0;
     double s = 0;
     for (int64_t kd = 0; kd < p.k[0]; kd++) {
       int64_t id = d0 + kd * p.d[0];
@@ -1487,6 +1487,8 @@ __global__ void k_pool(pk_pool_p p, const T *__restrict__ x, T *__restrict__ y, 
         int64_t ih = h0 + kh * p.d[1];
         for (int64_t kw = 0; kw < p.k[2]; kw++) {
           int64_t iw = w0 + kw * p.d[2];
+          pcnt += id >= -p.pb[0] && id < p.in[0] + p.pe[0] && ih >= -p.pb[1] && ih < p.in[1] + p.pe[1] &&
+                  iw >= -p.pb[2] && iw < p.in[2] + p.pe[2]; /* on the input or its pads */
           if (id < 0 || id >= p.in[0] || ih < 0 || ih >= p.in[1] || iw < 0 || iw >= p.in[2]) continue;
           int64_t ii = (id * p.in[1] + ih) * p.in[2] + iw;
           float v = (float)xp[ii * cs];
@@ -1513,8 +1515,9 @@ __global__ void k_pool(pk_pool_p p, const T *__restrict__ x, T *__restrict__ y, 
     } else if (p.kind == PK_POOL_LP) {
       y[t] = (float)(p.p == 1 ? s : p.p == 2 ? sqrt(s) : pow(s, 1.0 / p.p));
     } else {
-      /* count_include_pad: the whole window counts, as the ONNX reference */
-      y[t] = (float)(s / (double)(p.count_include_pad ? p.k[0] * p.k[1] * p.k[2] : (cnt ? cnt : 1)));
+      /* count_include_pad: the taps on the input or its pads, not those of a ceil_mode
+       * window past the end pad (onnxruntime, PyTorch, onnx 1.23's reference) */
+      y[t] = (float)(s / (double)(p.count_include_pad ? (pcnt ? pcnt : 1) : (cnt ? cnt : 1)));
     }
   }
 }
