@@ -7,7 +7,7 @@ SUDO=""
 
 APT_PKGS="build-essential cmake ninja-build clang libclang-rt-14-dev pkg-config
   libprotobuf-c-dev protobuf-c-compiler libonnx-dev libopenblas-dev libcjson-dev
-  libopenmpi-dev openmpi-bin python3-torch python3-torchvision python3-numpy python3-pip python3-sklearn"
+  libopenmpi-dev openmpi-bin python3-torch python3-torchvision python3-numpy python3-pip python3-venv python3-sklearn"
 missing=""
 for p in $APT_PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -30,5 +30,14 @@ PYEOF
 then
   echo "install_deps: pip install -r tools/requirements.txt"
   $SUDO $PY -m pip install -q --break-system-packages -r "$(dirname "$0")/requirements.txt"
+fi
+# onnx 1.23 for the node tests of opsets 22 to 28 (cpu.node_tests_22_28): written by its
+# own case generators, since its wheel ships no test data. A venv of its own, beside the
+# onnx 1.16 the rest of the suite reads (PIPECC_ONNX_PYTHON in tests/cpu/CMakeLists.txt).
+VENV=${PIPECC_ONNX_VENV:-/opt/venv-onnx-1.23}
+if ! "$VENV/bin/python" -c 'import onnx, numpy; assert onnx.__version__ == "1.23.2"' 2>/dev/null; then
+  echo "install_deps: $VENV with onnx 1.23.2"
+  $SUDO $PY -m venv "$VENV"
+  $SUDO "$VENV/bin/pip" install -q onnx==1.23.2
 fi
 echo "install_deps: ok"
