@@ -11,7 +11,7 @@ const pass_info pass_frontend_pipeline[] = {
     {"einsum", pass_lower_einsum, "write Einsum as Transpose, Reshape, ReduceSum and batched MatMul"},
     {"quant", pass_lower_quant, "write QuantizeLinear and DequantizeLinear as Cast, Div, Round, Clip, Sub and Mul"},
     {"lower", pass_lower_ops,
-     "write GroupNormalization, MeanVarianceNormalization, EyeLike, CenterCropPad, MaxUnpool, ReverseSequence, "
+     "write GroupNormalization, MeanVarianceNormalization, LpNormalization, EyeLike, CenterCropPad, MaxUnpool, ReverseSequence, "
      "Col2Im, Compress and AffineGrid in other ops"},
     {"signal", pass_lower_signal, "write DFT, STFT, window functions and MelWeightMatrix in other ops"},
     {"widen", pass_widen_half, "compute float16, bfloat16 and float8 in float: Casts around the nodes that compute"},

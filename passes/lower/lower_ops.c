@@ -8,6 +8,9 @@
  *     group (18: [G]).
  *   MeanVarianceNormalization-13(X): (X - mean) / (sqrt(mean(X^2) - mean^2) + 1e-9) over
  *     `axes` (default [0, 2, 3]), as the ONNX function body computes it.
+ *   LpNormalization-1/22(X): X / ||X||_p along `axis` (default -1), p 1 (ReduceSum of
+ *     Abs) or 2 (ReduceL2), computed in float for float16 and bfloat16; where the norm is zero the
+ *     output is zero (LpNormalization-22's text).
  *   EyeLike(x): a constant of x's shape, ones on diagonal k, of type `dtype` (default
  *     x's).
  *   CenterCropPad-18: Slice (the dims to crop), then Pad with zeros (the dims to pad).
@@ -78,6 +81,17 @@ int sh_MeanVarianceNormalization(ir_graph *g, int node) {
   int64_t ax[IR_MAX_RANK];
   if (sh_check_dtype(g, node, x, SH_FLOATS, "input X") || mvn_axes(g, node, ax) < 0) return -1;
   SH_NODE->flops = 6 * sh_numel(&x->shape);
+  return sh_set_out(g, node, 0, x->dtype, &x->shape);
+}
+
+int sh_LpNormalization(ir_graph *g, int node) {
+  const ir_value *x = sh_in(g, node, 0);
+  int64_t p = ir_attr_int(SH_NODE, "p", 2);
+  int ax;
+  if (sh_check_dtype(g, node, x, SH_FLOATS, "input")) return -1;
+  if (p != 1 && p != 2) SH_FAIL("attribute 'p' is %lld: 1 or 2 expected", (long long)p);
+  if (sh_axis(g, node, ir_attr_int(SH_NODE, "axis", -1), x->shape.rank, "axis", &ax)) return -1;
+  SH_NODE->flops = 3 * sh_numel(&x->shape);
   return sh_set_out(g, node, 0, x->dtype, &x->shape);
 }
 
@@ -392,6 +406,30 @@ static int lower_mvn(ad_ctx *a, int node) {
   return 0;
 }
 
+static int lower_lpnorm(ad_ctx *a, int node) {
+  ir_graph *g = a->g;
+  ir_node nd = g->nodes[node];
+  ir_dtype xt = ad_dtype(a, nd.in[0]), t = xt == IR_DOUBLE ? IR_DOUBLE : IR_FLOAT; /* float16: in float */
+  int axi;
+  if (sh_axis(g, node, ir_attr_int(&nd, "axis", -1), ad_shape(a, nd.in[0]).rank, "axis", &axi)) return -1;
+  int64_t ax = axi;
+  int bax = pass_batch_axis(g, nd.in[0]);
+  if (bax >= 0 && bax == ax) {
+    g->diag_hint = NULL; /* the batch fixed in a constant is not why */
+    ir_error_node(g, node,
+                  "normalises along axis %lld, which carries the batch, so %d micro-batches would not add up to "
+                  "the batch; compile with -m 1 (the batch in one micro-batch)",
+                  (long long)ax, g->microbatches);
+    return -1;
+  }
+  int x = ad_cast(a, nd.in[0], t);
+  int nrm = ir_attr_int(&nd, "p", 2) == 1 ? ad_reduce(a, IR_OP_ReduceSum, ad_un(a, IR_OP_Abs, x), &ax, 1, 1)
+                                           : ad_reduce(a, IR_OP_ReduceL2, x, &ax, 1, 1);
+  int zero = ad_c_f(a, 0, t);
+  int in[3] = {ad_bin(a, IR_OP_Equal, nrm, zero), zero, ad_bin(a, IR_OP_Div, x, nrm)};
+  return ad_take_output(a, node, 0, ad_cast(a, ad_op(a, IR_OP_Where, in, 3), xt));
+}
+
 static int lower_eyelike(ad_ctx *a, int node) {
   ir_graph *g = a->g;
   ir_node nd = g->nodes[node];
@@ -657,6 +695,7 @@ static int lower(ad_ctx *a, int node) {
   switch (a->g->nodes[node].op) {
     case IR_OP_GroupNormalization: return lower_groupnorm(a, node);
     case IR_OP_MeanVarianceNormalization: return lower_mvn(a, node);
+    case IR_OP_LpNormalization: return lower_lpnorm(a, node);
     case IR_OP_CenterCropPad: return lower_ccp(a, node);
     case IR_OP_MaxUnpool: return lower_maxunpool(a, node);
     case IR_OP_ReverseSequence: return lower_revseq(a, node);
@@ -677,6 +716,7 @@ static int is_lowered(const ir_node *n) {
   switch (n->op) {
     case IR_OP_GroupNormalization:
     case IR_OP_MeanVarianceNormalization:
+    case IR_OP_LpNormalization:
     case IR_OP_EyeLike:
     case IR_OP_CenterCropPad:
     case IR_OP_MaxUnpool:

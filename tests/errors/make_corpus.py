@@ -1068,6 +1068,12 @@ def _(d, n):
     return save(batch_model(nodes, [4, 6], inits=[a], opset=26, ir=10), d, n)
 
 
+@case("batch_lpnorm_axis0", r"normalises along axis 0, which carries the batch.*-m 1 \(the batch", node="lp", args=MB)
+def _(d, n):
+    nodes = [helper.make_node("LpNormalization", ["x"], ["y"], name="lp", axis=0)]
+    return save(batch_model(nodes, [4, 6]), d, n)
+
+
 @case("batch_concat_axis0", r"concatenates along the batch axis.*-m 1", node="cat", args=MB)
 def _(d, n):  # [x; 2x]: the micro-batches' outputs would interleave
     nodes = [helper.make_node("Concat", ["x", "x"], ["y"], name="cat", axis=0)]

@@ -236,6 +236,10 @@ def cases():
     cs.append(Case("dropout_training_ratio0", rn(3, 4),
                    [N("Dropout", ["Xw", "r", "tm"], ["Y", "mask"])], {}, lambda t: t["Xw"],
                    ints={"r": np.array(0.0, np.float32), "tm": np.array(True)}))
+    cs.append(Case("lpnorm2", rn(3, 4, 5), [N("LpNormalization", ["Xw"], axis=1, p=2)], {},
+                   lambda t: F.normalize(t["Xw"], p=2.0, dim=1, eps=0.0), opset=22))
+    cs.append(Case("lpnorm1", rn(3, 4), [N("LpNormalization", ["Xw"], p=1)], {},
+                   lambda t: F.normalize(t["Xw"], p=1.0, dim=-1, eps=0.0)))
     # ---- opsets 23 and 24: written in other ops (passes/lower/lower_llm.c) ----
     cs.append(Case("rmsnorm", rn(3, 4, 5), [N("RMSNormalization", ["Xw", "S"], epsilon=1e-5)], {"S": rn(5)},
                    lambda t: t["Xw"] / torch.sqrt((t["Xw"] * t["Xw"]).mean(-1, keepdim=True) + 1e-5) * t["S"],
