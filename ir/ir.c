@@ -101,6 +101,14 @@ int ir_shape_static(const ir_shape *s) {
   return 1;
 }
 
+ir_shape ir_shape_of(int rank, const int64_t *dims) {
+  ir_shape s;
+  memset(&s, 0, sizeof s);
+  s.rank = rank;
+  for (int i = 0; i < rank; i++) s.dims[i] = dims[i];
+  return s;
+}
+
 int64_t ir_shape_numel(const ir_shape *s) {
   if (!ir_shape_static(s)) return -1;
   int64_t n = 1;

@@ -97,6 +97,8 @@ typedef struct {
 int ir_shape_static(const ir_shape *s);
 /* Number of elements; -1 if not static or on overflow past INT64_MAX. */
 int64_t ir_shape_numel(const ir_shape *s);
+/* The static shape of rank dims (no symbolic names). */
+ir_shape ir_shape_of(int rank, const int64_t *dims);
 /* 1 if a and b have the same rank and the same dims (symbolic names not compared). */
 int ir_shape_same_dims(const ir_shape *a, const ir_shape *b);
 /* "[2, 3, 224, 224]" / "[batch, 3, ?, ?]" into buf (always NUL-terminated). */

@@ -66,23 +66,15 @@ typedef struct {
   unsigned seed;
 } bench;
 
-static ir_shape shp(int r, const int64_t *d) {
-  ir_shape s;
-  memset(&s, 0, sizeof s);
-  s.rank = r;
-  for (int i = 0; i < r; i++) s.dims[i] = d[i];
-  return s;
-}
-
 static int input(bench *b, const char *name, int r, const int64_t *d) {
   int v = ir_add_value(b->g, name, IR_VAL_INPUT, IR_FLOAT);
-  b->g->values[v].shape = shp(r, d);
+  b->g->values[v].shape = ir_shape_of(r, d);
   b->in[b->n_in++] = v;
   return v;
 }
 
 static int weight(bench *b, const char *name, int r, const int64_t *d) {
-  ir_shape s = shp(r, d);
+  ir_shape s = ir_shape_of(r, d);
   size_t n = 1;
   for (int i = 0; i < r; i++) n *= (size_t)d[i];
   float *w = malloc(n * sizeof *w);

@@ -117,14 +117,6 @@ int sh_RotaryEmbedding(ir_graph *g, int node) {
 
 /* ---- lowering ---- */
 
-static ir_shape dims(int r, const int64_t *d) {
-  ir_shape s;
-  memset(&s, 0, sizeof s);
-  s.rank = r;
-  for (int i = 0; i < r; i++) s.dims[i] = d[i];
-  return s;
-}
-
 /* x[..., lo:hi] along the last axis */
 static int last_slice(ad_ctx *a, int x, int64_t lo, int64_t hi) {
   int64_t ax = ad_shape(a, x).rank - 1;
@@ -168,7 +160,7 @@ static int lower_rope(ad_ctx *a, int node) {
   if (rope_geometry(g, node, &r)) return -1;
   ir_shape xs = ad_shape(a, nd.in[0]);
   int64_t bshd[4] = {r.B, r.S, r.H, r.D}, perm[4] = {0, 2, 1, 3};
-  ir_shape s4 = dims(4, bshd);
+  ir_shape s4 = ir_shape_of(4, bshd);
   int x = xs.rank == 4 ? ad_transpose(a, nd.in[0], perm, 4) : ad_reshape(a, nd.in[0], &s4);
   int cs = nd.in[1], sn = nd.in[2];
   if (nd.n_in > 3 && nd.in[3] >= 0) { /* the caches' rows at position_ids: [B, S, R/2] */
@@ -180,13 +172,13 @@ static int lower_rope(ad_ctx *a, int node) {
     }
   }
   int64_t c4[4] = {r.B, r.S, 1, r.R / 2};
-  ir_shape cshape = dims(4, c4);
+  ir_shape cshape = ir_shape_of(4, c4);
   cs = ad_reshape(a, cs, &cshape);
   sn = ad_reshape(a, sn, &cshape);
   int rot = r.R == r.D ? x : last_slice(a, x, 0, r.R), x1, x2;
   int interleaved = (int)ir_attr_int(&nd, "interleaved", 0);
   int64_t p5[5] = {r.B, r.S, r.H, r.R / 2, 2}, h4[4] = {r.B, r.S, r.H, r.R / 2};
-  ir_shape pairs = dims(5, p5), half = dims(4, h4);
+  ir_shape pairs = ir_shape_of(5, p5), half = ir_shape_of(4, h4);
   if (interleaved) { /* (x0, x1), (x2, x3), ...: [..., R/2, 2] */
     int pr = ad_reshape(a, rot, &pairs);
     x1 = ad_reshape(a, last_slice(a, pr, 0, 1), &half);
@@ -198,7 +190,7 @@ static int lower_rope(ad_ctx *a, int node) {
   int re = ad_bin(a, IR_OP_Sub, ad_bin(a, IR_OP_Mul, cs, x1), ad_bin(a, IR_OP_Mul, sn, x2));
   int im = ad_bin(a, IR_OP_Add, ad_bin(a, IR_OP_Mul, sn, x1), ad_bin(a, IR_OP_Mul, cs, x2));
   int64_t q5[5] = {r.B, r.S, r.H, r.R / 2, 1}, rr[4] = {r.B, r.S, r.H, r.R};
-  ir_shape one = dims(5, q5), rs = dims(4, rr);
+  ir_shape one = ir_shape_of(5, q5), rs = ir_shape_of(4, rr);
   int y = interleaved ? ad_reshape(a, concat_last(a, ad_reshape(a, re, &one), ad_reshape(a, im, &one)), &rs)
                       : concat_last(a, re, im);
   if (r.R < r.D) y = concat_last(a, y, last_slice(a, x, r.R, r.D));
@@ -280,7 +272,7 @@ int sh_Attention(ir_graph *g, int node) {
     if (m->dtype != IR_BOOL && sh_same_dtype(g, node, q, m, "input Q", "attn_mask")) return -1;
     /* a mask shorter than total_length along its last axis counts as padded with masked keys */
     int64_t full[4] = {d.B, d.Hq, d.Sq, T};
-    ir_shape fs = dims(4, full), out, ms = m->shape;
+    ir_shape fs = ir_shape_of(4, full), out, ms = m->shape;
     if (ms.rank >= 1 && ms.dims[ms.rank - 1] > 1 && ms.dims[ms.rank - 1] < T) ms.dims[ms.rank - 1] = T;
     if (m->shape.rank > 4 || sh_broadcast(g, node, &fs, &ms, &out, "the scores", "attn_mask")) return -1;
     if (ir_shape_numel(&out) != ir_shape_numel(&fs))
@@ -288,7 +280,8 @@ int sh_Attention(ir_graph *g, int node) {
   }
   int64_t y4[4] = {d.B, d.Hq, d.Sq, d.Dv}, y3[3] = {d.B, d.Sq, d.Hq * d.Dv};
   int64_t pk[4] = {d.B, d.Hkv, T, d.D}, pv[4] = {d.B, d.Hkv, T, d.Dv}, qk[4] = {d.B, d.Hq, d.Sq, T};
-  ir_shape ys = d.three_d ? dims(3, y3) : dims(4, y4), pks = dims(4, pk), pvs = dims(4, pv), qks = dims(4, qk);
+  ir_shape ys = d.three_d ? ir_shape_of(3, y3) : ir_shape_of(4, y4), pks = ir_shape_of(4, pk);
+  ir_shape pvs = ir_shape_of(4, pv), qks = ir_shape_of(4, qk);
   SH_NODE->flops = 2.0 * (double)d.B * (double)d.Hq * (double)d.Sq * (double)T * (double)(d.D + d.Dv);
   if (sh_set_out(g, node, 0, q->dtype, &ys) || sh_set_out(g, node, 1, q->dtype, &pks) ||
       sh_set_out(g, node, 2, q->dtype, &pvs) || sh_set_out(g, node, 3, q->dtype, &qks))
@@ -299,7 +292,7 @@ int sh_Attention(ir_graph *g, int node) {
 /* [B, S, H*D] -> [B, H, S, D] */
 static int heads_first(ad_ctx *a, int x, int64_t B, int64_t S, int64_t H, int64_t D) {
   int64_t s4[4] = {B, S, H, D}, perm[4] = {0, 2, 1, 3};
-  ir_shape s = dims(4, s4);
+  ir_shape s = ir_shape_of(4, s4);
   return ad_transpose(a, ad_reshape(a, x, &s), perm, 4);
 }
 
@@ -331,7 +324,8 @@ static int lower_attention(ad_ctx *a, int node) {
     int64_t r = d.Hq / d.Hkv, k5[5] = {d.B, d.Hkv, 1, T, d.D}, ke[5] = {d.B, d.Hkv, r, T, d.D};
     int64_t v5[5] = {d.B, d.Hkv, 1, T, d.Dv}, ve[5] = {d.B, d.Hkv, r, T, d.Dv};
     int64_t k4[4] = {d.B, d.Hq, T, d.D}, v4[4] = {d.B, d.Hq, T, d.Dv};
-    ir_shape a5 = dims(5, k5), e5 = dims(5, ke), a4 = dims(4, k4), b5 = dims(5, v5), f5 = dims(5, ve), b4 = dims(4, v4);
+    ir_shape a5 = ir_shape_of(5, k5), e5 = ir_shape_of(5, ke), a4 = ir_shape_of(4, k4);
+    ir_shape b5 = ir_shape_of(5, v5), f5 = ir_shape_of(5, ve), b4 = ir_shape_of(4, v4);
     k = ad_reshape(a, ad_expand(a, ad_reshape(a, k, &a5), &e5), &a4);
     v = ad_reshape(a, ad_expand(a, ad_reshape(a, v, &b5), &f5), &b4);
   }
@@ -381,7 +375,7 @@ static int lower_attention(ad_ctx *a, int node) {
     for (int64_t j = 0; j < T; j++) iv[j] = j;
     for (int64_t i = 0; i < d.Sq; i++) iv[T + i] = i + (npad ? 0 : d.Sp);
     int64_t q2[2] = {d.Sq, 1}, b4[4] = {d.B, 1, 1, 1};
-    ir_shape qs2 = dims(2, q2), bs4 = dims(4, b4);
+    ir_shape qs2 = ir_shape_of(2, q2), bs4 = ir_shape_of(4, b4);
     int jj = ad_c_i64(a, iv, (int)T), pos = ad_reshape(a, ad_c_i64(a, iv + T, (int)d.Sq), &qs2), np4 = -1;
     free(iv);
     if (npad) {
@@ -420,7 +414,7 @@ static int lower_attention(ad_ctx *a, int node) {
   int y = ad_bin(a, IR_OP_MatMul, p, v);
   if (d.three_d) {
     int64_t perm[4] = {0, 2, 1, 3}, y3[3] = {d.B, d.Sq, d.Hq * d.Dv};
-    ir_shape ys = dims(3, y3);
+    ir_shape ys = ir_shape_of(3, y3);
     y = ad_reshape(a, ad_transpose(a, y, perm, 4), &ys);
   }
   ad_take_output(a, node, 3, ad_cast(a, qk, xt));

@@ -192,14 +192,6 @@ int sh_LinearAttention(ir_graph *g, int node) {
 
 /* ---- lowering ---- */
 
-static ir_shape shp(int r, const int64_t *d) {
-  ir_shape s;
-  memset(&s, 0, sizeof s);
-  s.rank = r;
-  for (int i = 0; i < r; i++) s.dims[i] = d[i];
-  return s;
-}
-
 /* x[lo:hi] along axis */
 static int slice_axis(ad_ctx *a, int x, int64_t axis, int64_t lo, int64_t hi) {
   int in[4] = {x, ad_c_i64(a, &lo, 1), ad_c_i64(a, &hi, 1), ad_c_i64(a, &axis, 1)};
@@ -232,7 +224,7 @@ static int lower_tensor_scatter(ad_ctx *a, int node) {
   /* the cache positions, along the axis */
   int64_t pd[IR_MAX_RANK];
   for (int i = 0; i < r; i++) pd[i] = i == axis ? M : 1;
-  ir_shape ps = shp(r, pd);
+  ir_shape ps = ir_shape_of(r, pd);
   int64_t *m = calloc((size_t)(M ? M : 1), sizeof(int64_t));
   for (int64_t i = 0; i < M; i++) m[i] = i;
   int d = ad_c_tensor(a, IR_INT64, &ps, m, sizeof(int64_t) * (size_t)M);
@@ -240,7 +232,7 @@ static int lower_tensor_scatter(ad_ctx *a, int node) {
   if (nd.n_in > 2 && nd.in[2] >= 0) { /* m - write_indices[b], per sample */
     int64_t wd[IR_MAX_RANK];
     for (int i = 0; i < r; i++) wd[i] = i == 0 ? cs.dims[0] : 1;
-    ir_shape ws = shp(r, wd);
+    ir_shape ws = ir_shape_of(r, wd);
     d = ad_bin(a, IR_OP_Sub, d, ad_reshape(a, nd.in[2], &ws));
   }
   if (circular) {
@@ -273,7 +265,7 @@ static int lower_causal_conv(ad_ctx *a, int node) {
   int x = nd.in[0], padded = x;
   if (k > 1) {
     int64_t pd[3] = {B, C, k - 1};
-    ir_shape ps = shp(3, pd);
+    ir_shape ps = ir_shape_of(3, pd);
     int past = nd.n_in > 3 && nd.in[3] >= 0 ? ad_cast(a, nd.in[3], xt) : ad_zeros(a, &ps, xt);
     padded = concat_axis(a, (int[]){past, x}, 2, 2);
   }
@@ -290,7 +282,7 @@ static int lower_causal_conv(ad_ctx *a, int node) {
   if (k > 1) st = slice_axis(a, padded, 2, L, L + k - 1);
   else {
     int64_t pd[3] = {B, C, 0};
-    ir_shape ps = shp(3, pd);
+    ir_shape ps = ir_shape_of(3, pd);
     st = ad_zeros(a, &ps, xt);
   }
   if (nd.n_out > 1 && nd.out[1] >= 0) st = ad_cast(a, st, g->values[nd.out[1]].dtype);
@@ -302,7 +294,7 @@ static int lower_causal_conv(ad_ctx *a, int node) {
 /* [B, T, H*D] -> [B, H, T, D] */
 static int la_heads(ad_ctx *a, int x, int64_t B, int64_t T, int64_t H, int64_t D) {
   int64_t s4[4] = {B, T, H, D}, perm[4] = {0, 2, 1, 3};
-  ir_shape s = shp(4, s4);
+  ir_shape s = ir_shape_of(4, s4);
   return ad_transpose(a, ad_reshape(a, x, &s), perm, 4);
 }
 
@@ -321,11 +313,11 @@ static int lower_linear_attention(ad_ctx *a, int node) {
     eg = ad_un(a, IR_OP_Exp, la_heads(a, ad_cast(a, nd.in[4], t), d.B, d.T, d.Hkv, d.Dg));
   if (d.delta) be = la_heads(a, ad_cast(a, nd.in[5], t), d.B, d.T, d.Db, 1); /* [B, Db, T, 1] */
   int64_t sd[4] = {d.B, d.Hkv, d.dk, d.dv};
-  ir_shape ss = shp(4, sd);
+  ir_shape ss = ir_shape_of(4, sd);
   int S = nd.n_in > 3 && nd.in[3] >= 0 ? ad_cast(a, nd.in[3], t) : ad_zeros(a, &ss, t);
   int64_t kc[4] = {d.B, d.Hkv, d.dk, 1}, gc[4] = {d.B, d.Hkv, d.Dg, 1}, qg[4] = {d.B, d.Hkv, G, d.dk};
   int64_t ot[4] = {d.B, d.Hq, 1, d.dv};
-  ir_shape kcs = shp(4, kc), gcs = shp(4, gc), qgs = shp(4, qg), ots = shp(4, ot);
+  ir_shape kcs = ir_shape_of(4, kc), gcs = ir_shape_of(4, gc), qgs = ir_shape_of(4, qg), ots = ir_shape_of(4, ot);
   int *outs = calloc((size_t)(d.T ? d.T : 1), sizeof(int));
   for (int64_t i = 0; i < d.T; i++) {
     int kt = slice_axis(a, k, 2, i, i + 1), vt = slice_axis(a, v, 2, i, i + 1); /* [B, Hkv, 1, d] */
@@ -344,7 +336,7 @@ static int lower_linear_attention(ad_ctx *a, int node) {
   free(outs);
   y = ad_bin(a, IR_OP_Mul, y, ad_c_f(a, scale, t));
   int64_t perm[4] = {0, 2, 1, 3}, y3[3] = {d.B, d.T, d.Hq * d.dv};
-  ir_shape ys = shp(3, y3);
+  ir_shape ys = ir_shape_of(3, y3);
   y = ad_reshape(a, ad_transpose(a, y, perm, 4), &ys);
   if (nd.n_out > 1 && nd.out[1] >= 0) ad_take_output(a, node, 1, ad_cast(a, S, g->values[nd.out[1]].dtype));
   if (a->err) return -1;

@@ -454,13 +454,6 @@ static int lower_eyelike(ad_ctx *a, int node) {
   return a->err ? -1 : 0;
 }
 
-static ir_shape shape_of(int rank, const int64_t *dims) {
-  ir_shape s;
-  memset(&s, 0, sizeof s);
-  s.rank = rank;
-  for (int i = 0; i < rank; i++) s.dims[i] = dims[i];
-  return s;
-}
 /* the node's output 0 becomes y (an Identity when y is an input of the node) */
 static int finish(ad_ctx *a, int node, int y) { return ad_take_output(a, node, 0, y); }
 /* Refuse a node whose input `in` carries the micro-batch on another axis than `ok`
@@ -520,7 +513,7 @@ static int lower_maxunpool(ad_ctx *a, int node) {
   if (ir_shape_numel(&ys) == 0 || ir_shape_numel(&xs) == 0) return finish(a, node, ad_zeros(a, &ys, t));
   Sx[1] = ir_shape_numel(&xs) / N;
   Sy[1] = ir_shape_numel(&ys) / N;
-  ir_shape fx = shape_of(2, Sx), fy = shape_of(2, Sy);
+  ir_shape fx = ir_shape_of(2, Sx), fy = ir_shape_of(2, Sy);
   int idx = ad_bin(a, IR_OP_Mod, ad_reshape(a, nd.in[1], &fx), ad_c_i64_scalar(a, Sy[1]));
   int in[3] = {ad_zeros(a, &fy, t), idx, ad_reshape(a, nd.in[0], &fx)};
   int id = ad_begin(a, IR_OP_ScatterElements, in, 3, 1, NULL);
@@ -540,7 +533,7 @@ static int lower_revseq(ad_ctx *a, int node) {
   const ir_value *lv = &g->values[nd.in[1]];
   int64_t T = xs.dims[ta], B = xs.dims[ba], d2[2];
   d2[ta] = T, d2[ba] = B;
-  ir_shape s2 = shape_of(2, d2);
+  ir_shape s2 = ir_shape_of(2, d2);
   int idx;
   if (lv->kind == IR_VAL_CONST) {
     int64_t *v = calloc((size_t)(T * B > 0 ? T * B : 1), sizeof(int64_t));
@@ -555,7 +548,7 @@ static int lower_revseq(ad_ctx *a, int node) {
     int64_t *tv = malloc(sizeof(int64_t) * (size_t)(T > 0 ? T : 1)), dt[2], dl[2];
     for (int64_t t = 0; t < T; t++) tv[t] = t;
     dt[ta] = T, dt[ba] = 1, dl[ta] = 1, dl[ba] = B;
-    ir_shape st = shape_of(2, dt), sl = shape_of(2, dl);
+    ir_shape st = ir_shape_of(2, dt), sl = ir_shape_of(2, dl);
     int tc = ad_reshape(a, ad_c_i64(a, tv, (int)T), &st);
     free(tv);
     /* lengths beyond T (invalid) are taken as T, so that no index leaves the input */
@@ -632,13 +625,13 @@ static int lower_compress(ad_ctx *a, int node) {
   int axis, x = nd.in[0];
   int64_t cnt = compress_pick(g, node, &axis, idx);
   if (cnt < 0) return free(idx), -1;
-  ir_shape is = shape_of(1, &cnt);
+  ir_shape is = ir_shape_of(1, &cnt);
   int ic = ad_c_tensor(a, IR_INT64, &is, idx, sizeof(int64_t) * (size_t)cnt);
   free(idx);
   if (axis < 0) {
     ir_shape xs = ad_shape(a, x);
     int64_t n = ir_shape_numel(&xs);
-    ir_shape fs = shape_of(1, &n);
+    ir_shape fs = ir_shape_of(1, &n);
     x = ad_reshape(a, x, &fs);
   }
   int in[2] = {x, ic};
@@ -681,7 +674,7 @@ static int lower_affine_grid(ad_ctx *a, int node) {
           }
         }
       }
-  ir_shape bs = shape_of(2, bd);
+  ir_shape bs = ir_shape_of(2, bd);
   int bc = ad_c_tensor(a, t, &bs, base, nb * es);
   free(base);
   const int64_t perm[3] = {0, 2, 1};
