@@ -24,7 +24,7 @@
              programs pipecc emits for 2-4 stages, with and without replicas, keep NCCL's
              rules (programs it refuses: `rt_unit programs`, tests/runtime)
   mpi        `mpirun -np R pipeline train` (one rank per stage replica): 3 stages and a plan
-             of 2 replicated stages give the threads transport's bits (weights, gradients,
+             with a replicated stage give the threads transport's bits (weights, gradients,
              losses); a checkpoint written under MPI resumes under threads; `pipeline train
              --launch` starts the processes itself; a wrong -np is one line and exit 2
 
@@ -385,6 +385,11 @@ def case_export():
     print("ok export: %d trained initializers written into %s, the rest unchanged" % (len(saved), os.path.basename(out)))
 
 
+# a stage on 2 or more devices in pipecc's plan table (which stage the planner replicates
+# at -g 4 follows its cost model)
+REPLICATED = re.compile(r"^\s+\d+\s+\d+\.\.\d+\s+[2-9] ", re.M)
+
+
 def case_replicas():
     d = case_dir("replicas")
     m, path, inputs, labels, loss, opt, mode = model("convnet", d)
@@ -397,15 +402,14 @@ def case_replicas():
     r = run([A.pipecc, path, "--shape", "input:8x3x16x16", "-g", "4", "-m", "4", "-o", out]
             + tc.pipecc_args(loss, opt, "--train"))
     check(r.returncode == 0, r.stderr[-2000:])
-    check(re.search(r"^\s+0\s+0\.\.1\s+2 ", r.stderr, re.M), "the plan should replicate stage 0 over 2 devices:\n"
-          + r.stderr)
+    check(REPLICATED.search(r.stderr), "the plan should replicate a stage:\n" + r.stderr)
     train(os.path.join(out, "pipeline"), data + ["--steps", "2", "--no-shuffle", "--quiet", "--save",
                                                  os.path.join(d, "w.npz"), "--save-grads", os.path.join(d, "g.npz")])
     res = npz(os.path.join(d, "g.npz"))
     res.update({"new/" + k: v for k, v in npz(os.path.join(d, "w.npz")).items()})
     worst = {"loss": 0.0, "grad": 0.0, "new": 0.0, "step": 0.0}
     check(tc.compare_step("replicas", 4, res, None, grads, new, before, 1e-4, worst), "replicated stages vs torch")
-    print("ok replicas: 2 stages x 2 replicas, 2 steps: grads %.2e, weights %.2e rel-L2 of torch" % (worst["grad"],
+    print("ok replicas: a replicated stage at -g 4, 2 steps: grads %.2e, weights %.2e rel-L2 of torch" % (worst["grad"],
                                                                                                    worst["new"]))
 
 
@@ -557,8 +561,8 @@ def case_mpi():
                                     + tc.pipecc_args(loss, opt, "--train")), 3)}
     r = run([A.pipecc, path, "--shape", "input:8x3x16x16", "-g", "4", "-m", "4", "-o", os.path.join(d, "r4")]
             + tc.pipecc_args(loss, opt, "--train"))
-    check(r.returncode == 0 and re.search(r"^\s+0\s+0\.\.1\s+2 ", r.stderr, re.M), "a replicated plan: " + r.stderr)
-    builds["2 stages x 2 replicas"] = (os.path.join(d, "r4", "pipeline"), 4)
+    check(r.returncode == 0 and REPLICATED.search(r.stderr), "a replicated plan: " + r.stderr)
+    builds["4 devices, a replicated stage"] = (os.path.join(d, "r4", "pipeline"), 4)
     for name, (exe, n) in builds.items():
         out = {}
         for how in ("threads", "mpi"):
@@ -589,13 +593,13 @@ def case_mpi():
     r = mpi_train(2, exe, data + ["--steps", "1"], ok=False)
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("pipeline:")]
     check(r.returncode == 2 and len(lines) == 1 and "mpirun -np 3" in lines[0], "wrong -np: " + r.stderr)
-    print("ok mpi: 3 stages on 3 ranks and 2x2 replicated stages on 4 ranks give the threads transport's bits; "
+    print("ok mpi: 3 stages on 3 ranks and a plan with a replicated stage on 4 ranks give the threads transport's bits; "
           "checkpoints move between transports")
 
 
 def fake_device_builds(name):
     """The convnet training builds the fake-device cases run: (folder, data arguments,
-    {name: pipeline}) for 3 stages under 1F1B and GPipe, 2x2 replicated stages and a
+    {name: pipeline}) for 3 stages under 1F1B and GPipe, 4 devices with a replicated stage and a
     replicated stage beside one that is not."""
     d, path, loss, opt, data = convnet_case(name, 7, 16)
     builds = {}
@@ -604,8 +608,8 @@ def fake_device_builds(name):
             "--shape", "input:8x3x16x16", "-g", "3", "-m", "4", "--schedule", sched] + tc.pipecc_args(loss, opt, "--train"))
     r = run([A.pipecc, path, "--shape", "input:8x3x16x16", "-g", "4", "-m", "4", "-o", os.path.join(d, "r4")]
             + tc.pipecc_args(loss, opt, "--train"))
-    check(r.returncode == 0 and re.search(r"^\s+0\s+0\.\.1\s+2 ", r.stderr, re.M), "a replicated plan: " + r.stderr)
-    builds["2 stages x 2 replicas"] = os.path.join(d, "r4", "pipeline")
+    check(r.returncode == 0 and REPLICATED.search(r.stderr), "a replicated plan: " + r.stderr)
+    builds["4 devices, a replicated stage"] = os.path.join(d, "r4", "pipeline")
     r = run([A.pipecc, path, "--shape", "input:8x3x16x16", "-g", "3", "-m", "4", "-o", os.path.join(d, "r3")]
             + tc.pipecc_args(loss, opt, "--train"))
     check(r.returncode == 0 and re.search(r"^\s+0\s+0\.\.1\s+2 ", r.stderr, re.M) and
@@ -669,7 +673,7 @@ def case_mpi_fake_device():
     replicas' ranks only); the host run's bits."""
     check(A.mpirun, "mpirun not found")
     d, data, builds = fake_device_builds("mpi_fake_device")
-    for name, n in (("3 stages 1f1b", 3), ("2 stages x 2 replicas", 4), ("stage 0 x 2 replicas, stage 1", 3)):
+    for name, n in (("3 stages 1f1b", 3), ("4 devices, a replicated stage", 4), ("stage 0 x 2 replicas, stage 1", 3)):
         exe = builds[name]
         host, _ = fake_device_run(d, data, exe, "host", {})
         dev, err = fake_device_run(d, data, exe, "fake_mpi", FAKE, n)
