@@ -1,17 +1,19 @@
 /* passes/opt/fold_eval.c - evaluate one node on constant inputs (see passes/opt/fold.h).
  *
- * Every element is held as an int64 (integers, bool) or a double (float32/float64) and
- * the result is brought back to its dtype: integers wrap like two's-complement C, a
- * float32 result is rounded to float. For + - * / and sqrt, one double operation
- * rounded to float gives exactly the float32 IEEE result (double has more than twice
- * float's precision), so float32 arithmetic is exact here. Ops follow the ONNX spec of
- * the node's opset (attributes that became inputs are read from either place). */
+ * Every element is held as an int64 (integers, bool) or a double (float32, float64,
+ * float16, bfloat16) and the result is brought back to its dtype: integers wrap like
+ * two's-complement C, a float result is rounded to its type. For + - * / and sqrt, one
+ * double operation rounded to float gives exactly the float32 IEEE result (double has
+ * more than twice float's precision), so float32 arithmetic is exact here. Ops follow the
+ * ONNX spec of the node's opset (attributes that became inputs are read from either
+ * place). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ir/diag.h"
 #include "passes/opt/fold.h"
+#include "runtime/pipert.h"
 
 /* ---- tensors ---- */
 
@@ -19,6 +21,8 @@ int fold_dtype_ok(ir_dtype dt) {
   switch (dt) {
     case IR_FLOAT:
     case IR_DOUBLE:
+    case IR_FLOAT16:
+    case IR_BFLOAT16:
     case IR_BOOL:
     case IR_INT8:
     case IR_INT16:
@@ -31,7 +35,7 @@ int fold_dtype_ok(ir_dtype dt) {
   }
 }
 
-static int is_fp(ir_dtype dt) { return dt == IR_FLOAT || dt == IR_DOUBLE; }
+static int is_fp(ir_dtype dt) { return dt == IR_FLOAT || dt == IR_DOUBLE || dt == IR_FLOAT16 || dt == IR_BFLOAT16; }
 static int is_int(ir_dtype dt) { return fold_dtype_ok(dt) && !is_fp(dt) && dt != IR_BOOL; }
 static int is_signed(ir_dtype dt) { return dt == IR_INT8 || dt == IR_INT16 || dt == IR_INT32 || dt == IR_INT64; }
 
@@ -72,7 +76,18 @@ static int64_t wrap(ir_dtype dt, int64_t x) {
     default: return x;
   }
 }
-static double fround(ir_dtype dt, double x) { return dt == IR_FLOAT ? (double)(float)x : x; }
+/* x rounded to dtype dt (to nearest, ties to even). float16 and bfloat16 are rounded from
+ * the double directly: an operation's double result rounded once more is the correctly
+ * rounded one (53 >= 2*11+2 bits), as the kernels' float result rounded to 16 bits is
+ * (24 >= 2*11+2), so both agree for + - * / and sqrt. */
+static double fround(ir_dtype dt, double x) {
+  switch (dt) {
+    case IR_FLOAT: return (double)(float)x;
+    case IR_FLOAT16: return pipert_f16_to_f(pipert_f_to_f16(x));
+    case IR_BFLOAT16: return pipert_bf16_to_f(pipert_f_to_bf16(x));
+    default: return x;
+  }
+}
 
 /* Smallest / largest value of an integer dtype. */
 static void int_range(ir_dtype dt, int64_t *lo, int64_t *hi) {
@@ -128,6 +143,13 @@ static int t_load(const ir_value *v, fold_tensor *t) {
         float x;
         memcpy(&x, p, 4);
         t->d[k].f = x;
+        break;
+      }
+      case IR_FLOAT16:
+      case IR_BFLOAT16: {
+        uint16_t x;
+        memcpy(&x, p, 2);
+        t->d[k].f = v->dtype == IR_FLOAT16 ? pipert_f16_to_f(x) : pipert_bf16_to_f(x);
         break;
       }
       case IR_DOUBLE: {
@@ -193,6 +215,12 @@ void fold_tensor_store(ir_graph *g, const fold_tensor *t, int vi) {
         break;
       }
       case IR_DOUBLE: memcpy(q, &t->d[k].f, 8); break;
+      case IR_FLOAT16:
+      case IR_BFLOAT16: {
+        uint16_t x = t->dt == IR_FLOAT16 ? pipert_f_to_f16(t->d[k].f) : pipert_f_to_bf16(t->d[k].f);
+        memcpy(q, &x, 2);
+        break;
+      }
       case IR_INT64: memcpy(q, &t->d[k].i, 8); break;
       case IR_INT32:
       case IR_UINT32: {
@@ -641,6 +669,7 @@ static int cast_el(ir_dtype from, fold_el x, ir_dtype to, fold_el *y) {
     int64_t v = x.i;
     if (to == IR_FLOAT) y->f = (double)(float)v;
     else if (to == IR_DOUBLE) y->f = (double)v;
+    else if (is_fp(to)) y->f = fround(to, (double)(float)v); /* as the kernels: through float */
     else y->i = wrap(to, v);
   }
   return 1;
@@ -747,7 +776,7 @@ static int bin_el(int op, ir_dtype dt, ir_dtype dt2, fold_el a, fold_el b, int f
         if (y == 2) r->f = fround(dt, x * x);
         else if (y == 3) return 0;
         else if (y == 1) r->f = x;
-        else if (dt == IR_FLOAT) r->f = (double)powf((float)x, (float)y);
+        else if (dt != IR_DOUBLE) r->f = fround(dt, (double)powf((float)x, (float)y)); /* the kernels' float pow */
         else r->f = pow(x, y);
         return 1;
       case B_MOD:

@@ -77,10 +77,10 @@ int main(int argc, char **argv) {
       int64_t n = ir_shape_numel(&v->shape);
       for (int64_t e = 0; e < n; e++) {
         if (e) printf(", ");
-        if (v->dtype == IR_FLOAT || v->dtype == IR_DOUBLE) {
-          double x = 0;
+        if (v->dtype == IR_FLOAT || v->dtype == IR_DOUBLE || v->dtype == IR_FLOAT16 || v->dtype == IR_BFLOAT16) {
+          double x = 0; /* float16 and bfloat16 values are exact in float */
           if (ir_const_f64(v, e, &x)) return 3;
-          print_float(x, v->dtype == IR_FLOAT);
+          print_float(x, v->dtype != IR_DOUBLE);
         } else {
           int64_t x = 0;
           if (ir_const_i64(v, e, &x)) return 3;

@@ -40,7 +40,7 @@ from onnx import numpy_helper as nh
 I64, I32, F32, F64, BOOL = TP.INT64, TP.INT32, TP.FLOAT, TP.DOUBLE, TP.BOOL
 NP = {I64: np.int64, I32: np.int32, F32: np.float32, F64: np.float64, BOOL: np.bool_,
       TP.INT8: np.int8, TP.UINT8: np.uint8, TP.INT16: np.int16, TP.UINT16: np.uint16,
-      TP.UINT32: np.uint32}
+      TP.UINT32: np.uint32, TP.FLOAT16: np.float16}
 INT64_MAX, INT64_MIN = 2**63 - 1, -2**63
 
 
@@ -317,6 +317,29 @@ def cases():
         [C("A", [[1, -5, 3]], I64), C("B", [[2], [-7]], I64), C("Cc", [0], I64),
          C("F", [-1.5, 2.5, -0.0, 7.0], F32), C("G", [2.0, 3.0, 0.1, 1e-3], F32),
          C("Gd", [2.0, 3.0, 0.1, 1e-3], F64), C("I32", [-(2**31), 5], I32)]))
+
+    # ---- float16 and bfloat16: each result rounded to its type once, as the kernels do.
+    # The float16 operands are initializers: onnxruntime computes float16 ops in float
+    # between inserted Casts and drops a Cast pair float -> float16 -> float, so a Cast
+    # from float feeding them would skip a rounding the model asks for.
+    F16 = TP.FLOAT16
+    cs.append(Case("half_arith", [
+        N("Add", ["h", "k"], ["add"]), N("Sub", ["h", "k"], ["sub"]), N("Mul", ["h", "k"], ["mul"]),
+        N("Div", ["h", "k"], ["div"]), N("Neg", ["h"], ["neg"]), N("Cast", ["h"], ["wide"], to=F32),
+        N("CastLike", ["A", "h"], ["castlike_i"]), N("CastLike", ["Ninf", "h"], ["castlike_inf"]),
+        N("Cast", ["F"], ["narrowed"], to=F16), N("Less", ["h", "k"], ["less"]),
+    ], [], [("add", F16), ("sub", F16), ("mul", F16), ("div", F16), ("neg", F16), ("wide", F32),
+            ("castlike_i", F16), ("castlike_inf", F16), ("narrowed", F16), ("less", BOOL)],
+        [C("h", [1.0, 0.1, 65504.0, 3.3333, -2.5e-7], F16), C("k", [3.0, 0.2, 65504.0, 1e-3, 7.0], F16),
+         C("F", [0.1, 3.3333, 1e5, -2.5e-7, 0.2998779296875], F32),
+         C("A", [1, 2049, 70000, -3, 0], I64), C("Ninf", [-np.inf], F32)], opset=19))
+    cs.append(Case("bfloat16_fold", [
+        N("Cast", ["F"], ["h"], to=TP.BFLOAT16), N("Cast", ["G"], ["k"], to=TP.BFLOAT16),
+        N("Mul", ["h", "k"], ["mul"]), N("CastLike", ["Ninf", "h"], ["castlike_inf"]),
+        N("Cast", ["mul"], ["back"], to=F32),
+    ], [], [("back", F32), ("castlike_inf", TP.BFLOAT16)],
+        [C("F", [1.0, 0.1, 3.3333, 1e30], F32), C("G", [3.0, 0.2, 1e-3, 1e10], F32), C("Ninf", [-np.inf], F32)],
+        opset=19, ort=False))
 
     # ---- the element-wise ops of every kind through the one driver ----
     cs.append(Case("eltwise_generic", [
