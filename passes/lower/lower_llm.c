@@ -22,9 +22,10 @@
  *     nonpad_kv_seqlen[b] on are padding, and the causal frontier and the windows are
  *     offset by nonpad_kv_seqlen[b] - Sq) and Attention-25's left/right_window_size (key
  *     j for the query at position p while p - left <= j <= p + right). A mask shorter
- *     than total_length along its last axis is padded with masked keys. Refused with one
- *     line: softmax_precision other than float or the inputs' type. float16 and bfloat16
- *     are computed in float, rounded once at the outputs.
+ *     than total_length along its last axis is padded with masked keys. softmax_precision
+ *     double computes the softmax in double (written in ops, not fused); other precisions
+ *     than float, double or the inputs' type are refused with one line. float16 and
+ *     bfloat16 are computed in float, rounded once at the outputs.
  *   In inference, Attention without the qk_matmul_output output stays one node
  *   (llm_attention_fused) for the targets' fused kernels, which never hold the whole
  *   score matrix; training (whose backward is taken through the ops written here) and
@@ -252,8 +253,9 @@ int llm_attn_geometry(ir_graph *g, int node, llm_attn_dims *d) {
     SH_FAIL("left_window_size and right_window_size: -1 (unbounded) or a size expected");
   int64_t mode = ir_attr_int(n, "qk_matmul_output_mode", 0), sp = ir_attr_int(n, "softmax_precision", 0);
   if (mode < 0 || mode > 3) SH_FAIL("qk_matmul_output_mode %lld: 0 to 3 expected", (long long)mode);
-  if (sp && sp != (int64_t)q->dtype && !(sp == IR_FLOAT && q->dtype != IR_DOUBLE)) /* narrow types: in float */
-    SH_FAIL("softmax_precision %lld other than float or the inputs' type is not supported", (long long)sp);
+  /* the narrow types compute in float; double is the one precision above it */
+  if (sp && sp != (int64_t)q->dtype && sp != IR_DOUBLE && !(sp == IR_FLOAT && q->dtype != IR_DOUBLE))
+    SH_FAIL("softmax_precision %lld other than float, double or the inputs' type is not supported", (long long)sp);
   return 0;
 }
 
@@ -289,8 +291,7 @@ int sh_Attention(ir_graph *g, int node) {
   return 0;
 }
 
-/* [B, S, H*D] -> [B, H, S, D] */
-static int heads_first(ad_ctx *a, int x, int64_t B, int64_t S, int64_t H, int64_t D) {
+int llm_heads_first(ad_ctx *a, int x, int64_t B, int64_t S, int64_t H, int64_t D) {
   int64_t s4[4] = {B, S, H, D}, perm[4] = {0, 2, 1, 3};
   ir_shape s = ir_shape_of(4, s4);
   return ad_transpose(a, ad_reshape(a, x, &s), perm, 4);
@@ -305,9 +306,9 @@ static int lower_attention(ad_ctx *a, int node) {
   int64_t T = d.Sp + d.Skv, mode = ir_attr_int(&nd, "qk_matmul_output_mode", 0);
   int q = ad_cast(a, nd.in[0], t), k = ad_cast(a, nd.in[1], t), v = ad_cast(a, nd.in[2], t);
   if (d.three_d) {
-    q = heads_first(a, q, d.B, d.Sq, d.Hq, d.D);
-    k = heads_first(a, k, d.B, d.Skv, d.Hkv, d.D);
-    v = heads_first(a, v, d.B, d.Skv, d.Hkv, d.Dv);
+    q = llm_heads_first(a, q, d.B, d.Sq, d.Hq, d.D);
+    k = llm_heads_first(a, k, d.B, d.Skv, d.Hkv, d.D);
+    v = llm_heads_first(a, v, d.B, d.Skv, d.Hkv, d.Dv);
   }
   if (d.Sp) { /* the cache first, along the sequence */
     int kk[2] = {ad_cast(a, nd.in[4], t), k}, vv[2] = {ad_cast(a, nd.in[5], t), v};
@@ -401,15 +402,20 @@ static int lower_attention(ad_ctx *a, int node) {
     masked = 1;
   }
   if (mode == 2) qk = s;
-  int id = ad_begin(a, IR_OP_Softmax, &s, 1, 1, NULL);
+  /* softmax_precision double: the softmax computed in double, its result rounded back */
+  int dbl = t != IR_DOUBLE && ir_attr_int(&nd, "softmax_precision", 0) == IR_DOUBLE;
+  int sd = dbl ? ad_cast(a, s, IR_DOUBLE) : s;
+  int id = ad_begin(a, IR_OP_Softmax, &sd, 1, 1, NULL);
   ad_attr_i(a, id, "axis", -1);
   int p = ad_end(a, id);
   if (masked) { /* a row with every key masked: zeros, not NaN */
     int64_t last = 3;
-    int mx = ad_reduce(a, IR_OP_ReduceMax, s, &last, 1, 1);
-    int in[3] = {ad_bin(a, IR_OP_Greater, mx, ad_c_f(a, -INFINITY, t)), p, ad_c_f(a, 0, t)};
+    ir_dtype st = dbl ? IR_DOUBLE : t;
+    int mx = ad_reduce(a, IR_OP_ReduceMax, sd, &last, 1, 1);
+    int in[3] = {ad_bin(a, IR_OP_Greater, mx, ad_c_f(a, -INFINITY, st)), p, ad_c_f(a, 0, st)};
     p = ad_op(a, IR_OP_Where, in, 3);
   }
+  if (dbl) p = ad_cast(a, p, t);
   if (mode == 3) qk = p;
   int y = ad_bin(a, IR_OP_MatMul, p, v);
   if (d.three_d) {
@@ -426,6 +432,7 @@ int llm_attention_fused(const ir_graph *g, const ir_node *n, int training) {
   if (n->op != IR_OP_Attention || training) return 0;
   if (n->n_out > 3 && n->out[3] >= 0) return 0;
   ir_dtype t = g->values[n->in[0]].dtype;
+  if (ir_attr_int(n, "softmax_precision", 0) == IR_DOUBLE) return 0; /* the kernels' softmax is in float */
   return t == IR_FLOAT || t == IR_FLOAT16 || t == IR_BFLOAT16;
 }
 

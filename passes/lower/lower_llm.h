@@ -17,6 +17,8 @@ typedef struct {
   int three_d;
 } llm_attn_dims;
 int llm_attn_geometry(ir_graph *g, int node, llm_attn_dims *d);
+/* x [B, S, H*D] as [B, H, S, D] (a Reshape and a Transpose) */
+int llm_heads_first(ad_ctx *a, int x, int64_t B, int64_t S, int64_t H, int64_t D);
 /* Attention node n runs as one fused node (both targets' kernels: codegen/c/ops_nn.c,
  * codegen/cuda/ops.c) rather than written in other ops: in inference, float, float16 or
  * bfloat16, without the qk_matmul_output output (which needs the whole score matrix:

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "passes/lower/lower_llm.h"
 #include "passes/lower/lower_llm_state.h"
 #include "passes/shape/shape_impl.h"
 
@@ -292,12 +293,6 @@ static int lower_causal_conv(ad_ctx *a, int node) {
 }
 
 /* [B, T, H*D] -> [B, H, T, D] */
-static int la_heads(ad_ctx *a, int x, int64_t B, int64_t T, int64_t H, int64_t D) {
-  int64_t s4[4] = {B, T, H, D}, perm[4] = {0, 2, 1, 3};
-  ir_shape s = ir_shape_of(4, s4);
-  return ad_transpose(a, ad_reshape(a, x, &s), perm, 4);
-}
-
 static int lower_linear_attention(ad_ctx *a, int node) {
   ir_graph *g = a->g;
   ir_node nd = g->nodes[node];
@@ -305,13 +300,13 @@ static int lower_linear_attention(ad_ctx *a, int node) {
   if (la_geometry(g, node, &d)) return -1;
   ir_dtype xt = ad_dtype(a, nd.in[0]), t = xt == IR_DOUBLE ? IR_DOUBLE : IR_FLOAT;
   int64_t G = d.Hq / d.Hkv;
-  int q = la_heads(a, ad_cast(a, nd.in[0], t), d.B, d.T, d.Hq, d.dk);
-  int k = la_heads(a, ad_cast(a, nd.in[1], t), d.B, d.T, d.Hkv, d.dk);
-  int v = la_heads(a, ad_cast(a, nd.in[2], t), d.B, d.T, d.Hkv, d.dv);
+  int q = llm_heads_first(a, ad_cast(a, nd.in[0], t), d.B, d.T, d.Hq, d.dk);
+  int k = llm_heads_first(a, ad_cast(a, nd.in[1], t), d.B, d.T, d.Hkv, d.dk);
+  int v = llm_heads_first(a, ad_cast(a, nd.in[2], t), d.B, d.T, d.Hkv, d.dv);
   int eg = -1, be = -1;
   if (d.gated) /* exp(decay) as [B, Hkv, T, Dg] */
-    eg = ad_un(a, IR_OP_Exp, la_heads(a, ad_cast(a, nd.in[4], t), d.B, d.T, d.Hkv, d.Dg));
-  if (d.delta) be = la_heads(a, ad_cast(a, nd.in[5], t), d.B, d.T, d.Db, 1); /* [B, Db, T, 1] */
+    eg = ad_un(a, IR_OP_Exp, llm_heads_first(a, ad_cast(a, nd.in[4], t), d.B, d.T, d.Hkv, d.Dg));
+  if (d.delta) be = llm_heads_first(a, ad_cast(a, nd.in[5], t), d.B, d.T, d.Db, 1); /* [B, Db, T, 1] */
   int64_t sd[4] = {d.B, d.Hkv, d.dk, d.dv};
   ir_shape ss = ir_shape_of(4, sd);
   int S = nd.n_in > 3 && nd.in[3] >= 0 ? ad_cast(a, nd.in[3], t) : ad_zeros(a, &ss, t);
