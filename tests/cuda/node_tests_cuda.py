@@ -29,7 +29,7 @@ outputs from onnxruntime) for what the node tests leave out. The cpu target's no
         compiled once and shared; a chunk that fails to build is built test by test so
         the failure names its test), runs each on test_data_set_0 and compares with the
         expected outputs as the cpu target's node tests do (floats: rtol 1e-4, atol 1e-5;
-        others exact). --all: every node test whose ops are in ir/ops.def (less the cpu
+        others exact; --criterion onnx: the ONNX runner's check, node_tests.py's). --all: every node test whose ops are in ir/ops.def (less the cpu
         target's expected failures), not only those of FAMILIES: element-wise chains,
         pooling, normalisation, reductions, Gemm/MatMul, Conv, ... (about 1300 tests; 2
         to 4 minutes on 2 cores on the simulator; built one by one, 6 to 15). --shard K/N:
@@ -59,6 +59,7 @@ import extra_models  # noqa: E402  (write_extra: the EXTRA models)
 import pipecc_test as pt  # noqa: E402  (done_with)
 import node_tests as cpu_nodes  # noqa: E402  (read_pb, bake_shape_inputs, supported_ops, load_xfail)
 from npzio import save_npz  # noqa: E402
+from node_data import node_data_dir  # noqa: E402
 
 SKIP = 77
 
@@ -103,18 +104,24 @@ def have_gpu():
         return False
 
 
-def select_tests(pattern, work, every=False):
+def select_tests(pattern, work, every=False, data=None, xfail_paths=None, extra=True, sample=0):
     """[(family, name, test dir)] of the node tests of FAMILIES, sorted by name, then EXTRA;
-    every: also the node tests of all the other ops (family 'other')."""
-    data = os.environ.get("PIPECC_ONNX_NODE_DATA") or os.path.join(os.path.dirname(onnx.__file__), "backend", "test",
-                                                                    "data", "node")
+    every: also the node tests of all the other ops (family 'other'). data: the node
+    tests' folder (default tests/lib/node_data.py's); the tests named in the lists xfail_paths
+    (default the cpu target's node_xfail.txt) are left out; sample: only the first N tests of each
+    set of op types (node_tests.py --sample)."""
+    data = data or node_data_dir()
     if not os.path.isdir(data):
-        sys.exit(f"node_tests_cuda.py: no ONNX node test data at {data} (this onnx package ships none; "
+        sys.exit(f"node_tests_cuda.py: no ONNX node test data at {data} (tools/install_deps.sh writes it; or "
                  "point PIPECC_ONNX_NODE_DATA at a copy of onnx/backend/test/data/node)")
     ops = cpu_nodes.supported_ops()
-    xfail = cpu_nodes.load_xfail(os.path.join(ROOT, "tests", "cpu", "node_xfail.txt"))
+    xfail = {}
+    for path in xfail_paths or [os.path.join(ROOT, "tests", "cpu", "node_xfail.txt")]:
+        xfail.update(cpu_nodes.load_xfail(path))
     out = []
-    cands = [(n, os.path.join(data, n)) for n in sorted(os.listdir(data))] + extra_models.write_extra(work)
+    per_set = {}
+    cands = [(n, os.path.join(data, n)) for n in sorted(os.listdir(data))]
+    cands += extra_models.write_extra(work) if extra else []
     for name, tdir in cands:
         if (pattern and not re.search(pattern, name)) or name in xfail:
             continue
@@ -128,6 +135,11 @@ def select_tests(pattern, work, every=False):
                                        (n.domain == "ai.onnx.preview" and n.op_type in cpu_nodes.PREVIEW_OPS)
                                        for n in m.graph.node):
             continue
+        if sample and not name.startswith("extra_"):
+            key = frozenset(types)
+            per_set[key] = per_set.get(key, 0) + 1
+            if per_set[key] > sample:
+                continue
         fams = dict(FAMILIES, **(EXTRA_FAMILIES if name.startswith("extra_") else {}))
         fam = next((f for f, fops in fams.items() if types & fops), "other" if every else None)
         if fam:
@@ -269,27 +281,13 @@ def build_mode(a, tests):
     return 1 if bad else 0
 
 
-def compare(got, expect):
-    for k, e in expect.items():
-        if k not in got:
-            return f"output '{k}' missing"
-        g = got[k]
-        if g.shape != e.shape or g.dtype != e.dtype:
-            return f"output '{k}': {g.dtype}{g.shape}, expected {e.dtype}{e.shape}"
-        if e.dtype.kind in "fc":
-            if not np.allclose(g, e, rtol=1e-4, atol=1e-5, equal_nan=True):
-                return f"output '{k}': max abs error {np.max(np.abs(g.astype(np.float64) - e.astype(np.float64))):.3g}"
-        elif not np.array_equal(g, e):
-            return f"output '{k}': values differ"
-    return ""
-
-
 def run_one(args):
     """One emitted test: run it (its chunk's program, or its own pipeline made here when the
     chunk did not build) and compare."""
-    fam, name, tdir, work, rt_obj, exe = args  # exe: (chunk program, the test's name there) or None
+    fam, name, tdir, work, rt_obj, exe, criterion = args  # exe: (chunk program, the test's name there) or None
     try:
-        _, feeds, expect, d, _ = prepare(name, tdir, work)
+        model, feeds, expect, d, _ = prepare(name, tdir, work)
+        elem = {o.name: o.type.tensor_type.elem_type for o in onnx.load(model, load_external_data=False).graph.output}
         b = os.path.join(d, "build")
         if exe is None:
             os.makedirs(os.path.join(b, "obj"), exist_ok=True)
@@ -307,7 +305,7 @@ def run_one(args):
         r = subprocess.run(cmd + ["--input", xin, "--output", yout], capture_output=True, text=True, timeout=600)
         if r.returncode:
             return name, f"pipeline exit {r.returncode}: " + " | ".join(r.stderr.splitlines()[-2:])
-        why = compare(dict(np.load(yout)), expect)
+        why, _ = cpu_nodes.compare_outputs(dict(np.load(yout)), expect, elem, criterion)
         pt.done_with(d, not why)  # 1300 builds of about 4 MB each otherwise
         return name, why
     except Exception as e:  # noqa: BLE001
@@ -407,7 +405,7 @@ def run_mode(a, tests):
                   + why[-600:])
         for n, _ in members:
             f, t = by_name[n]
-            jobs.append((f, n, t, a.work, rt_obj, (exe, n) if exe else None))
+            jobs.append((f, n, t, a.work, rt_obj, (exe, n) if exe else None, a.criterion))
     with cf.ThreadPoolExecutor(max_workers=a.jobs) as ex:
         res += list(ex.map(run_one, jobs))
     bad = [f"FAIL  {n}: {why}" for n, why in res if why]
@@ -439,6 +437,16 @@ def main():
                          "1300 tests as N tests that each finish well inside their timeout")
     ap.add_argument("--sim", default=None, metavar="LIBCUDASIM",
                     help="run: build with tests/cuda/sim/nvcc against this simulator library and run on the CPU")
+    ap.add_argument("--data", default=None,
+                    help="the node tests' folder (default: tests/lib/node_data.py's; tools/gen_node_tests.py "
+                         "writes those of opsets 22 to 28)")
+    ap.add_argument("--xfail", action="append", default=None,
+                    help="leave out the tests this list names (default: tests/cpu/node_xfail.txt); repeatable")
+    ap.add_argument("--no-extra", action="store_true", help="leave out the models of our own")
+    ap.add_argument("--criterion", choices=("pipecc", "onnx"), default="pipecc",
+                    help="the comparison (tests/cpu/node_tests.py --criterion)")
+    ap.add_argument("--sample", type=int, default=0, metavar="N",
+                    help="only the first N node tests (by name) of each set of op types")
     a = ap.parse_args()
     if a.sim:
         import run_cuda
@@ -446,7 +454,7 @@ def main():
     a.pipecc = os.path.abspath(a.pipecc)
     a.work = os.path.abspath(a.work)
     os.makedirs(a.work, exist_ok=True)
-    tests = select_tests(a.k, a.work, a.all)
+    tests = select_tests(a.k, a.work, a.all, a.data, a.xfail, not a.no_extra, a.sample)
     if a.shard:
         m = re.fullmatch(r"(\d+)/(\d+)", a.shard)
         if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
