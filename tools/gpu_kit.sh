@@ -100,10 +100,10 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 cp "$here/gen/onnx.pb-c.c" "$here/gen/onnx.pb-c.h" "$out/"
 EOF
   chmod +x "$stage/bin/protoc-c"
-  # the ONNX backend node tests' data of the installed onnx wheel
+  # the ONNX backend node tests' data (tests/lib/node_data.py: onnx 1.16.2's, opsets up to 21)
   local node
-  node="$(/usr/bin/python3 -c 'import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node"))')"
-  [ -d "$node" ] || { echo "gpu_kit: $node not found (pip install onnx)" >&2; exit 2; }
+  node="$(/usr/bin/python3 -c 'import sys; sys.path.insert(0, "'"$ROOT/tests/lib"'"); import node_data; print(node_data.node_data_dir())')"
+  [ -d "$node" ] || { echo "gpu_kit: $node not found (bash tools/install_deps.sh)" >&2; exit 2; }
   mkdir -p "$stage/onnx_node"
   cp -r "$node/." "$stage/onnx_node/"
   tar -C "$stage" -czf "$KIT/kit.tgz.tmp" include lib bin gen onnx_node

@@ -71,6 +71,7 @@ def build_model(path):
          helper.make_tensor_value_info("rc", TensorProto.FLOAT, [2, 16, 12, 10])],
         inits)
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], producer_name="winograd_check")
+    m.ir_version = 8  # what onnxruntime reads (onnx 1.23's default, 14, is newer)
     onnx.checker.check_model(m)
     onnx.save(m, path)
 

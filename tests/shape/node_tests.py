@@ -39,7 +39,9 @@ DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int3
 
 
 def default_data_dir():
-    return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+    from node_data import node_data_dir  # noqa: E402
+    return node_data_dir()
 
 
 def read_skip(path):
