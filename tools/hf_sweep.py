@@ -2,7 +2,8 @@
 """Exports small transformers and timm models (random weights, seed 0) through both of
 PyTorch's exporters (TorchScript: dynamo=False; torch.export: dynamo=True) with a dynamic
 batch axis, compiles each with pipecc at batch 4 and -g 2 -m 4, runs it, and compares
-every output with onnxruntime (rel-L2 <= 1e-4). Prints one line per export and a table:
+every output with onnxruntime (rel-L2 <= 1e-4), and compiles it again at -g 1 with the same
+micro-batches, whose outputs must be bitwise those of -g 2. Prints one line per export and a table:
 whether it compiled, its micro-batch count (pipecc's plan.json) and its error. An export
 the exporter itself fails, or onnxruntime cannot run, is listed but not counted; the exit
 status is 0 when every other one compiles and matches.
@@ -196,6 +197,18 @@ def run_one(a, name, exporter):
         v64, g64 = v.astype(np.float64), g.astype(np.float64)
         errs.append(float(np.linalg.norm(g64 - v64) / max(np.linalg.norm(v64), 1e-30)))
     row["rel_l2"] = max(errs)
+    # the same micro-batches on one stage: bitwise the same outputs
+    out1 = os.path.join(d, "g1")
+    cmd1 = [a.pipecc, path, "-g", "1", "-m", str(row["microbatches"]), "-o", out1, "-j", "2"] + cmd[cmd.index("-j") + 2:]
+    r1 = subprocess.run(cmd1, capture_output=True, text=True, env=dict(os.environ, PIPECC_COSTS="model"))
+    if not r1.returncode:
+        r1 = subprocess.run([os.path.join(out1, "pipeline"), "--input", xin, "--output", os.path.join(out1, "y.npz")],
+                            capture_output=True, text=True)
+    if r1.returncode:
+        row["note"] = "g = 1: " + (r1.stderr.strip().splitlines() or ["exit %d" % r1.returncode])[-1][:200]
+    else:
+        got1 = dict(np.load(os.path.join(out1, "y.npz")))
+        row["bitwise_g"] = sorted(got1) == sorted(got) and all(got1[k].tobytes() == got[k].tobytes() for k in got)
     row["seconds"] = round(time.time() - t, 1)
     return row
 
@@ -216,24 +229,25 @@ def main():
     for n in names:
         for e in a.exporters.split(","):
             row = run_one(a, n, e)
-            ok = row["compiled"] and row["rel_l2"] is not None and row["rel_l2"] <= 1e-4
-            row["ok"] = ok
+            ok = row["compiled"] and row["rel_l2"] is not None and row["rel_l2"] <= 1e-4 and row.get("bitwise_g")
+            row["ok"] = bool(ok)
             print(f"{'ok  ' if ok else 'FAIL'} {n:22s} {e:11s} m={row['microbatches']} "
-                  f"rel-L2 {row['rel_l2'] if row['rel_l2'] is None else '%.1e' % row['rel_l2']} {row['note']}",
-                  flush=True)
+                  f"rel-L2 {row['rel_l2'] if row['rel_l2'] is None else '%.1e' % row['rel_l2']} "
+                  f"g1=g2 {row.get('bitwise_g')} {row['note']}", flush=True)
             rows.append(row)
     exported = [r for r in rows if not r["note"].startswith(("export failed", "onnxruntime failed"))]
     good = sum(r["ok"] for r in exported)
     multi = sum(r["ok"] and (r["microbatches"] or 0) >= 2 for r in exported)
     print(f"hf_sweep: torch {torch.__version__}, opset {a.opset}: {len(exported)} of {len(rows)} exports written "
-          f"and run by onnxruntime; {good} of those compile and match onnxruntime, {multi} of them with 2 or more "
-          f"micro-batches")
+          f"and run by onnxruntime; {good} of those compile, match onnxruntime and give the same bits at g = 1 "
+          f"and 2, {multi} of them with 2 or more micro-batches")
     if a.markdown:
-        print("| model | exporter | compiles | micro-batches | rel-L2 | note |\n|---|---|---|---|---|---|")
+        print("| model | exporter | compiles | micro-batches | rel-L2 | g = 1 bits = g = 2 | note |\n"
+              "|---|---|---|---|---|---|---|")
         for r in rows:
             rl = "" if r["rel_l2"] is None else f"{r['rel_l2']:.1e}"
             print(f"| {r['model']} | {r['exporter']} | {'yes' if r['compiled'] else 'no'} | "
-                  f"{r['microbatches'] or ''} | {rl} | {r['note']} |")
+                  f"{r['microbatches'] or ''} | {rl} | {'yes' if r.get('bitwise_g') else 'no'} | {r['note']} |")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
