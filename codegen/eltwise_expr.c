@@ -403,15 +403,19 @@ static int ew_cast(const ew_node *e) {
   else if (ir_dtype_narrow(t)) ew(c, "pipert_f_to_%s((double)%s);\n", narrow_fn(t), A);
   else if (t == IR_BOOL) ew(c, "(uint8_t)(%s != 0);\n", A);
   else if (ir_dtype_small_int(t, &lo, &hi)) {
-    /* to int4, uint4, int2, uint2 (one value per byte). From a float: truncated, as to
-     * the other integer types; NaN and values outside the range (undefined in ONNX) give
-     * 0, as ONNX's reference (onnx 1.23) does. From an integer or bool: the low bits,
-     * sign-extended for int4 and int2 (ONNX: higher bits discarded). */
+    /* to int4, uint4, int2, uint2 (one value per byte). From an integer or bool: the low
+     * bits, sign-extended for int4 and int2 (ONNX: higher bits discarded). From a float:
+     * truncated to an integer, then the same low bits (outside the range is undefined in
+     * ONNX; onnx 1.23's reference wraps so with the ml_dtypes it pins, 0.5); NaN and
+     * values past int64's range give 0. */
     int w = lo ? -2 * lo : hi + 1; /* 2^bits */
+    char iv[640];
     if (is_float(xt))
-      ew(c, "(%s > %d && %s < %d) ? (%s)(int)%s : (%s)0;\n", A, lo - 1, A, hi + 1, T, A, T);
-    else if (lo) ew(c, "(%s)((((int64_t)%s & %d) ^ %d) - %d);\n", T, A, w - 1, w / 2, w / 2);
-    else ew(c, "(%s)((uint64_t)%s & %du);\n", T, A, w - 1);
+      snprintf(iv, sizeof iv, "((%s == %s && %s > -9.2e18 && %s < 9.2e18) ? (int64_t)%s : (int64_t)0)", A, A, A, A,
+               A);
+    else snprintf(iv, sizeof iv, "(int64_t)%s", A);
+    if (lo) ew(c, "(%s)(((%s & %d) ^ %d) - %d);\n", T, iv, w - 1, w / 2, w / 2);
+    else ew(c, "(%s)((uint64_t)%s & %du);\n", T, iv, w - 1);
   } else if (is_float(xt) && !is_float(t)) {
     /* float -> integer: truncation; NaN and out-of-range values give 0 rather than UB */
     ew(c, "(%s == %s && %s > -9.3e18 && %s < 9.3e18) ? (%s)(int64_t)%s : (%s)0;\n", A, A, A, A, T, A, T);

@@ -21,7 +21,7 @@ Cases:
   types25       the types of IR 11 and later (float4e2m1, float6e2m3, float6e3m2, float8e8m0,
                 int2, uint2) at opset 25: Cast to each from float32 (rounding, saturation,
                 NaN, signed zeros; float8e8m0's three round_modes with and without
-                saturate) and back, int2/uint2 from float32 (truncated, 0 out of range)
+                saturate) and back, int2/uint2 from float32 (truncated, then the low bits)
                 and from int32 (the low bits), QuantizeLinear/DequantizeLinear to and from
                 int2 and float4e2m1 with zero points, packed initializers of int2,
                 float4e2m1 and float6e3m2; numpy the reference (independent tables),
@@ -266,13 +266,15 @@ def types25(rng):
     with np.errstate(invalid="ignore"):
         t = np.trunc(x)
     for k, code, lo, hi in (("i2", 26, -2, 1), ("u2", 25, 0, 3)):
-        # from float: truncated, 0 outside the range (and NaN); from int32: the low bits
+        # from float: truncated, then the low bits (NaN and past int64's range: 0); from
+        # int32: the low bits
         nodes += [n("Cast", ["x"], [f"{k}_f"], to=code), n("Cast", ["xi"], [f"{k}_i"], to=code),
                   n("Cast", [f"{k}_i"], [f"{k}_back"], to=T.INT32)]
         outs += [vi(f"{k}_f", ["batch", W], code), vi(f"{k}_i", ["batch", W], code),
                  vi(f"{k}_back", ["batch", W], T.INT32)]
         dt = np.int8 if lo else np.uint8
-        ref[f"{k}_f"] = np.where((t >= lo) & (t <= hi), np.nan_to_num(t), 0).astype(dt)
+        ti = np.where(np.isfinite(t) & (np.abs(t) < 9.2e18), np.nan_to_num(t), 0).astype(np.int64) & 3
+        ref[f"{k}_f"] = (np.where(ti >= 2, ti - 4, ti) if lo else ti).astype(dt)
         low = xi & 3
         ref[f"{k}_i"] = (np.where(low >= 2, low - 4, low) if lo else low).astype(dt)
         ref[f"{k}_back"] = ref[f"{k}_i"].astype(np.int32)
