@@ -292,7 +292,6 @@ static int lower_causal_conv(ad_ctx *a, int node) {
   return ad_take_output(a, node, 0, y);
 }
 
-/* [B, T, H*D] -> [B, H, T, D] */
 static int lower_linear_attention(ad_ctx *a, int node) {
   ir_graph *g = a->g;
   ir_node nd = g->nodes[node];
