@@ -29,8 +29,9 @@ outputs from onnxruntime) for what the node tests leave out. The cpu target's no
         compiled once and shared; a chunk that fails to build is built test by test so
         the failure names its test), runs each on test_data_set_0 and compares with the
         expected outputs as the cpu target's node tests do (floats: rtol 1e-4, atol 1e-5;
-        others exact; --criterion onnx: the ONNX runner's check, node_tests.py's). --all: every node test whose ops are in ir/ops.def (less the cpu
-        target's expected failures), not only those of FAMILIES: element-wise chains,
+        others exact; --criterion onnx: the ONNX runner's check, node_tests.py's). --all:
+        every node test whose ops are in ir/ops.def (less the cpu target's expected
+        failures), not only those of FAMILIES: element-wise chains,
         pooling, normalisation, reductions, Gemm/MatMul, Conv, ... (about 1300 tests; 2
         to 4 minutes on 2 cores on the simulator; built one by one, 6 to 15). --shard K/N:
         every N-th of the selected tests from the K-th on.
@@ -107,9 +108,9 @@ def have_gpu():
 def select_tests(pattern, work, every=False, data=None, xfail_paths=None, extra=True, sample=0):
     """[(family, name, test dir)] of the node tests of FAMILIES, sorted by name, then EXTRA;
     every: also the node tests of all the other ops (family 'other'). data: the node
-    tests' folder (default tests/lib/node_data.py's); the tests named in the lists xfail_paths
-    (default the cpu target's node_xfail.txt) are left out; sample: only the first N tests of each
-    set of op types (node_tests.py --sample)."""
+    tests' folder (default tests/lib/node_data.py's); the tests named in the lists
+    xfail_paths (default the cpu target's node_xfail.txt) are left out; sample: only the
+    first N tests of each set of op types (node_tests.py --sample)."""
     data = data or node_data_dir()
     if not os.path.isdir(data):
         sys.exit(f"node_tests_cuda.py: no ONNX node test data at {data} (tools/install_deps.sh writes it; or "
