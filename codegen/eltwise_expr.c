@@ -239,11 +239,14 @@ static int ew_activation(const ew_node *e) {
         lo = nin > 1 ? a[1] : NULL;
         hi = nin > 2 ? a[2] : NULL;
       }
+      /* max(x, min), then min(that, max): a min above max gives max, as the spec says */
       ew(c, "%s;\n", A);
-      ew(c, "    const %s u%d = ", T, node);
+      ew(c, "    const %s v%d = ", T, node);
       if (lo) ew(c, "t%d < %s ? %s : ", node, lo, lo);
-      if (hi) ew(c, "t%d > %s ? %s : ", node, hi, hi);
       ew(c, "t%d;\n", node);
+      ew(c, "    const %s u%d = ", T, node);
+      if (hi) ew(c, "v%d > %s ? %s : ", node, hi, hi);
+      ew(c, "v%d;\n", node);
       return 1;
     }
     default: return ew_unsupported(e);

@@ -5,7 +5,7 @@ test_data_set_K/input_J.pb, output_J.pb), made by the installed onnx package's o
 generators (onnx.backend.test.case.node.collect_testcases): wheels of onnx 1.19 and later
 ship no node-test data.
 
-    python3 tools/gen_node_tests.py DIR [--min-opset 22]      # needs onnx >= 1.23 for 28
+    python3 tools/gen_node_tests.py DIR [--min-opset 22] [--new-since OLD_DATA]   # onnx >= 1.23 for 28
 
 tests/cpu/node_tests.py --data DIR runs them."""
 import argparse
@@ -37,7 +37,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
     ap.add_argument("--min-opset", type=int, default=22)
+    ap.add_argument("--new-since", default=None, metavar="DATA",
+                    help="also the cases of earlier opsets that this node-test folder (an older onnx's data) "
+                         "lacks by name")
     a = ap.parse_args()
+    known = set(os.listdir(a.new_since)) if a.new_since else None
     import onnx
     from onnx import TensorProto, numpy_helper
     from onnx.backend.test.case import node
@@ -47,7 +51,7 @@ def main():
     shutil.rmtree(a.out, ignore_errors=True)
     n = 0
     for c in cases:
-        if c.model is None or opset(c.model) < a.min_opset:
+        if c.model is None or (opset(c.model) < a.min_opset and (known is None or c.name in known)):
             continue
         d = os.path.join(a.out, c.name)
         os.makedirs(d)
@@ -62,7 +66,8 @@ def main():
                 write_value(os.path.join(ds, f"output_{j}.pb"), c.model.graph.output[j], v, numpy_helper,
                             TensorProto)
         n += 1
-    print(f"wrote {n} node tests of opsets {a.min_opset} and later (onnx {onnx.__version__}) into {a.out}")
+    also = f", and those of earlier opsets {a.new_since} lacks" if known is not None else ""
+    print(f"wrote {n} node tests of opsets {a.min_opset} and later{also} (onnx {onnx.__version__}) into {a.out}")
 
 
 if __name__ == "__main__":

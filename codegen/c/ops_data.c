@@ -454,7 +454,8 @@ static int emit_reduce(cg_ctx *c, const ir_node *n) {
     case IR_UINT64: lo = "0", hi = "UINT64_MAX"; break;
     default: break;
   }
-  if (y->dtype == IR_BOOL) cg_w(c, "  for (long i = 0; i < %lld; i++) y0[i] = (%s) != 0;\n", LL(on), fin);
+  if (y->dtype == IR_BOOL) /* an empty max (-inf) is false, an empty min (inf) true */
+    cg_w(c, "  for (long i = 0; i < %lld; i++) y0[i] = (%s) > 0;\n", LL(on), fin);
   else if (lo)
     /* integers: truncated toward zero (a mean of -4 / 3 is -1, as onnxruntime and the ONNX
      * reference give), clamped to the type's range (an empty max is its smallest value),

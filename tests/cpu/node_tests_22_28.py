@@ -2,7 +2,8 @@
 """cpu target, the ONNX backend node tests of default-domain opsets 22 to 28: written by
 tools/gen_node_tests.py from the case generators of onnx 1.23 or later (the wheels ship no
 node-test data) and run by node_tests.py with the expected failures of
-tests/cpu/node_xfail_22_28.txt (exact: an unexpected pass fails too). A test passes on the
+tests/cpu/node_xfail_22_28.txt (exact: an unexpected pass fails too), with the cases of
+earlier opsets that onnx 1.23 adds to the data of tests/lib/node_data.py (onnx 1.16.2's). A test passes on the
 ONNX backend runner's own check (node_tests.py --criterion onnx: rtol 1e-3, atol 1e-7,
 bfloat16 within two of its ulps), the check every backend of these tests is held to; the
 summary says how many passes are also within pipecc's tighter one. The tests of ops pipecc
@@ -48,10 +49,14 @@ def main():
             (int(parts[0]), int(parts[1])) < (1, 23):
         print(f"SKIPPED: {py} has no onnx >= 1.23 with numpy ({ver or r.stderr.strip()[-200:]})")
         return SKIP
-    data = os.path.join(a.work, f"data-{ver}")
+    sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+    from node_data import node_data_dir  # noqa: E402
+    old = node_data_dir()
+    new_since = ["--new-since", old] if os.path.isdir(old) else []
+    data = os.path.join(a.work, f"data-{ver}" + ("-new" if new_since else ""))
     stamp = data + ".written"  # beside the folder: node_tests.py takes every entry in it for a test
     if not os.path.exists(stamp):
-        r = subprocess.run([py, os.path.join(ROOT, "tools", "gen_node_tests.py"), data])
+        r = subprocess.run([py, os.path.join(ROOT, "tools", "gen_node_tests.py"), data] + new_since)
         if r.returncode:
             print(f"tools/gen_node_tests.py failed (exit {r.returncode})")
             return 1

@@ -1928,11 +1928,11 @@ __device__ __forceinline__ A red_final(int kind, A a, A mx, int64_t cnt) {
 }
 
 /* the result stored as T: floats as they are; integers clamped to T's range (an empty
- * max is the smallest T, not an undefined conversion of -inf), NaN as 0; bool: a != 0 */
+ * max is the smallest T, not an undefined conversion of -inf), NaN as 0; bool: a > 0 */
 template <typename T, typename A>
 __device__ __forceinline__ T red_store(A a) {
   if (std::is_floating_point<T>::value) return (T)a;
-  if (std::is_same<T, bool>::value) return (T)(a != 0);
+  if (std::is_same<T, bool>::value) return (T)(a > 0); /* an empty max (-inf) false, an empty min (inf) true */
   if (a != a) return (T)0;
   if (a <= (A)pk_lim<T>::lo()) return pk_lim<T>::lo();
   if (a >= (A)pk_lim<T>::hi()) return pk_lim<T>::hi();
