@@ -412,13 +412,11 @@ static int ew_cast(const ew_node *e) {
      * ONNX; onnx 1.23's reference wraps so with the ml_dtypes it pins, 0.5); NaN and
      * values past int64's range give 0. */
     int w = lo ? -2 * lo : hi + 1; /* 2^bits */
-    char iv[640];
-    if (is_float(xt))
-      snprintf(iv, sizeof iv, "((%s == %s && %s > -9.2e18 && %s < 9.2e18) ? (int64_t)%s : (int64_t)0)", A, A, A, A,
-               A);
-    else snprintf(iv, sizeof iv, "(int64_t)%s", A);
-    if (lo) ew(c, "(%s)(((%s & %d) ^ %d) - %d);\n", T, iv, w - 1, w / 2, w / 2);
-    else ew(c, "(%s)((uint64_t)%s & %du);\n", T, iv, w - 1);
+    ew(c, lo ? "(%s)(((" : "(%s)((uint64_t)", T); /* the int64 value, then its low bits */
+    if (is_float(xt)) ew(c, "((%s == %s && %s > -9.2e18 && %s < 9.2e18) ? (int64_t)%s : (int64_t)0)", A, A, A, A, A);
+    else ew(c, "(int64_t)%s", A);
+    if (lo) ew(c, " & %d) ^ %d) - %d);\n", w - 1, w / 2, w / 2);
+    else ew(c, " & %du);\n", w - 1);
   } else if (is_float(xt) && !is_float(t)) {
     /* float -> integer: truncation; NaN and out-of-range values give 0 rather than UB */
     ew(c, "(%s == %s && %s > -9.3e18 && %s < 9.3e18) ? (%s)(int64_t)%s : (%s)0;\n", A, A, A, A, T, A, T);

@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """cpu target, the ONNX backend node tests of default-domain opsets 22 to 28: written by
 tools/gen_node_tests.py from the case generators of onnx 1.23 or later (the wheels ship no
-node-test data) and run by node_tests.py with the expected failures of
-tests/cpu/node_xfail_22_28.txt (exact: an unexpected pass fails too), with the cases of
-earlier opsets that onnx 1.23 adds to the data of tests/lib/node_data.py (onnx 1.16.2's). A test passes on the
-ONNX backend runner's own check (node_tests.py --criterion onnx: rtol 1e-3, atol 1e-7,
+node-test data), with the cases of earlier opsets that they add to the data of
+tests/lib/node_data.py (onnx 1.16.2's), and run by node_tests.py with the expected failures
+of tests/cpu/node_xfail_22_28.txt (exact: an unexpected pass fails too). A test passes on
+the ONNX backend runner's own check (node_tests.py --criterion onnx: rtol 1e-3, atol 1e-7,
 bfloat16 within two of its ulps), the check every backend of these tests is held to; the
 summary says how many passes are also within pipecc's tighter one. The tests of ops pipecc
 does not have run too (--all-ops): their refusals are expected failures with reasons.
@@ -12,10 +12,10 @@ does not have run too (--all-ops): their refusals are expected failures with rea
     node_tests_22_28.py --pipecc build/pipecc --work W [--python P] [--sample N] [--jobs 2]
                         [--cuda-sim LIBCUDASIM]
 
-P is a Python with onnx 1.23 or later and numpy (default: the one running this script); onnxruntime
-is not needed. Without one the run is reported SKIPPED and exits 77. The tests are written
-once into W/data-<onnx version> (about 8 s of CPU) and reused; --sample N runs only the first
-N tests (by name) of each set of op types, as node_tests.py --sample."""
+P is a Python with onnx 1.23 or later and numpy (default: the one running this script);
+onnxruntime is not needed. Without one the run is reported SKIPPED and exits 77. The tests
+are written once into W/data-<onnx version>[-new] (about 10 s of CPU) and reused; --sample N
+runs only the first N tests (by name) of each set of op types, as node_tests.py --sample."""
 import argparse
 import os
 import subprocess
@@ -77,6 +77,7 @@ def main():
         cmd += ["-k", a.k]
     print(f"onnx {ver} ({py})", flush=True)
     return subprocess.run(cmd).returncode
+
 
 if __name__ == "__main__":
     sys.exit(main())
