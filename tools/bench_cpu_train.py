@@ -22,6 +22,9 @@ import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import med  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
@@ -84,11 +87,6 @@ def pipecc_step_ms(d, work, steps, batch):
     with open(log) as f:
         rows = [line.strip().split(",") for line in f.readlines()[1:]]
     return med([1e3 * batch / float(row[4]) for row in rows[1:]])
-
-
-def med(v):
-    v = sorted(v)
-    return v[len(v) // 2] if len(v) % 2 else 0.5 * (v[len(v) // 2 - 1] + v[len(v) // 2])
 
 
 def main():

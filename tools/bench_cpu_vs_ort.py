@@ -37,10 +37,12 @@ Exit status 0, or 1 when no model could be measured."""
 import argparse
 import datetime
 import os
-import platform
 import re
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import cpu_model, med, sh  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
@@ -50,26 +52,6 @@ LABEL = {"resnet50": "ResNet-50", "mobilenet_v2": "MobileNetV2", "vit_static": "
          "bert": "BERT-style", "gpt": "GPT-style", "efficientnet_b0": "EfficientNet-B0",
          "convnext_tiny": "ConvNeXt-Tiny", "regnet_y_400mf": "RegNetY-400MF", "mobilenet_v3_large": "MobileNetV3-Large",
          "mnasnet1_0": "MNASNet 1.0"}
-
-
-def med(v):
-    v = sorted(v)
-    return v[len(v) // 2] if len(v) % 2 else 0.5 * (v[len(v) // 2 - 1] + v[len(v) // 2])
-
-
-def sh(cmd, **kw):
-    return subprocess.run(cmd, capture_output=True, text=True, **kw)
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def throughput(text):
