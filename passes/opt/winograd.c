@@ -45,6 +45,26 @@ static int fits(ir_graph *g, const ir_node *n) {
   return y->shape.dims[2] >= 2 && y->shape.dims[3] >= 2;
 }
 
+/* The tiles of one GEMM (codegen/c/winograd.c): every m x m tile of every image */
+static int64_t tiles(const ir_value *x, const ir_value *y, int m) {
+  return x->shape.dims[0] * ((y->shape.dims[2] + m - 1) / m) * ((y->shape.dims[3] + m - 1) / m);
+}
+
+/* mode -1: the largest m whose GEMMs have at least WINO_MIN_TILES columns, else 0 (im2col).
+ * Fewer columns leave the GEMMs' vectors of 16 positions mostly empty: at micro-batch 1,
+ * ResNet-18's 3x3 Convs on 7 x 7 maps (4 tiles of 4 x 4, 16 of 2 x 2) took 6.2 ms with
+ * m = 4 and 2.8 with m = 2 against 2.4 by im2col, those on 14 x 14 maps (16 tiles of
+ * 4 x 4) 2.0 ms with m = 4 against 1.5 with m = 2 (49 tiles); with 49 tiles of 4 x 4
+ * (28 x 28) m = 4 was the fastest (1.05 ms against 1.65 and 1.8), and so it was at
+ * batch 8 on ResNet-50's 14 x 14 maps (128 tiles), level with m = 2 on its 7 x 7 ones
+ * (32 tiles: 9.1 to 9.6 ms against 8.8 to 9.1, and 11.3 by im2col). One core of an Intel
+ * Xeon with AVX-512, OpenBLAS SkylakeX, 2026-12-02 (tools/profile_vs_ort.py's profiles). */
+#define WINO_MIN_TILES 32
+static int auto_m(const ir_value *x, const ir_value *y) {
+  if (y->shape.dims[2] >= 4 && y->shape.dims[3] >= 4 && tiles(x, y, 4) >= WINO_MIN_TILES) return 4;
+  return tiles(x, y, 2) >= WINO_MIN_TILES ? 2 : 0;
+}
+
 int pass_winograd(ir_graph *g, int mode) {
   if (mode == 0) return 0;
   int done = 0;
@@ -52,7 +72,8 @@ int pass_winograd(ir_graph *g, int mode) {
     ir_node *n = &g->nodes[i];
     if (!fits(g, n)) continue;
     const ir_value *w = ir_in(g, n, 1), *y = ir_out(g, n, 0);
-    int m = mode > 0 ? mode : (y->shape.dims[2] >= 4 && y->shape.dims[3] >= 4 ? 4 : 2);
+    int m = mode > 0 ? mode : auto_m(ir_in(g, n, 0), y);
+    if (!m) continue;
     int a = m + 2;
     int64_t M = w->shape.dims[0], C = w->shape.dims[1], MC = M * C;
     const double *BT, *G, *AT;

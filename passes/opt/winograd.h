@@ -13,10 +13,11 @@
  *
  * Which Convs: a static 4-D float input, a constant float weight [M, C, 3, 3], group 1,
  * strides and dilations 1, C and M at least 8, an output at least 2 x 2. mode 2 or 4
- * uses that m everywhere; mode -1 (auto) takes m = 4 where the output is at least 4 x 4,
- * else 2 (on ResNet-50 here m = 4 was faster than m = 2 on every map size, 56 x 56 down to
- * 7 x 7, with the filters transformed ahead of time; its rel-L2 against onnxruntime was
- * 4.7e-7 against 4.2e-7 for m = 2 and for im2col). Only for inference graphs
+ * uses that m everywhere; mode -1 (auto) takes m = 4 where the output is at least 4 x 4
+ * and its tiles over the batch (the GEMMs' columns) number at least 32, else m = 2 where
+ * its tiles do, else leaves the Conv to im2col (winograd.c has the measurements; on
+ * ResNet-50 m = 4's rel-L2 against onnxruntime was 4.7e-7 against 4.2e-7 for m = 2 and
+ * for im2col). Only for inference graphs
  * (training changes the filters every step); it runs before planning, so every stage
  * count computes the same bits. */
 #ifndef PIPECC_PASSES_WINOGRAD_H
