@@ -75,6 +75,7 @@ typedef struct cg_ctx {
   size_t scratch; /* largest scratch (bytes) any unit of the stage asked for */
   size_t unit_scratch;
   int gemm_direct; /* a unit calls pipert_gemm_direct: the stage includes pipert_gemm.h */
+  int dw_blocked;  /* a unit calls pipert_dw: the stage includes pipert_dw.h */
   int unit_checks; /* the unit checks its input (cg_index_check): it returns non-zero on bad input */
 } cg_ctx;
 

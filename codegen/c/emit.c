@@ -517,6 +517,8 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
       f);
   if (c.gemm_direct) /* pipert_gemm_direct: the GEMM of Convs with small K and of small batched MatMuls */
     fputs("#include \"pipert_gemm.h\" /* pipert_gemm_direct */\n", f);
+  if (c.dw_blocked) /* pipert_dw: depthwise Convs of small maps */
+    fputs("#include \"pipert_dw.h\" /* pipert_dw */\n", f);
   fputs("\n", f);
   fputs(vec_prelude, f);
   fputs(

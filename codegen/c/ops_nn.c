@@ -18,6 +18,8 @@
 #include "passes/opt/fuse.h"
 #include "passes/rnn.h"
 #include "passes/opt/winograd.h"
+#define PIPERT_DW_SIZES_ONLY
+#include "runtime/pipert_dw.h"
 
 #define LL(x) ((long long)(x))
 
@@ -293,7 +295,7 @@ static void emit_dw_channel(cg_ctx *c, const cg_win3 *w, int has_bias, const cg_
     cg_w(c, "%s  float v = b;\n", ind);
     for (int64_t kh = 0; kh < KH; kh++)
       for (int64_t kw = 0; kw < KW; kw++)
-        cg_w(c, "%s  v = v + w%lld * pad[i + %lld];\n", ind, LL(kh * KW + kw),
+        cg_w(c, "%s  v = PK_FMA(w%lld, pad[i + %lld], v);\n", ind, LL(kh * KW + kw),
              LL(dw_at(&l, kh * w->d[1], kw * w->d[2])));
     char in2[64];
     snprintf(in2, sizeof in2, "%s  ", ind);
@@ -314,7 +316,8 @@ static void emit_dw_channel(cg_ctx *c, const cg_win3 *w, int has_bias, const cg_
     for (int64_t kw = 0; kw < KW; kw++) {
       /* column ow S + kw d: phase (kw d) % S, element ow + (kw d) / S of it */
       int64_t o = kw * w->d[2];
-      cg_w(c, "%s    v = v + w%lld * p%lld[ow + %lld];\n", ind, LL(kh * KW + kw), LL(kh), LL((o % S) * PWS + o / S));
+      cg_w(c, "%s    v = PK_FMA(w%lld, p%lld[ow + %lld], v);\n", ind, LL(kh * KW + kw), LL(kh),
+           LL((o % S) * PWS + o / S));
     }
   char r[64], in3[64];
   snprintf(r, sizeof r, "rp[oh * %lld + ow]", LL(OW));
@@ -323,10 +326,51 @@ static void emit_dw_channel(cg_ctx *c, const cg_win3 *w, int has_bias, const cg_
   cg_w(c, "%s    yr[ow] = v;\n%s  }\n%s}\n", ind, ind, ind);
 }
 
+/* Small maps (at most PIPERT_DW_MAX_POS outputs) go through runtime/pipert_dw.h, 16
+ * channels at a time, one per lane: the same sums as emit_dw_channel's, bit for bit. */
+static int dw_blocked(const cg_win3 *w) { return w->out[1] * w->out[2] <= PIPERT_DW_MAX_POS; }
+static pipert_dw_shape dw_shape(const cg_win3 *w, int64_t C, const cg_conv_epi *e) {
+  pipert_dw_shape s = {0};
+  s.C = C;
+  s.IH = w->in[1];
+  s.IW = w->in[2];
+  s.OH = w->out[1];
+  s.OW = w->out[2];
+  s.KH = w->k[1];
+  s.KW = w->k[2];
+  s.sh = w->s[1];
+  s.sw = w->s[2];
+  s.dh = w->d[1];
+  s.dw = w->d[2];
+  s.ph = w->pb[1];
+  s.pw = w->pb[2];
+  s.act = e->act;
+  s.lo = e->act == 2 ? (float)e->lo : 0;
+  s.hi = e->act == 2 ? (float)e->hi : 0;
+  return s;
+}
+/* The call, at indent ind: np planes from X into Y (channels c0 onwards), R the residual's */
+static void emit_dw_blocked(cg_ctx *c, const pipert_dw_shape *s, const char *ind, const char *np, const char *c0,
+                            const char *X, const char *B, const char *R, const char *Y, const char *scr) {
+  char lo[48] = "0", hi[48] = "0";
+  if (s->act == 2) {
+    cg_flit(lo, sizeof lo, s->lo, IR_FLOAT);
+    cg_flit(hi, sizeof hi, s->hi, IR_FLOAT);
+  }
+  c->dw_blocked = 1;
+  cg_w(
+      c,
+      "%sstatic const pipert_dw_shape dws = {%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %d, %s, %s};\n",
+      ind, LL(s->C), LL(s->IH), LL(s->IW), LL(s->OH), LL(s->OW), LL(s->KH), LL(s->KW), LL(s->sh), LL(s->sw), LL(s->dh),
+      LL(s->dw), LL(s->ph), LL(s->pw), s->act, lo, hi);
+  cg_w(c, "%spipert_dw(&dws, %s, %s, %s, x1, %s, %s, %s, %s);\n", ind, np, c0, X, B, R, Y, scr);
+}
+
 /* Depthwise Conv (one input and one output channel per group, 2-D or 1-D, float, at
  * most DW_MAX_TAPS taps): per channel, the image copied into a zero-bordered scratch
- * image, then per output element the bias plus every tap in (kh, kw) order (a padding
- * tap adds w * 0), the taps unrolled with the weights in locals, the fused epilogue,
+ * image, then per output element the bias and one fused multiply-add per tap in (kh, kw)
+ * order (PK_FMA; a padding tap adds w * 0), the taps unrolled with the weights in
+ * locals, the fused epilogue,
  * one store: the loop along the output row vectorises. im2col + a 1-row GEMM per
  * channel spent its time on the copies and the calls. With a stride S > 1 along the
  * row, each bordered row is stored as S phases (phase q holds its columns q, q + S,
@@ -334,6 +378,15 @@ static void emit_dw_channel(cg_ctx *c, const cg_win3 *w, int has_bias, const cg_
  * element: the same values in the same order (the same bits), loads the loop
  * vectorises. */
 static int emit_conv_depthwise(cg_ctx *c, const cg_win3 *w, int64_t N, int64_t C, int has_bias, const cg_conv_epi *e) {
+  if (dw_blocked(w)) {
+    pipert_dw_shape s = dw_shape(w, C, e);
+    char np[32];
+    snprintf(np, sizeof np, "%lld", LL(N * C));
+    cg_scratch(c, (size_t)pipert_dw_scratch(&s) * sizeof(float));
+    cg_w(c, "  /* depthwise on a small map: 16 channels at a time, one per lane (pipert_dw.h) */\n");
+    emit_dw_blocked(c, &s, "  ", np, "0", "x0", has_bias ? "x2" : "NULL", e->res ? "x3" : "NULL", "y0", "(float *)scr");
+    return 0;
+  }
   cg_scratch(c, (size_t)dw_scratch_floats(w, e) * sizeof(float));
   cg_w(c, "  /* depthwise: a direct stencil per channel over a zero-bordered copy%s */\n",
        w->s[2] > 1 ? " (each row in its stride's phases)" : "");
@@ -380,7 +433,9 @@ static int emit_conv_expand_dw(cg_ctx *c, const ir_node *n) {
   int64_t blocks = (M + MBmax - 1) / MBmax, MB = (M + blocks - 1) / blocks;
   cg_conv_epi ee = {0}, e = epilogue_of(c, n);
   int64_t T = PAD16(MB * OS1);
-  cg_scratch(c, (size_t)(T + dw_scratch_floats(&w, &e)) * sizeof(float));
+  const int blocked = dw_blocked(&w) && !e.res;
+  pipert_dw_shape dws = dw_shape(&w, M, &e);
+  cg_scratch(c, (size_t)(T + (blocked ? pipert_dw_scratch(&dws) : dw_scratch_floats(&w, &e))) * sizeof(float));
   ee.act = pass_fused_expand_act(n, &ee.lo, &ee.hi);
   cg_w(c, "  /* N=%lld K=%lld M=%lld in=%lldx%lld out=%lldx%lld kernel=%lldx%lld */\n", LL(N), LL(K), LL(M),
        LL(w.in[1]), LL(w.in[2]), LL(w.out[1]), LL(w.out[2]), LL(w.k[1]), LL(w.k[2]));
@@ -394,9 +449,10 @@ static int emit_conv_expand_dw(cg_ctx *c, const ir_node *n) {
   cg_w(c, " */\n");
   cg_w(c, "  /* per image, %lld channels at a time: the 1x1 Conv into scratch (%lld KiB, in L2),\n", LL(MB),
        LL(T * 4 / 1024));
-  cg_w(c, "   * then the depthwise stencil of each channel from it */\n");
+  cg_w(c, "   * then the depthwise stencil of %s from it */\n",
+       blocked ? "16 channels at a time, one per lane (pipert_dw.h)," : "each channel");
   cg_w(c, "  float *t = (float *)scr;\n  float *pad = t + %lld;\n", LL(T));
-  cg_w(c, "  memset(pad, 0, sizeof(float) * %lld);\n", LL(dw_pad_region(&w, &e)));
+  if (!blocked) cg_w(c, "  memset(pad, 0, sizeof(float) * %lld);\n", LL(dw_pad_region(&w, &e)));
   cg_w(c, "  for (long n = 0; n < %lld; n++) {\n", LL(N));
   cg_w(c, "    const float *xn = x0 + n * %lld;\n", LL(K * OS1));
   cg_w(c, "    for (long c0 = 0; c0 < %lld; c0 += %lld) {\n", LL(M), LL(MB));
@@ -424,6 +480,13 @@ static int emit_conv_expand_dw(cg_ctx *c, const ir_node *n) {
     cg_w(c, "        for (long i = 0; i < %lld; i++) {\n          float v = ym[i];\n", LL(OS1));
     cg_conv_epi_emit(c, &ee, "          ", "v", "");
     cg_w(c, "          ym[i] = v;\n        }\n      }\n");
+  }
+  if (blocked) {
+    char yb[96];
+    snprintf(yb, sizeof yb, "y0 + (n * %lld + c0) * %lld", LL(M), LL(OS));
+    emit_dw_blocked(c, &dws, "      ", "mb", "c0", "t", b ? "x2" : "NULL", "NULL", yb, "pad");
+    cg_w(c, "    }\n  }\n");
+    return 0;
   }
   cg_w(c, "      for (long m = 0; m < mb; m++) {\n");
   cg_w(c, "        const long ch = c0 + m;\n");
@@ -995,10 +1058,8 @@ static int emit_pool(cg_ctx *c, const ir_node *n) {
   cg_w(c, "              for (long kw = 0; kw < %lld; kw++) {\n", LL(w.k[2]));
   cg_w(c, "                const long iw = w0 + kw * %lld;\n", LL(w.d[2]));
   if (!is_max && !is_lp && include_pad) /* the taps on the input or its pads */
-    cg_w(c,
-         "                pcnt += id >= %lld && id < %lld && ih >= %lld && ih < %lld && iw >= %lld && iw < %lld;\n",
-         LL(-w.pb[0]), LL(w.in[0] + w.pe[0]), LL(-w.pb[1]), LL(w.in[1] + w.pe[1]), LL(-w.pb[2]),
-         LL(w.in[2] + w.pe[2]));
+    cg_w(c, "                pcnt += id >= %lld && id < %lld && ih >= %lld && ih < %lld && iw >= %lld && iw < %lld;\n",
+         LL(-w.pb[0]), LL(w.in[0] + w.pe[0]), LL(-w.pb[1]), LL(w.in[1] + w.pe[1]), LL(-w.pb[2]), LL(w.in[2] + w.pe[2]));
   cg_w(c, "                if (id < 0 || id >= %lld || ih < 0 || ih >= %lld || iw < 0 || iw >= %lld) continue;\n",
        LL(w.in[0]), LL(w.in[1]), LL(w.in[2]));
   cg_w(c, "                const long ii = (id * %lld + ih) * %lld + iw;\n", LL(w.in[1]), LL(w.in[2]));

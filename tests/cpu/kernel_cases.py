@@ -5,8 +5,9 @@
     (rows kept in their stride's phases),
     asymmetric and no padding, dilation, 5x5 and 1-D kernels, no bias, and fused into it
     (passes/opt/fuse.c) a residual Add and Relu/Clip, also bitwise equal to --no-fuse; short
-    rows run end to end, strided ones too (the bordered rows in phases), and the count
-    of those checked in the emitted code; 1x1 Convs in column chunks, with and without bias and a fused
+    rows run end to end, strided ones too (the bordered rows in phases), small maps 16
+    channels at a time (runtime/pipert_dw.h), and the count of each checked in the emitted
+    code; 1x1 Convs in column chunks, with and without bias and a fused
     epilogue, and on 7x7 maps batched over the images through the direct GEMM (and a
     strided 3x3 Conv's im2col so); a 1x1 expansion fused into the depthwise Conv reading
     it (one or several blocks of channels, with and without bias and activation,
@@ -429,19 +430,22 @@ EXTRA = {"gemm_blocks": ["-m", "1"]}  # one micro-batch at every stage count: al
 CASES = {
     "gemm_blocks": gemm_blocks_case,
     "gemm_order": gemm_order_case,
-    "dw3_s1": lambda: dw_case(5, 9, 11, 3, 1, [1, 1, 1, 1], 1, True, ""),
-    "dw3_s2_relu": lambda: dw_case(6, 10, 13, 3, 2, [1, 1, 1, 1], 1, True, "relu"),
+    "dw3_s1": lambda: dw_case(5, 24, 11, 3, 1, [1, 1, 1, 1], 1, True, ""),
+    "dw3_s2_relu": lambda: dw_case(6, 60, 13, 3, 2, [1, 1, 1, 1], 1, True, "relu"),
     "dw3_s2_asym_clip": lambda: dw_case(3, 9, 9, 3, 2, [0, 1, 1, 0], 1, True, "clip"),
     "dw3_nopad_nobias": lambda: dw_case(4, 8, 17, 3, 1, [0, 0, 0, 0], 1, False, ""),
-    "dw5_dil2": lambda: dw_case(3, 12, 12, 5, 1, [4, 4, 4, 4], 2, True, ""),
+    "dw5_dil2": lambda: dw_case(3, 18, 12, 5, 1, [4, 4, 4, 4], 2, True, ""),
     "dw3_s3_dil2": lambda: dw_case(4, 11, 16, 3, 3, [2, 2, 1, 3], 2, True, ""),
     "dw3_res_relu": lambda: dw_case(7, 8, 8, 3, 1, [1, 1, 1, 1], 1, True, "res_relu"),
-    "dw3_s2_res_clip": lambda: dw_case(7, 9, 8, 3, 2, [1, 1, 1, 1], 1, False, "res_clip"),
+    "dw3_s2_res_clip": lambda: dw_case(7, 30, 30, 3, 2, [1, 1, 1, 1], 1, False, "res_clip"),
     "dw_1d": lambda: dw_case(5, 1, 19, 3, 1, [1, 1], 1, True, "", one_d=True),
-    "dw3_s2_wide": lambda: dw_case(3, 6, 112, 3, 2, [1, 1, 1, 1], 1, True, "clip"),
+    "dw_1d_long": lambda: dw_case(5, 1, 200, 3, 1, [1, 1], 1, True, "relu", one_d=True),
+    "dw3_s2_wide": lambda: dw_case(3, 16, 112, 3, 2, [1, 1, 1, 1], 1, True, "clip"),
     "dw3_s21": lambda: dw_case(4, 11, 9, 3, (2, 1), [1, 0, 2, 1], 1, True, "relu"),
     "dw3_s12": lambda: dw_case(4, 9, 13, 3, (1, 2), [0, 1, 1, 2], 1, False, ""),
-    "dw3_s1_w32": lambda: dw_case(3, 5, 32, 3, 1, [1, 1, 1, 1], 1, True, ""),
+    "dw3_s1_w32": lambda: dw_case(3, 8, 32, 3, 1, [1, 1, 1, 1], 1, True, ""),
+    # 7x7: 80 planes over 20 channels, blocks of 16 that wrap past the last channel
+    "dwb5_7x7_relu": lambda: dw_case(20, 7, 7, 5, 1, [2, 2, 2, 2], 1, True, "relu"),
     "pw_chunks_res_clip": lambda: pw_case(16, 48, 64, 70, True, "res_clip"),
     "pw_chunks_nobias": lambda: pw_case(24, 100, 40, 50, False, ""),
     # 7x7 maps: one GEMM over the 4 images (codegen/c/ops_nn.c, emit_conv_batched), the bias
@@ -460,6 +464,8 @@ CASES = {
     "ex_other_reader": lambda: ex_case(8, 24, 16, 20, 3, 1, [1, 1, 1, 1], 1, True, "clip", True, "clip",
                                        other_reader=True),
     "ex_pw_stride2": lambda: ex_case(8, 24, 32, 40, 3, 1, [1, 1, 1, 1], 1, True, "clip", True, "", pw_stride=2),
+    # a 14x14 output: two blocks of 200 channels, each through pipert_dw from channel c0
+    "ex_blocked_s2": lambda: ex_case(8, 400, 28, 28, 3, 2, [1, 1, 1, 1], 1, True, "relu", True, "clip"),
 }
 # attention's heads: K^T from [seq, heads, dim] (B transposed, ld = heads * dim), Q and V
 # from [seq, heads, dim] (not transposed, ld = heads * dim); a 4-D [batch, seq, heads, dim]
@@ -500,7 +506,7 @@ for _k in ("pw_batched_clip", "pw_batched_res_clip", "pw_batched_nobias", "pw_ba
 MATMUL_T = {"matmul_t_kT": 1, "matmul_t_qkT": 2, "matmul_t_pv": 1, "matmul_t_4d": 2, "matmul_t_aT": 1,
             "matmul_t_bcast": 1, "matmul_t_nounit": 0, "matmul_t_oneB": 0, "matmul_t_shared": 0}
 EXPANDS = {"ex_s1_clip": 1, "ex_blocks_s2_relu": 1, "ex_nobias_noact": 1, "ex_5x5_dil2": 1, "ex_other_reader": 0,
-           "ex_pw_stride2": 0}
+           "ex_pw_stride2": 0, "ex_blocked_s2": 1}
 # Convs of a small output and a large kernel (SMALLOUT: how many take that path)
 SMALLOUT = {"conv_smallout_dw": 1, "conv_smallout_dil": 1, "conv_smallout_s2": 1, "conv_smallout_many": 0}
 CASES.update({
@@ -573,13 +579,19 @@ CASES.update({
     "red_logsum_w": lambda: reduce_case("ReduceLogSum", (4, 3, 2, 24), [3]),
     "red_mean_short": lambda: reduce_case("ReduceMean", (4, 3, 7), [2]),
 })
-# depthwise Convs whose rows run end to end (codegen/c/ops_nn.c's dw_flat; strided ones
-# with the bordered rows in phases), and those left to the row loop (a residual, rows of
-# whole vectors, or rows whose stride's phases would cost more than the row's scalar tail)
-FLAT = {"dw3_s1": 1, "dw3_s2_relu": 1, "dw3_s2_asym_clip": 1, "dw3_nopad_nobias": 1, "dw5_dil2": 1, "dw3_s3_dil2": 1,
-        "dw3_res_relu": 0, "dw3_s2_res_clip": 0, "dw_1d": 1, "dw3_s2_wide": 0, "dw3_s1_w32": 0, "dw3_s21": 1,
-        "dw3_s12": 1, "ex_s1_clip": 1, "ex_blocks_s2_relu": 0, "ex_nobias_noact": 0, "ex_5x5_dil2": 0,
-        "ex_other_reader": 1, "ex_pw_stride2": 1}
+# depthwise Convs of small maps (at most 196 outputs) through runtime/pipert_dw.h, 16
+# channels at a time; of the others, those whose rows run end to end (codegen/c/ops_nn.c's
+# dw_flat; strided ones with the bordered rows in phases), and those left to the row loop
+# (a residual, rows of whole vectors, or rows whose stride's phases would cost more than the
+# row's scalar tail)
+BLOCKED = {"dw3_s1": 0, "dw3_s2_relu": 0, "dw3_s2_asym_clip": 1, "dw3_nopad_nobias": 1, "dw5_dil2": 0,
+           "dw3_s3_dil2": 1, "dw3_res_relu": 1, "dw3_s2_res_clip": 0, "dw_1d": 1, "dw_1d_long": 0, "dw3_s2_wide": 0,
+           "dw3_s1_w32": 0, "dwb5_7x7_relu": 1, "dw3_s21": 1, "dw3_s12": 1, "ex_s1_clip": 0, "ex_blocks_s2_relu": 0,
+           "ex_nobias_noact": 0, "ex_5x5_dil2": 0, "ex_other_reader": 0, "ex_pw_stride2": 0, "ex_blocked_s2": 1}
+FLAT = {"dw3_s1": 1, "dw3_s2_relu": 1, "dw3_s2_asym_clip": 0, "dw3_nopad_nobias": 0, "dw5_dil2": 1, "dw3_s3_dil2": 0,
+        "dw3_res_relu": 0, "dw3_s2_res_clip": 0, "dw_1d": 0, "dw_1d_long": 1, "dw3_s2_wide": 0, "dw3_s1_w32": 0,
+        "dwb5_7x7_relu": 0, "dw3_s21": 0, "dw3_s12": 0, "ex_s1_clip": 1, "ex_blocks_s2_relu": 0, "ex_nobias_noact": 0,
+        "ex_5x5_dil2": 0, "ex_other_reader": 1, "ex_pw_stride2": 1, "ex_blocked_s2": 0}
 for _n in (1, 5, 16, 17, 64, 130):
     CASES[f"softmax_{_n}"] = (lambda n: lambda: rows_case("Softmax", n))(_n)
     CASES[f"layernorm_{_n}"] = (lambda n: lambda: rows_case("LayerNormalization", n))(_n)
@@ -594,6 +606,7 @@ CODE_COUNTS = [(EXPANDS, r"/\* fused: the 1x1 ", "expansions fused into a depthw
                (MATMUL_T, r"Transpose '[^']*' \(read in place\)", "Transposes read in place by a MatMul"),
                (DIRECT, r"pipert_gemm_direct\(", "calls of the direct GEMM"),
                (FLAT, r"the rows run on into each other", "depthwise Convs whose rows run end to end"),
+               (BLOCKED, r"pipert_dw\(&dws", "depthwise Convs through pipert_dw"),
                (RED_LANES, r"double s_l\[8\]", "reductions summed in double lanes"),
                (SMALLOUT, r"a small output: each output one dot product", "small-output Convs as dot products"),
                (DWT, r"yr\[iw \* \d+ \+ off\] \+=", "depthwise ConvTransposes scattered row by row"),
