@@ -95,6 +95,8 @@ typedef struct rt_options {
 typedef struct rt_stats {
   double wall_s;
   double *busy_s;     /* per stage, summed over replicas */
+  double *cpu_s;      /* per stage, summed over replicas: the stage threads' own CPU time
+                       * (rt_thread_cpu) in the same spans; NULL: not wanted */
   size_t *peak_bytes; /* per stage (max over replicas): output buffers the run held at
                        * once (forward sets incl. stashed activations, gradient sets);
                        * NULL: not wanted */
@@ -132,8 +134,12 @@ int rt_alloc_outputs(const pipert_pipeline *p, int64_t T, rt_array *out);
 /* --output checked before the run: its folder takes a new file (a DIR is made); 0 or 2. */
 int rt_check_output(const pipert_pipeline *p, const rt_options *o);
 int rt_write_outputs(const pipert_pipeline *p, const rt_options *o, const rt_array *out);
+/* --bench's figures; cpu_s (NULL: not printed) each stage's own CPU time beside busy_s */
 void rt_print_bench(const pipert_pipeline *p, int iters, int64_t samples_per_iter, double wall_s, const double *busy_s,
-                    const rt_stats *stream);
+                    const double *cpu_s, const rt_stats *stream);
+/* This thread's CPU time in seconds (CLOCK_THREAD_CPUTIME_ID): unlike rt_now, not the
+ * time the OS gave other threads on its core */
+double rt_thread_cpu(void);
 int rt_validate_plan(const pipert_pipeline *p);
 
 /* Program checks (rt_check.c); each writes the first problem into e (left empty if none). */
@@ -268,6 +274,7 @@ struct rt_worker {
   void *state;
   rt_pool fpool, gpool; /* forward / backward output sets */
   double busy;
+  double cpu; /* this thread's CPU time in the spans busy counts (rt_thread_cpu) */
   int inflight, peak_inflight; /* training: micro-batches past FWD, before their BWD (now / most) */
   rt_set **recv, **grecv;      /* [M][nfp] / [M][ngp] */
   rt_set **outs, **gouts;      /* [M] */
@@ -388,6 +395,8 @@ int rt_threads_run(rt_exec *ex, const rt_array *in, rt_array *out, int64_t T, rt
 /* Streaming: run T micro-batches over data arrays that hold only `period` micro-batches
  * (micro-batch g reads and writes slot g % period). 0 restores the default (period = T). */
 void rt_threads_set_period(rt_exec *ex, int64_t period);
+/* Whether the stages run on a device (the host threads queue their work) */
+int rt_threads_on_device(const rt_exec *ex);
 void rt_threads_destroy(rt_exec *ex);
 /* The state of a stage's replica (for param_io between runs). */
 void *rt_threads_state(rt_exec *ex, int stage, int replica);

@@ -477,6 +477,12 @@ int rt_threads_create(const pipert_pipeline *p, const rt_options *o, int M, rt_e
 
 void rt_threads_set_period(rt_exec *ex, int64_t period) { ex->period = period; }
 
+int rt_threads_on_device(const rt_exec *ex) {
+  for (int i = 0; ex && i < ex->nworkers; i++)
+    if (ex->w[i].w.dev) return 1;
+  return 0;
+}
+
 /* Device mode, inference: page-lock the graph input arrays the uploads read (once; a
  * bench repeats runs over the same arrays, which live until rt_threads_destroy).
  * Unpinned memory is first copied through a staging buffer: a batch of 32 ResNet-50
@@ -632,12 +638,14 @@ int rt_threads_run(rt_exec *ex, const rt_array *in, rt_array *out, int64_t T, rt
   }
   for (int s = 0; s < S; s++) {
     st->busy_s[s] = 0;
+    if (st->cpu_s) st->cpu_s[s] = 0;
     if (st->peak_bytes) st->peak_bytes[s] = 0;
     if (st->peak_sets) st->peak_sets[s] = 0;
   }
   for (int i = 0; i < ex->nworkers; i++) {
     rt_worker *w = &ex->w[i].w;
     st->busy_s[w->stage] += w->busy;
+    if (st->cpu_s) st->cpu_s[w->stage] += w->cpu;
     size_t b = (size_t)w->fpool.n * w->fpool.set_bytes + (size_t)w->gpool.n * w->gpool.set_bytes;
     if (st->peak_bytes && b > st->peak_bytes[w->stage]) st->peak_bytes[w->stage] = b;
     if (st->peak_sets && w->peak_inflight > st->peak_sets[w->stage]) st->peak_sets[w->stage] = w->peak_inflight;

@@ -200,6 +200,7 @@ void rt_worker_init(rt_worker *w, const pipert_pipeline *p, int stage, int repli
 
 void rt_worker_reset(rt_worker *w) {
   w->busy = 0;
+  w->cpu = 0;
   atomic_store(&w->work_since_us, 0);
   w->n_pend = 0; /* an aborted run's deferred outputs: the pools start over below */
   rt_pool_reset(&w->fpool);
@@ -388,8 +389,9 @@ static int do_fwd(rt_worker *w, int mb, int64_t g) {
   }
   rt_set *o = pool_get(w, &w->fpool);
   if (!o) return -1;
-  double t0 = rt_now();
+  double t0 = rt_now(), c0 = rt_thread_cpu();
   int rc = (w->dev ? w->dev->forward : d->forward)(w->state, w->in, o->bufs);
+  w->cpu += rt_thread_cpu() - c0; /* (read inside the wall span: never more than it) */
   w->busy += rt_now() - t0;
   for (int k = 0; k < t->nfp; k++)
     if (!p->training || !t->fp_bwd[k]) {
@@ -462,8 +464,9 @@ static int do_bwd(rt_worker *w, int mb, int64_t g) {
   }
   rt_set *o = pool_get(w, &w->gpool);
   if (!o) return -1;
-  double t0 = rt_now();
+  double t0 = rt_now(), c0 = rt_thread_cpu();
   int rc = (w->dev ? w->dev->backward : d->backward)(w->state, w->bin, o->bufs);
+  w->cpu += rt_thread_cpu() - c0; /* (read inside the wall span: never more than it) */
   w->busy += rt_now() - t0;
   for (int k = 0; k < t->ngp; k++) {
     rt_set_release(grecv[k]);
@@ -573,7 +576,7 @@ int rt_worker_round(rt_worker *w, int64_t base, int64_t T) {
       rt_worker_working(w, RT_IDLE, 0);
     } else if (ins.op == PIPERT_OP_STEP) {
       if (group_end(w)) return -1;
-      double t0 = rt_now();
+      double t0 = rt_now(), c0 = rt_thread_cpu();
       rt_worker_working(w, ins.op, g);
       if (w->async && rt_async_step(w, i, 0))
         return failf(w, 1, "%s: keeping a weight version failed", rt_worker_name(w, nm, sizeof nm));
@@ -581,6 +584,7 @@ int rt_worker_round(rt_worker *w, int64_t base, int64_t T) {
       if (w->async && !st && rt_async_step(w, i, 1))
         return failf(w, 1, "%s: the checkpoint after this step failed", rt_worker_name(w, nm, sizeof nm));
       rt_worker_working(w, RT_IDLE, 0);
+      w->cpu += rt_thread_cpu() - c0;
       w->busy += rt_now() - t0;
       if (st) return failf(w, 1, "%s: optimizer step failed (status %d)", rt_worker_name(w, nm, sizeof nm), st);
     } else if (ins.op == PIPERT_OP_NOP || g >= T || g % R != w->replica) {

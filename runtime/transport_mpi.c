@@ -627,8 +627,9 @@ static void world_close(world *W) {
 }
 
 /* Runs micro-batches [0, T) in rounds of M; rank 0 holds in[] and out[]. Returns 0 (a
- * failure aborts the world). busy: this rank's compute time. */
-static int world_run(world *W, const rt_array *in, rt_array *out, int64_t T, double *busy) {
+ * failure aborts the world). busy: this rank's compute time; cpu (NULL: not wanted) its
+ * thread's CPU time in it (0 on a device: the host only queued the work). */
+static int world_run(world *W, const rt_array *in, rt_array *out, int64_t T, double *busy, double *cpu) {
   const pipert_pipeline *p = W->p;
   W->in = in;
   W->out = out;
@@ -679,25 +680,28 @@ static int world_run(world *W, const rt_array *in, rt_array *out, int64_t T, dou
     if (rd + 1 < rounds) MPI_Barrier(MPI_COMM_WORLD);
   }
   *busy = W->w.dev_async ? dev_busy : W->w.busy; /* async: the host only queued the work */
+  if (cpu) *cpu = W->w.dev ? 0 : W->w.cpu;
   return 0;
 }
 
-/* Per-stage figures on rank 0: busy time summed over replicas, peak memory the max. */
-static void gather_stats(world *W, double busy, rt_stats *st) {
-  double *all = W->rank == 0 ? calloc((size_t)W->size, sizeof(double)) : NULL;
+/* Per-stage figures on rank 0: busy and CPU time summed over replicas, peak memory the max. */
+static void gather_stats(world *W, double busy, double cpu, rt_stats *st) {
+  double *all = W->rank == 0 ? calloc((size_t)W->size * 2, sizeof(double)) : NULL, mine_t[2] = {busy, cpu};
   long long mine[2] = {
       (long long)((size_t)W->w.fpool.n * W->w.fpool.set_bytes + (size_t)W->w.gpool.n * W->w.gpool.set_bytes),
       W->w.peak_inflight};
   long long *peaks = W->rank == 0 ? calloc((size_t)W->size * 2, sizeof(long long)) : NULL;
-  MPI_Gather(&busy, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  MPI_Gather(mine_t, 2, MPI_DOUBLE, all, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   MPI_Gather(mine, 2, MPI_LONG_LONG, peaks, 2, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
   if (W->rank == 0) {
     for (int s = 0; s < W->S; s++) {
       st->busy_s[s] = 0;
+      if (st->cpu_s) st->cpu_s[s] = 0;
       if (st->peak_bytes) st->peak_bytes[s] = 0;
       if (st->peak_sets) st->peak_sets[s] = 0;
       for (int r = W->base[s]; r < W->base[s + 1]; r++) {
-        st->busy_s[s] += all[r];
+        st->busy_s[s] += all[2 * r];
+        if (st->cpu_s) st->cpu_s[s] += all[2 * r + 1];
         if (st->peak_bytes && (size_t)peaks[2 * r] > st->peak_bytes[s]) st->peak_bytes[s] = (size_t)peaks[2 * r];
         if (st->peak_sets && peaks[2 * r + 1] > st->peak_sets[s]) st->peak_sets[s] = (int)peaks[2 * r + 1];
       }
@@ -726,25 +730,29 @@ int rt_mpi_main(const pipert_pipeline *p, const rt_options *o) {
     if (!ok) rc = 2;
   }
   if (!rc) {
-    double busy = 0;
-    rc = world_run(&W, in, out, T, &busy);
+    double busy = 0, cpu = 0;
+    rc = world_run(&W, in, out, T, &busy, NULL);
     if (!rc && o->bench) {
-      double wall = 0, total = 0;
+      double wall = 0, total = 0, total_cpu = 0;
       for (int it = 0; it < o->bench && !rc; it++) {
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = rt_now();
-        rc = world_run(&W, in, out, T, &busy);
+        rc = world_run(&W, in, out, T, &busy, &cpu);
         MPI_Barrier(MPI_COMM_WORLD);
         wall += rt_now() - t0;
         total += busy;
+        total_cpu += cpu;
       }
-      rt_stats st = {.wall_s = wall, .busy_s = calloc((size_t)W.S, sizeof(double))};
-      gather_stats(&W, total, &st);
+      rt_stats st = {.wall_s = wall,
+                     .busy_s = calloc((size_t)W.S, sizeof(double)),
+                     .cpu_s = calloc((size_t)W.S, sizeof(double))};
+      gather_stats(&W, total, total_cpu, &st);
       if (W.rank == 0) {
         int64_t mbs = rt_microbatch_size(p);
-        rt_print_bench(p, o->bench, T * mbs, wall, st.busy_s, NULL);
+        rt_print_bench(p, o->bench, T * mbs, wall, st.busy_s, W.w.dev ? NULL : st.cpu_s, NULL);
       }
       free(st.busy_s);
+      free(st.cpu_s);
     }
     if (!rc && W.rank == 0) rc = rt_write_outputs(p, o, out);
   }
@@ -762,11 +770,11 @@ int rt_mpi_main(const pipert_pipeline *p, const rt_options *o) {
 
 static int mb_run(void *impl, const rt_array *in, rt_array *out, rt_stats *st) {
   world *W = impl;
-  double busy = 0, t0 = rt_now();
-  int rc = world_run(W, in, out, W->M, &busy);
+  double busy = 0, cpu = 0, t0 = rt_now();
+  int rc = world_run(W, in, out, W->M, &busy, &cpu);
   MPI_Barrier(MPI_COMM_WORLD);
   st->wall_s = rt_now() - t0;
-  gather_stats(W, busy, st);
+  gather_stats(W, busy, cpu, st);
   return rc;
 }
 

@@ -4,8 +4,10 @@ and cost path (the default, measured on this machine, and the analytical --cost-
 compile with --no-replicate at a batch of B split into B micro-batches, run
 `DIR/pipeline --bench N --pin`, and compare per stage the predicted busy time of a batch
 (plan.json's compute_ms x micro-batches) with the measured one, the measured busy
-max/mean (the pipeline runs at its slowest stage's pace: 1.00 is balanced), and the
-predicted bubble with the measured one.
+max/mean (the pipeline runs at its slowest stage's pace: 1.00 is balanced), each stage
+thread's own CPU time in those spans and its max/mean (where there are more stages than
+cores, busy also counts the time the OS gave the stage sharing the core; the CPU time
+does not), and the predicted bubble with the measured one.
 
     tools/plan_accuracy.py --pipecc build/pipecc --models /work/models \\
         --cases resnet18,mobilenet_v2,gpt,bert,vit_static -g 2,4 [--paths default,model]
@@ -47,8 +49,9 @@ def bench(exe, iters):
     if r.returncode != 0:
         raise RuntimeError(f"{exe} --bench exited {r.returncode}: {r.stderr}")
     busy = [float(m.group(1)) for m in re.finditer(r"^stage \d+: busy ([0-9.]+) ms", r.stdout, re.M)]
+    cpu = [float(m.group(1)) for m in re.finditer(r"^stage \d+: busy .*, cpu ([0-9.]+) ms", r.stdout, re.M)]
     b = re.search(r"^bubble: measured ([0-9.]+) predicted ([0-9.]+)", r.stdout, re.M)
-    return busy, (float(b.group(1)) if b else None)
+    return busy, (cpu if len(cpu) == len(busy) else None), (float(b.group(1)) if b else None)
 
 
 def one(a, model, g, path, env):
@@ -68,7 +71,7 @@ def one(a, model, g, path, env):
     plan = json.load(open(os.path.join(out, "plan.json")))
     m = plan["microbatches"]
     pred = [st["compute_ms"] * m for st in plan["stages"]]
-    busy, bubble = bench(os.path.join(out, "pipeline"), a.iters)
+    busy, cpu, bubble = bench(os.path.join(out, "pipeline"), a.iters)
     if not a.keep_builds:
         shutil.rmtree(out, ignore_errors=True)
     mean = sum(busy) / len(busy)
@@ -78,20 +81,25 @@ def one(a, model, g, path, env):
         "compile_s": round(t, 1), "profile_s": float(prof.group(1)) if prof else 0.0,
         "predicted_ms": [round(x, 3) for x in pred], "busy_ms": [round(x, 3) for x in busy],
         "busy_max_mean": round(max(busy) / mean, 3), "predicted_max_mean": round(max(pred) / pmean, 3),
+        "cpu_ms": [round(x, 3) for x in cpu] if cpu else None,
+        "cpu_max_mean": round(max(cpu) * len(cpu) / sum(cpu), 3) if cpu and sum(cpu) > 0 else None,
+        "cores": os.cpu_count(),
         "bubble_predicted": plan["bubble_fraction"], "bubble_measured": bubble,
     }
 
 
 def table(rows):
     out = ["| model | g | costs | predicted busy per stage (ms) | measured busy (ms) | busy max/mean | "
-           "bubble predicted / measured | compile (profiling) s |",
-           "|---|---|---|---|---|---|---|---|"]
+           "stage CPU time (ms) | CPU max/mean | bubble predicted / measured | compile (profiling) s |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         bub = f"{r['bubble_predicted']:.3f} / {r['bubble_measured']:.3f}" if r["bubble_measured"] is not None else "-"
         prof = f" ({r['profile_s']:.1f})" if r["profile_s"] else ""
+        cpu = " / ".join(f"{x:.4g}" for x in r["cpu_ms"]) if r.get("cpu_ms") else "-"
+        cmm = f"{r['cpu_max_mean']:.2f}" if r.get("cpu_max_mean") else "-"
         out.append(f"| {r['model']} | {r['g']} | {'measured' if r['path'] == 'default' else 'cost model'} | "
                    f"{' / '.join(f'{x:.4g}' for x in r['predicted_ms'])} | {' / '.join(f'{x:.4g}' for x in r['busy_ms'])}"
-                   f" | {r['busy_max_mean']:.2f} | {bub} | {r['compile_s']:.1f}{prof} |")
+                   f" | {r['busy_max_mean']:.2f} | {cpu} | {cmm} | {bub} | {r['compile_s']:.1f}{prof} |")
     return "\n".join(out)
 
 

@@ -326,8 +326,13 @@ def case_stage_hangs():
 def parse_bench(out, stages):
     m = re.search(r"^throughput: ([0-9.]+) samples/s$", out, re.M)
     check(m and float(m.group(1)) > 0, "throughput line: " + out)
-    busy = re.findall(r"^stage (\d+): busy ([0-9.]+) ms \(([0-9.]+)%\), (\d+) replicas?$", out, re.M)
+    busy = re.findall(r"^stage (\d+): busy ([0-9.]+) ms \(([0-9.]+)%\), (\d+) replicas?(?:, cpu ([0-9.]+) ms)?$", out,
+                      re.M)
     check(len(busy) == stages and [int(b[0]) for b in busy] == list(range(stages)), "stage lines: " + out)
+    # each stage thread's own CPU time in its busy spans: there, and never above their wall time
+    for b in busy:
+        check(b[4] != "" and float(b[4]) <= float(b[1]) * 1.01 + 0.005, "stage %s: cpu %s ms, busy %s ms: %s"
+              % (b[0], b[4] or "missing", b[1], out))
     m = re.search(r"^bubble: measured (-?[0-9.]+) predicted ([0-9.]+)$", out, re.M)
     check(m, "bubble line: " + out)
     measured, predicted = float(m.group(1)), float(m.group(2))
