@@ -33,8 +33,11 @@
 #include <stddef.h>
 #include <string.h>
 
-/* maps of at most this many output positions go through pipert_dw (14 x 14) */
+/* maps of at most this many output positions go through pipert_dw (14 x 14; a build of
+ * pipecc with -DPIPERT_DW_MAX_POS=0 sends none, to time the two kernels side by side) */
+#ifndef PIPERT_DW_MAX_POS
 #define PIPERT_DW_MAX_POS 196
+#endif
 
 typedef struct {
   long C; /* channels: plane j is channel (c0 + j) % C */
