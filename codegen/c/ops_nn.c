@@ -326,9 +326,12 @@ static void emit_dw_channel(cg_ctx *c, const cg_win3 *w, int has_bias, const cg_
   cg_w(c, "%s    yr[ow] = v;\n%s  }\n%s}\n", ind, ind, ind);
 }
 
-/* Small maps (at most PIPERT_DW_MAX_POS outputs) go through runtime/pipert_dw.h, 16
- * channels at a time, one per lane: the same sums as emit_dw_channel's, bit for bit. */
-static int dw_blocked(const cg_win3 *w) { return w->out[1] * w->out[2] <= PIPERT_DW_MAX_POS; }
+/* Small maps (at most PIPERT_DW_MAX_POS outputs, from at most 16 times as many inputs: its
+ * scratch holds 16 bordered images) go through runtime/pipert_dw.h, 16 channels at a time,
+ * one per lane: the same sums as emit_dw_channel's, bit for bit. */
+static int dw_blocked(const cg_win3 *w) {
+  return w->out[1] * w->out[2] <= PIPERT_DW_MAX_POS && w->in[1] * w->in[2] <= 16 * PIPERT_DW_MAX_POS;
+}
 static pipert_dw_shape dw_shape(const cg_win3 *w, int64_t C, const cg_conv_epi *e) {
   pipert_dw_shape s = {0};
   s.C = C;
