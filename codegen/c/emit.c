@@ -211,8 +211,8 @@ static int ident_used(const char *body, const char *id) {
 
 /* Units compiled as PK_VEC clones (the stage prelude): float loops that vectorise (Conv:
  * the depthwise stencil, the epilogues, im2col and the Winograd transforms; Gemm: the
- * bias broadcast; GlobalAveragePool, BatchNormalization in training and the sums of
- * reductions: their lanes). */
+ * bias broadcast; MaxPool: the rows' maxima; GlobalAveragePool, BatchNormalization in
+ * training and the sums of reductions: their lanes). */
 static int vec_clones(const ir_node *root, int eltwise) {
   switch (root->op) {
     case IR_OP_Softmax:
@@ -222,6 +222,7 @@ static int vec_clones(const ir_node *root, int eltwise) {
     case IR_OP_Conv:
     case IR_OP_Gemm:
     case IR_OP_GlobalAveragePool:
+    case IR_OP_MaxPool:
     case IR_OP_ReduceSum:
     case IR_OP_ReduceMean:
     case IR_OP_ReduceSumSquare:

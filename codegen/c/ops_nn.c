@@ -989,28 +989,33 @@ static int emit_matmul(cg_ctx *c, const ir_node *n) {
 
 /* MaxPool of float rows (no indices, dilation 1, one depth slice): per output row, the
  * column-wise max of the window's input rows into scratch, then the max of each
- * window's columns. A max over the same elements as the generic loop (NaN ignored the
- * same way: v > m ? v : m), with bounds clamped per row and column instead of tested per
+ * window's columns, a loop of constant length over a row bordered with -inf (which never
+ * wins: v > m), so it vectorises. A max over the same elements as the generic loop (NaN
+ * ignored the same way: v > m ? v : m), with the rows clamped instead of tested per
  * element. */
 static void emit_maxpool_rows(cg_ctx *c, const char *T, int64_t NC, const cg_win3 *w) {
-  int64_t H = w->in[1], W = w->in[2], IS = H * W, OS = w->out[1] * w->out[2];
-  cg_scratch(c, (size_t)W * (T[0] == 'd' ? 8 : 4));
-  cg_w(c, "  %s *t = (%s *)scr;\n", T, T);
+  int64_t H = w->in[1], W = w->in[2], IS = H * W, OS = w->out[1] * w->out[2], OW = w->out[2];
+  /* t: the row maxima at t[pb .. pb + W), -inf on either side out to every window's end */
+  int64_t PB = w->pb[2], TW = (OW - 1) * w->s[2] + w->k[2];
+  if (TW < PB + W) TW = PB + W;
+  cg_scratch(c, (size_t)TW * (T[0] == 'd' ? 8 : 4));
+  cg_w(c, "  %s *t = (%s *)scr, *tp = t + %lld;\n", T, T, LL(PB));
+  cg_w(c, "  for (long i = 0; i < %lld; i++) t[i] = -INFINITY;\n", LL(TW));
   cg_w(c, "  for (long nc = 0; nc < %lld; nc++) {\n", LL(NC));
   cg_w(c, "    const %s *xp = x0 + nc * %lld;\n    %s *yp = y0 + nc * %lld;\n", T, LL(IS), T, LL(OS));
   cg_w(c, "    for (long oh = 0; oh < %lld; oh++) {\n", LL(w->out[1]));
   cg_w(c, "      const long h0 = oh * %lld - %lld, h1 = h0 + %lld;\n", LL(w->s[1]), LL(w->pb[1]), LL(w->k[1]));
-  cg_w(c, "      for (long iw = 0; iw < %lld; iw++) t[iw] = -INFINITY;\n", LL(W));
+  cg_w(c, "      for (long iw = 0; iw < %lld; iw++) tp[iw] = -INFINITY;\n", LL(W));
   cg_w(c, "      for (long ih = h0 < 0 ? 0 : h0; ih < (h1 < %lld ? h1 : %lld); ih++)\n", LL(H), LL(H));
   cg_w(c, "        for (long iw = 0; iw < %lld; iw++) {\n", LL(W));
-  cg_w(c, "          const %s v = xp[ih * %lld + iw];\n          t[iw] = v > t[iw] ? v : t[iw];\n        }\n", T,
+  cg_w(c, "          const %s v = xp[ih * %lld + iw];\n          tp[iw] = v > tp[iw] ? v : tp[iw];\n        }\n", T,
        LL(W));
-  cg_w(c, "      for (long ow = 0; ow < %lld; ow++) {\n", LL(w->out[2]));
-  cg_w(c, "        const long w0 = ow * %lld - %lld, w1 = w0 + %lld;\n", LL(w->s[2]), LL(w->pb[2]), LL(w->k[2]));
+  /* every window whole: a pad's -inf never wins (v > m), as a skipped tap */
+  cg_w(c, "      for (long ow = 0; ow < %lld; ow++) {\n", LL(OW));
   cg_w(c, "        %s m = -INFINITY;\n", T);
-  cg_w(c, "        for (long iw = w0 < 0 ? 0 : w0; iw < (w1 < %lld ? w1 : %lld); iw++) m = t[iw] > m ? t[iw] : m;\n",
-       LL(W), LL(W));
-  cg_w(c, "        yp[oh * %lld + ow] = m;\n      }\n    }\n  }\n", LL(w->out[2]));
+  cg_w(c, "        for (long kw = 0; kw < %lld; kw++) {\n", LL(w->k[2]));
+  cg_w(c, "          const %s v = t[ow * %lld + kw];\n          m = v > m ? v : m;\n        }\n", T, LL(w->s[2]));
+  cg_w(c, "        yp[oh * %lld + ow] = m;\n      }\n    }\n  }\n", LL(OW));
 }
 
 static int emit_pool(cg_ctx *c, const ir_node *n) {
