@@ -117,10 +117,14 @@ def main():
         a.work = tmp.name
     os.makedirs(a.work, exist_ok=True)
 
-    # onnxruntime's profile first (in this process, on core 0), then pipecc's (on core 0)
-    if hasattr(os, "sched_setaffinity"):
+    # onnxruntime's profile first (in this process, on core 0), then pipecc's (its build on
+    # every core, its profile on core 0)
+    cores = os.sched_getaffinity(0) if hasattr(os, "sched_setaffinity") else None
+    if cores is not None:
         os.sched_setaffinity(0, {0})
     ort_ms, ort_ops = ort_profile(a.model, dims, a.reps, a.work)
+    if cores is not None:
+        os.sched_setaffinity(0, cores)
     pc_ms = pipecc_profile(a.pipecc, a.model, dim_args, a.reps, a.work)
 
     g = onnx.shape_inference.infer_shapes(onnx.load(a.model, load_external_data=False)).graph
@@ -130,12 +134,14 @@ def main():
         if t.HasField("shape"):
             shapes[v.name] = "x".join(str(x.dim_value) if x.HasField("dim_value") else (x.dim_param or "?")
                                       for x in t.shape.dim)
-    producer, node_of_output = {}, {}
+    producer = {}
     nodes = {n.name: n for n in g.node}
+    if len(nodes) < len(g.node):
+        print("profile_vs_ort.py: warning: the model has unnamed or repeated node names; their times are not "
+              "matched (PyTorch's exporter names every node)", file=sys.stderr)
     for n in g.node:
         for o in n.output:
             producer[o] = n.name
-            node_of_output[o] = n
     # Each onnxruntime kernel ends at a node of the model: the one of that name, or for its
     # own layout (NCHWc) kernels the one whose output the name gives with "_nchwc" appended.
     # It covers the nodes back from there up to the ends of other kernels (the Conv,
