@@ -30,8 +30,9 @@
  * every call, once per few outputs when M is small, and writes the output twice more
  * (bias fill, epilogue); for a MatMul by a weight matrix it packs the weights on every
  * call (GPT-style model: 7% of its time in sgemm_oncopy). This kernel reads X in
- * place: a chunk of positions (about 128 KiB of X) at a time, for each block of 6
- * output rows a register tile of 6 rows x 64 positions (AVX-512: 24 accumulators) or
+ * place (AVX-512 with many rows: copied compactly as the first row block reads it,
+ * PIPERT_GEMM_PACK512_M): a chunk of positions (about 128 KiB of X) at a time, for
+ * each block of 6 output rows a register tile of 6 rows x 64 positions (AVX-512: 24 accumulators) or
  * 6 x 16 (AVX2: 12), the bias, residual and activation applied as the tile is stored.
  * One variant per instruction set, picked at the call (__builtin_cpu_supports); all
  * use correctly rounded fused multiply-adds, so all give the same bits, the scalar one
@@ -51,6 +52,10 @@
 /* act's flag: B holds one bias per column p (a MatMul's or Gemm's bias over its output
  * features) instead of one per row m (a Conv's over its output channels). */
 #define PIPERT_GEMM_BIAS_COL 4
+/* act's flag: X is a MatMul's B operand (a weight matrix), which the calls before and
+ * after this one read too (the emitted code's blocks of rows): the AVX-512 variant packs
+ * it only where it does not stay in L2 (PIPERT_GEMM_PACK512_SHARED). */
+#define PIPERT_GEMM_X_SHARED 8
 
 /* Positions per chunk: about PIPERT_GEMM_CHUNK_BYTES of X. */
 #ifndef PIPERT_GEMM_CHUNK_BYTES
@@ -131,7 +136,8 @@ PIPERT_GEMM_T512 PIPERT_GEMM_INLINE void pipert_gemm_tile512(const int mr, const
                                                              const float *restrict W, const float *restrict X, long ldx,
                                                              const float *restrict B, float *restrict Y, long ldy,
                                                              const float *restrict R, long ldr, int act, float lo,
-                                                             float hi, const __mmask16 *mk, int pf, const int nfull) {
+                                                             float hi, const __mmask16 *mk, int pf, const int nfull,
+                                                             float *restrict pw) {
   __m512 acc[6][4];
   PIPERT_GEMM_UNROLL for (int i = 0; i < mr; i++) PIPERT_GEMM_UNROLL for (int j = 0; j < nv; j++) acc[i][j] =
       _mm512_setzero_ps();
@@ -142,6 +148,8 @@ PIPERT_GEMM_T512 PIPERT_GEMM_INLINE void pipert_gemm_tile512(const int mr, const
     __m512 x[4];
     PIPERT_GEMM_UNROLL for (int j = 0; j < nv; j++) x[j] =
         j < nfull ? _mm512_loadu_ps(xk + 16 * j) : _mm512_maskz_loadu_ps(mk[j], xk + 16 * j);
+    if (pw) /* the first row block of a packed chunk: copy the tile's X as it reads it */
+      PIPERT_GEMM_UNROLL for (int j = 0; j < nv; j++) _mm512_store_ps(pw + k * 64 + 16 * j, x[j]);
     PIPERT_GEMM_UNROLL for (int i = 0; i < mr; i++) {
       const __m512 w = _mm512_set1_ps(W[i * K + k]);
       PIPERT_GEMM_UNROLL for (int j = 0; j < nv; j++) acc[i][j] = _mm512_fmadd_ps(w, x[j], acc[i][j]);
@@ -169,12 +177,35 @@ PIPERT_GEMM_T512 PIPERT_GEMM_INLINE void pipert_gemm_tile512(const int mr, const
   }
 }
 
+/* With at least PIPERT_GEMM_PACK512_M rows of W, and more than PIPERT_GEMM_PACK512_BYTES of
+ * X per chunk (which then does not stay in L1), the first row block of each chunk also
+ * writes the X it reads into a compact buffer, 64 positions by K per tile, which the
+ * other row blocks read instead of X's rows ldx apart: the same products in the same
+ * order, so the same bits. Measured on an Intel Xeon with AVX-512 (2026-12-02), 8 calls
+ * of one image each, X and W left in L3 as a model leaves them, the median of 15
+ * interleaved rounds against reading in place: ResNet-50's 1x1 Convs 1.07-1.29x (1024 x
+ * 196 by 256 1.09x, 128 x 3136 by 256 1.29x), M = 128 and 192 by K = 64..256 1.09-1.32x;
+ * but M = 24..96 0.80-1.06x (geomean 0.93x): too few row blocks reuse the copy. */
+#ifndef PIPERT_GEMM_PACK512_M
+#define PIPERT_GEMM_PACK512_M 128
+#endif
+#ifndef PIPERT_GEMM_PACK512_BYTES
+#define PIPERT_GEMM_PACK512_BYTES (32 << 10)
+#endif
+/* A shared X (PIPERT_GEMM_X_SHARED) is packed only above this size: with their
+ * projections' X (192-256 KiB, in L2 from call to call) packed, the GPT- and BERT-style
+ * models ran at 0.96-0.98x end to end; alone, BERT-base's shapes (512 x 3072 by 768 and
+ * 512 x 768 by 3072, an X of 9 MiB) ran 2.6-3.9x faster packed. */
+#ifndef PIPERT_GEMM_PACK512_SHARED
+#define PIPERT_GEMM_PACK512_SHARED (1 << 20)
+#endif
+
 #ifdef PIPERT_GEMM_SAN
 PIPERT_GEMM_T512 __attribute__((noinline)) static void pipert_gemm_tile512_rt(
     int mr, int nv, long K, const float *restrict W, const float *restrict X, long ldx, const float *restrict B,
     float *restrict Y, long ldy, const float *restrict R, long ldr, int act, float lo, float hi, const __mmask16 *mk,
-    int pf, int nfull) {
-  pipert_gemm_tile512(mr, nv, K, W, X, ldx, B, Y, ldy, R, ldr, act, lo, hi, mk, pf, nfull);
+    int pf, int nfull, float *restrict pw) {
+  pipert_gemm_tile512(mr, nv, K, W, X, ldx, B, Y, ldy, R, ldr, act, lo, hi, mk, pf, nfull, pw);
 }
 #endif
 
@@ -182,7 +213,12 @@ PIPERT_GEMM_T512 static void pipert_gemm_direct_512(long M, long P, long K, cons
                                                     const float *restrict X, long ldx, const float *restrict B,
                                                     float *restrict Y, long ldy, const float *restrict R, long ldr,
                                                     int act, float lo, float hi) {
-  const long PC = pipert_gemm_chunk(K);
+  const long PC = pipert_gemm_chunk(K), PW = P < PC ? P : PC;
+  /* X's chunk packed (see PIPERT_GEMM_PACK512_M): tile t of the chunk at pk + t * 64 * K,
+   * 64 floats per k; NULL (X read in place) where it does not pay, or without memory */
+  const int pack = M >= PIPERT_GEMM_PACK512_M && 4 * K * PW > PIPERT_GEMM_PACK512_BYTES &&
+                   (!(act & PIPERT_GEMM_X_SHARED) || 4 * K * P > PIPERT_GEMM_PACK512_SHARED);
+  float *pk = pack ? (float *)aligned_alloc(64, sizeof(float) * (size_t)(K * ((PW + 63) / 64 * 64))) : NULL;
   for (long q0 = 0; q0 < P; q0 += PC) {
     const long qe = P - q0 < PC ? P : q0 + PC;
     for (long m0 = 0; m0 < M; m0 += 6) {
@@ -194,18 +230,20 @@ PIPERT_GEMM_T512 static void pipert_gemm_direct_512(long M, long P, long K, cons
           const long left = qe - p0 - 16 * j;
           mk[j] = left >= 16 ? (__mmask16)0xffff : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1u);
         }
-        const float *x = X + p0, *r = R ? R + m0 * ldr + p0 : NULL;
+        float *pt = pk ? pk + (p0 - q0) * K : NULL, *pw = m0 == 0 ? pt : NULL;
+        const float *x = pt && m0 ? pt : X + p0, *r = R ? R + m0 * ldr + p0 : NULL;
+        const long lx = pt && m0 ? 64 : ldx;
         float *y = Y + m0 * ldy + p0;
         const int mr = M - m0 < 6 ? (int)(M - m0) : 6, nv = qe - p0 >= 64 ? 4 : (int)((qe - p0 + 15) / 16);
 #ifdef PIPERT_GEMM_SAN
         {
           const int full6 = mr == 6, last_whole = mk[nv - 1] == (__mmask16)0xffff;
           const int nvr = full6 ? nv : 4, nf = full6 ? (last_whole ? nv : nv - 1) : 0;
-          pipert_gemm_tile512_rt(mr, nvr, K, w, x, ldx, b, y, ldy, r, ldr, act, lo, hi, mk, m0 == 0, nf);
+          pipert_gemm_tile512_rt(mr, nvr, K, w, x, lx, b, y, ldy, r, ldr, act, lo, hi, mk, m0 == 0, nf, pw);
         }
 #else
 #define PIPERT_T512(MR, NV, NF) \
-  pipert_gemm_tile512(MR, NV, K, w, x, ldx, b, y, ldy, r, ldr, act, lo, hi, mk, m0 == 0, NF)
+  pipert_gemm_tile512(MR, NV, K, w, x, lx, b, y, ldy, r, ldr, act, lo, hi, mk, m0 == 0, NF, pw)
         if (mr == 6) {
           /* full row blocks: as many vectors as the positions need, all whole or the last
            * one partial */
@@ -235,6 +273,7 @@ PIPERT_GEMM_T512 static void pipert_gemm_direct_512(long M, long P, long K, cons
       }
     }
   }
+  free(pk);
 }
 
 /* AVX2: mr rows by 2 vectors of 8 positions; masked loads and stores at a row's end

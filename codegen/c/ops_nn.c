@@ -79,17 +79,19 @@ static int direct_gemm(ir_dtype t, int64_t K, int64_t OS) {
   return t == IR_FLOAT && K <= CG_C_DIRECT_K && OS >= CG_C_DIRECT_OS;
 }
 
+enum { DG_BIAS_COL = 1, DG_X_SHARED = 2 };
 static void emit_direct_gemm(cg_ctx *c, const char *ind, const char *M, const char *P, int64_t K, const char *W,
                              const char *X, const char *ldx, const char *B, const char *Y, const char *ldy,
-                             const char *R, const cg_conv_epi *e, int bias_col) {
+                             const char *R, const cg_conv_epi *e, int flags) {
   char lo[48] = "0", hi[48] = "0", act[48];
   if (e && e->act == 2) {
     cg_flit(lo, sizeof lo, e->lo, IR_FLOAT);
     cg_flit(hi, sizeof hi, e->hi, IR_FLOAT);
   }
-  /* bias_col: B holds one bias per column (a MatMul's or Gemm's), not one per row */
-  if (bias_col) snprintf(act, sizeof act, "%d | PIPERT_GEMM_BIAS_COL", e ? e->act : 0);
-  else snprintf(act, sizeof act, "%d", e ? e->act : 0);
+  /* flags: DG_BIAS_COL, B holds one bias per column (a MatMul's or Gemm's), not one per
+   * row; DG_X_SHARED, X is a MatMul's B operand, which the calls before and after read too */
+  snprintf(act, sizeof act, "%d%s%s", e ? e->act : 0, flags & DG_BIAS_COL ? " | PIPERT_GEMM_BIAS_COL" : "",
+           flags & DG_X_SHARED ? " | PIPERT_GEMM_X_SHARED" : "");
   c->gemm_direct = 1;
   cg_w(c, "%spipert_gemm_direct(%s, %s, %lld, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s);\n", ind, M, P, LL(K), W, X,
        ldx, B, Y, ldy, R, ldy, act, lo, hi);
@@ -819,14 +821,14 @@ static int emit_gemm(cg_ctx *c, const ir_node *n) {
      * y computes it but for the order of the products' sum */
     const char *bias = "NULL", *res = "NULL";
     int col = 0;
-    if (use_c && d0 == 1 && d1 == N) bias = "x2", col = 1;
+    if (use_c && d0 == 1 && d1 == N) bias = "x2", col = DG_BIAS_COL;
     else if (use_c && d1 == 1 && d0 == M) bias = "x2";
     else if (use_c && d0 == M && d1 == N) res = "x2";
     else if (use_c) goto blas; /* (a scalar C over several rows and columns) */
     char sm[32], sn[32];
     snprintf(sm, sizeof sm, "%lld", LL(M));
     snprintf(sn, sizeof sn, "%lld", LL(N));
-    emit_direct_gemm(c, "  ", sm, sn, K, "x0", "x1", sn, bias, "y0", sn, res, NULL, col);
+    emit_direct_gemm(c, "  ", sm, sn, K, "x0", "x1", sn, bias, "y0", sn, res, NULL, col | DG_X_SHARED);
     return 0;
   }
 blas:
@@ -870,7 +872,8 @@ void cg_gemm_blocks_open(cg_ctx *c, int64_t M, int64_t N, int64_t K, int64_t MB,
   snprintf(sn, sizeof sn, "%lld", LL(N));
   cg_w(c, "  for (long r0 = 0; r0 < %lld; r0 += %lld) {\n", LL(M), LL(MB));
   cg_w(c, "    const long nr = %lld - r0 < %lld ? %lld - r0 : %lld;\n", LL(M), LL(MB), LL(M), LL(MB));
-  if (K <= CG_C_DIRECT_K) emit_direct_gemm(c, "    ", "nr", sn, K, ab, b, sn, "NULL", yb, sn, "NULL", NULL, 0);
+  if (K <= CG_C_DIRECT_K)
+    emit_direct_gemm(c, "    ", "nr", sn, K, ab, b, sn, "NULL", yb, sn, "NULL", NULL, DG_X_SHARED);
   else
     cg_w(
         c,
@@ -937,7 +940,7 @@ static int emit_matmul(cg_ctx *c, const ir_node *n) {
       char sm[32], sn[32];
       snprintf(sm, sizeof sm, "%lld", LL(NB * M));
       snprintf(sn, sizeof sn, "%lld", LL(N));
-      emit_direct_gemm(c, "  ", sm, sn, K, "x0", "x1", sn, "NULL", "y0", sn, "NULL", NULL, 0);
+      emit_direct_gemm(c, "  ", sm, sn, K, "x0", "x1", sn, "NULL", "y0", sn, "NULL", NULL, DG_X_SHARED);
       return 0;
     }
     if (MB >= NB * M) {

@@ -181,6 +181,16 @@ int main(void) {
                        v[i].fn, 0);
         cases += 2;
       }
+    /* the AVX-512 variant's packed chunks (PIPERT_GEMM_PACK512_M, _BYTES): row, position
+     * and chunk tails, one partial tile, several chunks, rows of X and Y apart by more
+     * than P, with and without NaN */
+    static const long packed[][3] = {{134, 196, 256}, {128, 49, 512}, {200, 700, 96}, {131, 300, 1000}};
+    for (size_t s = 0; s < sizeof packed / sizeof *packed; s++)
+      for (int act = 0; act < 3; act++) {
+        const long M = packed[s][0], P = packed[s][1], K = packed[s][2];
+        fails += check(v[i].name, M, P, K, P + 37, P + 3, 1 + act % 2, act != 1, act, act == 2, v[i].fn, act != 2);
+        cases++;
+      }
     printf("variant %s: %ld cases\n", v[i].name, cases - before);
   }
   printf("%ld cases, %ld failed\n", cases, fails);
