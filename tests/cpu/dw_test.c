@@ -14,19 +14,10 @@
 #include <string.h>
 
 #include "pipert_dw.h"
+#include "../lib/unit_rand.h"
 
 typedef void (*dw_fn)(const pipert_dw_shape *, long, long, const float *, const float *, const float *, const float *,
                       float *, float *);
-
-static uint64_t rng = 88172645463325252ull;
-static float rnd(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return (float)((rng >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
-}
-
-static const float SENTINEL = 12345.678f;
 
 /* the formula of pipert_dw.h, output by output */
 static void reference(const pipert_dw_shape *s, long np, long c0, const float *X, const float *W, const float *B,

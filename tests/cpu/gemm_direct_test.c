@@ -17,19 +17,10 @@
 #include <string.h>
 
 #include "pipert_gemm.h"
+#include "../lib/unit_rand.h"
 
 typedef void (*gemm_fn)(long, long, long, const float *, const float *, long, const float *, float *, long,
                         const float *, long, int, float, float);
-
-static uint64_t rng = 88172645463325252ull;
-static float rnd(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return (float)((rng >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
-}
-
-static const float SENTINEL = 12345.678f;
 
 /* the formula of pipert_gemm.h, element by element; S gets the sum of the terms' magnitudes */
 static void reference(long M, long P, long K, const float *W, const float *X, long ldx, const float *B, float *Y,
