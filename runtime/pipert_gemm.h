@@ -32,8 +32,9 @@
  * call (GPT-style model: 7% of its time in sgemm_oncopy). This kernel reads X in
  * place (AVX-512 with many rows: copied compactly as the first row block reads it,
  * PIPERT_GEMM_PACK512_M): a chunk of positions (about 128 KiB of X) at a time, for
- * each block of 6 output rows a register tile of 6 rows x 64 positions (AVX-512: 24 accumulators) or
- * 6 x 16 (AVX2: 12), the bias, residual and activation applied as the tile is stored.
+ * each block of 6 output rows a register tile of 6 rows x 64 positions (AVX-512: 24
+ * accumulators) or 6 x 16 (AVX2: 12), the bias, residual and activation applied as the
+ * tile is stored.
  * One variant per instruction set, picked at the call (__builtin_cpu_supports); all
  * use correctly rounded fused multiply-adds, so all give the same bits, the scalar one
  * (fmaf) included. Compiling a stage with
