@@ -1003,14 +1003,19 @@ static int emit_matmul(cg_ctx *c, const ir_node *n) {
  * window's columns, a loop of constant length over a row bordered with -inf (which never
  * wins: v > m), so it vectorises. A max over the same elements as the generic loop (NaN
  * ignored the same way: v > m ? v : m), with the rows clamped instead of tested per
- * element. */
+ * element. With a stride s > 1 the bordered row is first split by phase (column u at
+ * [u % s][u / s]), so that window ow's column ow * s + kw is element ow + kw / s of phase
+ * kw % s: contiguous in ow, where the windows' columns s apart would not vectorise. */
 static void emit_maxpool_rows(cg_ctx *c, const char *T, int64_t NC, const cg_win3 *w) {
-  int64_t H = w->in[1], W = w->in[2], IS = H * W, OS = w->out[1] * w->out[2], OW = w->out[2];
+  int64_t H = w->in[1], W = w->in[2], IS = H * W, OS = w->out[1] * w->out[2], OW = w->out[2], S = w->s[2];
   /* t: the row maxima at t[pb .. pb + W), -inf on either side out to every window's end */
-  int64_t PB = w->pb[2], TW = (OW - 1) * w->s[2] + w->k[2];
+  int64_t PB = w->pb[2], TW = (OW - 1) * S + w->k[2];
   if (TW < PB + W) TW = PB + W;
-  cg_scratch(c, (size_t)TW * (T[0] == 'd' ? 8 : 4));
+  int64_t TQ = (TW + S - 1) / S; /* with S > 1: t padded to TQ * S, then its S phases of TQ */
+  if (S > 1) TW = TQ * S;
+  cg_scratch(c, (size_t)(TW + (S > 1 ? TW : 0)) * (T[0] == 'd' ? 8 : 4));
   cg_w(c, "  %s *t = (%s *)scr, *tp = t + %lld;\n", T, T, LL(PB));
+  if (S > 1) cg_w(c, "  %s *tq = t + %lld; /* [%lld][%lld]: t by phase */\n", T, LL(TW), LL(S), LL(TQ));
   cg_w(c, "  for (long i = 0; i < %lld; i++) t[i] = -INFINITY;\n", LL(TW));
   cg_w(c, "  for (long nc = 0; nc < %lld; nc++) {\n", LL(NC));
   cg_w(c, "    const %s *xp = x0 + nc * %lld;\n    %s *yp = y0 + nc * %lld;\n", T, LL(IS), T, LL(OS));
@@ -1021,11 +1026,17 @@ static void emit_maxpool_rows(cg_ctx *c, const char *T, int64_t NC, const cg_win
   cg_w(c, "        for (long iw = 0; iw < %lld; iw++) {\n", LL(W));
   cg_w(c, "          const %s v = xp[ih * %lld + iw];\n          tp[iw] = v > tp[iw] ? v : tp[iw];\n        }\n", T,
        LL(W));
+  if (S > 1)
+    cg_w(c, "      for (long ph = 0; ph < %lld; ph++)\n        for (long j = 0; j < %lld; j++) tq[ph * %lld + j] = t[j * %lld + ph];\n",
+         LL(S), LL(TQ), LL(TQ), LL(S));
   /* every window whole: a pad's -inf never wins (v > m), as a skipped tap */
   cg_w(c, "      for (long ow = 0; ow < %lld; ow++) {\n", LL(OW));
   cg_w(c, "        %s m = -INFINITY;\n", T);
   cg_w(c, "        for (long kw = 0; kw < %lld; kw++) {\n", LL(w->k[2]));
-  cg_w(c, "          const %s v = t[ow * %lld + kw];\n          m = v > m ? v : m;\n        }\n", T, LL(w->s[2]));
+  if (S > 1)
+    cg_w(c, "          const %s v = tq[kw %% %lld * %lld + ow + kw / %lld];\n          m = v > m ? v : m;\n        }\n", T,
+         LL(S), LL(TQ), LL(S));
+  else cg_w(c, "          const %s v = t[ow + kw];\n          m = v > m ? v : m;\n        }\n", T);
   cg_w(c, "        yp[oh * %lld + ow] = m;\n      }\n    }\n  }\n", LL(OW));
 }
 
