@@ -127,6 +127,14 @@ static void pipert_gemm_direct_1(long M, long P, long K, const float *restrict W
 #define PIPERT_GEMM_UNROLL
 #endif
 
+/* A tile of segmented positions (pipert_gemm_direct_seg): the lanes m1[j] of its vector j
+ * go to offset y1[j] of Y's row (r1[j] of R's), the others m2[j], which are in the next
+ * segment, to y2[j] (r2[j]). */
+typedef struct {
+  __mmask16 m1[4], m2[4];
+  long y1[4], y2[4], r1[4], r2[4];
+} pipert_seg512;
+
 /* AVX-512: mr (1..6, a constant once inlined) rows by 4 vectors of 16 positions; mk[j]
  * masks vector j (all ones but at the end of a row); the first nfull vectors (a constant
  * too) are whole and load and store without their mask (masked loads and stores cost
@@ -138,7 +146,7 @@ PIPERT_GEMM_T512 PIPERT_GEMM_INLINE void pipert_gemm_tile512(const int mr, const
                                                              const float *restrict B, float *restrict Y, long ldy,
                                                              const float *restrict R, long ldr, int act, float lo,
                                                              float hi, const __mmask16 *mk, int pf, const int nfull,
-                                                             float *restrict pw) {
+                                                             float *restrict pw, const pipert_seg512 *sg) {
   __m512 acc[6][4];
   PIPERT_GEMM_UNROLL for (int i = 0; i < mr; i++) PIPERT_GEMM_UNROLL for (int j = 0; j < nv; j++) acc[i][j] =
       _mm512_setzero_ps();
@@ -167,12 +175,18 @@ PIPERT_GEMM_T512 PIPERT_GEMM_INLINE void pipert_gemm_tile512(const int mr, const
     PIPERT_GEMM_UNROLL for (int j = 0; j < nv; j++) {
       __m512 v = acc[i][j];
       if (B) v = _mm512_add_ps(act & PIPERT_GEMM_BIAS_COL ? bc[j] : b, v);
-      if (R)
+      if (R && sg) /* the vector's lanes in two segments */
+        v = _mm512_add_ps(v, _mm512_mask_loadu_ps(_mm512_maskz_loadu_ps(sg->m1[j], R + i * ldr + sg->r1[j]), sg->m2[j],
+                                                  R + i * ldr + sg->r2[j]));
+      else if (R)
         v = _mm512_add_ps(
             v, j < nfull ? _mm512_loadu_ps(R + i * ldr + 16 * j) : _mm512_maskz_loadu_ps(mk[j], R + i * ldr + 16 * j));
       if ((act & 3) == 1) v = _mm512_max_ps(zero, v);
       if ((act & 3) == 2) v = _mm512_min_ps(vhi, _mm512_max_ps(vlo, v));
-      if (j < nfull) _mm512_storeu_ps(Y + i * ldy + 16 * j, v);
+      if (sg) {
+        _mm512_mask_storeu_ps(Y + i * ldy + sg->y1[j], sg->m1[j], v);
+        _mm512_mask_storeu_ps(Y + i * ldy + sg->y2[j], sg->m2[j], v);
+      } else if (j < nfull) _mm512_storeu_ps(Y + i * ldy + 16 * j, v);
       else _mm512_mask_storeu_ps(Y + i * ldy + 16 * j, mk[j], v);
     }
   }
@@ -205,8 +219,8 @@ PIPERT_GEMM_T512 PIPERT_GEMM_INLINE void pipert_gemm_tile512(const int mr, const
 PIPERT_GEMM_T512 __attribute__((noinline)) static void pipert_gemm_tile512_rt(
     int mr, int nv, long K, const float *restrict W, const float *restrict X, long ldx, const float *restrict B,
     float *restrict Y, long ldy, const float *restrict R, long ldr, int act, float lo, float hi, const __mmask16 *mk,
-    int pf, int nfull, float *restrict pw) {
-  pipert_gemm_tile512(mr, nv, K, W, X, ldx, B, Y, ldy, R, ldr, act, lo, hi, mk, pf, nfull, pw);
+    int pf, int nfull, float *restrict pw, const pipert_seg512 *sg) {
+  pipert_gemm_tile512(mr, nv, K, W, X, ldx, B, Y, ldy, R, ldr, act, lo, hi, mk, pf, nfull, pw, sg);
 }
 #endif
 
@@ -240,11 +254,11 @@ PIPERT_GEMM_T512 static void pipert_gemm_direct_512(long M, long P, long K, cons
         {
           const int full6 = mr == 6, last_whole = mk[nv - 1] == (__mmask16)0xffff;
           const int nvr = full6 ? nv : 4, nf = full6 ? (last_whole ? nv : nv - 1) : 0;
-          pipert_gemm_tile512_rt(mr, nvr, K, w, x, lx, b, y, ldy, r, ldr, act, lo, hi, mk, m0 == 0, nf, pw);
+          pipert_gemm_tile512_rt(mr, nvr, K, w, x, lx, b, y, ldy, r, ldr, act, lo, hi, mk, m0 == 0, nf, pw, NULL);
         }
 #else
 #define PIPERT_T512(MR, NV, NF) \
-  pipert_gemm_tile512(MR, NV, K, w, x, lx, b, y, ldy, r, ldr, act, lo, hi, mk, m0 == 0, NF, pw)
+  pipert_gemm_tile512(MR, NV, K, w, x, lx, b, y, ldy, r, ldr, act, lo, hi, mk, m0 == 0, NF, pw, NULL)
         if (mr == 6) {
           /* full row blocks: as many vectors as the positions need, all whole or the last
            * one partial */
@@ -276,6 +290,84 @@ PIPERT_GEMM_T512 static void pipert_gemm_direct_512(long M, long P, long K, cons
   }
   free(pk);
 }
+
+/* Segmented positions (pipert_gemm_direct_seg), AVX-512: per chunk, its X gathered from
+ * the segments into the packed panel of PIPERT_GEMM_PACK512_M (64 positions by K per
+ * tile, zero past the end), then every row block reads the panel, and each tile's
+ * vectors are stored (and R's read) in one or two masked parts, either side of a
+ * segment's end; the same products in the same order as pipert_gemm_direct_512, so the
+ * same bits. Returns 0, or -1 without memory for the panel (nothing written). */
+#ifndef PIPERT_GEMM_NO_AVX512
+PIPERT_GEMM_T512 static int pipert_gemm_direct_512s(long M, long N, long S, long K, const float *restrict W,
+                                                    const float *restrict X, long xs, long ldx, const float *restrict B,
+                                                    float *restrict Y, long ys, long ldy, const float *restrict R,
+                                                    long rs, long ldr, int act, float lo, float hi) {
+  const long P = N * S, PC = pipert_gemm_chunk(K), PW = P < PC ? P : PC, NT = (PW + 63) / 64;
+  float *pk = (float *)aligned_alloc(64, sizeof(float) * (size_t)(K * NT * 64));
+  pipert_seg512 *sg = (pipert_seg512 *)malloc(sizeof(pipert_seg512) * (size_t)NT);
+  if (!pk || !sg) {
+    free(pk);
+    free(sg);
+    return -1;
+  }
+  const __mmask16 ones = (__mmask16)0xffff, all[4] = {ones, ones, ones, ones};
+  for (long q0 = 0; q0 < P; q0 += PC) {
+    const long qe = P - q0 < PC ? P : q0 + PC;
+    for (long p0 = q0, t = 0; p0 < qe; p0 += 64, t++) {
+      /* vector j: positions p .. p + 15, from offset o of segment n on; the lanes past
+       * S - o in segment n + 1 */
+      long x1[4], x2[4];
+      pipert_seg512 *g = &sg[t];
+      for (int j = 0; j < 4; j++) {
+        const long p = p0 + 16 * j, n = p / S, o = p % S, left = qe - p;
+        const __mmask16 in = left >= 16 ? ones : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1u);
+        const long split = S - o; /* lanes in segment n */
+        g->m1[j] = split >= 16 ? in : (__mmask16)(in & ((1u << split) - 1u));
+        g->m2[j] = (__mmask16)(in & ~g->m1[j]);
+        x1[j] = n * xs + o;
+        g->y1[j] = n * ys + o;
+        g->r1[j] = n * rs + o;
+        /* (lane L of the vector at offset L - split of segment n + 1) */
+        x2[j] = g->m2[j] ? (n + 1) * xs - split : x1[j];
+        g->y2[j] = g->m2[j] ? (n + 1) * ys - split : g->y1[j];
+        g->r2[j] = g->m2[j] ? (n + 1) * rs - split : g->r1[j];
+      }
+      float *pt = pk + t * 64 * K;
+      for (long k = 0; k < K; k++) {
+        const float *xk = X + k * ldx;
+        PIPERT_GEMM_UNROLL for (int j = 0; j < 4; j++)
+            _mm512_store_ps(pt + k * 64 + 16 * j,
+                            _mm512_mask_loadu_ps(_mm512_maskz_loadu_ps(g->m1[j], xk + x1[j]), g->m2[j], xk + x2[j]));
+      }
+    }
+    for (long m0 = 0; m0 < M; m0 += 6) {
+      const float *w = W + m0 * K, *b = B ? B + m0 : NULL, *r = R ? R + m0 * ldr : NULL;
+      float *y = Y + m0 * ldy;
+      const int mr = M - m0 < 6 ? (int)(M - m0) : 6;
+      for (long p0 = q0, t = 0; p0 < qe; p0 += 64, t++) {
+        const float *x = pk + t * 64 * K;
+#ifdef PIPERT_GEMM_SAN
+        pipert_gemm_tile512_rt(mr, 4, K, w, x, 64, b, y, ldy, r, ldr, act, lo, hi, all, 0, 4, NULL, &sg[t]);
+#else
+#define PIPERT_T512(MR) pipert_gemm_tile512(MR, 4, K, w, x, 64, b, y, ldy, r, ldr, act, lo, hi, all, 0, 4, NULL, &sg[t])
+        switch (mr) {
+          case 6: PIPERT_T512(6); break;
+          case 5: PIPERT_T512(5); break;
+          case 4: PIPERT_T512(4); break;
+          case 3: PIPERT_T512(3); break;
+          case 2: PIPERT_T512(2); break;
+          default: PIPERT_T512(1); break;
+        }
+#undef PIPERT_T512
+#endif
+      }
+    }
+  }
+  free(pk);
+  free(sg);
+  return 0;
+}
+#endif
 
 /* AVX2: mr rows by 2 vectors of 8 positions; masked loads and stores at a row's end
  * (lane i of mask vector j is on while 8 * j + i < the positions left), plain ones for
@@ -440,6 +532,47 @@ static void pipert_gemm_direct(long M, long P, long K, const float *restrict W, 
   }
 #endif
   pipert_gemm_direct_1(M, P, K, W, X, ldx, B, Y, ldy, R, ldr, act, lo, hi);
+}
+
+/* pipert_gemm_direct over N segments of S positions (a Conv's images: a 1x1 Conv of
+ * several small images as one GEMM, without copying them together first): position
+ * p = n S + s of X's row k at X[n * xs + k * ldx + s], of Y's row m at
+ * Y[n * ys + m * ldy + s], of R's at R[n * rs + m * ldr + s]; the sums, the bias (one per
+ * row) and the epilogue of pipert_gemm_direct, bit for bit. Without AVX-512 (or with
+ * S < 16), the segments go through pipert_gemm_direct one by one where scr is NULL, else
+ * copied together into scr, (K + M) * N * S floats: X as one [K, N S] matrix, the GEMM
+ * into one [M, N S], then scattered with the residual and the activation. */
+static void pipert_gemm_direct_seg(long M, long N, long S, long K, const float *restrict W, const float *restrict X,
+                                   long xs, long ldx, const float *restrict B, float *restrict Y, long ys, long ldy,
+                                   const float *restrict R, long rs, long ldr, int act, float lo, float hi,
+                                   float *restrict scr) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(PIPERT_GEMM_NO_AVX512)
+  if (S >= 16 && __builtin_cpu_supports("avx512f") &&
+      pipert_gemm_direct_512s(M, N, S, K, W, X, xs, ldx, B, Y, ys, ldy, R, rs, ldr, act, lo, hi) == 0)
+    return;
+#endif
+  if (!scr) {
+    for (long n = 0; n < N; n++)
+      pipert_gemm_direct(M, S, K, W, X + n * xs, ldx, B, Y + n * ys, ldy, R ? R + n * rs : NULL, ldr, act, lo, hi);
+    return;
+  }
+  const long P = N * S;
+  float *col = scr, *yt = scr + K * P;
+  for (long n = 0; n < N; n++)
+    for (long k = 0; k < K; k++) memcpy(col + k * P + n * S, X + n * xs + k * ldx, sizeof(float) * (size_t)S);
+  /* the bias in the GEMM; the residual, then the activation, as the rows are scattered */
+  pipert_gemm_direct(M, P, K, W, col, P, B, yt, P, NULL, 0, R ? 0 : act, lo, hi);
+  for (long n = 0; n < N; n++)
+    for (long m = 0; m < M; m++) {
+      float *ym = Y + n * ys + m * ldy;
+      const float *tm = yt + m * P + n * S;
+      if (!R) {
+        memcpy(ym, tm, sizeof(float) * (size_t)S);
+        continue;
+      }
+      const float *rm = R + n * rs + m * ldr;
+      for (long s = 0; s < S; s++) ym[s] = pipert_gemm_epi1(tm[s], NULL, rm + s, act, lo, hi);
+    }
 }
 
 #endif

@@ -97,6 +97,25 @@ static void emit_direct_gemm(cg_ctx *c, const char *ind, const char *M, const ch
        ldx, B, Y, ldy, R, ldy, act, lo, hi);
 }
 
+/* A 1x1 Conv over nb (a C expression) images of OS positions through
+ * pipert_gemm_direct_seg (CG_C_SEG_OS), at indent ind, X, Y and R the first image's
+ * group g; scr the scratch expression, or "NULL" */
+static void emit_direct_gemm_seg(cg_ctx *c, const char *ind, int64_t Mg, const char *nb, int64_t OS, int64_t K,
+                                 int64_t C, int64_t M, const char *W, const char *X, const char *B, const char *Y,
+                                 const char *R, const cg_conv_epi *e, const char *scr) {
+  char lo[48] = "0", hi[48] = "0";
+  if (e->act == 2) {
+    cg_flit(lo, sizeof lo, e->lo, IR_FLOAT);
+    cg_flit(hi, sizeof hi, e->hi, IR_FLOAT);
+  }
+  c->gemm_direct = 1;
+  cg_w(
+      c,
+      "%spipert_gemm_direct_seg(%lld, %s, %lld, %lld, %s, %s, %lld, %lld, %s, %s, %lld, %lld, %s, %lld, %lld, %d, %s, %s, %s);\n",
+      ind, LL(Mg), nb, LL(OS), LL(K), W, X, LL(C * OS), LL(OS), B, Y, LL(M * OS), LL(OS), R, LL(M * OS), LL(OS), e->act,
+      lo, hi, scr);
+}
+
 /* One im2col row: dst[ow] = src[ow * stride + kw * dilation - pad], 0 outside the input.
  * The valid ow range is computed once per row: zeros, a copy (memcpy for stride 1), zeros.
  * In the emitted code: dst, src and kw are in scope. */
@@ -133,6 +152,23 @@ static int emit_conv_batched(cg_ctx *c, const ir_node *n, const cg_win3 *w, cons
   int64_t rows = w->out[0] * w->out[1];
   cg_scratch(c, (size_t)((K + Mg) * NB * OS) * esz);
   cg_w(c, "  /* batched: %lld images per GEMM */\n", LL(NB));
+  if (direct && t == IR_FLOAT && K <= CG_C_SEG_K && OS >= 16) {
+    cg_w(c, "  for (long n0 = 0; n0 < %lld; n0 += %lld) {\n", LL(N), LL(NB));
+    cg_w(c, "    const long nb = %lld - n0 < %lld ? %lld - n0 : %lld;\n", LL(N), LL(NB), LL(N), LL(NB));
+    cg_w(c, "    for (long g = 0; g < %lld; g++) {\n", LL(G));
+    cg_w(c, "      const %s *wg = x1 + g * %lld;\n", T, LL(Mg * K));
+    /* the images read and written in place (CG_C_SEG_OS); scr copies them together
+     * where pipert_gemm_direct_seg has no AVX-512 */
+    char xg[96], yg[96], rg[96], bg[48];
+    snprintf(xg, sizeof xg, "x0 + (n0 * %lld + g * %lld) * %lld", LL(C), LL(Cg), LL(IS));
+    snprintf(yg, sizeof yg, "y0 + (n0 * %lld + g * %lld) * %lld", LL(M), LL(Mg), LL(OS));
+    snprintf(rg, sizeof rg, "x3 + (n0 * %lld + g * %lld) * %lld", LL(M), LL(Mg), LL(OS));
+    snprintf(bg, sizeof bg, "x2 + g * %lld", LL(Mg));
+    emit_direct_gemm_seg(c, "      ", Mg, "nb", OS, K, C, M, "wg", xg, has_bias ? bg : "NULL", yg, e->res ? rg : "NULL",
+                         e, "(float *)scr");
+    cg_w(c, "    }\n  }\n");
+    return 0;
+  }
   cg_w(c, "  %s *col = (%s *)scr;\n", T, T);
   cg_w(c, "  %s *yt = col + %lld;\n", T, LL(K * NB * OS));
   cg_w(c, "  for (long n0 = 0; n0 < %lld; n0 += %lld) {\n", LL(N), LL(NB));
@@ -627,6 +663,20 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
     return emit_conv_depthwise(c, &w, N, C, b != NULL, &e);
   if (!direct && conv_smallout(&w, t, Mg, K)) return emit_conv_smallout(c, &w, N, C, M, G, b != NULL, &e);
   if (NB >= 2) return emit_conv_batched(c, n, &w, T, t, esz, N, C, M, G, Cg, Mg, IS, OS, K, direct, NB, b != NULL, &e);
+  if (dg && direct && N > 1 && OS < CG_C_SEG_OS && OS >= 16) {
+    /* all the images as one GEMM, read and written in place (CG_C_SEG_OS) */
+    cg_w(c, "  for (long g = 0; g < %lld; g++) {\n", LL(G));
+    char xg[64], yg[64], rg[64], nb[32], wg[48], bg[48];
+    snprintf(xg, sizeof xg, "x0 + g * %lld", LL(Cg * IS));
+    snprintf(yg, sizeof yg, "y0 + g * %lld", LL(Mg * OS));
+    snprintf(rg, sizeof rg, "x3 + g * %lld", LL(Mg * OS));
+    snprintf(nb, sizeof nb, "%lld", LL(N));
+    snprintf(wg, sizeof wg, "x1 + g * %lld", LL(Mg * K));
+    snprintf(bg, sizeof bg, "x2 + g * %lld", LL(Mg));
+    emit_direct_gemm_seg(c, "    ", Mg, nb, OS, K, C, M, wg, xg, b ? bg : "NULL", yg, e.res ? rg : "NULL", &e, "NULL");
+    cg_w(c, "  }\n");
+    return 0;
+  }
   const char *beta = b ? "1" : "0";
   if (!direct) {
     /* im2col tile: at most ~CG_C_COL_BYTES of scratch, at least one output row */

@@ -136,7 +136,8 @@ static int is_move(ir_op op) {
 
 /* Conv: Winograd (passes/opt/winograd.h), the 1x1 + depthwise pair (pipecc.expand), the
  * depthwise stencil, pipert_gemm_direct (K <= CG_C_DIRECT_K over CG_C_DIRECT_OS positions
- * or more) or im2col + OpenBLAS, batched over images for small maps; a fused epilogue
+ * or more; a 1x1 Conv of small images over all of them, CG_C_SEG_OS) or im2col + OpenBLAS,
+ * batched over images for small maps; a fused epilogue
  * runs on the GEMM's blocks in cache (its residual is read once). */
 static double conv_ms(const pass_device *d, ir_graph *g, const ir_node *n, double in_b, double out_b) {
   const ir_value *x = ir_in(g, n, 0), *w = ir_in(g, n, 1), *y = ir_out(g, n, 0);
@@ -175,6 +176,8 @@ static double conv_ms(const pass_device *d, ir_graph *g, const ir_node *n, doubl
     return 2 * N * C * OS * ks / (d->dw_gflops * 1e9) * 1e3 + bw_ms(in_b + out_b, d->mem_gbps) + t_epi;
   /* im2col: a gather of the taps (at the rate of layout changes), read by the GEMM */
   double col = one ? 0 : 4.0 * K * OS * N * 2;
+  /* pipert_gemm_direct_seg: the images as one GEMM, read and written in place */
+  if (one && N > 1 && OS >= 16 && OS < CG_C_SEG_OS && K <= CG_C_SEG_K) return gemm_ms(d, Mg, OS * N, K, G) + t_epi;
   if (K <= CG_C_DIRECT_K && OS >= CG_C_DIRECT_OS) return gemm_ms(d, Mg, OS, K, N * G) + bw_ms(col, d->move_gbps) + t_epi;
   double nb = 1;
   if (OS < 1024 && N > 1) { /* emit_conv_batched: NB images per GEMM, direct where K allows */

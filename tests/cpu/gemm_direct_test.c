@@ -122,6 +122,48 @@ static int check(const char *what, long M, long P, long K, long ldx, long ldy, i
   return bad;
 }
 
+/* pipert_gemm_direct_seg: N segments of S positions, X, Y and R each with its own row
+ * and segment strides (wider than the rows they hold); bit for bit the sums of each
+ * segment apart, nothing written outside the blocks. S < 16 takes the variants without
+ * AVX-512 (on a CPU without it, every S does): segment by segment, or for odd S copied
+ * together through the scratch. */
+static int check_seg(long M, long N, long S, long K, int bias, int res, int act, int nan) {
+  const long ldx = S + 3, xs = K * ldx + 5, ldy = S + 2, ys = M * ldy + 7, ldr = S + 1, rs = M * ldr + 11;
+  float *W = malloc(sizeof(float) * (size_t)(M * K)), *X = malloc(sizeof(float) * (size_t)(N * xs));
+  float *B = malloc(sizeof(float) * (size_t)M), *R = malloc(sizeof(float) * (size_t)(N * rs));
+  float *Y = malloc(sizeof(float) * (size_t)(N * ys)), *Z = malloc(sizeof(float) * (size_t)(N * ys));
+  float *scr = malloc(sizeof(float) * (size_t)((K + M) * N * S));
+  double *T = malloc(sizeof(double) * (size_t)(M * S));
+  for (long i = 0; i < M * K; i++) W[i] = rnd();
+  for (long i = 0; i < N * xs; i++) X[i] = rnd();
+  for (long i = 0; i < M; i++) B[i] = rnd();
+  for (long i = 0; i < N * rs; i++) R[i] = rnd();
+  if (nan) X[N * xs / 2] = NAN;
+  for (long i = 0; i < N * ys; i++) Y[i] = Z[i] = SENTINEL;
+  const float lo = act == 2 ? -0.25f : 0.0f, hi = act == 2 ? 0.5f : 0.0f;
+  for (long n = 0; n < N; n++)
+    reference(M, S, K, W, X + n * xs, ldx, bias ? B : NULL, Z + n * ys, ldy, res ? R + n * rs : NULL, ldr, act, lo, hi,
+              T);
+  pipert_gemm_direct_seg(M, N, S, K, W, X, xs, ldx, bias ? B : NULL, Y, ys, ldy, res ? R : NULL, rs, ldr, act, lo, hi,
+                         S % 2 ? scr : NULL);
+  int bad = 0;
+  for (long i = 0; i < N * ys && !bad; i++)
+    if (!same_bits(Y[i], Z[i]) && !(isnan(Y[i]) && isnan(Z[i]))) {
+      fprintf(stderr, "FAIL seg M=%ld N=%ld S=%ld K=%ld bias=%d res=%d act=%d: y[%ld] = %.9g, the sums give %.9g\n", M,
+              N, S, K, bias, res, act, i, Y[i], Z[i]);
+      bad = 1;
+    }
+  free(W);
+  free(X);
+  free(B);
+  free(R);
+  free(Y);
+  free(Z);
+  free(scr);
+  free(T);
+  return bad;
+}
+
 int main(void) {
   struct {
     const char *name;
@@ -184,6 +226,19 @@ int main(void) {
       }
     printf("variant %s: %ld cases\n", v[i].name, cases - before);
   }
+  /* segmented positions: segments shorter than a vector, across a vector, a tile and a
+   * chunk's end (pipert_gemm_chunk), row blocks with remainders, every epilogue, NaN */
+  static const long seg[][4] = {{7, 3, 9, 16},     {5, 4, 12, 33},    {6, 8, 49, 192},
+                                {13, 5, 17, 27},   {128, 8, 49, 192}, {40, 4, 196, 80},
+                                {1152, 2, 49, 64}, {24, 3, 64, 72},   {131, 3, 100, 1000}};
+  long before = cases;
+  for (size_t s = 0; s < sizeof seg / sizeof *seg; s++)
+    for (int act = 0; act < 3; act++) {
+      fails += check_seg(seg[s][0], seg[s][1], seg[s][2], seg[s][3], act != 2, act != 1, act, 0);
+      fails += check_seg(seg[s][0], seg[s][1], seg[s][2], seg[s][3], 1, 1, act, 1);
+      cases += 2;
+    }
+  printf("segmented: %ld cases\n", cases - before);
   printf("%ld cases, %ld failed\n", cases, fails);
   return fails ? 1 : 0;
 }

@@ -448,12 +448,17 @@ CASES = {
     "dwb5_7x7_relu": lambda: dw_case(20, 7, 7, 5, 1, [2, 2, 2, 2], 1, True, "relu"),
     "pw_chunks_res_clip": lambda: pw_case(16, 48, 64, 70, True, "res_clip"),
     "pw_chunks_nobias": lambda: pw_case(24, 100, 40, 50, False, ""),
-    # 7x7 maps: one GEMM over the 4 images (codegen/c/ops_nn.c, emit_conv_batched), the bias
-    # and a Clip in the direct GEMM's epilogue, a residual after it; K over CG_C_DIRECT_K: BLAS
+    # 7x7 and 14x14 maps: one GEMM over the 4 images read in place (pipert_gemm_direct_seg,
+    # CG_C_SEG_OS), the bias, a residual and a Clip in its epilogue, K over CG_C_DIRECT_K
+    # too; K over CG_C_SEG_K: BLAS over the images copied together; 3x3 maps (fewer than
+    # 16 positions): the direct GEMM over the images copied together
     "pw_batched_clip": lambda: pw_case(40, 96, 7, 7, True, "clip"),
     "pw_batched_res_clip": lambda: pw_case(96, 40, 7, 7, True, "res_clip"),
     "pw_batched_nobias": lambda: pw_case(40, 70, 7, 7, False, ""),
     "pw_batched_bigk": lambda: pw_case(1040, 24, 7, 7, True, "res_clip"),
+    "pw_batched_hugek": lambda: pw_case(2056, 10, 7, 7, True, "res_clip"),
+    "pw_seg_14x14": lambda: pw_case(24, 13, 14, 14, True, "res_clip"),
+    "pw_batched_3x3": lambda: pw_case(20, 30, 3, 3, True, "res_clip"),
     "conv3_s2_batched": lambda: conv_case(24, 40, 14, 14, 3, 2, "relu"),
     "gelu_dag": gelu_case,
     # expansion + depthwise fused (EXPANDS: how many pairs the g=1 build must have fused)
@@ -499,9 +504,10 @@ for _k in DIRECT:
     CASES[_k] = (lambda k: lambda: gemm_case(k[5:]))(_k)
     EXTRA[_k] = ["-m", "1"]  # all 6 rows in one GEMM (one row makes a scalar C a row bias)
 # Convs batched over the 4 images (-m 1: one micro-batch holds them), through the direct GEMM
-DIRECT.update({"pw_batched_clip": 1, "pw_batched_res_clip": 1, "pw_batched_nobias": 1, "pw_batched_bigk": 0,
-               "conv3_s2_batched": 1})
-for _k in ("pw_batched_clip", "pw_batched_res_clip", "pw_batched_nobias", "pw_batched_bigk", "conv3_s2_batched"):
+DIRECT.update({"pw_batched_clip": 1, "pw_batched_res_clip": 1, "pw_batched_nobias": 1, "pw_batched_bigk": 1,
+               "pw_batched_hugek": 0, "pw_seg_14x14": 1, "pw_batched_3x3": 1, "conv3_s2_batched": 1})
+for _k in ("pw_batched_clip", "pw_batched_res_clip", "pw_batched_nobias", "pw_batched_bigk", "pw_batched_hugek",
+           "pw_seg_14x14", "pw_batched_3x3", "conv3_s2_batched"):
     EXTRA[_k] = ["-m", "1"]
 MATMUL_T = {"matmul_t_kT": 1, "matmul_t_qkT": 2, "matmul_t_pv": 1, "matmul_t_4d": 2, "matmul_t_aT": 1,
             "matmul_t_bcast": 1, "matmul_t_nounit": 0, "matmul_t_oneB": 0, "matmul_t_shared": 0}
@@ -604,7 +610,7 @@ for _n in (5, 33):
 # counts, a regex of what is counted, what it is)
 CODE_COUNTS = [(EXPANDS, r"/\* fused: the 1x1 ", "expansions fused into a depthwise Conv"),
                (MATMUL_T, r"Transpose '[^']*' \(read in place\)", "Transposes read in place by a MatMul"),
-               (DIRECT, r"pipert_gemm_direct\(", "calls of the direct GEMM"),
+               (DIRECT, r"pipert_gemm_direct(_seg)?\(", "calls of the direct GEMM"),
                (FLAT, r"the rows run on into each other", "depthwise Convs whose rows run end to end"),
                (BLOCKED, r"pipert_dw\(&dws", "depthwise Convs through pipert_dw"),
                (RED_LANES, r"double s_l\[8\]", "reductions summed in double lanes"),
