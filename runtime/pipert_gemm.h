@@ -245,9 +245,11 @@ PIPERT_GEMM_T512 static void pipert_gemm_direct_512(long M, long P, long K, cons
           const long left = qe - p0 - 16 * j;
           mk[j] = left >= 16 ? (__mmask16)0xffff : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1u);
         }
+        /* the first row block packs the tile (pw), the others read the packed copy */
         float *pt = pk ? pk + (p0 - q0) * K : NULL, *pw = m0 == 0 ? pt : NULL;
-        const float *x = pt && m0 ? pt : X + p0, *r = R ? R + m0 * ldr + p0 : NULL;
-        const long lx = pt && m0 ? 64 : ldx;
+        const int packed = pt && m0;
+        const float *x = packed ? pt : X + p0, *r = R ? R + m0 * ldr + p0 : NULL;
+        const long lx = packed ? 64 : ldx;
         float *y = Y + m0 * ldy + p0;
         const int mr = M - m0 < 6 ? (int)(M - m0) : 6, nv = qe - p0 >= 64 ? 4 : (int)((qe - p0 + 15) / 16);
 #ifdef PIPERT_GEMM_SAN

@@ -170,6 +170,12 @@ void cg_conv_epi_emit(cg_ctx *c, const cg_conv_epi *e, const char *ind, const ch
  * in 8 double lanes combined pairwise: a fixed order that vectorises (ops_nn.c). */
 void cg_emit_dlane_sum(cg_ctx *c, const char *ind, const char *name, int64_t n, const char *expr);
 
+/* Emits, at indent ind, the split of a row src of S * n elements by phase: dst[ph * n + j]
+ * = src[j * S + ph] for ph < S and j < n (dst and src C expressions, which must not
+ * overlap), so that a loop over every S-th element of the row reads a contiguous run
+ * (Winograd's input transform, a strided MaxPool's windows). */
+void cg_emit_phase_split(cg_ctx *c, const char *ind, const char *dst, const char *src, int64_t S, int64_t n);
+
 /* A Conv that passes/opt/winograd.c prepared for F(m x m, 3 x 3) (codegen/c/winograd.c):
  * cg_winograd_fits checks that its window allows it (2-D float, 3x3, strides and
  * dilations 1, one group); cg_emit_conv_winograd writes the body, x1 being the

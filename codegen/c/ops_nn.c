@@ -1076,9 +1076,7 @@ static void emit_maxpool_rows(cg_ctx *c, const char *T, int64_t NC, const cg_win
   cg_w(c, "        for (long iw = 0; iw < %lld; iw++) {\n", LL(W));
   cg_w(c, "          const %s v = xp[ih * %lld + iw];\n          tp[iw] = v > tp[iw] ? v : tp[iw];\n        }\n", T,
        LL(W));
-  if (S > 1)
-    cg_w(c, "      for (long ph = 0; ph < %lld; ph++)\n        for (long j = 0; j < %lld; j++) tq[ph * %lld + j] = t[j * %lld + ph];\n",
-         LL(S), LL(TQ), LL(TQ), LL(S));
+  if (S > 1) cg_emit_phase_split(c, "      ", "tq", "t", S, TQ);
   /* every window whole: a pad's -inf never wins (v > m), as a skipped tap */
   cg_w(c, "      for (long ow = 0; ow < %lld; ow++) {\n", LL(OW));
   cg_w(c, "        %s m = -INFINITY;\n", T);
@@ -1220,6 +1218,12 @@ static void emit_lane_sum(cg_ctx *c, const char *ind, const char *name, int64_t 
  * GlobalAveragePool, of reductions over trailing axes and of BatchNormalization's
  * statistics in training (a single double accumulator is a chain of dependent additions:
  * one element per 4 cycles). */
+void cg_emit_phase_split(cg_ctx *c, const char *ind, const char *dst, const char *src, int64_t S, int64_t n) {
+  cg_w(c, "%sfor (long ph = 0; ph < %lld; ph++)\n%s  PK_IVDEP\n", ind, LL(S), ind);
+  cg_w(c, "%s  for (long j = 0; j < %lld; j++) (%s)[ph * %lld + j] = (%s)[j * %lld + ph];\n", ind, LL(n), dst, LL(n),
+       src, LL(S));
+}
+
 void cg_emit_dlane_sum(cg_ctx *c, const char *ind, const char *name, int64_t n, const char *expr) {
   emit_sum_lanes(c, ind, name, n, expr, "double", 8);
 }

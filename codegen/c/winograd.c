@@ -136,10 +136,12 @@ int cg_emit_conv_winograd(cg_ctx *c, const ir_node *n, const cg_win3 *w, int m, 
   for (int k = 0; k < a; k++) snprintf(src[k], sizeof src[k], "buf[%lld + u]", LL(k * RW));
   emit_lin(c, "          ", dst, src, BT, a, a);
   cg_w(c, "        }\n");
-  cg_w(c, "        for (int i = 0; i < %d; i++)\n", a);
-  cg_w(c, "          for (long t = 0; t < %lld; t++)\n", LL(TP));
-  cg_w(c, "            for (int ph = 0; ph < %d; ph++) sp[i * %lld + ph * %lld + t] = sr[i * %lld + t * %d + ph];\n", m,
-       LL(RW), LL(TP), LL(RW), m);
+  cg_w(c, "        for (int i = 0; i < %d; i++) {\n", a);
+  char spi[48], sri[48];
+  snprintf(spi, sizeof spi, "sp + i * %lld", LL(RW));
+  snprintf(sri, sizeof sri, "sr + i * %lld", LL(RW));
+  cg_emit_phase_split(c, "          ", spi, sri, m, TP);
+  cg_w(c, "        }\n");
   /* over the columns, every tile of the row at once: V[i*a + j][tx] = sum_k B^T[j][k]
    * sr[i][m*tx + k] */
   cg_w(c, "        %s *vp = V + ci * P + rr * %lld;\n", T, LL(tw));
