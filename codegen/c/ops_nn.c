@@ -1214,16 +1214,17 @@ static void emit_lane_sum(cg_ctx *c, const char *ind, const char *name, int64_t 
   emit_sum_lanes(c, ind, name, n, expr, "float", LANES);
 }
 
-/* `const double NAME = sum over k < n of EXPR` in 8 double lanes: the sums of
- * GlobalAveragePool, of reductions over trailing axes and of BatchNormalization's
- * statistics in training (a single double accumulator is a chain of dependent additions:
- * one element per 4 cycles). */
+/* (cg_c.h) */
 void cg_emit_phase_split(cg_ctx *c, const char *ind, const char *dst, const char *src, int64_t S, int64_t n) {
   cg_w(c, "%sfor (long ph = 0; ph < %lld; ph++)\n%s  PK_IVDEP\n", ind, LL(S), ind);
   cg_w(c, "%s  for (long j = 0; j < %lld; j++) (%s)[ph * %lld + j] = (%s)[j * %lld + ph];\n", ind, LL(n), dst, LL(n),
        src, LL(S));
 }
 
+/* `const double NAME = sum over k < n of EXPR` in 8 double lanes: the sums of
+ * GlobalAveragePool, of reductions over trailing axes and of BatchNormalization's
+ * statistics in training (a single double accumulator is a chain of dependent additions:
+ * one element per 4 cycles). */
 void cg_emit_dlane_sum(cg_ctx *c, const char *ind, const char *name, int64_t n, const char *expr) {
   emit_sum_lanes(c, ind, name, n, expr, "double", 8);
 }
