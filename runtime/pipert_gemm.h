@@ -300,10 +300,10 @@ PIPERT_GEMM_T512 static void pipert_gemm_direct_512(long M, long P, long K, cons
  * segment's end; the same products in the same order as pipert_gemm_direct_512, so the
  * same bits. Returns 0, or -1 without memory for the panel (nothing written). */
 #ifndef PIPERT_GEMM_NO_AVX512
-PIPERT_GEMM_T512 static int pipert_gemm_direct_512s(long M, long N, long S, long K, const float *restrict W,
-                                                    const float *restrict X, long xs, long ldx, const float *restrict B,
-                                                    float *restrict Y, long ys, long ldy, const float *restrict R,
-                                                    long rs, long ldr, int act, float lo, float hi) {
+PIPERT_GEMM_T512 __attribute__((unused)) static int pipert_gemm_direct_512s(
+    long M, long N, long S, long K, const float *restrict W, const float *restrict X, long xs, long ldx,
+    const float *restrict B, float *restrict Y, long ys, long ldy, const float *restrict R, long rs, long ldr, int act,
+    float lo, float hi) {
   const long P = N * S, PC = pipert_gemm_chunk(K), PW = P < PC ? P : PC, NT = (PW + 63) / 64;
   float *pk = (float *)aligned_alloc(64, sizeof(float) * (size_t)(K * NT * 64));
   pipert_seg512 *sg = (pipert_seg512 *)malloc(sizeof(pipert_seg512) * (size_t)NT);
@@ -543,11 +543,13 @@ static void pipert_gemm_direct(long M, long P, long K, const float *restrict W, 
  * row) and the epilogue of pipert_gemm_direct, bit for bit. Without AVX-512 (or with
  * S < 16), the segments go through pipert_gemm_direct one by one where scr is NULL, else
  * copied together into scr, (K + M) * N * S floats: X as one [K, N S] matrix, the GEMM
- * into one [M, N S], then scattered with the residual and the activation. */
-static void pipert_gemm_direct_seg(long M, long N, long S, long K, const float *restrict W, const float *restrict X,
-                                   long xs, long ldx, const float *restrict B, float *restrict Y, long ys, long ldy,
-                                   const float *restrict R, long rs, long ldr, int act, float lo, float hi,
-                                   float *restrict scr) {
+ * into one [M, N S], then scattered with the residual and the activation. (Unused in a
+ * stage whose direct GEMMs are all pipert_gemm_direct's.) */
+__attribute__((unused)) static void pipert_gemm_direct_seg(long M, long N, long S, long K, const float *restrict W,
+                                                           const float *restrict X, long xs, long ldx,
+                                                           const float *restrict B, float *restrict Y, long ys,
+                                                           long ldy, const float *restrict R, long rs, long ldr,
+                                                           int act, float lo, float hi, float *restrict scr) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(PIPERT_GEMM_NO_AVX512)
   if (S >= 16 && __builtin_cpu_supports("avx512f") &&
       pipert_gemm_direct_512s(M, N, S, K, W, X, xs, ldx, B, Y, ys, ldy, R, rs, ldr, act, lo, hi) == 0)
