@@ -79,15 +79,23 @@ static int direct_gemm(ir_dtype t, int64_t K, int64_t OS) {
   return t == IR_FLOAT && K <= CG_C_DIRECT_K && OS >= CG_C_DIRECT_OS;
 }
 
+/* The activation's bounds as C literals into lo and hi (48 bytes each): a Clip's (act 2),
+ * else "0" */
+static void clip_lits(int act, double vlo, double vhi, char *lo, char *hi) {
+  snprintf(lo, 48, "0");
+  snprintf(hi, 48, "0");
+  if (act == 2) {
+    cg_flit(lo, 48, vlo, IR_FLOAT);
+    cg_flit(hi, 48, vhi, IR_FLOAT);
+  }
+}
+
 enum { DG_BIAS_COL = 1, DG_X_SHARED = 2 };
 static void emit_direct_gemm(cg_ctx *c, const char *ind, const char *M, const char *P, int64_t K, const char *W,
                              const char *X, const char *ldx, const char *B, const char *Y, const char *ldy,
                              const char *R, const cg_conv_epi *e, int flags) {
-  char lo[48] = "0", hi[48] = "0", act[48];
-  if (e && e->act == 2) {
-    cg_flit(lo, sizeof lo, e->lo, IR_FLOAT);
-    cg_flit(hi, sizeof hi, e->hi, IR_FLOAT);
-  }
+  char lo[48], hi[48], act[48];
+  clip_lits(e ? e->act : 0, e ? e->lo : 0, e ? e->hi : 0, lo, hi);
   /* flags: DG_BIAS_COL, B holds one bias per column (a MatMul's or Gemm's), not one per
    * row; DG_X_SHARED, X is a MatMul's B operand, which the calls before and after read too */
   snprintf(act, sizeof act, "%d%s%s", e ? e->act : 0, flags & DG_BIAS_COL ? " | PIPERT_GEMM_BIAS_COL" : "",
@@ -97,23 +105,31 @@ static void emit_direct_gemm(cg_ctx *c, const char *ind, const char *M, const ch
        ldx, B, Y, ldy, R, ldy, act, lo, hi);
 }
 
-/* A 1x1 Conv over nb (a C expression) images of OS positions through
- * pipert_gemm_direct_seg (CG_C_SEG_OS), at indent ind, X, Y and R the first image's
- * group g; scr the scratch expression, or "NULL" */
-static void emit_direct_gemm_seg(cg_ctx *c, const char *ind, int64_t Mg, const char *nb, int64_t OS, int64_t K,
-                                 int64_t C, int64_t M, const char *W, const char *X, const char *B, const char *Y,
-                                 const char *R, const cg_conv_epi *e, const char *scr) {
-  char lo[48] = "0", hi[48] = "0";
-  if (e->act == 2) {
-    cg_flit(lo, sizeof lo, e->lo, IR_FLOAT);
-    cg_flit(hi, sizeof hi, e->hi, IR_FLOAT);
+/* A 1x1 Conv (group g, in scope) over nb (a C expression) images from image n0 (another)
+ * through pipert_gemm_direct_seg (CG_C_SEG_OS): X, W, B, R and Y are the emitted
+ * function's x0, x1, x2, x3 and y0, read and written in place; scr the scratch
+ * expression (copies where the function has no AVX-512), or "NULL" (one call per image) */
+static void emit_conv_seg(cg_ctx *c, const char *ind, const char *n0, const char *nb, int64_t Mg, int64_t Cg,
+                          int64_t IS, int64_t OS, int64_t K, int64_t C, int64_t M, int has_bias, const cg_conv_epi *e,
+                          const char *scr) {
+  char lo[48], hi[48], x[96], y[96], r[96], b[48];
+  clip_lits(e->act, e->lo, e->hi, lo, hi);
+  if (!strcmp(n0, "0")) {
+    snprintf(x, sizeof x, "x0 + g * %lld", LL(Cg * IS));
+    snprintf(y, sizeof y, "y0 + g * %lld", LL(Mg * OS));
+    snprintf(r, sizeof r, e->res ? "x3 + g * %lld" : "NULL", LL(Mg * OS));
+  } else {
+    snprintf(x, sizeof x, "x0 + (%s * %lld + g * %lld) * %lld", n0, LL(C), LL(Cg), LL(IS));
+    snprintf(y, sizeof y, "y0 + (%s * %lld + g * %lld) * %lld", n0, LL(M), LL(Mg), LL(OS));
+    snprintf(r, sizeof r, e->res ? "x3 + (%s * %lld + g * %lld) * %lld" : "NULL", n0, LL(M), LL(Mg), LL(OS));
   }
+  snprintf(b, sizeof b, has_bias ? "x2 + g * %lld" : "NULL", LL(Mg));
   c->gemm_direct = 1;
   cg_w(
       c,
-      "%spipert_gemm_direct_seg(%lld, %s, %lld, %lld, %s, %s, %lld, %lld, %s, %s, %lld, %lld, %s, %lld, %lld, %d, %s, %s, %s);\n",
-      ind, LL(Mg), nb, LL(OS), LL(K), W, X, LL(C * OS), LL(OS), B, Y, LL(M * OS), LL(OS), R, LL(M * OS), LL(OS), e->act,
-      lo, hi, scr);
+      "%spipert_gemm_direct_seg(%lld, %s, %lld, %lld, x1 + g * %lld, %s, %lld, %lld, %s, %s, %lld, %lld, %s, %lld, %lld, %d, %s, %s, %s);\n",
+      ind, LL(Mg), nb, LL(OS), LL(K), LL(Mg * K), x, LL(C * OS), LL(OS), b, y, LL(M * OS), LL(OS), r, LL(M * OS),
+      LL(OS), e->act, lo, hi, scr);
 }
 
 /* One im2col row: dst[ow] = src[ow * stride + kw * dilation - pad], 0 outside the input.
@@ -156,16 +172,9 @@ static int emit_conv_batched(cg_ctx *c, const ir_node *n, const cg_win3 *w, cons
     cg_w(c, "  for (long n0 = 0; n0 < %lld; n0 += %lld) {\n", LL(N), LL(NB));
     cg_w(c, "    const long nb = %lld - n0 < %lld ? %lld - n0 : %lld;\n", LL(N), LL(NB), LL(N), LL(NB));
     cg_w(c, "    for (long g = 0; g < %lld; g++) {\n", LL(G));
-    cg_w(c, "      const %s *wg = x1 + g * %lld;\n", T, LL(Mg * K));
-    /* the images read and written in place (CG_C_SEG_OS); scr copies them together
-     * where pipert_gemm_direct_seg has no AVX-512 */
-    char xg[96], yg[96], rg[96], bg[48];
-    snprintf(xg, sizeof xg, "x0 + (n0 * %lld + g * %lld) * %lld", LL(C), LL(Cg), LL(IS));
-    snprintf(yg, sizeof yg, "y0 + (n0 * %lld + g * %lld) * %lld", LL(M), LL(Mg), LL(OS));
-    snprintf(rg, sizeof rg, "x3 + (n0 * %lld + g * %lld) * %lld", LL(M), LL(Mg), LL(OS));
-    snprintf(bg, sizeof bg, "x2 + g * %lld", LL(Mg));
-    emit_direct_gemm_seg(c, "      ", Mg, "nb", OS, K, C, M, "wg", xg, has_bias ? bg : "NULL", yg, e->res ? rg : "NULL",
-                         e, "(float *)scr");
+    /* the images read and written in place; scr copies them together where
+     * pipert_gemm_direct_seg has no AVX-512 */
+    emit_conv_seg(c, "      ", "n0", "nb", Mg, Cg, IS, OS, K, C, M, has_bias, e, "(float *)scr");
     cg_w(c, "    }\n  }\n");
     return 0;
   }
@@ -401,11 +410,8 @@ static pipert_dw_shape dw_shape(const cg_win3 *w, int64_t C, const cg_conv_epi *
 /* The call, at indent ind: np planes from X into Y (channels c0 onwards), R the residual's */
 static void emit_dw_blocked(cg_ctx *c, const pipert_dw_shape *s, const char *ind, const char *np, const char *c0,
                             const char *X, const char *B, const char *R, const char *Y, const char *scr) {
-  char lo[48] = "0", hi[48] = "0";
-  if (s->act == 2) {
-    cg_flit(lo, sizeof lo, s->lo, IR_FLOAT);
-    cg_flit(hi, sizeof hi, s->hi, IR_FLOAT);
-  }
+  char lo[48], hi[48];
+  clip_lits(s->act, s->lo, s->hi, lo, hi);
   c->dw_blocked = 1;
   cg_w(
       c,
@@ -666,14 +672,9 @@ static int emit_conv(cg_ctx *c, const ir_node *n) {
   if (dg && direct && N > 1 && OS < CG_C_SEG_OS && OS >= 16) {
     /* all the images as one GEMM, read and written in place (CG_C_SEG_OS) */
     cg_w(c, "  for (long g = 0; g < %lld; g++) {\n", LL(G));
-    char xg[64], yg[64], rg[64], nb[32], wg[48], bg[48];
-    snprintf(xg, sizeof xg, "x0 + g * %lld", LL(Cg * IS));
-    snprintf(yg, sizeof yg, "y0 + g * %lld", LL(Mg * OS));
-    snprintf(rg, sizeof rg, "x3 + g * %lld", LL(Mg * OS));
+    char nb[32];
     snprintf(nb, sizeof nb, "%lld", LL(N));
-    snprintf(wg, sizeof wg, "x1 + g * %lld", LL(Mg * K));
-    snprintf(bg, sizeof bg, "x2 + g * %lld", LL(Mg));
-    emit_direct_gemm_seg(c, "    ", Mg, nb, OS, K, C, M, wg, xg, b ? bg : "NULL", yg, e.res ? rg : "NULL", &e, "NULL");
+    emit_conv_seg(c, "    ", "0", nb, Mg, Cg, IS, OS, K, C, M, b != NULL, &e, "NULL");
     cg_w(c, "  }\n");
     return 0;
   }
