@@ -66,10 +66,10 @@ static int run_case(const char *vname, dw_fn fn, long C, long np, long c0, long 
   float *R = malloc(sizeof(float) * (size_t)(np * Q)), *Y = malloc(sizeof(float) * (size_t)(np * Q + 32));
   float *E = malloc(sizeof(float) * (size_t)(np * Q));
   float *scr = aligned_alloc(64, (size_t)pipert_dw_r16(pipert_dw_scratch(&s)) * sizeof(float));
-  for (long i = 0; i < np * P; i++) X[i] = rnd();
-  for (long i = 0; i < C * K * K; i++) W[i] = rnd();
-  for (long i = 0; i < C; i++) B[i] = rnd();
-  for (long i = 0; i < np * Q; i++) R[i] = rnd();
+  rnd_fill(X, np * P);
+  rnd_fill(W, C * K * K);
+  rnd_fill(B, C);
+  rnd_fill(R, np * Q);
   if (special) { /* signed zeros everywhere in plane 0; a NaN and an infinity in plane 1 */
     for (long i = 0; i < P; i++) X[i] = -0.0f;
     if (B) B[c0 % C] = -0.0f;
