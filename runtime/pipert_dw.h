@@ -152,9 +152,11 @@ PIPERT_DW_PORTABLE(pipert_dw_1, )
 #ifdef __clang__
 #define PIPERT_DW_UNROLL _Pragma("unroll")
 #define PIPERT_DW_UNROLL16 _Pragma("unroll")
+#define PIPERT_DW_UNROLL32 _Pragma("unroll")
 #else
 #define PIPERT_DW_UNROLL _Pragma("GCC unroll 4")
 #define PIPERT_DW_UNROLL16 _Pragma("GCC unroll 16")
+#define PIPERT_DW_UNROLL32 _Pragma("GCC unroll 32")
 #endif
 PIPERT_DW_PORTABLE(pipert_dw_256, __attribute__((target("avx2,fma"))))
 
@@ -199,6 +201,43 @@ PIPERT_DW_T512 static inline __attribute__((always_inline)) void pipert_dw_row51
   PIPERT_DW_UNROLL for (int i = 0; i < n; i++) _mm512_storeu_ps(o + i * 16, a[i]);
 }
 
+/* n outputs along a row at stride SW, KW taps along the row at dilation 1 (n, KW and SW
+ * constants once inlined): each row of taps loads its (n - 1) SW + KW input vectors once
+ * and every output and tap that meets one uses it, so a tap costs one load for n fused
+ * multiply-adds; the same (kh, kw) order as pipert_dw_row512, the same bits */
+PIPERT_DW_T512 static inline __attribute__((always_inline)) void pipert_dw_rowk512(const int n, const int KW,
+                                                                                   const int SW, __m512 bias,
+                                                                                   const float *x, const float *wb,
+                                                                                   long KH, long dy, float *o) {
+  __m512 a[7];
+  PIPERT_DW_UNROLL16 for (int i = 0; i < n; i++) a[i] = bias;
+  for (long kh = 0; kh < KH; kh++) {
+    const float *xr = x + kh * dy, *wk = wb + kh * KW * 16;
+    __m512 xv[6 * 2 + 5];
+    PIPERT_DW_UNROLL32 for (int j = 0; j < (n - 1) * SW + KW; j++) xv[j] = _mm512_loadu_ps(xr + j * 16);
+    PIPERT_DW_UNROLL16 for (int kw = 0; kw < KW; kw++) {
+      const __m512 w = _mm512_loadu_ps(wk + kw * 16);
+      PIPERT_DW_UNROLL16 for (int i = 0; i < n; i++) a[i] = _mm512_fmadd_ps(w, xv[i * SW + kw], a[i]);
+    }
+  }
+  PIPERT_DW_UNROLL16 for (int i = 0; i < n; i++) _mm512_storeu_ps(o + i * 16, a[i]);
+}
+/* one output row of OW through pipert_dw_rowk512, in runs of 7, 4, 2 and 1 outputs */
+#define PIPERT_DW_ROWK(KW, SW)                                                                                    \
+  PIPERT_DW_T512 static void pipert_dw_rowk512_##KW##_##SW(long OW, __m512 bias, const float *x, const float *wb, \
+                                                           long KH, long dy, float *o) {                          \
+    long ow = 0;                                                                                                  \
+    for (; ow + 7 <= OW; ow += 7) pipert_dw_rowk512(7, KW, SW, bias, x + ow * SW * 16, wb, KH, dy, o + ow * 16);  \
+    for (; ow + 4 <= OW; ow += 4) pipert_dw_rowk512(4, KW, SW, bias, x + ow * SW * 16, wb, KH, dy, o + ow * 16);  \
+    for (; ow + 2 <= OW; ow += 2) pipert_dw_rowk512(2, KW, SW, bias, x + ow * SW * 16, wb, KH, dy, o + ow * 16);  \
+    if (ow < OW) pipert_dw_rowk512(1, KW, SW, bias, x + ow * SW * 16, wb, KH, dy, o + ow * 16);                   \
+  }
+PIPERT_DW_ROWK(3, 1)
+PIPERT_DW_ROWK(3, 2)
+PIPERT_DW_ROWK(5, 1)
+PIPERT_DW_ROWK(5, 2)
+typedef void (*pipert_dw_rowk_fn)(long, __m512, const float *, const float *, long, long, float *);
+
 /* pipert_dw_weights for 16 channels in order (no wrap past C): transposed, 16 taps at a time */
 PIPERT_DW_T512 static inline void pipert_dw_weights512(const pipert_dw_shape *s, const pipert_dw_parts *t, long c0,
                                                        long nb, const float *W, const float *B) {
@@ -224,6 +263,10 @@ PIPERT_DW_T512 static void pipert_dw_512(const pipert_dw_shape *s, long np, long
   const long KH = s->KH, KW = s->KW, PW = t.PW, P = t.P, Q = t.Q, OW = s->OW;
   const long sw16 = s->sw * 16, dw16 = s->dw * 16;
   const __m512 zero = _mm512_setzero_ps(), vlo = _mm512_set1_ps(s->lo), vhi = _mm512_set1_ps(s->hi);
+  pipert_dw_rowk_fn rowk = NULL;
+  if (s->dw == 1 && (s->sw == 1 || s->sw == 2) && (KW == 3 || KW == 5))
+    rowk = KW == 3 ? (s->sw == 1 ? pipert_dw_rowk512_3_1 : pipert_dw_rowk512_3_2)
+                   : (s->sw == 1 ? pipert_dw_rowk512_5_1 : pipert_dw_rowk512_5_2);
   for (long j0 = 0; j0 < np; j0 += 16) {
     const long nb = np - j0 < 16 ? np - j0 : 16;
     pipert_dw_weights512(s, &t, c0 + j0, nb, W, B);
@@ -239,21 +282,26 @@ PIPERT_DW_T512 static void pipert_dw_512(const pipert_dw_shape *s, long np, long
       PIPERT_DW_UNROLL16 for (int j = 0; j < 16; j++) if (j < n) _mm512_storeu_ps(t.bp + t.at[p0 + j], r[j]);
     }
     const __m512 bias = _mm512_loadu_ps(t.bb);
-    /* every output: the bias, then one fused multiply-add per tap; up to four along a row
-     * at once */
-    for (long oh = 0; oh < s->OH; oh++) {
-      float *o = t.bo + oh * OW * 16;
-      const float *xo = t.bp + oh * s->sh * PW * 16;
-      long ow = 0;
-      for (; ow + 4 <= OW; ow += 4)
-        pipert_dw_row512(4, bias, xo + ow * sw16, t.wb, KH, KW, PW * 16 * s->dh, dw16, sw16, o + ow * 16);
-      if (OW - ow == 3)
-        pipert_dw_row512(3, bias, xo + ow * sw16, t.wb, KH, KW, PW * 16 * s->dh, dw16, sw16, o + ow * 16);
-      else if (OW - ow == 2)
-        pipert_dw_row512(2, bias, xo + ow * sw16, t.wb, KH, KW, PW * 16 * s->dh, dw16, sw16, o + ow * 16);
-      else if (OW - ow == 1)
-        pipert_dw_row512(1, bias, xo + ow * sw16, t.wb, KH, KW, PW * 16 * s->dh, dw16, sw16, o + ow * 16);
-    }
+    /* every output: the bias, then one fused multiply-add per tap; 3- and 5-wide kernels at
+     * stride 1 or 2 and dilation 1 along the row with their inputs loaded once per row of
+     * taps, the others up to four outputs at once */
+    if (rowk) {
+      for (long oh = 0; oh < s->OH; oh++)
+        rowk(OW, bias, t.bp + oh * s->sh * PW * 16, t.wb, KH, PW * 16 * s->dh, t.bo + oh * OW * 16);
+    } else
+      for (long oh = 0; oh < s->OH; oh++) {
+        float *o = t.bo + oh * OW * 16;
+        const float *xo = t.bp + oh * s->sh * PW * 16;
+        long ow = 0;
+        for (; ow + 4 <= OW; ow += 4)
+          pipert_dw_row512(4, bias, xo + ow * sw16, t.wb, KH, KW, PW * 16 * s->dh, dw16, sw16, o + ow * 16);
+        if (OW - ow == 3)
+          pipert_dw_row512(3, bias, xo + ow * sw16, t.wb, KH, KW, PW * 16 * s->dh, dw16, sw16, o + ow * 16);
+        else if (OW - ow == 2)
+          pipert_dw_row512(2, bias, xo + ow * sw16, t.wb, KH, KW, PW * 16 * s->dh, dw16, sw16, o + ow * 16);
+        else if (OW - ow == 1)
+          pipert_dw_row512(1, bias, xo + ow * sw16, t.wb, KH, KW, PW * 16 * s->dh, dw16, sw16, o + ow * 16);
+      }
     /* out: 16 outputs of the 16 planes at a time, transposed, the residual and the activation */
     for (long q0 = 0; q0 < Q; q0 += 16) {
       const long left = Q - q0;
