@@ -36,6 +36,9 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 from npzio import save_npz  # noqa: E402
 
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+import pipecc_test as pt  # noqa: E402
+
 
 PREVIEW_OPS = {"FlexAttention"}  # the rows of ir/ops.def of domain ai.onnx.preview
 
@@ -327,7 +330,7 @@ def run_one_(args):
             msg = [l for l in r.stderr.splitlines() if "model.onnx:" in l or "error" in l] or r.stderr.splitlines()[-2:]
             msg = [re.sub(r"^\S*model\.onnx: ", "", l) for l in msg]
             return name, False, f"pipecc exit {r.returncode}: " + msg[0][:160]
-        warn = [l for l in r.stderr.splitlines() if re.search(r"\.c:\d+:\d+: warning:", l)]
+        warn = pt.cc_warnings(r.stderr)
         if warn:
             return name, False, "emitted code has warnings: " + warn[0]
         with open(stamp, "w") as f:

@@ -14,7 +14,6 @@ Exit status 0 when every check passes, 1 otherwise.
 """
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -64,7 +63,7 @@ def main():
             print(f"FAIL {name} g={g}: pipecc exited with {r.returncode}")
             ok = False
             continue
-        warn = [l for l in r.stderr.splitlines() if re.search(r"\.c:\d+:\d+: warning:", l)]
+        warn = pt.cc_warnings(r.stderr)
         if warn:
             print("\n".join(warn[:20]))
             print(f"FAIL {name} g={g}: the emitted code compiles with warnings")

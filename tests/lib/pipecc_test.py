@@ -202,11 +202,17 @@ def sim_target(cmd, env, target, sim_lib):
     return cmd, env
 
 
+def cc_warnings(stderr):
+    """The compiler's warning lines in stderr, from the emitted sources and the runtime
+    headers they include (.c, .cu, .h, .cuh)."""
+    return [ln for ln in stderr.splitlines() if re.search(r"\.(c|cu|h|cuh):\d+:\d+: warning:", ln)]
+
+
 def build_run(cmd, env, out_dir, xin, label):
     """Runs the pipecc command cmd (a warning in the generated code fails it), then
     out_dir/pipeline on xin: its outputs, or None after printing why."""
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    warn = [ln for ln in r.stderr.splitlines() if re.search(r"\.(c|cu):\d+:\d+: warning:", ln)]
+    warn = cc_warnings(r.stderr)
     if r.returncode or warn:
         print(r.stderr[-3000:])
         print(f"FAIL {label}: pipecc exit {r.returncode}{', warnings' if warn else ''}")
