@@ -209,6 +209,8 @@ PIPERT_DW_T512 static inline __attribute__((always_inline)) void pipert_dw_rowk5
                                                                                    const int SW, __m512 bias,
                                                                                    const float *x, const float *wb,
                                                                                    long KH, long dy, float *o) {
+  /* sized for the largest call: n <= 7 outputs, SW <= 2, KW <= 5, so at most
+   * (7 - 1) * 2 + 5 input vectors per row of taps */
   __m512 a[7];
   PIPERT_DW_UNROLL16 for (int i = 0; i < n; i++) a[i] = bias;
   for (long kh = 0; kh < KH; kh++) {
@@ -285,13 +287,12 @@ PIPERT_DW_T512 static void pipert_dw_512(const pipert_dw_shape *s, long np, long
     /* every output: the bias, then one fused multiply-add per tap; 3- and 5-wide kernels at
      * stride 1 or 2 and dilation 1 along the row with their inputs loaded once per row of
      * taps, the others up to four outputs at once */
-    if (rowk) {
-      for (long oh = 0; oh < s->OH; oh++)
-        rowk(OW, bias, t.bp + oh * s->sh * PW * 16, t.wb, KH, PW * 16 * s->dh, t.bo + oh * OW * 16);
-    } else
-      for (long oh = 0; oh < s->OH; oh++) {
-        float *o = t.bo + oh * OW * 16;
-        const float *xo = t.bp + oh * s->sh * PW * 16;
+    for (long oh = 0; oh < s->OH; oh++) {
+      float *o = t.bo + oh * OW * 16;
+      const float *xo = t.bp + oh * s->sh * PW * 16;
+      if (rowk) {
+        rowk(OW, bias, xo, t.wb, KH, PW * 16 * s->dh, o);
+      } else {
         long ow = 0;
         for (; ow + 4 <= OW; ow += 4)
           pipert_dw_row512(4, bias, xo + ow * sw16, t.wb, KH, KW, PW * 16 * s->dh, dw16, sw16, o + ow * 16);
@@ -302,6 +303,7 @@ PIPERT_DW_T512 static void pipert_dw_512(const pipert_dw_shape *s, long np, long
         else if (OW - ow == 1)
           pipert_dw_row512(1, bias, xo + ow * sw16, t.wb, KH, KW, PW * 16 * s->dh, dw16, sw16, o + ow * 16);
       }
+    }
     /* out: 16 outputs of the 16 planes at a time, transposed, the residual and the activation */
     for (long q0 = 0; q0 < Q; q0 += 16) {
       const long left = Q - q0;
