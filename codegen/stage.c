@@ -392,6 +392,50 @@ static void build_units(cg_stage *st, int gemm_units) {
   free(n_ext);
 }
 
+/* 1 if unit u reads the memory of param d (d itself or a value aliased to it) */
+static int unit_reads(const cg_stage *st, const cg_unit *u, int d, int *same_shape_only, const ir_shape *y) {
+  const ir_graph *g = st->g;
+  int reads = 0;
+  for (int m = 0; m < u->n_nodes; m++) {
+    const ir_node *n = &g->nodes[u->nodes[m]];
+    for (int k = 0; k < n->n_in; k++) {
+      int x = n->in[k];
+      if (x < 0 || st->root[x] != d) continue;
+      reads = 1;
+      const ir_shape *xs = &g->values[x].shape;
+      if (y && (xs->rank != y->rank || memcmp(xs->dims, y->dims, sizeof(int64_t) * (size_t)xs->rank)))
+        *same_shape_only = 0;
+    }
+  }
+  return reads;
+}
+
+/* Value v, param d's new value, written straight into d's memory (no copy at the end of
+ * the part): when no unit after v's own reads d, and v's unit, if it reads d, is
+ * element-wise with no MatMul and reads d only in v's shape, so each element of d is read
+ * in the iteration that writes it (codegen/c/emit.c drops restrict from that pair and
+ * marks the loops PK_IVDEP). The same values in the same order: the same bits. */
+static int inplace_writeback(const cg_stage *st, int v) {
+  const ir_graph *g = st->g;
+  const ir_value *x = &g->values[v];
+  int d = x->writeback, U = st->def_unit[v];
+  if (d < 0 || U < 0 || st->loc[v] != CG_LOC_NONE || st->root[v] != v || st->wl->off[d] == SIZE_MAX) return 0;
+  const ir_value *dv = &g->values[d];
+  if (dv->data_nchw || dv->dtype != x->dtype || dv->nbytes != (size_t)ir_value_bytes(x) || !dv->nbytes) return 0;
+  for (int w = 0; w < g->n_values; w++)
+    if (w != v && g->values[w].writeback == d && st->def_unit[w] >= 0) return 0;
+  for (int u = U + 1; u < st->n_units; u++)
+    if (unit_reads(st, &st->units[u], d, &(int){1}, NULL)) return 0;
+  const cg_unit *un = &st->units[U];
+  const ir_node *root = &g->nodes[un->root];
+  int same = 1;
+  if (!unit_reads(st, un, d, &same, &x->shape)) return 1;
+  if (un->alias || !cg_is_eltwise(g, root) || root->out[0] != v || !same) return 0;
+  for (int m = 0; m < un->n_nodes; m++)
+    if (g->nodes[un->nodes[m]].op == IR_OP_MatMul) return 0;
+  return 1;
+}
+
 /* Locations: weights, stage inputs/outputs, alias roots, liveness, arena offsets.
  * Returns the arena bytes needed for values. */
 static size_t plan_memory(cg_stage *st) {
@@ -437,9 +481,14 @@ static size_t plan_memory(cg_stage *st) {
       st->root[n->out[0]] = st->root[n->in[0]];
     }
   }
-  /* write-backs are copied into their params after the last unit */
+  /* write-backs are written in place, or copied into their params after the last unit */
   for (int v = 0; v < nv; v++)
     if (g->values[v].writeback >= 0 && st->def_unit[v] >= 0) {
+      if (st->inplace && inplace_writeback(st, v)) {
+        st->loc[v] = CG_LOC_P;
+        st->off[v] = st->wl->off[g->values[v].writeback];
+        continue;
+      }
       st->last_unit[v] = st->n_units - 1;
       cg_push(&st->wb, &st->n_wb, v);
     }
@@ -472,7 +521,7 @@ static size_t plan_memory(cg_stage *st) {
 }
 
 void cg_stage_open(cg_stage *st, ir_graph *g, const cg_plan *p, const cg_options *o, const cg_stage_info *si,
-                   const cg_wlayout *wl, int s, int gemm_units) {
+                   const cg_wlayout *wl, int s, int gemm_units, int inplace) {
   int nv = g->n_values;
   memset(st, 0, sizeof *st);
   st->g = g;
@@ -481,6 +530,7 @@ void cg_stage_open(cg_stage *st, ir_graph *g, const cg_plan *p, const cg_options
   st->si = si;
   st->wl = wl;
   st->s = s;
+  st->inplace = inplace;
   st->stage = cg_part_stage(p, s);
   st->phase = cg_part_phase(p, s);
   st->loc = ir_xcalloc((size_t)nv + 1, sizeof(int));

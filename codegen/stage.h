@@ -30,8 +30,9 @@ size_t cg_align_up(size_t n);
 /* Append v to a growable int array (capacity doubles at powers of two). */
 void cg_push(int **arr, int *n, int v);
 
-/* Where a value lives during a stage. */
-enum { CG_LOC_NONE = 0, CG_LOC_W, CG_LOC_IN, CG_LOC_OUT, CG_LOC_A };
+/* Where a value lives during a stage (CG_LOC_P: a write-back written in place, at its
+ * param's offset in the parameter memory). */
+enum { CG_LOC_NONE = 0, CG_LOC_W, CG_LOC_IN, CG_LOC_OUT, CG_LOC_A, CG_LOC_P };
 
 typedef struct {
   int root;   /* node index of the unit's root */
@@ -106,8 +107,9 @@ typedef struct {
   int *def_unit, *last_unit;
   cg_unit *units;
   int n_units;
-  int *wb;      /* the part's write-backs: values it defines with ir_value.writeback set, */
-  int n_wb;     /* in value order; they live until the end of the part */
+  int *wb;      /* the part's write-backs copied at its end: values it defines with */
+  int n_wb;     /* ir_value.writeback set and not in place, in value order; they live until then */
+  int inplace;  /* write-backs may be written in place (CG_LOC_P) */
   size_t arena; /* arena bytes the values need (CG_ALIGN multiple) */
 } cg_stage;
 
@@ -115,10 +117,11 @@ typedef struct {
  * set). gemm_units (the cpu target, inference): a float MatMul of one B matrix whose
  * output only one element-wise unit reads (with its shape) joins that unit, one MatMul
  * per unit, in graph order among its members (codegen/c/eltwise.c runs the GEMM a
- * block of rows at a time, each block's element-wise work right after it). Free with
- * cg_stage_close. */
+ * block of rows at a time, each block's element-wise work right after it). inplace
+ * (the cpu target): write-backs that can be are written straight into their params
+ * (CG_LOC_P, no copy). Free with cg_stage_close. */
 void cg_stage_open(cg_stage *st, ir_graph *g, const cg_plan *p, const cg_options *o, const cg_stage_info *si,
-                   const cg_wlayout *wl, int s, int gemm_units);
+                   const cg_wlayout *wl, int s, int gemm_units, int inplace);
 void cg_stage_close(cg_stage *st);
 /* The stage's node count (all its parts), and its display name "stage_K (first .. last
  * node)" into nm. */

@@ -87,6 +87,8 @@ typedef struct cg_ctx {
   int gemm_direct; /* a unit calls pipert_gemm_direct: the stage includes pipert_gemm.h */
   int dw_blocked;  /* a unit calls pipert_dw: the stage includes pipert_dw.h */
   int unit_checks; /* the unit checks its input (cg_index_check): it returns non-zero on bad input */
+  int ivdep;       /* an element-wise unit writes its output over an input, element by element (an
+                    * in-place write-back, codegen/stage.h): its loops are marked PK_IVDEP */
 } cg_ctx;
 
 /* Write formatted text to the current body. */

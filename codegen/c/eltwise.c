@@ -130,8 +130,10 @@ int cg_emit_eltwise(cg_ctx *c, const int *nodes, int n_nodes, const int *ext, in
   int q = cg_eltwise_layout(&w, nodes, n_nodes, ext, n_ext, QD, QS);
   if (q < 0) return -1;
   if (cg_numel(y) == 0) return 0;
-  for (int d = 0; d < q; d++)
+  for (int d = 0; d < q; d++) {
+    if (c->ivdep) cg_w(c, "%*sPK_IVDEP\n", 2 + 2 * d, "");
     cg_w(c, "%*sfor (long i%d = 0; i%d < %lld; i%d++) {\n", 2 + 2 * d, "", d, d, (long long)QD[d], d);
+  }
   if (!q) cg_w(c, "  {\n");
   /* index expressions */
   char idx[65][256];

@@ -187,6 +187,7 @@ static void put_ptr(FILE *f, cg_stage *st, int v, int is_const) {
     case CG_LOC_IN: fprintf(f, "(const %s *)in[%zu]", t, st->off[r]); break;
     case CG_LOC_OUT: fprintf(f, "(%s%s *)out[%zu]", is_const ? "const " : "", t, st->off[r]); break;
     case CG_LOC_A: fprintf(f, "(%s%s *)(A + %zu)", is_const ? "const " : "", t, st->off[r]); break;
+    case CG_LOC_P: fprintf(f, "(%s%s *)(s->w + %zu)", is_const ? "const " : "", t, st->off[r]); break;
     default: IR_ASSERT(0 && "value without a location");
   }
 }
@@ -195,7 +196,14 @@ typedef struct {
   char name[16];
   int value; /* -1: scratch */
   int is_out;
+  int shared; /* an element-wise unit's input that its output is written over, or that output */
 } param;
+
+/* 1 if value x is read where y is written: y is written in place over param x */
+static int shares_memory(const cg_stage *st, int x, int y) {
+  int rx = st->root[x], ry = st->root[y];
+  return st->loc[ry] == CG_LOC_P && (st->loc[rx] == CG_LOC_W || st->loc[rx] == CG_LOC_P) && st->off[rx] == st->off[ry];
+}
 
 static int ident_used(const char *body, const char *id) {
   size_t n = strlen(id);
@@ -246,12 +254,14 @@ static int emit_unit(cg_stage *st, cg_ctx *c, int ui, FILE *f, FILE *call) {
     return 0;
   }
   param ps[64 + 8];
+  memset(ps, 0, sizeof ps);
   int np = 0;
   char *body = NULL;
   size_t blen = 0;
   c->body = open_memstream(&body, &blen);
   c->unit_scratch = 0;
   c->unit_checks = 0;
+  c->ivdep = 0;
   int rc;
   int eltwise = cg_is_eltwise(g, root);
   if (eltwise) {
@@ -268,6 +278,8 @@ static int emit_unit(cg_stage *st, cg_ctx *c, int ui, FILE *f, FILE *call) {
     snprintf(ps[np].name, sizeof ps[np].name, "y0");
     ps[np].value = root->out[0];
     ps[np++].is_out = 1;
+    for (int e = 0; e < np - 1; e++) c->ivdep |= ps[e].shared = shares_memory(st, ps[e].value, root->out[0]);
+    ps[np - 1].shared = c->ivdep;
     rc = cg_emit_eltwise(c, u->nodes, u->n_nodes, u->ext, u->n_ext);
   } else {
     cg_op_fn fn = cg_op_emitter(root->op);
@@ -311,7 +323,8 @@ static int emit_unit(cg_stage *st, cg_ctx *c, int ui, FILE *f, FILE *call) {
     first = 0;
     if (ps[i].value < 0) fprintf(f, "void *restrict %s", ps[i].name);
     else
-      fprintf(f, "%s%s *restrict %s", ps[i].is_out ? "" : "const ", cg_ctype(g->values[ps[i].value].dtype), ps[i].name);
+      fprintf(f, "%s%s *%s%s", ps[i].is_out ? "" : "const ", cg_ctype(g->values[ps[i].value].dtype),
+              ps[i].shared ? "" : "restrict ", ps[i].name);
   }
   if (first) fputs("void", f);
   fputs(") {\n", f);
@@ -485,7 +498,7 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
   FILE *fns = open_memstream(&fbuf, &flen);
   int rc = 0, units = 0;
   for (int q = 0; q < n_parts; q++) {
-    cg_stage_open(&st[q], g, p, o, si, &wl, cg_part(p, s, phases[q]), 1);
+    cg_stage_open(&st[q], g, p, o, si, &wl, cg_part(p, s, phases[q]), 1, 1);
     if (st[q].arena > arena) arena = st[q].arena;
     units += st[q].n_units;
     FILE *calls = open_memstream(&cbuf[q], &clen[q]);

@@ -15,7 +15,7 @@ int cg_c_emit_profile_main(ir_graph *g, const cg_plan *p, const cg_options *o, c
   cg_wlayout wl;
   cg_wlayout_build(&wl, g, p, si, 0);
   cg_stage st;
-  cg_stage_open(&st, g, p, o, si, &wl, cg_part(p, 0, IR_PHASE_FWD), 1);
+  cg_stage_open(&st, g, p, o, si, &wl, cg_part(p, 0, IR_PHASE_FWD), 1, 0);
   char *buf = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);

@@ -167,7 +167,7 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
   int rc = 0, units = 0;
   for (int q = 0; q < n_parts; q++) {
     int part = cg_part(p, s, phases[q]);
-    cg_stage_open(&st[q], g, p, o, si, &wl, part, 0);
+    cg_stage_open(&st[q], g, p, o, si, &wl, part, 0, 0);
     if (st[q].arena > arena) arena = st[q].arena;
     size_t pio = io_layout(g, si, part, &io_off[q], &io_bytes[q]);
     if (pio > io) io = pio;
