@@ -392,6 +392,52 @@ static void build_units(cg_stage *st, int gemm_units) {
   free(n_ext);
 }
 
+/* An update part's units in depth-first order from its last ones: each weight's
+ * momentum (say) is updated right before the weight that reads it, while it is still
+ * in cache, instead of every momentum before every weight. The same units, each after
+ * the units it reads: the same bits. */
+static void visit_unit(const cg_stage *st, const int *val_unit, char *seen, int u, cg_unit *out, int *n) {
+  if (seen[u]) return;
+  seen[u] = 1;
+  const cg_unit *un = &st->units[u];
+  for (int m = 0; m < un->n_nodes; m++) {
+    const ir_node *nd = &st->g->nodes[un->nodes[m]];
+    for (int k = 0; k < nd->n_in; k++)
+      if (nd->in[k] >= 0 && val_unit[nd->in[k]] >= 0 && val_unit[nd->in[k]] != u)
+        visit_unit(st, val_unit, seen, val_unit[nd->in[k]], out, n);
+  }
+  out[(*n)++] = *un;
+}
+static void order_update_units(cg_stage *st) {
+  ir_graph *g = st->g;
+  int nu = st->n_units, n = 0;
+  int *val_unit = ir_xmalloc(sizeof(int) * ((size_t)g->n_values + 1));
+  char *seen = ir_xcalloc((size_t)nu + 1, 1), *read = ir_xcalloc((size_t)nu + 1, 1);
+  for (int v = 0; v < g->n_values; v++) val_unit[v] = -1;
+  for (int u = 0; u < nu; u++)
+    for (int m = 0; m < st->units[u].n_nodes; m++) {
+      const ir_node *nd = &g->nodes[st->units[u].nodes[m]];
+      for (int k = 0; k < nd->n_out; k++)
+        if (nd->out[k] >= 0) val_unit[nd->out[k]] = u;
+    }
+  for (int u = 0; u < nu; u++)
+    for (int m = 0; m < st->units[u].n_nodes; m++) {
+      const ir_node *nd = &g->nodes[st->units[u].nodes[m]];
+      for (int k = 0; k < nd->n_in; k++)
+        if (nd->in[k] >= 0 && val_unit[nd->in[k]] >= 0 && val_unit[nd->in[k]] != u) read[val_unit[nd->in[k]]] = 1;
+    }
+  cg_unit *out = ir_xcalloc((size_t)nu + 1, sizeof(cg_unit));
+  for (int u = 0; u < nu; u++)
+    if (!read[u]) visit_unit(st, val_unit, seen, u, out, &n);
+  for (int u = 0; u < nu; u++) visit_unit(st, val_unit, seen, u, out, &n);
+  IR_ASSERT(n == nu);
+  memcpy(st->units, out, sizeof(cg_unit) * (size_t)nu);
+  free(out);
+  free(val_unit);
+  free(seen);
+  free(read);
+}
+
 /* 1 if unit u reads the memory of param d (d itself or a value aliased to it) */
 static int unit_reads(const cg_stage *st, const cg_unit *u, int d, int *same_shape_only, const ir_shape *y) {
   const ir_graph *g = st->g;
@@ -539,6 +585,7 @@ void cg_stage_open(cg_stage *st, ir_graph *g, const cg_plan *p, const cg_options
   st->def_unit = ir_xcalloc((size_t)nv + 1, sizeof(int));
   st->last_unit = ir_xcalloc((size_t)nv + 1, sizeof(int));
   build_units(st, gemm_units);
+  if (st->phase == IR_PHASE_UPD) order_update_units(st);
   st->arena = plan_memory(st);
 }
 
