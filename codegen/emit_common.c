@@ -192,8 +192,9 @@ void cg_put_stage_desc(FILE *f, ir_graph *g, const cg_plan *p, const cg_stage_in
     fprintf(f, "  stage_backward,\n  stage_step,\n  stage_zero_grads,\n  %d,\n  %s,\n  stage_param_io,\n", n_params,
             n_params ? "stage_params" : "NULL");
   }
-  fprintf(f, "  %s,\n  %s,\n};\n", device_ops ? device_ops : "NULL",
-          p->train && !device_ops ? "stage_weights_at" : "NULL");
+  fprintf(f, "  %s,\n  %s,\n  %s,\n};\n", device_ops ? device_ops : "NULL",
+          p->train && !device_ops ? "stage_weights_at" : "NULL",
+          p->train && !device_ops ? "stage_param_memory" : "NULL");
 }
 
 void cg_remove_stale(const char *dir, int n_stages, const char *target) {

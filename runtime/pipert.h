@@ -39,7 +39,7 @@
 extern "C" {
 #endif
 
-#define PIPERT_ABI_VERSION 5
+#define PIPERT_ABI_VERSION 6
 #define PIPERT_MAX_RANK 8
 
 /* Element types: ONNX TensorProto.DataType codes. */
@@ -408,6 +408,10 @@ typedef struct pipert_stage_desc {
    * it is in use. 0, or non-zero. NULL: the runtime writes such a version into the
    * parameter memory (param_io) and restores the latest after. */
   int (*weights_at)(void *state, const void *host);
+  /* Training, host stages: the parameter memory itself (param_bytes), which the runtime
+   * reads in place between the stage's calls (SpecTrain's prediction from the latest
+   * weights and momentum). NULL: the runtime reads it through param_io. */
+  const void *(*param_memory)(void *state);
 } pipert_stage_desc;
 
 /* Where a value comes from: stage >= 0: forward output `index` of that stage (phase 0)

@@ -15,8 +15,9 @@
  * STEP always updates the latest weights with the latest optimizer state (which is never
  * stashed). SpecTrain's prediction W - s*lr*v (v the momentum buffer after the latest
  * update) is one element-wise pass into a scratch buffer that the instruction reads the
- * same way. Host copies are laid out as the parameter memory up to the end of the last
- * weight (wend bytes), each weight at its own offset. */
+ * same way; from the latest version it reads the stage's parameter memory in place where
+ * the stage offers it (param_memory). Host copies are laid out as the parameter memory
+ * up to the end of the last weight (wend bytes), each weight at its own offset. */
 #include <stdlib.h>
 #include <string.h>
 #include "rt.h"
@@ -295,20 +296,22 @@ int rt_async_before(rt_worker *w, int i) {
   const char *src = old ? a->stash[v] : NULL;
   if (s) { /* spectrain: W_hat = W - s*lr*v into tmp, W and v the version's */
     double c = (double)s * hyper(w, a->lr);
-    const char *W = src, *M = old ? a->mstash[v] : a->cur;
-    if (!old) { /* the latest: W and v from the parameter memory */
-      if (io_all(w, 0, a->tmp) || io_mom(w, a->cur)) return -1;
-      W = a->tmp;
+    const char *W = src, *M = old ? a->mstash[v] : a->cur, *pm = NULL;
+    if (!old) { /* the latest: W and v read in the parameter memory, or copied from it */
+      if (d->param_memory && !(pm = d->param_memory(w->state))) return -1;
+      if (!pm && (io_all(w, 0, a->tmp) || io_mom(w, a->cur))) return -1;
+      W = pm ? pm : a->tmp;
+      if (pm) M = pm;
     }
     for (int q = 0; q < a->nw; q++) {
       const pipert_param_desc *pd = a->wd[q];
-      size_t off = pd->offset;
+      size_t off = pd->offset, moff = pm ? a->mom[q]->offset : off;
       if (pd->dtype == PIPERT_DOUBLE) {
-        const double *x = (const double *)(const void *)(W + off), *m = (const double *)(const void *)(M + off);
+        const double *x = (const double *)(const void *)(W + off), *m = (const double *)(const void *)(M + moff);
         double *y = (double *)(void *)(a->tmp + off);
         for (size_t e = 0; e < pd->nbytes / sizeof(double); e++) y[e] = x[e] - c * m[e];
       } else {
-        const float *x = (const float *)(const void *)(W + off), *m = (const float *)(const void *)(M + off);
+        const float *x = (const float *)(const void *)(W + off), *m = (const float *)(const void *)(M + moff);
         float *y = (float *)(void *)(a->tmp + off), cf = (float)c;
         for (size_t e = 0; e < pd->nbytes / sizeof(float); e++) y[e] = x[e] - cf * m[e];
       }

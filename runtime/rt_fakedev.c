@@ -635,6 +635,10 @@ static int w_param_io(void *state, int write, size_t offset, void *host, size_t 
   int rc = finish_replica(r);
   return rc ? rc : r->orig->param_io(state, write, offset, host, nbytes);
 }
+static const void *w_param_memory(void *state) {
+  replica *r = replica_of(state);
+  return finish_replica(r) ? NULL : r->orig->param_memory(state);
+}
 static int w_weights_at(void *state, const void *host) { /* (the queued parts read the weights where they were) */
   replica *r = replica_of(state);
   int rc = finish_replica(r);
@@ -681,6 +685,7 @@ const pipert_pipeline *rt_fakedev_pipeline(const pipert_pipeline *p) {
     if (d->zero_grads) d->zero_grads = w_zero_grads;
     if (d->param_io) d->param_io = w_param_io;
     if (d->weights_at) d->weights_at = w_weights_at;
+    if (d->param_memory) d->param_memory = w_param_memory;
   }
   c->p.stages = c->plans;
   return &c->p;

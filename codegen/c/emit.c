@@ -389,7 +389,8 @@ static const char train_fns[] =
     "static int stage_weights_at(void *state, const void *host) {\n"
     "  stage_state *s = state;\n"
     "  s->wv = host ? (const unsigned char *)host : s->w;\n"
-    "  return 0;\n}\n\n";
+    "  return 0;\n}\n\n"
+    "static const void *stage_param_memory(void *state) { return ((stage_state *)state)->w; }\n\n";
 
 /* The start of every stage file after the includes. PK_VEC marks the unit functions whose
  * loops are worth vectorising wider than the portable baseline (element-wise units,

@@ -17,7 +17,7 @@
 #include "pipert.h"
 
 /* the training and device fields of an inference host stage */
-#define NO_TRAIN 0, 0, 0, NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL
+#define NO_TRAIN 0, 0, 0, NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL, NULL
 
 #ifndef NSTAGES
 #define NSTAGES 2
