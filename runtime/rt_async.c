@@ -274,6 +274,15 @@ static double hyper(rt_worker *w, const pipert_param_desc *pd) {
   return x;
 }
 
+/* y = x - c m over n floats, in blocks of 16 that the compiler vectorises at -O2 (the
+ * same operations, no contraction: the same bits), then the rest */
+static void predict_f32(float *restrict y, const float *restrict x, const float *restrict m, float c, size_t n) {
+  size_t e = 0;
+  for (; e + 16 <= n; e += 16)
+    for (int j = 0; j < 16; j++) y[e + j] = x[e + j] - c * m[e + j];
+  for (; e < n; e++) y[e] = x[e] - c * m[e];
+}
+
 int rt_async_before(rt_worker *w, int i) {
   struct rt_async *a = w->async;
   int op = w->prog[i].op, v = a->need[i];
@@ -310,11 +319,9 @@ int rt_async_before(rt_worker *w, int i) {
         const double *x = (const double *)(const void *)(W + off), *m = (const double *)(const void *)(M + moff);
         double *y = (double *)(void *)(a->tmp + off);
         for (size_t e = 0; e < pd->nbytes / sizeof(double); e++) y[e] = x[e] - c * m[e];
-      } else {
-        const float *x = (const float *)(const void *)(W + off), *m = (const float *)(const void *)(M + moff);
-        float *y = (float *)(void *)(a->tmp + off), cf = (float)c;
-        for (size_t e = 0; e < pd->nbytes / sizeof(float); e++) y[e] = x[e] - cf * m[e];
-      }
+      } else
+        predict_f32((float *)(void *)(a->tmp + off), (const float *)(const void *)(W + off),
+                    (const float *)(const void *)(M + moff), (float)c, pd->nbytes / sizeof(float));
     }
     src = a->tmp;
   }
