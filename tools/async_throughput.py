@@ -39,7 +39,7 @@ def main():
     ap.add_argument("--width", type=int, default=512)
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--micro", type=int, default=32, help="samples per micro-batch")
-    ap.add_argument("--steps", type=int, default=40, help="steps of the 2-micro-batch builds")
+    ap.add_argument("--steps", type=int, default=300, help="steps of the 2-micro-batch builds")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--pipecc-base", default="", help="also the asynchronous modes built with this pipecc")
     a = ap.parse_args()
