@@ -142,6 +142,13 @@ def case_memory():
             want = P - s if sched == "1f1b" else M
             check(n == want, "%s: stage %d held %d micro-batches, expected %d" % (sched, s, n, want))
         w[sched] = npz(os.path.join(d, sched + ".npz"))
+        for s in range(P):  # the new weights, optimizer state and gradient sums are written in place
+            src = open(os.path.join(d, sched, "stage_%d.c" % s)).read()
+            for fn in ("stage_backward", "stage_step"):
+                body = src[src.index("static int %s(void *state" % fn):]
+                body = body[:body.index("\n}\n")]
+                check("write back" not in body and "memcpy" not in body,
+                      "%s: stage %d's %s copies values back instead of writing them in place" % (sched, s, fn))
     ratio = nbytes["1f1b"] / nbytes["gpipe"]
     print("stage 0 peak activations: gpipe %.1f KiB (%d micro-batches), 1f1b %.1f KiB (%d); ratio %.3f, p/M = %.3f" % (
         nbytes["gpipe"] / 1024, held["gpipe"], nbytes["1f1b"] / 1024, held["1f1b"], ratio, P / M))
