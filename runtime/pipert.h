@@ -410,7 +410,8 @@ typedef struct pipert_stage_desc {
   int (*weights_at)(void *state, const void *host);
   /* Training, host stages: the parameter memory itself (param_bytes), which the runtime
    * reads in place between the stage's calls (SpecTrain's prediction from the latest
-   * weights and momentum). NULL: the runtime reads it through param_io. */
+   * weights and momentum); the GRAD params there are not zero between zero_grads and
+   * the next backward (param_io's are). NULL: the runtime reads it through param_io. */
   const void *(*param_memory)(void *state);
 } pipert_stage_desc;
 

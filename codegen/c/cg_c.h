@@ -89,6 +89,9 @@ typedef struct cg_ctx {
   int unit_checks; /* the unit checks its input (cg_index_check): it returns non-zero on bad input */
   int ivdep;       /* an element-wise unit writes its output over an input, element by element (an
                     * in-place write-back, codegen/stage.h): its loops are marked PK_IVDEP */
+  int zero_ext;    /* >= 0: the element-wise unit's input x<zero_ext>, a gradient sum, may be NULL,
+                    * which reads as zeros (the first backward of a batch, stage_state.fresh) */
+  char *fresh;     /* [n_values] the GRAD params whose sum reads as zeros that way (set by the units) */
 } cg_ctx;
 
 /* Write formatted text to the current body. */

@@ -10,6 +10,8 @@
  * shape and the member evaluation are codegen/eltwise_expr.c's (shared with cuda). */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "codegen/c/cg_c.h"
 #include "codegen/eltwise_expr.h"
@@ -130,20 +132,47 @@ int cg_emit_eltwise(cg_ctx *c, const int *nodes, int n_nodes, const int *ext, in
   int q = cg_eltwise_layout(&w, nodes, n_nodes, ext, n_ext, QD, QS);
   if (q < 0) return -1;
   if (cg_numel(y) == 0) return 0;
-  for (int d = 0; d < q; d++) {
-    if (c->ivdep) cg_w(c, "%*sPK_IVDEP\n", 2 + 2 * d, "");
-    cg_w(c, "%*sfor (long i%d = 0; i%d < %lld; i%d++) {\n", 2 + 2 * d, "", d, d, (long long)QD[d], d);
-  }
-  if (!q) cg_w(c, "  {\n");
   /* index expressions */
   char idx[65][256];
   for (int e = 0; e <= n_ext; e++) cg_eltwise_index(idx[e], sizeof idx[e], q, QS[e], "");
-  for (int e = 0; e < n_ext; e++)
-    cg_w(c, "    const %s a%d = x%d[%s];\n", cg_ctype(g->values[ext[e]].dtype), e, e, idx[e]);
-  char res[32];
-  if (cg_eltwise_members(&w, nodes, n_nodes, ext, n_ext, res, sizeof res)) return -1;
-  cg_w(c, "    y0[%s] = %s;\n", idx[n_ext], res);
-  for (int d = q - 1; d >= 0; d--) cg_w(c, "%*s}\n", 2 + 2 * d, "");
-  if (!q) cg_w(c, "  }\n");
+  /* with a zero_ext, twice: x<zero_ext> NULL read as zeros (the same value a cleared sum
+   * holds: the same bits), then read */
+  const int in = c->zero_ext >= 0 ? 4 : 2; /* the loops' indent */
+  for (int pass = c->zero_ext >= 0 ? 0 : 1; pass < 2; pass++) {
+    if (c->zero_ext >= 0) cg_w(c, pass ? "  } else {\n" : "  if (!x%d) {\n", c->zero_ext);
+    for (int d = 0; d < q; d++) {
+      if (c->ivdep) cg_w(c, "%*sPK_IVDEP\n", in + 2 * d, "");
+      cg_w(c, "%*sfor (long i%d = 0; i%d < %lld; i%d++) {\n", in + 2 * d, "", d, d, (long long)QD[d], d);
+    }
+    if (!q) cg_w(c, "%*s{\n", in, "");
+    const int body = in + 2;
+    for (int e = 0; e < n_ext; e++) {
+      const char *t = cg_ctype(g->values[ext[e]].dtype);
+      if (!pass && e == c->zero_ext) cg_w(c, "%*sconst %s a%d = (%s)0;\n", body, "", t, e, t);
+      else cg_w(c, "%*sconst %s a%d = x%d[%s];\n", body, "", t, e, e, idx[e]);
+    }
+    char res[32];
+    FILE *keep = c->body;
+    char *mt = NULL;
+    size_t ml = 0;
+    if (in > 2) c->body = open_memstream(&mt, &ml); /* the members' lines, indented 2 more */
+    int rc = cg_eltwise_members(&w, nodes, n_nodes, ext, n_ext, res, sizeof res);
+    if (in > 2) {
+      fclose(c->body);
+      c->body = keep;
+      for (char *l = mt; l && *l;) {
+        char *e = strchr(l, '\n');
+        size_t n = e ? (size_t)(e - l) + 1 : strlen(l);
+        cg_w(c, "  %.*s", (int)n, l);
+        l += n;
+      }
+      free(mt);
+    }
+    if (rc) return -1;
+    cg_w(c, "%*sy0[%s] = %s;\n", body, "", idx[n_ext], res);
+    for (int d = q - 1; d >= 0; d--) cg_w(c, "%*s}\n", in + 2 * d, "");
+    if (!q) cg_w(c, "%*s}\n", in, "");
+  }
+  if (c->zero_ext >= 0) cg_w(c, "  }\n");
   return 0;
 }

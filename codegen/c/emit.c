@@ -197,7 +197,28 @@ typedef struct {
   int value; /* -1: scratch */
   int is_out;
   int shared; /* an element-wise unit's input that its output is written over, or that output */
+  int fresh;  /* that input is a gradient sum read as zeros where the stage is fresh (NULL) */
 } param;
+
+/* A backward unit's input e, a gradient sum it adds to in place: it may read it as zeros
+ * (passed NULL) while the stage is fresh, the gradients cleared by not being read
+ * (stage_zero_grads). Only where no other unit of the part reads the sum, and float. */
+static int fresh_sum(const cg_stage *st, int ui, int x) {
+  const ir_graph *g = st->g;
+  int r = st->root[x];
+  if (st->phase != IR_PHASE_BWD || g->values[r].param != IR_PARAM_GRAD ||
+      (g->values[r].dtype != IR_FLOAT && g->values[r].dtype != IR_DOUBLE))
+    return 0;
+  for (int u = 0; u < st->n_units; u++) {
+    if (u == ui) continue;
+    for (int m = 0; m < st->units[u].n_nodes; m++) {
+      const ir_node *n = &g->nodes[st->units[u].nodes[m]];
+      for (int k = 0; k < n->n_in; k++)
+        if (n->in[k] >= 0 && st->root[n->in[k]] == r) return 0;
+    }
+  }
+  return 1;
+}
 
 /* 1 if value x is read where y is written: y is written in place over param x */
 static int shares_memory(const cg_stage *st, int x, int y) {
@@ -262,6 +283,7 @@ static int emit_unit(cg_stage *st, cg_ctx *c, int ui, FILE *f, FILE *call) {
   c->unit_scratch = 0;
   c->unit_checks = 0;
   c->ivdep = 0;
+  c->zero_ext = -1;
   int rc;
   int eltwise = cg_is_eltwise(g, root);
   if (eltwise) {
@@ -280,6 +302,12 @@ static int emit_unit(cg_stage *st, cg_ctx *c, int ui, FILE *f, FILE *call) {
     ps[np++].is_out = 1;
     for (int e = 0; e < np - 1; e++) c->ivdep |= ps[e].shared = shares_memory(st, ps[e].value, root->out[0]);
     ps[np - 1].shared = c->ivdep;
+    for (int e = 0; e < np - 1 && c->zero_ext < 0; e++)
+      if (ps[e].shared && c->fresh && fresh_sum(st, ui, ps[e].value)) {
+        ps[e].fresh = 1;
+        c->zero_ext = e;
+        c->fresh[st->root[ps[e].value]] = 1;
+      }
     rc = cg_emit_eltwise(c, u->nodes, u->n_nodes, u->ext, u->n_ext);
   } else {
     cg_op_fn fn = cg_op_emitter(root->op);
@@ -340,7 +368,10 @@ static int emit_unit(cg_stage *st, cg_ctx *c, int ui, FILE *f, FILE *call) {
     if (!first) fputs(", ", call);
     first = 0;
     if (ps[i].value < 0) fputs("A + SCRATCH_OFF", call);
-    else put_ptr(call, st, ps[i].value, !ps[i].is_out);
+    else {
+      if (ps[i].fresh) fputs("s->fresh ? NULL : ", call);
+      put_ptr(call, st, ps[i].value, !ps[i].is_out);
+    }
   }
   fputs(c->unit_checks ? ")) return PIPERT_STATUS_BAD_INPUT;\n" : ");\n", call);
   free(body);
@@ -362,6 +393,16 @@ static void put_writebacks(FILE *f, cg_stage *st) {
   }
 }
 
+/* grad_fresh[N_GRADS], in grad_off's order: 1 for the sums the backward reads as zeros
+ * while the stage is fresh (fresh_sum) */
+static void put_grad_fresh(FILE *f, const ir_graph *g, const cg_wlayout *wl, const char *fresh) {
+  int n = 0;
+  fputs("static const unsigned char grad_fresh[] = {", f);
+  for (int k = 0; k < wl->n; k++)
+    if (g->values[wl->vals[k]].param == IR_PARAM_GRAD) fprintf(f, "%s%d", n++ ? ", " : "", fresh[wl->vals[k]]);
+  fputs(n ? "};\n" : "0};\n", f);
+}
+
 /* One function of the stage: the units of part q, then its write-backs. */
 static void put_part_fn(FILE *f, cg_stage *st, const char *sig, const char *body) {
   fputs(sig, f);
@@ -375,14 +416,27 @@ static void put_part_fn(FILE *f, cg_stage *st, const char *sig, const char *body
   put_writebacks(f, st);
 }
 
+/* The gradients are cleared by marking the stage fresh: the sums the backward adds to in
+ * place (grad_fresh) read as zeros in its next call, the others are set to zero. Where
+ * the sums are read or written before that (param_io), they are set to zero first. */
 static const char train_fns[] =
     "static int stage_zero_grads(void *state) {\n"
     "  stage_state *s = state;\n"
-    "  for (int k = 0; k < N_GRADS; k++) memset(s->w + grad_off[k], 0, grad_bytes[k]);\n"
+    "  for (int k = 0; k < N_GRADS; k++)\n"
+    "    if (!grad_fresh[k]) memset(s->w + grad_off[k], 0, grad_bytes[k]);\n"
+    "  s->fresh = 1;\n"
     "  return 0;\n}\n\n"
+    "static void stage_unfresh(stage_state *s, size_t off, size_t n) {\n"
+    "  int hit = 0;\n"
+    "  for (int k = 0; k < N_GRADS; k++) hit |= grad_fresh[k] && off < grad_off[k] + grad_bytes[k] && grad_off[k] < off + n;\n"
+    "  if (!hit) return;\n"
+    "  for (int k = 0; k < N_GRADS; k++)\n"
+    "    if (grad_fresh[k]) memset(s->w + grad_off[k], 0, grad_bytes[k]);\n"
+    "  s->fresh = 0;\n}\n\n"
     "static int stage_param_io(void *state, int write, size_t off, void *host, size_t n) {\n"
     "  stage_state *s = state;\n"
     "  if (off > PARAM_BYTES || n > PARAM_BYTES - off) return 1;\n"
+    "  if (s->fresh) stage_unfresh(s, off, n);\n"
     "  if (write) memcpy(s->w + off, host, n);\n"
     "  else memcpy(host, s->w + off, n);\n"
     "  return 0;\n}\n\n"
@@ -494,6 +548,7 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
   cg_stage st[3];
   cg_ctx c = {0};
   c.g = g;
+  if (train) c.fresh = ir_xcalloc((size_t)g->n_values + 1, 1);
   char *fbuf = NULL, *cbuf[3] = {NULL, NULL, NULL};
   size_t flen = 0, clen[3] = {0, 0, 0}, arena = 0;
   FILE *fns = open_memstream(&fbuf, &flen);
@@ -552,6 +607,7 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
   if (train) {
     fprintf(f, "#define PARAM_BYTES %zuu\n", wl.total_bytes ? wl.total_bytes : CG_ALIGN);
     fprintf(f, "#define N_GRADS %d\n", cg_put_grad_ranges(f, g, &wl));
+    put_grad_fresh(f, g, &wl, c.fresh);
   }
   fputs("\n", f);
   if (flen) fputs(fbuf, f);
@@ -559,8 +615,10 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
     /* the parameters are written: a copy of the weights file, then zeros */
     /* wv: where the forward and backward read the trained weights (weights_at), w's own
      * by default */
-    fputs("typedef struct {\n  unsigned char *w;\n  const unsigned char *wv;\n  unsigned char *a;\n} stage_state;\n\n",
-          f);
+    fputs(
+        "typedef struct {\n  unsigned char *w;\n  const unsigned char *wv;\n  unsigned char *a;\n"
+        "  int fresh; /* the gradient sums of grad_fresh read as zeros (stage_zero_grads) */\n} stage_state;\n\n",
+        f);
     fputs(
         "static int stage_init(void **state, const void *weights, size_t weights_len) {\n"
         "  stage_state *s = calloc(1, sizeof *s);\n"
@@ -611,7 +669,7 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
   if (train) {
     put_part_fn(f, &st[1], "static int stage_backward(void *state, const void *const *in, void *const *out)",
                 clen[1] ? cbuf[1] : "");
-    fputs("  return 0;\n}\n\n", f);
+    fputs("  s->fresh = 0;\n  return 0;\n}\n\n", f);
     put_part_fn(f, &st[2], "static int stage_step(void *state)", clen[2] ? cbuf[2] : "");
     fputs("  return 0;\n}\n\n", f);
     fputs(train_fns, f);
@@ -627,6 +685,7 @@ static int emit_stage(ir_graph *g, const cg_plan *p, const cg_options *o, const 
     cg_stage_close(&st[q]);
   }
   free(wbuf);
+  free(c.fresh);
   cg_wlayout_free(&wl);
   return rc;
 }
