@@ -302,12 +302,15 @@ static int emit_unit(cg_stage *st, cg_ctx *c, int ui, FILE *f, FILE *call) {
     ps[np++].is_out = 1;
     for (int e = 0; e < np - 1; e++) c->ivdep |= ps[e].shared = shares_memory(st, ps[e].value, root->out[0]);
     ps[np - 1].shared = c->ivdep;
-    for (int e = 0; e < np - 1 && c->zero_ext < 0; e++)
-      if (ps[e].shared && c->fresh && fresh_sum(st, ui, ps[e].value)) {
+    for (int e = 0; e < np - 1 && c->zero_ext < 0; e++) {
+      int same = 0; /* (one input of the unit holds the sum, no alias of it) */
+      for (int k = 0; k < np - 1; k++) same += st->root[ps[k].value] == st->root[ps[e].value];
+      if (ps[e].shared && same == 1 && c->fresh && fresh_sum(st, ui, ps[e].value)) {
         ps[e].fresh = 1;
         c->zero_ext = e;
         c->fresh[st->root[ps[e].value]] = 1;
       }
+    }
     rc = cg_emit_eltwise(c, u->nodes, u->n_nodes, u->ext, u->n_ext);
   } else {
     cg_op_fn fn = cg_op_emitter(root->op);
