@@ -438,8 +438,8 @@ static void order_update_units(cg_stage *st) {
   free(read);
 }
 
-/* 1 if unit u reads the memory of param d (d itself or a value aliased to it) */
-static int unit_reads(const cg_stage *st, const cg_unit *u, int d, int *same_shape_only, const ir_shape *y) {
+/* stage.h */
+int cg_unit_reads(const cg_stage *st, const cg_unit *u, int d, int *same_shape_only, const ir_shape *y) {
   const ir_graph *g = st->g;
   int reads = 0;
   for (int m = 0; m < u->n_nodes; m++) {
@@ -471,11 +471,11 @@ static int inplace_writeback(const cg_stage *st, int v) {
   for (int w = 0; w < g->n_values; w++)
     if (w != v && g->values[w].writeback == d && st->def_unit[w] >= 0) return 0;
   for (int u = U + 1; u < st->n_units; u++)
-    if (unit_reads(st, &st->units[u], d, &(int){1}, NULL)) return 0;
+    if (cg_unit_reads(st, &st->units[u], d, NULL, NULL)) return 0;
   const cg_unit *un = &st->units[U];
   const ir_node *root = &g->nodes[un->root];
   int same = 1;
-  if (!unit_reads(st, un, d, &same, &x->shape)) return 1;
+  if (!cg_unit_reads(st, un, d, &same, &x->shape)) return 1;
   if (un->alias || !cg_is_eltwise(g, root) || root->out[0] != v || !same) return 0;
   for (int m = 0; m < un->n_nodes; m++)
     if (g->nodes[un->nodes[m]].op == IR_OP_MatMul) return 0;

@@ -123,6 +123,9 @@ typedef struct {
 void cg_stage_open(cg_stage *st, ir_graph *g, const cg_plan *p, const cg_options *o, const cg_stage_info *si,
                    const cg_wlayout *wl, int s, int gemm_units, int inplace);
 void cg_stage_close(cg_stage *st);
+/* 1 if unit u reads the memory of value d: d itself or a value aliased to it (st->root).
+ * With y, *same_shape_only is cleared where a read is not in y's shape. */
+int cg_unit_reads(const cg_stage *st, const cg_unit *u, int d, int *same_shape_only, const ir_shape *y);
 /* The stage's node count (all its parts), and its display name "stage_K (first .. last
  * node)" into nm. */
 int cg_stage_nodes(const ir_graph *g, const cg_plan *p, int stage, char *nm, size_t nm_len);

@@ -209,14 +209,8 @@ static int fresh_sum(const cg_stage *st, int ui, int x) {
   if (st->phase != IR_PHASE_BWD || g->values[r].param != IR_PARAM_GRAD ||
       (g->values[r].dtype != IR_FLOAT && g->values[r].dtype != IR_DOUBLE))
     return 0;
-  for (int u = 0; u < st->n_units; u++) {
-    if (u == ui) continue;
-    for (int m = 0; m < st->units[u].n_nodes; m++) {
-      const ir_node *n = &g->nodes[st->units[u].nodes[m]];
-      for (int k = 0; k < n->n_in; k++)
-        if (n->in[k] >= 0 && st->root[n->in[k]] == r) return 0;
-    }
-  }
+  for (int u = 0; u < st->n_units; u++)
+    if (u != ui && cg_unit_reads(st, &st->units[u], r, NULL, NULL)) return 0;
   return 1;
 }
 
