@@ -21,9 +21,9 @@
  * row padded to 11; here 16 planes go at once, one per lane: their images transposed into
  * a zero-bordered image of 16-float positions, every output then one vector with one
  * fused multiply-add per tap, and transposed back with the residual and the activation.
- * The AVX-512 variant transposes 16 x 16 blocks with permutes; the portable one (also
- * compiled for AVX2) loops over the lanes. Both use correctly rounded fused
- * multiply-adds in the same order: the same bits.
+ * The AVX-512 variant transposes 16 x 16 blocks with permutes, the AVX2 one each half of
+ * the lanes in 8 x 8 blocks with shuffles, and the portable one loops over the lanes.
+ * All use correctly rounded fused multiply-adds in the same order: the same bits.
  *
  * scr: pipert_dw_scratch(s) floats, 64-byte aligned. */
 #ifndef PIPERT_DW_H
@@ -158,8 +158,6 @@ PIPERT_DW_PORTABLE(pipert_dw_1, )
 #define PIPERT_DW_UNROLL16 _Pragma("GCC unroll 16")
 #define PIPERT_DW_UNROLL32 _Pragma("GCC unroll 32")
 #endif
-PIPERT_DW_PORTABLE(pipert_dw_256, __attribute__((target("avx2,fma"))))
-
 /* r[i][j] <-> r[j][i]: for each bit b of the index, swap the blocks of b x b whose row has
  * bit b clear and column bit b set with their mirror images, one permute per row. */
 PIPERT_DW_T512 static inline void pipert_dw_tr16(__m512 r[16]) {
@@ -322,6 +320,154 @@ PIPERT_DW_T512 static void pipert_dw_512(const pipert_dw_shape *s, long np, long
     }
   }
 }
+
+#define PIPERT_DW_T256 __attribute__((target("avx2,fma")))
+
+/* r[i][j] <-> r[j][i] for an 8 x 8 block: pairs of rows interleaved, then pairs of pairs,
+ * then the 128-bit halves */
+PIPERT_DW_T256 static inline void pipert_dw_tr8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  PIPERT_DW_UNROLL16 for (int i = 0; i < 4; i++) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  PIPERT_DW_UNROLL16 for (int i = 0; i < 2; i++) {
+    u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
+    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
+  }
+  PIPERT_DW_UNROLL16 for (int i = 0; i < 4; i++) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+/* the first n of 8 lanes: pipert_dw_m8 + 8 - n */
+static const int pipert_dw_m8[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+PIPERT_DW_T256 static inline __m256i pipert_dw_mask8(long n) {
+  return _mm256_loadu_si256((const __m256i *)(pipert_dw_m8 + 8 - (n < 8 ? n : 8)));
+}
+
+/* pipert_dw_row512's sums on 8 of the 16 lanes (x, wb and o point at the first of them;
+ * positions and taps stay 16 floats apart) */
+PIPERT_DW_T256 static inline __attribute__((always_inline)) void pipert_dw_row256(const int n, __m256 bias,
+                                                                                  const float *x, const float *wb,
+                                                                                  long KH, long KW, long dy, long dx,
+                                                                                  long sx, float *o) {
+  __m256 a[4] = {bias, bias, bias, bias};
+  for (long kh = 0; kh < KH; kh++) {
+    const float *xr = x + kh * dy, *wk = wb + kh * KW * 16;
+    for (long kw = 0; kw < KW; kw++) {
+      const __m256 w = _mm256_loadu_ps(wk + kw * 16);
+      const float *xp = xr + kw * dx;
+      PIPERT_DW_UNROLL for (int i = 0; i < n; i++) a[i] = _mm256_fmadd_ps(w, _mm256_loadu_ps(xp + i * sx), a[i]);
+    }
+  }
+  PIPERT_DW_UNROLL for (int i = 0; i < n; i++) _mm256_storeu_ps(o + i * 16, a[i]);
+}
+
+/* pipert_dw_rowk512 on 8 lanes: n <= 4 outputs (4 accumulators and up to 3 SW + KW = 11
+ * input vectors fit AVX2's 16 registers), the same (kh, kw) order */
+PIPERT_DW_T256 static inline __attribute__((always_inline)) void pipert_dw_rowk256(const int n, const int KW,
+                                                                                   const int SW, __m256 bias,
+                                                                                   const float *x, const float *wb,
+                                                                                   long KH, long dy, float *o) {
+  __m256 a[4];
+  PIPERT_DW_UNROLL16 for (int i = 0; i < n; i++) a[i] = bias;
+  for (long kh = 0; kh < KH; kh++) {
+    const float *xr = x + kh * dy, *wk = wb + kh * KW * 16;
+    __m256 xv[3 * 2 + 5];
+    PIPERT_DW_UNROLL16 for (int j = 0; j < (n - 1) * SW + KW; j++) xv[j] = _mm256_loadu_ps(xr + j * 16);
+    PIPERT_DW_UNROLL16 for (int kw = 0; kw < KW; kw++) {
+      const __m256 w = _mm256_loadu_ps(wk + kw * 16);
+      PIPERT_DW_UNROLL16 for (int i = 0; i < n; i++) a[i] = _mm256_fmadd_ps(w, xv[i * SW + kw], a[i]);
+    }
+  }
+  PIPERT_DW_UNROLL16 for (int i = 0; i < n; i++) _mm256_storeu_ps(o + i * 16, a[i]);
+}
+/* one output row of OW on 8 lanes through pipert_dw_rowk256, in runs of 4, 2 and 1 */
+#define PIPERT_DW_ROWK256(KW, SW)                                                                                 \
+  PIPERT_DW_T256 static void pipert_dw_rowk256_##KW##_##SW(long OW, __m256 bias, const float *x, const float *wb, \
+                                                           long KH, long dy, float *o) {                          \
+    long ow = 0;                                                                                                  \
+    for (; ow + 4 <= OW; ow += 4) pipert_dw_rowk256(4, KW, SW, bias, x + ow * SW * 16, wb, KH, dy, o + ow * 16);  \
+    if (ow + 2 <= OW) {                                                                                           \
+      pipert_dw_rowk256(2, KW, SW, bias, x + ow * SW * 16, wb, KH, dy, o + ow * 16);                              \
+      ow += 2;                                                                                                    \
+    }                                                                                                             \
+    if (ow < OW) pipert_dw_rowk256(1, KW, SW, bias, x + ow * SW * 16, wb, KH, dy, o + ow * 16);                   \
+  }
+PIPERT_DW_ROWK256(3, 1)
+PIPERT_DW_ROWK256(3, 2)
+PIPERT_DW_ROWK256(5, 1)
+PIPERT_DW_ROWK256(5, 2)
+typedef void (*pipert_dw_rowk256_fn)(long, __m256, const float *, const float *, long, long, float *);
+
+/* pipert_dw_512's passes with 8-float vectors: the same 16-lane scratch, each half of the
+ * lanes transposed 8 x 8 and computed on its own (a half with no plane is skipped) */
+PIPERT_DW_T256 static void pipert_dw_avx2(const pipert_dw_shape *s, long np, long c0, const float *X, const float *W,
+                                          const float *B, const float *R, float *Y, float *scr) {
+  pipert_dw_parts t = pipert_dw_split(s, scr);
+  const long KH = s->KH, KW = s->KW, PW = t.PW, P = t.P, Q = t.Q, OW = s->OW;
+  const long sw16 = s->sw * 16, dw16 = s->dw * 16;
+  const __m256 zero = _mm256_setzero_ps(), vlo = _mm256_set1_ps(s->lo), vhi = _mm256_set1_ps(s->hi);
+  pipert_dw_rowk256_fn rowk = NULL;
+  if (s->dw == 1 && (s->sw == 1 || s->sw == 2) && (KW == 3 || KW == 5))
+    rowk = KW == 3 ? (s->sw == 1 ? pipert_dw_rowk256_3_1 : pipert_dw_rowk256_3_2)
+                   : (s->sw == 1 ? pipert_dw_rowk256_5_1 : pipert_dw_rowk256_5_2);
+  for (long j0 = 0; j0 < np; j0 += 16) {
+    const long nb = np - j0 < 16 ? np - j0 : 16;
+    pipert_dw_weights(s, &t, c0 + j0, nb, W, B);
+    for (int h = 0; h < 2 && 8 * h < nb; h++) {
+      const long j1 = j0 + 8 * h, nh = nb - 8 * h < 8 ? nb - 8 * h : 8;
+      /* in: 8 positions of 8 planes at a time, transposed, each to its bordered place */
+      for (long p0 = 0; p0 < P; p0 += 8) {
+        const __m256i m = pipert_dw_mask8(P - p0);
+        __m256 r[8];
+        PIPERT_DW_UNROLL16 for (int l = 0; l < 8; l++) r[l] =
+            l < nh ? _mm256_maskload_ps(X + (j1 + l) * P + p0, m) : zero;
+        pipert_dw_tr8(r);
+        const long n = P - p0 < 8 ? P - p0 : 8;
+        PIPERT_DW_UNROLL16 for (int j = 0; j < 8; j++) if (j < n) _mm256_storeu_ps(t.bp + t.at[p0 + j] + 8 * h, r[j]);
+      }
+      const __m256 bias = _mm256_loadu_ps(t.bb + 8 * h);
+      const float *wb = t.wb + 8 * h;
+      for (long oh = 0; oh < s->OH; oh++) {
+        float *o = t.bo + oh * OW * 16 + 8 * h;
+        const float *xo = t.bp + oh * s->sh * PW * 16 + 8 * h;
+        if (rowk) {
+          rowk(OW, bias, xo, wb, KH, PW * 16 * s->dh, o);
+        } else {
+          long ow = 0;
+          for (; ow + 4 <= OW; ow += 4)
+            pipert_dw_row256(4, bias, xo + ow * sw16, wb, KH, KW, PW * 16 * s->dh, dw16, sw16, o + ow * 16);
+          if (OW - ow == 3)
+            pipert_dw_row256(3, bias, xo + ow * sw16, wb, KH, KW, PW * 16 * s->dh, dw16, sw16, o + ow * 16);
+          else if (OW - ow == 2)
+            pipert_dw_row256(2, bias, xo + ow * sw16, wb, KH, KW, PW * 16 * s->dh, dw16, sw16, o + ow * 16);
+          else if (OW - ow == 1)
+            pipert_dw_row256(1, bias, xo + ow * sw16, wb, KH, KW, PW * 16 * s->dh, dw16, sw16, o + ow * 16);
+        }
+      }
+      /* out: 8 outputs of 8 planes at a time, transposed, the residual and the activation */
+      for (long q0 = 0; q0 < Q; q0 += 8) {
+        const __m256i m = pipert_dw_mask8(Q - q0);
+        __m256 r[8];
+        PIPERT_DW_UNROLL16 for (int j = 0; j < 8; j++) r[j] = _mm256_loadu_ps(t.bo + (q0 + j) * 16 + 8 * h);
+        pipert_dw_tr8(r);
+        PIPERT_DW_UNROLL16 for (int l = 0; l < 8; l++) {
+          if (l >= nh) break;
+          __m256 v = r[l];
+          if (R) v = _mm256_add_ps(v, _mm256_maskload_ps(R + (j1 + l) * Q + q0, m));
+          if (s->act == 1) v = _mm256_max_ps(zero, v);
+          if (s->act == 2) v = _mm256_min_ps(vhi, _mm256_max_ps(vlo, v));
+          _mm256_maskstore_ps(Y + (j1 + l) * Q + q0, m, v);
+        }
+      }
+    }
+  }
+}
 #endif
 
 static void pipert_dw(const pipert_dw_shape *s, long np, long c0, const float *X, const float *W, const float *B,
@@ -334,7 +480,7 @@ static void pipert_dw(const pipert_dw_shape *s, long np, long c0, const float *X
   }
 #endif
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    pipert_dw_256(s, np, c0, X, W, B, R, Y, scr);
+    pipert_dw_avx2(s, np, c0, X, W, B, R, Y, scr);
     return;
   }
 #endif

@@ -123,7 +123,7 @@ int main(void) {
   int nv = 1;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    v[nv++] = (__typeof__(v[0])){"avx2", pipert_dw_256};
+    v[nv++] = (__typeof__(v[0])){"avx2", pipert_dw_avx2};
   if (__builtin_cpu_supports("avx512f")) v[nv++] = (__typeof__(v[0])){"avx512", pipert_dw_512};
 #endif
   /* C, np, c0, IH, IW, K, stride, dilation, pad begin, pad end */
