@@ -122,6 +122,9 @@ struct rt_async {
   int64_t every, total; /* checkpoints during the run (rt_async_ckpt), every this many updates, before total */
   const rt_async_ckpt *ck;
   int swapped;     /* 1: weights_at points elsewhere; 2: another version is in the parameter memory */
+  size_t *gap;     /* [2 ngap] a host copy's bytes outside every weight: begin, end */
+  int ngap;
+  char *spare[2];  /* host copies no version holds any more, for the next ones (no fresh pages to fault in) */
 };
 
 static int io_all(rt_worker *w, int write, char *buf) {
@@ -141,11 +144,58 @@ static int io_mom(rt_worker *w, char *buf) {
   return 0;
 }
 
-static char *host_copy(const struct rt_async *a) {
-  size_t n = (a->wend + 63) / 64 * 64 + 64;
-  char *b = aligned_alloc(64, n);
-  if (b) memset(b, 0, n);
+static size_t host_bytes(const struct rt_async *a) { return (a->wend + 63) / 64 * 64 + 64; }
+
+/* A host copy whose every weight its caller writes next (io_all, io_mom, rt_async_io):
+ * only the bytes between and after them are cleared (a checkpoint writes them) */
+static char *host_copy(struct rt_async *a) {
+  char *b = NULL;
+  for (int k = 0; k < 2 && !b; k++)
+    if (a->spare[k]) {
+      b = a->spare[k];
+      a->spare[k] = NULL;
+    }
+  if (!b) b = aligned_alloc(64, host_bytes(a));
+  for (int g = 0; b && g < a->ngap; g++) memset(b + a->gap[2 * g], 0, a->gap[2 * g + 1] - a->gap[2 * g]);
   return b;
+}
+
+static void release(struct rt_async *a, char *b) {
+  for (int k = 0; k < 2 && b; k++)
+    if (!a->spare[k]) {
+      a->spare[k] = b;
+      b = NULL;
+    }
+  free(b);
+}
+
+static int by_offset(const void *x, const void *y) {
+  size_t a = (*(const pipert_param_desc *const *)x)->offset, b = (*(const pipert_param_desc *const *)y)->offset;
+  return a < b ? -1 : a > b;
+}
+
+/* a->gap: [0, host_bytes) less the weights */
+static int find_gaps(struct rt_async *a) {
+  const pipert_param_desc **o = malloc(sizeof *o * ((size_t)a->nw + 1));
+  a->gap = malloc(sizeof(size_t) * 2 * ((size_t)a->nw + 1));
+  if (!o || !a->gap) {
+    free(o);
+    return -1;
+  }
+  memcpy(o, a->wd, sizeof *o * (size_t)a->nw);
+  qsort(o, (size_t)a->nw, sizeof *o, by_offset);
+  size_t at = 0;
+  for (int q = 0; q <= a->nw; q++) {
+    size_t b = q < a->nw ? o[q]->offset : host_bytes(a), e = q < a->nw ? o[q]->offset + o[q]->nbytes : b;
+    if (b > at) {
+      a->gap[2 * a->ngap] = at;
+      a->gap[2 * a->ngap + 1] = b;
+      a->ngap++;
+    }
+    if (e > at) at = e;
+  }
+  free(o);
+  return 0;
 }
 
 int rt_async_init(rt_worker *w, char *e, size_t elen) {
@@ -240,9 +290,13 @@ int rt_async_init(rt_worker *w, char *e, size_t elen) {
     a->need[i] = v;
     if (a->last_need[v] < i) a->last_need[v] = i;
   }
-  a->cur = host_copy(a);
-  a->tmp = host_copy(a);
-  return a->cur && a->tmp ? 0 : -1;
+  if (!find_gaps(a)) {
+    a->cur = host_copy(a);
+    a->tmp = host_copy(a);
+  }
+  if (a->cur && a->tmp) return 0;
+  snprintf(e, elen, "stage %d: out of memory for the weight versions", w->stage);
+  return -1;
 }
 
 int64_t rt_async_first_kept(const rt_worker *w, int64_t step) {
@@ -357,8 +411,8 @@ int rt_async_step(rt_worker *w, int i, int after) {
   if (ckpt_at(a, a->u) && a->ck->take(a->ck->ctx, w, a->u, 0)) return -1;
   for (int64_t v = 0; v < a->u && v < a->versions; v++)
     if (a->stash[v] && a->last_need[v] < i) {
-      free(a->stash[v]);
-      free(a->mstash[v]);
+      release(a, a->stash[v]);
+      release(a, a->mstash[v]);
       a->stash[v] = a->mstash[v] = NULL;
     }
   return 0;
@@ -430,6 +484,9 @@ void rt_async_free(rt_worker *w) {
   free(a->mom);
   free(a->cur);
   free(a->tmp);
+  free(a->gap);
+  free(a->spare[0]);
+  free(a->spare[1]);
   free(a);
   w->async = NULL;
 }
