@@ -1,6 +1,7 @@
 /* pipert_dw.h - the depthwise Conv of small maps that the cpu target's stage code runs
  * (codegen/c/ops_nn.c, dw_blocked: 2-D, float, maps of at most PIPERT_DW_MAX_POS
- * positions), header-only: stage_K.c includes it where it calls it.
+ * positions). stage_K.c includes it where it calls it, for the declaration; the code is
+ * compiled once into libpipert (runtime/pipert_kernels.c).
  *
  *   pipert_dw(s, np, c0, X, W, B, R, Y, scr)
  *
@@ -65,6 +66,19 @@ static inline long pipert_dw_scratch(const pipert_dw_shape *s) {
 }
 
 #ifndef PIPERT_DW_SIZES_ONLY /* (codegen/c/ops_nn.c sizes the scratch with the above) */
+#if !defined(PIPERT_KERNELS_INLINE) && !defined(PIPERT_KERNELS_IMPL)
+/* libpipert's copy (runtime/pipert_kernels.c, compiled once with the stage code's flags) */
+void pipert_dw(const pipert_dw_shape *s, long np, long c0, const float *X, const float *W, const float *B,
+               const float *R, float *Y, float *scr);
+#else
+/* the kernels themselves: in runtime/pipert_kernels.c (PIPERT_KERNELS_IMPL), or static in
+ * a file compiled with -DPIPERT_KERNELS_INLINE (tests/cpu/dw_test.c, a stage rebuilt with
+ * other -DPIPERT_DW_* settings) */
+#ifdef PIPERT_KERNELS_INLINE
+#define PIPERT_DW_API __attribute__((unused)) static
+#else
+#define PIPERT_DW_API
+#endif
 static inline float pipert_dw_epi(float v, const float *r, int act, float lo, float hi) {
   if (r) v = v + *r;
   if (act == 1) v = v < 0 ? 0.0f : v;
@@ -470,8 +484,8 @@ PIPERT_DW_T256 static void pipert_dw_avx2(const pipert_dw_shape *s, long np, lon
 }
 #endif
 
-static void pipert_dw(const pipert_dw_shape *s, long np, long c0, const float *X, const float *W, const float *B,
-                      const float *R, float *Y, float *scr) {
+PIPERT_DW_API void pipert_dw(const pipert_dw_shape *s, long np, long c0, const float *X, const float *W, const float *B,
+                             const float *R, float *Y, float *scr) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #ifndef PIPERT_DW_NO_AVX512
   if (__builtin_cpu_supports("avx512f")) {
@@ -486,6 +500,7 @@ static void pipert_dw(const pipert_dw_shape *s, long np, long c0, const float *X
 #endif
   pipert_dw_1(s, np, c0, X, W, B, R, Y, scr);
 }
+#endif /* the kernels */
 #endif /* PIPERT_DW_SIZES_ONLY */
 
 #endif

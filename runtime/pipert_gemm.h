@@ -3,8 +3,9 @@
  * CG_C_DIRECT_K in codegen/codegen.h), for MatMuls and Gemms of one B matrix with K up
  * to that (a transformer's projections: W is then the activations, X the weights, read
  * in place where BLAS packs them on every call) and for the small matrices of batched
- * MatMuls (attention's heads: CG_C_DIRECT_MATMUL), header-only: stage_K.c includes it
- * where it calls it.
+ * MatMuls (attention's heads: CG_C_DIRECT_MATMUL). stage_K.c includes it where it calls
+ * it, for the declarations; the code is compiled once into libpipert
+ * (runtime/pipert_kernels.c).
  *
  *   pipert_gemm_direct(M, P, K, W, X, ldx, B, Y, ldy, R, ldr, act, lo, hi)
  *
@@ -38,7 +39,7 @@
  * One variant per instruction set, picked at the call (__builtin_cpu_supports); all
  * use correctly rounded fused multiply-adds, so all give the same bits, the scalar one
  * (fmaf) included. Compiling a stage with
- * -DPIPERT_GEMM_NO_AVX512 skips the AVX-512 variant, to time the AVX2 one. The first
+ * -DPIPERT_KERNELS_INLINE -DPIPERT_GEMM_NO_AVX512 skips the AVX-512 variant, to time the AVX2 one. The first
  * row block of each chunk prefetches the next tile's X (AVX-512), which it would
  * otherwise wait for row by row (on the large maps of MobileNetV2's first projections
  * most of all). */
@@ -57,6 +58,25 @@
  * after this one read too (the emitted code's blocks of rows): the AVX-512 variant packs
  * it only where it does not stay in L2 (PIPERT_GEMM_PACK512_SHARED). */
 #define PIPERT_GEMM_X_SHARED 8
+
+#if !defined(PIPERT_KERNELS_INLINE) && !defined(PIPERT_KERNELS_IMPL)
+/* libpipert's copy (runtime/pipert_kernels.c, compiled once with the stage code's flags) */
+void pipert_gemm_direct(long M, long P, long K, const float *restrict W, const float *restrict X, long ldx,
+                        const float *restrict B, float *restrict Y, long ldy, const float *restrict R, long ldr,
+                        int act, float lo, float hi);
+void pipert_gemm_direct_seg(long M, long N, long S, long K, const float *restrict W, const float *restrict X, long xs,
+                            long ldx, const float *restrict B, float *restrict Y, long ys, long ldy,
+                            const float *restrict R, long rs, long ldr, int act, float lo, float hi,
+                            float *restrict scr);
+#else
+/* the kernels themselves: in runtime/pipert_kernels.c (PIPERT_KERNELS_IMPL), or static
+ * in a file compiled with -DPIPERT_KERNELS_INLINE (the unit tests, tools/gemm_shapes.c,
+ * a stage rebuilt with other -DPIPERT_GEMM_* settings) */
+#ifdef PIPERT_KERNELS_INLINE
+#define PIPERT_GEMM_API __attribute__((unused)) static
+#else
+#define PIPERT_GEMM_API
+#endif
 
 /* Positions per chunk: about PIPERT_GEMM_CHUNK_BYTES of X. */
 #ifndef PIPERT_GEMM_CHUNK_BYTES
@@ -518,9 +538,9 @@ PIPERT_GEMM_T256 static void pipert_gemm_direct_256(long M, long P, long K, cons
 }
 #endif
 
-static void pipert_gemm_direct(long M, long P, long K, const float *restrict W, const float *restrict X, long ldx,
-                               const float *restrict B, float *restrict Y, long ldy, const float *restrict R, long ldr,
-                               int act, float lo, float hi) {
+PIPERT_GEMM_API void pipert_gemm_direct(long M, long P, long K, const float *restrict W, const float *restrict X,
+                                        long ldx, const float *restrict B, float *restrict Y, long ldy,
+                                        const float *restrict R, long ldr, int act, float lo, float hi) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #ifndef PIPERT_GEMM_NO_AVX512
   if (__builtin_cpu_supports("avx512f")) {
@@ -545,11 +565,10 @@ static void pipert_gemm_direct(long M, long P, long K, const float *restrict W, 
  * copied together into scr, (K + M) * N * S floats: X as one [K, N S] matrix, the GEMM
  * into one [M, N S], then scattered with the residual and the activation. (Unused in a
  * stage whose direct GEMMs are all pipert_gemm_direct's.) */
-__attribute__((unused)) static void pipert_gemm_direct_seg(long M, long N, long S, long K, const float *restrict W,
-                                                           const float *restrict X, long xs, long ldx,
-                                                           const float *restrict B, float *restrict Y, long ys,
-                                                           long ldy, const float *restrict R, long rs, long ldr,
-                                                           int act, float lo, float hi, float *restrict scr) {
+PIPERT_GEMM_API void pipert_gemm_direct_seg(long M, long N, long S, long K, const float *restrict W,
+                                            const float *restrict X, long xs, long ldx, const float *restrict B,
+                                            float *restrict Y, long ys, long ldy, const float *restrict R, long rs,
+                                            long ldr, int act, float lo, float hi, float *restrict scr) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(PIPERT_GEMM_NO_AVX512)
   if (S >= 16 && __builtin_cpu_supports("avx512f") &&
       pipert_gemm_direct_512s(M, N, S, K, W, X, xs, ldx, B, Y, ys, ldy, R, rs, ldr, act, lo, hi) == 0)
@@ -578,5 +597,7 @@ __attribute__((unused)) static void pipert_gemm_direct_seg(long M, long N, long 
       for (long s = 0; s < S; s++) ym[s] = pipert_gemm_epi1(tm[s], NULL, rm + s, act, lo, hi);
     }
 }
+
+#endif /* the kernels */
 
 #endif

@@ -158,7 +158,7 @@ void rt_cpu_isa(char *buf, size_t n) {
 }
 
 /* pipecc's direct GEMM (runtime/pipert_gemm.h): the variant its dispatch,
- * pipert_gemm_direct, takes on this CPU (a stage compiled with -DPIPERT_GEMM_NO_AVX512
+ * pipert_gemm_direct, takes on this CPU (a stage compiled with -DPIPERT_KERNELS_INLINE -DPIPERT_GEMM_NO_AVX512
  * takes the AVX2 one on an AVX-512 CPU). */
 const char *rt_gemm_variant(void) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

@@ -8,9 +8,10 @@ the same.
         [--rounds 6] [--bench 2] [--core 0]
 
 Each DIR is a pipecc output directory (DIR/pipeline). A build of the same model with a
-compile-time switch of the runtime headers comes from rebuilding a copy, e.g.
+compile-time switch of the kernels' headers comes from rebuilding a copy with its own copy
+of the kernels (PIPERT_KERNELS_INLINE), e.g.
 
-    cp -r A B && make -C B -B pipeline CFLAGS="$(sed -n 's/^CFLAGS = //p' A/Makefile) -DPIPERT_GEMM_PACK512_M=100000"
+    cp -r A B && make -C B -B pipeline CFLAGS="$(sed -n 's/^CFLAGS = //p' A/Makefile) -DPIPERT_KERNELS_INLINE -DPIPERT_GEMM_PACK512_M=100000"
 
 Rounds alternate the order of the builds (A B C, then C B A, ...). Prints, per build,
 the median samples/s over the rounds, the median of the per-round ratios to the first

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#define PIPERT_KERNELS_INLINE /* the variants themselves, each called here */
 #include "pipert_gemm.h"
 
 static double now(void) {

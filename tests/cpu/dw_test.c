@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define PIPERT_KERNELS_INLINE /* the variants themselves, each called here */
 #include "pipert_dw.h"
 #include "../lib/unit_rand.h"
 
